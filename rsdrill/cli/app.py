@@ -1,0 +1,50 @@
+"""The `rsdrill` entry point.
+
+Nothing heavy (pymongo, the launcher) is imported here or at the top of the command modules:
+`rsdrill --help` must answer at once.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rsdrill import __version__
+from rsdrill.cli import sandbox
+
+app = typer.Typer(
+    name="rsdrill",
+    help="Chaos experiments for MongoDB replica sets, with failover and recovery measured.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(sandbox.app, name="sandbox")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"rsdrill {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Chaos experiments for MongoDB replica sets, with failover and recovery measured."""
+
+
+def main() -> None:
+    """Console script `rsdrill`."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

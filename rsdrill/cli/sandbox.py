@@ -1,0 +1,404 @@
+"""`rsdrill sandbox ...`: run a local replica set, break its members, and a scripted failover demo.
+
+The launcher and pymongo are imported inside each command so that `rsdrill --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from rsdrill.sandbox.config import ReplSetSpec, Settings, build_topology
+
+if TYPE_CHECKING:
+    from pymongo.collection import Collection
+
+    from rsdrill.sandbox.cluster import MemberStatus, Sandbox
+
+app = typer.Typer(
+    help="Local replica sets of real member processes (the built-in emulator, or mongod).",
+    no_args_is_help=True,
+)
+
+DEFAULT_DIR = Path(".rsdrill/sandbox")
+DEFAULT_PORT_BASE = 28017
+
+
+class Topology(StrEnum):
+    rs1 = "rs1"
+    rs3 = "rs3"
+    psa = "psa"
+
+
+class EngineName(StrEnum):
+    auto = "auto"
+    emulator = "emulator"
+    mongod = "mongod"
+
+
+DirOption = Annotated[
+    Path, typer.Option("--dir", help="Sandbox directory.", file_okay=False, show_default=True)
+]
+PortBaseOption = Annotated[
+    int, typer.Option(min=1, max=65535, help="Port of the first member; the others follow it.")
+]
+ElectionTimeoutOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="electionTimeoutMillis (MongoDB's default: 10000)."),
+]
+EngineOption = Annotated[
+    EngineName,
+    typer.Option(help="auto: a real mongod when one is on PATH, else the built-in emulator."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+MemberArgument = Annotated[
+    str, typer.Argument(help="host:port, a port, or primary / secondary / arbiter.")
+]
+
+
+@contextmanager
+def _reported() -> Iterator[None]:
+    """Turn the launcher's errors into one line on stderr and its exit status."""
+    from rsdrill.sandbox.cluster import SandboxError
+
+    try:
+        yield
+    except SandboxError as exc:
+        typer.echo(f"rsdrill: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _settings(election_timeout: int | None, heartbeat_interval: int | None) -> Settings:
+    given: dict[str, Any] = {}
+    if election_timeout is not None:
+        given["election_timeout_ms"] = election_timeout
+    if heartbeat_interval is not None:
+        given["heartbeat_interval_ms"] = heartbeat_interval
+    return Settings(**given)
+
+
+def _echo_members(statuses: list[MemberStatus]) -> None:
+    for s in statuses:
+        pid = str(s.pid) if s.pid is not None else "-"
+        typer.echo(f"  {s.name:<21} pid {pid:>7}  {s.state}")
+
+
+@app.command()
+def up(
+    topology: Annotated[
+        Topology, typer.Option(help="rs1: one member; rs3: three; psa: primary-secondary-arbiter.")
+    ],
+    directory: DirOption = DEFAULT_DIR,
+    port_base: PortBaseOption = DEFAULT_PORT_BASE,
+    election_timeout: ElectionTimeoutOption = None,
+    heartbeat_interval: Annotated[
+        int | None,
+        typer.Option(min=1, help="heartbeatIntervalMillis (MongoDB's default: 2000)."),
+    ] = None,
+    oplog_size_mb: Annotated[
+        int | None, typer.Option(min=1, help="Oplog size of each member in MB (default: 192).")
+    ] = None,
+    engine: EngineOption = EngineName.auto,
+    as_json: JsonOption = False,
+) -> None:
+    """Start a replica set and return once it has a writable primary; print its URI."""
+    from rsdrill.sandbox import cluster
+
+    options: dict[str, Any] = {}
+    if oplog_size_mb is not None:
+        options["oplog_size_bytes"] = oplog_size_mb * 1024 * 1024
+    spec = build_topology(
+        topology.value,
+        port_base=port_base,
+        settings=_settings(election_timeout, heartbeat_interval),
+        **options,
+    )
+    with _reported():
+        chosen, why = cluster.choose_engine(engine.value)
+        started = time.monotonic()
+        sandbox = cluster.up(directory, spec, chosen)
+        took = time.monotonic() - started
+        statuses = sandbox.status()
+    if as_json:
+        report = {
+            "dir": str(sandbox.directory),
+            "engine": chosen.name,
+            "engine_reason": why,
+            "topology": spec.topology,
+            "set_name": spec.set_name,
+            "uri": sandbox.uri,
+            "startup_s": round(took, 3),
+            "members": [s.to_dict() for s in statuses],
+        }
+        typer.echo(json.dumps(report, indent=2))
+        return
+    typer.echo(f"engine: {chosen.name} ({why})")
+    typer.echo(f"sandbox: {sandbox.directory} ({spec.topology}, writable in {took:.2f} s)")
+    typer.echo(f"uri: {sandbox.uri}")
+    _echo_members(statuses)
+
+
+@app.command()
+def status(directory: DirOption = DEFAULT_DIR, as_json: JsonOption = False) -> None:
+    """List the members with their pid and state (DOWN: not running; STOPPED: SIGSTOPped)."""
+    from rsdrill.sandbox.cluster import Sandbox
+
+    sandbox = Sandbox(directory)
+    with _reported():
+        statuses = sandbox.status()
+    if as_json:
+        report = {
+            "dir": str(sandbox.directory),
+            "engine": sandbox.engine.name,
+            "topology": sandbox.spec.topology,
+            "uri": sandbox.uri,
+            "members": [s.to_dict() for s in statuses],
+        }
+        typer.echo(json.dumps(report, indent=2))
+        return
+    typer.echo(f"sandbox: {sandbox.directory} ({sandbox.spec.topology}, {sandbox.engine.name})")
+    typer.echo(f"uri: {sandbox.uri}")
+    _echo_members(statuses)
+
+
+@app.command()
+def down(directory: DirOption = DEFAULT_DIR) -> None:
+    """Stop every member process of the sandbox and check that none is left running."""
+    from rsdrill.sandbox.cluster import Sandbox
+
+    sandbox = Sandbox(directory)
+    with _reported():
+        pids = sandbox.down()
+    if pids:
+        listed = ", ".join(str(p) for p in pids)
+        typer.echo(f"stopped {len(pids)} member process(es) (pids {listed}); none left running")
+    else:
+        typer.echo(f"no member process was running in {sandbox.directory}")
+
+
+def _act_on_member(directory: Path, ref: str, action: Callable[[Sandbox, Any], str]) -> None:
+    from rsdrill.sandbox.cluster import Sandbox
+
+    sandbox = Sandbox(directory)
+    with _reported():
+        member = sandbox.resolve(ref)
+        typer.echo(action(sandbox, member))
+
+
+@app.command()
+def kill(member: MemberArgument, directory: DirOption = DEFAULT_DIR) -> None:
+    """SIGKILL a member (a host that dies)."""
+    _act_on_member(
+        directory, member, lambda sb, m: f"killed {m.host} (pid {sb.kill(m)}) with SIGKILL"
+    )
+
+
+@app.command()
+def stop(member: MemberArgument, directory: DirOption = DEFAULT_DIR) -> None:
+    """SIGSTOP a member (a host that freezes)."""
+    _act_on_member(
+        directory, member, lambda sb, m: f"stopped {m.host} (pid {sb.stop(m)}) with SIGSTOP"
+    )
+
+
+@app.command()
+def cont(member: MemberArgument, directory: DirOption = DEFAULT_DIR) -> None:
+    """SIGCONT a stopped member."""
+    _act_on_member(
+        directory, member, lambda sb, m: f"resumed {m.host} (pid {sb.cont(m)}) with SIGCONT"
+    )
+
+
+@app.command()
+def start(
+    member: MemberArgument,
+    directory: DirOption = DEFAULT_DIR,
+    wipe: Annotated[
+        bool, typer.Option("--wipe", help="Empty its data directory first: a full initial sync.")
+    ] = False,
+) -> None:
+    """Restart a member that is not running, on its kept data directory unless --wipe."""
+    how = "on an empty data directory (initial sync)" if wipe else "on its kept data directory"
+    _act_on_member(
+        directory, member, lambda sb, m: f"started {m.host} (pid {sb.start(m, wipe=wipe)}) {how}"
+    )
+
+
+@app.command()
+def demo(
+    topology: Annotated[Topology, typer.Option(help="rs1, rs3 or psa.")] = Topology.rs3,
+    election_timeout: ElectionTimeoutOption = None,
+    directory: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir", file_okay=False, help="Sandbox directory (default: a temporary one)."
+        ),
+    ] = None,
+    port_base: PortBaseOption = DEFAULT_PORT_BASE,
+    engine: EngineOption = EngineName.auto,
+) -> None:
+    """Bring a sandbox up, kill its primary under a w:majority write loop, measure, tear down."""
+    from rsdrill.sandbox import cluster
+
+    spec = build_topology(
+        topology.value, port_base=port_base, settings=_settings(election_timeout, None)
+    )
+    with _reported(), _demo_directory(directory) as where:
+        chosen, why = cluster.choose_engine(engine.value)
+        typer.echo(
+            f"{spec.topology}, electionTimeoutMillis {spec.settings.election_timeout_ms}, "
+            f"engine {chosen.name} ({why})"
+        )
+        started = time.monotonic()
+        sandbox = cluster.up(where, spec, chosen)
+        try:
+            typer.echo(f"sandbox writable in {time.monotonic() - started:.2f} s: {sandbox.uri}")
+            _echo_members(sandbox.status())
+            _failover_script(sandbox)
+        finally:
+            pids = sandbox.down()
+            typer.echo(f"sandbox torn down ({len(pids)} member processes stopped)")
+
+
+@contextmanager
+def _demo_directory(directory: Path | None) -> Iterator[Path]:
+    if directory is not None:
+        yield directory
+        return
+    with tempfile.TemporaryDirectory(prefix="rsdrill-demo-") as tmp:
+        yield Path(tmp)
+
+
+class _WriteLoop:
+    """Inserts a document every `interval_s` on a thread and records every attempt."""
+
+    def __init__(self, collection: Collection[Any], interval_s: float) -> None:
+        self._collection = collection
+        self._interval_s = interval_s
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-writes", daemon=True)
+        # (started, ended, acknowledged), monotonic seconds; appended by the writer thread only.
+        self.attempts: list[tuple[float, float, bool]] = []
+
+    def __enter__(self) -> _WriteLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        from pymongo.errors import PyMongoError
+
+        n = 0
+        while not self._stopping.is_set():
+            began = time.monotonic()
+            try:
+                self._collection.insert_one({"n": n})
+                ok = True
+            except PyMongoError:
+                ok = False
+            self.attempts.append((began, time.monotonic(), ok))
+            n += 1
+            self._stopping.wait(max(0.0, self._interval_s - (time.monotonic() - began)))
+
+    def acknowledged_after(self, t: float) -> float | None:
+        """When the first write begun after `t` was acknowledged."""
+        return next((end for began, end, ok in list(self.attempts) if ok and began >= t), None)
+
+    def wait_acknowledged_after(self, t: float, timeout_s: float) -> float | None:
+        deadline = time.monotonic() + timeout_s
+        while (acked := self.acknowledged_after(t)) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return acked
+
+    def longest_gap(self) -> float:
+        """Longest time between two consecutive acknowledged writes."""
+        acked = [end for _, end, ok in list(self.attempts) if ok]
+        return max((b - a for a, b in itertools.pairwise(acked)), default=0.0)
+
+
+def _wait_for_state(
+    sandbox: Sandbox, state: str, deadline: float, *, host: str | None = None
+) -> str | None:
+    """The first member (or `host`) seen in `state` before `deadline`, else None."""
+    while time.monotonic() < deadline:
+        for s in sandbox.status():
+            if s.state == state and host in (None, s.name):
+                return s.name
+        time.sleep(0.1)
+    return None
+
+
+def _failover_script(sandbox: Sandbox) -> None:
+    from pymongo import MongoClient
+
+    spec: ReplSetSpec = sandbox.spec
+    election_s = spec.settings.election_timeout_ms / 1000
+    failover_budget_s = 3 * election_s + 10
+    client: MongoClient[Any] = MongoClient(
+        sandbox.uri,
+        w="majority",
+        wTimeoutMS=1000,
+        retryWrites=False,
+        serverSelectionTimeoutMS=250,
+        connectTimeoutMS=250,
+        socketTimeoutMS=1500,
+    )
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        typer.echo(f"t={time.monotonic() - t0:6.2f} s  {text}")
+
+    with client, _WriteLoop(client.rsdrill_demo.writes, interval_s=0.02) as writes:
+        say("writing {w: majority} every 20 ms (250 ms timeouts, retries off)")
+        time.sleep(1.0)
+        victim = sandbox.resolve("primary")
+        pid = sandbox.kill(victim)
+        killed = time.monotonic()
+        say(f"SIGKILL primary {victim.host} (pid {pid})")
+        if len(spec.data_bearing) > 1:
+            elected = _wait_for_state(sandbox, "PRIMARY", killed + failover_budget_s)
+            if elected is None:
+                say(f"no new primary within {failover_budget_s:.0f} s")
+            else:
+                say(f"{elected} is PRIMARY, {time.monotonic() - killed:.2f} s after the kill")
+            if writes.wait_acknowledged_after(killed, timeout_s=max(3.0, election_s)):
+                say(f"w:majority writes acknowledged again, by {_host(client.primary)}")
+            else:
+                say(f"w:majority writes still fail: without {victim.host} no majority holds data")
+        else:
+            time.sleep(1.0)  # a moment offline, as when an HA supervisor restarts the host
+        say(f"restarting {victim.host} on its kept data directory")
+        restarted = time.monotonic()
+        sandbox.start(victim)
+        back = "SECONDARY" if len(spec.data_bearing) > 1 else "PRIMARY"
+        if _wait_for_state(sandbox, back, restarted + failover_budget_s + 30, host=victim.host):
+            say(
+                f"{victim.host} is {back} again, {time.monotonic() - restarted:.2f} s after restart"
+            )
+        else:
+            say(f"{victim.host} did not become {back} in time")
+        writes.wait_acknowledged_after(restarted, timeout_s=failover_budget_s)
+    acknowledged = sum(ok for _, _, ok in writes.attempts)
+    failed = len(writes.attempts) - acknowledged
+    typer.echo(
+        f"writes unavailable for {writes.longest_gap():.2f} s (longest time between two "
+        f"acknowledged writes); {acknowledged} acknowledged, {failed} failed"
+    )
+    _echo_members(sandbox.status())
+
+
+def _host(address: tuple[str, int] | None) -> str:
+    return f"{address[0]}:{address[1]}" if address else "an unknown member"

@@ -1,0 +1,568 @@
+"""The sandbox launcher: start, inspect, signal and stop a local replica set's member processes.
+
+A sandbox is a directory holding `replset.json` (the set, see `config.py`), `sandbox.json` (the
+engine that runs it) and one directory per member with its `data/`, `member.log` and `pid`. Each
+member is its own OS process in its own session, so SIGKILL and SIGSTOP hit one member and nothing
+else. Every operation reads the directory again: `up` returns while the members keep running, and
+any later process can inspect, signal or stop them.
+
+Two engines start members: the built-in emulator (this module) and a real `mongod` (`mongod.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure, PyMongoError
+
+from rsdrill.sandbox.config import CONFIG_FILE, MemberSpec, ReplSetSpec, member_dir
+
+ENGINE_FILE = "sandbox.json"
+ENGINE_CHOICES = ("auto", "emulator", "mongod")
+START_TIMEOUT_S = 60.0
+# Short enough that `status` stays snappy when a member hangs, long enough for a busy machine.
+QUERY_TIMEOUT_S = 1.0
+_POLL_S = 0.02
+_HAVE_PROC = Path("/proc/self/stat").exists()
+
+
+class SandboxError(Exception):
+    """A failure reported to the user in one line.
+
+    `exit_code` 2: bad input or a refusal, nothing was changed; 4: the platform failed (a member
+    did not start, a process would not die).
+    """
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class MemberStatus:
+    """One member as `sandbox status` reports it.
+
+    `state` is the member's own replica-set state (PRIMARY, SECONDARY, STARTUP2, ...), or DOWN
+    when its process is not running, STOPPED when it is SIGSTOPped, UNREACHABLE when it runs but
+    does not answer.
+    """
+
+    name: str
+    pid: int | None
+    state: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Engine(Protocol):
+    """What starts member processes and turns them into a replica set with a primary."""
+
+    name: str
+    executable: str
+
+    def argv(self, sandbox: Sandbox, member: MemberSpec, *, init: bool) -> list[str]:
+        """The command line of one member process."""
+        ...
+
+    def initiate(self, sandbox: Sandbox, deadline: float) -> None:
+        """Make the freshly started set have a writable primary before `deadline` (monotonic)."""
+        ...
+
+
+class EmulatorEngine:
+    """Members are `python -m rsdrill.sandbox.emulator` processes."""
+
+    name = "emulator"
+
+    def __init__(self, executable: str = sys.executable) -> None:
+        self.executable = executable
+
+    def argv(self, sandbox: Sandbox, member: MemberSpec, *, init: bool) -> list[str]:
+        argv = [self.executable, "-m", "rsdrill.sandbox.emulator"]
+        argv += ["--dir", str(sandbox.directory), "--host", member.host]
+        return [*argv, "--init"] if init else argv
+
+    def initiate(self, sandbox: Sandbox, deadline: float) -> None:
+        """Step the first member up so the set has a primary without waiting out an election."""
+        first = sandbox.spec.members[0]
+        election_timeout_s = sandbox.spec.settings.election_timeout_ms / 1000
+        accepted_at: float | None = None
+        while not is_writable_primary(first.host):
+            now = time.monotonic()
+            if now > deadline:
+                raise SandboxError(
+                    f"{first.host} did not become a writable primary in time "
+                    f"(see {member_dir(sandbox.directory, first) / 'member.log'})",
+                    exit_code=4,
+                )
+            # Re-ask only if the step-up was refused (peers not heard from yet) or its election
+            # seems lost; asking again mid-election would start yet another term.
+            if accepted_at is None or now - accepted_at > 2 * election_timeout_s:
+                try:
+                    with member_client(first.host) as client:
+                        client.admin.command("replSetStepUp")
+                    accepted_at = now
+                except PyMongoError:
+                    accepted_at = None
+            time.sleep(_POLL_S)
+
+
+def choose_engine(requested: str) -> tuple[Engine, str]:
+    """The engine for `--engine requested`, and a few words on why it was chosen."""
+    if requested not in ENGINE_CHOICES:
+        raise SandboxError(
+            f"unknown engine {requested!r}; choose one of {', '.join(ENGINE_CHOICES)}"
+        )
+    mongod = shutil.which("mongod")
+    if requested == "emulator":
+        return EmulatorEngine(), "requested with --engine emulator"
+    if requested == "mongod":
+        if mongod is None:
+            raise SandboxError("--engine mongod: no mongod executable on PATH")
+        return _mongod_engine(mongod), f"requested with --engine mongod ({mongod})"
+    if mongod is not None:
+        return _mongod_engine(mongod), f"auto: found {mongod} on PATH"
+    return EmulatorEngine(), "auto: no mongod on PATH"
+
+
+def _mongod_engine(executable: str) -> Engine:
+    # Imported here because mongod.py builds on this module's helpers.
+    from rsdrill.sandbox.mongod import MongodEngine
+
+    return MongodEngine(executable)
+
+
+def _load_engine(record: dict[str, str]) -> Engine:
+    if record.get("engine") == "mongod":
+        return _mongod_engine(record["executable"])
+    return EmulatorEngine(record.get("executable", sys.executable))
+
+
+@contextmanager
+def member_client(host: str, timeout_s: float = QUERY_TIMEOUT_S) -> Iterator[MongoClient[Any]]:
+    """A direct connection to one member, with every timeout set to `timeout_s`."""
+    ms = int(timeout_s * 1000)
+    client: MongoClient[Any] = MongoClient(
+        host,
+        directConnection=True,
+        serverSelectionTimeoutMS=ms,
+        connectTimeoutMS=ms,
+        socketTimeoutMS=ms,
+        appname="rsdrill-sandbox",
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def hello(host: str, timeout_s: float = QUERY_TIMEOUT_S) -> dict[str, Any] | None:
+    """The member's hello reply, or None when it does not answer."""
+    try:
+        with member_client(host, timeout_s) as client:
+            return client.admin.command("hello")
+    except PyMongoError:
+        return None
+
+
+def is_writable_primary(host: str) -> bool:
+    reply = hello(host)
+    return bool(reply and reply.get("isWritablePrimary"))
+
+
+def member_state(host: str, timeout_s: float = QUERY_TIMEOUT_S) -> str:
+    """The member's own stateStr from replSetGetStatus, else guessed from hello."""
+    try:
+        with member_client(host, timeout_s) as client:
+            try:
+                status = client.admin.command("replSetGetStatus")
+                for entry in status.get("members", []):
+                    if entry.get("self"):
+                        return str(entry["stateStr"])
+            except OperationFailure:
+                pass  # not initiated yet, or still loading its config: hello says enough
+            reply = client.admin.command("hello")
+    except PyMongoError:
+        return "UNREACHABLE"
+    if reply.get("isWritablePrimary"):
+        return "PRIMARY"
+    if reply.get("secondary"):
+        return "SECONDARY"
+    if reply.get("arbiterOnly"):
+        return "ARBITER"
+    return "STARTUP"
+
+
+def _listening(host: str) -> bool:
+    address, port = host.rsplit(":", 1)
+    try:
+        with socket.create_connection((address, int(port)), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def port_free(address: str, port: int) -> bool:
+    """True when `port` can be bound on `address` (as a listening server would bind it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def _proc_state(pid: int) -> str | None:
+    """The process's state letter (R, S, T, Z, ...), or None when there is no such process."""
+    if not _HAVE_PROC:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return "R"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def _is_member_process(pid: int, port: int) -> bool:
+    # A pid file can outlive its process and the pid be reused: the command line must name the port.
+    if not _HAVE_PROC:
+        return True
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    wanted = str(port).encode()
+    return any(arg == wanted or arg.endswith(b":" + wanted) for arg in args)
+
+
+def process_state(pid: int, port: int) -> str | None:
+    """The state letter of the member process serving `port`, or None when it is not running."""
+    state = _proc_state(pid)
+    if state in ("Z", "X"):
+        # A member started by this very process (demo, tests) stays a zombie until reaped.
+        with suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        return None
+    if state is None or not _is_member_process(pid, port):
+        return None
+    return state
+
+
+def _signal(pid: int, sig: int) -> None:
+    """Signal the member's whole process group (each member leads its own session)."""
+    with suppress(ProcessLookupError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
+def _last_log_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""
+
+
+class Sandbox:
+    """A sandbox directory and the member processes it records."""
+
+    def __init__(self, directory: Path, engine: Engine | None = None) -> None:
+        """`engine` defaults to the one recorded in the directory when the sandbox went up."""
+        self.directory = directory.resolve()
+        self._spec: ReplSetSpec | None = None
+        self._engine = engine
+
+    @property
+    def spec(self) -> ReplSetSpec:
+        if self._spec is None:
+            if not (self.directory / CONFIG_FILE).exists():
+                raise SandboxError(
+                    f"no sandbox in {self.directory}: start one with `rsdrill sandbox up`"
+                )
+            self._spec = ReplSetSpec.read(self.directory)
+        return self._spec
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            path = self.directory / ENGINE_FILE
+            record = json.loads(path.read_text()) if path.exists() else {}
+            self._engine = _load_engine(record)
+        return self._engine
+
+    @property
+    def uri(self) -> str:
+        hosts = ",".join(m.host for m in self.spec.members)
+        return f"mongodb://{hosts}/?replicaSet={self.spec.set_name}"
+
+    def exists(self) -> bool:
+        return (self.directory / CONFIG_FILE).exists()
+
+    def _pid_path(self, member: MemberSpec) -> Path:
+        return member_dir(self.directory, member) / "pid"
+
+    def pid(self, member: MemberSpec) -> int | None:
+        """The pid of the member's process if it is running."""
+        return self._running_pid(self._pid_path(member), member.port)
+
+    @staticmethod
+    def _running_pid(path: Path, port: int) -> int | None:
+        try:
+            pid = int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if process_state(pid, port) is not None else None
+
+    def running(self) -> dict[Path, int]:
+        """Every recorded member process still running, by pid file (whatever the config says)."""
+        found: dict[Path, int] = {}
+        for path in sorted(self.directory.glob("members/*/pid")):
+            if not path.parent.name.isdigit():
+                continue
+            pid = self._running_pid(path, int(path.parent.name))
+            if pid is not None:
+                found[path] = pid
+        return found
+
+    def status(self) -> list[MemberStatus]:
+        """Every member with its pid and state; members are asked in parallel."""
+
+        def one(member: MemberSpec) -> MemberStatus:
+            pid = self.pid(member)
+            if pid is None:
+                return MemberStatus(member.host, None, "DOWN")
+            if process_state(pid, member.port) == "T":
+                return MemberStatus(member.host, pid, "STOPPED")
+            return MemberStatus(member.host, pid, member_state(member.host))
+
+        members = self.spec.members
+        with ThreadPoolExecutor(max_workers=len(members)) as pool:
+            return list(pool.map(one, members))
+
+    def resolve(self, ref: str) -> MemberSpec:
+        """A member from `host:port`, a port, or a role (`primary`, `secondary`, `arbiter`)."""
+        spec = self.spec
+        role = ref.strip().upper()
+        if role in ("PRIMARY", "SECONDARY", "ARBITER"):
+            states = self.status()
+            for member, status in zip(spec.members, states, strict=True):
+                if status.state == role:
+                    return member
+            seen = ", ".join(f"{s.name} {s.state}" for s in states)
+            raise SandboxError(f"no member is {role} right now ({seen})")
+        for member in spec.members:
+            if ref in (member.host, str(member.port)):
+                return member
+        names = ", ".join(m.host for m in spec.members)
+        raise SandboxError(
+            f"{ref!r} is not a member of this sandbox; use host:port, a port, "
+            f"primary, secondary or arbiter (members: {names})"
+        )
+
+    def _require_pid(self, member: MemberSpec) -> int:
+        pid = self.pid(member)
+        if pid is None:
+            raise SandboxError(f"{member.host} is not running")
+        return pid
+
+    def kill(self, member: MemberSpec) -> int:
+        """SIGKILL the member and wait until it is gone; returns the pid it had."""
+        pid = self._require_pid(member)
+        _signal(pid, signal.SIGKILL)
+        if _wait_gone({self._pid_path(member): pid}, time.monotonic() + 5):
+            raise SandboxError(f"{member.host} (pid {pid}) survived SIGKILL", exit_code=4)
+        self._pid_path(member).unlink(missing_ok=True)
+        return pid
+
+    def stop(self, member: MemberSpec) -> int:
+        """SIGSTOP the member (a frozen host: the port stays open, nothing answers)."""
+        pid = self._require_pid(member)
+        _signal(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while process_state(pid, member.port) != "T":
+            if time.monotonic() > deadline:
+                raise SandboxError(f"{member.host} (pid {pid}) did not stop", exit_code=4)
+            time.sleep(_POLL_S)
+        return pid
+
+    def cont(self, member: MemberSpec) -> int:
+        """SIGCONT a stopped member."""
+        pid = self._require_pid(member)
+        _signal(pid, signal.SIGCONT)
+        return pid
+
+    def start(self, member: MemberSpec, *, wipe: bool = False) -> int:
+        """Restart a member that is not running: on its kept data, or empty (`wipe`: initial sync).
+
+        Returns once the new process answers hello; catching up or syncing goes on after.
+        """
+        running = self.pid(member)
+        if running is not None:
+            raise SandboxError(f"{member.host} is already running (pid {running})")
+        if wipe:
+            shutil.rmtree(member_dir(self.directory, member) / "data", ignore_errors=True)
+        pid = self._spawn(member, init=False)
+        self._wait_answering([member], time.monotonic() + START_TIMEOUT_S)
+        return pid
+
+    def _spawn(self, member: MemberSpec, *, init: bool) -> int:
+        directory = member_dir(self.directory, member)
+        (directory / "data").mkdir(parents=True, exist_ok=True)
+        with open(directory / "member.log", "ab") as log:
+            process = subprocess.Popen(
+                self.engine.argv(self, member, init=init),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._pid_path(member).write_text(f"{process.pid}\n")
+        return process.pid
+
+    def _wait_answering(self, members: Iterable[MemberSpec], deadline: float) -> None:
+        pending = list(members)
+        while pending:
+            for member in list(pending):
+                if self.pid(member) is None:
+                    log = member_dir(self.directory, member) / "member.log"
+                    last = _last_log_line(log)
+                    raise SandboxError(
+                        f"{member.host} exited while starting (see {log})"
+                        + (f": {last}" if last else ""),
+                        exit_code=4,
+                    )
+                if _listening(member.host) and hello(member.host) is not None:
+                    pending.remove(member)
+            if pending and time.monotonic() > deadline:
+                hosts = ", ".join(m.host for m in pending)
+                raise SandboxError(
+                    f"{hosts} did not answer hello in time (see member.log under "
+                    f"{self.directory / 'members'})",
+                    exit_code=4,
+                )
+            if pending:
+                time.sleep(_POLL_S)
+
+    def down(self, grace_s: float = 5.0) -> list[int]:
+        """Stop every recorded member process and make sure none is left; returns their pids.
+
+        Asks each member to shut down, then SIGTERM, then SIGKILL, each after a grace period.
+        Stopped (SIGSTOPped) members are resumed first so they can act on any of it.
+        """
+        live = self.running()
+        for pid in live.values():
+            _signal(pid, signal.SIGCONT)
+        with ThreadPoolExecutor(max_workers=max(len(live), 1)) as pool:
+            list(pool.map(_ask_shutdown, [self._host_of(path) for path in live]))
+        remaining = _wait_gone(live, time.monotonic() + grace_s)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in remaining.values():
+                _signal(pid, sig)
+            remaining = _wait_gone(remaining, time.monotonic() + grace_s)
+        if remaining:
+            pids = ", ".join(str(p) for p in remaining.values())
+            raise SandboxError(f"member processes survived SIGKILL: {pids}", exit_code=4)
+        for path in live:
+            path.unlink(missing_ok=True)
+        return sorted(live.values())
+
+    def _host_of(self, pid_path: Path) -> str:
+        port = int(pid_path.parent.name)
+        if self.exists():
+            for member in self.spec.members:
+                if member.port == port:
+                    return member.host
+        return f"127.0.0.1:{port}"
+
+
+def _ask_shutdown(host: str) -> None:
+    try:
+        with member_client(host) as client:
+            client.admin.command("shutdown", force=True)
+    except PyMongoError:
+        pass  # the connection drops as the member exits; signals follow if it did not
+
+
+def _wait_gone(pids: dict[Path, int], deadline: float) -> dict[Path, int]:
+    """Wait until the processes exit or `deadline` passes; returns those still running."""
+    while True:
+        remaining = {
+            path: pid
+            for path, pid in pids.items()
+            if process_state(pid, int(path.parent.name)) is not None
+        }
+        if not remaining or time.monotonic() > deadline:
+            return remaining
+        time.sleep(_POLL_S)
+
+
+def up(directory: Path, spec: ReplSetSpec, engine: Engine) -> Sandbox:
+    """Start a fresh replica set in `directory` and return once it has a writable primary.
+
+    Refuses (exit code 2, nothing started) when a sandbox already runs there or a port is taken.
+    A stopped sandbox left in the directory is replaced. On any failure, or Ctrl-C, every member
+    started so far is stopped again.
+    """
+    sandbox = Sandbox(directory, engine)
+    running = sandbox.running()
+    if running:
+        pids = ", ".join(str(p) for p in running.values())
+        raise SandboxError(
+            f"a sandbox is already running in {sandbox.directory} (pids {pids}); "
+            f"stop it with `rsdrill sandbox down --dir {sandbox.directory}`"
+        )
+    for member in spec.members:
+        address, port = member.host.rsplit(":", 1)
+        if not 0 < int(port) < 65536:
+            raise SandboxError(f"port {port} is out of range (1-65535); choose another --port-base")
+        if not port_free(address, int(port)):
+            raise SandboxError(
+                f"port {port} is already in use on {address} (needed by {member.host}); "
+                "choose another --port-base"
+            )
+    members_root = sandbox.directory / "members"
+    if members_root.exists():
+        if not sandbox.exists():
+            raise SandboxError(
+                f"{members_root} exists but {sandbox.directory} holds no sandbox; "
+                "choose another --dir"
+            )
+        shutil.rmtree(members_root)
+    sandbox.directory.mkdir(parents=True, exist_ok=True)
+    spec.write(sandbox.directory)
+    record = {"engine": engine.name, "executable": engine.executable}
+    (sandbox.directory / ENGINE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        for member in spec.members:
+            sandbox._spawn(member, init=True)
+        sandbox._wait_answering(spec.members, deadline)
+        engine.initiate(sandbox, deadline)
+    except BaseException:
+        sandbox.down(grace_s=2.0)
+        raise
+    return sandbox

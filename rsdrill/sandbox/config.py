@@ -1,0 +1,144 @@
+"""The sandbox replica set's configuration, shared by the launcher and every member process.
+
+Written once by `rsdrill sandbox up` to `<dir>/replset.json`; each member process reads it at
+start. Defaults equal MongoDB's own (replSetGetConfig `settings`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+TOPOLOGIES = ("rs1", "rs3", "psa")
+CONFIG_FILE = "replset.json"
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    """One member as in a replica-set config document."""
+
+    id: int
+    host: str
+    priority: float = 1.0
+    votes: int = 1
+    arbiter_only: bool = False
+
+    @property
+    def port(self) -> int:
+        return int(self.host.rsplit(":", 1)[1])
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Replica-set settings; names and defaults follow MongoDB's replSetGetConfig."""
+
+    heartbeat_interval_ms: int = 2000
+    election_timeout_ms: int = 10_000
+    heartbeat_timeout_s: int = 10
+    catch_up_timeout_ms: int = -1
+    chaining_allowed: bool = True
+
+
+@dataclass(frozen=True)
+class ReplSetSpec:
+    """Everything a member process needs to know about its set."""
+
+    set_name: str
+    topology: str
+    members: tuple[MemberSpec, ...]
+    settings: Settings = field(default_factory=Settings)
+    oplog_size_bytes: int = 192 * 1024 * 1024
+    # Emulates a slower network during initial sync; None means as fast as loopback allows.
+    initial_sync_bytes_per_s: int | None = None
+    # Milliseconds between group commits of the journal (MongoDB: 100 ms).
+    journal_commit_interval_ms: int = 100
+
+    def member(self, host: str) -> MemberSpec:
+        for m in self.members:
+            if m.host == host:
+                return m
+        raise KeyError(f"{host} is not a member of replica set {self.set_name}")
+
+    @property
+    def voting(self) -> tuple[MemberSpec, ...]:
+        return tuple(m for m in self.members if m.votes > 0)
+
+    @property
+    def data_bearing(self) -> tuple[MemberSpec, ...]:
+        return tuple(m for m in self.members if not m.arbiter_only)
+
+    @property
+    def majority(self) -> int:
+        """Votes needed to elect a primary."""
+        return len(self.voting) // 2 + 1
+
+    @property
+    def write_majority(self) -> int:
+        """Members that must have a write for w:majority (MongoDB's writeMajorityCount)."""
+        data_voting = sum(1 for m in self.voting if not m.arbiter_only)
+        return min(self.majority, data_voting)
+
+    @property
+    def implicit_default_w(self) -> int | str:
+        """MongoDB 5.0+: w:majority unless arbiters leave no data-bearing voting majority."""
+        arbiters = sum(1 for m in self.members if m.arbiter_only)
+        data_voting = sum(1 for m in self.voting if not m.arbiter_only)
+        if arbiters > 0 and data_voting <= self.majority:
+            return 1
+        return "majority"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> ReplSetSpec:
+        raw = json.loads(text)
+        raw["members"] = tuple(MemberSpec(**m) for m in raw["members"])
+        raw["settings"] = Settings(**raw["settings"])
+        return cls(**raw)
+
+    def write(self, directory: Path) -> Path:
+        path = directory / CONFIG_FILE
+        path.write_text(self.to_json())
+        return path
+
+    @classmethod
+    def read(cls, directory: Path) -> ReplSetSpec:
+        return cls.from_json((directory / CONFIG_FILE).read_text())
+
+
+def build_topology(
+    topology: str,
+    *,
+    port_base: int,
+    set_name: str = "rs0",
+    host: str = "127.0.0.1",
+    settings: Settings | None = None,
+    **options: object,
+) -> ReplSetSpec:
+    """rs1: one data member; rs3: three data members; psa: primary, secondary, arbiter."""
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
+    count = 1 if topology == "rs1" else 3
+    members = tuple(
+        MemberSpec(
+            id=i,
+            host=f"{host}:{port_base + i}",
+            priority=0.0 if topology == "psa" and i == 2 else 1.0,
+            arbiter_only=topology == "psa" and i == 2,
+        )
+        for i in range(count)
+    )
+    return ReplSetSpec(
+        set_name=set_name,
+        topology=topology,
+        members=members,
+        settings=settings or Settings(),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def member_dir(sandbox_dir: Path, member: MemberSpec) -> Path:
+    """Where one member keeps its data (`data/`), events (`events.jsonl`) and log."""
+    return sandbox_dir / "members" / str(member.port)

@@ -1,0 +1,1 @@
+"""A MongoDB-wire-compatible replica-set member, run as its own process by the sandbox."""

@@ -1,0 +1,54 @@
+"""`python -m rsdrill.sandbox.emulator --dir D --host 127.0.0.1:P [--init]`: run one member."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from rsdrill.sandbox.config import ReplSetSpec
+from rsdrill.sandbox.emulator import election, heartbeat, sync
+from rsdrill.sandbox.emulator.commands import Commands, keep_cursors_bounded
+from rsdrill.sandbox.emulator.node import Node
+from rsdrill.sandbox.emulator.server import Server
+
+
+async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
+    spec = ReplSetSpec.read(sandbox_dir)
+    node = Node(spec, host, sandbox_dir)
+    node.boot(initiate=initiate)
+    commands = Commands(node)
+    name, port = host.rsplit(":", 1)
+    server = await Server(commands).serve(name, int(port))
+    node.events.emit("listening", port=int(port), state=node.state.name)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(node.shutdown()))
+    tasks = [
+        node.journal_loop(),
+        heartbeat.liveness_loop(node),
+        election.election_timer_loop(node),
+        sync.fetcher_loop(node),
+        keep_cursors_bounded(commands),
+        *(heartbeat.heartbeat_loop(node, peer) for peer in node.peers),
+    ]
+    async with server:
+        await asyncio.gather(*tasks)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rsdrill.sandbox.emulator")
+    parser.add_argument("--dir", required=True, type=Path, help="the sandbox directory")
+    parser.add_argument("--host", required=True, help="this member's host:port")
+    parser.add_argument("--init", action="store_true", help="first boot of a new set")
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(run_member(args.dir, args.host, args.init))
+    except OSError as exc:
+        print(f"member {args.host}: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

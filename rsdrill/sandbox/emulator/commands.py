@@ -1,0 +1,911 @@
+"""Client commands: what each one means for a member, with MongoDB's reply shapes and errors."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bson.int64 import Int64
+from bson.objectid import ObjectId
+
+from rsdrill.sandbox.emulator import election, heartbeat, query, sync
+from rsdrill.sandbox.emulator.errors import CommandError
+from rsdrill.sandbox.emulator.node import MemberState, Node
+from rsdrill.sandbox.emulator.oplog import OpTime
+
+MAX_WIRE_VERSION = 21
+MAX_BATCH_BYTES = 16 * 1024 * 1024
+DEFAULT_BATCH = 101
+SERVER_VERSION = "7.0.0"
+
+
+@dataclass
+class Request:
+    """One command as the dispatcher sees it."""
+
+    db: str
+    name: str
+    body: dict[str, Any]
+    secondary_ok: bool
+    connection_id: int
+
+
+@dataclass
+class Cursor:
+    ns: str
+    docs: list[dict[str, Any]]
+    position: int = 0
+
+
+Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]
+_HANDLERS: dict[str, Handler] = {}
+
+
+def command(*names: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for name in names:
+            _HANDLERS[name.lower()] = fn
+        return fn
+
+    return register
+
+
+def _ns(req: Request, key: str | None = None) -> str:
+    coll = req.body.get(key or req.name)
+    if not isinstance(coll, str) or not coll:
+        raise CommandError(73, f"Invalid namespace specified for {req.name}")
+    return f"{req.db}.{coll}"
+
+
+class Commands:
+    """Dispatches commands for one member; owns its cursors and counters."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.cursors: dict[int, Cursor] = {}
+        self.opcounters = dict.fromkeys(
+            ("insert", "query", "update", "delete", "getmore", "command"), 0
+        )
+        self.connections = 0
+
+    async def run(self, req: Request) -> dict[str, Any]:
+        """The reply document for a request; errors become `{ok: 0, ...}`."""
+        retryable = "txnNumber" in req.body
+        handler = _HANDLERS.get(req.name.lower())
+        if handler is None:
+            return CommandError(59, f"no such command: '{req.name}'").document()
+        if not req.db:
+            return CommandError(40571, "OP_MSG requests require a $db argument").document()
+        self.opcounters["command"] += 1
+        try:
+            reply = await handler(self, req)
+        except CommandError as exc:
+            return exc.document(retryable_write=retryable)
+        except query.QueryError as exc:
+            return CommandError(exc.code, str(exc)).document()
+        reply.setdefault("ok", 1.0)
+        return reply
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def check_readable(self, req: Request) -> None:
+        state = self.node.state
+        if state is MemberState.PRIMARY:
+            return
+        if state is MemberState.SECONDARY:
+            if not req.secondary_ok:
+                raise CommandError(13435, "not primary and secondaryOk=false")
+            return
+        raise CommandError(13436, f"node is not in primary or recovering state ({state.name})")
+
+    async def majority_read_barrier(self, req: Request) -> None:
+        """readConcern majority: wait until what this member has applied is majority-committed."""
+        level = (req.body.get("readConcern") or {}).get("level")
+        if level not in ("majority", "linearizable"):
+            return
+        target = self.node.last_applied
+        deadline = time.monotonic() + int(req.body.get("maxTimeMS", 0) or 10_000) / 1000
+        while self.node.commit_point < target:
+            if time.monotonic() > deadline:
+                raise CommandError(50, "operation exceeded time limit")
+            await self.node.progress.wait(deadline - time.monotonic())
+
+    def open_cursor(
+        self,
+        ns: str,
+        docs: list[dict[str, Any]],
+        batch_size: int | None,
+        single_batch: bool = False,
+    ) -> dict[str, Any]:
+        cursor = Cursor(ns, docs)
+        batch = self._next_batch(cursor, batch_size if batch_size else DEFAULT_BATCH)
+        cursor_id = 0
+        if cursor.position < len(docs) and not single_batch:
+            cursor_id = random.randint(1, 2**62)
+            self.cursors[cursor_id] = cursor
+        return {"cursor": {"firstBatch": batch, "id": Int64(cursor_id), "ns": ns}}
+
+    @staticmethod
+    def _next_batch(cursor: Cursor, batch_size: int | None) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        size = 0
+        while cursor.position < len(cursor.docs):
+            if batch_size and len(out) >= batch_size:
+                break
+            doc = cursor.docs[cursor.position]
+            size += len(str(doc))  # a cheap bound; exact sizes are not worth encoding twice
+            if out and size > MAX_BATCH_BYTES:
+                break
+            out.append(doc)
+            cursor.position += 1
+        return out
+
+    async def finish_write(
+        self, req: Request, reply: dict[str, Any], optime: OpTime | None
+    ) -> dict[str, Any]:
+        """Wait for the write concern of a write that changed something; attach its error."""
+        wc = req.body.get("writeConcern") or {}
+        if optime is None:
+            optime = self.node.last_applied
+        error = await self.node.wait_for_write_concern(optime, wc)
+        if error is not None:
+            reply["writeConcernError"] = error
+            if "txnNumber" in req.body and error["code"] in (189, 91, 11602):
+                reply["errorLabels"] = ["RetryableWriteError"]
+        if self.node.state is MemberState.PRIMARY:
+            reply["electionId"] = self.node.election_id()
+            reply["opTime"] = optime.document()
+        return reply
+
+    def session_of(self, req: Request) -> tuple[dict[str, Any], int] | None:
+        lsid, txn = req.body.get("lsid"), req.body.get("txnNumber")
+        if lsid is None or txn is None:
+            return None
+        record = self.node.store.session(lsid)
+        if record is not None and record.txn_number > int(txn):
+            raise CommandError(
+                225, f"txnNumber {txn} is older than the session's {record.txn_number}"
+            )
+        return lsid, int(txn)
+
+    def done_before(
+        self, session: tuple[dict[str, Any], int] | None, stmt: int
+    ) -> dict[str, Any] | None:
+        """A retried statement's recorded result, if it was already applied."""
+        if session is None:
+            return None
+        record = self.node.store.session(session[0])
+        if record is None or record.txn_number != session[1]:
+            return None
+        return record.results.get(stmt)
+
+    @staticmethod
+    def session_fields(
+        session: tuple[dict[str, Any], int] | None, stmt: int, result: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        if session is None:
+            return None
+        return {"lsid": session[0], "txnNumber": Int64(session[1]), "stmtId": stmt, "res": result}
+
+
+# -- handshake and server info ----------------------------------------------------------------
+
+
+@command("hello", "isMaster", "ismaster")
+async def _hello(cmds: Commands, req: Request) -> dict[str, Any]:
+    node = cmds.node
+    tv = req.body.get("topologyVersion")
+    max_await = req.body.get("maxAwaitTimeMS")
+    if tv is not None and max_await is not None:
+        same_process = tv.get("processId") == node.process_id
+        if same_process and int(tv.get("counter", -1)) == node.topology_counter:
+            await node.topology_changed.wait(int(max_await) / 1000)
+    return hello_reply(node, req)
+
+
+def hello_reply(node: Node, req: Request) -> dict[str, Any]:
+    """hello / isMaster as a replica-set member answers it."""
+    spec = node.spec
+    legacy = req.name.lower() == "ismaster"
+    writable = node.state is MemberState.PRIMARY and node.writable
+    reply: dict[str, Any] = {
+        "topologyVersion": node.topology_version(),
+        "ismaster" if legacy else "isWritablePrimary": writable,
+        "secondary": node.state is MemberState.SECONDARY,
+    }
+    if req.body.get("helloOk"):
+        reply["helloOk"] = True
+    reply.update(
+        setName=spec.set_name,
+        setVersion=1,
+        hosts=[m.host for m in spec.members if not m.arbiter_only and m.priority > 0],
+        me=node.host,
+    )
+    passives = [m.host for m in spec.members if not m.arbiter_only and m.priority == 0]
+    if passives:
+        reply["passives"] = passives
+    arbiters = [m.host for m in spec.members if m.arbiter_only]
+    if arbiters:
+        reply["arbiters"] = arbiters
+    if node.primary_host:
+        reply["primary"] = node.primary_host
+    if node.is_arbiter:
+        reply["arbiterOnly"] = True
+    if node.state is MemberState.PRIMARY:
+        reply["electionId"] = node.election_id()
+    if not node.is_arbiter:
+        reply["lastWrite"] = {
+            "opTime": node.last_applied.document(),
+            "lastWriteDate": node.last_applied_wall.replace(microsecond=0),
+            "majorityOpTime": node.commit_point.document(),
+            "majorityWriteDate": node.commit_point.date(),
+        }
+    reply.update(
+        maxBsonObjectSize=16 * 1024 * 1024,
+        maxMessageSizeBytes=48_000_000,
+        maxWriteBatchSize=100_000,
+        localTime=dt.datetime.now(dt.UTC),
+        logicalSessionTimeoutMinutes=30,
+        connectionId=req.connection_id,
+        minWireVersion=0,
+        maxWireVersion=MAX_WIRE_VERSION,
+        readOnly=False,
+    )
+    return reply
+
+
+@command("ping")
+async def _ping(cmds: Commands, req: Request) -> dict[str, Any]:
+    return {}
+
+
+@command("buildInfo", "buildinfo")
+async def _build_info(cmds: Commands, req: Request) -> dict[str, Any]:
+    return {
+        "version": SERVER_VERSION,
+        "gitVersion": "rsdrill-sandbox",
+        "versionArray": [7, 0, 0, 0],
+        "bits": 64,
+        "maxBsonObjectSize": 16 * 1024 * 1024,
+        "storageEngines": ["rsdrill-journal"],
+    }
+
+
+@command("endSessions", "killSessions", "refreshSessions", "killAllSessions")
+async def _sessions(cmds: Commands, req: Request) -> dict[str, Any]:
+    return {}
+
+
+@command("serverStatus")
+async def _server_status(cmds: Commands, req: Request) -> dict[str, Any]:
+    node = cmds.node
+    return {
+        "host": node.host,
+        "version": SERVER_VERSION,
+        "process": "mongod",
+        "pid": Int64(os.getpid()),
+        "uptime": float(node.uptime_s()),
+        "uptimeMillis": Int64(int((time.monotonic() - node.started_mono) * 1000)),
+        "localTime": dt.datetime.now(dt.UTC),
+        "connections": {"current": cmds.connections, "available": 50_000},
+        "opcounters": {k: Int64(v) for k, v in cmds.opcounters.items()},
+        "repl": hello_reply(node, Request(req.db, "hello", {}, True, req.connection_id)),
+    }
+
+
+@command("shutdown")
+async def _shutdown(cmds: Commands, req: Request) -> dict[str, Any]:
+    if req.db != "admin":
+        raise CommandError(13, "shutdown may only be run against the admin database")
+    node = cmds.node
+    if node.state is MemberState.PRIMARY and not req.body.get("force"):
+        node.step_down(reason="shutdown", freeze_s=0)
+    await node.shutdown()
+    return {}
+
+
+# -- CRUD -------------------------------------------------------------------------------------
+
+
+@command("insert")
+async def _insert(cmds: Commands, req: Request) -> dict[str, Any]:
+    node = cmds.node
+    ns = _ns(req)
+    docs = req.body.get("documents") or []
+    ordered = req.body.get("ordered", True)
+    session = cmds.session_of(req)
+    node.require_writable()
+    n, errors, optime = 0, [], None
+    for i, doc in enumerate(docs):
+        cmds.opcounters["insert"] += 1
+        stmt = _stmt_id(req, i)
+        if cmds.done_before(session, stmt) is not None:
+            n += 1
+            continue
+        if "_id" not in doc:
+            doc = {"_id": ObjectId(), **doc}
+        if node.store.get(ns, doc["_id"]) is not None:
+            errors.append(_dup_key_error(i, ns, doc["_id"]))
+            if ordered:
+                break
+            continue
+        optime = node.write("i", ns, doc, session=cmds.session_fields(session, stmt, {"n": 1}))
+        n += 1
+    reply: dict[str, Any] = {"n": n}
+    if errors:
+        reply["writeErrors"] = errors
+    return await cmds.finish_write(req, reply, optime)
+
+
+def _stmt_id(req: Request, index: int) -> int:
+    ids = req.body.get("stmtIds")
+    return int(ids[index]) if ids else index
+
+
+def _dup_key_error(index: int, ns: str, doc_id: Any) -> dict[str, Any]:
+    return {
+        "index": index,
+        "code": 11000,
+        "errmsg": f"E11000 duplicate key error collection: {ns} index: _id_ dup key: "
+        f"{{ _id: {doc_id!r} }}",
+        "keyPattern": {"_id": 1},
+        "keyValue": {"_id": doc_id},
+    }
+
+
+@command("update")
+async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
+    node = cmds.node
+    ns = _ns(req)
+    session = cmds.session_of(req)
+    ordered = req.body.get("ordered", True)
+    node.require_writable()
+    matched = modified = 0
+    upserted: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    optime = None
+    for i, spec in enumerate(req.body.get("updates") or []):
+        cmds.opcounters["update"] += 1
+        stmt = _stmt_id(req, i)
+        previous = cmds.done_before(session, stmt)
+        if previous is not None:
+            matched += previous["n"] - (1 if "upserted" in previous else 0)
+            modified += previous["nModified"]
+            if "upserted" in previous:
+                upserted.append({"index": i, "_id": previous["upserted"]})
+            continue
+        try:
+            result, wrote = _update_one_spec(cmds, ns, spec, session, stmt)
+        except query.QueryError as exc:
+            errors.append({"index": i, "code": exc.code, "errmsg": str(exc)})
+            if ordered:
+                break
+            continue
+        optime = wrote or optime
+        matched += result["n"] - (1 if "upserted" in result else 0)
+        modified += result["nModified"]
+        if "upserted" in result:
+            upserted.append({"index": i, "_id": result["upserted"]})
+    reply: dict[str, Any] = {"n": matched + len(upserted), "nModified": modified}
+    if upserted:
+        reply["upserted"] = upserted
+    if errors:
+        reply["writeErrors"] = errors
+    return await cmds.finish_write(req, reply, optime)
+
+
+def _update_one_spec(
+    cmds: Commands, ns: str, spec: dict[str, Any], session: Any, stmt: int
+) -> tuple[dict[str, Any], OpTime | None]:
+    node = cmds.node
+    q, u = spec.get("q") or {}, spec.get("u") or {}
+    targets = [d for d in node.store.documents(ns) if query.matches(d, q)]
+    if not spec.get("multi"):
+        targets = targets[:1]
+    optime = None
+    if not targets and spec.get("upsert"):
+        doc = query.apply_update(query.upsert_seed(q), u, inserting=True)
+        if "_id" not in doc:
+            doc = {"_id": ObjectId(), **doc}
+        result = {"n": 1, "nModified": 0, "upserted": doc["_id"]}
+        optime = node.write("i", ns, doc, session=cmds.session_fields(session, stmt, result))
+        return result, optime
+    changed = 0
+    for old in targets:
+        new = query.apply_update(old, u)
+        if new.get("_id") != old.get("_id"):
+            raise query.QueryError(
+                66, "Performing an update on the path '_id' would modify the immutable field '_id'"
+            )
+        if new != old or list(new) != list(old):
+            changed += 1
+            result = {"n": 1, "nModified": 1}
+            optime = node.write(
+                "u",
+                ns,
+                new,
+                o2={"_id": old["_id"]},
+                session=cmds.session_fields(session, stmt, result),
+            )
+    result = {"n": len(targets), "nModified": changed}
+    if session is not None and changed == 0:
+        # Nothing changed, but a retry must still find this statement done, on any member.
+        optime = node.write(
+            "n", "", {"msg": "retryable write"}, session=cmds.session_fields(session, stmt, result)
+        )
+    return result, optime
+
+
+@command("delete")
+async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
+    node = cmds.node
+    ns = _ns(req)
+    session = cmds.session_of(req)
+    node.require_writable()
+    n, optime = 0, None
+    for i, spec in enumerate(req.body.get("deletes") or []):
+        cmds.opcounters["delete"] += 1
+        stmt = _stmt_id(req, i)
+        previous = cmds.done_before(session, stmt)
+        if previous is not None:
+            n += previous["n"]
+            continue
+        targets = [d for d in node.store.documents(ns) if query.matches(d, spec.get("q") or {})]
+        if spec.get("limit", 0) == 1:
+            targets = targets[:1]
+        for doc in targets:
+            optime = node.write(
+                "d", ns, {"_id": doc["_id"]}, session=cmds.session_fields(session, stmt, {"n": 1})
+            )
+        if session is not None and not targets:
+            optime = node.write(
+                "n",
+                "",
+                {"msg": "retryable write"},
+                session=cmds.session_fields(session, stmt, {"n": 0}),
+            )
+        n += len(targets)
+    return await cmds.finish_write(req, {"n": n}, optime)
+
+
+def _filtered(cmds: Commands, req: Request, ns: str) -> list[dict[str, Any]]:
+    filt = req.body.get("filter") or {}
+    docs = [d for d in cmds.node.store.documents(ns) if query.matches(d, filt)]
+    if req.body.get("sort"):
+        docs = query.sort_documents(docs, req.body["sort"])
+    skip = int(req.body.get("skip") or 0)
+    limit = abs(int(req.body.get("limit") or 0))
+    docs = docs[skip:]
+    if limit:
+        docs = docs[:limit]
+    projection = req.body.get("projection")
+    if projection:
+        docs = [query.project(d, projection) for d in docs]
+    return docs
+
+
+@command("find")
+async def _find(cmds: Commands, req: Request) -> dict[str, Any]:
+    cmds.check_readable(req)
+    await cmds.majority_read_barrier(req)
+    cmds.opcounters["query"] += 1
+    ns = _ns(req)
+    docs = _filtered(cmds, req, ns)
+    batch = req.body.get("batchSize")
+    single = bool(req.body.get("singleBatch")) or int(req.body.get("limit") or 0) < 0
+    return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None, single)
+
+
+@command("count")
+async def _count(cmds: Commands, req: Request) -> dict[str, Any]:
+    cmds.check_readable(req)
+    await cmds.majority_read_barrier(req)
+    ns = _ns(req)
+    body = {**req.body, "filter": req.body.get("query") or {}}
+    return {"n": len(_filtered(cmds, Request(req.db, "count", body, True, 0), ns))}
+
+
+@command("aggregate")
+async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
+    cmds.check_readable(req)
+    await cmds.majority_read_barrier(req)
+    cmds.opcounters["command"] += 1
+    ns = _ns(req)
+    pipeline = req.body.get("pipeline") or []
+    if not isinstance(pipeline, list):
+        raise CommandError(14, "'pipeline' option must be specified as an array")
+    docs = query.run_pipeline(cmds.node.store.documents(ns), pipeline)
+    batch = (req.body.get("cursor") or {}).get("batchSize")
+    return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None)
+
+
+@command("getMore")
+async def _get_more(cmds: Commands, req: Request) -> dict[str, Any]:
+    cmds.opcounters["getmore"] += 1
+    cursor_id = int(req.body.get("getMore") or 0)
+    cursor = cmds.cursors.get(cursor_id)
+    if cursor is None:
+        raise CommandError(43, f"cursor id {cursor_id} not found")
+    batch_size = req.body.get("batchSize")
+    batch = cmds._next_batch(cursor, int(batch_size) if batch_size else None)
+    if cursor.position >= len(cursor.docs):
+        del cmds.cursors[cursor_id]
+        cursor_id = 0
+    return {"cursor": {"nextBatch": batch, "id": Int64(cursor_id), "ns": cursor.ns}}
+
+
+@command("killCursors")
+async def _kill_cursors(cmds: Commands, req: Request) -> dict[str, Any]:
+    killed, missing = [], []
+    for cid in req.body.get("cursors") or []:
+        (killed if cmds.cursors.pop(int(cid), None) else missing).append(Int64(int(cid)))
+    return {
+        "cursorsKilled": killed,
+        "cursorsNotFound": missing,
+        "cursorsAlive": [],
+        "cursorsUnknown": [],
+    }
+
+
+# -- catalog ----------------------------------------------------------------------------------
+
+
+@command("listDatabases")
+async def _list_databases(cmds: Commands, req: Request) -> dict[str, Any]:
+    store = cmds.node.store
+    dbs = [{"name": db, "sizeOnDisk": 0.0, "empty": False} for db in store.databases()]
+    if req.body.get("nameOnly"):
+        dbs = [{"name": d["name"]} for d in dbs]
+    return {"databases": dbs, "totalSize": 0.0}
+
+
+@command("listCollections")
+async def _list_collections(cmds: Commands, req: Request) -> dict[str, Any]:
+    prefix = req.db + "."
+    names = [ns[len(prefix) :] for ns in cmds.node.store.namespaces() if ns.startswith(prefix)]
+    infos = [
+        {
+            "name": n,
+            "type": "collection",
+            "options": {},
+            "info": {"readOnly": False},
+            "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
+        }
+        for n in names
+    ]
+    filt = req.body.get("filter") or {}
+    infos = [i for i in infos if query.matches(i, filt)]
+    if req.body.get("nameOnly"):
+        infos = [{"name": i["name"], "type": "collection"} for i in infos]
+    return cmds.open_cursor(f"{req.db}.$cmd.listCollections", infos, None)
+
+
+@command("listIndexes")
+async def _list_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
+    ns = _ns(req)
+    if ns not in cmds.node.store.collections:
+        raise CommandError(26, f"ns does not exist: {ns}")
+    return cmds.open_cursor(ns, [{"v": 2, "key": {"_id": 1}, "name": "_id_"}], None)
+
+
+@command("create")
+async def _create(cmds: Commands, req: Request) -> dict[str, Any]:
+    ns = _ns(req)
+    cmds.node.require_writable()
+    if ns in cmds.node.store.collections:
+        raise CommandError(48, f"Collection {ns} already exists.")
+    optime = cmds.node.write("c", f"{req.db}.$cmd", {"create": req.body["create"]})
+    return await cmds.finish_write(req, {}, optime)
+
+
+@command("drop")
+async def _drop(cmds: Commands, req: Request) -> dict[str, Any]:
+    ns = _ns(req)
+    cmds.node.require_writable()
+    if ns not in cmds.node.store.collections:
+        return {"ns": ns}
+    optime = cmds.node.write("c", f"{req.db}.$cmd", {"drop": req.body["drop"]})
+    return await cmds.finish_write(req, {"ns": ns, "nIndexesWas": 1}, optime)
+
+
+@command("dropDatabase")
+async def _drop_database(cmds: Commands, req: Request) -> dict[str, Any]:
+    cmds.node.require_writable()
+    optime = cmds.node.write("c", f"{req.db}.$cmd", {"dropDatabase": 1})
+    return await cmds.finish_write(req, {"dropped": req.db}, optime)
+
+
+@command("createIndexes")
+async def _create_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
+    ns = _ns(req)
+    cmds.node.require_writable()
+    created = ns not in cmds.node.store.collections
+    optime = None
+    if created:
+        optime = cmds.node.write("c", f"{req.db}.$cmd", {"create": req.body["createIndexes"]})
+    reply = {
+        "createdCollectionAutomatically": created,
+        "numIndexesBefore": 1,
+        "numIndexesAfter": 1 + len(req.body.get("indexes") or []),
+    }
+    return await cmds.finish_write(req, reply, optime)
+
+
+# -- replication ------------------------------------------------------------------------------
+
+
+def _admin_only(req: Request) -> None:
+    if req.db != "admin":
+        raise CommandError(13, f"{req.name} may only be run against the admin database")
+
+
+@command("replSetGetStatus")
+async def _repl_status(cmds: Commands, req: Request) -> dict[str, Any]:
+    _admin_only(req)
+    return replset_status(cmds.node)
+
+
+def _optime_fields(prefix: str, optime: OpTime, wall: dt.datetime | None) -> dict[str, Any]:
+    return {
+        prefix: optime.document(),
+        f"{prefix}Date": optime.date(),
+        f"last{prefix[0].upper()}{prefix[1:]}WallTime": wall,
+    }
+
+
+def replset_status(node: Node) -> dict[str, Any]:
+    """replSetGetStatus as MongoDB shapes it (what the recovery probe polls)."""
+    now = dt.datetime.now(dt.UTC)
+    members = []
+    for m in node.spec.members:
+        state = node.member_state_of(m.host)
+        entry: dict[str, Any] = {"_id": m.id, "name": m.host}
+        if m.host == node.host:
+            entry.update(
+                health=1.0,
+                state=int(state),
+                stateStr=state.label,
+                uptime=node.uptime_s(),
+            )
+            if not m.arbiter_only:
+                entry.update(
+                    optime=node.last_applied.document(),
+                    optimeDate=node.last_applied.date(),
+                    optimeDurable=node.last_durable.document(),
+                    optimeDurableDate=node.last_durable.date(),
+                    lastAppliedWallTime=node.last_applied_wall,
+                    lastDurableWallTime=node.last_applied_wall,
+                    syncSourceHost=node.sync_source,
+                )
+            entry.update(
+                infoMessage=node.info_message,
+                configVersion=1,
+                configTerm=node.term,
+                self=True,
+                lastHeartbeatMessage="",
+            )
+            if state is MemberState.PRIMARY and node.election_time:
+                entry["electionTime"] = node.election_time.timestamp
+                entry["electionDate"] = node.election_time.date()
+        else:
+            peer = node.peers[m.host]
+            entry.update(
+                health=float(peer.health), state=int(state), stateStr=state.label, uptime=0
+            )
+            if not m.arbiter_only:
+                entry.update(
+                    optime=peer.applied.document(),
+                    optimeDurable=peer.durable.document(),
+                    optimeDate=peer.applied.date(),
+                    optimeDurableDate=peer.durable.date(),
+                    lastAppliedWallTime=peer.applied_wall,
+                    lastDurableWallTime=peer.durable_wall,
+                    syncSourceHost=peer.sync_source,
+                )
+            entry.update(
+                lastHeartbeat=peer.last_heartbeat,
+                lastHeartbeatRecv=peer.last_heartbeat_recv,
+                pingMs=Int64(peer.ping_ms),
+                lastHeartbeatMessage=peer.message,
+                configVersion=1,
+                configTerm=peer.term,
+            )
+            if state is MemberState.PRIMARY and peer.election_time:
+                entry["electionTime"] = peer.election_time.timestamp
+                entry["electionDate"] = peer.election_time.date()
+        members.append(entry)
+    reply: dict[str, Any] = {
+        "set": node.spec.set_name,
+        "date": now,
+        "myState": int(node.state),
+        "term": Int64(node.term),
+        "syncSourceHost": node.sync_source,
+        "heartbeatIntervalMillis": Int64(node.spec.settings.heartbeat_interval_ms),
+        "majorityVoteCount": node.spec.majority,
+        "writeMajorityCount": node.spec.write_majority,
+        "votingMembersCount": len(node.spec.voting),
+        "writableVotingMembersCount": sum(1 for m in node.spec.voting if not m.arbiter_only),
+        "optimes": {
+            "lastCommittedOpTime": node.commit_point.document(),
+            "lastCommittedWallTime": node.commit_point.date(),
+            "readConcernMajorityOpTime": node.commit_point.document(),
+            "appliedOpTime": node.last_applied.document(),
+            "durableOpTime": node.last_durable.document(),
+            "lastAppliedWallTime": node.last_applied_wall,
+            "lastDurableWallTime": node.last_applied_wall,
+        },
+        "members": members,
+    }
+    if node.state is MemberState.PRIMARY and node.election_metrics:
+        reply["electionCandidateMetrics"] = dict(node.election_metrics)
+    if node.initial_sync_status is not None:
+        reply["initialSyncStatus"] = dict(node.initial_sync_status)
+    return reply
+
+
+@command("replSetGetConfig")
+async def _repl_config(cmds: Commands, req: Request) -> dict[str, Any]:
+    _admin_only(req)
+    spec = cmds.node.spec
+    s = spec.settings
+    return {
+        "config": {
+            "_id": spec.set_name,
+            "version": 1,
+            "term": Int64(cmds.node.term),
+            "protocolVersion": Int64(1),
+            "writeConcernMajorityJournalDefault": True,
+            "members": [
+                {
+                    "_id": m.id,
+                    "host": m.host,
+                    "arbiterOnly": m.arbiter_only,
+                    "buildIndexes": True,
+                    "hidden": False,
+                    "priority": m.priority,
+                    "tags": {},
+                    "secondaryDelaySecs": Int64(0),
+                    "votes": m.votes,
+                }
+                for m in spec.members
+            ],
+            "settings": {
+                "chainingAllowed": s.chaining_allowed,
+                "heartbeatIntervalMillis": s.heartbeat_interval_ms,
+                "heartbeatTimeoutSecs": s.heartbeat_timeout_s,
+                "electionTimeoutMillis": s.election_timeout_ms,
+                "catchUpTimeoutMillis": s.catch_up_timeout_ms,
+                "catchUpTakeoverDelayMillis": 30000,
+                "getLastErrorModes": {},
+                "getLastErrorDefaults": {"w": 1, "wtimeout": 0},
+            },
+        }
+    }
+
+
+@command("replSetStepDown")
+async def _step_down(cmds: Commands, req: Request) -> dict[str, Any]:
+    """Wait for an electable secondary to catch up, step down, hand the election off to it."""
+    _admin_only(req)
+    node = cmds.node
+    if node.state is not MemberState.PRIMARY:
+        raise CommandError(189, "not primary so can't step down")
+    secs = float(req.body.get("replSetStepDown") or 60)
+    catch_up = float(req.body.get("secondaryCatchUpPeriodSecs", 10))
+    force = bool(req.body.get("force"))
+    if catch_up > secs:
+        raise CommandError(2, "stepdown period must be longer than secondaryCatchUpPeriodSecs")
+    node.writable = False  # no new writes while the secondaries catch up
+    node.bump_topology()
+    deadline = time.monotonic() + catch_up
+    target = node.last_applied
+    heir = None
+    while True:
+        caught = [
+            p
+            for p in node.peers.values()
+            if p.health
+            and p.spec.priority > 0
+            and not p.spec.arbiter_only
+            and p.state is MemberState.SECONDARY
+            and p.applied >= target
+        ]
+        if caught:
+            heir = max(caught, key=lambda p: p.spec.priority).spec.host
+            break
+        if time.monotonic() >= deadline or node.state is not MemberState.PRIMARY:
+            break
+        await node.progress.wait(deadline - time.monotonic())
+    if heir is None and not force:
+        if node.state is MemberState.PRIMARY:
+            node.writable = True
+            node.bump_topology()
+        raise CommandError(
+            262,
+            "No electable secondaries caught up as of "
+            f"{dt.datetime.now(dt.UTC).isoformat()}. Please use the replSetStepDown "
+            "command with the argument {force: true} to force node to step down.",
+        )
+    node.step_down(reason="replSetStepDown", freeze_s=secs)
+    if heir is not None:
+        try:
+            await node.peer_calls.call(
+                heir, {"replSetStepUp": 1, "skipDryRun": True}, purpose="handoff", timeout=1.0
+            )
+            node.events.emit("election_handoff", to=heir)
+        except Exception:  # the heir will still win by timeout; the hand-off only speeds it up
+            pass
+    return {}
+
+
+@command("replSetStepUp")
+async def _step_up(cmds: Commands, req: Request) -> dict[str, Any]:
+    _admin_only(req)
+    node = cmds.node
+    if node.state is MemberState.PRIMARY:
+        return {}
+    if not node.is_electable():
+        raise CommandError(95, f"cannot step up from state {node.state.name}")
+    won = await election.run_election(
+        node, reason="stepUpRequest", skip_dry_run=bool(req.body.get("skipDryRun"))
+    )
+    if not won:
+        raise CommandError(125, "Election failed.")
+    return {}
+
+
+@command("replSetFreeze")
+async def _freeze(cmds: Commands, req: Request) -> dict[str, Any]:
+    _admin_only(req)
+    node = cmds.node
+    if node.state is MemberState.PRIMARY:
+        raise CommandError(95, "cannot freeze node when primary or running for election")
+    secs = float(req.body.get("replSetFreeze") or 0)
+    node.frozen_until = time.monotonic() + secs if secs else 0.0
+    node.events.emit("freeze", seconds=secs)
+    return {"info": "unfreezing"} if not secs else {}
+
+
+@command("replSetHeartbeat")
+async def _heartbeat(cmds: Commands, req: Request) -> dict[str, Any]:
+    return heartbeat.handle_heartbeat(cmds.node, req.body)
+
+
+@command("replSetRequestVotes")
+async def _request_votes(cmds: Commands, req: Request) -> dict[str, Any]:
+    return await election.handle_request_votes(cmds.node, req.body)
+
+
+@command("rsdrillGetOplog")
+async def _get_oplog(cmds: Commands, req: Request) -> dict[str, Any]:
+    return await sync.handle_get_oplog(cmds.node, req.body)
+
+
+@command("rsdrillHasOplog")
+async def _has_oplog(cmds: Commands, req: Request) -> dict[str, Any]:
+    return await sync.handle_has_oplog(cmds.node, req.body)
+
+
+@command("rsdrillSyncBegin")
+async def _sync_begin(cmds: Commands, req: Request) -> dict[str, Any]:
+    return await sync.handle_sync_begin(cmds.node, req.body)
+
+
+@command("rsdrillClone")
+async def _clone(cmds: Commands, req: Request) -> dict[str, Any]:
+    return await sync.handle_clone(cmds.node, req.body)
+
+
+async def keep_cursors_bounded(cmds: Commands) -> None:
+    """Drop cursors beyond a generous count so abandoned ones cannot grow memory forever."""
+    while True:
+        await asyncio.sleep(60)
+        excess = len(cmds.cursors) - 10_000
+        for cid in list(cmds.cursors)[: max(excess, 0)]:
+            del cmds.cursors[cid]

@@ -1,0 +1,89 @@
+"""Member-to-member calls over the wire protocol (heartbeats, votes, oplog fetches, cloning)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import bson
+
+from rsdrill.sandbox.emulator import wire
+
+_request_ids = itertools.count(1)
+
+
+class PeerError(Exception):
+    """The peer could not be reached, did not answer in time, or answered garbage."""
+
+
+class PeerConnection:
+    """One TCP connection to another member; requests on it are sequential."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connect(self, timeout: float) -> None:
+        name, port = self.host.rsplit(":", 1)
+        self._reader, self._writer = await asyncio.wait_for(
+            asyncio.open_connection(name, int(port)), timeout
+        )
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    async def command(self, db: str, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Run a command; any failure closes the connection and raises PeerError."""
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(self._roundtrip(db, cmd, timeout), timeout)
+            except (
+                OSError,
+                EOFError,
+                TimeoutError,
+                asyncio.IncompleteReadError,
+                wire.WireError,
+                bson.errors.BSONError,
+            ) as exc:
+                self.close()
+                raise PeerError(f"{self.host}: {type(exc).__name__}: {exc}") from exc
+
+    async def _roundtrip(self, db: str, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if self._writer is None:
+            await self._connect(timeout)
+        assert self._reader is not None and self._writer is not None
+        request_id = next(_request_ids)
+        self._writer.write(wire.encode_op_msg(request_id, 0, {**cmd, "$db": db}))
+        await self._writer.drain()
+        _, response_to, op_code, payload = await wire.read_frame(self._reader)
+        if op_code != wire.OP_MSG or response_to != request_id:
+            raise wire.WireError(f"unexpected reply opcode {op_code} to {response_to}")
+        return wire.parse_op_msg(response_to, payload).body
+
+
+class Peers:
+    """Connections to every other member, one per purpose, created on demand."""
+
+    def __init__(self) -> None:
+        self._conns: dict[tuple[str, str], PeerConnection] = {}
+
+    def connection(self, host: str, purpose: str) -> PeerConnection:
+        key = (host, purpose)
+        conn = self._conns.get(key)
+        if conn is None:
+            conn = self._conns[key] = PeerConnection(host)
+        return conn
+
+    async def call(
+        self, host: str, cmd: dict[str, Any], *, purpose: str, timeout: float, db: str = "admin"
+    ) -> dict[str, Any]:
+        return await self.connection(host, purpose).command(db, cmd, timeout)
+
+    def close_all(self) -> None:
+        for conn in self._conns.values():
+            conn.close()

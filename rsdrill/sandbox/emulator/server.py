@@ -1,0 +1,111 @@
+"""The member's TCP server: one asyncio task per client connection.
+
+A connection runs its requests one after another, as mongod does. A frame that cannot be a
+MongoDB message closes that connection only; the member keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import traceback
+from typing import Any
+
+import bson
+
+from rsdrill.sandbox.emulator import wire
+from rsdrill.sandbox.emulator.commands import Commands, Request
+from rsdrill.sandbox.emulator.errors import CommandError
+
+_reply_ids = itertools.count(1)
+_connection_ids = itertools.count(1)
+
+
+class Server:
+    """Accepts clients and hands their commands to `Commands`."""
+
+    def __init__(self, commands: Commands) -> None:
+        self.commands = commands
+
+    async def serve(self, host: str, port: int) -> asyncio.Server:
+        return await asyncio.start_server(self._client, host, port, reuse_address=True)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection_id = next(_connection_ids)
+        self.commands.connections += 1
+        try:
+            while True:
+                request_id, _, op_code, payload = await wire.read_frame(reader)
+                if not await self._handle(writer, connection_id, request_id, op_code, payload):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, wire.WireError, OSError):
+            pass
+        finally:
+            self.commands.connections -= 1
+            writer.close()
+
+    async def _handle(
+        self,
+        writer: asyncio.StreamWriter,
+        connection_id: int,
+        request_id: int,
+        op_code: int,
+        payload: bytes,
+    ) -> bool:
+        """Answer one frame; False closes the connection."""
+        if op_code == wire.OP_COMPRESSED:
+            error = CommandError(2, "OP_COMPRESSED is not accepted: no compressor was negotiated")
+            writer.write(wire.encode_op_msg(next(_reply_ids), request_id, error.document()))
+            await writer.drain()
+            return True
+        if op_code == wire.OP_MSG:
+            message = wire.parse_op_msg(request_id, payload)
+        elif op_code == wire.OP_QUERY:
+            message = wire.parse_op_query(request_id, payload)
+        else:
+            return False
+        reply = await self._dispatch(message, connection_id)
+        if message.more_to_come:
+            return True
+        if message.op_code == wire.OP_QUERY:
+            writer.write(wire.encode_op_reply(next(_reply_ids), request_id, reply))
+            await writer.drain()
+            return True
+        streaming = message.exhaust_allowed and "topologyVersion" in message.body
+        reply_id = next(_reply_ids)
+        flags = wire.MORE_TO_COME if streaming else 0
+        writer.write(wire.encode_op_msg(reply_id, request_id, reply, flags))
+        await writer.drain()
+        while streaming:
+            # Exhaust hello: keep answering on every topology change, with no new request.
+            body = {**message.body, "topologyVersion": reply["topologyVersion"]}
+            message = wire.Message(request_id, wire.OP_MSG, body, flags=message.flags)
+            reply = await self._dispatch(message, connection_id)
+            previous, reply_id = reply_id, next(_reply_ids)
+            writer.write(wire.encode_op_msg(reply_id, previous, reply, wire.MORE_TO_COME))
+            await writer.drain()
+        return True
+
+    async def _dispatch(self, message: wire.Message, connection_id: int) -> dict[str, Any]:
+        body = wire.command_body(message)
+        if not body:
+            return CommandError(59, "empty command").document()
+        name = next(iter(body))
+        if message.op_code == wire.OP_QUERY:
+            secondary_ok = bool(message.flags & wire.QUERY_SECONDARY_OK)
+            if not message.collection.endswith(".$cmd"):
+                return CommandError(352, "legacy OP_QUERY is only accepted for commands").document()
+            if name in ("$query", "query") and isinstance(body[name], dict):
+                body = body[name]
+                name = next(iter(body), "")
+        else:
+            mode = (body.get("$readPreference") or {}).get("mode", "primary")
+            secondary_ok = mode != "primary"
+        request = Request(wire.database_of(message), name, body, secondary_ok, connection_id)
+        try:
+            return await self.commands.run(request)
+        except (bson.errors.BSONError, KeyError, TypeError, ValueError) as exc:
+            return CommandError(2, f"{name}: invalid argument: {exc}").document()
+        except Exception as exc:  # a bug must not take the member down with it
+            traceback.print_exc()
+            return CommandError(1, f"internal error in {name}: {exc!r}").document()

@@ -1,0 +1,55 @@
+"""Fixtures shared by the suite: free ports, and sandbox directories that are always torn down."""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rsdrill.sandbox.cluster import Sandbox
+
+# Below Linux's ephemeral range (32768+): a port found free here cannot be taken meanwhile by the
+# source port of some client connection before the member process binds it.
+_PORT_LOW, _PORT_HIGH = 20000, 32000
+_handed_out: set[int] = set()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture
+def free_port_base() -> Callable[[int], int]:
+    """A function returning a base port such that `count` consecutive ports from it bind.
+
+    Each port is checked by binding it; ports handed out earlier in the session are never
+    handed out again, so a sandbox torn down by one test cannot be confused with the next.
+    """
+
+    def find(count: int) -> int:
+        for _ in range(200):
+            base = random.randrange(_PORT_LOW, _PORT_HIGH - count)
+            ports = range(base, base + count)
+            if _handed_out.isdisjoint(ports) and all(_bindable(p) for p in ports):
+                _handed_out.update(ports)
+                return base
+        raise RuntimeError(f"no {count} consecutive free ports in {_PORT_LOW}-{_PORT_HIGH}")
+
+    return find
+
+
+@pytest.fixture
+def sandbox_dir(tmp_path: Path) -> Iterator[Path]:
+    """A sandbox directory whose member processes are stopped after the test, whatever happened."""
+    directory = tmp_path / "sandbox"
+    yield directory
+    Sandbox(directory).down(grace_s=2.0)
