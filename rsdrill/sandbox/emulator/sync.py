@@ -19,6 +19,7 @@ import bson
 from bson.int64 import Int64
 
 from rsdrill.sandbox.emulator.datastore import id_key
+from rsdrill.sandbox.emulator.errors import CommandError
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
 from rsdrill.sandbox.emulator.peer import PeerError
@@ -123,6 +124,14 @@ def choose_source(node: Node) -> str | None:
     return max(ahead, key=lambda p: p.applied).spec.host if ahead else None
 
 
+def apply_batch(node: Node, entries: list[dict[str, Any]]) -> int:
+    """Apply the entries newer than our position (a batch may overlap what we already have)."""
+    fresh = [e for e in entries if OpTime.of(e) > node.last_applied]
+    for entry in fresh:
+        node.apply_replicated(entry)
+    return len(fresh)
+
+
 def _fetch_request(node: Node, after: OpTime, **extra: Any) -> dict[str, Any]:
     return {
         "rsdrillGetOplog": 1,
@@ -147,10 +156,10 @@ async def fetch_once(node: Node, source: str, wait_s: float) -> dict[str, Any]:
     node.observe_term(int(reply.get("term", 0)), source)
     if not reply.get("ok"):
         return reply
-    entries = reply.get("entries", [])
-    for entry in entries:
-        node.apply_replicated(entry)
-    if entries:
+    if node.state is MemberState.PRIMARY:
+        # Elected while this fetch was in flight: the entries are ours or stale now.
+        return reply
+    if apply_batch(node, reply.get("entries", [])):
         await node.flush()
     if reply.get("isPrimary") and int(reply["term"]) == node.term:
         node.reset_election_timer()
@@ -252,8 +261,7 @@ async def catch_up(node: Node, target: OpTime) -> None:
             break
         if not reply.get("ok"):
             break
-        for entry in reply.get("entries", []):
-            node.apply_replicated(entry)
+        apply_batch(node, reply.get("entries", []))
     await node.flush()
     node.events.emit("catchup_end", reached=str(node.last_applied))
 
@@ -263,16 +271,17 @@ async def catch_up(node: Node, target: OpTime) -> None:
 
 async def initial_sync(node: Node) -> None:
     """STARTUP2: clone every collection from a source over TCP, then apply the oplog since."""
-    source = next(
+    candidates = sorted(
         (
-            h
-            for h, p in node.peers.items()
+            p
+            for p in node.peers.values()
             if p.health
             and not p.spec.arbiter_only
             and p.state in (MemberState.PRIMARY, MemberState.SECONDARY)
         ),
-        None,
+        key=lambda p: p.state is not MemberState.PRIMARY,
     )
+    source = candidates[0].spec.host if candidates else None
     if source is None:
         await node.topology_changed.wait(0.5)
         return
@@ -283,8 +292,9 @@ async def initial_sync(node: Node) -> None:
     node.journal({"k": "reset"})
     node.store.clear()
     node.oplog.clear()
-    begin_reply = await node.peer_calls.call(
-        source, {"rsdrillSyncBegin": 1}, purpose="clone", timeout=30
+    begin_reply = _ok(
+        await node.peer_calls.call(source, {"rsdrillSyncBegin": 1}, purpose="clone", timeout=30),
+        source,
     )
     begin = OpTime.from_doc(begin_reply["lastApplied"])
     node.initial_sync_status = {
@@ -299,16 +309,14 @@ async def initial_sync(node: Node) -> None:
         node.store.create(ns)
         after_id: Any = None
         while True:
-            reply = await node.peer_calls.call(
-                source,
-                {
-                    "rsdrillClone": ns,
-                    "afterId": after_id,
-                    "hasAfter": after_id is not None,
-                    "maxBytes": CLONE_BATCH_BYTES,
-                },
-                purpose="clone",
-                timeout=60,
+            request = {
+                "rsdrillClone": ns,
+                "afterId": after_id,
+                "hasAfter": after_id is not None,
+                "maxBytes": CLONE_BATCH_BYTES,
+            }
+            reply = _ok(
+                await node.peer_calls.call(source, request, purpose="clone", timeout=60), source
             )
             docs = reply.get("documents", [])
             copied = 0
@@ -347,16 +355,24 @@ async def _pull(node: Node, source: str, after: OpTime, *, inclusive: bool) -> i
         purpose="clone",
         timeout=30,
     )
+    return apply_batch(node, _ok(reply, source).get("entries", []))
+
+
+def _ok(reply: dict[str, Any], source: str) -> dict[str, Any]:
+    """A sync source's answer, or PeerError: it cannot serve now, so syncing starts over."""
     if not reply.get("ok"):
-        raise PeerError(f"{source}: initial sync oplog fetch failed: {reply.get('errmsg')}")
-    entries = [e for e in reply.get("entries", []) if OpTime.of(e) > node.last_applied]
-    for entry in entries:
-        node.apply_replicated(entry)
-    return len(entries)
+        raise PeerError(f"{source}: {reply.get('errmsg', 'refused')}")
+    return reply
+
+
+def _require_sync_source(node: Node) -> None:
+    if node.is_arbiter or node.state not in (MemberState.PRIMARY, MemberState.SECONDARY):
+        raise CommandError(13436, f"cannot be a sync source in state {node.state.name}")
 
 
 async def handle_sync_begin(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
     """rsdrillSyncBegin: where the source's oplog stands and what there is to clone."""
+    _require_sync_source(node)
     names = node.store.namespaces()
     return {
         "lastApplied": node.last_applied.document(),
@@ -368,6 +384,7 @@ async def handle_sync_begin(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
 
 async def handle_clone(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
     """rsdrillClone: the next batch of a collection's documents, in `_id` insertion order."""
+    _require_sync_source(node)
     ns = cmd["rsdrillClone"]
     docs = list(node.store.documents(ns))
     start = 0
@@ -430,8 +447,9 @@ async def rollback(node: Node, source: str) -> None:
             node.store.put(ns, theirs)
         node.journal({"k": "doc", "ns": ns, "id": doc_id, "d": theirs})
     files = _write_rollback_files(node.storage.dbpath, saved)
-    status = await node.peer_calls.call(
-        source, {"rsdrillSyncBegin": 1}, purpose="rollback", timeout=30
+    status = _ok(
+        await node.peer_calls.call(source, {"rsdrillSyncBegin": 1}, purpose="rollback", timeout=30),
+        source,
     )
     node.min_valid = OpTime.from_doc(status["lastApplied"])
     node.journal({"k": "minvalid", "op": node.min_valid.document()})
