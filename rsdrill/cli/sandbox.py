@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 import tempfile
 import threading
 import time
@@ -181,9 +182,13 @@ def down(directory: DirOption = DEFAULT_DIR) -> None:
         pids = sandbox.down()
     if pids:
         listed = ", ".join(str(p) for p in pids)
-        typer.echo(f"stopped {len(pids)} member process(es) (pids {listed}); none left running")
+        typer.echo(f"stopped {_processes(pids)} (pids {listed}); none left running")
     else:
         typer.echo(f"no member process was running in {sandbox.directory}")
+
+
+def _processes(pids: list[int]) -> str:
+    return f"{len(pids)} member process" + ("" if len(pids) == 1 else "es")
 
 
 def _act_on_member(directory: Path, ref: str, action: Callable[[Sandbox, Any], str]) -> None:
@@ -250,6 +255,8 @@ def demo(
     """Bring a sandbox up, kill its primary under a w:majority write loop, measure, tear down."""
     from rsdrill.sandbox import cluster
 
+    # SIGTERM must tear the sandbox down as Ctrl-C does, not leave its members running.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     spec = build_topology(
         topology.value, port_base=port_base, settings=_settings(election_timeout, None)
     )
@@ -267,7 +274,11 @@ def demo(
             _failover_script(sandbox)
         finally:
             pids = sandbox.down()
-            typer.echo(f"sandbox torn down ({len(pids)} member processes stopped)")
+            typer.echo(f"sandbox torn down: {_processes(pids)} stopped, none left running")
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @contextmanager
@@ -377,7 +388,10 @@ def _failover_script(sandbox: Sandbox) -> None:
             if writes.wait_acknowledged_after(killed, timeout_s=max(3.0, election_s)):
                 say(f"w:majority writes acknowledged again, by {_host(client.primary)}")
             else:
-                say(f"w:majority writes still fail: without {victim.host} no majority holds data")
+                say(
+                    f"w:majority writes still fail: with {victim.host} down, too few "
+                    "data-bearing members are left to make a majority"
+                )
         else:
             time.sleep(1.0)  # a moment offline, as when an HA supervisor restarts the host
         say(f"restarting {victim.host} on its kept data directory")

@@ -151,7 +151,7 @@ def _kill_primary_and_time_failover(sandbox, client_for) -> tuple[float, str, st
 
 def test_failover_with_fast_election_timeout(replset, client_for) -> None:
     sandbox = replset("rs3", election_timeout_ms=1000)
-    elapsed, old, new = _kill_primary_and_time_failover(sandbox, client_for)
+    elapsed, _, new = _kill_primary_and_time_failover(sandbox, client_for)
     assert 0.5 <= elapsed <= 2.7, f"failover took {elapsed:.2f}s"
     events = read_events(member_dir(sandbox.directory, sandbox.spec.member(new)) / "events.jsonl")
     assert any(e["event"] == "election_won" for e in events)
@@ -316,3 +316,50 @@ def test_replset_get_status_has_mongodb_shape(replset, client_for) -> None:
     assert hello["isWritablePrimary"] and hello["setName"] == sandbox.spec.set_name
     assert hello["maxWireVersion"] == 21 and hello["logicalSessionTimeoutMinutes"] == 30
     assert isinstance(hello["electionId"], bson.ObjectId)
+
+
+def _load(coll, megabytes: int, start: int) -> int:
+    """Insert about `megabytes` MB of 1 KB documents; returns the next free _id."""
+    pad = "p" * 1000
+    for first in range(start, start + megabytes * 1000, 1000):
+        coll.insert_many([{"_id": i, "pad": pad} for i in range(first, first + 1000)])
+    return start + megabytes * 1000
+
+
+def _time_to_secondary(sandbox, member, *, wipe: bool) -> tuple[float, list[str]]:
+    """Kill the member, start it (kept or empty directory), time it to SECONDARY."""
+    sandbox.kill(member)
+    started = time.monotonic()
+    sandbox.start(member, wipe=wipe)
+    seen: list[str] = []
+    while time.monotonic() - started < 120:
+        try:
+            state = member_state(member.host)
+        except PyMongoError:
+            state = None
+        if state and (not seen or seen[-1] != state):
+            seen.append(state)
+        if state == "SECONDARY":
+            return time.monotonic() - started, seen
+        time.sleep(0.02)
+    pytest.fail(f"{member.host} not SECONDARY after 120 s; states seen: {seen}")
+
+
+@pytest.mark.slow
+def test_initial_sync_grows_with_data_while_restart_stays_flat(replset, client_for) -> None:
+    sandbox = replset("rs3", oplog_size_bytes=400 * 1024 * 1024)
+    primary = writable_primary(sandbox)
+    assert primary is not None
+    member = next(m for m in sandbox.spec.members if m.host != primary.host)
+    coll = client_for(sandbox).db.get_collection("big", write_concern=WriteConcern(w="majority"))
+    next_id = _load(coll, 50, 0)
+    sync_50, states_50 = _time_to_secondary(sandbox, member, wipe=True)
+    keep_50, _ = _time_to_secondary(sandbox, member, wipe=False)
+    _load(coll, 150, next_id)
+    sync_200, states_200 = _time_to_secondary(sandbox, member, wipe=True)
+    keep_200, _ = _time_to_secondary(sandbox, member, wipe=False)
+    assert "STARTUP2" in states_50 and "STARTUP2" in states_200
+    assert sync_200 > 2 * sync_50, f"initial sync 50 MB {sync_50:.1f}s, 200 MB {sync_200:.1f}s"
+    assert keep_50 < 3 and keep_200 < 3, f"restarts took {keep_50:.1f}s and {keep_200:.1f}s"
+    direct = client_for(member.host, readPreference="secondaryPreferred")
+    assert direct.db.big.count_documents({}) == 200_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -191,7 +192,12 @@ def test_rs3_up_status_kill_start_stop_cont_down(
     assert status(sandbox_dir)[names[0]] == "STOPPED"
     resumed = rsdrill("sandbox", "cont", names[0], "--dir", str(sandbox_dir))
     assert resumed.returncode == 0, resumed.stderr
-    wait_for(lambda: status(sandbox_dir)[names[0]] == "SECONDARY", 20, "SECONDARY after SIGCONT")
+    # Its election timer ran out while it was frozen: it may call (and win) an election at once.
+    wait_for(
+        lambda: sorted(status(sandbox_dir).values()) == ["PRIMARY", "SECONDARY", "SECONDARY"],
+        20,
+        "one PRIMARY and two SECONDARY after SIGCONT",
+    )
 
     all_pids = [m["pid"] for m in status_members(sandbox_dir)]
     downed = rsdrill("sandbox", "down", "--dir", str(sandbox_dir))
@@ -212,6 +218,10 @@ def test_down_leaves_no_process_even_when_members_are_stopped(
     assert "none left running" in downed.stdout
     assert not any(alive(pid) for pid in pids)
     assert not list(sandbox_dir.glob("members/*/pid"))
+
+    again = up(sandbox_dir, base)  # a stopped sandbox is replaced by a fresh one
+    assert sorted(m["state"] for m in again["members"]) == ["PRIMARY", "SECONDARY", "SECONDARY"]
+    assert not {m["pid"] for m in again["members"]} & set(pids)
 
 
 def test_up_refuses_when_a_sandbox_already_runs(
@@ -304,8 +314,33 @@ def test_demo_fails_over_reports_and_tears_down(
     assert f"127.0.0.1:{base} is SECONDARY again" in out
     gap = float(out.split("writes unavailable for ")[1].split(" s")[0])
     assert 0.3 < gap < 10
-    assert "sandbox torn down (3 member processes stopped)" in out
+    assert "sandbox torn down: 3 member processes stopped, none left running" in out
     assert not list(sandbox_dir.glob("members/*/pid"))
+
+
+def test_demo_tears_down_when_terminated(
+    free_port_base: Callable[[int], int], sandbox_dir: Path
+) -> None:
+    base = free_port_base(3)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "rsdrill.cli.app", "sandbox", "demo", "--dir", str(sandbox_dir),
+         "--port-base", str(base), "--engine", "emulator"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert demo.stdout is not None
+    seen = ""
+    while "SIGKILL primary" not in seen:  # default election timeout: the failover takes ~10 s
+        line = demo.stdout.readline()
+        assert line, f"demo ended early: {seen}"
+        seen += line
+    pids = [int(p.read_text()) for p in sandbox_dir.glob("members/*/pid")]
+    assert len(pids) == 2
+    demo.send_signal(signal.SIGTERM)
+    rest, _ = demo.communicate(timeout=60)
+    assert demo.returncode == 128 + signal.SIGTERM
+    assert "sandbox torn down: 2 member processes stopped" in rest
+    assert not any(alive(pid) for pid in pids)
 
 
 @pytest.mark.skipif(shutil.which("mongod") is None, reason="no mongod binary on PATH")

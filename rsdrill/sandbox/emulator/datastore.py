@@ -12,19 +12,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import bson
+from bson.objectid import ObjectId
 
 
 def id_key(value: Any) -> Any:
-    """A hashable key for an `_id` value; equal numbers of any type share a key, as in MongoDB."""
-    if isinstance(value, bool):
+    """A hashable key for an `_id` value; equal numbers of any type share a key, as in MongoDB.
+
+    Python already hashes 1, 1.0 and Int64(1) alike; only bools (equal to 0 and 1 in Python,
+    not in MongoDB) and unhashable documents and arrays need wrapping.
+    """
+    kind = type(value)
+    if kind is ObjectId or kind is str or kind is int:
+        return value
+    if kind is bool:
         return ("bool", value)
-    if isinstance(value, int | float):
-        return ("num", float(value))
     try:
         hash(value)
     except TypeError:
         return ("bson", bson.encode({"v": value}))
-    return (type(value).__name__, value)
+    return value
 
 
 def session_key(lsid: dict[str, Any]) -> bytes:

@@ -41,17 +41,16 @@ class Storage:
         if not self.path.exists():
             return iter(())
         data = self.path.read_bytes()
-        end = 0
-        while end + 4 <= len(data):
-            (size,) = _INT32.unpack_from(data, end)
-            if size < 5 or end + size > len(data) or data[end + size - 1] != 0:
-                break
-            end += size
-        if end < len(data):
+        try:
+            records = bson.decode_all(data)
+        except bson.errors.BSONError:
+            end = _valid_prefix(data)
             with open(self.path, "r+b") as f:
                 f.truncate(end)
-        self.bytes_written = end
-        return iter(bson.decode_all(data[:end]))
+            data = data[:end]
+            records = bson.decode_all(data)
+        self.bytes_written = len(data)
+        return iter(records)
 
     def open(self) -> None:
         self.dbpath.mkdir(parents=True, exist_ok=True)
@@ -85,6 +84,21 @@ class Storage:
             fd = self._fd
             await asyncio.to_thread(_write_and_sync, fd, data)
             self.bytes_written += len(data)
+
+
+def _valid_prefix(data: bytes) -> int:
+    """Length of the leading run of whole BSON records."""
+    end = 0
+    while end + 4 <= len(data):
+        (size,) = _INT32.unpack_from(data, end)
+        if size < 5 or end + size > len(data) or data[end + size - 1] != 0:
+            break
+        try:
+            bson.decode(data[end : end + size])
+        except bson.errors.BSONError:
+            break
+        end += size
+    return end
 
 
 def _write_and_sync(fd: int, data: bytes) -> None:

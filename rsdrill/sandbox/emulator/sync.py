@@ -322,7 +322,7 @@ async def initial_sync(node: Node) -> None:
             copied = 0
             for doc in docs:
                 node.store.put(ns, doc)
-                copied += node.storage.append({"k": "doc", "ns": ns, "id": doc["_id"], "d": doc})
+                copied += node.storage.append({"k": "doc", "ns": ns, "d": doc})
             node.initial_sync_status["approxTotalBytesCopied"] = Int64(
                 int(node.initial_sync_status["approxTotalBytesCopied"]) + copied
             )
@@ -445,7 +445,9 @@ async def rollback(node: Node, source: str) -> None:
             node.store.remove(ns, doc_id)
         else:
             node.store.put(ns, theirs)
-        node.journal({"k": "doc", "ns": ns, "id": doc_id, "d": theirs})
+        node.journal(
+            {"k": "doc", "ns": ns, "d": theirs} if theirs else {"k": "doc", "ns": ns, "id": doc_id}
+        )
     files = _write_rollback_files(node.storage.dbpath, saved)
     status = _ok(
         await node.peer_calls.call(source, {"rsdrillSyncBegin": 1}, purpose="rollback", timeout=30),
