@@ -405,7 +405,7 @@ def _update_one_spec(
 ) -> tuple[dict[str, Any], OpTime | None]:
     node = cmds.node
     q, u = spec.get("q") or {}, spec.get("u") or {}
-    targets = [d for d in node.store.documents(ns) if query.matches(d, q)]
+    targets = _matching(node, ns, q)
     if not spec.get("multi"):
         targets = targets[:1]
     optime = None
@@ -456,7 +456,7 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
         if previous is not None:
             n += previous["n"]
             continue
-        targets = [d for d in node.store.documents(ns) if query.matches(d, spec.get("q") or {})]
+        targets = _matching(node, ns, spec.get("q") or {})
         if spec.get("limit", 0) == 1:
             targets = targets[:1]
         for doc in targets:
@@ -474,9 +474,19 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
     return await cmds.finish_write(req, {"n": n}, optime)
 
 
+def _matching(node: Node, ns: str, filt: dict[str, Any]) -> list[dict[str, Any]]:
+    """Documents matching a filter; an `_id` equality looks the document up instead of scanning."""
+    predicate = query.compile_filter(filt)
+    doc_id = filt.get("_id")
+    if "_id" in filt and not isinstance(doc_id, dict | list):
+        found = node.store.get(ns, doc_id)
+        return [found] if found is not None and predicate(found) else []
+    return [d for d in node.store.documents(ns) if predicate(d)]
+
+
 def _filtered(cmds: Commands, req: Request, ns: str) -> list[dict[str, Any]]:
     filt = req.body.get("filter") or {}
-    docs = [d for d in cmds.node.store.documents(ns) if query.matches(d, filt)]
+    docs = _matching(cmds.node, ns, filt)
     if req.body.get("sort"):
         docs = query.sort_documents(docs, req.body["sort"])
     skip = int(req.body.get("skip") or 0)

@@ -1,0 +1,64 @@
+"""The capped oplog and optime ordering."""
+
+from __future__ import annotations
+
+import itertools
+
+from bson.timestamp import Timestamp
+
+from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, Oplog, OpTime, TimestampClock, make_entry
+
+
+def _entry(term: int, secs: int, inc: int, pad: int = 0) -> dict:
+    return make_entry("i", "d.c", {"_id": inc, "p": "x" * pad}, ts=Timestamp(secs, inc), term=term)
+
+
+def test_optime_orders_by_term_before_timestamp() -> None:
+    assert OpTime(2, 5, 1) > OpTime(1, 100, 1)
+    assert OpTime(1, 5, 2) > OpTime(1, 5, 1)
+    assert OpTime(0, 0, 0) > NULL_OPTIME
+
+
+def test_capped_oplog_trims_oldest_and_keeps_newest() -> None:
+    oplog = Oplog(capacity_bytes=1000)
+    for i in range(1, 21):
+        oplog.append(_entry(1, 10, i, pad=100))
+    assert oplog.size_bytes <= 1000
+    assert oplog.newest == OpTime(1, 10, 20)
+    assert oplog.oldest > OpTime(1, 10, 1)
+    assert not oplog.contains(OpTime(1, 10, 1))
+    assert oplog.contains(OpTime(1, 10, 20))
+    single = Oplog(capacity_bytes=10)
+    single.append(_entry(1, 10, 1, pad=100))
+    assert len(single) == 1  # never trims its own position away
+
+
+def test_entries_after_and_truncate() -> None:
+    oplog = Oplog(capacity_bytes=10**6)
+    for i in range(1, 6):
+        oplog.append(_entry(1, 10, i))
+    after = oplog.entries_after(OpTime(1, 10, 2), max_bytes=10**6)
+    assert [e["ts"].inc for e in after] == [3, 4, 5]
+    assert len(oplog.entries_after(OpTime(1, 10, 2), max_bytes=1)) == 1
+    removed = oplog.truncate_after(OpTime(1, 10, 3))
+    assert [e["ts"].inc for e in removed] == [4, 5]
+    assert oplog.newest == OpTime(1, 10, 3)
+
+
+def test_append_refuses_an_older_entry() -> None:
+    oplog = Oplog(capacity_bytes=10**6)
+    oplog.append(_entry(2, 10, 1))
+    try:
+        oplog.append(_entry(1, 11, 1))
+    except ValueError as exc:
+        assert "not newer" in str(exc)
+    else:
+        raise AssertionError("an older optime was accepted")
+
+
+def test_timestamp_clock_is_strictly_increasing() -> None:
+    clock = TimestampClock()
+    clock.observe(Timestamp(2**31 - 10, 5))  # a future second seen from another member
+    stamps = [clock.next() for _ in range(100)]
+    assert all((a.time, a.inc) < (b.time, b.inc) for a, b in itertools.pairwise(stamps))
+    assert stamps[0] == Timestamp(2**31 - 10, 6)
