@@ -250,10 +250,14 @@ def _is_member_process(pid: int, port: int) -> bool:
     if not _HAVE_PROC:
         return True
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+    if not cmdline:
+        # Just spawned: Popen returns as exec begins, before the kernel sets the new arguments up.
+        return True
     wanted = str(port).encode()
+    args = cmdline.split(b"\0")
     return any(arg == wanted or arg.endswith(b":" + wanted) for arg in args)
 
 

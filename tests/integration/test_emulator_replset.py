@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +20,7 @@ import bson
 import pytest
 from bson.binary import Binary
 from bson.int64 import Int64
-from pymongo import WriteConcern
+from pymongo import WriteConcern, monitoring
 from pymongo.errors import PyMongoError, WriteConcernError
 from support import member_state, wait_until, wire_command, writable_primary
 
@@ -238,6 +239,60 @@ def test_retryable_write_is_applied_once_on_the_new_primary(replset, client_for)
     # A new transaction number is a new write: the duplicate _id is reported, not hidden.
     again = wire_command(new.host, {**insert, "txnNumber": Int64(2)})
     assert again["writeErrors"][0]["code"] == 11000
+
+
+class _InsertAttempts(monitoring.CommandListener):
+    """Where each insert attempt went (pymongo's own retry logic at work)."""
+
+    def __init__(self) -> None:
+        self.addresses: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "insert":
+            host, port = event.connection_id
+            self.addresses.append(f"{host}:{port}")
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def test_pymongo_retries_a_lost_reply_once_on_the_new_primary(replset, client_for) -> None:
+    sandbox = replset("rs3", election_timeout_ms=10_000)
+    old = writable_primary(sandbox)
+    assert old is not None
+    attempts = _InsertAttempts()
+    coll = client_for(sandbox, retryWrites=True, event_listeners=[attempts]).bank.get_collection(
+        "ledger", write_concern=WriteConcern(w="majority")
+    )
+    coll.insert_one({"_id": "warm-up"})
+    # The next insert is applied and replicated, then its reply is held and the connection
+    # dropped, while the primary hands off to a secondary: pymongo must retry on the new one.
+    client_for(old.host).admin.command(
+        {
+            "configureFailPoint": "failCommand",
+            "mode": {"times": 1},
+            "data": {
+                "failCommands": ["insert"],
+                "afterExecution": True,
+                "blockConnection": True,
+                "blockTimeMS": 1500,
+                "closeConnection": True,
+            },
+        }
+    )
+    stepdown = threading.Timer(
+        0.3, lambda: client_for(old.host).admin.command("replSetStepDown", 30)
+    )
+    stepdown.start()
+    coll.insert_one({"_id": "payment-1", "amount": 10})  # a duplicate would raise here
+    stepdown.join()
+    new = writable_primary(sandbox)
+    assert new is not None and new.host != old.host
+    assert attempts.addresses[-2:] == [old.host, new.host]
+    assert coll.count_documents({"_id": "payment-1"}) == 1
 
 
 def test_too_stale_member_stays_recovering_until_resynced(replset, client_for) -> None:

@@ -19,6 +19,7 @@ from pymongo import MongoClient
 from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
+from rsdrill.sandbox.cluster import process_state
 
 ELECTION_TIMEOUT = "1000"
 
@@ -151,6 +152,24 @@ def test_down_on_a_missing_sandbox_is_a_no_op(sandbox_dir: Path) -> None:
     result = CliRunner().invoke(app, ["sandbox", "down", "--dir", str(sandbox_dir)])
     assert result.exit_code == 0
     assert "no member process was running" in result.output
+
+
+def test_a_member_process_counts_as_running_from_the_moment_it_is_spawned() -> None:
+    # Popen returns before the kernel has set the child's new command line up (it reads empty).
+    for _ in range(20):
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(30)", "--host", "127.0.0.1:28999"]
+        )
+        try:
+            assert process_state(child.pid, 28999) is not None
+            cmdline = Path(f"/proc/{child.pid}/cmdline")
+            wait_for(lambda: cmdline.read_bytes() != b"", 5, "the child's command line")
+            assert process_state(child.pid, 28999) is not None
+            assert process_state(child.pid, 28998) is None  # not the process serving that port
+        finally:
+            child.kill()
+            child.wait()
+        assert process_state(child.pid, 28999) is None
 
 
 # -- real member processes (the emulator engine) -------------------------------------------

@@ -16,6 +16,7 @@ from bson.objectid import ObjectId
 
 from rsdrill.sandbox.emulator import election, heartbeat, query, sync
 from rsdrill.sandbox.emulator.errors import CommandError
+from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import OpTime
 
@@ -73,20 +74,31 @@ class Commands:
             ("insert", "query", "update", "delete", "getmore", "command"), 0
         )
         self.connections = 0
+        self.fail_point: FailPoint | None = None
 
     async def run(self, req: Request) -> dict[str, Any]:
         """The reply document for a request; errors become `{ok: 0, ...}`."""
-        retryable = "txnNumber" in req.body
         handler = _HANDLERS.get(req.name.lower())
         if handler is None:
             return CommandError(59, f"no such command: '{req.name}'").document()
         if not req.db:
             return CommandError(40571, "OP_MSG requests require a $db argument").document()
         self.opcounters["command"] += 1
+        fail = self.fail_point if self.fail_point and self.fail_point.fires_for(req.name) else None
+        if fail and not fail.after_execution and (early := await fail.disrupt()) is not None:
+            return early
+        reply = await self._execute(handler, req)
+        if fail and fail.after_execution and (late := await fail.disrupt()) is not None:
+            return late
+        if fail and fail.write_concern_error:
+            reply["writeConcernError"] = dict(fail.write_concern_error)
+        return reply
+
+    async def _execute(self, handler: Handler, req: Request) -> dict[str, Any]:
         try:
             reply = await handler(self, req)
         except CommandError as exc:
-            return exc.document(retryable_write=retryable)
+            return exc.document(retryable_write="txnNumber" in req.body)
         except query.QueryError as exc:
             return CommandError(exc.code, str(exc)).document()
         reply.setdefault("ok", 1.0)
@@ -653,6 +665,13 @@ async def _create_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
 def _admin_only(req: Request) -> None:
     if req.db != "admin":
         raise CommandError(13, f"{req.name} may only be run against the admin database")
+
+
+@command("configureFailPoint")
+async def _configure_fail_point(cmds: Commands, req: Request) -> dict[str, Any]:
+    _admin_only(req)
+    cmds.fail_point = FailPoint.from_command(req.body)
+    return {"count": 0}
 
 
 @command("replSetGetStatus")

@@ -16,6 +16,7 @@ import bson
 from rsdrill.sandbox.emulator import wire
 from rsdrill.sandbox.emulator.commands import Commands, Request
 from rsdrill.sandbox.emulator.errors import CommandError
+from rsdrill.sandbox.emulator.failpoint import CloseConnection
 
 _reply_ids = itertools.count(1)
 _connection_ids = itertools.count(1)
@@ -38,7 +39,13 @@ class Server:
                 request_id, _, op_code, payload = await wire.read_frame(reader)
                 if not await self._handle(writer, connection_id, request_id, op_code, payload):
                     break
-        except (asyncio.IncompleteReadError, ConnectionError, wire.WireError, OSError):
+        except (
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            wire.WireError,
+            OSError,
+            CloseConnection,
+        ):
             pass
         finally:
             self.commands.connections -= 1
@@ -104,6 +111,8 @@ class Server:
         request = Request(wire.database_of(message), name, body, secondary_ok, connection_id)
         try:
             return await self.commands.run(request)
+        except CloseConnection:
+            raise
         except (bson.errors.BSONError, KeyError, TypeError, ValueError) as exc:
             return CommandError(2, f"{name}: invalid argument: {exc}").document()
         except Exception as exc:  # a bug must not take the member down with it

@@ -1,0 +1,84 @@
+"""MongoDB's `failCommand` fail point: make chosen commands fail, hang or drop the connection.
+
+Configured with `{configureFailPoint: "failCommand", mode: "alwaysOn" | "off" | {times: N},
+data: {failCommands: [...], errorCode, errorLabels, closeConnection, blockConnection,
+blockTimeMS, writeConcernError}}` as on a real mongod. One extension, `afterExecution: true`,
+applies errorCode/closeConnection/block after the command ran, which is how a reply gets lost
+after a write was applied (what retryable writes exist for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from rsdrill.sandbox.emulator.errors import CommandError
+
+
+class CloseConnection(Exception):
+    """Drop the client's connection without answering."""
+
+
+@dataclass
+class FailPoint:
+    commands: frozenset[str]
+    times: int | None  # None: always on
+    error_code: int | None = None
+    error_labels: tuple[str, ...] = ()
+    close_connection: bool = False
+    block_ms: int = 0
+    write_concern_error: dict[str, Any] | None = None
+    after_execution: bool = False
+
+    @classmethod
+    def from_command(cls, body: dict[str, Any]) -> FailPoint | None:
+        """Parse configureFailPoint; None when the mode is "off"."""
+        if body.get("configureFailPoint") != "failCommand":
+            raise CommandError(2, f"unknown fail point: {body.get('configureFailPoint')!r}")
+        mode = body.get("mode")
+        if mode == "off":
+            return None
+        if mode == "alwaysOn":
+            times = None
+        elif isinstance(mode, dict) and isinstance(mode.get("times"), int) and mode["times"] > 0:
+            times = int(mode["times"])
+        else:
+            raise CommandError(2, "mode must be 'alwaysOn', 'off' or {times: N} with N > 0")
+        data = body.get("data") or {}
+        names = data.get("failCommands")
+        if not isinstance(names, list) or not names:
+            raise CommandError(2, "data.failCommands must be a non-empty list of command names")
+        return cls(
+            commands=frozenset(str(n).lower() for n in names),
+            times=times,
+            error_code=data.get("errorCode"),
+            error_labels=tuple(data.get("errorLabels") or ()),
+            close_connection=bool(data.get("closeConnection")),
+            block_ms=int(data.get("blockTimeMS") or 0) if data.get("blockConnection") else 0,
+            write_concern_error=data.get("writeConcernError"),
+            after_execution=bool(data.get("afterExecution")),
+        )
+
+    def fires_for(self, command: str) -> bool:
+        """True (and one use spent) when this command should fail now."""
+        if command.lower() not in self.commands or self.times == 0:
+            return False
+        if self.times is not None:
+            self.times -= 1
+        return True
+
+    async def disrupt(self) -> dict[str, Any] | None:
+        """Block, drop the connection, or return the error reply; None to carry on."""
+        if self.block_ms:
+            await asyncio.sleep(self.block_ms / 1000)
+        if self.close_connection:
+            raise CloseConnection
+        if self.error_code is not None:
+            reply = CommandError(
+                int(self.error_code), "Failing command via 'failCommand' failpoint"
+            ).document()
+            if self.error_labels:
+                reply["errorLabels"] = list(self.error_labels)
+            return reply
+        return None
