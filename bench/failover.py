@@ -106,8 +106,11 @@ def main() -> None:
     parser.add_argument("--port-base", type=int, default=29317)
     args = parser.parse_args()
     rows = run(args.kills, args.election_timeout, args.port_base)
-    bound_low = (args.election_timeout - 2000) / 1000
-    bound_high = 1.15 * args.election_timeout / 1000 + 1.2
+    timeout_s = args.election_timeout / 1000
+    # MongoDB's bounds: electionTimeout less one heartbeat (never below half of it) up to
+    # 1.15 x electionTimeout + 1.2 s, plus 0.5 s for a client to find the new primary.
+    bound_low = max(timeout_s - 2.0, timeout_s / 2)
+    bound_high = 1.15 * timeout_s + 1.2 + 0.5
     for key in ("elected_s", "writable_s", "client_s"):
         values = sorted(r[key] for r in rows)
         print(

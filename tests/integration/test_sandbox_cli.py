@@ -163,7 +163,7 @@ def test_a_member_process_counts_as_running_from_the_moment_it_is_spawned() -> N
         try:
             assert process_state(child.pid, 28999) is not None
             cmdline = Path(f"/proc/{child.pid}/cmdline")
-            wait_for(lambda: cmdline.read_bytes() != b"", 5, "the child's command line")
+            wait_for(lambda path=cmdline: path.read_bytes() != b"", 5, "its command line")
             assert process_state(child.pid, 28999) is not None
             assert process_state(child.pid, 28998) is None  # not the process serving that port
         finally:
