@@ -147,6 +147,15 @@ async def _await_majority_availability(node: Node, start: OpTime, term: int) -> 
         await node.progress.wait(1.0)
 
 
+def _healthy_primary_at_least(node: Node, candidate: int) -> bool:
+    priority = next(m.priority for m in node.spec.members if m.id == candidate)
+    return any(
+        p.health and p.state is MemberState.PRIMARY and p.spec.priority >= priority
+        for p in node.peers.values()
+        if p.spec.id != candidate
+    )
+
+
 async def handle_request_votes(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
     """The replSetRequestVotes command, from the voter's side."""
     term = int(cmd["term"])
@@ -162,6 +171,9 @@ async def handle_request_votes(node: Node, cmd: dict[str, Any]) -> dict[str, Any
         reason = "candidate's data is staler than mine"
     elif not dry_run and node.voted and node.voted[0] == term and node.voted[1] != candidate:
         reason = f"already voted for another candidate in term {term}"
+    elif node.is_arbiter and _healthy_primary_at_least(node, candidate):
+        # MongoDB's one veto: an arbiter that sees a good primary keeps it.
+        reason = "can see a healthy primary of equal or greater priority"
     granted = not reason
     if granted and not dry_run:
         node.voted = (term, candidate)
