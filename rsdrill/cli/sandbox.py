@@ -79,13 +79,20 @@ def _reported() -> Iterator[None]:
         raise typer.Exit(exc.exit_code) from None
 
 
-def _settings(election_timeout: int | None, heartbeat_interval: int | None) -> Settings:
-    given: dict[str, Any] = {}
-    if election_timeout is not None:
-        given["election_timeout_ms"] = election_timeout
-    if heartbeat_interval is not None:
-        given["heartbeat_interval_ms"] = heartbeat_interval
-    return Settings(**given)
+def _settings(
+    election_timeout: int | None,
+    heartbeat_interval: int | None,
+    heartbeat_timeout: int | None = None,
+    catch_up_timeout: int | None = None,
+) -> Settings:
+    """Settings with MongoDB's defaults except where an option was given."""
+    given = {
+        "election_timeout_ms": election_timeout,
+        "heartbeat_interval_ms": heartbeat_interval,
+        "heartbeat_timeout_s": heartbeat_timeout,
+        "catch_up_timeout_ms": catch_up_timeout,
+    }
+    return Settings(**{k: v for k, v in given.items() if v is not None})
 
 
 def _echo_members(statuses: list[MemberStatus]) -> None:
@@ -106,8 +113,22 @@ def up(
         int | None,
         typer.Option(min=1, help="heartbeatIntervalMillis (MongoDB's default: 2000)."),
     ] = None,
+    heartbeat_timeout: Annotated[
+        int | None,
+        typer.Option(min=1, help="heartbeatTimeoutSecs: silence before DOWN (default: 10)."),
+    ] = None,
+    catch_up_timeout: Annotated[
+        int | None,
+        typer.Option(
+            min=-1, help="catchUpTimeoutMillis of a new primary (default: -1, unlimited)."
+        ),
+    ] = None,
     oplog_size_mb: Annotated[
         int | None, typer.Option(min=1, help="Oplog size of each member in MB (default: 192).")
+    ] = None,
+    initial_sync_mb_per_s: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="Cap initial sync at this rate to emulate a slower network."),
     ] = None,
     engine: EngineOption = EngineName.auto,
     as_json: JsonOption = False,
@@ -118,10 +139,14 @@ def up(
     options: dict[str, Any] = {}
     if oplog_size_mb is not None:
         options["oplog_size_bytes"] = oplog_size_mb * 1024 * 1024
+    if initial_sync_mb_per_s is not None:
+        options["initial_sync_bytes_per_s"] = int(initial_sync_mb_per_s * 1024 * 1024)
     spec = build_topology(
         topology.value,
         port_base=port_base,
-        settings=_settings(election_timeout, heartbeat_interval),
+        settings=_settings(
+            election_timeout, heartbeat_interval, heartbeat_timeout, catch_up_timeout
+        ),
         **options,
     )
     with _reported():

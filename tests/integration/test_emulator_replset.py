@@ -418,3 +418,14 @@ def test_initial_sync_grows_with_data_while_restart_stays_flat(replset, client_f
     assert keep_50 < 3 and keep_200 < 3, f"restarts took {keep_50:.1f}s and {keep_200:.1f}s"
     direct = client_for(member.host, readPreference="secondaryPreferred")
     assert direct.db.big.count_documents({}) == 200_000
+
+
+def test_initial_sync_rate_cap_slows_the_copy(replset, client_for) -> None:
+    sandbox = replset("rs3", initial_sync_bytes_per_s=2 * 1024 * 1024)
+    primary = writable_primary(sandbox)
+    assert primary is not None
+    member = next(m for m in sandbox.spec.members if m.host != primary.host)
+    _load(client_for(sandbox).db.get_collection("big", write_concern=WriteConcern(w=3)), 4, 0)
+    took, states = _time_to_secondary(sandbox, member, wipe=True)
+    assert "STARTUP2" in states
+    assert took >= 1.8, f"4 MB at 2 MB/s took only {took:.2f}s"

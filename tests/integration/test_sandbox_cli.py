@@ -378,3 +378,30 @@ def test_mongod_engine_runs_the_same_commands(
     assert rsdrill("sandbox", "down", "--dir", str(sandbox_dir)).returncode == 0
     assert not any(alive(pid) for pid in pids)
     assert os.path.isdir(sandbox_dir / "members" / str(base) / "data")
+
+
+def test_up_records_every_setting_given(
+    free_port_base: Callable[[int], int], sandbox_dir: Path
+) -> None:
+    result = rsdrill(
+        "sandbox", "up", "--topology", "rs1", "--dir", str(sandbox_dir),
+        "--port-base", str(free_port_base(1)), "--engine", "emulator",
+        "--election-timeout", "3000", "--heartbeat-interval", "500", "--heartbeat-timeout", "4",
+        "--catch-up-timeout", "250", "--oplog-size-mb", "8", "--initial-sync-mb-per-s", "1.5",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    with MongoClient(
+        json.loads(rsdrill("sandbox", "status", "--dir", str(sandbox_dir), "--json").stdout)[
+            "members"
+        ][0]["name"],
+        directConnection=True,
+        serverSelectionTimeoutMS=5000,
+    ) as client:
+        settings = client.admin.command("replSetGetConfig")["config"]["settings"]
+    assert settings["electionTimeoutMillis"] == 3000
+    assert settings["heartbeatIntervalMillis"] == 500
+    assert settings["heartbeatTimeoutSecs"] == 4
+    assert settings["catchUpTimeoutMillis"] == 250
+    recorded = json.loads((sandbox_dir / "replset.json").read_text())
+    assert recorded["oplog_size_bytes"] == 8 * 1024 * 1024
+    assert recorded["initial_sync_bytes_per_s"] == int(1.5 * 1024 * 1024)
