@@ -1,0 +1,111 @@
+"""The history: every probe attempt, as it happened, and the faults' timeline.
+
+Probes only append here; analyzers only read. Times are seconds since the run started, on the
+monotonic clock (`RunClock`), so they compare across threads and with the sandbox's ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunClock:
+    """The run's origin on both clocks; converts either to seconds since the start."""
+
+    mono0: float
+    wall0: float
+
+    @classmethod
+    def start(cls) -> RunClock:
+        return cls(time.monotonic(), time.time())
+
+    def now(self) -> float:
+        return time.monotonic() - self.mono0
+
+    def from_mono(self, mono: float) -> float:
+        return mono - self.mono0
+
+    def from_wall(self, wall: float) -> float:
+        return wall - self.wall0
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One probe attempt.
+
+    probe:   which probe ("write", "read", "ledger", "failover", "recovery", "lag", "load")
+    op:      what it did ("insert", "find", "hello", "status", "read", "update", ...)
+    member:  host:port that answered, when known
+    outcome: "ok", "error" or "timeout"
+    detail:  what the analyzers need: {"seq": 7}, {"writable": true}, {"state": "PRIMARY"},
+             {"lag_s": {...}}, {"error": "...", "code": 10107}
+    """
+
+    probe: str
+    op: str
+    member: str | None
+    t_start: float
+    t_end: float
+    outcome: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+
+@dataclass
+class FaultRecord:
+    """One fault as it was carried out."""
+
+    index: int
+    kind: str
+    target: str
+    injected_at_s: float | None = None
+    verified_at_s: float | None = None
+    reverted_at_s: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class History:
+    """Append-only, thread-safe list of probe attempts."""
+
+    def __init__(self) -> None:
+        self._ops: list[Op] = []
+        self._lock = threading.Lock()
+
+    def append(self, op: Op) -> None:
+        with self._lock:
+            self._ops.append(op)
+
+    def ops(self, probe: str | None = None) -> list[Op]:
+        """A snapshot, in the order attempts ended; optionally one probe's only."""
+        with self._lock:
+            ops = list(self._ops)
+        return [o for o in ops if probe is None or o.probe == probe]
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._ops)
+
+    def write_jsonl(self, path: Path) -> None:
+        with path.open("w") as f:
+            for op in self.ops():
+                f.write(json.dumps(asdict(op), default=str) + "\n")
+
+    @classmethod
+    def from_ops(cls, ops: Iterable[Op]) -> History:
+        history = cls()
+        for op in ops:
+            history.append(op)
+        return history

@@ -1,0 +1,100 @@
+"""The result of a run: `result.json` (CONTRACT: scripts and CI depend on these names).
+
+`schema` is "rsdrill.result/v1". Times are seconds since the run started unless a name says
+otherwise; a metric that could not be measured is null, never a guess.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA = "rsdrill.result/v1"
+Verdict = Literal["pass", "fail", "aborted", "error"]
+
+EXIT_CODES: dict[str, int] = {"pass": 0, "fail": 1, "invalid": 2, "aborted": 3, "error": 4}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class FaultResult(_Model):
+    kind: str
+    target: str
+    injected_at_s: float | None
+    reverted_at_s: float | None
+    verified_at_s: float | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class FailoverParts(_Model):
+    """Fault → election called (detection), → new primary writable (election), → the client's
+    first successful write there (client rediscovery)."""
+
+    detection_s: float | None = None
+    election_s: float | None = None
+    client_rediscovery_s: float | None = None
+
+
+class Latency(_Model):
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+class Metrics(_Model):
+    write_unavailable_s: float | None = None
+    read_unavailable_s: float | None = None
+    failover_s: float | None = None
+    failover_parts: FailoverParts = Field(default_factory=FailoverParts)
+    recovery_s: dict[str, float | None] = Field(default_factory=dict)
+    member_states: dict[str, list[tuple[float, str]]] = Field(default_factory=dict)
+    replication_lag_max_s: float | None = None
+    acknowledged_writes: int | None = None
+    lost_acknowledged_writes: int | None = None
+    latency_ms: Latency = Field(default_factory=Latency)
+    degradation_s: float | None = None
+    # Beyond the contract's minimum:
+    no_primary_s: float | None = None
+    lost_acknowledged_seqs: list[int] = Field(default_factory=list)
+    probe_ops_per_s: float | None = None
+
+
+class SloResult(_Model):
+    metric: str
+    op: str
+    threshold: float
+    observed: float | None
+    passed: bool = Field(alias="pass")
+
+
+class TargetInfo(_Model):
+    platform: str
+    topology: str
+    uri: str = Field(description="passwords redacted")
+    members: list[str] = Field(default_factory=list)
+
+
+class Result(_Model):
+    schema_: str = Field(SCHEMA, alias="schema")
+    experiment: str
+    verdict: Verdict
+    exit_code: int
+    started_at: str = Field(description="wall-clock start, ISO 8601 UTC")
+    duration_s: float
+    target: TargetInfo
+    faults: list[FaultResult] = Field(default_factory=list)
+    metrics: Metrics = Field(default_factory=Metrics)
+    slo: list[SloResult] = Field(default_factory=list)
+    error: str | None = None
+    rsdrill_version: str = ""
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> Result:
+        return cls.model_validate_json(text)
