@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 from collections.abc import Callable
 from typing import Any
 
-import bson
 import pytest
 from pymongo import MongoClient
 
+from rsdrill.probes.wireclient import DirectConnection
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import MemberSpec
 
@@ -52,23 +50,10 @@ def writable_primary(sandbox: Sandbox) -> MemberSpec | None:
 
 
 def wire_command(host: str, command: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
-    """Send one OP_MSG command on a fresh socket and return the reply body (no driver logic)."""
-    name, port = host.rsplit(":", 1)
-    with socket.create_connection((name, int(port)), timeout=timeout) as sock:
-        body = struct.pack("<IB", 0, 0) + bson.encode(command)
-        sock.sendall(struct.pack("<iiii", 16 + len(body), 7, 0, 2013) + body)
-        header = _recv_exactly(sock, 16)
-        length, _, response_to, op_code = struct.unpack("<iiii", header)
-        assert (response_to, op_code) == (7, 2013)
-        payload = _recv_exactly(sock, length - 16)
-        return bson.decode(payload[5:])
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        data += chunk
-    return data
+    """Send one OP_MSG command on a fresh connection and return the reply body (no driver)."""
+    body = {k: v for k, v in command.items() if k != "$db"}
+    conn = DirectConnection(host, timeout)
+    try:
+        return conn.command(command.get("$db"), body)
+    finally:
+        conn.close()

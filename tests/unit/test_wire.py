@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsdrill.sandbox.emulator import wire
+from rsdrill import wire
 
 
 def _op_msg_payload(

@@ -89,6 +89,7 @@ async def run_election(node: Node, *, reason: str, skip_dry_run: bool = False) -
             return False
     node.term += 1
     node.voted = (node.term, node.me.id)
+    called = dt.datetime.now(dt.UTC)
     node.events.emit("election_called", term=node.term, reason=reason)
     await node.persist_term()
     term = node.term
@@ -101,16 +102,18 @@ async def run_election(node: Node, *, reason: str, skip_dry_run: bool = False) -
         node.events.emit("election_lost", votes=votes, term=term)
         node.reset_election_timer()
         return False
-    await _become_primary(node, replies, reason)
+    await _become_primary(node, replies, reason, called)
     return True
 
 
-async def _become_primary(node: Node, replies: list[dict[str, Any]], reason: str) -> None:
+async def _become_primary(
+    node: Node, replies: list[dict[str, Any]], reason: str, called: dt.datetime
+) -> None:
     term = node.term
     node.election_time = node.last_applied
     node.election_metrics = {
         "lastElectionReason": reason,
-        "lastElectionDate": dt.datetime.now(dt.UTC),
+        "lastElectionDate": called,  # when this member ran for election, as MongoDB records
         "electionTerm": Int64(term),
         "lastSeenOpTimeAtElection": node.last_applied.document(),
         "numVotesNeeded": node.spec.majority,

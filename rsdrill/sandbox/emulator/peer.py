@@ -8,7 +8,7 @@ from typing import Any
 
 import bson
 
-from rsdrill.sandbox.emulator import wire
+from rsdrill import wire
 
 _request_ids = itertools.count(1)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import bson
 
-from rsdrill.sandbox.emulator import wire
+from rsdrill import wire
 from rsdrill.sandbox.emulator.commands import Commands, Request
 from rsdrill.sandbox.emulator.errors import CommandError
 from rsdrill.sandbox.emulator.failpoint import CloseConnection

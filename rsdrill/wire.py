@@ -28,7 +28,7 @@ QUERY_SECONDARY_OK = 1 << 2
 MAX_MESSAGE_BYTES = 48_000_000
 MAX_BSON_BYTES = 16 * 1024 * 1024
 
-_HEADER = struct.Struct("<iiii")
+HEADER = struct.Struct("<iiii")
 _INT32 = struct.Struct("<i")
 _UINT32 = struct.Struct("<I")
 
@@ -61,7 +61,7 @@ class Message:
 async def read_frame(reader: asyncio.StreamReader) -> tuple[int, int, int, bytes]:
     """Read one message: (request_id, response_to, op_code, payload after the header)."""
     header = await reader.readexactly(16)
-    length, request_id, response_to, op_code = _HEADER.unpack(header)
+    length, request_id, response_to, op_code = HEADER.unpack(header)
     if length < 16 or length > MAX_MESSAGE_BYTES:
         raise WireError(f"message length {length} outside 16..{MAX_MESSAGE_BYTES}")
     payload = await reader.readexactly(length - 16)
@@ -142,13 +142,13 @@ def parse_op_query(request_id: int, payload: bytes) -> Message:
 def encode_op_msg(request_id: int, response_to: int, doc: dict[str, Any], flags: int = 0) -> bytes:
     """An OP_MSG with a single body section."""
     body = struct.pack("<IB", flags, 0) + bson.encode(doc)
-    return _HEADER.pack(16 + len(body), request_id, response_to, OP_MSG) + body
+    return HEADER.pack(16 + len(body), request_id, response_to, OP_MSG) + body
 
 
 def encode_op_reply(request_id: int, response_to: int, doc: dict[str, Any]) -> bytes:
     """An OP_REPLY holding one document, as answered to an OP_QUERY command."""
     body = struct.pack("<iqii", 0, 0, 0, 1) + bson.encode(doc)
-    return _HEADER.pack(16 + len(body), request_id, response_to, OP_REPLY) + body
+    return HEADER.pack(16 + len(body), request_id, response_to, OP_REPLY) + body
 
 
 def command_body(message: Message) -> dict[str, Any]:

@@ -1,0 +1,85 @@
+"""A minimal blocking MongoDB client: one socket to one member, OP_MSG commands, deadlines.
+
+The failover and recovery probes ask each member directly what it thinks, every 10 to 100 ms. A
+driver's monitor would add its own latency after a failure (pymongo re-checks a server at most
+every 500 ms), so these probes speak the wire protocol themselves and reconnect at once.
+Only unauthenticated commands (hello, replSetGetStatus on an open server) go this way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from typing import Any
+
+import bson
+
+from rsdrill import wire
+
+_request_ids = itertools.count(1)
+
+
+class WireClientError(Exception):
+    """The member did not answer in time, refused, or answered something unusable."""
+
+    def __init__(self, message: str, *, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
+class DirectConnection:
+    """One member; the socket is kept between commands and reopened after any failure."""
+
+    def __init__(self, host: str, timeout_s: float) -> None:
+        self.host = host
+        self.timeout_s = timeout_s
+        self._sock: socket.socket | None = None
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def command(self, db: str | None, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Run one command; the reply body (which may be {ok: 0}); WireClientError otherwise.
+
+        `db` None sends the command without `$db` (only useful to test a server's refusal).
+        """
+        try:
+            return self._roundtrip(db, cmd)
+        except TimeoutError as exc:
+            self.close()
+            raise WireClientError(f"{self.host}: timed out", timeout=True) from exc
+        except (OSError, EOFError, wire.WireError, bson.errors.BSONError) as exc:
+            self.close()
+            raise WireClientError(f"{self.host}: {type(exc).__name__}: {exc}") from exc
+
+    def _roundtrip(self, db: str | None, cmd: dict[str, Any]) -> dict[str, Any]:
+        if self._sock is None:
+            name, port = self.host.rsplit(":", 1)
+            self._sock = socket.create_connection((name, int(port)), timeout=self.timeout_s)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = self._sock
+        sock.settimeout(self.timeout_s)
+        request_id = next(_request_ids)
+        body = cmd if db is None else {**cmd, "$db": db}
+        sock.sendall(wire.encode_op_msg(request_id, 0, body))
+        header = _recv_exactly(sock, 16)
+        length, _, response_to, op_code = wire.HEADER.unpack(header)
+        if not 16 < length <= wire.MAX_MESSAGE_BYTES:
+            raise wire.WireError(f"reply length {length}")
+        payload = _recv_exactly(sock, length - 16)
+        if op_code != wire.OP_MSG or response_to != request_id:
+            raise wire.WireError(f"unexpected reply (opcode {op_code}, to {response_to})")
+        return wire.parse_op_msg(response_to, payload).body
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            raise EOFError("connection closed by the member")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
