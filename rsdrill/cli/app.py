@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rsdrill import __version__
-from rsdrill.cli import sandbox
+from rsdrill.cli import run, sandbox
 
 app = typer.Typer(
     name="rsdrill",
@@ -21,6 +21,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(sandbox.app, name="sandbox")
+app.command()(run.run)
+app.command()(run.recover)
 
 
 def _print_version(value: bool) -> None:

@@ -8,6 +8,7 @@ seconds, and held as float seconds.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -39,6 +40,8 @@ def parse_duration(value: Any) -> float:
         seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
     else:
         raise ValueError(f"{value!r} is not a duration like 20ms, 5s, 1m30s")
+    if not math.isfinite(seconds):
+        raise ValueError("a duration must be finite")
     if seconds < 0:
         raise ValueError("a duration cannot be negative")
     return seconds
@@ -68,6 +71,20 @@ Duration = Annotated[
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FieldProblem(ValueError):
+    """A model validator's complaint about one of the model's fields.
+
+    `at` is the field's location relative to the model, so the loader can point at that
+    field's line in the file instead of at the whole model; `problem` is the message alone.
+    """
+
+    def __init__(self, at: tuple[str | int, ...], problem: str) -> None:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in at).lstrip(".")
+        super().__init__(f"{where}: {problem}")
+        self.at = at
+        self.problem = problem
 
 
 # -- target --------------------------------------------------------------------------------------
@@ -108,11 +125,16 @@ class Target(Strict):
     def _platform_fields(self) -> Target:
         if self.platform == "local":
             if not self.members:
-                raise ValueError("platform local needs `members` (host, start, dbpath)")
+                raise FieldProblem(
+                    ("members",), "platform local needs `members` (host, start, dbpath)"
+                )
             if not self.uri:
-                raise ValueError("platform local needs `uri`")
+                raise FieldProblem(("uri",), "platform local needs `uri`")
         elif self.members or self.uri:
-            raise ValueError("platform sandbox builds its own set: drop `uri` and `members`")
+            raise FieldProblem(
+                ("members" if self.members else "uri",),
+                "platform sandbox builds its own set: drop `uri` and `members`",
+            )
         return self
 
 
@@ -236,21 +258,25 @@ class Fault(Strict):
     @model_validator(mode="after")
     def _kind_fields(self) -> Fault:
         if self.kind == "host-freeze" and self.duration is None:
-            raise ValueError("host-freeze needs a `duration` (then the member is resumed)")
+            raise FieldProblem(
+                ("duration",), "host-freeze needs a `duration` (then the member is resumed)"
+            )
         if self.kind == "host-kill":
             if self.restart and self.restart.after is None and self.duration is None:
-                raise ValueError(
-                    "host-kill needs `duration` or `restart.after` (or restart: false)"
+                raise FieldProblem(
+                    ("duration",),
+                    "host-kill needs `duration` or `restart.after` (or restart: false)",
                 )
         elif "restart" in self.model_fields_set:
-            raise ValueError(f"`restart` applies to host-kill, not {self.kind}")
+            raise FieldProblem(("restart",), f"`restart` applies to host-kill, not {self.kind}")
         if (
             self.kind == "stepdown"
             and self.duration is not None
             and (self.duration < self.secondary_catch_up)
         ):
-            raise ValueError(
-                "stepdown: `duration` (the stepdown period) must be at least `secondary_catch_up`"
+            raise FieldProblem(
+                ("duration",),
+                "stepdown: `duration` (the stepdown period) must be at least `secondary_catch_up`",
             )
         return self
 
@@ -281,6 +307,13 @@ class Observe(Strict):
     )
 
 
+# How many members a `count:` selection can draw from, by role, while the set is healthy.
+_MEMBERS_BY_ROLE: dict[str, dict[str, int]] = {
+    "rs1": {"any": 1, "secondary": 0, "data": 1},
+    "rs3": {"any": 3, "secondary": 2, "data": 3},
+    "psa": {"any": 3, "secondary": 1, "data": 2},
+}
+
 SLO_PATTERN = r"^\s*(<=|>=|==|!=|<|>)\s*(-?\d+(\.\d+)?)\s*$"
 
 
@@ -300,19 +333,23 @@ class Experiment(Strict):
 
     @model_validator(mode="after")
     def _selections_fit_topology(self) -> Experiment:
-        arbiters = 1 if self.target.topology == "psa" else 0
-        members = 1 if self.target.topology == "rs1" else 3
+        topology = self.target.topology
         for i, fault in enumerate(self.faults):
             sel = fault.select
-            if sel == "arbiter" and not arbiters and self.target.platform == "sandbox":
-                raise ValueError(
-                    f"faults[{i}]: select arbiter, but {self.target.topology} has no arbiter"
+            if sel == "arbiter" and topology != "psa" and self.target.platform == "sandbox":
+                raise FieldProblem(
+                    ("faults", i, "select"), f"select arbiter, but {topology} has no arbiter"
                 )
-            if sel == "secondary" and members == 1:
-                raise ValueError(f"faults[{i}]: select secondary, but rs1 has no secondary")
-            if isinstance(sel, SelectCount) and sel.count > members:
-                raise ValueError(
-                    f"faults[{i}]: select count {sel.count}, but "
-                    f"{self.target.topology} has {members} members"
+            if sel == "secondary" and topology == "rs1":
+                raise FieldProblem(
+                    ("faults", i, "select"), "select secondary, but rs1 has no secondary"
                 )
+            if isinstance(sel, SelectCount):
+                available = _MEMBERS_BY_ROLE[topology][sel.role]
+                if sel.count > available:
+                    raise FieldProblem(
+                        ("faults", i, "select", "count"),
+                        f"select count {sel.count} ({sel.role}), but {topology} has "
+                        f"{available} such member{'' if available == 1 else 's'}",
+                    )
         return self

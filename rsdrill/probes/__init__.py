@@ -1,0 +1,137 @@
+"""Probes record; they never judge. `ProbeSet` builds the ones an experiment asks for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymongo import MongoClient, WriteConcern
+from pymongo.errors import PyMongoError
+
+from rsdrill.experiment.schema import Probes
+from rsdrill.probes.availability import PROBE_DB, ReadLoop, WriteLoop
+from rsdrill.probes.base import Probe
+from rsdrill.probes.durability import readback
+from rsdrill.probes.failover import HelloPoller
+from rsdrill.probes.history import History, RunClock
+from rsdrill.probes.lag import LagPoller
+from rsdrill.probes.load import build_load, preload
+from rsdrill.probes.recovery import StatusPoller
+
+
+class ProbeSet:
+    """Every probe of one run: prepared, started together, stopped together."""
+
+    def __init__(
+        self,
+        config: Probes,
+        *,
+        uri: str,
+        members: list[str],
+        history: History,
+        run_id: str,
+        seed: int = 0,
+    ) -> None:
+        self.config = config
+        self.uri = uri
+        self.members = members
+        self.history = history
+        self.clock = RunClock.start()
+        self.prefix = f"run_{run_id}"
+        self.seed = seed
+        self.probes: list[Probe] = []
+        self.ledger: WriteLoop | None = None
+        self._clients: list[MongoClient[dict[str, Any]]] = []
+
+    def prepare(self) -> None:
+        """Create what the probes read, before the measured window opens."""
+        with MongoClient(self.uri, serverSelectionTimeoutMS=30_000) as client:
+            client[PROBE_DB].get_collection(
+                f"{self.prefix}_read", write_concern=WriteConcern("majority")
+            ).replace_one({"_id": 1}, {"_id": 1}, upsert=True)
+        if self.config.load is not None:
+            load = self.config.load
+            preload(self.uri, f"{self.prefix}_load", load.records, load.record_bytes)
+
+    def start(self, clock: RunClock) -> None:
+        """Build every probe on the run's clock and start them together."""
+        self.clock = clock
+        self._build()
+        for probe in self.probes:
+            probe.start()
+
+    def _build(self) -> None:
+        c = self.config
+        if c.availability is not None:
+            a = c.availability
+            if a.writes:
+                self.probes.append(
+                    WriteLoop("write", self.history, self.clock, uri=self.uri,
+                              collection=f"{self.prefix}_write", interval_s=a.interval,
+                              timeout_s=a.timeout, w=a.write_concern, journal=a.journal,
+                              retries=a.retries)
+                )  # fmt: skip
+            if a.reads:
+                self.probes.append(
+                    ReadLoop(self.history, self.clock, uri=self.uri,
+                             collection=f"{self.prefix}_read", interval_s=a.interval,
+                             timeout_s=a.timeout, read_preference=a.read_preference,
+                             retries=a.retries)
+                )  # fmt: skip
+        if c.durability is not None:
+            d = c.durability
+            self.ledger = WriteLoop(
+                "ledger", self.history, self.clock, uri=self.uri,
+                collection=f"{self.prefix}_ledger", interval_s=d.interval, timeout_s=d.timeout,
+                w=d.write_concern, journal=d.journal, retries=d.retries,
+            )  # fmt: skip
+            self.probes.append(self.ledger)
+        for member in self.members:
+            if c.failover is not None:
+                self.probes.append(
+                    HelloPoller(self.history, self.clock, member=member,
+                                interval_s=c.failover.interval, timeout_s=c.failover.timeout)
+                )  # fmt: skip
+            if c.recovery is not None:
+                self.probes.append(
+                    StatusPoller(self.history, self.clock, member=member,
+                                 interval_s=c.recovery.interval, timeout_s=c.recovery.timeout)
+                )  # fmt: skip
+        if c.lag is not None:
+            self.probes.append(
+                LagPoller(self.history, self.clock, members=self.members,
+                          interval_s=c.lag.interval, timeout_s=c.lag.timeout)
+            )  # fmt: skip
+        if c.load is not None:
+            ld = c.load
+            client, workers = build_load(
+                self.history, self.clock, uri=self.uri, collection=f"{self.prefix}_load",
+                workload=ld.workload, rate=ld.rate, threads=ld.threads, records=ld.records,
+                record_bytes=ld.record_bytes, distribution=ld.distribution,
+                timeout_s=ld.timeout, w=ld.write_concern, seed=self.seed,
+            )  # fmt: skip
+            self._clients.append(client)
+            self.probes.extend(workers)
+
+    def stop(self, *, readback_timeout_s: float) -> None:
+        """Stop every probe, read the ledger back, release connections, drop probe data."""
+        for probe in self.probes:
+            probe.stop()
+        for probe in self.probes:
+            probe.join(timeout=30)
+        if self.ledger is not None:
+            readback(self.ledger, readback_timeout_s)
+        for probe in self.probes:
+            probe.close()
+        for client in self._clients:
+            client.close()
+        self._drop_probe_collections()
+
+    def _drop_probe_collections(self) -> None:
+        try:
+            with MongoClient(self.uri, serverSelectionTimeoutMS=5000) as client:
+                db = client[PROBE_DB]
+                for name in db.list_collection_names():
+                    if name.startswith(self.prefix):
+                        db.drop_collection(name)
+        except PyMongoError:
+            pass  # leftover probe documents are harmless; the run's result is what matters

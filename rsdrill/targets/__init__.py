@@ -1,0 +1,44 @@
+"""Targets: where the replica set runs, how to reach its members' hosts, and which member a
+selection like `primary` means at the moment a fault is injected."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class TargetError(Exception):
+    """The target cannot be set up or reached; nothing was injected."""
+
+
+class ProcessHosts(Protocol):
+    """The members' hosts as OS processes on this machine (sandbox and local platforms)."""
+
+    def pid(self, host: str) -> int | None: ...
+
+    def kill(self, host: str) -> int: ...
+
+    def stop(self, host: str) -> int: ...
+
+    def cont(self, host: str) -> int: ...
+
+    def start(self, host: str, *, wipe: bool) -> None: ...
+
+    def restart_action(self, host: str, *, wipe: bool) -> dict[str, object]: ...
+
+
+class RunTarget(Protocol):
+    """A replica set an experiment runs against."""
+
+    platform: str
+    topology: str
+    uri: str
+    members: list[str]
+    hosts: ProcessHosts
+
+    def setup(self) -> None: ...
+
+    def teardown(self) -> None: ...
+
+    def recover_action(self) -> dict[str, object] | None:
+        """What `rsdrill recover` must do about the target itself if this run dies."""
+        ...

@@ -1,0 +1,96 @@
+"""`rsdrill run` and `rsdrill recover`."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rsdrill.cli.errors import exit_invalid
+
+RESULTS_DIR = Path("rsdrill-results")
+
+
+def run(
+    file: Annotated[Path, typer.Argument(help="The experiment file (YAML).")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Where result.json, junit.xml, report.html go "
+            "(default: rsdrill-results/<experiment>-<time>).",
+        ),
+    ] = None,
+    live: Annotated[bool, typer.Option(help="Show the live view on the terminal.")] = True,
+) -> None:
+    """Run an experiment: exit 0 all SLOs held, 1 an SLO failed, 2 invalid input, 3 aborted,
+    4 a platform or internal error."""
+    from rsdrill.experiment.loader import ExperimentError, load_experiment
+
+    try:
+        experiment = load_experiment(file)
+    except ExperimentError as exc:
+        exit_invalid(str(exc))
+    from rsdrill.engine.runner import RunOptions, run_experiment
+
+    out_dir = out or RESULTS_DIR / f"{experiment.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    result = run_experiment(experiment, RunOptions(out_dir=out_dir, live=live))
+    typer.echo(
+        f"{experiment.name}: {result.verdict.upper()}"
+        + (f" ({result.error})" if result.error else "")
+    )
+    for slo in result.slo:
+        observed = "n/a" if slo.observed is None else f"{slo.observed:g}"
+        mark = "ok  " if slo.passed else "FAIL"
+        typer.echo(f"  {mark} {slo.metric} {slo.op} {slo.threshold:g} (observed {observed})")
+    typer.echo(f"report: {out_dir / 'report.html'}")
+    raise typer.Exit(result.exit_code)
+
+
+def recover(
+    dry_run: Annotated[
+        bool, typer.Option(help="Say what would be reverted; change nothing.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option(help="Also finish journals whose run still seems to be alive.")
+    ] = False,
+) -> None:
+    """Revert whatever a dead run left behind (faults in force, its sandbox), from the journal.
+    Running it again finds nothing to do."""
+    from rsdrill.engine.journal import Journal, journal_dir, pending, process_alive
+    from rsdrill.injectors.actions import carry_out, describe
+    from rsdrill.targets import TargetError
+
+    owed = pending()
+    todo = [p for p in owed if force or not process_alive(p.pid)]
+    for p in owed:
+        if p not in todo:
+            typer.echo(
+                f"{p.run} ({p.experiment}): still running as pid {p.pid}; skipped (use --force)"
+            )
+    if not todo:
+        typer.echo(f"nothing to recover (journals in {journal_dir()})")
+        return
+    failed = False
+    for p in todo:
+        typer.echo(f"{p.run} ({p.experiment}):")
+        journal = None if dry_run else Journal(p.path)
+        for key, action in p.actions:
+            if dry_run:
+                typer.echo(f"  would {describe(action)}")
+                continue
+            try:
+                typer.echo(f"  {carry_out(action)}")
+                assert journal is not None
+                journal.write("released" if key.startswith("resource:") else "reverted", key=key)
+            except TargetError as exc:
+                failed = True
+                typer.echo(f"  FAILED {exc}", err=True)
+        if journal is not None:
+            if not failed:
+                journal.write("end", verdict="recovered")
+            journal.close()
+    if failed:
+        raise typer.Exit(4)

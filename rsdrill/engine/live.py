@@ -1,0 +1,69 @@
+"""The live view of a run in the terminal: phase, elapsed, current primary, current write gap,
+faults in force. On a terminal one status line is redrawn; otherwise only events are printed."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import TextIO
+
+from rsdrill.probes.history import FaultRecord, History, RunClock
+
+
+class LiveView:
+    def __init__(self, history: History, stream: TextIO | None = None) -> None:
+        self.history = history
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.phase = "starting"
+        self.clock: RunClock | None = None
+        self.faults: list[FaultRecord] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rsdrill-live", daemon=True)
+
+    def start(self) -> None:
+        if self.tty:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2)
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.event(f"phase: {phase}")
+
+    def event(self, text: str) -> None:
+        elapsed = f"t+{self.clock.now():7.2f}s " if self.clock else ""
+        line = f"{elapsed}{text}"
+        self.stream.write(("\r\x1b[2K" + line + "\n") if self.tty else line + "\n")
+        self.stream.flush()
+
+    def status_line(self) -> str:
+        now = self.clock.now() if self.clock else 0.0
+        primary = "?"
+        for op in reversed(self.history.ops("failover")[-50:]):
+            if op.ok and op.detail.get("writable"):
+                primary = op.member or "?"
+                break
+        last_ok = next((o.t_end for o in reversed(self.history.ops("write")) if o.ok), None)
+        gap = f"{now - last_ok:5.1f}s" if last_ok is not None else "  -  "
+        in_force = [
+            f"{f.kind}@{f.target}"
+            for f in self.faults
+            if f.injected_at_s is not None and f.reverted_at_s is None
+        ]
+        return (
+            f"[{self.phase}] t+{now:6.1f}s  primary {primary}  write gap {gap}  "
+            f"faults: {', '.join(in_force) or 'none'}"
+        )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            if self.clock is None:
+                continue
+            self.stream.write("\r\x1b[2K" + self.status_line())
+            self.stream.flush()

@@ -1,0 +1,342 @@
+"""The runner: set up the target, start the probes, inject and revert faults on schedule, watch
+the recovery, judge, report — and undo every fault whatever happens (success, failure, an
+error, Ctrl-C, SIGTERM). A run that dies anyway leaves a journal for `rsdrill recover`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from rsdrill import __version__
+from rsdrill.engine.journal import Journal
+from rsdrill.engine.live import LiveView
+from rsdrill.engine.schedule import Action, build_schedule
+from rsdrill.experiment.schema import Experiment, Fault
+from rsdrill.injectors.base import InjectionError, Injector
+from rsdrill.injectors.process import HostFreeze, HostKill
+from rsdrill.injectors.stepdown import StepDown
+from rsdrill.probes.history import FaultRecord, History, RunClock
+from rsdrill.redact import redact_uri
+from rsdrill.result import EXIT_CODES, FaultResult, Metrics, Result, TargetInfo
+from rsdrill.targets import RunTarget, TargetError
+from rsdrill.targets.selection import SelectionError, current_states, resolve
+
+HEALTHY = frozenset({"PRIMARY", "SECONDARY", "ARBITER"})
+PREFLIGHT_TIMEOUT_S = 60.0
+VERIFY_TIMEOUT_S = 10.0
+MIN_OBSERVE_S = 2.0
+
+
+class Aborted(Exception):
+    """SIGINT/SIGTERM (or an abort condition): stop injecting, revert, verdict aborted."""
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path
+    live: bool = True
+    journal_dir: Path | None = None
+    # Test hook: called with each phase name as the run enters it.
+    on_phase: Callable[[str], None] | None = None
+
+
+@dataclass
+class _Applied:
+    """A fault that is in force and must be reverted."""
+
+    record: FaultRecord
+    injector: Injector
+    key: str
+
+
+@dataclass
+class _State:
+    records: list[FaultRecord] = field(default_factory=list)
+    applied: dict[str, _Applied] = field(default_factory=dict)
+
+
+def make_target(exp: Experiment, out_dir: Path) -> RunTarget:
+    if exp.target.platform == "sandbox":
+        from rsdrill.targets.sandbox import SandboxTarget
+
+        return SandboxTarget(exp.target, out_dir / "sandbox")
+    from rsdrill.targets.local import LocalTarget
+
+    return LocalTarget(exp.target, out_dir)
+
+
+class Runner:
+    def __init__(self, experiment: Experiment, options: RunOptions) -> None:
+        self.exp = experiment
+        self.options = options
+        self.run_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+        self.history = History()
+        self.clock = RunClock.start()
+        self.state = _State()
+        self.live = LiveView(self.history)
+        self._abort = threading.Event()
+        self._reverting = False
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def run(self) -> Result:
+        """Carry the experiment out; always returns a Result (reports written)."""
+        self.options.out_dir.mkdir(parents=True, exist_ok=True)
+        started_wall = dt.datetime.now(dt.UTC)
+        journal = Journal.open_run(self.run_id, self.exp.name, self.options.journal_dir)
+        previous = self._install_signal_handlers()
+        target: RunTarget | None = None
+        probes = None
+        verdict, error = "error", None
+        metrics = Metrics()
+        slo_results: list[Any] = []
+        if self.options.live:
+            self.live.start()
+        try:
+            self._phase("setup")
+            target = make_target(self.exp, self.options.out_dir)
+            resource = target.recover_action()
+            if resource:
+                journal.write("resource", key="resource:target", revert=resource)
+            target.setup()
+            self._check_abort()
+            self._phase("preflight")
+            self._preflight(target)
+            from rsdrill.probes import ProbeSet
+
+            probes = ProbeSet(self.exp.probes, uri=target.uri, members=target.members,
+                              history=self.history, run_id=self.run_id)  # fmt: skip
+            probes.prepare()
+            self._check_abort()
+            self.clock = RunClock.start()
+            self.live.clock = self.clock
+            self.live.faults = self.state.records
+            probes.start(self.clock)
+            self._phase("faults")
+            self._run_schedule(target, journal)
+            self._phase("observe")
+            self._observe(target)
+            verdict = "pass"
+        except Aborted:
+            verdict, error = "aborted", "aborted by signal"
+        except (TargetError, InjectionError, SelectionError) as exc:
+            verdict, error = "error", redact_uri(str(exc))
+        except Exception as exc:  # an internal error still reverts, reports and exits 4
+            verdict, error = "error", redact_uri(f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            self._phase("revert")
+            revert_error = self._revert_all(journal)
+            if revert_error and verdict != "error":
+                verdict, error = "error", revert_error
+            if probes is not None and probes.probes:
+                self._phase("analyze")
+                readback_s = (self.exp.probes.durability.readback_timeout
+                              if self.exp.probes.durability else 0)  # fmt: skip
+                probes.stop(readback_timeout_s=readback_s)
+            duration = self.clock.now()
+            if self.history.ops():
+                metrics, slo_results, judged = self._judge(duration)
+                if verdict == "pass":
+                    verdict = judged
+            if target is not None:
+                self._phase("teardown")
+                try:
+                    target.teardown()
+                    journal.write("released", key="resource:target")
+                except TargetError as exc:
+                    verdict, error = "error", f"teardown: {exc}"
+            if not revert_error:
+                journal.write("end", verdict=verdict)  # else `rsdrill recover` finishes it
+            journal.close()
+            self.live.stop()
+            self._restore_signal_handlers(previous)
+        result = Result(
+            experiment=self.exp.name,
+            verdict=verdict,
+            exit_code=EXIT_CODES[verdict],
+            started_at=started_wall.isoformat(),
+            duration_s=round(self.clock.now(), 3),
+            target=TargetInfo(
+                platform=self.exp.target.platform,
+                topology=self.exp.target.topology,
+                uri=redact_uri(target.uri) if target else "",
+                members=target.members if target else [],
+            ),
+            faults=[_fault_result(r) for r in self.state.records],
+            metrics=metrics,
+            slo=slo_results,
+            error=error,
+            rsdrill_version=__version__,
+        )
+        from rsdrill.report import write_reports
+
+        write_reports(self.options.out_dir, result, self.history.ops())
+        return result
+
+    def _judge(self, duration_s: float) -> tuple[Metrics, list[Any], str]:
+        from rsdrill.analysis.metrics import compute_metrics
+        from rsdrill.analysis.slo import evaluate, verdict
+
+        metrics = compute_metrics(self.history.ops(), self.state.records, duration_s=duration_s)
+        results = evaluate(metrics, self.exp.slo)
+        return metrics, results, verdict(results)
+
+    # -- phases ----------------------------------------------------------------------------
+
+    def _phase(self, name: str) -> None:
+        if self.options.live:
+            self.live.set_phase(name)
+        else:
+            self.live.phase = name
+        if self.options.on_phase:
+            self.options.on_phase(name)
+
+    def _preflight(self, target: RunTarget) -> None:
+        """Every member healthy and one writable primary before anything is broken."""
+        deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
+        while True:
+            states = current_states(target.members)
+            unhealthy = {h: s for h, s in states.items() if s not in HEALTHY}
+            primaries = [h for h, s in states.items() if s == "PRIMARY"]
+            if not unhealthy and len(primaries) == 1:
+                return
+            if time.monotonic() > deadline:
+                seen = ", ".join(f"{h} {s}" for h, s in states.items())
+                raise TargetError(f"preflight: the replica set is not healthy ({seen})")
+            self._sleep(0.25)
+
+    def _run_schedule(self, target: RunTarget, journal: Journal) -> None:
+        for action in build_schedule(self.exp.faults):
+            self._sleep_until(action.at_s)
+            if action.what == "inject":
+                self._inject(action, target, journal)
+            else:
+                self._revert_fault(action.index, journal)
+
+    def _inject(self, action: Action, target: RunTarget, journal: Journal) -> None:
+        fault = self.exp.faults[action.index]
+        hosts = resolve(fault.select, current_states(target.members))
+        for host in hosts:
+            injector = _injector(fault, host, target)
+            record = FaultRecord(action.index, fault.kind, host,
+                                 detail={"plan": injector.describe()})  # fmt: skip
+            key = f"fault:{action.index}:{host}"
+            journal.write("intent", key=key, kind=fault.kind, target=host,
+                          revert=injector.revert_action())  # fmt: skip
+            self.state.records.append(record)
+            if injector.revert_action() is not None:
+                # Registered before the attempt: a half-applied fault is reverted too.
+                self.state.applied[key] = _Applied(record, injector, key)
+            record.injected_at_s = round(self.clock.now(), 4)
+            injector.inject()
+            journal.write("applied", key=key)
+            self.live.event(f"injected {fault.kind} on {host}")
+            if not injector.verify(VERIFY_TIMEOUT_S):
+                raise InjectionError(
+                    f"{fault.kind} on {host} did not take effect within {VERIFY_TIMEOUT_S:.0f}s"
+                )
+            record.verified_at_s = round(self.clock.now(), 4)
+
+    def _revert_fault(self, index: int, journal: Journal) -> None:
+        for key in [k for k, a in self.state.applied.items() if a.record.index == index]:
+            self._revert(self.state.applied.pop(key), journal)
+
+    def _revert(self, applied: _Applied, journal: Journal) -> None:
+        applied.record.reverted_at_s = round(self.clock.now(), 4)
+        applied.injector.revert()
+        journal.write("reverted", key=applied.key)
+        self.live.event(f"reverted {applied.record.kind} on {applied.record.target}")
+
+    def _revert_all(self, journal: Journal) -> str | None:
+        """Revert everything still in force; the first failure's message, if any."""
+        self._reverting = True
+        failure = None
+        for key in list(self.state.applied)[::-1]:
+            try:
+                self._revert(self.state.applied.pop(key), journal)
+            except (InjectionError, TargetError, OSError) as exc:
+                failure = failure or f"revert failed (run `rsdrill recover`): {exc}"
+        self._reverting = False
+        return failure
+
+    def _observe(self, target: RunTarget) -> None:
+        """Measure recovery: until every member is healthy again, or `after_revert` at most."""
+        observe = self.exp.observe
+        start = self.clock.now()
+        while True:
+            elapsed = self.clock.now() - start
+            if elapsed >= observe.after_revert:
+                return
+            if observe.until_recovered and elapsed >= MIN_OBSERVE_S:
+                states = current_states(target.members, timeout_s=0.5)
+                if all(s in HEALTHY for s in states.values()) and "PRIMARY" in states.values():
+                    return
+            self._sleep(0.25)
+
+    # -- waiting and signals ----------------------------------------------------------------
+
+    def _check_abort(self) -> None:
+        if self._abort.is_set():
+            raise Aborted
+
+    def _sleep(self, seconds: float) -> None:
+        if self._abort.wait(max(seconds, 0)):
+            raise Aborted
+
+    def _sleep_until(self, at_s: float) -> None:
+        self._sleep(at_s - self.clock.now())
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, self._on_signal)
+        return previous
+
+    def _restore_signal_handlers(self, previous: dict[int, Any]) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._reverting or self._abort.is_set():
+            self.live.event("reverting faults; rsdrill exits once everything is restored")
+            return
+        self.live.event(f"{signal.Signals(signum).name}: stopping, reverting every fault")
+        self._abort.set()
+
+
+def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
+    if fault.kind == "host-kill":
+        restart = fault.restart is not False
+        wipe = bool(fault.restart and fault.restart.volume == "wipe")
+        return HostKill(target.hosts, host, restart=restart, wipe=wipe,
+                        restart_action=target.hosts.restart_action(host, wipe=wipe))  # fmt: skip
+    if fault.kind == "host-freeze":
+        return HostFreeze(target.hosts, host)
+    return StepDown(host, period_s=fault.duration or 60.0, catch_up_s=fault.secondary_catch_up,
+                    force=fault.force)  # fmt: skip
+
+
+def _fault_result(record: FaultRecord) -> FaultResult:
+    return FaultResult(
+        kind=record.kind,
+        target=record.target,
+        injected_at_s=record.injected_at_s,
+        reverted_at_s=record.reverted_at_s,
+        verified_at_s=record.verified_at_s,
+        detail=record.detail,
+    )
+
+
+def run_experiment(experiment: Experiment, options: RunOptions) -> Result:
+    return Runner(experiment, options).run()

@@ -1,0 +1,78 @@
+"""Revert actions as the journal stores them, carried out without the run that wrote them.
+
+Each action is idempotent: reverting what is already reverted does nothing, so `rsdrill
+recover` can be run twice, or after a run that died halfway through its own rollback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rsdrill.experiment.schema import LocalMember
+from rsdrill.sandbox.cluster import Sandbox, SandboxError
+from rsdrill.targets import TargetError
+from rsdrill.targets.local import LocalHosts, answers_hello
+
+
+def _sigcont(action: dict[str, Any]) -> str:
+    try:
+        os.kill(int(action["pid"]), signal.SIGCONT)
+    except ProcessLookupError:
+        return f"{action['host']}: process {action['pid']} is gone, nothing to resume"
+    return f"{action['host']}: SIGCONT {action['pid']}"
+
+
+def _sandbox_start(action: dict[str, Any]) -> str:
+    sandbox = Sandbox(Path(action["dir"]))
+    if not sandbox.exists():
+        return f"{action['host']}: sandbox {action['dir']} is gone, nothing to restart"
+    member = sandbox.spec.member(action["host"])
+    if sandbox.pid(member) is not None:
+        return f"{action['host']}: already running"
+    sandbox.start(member, wipe=bool(action.get("wipe")))
+    return f"{action['host']}: restarted"
+
+
+def _local_start(action: dict[str, Any]) -> str:
+    host = action["host"]
+    if answers_hello(host):
+        return f"{host}: already running"
+    member = LocalMember(host=host, start=action["command"], dbpath=action.get("dbpath"))
+    LocalHosts((member,), Path(action["log_dir"])).start(host, wipe=bool(action.get("wipe")))
+    return f"{host}: restarted with `{action['command']}`"
+
+
+def _sandbox_down(action: dict[str, Any]) -> str:
+    sandbox = Sandbox(Path(action["dir"]))
+    if not sandbox.running():
+        return f"sandbox {action['dir']}: nothing running"
+    pids = sandbox.down()
+    return f"sandbox {action['dir']}: stopped {len(pids)} member process(es)"
+
+
+ACTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "sigcont": _sigcont,
+    "sandbox-start": _sandbox_start,
+    "local-start": _local_start,
+    "sandbox-down": _sandbox_down,
+}
+
+
+def describe(action: dict[str, Any]) -> str:
+    detail = ", ".join(f"{k}={v}" for k, v in action.items() if k != "action")
+    return f"{action['action']} ({detail})"
+
+
+def carry_out(action: dict[str, Any]) -> str:
+    """Do one revert action; a line saying what was done. Raises TargetError on failure."""
+    handler = ACTIONS.get(action.get("action", ""))
+    if handler is None:
+        raise TargetError(f"unknown revert action {action!r}")
+    try:
+        return handler(action)
+    except (SandboxError, OSError, KeyError) as exc:
+        raise TargetError(f"{describe(action)}: {exc}") from exc

@@ -1,0 +1,137 @@
+"""What every probe shares: a thread on a fixed-rate tick, and how attempts become history.
+
+A probe never judges: it records each attempt with its start, end, outcome and the facts the
+analyzers need, and goes on until it is stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pymongo import monitoring
+from pymongo.errors import (
+    ConnectionFailure,
+    ExecutionTimeout,
+    NetworkTimeout,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+    WTimeoutError,
+)
+
+from rsdrill.probes.history import History, Op, RunClock
+
+
+class Probe:
+    """A named thread that calls `tick()` every `interval_s` until stopped."""
+
+    name = "probe"
+
+    def __init__(self, history: History, clock: RunClock, interval_s: float) -> None:
+        self.history = history
+        self.clock = clock
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"rsdrill-{self.name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def close(self) -> None:
+        """Release connections; called once the thread has ended."""
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _run(self) -> None:
+        next_at = self.clock.now()
+        while not self._stop.is_set():
+            t_start = self.clock.now()
+            try:
+                self.tick()
+            except Exception as exc:  # a probe must outlive anything a server answers
+                self.record(
+                    "tick",
+                    None,
+                    t_start,
+                    "error",
+                    {"error": repr(exc)[:300], "type": type(exc).__name__},
+                )
+            # Fixed rate: a slow attempt eats into the next wait, missed ticks are skipped.
+            next_at += self.interval_s
+            now = self.clock.now()
+            if next_at < now:
+                next_at = now
+            self._stop.wait(next_at - now)
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def record(
+        self,
+        op: str,
+        member: str | None,
+        t_start: float,
+        outcome: str,
+        detail: dict[str, Any] | None = None,
+        probe: str | None = None,
+    ) -> None:
+        self.history.append(
+            Op(probe or self.name, op, member, t_start, self.clock.now(), outcome, detail or {})
+        )
+
+
+def classify(exc: PyMongoError) -> tuple[str, dict[str, Any]]:
+    """("timeout" | "error", detail) for a failed pymongo operation."""
+    timeout = isinstance(
+        exc, NetworkTimeout | ServerSelectionTimeoutError | ExecutionTimeout | WTimeoutError
+    )
+    detail: dict[str, Any] = {
+        "error": str(exc).split(", full error")[0][:300],
+        "code": getattr(exc, "code", None),
+        "type": type(exc).__name__,
+    }
+    if isinstance(exc, ConnectionFailure) and not timeout:
+        detail["network"] = True
+    return ("timeout" if timeout else "error"), detail
+
+
+class ServedBy(monitoring.CommandListener):
+    """Remembers which server answered the last command of the calling thread."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    @property
+    def last(self) -> str | None:
+        return getattr(self._local, "host", None)
+
+    def reset(self) -> None:
+        self._local.host = None
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        host, port = event.connection_id
+        self._local.host = f"{host}:{port}"
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def timed(clock: RunClock, fn: Callable[[], Any]) -> tuple[float, Any, PyMongoError | None]:
+    """Run fn; (t_start, result or None, the pymongo error or None)."""
+    t_start = clock.now()
+    try:
+        return t_start, fn(), None
+    except PyMongoError as exc:
+        return t_start, None, exc

@@ -1,0 +1,40 @@
+"""The durability ledger: every acknowledged write has a sequence number; after recovery they
+are read back with majority read concern, and the acknowledged ones that are missing are lost."""
+
+from __future__ import annotations
+
+import time
+
+from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
+
+from rsdrill.probes.availability import WriteLoop
+from rsdrill.probes.base import classify
+
+
+def readback(ledger: WriteLoop, timeout_s: float) -> None:
+    """Record one "readback" op: which acknowledged seqs a majority read cannot find.
+
+    Retries until `timeout_s` so that a set still electing or catching up is given the chance
+    to answer; a failure to read at all is recorded as an error (lost writes unknown).
+    """
+    acknowledged = {
+        op.detail["seq"] for op in ledger.history.ops(ledger.name) if op.op == "insert" and op.ok
+    }
+    coll = ledger.collection.with_options(read_concern=ReadConcern("majority"))
+    t_start = ledger.clock.now()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            found = {doc["_id"] for doc in coll.find({}, {"_id": 1})}
+            break
+        except PyMongoError as exc:
+            if time.monotonic() > deadline:
+                _, detail = classify(exc)
+                ledger.record("readback", None, t_start, "error", detail)
+                return
+            time.sleep(0.2)
+    missing = sorted(acknowledged - found)
+    ledger.record(
+        "readback", None, t_start, "ok", {"checked": len(acknowledged), "missing": missing}
+    )

@@ -1,0 +1,70 @@
+"""Recovery: replSetGetStatus on every member directly; each member's own state over time, and
+the new primary's election dates (when it called the election, started its term, and became
+writable by majority) for the failover decomposition."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from rsdrill.probes.base import Probe
+from rsdrill.probes.history import History, RunClock
+from rsdrill.probes.wireclient import DirectConnection, WireClientError
+
+_ELECTION_DATES = {
+    "called_s": "lastElectionDate",
+    "new_term_s": "newTermStartDate",
+    "majority_writable_s": "wMajorityWriteAvailabilityDate",
+}
+
+
+class StatusPoller(Probe):
+    name = "recovery"
+
+    def __init__(
+        self, history: History, clock: RunClock, *, member: str, interval_s: float, timeout_s: float
+    ) -> None:
+        super().__init__(history, clock, interval_s)
+        self.member = member
+        self._conn = DirectConnection(member, timeout_s)
+
+    def tick(self) -> None:
+        t_start = self.clock.now()
+        try:
+            status = self._conn.command("admin", {"replSetGetStatus": 1})
+        except WireClientError as exc:
+            outcome = "timeout" if exc.timeout else "error"
+            self.record("status", self.member, t_start, outcome, {"error": str(exc)})
+            return
+        if not status.get("ok"):
+            self.record(
+                "status",
+                self.member,
+                t_start,
+                "error",
+                {"error": status.get("errmsg", ""), "code": status.get("code")},
+            )
+            return
+        self.record("status", self.member, t_start, "ok", self._detail(status))
+
+    def _detail(self, status: dict[str, Any]) -> dict[str, Any]:
+        me = next((m for m in status.get("members", []) if m.get("self")), {})
+        detail: dict[str, Any] = {
+            "state": me.get("stateStr", "UNKNOWN"),
+            "term": int(status.get("term", -1)),
+        }
+        metrics = status.get("electionCandidateMetrics")
+        if me.get("stateStr") == "PRIMARY" and metrics:
+            election: dict[str, Any] = {"term": int(metrics.get("electionTerm", status["term"]))}
+            for key, field in _ELECTION_DATES.items():
+                value = metrics.get(field)
+                election[key] = (
+                    self.clock.from_wall(value.replace(tzinfo=dt.UTC).timestamp())
+                    if isinstance(value, dt.datetime)
+                    else None
+                )
+            detail["election"] = election
+        return detail
+
+    def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,28 @@
+"""Secrets never leave rsdrill: passwords in URIs and credential-looking values are masked."""
+
+from __future__ import annotations
+
+import re
+
+MASK = "***"
+_URI_PASSWORD = re.compile(r"(mongodb(?:\+srv)?://[^:/@\s]+:)([^@/\s]+)(@)")
+_SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|access_key|private_key)")
+
+
+def redact_uri(text: str) -> str:
+    """Mask the password of every MongoDB URI in `text` (user names stay: they help debugging)."""
+    return _URI_PASSWORD.sub(rf"\1{MASK}\3", text)
+
+
+def redact_mapping(value: object) -> object:
+    """A copy of nested dicts/lists with secret-named keys masked and URIs redacted."""
+    if isinstance(value, dict):
+        return {
+            k: MASK if isinstance(k, str) and _SECRET_KEY.search(k) else redact_mapping(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact_mapping(v) for v in value]
+    if isinstance(value, str):
+        return redact_uri(value)
+    return value

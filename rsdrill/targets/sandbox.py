@@ -1,0 +1,146 @@
+"""`platform: sandbox`: a replica set rsdrill starts for the run and stops afterwards.
+
+The sandbox lives in the run's output directory, so each member's ground-truth event log
+(`sandbox/members/<port>/events.jsonl`) stays next to the result it can be checked against.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from pymongo import MongoClient, WriteConcern
+
+from rsdrill.experiment.schema import Target
+from rsdrill.sandbox.cluster import Sandbox, SandboxError, choose_engine, port_free, up
+from rsdrill.sandbox.config import MemberSpec, Settings, build_topology, member_dir
+from rsdrill.targets import TargetError
+
+PRELOAD_DB = "rsdrill_data"
+_PRELOAD_DOC_BYTES = 1000
+
+
+class SandboxHosts:
+    """Member processes of a sandbox, addressed by host:port."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+
+    def pid(self, host: str) -> int | None:
+        return self.sandbox.pid(self.sandbox.spec.member(host))
+
+    def kill(self, host: str) -> int:
+        return self._do(self.sandbox.kill, host)
+
+    def stop(self, host: str) -> int:
+        return self._do(self.sandbox.stop, host)
+
+    def cont(self, host: str) -> int:
+        return self._do(self.sandbox.cont, host)
+
+    def start(self, host: str, *, wipe: bool) -> None:
+        """Restart the member unless it already runs (so a revert can be repeated)."""
+        member = self.sandbox.spec.member(host)
+        if self.sandbox.pid(member) is None:
+            self._do(lambda m: self.sandbox.start(m, wipe=wipe), host)
+
+    def _do(self, operation: Callable[[MemberSpec], int], host: str) -> int:
+        try:
+            return operation(self.sandbox.spec.member(host))
+        except SandboxError as exc:
+            raise TargetError(str(exc)) from exc
+
+    def restart_action(self, host: str, *, wipe: bool) -> dict[str, object]:
+        """The journal record that lets `rsdrill recover` restart this member."""
+        return {
+            "action": "sandbox-start",
+            "dir": str(self.sandbox.directory),
+            "host": host,
+            "wipe": wipe,
+        }
+
+
+def free_port_base(count: int, low: int = 20000, high: int = 32000) -> int:
+    """A base port with `count` consecutive bindable ports below the ephemeral range."""
+    for _ in range(500):
+        base = random.randrange(low, high - count)
+        if all(port_free("127.0.0.1", p) for p in range(base, base + count)):
+            return base
+    raise TargetError(f"no {count} consecutive free ports between {low} and {high}")
+
+
+class SandboxTarget:
+    platform = "sandbox"
+
+    def __init__(self, config: Target, directory: Path) -> None:
+        self.config = config
+        self.topology = config.topology
+        self.directory = directory
+        count = 1 if config.topology == "rs1" else 3
+        settings = {
+            "election_timeout_ms": _ms(config.election_timeout),
+            "heartbeat_interval_ms": _ms(config.heartbeat_interval),
+        }
+        options: dict[str, int] = {}
+        if config.oplog_size_mb:
+            options["oplog_size_bytes"] = config.oplog_size_mb * 1024 * 1024
+        if config.initial_sync_mb_per_s:
+            options["initial_sync_bytes_per_s"] = int(config.initial_sync_mb_per_s * 1024 * 1024)
+        self.spec = build_topology(
+            config.topology,
+            port_base=config.port_base or free_port_base(count),
+            settings=Settings(**{k: v for k, v in settings.items() if v is not None}),
+            **options,  # type: ignore[arg-type]
+        )
+        self.members = [m.host for m in self.spec.members]
+        self.uri = f"mongodb://{','.join(self.members)}/?replicaSet={self.spec.set_name}"
+        self._sandbox: Sandbox | None = None
+
+    @property
+    def hosts(self) -> SandboxHosts:
+        if self._sandbox is None:
+            raise TargetError("the sandbox is not up")
+        return SandboxHosts(self._sandbox)
+
+    def setup(self) -> None:
+        try:
+            engine, _ = choose_engine(self.config.engine)
+            self._sandbox = up(self.directory, self.spec, engine)
+        except SandboxError as exc:
+            raise TargetError(f"sandbox: {exc}") from exc
+        if self.config.data_mb:
+            self._preload(self.config.data_mb)
+
+    def _preload(self, megabytes: int) -> None:
+        with MongoClient(self.uri, serverSelectionTimeoutMS=30_000) as client:
+            coll = client[PRELOAD_DB].get_collection(
+                "preload", write_concern=WriteConcern("majority")
+            )
+            pad = "p" * _PRELOAD_DOC_BYTES
+            total = megabytes * 1024 * 1024 // _PRELOAD_DOC_BYTES
+            for first in range(0, total, 1000):
+                coll.insert_many(
+                    [{"_id": i, "pad": pad} for i in range(first, min(first + 1000, total))]
+                )
+
+    def teardown(self) -> None:
+        if self._sandbox is None or self.config.keep:
+            return
+        self._sandbox.down()
+        # Keep each member's events and log with the result; the data is only bulk.
+        for member in self.spec.members:
+            shutil.rmtree(member_dir(self.directory, member) / "data", ignore_errors=True)
+
+    def recover_action(self) -> dict[str, object] | None:
+        if self.config.keep:
+            return None
+        return {"action": "sandbox-down", "dir": str(self.directory)}
+
+    def events_path(self, host: str) -> Path:
+        return member_dir(self.directory, self.spec.member(host)) / "events.jsonl"
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1000)

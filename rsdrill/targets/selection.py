@@ -1,0 +1,67 @@
+"""Which member a fault's `select:` means right now, from each member's own replSetGetStatus."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
+from rsdrill.probes.wireclient import DirectConnection, WireClientError
+
+
+class SelectionError(Exception):
+    """The selection matches nothing in the live replica set; the fault is not injected."""
+
+
+def member_state(host: str, timeout_s: float = 1.0) -> str:
+    """The member's own state (PRIMARY, SECONDARY, ...), or DOWN when it does not answer."""
+    conn = DirectConnection(host, timeout_s)
+    try:
+        status = conn.command("admin", {"replSetGetStatus": 1})
+    except WireClientError:
+        return "DOWN"
+    finally:
+        conn.close()
+    me = next((m for m in status.get("members", []) if m.get("self")), None)
+    return str(me["stateStr"]) if me else "UNKNOWN"
+
+
+def current_states(members: list[str], timeout_s: float = 1.0) -> dict[str, str]:
+    with ThreadPoolExecutor(max_workers=max(len(members), 1)) as pool:
+        return dict(
+            zip(members, pool.map(lambda h: member_state(h, timeout_s), members), strict=True)
+        )
+
+
+def resolve(selection: Selection, states: dict[str, str]) -> list[str]:
+    """The hosts a selection names, given every member's current state (in config order)."""
+    if isinstance(selection, SelectMember):
+        if selection.member not in states:
+            raise SelectionError(f"{selection.member} is not a member ({', '.join(states)})")
+        return [selection.member]
+    if isinstance(selection, SelectCount):
+        pool = [h for h, s in states.items() if _fits(s, selection.role)]
+        # The primary last: counting members down should hit secondaries first.
+        pool.sort(key=lambda h: states[h] == "PRIMARY")
+        if len(pool) < selection.count:
+            raise SelectionError(
+                f"select count {selection.count} ({selection.role}): only "
+                f"{len(pool)} such member(s): {_describe(states)}"
+            )
+        return pool[: selection.count]
+    wanted = selection.upper()
+    matches = [h for h, s in states.items() if s == wanted]
+    if not matches:
+        raise SelectionError(f"select {selection}: no member is {wanted} now: {_describe(states)}")
+    return matches[:1]
+
+
+def _fits(state: str, role: str) -> bool:
+    if role == "secondary":
+        return state == "SECONDARY"
+    if role == "data":
+        return state not in ("ARBITER", "DOWN")
+    return state != "DOWN"
+
+
+def _describe(states: dict[str, str]) -> str:
+    return ", ".join(f"{h} {s}" for h, s in states.items())
