@@ -78,6 +78,13 @@ class TargetInfo(_Model):
     members: list[str] = Field(default_factory=list)
 
 
+class RunClockInfo(_Model):
+    """The run's time origin, to line its seconds up with other logs of the same machine."""
+
+    t0_monotonic: float = Field(description="CLOCK_MONOTONIC at t = 0 (probes started)")
+    t0_wall: float = Field(description="Unix time at t = 0")
+
+
 class Result(_Model):
     schema_: str = Field(SCHEMA, alias="schema")
     experiment: str
@@ -90,6 +97,7 @@ class Result(_Model):
     metrics: Metrics = Field(default_factory=Metrics)
     slo: list[SloResult] = Field(default_factory=list)
     error: str | None = None
+    clock: RunClockInfo | None = None
     rsdrill_version: str = ""
 
     def to_json(self) -> str:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rsdrill import __version__
-from rsdrill.cli import run, sandbox
+from rsdrill.cli import experiment, run, sandbox
 
 app = typer.Typer(
     name="rsdrill",
@@ -20,6 +20,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command()(experiment.validate)
+app.command()(experiment.plan)
+app.command()(experiment.schema)
 app.add_typer(sandbox.app, name="sandbox")
 app.command()(run.run)
 app.command()(run.recover)

@@ -26,7 +26,7 @@ from rsdrill.injectors.process import HostFreeze, HostKill
 from rsdrill.injectors.stepdown import StepDown
 from rsdrill.probes.history import FaultRecord, History, RunClock
 from rsdrill.redact import redact_uri
-from rsdrill.result import EXIT_CODES, FaultResult, Metrics, Result, TargetInfo
+from rsdrill.result import EXIT_CODES, FaultResult, Metrics, Result, RunClockInfo, TargetInfo
 from rsdrill.targets import RunTarget, TargetError
 from rsdrill.targets.selection import SelectionError, current_states, resolve
 
@@ -175,6 +175,7 @@ class Runner:
             metrics=metrics,
             slo=slo_results,
             error=error,
+            clock=RunClockInfo(t0_monotonic=self.clock.mono0, t0_wall=self.clock.wall0),
             rsdrill_version=__version__,
         )
         from rsdrill.report import write_reports

@@ -7,7 +7,6 @@ The sandbox lives in the run's output directory, so each member's ground-truth e
 from __future__ import annotations
 
 import random
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from pymongo import MongoClient, WriteConcern
 from rsdrill.experiment.schema import Target
 from rsdrill.sandbox.cluster import Sandbox, SandboxError, choose_engine, port_free, up
 from rsdrill.sandbox.config import MemberSpec, Settings, build_topology, member_dir
+from rsdrill.sandbox.emulator.storage import JOURNAL
 from rsdrill.targets import TargetError
 
 PRELOAD_DB = "rsdrill_data"
@@ -129,9 +129,9 @@ class SandboxTarget:
         if self._sandbox is None or self.config.keep:
             return
         self._sandbox.down()
-        # Keep each member's events and log with the result; the data is only bulk.
+        # Keep each member's events, log and rollback files with the result; drop the bulk.
         for member in self.spec.members:
-            shutil.rmtree(member_dir(self.directory, member) / "data", ignore_errors=True)
+            (member_dir(self.directory, member) / "data" / JOURNAL).unlink(missing_ok=True)
 
     def recover_action(self) -> dict[str, object] | None:
         if self.config.keep:

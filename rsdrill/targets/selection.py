@@ -25,7 +25,7 @@ def member_state(host: str, timeout_s: float = 1.0) -> str:
     return str(me["stateStr"]) if me else "UNKNOWN"
 
 
-def current_states(members: list[str], timeout_s: float = 1.0) -> dict[str, str]:
+def current_states(members: list[str], timeout_s: float = 0.3) -> dict[str, str]:
     with ThreadPoolExecutor(max_workers=max(len(members), 1)) as pool:
         return dict(
             zip(members, pool.map(lambda h: member_state(h, timeout_s), members), strict=True)

@@ -1,0 +1,35 @@
+"""Availability as a client sees it: the longest window without a successful operation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import pairwise
+
+from rsdrill.probes.history import Op
+
+
+def longest_gap(attempts: Sequence[Op], succeeded: Callable[[Op], bool]) -> float | None:
+    """The longest window, in seconds, in which no attempt succeeded.
+
+    The windows are the gaps between the `t_end` of consecutive successful attempts (ordered by
+    `t_end`), plus the open window from the last success to the end of the last attempt when
+    attempts kept failing until then. Failures before the first success (a probe warming up)
+    open no window. With no success at all the whole span counts: first attempt's `t_start` to
+    last attempt's `t_end`. None without attempts.
+    """
+    if not attempts:
+        return None
+    last_end = max(op.t_end for op in attempts)
+    ok_ends = sorted(op.t_end for op in attempts if succeeded(op))
+    if not ok_ends:
+        return last_end - min(op.t_start for op in attempts)
+    return max([last_end - ok_ends[-1], *(b - a for a, b in pairwise(ok_ends))])
+
+
+def unavailable_s(ops: Sequence[Op], probe: str) -> float | None:
+    """`write_unavailable_s` (probe "write") or `read_unavailable_s` (probe "read").
+
+    The longest window without a successful operation of that probe (see `longest_gap`);
+    None when the probe recorded nothing.
+    """
+    return longest_gap([op for op in ops if op.probe == probe], lambda op: op.ok)

@@ -1,0 +1,43 @@
+"""Durability: which acknowledged writes the replica set kept.
+
+Read from the ledger probe: every insert carries a sequence number (`detail.seq`); at the end
+one "readback" op lists the acknowledged seqs a majority read no longer finds
+(`detail.missing`), or fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rsdrill.probes.history import Op
+
+
+@dataclass(frozen=True)
+class Durability:
+    """The ledger's verdict on acknowledged writes."""
+
+    acknowledged_writes: int | None = None
+    lost_acknowledged_writes: int | None = None
+    lost_acknowledged_seqs: list[int] = field(default_factory=list)
+
+
+def durability(ops: Sequence[Op]) -> Durability:
+    """Count acknowledged ledger writes and those lost.
+
+    - acknowledged_writes: the number of successful ledger inserts; None without ledger inserts;
+    - lost_acknowledged_seqs: the readback's `missing` seqs that an acknowledged insert carried
+      (sorted, each once); lost_acknowledged_writes is their number. Both are unknown (None and
+      []) when there is no readback or the last readback failed.
+    """
+    inserts = [op for op in ops if op.probe == "ledger" and op.op == "insert"]
+    readbacks = sorted(
+        (op for op in ops if op.probe == "ledger" and op.op == "readback"), key=lambda o: o.t_end
+    )
+    acknowledged = [op for op in inserts if op.ok]
+    result = Durability(acknowledged_writes=len(acknowledged) if inserts else None)
+    if not readbacks or not readbacks[-1].ok:
+        return result
+    acked_seqs = {op.detail.get("seq") for op in acknowledged}
+    lost = sorted(s for s in set(readbacks[-1].detail.get("missing", [])) if s in acked_seqs)
+    return Durability(result.acknowledged_writes, len(lost), lost)

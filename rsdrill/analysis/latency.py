@@ -1,0 +1,87 @@
+"""Latency: percentiles of successful operations, and how long they stayed degraded after a fault.
+
+The source is the load probe's successful ops when there are any, else the availability
+probes' ("write" and "read"); an op's latency is `t_end - t_start`. Percentiles are
+nearest-rank: the smallest value such that at least p % of the values are at or below it (so
+every percentile is a latency that was actually observed).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Sequence
+
+from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.result import Latency
+
+BASELINE_MIN_OPS = 20
+"""Fewer successful ops before the first fault give no baseline (degradation_s is None)."""
+WINDOW_S = 1.0
+STEP_S = 0.25
+WINDOW_MIN_OPS = 5
+TOLERANCE = 1.5
+"""A window is back to normal when its p99 is at most this times the baseline p99."""
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile `p` (0 < p <= 100) of `values`, which must be sorted, non-empty."""
+    return values[max(1, math.ceil(p * len(values) / 100)) - 1]
+
+
+def latency_source(ops: Sequence[Op]) -> list[Op]:
+    """The successful ops latency is measured on: "load" if any, else "write" and "read"."""
+    load = [op for op in ops if op.probe == "load" and op.ok]
+    return load or [op for op in ops if op.probe in ("write", "read") and op.ok]
+
+
+def latency_ms(ops: Sequence[Op]) -> Latency:
+    """`latency_ms`: p50, p95, p99 and max in milliseconds over `latency_source(ops)`.
+
+    All fields None when there is no successful op.
+    """
+    values = sorted((op.t_end - op.t_start) * 1000 for op in latency_source(ops))
+    if not values:
+        return Latency()
+    return Latency(
+        p50=percentile(values, 50),
+        p95=percentile(values, 95),
+        p99=percentile(values, 99),
+        max=values[-1],
+    )
+
+
+def degradation_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> float | None:
+    """`degradation_s`: how long after the faults latency stayed above normal.
+
+    Baseline: p99 of `latency_source(ops)` ending before the first injection; None with fewer
+    than 20 such ops (or no injected fault). From the last revert (the last injection when
+    nothing was reverted), windows of 1 s start every 0.25 s; an op belongs to the window its
+    `t_end` falls in (start inclusive, end exclusive). The result is the offset of the first
+    window with at least 5 ops whose p99 is at most 1.5 times the baseline (0 when latency was
+    already normal), or, if none qualifies, the time from that revert to the last op's `t_end`
+    (0 when no op ended after it).
+    """
+    injections = [f.injected_at_s for f in faults if f.injected_at_s is not None]
+    if not injections:
+        return None
+    source = sorted(latency_source(ops), key=lambda o: o.t_end)
+    first_injection = min(injections)
+    baseline_values = sorted(op.t_end - op.t_start for op in source if op.t_end < first_injection)
+    if len(baseline_values) < BASELINE_MIN_OPS:
+        return None
+    limit = TOLERANCE * percentile(baseline_values, 99)
+    reverts = [f.reverted_at_s for f in faults if f.reverted_at_s is not None]
+    since = max(reverts) if reverts else max(injections)
+    ends = [op.t_end for op in source]
+    last_end = ends[-1]
+    step = 0
+    while since + step * STEP_S <= last_end:
+        start = since + step * STEP_S
+        window = source[bisect_left(ends, start) : bisect_left(ends, start + WINDOW_S)]
+        if len(window) >= WINDOW_MIN_OPS:
+            p99 = percentile(sorted(op.t_end - op.t_start for op in window), 99)
+            if p99 <= limit:
+                return step * STEP_S
+        step += 1
+    return max(0.0, last_end - since)

@@ -1,0 +1,43 @@
+"""The one entry point: a run's history and fault timeline in, the result's metrics out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rsdrill.analysis.availability import unavailable_s
+from rsdrill.analysis.durability import durability
+from rsdrill.analysis.failover import failover_parts, find_failover, no_primary_s
+from rsdrill.analysis.lag import replication_lag_max_s
+from rsdrill.analysis.latency import degradation_s, latency_ms
+from rsdrill.analysis.recovery import member_states, recovery_s
+from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.result import FailoverParts, Metrics
+
+
+def compute_metrics(
+    ops: Sequence[Op], faults: Sequence[FaultRecord], *, duration_s: float
+) -> Metrics:
+    """Every metric of the result (CONTRACT) from the history; a pure function.
+
+    `ops` in any order; `duration_s` is the run's length, for `probe_ops_per_s` (the number of
+    ops of all probes per second; None when `duration_s` is not positive). Each metric's
+    definition is in the docstring of the function computing it.
+    """
+    failover = find_failover(ops, faults)
+    ledger = durability(ops)
+    return Metrics(
+        write_unavailable_s=unavailable_s(ops, "write"),
+        read_unavailable_s=unavailable_s(ops, "read"),
+        failover_s=failover.seconds if failover else None,
+        failover_parts=failover_parts(ops, failover) if failover else FailoverParts(),
+        recovery_s=recovery_s(ops, faults),
+        member_states=member_states(ops),
+        replication_lag_max_s=replication_lag_max_s(ops),
+        acknowledged_writes=ledger.acknowledged_writes,
+        lost_acknowledged_writes=ledger.lost_acknowledged_writes,
+        lost_acknowledged_seqs=ledger.lost_acknowledged_seqs,
+        latency_ms=latency_ms(ops),
+        degradation_s=degradation_s(ops, faults),
+        no_primary_s=no_primary_s(ops),
+        probe_ops_per_s=len(ops) / duration_s if duration_s > 0 else None,
+    )

@@ -1,0 +1,66 @@
+"""Member recovery: each member's state over time, and how long it took to be healthy again.
+
+Read from the recovery probe: `replSetGetStatus` polled on each member directly; a poll the
+member did not answer means it was DOWN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rsdrill.analysis.polling import transition_time
+from rsdrill.probes.history import FaultRecord, Op
+
+HEALTHY = frozenset({"PRIMARY", "SECONDARY", "ARBITER"})
+"""States in which a member serves its role in the replica set again."""
+
+
+def member_state(op: Op) -> str:
+    """The state a recovery poll saw: the member's own state, "DOWN" if it did not answer."""
+    if not op.ok:
+        return "DOWN"
+    return str(op.detail.get("state", "UNKNOWN"))
+
+
+def member_states(ops: Sequence[Op]) -> dict[str, list[tuple[float, str]]]:
+    """`member_states`: per member, `(t, state)` each time its polled state changed.
+
+    The first observation is included; `t` is the poll's `t_end` rounded to the millisecond;
+    polls are taken in `t_end` order.
+    """
+    states: dict[str, list[tuple[float, str]]] = {}
+    for op in _polls(ops):
+        assert op.member is not None
+        seq = states.setdefault(op.member, [])
+        state = member_state(op)
+        if not seq or seq[-1][1] != state:
+            seq.append((round(op.t_end, 3), state))
+    return states
+
+
+def recovery_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> dict[str, float | None]:
+    """`recovery_s`: per reverted fault's target, seconds from the revert to healthy again.
+
+    Healthy means a poll of that member answered after `reverted_at_s` with state PRIMARY,
+    SECONDARY or ARBITER; the moment is `polling.transition_time(prev, first, reverted_at_s)`
+    with `prev` the member's last poll before it (unhealthy or unanswered). None if the member
+    never became healthy; faults never reverted are left out. When several faults hit one
+    member, the latest revert wins.
+    """
+    polls = _polls(ops)
+    result: dict[str, float | None] = {}
+    reverts = sorted((f.reverted_at_s, f.target) for f in faults if f.reverted_at_s is not None)
+    for since, target in reverts:
+        mine = [op for op in polls if op.member == target]
+        first = next((op for op in mine if op.t_end > since and member_state(op) in HEALTHY), None)
+        if first is None:
+            result[target] = None
+            continue
+        before = [op for op in mine if op.t_end <= first.t_start]
+        prev = before[-1] if before else None
+        result[target] = transition_time(prev, first, since) - since
+    return result
+
+
+def _polls(ops: Sequence[Op]) -> list[Op]:
+    return sorted((op for op in ops if op.probe == "recovery" and op.member), key=lambda o: o.t_end)

@@ -1,0 +1,130 @@
+"""SLO assertions: which metrics can be asserted, how a condition reads, and the verdict.
+
+An experiment's `slo:` maps a metric name to a condition such as `"<= 15"`. Names are the
+result's metric names; nested ones are dotted (`failover_parts.election_s`, `latency_ms.p99`),
+and `recovery_s.<host:port>` names one member's recovery time while `recovery_s.max` is the
+slowest member's. A metric that could not be measured (null) fails its SLO: an SLO is a promise
+the run must demonstrate, not one it may skip.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+from rsdrill.result import Metrics, SloResult
+
+_METRIC_NAMES: tuple[str, ...] = (
+    "write_unavailable_s",
+    "read_unavailable_s",
+    "failover_s",
+    "failover_parts.detection_s",
+    "failover_parts.election_s",
+    "failover_parts.client_rediscovery_s",
+    "recovery_s.max",
+    "replication_lag_max_s",
+    "acknowledged_writes",
+    "lost_acknowledged_writes",
+    "latency_ms.p50",
+    "latency_ms.p95",
+    "latency_ms.p99",
+    "latency_ms.max",
+    "degradation_s",
+    "no_primary_s",
+)
+
+_OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    "<": operator.lt,
+    ">=": operator.ge,
+    ">": operator.gt,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+# Two-character operators first, so "<= 5" is not read as "<" followed by "= 5".
+_CONDITION = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
+_MEMBER = re.compile(r"^\S+:\d{1,5}$")
+_RECOVERY_PREFIX = "recovery_s."
+
+
+def metric_names() -> list[str]:
+    """The metric names an SLO may use, in the result's order (plus `recovery_s.<host:port>`)."""
+    return list(_METRIC_NAMES)
+
+
+def known_metric(name: str) -> bool:
+    """True if `name` is one of `metric_names()` or `recovery_s.<host:port>` for any member."""
+    if name in _METRIC_NAMES:
+        return True
+    member = name.removeprefix(_RECOVERY_PREFIX)
+    return member != name and _MEMBER.match(member) is not None
+
+
+def parse_condition(text: str) -> tuple[str, float]:
+    """Split a condition such as `"<= 15"` into its operator and finite threshold.
+
+    Operators: `<=, <, >=, >, ==, !=`; the threshold is any finite number Python's `float`
+    reads (`15`, `-0.5`, `1e3`). Raises ValueError naming what is wrong otherwise.
+    """
+    match = _CONDITION.match(text)
+    if match is None:
+        raise ValueError(
+            f"condition {text!r} must be an operator (<=, <, >=, >, ==, !=) and a number, "
+            'e.g. "<= 15"'
+        )
+    op, number = match.groups()
+    try:
+        threshold = float(number)
+    except ValueError:
+        raise ValueError(f"condition {text!r}: threshold {number!r} is not a number") from None
+    if not math.isfinite(threshold):
+        raise ValueError(f"condition {text!r}: threshold must be a finite number")
+    return op, threshold
+
+
+def observed_value(metrics: Metrics, name: str) -> float | None:
+    """The value of metric `name` in `metrics`, or None when it was not measured.
+
+    `recovery_s.max` is the largest member recovery time; None when no member was reverted or
+    any reverted member never recovered. `recovery_s.<host:port>` is None for a member that was
+    not reverted. Raises ValueError for a name `known_metric` rejects.
+    """
+    if not known_metric(name):
+        raise ValueError(f"unknown metric {name!r}; known: {', '.join(_METRIC_NAMES)}")
+    if name == "recovery_s.max":
+        times = list(metrics.recovery_s.values())
+        if not times or any(t is None for t in times):
+            return None
+        return max(t for t in times if t is not None)
+    if name.startswith(_RECOVERY_PREFIX):
+        return metrics.recovery_s.get(name.removeprefix(_RECOVERY_PREFIX))
+    value: Any = metrics
+    for part in name.split("."):
+        value = getattr(value, part)
+    return None if value is None else float(value)
+
+
+def evaluate(metrics: Metrics, slo: Mapping[str, str]) -> list[SloResult]:
+    """One result per SLO, in the mapping's order; an unmeasured (None) metric fails.
+
+    Raises ValueError for an unknown metric or a malformed condition (the experiment loader
+    rejects both before anything runs).
+    """
+    results = []
+    for name, condition in slo.items():
+        op, threshold = parse_condition(condition)
+        observed = observed_value(metrics, name)
+        passed = observed is not None and _OPERATORS[op](observed, threshold)
+        results.append(
+            SloResult(metric=name, op=op, threshold=threshold, observed=observed, passed=passed)
+        )
+    return results
+
+
+def verdict(results: Iterable[SloResult]) -> Literal["pass", "fail"]:
+    """The verdict of a run's SLOs: "pass" when every one held (or there are none), else "fail"."""
+    return "pass" if all(r.passed for r in results) else "fail"

@@ -1,0 +1,289 @@
+"""What an experiment will do, to which member and when, worked out from the file alone.
+
+No side effects: nothing is started, nothing connects. Members named by role ("the primary") are
+resolved by the runner at injection time, so the plan says "at that moment".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rsdrill.experiment.schema import (
+    AvailabilityProbe,
+    DurabilityProbe,
+    Experiment,
+    FailoverProbe,
+    Fault,
+    LagProbe,
+    LoadProbe,
+    Probes,
+    RecoveryProbe,
+    SelectCount,
+    Selection,
+    SelectMember,
+    Target,
+)
+from rsdrill.experiment.schema import format_duration as _secs
+
+# MongoDB's own defaults, which the sandbox uses unless the target overrides them.
+_DEFAULT_ELECTION_TIMEOUT_S = 10.0
+_DEFAULT_HEARTBEAT_INTERVAL_S = 2.0
+_DEFAULT_OPLOG_MB = 192
+_DEFAULT_STEPDOWN_S = 60.0
+
+_TOPOLOGY_MEMBERS = {"rs1": 1, "rs3": 3, "psa": 3}
+_TOPOLOGY_SHAPE = {
+    "rs1": "one data-bearing member",
+    "rs3": "three data-bearing members",
+    "psa": "primary, secondary and arbiter",
+}
+_URI_PASSWORD = re.compile(r"(://[^:/@]+:)[^@/]*@")
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """One thing the run will do: at `at_s` seconds after the probes start (until `until_s`
+    for an observation window). `action` is "inject", "revert" or "observe"."""
+
+    at_s: float
+    action: str
+    kind: str
+    selection: str
+    description: str
+    until_s: float | None = None
+
+
+def plan_experiment(exp: Experiment) -> list[PlannedStep]:
+    """The run's timeline: steady state, each fault's injection and revert, then recovery."""
+    first_fault_s = min(f.at for f in exp.faults)
+    steps = [
+        PlannedStep(
+            0.0,
+            "observe",
+            "steady-state",
+            "",
+            f"steady state: probes record a baseline "
+            f"(at least {_secs(exp.observe.steady_state)} before the first fault)",
+            until_s=first_fault_s,
+        )
+    ]
+    fault_steps: list[PlannedStep] = []
+    for fault in exp.faults:
+        fault_steps.extend(_fault_steps(fault))
+    steps.extend(sorted(fault_steps, key=lambda s: s.at_s))
+    steps.append(_recovery_step(exp, last_s=max(s.at_s for s in fault_steps)))
+    return steps
+
+
+def _fault_steps(fault: Fault) -> list[PlannedStep]:
+    selection = describe_selection(fault.select)
+    inject = PlannedStep(
+        fault.at, "inject", fault.kind, selection, f"{selection} ({_injection(fault)})"
+    )
+    revert_after = fault.revert_after
+    if revert_after is None:
+        return [inject]
+    revert = PlannedStep(
+        fault.at + revert_after, "revert", fault.kind, selection, _reversion(fault)
+    )
+    return [inject, revert]
+
+
+def _injection(fault: Fault) -> str:
+    if fault.kind == "host-kill":
+        return "SIGKILL" if fault.restart else "SIGKILL; never restarted"
+    if fault.kind == "host-freeze":
+        return f"SIGSTOP for {_secs(fault.duration or 0.0)}"
+    period = fault.duration if fault.duration is not None else _DEFAULT_STEPDOWN_S
+    force = ", force" if fault.force else ""
+    return (
+        f"replSetStepDown: not electable for {_secs(period)}, "
+        f"secondaries get {_secs(fault.secondary_catch_up)} to catch up{force}"
+    )
+
+
+def _reversion(fault: Fault) -> str:
+    them = "them" if isinstance(fault.select, SelectCount) and fault.select.count > 1 else "it"
+    if fault.kind == "host-freeze":
+        return f"resume {them} (SIGCONT)"
+    if fault.restart and fault.restart.volume == "wipe":
+        return f"restart {them} on an empty data directory (full initial sync)"
+    return f"restart {them} on {'their' if them == 'them' else 'its'} kept data directory"
+
+
+def _recovery_step(exp: Experiment, last_s: float) -> PlannedStep:
+    window = exp.observe.after_revert
+    if exp.observe.until_recovered:
+        what = (
+            f"until every member is healthy (at least {_secs(min(2.0, window))}, "
+            f"at most {_secs(window)})"
+        )
+    else:
+        what = f"for {_secs(window)}"
+    return PlannedStep(last_s, "observe", "recovery", "", what, until_s=last_s + window)
+
+
+def describe_selection(selection: Selection) -> str:
+    """A fault's `select:` in words."""
+    if isinstance(selection, SelectMember):
+        return f"member {selection.member}"
+    if isinstance(selection, SelectCount):
+        n = selection.count
+        if selection.role == "secondary":
+            return f"{n} secondar{'y' if n == 1 else 'ies'} at that moment"
+        what = "data-bearing member" if selection.role == "data" else "member"
+        return f"{n} {what}{'' if n == 1 else 's'} at that moment (secondaries first)"
+    if selection == "arbiter":
+        return "the arbiter"
+    article = "the" if selection == "primary" else "a"
+    return f"{article} {selection} at that moment"
+
+
+# -- the whole plan as text ----------------------------------------------------------------------
+
+
+def render_plan(exp: Experiment) -> str:
+    """The plan as readable text: target, probes, timeline and SLOs."""
+    lines = [f"experiment {exp.name}"]
+    if exp.description:
+        lines.append(f"  {exp.description.strip()}")
+    lines += ["", "target", *_indent(describe_target(exp.target))]
+    lines += ["", "probes", *_indent(describe_probes(exp.probes))]
+    lines += ["", "timeline (seconds from the start of the probes)"]
+    lines += _indent(_timeline(plan_experiment(exp)))
+    lines += _indent(_warnings(exp))
+    lines += ["", "slo"]
+    slo = [f"{metric} {condition.strip()}" for metric, condition in exp.slo.items()]
+    lines += _indent(slo or ["none: the run reports its metrics and passes"])
+    return "\n".join(lines) + "\n"
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return [f"  {line}" for line in lines]
+
+
+def _timeline(steps: list[PlannedStep]) -> list[str]:
+    rows = []
+    for step in steps:
+        when = f"t+{step.at_s:.1f}s"
+        if step.until_s is not None:
+            when += f"..{step.until_s:.1f}s"
+        kind = "" if step.action == "observe" else step.kind
+        rows.append((when, step.action, kind, step.description))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
+        + "  "
+        + row[3]
+        for row in rows
+    ]
+
+
+def _warnings(exp: Experiment) -> list[str]:
+    first = min(f.at for f in exp.faults)
+    if first < exp.observe.steady_state:
+        return [
+            f"note: the first fault (t+{first:.1f}s) comes before "
+            f"{_secs(exp.observe.steady_state)} of steady state"
+        ]
+    return []
+
+
+def describe_target(target: Target) -> list[str]:
+    """Where the replica set is and how it is set up, one line per fact."""
+    if target.platform == "local":
+        lines = [f"local processes, {target.topology} expected; uri {redact_uri(target.uri or '')}"]
+        for m in target.members:
+            lines.append(
+                f"member {m.host}: started by `{m.start}`, data in {m.dbpath or '(not given)'}"
+            )
+        return lines
+    count = _TOPOLOGY_MEMBERS[target.topology]
+    ports = (
+        f"ports {target.port_base}-{target.port_base + count - 1}"
+        if target.port_base
+        else "free ports found at run time"
+    )
+    lines = [
+        f"sandbox {target.topology}: {_TOPOLOGY_SHAPE[target.topology]}, "
+        f"engine {target.engine}, {ports}",
+        "election timeout "
+        + _setting(target.election_timeout, _DEFAULT_ELECTION_TIMEOUT_S)
+        + ", heartbeat interval "
+        + _setting(target.heartbeat_interval, _DEFAULT_HEARTBEAT_INTERVAL_S),
+        f"oplog {target.oplog_size_mb or _DEFAULT_OPLOG_MB} MB"
+        + (
+            f", initial sync capped at {target.initial_sync_mb_per_s:g} MB/s"
+            if target.initial_sync_mb_per_s
+            else ""
+        )
+        + (f", {target.data_mb} MB of data preloaded" if target.data_mb else ""),
+        "left running after the run" if target.keep else "torn down after the run",
+    ]
+    return lines
+
+
+def _setting(value: float | None, default_s: float) -> str:
+    if value is None:
+        return f"{_secs(default_s)} (MongoDB's default)"
+    return _secs(value)
+
+
+def redact_uri(uri: str) -> str:
+    """The URI with any password replaced by `***`."""
+    return _URI_PASSWORD.sub(r"\1***@", uri)
+
+
+def describe_probes(probes: Probes) -> list[str]:
+    """One line per probe: what it does and how often, or "off"."""
+    described = {
+        "availability": _availability,
+        "failover": _failover,
+        "recovery": _recovery,
+        "lag": _lag,
+        "durability": _durability,
+        "load": _load,
+    }
+    width = max(map(len, described))
+    lines = []
+    for name, describe in described.items():
+        config = getattr(probes, name)
+        lines.append(f"{name.ljust(width)}  {describe(config) if config is not None else 'off'}")
+    return lines
+
+
+def _availability(p: AvailabilityProbe) -> str:
+    loops = [w for w, on in (("writes", p.writes), ("reads", p.reads)) if on]
+    return (
+        f"{' and '.join(loops) or 'nothing'} every {_secs(p.interval)}, timeout "
+        f"{_secs(p.timeout)}, w:{p.write_concern}, retries {'on' if p.retries else 'off'}, "
+        f"read preference {p.read_preference}"
+    )
+
+
+def _failover(p: FailoverProbe) -> str:
+    return f"hello on each member every {_secs(p.interval)}, timeout {_secs(p.timeout)}"
+
+
+def _recovery(p: RecoveryProbe) -> str:
+    return f"replSetGetStatus on each member every {_secs(p.interval)}"
+
+
+def _lag(p: LagProbe) -> str:
+    return f"replication lag from the primary every {_secs(p.interval)}"
+
+
+def _durability(p: DurabilityProbe) -> str:
+    return (
+        f"numbered writes every {_secs(p.interval)}, w:{p.write_concern}, retries "
+        f"{'on' if p.retries else 'off'}; read back (majority) within {_secs(p.readback_timeout)}"
+    )
+
+
+def _load(p: LoadProbe) -> str:
+    mix = "50/50 read/update" if p.workload == "a" else "95/5 read/update"
+    return (
+        f"workload {p.workload} ({mix}), {p.rate:g} ops/s on {p.threads} threads, "
+        f"{p.records} records of {p.record_bytes} B, {p.distribution} keys, w:{p.write_concern}"
+    )

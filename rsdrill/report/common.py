@@ -1,0 +1,57 @@
+"""Formatting shared by the JUnit, Markdown and HTML reports, so all three name things alike."""
+
+from __future__ import annotations
+
+from rsdrill.result import Metrics, SloResult
+
+# Which metrics are "scalar" is decided by value type, so a metric added to `Metrics` later shows up
+# in every report without touching this module; lists (member_states, lost seqs) are left to the
+# places that can draw or count them.
+Scalar = float | int | None
+
+
+def scalar_metrics(metrics: Metrics) -> list[tuple[str, Scalar]]:
+    """Every scalar metric as (dotted name, value), nested models and dicts flattened.
+
+    `failover_parts.election_s`, `recovery_s.127.0.0.1:28017`, `latency_ms.p99`; None stays None.
+    """
+    rows: list[tuple[str, Scalar]] = []
+
+    def walk(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                walk(f"{prefix}.{key}", sub)
+        elif value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            rows.append((prefix, value))
+
+    for name, value in metrics.model_dump().items():
+        walk(name, value)
+    return rows
+
+
+def fmt_number(value: Scalar, unit: str = "") -> str:
+    """A number for people: integers without ".0", floats to 3 decimals, None as "n/a"."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, int) or float(value).is_integer():
+        text = str(int(value))
+    else:
+        text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return f"{text} {unit}".rstrip()
+
+
+def slo_condition(slo: SloResult) -> str:
+    """`<= 15`: the SLO's operator and threshold as written in the experiment file."""
+    return f"{slo.op} {fmt_number(slo.threshold)}"
+
+
+def slo_title(slo: SloResult) -> str:
+    """`write_unavailable_s <= 15`: the name of the SLO's JUnit testcase and table row."""
+    return f"{slo.metric} {slo_condition(slo)}"
+
+
+def slo_explanation(slo: SloResult) -> str:
+    """One sentence saying what was required and what was observed."""
+    observed = "not measured" if slo.observed is None else fmt_number(slo.observed)
+    verb = "held" if slo.passed else "violated"
+    return f"{slo.metric} = {observed}; required {slo_condition(slo)}: {verb}"

@@ -1,0 +1,143 @@
+"""`rsdrill run` end to end on the sandbox, checked against the sandbox's own event logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import bson
+import pytest
+
+from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.experiment.schema import Experiment
+from rsdrill.result import Result
+from rsdrill.sandbox.groundtruth import all_events, first_after
+
+
+def _run(tmp_path: Path, spec: dict[str, Any], journal_dir: Path | None = None) -> Result:
+    experiment = Experiment.model_validate(spec)
+    out = tmp_path / "out"
+    return run_experiment(
+        experiment, RunOptions(out_dir=out, live=False, journal_dir=journal_dir or tmp_path)
+    )
+
+
+def _kill_mono(result: Result, index: int = 0) -> float:
+    assert result.clock is not None
+    injected = result.faults[index].injected_at_s
+    assert injected is not None
+    return result.clock.t0_monotonic + injected
+
+
+def test_primary_kill_measures_failover_like_the_ground_truth(tmp_path: Path) -> None:
+    result = _run(tmp_path, {
+        "name": "fast-primary-kill",
+        "target": {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s"},
+        "faults": [{"at": "3s", "kind": "host-kill", "select": "primary", "duration": "4s"}],
+        "observe": {"after_revert": "20s"},
+        "slo": {"write_unavailable_s": "<= 5", "lost_acknowledged_writes": "== 0"},
+    })  # fmt: skip
+    assert result.verdict == "pass", result.error
+    assert result.exit_code == 0
+    killed = result.faults[0].target
+    sandbox = tmp_path / "out" / "sandbox"
+    writable = first_after(sandbox, "writable", _kill_mono(result), other_than=killed)
+    assert writable is not None
+    truth = writable["t_mono"] - _kill_mono(result)
+    m = result.metrics
+    assert m.failover_s is not None and abs(m.failover_s - truth) < 0.1, (m.failover_s, truth)
+    assert m.write_unavailable_s is not None and truth <= m.write_unavailable_s <= truth + 0.5
+    assert m.lost_acknowledged_writes == 0 and (m.acknowledged_writes or 0) > 50
+    assert m.recovery_s[killed] is not None and m.recovery_s[killed] < 5
+    states = [s for _, s in m.member_states[killed]]
+    assert "DOWN" in states and states[-1] == "SECONDARY"
+    saved = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert saved["schema"] == "rsdrill.result/v1" and saved["verdict"] == "pass"
+    for name in ("junit.xml", "report.html", "summary.md", "history.jsonl"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+
+
+def test_failed_slo_gives_verdict_fail_and_exit_1(tmp_path: Path) -> None:
+    result = _run(tmp_path, {
+        "name": "impossible-slo",
+        "target": {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s"},
+        "faults": [{"at": "2s", "kind": "host-kill", "select": "primary", "duration": "2s"}],
+        "observe": {"after_revert": "10s"},
+        "slo": {"write_unavailable_s": "<= 0.05"},
+    })  # fmt: skip
+    assert (result.verdict, result.exit_code) == ("fail", 1)
+    assert result.slo[0].passed is False and (result.slo[0].observed or 0) > 0.05
+
+
+def test_rs1_kill_with_restart_delay(tmp_path: Path) -> None:
+    delay = 3.0
+    result = _run(tmp_path, {
+        "name": "rs1-kill",
+        "target": {"platform": "sandbox", "topology": "rs1"},
+        "faults": [{"at": "2s", "kind": "host-kill", "restart": {"after": f"{delay}s"}}],
+        "observe": {"after_revert": "20s"},
+    })  # fmt: skip
+    assert result.verdict == "pass", result.error
+    member = result.faults[0].target
+    back = first_after(tmp_path / "out" / "sandbox", "writable", _kill_mono(result),
+                       member=member)  # fmt: skip
+    assert back is not None
+    restart_time = back["t_mono"] - _kill_mono(result) - delay
+    gap = result.metrics.write_unavailable_s
+    assert gap is not None and abs(gap - (delay + restart_time)) <= 0.5, (gap, restart_time)
+    assert result.metrics.failover_s is None  # the same member came back: no failover
+
+
+def test_ledger_reports_exactly_the_rolled_back_writes(tmp_path: Path) -> None:
+    result = _run(tmp_path, {
+        "name": "rollback",
+        "target": {"platform": "sandbox", "topology": "rs3", "election_timeout": "2s"},
+        "probes": {"durability": {"write_concern": 1, "journal": True, "interval": "20ms"}},
+        "faults": [
+            {"at": "2s", "kind": "host-freeze", "select": {"count": 2, "role": "secondary"},
+             "duration": "2s"},
+            {"at": "3.5s", "kind": "host-kill", "select": "primary",
+             "restart": {"after": "4s"}},
+        ],
+        "observe": {"after_revert": "30s"},
+    })  # fmt: skip
+    assert result.verdict == "pass", result.error
+    old_primary = result.faults[-1].target
+    rollback = [e for e in all_events(tmp_path / "out" / "sandbox")
+                if e["event"] == "rollback_end" and e["member"] == old_primary]  # fmt: skip
+    assert rollback, "the old primary did not roll back"
+    rolled_back = {
+        doc["_id"]
+        for path in map(Path, rollback[0]["files"])
+        if path.parent.name.endswith("_ledger")
+        for doc in bson.decode_all(path.read_bytes())
+    }
+    # The rollback also holds writes whose acknowledgement never reached the probe.
+    acknowledged = {
+        op["detail"]["seq"]
+        for op in map(json.loads, (tmp_path / "out" / "history.jsonl").read_text().splitlines())
+        if op["probe"] == "ledger" and op["op"] == "insert" and op["outcome"] == "ok"
+    }
+    expected = sorted(rolled_back & acknowledged)
+    assert expected, "no acknowledged ledger write was rolled back"
+    assert result.metrics.lost_acknowledged_seqs == expected
+    assert result.metrics.lost_acknowledged_writes == len(expected)
+
+
+@pytest.mark.parametrize("kind", ["host-freeze", "stepdown"])
+def test_freeze_and_stepdown_are_measured(tmp_path: Path, kind: str) -> None:
+    fault: dict[str, Any] = {"at": "2s", "kind": kind, "select": "primary"}
+    fault["duration"] = "3s" if kind == "host-freeze" else "10s"
+    result = _run(tmp_path, {
+        "name": f"primary-{kind}",
+        "target": {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s"},
+        "faults": [fault],
+        "observe": {"after_revert": "15s"},
+    })  # fmt: skip
+    assert result.verdict == "pass", result.error
+    assert result.metrics.failover_s is not None
+    if kind == "stepdown":
+        assert result.metrics.failover_s < 1.0  # a hand-off, not an election timeout
+    else:
+        assert result.faults[0].reverted_at_s is not None

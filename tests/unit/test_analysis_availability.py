@@ -1,0 +1,140 @@
+"""write_unavailable_s / read_unavailable_s from hand-written histories, plus properties."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rsdrill.analysis.availability import longest_gap, unavailable_s
+from rsdrill.probes.history import Op
+
+A = "a:27017"
+
+
+def attempt(t_start: float, t_end: float, ok: bool = True, probe: str = "write") -> Op:
+    op = "insert" if probe == "write" else "find"
+    if ok:
+        return Op(probe, op, A, t_start, t_end, "ok", {"seq": 0})
+    detail = {"seq": 0, "error": "timed out", "code": None, "type": "NetworkTimeout"}
+    return Op(probe, op, None, t_start, t_end, "timeout", detail)
+
+
+def test_no_ops_is_none() -> None:
+    assert unavailable_s([], "write") is None
+    assert unavailable_s([attempt(0.0, 0.1, probe="read")], "write") is None
+
+
+def test_steady_writes_give_the_poll_interval() -> None:
+    ops = [attempt(1.0, 1.01), attempt(1.1, 1.11), attempt(1.2, 1.21)]
+    assert unavailable_s(ops, "write") == pytest.approx(0.1)
+
+
+def test_gap_is_between_the_ends_of_consecutive_successes() -> None:
+    ops = [
+        attempt(1.0, 1.01),
+        attempt(2.0, 2.01),
+        attempt(2.1, 2.35, ok=False),
+        attempt(2.4, 2.65, ok=False),
+        attempt(10.5, 10.52),
+        attempt(10.6, 10.61),
+    ]
+    assert unavailable_s(ops, "write") == pytest.approx(10.52 - 2.01)
+
+
+def test_failures_until_the_end_count_as_an_open_window() -> None:
+    ops = [attempt(1.0, 1.01), attempt(2.0, 2.01), attempt(2.1, 3.1, ok=False)]
+    ops += [attempt(3.2, 7.5, ok=False)]
+    assert unavailable_s(ops, "write") == pytest.approx(7.5 - 2.01)
+
+
+def test_open_window_counts_only_when_longer_than_the_gaps() -> None:
+    ops = [attempt(1.0, 1.01), attempt(5.0, 5.01), attempt(5.1, 6.0, ok=False)]
+    assert unavailable_s(ops, "write") == pytest.approx(4.0)
+
+
+def test_no_success_at_all_spans_first_start_to_last_end() -> None:
+    ops = [attempt(0.9, 1.15, ok=False), attempt(1.2, 1.45, ok=False), attempt(4.0, 5.0, ok=False)]
+    assert unavailable_s(ops, "write") == pytest.approx(4.1)
+
+
+def test_failures_before_the_first_success_open_no_window() -> None:
+    ops = [attempt(0.0, 0.5, ok=False), attempt(0.5, 3.0), attempt(3.1, 3.5)]
+    assert unavailable_s(ops, "write") == pytest.approx(0.5)
+
+
+def test_a_single_success_is_zero() -> None:
+    assert unavailable_s([attempt(1.0, 1.2)], "write") == 0.0
+
+
+def test_order_of_the_history_does_not_matter() -> None:
+    ops = [attempt(9.0, 9.01), attempt(1.0, 1.01), attempt(3.0, 3.5, ok=False), attempt(2.0, 2.01)]
+    assert unavailable_s(ops, "write") == pytest.approx(7.0)
+
+
+def test_read_probe_is_measured_apart_from_writes() -> None:
+    ops = [
+        attempt(1.0, 1.01, probe="read"),
+        attempt(1.5, 1.51),
+        attempt(4.0, 4.01, probe="read"),
+        attempt(4.5, 4.51),
+    ]
+    assert unavailable_s(ops, "read") == pytest.approx(3.0)
+    assert unavailable_s(ops, "write") == pytest.approx(3.0)
+    assert unavailable_s(ops[:3], "write") == 0.0
+
+
+def test_jittered_intervals_take_the_longest() -> None:
+    ends = [1.0, 1.013, 1.041, 1.049, 1.102, 1.107]
+    ops = [attempt(t - 0.004, t) for t in ends]
+    assert unavailable_s(ops, "write") == pytest.approx(0.053)
+
+
+def test_longest_gap_with_a_custom_success() -> None:
+    ops = [attempt(0.0, 1.0), attempt(1.0, 2.0), attempt(2.0, 6.0)]
+    assert longest_gap(ops, lambda op: op.t_end != 2.0) == pytest.approx(5.0)
+
+
+# -- properties -----------------------------------------------------------------------------------
+
+_step = st.tuples(
+    st.floats(0.0, 5.0),  # pause before the attempt
+    st.floats(0.0, 2.0),  # its duration
+    st.booleans(),  # succeeded
+)
+
+
+def _sequential(steps: list[tuple[float, float, bool]]) -> list[Op]:
+    ops, t = [], 0.0
+    for pause, duration, ok in steps:
+        ops.append(attempt(t + pause, t + pause + duration, ok=ok))
+        t += pause + duration
+    return ops
+
+
+@given(st.lists(_step, min_size=1, max_size=40))
+def test_property_at_least_every_gap_between_successes(steps: list[tuple[float, float, bool]]):
+    ops = _sequential(steps)
+    result = unavailable_s(ops, "write")
+    assert result is not None
+    ok_ends = [op.t_end for op in ops if op.ok]
+    for a, b in pairwise(ok_ends):
+        assert result >= b - a - 1e-9
+    assert result <= ops[-1].t_end - ops[0].t_start + 1e-9
+
+
+@given(st.lists(_step, min_size=1, max_size=40), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_property_an_added_success_never_increases_it(
+    steps: list[tuple[float, float, bool]], where: float, duration: float
+):
+    ops = _sequential(steps)
+    ok_ends = [op.t_end for op in ops if op.ok]
+    # Anywhere from the first success (or the first attempt) to the last attempt's end.
+    lo = ok_ends[0] if ok_ends else ops[0].t_start
+    t_end = lo + where * (ops[-1].t_end - lo)
+    before = unavailable_s(ops, "write")
+    after = unavailable_s([*ops, attempt(t_end - duration, t_end)], "write")
+    assert before is not None and after is not None
+    assert after <= before + 1e-9

@@ -1,0 +1,210 @@
+"""failover_s, failover_parts and no_primary_s from hand-written histories."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rsdrill.analysis.failover import failover_parts, find_failover, no_primary_s
+from rsdrill.probes.history import FaultRecord, Op
+
+A, B, C = "a:27017", "b:27017", "c:27017"
+
+
+def hello(member: str, t_start: float, writable: bool | None, dur: float = 0.01) -> Op:
+    """A failover poll; writable None means the member did not answer."""
+    if writable is None:
+        return Op("failover", "hello", member, t_start, t_start + 0.25, "timeout", {"error": "x"})
+    detail = {"writable": writable, "secondary": not writable, "primary": None}
+    return Op("failover", "hello", member, t_start, round(t_start + dur, 6), "ok", detail)
+
+
+def polls(member: str, start: float, stop: float, writable: bool | None) -> list[Op]:
+    """Polls every 0.1 s in [start, stop)."""
+    n = round((stop - start) / 0.1)
+    return [hello(member, round(start + 0.1 * k, 6), writable) for k in range(n)]
+
+
+def kill(at: float, target: str = A, index: int = 0) -> FaultRecord:
+    return FaultRecord(index, "host-kill", target, injected_at_s=at, verified_at_s=at + 0.1)
+
+
+def status(member: str, t: float, state: str, term: int, election: dict | None = None) -> Op:
+    detail: dict = {"state": state, "term": term}
+    if election is not None:
+        detail["election"] = election
+    return Op("recovery", "status", member, t, t + 0.01, "ok", detail)
+
+
+def write(t_start: float, member: str | None, ok: bool = True) -> Op:
+    if ok:
+        return Op("write", "insert", member, t_start, t_start + 0.005, "ok", {"seq": 1})
+    return Op("write", "insert", None, t_start, t_start + 0.25, "timeout", {"seq": 1})
+
+
+def rs3_primary_kill() -> list[Op]:
+    """A primary until killed at 5.0; B writable from its poll starting at 15.0."""
+    return [
+        *polls(A, 1.0, 5.0, True),
+        *polls(A, 5.0, 30.0, None),
+        *polls(B, 1.0, 15.0, False),
+        *polls(B, 15.0, 30.0, True),
+        *polls(C, 1.0, 30.0, False),
+    ]
+
+
+def test_failover_is_the_midpoint_of_the_new_primarys_last_no_and_first_yes() -> None:
+    failover = find_failover(rs3_primary_kill(), [kill(5.0)])
+    assert failover is not None
+    assert (failover.old_primary, failover.new_primary) == (A, B)
+    # B's last not-writable poll ended at 14.91, its first writable one started at 15.0.
+    assert failover.writable_at_s == pytest.approx(14.955)
+    assert failover.seconds == pytest.approx(9.955)
+
+
+def test_a_prev_poll_before_the_injection_gives_the_first_polls_start() -> None:
+    ops = [hello(A, 4.9, True), hello(B, 4.9, False), hello(B, 5.05, True)]
+    failover = find_failover(ops, [kill(5.0)])
+    assert failover is not None
+    assert failover.seconds == pytest.approx(0.05)
+
+
+def test_jittered_polls_use_the_actual_neighbours() -> None:
+    ops = [
+        hello(A, 4.93, True),
+        hello(B, 13.1, False),
+        hello(B, 14.3, False, dur=0.03),
+        hello(B, 15.2, True, dur=0.002),
+        hello(C, 15.21, False),
+    ]
+    failover = find_failover(ops, [kill(5.0)])
+    assert failover is not None
+    assert failover.writable_at_s == pytest.approx((14.33 + 15.2) / 2)
+    assert failover.seconds == pytest.approx(9.765)
+
+
+def test_rs1_whose_member_comes_back_is_no_failover() -> None:
+    ops = [*polls(A, 1.0, 5.0, True), *polls(A, 5.0, 35.0, None), *polls(A, 35.0, 40.0, True)]
+    fault = kill(5.0)
+    fault.reverted_at_s = 30.0
+    assert find_failover(ops, [fault]) is None
+
+
+def test_no_known_primary_before_the_fault_is_no_failover() -> None:
+    ops = [*polls(B, 1.0, 5.0, False), *polls(B, 5.0, 10.0, True)]
+    assert find_failover(ops, [kill(5.0)]) is None
+
+
+def test_no_fault_or_no_polls_is_no_failover() -> None:
+    assert find_failover(rs3_primary_kill(), []) is None
+    assert find_failover([], [kill(5.0)]) is None
+    assert find_failover(rs3_primary_kill(), [FaultRecord(0, "host-kill", A)]) is None
+
+
+def test_a_secondary_fault_then_a_primary_fault_charges_the_primary_fault() -> None:
+    ops = [
+        *polls(A, 1.0, 30.0, True),
+        *polls(A, 30.0, 50.0, None),
+        *polls(B, 1.0, 41.0, False),
+        *polls(B, 41.0, 50.0, True),
+        *polls(C, 1.0, 5.0, False),
+        *polls(C, 5.0, 50.0, None),
+    ]
+    faults = [kill(5.0, target=C, index=0), kill(30.0, target=A, index=1)]
+    failover = find_failover(ops, faults)
+    assert failover is not None
+    assert failover.fault.index == 1
+    assert failover.seconds == pytest.approx(40.955 - 30.0)
+
+
+def test_two_failovers_report_the_first() -> None:
+    ops = [
+        *polls(A, 1.0, 5.0, True),
+        *polls(A, 5.0, 50.0, None),
+        *polls(B, 1.0, 15.0, False),
+        *polls(B, 15.0, 30.0, True),
+        *polls(B, 30.0, 50.0, None),
+        *polls(C, 1.0, 42.0, False),
+        *polls(C, 42.0, 50.0, True),
+    ]
+    failover = find_failover(ops, [kill(30.0, target=B, index=1), kill(5.0, index=0)])
+    assert failover is not None
+    assert (failover.fault.index, failover.new_primary) == (0, B)
+    assert failover.seconds == pytest.approx(9.955)
+
+
+def test_failover_parts_split_the_failover() -> None:
+    ops = [
+        *rs3_primary_kill(),
+        status(A, 4.0, "PRIMARY", 1, {"term": 1, "called_s": 0.5, "new_term_s": 0.6}),
+        status(B, 4.0, "SECONDARY", 1),
+        # Stale metrics from B's earlier term must not be taken for this election.
+        status(B, 13.0, "SECONDARY", 1, {"term": 1, "called_s": 0.1}),
+        status(B, 15.5, "PRIMARY", 2, {"term": 2, "called_s": 12.0, "new_term_s": 12.4}),
+        status(B, 16.5, "PRIMARY", 2, {"term": 2, "called_s": 99.0}),
+        write(4.9, A),
+        write(5.0, None, ok=False),
+        write(14.9, None, ok=False),
+        write(14.96, A),  # served by the old primary: not the new one's first write
+        write(15.3, B),
+        write(15.4, B),
+    ]
+    failover = find_failover(ops, [kill(5.0)])
+    assert failover is not None
+    parts = failover_parts(ops, failover)
+    assert parts.detection_s == pytest.approx(7.0)
+    assert parts.election_s == pytest.approx(14.955 - 12.0)
+    assert parts.client_rediscovery_s == pytest.approx(15.305 - 14.955)
+    total = parts.detection_s + parts.election_s  # type: ignore[operator]
+    assert total == pytest.approx(failover.seconds)
+
+
+def test_failover_parts_are_none_without_their_data() -> None:
+    failover = find_failover(rs3_primary_kill(), [kill(5.0)])
+    assert failover is not None
+    parts = failover_parts(rs3_primary_kill(), failover)
+    assert (parts.detection_s, parts.election_s, parts.client_rediscovery_s) == (None, None, None)
+
+
+def test_without_status_before_the_fault_any_election_after_it_counts() -> None:
+    ops = [*rs3_primary_kill(), status(B, 15.5, "PRIMARY", 2, {"term": 2, "called_s": 11.0})]
+    failover = find_failover(ops, [kill(5.0)])
+    assert failover is not None
+    assert failover_parts(ops, failover).detection_s == pytest.approx(6.0)
+
+
+def test_no_primary_is_the_longest_stretch_without_a_writable_poll() -> None:
+    # A's last writable poll ended at 4.91; B's first writable poll ended at 15.01.
+    assert no_primary_s(rs3_primary_kill()) == pytest.approx(10.1)
+
+
+def test_no_primary_open_window_and_no_data() -> None:
+    ops = [*polls(A, 1.0, 5.0, True), *polls(B, 1.0, 20.0, False)]
+    assert no_primary_s(ops) == pytest.approx(19.91 - 4.91)
+    assert no_primary_s([]) is None
+
+
+@given(
+    st.floats(0.0, 1.0),
+    st.lists(st.tuples(st.floats(0.0, 0.3), st.floats(0.0005, 0.02)), min_size=2, max_size=100),
+)
+def test_property_failover_error_is_within_half_the_polls_interval(
+    where: float, polls_: list[tuple[float, float]]
+) -> None:
+    # B polled back to back with jittered pauses and durations; each poll reads B's state at
+    # the middle of its round trip, B being writable from `truth` on.
+    starts, t = [], 0.01
+    for pause, duration in polls_:
+        starts.append((t + pause, duration))
+        t += pause + duration
+    reads = [s + d / 2 for s, d in starts]
+    truth = reads[0] + where * (reads[-1] - reads[0])
+    ops = [hello(A, -0.1, True)]
+    ops += [hello(B, s, r >= truth, dur=d) for (s, d), r in zip(starts, reads, strict=True)]
+    failover = find_failover(ops, [kill(0.0)])
+    assert failover is not None
+    first = next(op for op in ops[1:] if op.detail["writable"])
+    prev = [op for op in ops[1:] if op.t_end <= first.t_start][-1:]
+    interval = first.t_end - (prev[0].t_start if prev else 0.0)
+    assert abs(failover.writable_at_s - truth) <= interval / 2 + 1e-9

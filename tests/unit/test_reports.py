@@ -1,0 +1,287 @@
+"""Reports from a hand-built run (tests/report_sample.py): files, JUnit, Markdown, HTML, size."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from report_sample import KILLED, MEMBERS, sample_ops, sample_result
+
+from rsdrill.probes.history import Op
+from rsdrill.report import write_reports
+from rsdrill.report.common import fmt_number, scalar_metrics
+from rsdrill.report.html import render_html
+from rsdrill.report.junit import render_junit
+from rsdrill.report.markdown import render_summary
+from rsdrill.report.timeline import MAX_RUNS, outcome_runs, timeline_data
+from rsdrill.result import FaultResult, Result
+
+HOSTILE = "</script><script>alert('x')</script><img src=x onerror=alert(1)> & | `ok`"
+
+
+@pytest.fixture(scope="module")
+def ops() -> list[Op]:
+    return sample_ops()
+
+
+def embedded(page: str) -> dict:
+    """The JSON the page embeds for its chart."""
+    match = re.search(r'<script type="application/json" id="rsdrill-data">(.*?)</script>', page)
+    assert match, "no embedded data block"
+    return json.loads(match.group(1))
+
+
+# -- write_reports ---------------------------------------------------------------------------------
+
+
+def test_write_reports_writes_every_file(tmp_path: Path, ops: list[Op]) -> None:
+    out = tmp_path / "nested" / "out"
+    paths = write_reports(out, sample_result(), ops)
+
+    names = {kind: path.name for kind, path in paths.items()}
+    assert names == {
+        "result": "result.json",
+        "junit": "junit.xml",
+        "html": "report.html",
+        "summary": "summary.md",
+        "history": "history.jsonl",
+    }
+    assert all(path.parent == out and path.stat().st_size > 0 for path in paths.values())
+    assert Result.from_json(paths["result"].read_text()) == sample_result()
+    assert json.loads(paths["result"].read_text())["slo"][0]["pass"] is False
+
+    lines = paths["history"].read_text().splitlines()
+    assert len(lines) == len(ops)
+    first = json.loads(lines[0])
+    assert set(first) == {"probe", "op", "member", "t_start", "t_end", "outcome", "detail"}
+    assert first["probe"] == ops[0].probe and first["t_end"] == ops[0].t_end
+
+
+# -- junit.xml -------------------------------------------------------------------------------------
+
+
+def test_junit_has_a_testcase_per_slo_and_the_failure_explained() -> None:
+    root = ET.fromstring(render_junit(sample_result()))
+    (suite,) = root.findall("testsuite")
+    assert suite.get("name") == "rsdrill.rs3-primary-kill"
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "1", "0")
+
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == [
+        "write_unavailable_s <= 8",
+        "failover_s <= 12.7",
+        "lost_acknowledged_writes == 0",
+    ]
+    assert {c.get("classname") for c in cases} == {"rsdrill.rs3-primary-kill"}
+    failure = cases[0].find("failure")
+    assert failure is not None
+    message = failure.get("message", "")
+    for expected in ("write_unavailable_s", "<= 8", "10.02", "report.html"):
+        assert expected in message
+    assert all(list(case) == [] for case in cases[1:])
+
+
+def test_junit_properties_carry_every_scalar_metric() -> None:
+    root = ET.fromstring(render_junit(sample_result()))
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props["write_unavailable_s"] == "10.02"
+    assert props["failover_parts.election_s"] == "1.6"
+    assert props[f"recovery_s.{KILLED}"] == "7.0"
+    assert props["latency_ms.p99"] == "48.0"
+    assert props["lost_acknowledged_writes"] == "0"
+    assert props["no_primary_s"] == "null"
+    assert props["verdict"] == "fail"
+    assert "member_states" not in "".join(props)  # lists are not scalars
+
+
+def test_junit_error_verdict_adds_an_error_testcase_with_the_error() -> None:
+    error = 'platform crashed: <boom> & \x00 "quoted"\nsecond line'
+    root = ET.fromstring(render_junit(sample_result(error=error)))
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("errors") == "1"
+    case = suite.findall("testcase")[-1]
+    assert case.get("name") == "experiment completed"
+    element = case.find("error")
+    assert element is not None and element.get("type") == "error"
+    assert "platform crashed: <boom> &" in element.get("message", "")
+    assert "second line" in (element.text or "")
+
+
+@pytest.mark.parametrize(("verdict", "child"), [("pass", None), ("aborted", "error")])
+def test_junit_without_slos_has_one_testcase_by_verdict(verdict: str, child: str | None) -> None:
+    result = sample_result().model_copy(
+        update={"slo": [], "verdict": verdict, "error": "guard: two members down"}
+    )
+    cases = ET.fromstring(render_junit(result)).findall("testsuite/testcase")
+    assert [c.get("name") for c in cases] == ["experiment completed"]
+    assert [e.tag for e in cases[0]] == ([child] if child else [])
+
+
+def test_junit_escapes_a_hostile_experiment_name() -> None:
+    result = sample_result(experiment=HOSTILE)
+    suite = ET.fromstring(render_junit(result)).find("testsuite")
+    assert suite is not None and suite.get("name") == f"rsdrill.{HOSTILE}"
+
+
+# -- summary.md ------------------------------------------------------------------------------------
+
+
+def test_summary_has_verdict_slos_metrics_faults_and_report() -> None:
+    text = render_summary(sample_result(), "out/report.html")
+    assert text.startswith("## rsdrill: rs3-primary-kill: FAIL")
+    assert "verdict: **fail** (exit code 1)" in text
+    assert "| `write_unavailable_s` | \\<= 8 | 10.02 | **FAIL** |" in text
+    assert "| `failover_s` | \\<= 12.7 | 9.87 | pass |" in text
+    assert "| `failover_parts.detection_s` | 8.1 |" in text
+    assert "| `latency_ms.p99` | 48 |" in text
+    assert "no_primary_s" not in text  # not measured: left out of the key metrics
+    assert f"| host-kill | {KILLED} | 5 s | 20 s |" in text
+    assert "`out/report.html`" in text
+
+
+def test_summary_escapes_names_and_fences_errors() -> None:
+    error = "boom ``` <b>bold</b>"
+    text = render_summary(sample_result(experiment=HOSTILE, error=error), "report.html")
+    fence = "````text\nboom ``` <b>bold</b>\n````"
+    assert fence in text  # longer than the error's own backtick run: it cannot close early
+    title = text.splitlines()[0]
+    assert title.startswith("## rsdrill: \\</script\\>\\<script\\>alert")
+    # Every character that could open markup or split a table cell is backslash-escaped.
+    assert not re.search(r"(?<!\\)[<>|`&]", title)
+
+
+# -- report.html -----------------------------------------------------------------------------------
+
+
+def test_html_has_header_tables_and_the_chart_root(ops: list[Op]) -> None:
+    page = render_html(sample_result(), ops)
+    assert '<span class="verdict verdict-fail" id="verdict">FAIL</span>' in page
+    assert '<svg id="timeline"' in page
+    assert '<table id="slo">' in page and '<table id="metrics">' in page
+    assert '<tr class="slo-fail"><td>write_unavailable_s</td><td>&lt;= 8</td>' in page
+    assert "Content-Security-Policy" in page
+
+
+def test_html_references_nothing_outside_itself(ops: list[Op]) -> None:
+    page = render_html(sample_result(), ops)
+    assert not re.search(r"https?:|//[a-z]", page, re.IGNORECASE)
+    assert not re.search(r"\s(src|href)\s*=", page)
+    assert "@import" not in page and "url(" not in page.replace("url(#down-hatch)", "")
+
+
+def test_html_escapes_hostile_names_and_errors(ops: list[Op]) -> None:
+    result = sample_result(experiment=HOSTILE, error=HOSTILE)
+    result.faults[0] = FaultResult(
+        kind="host-kill", target=HOSTILE, injected_at_s=5, reverted_at_s=20
+    )
+    page = render_html(result, ops)
+    # Only the page's own two script elements; the name shows up as text only.
+    assert page.count("<script") == 2
+    assert page.count("</script>") == 2
+    assert "<img" not in page
+    assert "&lt;/script&gt;&lt;script&gt;alert(&#x27;x&#x27;)" in page
+    data = embedded(page)
+    assert data["result"]["experiment"] == HOSTILE
+    assert data["timeline"]["faults"][0]["target"] == HOSTILE
+
+
+def test_html_embeds_the_timeline(ops: list[Op]) -> None:
+    timeline = embedded(render_html(sample_result(), ops))["timeline"]
+    assert timeline["end"] == 40
+    assert timeline["faults"] == [
+        {"kind": "host-kill", "target": KILLED, "t0": 5, "t1": 20, "reverted": True, "row": 0}
+    ]
+    assert [s["probe"] for s in timeline["strips"]] == ["write", "read", "ledger", "load"]
+
+    write = timeline["strips"][0]["runs"]
+    outcomes = [timeline["outcomes"][run[2]] for run in write]
+    assert outcomes == ["ok", "timeout", "error", "ok"]
+    timeout, error = write[1], write[2]
+    assert timeout[0] == pytest.approx(5.0, abs=0.03)
+    assert error[1] == pytest.approx(15.0, abs=0.03)
+
+    lanes = {lane["member"]: lane["segments"] for lane in timeline["states"]}
+    assert list(lanes) == MEMBERS
+    assert lanes[KILLED][1] == [5, 20, "DOWN"]
+    assert lanes[KILLED][-1] == [27, 40, "SECONDARY"]
+
+    assert [s["probe"] for s in timeline["latency"]] == ["write", "read", "load"]
+    assert max(p[1] for p in timeline["lag"][KILLED]) == pytest.approx(2.4)
+
+
+def test_html_size_is_bounded_for_100k_ops(ops: list[Op]) -> None:
+    rng = random.Random(1)
+    flapping = [
+        Op("load", "update", None, t, t + 0.003, "error" if rng.random() < 0.1 else "ok", {})
+        for t in (i * 0.0004 for i in range(100_000))
+    ]
+    page = render_html(sample_result(), ops + flapping)
+    assert len(page.encode()) < 600_000
+    load = embedded(page)["timeline"]["strips"][3]
+    assert load["probe"] == "load" and len(load["runs"]) <= MAX_RUNS
+
+
+# -- timeline reduction ----------------------------------------------------------------------------
+
+
+def _op(t: float, outcome: str, duration: float = 0.002) -> Op:
+    return Op("write", "insert", None, t, t + duration, outcome, {})
+
+
+def test_runs_merge_equal_outcomes_in_start_order() -> None:
+    ops = [_op(0.04, "error"), _op(0.0, "ok"), _op(0.02, "ok"), _op(0.06, "timeout", 0.25)]
+    assert outcome_runs(ops) == [
+        [0.0, 0.022, 0, 2, 0],
+        [0.04, 0.042, 2, 1, 1],
+        [0.06, 0.31, 1, 1, 1],
+    ]
+
+
+def test_bucketed_runs_are_bounded_and_never_hide_a_failure() -> None:
+    ops = [_op(i * 0.001, "ok" if i % 2 else "timeout") for i in range(20_000)]
+    ops += [_op(30 + i * 0.001, "ok") for i in range(20_000)]
+    ops.append(_op(40.0, "error"))
+    ops += [_op(40.01 + i * 0.001, "ok") for i in range(10_000)]
+    runs = outcome_runs(ops)
+    assert len(runs) <= MAX_RUNS
+    assert sum(run[3] for run in runs) == len(ops)
+    assert sum(run[4] for run in runs) == 10_001
+    errors = [run for run in runs if run[2] == 2]
+    assert len(errors) == 1 and errors[0][0] <= 40.0 <= errors[0][1]
+
+
+def test_overlapping_faults_get_their_own_rows() -> None:
+    result = sample_result().model_copy(
+        update={
+            "faults": [
+                FaultResult(kind="host-kill", target="a", injected_at_s=5, reverted_at_s=20),
+                FaultResult(kind="host-freeze", target="b", injected_at_s=10, reverted_at_s=None),
+                FaultResult(kind="stepdown", target="c", injected_at_s=25, reverted_at_s=26),
+                FaultResult(kind="stepdown", target="d", injected_at_s=None, reverted_at_s=None),
+            ]
+        }
+    )
+    faults = timeline_data(result, [])["faults"]
+    assert [(f["target"], f["row"], f["t1"], f["reverted"]) for f in faults] == [
+        ("a", 0, 20, True),
+        ("b", 1, 40, False),
+        ("c", 0, 26, True),
+    ]
+
+
+def test_scalar_metrics_flatten_and_format() -> None:
+    names = dict(scalar_metrics(sample_result().metrics))
+    assert names["recovery_s.127.0.0.1:28018"] is None
+    assert names["failover_parts.client_rediscovery_s"] == 0.17
+    assert not any(name.startswith(("member_states", "lost_acknowledged_seqs")) for name in names)
+    assert [fmt_number(v) for v in (None, 3, 2.0, 0.1234, 9.87)] == [
+        "n/a",
+        "3",
+        "2",
+        "0.123",
+        "9.87",
+    ]
