@@ -194,10 +194,7 @@ class Runner:
     # -- phases ----------------------------------------------------------------------------
 
     def _phase(self, name: str) -> None:
-        if self.options.live:
-            self.live.set_phase(name)
-        else:
-            self.live.phase = name
+        self.live.set_phase(name)
         if self.options.on_phase:
             self.options.on_phase(name)
 

@@ -185,7 +185,7 @@ class _Tree:
             raise ExperimentError(self.source_name, line, col, problem) from None
         except RecursionError:
             raise ExperimentError(self.source_name, 1, 1, "nested too deeply") from None
-        if root is None:
+        if root is None or (isinstance(root, ScalarNode) and root.value == "" and not root.style):
             raise ExperimentError(self.source_name, 1, 1, "empty file: no experiment in it")
         return loader, root
 
@@ -194,6 +194,8 @@ class _Tree:
         problem = exc.problem or exc.context or "malformed"
         if "'\\t'" in problem:
             problem += " (indent with spaces: YAML does not allow tabs there)"
+        elif exc.problem and exc.context and problem.startswith("but "):
+            problem = f"{exc.context}, {problem}"
         elif exc.problem and exc.context and exc.context_mark:
             problem += f" ({exc.context} at line {exc.context_mark.line + 1})"
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)

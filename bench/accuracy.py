@@ -1,0 +1,181 @@
+"""How close `rsdrill run`'s failover_s and write_unavailable_s come to the sandbox's ground truth.
+
+Runs an rs3 primary host-kill experiment (built in code, probes at their defaults) N times through
+`run_experiment`, and compares each run's metrics with the sandbox members' event logs: K = the
+kill (`t0_monotonic + faults[0].injected_at_s`), W = the first "writable" event after K of a member
+other than the killed one. Both metrics' truth is W - K (the old primary was writable until K, the
+new one from W). Prints a line per run, then median and max |measured - truth| against the target
+(2 x the availability probe's interval) and the probes' overhead in ops/s, in total and per probe.
+
+Usage: python bench/accuracy.py [--runs 10] [--election-timeout 10s] [--keep-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.experiment.schema import AvailabilityProbe, Experiment, format_duration, parse_duration
+from rsdrill.sandbox.groundtruth import first_after
+
+
+@dataclass(frozen=True)
+class Run:
+    killed: str
+    new_primary: str
+    truth_s: float
+    failover_s: float
+    write_unavailable_s: float
+    last_write_before_kill_s: float | None
+    """K minus the end of the last successful write that ended before K."""
+    first_write_after_writable_s: float | None
+    """The end of the first successful write that ended after W, minus W."""
+    majority_writable_s: float | None
+    """The new primary's "majority_writable" event (its first entry majority-committed) - W."""
+    ops_per_s: float
+    probe_ops_per_s: dict[str, float]
+
+
+def experiment(election_timeout_s: float) -> Experiment:
+    """Kill the primary 3 s in; restart it once a new primary must have been elected."""
+    restart_after_s = 1.5 * election_timeout_s + 3
+    return Experiment.model_validate(
+        {
+            "name": "accuracy-primary-kill",
+            "target": {
+                "platform": "sandbox",
+                "topology": "rs3",
+                "election_timeout": election_timeout_s,
+            },
+            "faults": [
+                {
+                    "at": "3s",
+                    "kind": "host-kill",
+                    "select": "primary",
+                    "restart": {"after": restart_after_s},
+                }
+            ],
+            "observe": {"after_revert": "30s"},
+        }
+    )
+
+
+def measure(exp: Experiment, out_dir: Path) -> Run:
+    """One run into `out_dir`, checked against its sandbox's event logs."""
+    result = run_experiment(exp, RunOptions(out_dir=out_dir, live=False, journal_dir=out_dir))
+    if result.verdict != "pass":
+        raise RuntimeError(f"run {out_dir} ended {result.verdict}: {result.error}")
+    fault = result.faults[0]
+    assert result.clock is not None and fault.injected_at_s is not None
+    t0 = result.clock.t0_monotonic
+    kill = t0 + fault.injected_at_s
+    writable = first_after(out_dir / "sandbox", "writable", kill, other_than=fault.target)
+    if writable is None:
+        raise RuntimeError(f"run {out_dir}: no other member became writable after the kill")
+    if fault.reverted_at_s is not None and writable["t_mono"] > t0 + fault.reverted_at_s:
+        raise RuntimeError(f"run {out_dir}: the killed member restarted before a failover")
+    majority = first_after(out_dir / "sandbox", "majority_writable", kill,
+                           member=writable["member"])  # fmt: skip
+    m = result.metrics
+    if m.failover_s is None or m.write_unavailable_s is None or m.probe_ops_per_s is None:
+        raise RuntimeError(f"run {out_dir}: metrics missing: {m}")
+    ops = [json.loads(line) for line in (out_dir / "history.jsonl").read_text().splitlines()]
+    kill_s, writable_s = fault.injected_at_s, writable["t_mono"] - t0
+    write_ends = [op["t_end"] for op in ops if op["probe"] == "write" and op["outcome"] == "ok"]
+    before = [t for t in write_ends if t < kill_s]
+    after = [t for t in write_ends if t > writable_s]
+    counts = Counter(op["probe"] for op in ops)
+    return Run(
+        killed=fault.target,
+        new_primary=writable["member"],
+        truth_s=writable_s - kill_s,
+        failover_s=m.failover_s,
+        write_unavailable_s=m.write_unavailable_s,
+        last_write_before_kill_s=kill_s - max(before) if before else None,
+        first_write_after_writable_s=min(after) - writable_s if after else None,
+        majority_writable_s=majority["t_mono"] - writable["t_mono"] if majority else None,
+        ops_per_s=m.probe_ops_per_s,
+        probe_ops_per_s={name: n / result.duration_s for name, n in counts.items()},
+    )
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:+.0f}"
+
+
+def _errors(label: str, errors_s: list[float], target_ms: float | None) -> None:
+    """Median and max |error|; PASS/MISS against `target_ms` unless it is None."""
+    abs_ms = sorted(abs(e) * 1000 for e in errors_s)
+    verdict = "" if target_ms is None else ("PASS" if abs_ms[-1] <= target_ms else "MISS")
+    print(
+        f"  {label:42s} |error| median {statistics.median(abs_ms):5.1f} ms  "
+        f"max {abs_ms[-1]:5.1f} ms  (signed {min(errors_s) * 1000:+.0f} .. "
+        f"{max(errors_s) * 1000:+.0f} ms)  {verdict}"
+    )
+
+
+def report(runs: list[Run], interval_s: float) -> None:
+    target_ms = 2 * interval_s * 1000
+    print(f"\n{len(runs)} runs; target: max |measured - truth| <= {target_ms:.0f} ms "
+          f"(2 x the availability interval, {interval_s * 1000:g} ms); truth = kill -> writable")  # fmt: skip
+    _errors("failover_s", [r.failover_s - r.truth_s for r in runs], target_ms)
+    _errors("write_unavailable_s", [r.write_unavailable_s - r.truth_s for r in runs], target_ms)
+    majority = [r for r in runs if r.majority_writable_s is not None]
+    if majority:
+        print("  for comparison, not the target (the write probe uses w:majority):")
+        _errors(
+            "write_unavailable_s vs kill -> majority_writable",
+            [r.write_unavailable_s - r.truth_s - (r.majority_writable_s or 0) for r in majority],
+            None,
+        )
+        lags = sorted((r.majority_writable_s or 0) * 1000 for r in majority)
+        print(f"  writable -> majority_writable: median {statistics.median(lags):.0f} ms, "
+              f"max {lags[-1]:.0f} ms")  # fmt: skip
+    print(f"probe overhead: median {statistics.median(r.ops_per_s for r in runs):.0f} ops/s "
+          "in total (result.metrics.probe_ops_per_s); per probe, median over runs:")  # fmt: skip
+    for name in sorted({p for r in runs for p in r.probe_ops_per_s}):
+        rates = [r.probe_ops_per_s.get(name, 0.0) for r in runs]
+        print(f"  {name:10s} {statistics.median(rates):6.1f} ops/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument(
+        "--election-timeout", type=parse_duration, default=10.0, help="e.g. 10s (default), 1s"
+    )
+    parser.add_argument(
+        "--keep-dir", type=Path, help="write each run's out dir here (default: a temp dir)"
+    )
+    args = parser.parse_args()
+    exp = experiment(args.election_timeout)
+    interval_s = AvailabilityProbe().interval
+    print(f"rs3 primary host-kill, electionTimeout {format_duration(args.election_timeout)}, "
+          f"{args.runs} runs; errors are measured - truth, in ms")  # fmt: skip
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base = args.keep_dir or Path(tmp)
+        for i in range(args.runs):
+            run = measure(exp, base / f"run-{i + 1:02d}")
+            runs.append(run)
+            print(
+                f"run {i + 1:2d}: {run.killed} -> {run.new_primary}  truth {run.truth_s:6.3f}s  "
+                f"failover_s {run.failover_s:6.3f}s ({_ms(run.failover_s - run.truth_s)})  "
+                f"write_unavailable_s {run.write_unavailable_s:6.3f}s "
+                f"({_ms(run.write_unavailable_s - run.truth_s)}: last ok write "
+                f"{_ms(run.last_write_before_kill_s)} before the kill, first "
+                f"{_ms(run.first_write_after_writable_s)} after writable; "
+                f"majority_writable {_ms(run.majority_writable_s)})",
+                flush=True,
+            )
+    report(runs, interval_s)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""`rsdrill run` and `rsdrill recover` as a user runs them: exit codes, signals, crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rsdrill.sandbox.cluster import Sandbox
+
+FAST = "target: {platform: sandbox, topology: rs3, election_timeout: 1s, keep: KEEP}\n"
+
+
+def _experiment(tmp_path: Path, fault: str, keep: bool = False) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "name: cli-test\n"
+        + FAST.replace("KEEP", "true" if keep else "false")
+        + f"faults:\n  - {fault}\n"
+        + "observe: {after_revert: 10s}\n"
+    )
+    return path
+
+
+def _start(tmp_path: Path, experiment: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment),
+         "--out", str(tmp_path / "out"), "--no-live", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+
+
+def _recover(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli.app", "recover", *args],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+
+
+def _wait_for_text(proc: subprocess.Popen[str], text: str, timeout: float) -> str:
+    """Read the run's output until `text` appears (the fault is in force)."""
+    assert proc.stdout is not None
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        seen += line
+        if text in line:
+            return seen
+        if not line and proc.poll() is not None:
+            break
+    pytest.fail(f"never saw {text!r}; output so far:\n{seen}")
+
+
+def _member_pids(sandbox_dir: Path) -> list[int]:
+    return [int(p.read_text()) for p in sandbox_dir.glob("members/*/pid")]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def test_invalid_file_exits_2_and_starts_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntarget: {platform: sandbox}\nfaults:\n  - {at: 1s, kind: host-kil}\n")
+    proc = _start(tmp_path, bad)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert out.startswith(f"{bad}:4:") and "did you mean 'host-kill'" in out
+    assert "Traceback" not in out and len(out.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "home").exists()
+
+
+def test_sigterm_reverts_every_fault_and_exits_3(tmp_path: Path) -> None:
+    experiment = _experiment(
+        tmp_path, "{at: 2s, kind: host-kill, select: primary, duration: 60s}", keep=True
+    )
+    proc = _start(tmp_path, experiment)
+    _wait_for_text(proc, "injected host-kill", 60)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 3, out
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["verdict"] == "aborted"
+    assert result["faults"][0]["reverted_at_s"] is not None
+    sandbox = Sandbox(tmp_path / "out" / "sandbox")
+    try:
+        assert all(s.state != "DOWN" for s in sandbox.status()), sandbox.status()
+        assert _recover(tmp_path).stdout.startswith("nothing to recover")
+    finally:
+        sandbox.down()
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "{at: 2s, kind: host-kill, select: primary, duration: 60s}",
+        "{at: 2s, kind: host-freeze, select: secondary, duration: 60s}",
+    ],
+    ids=["host-kill", "host-freeze"],
+)
+def test_recover_after_the_runner_is_killed(tmp_path: Path, fault: str) -> None:
+    experiment = _experiment(tmp_path, fault, keep=True)
+    proc = _start(tmp_path, experiment)
+    _wait_for_text(proc, "injected", 60)
+    proc.kill()
+    proc.wait(timeout=30)
+    sandbox = Sandbox(tmp_path / "out" / "sandbox")
+    try:
+        assert any(s.state in ("DOWN", "STOPPED") for s in sandbox.status())
+        dry = _recover(tmp_path, "--dry-run")
+        assert dry.returncode == 0 and "would" in dry.stdout
+        assert any(s.state in ("DOWN", "STOPPED") for s in sandbox.status())  # dry: no change
+        done = _recover(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        # keep: true, so the sandbox stays up for inspection: every member running and healthy.
+        deadline = time.monotonic() + 30
+        while any(s.state not in ("PRIMARY", "SECONDARY") for s in sandbox.status()):
+            assert time.monotonic() < deadline, sandbox.status()
+            time.sleep(0.2)
+        assert _recover(tmp_path).stdout.startswith("nothing to recover")
+    finally:
+        sandbox.down()
+
+
+def test_recover_stops_the_sandbox_of_a_dead_run(tmp_path: Path) -> None:
+    experiment = _experiment(tmp_path, "{at: 2s, kind: host-kill, select: primary, duration: 60s}")
+    proc = _start(tmp_path, experiment)
+    _wait_for_text(proc, "injected", 60)
+    proc.kill()
+    proc.wait(timeout=30)
+    pids = _member_pids(tmp_path / "out" / "sandbox")
+    assert any(_alive(p) for p in pids)
+    done = _recover(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not any(_alive(p) for p in _member_pids(tmp_path / "out" / "sandbox") + pids)

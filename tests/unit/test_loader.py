@@ -1,0 +1,601 @@
+"""Loading experiment files: every error is one `FILE:LINE:COL: field: problem` line."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rsdrill.experiment.loader import ExperimentError, load_experiment, load_experiment_text
+from rsdrill.experiment.schema import Experiment, SelectCount, SelectMember
+
+MINIMAL = """\
+name: minimal
+target:
+  platform: sandbox
+faults:
+  - at: 5s
+    kind: stepdown
+"""
+
+FULL = """\
+name: rs3-full
+description: every section
+x-kill: &kill {kind: host-kill, duration: 20s}
+target:
+  platform: sandbox
+  topology: rs3
+  election_timeout: 2s
+probes:
+  availability: {interval: 20ms, timeout: 250ms, write_concern: majority, retries: off}
+  lag: null
+  load: {workload: b, rate: 50}
+faults:
+  - <<: *kill
+    at: 5s
+    select: {count: 2, role: secondary}
+    restart: {after: 1m30s, volume: wipe}
+  - <<: *kill
+    at: 2m
+    select: {member: "127.0.0.1:28017"}
+observe: {after_revert: 1m}
+slo:
+  write_unavailable_s: "<= 15"
+  latency_ms.p99: "< 250"
+  recovery_s.127.0.0.1:28017: "<= 60"
+"""
+
+
+def load(text: str, env: dict[str, str] | None = None) -> Experiment:
+    return load_experiment_text(text, "exp.yaml", env or {})
+
+
+def error_of(text: str | bytes, env: dict[str, str] | None = None) -> ExperimentError:
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text(text, "exp.yaml", env or {})
+    return info.value
+
+
+def replaced(old: str, new: str, text: str = MINIMAL) -> str:
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+# -- valid files --------------------------------------------------------------------------------
+
+
+def test_minimal_file_gets_the_defaults() -> None:
+    exp = load(MINIMAL)
+    assert exp.name == "minimal"
+    assert exp.target.topology == "rs3"
+    assert exp.faults[0].at == 5.0
+    assert exp.faults[0].select == "primary"
+
+
+def test_full_file_with_anchors_merges_and_extension_keys() -> None:
+    exp = load(FULL)
+    first, second = exp.faults
+    assert first.kind == second.kind == "host-kill"
+    assert first.duration == second.duration == 20.0
+    assert isinstance(first.select, SelectCount) and first.select.count == 2
+    assert first.restart and first.restart.after == 90.0 and first.restart.volume == "wipe"
+    assert isinstance(second.select, SelectMember) and second.at == 120.0
+    assert exp.probes.lag is None
+    assert exp.probes.availability and exp.probes.availability.retries is False
+    assert exp.target.election_timeout == 2.0
+    assert set(exp.slo) == {"write_unavailable_s", "latency_ms.p99", "recovery_s.127.0.0.1:28017"}
+
+
+def test_load_experiment_reads_a_path(tmp_path: Path) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(MINIMAL)
+    assert load_experiment(path).name == "minimal"
+
+
+def test_utf8_bom_is_accepted() -> None:
+    assert load_experiment_text("\ufeff".encode() + MINIMAL.encode(), "x", {}).name == "minimal"
+
+
+# -- the error's shape ---------------------------------------------------------------------------
+
+
+def test_error_string_and_attributes() -> None:
+    err = error_of(replaced("stepdown", "host-kil"))
+    assert (err.path, err.line, err.col, err.field) == ("exp.yaml", 6, 11, "faults[0].kind")
+    assert err.problem == (
+        "unknown value 'host-kil'; did you mean 'host-kill'? "
+        "(one of host-kill, host-freeze, stepdown)"
+    )
+    assert str(err) == f"exp.yaml:6:11: faults[0].kind: {err.problem}"
+
+
+def test_error_without_field_omits_it() -> None:
+    err = error_of("")
+    assert err.field is None
+    assert str(err) == "exp.yaml:1:1: empty file: no experiment in it"
+
+
+# -- reading and YAML errors ---------------------------------------------------------------------
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(path)
+    assert str(info.value) == f"{path}:1:1: cannot read: No such file or directory"
+
+
+def test_directory_is_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(ExperimentError, match="cannot read: Is a directory"):
+        load_experiment(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n"])
+def test_empty_file(text: str) -> None:
+    err = error_of(text)
+    assert (err.line, err.col, err.problem) == (1, 1, "empty file: no experiment in it")
+
+
+def test_binary_junk_is_line_one() -> None:
+    err = error_of(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    assert (err.line, err.col, err.problem) == (1, 1, "binary data, not a YAML text file")
+
+
+def test_non_utf8_points_at_the_byte() -> None:
+    err = error_of(b"name: x\ndescription: caf\xe9\n")
+    assert (err.line, err.col, err.problem) == (2, 17, "not UTF-8 text (byte 0xe9)")
+
+
+def test_control_character_is_located() -> None:
+    err = error_of("name: x\ndescription: a\x07b\n")
+    assert (err.line, err.col) == (2, 15)
+    assert "#x0007" in err.problem
+
+
+def test_yaml_syntax_error_uses_the_yaml_mark() -> None:
+    err = error_of("name: x\ntarget:\n  platform: sandbox topology: rs3\n")
+    assert (err.line, err.col) == (3, 29)
+    assert err.problem == "invalid YAML: mapping values are not allowed here"
+
+
+def test_unclosed_flow_names_where_it_began() -> None:
+    err = error_of("name: x\nfaults: [{at: 5s, kind: stepdown}\nslo: {}\n")
+    assert err.line == 3
+    assert "(while parsing a flow sequence at line 2)" in err.problem
+
+
+def test_tab_indentation() -> None:
+    err = error_of("name: x\ntarget:\n\tplatform: sandbox\n")
+    assert (err.line, err.col) == (3, 1)
+    assert "YAML does not allow tabs" in err.problem
+
+
+def test_two_documents() -> None:
+    err = error_of(MINIMAL + "---\nname: second\n")
+    assert err.line == 7
+    assert "expected a single document in the stream" in err.problem
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"), [("- a\n- b\n", "a list"), ("just words\n", "a single value")]
+)
+def test_top_level_must_be_a_mapping(text: str, kind: str) -> None:
+    err = error_of(text)
+    assert (err.line, err.col, err.problem) == (
+        1,
+        1,
+        f"the top level must be a mapping, not {kind}",
+    )
+
+
+def test_duplicate_key_is_an_error_at_the_second() -> None:
+    err = error_of(MINIMAL + "    kind: host-kill\n")
+    assert (err.line, err.col, err.field) == (7, 5, "faults[0].kind")
+    assert err.problem == "duplicate key (first at line 6)"
+
+
+def test_duplicate_key_comes_before_the_schema_errors_it_causes() -> None:
+    text = "name: x\nnmae: y\ntarget: {platform: sandbox, platform: local}\nfaults: []\n"
+    err = error_of(text)
+    assert (err.line, err.field) == (3, "target.platform")
+
+
+def test_merge_override_is_not_a_duplicate() -> None:
+    text = MINIMAL.replace(
+        "  - at: 5s\n", "  - &f {at: 5s, kind: stepdown}\n  - <<: *f\n    at: 9s\n"
+    )
+    assert [f.at for f in load(text).faults] == [5.0, 9.0]
+
+
+def test_recursive_alias() -> None:
+    err = error_of("name: &a [*a]\n")
+    assert err.problem == "an alias refers to a node that contains it"
+
+
+def test_invalid_timestamp_is_located() -> None:
+    err = error_of("name: 2024-13-45\n")
+    assert (err.line, err.col, err.field) == (1, 7, "name")
+    assert "reads as a timestamp" in err.problem
+
+
+def test_unsafe_tag_is_refused() -> None:
+    err = error_of("name: !!python/object/apply:os.system [echo]\n")
+    assert err.line == 1
+    assert "tag" in err.problem
+
+
+def test_billion_laughs_stays_cheap() -> None:
+    # 10**12 strings if aliases were expanded; each node is built once instead.
+    lines = ["x-a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"x-a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 12)]
+    started = time.monotonic()
+    err = error_of("\n".join(lines) + "\nname: *a11\n")
+    assert time.monotonic() - started < 5
+    assert err.problem == "required field is missing"
+
+
+# -- unknown keys --------------------------------------------------------------------------------
+
+
+def test_misspelt_top_level_key() -> None:
+    err = error_of(replaced("target:", "tagret:"))
+    assert (err.line, err.col, err.field) == (2, 1, "tagret")
+    assert err.problem == "unknown key; did you mean 'target'?"
+
+
+def test_misspelt_nested_key() -> None:
+    err = error_of(replaced("  platform: sandbox\n", "  platform: sandbox\n  topolgy: rs3\n"))
+    assert (err.line, err.col, err.field) == (4, 3, "target.topolgy")
+    assert err.problem == "unknown key; did you mean 'topology'?"
+
+
+def test_unknown_key_without_a_close_match_lists_the_allowed_ones() -> None:
+    err = error_of(replaced("kind: stepdown", "kind: stepdown\n    zzz: 1"))
+    assert err.field == "faults[0].zzz"
+    assert err.problem.startswith("unknown key (allowed: at, kind, select, duration, restart,")
+
+
+def test_misspelt_required_key_is_reported_once_as_unknown() -> None:
+    err = error_of(replaced("kind:", "knd:"))
+    assert (err.line, err.col, err.field) == (6, 5, "faults[0].knd")
+    assert err.problem == "unknown key; did you mean 'kind'?"
+
+
+def test_misspelt_key_inside_a_union() -> None:
+    err = error_of(
+        replaced("kind: stepdown", "kind: host-kill\n    duration: 5s\n    select: {cont: 2}")
+    )
+    assert (err.line, err.col, err.field) == (8, 14, "faults[0].select.cont")
+    assert err.problem == "unknown key; did you mean 'count'?"
+
+
+# -- unknown values ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where", "message"),
+    [
+        (
+            "platform: sandbox",
+            "platform: sandbx",
+            (3, 13, "target.platform"),
+            "unknown value 'sandbx'; did you mean 'sandbox'? (one of sandbox, local)",
+        ),
+        (
+            "platform: sandbox",
+            "platform: kubernetes",
+            (3, 13, "target.platform"),
+            "unknown value 'kubernetes' (one of sandbox, local)",
+        ),
+        (
+            "kind: stepdown",
+            "kind: STEPDOWN",
+            (6, 11, "faults[0].kind"),
+            "unknown value 'STEPDOWN'; did you mean 'stepdown'? "
+            "(one of host-kill, host-freeze, stepdown)",
+        ),
+        (
+            "kind: stepdown",
+            "kind: 5",
+            (6, 11, "faults[0].kind"),
+            "expected host-kill, host-freeze or stepdown, not 5",
+        ),
+        (
+            "kind: stepdown",
+            "kind: stepdown\n    select: primry",
+            (7, 13, "faults[0].select"),
+            "unknown value 'primry'; did you mean 'primary'? "
+            "(one of primary, secondary, arbiter, {member: ...}, {count: ...})",
+        ),
+        (
+            "kind: stepdown",
+            "kind: stepdown\n    select: [primary]",
+            (7, 5, "faults[0].select"),
+            "expected primary, secondary, arbiter, {member: ...} or {count: ...}, not a list",
+        ),
+        (
+            "kind: stepdown",
+            "kind: stepdown\n    select: {member: localhost}",
+            (7, 22, "faults[0].select.member"),
+            "'localhost' is not host:port",
+        ),
+        (
+            "kind: stepdown",
+            "kind: host-kill\n    duration: 5s\n    restart: true",
+            (8, 14, "faults[0].restart"),
+            "expected false or {after: ..., volume: ...}, not true",
+        ),
+        (
+            "kind: stepdown",
+            "kind: host-kill\n    duration: 5s\n    restart: {volume: wpe}",
+            (8, 23, "faults[0].restart.volume"),
+            "unknown value 'wpe'; did you mean 'wipe'? (one of keep, wipe)",
+        ),
+    ],
+)
+def test_unknown_values(old: str, new: str, where: tuple[int, int, str], message: str) -> None:
+    err = error_of(replaced(old, new))
+    assert (err.line, err.col, err.field) == where
+    assert err.problem == message
+
+
+def test_write_concern_union_gives_one_message() -> None:
+    err = error_of(MINIMAL + "probes:\n  durability: {write_concern: majorty}\n")
+    assert (err.line, err.col, err.field) == (8, 31, "probes.durability.write_concern")
+    assert err.problem == (
+        "unknown value 'majorty'; did you mean 'majority'? (one of majority, a whole number)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where", "message"),
+    [
+        ("name: minimal", "name: -bad name", (1, 7, "name"), "'-bad name': use letters"),
+        ("at: 5s", "at: [5]", (5, 5, "faults[0].at"), "is not a duration"),
+        ("  platform: sandbox", "  platform: sandbox\n  port_base: 0", (4, 14, "target.port_base"),
+         "must be at least 1, not 0"),
+        ("  platform: sandbox", "  platform: sandbox\n  keep: maybe", (4, 9, "target.keep"),
+         "expected true or false, not 'maybe'"),
+        ("name: minimal", "name: 12", (1, 7, "name"), "expected a text, not 12"),
+    ],
+)  # fmt: skip
+def test_type_and_range_errors(
+    old: str, new: str, where: tuple[int, int, str], message: str
+) -> None:
+    err = error_of(replaced(old, new))
+    assert (err.line, err.col, err.field) == where
+    assert message in err.problem
+
+
+# -- durations -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["5 seconds", "-3s", "fast", "5x", "1.5.2s"])
+def test_bad_durations_point_at_the_value(value: str) -> None:
+    err = error_of(replaced("at: 5s", f"at: {value}"))
+    assert (err.line, err.col, err.field) == (5, 9, "faults[0].at")
+    assert err.problem == f"{value!r} is not a duration like 20ms, 5s, 1m30s"
+
+
+@pytest.mark.parametrize(("value", "problem"), [(-3, "cannot be negative"), (".inf", "finite")])
+def test_numeric_durations_must_be_finite_and_not_negative(value: object, problem: str) -> None:
+    err = error_of(replaced("at: 5s", f"at: {value}"))
+    assert err.field == "faults[0].at"
+    assert problem in err.problem
+
+
+# -- required fields: the parent mapping ---------------------------------------------------------
+
+
+def test_missing_top_level_field_points_at_the_top_mapping() -> None:
+    err = error_of("# comment\nname: x\nfaults:\n  - {at: 5s, kind: stepdown}\n")
+    assert (err.line, err.col, err.field) == (2, 1, "target")
+    assert err.problem == "required field is missing"
+
+
+def test_missing_field_of_a_list_item_points_at_the_item() -> None:
+    err = error_of(replaced("  - at: 5s\n    kind: stepdown\n", "  - {at: 5s}\n"))
+    assert (err.line, err.col, err.field) == (5, 5, "faults[0].kind")
+
+
+def test_missing_field_of_a_nested_mapping_points_at_its_key() -> None:
+    err = error_of(MINIMAL + "probes:\n  load:\n    rate: 10\n    threads: 0\n")
+    assert (err.line, err.col, err.field) == (10, 14, "probes.load.threads")
+    err = error_of(replaced("  platform: sandbox", "  topology: rs3"))
+    assert (err.line, err.col, err.field) == (2, 1, "target.platform")
+
+
+def test_empty_and_null_faults() -> None:
+    err = error_of(replaced("faults:\n  - at: 5s\n    kind: stepdown\n", "faults: []\n"))
+    assert (err.line, err.field, err.problem) == (4, "faults", "must not be empty")
+    err = error_of(replaced("faults:\n  - at: 5s\n    kind: stepdown\n", "faults:\n"))
+    assert (err.line, err.field, err.problem) == (4, "faults", "expected a list, not null")
+
+
+# -- the schema's cross-field checks, at the field they are about --------------------------------
+
+
+def test_host_freeze_without_duration_points_at_the_fault() -> None:
+    err = error_of(replaced("kind: stepdown", "kind: host-freeze"))
+    assert (err.line, err.col, err.field) == (5, 5, "faults[0].duration")
+    assert err.problem == "host-freeze needs a `duration` (then the member is resumed)"
+
+
+def test_restart_on_stepdown_points_at_restart() -> None:
+    err = error_of(replaced("kind: stepdown", "kind: stepdown\n    restart: {volume: keep}"))
+    assert (err.line, err.col, err.field) == (7, 5, "faults[0].restart")
+
+
+def test_local_platform_without_members_points_at_target() -> None:
+    text = replaced("platform: sandbox", "platform: local\n  uri: mongodb://h:1/")
+    err = error_of(text)
+    assert (err.line, err.col, err.field) == (2, 1, "target.members")
+    assert err.problem == "platform local needs `members` (host, start, dbpath)"
+
+
+def test_sandbox_with_uri_points_at_uri() -> None:
+    err = error_of(replaced("platform: sandbox", "platform: sandbox\n  uri: mongodb://h:1/"))
+    assert (err.line, err.col, err.field) == (4, 8, "target.uri")
+
+
+@pytest.mark.parametrize(
+    ("topology", "select", "where", "message"),
+    [
+        ("rs1", "secondary", (8, 13, "faults[0].select"),
+         "select secondary, but rs1 has no secondary"),
+        ("rs3", "arbiter", (8, 13, "faults[0].select"), "select arbiter, but rs3 has no arbiter"),
+        ("rs3", "{count: 4}", (8, 21, "faults[0].select.count"),
+         "select count 4 (any), but rs3 has 3 such members"),
+        ("psa", "{count: 2, role: secondary}", (8, 21, "faults[0].select.count"),
+         "select count 2 (secondary), but psa has 1 such member"),
+        ("psa", "{count: 3, role: data}", (8, 21, "faults[0].select.count"),
+         "select count 3 (data), but psa has 2 such members"),
+    ],
+)  # fmt: skip
+def test_unsatisfiable_selections(
+    topology: str, select: str, where: tuple[int, int, str], message: str
+) -> None:
+    text = replaced("platform: sandbox", f"platform: sandbox\n  topology: {topology}")
+    err = error_of(replaced("kind: stepdown", f"kind: stepdown\n    select: {select}", text))
+    assert (err.line, err.col, err.field) == where
+    assert err.problem == message
+
+
+def test_satisfiable_count_selections() -> None:
+    text = replaced("kind: stepdown", "kind: stepdown\n    select: {count: 2, role: secondary}")
+    assert isinstance(load(text).faults[0].select, SelectCount)
+
+
+# -- SLOs ----------------------------------------------------------------------------------------
+
+
+def test_bad_slo_operator() -> None:
+    err = error_of(MINIMAL + 'slo:\n  failover_s: "=< 12"\n')
+    assert (err.line, err.col, err.field) == (8, 15, "slo.failover_s")
+    assert err.problem.startswith("'=< 12' is not a condition")
+
+
+def test_slo_condition_must_be_text() -> None:
+    err = error_of(MINIMAL + "slo:\n  failover_s: 12\n")
+    assert (err.line, err.field) == (8, "slo.failover_s")
+    assert err.problem.startswith("12 is not a condition")
+
+
+def test_unknown_slo_metric_with_did_you_mean() -> None:
+    err = error_of(MINIMAL + 'slo:\n  write_unavailable: "<= 3"\n')
+    assert (err.line, err.col, err.field) == (8, 3, "slo.write_unavailable")
+    assert err.problem == "unknown metric; did you mean 'write_unavailable_s'?"
+
+
+def test_unknown_slo_metric_lists_the_metrics() -> None:
+    err = error_of(MINIMAL + 'slo:\n  zzz: "<= 3"\n')
+    assert err.problem.startswith("unknown metric (one of write_unavailable_s, ")
+    assert "latency_ms.p99" in err.problem
+
+
+# -- environment variables -----------------------------------------------------------------------
+
+
+LOCAL = """\
+name: local
+target:
+  platform: local
+  uri: "mongodb://app:${MONGO_PASSWORD}@127.0.0.1:27017/?replicaSet=rs0"
+  members:
+    - {host: "127.0.0.1:27017", start: "mongod --port ${PORT:-27017}", dbpath: /data/db}
+faults:
+  - {at: 5s, kind: stepdown}
+"""
+
+
+def test_env_substitution_and_defaults() -> None:
+    exp = load(LOCAL, env={"MONGO_PASSWORD": "s3cret"})
+    assert exp.target.uri == "mongodb://app:s3cret@127.0.0.1:27017/?replicaSet=rs0"
+    assert exp.target.members[0].start == "mongod --port 27017"
+    exp = load(LOCAL, env={"MONGO_PASSWORD": "x", "PORT": "28000"})
+    assert exp.target.members[0].start == "mongod --port 28000"
+
+
+def test_empty_variable_takes_the_default() -> None:
+    exp = load(LOCAL, env={"MONGO_PASSWORD": "x", "PORT": ""})
+    assert exp.target.members[0].start == "mongod --port 27017"
+
+
+def test_missing_variable_is_an_error_at_its_scalar() -> None:
+    err = error_of(LOCAL)
+    assert (err.line, err.col, err.field) == (4, 8, "target.uri")
+    assert err.problem.startswith("environment variable MONGO_PASSWORD is not set")
+
+
+def test_dollar_dollar_escapes() -> None:
+    exp = load(MINIMAL + "description: cost $${HOME} $5\n")
+    assert exp.description == "cost ${HOME} $5"
+
+
+def test_malformed_reference() -> None:
+    err = error_of(MINIMAL + "description: ${1BAD}\n")
+    assert (err.line, err.col, err.field) == (7, 14, "description")
+    assert err.problem.startswith("malformed ${...}")
+
+
+def test_substituted_number_is_converted() -> None:
+    text = replaced("platform: sandbox", "platform: sandbox\n  data_mb: ${MB}")
+    assert load(text, env={"MB": "64"}).target.data_mb == 64
+
+
+def test_keys_and_non_strings_are_not_substituted() -> None:
+    err = error_of(MINIMAL + "${X}: 1\n", env={"X": "slo"})
+    assert err.field == "${X}"
+
+
+def test_process_environment_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MONGO_PASSWORD", "from-env")
+    exp = load_experiment_text(LOCAL, "exp.yaml")
+    assert exp.target.uri and "from-env" in exp.target.uri
+
+
+# -- several problems: the first in the file -----------------------------------------------------
+
+
+def test_first_problem_in_the_file_is_reported() -> None:
+    text = replaced("kind: stepdown", "kind: stepdwn\n    zzz: 1", replaced("target:", "tagret:"))
+    assert error_of(text).line == 2
+
+
+# -- robustness ----------------------------------------------------------------------------------
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def only_experiment_errors(data: str | bytes) -> None:
+    try:
+        load_experiment_text(data, "fuzz.yaml", {"X": "1"})
+    except ExperimentError as err:
+        assert err.line >= 1 and err.col >= 1
+        assert "\n" not in str(err)
+
+
+@FUZZ
+@given(st.binary(max_size=400))
+def test_random_bytes_raise_only_experiment_errors(data: bytes) -> None:
+    only_experiment_errors(data)
+
+
+@FUZZ
+@given(st.text(alphabet=st.sampled_from(list(":-[]{}&*!|>'\"%@`#,?$ \n\tabc1")), max_size=200))
+def test_random_yaml_punctuation_raises_only_experiment_errors(text: str) -> None:
+    only_experiment_errors(text)
+
+
+@FUZZ
+@given(st.integers(0, len(FULL)), st.integers(0, 12), st.text(max_size=4))
+def test_mutated_files_raise_only_experiment_errors(at: int, cut: int, insert: str) -> None:
+    only_experiment_errors(FULL[:at] + insert + FULL[at + cut :])
+
+
+def test_deep_nesting() -> None:
+    err = error_of("name: " + "[" * 3000 + "]" * 3000 + "\n")
+    assert err.line == 1
