@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from rsdrill.experiment.schema import (
+    SLO_PATTERN,
     AvailabilityProbe,
     DurabilityProbe,
     Experiment,
@@ -154,9 +155,14 @@ def render_plan(exp: Experiment) -> str:
     lines += _indent(_timeline(plan_experiment(exp)))
     lines += _indent(_warnings(exp))
     lines += ["", "slo"]
-    slo = [f"{metric} {condition.strip()}" for metric, condition in exp.slo.items()]
+    slo = [f"{metric} {_condition(condition)}" for metric, condition in exp.slo.items()]
     lines += _indent(slo or ["none: the run reports its metrics and passes"])
     return "\n".join(lines) + "\n"
+
+
+def _condition(condition: str) -> str:
+    match = re.match(SLO_PATTERN, condition)
+    return f"{match.group(1)} {match.group(2)}" if match else condition
 
 
 def _indent(lines: list[str]) -> list[str]:

@@ -1,0 +1,37 @@
+"""`rsdrill --help` imports no driver, platform SDK or parser: the property that keeps it fast.
+
+Checked without timing, from `python -X importtime`; bench/cli_startup.py times it against
+Chaos Toolkit's `chaos --help`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# Top-level import names: the driver (and its bson), the platform SDKs, pydantic and PyYAML.
+HEAVY = ("pymongo", "bson", "boto3", "botocore", "kubernetes", "pyVmomi", "pydantic", "yaml")
+
+
+def imported_modules(*args: str) -> set[str]:
+    """Every module `python -m rsdrill.cli.app ARGS` imports, from its -X importtime report."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "rsdrill.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    # "import time: self [us] | cumulative | imported package", then one line per module.
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    return {line.rsplit("|", 1)[1].strip() for line in lines[1:]}
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",)])
+def test_help_imports_nothing_heavy(args: tuple[str, ...]) -> None:
+    modules = imported_modules(*args)
+    assert {"typer", "rsdrill.cli.run"} <= modules  # the report was parsed
+    heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY)
+    assert not heavy, f"rsdrill {' '.join(args)} imports {heavy}"

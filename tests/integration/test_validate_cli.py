@@ -1,0 +1,155 @@
+"""`rsdrill validate`, `plan` and `schema` run as a user runs them, in their own process.
+
+Each file in tests/fixtures/invalid/ starts with `# expect-line: N` (the line its error must
+name) and `# expect-text: ...` (a part of the message).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+INVALID_DIR = Path(__file__).parent.parent / "fixtures" / "invalid"
+INVALID = sorted(INVALID_DIR.glob("*.yaml"))
+# missing-env-var.yaml names this variable; it must not leak in from the caller's environment.
+UNSET_VARIABLE = "RSDRILL_TEST_UNSET_PASSWORD"
+
+VALID = """\
+name: valid-minimal
+target:
+  platform: sandbox
+  topology: rs3
+faults:
+  - at: 5s
+    kind: host-kill
+    duration: 20s
+slo:
+  write_unavailable_s: "<= 15"
+"""
+
+
+def rsdrill(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """Run the real command line in its own process."""
+    env = {k: v for k, v in os.environ.items() if k != UNSET_VARIABLE}
+    return subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli.app", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def expectation(path: Path, name: str) -> str:
+    """The value of `# {name}: ...` in the file's first lines (read as bytes: some are binary)."""
+    head = path.read_bytes().split(b"\n")[:2]
+    for line in head:
+        match = re.match(rf"# {name}: (.*)$", line.decode("utf-8", "replace"))
+        if match:
+            return match.group(1)
+    raise AssertionError(f"{path.name} has no `# {name}:` line")
+
+
+@pytest.fixture(scope="module")
+def validated() -> dict[Path, subprocess.CompletedProcess[str]]:
+    """`rsdrill validate FILE` for every invalid fixture, run a few at a time."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(INVALID, pool.map(lambda p: rsdrill("validate", p), INVALID), strict=True))
+
+
+def test_there_are_enough_invalid_files() -> None:
+    assert len(INVALID) >= 24
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
+def test_invalid_file_is_one_located_line_and_exit_2(
+    path: Path, validated: dict[Path, subprocess.CompletedProcess[str]]
+) -> None:
+    result = validated[path]
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"{path}:{expectation(path, 'expect-line')}:"), lines[0]
+    assert expectation(path, "expect-text") in lines[0]
+
+
+def test_valid_file_is_ok(tmp_path: Path) -> None:
+    path = tmp_path / "valid.yaml"
+    path.write_text(VALID)
+    result = rsdrill("validate", path)
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"{path}: ok\n", "")
+
+
+def test_every_file_is_checked_and_any_invalid_one_fails_the_run(tmp_path: Path) -> None:
+    valid = tmp_path / "valid.yaml"
+    valid.write_text(VALID)
+    missing = tmp_path / "missing.yaml"
+    invalid = INVALID_DIR / "misspelt-kind.yaml"
+    result = rsdrill("validate", valid, missing, invalid)
+    assert result.returncode == 2
+    assert result.stdout == f"{valid}: ok\n"
+    assert result.stderr.splitlines() == [
+        f"{missing}:1:1: cannot read: No such file or directory",
+        f"{invalid}:9:11: faults[0].kind: unknown value 'host-kil'; did you mean 'host-kill'? "
+        "(one of host-kill, host-freeze, stepdown)",
+    ]
+
+
+def test_plan_of_a_valid_file(tmp_path: Path) -> None:
+    path = tmp_path / "valid.yaml"
+    path.write_text(VALID)
+    result = rsdrill("plan", path)
+    assert result.returncode == 0, result.stderr
+    assert "inject   host-kill  the primary at that moment (SIGKILL)" in result.stdout
+    assert "write_unavailable_s <= 15" in result.stdout
+
+
+def test_plan_of_an_invalid_file_exits_2() -> None:
+    path = INVALID_DIR / "missing-target.yaml"
+    result = rsdrill("plan", path)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == f"{path}:3:1: target: required field is missing\n"
+
+
+def test_schema_is_json_naming_faults(tmp_path: Path) -> None:
+    result = rsdrill("schema")
+    assert result.returncode == 0, result.stderr
+    schema = json.loads(result.stdout)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["title"] == "rsdrill experiment"
+    assert "faults" in schema["properties"] and "faults" in schema["required"]
+    assert "latency_ms.p99" in schema["properties"]["slo"]["properties"]
+    out = tmp_path / "experiment.schema.json"
+    assert rsdrill("schema", "--out", out).returncode == 0
+    assert json.loads(out.read_text()) == schema
+
+
+def test_schema_accepts_a_valid_file_and_rejects_a_misspelt_kind() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    yaml = pytest.importorskip("yaml")
+    schema = json.loads(rsdrill("schema").stdout)
+    validator = jsonschema.Draft202012Validator(schema)
+    document = yaml.safe_load(VALID)
+    document["x-anchors"] = {"any": "thing"}
+    assert list(validator.iter_errors(document)) == []
+    document["faults"][0]["kind"] = "host-kil"
+    assert list(validator.iter_errors(document)) != []
+
+
+def test_command_module_imports_neither_pydantic_nor_yaml() -> None:
+    code = (
+        "import sys, rsdrill.cli.experiment; "
+        "print(sorted(m for m in ('pydantic', 'yaml') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr

@@ -1,0 +1,228 @@
+"""The plan: what an experiment will do, to which member and when, without doing any of it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import pytest
+
+from rsdrill.experiment.loader import load_experiment_text
+from rsdrill.experiment.plan import (
+    PlannedStep,
+    describe_selection,
+    plan_experiment,
+    redact_uri,
+    render_plan,
+)
+from rsdrill.experiment.schema import Experiment, SelectCount, SelectMember
+
+HEADER = """\
+name: plan-test
+description: kill the primary, bring it back
+target:
+  platform: sandbox
+  topology: rs3
+"""
+
+
+def experiment(faults: str, extra: str = "", header: str = HEADER) -> Experiment:
+    return load_experiment_text(f"{header}faults:\n{faults}{extra}", "plan.yaml", {})
+
+
+def test_host_kill_with_a_duration() -> None:
+    exp = experiment("  - {at: 5s, kind: host-kill, duration: 20s}\n")
+    assert plan_experiment(exp) == [
+        PlannedStep(
+            0.0,
+            "observe",
+            "steady-state",
+            "",
+            "steady state: probes record a baseline (at least 2s before the first fault)",
+            until_s=5.0,
+        ),
+        PlannedStep(
+            5.0,
+            "inject",
+            "host-kill",
+            "the primary at that moment",
+            "the primary at that moment (SIGKILL)",
+        ),
+        PlannedStep(
+            25.0,
+            "revert",
+            "host-kill",
+            "the primary at that moment",
+            "restart it on its kept data directory",
+        ),
+        PlannedStep(
+            25.0,
+            "observe",
+            "recovery",
+            "",
+            "until every member is healthy (at least 2s, at most 30s)",
+            until_s=55.0,
+        ),
+    ]
+
+
+def test_restart_after_overrides_the_duration_and_wipe_says_initial_sync() -> None:
+    exp = experiment(
+        "  - {at: 5s, kind: host-kill, duration: 20s, restart: {after: 30s, volume: wipe}}\n"
+    )
+    revert = next(s for s in plan_experiment(exp) if s.action == "revert")
+    assert revert.at_s == 35.0
+    assert revert.description == "restart it on an empty data directory (full initial sync)"
+
+
+def test_kill_without_restart_has_no_revert() -> None:
+    exp = experiment("  - {at: 5s, kind: host-kill, restart: false}\n")
+    steps = plan_experiment(exp)
+    assert [s.action for s in steps] == ["observe", "inject", "observe"]
+    assert steps[1].description == "the primary at that moment (SIGKILL; never restarted)"
+    assert (steps[2].at_s, steps[2].until_s) == (5.0, 35.0)
+
+
+def test_freeze_is_sigstop_then_sigcont() -> None:
+    exp = experiment("  - {at: 3s, kind: host-freeze, select: secondary, duration: 4s}\n")
+    inject, revert = (s for s in plan_experiment(exp) if s.action in ("inject", "revert"))
+    assert inject.description == "a secondary at that moment (SIGSTOP for 4s)"
+    assert (revert.at_s, revert.description) == (7.0, "resume it (SIGCONT)")
+
+
+def test_stepdown_is_not_reverted() -> None:
+    exp = experiment("  - {at: 5s, kind: stepdown, duration: 30s, secondary_catch_up: 5s}\n")
+    steps = plan_experiment(exp)
+    assert [s.action for s in steps] == ["observe", "inject", "observe"]
+    assert steps[1].description == (
+        "the primary at that moment (replSetStepDown: not electable for 30s, "
+        "secondaries get 5s to catch up)"
+    )
+
+
+def test_stepdown_default_period_and_force() -> None:
+    exp = experiment("  - {at: 5s, kind: stepdown, force: true}\n")
+    assert "not electable for 60s, secondaries get 10s to catch up, force" in (
+        plan_experiment(exp)[1].description
+    )
+
+
+def test_overlapping_faults_are_in_time_order() -> None:
+    exp = experiment(
+        "  - {at: 10s, kind: host-kill, duration: 20s}\n"
+        "  - {at: 15s, kind: host-freeze, select: secondary, duration: 5s}\n"
+    )
+    steps = plan_experiment(exp)
+    assert [(s.at_s, s.action, s.kind) for s in steps] == [
+        (0.0, "observe", "steady-state"),
+        (10.0, "inject", "host-kill"),
+        (15.0, "inject", "host-freeze"),
+        (20.0, "revert", "host-freeze"),
+        (30.0, "revert", "host-kill"),
+        (30.0, "observe", "recovery"),
+    ]
+
+
+def test_fixed_observation_window() -> None:
+    exp = experiment(
+        "  - {at: 5s, kind: host-kill, duration: 20s}\n",
+        "observe: {after_revert: 1m, until_recovered: false}\n",
+    )
+    last = plan_experiment(exp)[-1]
+    assert (last.at_s, last.until_s, last.description) == (25.0, 85.0, "for 60s")
+
+
+@pytest.mark.parametrize(
+    ("selection", "text"),
+    [
+        ("primary", "the primary at that moment"),
+        ("secondary", "a secondary at that moment"),
+        ("arbiter", "the arbiter"),
+        (SelectMember(member="127.0.0.1:28018"), "member 127.0.0.1:28018"),
+        (SelectCount(count=1), "1 member at that moment (secondaries first)"),
+        (SelectCount(count=2, role="secondary"), "2 secondaries at that moment"),
+        (SelectCount(count=2, role="data"),
+         "2 data-bearing members at that moment (secondaries first)"),
+    ],
+)  # fmt: skip
+def test_selection_in_words(selection: object, text: str) -> None:
+    assert describe_selection(selection) == text  # type: ignore[arg-type]
+
+
+def test_several_members_are_them() -> None:
+    exp = experiment(
+        "  - {at: 5s, kind: host-kill, duration: 5s, select: {count: 2, role: secondary}}\n"
+    )
+    revert = next(s for s in plan_experiment(exp) if s.action == "revert")
+    assert revert.description == "restart them on their kept data directory"
+
+
+def test_render_shows_target_probes_timeline_and_slos() -> None:
+    exp = experiment(
+        "  - {at: 5s, kind: host-kill, duration: 20s}\n",
+        "probes:\n  lag: null\n  load: {rate: 50}\n"
+        'slo:\n  write_unavailable_s: "<= 15"\n  failover_s: "  <  12.7 "\n',
+        header=HEADER + "  election_timeout: 5s\n  port_base: 28017\n  data_mb: 64\n",
+    )
+    text = render_plan(exp)
+    assert text.startswith("experiment plan-test\n  kill the primary, bring it back\n")
+    assert "sandbox rs3: three data-bearing members, engine auto, ports 28017-28019" in text
+    assert "election timeout 5s, heartbeat interval 2s (MongoDB's default)" in text
+    assert "64 MB of data preloaded" in text
+    assert "availability  writes and reads every 20ms, timeout 250ms, w:majority" in text
+    assert "lag           off" in text
+    assert "load          workload a (50/50 read/update), 50 ops/s on 4 threads" in text
+    lines = text.splitlines()
+    assert "  t+5.0s          inject   host-kill  the primary at that moment (SIGKILL)" in lines
+    assert "  t+25.0s         revert   host-kill  restart it on its kept data directory" in lines
+    assert (
+        "  t+25.0s..55.0s  observe             until every member is healthy "
+        "(at least 2s, at most 30s)"
+    ) in lines
+    assert lines[-2:] == ["  write_unavailable_s <= 15", "  failover_s < 12.7"]
+
+
+def test_render_local_target_redacts_the_password() -> None:
+    header = """\
+name: local-plan
+target:
+  platform: local
+  topology: psa
+  uri: mongodb://app:hunter2@127.0.0.1:27017/?replicaSet=rs0
+  members:
+    - {host: "127.0.0.1:27017", start: "mongod --port 27017", dbpath: /data/a}
+    - {host: "127.0.0.1:27018", start: "mongod --port 27018"}
+"""
+    text = render_plan(experiment("  - {at: 5s, kind: stepdown}\n", header=header))
+    assert "hunter2" not in text
+    assert "uri mongodb://app:***@127.0.0.1:27017/?replicaSet=rs0" in text
+    assert "member 127.0.0.1:27017: started by `mongod --port 27017`, data in /data/a" in text
+    assert "member 127.0.0.1:27018: started by `mongod --port 27018`, data in (not given)" in text
+    assert "slo\n  none: the run reports its metrics and passes\n" in text
+
+
+def test_render_notes_a_fault_before_the_steady_state() -> None:
+    exp = experiment("  - {at: 1s, kind: stepdown}\n")
+    assert "note: the first fault (t+1.0s) comes before 2s of steady state" in render_plan(exp)
+
+
+@pytest.mark.parametrize(
+    ("uri", "redacted"),
+    [
+        ("mongodb://u:p@h:1/", "mongodb://u:***@h:1/"),
+        ("mongodb+srv://u:p%40ss@cluster.example/db", "mongodb+srv://u:***@cluster.example/db"),
+        ("mongodb://h:1,h:2/?replicaSet=rs0", "mongodb://h:1,h:2/?replicaSet=rs0"),
+    ],
+)
+def test_redact_uri(uri: str, redacted: str) -> None:
+    assert redact_uri(uri) == redacted
+
+
+def test_planning_touches_no_network_and_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("planning must have no side effects")
+
+    exp = experiment("  - {at: 5s, kind: host-kill, duration: 20s}\n")
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    assert "inject" in render_plan(exp)
