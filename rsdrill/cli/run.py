@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from rsdrill.cli.errors import exit_invalid
+
+if TYPE_CHECKING:
+    from rsdrill.engine.runner import RunOptions
+    from rsdrill.experiment.schema import Experiment
 
 RESULTS_DIR = Path("rsdrill-results")
 
@@ -36,6 +40,8 @@ def run(
     from rsdrill.engine.runner import RunOptions, run_experiment
 
     out_dir = out or RESULTS_DIR / f"{experiment.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    if experiment.matrix is not None:
+        _run_matrix(experiment, RunOptions(out_dir=out_dir, live=live))
     result = run_experiment(experiment, RunOptions(out_dir=out_dir, live=live))
     typer.echo(
         f"{experiment.name}: {result.verdict.upper()}"
@@ -47,6 +53,23 @@ def run(
         typer.echo(f"  {mark} {slo.metric} {slo.op} {slo.threshold:g} (observed {observed})")
     typer.echo(f"report: {out_dir / 'report.html'}")
     raise typer.Exit(result.exit_code)
+
+
+def _run_matrix(experiment: Experiment, options: RunOptions) -> NoReturn:
+    from rsdrill.engine.sweep import exit_code, run_sweep, write_summary
+
+    cells = run_sweep(experiment, options)
+    for cell in cells:
+        params = ", ".join(f"{k}={v}" for k, v in cell.parameters.items())
+        typer.echo(
+            f"{params}: {cell.result.verdict.upper()}"
+            + (f" ({cell.result.error})" if cell.result.error else "")
+        )
+    assert experiment.matrix is not None
+    typer.echo("")
+    typer.echo(write_summary(cells, experiment.matrix.table, options.out_dir))
+    typer.echo(f"\nresults: {options.out_dir}")
+    raise typer.Exit(exit_code(cells))
 
 
 def recover(

@@ -157,7 +157,22 @@ def render_plan(exp: Experiment) -> str:
     lines += ["", "slo"]
     slo = [f"{metric} {_condition(condition)}" for metric, condition in exp.slo.items()]
     lines += _indent(slo or ["none: the run reports its metrics and passes"])
+    if exp.matrix is not None:
+        lines += ["", "matrix", *_indent(_describe_matrix(exp))]
     return "\n".join(lines) + "\n"
+
+
+def _describe_matrix(exp: Experiment) -> list[str]:
+    assert exp.matrix is not None
+    runs = len(exp.variants())
+    lines = [f"{runs} runs, one per combination (the timeline above is the first):"]
+    lines += [f"{name}: {', '.join(map(str, values))}"
+              for name, values in exp.matrix.parameters.items()]  # fmt: skip
+    if exp.matrix.table:
+        t = exp.matrix.table
+        across = f", {t.columns} across" if t.columns else ""
+        lines.append(f"table of {t.metric}: {t.rows} down{across}")
+    return lines
 
 
 def _condition(condition: str) -> str:

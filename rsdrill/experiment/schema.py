@@ -8,6 +8,8 @@ seconds, and held as float seconds.
 
 from __future__ import annotations
 
+import copy
+import itertools
 import math
 import re
 from typing import Annotated, Any, Literal
@@ -18,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationError,
     WithJsonSchema,
     model_validator,
 )
@@ -317,6 +320,65 @@ _MEMBERS_BY_ROLE: dict[str, dict[str, int]] = {
 SLO_PATTERN = r"^\s*(<=|>=|==|!=|<|>)\s*(-?\d+(\.\d+)?)\s*$"
 
 
+MatrixValue = bool | int | float | str
+
+
+class MatrixTable(Strict):
+    """How to print a sweep's results: one parameter down, optionally one across."""
+
+    rows: str = Field(description="the parameter whose values are the rows")
+    columns: str | None = Field(None, description="the parameter whose values are the columns")
+    metric: str = Field(description="what each cell shows, e.g. recovery_s.max")
+
+
+class Matrix(Strict):
+    """Run the experiment once per combination of parameter values (a sweep)."""
+
+    parameters: dict[str, Annotated[tuple[MatrixValue, ...], Field(min_length=1)]] = Field(
+        min_length=1,
+        description="dotted path into this file → values, e.g. target.data_mb: [10, 40]",
+    )
+    table: MatrixTable | None = None
+
+    @model_validator(mode="after")
+    def _table_names_parameters(self) -> Matrix:
+        from rsdrill.analysis.slo import known_metric
+
+        if self.table is not None and not known_metric(self.table.metric):
+            raise FieldProblem(("table", "metric"), f"unknown metric {self.table.metric!r}")
+        if self.table is not None:
+            for axis in ("rows", "columns"):
+                name = getattr(self.table, axis)
+                if name is not None and name not in self.parameters:
+                    raise FieldProblem(("table", axis), f"{name!r} is not one of the parameters "
+                                       f"({', '.join(self.parameters)})")  # fmt: skip
+        return self
+
+
+def set_path(document: dict[str, Any], path: str, value: Any) -> None:
+    """Set `a.b.0.c` in nested dicts and lists (dicts created where missing)."""
+    parts = path.split(".")
+    node: Any = document
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ValueError(f"{path}: no item {part} in a list of {len(node)}")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if not isinstance(node.get(part), dict | list):
+                    node[part] = {}
+                node = node[part]
+        else:
+            raise ValueError(f"{path}: {'.'.join(parts[:i])} is not a mapping or a list")
+
+
 class Experiment(Strict):
     """One experiment file."""
 
@@ -330,6 +392,38 @@ class Experiment(Strict):
         default_factory=dict,
         description='metric → condition, e.g. write_unavailable_s: "<= 15"',
     )
+    matrix: Matrix | None = None
+
+    def variants(self) -> list[tuple[dict[str, MatrixValue], Experiment]]:
+        """Each combination of the matrix's values and the experiment it makes (no matrix)."""
+        if self.matrix is None:
+            return [({}, self)]
+        base = self.model_dump(mode="json", exclude={"matrix"}, exclude_defaults=True)
+        names = list(self.matrix.parameters)
+        out = []
+        for values in itertools.product(*self.matrix.parameters.values()):
+            document = copy.deepcopy(base)
+            for name, value in zip(names, values, strict=True):
+                set_path(document, name, value)
+            out.append((dict(zip(names, values, strict=True)), Experiment.model_validate(document)))
+        return out
+
+    @model_validator(mode="after")
+    def _matrix_variants_are_valid(self) -> Experiment:
+        if self.matrix is None:
+            return self
+        for name, values in self.matrix.parameters.items():
+            for value in values:
+                document = self.model_dump(mode="json", exclude={"matrix"}, exclude_defaults=True)
+                try:
+                    set_path(document, name, value)
+                    Experiment.model_validate(document)
+                except (ValueError, ValidationError) as exc:
+                    first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else exc
+                    raise FieldProblem(("matrix", "parameters", name),
+                                       f"value {value!r} does not make a valid experiment: "
+                                       f"{first}") from None  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _selections_fit_topology(self) -> Experiment:

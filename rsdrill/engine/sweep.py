@@ -1,0 +1,102 @@
+"""A matrix experiment: one run per combination of parameter values, and the table of a metric
+across them (e.g. recovery time by data size, kept volume against initial sync)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.experiment.schema import Experiment, MatrixTable, MatrixValue
+from rsdrill.result import EXIT_CODES, Result
+
+# When runs disagree, the sweep exits with the most serious of their codes.
+_SEVERITY = ["pass", "fail", "aborted", "error"]
+
+
+@dataclass
+class Cell:
+    parameters: dict[str, MatrixValue]
+    result: Result
+    out_dir: Path
+
+
+def _slug(parameters: dict[str, MatrixValue]) -> str:
+    text = "-".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in parameters.items())
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text)
+
+
+def run_sweep(experiment: Experiment, options: RunOptions) -> list[Cell]:
+    """Run every variant into its own directory under the output directory, in order."""
+    cells = []
+    for i, (parameters, variant) in enumerate(experiment.variants(), start=1):
+        out = options.out_dir / f"{i:02d}-{_slug(parameters)}"
+        result = run_experiment(
+            variant, RunOptions(out_dir=out, live=options.live, journal_dir=options.journal_dir)
+        )
+        cells.append(Cell(parameters, result, out))
+    return cells
+
+
+def worst_verdict(cells: list[Cell]) -> str:
+    return max((c.result.verdict for c in cells), key=_SEVERITY.index, default="pass")
+
+
+def exit_code(cells: list[Cell]) -> int:
+    return EXIT_CODES[worst_verdict(cells)]
+
+
+def _value(cell: Cell, metric: str) -> float | None:
+    from rsdrill.analysis.slo import observed_value
+
+    return observed_value(cell.result.metrics, metric)
+
+
+def _show(value: float | None) -> str:
+    if value is None:
+        return "never"
+    minutes, seconds = divmod(value, 60)
+    return f"{value:.2f} s" if value < 60 else f"{int(minutes)}:{seconds:05.2f}"
+
+
+def render_table(cells: list[Cell], table: MatrixTable) -> str:
+    """A Markdown table: `rows` down, `columns` across, the metric in each cell."""
+    rows = list(dict.fromkeys(c.parameters[table.rows] for c in cells))
+    columns = (
+        list(dict.fromkeys(c.parameters[table.columns] for c in cells)) if table.columns else [None]
+    )
+    header = [table.rows] + [f"{table.columns}={c}" if table.columns else table.metric
+                             for c in columns]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        values = []
+        for column in columns:
+            matching = [
+                c
+                for c in cells
+                if c.parameters[table.rows] == row
+                and (table.columns is None or c.parameters[table.columns] == column)
+            ]
+            values.append(", ".join(_show(_value(c, table.metric)) for c in matching) or "-")
+        lines.append(f"| {row} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def write_summary(cells: list[Cell], table: MatrixTable | None, out_dir: Path) -> str:
+    """matrix.md and matrix.json in the sweep's directory; returns the Markdown."""
+    lines = ["| run | parameters | verdict |", "|---|---|---|"]
+    for c in cells:
+        params = ", ".join(f"{k}={v}" for k, v in c.parameters.items())
+        lines.append(f"| {c.out_dir.name} | {params} | {c.result.verdict} |")
+    text = "\n".join(lines)
+    if table is not None:
+        text = f"{render_table(cells, table)}\n\n({table.metric})\n\n{text}"
+    (out_dir / "matrix.md").write_text(text + "\n")
+    (out_dir / "matrix.json").write_text(json.dumps([
+        {"run": c.out_dir.name, "parameters": c.parameters, "verdict": c.result.verdict,
+         "metrics": c.result.metrics.model_dump(exclude={"member_states"})}
+        for c in cells
+    ], indent=2))  # fmt: skip
+    return text

@@ -1,0 +1,90 @@
+"""Matrix experiments: expansion into variants, invalid parameters, the results table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rsdrill.engine.sweep import Cell, exit_code, render_table
+from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+from rsdrill.experiment.schema import MatrixTable, set_path
+from rsdrill.result import Metrics, Result, TargetInfo
+
+BASE = """
+name: sweep
+target: {platform: sandbox, topology: rs3, data_mb: 10}
+faults:
+  - {at: 3s, kind: host-kill, select: secondary, restart: {after: 2s}}
+matrix:
+  parameters:
+    target.data_mb: [10, 40]
+    faults.0.restart.volume: [keep, wipe]
+  table: {rows: target.data_mb, columns: faults.0.restart.volume, metric: recovery_s.max}
+"""
+
+
+def test_variants_cover_every_combination_in_order() -> None:
+    exp = load_experiment_text(BASE, "sweep.yaml", env={})
+    got = [(p, v.target.data_mb, v.faults[0].restart.volume) for p, v in exp.variants()]
+    assert [(d, vol) for _, d, vol in got] == [(10, "keep"), (10, "wipe"), (40, "keep"),
+                                               (40, "wipe")]  # fmt: skip
+    assert all(v.matrix is None for _, v in exp.variants())
+    assert got[1][0] == {"target.data_mb": 10, "faults.0.restart.volume": "wipe"}
+    assert exp.variants()[0][1].faults[0].restart.after == 2.0  # the rest is kept
+
+
+def test_a_value_that_breaks_the_experiment_is_an_error_at_its_line() -> None:
+    bad = BASE.replace("[keep, wipe]", "[keep, wiped]")
+    with pytest.raises(ExperimentError) as err:
+        load_experiment_text(bad, "sweep.yaml", env={})
+    assert err.value.line == 9 and "wiped" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("rows: target.size_mb", "not one of the parameters"),
+        ("metric: recovery_seconds", "unknown metric"),
+    ],
+)
+def test_table_must_name_parameters_and_a_metric(text: str, needle: str) -> None:
+    key = text.split(":")[0]
+    original = {"rows": "rows: target.data_mb", "metric": "metric: recovery_s.max"}[key]
+    with pytest.raises(ExperimentError, match=needle):
+        load_experiment_text(BASE.replace(original, text), "sweep.yaml", env={})
+
+
+def test_set_path_into_lists_and_missing_mappings() -> None:
+    doc: dict = {"faults": [{"kind": "host-kill"}]}
+    set_path(doc, "faults.0.restart.volume", "wipe")
+    set_path(doc, "target.data_mb", 5)
+    assert doc == {"faults": [{"kind": "host-kill", "restart": {"volume": "wipe"}}],
+                   "target": {"data_mb": 5}}  # fmt: skip
+    with pytest.raises(ValueError, match="no item 3"):
+        set_path(doc, "faults.3.kind", "stepdown")
+
+
+def _cell(data: int, volume: str, recovery: float | None, verdict: str = "pass") -> Cell:
+    result = Result(
+        experiment="sweep", verdict=verdict, exit_code=0, started_at="", duration_s=1,
+        target=TargetInfo(platform="sandbox", topology="rs3", uri=""),
+        metrics=Metrics(recovery_s={"h:1": recovery}),
+    )  # fmt: skip
+    return Cell({"target.data_mb": data, "faults.0.restart.volume": volume}, result, Path("x"))
+
+
+def test_table_pivots_rows_and_columns() -> None:
+    cells = [_cell(10, "keep", 0.5), _cell(10, "wipe", 1.25), _cell(40, "keep", 0.6),
+             _cell(40, "wipe", 75.5)]  # fmt: skip
+    table = MatrixTable(rows="target.data_mb", columns="faults.0.restart.volume",
+                        metric="recovery_s.max")  # fmt: skip
+    assert render_table(cells, table).splitlines() == [
+        "| target.data_mb | faults.0.restart.volume=keep | faults.0.restart.volume=wipe |",
+        "|---|---|---|",
+        "| 10 | 0.50 s | 1.25 s |",
+        "| 40 | 0.60 s | 1:15.50 |",
+    ]
+    assert exit_code(cells) == 0
+    assert exit_code([*cells, _cell(80, "keep", None, verdict="fail")]) == 1
+    assert exit_code([*cells, _cell(80, "keep", None, verdict="error")]) == 4
