@@ -15,7 +15,7 @@ from pymongo import MongoClient, WriteConcern
 from rsdrill.experiment.schema import Target
 from rsdrill.sandbox.cluster import Sandbox, SandboxError, choose_engine, port_free, up
 from rsdrill.sandbox.config import MemberSpec, Settings, build_topology, member_dir
-from rsdrill.sandbox.emulator.storage import JOURNAL
+from rsdrill.sandbox.emulator.storage import DATABASE
 from rsdrill.targets import TargetError
 
 PRELOAD_DB = "rsdrill_data"
@@ -114,7 +114,8 @@ class SandboxTarget:
             self._preload(self.config.data_mb)
 
     def _preload(self, megabytes: int) -> None:
-        with MongoClient(self.uri, serverSelectionTimeoutMS=30_000) as client:
+        # Bulk data, not a workload: no retryable-write bookkeeping on the members.
+        with MongoClient(self.uri, serverSelectionTimeoutMS=30_000, retryWrites=False) as client:
             coll = client[PRELOAD_DB].get_collection(
                 "preload", write_concern=WriteConcern("majority")
             )
@@ -131,7 +132,8 @@ class SandboxTarget:
         self._sandbox.down()
         # Keep each member's events, log and rollback files with the result; drop the bulk.
         for member in self.spec.members:
-            (member_dir(self.directory, member) / "data" / JOURNAL).unlink(missing_ok=True)
+            for path in (member_dir(self.directory, member) / "data").glob(f"{DATABASE}*"):
+                path.unlink()
 
     def recover_action(self) -> dict[str, object] | None:
         if self.config.keep:

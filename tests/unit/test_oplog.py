@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 from bson.timestamp import Timestamp
 
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, Oplog, OpTime, TimestampClock, make_entry
+from rsdrill.sandbox.emulator.storage import Database
+
+
+def _oplog(tmp_path: Path, capacity: int) -> Oplog:
+    database = Database(tmp_path / f"db{capacity}")
+    database.open()
+    return Oplog(capacity, database)
 
 
 def _entry(term: int, secs: int, inc: int, pad: int = 0) -> dict:
@@ -19,8 +27,8 @@ def test_optime_orders_by_term_before_timestamp() -> None:
     assert OpTime(0, 0, 0) > NULL_OPTIME
 
 
-def test_capped_oplog_trims_oldest_and_keeps_newest() -> None:
-    oplog = Oplog(capacity_bytes=1000)
+def test_capped_oplog_trims_oldest_and_keeps_newest(tmp_path: Path) -> None:
+    oplog = _oplog(tmp_path, 1000)
     for i in range(1, 21):
         oplog.append(_entry(1, 10, i, pad=100))
     assert oplog.size_bytes <= 1000
@@ -28,13 +36,13 @@ def test_capped_oplog_trims_oldest_and_keeps_newest() -> None:
     assert oplog.oldest > OpTime(1, 10, 1)
     assert not oplog.contains(OpTime(1, 10, 1))
     assert oplog.contains(OpTime(1, 10, 20))
-    single = Oplog(capacity_bytes=10)
+    single = _oplog(tmp_path, 10)
     single.append(_entry(1, 10, 1, pad=100))
     assert len(single) == 1  # never trims its own position away
 
 
-def test_entries_after_and_truncate() -> None:
-    oplog = Oplog(capacity_bytes=10**6)
+def test_entries_after_and_truncate(tmp_path: Path) -> None:
+    oplog = _oplog(tmp_path, 10**6)
     for i in range(1, 6):
         oplog.append(_entry(1, 10, i))
     after = oplog.entries_after(OpTime(1, 10, 2), max_bytes=10**6)
@@ -45,8 +53,8 @@ def test_entries_after_and_truncate() -> None:
     assert oplog.newest == OpTime(1, 10, 3)
 
 
-def test_append_refuses_an_older_entry() -> None:
-    oplog = Oplog(capacity_bytes=10**6)
+def test_append_refuses_an_older_entry(tmp_path: Path) -> None:
+    oplog = _oplog(tmp_path, 10**6)
     oplog.append(_entry(2, 10, 1))
     try:
         oplog.append(_entry(1, 11, 1))
@@ -62,3 +70,20 @@ def test_timestamp_clock_is_strictly_increasing() -> None:
     stamps = [clock.next() for _ in range(100)]
     assert all((a.time, a.inc) < (b.time, b.inc) for a, b in itertools.pairwise(stamps))
     assert stamps[0] == Timestamp(2**31 - 10, 6)
+
+
+def test_oplog_survives_reopening(tmp_path: Path) -> None:
+    database = Database(tmp_path / "db")
+    database.open()
+    oplog = Oplog(10**6, database)
+    for i in range(1, 4):
+        oplog.append(_entry(2, 10, i, pad=10))
+    database.set_meta("initialized", True)
+    database.commit()
+    oplog.append(_entry(2, 10, 4))  # not committed: lost with the process
+    database.close()
+    reopened = Database(tmp_path / "db")
+    assert reopened.exists()
+    reopened.open()
+    again = Oplog(10**6, reopened)
+    assert len(again) == 3 and again.newest == OpTime(2, 10, 3) and again.oldest == OpTime(2, 10, 1)

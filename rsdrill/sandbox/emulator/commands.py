@@ -18,12 +18,13 @@ from rsdrill.sandbox.emulator import election, heartbeat, query, sync
 from rsdrill.sandbox.emulator.errors import CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
-from rsdrill.sandbox.emulator.oplog import OpTime
+from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
 
 MAX_WIRE_VERSION = 21
 MAX_BATCH_BYTES = 16 * 1024 * 1024
 DEFAULT_BATCH = 101
 SERVER_VERSION = "7.0.0"
+OPLOG_NS = "local.oplog.rs"
 
 
 @dataclass
@@ -179,11 +180,9 @@ class Commands:
         lsid, txn = req.body.get("lsid"), req.body.get("txnNumber")
         if lsid is None or txn is None:
             return None
-        record = self.node.store.session(lsid)
-        if record is not None and record.txn_number > int(txn):
-            raise CommandError(
-                225, f"txnNumber {txn} is older than the session's {record.txn_number}"
-            )
+        newest = self.node.store.txn_number(lsid)
+        if newest is not None and newest > int(txn):
+            raise CommandError(225, f"txnNumber {txn} is older than the session's {newest}")
         return lsid, int(txn)
 
     def done_before(
@@ -192,10 +191,7 @@ class Commands:
         """A retried statement's recorded result, if it was already applied."""
         if session is None:
             return None
-        record = self.node.store.session(session[0])
-        if record is None or record.txn_number != session[1]:
-            return None
-        return record.results.get(stmt)
+        return self.node.store.statement_result(session[0], session[1], stmt)
 
     @staticmethod
     def session_fields(
@@ -285,7 +281,7 @@ async def _build_info(cmds: Commands, req: Request) -> dict[str, Any]:
         "versionArray": [7, 0, 0, 0],
         "bits": 64,
         "maxBsonObjectSize": 16 * 1024 * 1024,
-        "storageEngines": ["rsdrill-journal"],
+        "storageEngines": ["rsdrill-sqlite"],
     }
 
 
@@ -496,11 +492,34 @@ def _matching(node: Node, ns: str, filt: dict[str, Any]) -> list[dict[str, Any]]
     return [d for d in node.store.documents(ns) if predicate(d)]
 
 
+def _oplog_documents(node: Node, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """`local.oplog.rs` in natural (oplog) order, newest first with sort `{$natural: -1}`.
+
+    Only `$natural` orders it. Tools read its first and last entries this way (the oplog
+    window of `db.getReplicationInfo()`); reading one end touches only that entry.
+    """
+    sort = dict(body.get("sort") or {})
+    if set(sort) - {"$natural"} or sort.get("$natural", 1) not in (1, -1):
+        raise CommandError(2, f"the sandbox sorts {OPLOG_NS} only by $natural (1 or -1)")
+    newest_first = sort.get("$natural", 1) == -1
+    oplog = node.oplog
+    filt = body.get("filter") or {}
+    if not filt and not body.get("skip") and abs(int(body.get("limit") or 0)) == 1:
+        entry = oplog.newest_entry() if newest_first else oplog.entry_at(oplog.oldest)
+        return [] if entry is None else [entry]
+    predicate = query.compile_filter(filt)
+    docs = [e for e in oplog.entries_after(NULL_OPTIME, max_bytes=1 << 62) if predicate(e)]
+    return docs[::-1] if newest_first else docs
+
+
 def _filtered(cmds: Commands, req: Request, ns: str) -> list[dict[str, Any]]:
     filt = req.body.get("filter") or {}
-    docs = _matching(cmds.node, ns, filt)
-    if req.body.get("sort"):
-        docs = query.sort_documents(docs, req.body["sort"])
+    if ns == OPLOG_NS:
+        docs = _oplog_documents(cmds.node, req.body)
+    else:
+        docs = _matching(cmds.node, ns, filt)
+        if req.body.get("sort"):
+            docs = query.sort_documents(docs, req.body["sort"])
     skip = int(req.body.get("skip") or 0)
     limit = abs(int(req.body.get("limit") or 0))
     docs = docs[skip:]
@@ -522,6 +541,22 @@ async def _find(cmds: Commands, req: Request) -> dict[str, Any]:
     batch = req.body.get("batchSize")
     single = bool(req.body.get("singleBatch")) or int(req.body.get("limit") or 0) < 0
     return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None, single)
+
+
+@command("collStats")
+async def _coll_stats(cmds: Commands, req: Request) -> dict[str, Any]:
+    """Only for the oplog: its size against its cap (the other half of the oplog window)."""
+    ns = _ns(req)
+    if ns != OPLOG_NS:
+        raise CommandError(115, f"the sandbox answers collStats only for {OPLOG_NS}")
+    oplog = cmds.node.oplog
+    return {
+        "ns": ns,
+        "count": len(oplog),
+        "size": Int64(oplog.size_bytes),
+        "capped": True,
+        "maxSize": Int64(oplog.capacity_bytes),
+    }
 
 
 @command("count")
@@ -611,7 +646,7 @@ async def _list_collections(cmds: Commands, req: Request) -> dict[str, Any]:
 @command("listIndexes")
 async def _list_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
-    if ns not in cmds.node.store.collections:
+    if not cmds.node.store.exists(ns):
         raise CommandError(26, f"ns does not exist: {ns}")
     return cmds.open_cursor(ns, [{"v": 2, "key": {"_id": 1}, "name": "_id_"}], None)
 
@@ -620,7 +655,7 @@ async def _list_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
 async def _create(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
     cmds.node.require_writable()
-    if ns in cmds.node.store.collections:
+    if cmds.node.store.exists(ns):
         raise CommandError(48, f"Collection {ns} already exists.")
     optime = cmds.node.write("c", f"{req.db}.$cmd", {"create": req.body["create"]})
     return await cmds.finish_write(req, {}, optime)
@@ -630,7 +665,7 @@ async def _create(cmds: Commands, req: Request) -> dict[str, Any]:
 async def _drop(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
     cmds.node.require_writable()
-    if ns not in cmds.node.store.collections:
+    if not cmds.node.store.exists(ns):
         return {"ns": ns}
     optime = cmds.node.write("c", f"{req.db}.$cmd", {"drop": req.body["drop"]})
     return await cmds.finish_write(req, {"ns": ns, "nIndexesWas": 1}, optime)
@@ -647,7 +682,7 @@ async def _drop_database(cmds: Commands, req: Request) -> dict[str, Any]:
 async def _create_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
     cmds.node.require_writable()
-    created = ns not in cmds.node.store.collections
+    created = not cmds.node.store.exists(ns)
     optime = None
     if created:
         optime = cmds.node.write("c", f"{req.db}.$cmd", {"create": req.body["createIndexes"]})

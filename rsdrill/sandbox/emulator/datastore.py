@@ -7,93 +7,128 @@ with the write and a retry on a new primary is answered instead of applied again
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import bson
-from bson.objectid import ObjectId
+from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
+
+from rsdrill.sandbox.emulator.storage import Database
+
+_RAW = CodecOptions(document_class=RawBSONDocument)
 
 
-def id_key(value: Any) -> Any:
-    """A hashable key for an `_id` value; equal numbers of any type share a key, as in MongoDB.
-
-    Python already hashes 1, 1.0 and Int64(1) alike; only bools (equal to 0 and 1 in Python,
-    not in MongoDB) and unhashable documents and arrays need wrapping.
-    """
-    kind = type(value)
-    if kind is ObjectId or kind is str or kind is int:
-        return value
-    if kind is bool:
-        return ("bool", value)
-    try:
-        hash(value)
-    except TypeError:
-        return ("bson", bson.encode({"v": value}))
-    return value
+def id_key(value: Any) -> bytes:
+    """The stored key of an `_id`: equal numbers of any type share one, as in MongoDB."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = float(value)
+    return bson.encode({"": value})
 
 
 def session_key(lsid: dict[str, Any]) -> bytes:
     return bson.encode({"id": lsid.get("id"), "uid": lsid.get("uid")})
 
 
-@dataclass
-class SessionRecord:
-    """The newest transaction number of one session and its executed statements' results."""
-
-    txn_number: int
-    results: dict[int, dict[str, Any]] = field(default_factory=dict)
-
-
 class DataStore:
-    """Collections by namespace (`db.coll`), each an insertion-ordered map of `_id` to document."""
+    """Collections by namespace (`db.coll`); documents in the order they were inserted."""
 
-    def __init__(self) -> None:
-        self.collections: dict[str, dict[Any, dict[str, Any]]] = {}
-        self.sessions: dict[bytes, SessionRecord] = {}
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        # Namespaces known to exist, so a write does not ask the database every time.
+        self._created: set[str] = set(self.namespaces())
+        # Sessions' newest transaction numbers, read through (a write asks for it per statement).
+        self._txns: dict[bytes, int | None] = {}
 
     # -- reading ---------------------------------------------------------------------------
 
-    def documents(self, ns: str) -> Iterator[dict[str, Any]]:
-        return iter(list(self.collections.get(ns, {}).values()))
+    def documents(self, ns: str) -> list[dict[str, Any]]:
+        rows = self.database.execute("SELECT doc FROM docs WHERE ns = ? ORDER BY rowid", (ns,))
+        return bson.decode_all(b"".join(row[0] for row in rows))
+
+    def scan(self, ns: str, after_rowid: int, max_bytes: int) -> tuple[list[bytes], int, bool]:
+        """Raw documents after a position, about max_bytes of them: (docs, position, done)."""
+        out: list[bytes] = []
+        total = 0
+        position = after_rowid
+        rows = self.database.execute(
+            "SELECT rowid, doc FROM docs WHERE ns = ? AND rowid > ? ORDER BY rowid",
+            (ns, after_rowid),
+        )
+        for rowid, doc in rows:
+            if out and total + len(doc) > max_bytes:
+                return out, position, False
+            out.append(doc)
+            total += len(doc)
+            position = rowid
+        return out, position, True
 
     def get(self, ns: str, doc_id: Any) -> dict[str, Any] | None:
-        return self.collections.get(ns, {}).get(id_key(doc_id))
+        row = self.database.execute(
+            "SELECT doc FROM docs WHERE ns = ? AND k = ?", (ns, id_key(doc_id))
+        ).fetchone()
+        return None if row is None else bson.decode(row[0])
+
+    def exists(self, ns: str) -> bool:
+        return (
+            self.database.execute("SELECT 1 FROM collections WHERE ns = ?", (ns,)).fetchone()
+            is not None
+        )
 
     def namespaces(self) -> list[str]:
-        return list(self.collections)
+        return [row[0] for row in self.database.execute("SELECT ns FROM collections")]
 
     def databases(self) -> list[str]:
-        return sorted({ns.split(".", 1)[0] for ns in self.collections})
+        return sorted({ns.split(".", 1)[0] for ns in self.namespaces()})
 
-    def approx_size(self, ns: str | None = None) -> int:
-        """Bytes of BSON the documents take (computed, so use sparingly)."""
-        names = [ns] if ns is not None else list(self.collections)
-        return sum(
-            len(bson.encode(doc)) for n in names for doc in self.collections.get(n, {}).values()
-        )
+    def approx_size(self) -> int:
+        """Bytes of BSON the documents take."""
+        row = self.database.execute("SELECT COALESCE(SUM(LENGTH(doc)), 0) FROM docs").fetchone()
+        return int(row[0])
 
     # -- changing --------------------------------------------------------------------------
 
     def create(self, ns: str) -> None:
-        self.collections.setdefault(ns, {})
+        if ns not in self._created:
+            self.database.write("INSERT OR IGNORE INTO collections (ns) VALUES (?)", (ns,))
+            self._created.add(ns)
 
     def put(self, ns: str, doc: dict[str, Any]) -> None:
-        self.collections.setdefault(ns, {})[id_key(doc["_id"])] = doc
+        """Insert or replace by `_id`; a replaced document keeps its place in natural order."""
+        self.create(ns)
+        self.database.write(
+            "INSERT INTO docs (ns, k, doc) VALUES (?, ?, ?) "
+            "ON CONFLICT (ns, k) DO UPDATE SET doc = excluded.doc",
+            (ns, id_key(doc["_id"]), bson.encode(doc)),
+        )
+
+    def put_raw(self, ns: str, data: bytes) -> None:
+        """Insert documents given as concatenated BSON (a clone batch) without re-encoding."""
+        self.create(ns)
+        raw = bson.decode_all(data, _RAW)
+        self.database.write_many(
+            "INSERT INTO docs (ns, k, doc) VALUES (?, ?, ?) "
+            "ON CONFLICT (ns, k) DO UPDATE SET doc = excluded.doc",
+            [(ns, id_key(doc["_id"]), doc.raw) for doc in raw],
+        )
 
     def remove(self, ns: str, doc_id: Any) -> None:
-        self.collections.get(ns, {}).pop(id_key(doc_id), None)
+        self.database.write("DELETE FROM docs WHERE ns = ? AND k = ?", (ns, id_key(doc_id)))
 
     def drop(self, ns: str) -> None:
-        self.collections.pop(ns, None)
+        self.database.write("DELETE FROM docs WHERE ns = ?", (ns,))
+        self.database.write("DELETE FROM collections WHERE ns = ?", (ns,))
+        self._created.discard(ns)
 
     def drop_database(self, db: str) -> None:
-        for ns in [n for n in self.collections if n.split(".", 1)[0] == db]:
-            del self.collections[ns]
+        for ns in self.namespaces():
+            if ns.split(".", 1)[0] == db:
+                self.drop(ns)
 
     def clear(self) -> None:
-        self.collections.clear()
-        self.sessions.clear()
+        for table in ("docs", "collections", "sessions", "statements"):
+            self.database.write(f"DELETE FROM {table}")
+        self._created.clear()
+        self._txns.clear()
 
     def apply(self, entry: dict[str, Any]) -> None:
         """Apply one oplog entry; applying it again changes nothing."""
@@ -120,20 +155,44 @@ class DataStore:
 
     # -- sessions --------------------------------------------------------------------------
 
-    def session(self, lsid: dict[str, Any]) -> SessionRecord | None:
-        return self.sessions.get(session_key(lsid))
+    def txn_number(self, lsid: dict[str, Any]) -> int | None:
+        """The newest transaction number this member has seen for a session."""
+        key = session_key(lsid)
+        if key not in self._txns:
+            row = self.database.execute("SELECT txn FROM sessions WHERE lsid = ?", (key,))
+            found = row.fetchone()
+            self._txns[key] = None if found is None else int(found[0])
+        return self._txns[key]
+
+    def statement_result(
+        self, lsid: dict[str, Any], txn_number: int, stmt_id: int
+    ) -> dict[str, Any] | None:
+        """The recorded result of a statement already executed in that transaction."""
+        if self.txn_number(lsid) != txn_number:
+            return None
+        row = self.database.execute(
+            "SELECT result FROM statements WHERE lsid = ? AND stmt = ?",
+            (session_key(lsid), stmt_id),
+        ).fetchone()
+        return None if row is None else bson.decode(row[0])
 
     def record_statement(
         self, lsid: dict[str, Any], txn_number: int, stmt_id: int, result: dict[str, Any]
     ) -> None:
         key = session_key(lsid)
-        record = self.sessions.get(key)
-        if record is None or record.txn_number < txn_number:
-            record = self.sessions[key] = SessionRecord(txn_number)
-        if record.txn_number == txn_number:
-            record.results[stmt_id] = result
-
-
-def apply_all(store: DataStore, entries: Iterable[dict[str, Any]]) -> None:
-    for entry in entries:
-        store.apply(entry)
+        current = self.txn_number(lsid)
+        if current is not None and current > txn_number:
+            return
+        if current != txn_number:
+            self._txns[key] = txn_number
+            # A newer transaction number retires every statement of the older one.
+            self.database.write("DELETE FROM statements WHERE lsid = ?", (key,))
+            self.database.write(
+                "INSERT INTO sessions (lsid, txn) VALUES (?, ?) "
+                "ON CONFLICT (lsid) DO UPDATE SET txn = excluded.txn",
+                (key, txn_number),
+            )
+        self.database.write(
+            "INSERT OR REPLACE INTO statements (lsid, stmt, result) VALUES (?, ?, ?)",
+            (key, stmt_id, bson.encode(result)),
+        )

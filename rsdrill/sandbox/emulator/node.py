@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import bson
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
@@ -36,7 +35,7 @@ from rsdrill.sandbox.emulator.oplog import (
     make_entry,
 )
 from rsdrill.sandbox.emulator.peer import Peers
-from rsdrill.sandbox.emulator.storage import Storage
+from rsdrill.sandbox.emulator.storage import Database
 
 
 class MemberState(enum.IntEnum):
@@ -108,10 +107,12 @@ class Node:
         self.spec = spec
         self.me = spec.member(host)
         self.dir = member_dir(sandbox_dir, self.me)
-        self.storage = Storage(self.dir / "data")
+        self.database = Database(self.dir / "data")
+        self.fresh = not self.database.exists()
+        self.database.open()
         self.events = EventLog(self.dir / "events.jsonl", host)
-        self.store = DataStore()
-        self.oplog = Oplog(spec.oplog_size_bytes)
+        self.store = DataStore(self.database)
+        self.oplog = Oplog(spec.oplog_size_bytes, self.database)
         self.clock = TimestampClock()
         self.peer_calls = Peers()
         self.peers = {m.host: PeerView(m) for m in spec.members if m.host != host}
@@ -195,85 +196,60 @@ class Node:
     # -- start-up --------------------------------------------------------------------------
 
     def boot(self, *, initiate: bool) -> None:
-        """Load the data directory; decide whether this member needs an initial sync."""
-        if self.is_arbiter:
-            self.storage.open()
-            self._replay()
-            self.set_state(MemberState.ARBITER)
-            return
-        if not self.storage.exists():
-            self.storage.open()
-            if initiate:
+        """Open the data directory; decide whether this member needs an initial sync.
+
+        Only metadata and the newest oplog entry are read: like a real storage engine, a
+        restart on a kept volume costs the same whatever the size of the data.
+        """
+        if self.fresh:
+            self.database.set_meta("initialized", True)
+            if self.is_arbiter:
+                self.set_state(MemberState.ARBITER)
+            elif initiate:
                 self._record_op(initiate_entry())
                 self.events.emit("initiated")
                 self.set_state(MemberState.SECONDARY, reason="initiated")
-                return
             else:
                 self.needs_initial_sync = True
+                self.database.set_meta("needs_initial_sync", True)
                 self.set_state(MemberState.STARTUP2)
-                return
-        else:
-            self.storage.open()
-            self._replay()
-        if self.needs_initial_sync:
+            self.database.commit()
+            return
+        self.term = int(self.database.get_meta("term") or 0)
+        vote = self.database.get_meta("vote")
+        self.voted = (int(vote[0]), int(vote[1])) if vote else None
+        self.needs_initial_sync = bool(self.database.get_meta("needs_initial_sync"))
+        self.min_valid = OpTime.from_doc(self.database.get_meta("min_valid"))
+        newest = self.oplog.newest_entry()
+        if newest is not None:
+            self.clock.observe(newest["ts"])
+        self.term = max(self.term, self.last_applied.term)
+        self.last_durable = self.last_applied
+        self.events.emit("storage_opened", oplog_entries=len(self.oplog),
+                         bytes=self.database.size_bytes())  # fmt: skip
+        if self.is_arbiter:
+            self.set_state(MemberState.ARBITER)
+        elif self.needs_initial_sync:
             self.set_state(MemberState.STARTUP2)
         else:
             self.set_state(MemberState.RECOVERING, reason="startup")
 
-    def _replay(self) -> None:
-        started = time.monotonic()
-        count = 0
-        for record in self.storage.load():
-            count += 1
-            kind = record["k"]
-            if kind == "op":
-                entry = record["e"]
-                self.store.apply(entry)
-                self.oplog.append(entry)
-                self.clock.observe(entry["ts"])
-            elif kind == "meta":
-                self.term = int(record["term"])
-                vote = record.get("vote")
-                self.voted = (int(vote[0]), int(vote[1])) if vote else None
-            elif kind == "doc":
-                if record.get("d") is None:
-                    self.store.remove(record["ns"], record["id"])
-                else:
-                    self.store.put(record["ns"], record["d"])
-            elif kind == "truncate":
-                self.oplog.truncate_after(OpTime.from_doc(record["after"]))
-            elif kind == "reset":
-                self.store.clear()
-                self.oplog.clear()
-                self.needs_initial_sync = True
-            elif kind == "synced":
-                self.needs_initial_sync = False
-            elif kind == "minvalid":
-                self.min_valid = OpTime.from_doc(record["op"])
-        self.term = max(self.term, self.last_applied.term)
-        self.last_durable = self.last_applied
-        self.events.emit(
-            "journal_replayed", records=count, seconds=round(time.monotonic() - started, 3)
-        )
-
-    # -- journal ---------------------------------------------------------------------------
+    # -- durability ------------------------------------------------------------------------
 
     def _record_op(self, entry: dict[str, Any]) -> None:
-        """Apply an entry to data and oplog and journal it (committed later)."""
-        data = bson.encode({"k": "op", "e": entry})
+        """Apply an entry to data and oplog (durable at the next commit)."""
         self.store.apply(entry)
-        self.oplog.append(entry, size=len(data))
+        self.oplog.append(entry)
         self.clock.observe(entry["ts"])
-        self.storage.append_encoded(data)
         self.new_entries.fire()
 
-    def journal(self, record: dict[str, Any]) -> None:
-        self.storage.append(record)
+    def set_meta(self, key: str, value: Any) -> None:
+        self.database.set_meta(key, value)
 
     async def flush(self) -> None:
-        """Commit the journal now; positions journaled so far become durable."""
+        """Commit now; everything applied so far becomes durable."""
         target = self.last_applied
-        await self.storage.commit()
+        self.database.commit()
         if target > self.last_durable:
             self.last_durable = target
             self.progress.fire()
@@ -283,17 +259,16 @@ class Node:
         interval = self.spec.journal_commit_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            if self.storage.pending or self.last_durable < self.last_applied:
+            if self.database.dirty or self.last_durable < self.last_applied:
                 await self.flush()
 
+    def _save_term(self) -> None:
+        self.database.set_meta("term", self.term)
+        self.database.set_meta("vote", list(self.voted) if self.voted else None)
+
     async def persist_term(self) -> None:
-        self.journal(
-            {
-                "k": "meta",
-                "term": Int64(self.term),
-                "vote": list(self.voted) if self.voted else None,
-            }
-        )
+        """The term and vote, durable before anyone is told (Raft's rule)."""
+        self._save_term()
         await self.flush()
 
     # -- terms -----------------------------------------------------------------------------
@@ -304,7 +279,7 @@ class Node:
             return False
         self.term = term
         self.voted = None
-        self.journal({"k": "meta", "term": Int64(term), "vote": None})
+        self._save_term()
         if self.state is MemberState.PRIMARY:
             self.step_down(reason=f"saw newer term {term} from {source}")
         return True
@@ -480,5 +455,5 @@ class Node:
         """Journal what is buffered and leave at once (what a clean mongod shutdown ends with)."""
         await self.flush()
         self.events.emit("shutdown")
-        self.storage.close()
+        self.database.close()
         os._exit(0)

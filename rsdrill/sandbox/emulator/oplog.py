@@ -7,7 +7,6 @@ what lets initial sync and rollback re-apply ranges safely).
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import time
 from dataclasses import dataclass
@@ -16,6 +15,8 @@ from typing import Any
 import bson
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
+
+from rsdrill.sandbox.emulator.storage import Database
 
 
 @dataclass(frozen=True, order=True)
@@ -110,86 +111,116 @@ def initiate_entry() -> dict[str, Any]:
 
 
 class Oplog:
-    """Entries in optime order, trimmed from the oldest end to stay under a byte capacity."""
+    """Entries in optime order in the member's database, trimmed from the oldest end to stay
+    under a byte capacity. The newest entry (the member's position) is also kept in memory."""
 
-    def __init__(self, capacity_bytes: int) -> None:
+    def __init__(self, capacity_bytes: int, database: Database) -> None:
         self.capacity_bytes = capacity_bytes
-        self._keys: list[OpTime] = []
-        self._entries: list[dict[str, Any]] = []
-        self._sizes: list[int] = []
-        self._start = 0
-        self.size_bytes = 0
+        self.database = database
+        row = database.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(entry)), 0) FROM oplog")
+        self._count, self.size_bytes = row.fetchone()
+        self._newest = self._edge("DESC")
+        self._oldest_key = OpTime.of(e) if (e := self._edge("ASC")) else NULL_OPTIME
+
+    def _edge(self, order: str) -> dict[str, Any] | None:
+        row = self.database.execute(
+            f"SELECT entry FROM oplog ORDER BY t {order}, secs {order}, inc {order} LIMIT 1"
+        ).fetchone()
+        return None if row is None else bson.decode(row[0])
 
     def __len__(self) -> int:
-        return len(self._keys) - self._start
+        return self._count
 
     @property
     def newest(self) -> OpTime:
-        return self._keys[-1] if len(self) else NULL_OPTIME
+        return OpTime.of(self._newest) if self._newest else NULL_OPTIME
 
     @property
     def oldest(self) -> OpTime:
-        return self._keys[self._start] if len(self) else NULL_OPTIME
+        return self._oldest_key if self._count else NULL_OPTIME
 
     def newest_entry(self) -> dict[str, Any] | None:
-        return self._entries[-1] if len(self) else None
+        return self._newest
 
-    def append(self, entry: dict[str, Any], size: int | None = None) -> None:
+    def append(self, entry: dict[str, Any], data: bytes | None = None) -> None:
         key = OpTime.of(entry)
-        if len(self) and key <= self._keys[-1]:
-            raise ValueError(f"oplog entry {key} is not newer than {self._keys[-1]}")
-        size = size if size is not None else len(bson.encode(entry))
-        self._keys.append(key)
-        self._entries.append(entry)
-        self._sizes.append(size)
-        self.size_bytes += size
+        if self._count and key <= self.newest:
+            raise ValueError(f"oplog entry {key} is not newer than {self.newest}")
+        data = data if data is not None else bson.encode(entry)
+        self.database.write(
+            "INSERT INTO oplog (t, secs, inc, entry) VALUES (?, ?, ?, ?)",
+            (key.term, key.secs, key.inc, data),
+        )
+        if not self._count:
+            self._oldest_key = key
+        self._count += 1
+        self.size_bytes += len(data)
+        self._newest = entry
         self._trim()
 
     def _trim(self) -> None:
         # Always keep the newest entry: it is the member's position.
-        while self.size_bytes > self.capacity_bytes and len(self) > 1:
-            self.size_bytes -= self._sizes[self._start]
-            self._start += 1
-        if self._start > 1024 and self._start * 2 > len(self._keys):
-            del self._keys[: self._start], self._entries[: self._start], self._sizes[: self._start]
-            self._start = 0
-
-    def _index(self, key: OpTime) -> int | None:
-        i = bisect.bisect_left(self._keys, key, lo=self._start)
-        if i < len(self._keys) and self._keys[i] == key:
-            return i
-        return None
+        while self.size_bytes > self.capacity_bytes and self._count > 1:
+            rows = self.database.execute(
+                "SELECT t, secs, inc, LENGTH(entry) FROM oplog ORDER BY t, secs, inc LIMIT 64"
+            ).fetchall()
+            for t, secs, inc, size in rows[: self._count - 1]:
+                if self.size_bytes <= self.capacity_bytes:
+                    break
+                self.database.write(
+                    "DELETE FROM oplog WHERE t = ? AND secs = ? AND inc = ?", (t, secs, inc)
+                )
+                self._count -= 1
+                self.size_bytes -= size
+            first = self._edge("ASC")
+            self._oldest_key = OpTime.of(first) if first else NULL_OPTIME
 
     def contains(self, key: OpTime) -> bool:
-        return self._index(key) is not None
+        return self.entry_at(key) is not None
+
+    def entry_at(self, key: OpTime) -> dict[str, Any] | None:
+        row = self.database.execute(
+            "SELECT entry FROM oplog WHERE t = ? AND secs = ? AND inc = ?",
+            (key.term, key.secs, key.inc),
+        ).fetchone()
+        return None if row is None else bson.decode(row[0])
 
     def entries_after(self, key: OpTime, max_bytes: int) -> list[dict[str, Any]]:
         """Entries newer than `key`, at least one if there is one, up to about max_bytes."""
-        i = bisect.bisect_right(self._keys, key, lo=self._start)
-        out: list[dict[str, Any]] = []
+        rows = self.database.execute(
+            "SELECT entry FROM oplog WHERE (t, secs, inc) > (?, ?, ?) "
+            "ORDER BY t, secs, inc",
+            (key.term, key.secs, key.inc),
+        )
+        out: list[bytes] = []
         total = 0
-        while i < len(self._keys) and (not out or total + self._sizes[i] <= max_bytes):
-            out.append(self._entries[i])
-            total += self._sizes[i]
-            i += 1
-        return out
-
-    def entry_at(self, key: OpTime) -> dict[str, Any] | None:
-        i = self._index(key)
-        return None if i is None else self._entries[i]
+        for (data,) in rows:
+            if out and total + len(data) > max_bytes:
+                break
+            out.append(data)
+            total += len(data)
+        return bson.decode_all(b"".join(out))
 
     def keys_newest_first(self) -> list[OpTime]:
-        return self._keys[self._start :][::-1]
+        rows = self.database.execute(
+            "SELECT t, secs, inc FROM oplog ORDER BY t DESC, secs DESC, inc DESC"
+        ).fetchall()
+        return [OpTime(t, secs, inc) for t, secs, inc in rows]
 
     def truncate_after(self, key: OpTime) -> list[dict[str, Any]]:
         """Remove and return (oldest first) every entry newer than `key`."""
-        i = bisect.bisect_right(self._keys, key, lo=self._start)
-        removed = self._entries[i:]
-        self.size_bytes -= sum(self._sizes[i:])
-        del self._keys[i:], self._entries[i:], self._sizes[i:]
+        removed = self.entries_after(key, max_bytes=1 << 62)
+        self.database.write(
+            "DELETE FROM oplog WHERE (t, secs, inc) > (?, ?, ?)", (key.term, key.secs, key.inc)
+        )
+        self._count -= len(removed)
+        self.size_bytes -= sum(len(bson.encode(e)) for e in removed)
+        self._newest = self._edge("DESC")
         return removed
 
     def clear(self) -> None:
-        self._keys, self._entries, self._sizes = [], [], []
-        self._start = 0
+        self.database.write("DELETE FROM oplog")
+        self._count = 0
         self.size_bytes = 0
+        self._newest = None
+        self._oldest_key = NULL_OPTIME

@@ -1,109 +1,118 @@
-"""A member's data directory: an append-only journal of BSON records, fsynced by group commit.
+"""A member's data directory: one SQLite database holding its documents, its oplog, its
+retryable-write records and its replication metadata (term, vote, sync state).
 
-Everything a member must find again after a restart goes through the journal: oplog entries
-(which carry the documents), term and vote, rollback fix-ups, initial-sync clones. Records are
-buffered in memory and written with one fsync every commit interval, or at once when a write asks
-for j:true, so a SIGKILL loses what was not yet committed, as with MongoDB's journal.
+Like a real storage engine, a restart only opens the files: the time to come back on a kept
+volume does not grow with the data, while an initial sync copies every byte. Changes are made
+inside one open transaction that is committed (and fsynced) by group commit every commit
+interval, or at once for `j: true`; a SIGKILL loses what was not yet committed, as MongoDB's
+journal would, and never leaves documents, oplog and metadata out of step with each other.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import struct
-from collections.abc import Iterator
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import bson
 
-JOURNAL = "journal.bson"
-_INT32 = struct.Struct("<i")
+DATABASE = "member.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS collections (ns TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS docs (ns TEXT NOT NULL, k BLOB NOT NULL, doc BLOB NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS docs_by_id ON docs (ns, k);
+CREATE TABLE IF NOT EXISTS oplog (
+    t INTEGER NOT NULL, secs INTEGER NOT NULL, inc INTEGER NOT NULL, entry BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS oplog_by_optime ON oplog (t, secs, inc);
+CREATE TABLE IF NOT EXISTS sessions (lsid BLOB PRIMARY KEY, txn INTEGER) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS statements (
+    lsid BLOB NOT NULL, stmt INTEGER NOT NULL, result BLOB NOT NULL, PRIMARY KEY (lsid, stmt)
+) WITHOUT ROWID;
+"""
 
 
-class Storage:
-    """The journal file of one data directory."""
+class Database:
+    """The member's SQLite file, always inside an open transaction between commits."""
 
     def __init__(self, dbpath: Path) -> None:
         self.dbpath = dbpath
-        self.path = dbpath / JOURNAL
-        self._buffer: list[bytes] = []
-        self._fd: int | None = None
-        self._lock = asyncio.Lock()
-        self.bytes_written = 0
+        self.path = dbpath / DATABASE
+        self.conn: sqlite3.Connection | None = None
+        self.dirty = False
 
     def exists(self) -> bool:
-        """True when the directory holds a journal with at least one record."""
-        return self.path.exists() and self.path.stat().st_size > 0
-
-    def load(self) -> Iterator[dict[str, Any]]:
-        """Every record in order; a torn record at the tail (a crash mid-write) is cut off."""
+        """True when the directory holds a member's data (not an empty, new volume)."""
         if not self.path.exists():
-            return iter(())
-        data = self.path.read_bytes()
+            return False
+        probe = sqlite3.connect(self.path)
         try:
-            records = bson.decode_all(data)
-        except bson.errors.BSONError:
-            end = _valid_prefix(data)
-            with open(self.path, "r+b") as f:
-                f.truncate(end)
-            data = data[:end]
-            records = bson.decode_all(data)
-        self.bytes_written = len(data)
-        return iter(records)
+            row = probe.execute(
+                "SELECT value FROM meta WHERE key = 'initialized'"
+            ).fetchone()
+        except sqlite3.DatabaseError:
+            return False
+        finally:
+            probe.close()
+        return row is not None
 
     def open(self) -> None:
         self.dbpath.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def append(self, record: dict[str, Any]) -> int:
-        """Buffer a record for the next commit; returns its encoded size."""
-        data = bson.encode(record)
-        self._buffer.append(data)
-        return len(data)
-
-    def append_encoded(self, data: bytes) -> None:
-        self._buffer.append(data)
+        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # Large pages and cache: documents and oplog entries are kilobytes, written in bursts.
+        self.conn.execute("PRAGMA page_size=16384")
+        self.conn.execute("PRAGMA cache_size=-65536")
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        # FULL: a commit is on disk when it returns, which is what j:true promises.
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.executescript(_SCHEMA)
+        self.conn.execute("BEGIN")
 
     @property
-    def pending(self) -> bool:
-        return bool(self._buffer)
+    def db(self) -> sqlite3.Connection:
+        if self.conn is None:
+            raise RuntimeError("the database is not open")
+        return self.conn
 
-    async def commit(self) -> None:
-        """Write and fsync everything buffered so far (one commit at a time)."""
-        async with self._lock:
-            if not self._buffer or self._fd is None:
-                return
-            data = b"".join(self._buffer)
-            self._buffer = []
-            fd = self._fd
-            await asyncio.to_thread(_write_and_sync, fd, data)
-            self.bytes_written += len(data)
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        return self.db.execute(sql, params)
 
+    def write(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        self.dirty = True
+        return self.db.execute(sql, params)
 
-def _valid_prefix(data: bytes) -> int:
-    """Length of the leading run of whole BSON records."""
-    end = 0
-    while end + 4 <= len(data):
-        (size,) = _INT32.unpack_from(data, end)
-        if size < 5 or end + size > len(data) or data[end + size - 1] != 0:
-            break
-        try:
-            bson.decode(data[end : end + size])
-        except bson.errors.BSONError:
-            break
-        end += size
-    return end
+    def write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        self.dirty = True
+        self.db.executemany(sql, rows)
 
+    def commit(self) -> None:
+        """Make everything so far durable (fsynced), then open the next transaction."""
+        if not self.dirty:
+            return
+        self.db.execute("COMMIT")
+        self.db.execute("BEGIN")
+        self.dirty = False
 
-def _write_and_sync(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-    os.fsync(fd)
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> Any:
+        row = self.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else bson.decode(row[0])["v"]
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self.write(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, bson.encode({"v": value})),
+        )
+
+    def size_bytes(self) -> int:
+        """Bytes the database files take on disk."""
+        return sum(p.stat().st_size for p in self.dbpath.glob(f"{DATABASE}*"))

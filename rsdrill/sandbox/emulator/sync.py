@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import bson
+from bson.binary import Binary
 from bson.int64 import Int64
 
 from rsdrill.sandbox.emulator.datastore import id_key
@@ -24,7 +25,8 @@ from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
 from rsdrill.sandbox.emulator.peer import PeerError
 
-FETCH_MAX_BYTES = 8 * 1024 * 1024
+# Small enough that applying one batch never holds the member's event loop for long.
+FETCH_MAX_BYTES = 1024 * 1024
 CLONE_BATCH_BYTES = 8 * 1024 * 1024
 
 STALE = "OplogStartMissing"
@@ -289,7 +291,7 @@ async def initial_sync(node: Node) -> None:
     node.sync_source = source
     started = time.monotonic()
     node.events.emit("initial_sync_start", source=source)
-    node.journal({"k": "reset"})
+    node.set_meta("needs_initial_sync", True)
     node.store.clear()
     node.oplog.clear()
     begin_reply = _ok(
@@ -307,36 +309,28 @@ async def initial_sync(node: Node) -> None:
     rate = node.spec.initial_sync_bytes_per_s
     for ns in begin_reply["namespaces"]:
         node.store.create(ns)
-        after_id: Any = None
+        position = 0
         while True:
-            request = {
-                "rsdrillClone": ns,
-                "afterId": after_id,
-                "hasAfter": after_id is not None,
-                "maxBytes": CLONE_BATCH_BYTES,
-            }
+            request = {"rsdrillClone": ns, "after": Int64(position), "maxBytes": CLONE_BATCH_BYTES}
             reply = _ok(
                 await node.peer_calls.call(source, request, purpose="clone", timeout=60), source
             )
-            docs = reply.get("documents", [])
-            copied = 0
-            for doc in docs:
-                node.store.put(ns, doc)
-                copied += node.storage.append({"k": "doc", "ns": ns, "d": doc})
+            data = bytes(reply["data"])
+            node.store.put_raw(ns, data)
             node.initial_sync_status["approxTotalBytesCopied"] = Int64(
-                int(node.initial_sync_status["approxTotalBytesCopied"]) + copied
+                int(node.initial_sync_status["approxTotalBytesCopied"]) + len(data)
             )
-            await node.storage.commit()
+            await node.flush()
             if rate:
-                await asyncio.sleep(copied / rate)
+                await asyncio.sleep(len(data) / rate)
             if reply.get("done"):
                 break
-            after_id = docs[-1]["_id"]
+            position = int(reply["after"])
     # The clone saw a moving target; re-applying the oplog from `begin` makes it consistent.
     await _pull(node, source, begin, inclusive=True)
     while await _pull(node, source, node.last_applied, inclusive=False):
         pass
-    node.journal({"k": "synced"})
+    node.set_meta("needs_initial_sync", False)
     await node.flush()
     node.needs_initial_sync = False
     node.initial_sync_status = None
@@ -383,23 +377,13 @@ async def handle_sync_begin(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 async def handle_clone(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
-    """rsdrillClone: the next batch of a collection's documents, in `_id` insertion order."""
+    """rsdrillClone: the next batch of a collection's documents after a position, as raw BSON
+    (natural order; `after` is the position the previous batch ended at)."""
     _require_sync_source(node)
-    ns = cmd["rsdrillClone"]
-    docs = list(node.store.documents(ns))
-    start = 0
-    if cmd.get("hasAfter"):
-        key = id_key(cmd["afterId"])
-        keys = list(node.store.collections.get(ns, {}).keys())
-        start = keys.index(key) + 1 if key in keys else 0
-    out, total = [], 0
-    max_bytes = int(cmd.get("maxBytes", CLONE_BATCH_BYTES))
-    i = start
-    while i < len(docs) and (not out or total < max_bytes):
-        total += len(bson.encode(docs[i]))
-        out.append(docs[i])
-        i += 1
-    return {"documents": out, "done": i >= len(docs), "ok": 1.0}
+    docs, position, done = node.store.scan(
+        cmd["rsdrillClone"], int(cmd.get("after", 0)), int(cmd.get("maxBytes", CLONE_BATCH_BYTES))
+    )
+    return {"data": Binary(b"".join(docs)), "after": Int64(position), "done": done, "ok": 1.0}
 
 
 # -- rollback --------------------------------------------------------------------------------
@@ -417,7 +401,6 @@ async def rollback(node: Node, source: str) -> None:
         node.events.emit("too_stale", source=source)
         return
     divergent = node.oplog.truncate_after(common)
-    node.journal({"k": "truncate", "after": common.document()})
     touched: dict[tuple[str, Any], Any] = {}
     for entry in divergent:
         if entry["op"] in ("i", "u", "d"):
@@ -445,16 +428,13 @@ async def rollback(node: Node, source: str) -> None:
             node.store.remove(ns, doc_id)
         else:
             node.store.put(ns, theirs)
-        node.journal(
-            {"k": "doc", "ns": ns, "d": theirs} if theirs else {"k": "doc", "ns": ns, "id": doc_id}
-        )
-    files = _write_rollback_files(node.storage.dbpath, saved)
+    files = _write_rollback_files(node.database.dbpath, saved)
     status = _ok(
         await node.peer_calls.call(source, {"rsdrillSyncBegin": 1}, purpose="rollback", timeout=30),
         source,
     )
     node.min_valid = OpTime.from_doc(status["lastApplied"])
-    node.journal({"k": "minvalid", "op": node.min_valid.document()})
+    node.set_meta("min_valid", node.min_valid.document())
     await node.flush()
     node.events.emit(
         "rollback_end",
