@@ -1,0 +1,51 @@
+"""The keep-versus-wipe sweep: a kept volume comes back in about the same time whatever the data
+size; an empty one (initial sync) takes longer as the data grows (the published shape)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rsdrill.experiment.loader import load_experiment
+
+CATALOG = Path(__file__).resolve().parents[2] / "experiments" / "recovery-keep-vs-wipe.yaml"
+
+
+def test_catalog_sweep_is_the_documented_one() -> None:
+    exp = load_experiment(CATALOG)
+    assert exp.matrix is not None and exp.matrix.table is not None
+    assert exp.matrix.parameters["faults.0.restart.volume"] == ("keep", "wipe")
+    assert len(exp.variants()) == 6
+
+
+@pytest.mark.slow
+def test_keep_stays_flat_while_initial_sync_grows(tmp_path: Path) -> None:
+    # The catalog experiment at smaller sizes, so the suite stays quick.
+    text = CATALOG.read_text().replace("[10, 40, 120]", "[5, 60]")
+    experiment = tmp_path / "kvw.yaml"
+    experiment.write_text(text)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out", str(out),
+         "--no-live"],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| target.data_mb | faults.0.restart.volume=keep |" in proc.stdout
+    rows = json.loads((out / "matrix.json").read_text())
+    recovery = {
+        (r["parameters"]["target.data_mb"], r["parameters"]["faults.0.restart.volume"]): max(
+            r["metrics"]["recovery_s"].values()
+        )
+        for r in rows
+    }
+    keep_small, keep_big = recovery[5, "keep"], recovery[60, "keep"]
+    wipe_small, wipe_big = recovery[5, "wipe"], recovery[60, "wipe"]
+    assert abs(keep_big - keep_small) < 1.0, recovery
+    assert wipe_big > 2 * wipe_small and wipe_big > keep_big + 1.0, recovery
