@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rsdrill import __version__
-from rsdrill.cli import experiment, run, sandbox
+from rsdrill.cli import experiment, history, run, sandbox
 
 app = typer.Typer(
     name="rsdrill",
@@ -19,6 +19,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: typer's Rich formatter doubles the start-up
 )
 app.command()(experiment.validate)
 app.command()(experiment.plan)
@@ -26,6 +27,7 @@ app.command()(experiment.schema)
 app.add_typer(sandbox.app, name="sandbox")
 app.command()(run.run)
 app.command()(run.recover)
+app.command()(history.history)
 
 
 def _print_version(value: bool) -> None:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment
 
 RESULTS_DIR = Path("rsdrill-results")
+HISTORY_DB = RESULTS_DIR / "history.sqlite"
 
 
 def run(
@@ -28,6 +29,25 @@ def run(
         ),
     ] = None,
     live: Annotated[bool, typer.Option(help="Show the live view on the terminal.")] = True,
+    abort_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--abort-on",
+            metavar="CONDITION",
+            help='Abort (revert everything, exit 3) when this holds, e.g. "no_primary_s > 30"; '
+            "repeatable, on top of the file's abort_on.",
+        ),
+    ] = None,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="Do not ask before breaking a set not in RSDRILL_ALLOW."),
+    ] = False,
+    history: Annotated[
+        Path, typer.Option("--history", help="Record the run in this history database.")
+    ] = HISTORY_DB,
+    no_history: Annotated[
+        bool, typer.Option("--no-history", help="Do not record the run in the history.")
+    ] = False,
 ) -> None:
     """Run an experiment: exit 0 all SLOs held, 1 an SLO failed, 2 invalid input, 3 aborted,
     4 a platform or internal error."""
@@ -37,12 +57,13 @@ def run(
         experiment = load_experiment(file)
     except ExperimentError as exc:
         exit_invalid(str(exc))
-    from rsdrill.engine.runner import RunOptions, run_experiment
+    from rsdrill.engine.runner import run_experiment
 
     out_dir = out or RESULTS_DIR / f"{experiment.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    options = _run_options(experiment, out_dir, live, abort_on or [], yes)
     if experiment.matrix is not None:
-        _run_matrix(experiment, RunOptions(out_dir=out_dir, live=live))
-    result = run_experiment(experiment, RunOptions(out_dir=out_dir, live=live))
+        _run_matrix(experiment, options)
+    result = run_experiment(experiment, options)
     typer.echo(
         f"{experiment.name}: {result.verdict.upper()}"
         + (f" ({result.error})" if result.error else "")
@@ -52,7 +73,46 @@ def run(
         mark = "ok  " if slo.passed else "FAIL"
         typer.echo(f"  {mark} {slo.metric} {slo.op} {slo.threshold:g} (observed {observed})")
     typer.echo(f"report: {out_dir / 'report.html'}")
+    if not no_history:
+        from rsdrill.store import StoreError, record
+
+        try:
+            record(result, out_dir, history)
+        except StoreError as exc:  # the verdict stands: a history problem must not change it
+            typer.echo(f"history: not recorded: {exc}", err=True)
     raise typer.Exit(result.exit_code)
+
+
+def _run_options(
+    experiment: Experiment, out_dir: Path, live: bool, abort_on: list[str], yes: bool
+) -> RunOptions:
+    """The run's options; an `--abort-on` that cannot be parsed or measured exits 2."""
+    import sys
+
+    from rsdrill.engine.abort import parse_condition, unmeasurable
+    from rsdrill.engine.runner import RunOptions
+
+    for text in abort_on:
+        try:
+            problem = unmeasurable(parse_condition(text).metric, experiment.probes)
+        except ValueError as exc:
+            problem = str(exc)
+        if problem:
+            exit_invalid(f"--abort-on: {problem}")
+    return RunOptions(
+        out_dir=out_dir,
+        live=live,
+        abort_on=tuple(abort_on),
+        assume_yes=yes,
+        confirm=_confirm if sys.stdin.isatty() else None,
+    )
+
+
+def _confirm(question: str) -> bool:
+    try:
+        return typer.confirm(question, default=False)
+    except typer.Abort:  # Ctrl-C or end of input at the prompt
+        return False
 
 
 def _run_matrix(experiment: Experiment, options: RunOptions) -> NoReturn:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 app = typer.Typer(
     help="Local replica sets of real member processes (the built-in emulator, or mongod).",
     no_args_is_help=True,
+    rich_markup_mode=None,  # as the root app: no Rich import for help
 )
 
 DEFAULT_DIR = Path(".rsdrill/sandbox")

@@ -6,6 +6,7 @@ error, Ctrl-C, SIGTERM). A run that dies anyway leaves a journal for `rsdrill re
 from __future__ import annotations
 
 import datetime as dt
+import os
 import secrets
 import signal
 import threading
@@ -17,6 +18,8 @@ from types import FrameType
 from typing import Any
 
 from rsdrill import __version__
+from rsdrill.engine.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
+from rsdrill.engine.guards import HEALTHY, GuardRefusal, check_guards
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.schedule import Action, build_schedule
@@ -30,7 +33,6 @@ from rsdrill.result import EXIT_CODES, FaultResult, Metrics, Result, RunClockInf
 from rsdrill.targets import RunTarget, TargetError
 from rsdrill.targets.selection import SelectionError, current_states, resolve
 
-HEALTHY = frozenset({"PRIMARY", "SECONDARY", "ARBITER"})
 PREFLIGHT_TIMEOUT_S = 60.0
 VERIFY_TIMEOUT_S = 10.0
 MIN_OBSERVE_S = 2.0
@@ -47,6 +49,12 @@ class RunOptions:
     journal_dir: Path | None = None
     # Test hook: called with each phase name as the run enters it.
     on_phase: Callable[[str], None] | None = None
+    # Abort conditions on top of the experiment's `abort_on` (`--abort-on`), already valid.
+    abort_on: tuple[str, ...] = ()
+    # The allowlist guard: `--yes` skips the confirmation; `confirm` asks the user on a
+    # terminal (None: there is none to ask on).
+    assume_yes: bool = False
+    confirm: Callable[[str], bool] | None = None
 
 
 @dataclass
@@ -84,6 +92,9 @@ class Runner:
         self.state = _State()
         self.live = LiveView(self.history)
         self._abort = threading.Event()
+        # Why the run was aborted when it was not a signal (an abort condition held).
+        self._abort_reason: str | None = None
+        self._monitor_stop = threading.Event()
         self._reverting = False
 
     # -- the run ---------------------------------------------------------------------------
@@ -99,6 +110,7 @@ class Runner:
         verdict, error = "error", None
         metrics = Metrics()
         slo_results: list[Any] = []
+        monitor: threading.Thread | None = None
         if self.options.live:
             self.live.start()
         try:
@@ -111,6 +123,8 @@ class Runner:
             self._check_abort()
             self._phase("preflight")
             self._preflight(target)
+            self._phase("guards")
+            self._check_guards(target)
             from rsdrill.probes import ProbeSet
 
             probes = ProbeSet(self.exp.probes, uri=target.uri, members=target.members,
@@ -121,18 +135,24 @@ class Runner:
             self.live.clock = self.clock
             self.live.faults = self.state.records
             probes.start(self.clock)
+            monitor = self._start_monitor()
             self._phase("faults")
             self._run_schedule(target, journal)
             self._phase("observe")
             self._observe(target)
             verdict = "pass"
         except Aborted:
-            verdict, error = "aborted", "aborted by signal"
+            verdict, error = "aborted", self._abort_reason or "aborted by signal"
+        except GuardRefusal as exc:
+            verdict, error = "aborted", redact_uri(str(exc))
         except (TargetError, InjectionError, SelectionError) as exc:
             verdict, error = "error", redact_uri(str(exc))
         except Exception as exc:  # an internal error still reverts, reports and exits 4
             verdict, error = "error", redact_uri(f"internal error: {type(exc).__name__}: {exc}")
         finally:
+            self._monitor_stop.set()
+            if monitor is not None:
+                monitor.join()
             self._phase("revert")
             revert_error = self._revert_all(journal)
             if revert_error and verdict != "error":
@@ -199,7 +219,11 @@ class Runner:
             self.options.on_phase(name)
 
     def _preflight(self, target: RunTarget) -> None:
-        """Every member healthy and one writable primary before anything is broken."""
+        """Every member healthy and one primary before anything is broken.
+
+        A set just started (or catching up) gets time to settle; one that does not is refused
+        by the member-health guard.
+        """
         deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
         while True:
             states = current_states(target.members)
@@ -209,8 +233,59 @@ class Runner:
                 return
             if time.monotonic() > deadline:
                 seen = ", ".join(f"{h} {s}" for h, s in states.items())
-                raise TargetError(f"preflight: the replica set is not healthy ({seen})")
+                raise GuardRefusal(
+                    "member health",
+                    f"after {PREFLIGHT_TIMEOUT_S:.0f}s the set still does not have every member "
+                    f"PRIMARY, SECONDARY or ARBITER and one primary ({seen})",
+                )
             self._sleep(0.25)
+
+    def _check_guards(self, target: RunTarget) -> None:
+        check_guards(
+            self.exp,
+            target.members,
+            env=os.environ,
+            assume_yes=self.options.assume_yes,
+            confirm=self._confirm if self.options.confirm else None,
+            note=self.live.event,
+            sleep=self._sleep,
+        )
+        self._check_abort()
+
+    def _confirm(self, question: str) -> bool:
+        """Ask the user; Ctrl-C at the prompt is a no (the run's handler would only flag it)."""
+        assert self.options.confirm is not None
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler) if main else None
+        try:
+            return self.options.confirm(question)
+        except KeyboardInterrupt:
+            return False
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    def _start_monitor(self) -> threading.Thread | None:
+        """Evaluate the abort conditions in the background while the probes run."""
+        conditions = [parse_condition(c) for c in (*self.exp.abort_on, *self.options.abort_on)]
+        if not conditions:
+            return None
+        thread = threading.Thread(
+            target=self._monitor, args=(conditions,), name="rsdrill-abort", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _monitor(self, conditions: list[Condition]) -> None:
+        while not self._monitor_stop.wait(CHECK_INTERVAL_S):
+            if self._abort.is_set():
+                return
+            breach = first_breach(conditions, self.history.ops(), self.clock.now())
+            if breach is not None:
+                self._abort_reason = breach.message()
+                self.live.event(f"{breach.message()}: stopping, reverting every fault")
+                self._abort.set()
+                return
 
     def _run_schedule(self, target: RunTarget, journal: Journal) -> None:
         for action in build_schedule(self.exp.faults):
@@ -224,6 +299,7 @@ class Runner:
         fault = self.exp.faults[action.index]
         hosts = resolve(fault.select, current_states(target.members))
         for host in hosts:
+            self._check_abort()  # a `count:` fault stops between members too
             injector = _injector(fault, host, target)
             record = FaultRecord(action.index, fault.kind, host,
                                  detail={"plan": injector.describe()})  # fmt: skip

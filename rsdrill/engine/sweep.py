@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rsdrill.engine.runner import RunOptions, run_experiment
@@ -33,9 +33,7 @@ def run_sweep(experiment: Experiment, options: RunOptions) -> list[Cell]:
     cells = []
     for i, (parameters, variant) in enumerate(experiment.variants(), start=1):
         out = options.out_dir / f"{i:02d}-{_slug(parameters)}"
-        result = run_experiment(
-            variant, RunOptions(out_dir=out, live=options.live, journal_dir=options.journal_dir)
-        )
+        result = run_experiment(variant, replace(options, out_dir=out))
         cells.append(Cell(parameters, result, out))
     return cells
 

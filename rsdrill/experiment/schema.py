@@ -15,6 +15,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -310,6 +311,34 @@ class Observe(Strict):
     )
 
 
+class Guards(Strict):
+    """Blast-radius guards checked before anything is broken (see `rsdrill/engine/guards.py`)."""
+
+    allow_quorum_loss: bool = Field(
+        False, description="run even if the faults leave fewer than a majority of voters up"
+    )
+    allow_oplog_overrun: bool = Field(
+        False, description="run even if a member stays down longer than the oplog window"
+    )
+    max_lag_before_start: Duration = Field(
+        10.0, description="refuse to start while a secondary lags more than this"
+    )
+
+
+def _abort_condition(text: str) -> str:
+    from rsdrill.engine.abort import parse_condition
+
+    parse_condition(text)
+    return text
+
+
+AbortCondition = Annotated[
+    str,
+    AfterValidator(_abort_condition),
+    Field(description='e.g. "no_primary_s > 60", "write_unavailable_s > 30"'),
+]
+
+
 # How many members a `count:` selection can draw from, by role, while the set is healthy.
 _MEMBERS_BY_ROLE: dict[str, dict[str, int]] = {
     "rs1": {"any": 1, "secondary": 0, "data": 1},
@@ -393,6 +422,10 @@ class Experiment(Strict):
         description='metric → condition, e.g. write_unavailable_s: "<= 15"',
     )
     matrix: Matrix | None = None
+    guards: Guards = Guards()
+    abort_on: tuple[AbortCondition, ...] = Field(
+        (), description="stop injecting, revert and abort (exit 3) as soon as one holds"
+    )
 
     def variants(self) -> list[tuple[dict[str, MatrixValue], Experiment]]:
         """Each combination of the matrix's values and the experiment it makes (no matrix)."""
@@ -423,6 +456,16 @@ class Experiment(Strict):
                     raise FieldProblem(("matrix", "parameters", name),
                                        f"value {value!r} does not make a valid experiment: "
                                        f"{first}") from None  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
+    def _abort_conditions_are_measured(self) -> Experiment:
+        from rsdrill.engine.abort import parse_condition, unmeasurable
+
+        for i, text in enumerate(self.abort_on):
+            problem = unmeasurable(parse_condition(text).metric, self.probes)
+            if problem:
+                raise FieldProblem(("abort_on", i), problem)
         return self
 
     @model_validator(mode="after")

@@ -32,7 +32,7 @@ def test_keep_stays_flat_while_initial_sync_grows(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out", str(out),
-         "--no-live"],
+         "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip

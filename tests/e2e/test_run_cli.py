@@ -31,7 +31,7 @@ def _experiment(tmp_path: Path, fault: str, keep: bool = False) -> Path:
 def _start(tmp_path: Path, experiment: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment),
-         "--out", str(tmp_path / "out"), "--no-live", *args],
+         "--out", str(tmp_path / "out"), "--no-live", "--no-history", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip

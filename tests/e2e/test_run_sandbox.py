@@ -101,6 +101,7 @@ def test_rs1_kill_with_restart_delay(tmp_path: Path) -> None:
         "target": {"platform": "sandbox", "topology": "rs1"},
         "faults": [{"at": "2s", "kind": "host-kill", "restart": {"after": f"{delay}s"}}],
         "observe": {"after_revert": "20s"},
+        "guards": {"allow_quorum_loss": True},
     })  # fmt: skip
     assert result.verdict == "pass", result.error
     member = result.faults[0].target
@@ -125,6 +126,7 @@ def test_ledger_reports_exactly_the_rolled_back_writes(tmp_path: Path) -> None:
              "restart": {"after": "4s"}},
         ],
         "observe": {"after_revert": "30s"},
+        "guards": {"allow_quorum_loss": True},
     })  # fmt: skip
     assert result.verdict == "pass", result.error
     old_primary = result.faults[-1].target
@@ -168,9 +170,10 @@ def test_freeze_and_stepdown_are_measured(tmp_path: Path, kind: str) -> None:
 
 
 def test_local_platform_kills_and_restarts_existing_processes(
-    tmp_path: Path, replset_dir: Path
+    tmp_path: Path, replset_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Members started outside rsdrill, restarted with their own command (as a mongod would)."""
+    monkeypatch.setenv("RSDRILL_ALLOW", "rs0")
     sandbox = replset_dir
     spec = ReplSetSpec.read(sandbox)
     members = [

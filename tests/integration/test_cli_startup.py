@@ -11,8 +11,11 @@ import sys
 
 import pytest
 
-# Top-level import names: the driver (and its bson), the platform SDKs, pydantic and PyYAML.
-HEAVY = ("pymongo", "bson", "boto3", "botocore", "kubernetes", "pyVmomi", "pydantic", "yaml")
+# Top-level import names: the driver (and its bson), the platform SDKs, pydantic, PyYAML, and
+# Rich (typer's Rich help formatter pulls in markdown-it and pygments: half of the start-up).
+HEAVY = (
+    "pymongo", "bson", "boto3", "botocore", "kubernetes", "pyVmomi", "pydantic", "yaml", "rich",
+)  # fmt: skip
 
 
 def imported_modules(*args: str) -> set[str]:

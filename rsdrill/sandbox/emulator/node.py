@@ -252,6 +252,8 @@ class Node:
         self.database.commit()
         if target > self.last_durable:
             self.last_durable = target
+            # A primary with no one to hear from (rs1) commits by its own durability alone.
+            self.advance_commit_point()
             self.progress.fire()
 
     async def journal_loop(self) -> None:

@@ -188,8 +188,7 @@ class Oplog:
     def entries_after(self, key: OpTime, max_bytes: int) -> list[dict[str, Any]]:
         """Entries newer than `key`, at least one if there is one, up to about max_bytes."""
         rows = self.database.execute(
-            "SELECT entry FROM oplog WHERE (t, secs, inc) > (?, ?, ?) "
-            "ORDER BY t, secs, inc",
+            "SELECT entry FROM oplog WHERE (t, secs, inc) > (?, ?, ?) ORDER BY t, secs, inc",
             (key.term, key.secs, key.inc),
         )
         out: list[bytes] = []

@@ -49,9 +49,7 @@ class Database:
             return False
         probe = sqlite3.connect(self.path)
         try:
-            row = probe.execute(
-                "SELECT value FROM meta WHERE key = 'initialized'"
-            ).fetchone()
+            row = probe.execute("SELECT value FROM meta WHERE key = 'initialized'").fetchone()
         except sqlite3.DatabaseError:
             return False
         finally:

@@ -1,0 +1,176 @@
+"""`rsdrill history`: the recorded runs as a table, regressions marked, and a trend chart.
+
+The store (and with it sqlite3 and pydantic) is imported inside the command so that
+`rsdrill --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.run import HISTORY_DB
+
+if TYPE_CHECKING:
+    from rsdrill.store import Baseline, Regression, Run
+
+# Exit statuses beyond the result contract's: a regression, and a history that cannot be read.
+EXIT_REGRESSION = 1
+EXIT_STORE_ERROR = 4
+
+
+def history(
+    db: Annotated[Path, typer.Option("--db", help="The history database.")] = HISTORY_DB,
+    experiment: Annotated[
+        str | None, typer.Option("--experiment", help="Only this experiment's runs.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="DATE",
+            help="Only runs started from then on: an ISO date or date-time, UTC unless it "
+            "says otherwise (2024-05-01, 2024-05-01T02:00).",
+        ),
+    ] = None,
+    metrics: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            help="A metric to show and check, as named in SLOs; repeat for more (default: "
+            "write_unavailable_s, failover_s, recovery_s.max, lost_acknowledged_writes, "
+            "latency_ms.p99).",
+        ),
+    ] = None,
+    chart: Annotated[
+        Path | None,
+        typer.Option(
+            "--chart",
+            dir_okay=False,
+            help="Write a trend chart to this file: SVG, or an HTML page if it ends in .html.",
+        ),
+    ] = None,
+    fail_on_regression: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-regression", help="Exit 1 when the newest run of any experiment regressed."
+        ),
+    ] = False,
+    k: Annotated[
+        float,
+        typer.Option("--k", min=0, help="How many robust standard deviations make a regression."),
+    ] = 3.0,
+    window: Annotated[
+        int, typer.Option("--window", min=1, help="How many previous runs form the baseline.")
+    ] = 10,
+) -> None:
+    """Show recorded runs (time, verdict, key metrics) with regressions marked: a metric above the
+    rolling median of the experiment's previous runs by more than k * MAD."""
+    from rsdrill import store
+    from rsdrill.analysis.slo import known_metric
+
+    names = metrics or list(store.KEY_METRICS)
+    unknown = [m for m in names if not known_metric(m)]
+    if unknown:
+        exit_invalid(f"--metric: unknown metric {', '.join(map(repr, unknown))}")
+    start = _parse_since(since) if since else None
+    try:
+        # The baseline reaches back before --since: only the display is limited to it.
+        runs = store.history(db, experiment)
+    except store.StoreError as exc:
+        typer.echo(f"cannot read the history: {exc}", err=True)
+        raise typer.Exit(EXIT_STORE_ERROR) from None
+    judged = {m: store.baselines(runs, m, k=k, window=window) for m in names}
+    found = store.regressions(runs, names, k=k, window=window)
+    shown = [r for r in runs if start is None or r.started_at >= start]
+    if not shown:
+        typer.echo(f"no runs recorded in {db}" + (" that match" if experiment or since else ""))
+        return
+    shown_ids = {r.id for r in shown}
+    found = [g for g in found if g.run.id in shown_ids]
+    flagged = {(g.run.id, g.metric) for g in found}
+    typer.echo(_tables(shown, names, flagged), nl=False)
+    if found:
+        typer.echo(
+            f"\n! regression: more than {k:g} * 1.4826 * MAD above the median of the "
+            f"previous {window} runs"
+        )
+        for g in found:
+            typer.echo(f"  {_describe(g)}")
+    if chart is not None:
+        _write_chart(chart, shown, names, judged, flagged)
+        typer.echo(f"\nchart: {chart}")
+    newest = {r.experiment: r for r in shown}  # oldest first, so the last one stays
+    regressed = sorted({g.run.experiment for g in found if newest[g.run.experiment] is g.run})
+    if fail_on_regression and regressed:
+        typer.echo(f"\nthe newest run regressed: {', '.join(regressed)}", err=True)
+        raise typer.Exit(EXIT_REGRESSION)
+
+
+def _parse_since(text: str) -> dt.datetime:
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        exit_invalid(f"--since: {text!r} is not an ISO date or date-time (e.g. 2024-05-01)")
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+def _tables(runs: list[Run], metrics: list[str], flagged: set[tuple[int, str]]) -> str:
+    """One table per experiment: time, verdict and each metric, regressions marked `!`."""
+    from rsdrill.report.common import fmt_number
+
+    out = []
+    for experiment in dict.fromkeys(r.experiment for r in runs):
+        mine = [r for r in runs if r.experiment == experiment]
+        count = sum(1 for r in mine for m in metrics if (r.id, m) in flagged)
+        out.append(
+            f"{experiment}: {len(mine)} run{'s' * (len(mine) != 1)}"
+            + (f", {count} regression{'s' * (count != 1)}" if count else "")
+        )
+        rows = [["time (UTC)", "verdict", *metrics]]
+        for run in mine:
+            cells = [f"{run.started_at:%Y-%m-%d %H:%M:%S}", run.verdict]
+            for metric in metrics:
+                mark = " !" if (run.id, metric) in flagged else ""
+                cells.append(fmt_number(run.metrics.get(metric)) + mark)
+            rows.append(cells)
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        out.extend(
+            "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        )
+        out.append("")
+    return "\n".join(out)
+
+
+def _describe(regression: Regression) -> str:
+    from rsdrill.report.common import fmt_number
+
+    g, base = regression, regression.baseline
+    return (
+        f"{g.run.experiment} {g.run.started_at:%Y-%m-%d %H:%M:%S}: {g.metric} "
+        f"{fmt_number(round(g.value, 3))} > {fmt_number(round(base.threshold, 3))} "
+        f"(median {fmt_number(round(base.median, 3))}, MAD {fmt_number(round(base.mad, 3))}, "
+        f"{base.size} runs) — {g.run.out_dir}"
+    )
+
+
+def _write_chart(
+    path: Path,
+    runs: list[Run],
+    metrics: list[str],
+    judged: dict[str, dict[int, Baseline]],
+    flagged: set[tuple[int, str]],
+) -> None:
+    from rsdrill.report.trend import render_trend_html, render_trend_svg
+
+    render = render_trend_html if path.suffix.lower() in (".html", ".htm") else render_trend_svg
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(runs, metrics, judged, flagged), encoding="utf-8")
+    except OSError as exc:
+        exit_invalid(f"--chart: cannot write {path}: {exc.strerror or exc}")
