@@ -577,9 +577,29 @@ async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
     pipeline = req.body.get("pipeline") or []
     if not isinstance(pipeline, list):
         raise CommandError(14, "'pipeline' option must be specified as an array")
-    docs = query.run_pipeline(cmds.node.store.documents(ns), pipeline)
+    count = _whole_collection_count(pipeline)
+    if count is not None:
+        # count_documents({}) on a big collection: count rows instead of decoding them all.
+        total = cmds.node.store.count(ns)
+        docs = [{"_id": count[0], count[1]: total}] if total else []
+    else:
+        docs = query.run_pipeline(cmds.node.store.documents(ns), pipeline)
     batch = (req.body.get("cursor") or {}).get("batchSize")
     return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None)
+
+
+def _whole_collection_count(pipeline: list[Any]) -> tuple[Any, str] | None:
+    """(group _id, output field) when the pipeline is `[{$match: {}}, {$group: {_id: c,
+    <field>: {$sum: 1}}}]`, pymongo's count_documents({}); None otherwise."""
+    if len(pipeline) != 2 or pipeline[0] != {"$match": {}}:
+        return None
+    group = pipeline[1].get("$group") if isinstance(pipeline[1], dict) else None
+    if not isinstance(group, dict) or len(group) != 2 or isinstance(group.get("_id"), dict | str):
+        return None
+    ((field, accumulator),) = ((k, v) for k, v in group.items() if k != "_id")
+    if accumulator != {"$sum": 1}:
+        return None
+    return group["_id"], field
 
 
 @command("getMore")

@@ -68,6 +68,10 @@ class DataStore:
         ).fetchone()
         return None if row is None else bson.decode(row[0])
 
+    def count(self, ns: str) -> int:
+        row = self.database.execute("SELECT COUNT(*) FROM docs WHERE ns = ?", (ns,)).fetchone()
+        return int(row[0])
+
     def exists(self, ns: str) -> bool:
         return (
             self.database.execute("SELECT 1 FROM collections WHERE ns = ?", (ns,)).fetchone()
