@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rsdrill import __version__
-from rsdrill.cli import experiment, history, run, sandbox
+from rsdrill.cli import experiment, history, replay, run, sandbox
 
 app = typer.Typer(
     name="rsdrill",
@@ -28,6 +28,8 @@ app.add_typer(sandbox.app, name="sandbox")
 app.command()(run.run)
 app.command()(run.recover)
 app.command()(history.history)
+app.command()(replay.replay)
+app.add_typer(replay.timeline_app, name="timeline")
 
 
 def _print_version(value: bool) -> None:

@@ -57,12 +57,24 @@ def run(
         experiment = load_experiment(file)
     except ExperimentError as exc:
         exit_invalid(str(exc))
-    from rsdrill.engine.runner import run_experiment
-
-    out_dir = out or RESULTS_DIR / f"{experiment.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
-    options = _run_options(experiment, out_dir, live, abort_on or [], yes)
+    out_dir = out or default_out_dir(experiment.name)
+    options = run_options(experiment, out_dir, live, abort_on or [], yes)
     if experiment.matrix is not None:
         _run_matrix(experiment, options)
+    run_and_report(experiment, options, None if no_history else history)
+
+
+def default_out_dir(name: str) -> Path:
+    """Where a run's results go unless `--out` says: a new directory per run."""
+    return RESULTS_DIR / f"{name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def run_and_report(experiment: Experiment, options: RunOptions, history: Path | None) -> NoReturn:
+    """Run, print the verdicts, record the run in `history` (None: not recorded), exit with
+    the result's status."""
+    from rsdrill.engine.runner import run_experiment
+
+    out_dir = options.out_dir
     result = run_experiment(experiment, options)
     typer.echo(
         f"{experiment.name}: {result.verdict.upper()}"
@@ -73,7 +85,7 @@ def run(
         mark = "ok  " if slo.passed else "FAIL"
         typer.echo(f"  {mark} {slo.metric} {slo.op} {slo.threshold:g} (observed {observed})")
     typer.echo(f"report: {out_dir / 'report.html'}")
-    if not no_history:
+    if history is not None:
         from rsdrill.store import StoreError, record
 
         try:
@@ -83,7 +95,7 @@ def run(
     raise typer.Exit(result.exit_code)
 
 
-def _run_options(
+def run_options(
     experiment: Experiment, out_dir: Path, live: bool, abort_on: list[str], yes: bool
 ) -> RunOptions:
     """The run's options; an `--abort-on` that cannot be parsed or measured exits 2."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rsdrill.redact import redact_uri
+
 
 def journal_dir() -> Path:
     return Path(os.environ.get("RSDRILL_HOME", Path.home() / ".rsdrill")) / "journal"
@@ -37,7 +39,8 @@ class Journal:
 
     def write(self, record_type: str, **fields: Any) -> None:
         record = {"type": record_type, "at": dt.datetime.now(dt.UTC).isoformat(), **fields}
-        os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
+        # A start command or an error may hold a URI; its password never reaches the disk.
+        os.write(self._fd, (redact_uri(json.dumps(record, default=str)) + "\n").encode())
         os.fsync(self._fd)
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ import threading
 from typing import TextIO
 
 from rsdrill.probes.history import FaultRecord, History, RunClock
+from rsdrill.redact import redact_uri
 
 
 class LiveView:
@@ -38,7 +39,7 @@ class LiveView:
 
     def event(self, text: str) -> None:
         elapsed = f"t+{self.clock.now():7.2f}s " if self.clock else ""
-        line = f"{elapsed}{text}"
+        line = redact_uri(f"{elapsed}{text}")  # an event may quote the URI
         self.stream.write(("\r\x1b[2K" + line + "\n") if self.tty else line + "\n")
         self.stream.flush()
 

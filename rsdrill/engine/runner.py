@@ -31,7 +31,12 @@ from rsdrill.probes.history import FaultRecord, History, RunClock
 from rsdrill.redact import redact_uri
 from rsdrill.result import EXIT_CODES, FaultResult, Metrics, Result, RunClockInfo, TargetInfo
 from rsdrill.targets import RunTarget, TargetError
-from rsdrill.targets.selection import SelectionError, current_states, resolve
+from rsdrill.targets.selection import (
+    SelectionError,
+    current_states,
+    resolve,
+    states_from_hellos,
+)
 
 PREFLIGHT_TIMEOUT_S = 60.0
 VERIFY_TIMEOUT_S = 10.0
@@ -120,6 +125,9 @@ class Runner:
             if resource:
                 journal.write("resource", key="resource:target", revert=resource)
             target.setup()
+            if resource and target.keep:
+                # A kept target is the user's once built: only a half-built one is undone.
+                journal.write("released", key="resource:target")
             self._check_abort()
             self._phase("preflight")
             self._preflight(target)
@@ -179,6 +187,9 @@ class Runner:
             journal.close()
             self.live.stop()
             self._restore_signal_handlers(previous)
+        if self._abort.is_set() and verdict in ("pass", "fail"):
+            # A signal during the final revert, the analysis or the teardown aborts the run too.
+            verdict, error = "aborted", self._abort_reason or "aborted by signal"
         result = Result(
             experiment=self.exp.name,
             verdict=verdict,
@@ -297,12 +308,15 @@ class Runner:
 
     def _inject(self, action: Action, target: RunTarget, journal: Journal) -> None:
         fault = self.exp.faults[action.index]
-        hosts = resolve(fault.select, current_states(target.members))
+        states = self._roles_now(target)
+        hosts = resolve(fault.select, states)
         for host in hosts:
             self._check_abort()  # a `count:` fault stops between members too
             injector = _injector(fault, host, target)
+            # The role and fault index let `rsdrill replay --from` select the same way again.
             record = FaultRecord(action.index, fault.kind, host,
-                                 detail={"plan": injector.describe()})  # fmt: skip
+                                 detail={"plan": injector.describe(), "role": states[host],
+                                         "index": action.index})  # fmt: skip
             key = f"fault:{action.index}:{host}"
             journal.write("intent", key=key, kind=fault.kind, target=host,
                           revert=injector.revert_action())  # fmt: skip
@@ -319,6 +333,25 @@ class Runner:
                     f"{fault.kind} on {host} did not take effect within {VERIFY_TIMEOUT_S:.0f}s"
                 )
             record.verified_at_s = round(self.clock.now(), 4)
+
+    def _roles_now(self, target: RunTarget) -> dict[str, str]:
+        """Each member's state, for `select:`: from the failover probe's hello answers since the
+        last fault changed anything, so the fault goes in on time (asking a frozen member live
+        takes its whole timeout); asked live when the probe has no fresh answer."""
+        probe = self.exp.probes.failover
+        if probe is not None:
+            changed = (t for r in self.state.records
+                       for t in (r.injected_at_s, r.verified_at_s, r.reverted_at_s))  # fmt: skip
+            states = states_from_hellos(
+                self.history.ops("failover"),
+                target.members,
+                since_s=max((t for t in changed if t is not None), default=0.0),
+                now_s=self.clock.now(),
+                max_age_s=probe.timeout + 2 * probe.interval + 0.1,
+            )
+            if states is not None:
+                return states
+        return current_states(target.members)
 
     def _revert_fault(self, index: int, journal: Journal) -> None:
         for key in [k for k, a in self.state.applied.items() if a.record.index == index]:

@@ -18,7 +18,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -27,6 +27,10 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from rsdrill.experiment.schema import Experiment, FieldProblem
 
 Loc = tuple[str | int, ...]
+
+# The document a file holds: an experiment, or another file format built from the same parts
+# (a timeline); each gets the same located errors.
+Model = TypeVar("Model", bound=BaseModel)
 
 EXTENSION_PREFIX = "x-"
 
@@ -78,11 +82,7 @@ def load_experiment(path: Path, env: Mapping[str, str] | None = None) -> Experim
 
     `env` supplies `${VAR}` values (default: the process environment). Raises ExperimentError.
     """
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ExperimentError(str(path), 1, 1, f"cannot read: {exc.strerror or exc}") from None
-    return load_experiment_text(data, str(path), env)
+    return load_document(Experiment, path, env)
 
 
 def load_experiment_text(
@@ -92,21 +92,44 @@ def load_experiment_text(
 
     `source_name` is the path that error messages name. Raises ExperimentError.
     """
+    return load_document_text(Experiment, text, source_name, env)
+
+
+def load_document(model: type[Model], path: Path, env: Mapping[str, str] | None = None) -> Model:
+    """Read and validate the file at `path` as a `model` document; see `load_experiment`."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ExperimentError(str(path), 1, 1, f"cannot read: {exc.strerror or exc}") from None
+    return load_document_text(model, data, str(path), env)
+
+
+def load_document_text(
+    model: type[Model],
+    text: str | bytes,
+    source_name: str = "<text>",
+    env: Mapping[str, str] | None = None,
+) -> Model:
+    """Validate `text` as a `model` document, with located errors; see `load_experiment_text`.
+
+    `model` is validated from the file's top-level mapping; its fields are found in the file as
+    an experiment's are, and an `slo:` mapping among them has its metric names checked.
+    """
     if isinstance(text, bytes):
         text = _decode(text, source_name)
-    tree = _Tree(text, source_name, os.environ if env is None else env)
+    tree = _Tree(text, source_name, os.environ if env is None else env, model)
     # A duplicate key or an unset variable explains the schema's complaints, so it goes first.
     if tree.issues:
         raise _first(tree.issues)
     issues = _slo_issues(tree)
     data = {k: v for k, v in tree.data.items() if not _is_extension(k)}
     try:
-        experiment = Experiment.model_validate(data)
+        document = model.model_validate(data)
     except ValidationError as exc:
         raise _first([*issues, *_validation_issues(tree, exc)]) from None
     if issues:
         raise _first(issues)
-    return experiment
+    return document
 
 
 def _is_extension(key: Any) -> bool:
@@ -149,9 +172,16 @@ class _Pair:
 class _Tree:
     """One file's YAML nodes, the Python values built from them, and the issues seen doing so."""
 
-    def __init__(self, text: str, source_name: str, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        text: str,
+        source_name: str,
+        env: Mapping[str, str],
+        model: type[BaseModel] = Experiment,
+    ) -> None:
         """Parse `text`; raises ExperimentError when it holds no mapping to validate."""
         self.text = text
+        self.model = model
         self.source_name = source_name
         self.env = env
         self.issues: list[ExperimentError] = []
@@ -342,6 +372,7 @@ class _Located:
     error: Mapping[str, Any]
     loc: Loc
     steps: tuple[_Step, ...]
+    root: type[BaseModel]  # the document's model, whose fields the top-level keys are
 
     @property
     def kind(self) -> str:
@@ -371,7 +402,7 @@ def _locate(tree: _Tree, error: Mapping[str, Any]) -> _Located:
     loc: Loc = tuple(error["loc"])
     if isinstance(problem := _ctx_error(error), FieldProblem):
         loc = (*loc, *problem.at)
-    return _Located(error, loc, _walk(tree, loc))
+    return _Located(error, loc, _walk(tree, loc), tree.model)
 
 
 def _ctx_error(error: Mapping[str, Any]) -> Exception | None:
@@ -380,7 +411,7 @@ def _ctx_error(error: Mapping[str, Any]) -> Exception | None:
 
 def _walk(tree: _Tree, loc: Loc) -> tuple[_Step, ...]:
     """Follow `loc` through the schema's types and, as far as it goes, the file's nodes."""
-    type_: Any = Experiment
+    type_: Any = tree.model
     node: Node | None = tree.root
     steps = []
     for elem in loc:
@@ -468,7 +499,7 @@ def _best_alternative(tree: _Tree, point: Loc, errors: list[_Located]) -> list[_
     fitting = [errs for errs in by_tag.values() if not _shape_mismatch(point, errs)]
     if not fitting:
         summary = {"type": "union_mismatch", "input": given, "union": union_step.type_}
-        return [_Located(summary, point, errors[0].steps[: len(point)])]
+        return [_Located(summary, point, errors[0].steps[: len(point)], errors[0].root)]
 
     def score(errs: list[_Located]) -> tuple[float, int]:
         return _key_affinity(given, errs[0].steps[len(point)].type_), -len(errs)
@@ -563,8 +594,8 @@ def _problem(e: _Located) -> str:
 
 
 def _parent_model(e: _Located) -> type[BaseModel]:
-    parent = _unwrap(e.steps[-2].type_) if len(e.steps) > 1 else Experiment
-    return parent if _is_model(parent) else Experiment
+    parent = _unwrap(e.steps[-2].type_) if len(e.steps) > 1 else e.root
+    return parent if _is_model(parent) else e.root
 
 
 def _key_guess(e: _Located) -> str | None:

@@ -35,6 +35,7 @@ class HelloPoller(Probe):
                 "writable": bool(reply.get("isWritablePrimary", reply.get("ismaster"))),
                 "secondary": bool(reply.get("secondary")),
                 "primary": reply.get("primary"),
+                "arbiter": bool(reply.get("arbiterOnly")),
             },
         )
 

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rsdrill.redact import redact_uri
+
 
 @dataclass(frozen=True)
 class RunClock:
@@ -101,7 +103,8 @@ class History:
     def write_jsonl(self, path: Path) -> None:
         with path.open("w") as f:
             for op in self.ops():
-                f.write(json.dumps(asdict(op), default=str) + "\n")
+                # A driver error may quote the URI it was given: its password is masked.
+                f.write(redact_uri(json.dumps(asdict(op), default=str)) + "\n")
 
     @classmethod
     def from_ops(cls, ops: Iterable[Op]) -> History:

@@ -30,7 +30,10 @@ class LagPoller(Probe):
             t_start = self.clock.now()
             try:
                 status = conn.command("admin", {"replSetGetStatus": 1})
-            except WireClientError:
+            except WireClientError as exc:
+                # Recorded, not skipped: a member that cannot be asked shows in the history.
+                outcome = "timeout" if exc.timeout else "error"
+                self.record("status", conn.host, t_start, outcome, {"error": str(exc)})
                 continue
             if status.get("myState") != 1:
                 continue

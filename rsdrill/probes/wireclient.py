@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import time
 from typing import Any
 
 import bson
@@ -55,28 +56,40 @@ class DirectConnection:
             raise WireClientError(f"{self.host}: {type(exc).__name__}: {exc}") from exc
 
     def _roundtrip(self, db: str | None, cmd: dict[str, Any]) -> dict[str, Any]:
+        # One deadline for the whole command: a socket timeout alone bounds each recv, and a
+        # server dripping a byte at a time would never trip it.
+        deadline = time.monotonic() + self.timeout_s
         if self._sock is None:
             name, port = self.host.rsplit(":", 1)
             self._sock = socket.create_connection((name, int(port)), timeout=self.timeout_s)
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock = self._sock
-        sock.settimeout(self.timeout_s)
+        sock.settimeout(_remaining(deadline))
         request_id = next(_request_ids)
         body = cmd if db is None else {**cmd, "$db": db}
         sock.sendall(wire.encode_op_msg(request_id, 0, body))
-        header = _recv_exactly(sock, 16)
+        header = _recv_exactly(sock, 16, deadline)
         length, _, response_to, op_code = wire.HEADER.unpack(header)
         if not 16 < length <= wire.MAX_MESSAGE_BYTES:
             raise wire.WireError(f"reply length {length}")
-        payload = _recv_exactly(sock, length - 16)
+        payload = _recv_exactly(sock, length - 16, deadline)
         if op_code != wire.OP_MSG or response_to != request_id:
             raise wire.WireError(f"unexpected reply (opcode {op_code}, to {response_to})")
         return wire.parse_op_msg(response_to, payload).body
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+def _remaining(deadline: float) -> float:
+    """Seconds left before `deadline` (monotonic); TimeoutError once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
+def _recv_exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
     chunks = []
     while n:
+        sock.settimeout(_remaining(deadline))
         chunk = sock.recv(n)
         if not chunk:
             raise EOFError("connection closed by the member")

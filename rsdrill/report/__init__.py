@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rsdrill.probes.history import History, Op
+from rsdrill.redact import redact_uri
 from rsdrill.report.html import render_html
 from rsdrill.report.junit import render_junit
 from rsdrill.report.markdown import render_summary
@@ -40,7 +41,8 @@ def write_reports(out_dir: Path, result: Result, ops: Sequence[Op]) -> dict[str,
         "summary": render_summary(result, str(paths["html"])),
     }
     for kind, text in texts.items():
-        paths[kind].write_text(text, encoding="utf-8")
+        # Whatever a message quotes (an error holding the URI), no password reaches a report.
+        paths[kind].write_text(redact_uri(text), encoding="utf-8")
     History.from_ops(ops).write_jsonl(paths["history"])
     return paths
 

@@ -34,11 +34,14 @@ class RunTarget(Protocol):
     uri: str
     members: list[str]
     hosts: ProcessHosts
+    # Whether the target stays as it is after the run (nothing to tear down once set up).
+    keep: bool
 
     def setup(self) -> None: ...
 
     def teardown(self) -> None: ...
 
     def recover_action(self) -> dict[str, object] | None:
-        """What `rsdrill recover` must do about the target itself if this run dies."""
+        """What `rsdrill recover` must do about the target itself if this run dies (for a
+        kept target: only while it is being set up)."""
         ...

@@ -145,6 +145,7 @@ def wipe_directory(path: Path) -> None:
 
 class LocalTarget:
     platform = "local"
+    keep = True  # the processes were there before the run and stay after it
 
     def __init__(self, config: Target, directory: Path) -> None:
         self.config = config

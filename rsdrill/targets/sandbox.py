@@ -135,9 +135,12 @@ class SandboxTarget:
             for path in (member_dir(self.directory, member) / "data").glob(f"{DATABASE}*"):
                 path.unlink()
 
+    @property
+    def keep(self) -> bool:
+        return self.config.keep
+
     def recover_action(self) -> dict[str, object] | None:
-        if self.config.keep:
-            return None
+        # Owed even when kept: a run that dies while building the sandbox leaves it half-built.
         return {"action": "sandbox-down", "dir": str(self.directory)}
 
     def events_path(self, host: str) -> Path:

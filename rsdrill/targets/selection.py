@@ -1,10 +1,12 @@
-"""Which member a fault's `select:` means right now, from each member's own replSetGetStatus."""
+"""Which member a fault's `select:` means right now: from each member's own replSetGetStatus, or
+from the failover probe's latest hello answers when they are fresh."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
 from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
+from rsdrill.probes.history import Op
 from rsdrill.probes.wireclient import DirectConnection, WireClientError
 
 
@@ -65,3 +67,36 @@ def _fits(state: str, role: str) -> bool:
 
 def _describe(states: dict[str, str]) -> str:
     return ", ".join(f"{h} {s}" for h, s in states.items())
+
+
+def states_from_hellos(
+    ops: list[Op], members: list[str], *, since_s: float, now_s: float, max_age_s: float
+) -> dict[str, str] | None:
+    """Every member's role from the failover probe's latest hello, or None if one is unknown.
+
+    This costs no network round trip at injection time (a frozen member makes the live query
+    wait out its timeout). An answer counts only when it started after `since_s` (the last
+    fault injected or reverted, which may have changed the roles) and ended within `max_age_s`
+    of `now_s`; a hello that failed is DOWN, as in `member_state`. An answer that names no
+    role (a primary still draining, a member starting up) leaves the member unknown.
+    """
+    latest: dict[str, Op] = {}
+    for op in ops:
+        if op.op == "hello" and op.member in members and op.t_start > since_s:
+            latest[op.member] = op  # ops are in the order they ended: the last one wins
+    states = {}
+    for host in members:
+        op = latest.get(host)
+        if op is None or now_s - op.t_end > max_age_s:
+            return None
+        if not op.ok:
+            states[host] = "DOWN"
+        elif op.detail.get("writable"):
+            states[host] = "PRIMARY"
+        elif op.detail.get("secondary"):
+            states[host] = "SECONDARY"
+        elif op.detail.get("arbiter"):
+            states[host] = "ARBITER"
+        else:
+            return None
+    return states

@@ -198,3 +198,27 @@ def test_local_platform_kills_and_restarts_existing_processes(
     assert result.metrics.failover_s is not None and result.metrics.failover_s < 5
     assert result.metrics.recovery_s[killed] is not None
     assert listening_pid(int(killed.rsplit(":", 1)[1])) is not None  # restarted by its command
+
+
+@pytest.mark.parametrize("phase", ["revert", "analyze", "teardown"])
+def test_signal_after_the_faults_still_aborts(tmp_path: Path, phase: str) -> None:
+    """Ctrl-C once the faults are over (during the final revert, the analysis, the teardown)
+    ends the run as aborted too: exit 3 is what the user asked for."""
+
+    def interrupt(name: str) -> None:
+        if name == phase:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    experiment = Experiment.model_validate({
+        "name": "late-signal",
+        "target": {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s"},
+        "faults": [{"at": "1s", "kind": "stepdown", "duration": "2s",
+                    "secondary_catch_up": "1s"}],
+        "observe": {"after_revert": "1s"},
+    })  # fmt: skip
+    result = run_experiment(
+        experiment,
+        RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path, on_phase=interrupt),
+    )
+    assert (result.verdict, result.exit_code) == ("aborted", 3), result.error
+    assert result.error == "aborted by signal"

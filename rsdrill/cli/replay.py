@@ -1,0 +1,187 @@
+"""`rsdrill replay` (an incident timeline, or a previous run's faults, run again) and
+`rsdrill timeline from-mongod-log` (a timeline derived from mongod's JSON log).
+
+pydantic, PyYAML and the engine are imported inside each command so that `rsdrill --help`
+stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+
+from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.run import HISTORY_DB
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Target
+    from rsdrill.experiment.timeline import Timeline
+
+Topology = Literal["rs1", "rs3", "psa"]
+
+timeline_app = typer.Typer(
+    help="Incident timelines: derive one from logs.", no_args_is_help=True, rich_markup_mode=None
+)
+
+
+def replay(
+    timeline: Annotated[
+        Path | None, typer.Argument(help="The timeline file (YAML).", metavar="[TIMELINE]")
+    ] = None,
+    from_result: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            metavar="RESULT",
+            help="Replay a previous run's fault sequence, from its result.json, instead.",
+        ),
+    ] = None,
+    target_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--target-file", metavar="EXPERIMENT", help="Run against this experiment's target."
+        ),
+    ] = None,
+    topology: Annotated[
+        Topology | None,
+        typer.Option(help="Run against a fresh sandbox of this topology."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Where the results go (default: rsdrill-results/<name>-<time>)."
+        ),
+    ] = None,
+    live: Annotated[bool, typer.Option(help="Show the live view on the terminal.")] = True,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="Do not ask before breaking a set not in RSDRILL_ALLOW."),
+    ] = False,
+    history: Annotated[
+        Path, typer.Option("--history", help="Record the run in this history database.")
+    ] = HISTORY_DB,
+    no_history: Annotated[
+        bool, typer.Option("--no-history", help="Do not record the run in the history.")
+    ] = False,
+) -> None:
+    """Replay an incident timeline, or (--from) a previous run's faults: same kinds, offsets,
+    durations and roles, against a fresh set. Exit statuses as `rsdrill run`."""
+    from pydantic import ValidationError
+
+    from rsdrill.cli.run import default_out_dir, run_and_report, run_options
+
+    if (timeline is None) == (from_result is None):
+        exit_invalid("replay: give a TIMELINE file or --from RESULT (one of them)")
+    if target_file is not None and topology is not None:
+        exit_invalid("replay: --target-file or --topology, not both")
+    target = _target(target_file, topology)
+    try:
+        if timeline is not None:
+            plan = _load_timeline(timeline)
+            if target is not None:
+                plan = type(plan).model_validate({**dict(plan), "target": target})
+        else:
+            assert from_result is not None
+            plan = _from_result(from_result, target)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        exit_invalid(f"replay: this target does not fit the timeline: {first['msg']}")
+    experiment = plan.to_experiment()
+    out_dir = out or default_out_dir(experiment.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # What was replayed, as a file one can edit and replay again.
+    (out_dir / "timeline.yaml").write_text(plan.to_yaml())
+    options = run_options(experiment, out_dir, live, [], yes)
+    run_and_report(experiment, options, None if no_history else history)
+
+
+def _target(target_file: Path | None, topology: Topology | None) -> Target | None:
+    from rsdrill.experiment.loader import ExperimentError, load_experiment
+    from rsdrill.experiment.schema import Target
+
+    if topology is not None:
+        return Target(platform="sandbox", topology=topology)
+    if target_file is None:
+        return None
+    try:
+        return load_experiment(target_file).target
+    except ExperimentError as exc:
+        exit_invalid(str(exc))
+
+
+def _load_timeline(path: Path) -> Timeline:
+    from rsdrill.experiment.loader import ExperimentError, load_document
+    from rsdrill.experiment.timeline import Timeline
+
+    try:
+        return load_document(Timeline, path)
+    except ExperimentError as exc:
+        exit_invalid(str(exc))
+
+
+def _from_result(path: Path, target: Target | None) -> Timeline:
+    from pydantic import ValidationError
+
+    from rsdrill.experiment.schema import Target
+    from rsdrill.experiment.timeline import ReplayError, timeline_from_result
+    from rsdrill.result import Result
+
+    try:
+        result = Result.from_json(path.read_text())
+    except OSError as exc:
+        exit_invalid(f"{path}: cannot read: {exc.strerror or exc}")
+    except ValidationError as exc:
+        exit_invalid(f"{path}: not an rsdrill result.json ({exc.error_count()} problems)")
+    topology = result.target.topology
+    if target is None and topology not in ("rs1", "rs3", "psa"):
+        exit_invalid(f"{path}: topology {topology!r}: say which set to use (--topology)")
+    try:
+        return timeline_from_result(result, target or Target(platform="sandbox", topology=topology))
+    except ReplayError as exc:
+        exit_invalid(f"{path}: {exc}")
+
+
+@timeline_app.command("from-mongod-log")
+def from_mongod_log(
+    logfiles: Annotated[
+        list[Path],
+        typer.Argument(help="mongod JSON log files (4.4+), one member's or merged.", metavar="LOG"),
+    ],
+    member: Annotated[
+        str | None,
+        typer.Option(help="The member whose log this is, for lines without a `host` field."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the timeline here (default: stdout).")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="The timeline's name.")] = None,
+    topology: Annotated[
+        Topology | None,
+        typer.Option(help="The sandbox to replay on (default: psa if an arbiter shows, rs3)."),
+    ] = None,
+) -> None:
+    """Derive an incident timeline (primary lost, stepdowns) from mongod's JSON log; the rules
+    are in rsdrill/experiment/mongodlog.py."""
+    from rsdrill.experiment.mongodlog import (
+        MongodLogError,
+        derive_timeline,
+        read_log,
+        timeline_name,
+    )
+    from rsdrill.experiment.schema import Target
+
+    try:
+        events = sorted((e for path in logfiles for e in read_log(path, member)), key=lambda e: e.t)
+        arbiter = any(e.new == "ARBITER" for e in events)
+        target = Target(platform="sandbox", topology=topology or ("psa" if arbiter else "rs3"))
+        plan = derive_timeline(events, name or timeline_name(logfiles[0]), target)
+    except MongodLogError as exc:
+        exit_invalid(str(exc))
+    text = plan.to_yaml()
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    out.write_text(text)
+    typer.echo(f"{out}: {len(plan.events)} events")

@@ -1,0 +1,307 @@
+"""Chaos for rsdrill itself: `rsdrill run` killed (SIGKILL) or interrupted (SIGINT) at random
+moments of short sandbox experiments, and nothing may be left behind.
+
+Each iteration is its own run: its own sandbox (ports from `free_port_base`), out dir and
+RSDRILL_HOME, so iterations run a few at a time in threads. The moment is drawn (seeded) as a
+phase of the run plus a random delay after the line that announces it, so every phase is hit:
+
+- setup: after `phase: setup` (the sandbox is being built), 0-3 s;
+- steady: after `phase: faults` (probes running, nothing injected yet), 0-0.9 s;
+- injected: after `injected` (the fault is in force), 0-1.4 s;
+- reverting: after `injected`, the fault's duration plus 0-0.6 s (the revert is under way);
+- observing: after `phase: observe`, 0-1.4 s;
+- teardown (SIGKILL only): after `phase: revert` (analysis, stopping the sandbox), 0-1 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from rsdrill.sandbox.cluster import Sandbox
+
+FAULTS = {
+    "host-kill-keep": "{at: 1s, kind: host-kill, select: primary, duration: 1.5s}",
+    "host-kill-wipe": "{at: 1s, kind: host-kill, select: secondary, duration: 1.5s,"
+    " restart: {volume: wipe}}",
+    "host-freeze": "{at: 1s, kind: host-freeze, select: primary, duration: 1.5s}",
+    "stepdown": "{at: 1s, kind: stepdown, select: primary, duration: 1.5s, secondary_catch_up: 1s}",
+}
+FAULT_S = 1.5
+# (marker line, lowest delay, highest delay) per phase; see the module docstring.
+PHASES: dict[str, tuple[str, float, float]] = {
+    "setup": ("phase: setup", 0.0, 3.0),
+    "steady": ("phase: faults", 0.0, 0.9),
+    "injected": ("injected", 0.0, 1.4),
+    "reverting": ("injected", FAULT_S, FAULT_S + 0.6),
+    "observing": ("phase: observe", 0.0, 1.4),
+    "teardown": ("phase: revert", 0.0, 1.0),
+}
+SIGKILL_RUNS = 50
+SIGINT_RUNS = 20
+PARALLEL = 4
+HEALTHY_TIMEOUT_S = 45.0
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@dataclass
+class Case:
+    """One run of rsdrill to disturb."""
+
+    index: int
+    fault: str
+    keep: bool
+    phase: str
+    delay_s: float
+    port_base: int
+
+
+@dataclass
+class Outcome:
+    case: Case
+    work: Path
+    returncode: int | None = None
+    output: str = ""
+    signalled: bool = False  # the signal reached a live `rsdrill run`
+    # The run had built its kept sandbox (read from its journal before any `rsdrill recover`,
+    # which writes the same `released` record when it stops a half-built one).
+    kept: bool = False
+    problems: list[str] = field(default_factory=list)
+
+
+def _cases(seed: int, count: int, phases: list[str], ports: Callable[[int], int]) -> list[Case]:
+    """`count` runs cycling through every fault kind and phase, delays and `keep` drawn."""
+    rng = random.Random(seed)
+    faults = list(FAULTS)
+    cases = []
+    for i in range(count):
+        phase = phases[i % len(phases)]
+        _, low, high = PHASES[phase]
+        cases.append(
+            Case(i, faults[(i // len(phases)) % len(faults)], rng.random() < 0.5, phase,
+                 rng.uniform(low, high), ports(3))
+        )  # fmt: skip
+    return cases
+
+
+def _experiment(case: Case, work: Path) -> Path:
+    path = work / "exp.yaml"
+    path.write_text(
+        f"name: chaos-{case.fault}\n"
+        "target: {platform: sandbox, topology: rs3, election_timeout: 1s, "
+        f"keep: {str(case.keep).lower()}, port_base: {case.port_base}}}\n"
+        "probes:\n  availability: {interval: 50ms, timeout: 250ms}\n"
+        f"faults:\n  - {FAULTS[case.fault]}\n"
+        "observe: {after_revert: 1.5s}\n"
+    )
+    return path
+
+
+def _env(work: Path) -> dict[str, str]:
+    return {**os.environ, "RSDRILL_HOME": str(work / "home")}
+
+
+def _rsdrill(work: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli.app", *args],
+        capture_output=True, text=True, timeout=timeout, env=_env(work),
+    )  # fmt: skip
+
+
+def _disturb(case: Case, work: Path, sig: signal.Signals) -> Outcome:
+    """Start the run, send `sig` at the case's moment, wait for the process to end."""
+    work.mkdir(parents=True)
+    outcome = Outcome(case, work)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rsdrill.cli.app", "run", str(_experiment(case, work)),
+         "--out", str(work / "out"), "--no-live", "--no-history"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(work),
+    )  # fmt: skip
+    marker = PHASES[case.phase][0]
+    seen = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if marker in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not seen.wait(0.05):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            break
+    if seen.is_set():
+        time.sleep(case.delay_s)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            outcome.signalled = True
+    else:
+        proc.kill()
+        outcome.problems.append(f"never saw {marker!r}")
+    try:
+        outcome.returncode = proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        outcome.returncode = proc.wait()
+        outcome.problems.append(f"still running 90 s after {sig.name}")
+    reader.join(10)
+    outcome.output = "".join(lines)
+    outcome.kept = case.keep and _setup_finished(work)
+    return outcome
+
+
+def _processes_of(directory: Path) -> dict[int, str]:
+    """Every process whose command line names `directory` (a sandbox member), with its state.
+
+    Found from /proc rather than pid files: a member started just before the kill may not have
+    one yet.
+    """
+    found = {}
+    needle = str(directory).encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        state = stat.rsplit(")", 1)[1].split()[0]
+        if needle in cmdline.split(b"\0") and state not in ("Z", "X"):
+            found[int(proc.name)] = state
+    return found
+
+
+def _setup_finished(work: Path) -> bool:
+    """Whether the run's journal says its sandbox was fully built (and is then kept)."""
+    for path in (work / "home" / "journal").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("type") == "released" and record.get("key") == "resource:target":
+                return True
+    return False
+
+
+def _check_nothing_remains(outcome: Outcome) -> None:
+    """No member frozen; a kept sandbox healthy with one primary, any other one gone."""
+    sandbox_dir = outcome.work / "out" / "sandbox"
+    processes = _processes_of(sandbox_dir)
+    stopped = [pid for pid, state in processes.items() if state == "T"]
+    if stopped:
+        outcome.problems.append(f"member processes left stopped: {stopped}")
+    if not outcome.kept:
+        if processes:
+            outcome.problems.append(f"member processes left running: {processes}")
+        return
+    sandbox = Sandbox(sandbox_dir)
+    deadline = time.monotonic() + HEALTHY_TIMEOUT_S
+    while True:
+        states = [s.state for s in sandbox.status()]
+        if sorted(states) == ["PRIMARY", "SECONDARY", "SECONDARY"]:
+            return
+        if time.monotonic() > deadline:
+            outcome.problems.append(f"kept sandbox not healthy: {states}")
+            return
+        time.sleep(0.2)
+
+
+def _clean_up(work: Path) -> None:
+    sandbox_dir = work / "out" / "sandbox"
+    if (sandbox_dir / "members").exists():
+        Sandbox(sandbox_dir).down(grace_s=1.0)
+    for pid in _processes_of(sandbox_dir):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _run_all(
+    cases: list[Case], tmp_path: Path, one: Callable[[Case, Path], Outcome]
+) -> list[Outcome]:
+    def guarded(case: Case) -> Outcome:
+        work = tmp_path / f"run{case.index}"
+        try:
+            return one(case, work)
+        finally:
+            _clean_up(work)
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return list(pool.map(guarded, cases))
+
+
+def _report(outcomes: list[Outcome]) -> str:
+    return "\n\n".join(
+        f"#{o.case.index} {o.case} exit {o.returncode}: {'; '.join(o.problems)}\n{o.output}"
+        for o in outcomes
+        if o.problems
+    )
+
+
+def test_sigkill_at_random_moments_then_recover_leaves_nothing(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    def one(case: Case, work: Path) -> Outcome:
+        outcome = _disturb(case, work, signal.SIGKILL)
+        done = _rsdrill(work, "recover")
+        if done.returncode != 0:
+            outcome.problems.append(f"recover exited {done.returncode}: {done.stdout}{done.stderr}")
+        _check_nothing_remains(outcome)
+        again = _rsdrill(work, "recover")
+        if not again.stdout.startswith("nothing to recover"):
+            outcome.problems.append(f"second recover: {again.stdout}{again.stderr}")
+        return outcome
+
+    cases = _cases(9, SIGKILL_RUNS, list(PHASES), free_port_base)
+    outcomes = _run_all(cases, tmp_path, one)
+    assert not any(o.problems for o in outcomes), _report(outcomes)
+    assert sum(o.signalled for o in outcomes) >= SIGKILL_RUNS - 2, _report(outcomes)
+
+
+def test_sigint_at_random_moments_aborts_and_leaves_nothing(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    """Exit 3 and, since the signal comes after `phase: setup` (the runner is in charge and
+    writes result.json however it ends), result.json with verdict aborted; without recover."""
+
+    def one(case: Case, work: Path) -> Outcome:
+        outcome = _disturb(case, work, signal.SIGINT)
+        if not outcome.signalled:
+            outcome.problems.append("the run ended before the signal")
+            return outcome
+        if outcome.returncode != 3:
+            outcome.problems.append(f"exit {outcome.returncode}, not 3")
+        if "Traceback" in outcome.output:
+            outcome.problems.append("traceback in the output")
+        result_path = work / "out" / "result.json"
+        if not result_path.exists():
+            outcome.problems.append("no result.json")
+        elif (verdict := json.loads(result_path.read_text())["verdict"]) != "aborted":
+            outcome.problems.append(f"verdict {verdict}")
+        _check_nothing_remains(outcome)
+        again = _rsdrill(work, "recover")
+        if not again.stdout.startswith("nothing to recover"):
+            outcome.problems.append(f"recover found something: {again.stdout}{again.stderr}")
+        return outcome
+
+    phases = [p for p in PHASES if p != "teardown"]
+    cases = _cases(3, SIGINT_RUNS, phases, free_port_base)
+    outcomes = _run_all(cases, tmp_path, one)
+    assert not any(o.problems for o in outcomes), _report(outcomes)

@@ -1,0 +1,54 @@
+"""`rsdrill run` against members that are not MongoDB and misbehave (tests/hostile_servers.py):
+the run ends within a deadline with a platform error (exit 4), no traceback, nothing injected."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hostile_servers import hostile_servers
+
+# Setup asks each member `hello` with a 2 s deadline; the rest is start-up and reports.
+DEADLINE_S = 30.0
+
+
+@pytest.mark.parametrize(
+    "kinds", [("silent", "garbage", "reset"), ("silent",), ("garbage",), ("reset",), ("drip",)]
+)
+def test_run_against_hostile_members_ends_in_time_with_a_platform_error(
+    tmp_path: Path, kinds: tuple[str, ...]
+) -> None:
+    with hostile_servers(*kinds) as hosts:
+        members = ", ".join(f"{{host: '{h}', start: 'false'}}" for h in hosts)
+        topology = "rs3" if len(hosts) == 3 else "rs1"
+        experiment = tmp_path / "exp.yaml"
+        experiment.write_text(
+            "name: hostile\n"
+            f"target: {{platform: local, topology: {topology}, members: [{members}],\n"
+            f"         uri: 'mongodb://{','.join(hosts)}/?replicaSet=hostile'}}\n"
+            "faults:\n  - {at: 1s, kind: host-freeze, select: primary, duration: 1s}\n"
+            "guards: {allow_quorum_loss: true}\n"
+            "observe: {after_revert: 1s}\n"
+        )
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--yes",
+             "--out", str(tmp_path / "out"), "--no-live", "--no-history"],
+            capture_output=True, text=True, timeout=DEADLINE_S + 30,
+            env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home"),
+                 "RSDRILL_ALLOW": "hostile"},
+        )  # fmt: skip
+        took = time.monotonic() - started
+    output = proc.stdout + proc.stderr
+    assert took < DEADLINE_S, (took, output)
+    assert proc.returncode == 4, output
+    assert "Traceback" not in output
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["verdict"] == "error" and result["faults"] == []
+    assert all(h in result["error"] for h in hosts), result["error"]
+    assert "not answering" in result["error"]

@@ -1,0 +1,47 @@
+"""Every writer of rsdrill's output masks a password it is handed in a MongoDB URI: the
+reports (result.json, junit.xml, report.html, summary.md, history.jsonl), the journal and the
+live view. (The runner redacts before writing; these writers must not rely on it.)"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from report_sample import sample_ops, sample_result
+
+from rsdrill.engine.journal import Journal
+from rsdrill.engine.live import LiveView
+from rsdrill.probes.history import History, Op
+from rsdrill.report import write_reports
+
+PASSWORD = "S3cretPassw0rd"
+URI = f"mongodb://drill:{PASSWORD}@127.0.0.1:28017,127.0.0.1:28018/?replicaSet=rs0"
+
+
+def test_reports_mask_the_password(tmp_path: Path) -> None:
+    result = sample_result(error=f"internal error: cannot reach {URI}")
+    result.target.uri = URI
+    result.faults[0].detail["plan"] = f"restart with `mongod --uri {URI}`"
+    ops = [*sample_ops(load_ops=50),
+           Op("write", "insert", None, 1.0, 1.2, "error", {"error": f"{URI} refused"})]  # fmt: skip
+    paths = write_reports(tmp_path, result, ops)
+    assert set(paths) == {"result", "junit", "html", "summary", "history"}
+    for path in paths.values():
+        text = path.read_text()
+        assert PASSWORD not in text, path.name
+    assert "drill:***@" in paths["result"].read_text()
+
+
+def test_journal_masks_the_password(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "run.jsonl")
+    journal.write("intent", key="k", revert={"action": "local-start", "command": f"x {URI}"})
+    journal.write("end", verdict="error", error=URI)
+    journal.close()
+    text = (tmp_path / "run.jsonl").read_text()
+    assert PASSWORD not in text and "drill:***@" in text
+
+
+def test_live_view_masks_the_password() -> None:
+    stream = io.StringIO()
+    LiveView(History(), stream).event(f"connecting to {URI}")
+    assert PASSWORD not in stream.getvalue() and "drill:***@" in stream.getvalue()
