@@ -11,6 +11,7 @@ Two engines start members: the built-in emulator (this module) and a real `mongo
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -245,6 +246,38 @@ def _proc_state(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[0]
 
 
+def _unrecorded_members(directory: Path, known: set[int]) -> list[tuple[int, int]]:
+    """(pid, port) of live processes whose command line runs a member of this sandbox."""
+    if not _HAVE_PROC:
+        return []
+    needle = str(directory).encode()
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) in known:
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not any(a == needle or a.startswith(needle + b"/") for a in args):
+            continue
+        port = _port_argument(args)
+        if port is not None and _proc_state(int(proc.name)) not in (None, "Z", "X"):
+            out.append((int(proc.name), port))
+    return out
+
+
+def _port_argument(args: list[bytes]) -> int | None:
+    """The port from `--host H:P` (emulator) or `--port P` (mongod)."""
+    for flag, value in itertools.pairwise(args):
+        text = value.decode(errors="replace")
+        if flag == b"--host" and text.rsplit(":", 1)[-1].isdigit():
+            return int(text.rsplit(":", 1)[1])
+        if flag == b"--port" and text.isdigit():
+            return int(text)
+    return None
+
+
 def _is_member_process(pid: int, port: int) -> bool:
     # A pid file can outlive its process and the pid be reused: the command line must name the port.
     if not _HAVE_PROC:
@@ -342,7 +375,8 @@ class Sandbox:
         return pid if process_state(pid, port) is not None else None
 
     def running(self) -> dict[Path, int]:
-        """Every recorded member process still running, by pid file (whatever the config says)."""
+        """Every member process still running, by pid file (whatever the config says), and any
+        process of this sandbox without one (started just before its launcher was killed)."""
         found: dict[Path, int] = {}
         for path in sorted(self.directory.glob("members/*/pid")):
             if not path.parent.name.isdigit():
@@ -350,6 +384,8 @@ class Sandbox:
             pid = self._running_pid(path, int(path.parent.name))
             if pid is not None:
                 found[path] = pid
+        for pid, port in _unrecorded_members(self.directory, set(found.values())):
+            found.setdefault(self.directory / "members" / str(port) / "pid", pid)
         return found
 
     def status(self) -> list[MemberStatus]:
