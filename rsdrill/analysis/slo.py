@@ -64,6 +64,11 @@ def known_metric(name: str) -> bool:
     return member != name and _MEMBER.match(member) is not None
 
 
+def compare(observed: float | None, op: str, threshold: float) -> bool:
+    """Whether `observed op threshold` holds; never for an unmeasured (None) value."""
+    return observed is not None and _OPERATORS[op](observed, threshold)
+
+
 def parse_condition(text: str) -> tuple[str, float]:
     """Split a condition such as `"<= 15"` into its operator and finite threshold.
 
@@ -118,7 +123,7 @@ def evaluate(metrics: Metrics, slo: Mapping[str, str]) -> list[SloResult]:
     for name, condition in slo.items():
         op, threshold = parse_condition(condition)
         observed = observed_value(metrics, name)
-        passed = observed is not None and _OPERATORS[op](observed, threshold)
+        passed = compare(observed, op, threshold)
         results.append(
             SloResult(metric=name, op=op, threshold=threshold, observed=observed, passed=passed)
         )

@@ -25,13 +25,13 @@ an unknown metric never aborts a run. Everything here is pure: no clock, no I/O.
 from __future__ import annotations
 
 import difflib
-import operator
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rsdrill.analysis.failover import writable
+from rsdrill.analysis.slo import compare
 from rsdrill.analysis.slo import parse_condition as parse_comparison
 from rsdrill.probes.history import Op
 
@@ -52,14 +52,6 @@ METRICS: dict[str, str] = {
 }
 """The metrics a condition may name → the probe it is measured by."""
 
-_OPERATORS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le,
-    "<": operator.lt,
-    ">=": operator.ge,
-    ">": operator.gt,
-    "==": operator.eq,
-    "!=": operator.ne,
-}
 _CONDITION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(.*)$")
 
 
@@ -76,7 +68,7 @@ class Condition:
 
     def holds(self, value: float | None) -> bool:
         """True when the observed value satisfies the condition (never for an unknown one)."""
-        return value is not None and _OPERATORS[self.op](value, self.threshold)
+        return compare(value, self.op, self.threshold)
 
 
 @dataclass(frozen=True)
