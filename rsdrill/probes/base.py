@@ -21,6 +21,7 @@ from pymongo.errors import (
 )
 
 from rsdrill.probes.history import History, Op, RunClock
+from rsdrill.probes.wireclient import DirectConnection, WireClientError
 
 
 class Probe:
@@ -135,3 +136,34 @@ def timed(clock: RunClock, fn: Callable[[], Any]) -> tuple[float, Any, PyMongoEr
         return t_start, fn(), None
     except PyMongoError as exc:
         return t_start, None, exc
+
+
+class MemberPoller(Probe):
+    """Asks one member a command directly every interval; a member that does not answer is
+    recorded as an error or timeout, the answer goes to `answered`."""
+
+    op = "command"
+    command: dict[str, Any] = {}
+
+    def __init__(
+        self, history: History, clock: RunClock, *, member: str, interval_s: float, timeout_s: float
+    ) -> None:
+        super().__init__(history, clock, interval_s)
+        self.member = member
+        self._conn = DirectConnection(member, timeout_s)
+
+    def tick(self) -> None:
+        t_start = self.clock.now()
+        try:
+            reply = self._conn.command("admin", self.command)
+        except WireClientError as exc:
+            outcome = "timeout" if exc.timeout else "error"
+            self.record(self.op, self.member, t_start, outcome, {"error": str(exc)})
+            return
+        self.answered(t_start, reply)
+
+    def answered(self, t_start: float, reply: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._conn.close()

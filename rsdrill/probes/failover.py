@@ -3,29 +3,17 @@ and from when a new one accepts writes (a PRIMARY still draining says isWritable
 
 from __future__ import annotations
 
-from rsdrill.probes.base import Probe
-from rsdrill.probes.history import History, RunClock
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
+from typing import Any
+
+from rsdrill.probes.base import MemberPoller
 
 
-class HelloPoller(Probe):
+class HelloPoller(MemberPoller):
     name = "failover"
+    op = "hello"
+    command = {"hello": 1}
 
-    def __init__(
-        self, history: History, clock: RunClock, *, member: str, interval_s: float, timeout_s: float
-    ) -> None:
-        super().__init__(history, clock, interval_s)
-        self.member = member
-        self._conn = DirectConnection(member, timeout_s)
-
-    def tick(self) -> None:
-        t_start = self.clock.now()
-        try:
-            reply = self._conn.command("admin", {"hello": 1})
-        except WireClientError as exc:
-            outcome = "timeout" if exc.timeout else "error"
-            self.record("hello", self.member, t_start, outcome, {"error": str(exc)})
-            return
+    def answered(self, t_start: float, reply: dict[str, Any]) -> None:
         self.record(
             "hello",
             self.member,
@@ -38,6 +26,3 @@ class HelloPoller(Probe):
                 "arbiter": bool(reply.get("arbiterOnly")),
             },
         )
-
-    def close(self) -> None:
-        self._conn.close()

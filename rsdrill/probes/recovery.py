@@ -7,9 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from rsdrill.probes.base import Probe
-from rsdrill.probes.history import History, RunClock
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
+from rsdrill.probes.base import MemberPoller
 
 _ELECTION_DATES = {
     "called_s": "lastElectionDate",
@@ -18,24 +16,12 @@ _ELECTION_DATES = {
 }
 
 
-class StatusPoller(Probe):
+class StatusPoller(MemberPoller):
     name = "recovery"
+    op = "status"
+    command = {"replSetGetStatus": 1}
 
-    def __init__(
-        self, history: History, clock: RunClock, *, member: str, interval_s: float, timeout_s: float
-    ) -> None:
-        super().__init__(history, clock, interval_s)
-        self.member = member
-        self._conn = DirectConnection(member, timeout_s)
-
-    def tick(self) -> None:
-        t_start = self.clock.now()
-        try:
-            status = self._conn.command("admin", {"replSetGetStatus": 1})
-        except WireClientError as exc:
-            outcome = "timeout" if exc.timeout else "error"
-            self.record("status", self.member, t_start, outcome, {"error": str(exc)})
-            return
+    def answered(self, t_start: float, status: dict[str, Any]) -> None:
         if not status.get("ok"):
             self.record(
                 "status",
@@ -65,6 +51,3 @@ class StatusPoller(Probe):
                 )
             detail["election"] = election
         return detail
-
-    def close(self) -> None:
-        self._conn.close()
