@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from rsdrill.cli.errors import exit_invalid
-from rsdrill.cli.run import HISTORY_DB
+from rsdrill.cli.run import HISTORY_DB, HistoryOption, LiveOption, NoHistoryOption, YesOption
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Target
@@ -54,17 +54,10 @@ def replay(
             "--out", help="Where the results go (default: rsdrill-results/<name>-<time>)."
         ),
     ] = None,
-    live: Annotated[bool, typer.Option(help="Show the live view on the terminal.")] = True,
-    yes: Annotated[
-        bool,
-        typer.Option("--yes", "-y", help="Do not ask before breaking a set not in RSDRILL_ALLOW."),
-    ] = False,
-    history: Annotated[
-        Path, typer.Option("--history", help="Record the run in this history database.")
-    ] = HISTORY_DB,
-    no_history: Annotated[
-        bool, typer.Option("--no-history", help="Do not record the run in the history.")
-    ] = False,
+    live: LiveOption = True,
+    yes: YesOption = False,
+    history: HistoryOption = HISTORY_DB,
+    no_history: NoHistoryOption = False,
 ) -> None:
     """Replay an incident timeline, or (--from) a previous run's faults: same kinds, offsets,
     durations and roles, against a fresh set. Exit statuses as `rsdrill run`."""

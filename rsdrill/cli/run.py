@@ -17,6 +17,19 @@ if TYPE_CHECKING:
 RESULTS_DIR = Path("rsdrill-results")
 HISTORY_DB = RESULTS_DIR / "history.sqlite"
 
+# Options `run` and `replay` share.
+LiveOption = Annotated[bool, typer.Option(help="Show the live view on the terminal.")]
+YesOption = Annotated[
+    bool,
+    typer.Option("--yes", "-y", help="Do not ask before breaking a set not in RSDRILL_ALLOW."),
+]
+HistoryOption = Annotated[
+    Path, typer.Option("--history", help="Record the run in this history database.")
+]
+NoHistoryOption = Annotated[
+    bool, typer.Option("--no-history", help="Do not record the run in the history.")
+]
+
 
 def run(
     file: Annotated[Path, typer.Argument(help="The experiment file (YAML).")],
@@ -28,7 +41,7 @@ def run(
             "(default: rsdrill-results/<experiment>-<time>).",
         ),
     ] = None,
-    live: Annotated[bool, typer.Option(help="Show the live view on the terminal.")] = True,
+    live: LiveOption = True,
     abort_on: Annotated[
         list[str] | None,
         typer.Option(
@@ -38,16 +51,9 @@ def run(
             "repeatable, on top of the file's abort_on.",
         ),
     ] = None,
-    yes: Annotated[
-        bool,
-        typer.Option("--yes", "-y", help="Do not ask before breaking a set not in RSDRILL_ALLOW."),
-    ] = False,
-    history: Annotated[
-        Path, typer.Option("--history", help="Record the run in this history database.")
-    ] = HISTORY_DB,
-    no_history: Annotated[
-        bool, typer.Option("--no-history", help="Do not record the run in the history.")
-    ] = False,
+    yes: YesOption = False,
+    history: HistoryOption = HISTORY_DB,
+    no_history: NoHistoryOption = False,
 ) -> None:
     """Run an experiment: exit 0 all SLOs held, 1 an SLO failed, 2 invalid input, 3 aborted,
     4 a platform or internal error."""
