@@ -1,0 +1,125 @@
+"""The control channel: a Unix socket in the abstract namespace, named after the mount point.
+
+One JSON object per line each way. Requests: `{"op": "ping"}`, `{"op": "set", "name": N,
+"rule": {...}}` (see `rules.Rule`), `{"op": "clear"}` or `{"op": "clear", "name": N}`,
+`{"op": "status"}`, `{"op": "power-loss"}`. Replies carry `"ok": true` or `"ok": false,
+"error": "..."`. An abstract socket needs no file (no path-length limit, nothing stale left
+behind by a crashed daemon): it exists exactly while the daemon runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rsdrill.faultfs.rules import Rule
+from rsdrill.faultfs.state import FaultState
+from rsdrill.faultfs.undo import UndoLog
+
+CONTROL_TIMEOUT_S = 5.0
+
+
+class ControlError(Exception):
+    """The daemon is not there, or refused the request (message says which)."""
+
+
+def socket_name(mountpoint: Path | str) -> bytes:
+    """The abstract socket address of the daemon serving `mountpoint`."""
+    key = os.path.normpath(os.path.abspath(mountpoint)).encode()
+    return b"\0rsdrill-faultfs/" + hashlib.sha256(key).hexdigest()[:32].encode()
+
+
+def request(mountpoint: Path | str, message: dict[str, Any],
+            timeout_s: float = CONTROL_TIMEOUT_S) -> dict[str, Any]:  # fmt: skip
+    """Send one request to the daemon of `mountpoint`; its reply (raises ControlError)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(socket_name(mountpoint))
+            sock.sendall(json.dumps(message).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            raise ControlError(f"no faultfs daemon serves {mountpoint}") from exc
+        except OSError as exc:
+            raise ControlError(f"faultfs at {mountpoint}: {exc}") from exc
+    try:
+        reply = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ControlError(f"faultfs at {mountpoint}: no reply") from exc
+    if not reply.get("ok"):
+        raise ControlError(f"faultfs at {mountpoint}: {reply.get('error', 'refused')}")
+    return dict(reply)
+
+
+class ControlServer:
+    """Serves the control requests of one mount from a background thread."""
+
+    def __init__(self, mountpoint: Path, state: FaultState, undo: UndoLog | None,
+                 info: dict[str, Any]) -> None:  # fmt: skip
+        self.state = state
+        self.undo = undo
+        self.info = info
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(socket_name(mountpoint))
+        self._sock.listen(16)
+        self._handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            "ping": lambda _: dict(self.info),
+            "set": self._set,
+            "clear": lambda m: {"cleared": self.state.clear(m.get("name"))},
+            "status": self._status,
+            "power-loss": self._power_loss,
+        }
+
+    def start(self) -> None:
+        threading.Thread(target=self._accept_loop, name="faultfs-control", daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while True:
+            conn, _ = self._sock.accept()
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(CONTROL_TIMEOUT_S)
+            try:
+                line = conn.makefile("rb").readline()
+                reply = self.handle(json.loads(line))
+            except (OSError, json.JSONDecodeError) as exc:
+                reply = {"ok": False, "error": f"bad request: {exc}"}
+            with contextlib.suppress(OSError):  # the client gave up: nothing to tell it
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+
+    def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        handler = self._handlers.get(str(message.get("op")))
+        if handler is None:
+            return {"ok": False, "error": f"unknown op {message.get('op')!r}"}
+        try:
+            return {"ok": True, **handler(message)}
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            return {"ok": False, "error": str(exc)}
+
+    def _set(self, message: dict[str, Any]) -> dict[str, Any]:
+        rule = Rule.from_dict(dict(message["rule"]))
+        self.state.set_rule(str(message["name"]), rule)
+        return {"rules": self.state.rules()}
+
+    def _status(self, _: dict[str, Any]) -> dict[str, Any]:
+        unsynced = self.undo.pending() if self.undo is not None else None
+        return {**self.info, **self.state.snapshot(), "unsynced": unsynced}
+
+    def _power_loss(self, _: dict[str, Any]) -> dict[str, Any]:
+        if self.undo is None:
+            raise ValueError("power loss needs a mount started with unsynced-write tracking")
+        return {"undone": self.undo.power_loss()}

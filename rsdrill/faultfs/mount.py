@@ -1,0 +1,206 @@
+"""Mount lifecycle: start the daemon, wait for the mount, unmount (lazily if busy), find mounts.
+
+A mount is a daemon process (`python -m rsdrill.faultfs serve ...`) in its own session. It
+records itself in `<state_dir>/faultfs.json` and logs to `<state_dir>/faultfs.log`. With an
+owner pid it unmounts itself when the owner dies, so a killed run leaves no mount behind even
+before `rsdrill recover` runs. `unmount` is idempotent and also clears a dead daemon's mount
+("Transport endpoint is not connected").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rsdrill.faultfs.control import ControlError, request
+
+FSTYPE = "fuse.rsdrill-faultfs"
+STATE_FILE = "faultfs.json"
+LOG_FILE = "faultfs.log"
+MOUNT_TIMEOUT_S = 15.0
+UNMOUNT_TIMEOUT_S = 10.0
+
+
+class FaultFSError(Exception):
+    """A mount or unmount failed; the message says why (and where the log is)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path
+    mountpoint: Path
+    state_dir: Path
+    pid: int
+
+
+def _unescape(field: str) -> str:
+    # /proc/self/mountinfo escapes space, tab, newline and backslash as octal.
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
+def mounts() -> list[tuple[Path, str]]:
+    """(mount point, fstype) of every mount in this namespace."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        out.append((Path(_unescape(left.split()[4])), right.split()[0]))
+    return out
+
+
+def faultfs_mounts(under: Path | None = None) -> list[Path]:
+    """Mount points of faultfs mounts (dead daemons' included), optionally below `under`."""
+    base = None if under is None else Path(os.path.abspath(under))
+    return [
+        point
+        for point, fstype in mounts()
+        if fstype == FSTYPE and (base is None or point == base or base in point.parents)
+    ]
+
+
+def is_mounted(mountpoint: Path) -> bool:
+    return Path(os.path.abspath(mountpoint)) in faultfs_mounts()
+
+
+def mount(
+    source: Path,
+    mountpoint: Path,
+    state_dir: Path,
+    *,
+    owner_pid: int | None = None,
+    track_unsynced: bool = False,
+    timeout_s: float = MOUNT_TIMEOUT_S,
+) -> Mount:
+    """Mount the fault-injecting filesystem of `source` on `mountpoint` (may be the same).
+
+    Returns once the mount answers on its control socket; raises FaultFSError otherwise
+    (having stopped the daemon again).
+    """
+    source, mountpoint = Path(os.path.abspath(source)), Path(os.path.abspath(mountpoint))
+    if not source.is_dir():
+        raise FaultFSError(f"faultfs: source {source} is not a directory")
+    if not mountpoint.is_dir():
+        raise FaultFSError(f"faultfs: mount point {mountpoint} is not a directory")
+    if is_mounted(mountpoint):
+        raise FaultFSError(f"faultfs: {mountpoint} is already mounted")
+    if not Path("/dev/fuse").exists():
+        raise FaultFSError("faultfs: /dev/fuse is missing (FUSE is not available here)")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "rsdrill.faultfs", "serve", str(source), str(mountpoint),
+            "--state-dir", str(state_dir)]  # fmt: skip
+    if owner_pid is not None:
+        argv += ["--owner-pid", str(owner_pid)]
+    if track_unsynced:
+        argv.append("--track-unsynced")
+    log_path = state_dir / LOG_FILE
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None:
+            raise FaultFSError(
+                f"faultfs: the daemon for {mountpoint} exited with status {process.returncode}"
+                f"{_log_tail(log_path)}"
+            )
+        if is_mounted(mountpoint):
+            try:
+                request(mountpoint, {"op": "ping"}, timeout_s=1.0)
+                return Mount(source, mountpoint, state_dir, process.pid)
+            except ControlError:
+                pass
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait(5)
+            detach(mountpoint)
+            raise FaultFSError(
+                f"faultfs: {mountpoint} was not mounted within {timeout_s:.0f}s"
+                f"{_log_tail(log_path)}"
+            )
+        time.sleep(0.02)
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return f" (see {path}: {lines[-1]})" if lines else f" (see {path})"
+
+
+def detach(mountpoint: Path) -> None:
+    """Unmount, lazily when busy; works for dead daemons' mounts too. No error if it fails."""
+    fusermount = shutil.which("fusermount3") or shutil.which("fusermount")
+    attempts = [[fusermount, "-u", str(mountpoint)], [fusermount, "-u", "-z", str(mountpoint)]]
+    if fusermount is None:
+        attempts = []
+    attempts.append(["umount", "-l", str(mountpoint)])
+    for argv in attempts:
+        if not is_mounted(mountpoint):
+            return
+        subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=10,
+                       check=False)  # fmt: skip
+
+
+def daemon_pid(mountpoint: Path) -> int | None:
+    """The pid of the daemon serving `mountpoint`, found by its command line."""
+    wanted = os.fsencode(os.path.abspath(mountpoint))
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"rsdrill.faultfs" not in args or b"serve" not in args:
+            continue
+        at = args.index(b"serve") + 2  # serve SOURCE MOUNTPOINT ...
+        if at < len(args) and args[at] == wanted:
+            return int(proc.name)
+    return None
+
+
+def unmount(mountpoint: Path, timeout_s: float = UNMOUNT_TIMEOUT_S) -> str:
+    """Unmount and stop the daemon; a line saying what was done. Idempotent."""
+    mountpoint = Path(os.path.abspath(mountpoint))
+    pid = daemon_pid(mountpoint)
+    was_mounted = is_mounted(mountpoint)
+    if was_mounted:
+        detach(mountpoint)
+        if is_mounted(mountpoint):
+            raise FaultFSError(f"faultfs: could not unmount {mountpoint}")
+    if pid is not None:
+        # Lazily unmounted while files were still open: the daemon serves them until they are
+        # closed. Past the deadline it is stopped; those files then fail with ENOTCONN.
+        deadline = time.monotonic() + timeout_s
+        while daemon_pid(mountpoint) == pid and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.02)
+        if daemon_pid(mountpoint) == pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _reap(pid)
+    if not was_mounted:
+        return f"{mountpoint}: no faultfs mounted"
+    return f"{mountpoint}: faultfs unmounted"
+
+
+def _reap(pid: int) -> None:
+    # A daemon this process started stays a zombie until waited for.
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def unmount_all(under: Path) -> list[str]:
+    """Unmount every faultfs mount below `under` (e.g. a sandbox directory); what was done."""
+    return [unmount(point) for point in faultfs_mounts(under)]

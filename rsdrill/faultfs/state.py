@@ -1,0 +1,141 @@
+"""The live fault state of one mount: the active rules, their rate buckets, and counters.
+
+Every filesystem operation passes through `admit()` before it touches the backing directory:
+it fails with the rule's errno, sleeps for added latency, or waits for its rate bucket. Waits
+end early when the rules change, so clearing a throttle or a detach releases every queued
+operation at once: nothing blocks longer than the rules in force say it should.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsdrill.faultfs.bucket import TokenBucket, bytes_bucket, ops_bucket
+from rsdrill.faultfs.rules import Rule
+
+_DATA_OPERATIONS = ("read", "write")
+
+
+@dataclass(frozen=True)
+class _Cap:
+    bucket: TokenBucket
+    per_byte: bool  # True: costs the transfer's bytes; False: one token per operation
+
+    def reserve(self, nbytes: int) -> float:
+        return self.bucket.reserve(float(max(nbytes, 1)) if self.per_byte else 1.0)
+
+
+@dataclass
+class _Active:
+    rule: Rule
+    caps: dict[str, list[_Cap]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, rule: Rule) -> _Active:
+        caps: dict[str, list[_Cap]] = {"read": [], "write": []}
+        # A shared cap is one bucket both directions draw from.
+        for rate, per_byte, directions in (
+            (rule.iops, False, ("read", "write")),
+            (rule.bytes_per_s, True, ("read", "write")),
+            (rule.read_iops, False, ("read",)),
+            (rule.write_iops, False, ("write",)),
+            (rule.read_bytes_per_s, True, ("read",)),
+            (rule.write_bytes_per_s, True, ("write",)),
+        ):
+            if rate:
+                cap = _Cap(bytes_bucket(rate) if per_byte else ops_bucket(rate), per_byte)
+                for direction in directions:
+                    caps[direction].append(cap)
+        return cls(rule, caps)
+
+
+class FaultState:
+    """Rules by name, applied to each operation; thread-safe (FUSE calls come from many threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: dict[str, _Active] = {}
+        self._changed = threading.Event()
+        self.counters: Counter[str] = Counter()
+
+    # -- control -----------------------------------------------------------------------------
+
+    def set_rule(self, name: str, rule: Rule) -> None:
+        with self._lock:
+            self._rules[name] = _Active.of(rule)
+            self._wake()
+
+    def clear(self, name: str | None = None) -> list[str]:
+        """Drop one rule (or all); the names dropped."""
+        with self._lock:
+            names = list(self._rules) if name is None else [n for n in (name,) if n in self._rules]
+            for n in names:
+                del self._rules[n]
+            self._wake()
+        return names
+
+    def rules(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {name: active.rule.to_dict() for name, active in self._rules.items()}
+
+    @property
+    def detached(self) -> bool:
+        with self._lock:
+            return any(a.rule.detach for a in self._rules.values())
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = threading.Event()
+
+    # -- the data path -----------------------------------------------------------------------
+
+    def admit(self, operation: str, path: str, nbytes: int = 0) -> int | None:
+        """Apply the rules to one operation: the errno to fail it with, or None to go ahead.
+
+        Sleeps first for latency and rate caps (outside the lock).
+        """
+        with self._lock:
+            actives = list(self._rules.values())
+            changed = self._changed
+            self.counters[operation] += 1
+        if not actives:
+            return None
+        latency = queued = 0.0
+        failure: int | None = None
+        for active in actives:
+            rule = active.rule
+            if rule.detach:
+                self._count("detached")
+                return errno.EIO  # the volume is gone: fail at once
+            if rule.applies_to(operation, path):
+                latency += rule.latency_s
+                if failure is None and rule.errno is not None:
+                    failure = rule.errno_value if random.random() < rule.probability else None
+            if operation in _DATA_OPERATIONS:
+                # Rate caps hold for the whole volume, whatever the rule's operations or path.
+                for cap in active.caps[operation]:
+                    queued = max(queued, cap.reserve(nbytes))
+        wait = latency + queued
+        if wait > 0:
+            self._count("delayed")
+            # Ends early when the rules change (a revert must not wait out a queue).
+            changed.wait(wait)
+            if self.detached:
+                return errno.EIO
+        if failure is not None:
+            self._count(f"failed_{operation}")
+        return failure
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.counters[name] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        rules = self.rules()
+        with self._lock:
+            return {"rules": rules, "counters": dict(self.counters)}

@@ -1,0 +1,38 @@
+"""Fixtures for tests on a real faultfs mount (a pytest plugin: `pytest_plugins = [...]`):
+the install script run once, and mounts that are always unmounted after the test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsdrill.faultfs.mount import Mount, faultfs_mounts, mount, unmount
+from tests.integration.faultfs_support import ensure_faultfs_tools
+
+
+@pytest.fixture(scope="session")
+def faultfs_tools() -> None:
+    ensure_faultfs_tools()
+
+
+@pytest.fixture
+def faultfs(faultfs_tools: None, tmp_path: Path) -> Iterator[Callable[..., Mount]]:
+    """Mount a fresh directory (over itself unless `separate`); every mount is undone after."""
+    made: list[Mount] = []
+
+    def make(name: str = "vol", *, separate: bool = False, **options: Any) -> Mount:
+        source = tmp_path / name
+        source.mkdir()
+        point = tmp_path / f"{name}-mnt" if separate else source
+        point.mkdir(exist_ok=True)
+        made.append(mount(source, point, tmp_path / f"{name}-state", **options))
+        return made[-1]
+
+    yield make
+    for m in made:
+        unmount(m.mountpoint)
+    left = faultfs_mounts(tmp_path)
+    assert not left, f"mounts left behind: {left}"

@@ -1,0 +1,265 @@
+"""The fault-injecting filesystem on a real FUSE mount: passthrough, errors, latency, caps,
+detach, power loss, and the mount's lifecycle (owner death, a crashed daemon's stale mount)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rsdrill.faultfs.control import ControlError, request
+from rsdrill.faultfs.mount import Mount, daemon_pid, faultfs_mounts, is_mounted, mount, unmount
+from tests.integration.faultfs_support import set_rule
+from tests.integration.support import wait_until
+
+pytest_plugins = ["tests.integration.faultfs_fixtures"]
+
+MakeMount = Callable[..., Mount]
+
+
+def _errno_of(action: Callable[[], object]) -> int | None:
+    try:
+        action()
+    except OSError as exc:
+        return exc.errno
+    return None
+
+
+def _write(path: Path, data: bytes, *, sync: bool = False) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_passthrough_lands_in_the_backing_directory(faultfs: MakeMount) -> None:
+    m = faultfs(separate=True)
+    point, backing = m.mountpoint, m.source
+    (point / "dir").mkdir()
+    (point / "dir" / "a").write_bytes(b"hello")
+    os.rename(point / "dir" / "a", point / "dir" / "b")
+    with open(point / "dir" / "b", "r+b") as f:
+        f.seek(3)
+        f.write(b"P!")
+        f.truncate(4)
+    assert (backing / "dir" / "b").read_bytes() == b"helP"
+    assert sorted(os.listdir(point / "dir")) == ["b"]
+    assert (point / "dir" / "b").stat().st_size == 4
+    os.unlink(point / "dir" / "b")
+    os.rmdir(point / "dir")
+    assert os.listdir(backing) == []
+
+
+def test_errno_on_matching_path_and_operation_only(faultfs: MakeMount) -> None:
+    m = faultfs()
+    (m.mountpoint / "journal").mkdir()
+    _write(m.mountpoint / "journal" / "j1", b"x")
+    _write(m.mountpoint / "data", b"x")
+    set_rule(m, "jrnl", errno="ENOSPC", operations=["write"], path="journal/*")
+    assert _errno_of(lambda: _write(m.mountpoint / "journal" / "j1", b"y")) == errno.ENOSPC
+    assert _errno_of(lambda: _write(m.mountpoint / "data", b"y")) is None
+    assert (m.mountpoint / "journal" / "j1").read_bytes() == b"x"  # reads not targeted
+    set_rule(m, "jrnl", errno="EIO", operations=["read", "open"], path="journal/*")
+    assert _errno_of(lambda: (m.mountpoint / "journal" / "j1").read_bytes()) == errno.EIO
+    request(m.mountpoint, {"op": "clear", "name": "jrnl"})
+    assert (m.mountpoint / "journal" / "j1").read_bytes() == b"x"
+
+
+def test_fsync_error_and_probability(faultfs: MakeMount) -> None:
+    m = faultfs()
+    target = m.mountpoint / "f"
+    _write(target, b"x")
+    set_rule(m, "sync", errno="EIO", operations=["fsync"])
+    assert _errno_of(lambda: _write(target, b"y", sync=True)) == errno.EIO
+    set_rule(m, "sync", errno="EIO", operations=["fsync"], probability=0.5)
+    fd = os.open(target, os.O_WRONLY)
+    try:
+        failures = sum(_errno_of(lambda: os.fsync(fd)) == errno.EIO for _ in range(200))
+    finally:
+        os.close(fd)
+    assert 60 <= failures <= 140, failures
+    counters = request(m.mountpoint, {"op": "status"})["counters"]
+    assert counters["failed_fsync"] == failures + 1
+
+
+def test_latency_is_added_to_matching_operations(faultfs: MakeMount) -> None:
+    m = faultfs()
+    target = m.mountpoint / "f"
+    _write(target, b"x")
+    set_rule(m, "slow", latency_s=0.08, operations=["fsync"])
+    started = time.monotonic()
+    _write(target, b"y", sync=True)
+    assert 0.075 <= time.monotonic() - started < 1.0
+    started = time.monotonic()
+    target.read_bytes()
+    assert time.monotonic() - started < 0.075  # reads are not slowed
+
+
+def _ops_in(seconds: float, operation: Callable[[], object]) -> int:
+    count = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        operation()
+        count += 1
+    return count
+
+
+def test_iops_caps_are_separate_for_reads_and_writes(faultfs: MakeMount) -> None:
+    m = faultfs()
+    fd = os.open(m.mountpoint / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, b"z" * 4096, 0)
+        set_rule(m, "cap", write_iops=100)
+        writes = _ops_in(1.5, lambda: os.pwrite(fd, b"w" * 4096, 0))
+        # A tenth of a second's burst plus 1.5 s at 100/s; generous bounds for a busy machine.
+        assert 110 <= writes <= 200, writes
+        reads = _ops_in(0.5, lambda: os.pread(fd, 4096, 0))
+        assert reads > 300, reads  # not capped (the kernel may also serve some from its cache)
+    finally:
+        os.close(fd)
+
+
+def test_bandwidth_cap_paces_large_writes(faultfs: MakeMount) -> None:
+    m = faultfs()
+    set_rule(m, "bw", write_bytes_per_s=1024 * 1024)
+    started = time.monotonic()
+    _write(m.mountpoint / "big", os.urandom(2 * 1024 * 1024))
+    elapsed = time.monotonic() - started
+    assert 1.6 <= elapsed <= 4.0, elapsed  # 2 MiB at 1 MiB/s less one 128 KiB burst
+
+
+def test_detach_fails_everything_at_once_and_clear_releases_queued_operations(
+    faultfs: MakeMount,
+) -> None:
+    m = faultfs()
+    target = m.mountpoint / "f"
+    _write(target, b"x")
+    # A write queued behind a 1-IOPS cap must not wait out its slot once the rule is cleared.
+    set_rule(m, "cap", write_iops=1)
+    fd = os.open(target, os.O_WRONLY)
+    os.pwrite(fd, b"a", 0)
+    finished: list[float] = []
+
+    def queued() -> None:
+        for _ in range(5):
+            os.pwrite(fd, b"b", 0)
+        finished.append(time.monotonic())
+
+    thread = threading.Thread(target=queued)
+    thread.start()
+    time.sleep(0.3)
+    cleared_at = time.monotonic()
+    request(m.mountpoint, {"op": "clear"})
+    thread.join(5)
+    os.close(fd)
+    assert finished and finished[0] - cleared_at < 1.5
+
+    set_rule(m, "gone", detach=True)
+    started = time.monotonic()
+    assert _errno_of(lambda: target.read_bytes()) == errno.EIO
+    assert _errno_of(lambda: _write(m.mountpoint / "new", b"x")) == errno.EIO
+    assert _errno_of(lambda: os.listdir(m.mountpoint)) == errno.EIO
+    assert _errno_of(lambda: (m.mountpoint / "f").stat()) == errno.EIO
+    assert time.monotonic() - started < 1.0
+    assert m.mountpoint.stat().st_mode  # the mount point itself still answers
+    request(m.mountpoint, {"op": "clear", "name": "gone"})
+    assert target.read_bytes() == b"b"  # the queued writes went through
+
+
+def test_power_loss_drops_what_was_not_fsynced(faultfs: MakeMount) -> None:
+    m = faultfs(track_unsynced=True)
+    synced, unsynced, fresh = (m.mountpoint / n for n in ("synced", "unsynced", "fresh"))
+    _write(synced, b"A" * 10000, sync=True)
+    _write(unsynced, b"B" * 5000, sync=True)
+    with open(unsynced, "r+b") as f:  # overwrite the middle, extend, never fsync
+        f.seek(1000)
+        f.write(b"C" * 6000)
+    with open(synced, "r+b") as f:  # changed, then fsynced: stays
+        f.write(b"D" * 10)
+        f.flush()
+        os.fsync(f.fileno())
+    with open(synced, "r+b") as f:  # shrunk without fsync: comes back
+        f.truncate(100)
+    _write(fresh, b"E" * 100)  # created, never fsynced: gone
+    status = request(m.mountpoint, {"op": "status"})
+    assert set(status["unsynced"]) == {"unsynced", "synced", "fresh"}
+    undone = request(m.mountpoint, {"op": "power-loss"})["undone"]
+    assert set(undone) == {"unsynced", "synced", "fresh"}
+    assert unsynced.read_bytes() == b"B" * 5000
+    assert synced.read_bytes() == b"D" * 10 + b"A" * 9990
+    assert not fresh.exists()
+    assert request(m.mountpoint, {"op": "status"})["unsynced"] == {}
+
+
+def test_power_loss_needs_tracking(faultfs: MakeMount) -> None:
+    m = faultfs()
+    with pytest.raises(ControlError, match="tracking"):
+        request(m.mountpoint, {"op": "power-loss"})
+
+
+def test_sqlite_in_wal_mode_works_on_the_mount(faultfs: MakeMount) -> None:
+    m = faultfs(track_unsynced=True)
+    db = sqlite3.connect(m.mountpoint / "t.sqlite", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
+    db.executemany("INSERT INTO t (v) VALUES (?)", [("x" * 100,)] * 500)
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (500,)
+    db.close()
+    set_rule(m, "sync", errno="EIO", operations=["fsync"])
+    db = sqlite3.connect(m.mountpoint / "t.sqlite", isolation_level=None)
+    db.execute("PRAGMA synchronous=FULL")
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        db.execute("INSERT INTO t (v) VALUES ('y')")
+    db.close()
+
+
+def test_rejects_bad_rules(faultfs: MakeMount) -> None:
+    m = faultfs()
+    with pytest.raises(ControlError, match="errno: unknown error name"):
+        set_rule(m, "bad", errno="EWHATEVER")
+    with pytest.raises(ControlError, match="probability"):
+        set_rule(m, "bad", errno="EIO", probability=0)
+    with pytest.raises(ControlError, match="unknown rule field"):
+        set_rule(m, "bad", errno="EIO", colour="red")
+
+
+def test_daemon_unmounts_when_its_owner_dies(faultfs_tools: None, tmp_path: Path) -> None:
+    (tmp_path / "vol").mkdir()
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        m = mount(tmp_path / "vol", tmp_path / "vol", tmp_path / "state", owner_pid=owner.pid)
+        assert is_mounted(m.mountpoint)
+    finally:
+        owner.kill()
+        owner.wait()
+    wait_until(lambda: not is_mounted(tmp_path / "vol"), 10, "the orphaned mount to go")
+    pid = daemon_pid(tmp_path / "vol")
+    if pid is not None:  # lingers for files still open; nothing is open here
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_unmount_clears_a_crashed_daemons_stale_mount(faultfs_tools: None, tmp_path: Path) -> None:
+    (tmp_path / "vol").mkdir()
+    (tmp_path / "vol" / "keep").write_text("kept")
+    m = mount(tmp_path / "vol", tmp_path / "vol", tmp_path / "state")
+    os.kill(m.pid, signal.SIGKILL)
+    wait_until(lambda: daemon_pid(m.mountpoint) is None, 5, "the daemon to die")
+    assert is_mounted(m.mountpoint)  # dead: "Transport endpoint is not connected"
+    assert _errno_of(lambda: os.listdir(m.mountpoint)) == errno.ENOTCONN
+    assert "unmounted" in unmount(m.mountpoint)
+    assert not faultfs_mounts(tmp_path)
+    assert (tmp_path / "vol" / "keep").read_text() == "kept"
+    assert "no faultfs mounted" in unmount(m.mountpoint)

@@ -1,0 +1,81 @@
+"""faultfs pieces without a mount: rules, the token bucket's pacing, undo records."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rsdrill.faultfs.bucket import TokenBucket
+from rsdrill.faultfs.rules import Rule, RuleError
+from rsdrill.faultfs.state import FaultState
+from rsdrill.faultfs.undo import UndoLog
+
+
+def test_rule_matching_by_operation_and_glob() -> None:
+    rule = Rule(errno="EIO", operations=("write", "fsync"), path="journal/*")
+    assert rule.applies_to("write", "journal/WiredTigerLog.01")
+    assert not rule.applies_to("read", "journal/WiredTigerLog.01")
+    assert not rule.applies_to("write", "collection-0.wt")
+    assert Rule(operations=("any",)).applies_to("open", "x")
+    assert Rule.from_dict(rule.to_dict()) == rule
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"errno": "EBOGUS"}, "errno"),
+        ({"operations": ["delete"]}, "operations"),
+        ({"probability": 1.5}, "probability"),
+        ({"write_iops": 0}, "write_iops"),
+        ({"latency_s": -1}, "latency_s"),
+        ({"nope": 1}, "unknown rule field"),
+    ],
+)
+def test_rule_rejects_bad_fields_naming_them(raw: dict[str, object], message: str) -> None:
+    with pytest.raises(RuleError, match=message):
+        Rule.from_dict(raw)
+
+
+def test_bucket_paces_to_its_rate_after_the_burst() -> None:
+    bucket = TokenBucket(rate=100, burst=10)
+    waits = [bucket.reserve(1) for _ in range(110)]
+    assert waits[:9] == [0.0] * 9
+    # The 110th op may start about 1 s after the first (10 burst + 100 at 100/s).
+    assert 0.95 <= waits[-1] <= 1.05
+
+
+def test_bucket_charges_a_large_request_before_it_proceeds() -> None:
+    bucket = TokenBucket(rate=1000, burst=100)
+    assert 0.85 <= bucket.reserve(1000) <= 0.95
+    assert 1.85 <= bucket.reserve(1000) <= 1.95
+
+
+def test_state_fails_detached_and_errors_by_probability() -> None:
+    state = FaultState()
+    assert state.admit("write", "f") is None
+    state.set_rule("e", Rule(errno="ENOSPC", operations=("write",)))
+    assert state.admit("write", "f") == 28
+    assert state.admit("read", "f") is None
+    state.set_rule("d", Rule(detach=True))
+    assert state.admit("read", "f") == 5
+    assert state.clear() == ["e", "d"]
+    assert state.admit("write", "f") is None
+
+
+def test_undo_restores_the_synced_bytes_once_per_range(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"0123456789")
+    root = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(tmp_path / "f", os.O_RDWR)
+    try:
+        undo = UndoLog(root)
+        for start, data in ((2, b"ab"), (1, b"XYZW"), (8, b"!!!!")):
+            undo.before_change("f", fd, start, start + len(data))
+            os.pwrite(fd, data, start)
+        assert undo.pending() == {"f": 6}  # bytes 1-4 and 8-9 of the original, each once
+        undo.power_loss()
+        assert (tmp_path / "f").read_bytes() == b"0123456789"
+    finally:
+        os.close(fd)
+        os.close(root)
