@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rsdrill.experiment.schema import LocalMember
+from rsdrill.injectors.network import heal as _network_heal
 from rsdrill.sandbox.cluster import Sandbox, SandboxError
 from rsdrill.targets import TargetError
 from rsdrill.targets.local import LocalHosts, answers_hello
@@ -59,6 +60,7 @@ ACTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "sandbox-start": _sandbox_start,
     "local-start": _local_start,
     "sandbox-down": _sandbox_down,
+    "network-heal": _network_heal,
 }
 
 
