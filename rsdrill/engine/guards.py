@@ -11,8 +11,11 @@ message as its error.
   set, the user confirms on the terminal, or passes `--yes`; with no terminal and no `--yes`
   the run is refused. `--yes` never overrides a set `RSDRILL_ALLOW`.
 - quorum: from the schedule, the most members down at the same time (host-kill from the kill
-  to the restart, or to the end of the run with `restart: false`; host-freeze for its
-  duration; `count: N` is N members; stepdown takes no member down). Faults naming the same
+  to the restart, or to the end of the run with `restart: false`; host-freeze, volume-detach,
+  a disk-fault failing writes or fsyncs (a member fails on those) and a network-partition
+  from the members for their duration; `count: N` is N members; stepdown, iops-throttle, a
+  read-only or latency-only disk-fault and a partition from clients alone take no member
+  down). Faults naming the same
   `member:` count it once; role selections count as distinct members (they are resolved among
   the members still up). If the voting members left (from the primary's replSetGetConfig) are
   fewer than a majority of the voting members, no primary can be elected: refused unless
@@ -24,9 +27,10 @@ message as its error.
   bounds an outage only once the oplog is full (`size` at least 80 % of `maxSize`: WiredTiger
   truncates it in chunks, so a full oplog sits somewhat under its cap); before that nothing
   was ever dropped from it and the check is not made, nor is it when the oplog cannot be read
-  (with a warning). Each host-freeze, and each host-kill that restarts on its kept volume,
-  must keep its member down for less than the window (`restart: false` never brings it back:
-  longer than any window; `volume: wipe` resyncs anyway; an arbiter has no oplog). Refused
+  (with a warning). Each fault that takes a member down (above), but a host-kill that
+  restarts on a wiped volume, must keep its member down for less than the window
+  (`restart: false` never brings it back: longer than any window; `volume: wipe` resyncs
+  anyway; an arbiter has no oplog). Refused
   unless `guards.allow_oplog_overrun`.
 - member health and lag: every member reports itself PRIMARY, SECONDARY or ARBITER, with one
   primary (the preflight waits up to 60 s for that, for a set that is still starting or
@@ -81,11 +85,23 @@ class DownSpan:
     """The member named by a `member:` selection (the same member counts once)."""
 
 
+def takes_member_down(fault: Fault) -> bool:
+    """Whether the fault, while in force, takes its member out of the set's majority."""
+    if fault.kind in ("stepdown", "iops-throttle"):
+        return False
+    if fault.kind == "network-partition":
+        return fault.isolate_from != "clients"
+    if fault.kind == "disk-fault":
+        failing = {"write", "fsync", "any"} & set(fault.operations)
+        return fault.errno != "none" and bool(failing)
+    return True
+
+
 def down_spans(faults: Sequence[Fault]) -> list[DownSpan]:
     """The faults that take members down, and when (in seconds from the probes' start)."""
     spans = []
     for i, fault in enumerate(faults):
-        if fault.kind == "stepdown":
+        if not takes_member_down(fault):
             continue
         back = fault.revert_after
         end = math.inf if back is None else fault.at + back
@@ -178,12 +194,12 @@ class OplogWindow:
 
 def planned_outages(faults: Sequence[Fault]) -> list[tuple[int, float]]:
     """(fault index, seconds a member stays down) for each fault whose member must catch up
-    from the oplog afterwards: host-freeze, and host-kill restarting on its kept volume (inf
-    when it is never restarted). A member restarted on an empty volume resyncs anyway; an
-    arbiter has no oplog."""
+    from the oplog afterwards: every fault that takes a member down (inf when it never comes
+    back) but a host-kill restarting on an empty volume, which resyncs anyway; an arbiter has
+    no oplog."""
     outages = []
     for i, fault in enumerate(faults):
-        if fault.kind == "stepdown" or fault.select == "arbiter":
+        if not takes_member_down(fault) or fault.select == "arbiter":
             continue
         if fault.kind == "host-kill" and fault.restart and fault.restart.volume == "wipe":
             continue

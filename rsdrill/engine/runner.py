@@ -6,6 +6,7 @@ error, Ctrl-C, SIGTERM). A run that dies anyway leaves a journal for `rsdrill re
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import os
 import secrets
 import signal
@@ -25,7 +26,6 @@ from rsdrill.engine.live import LiveView
 from rsdrill.engine.schedule import Action, build_schedule
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.injectors.base import InjectionError, Injector
-from rsdrill.injectors.process import HostFreeze, HostKill
 from rsdrill.injectors.stepdown import StepDown
 from rsdrill.probes.history import FaultRecord, History, RunClock
 from rsdrill.redact import redact_uri
@@ -78,13 +78,19 @@ class _State:
 
 
 def make_target(exp: Experiment, out_dir: Path) -> RunTarget:
-    if exp.target.platform == "sandbox":
+    platform = exp.target.platform
+    if platform == "sandbox":
         from rsdrill.targets.sandbox import SandboxTarget
 
-        return SandboxTarget(exp.target, out_dir / "sandbox")
-    from rsdrill.targets.local import LocalTarget
+        return SandboxTarget(exp.target, out_dir / "sandbox", exp.faults)
+    if platform == "local":
+        from rsdrill.targets.local import LocalTarget
 
-    return LocalTarget(exp.target, out_dir)
+        return LocalTarget(exp.target, out_dir)
+    # Remote platforms import their SDK only when a run needs it.
+    module = importlib.import_module(f"rsdrill.targets.{platform}")
+    target: RunTarget = module.make_target(exp, out_dir)
+    return target
 
 
 class Runner:
@@ -423,15 +429,10 @@ class Runner:
 
 
 def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
-    if fault.kind == "host-kill":
-        restart = fault.restart is not False
-        wipe = bool(fault.restart and fault.restart.volume == "wipe")
-        return HostKill(target.hosts, host, restart=restart, wipe=wipe,
-                        restart_action=target.hosts.restart_action(host, wipe=wipe))  # fmt: skip
-    if fault.kind == "host-freeze":
-        return HostFreeze(target.hosts, host)
-    return StepDown(host, period_s=fault.duration or 60.0, catch_up_s=fault.secondary_catch_up,
-                    force=fault.force)  # fmt: skip
+    if fault.kind == "stepdown":  # the same replSetStepDown on every platform
+        return StepDown(host, period_s=fault.duration or 60.0, catch_up_s=fault.secondary_catch_up,
+                        force=fault.force)  # fmt: skip
+    return target.injector(fault, host)
 
 
 def _fault_result(record: FaultRecord) -> FaultResult:

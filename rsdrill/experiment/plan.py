@@ -6,6 +6,7 @@ resolved by the runner at injection time, so the plan says "at that moment".
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from rsdrill.experiment.schema import (
     Target,
 )
 from rsdrill.experiment.schema import format_duration as _secs
+from rsdrill.redact import redact_uri
 
 # MongoDB's own defaults, which the sandbox uses unless the target overrides them.
 _DEFAULT_ELECTION_TIMEOUT_S = 10.0
@@ -39,7 +41,6 @@ _TOPOLOGY_SHAPE = {
     "rs3": "three data-bearing members",
     "psa": "primary, secondary and arbiter",
 }
-_URI_PASSWORD = re.compile(r"(://[^:/@]+:)[^@/]*@")
 
 
 @dataclass(frozen=True)
@@ -71,46 +72,100 @@ def plan_experiment(exp: Experiment) -> list[PlannedStep]:
     ]
     fault_steps: list[PlannedStep] = []
     for fault in exp.faults:
-        fault_steps.extend(_fault_steps(fault))
+        fault_steps.extend(_fault_steps(fault, exp.target.platform))
     steps.extend(sorted(fault_steps, key=lambda s: s.at_s))
     steps.append(_recovery_step(exp, last_s=max(s.at_s for s in fault_steps)))
     return steps
 
 
-def _fault_steps(fault: Fault) -> list[PlannedStep]:
+def _fault_steps(fault: Fault, platform: str) -> list[PlannedStep]:
     selection = describe_selection(fault.select)
     inject = PlannedStep(
-        fault.at, "inject", fault.kind, selection, f"{selection} ({_injection(fault)})"
+        fault.at, "inject", fault.kind, selection, f"{selection} ({_injection(fault, platform)})"
     )
     revert_after = fault.revert_after
     if revert_after is None:
         return [inject]
     revert = PlannedStep(
-        fault.at + revert_after, "revert", fault.kind, selection, _reversion(fault)
+        fault.at + revert_after, "revert", fault.kind, selection, _reversion(fault, platform)
     )
     return [inject, revert]
 
 
-def _injection(fault: Fault) -> str:
+def _injection(fault: Fault, platform: str) -> str:
+    on_machine = platform in ("sandbox", "local")
     if fault.kind == "host-kill":
-        return "SIGKILL" if fault.restart else "SIGKILL; never restarted"
+        if on_machine:
+            how = "SIGKILL, unsynced writes lost" if fault.power_loss else "SIGKILL"
+        else:
+            how = f"{platform}: lose the host"
+        if fault.scope != "member":
+            how += f" (its whole {fault.scope})"
+        return how if fault.restart else f"{how}; never restarted"
     if fault.kind == "host-freeze":
-        return f"SIGSTOP for {_secs(fault.duration or 0.0)}"
-    period = fault.duration if fault.duration is not None else _DEFAULT_STEPDOWN_S
-    force = ", force" if fault.force else ""
-    return (
-        f"replSetStepDown: not electable for {_secs(period)}, "
-        f"secondaries get {_secs(fault.secondary_catch_up)} to catch up{force}"
-    )
+        how = "SIGSTOP" if on_machine else f"{platform}: freeze"
+        return f"{how} for {_secs(fault.duration or 0.0)}"
+    if fault.kind == "stepdown":
+        period = fault.duration if fault.duration is not None else _DEFAULT_STEPDOWN_S
+        force = ", force" if fault.force else ""
+        return (
+            f"replSetStepDown: not electable for {_secs(period)}, "
+            f"secondaries get {_secs(fault.secondary_catch_up)} to catch up{force}"
+        )
+    return f"{describe_fault(fault)} for {_secs(fault.duration or 0.0)}"
 
 
-def _reversion(fault: Fault) -> str:
+def describe_fault(fault: Fault) -> str:
+    """What a storage or network fault does, in words."""
+    if fault.kind == "disk-fault":
+        parts = []
+        if fault.errno != "none":
+            share = "" if fault.probability == 1 else f"{fault.probability:.0%} of "
+            parts.append(f"{fault.errno} on {share}{'/'.join(fault.operations)}")
+        if fault.latency:
+            parts.append(f"+{_secs(fault.latency)} per {'/'.join(fault.operations)}")
+        where = f" of {fault.path}" if fault.path else ""
+        return f"disk fault: {', '.join(parts)}{where}"
+    if fault.kind == "iops-throttle":
+        limits = [
+            f"{label} {value:g}{unit}"
+            for label, value, unit in (
+                ("iops", fault.iops, ""),
+                ("read iops", fault.read_iops, ""),
+                ("write iops", fault.write_iops, ""),
+                ("throughput", fault.throughput_mb_s, " MiB/s"),
+                ("reads", fault.read_mb_s, " MiB/s"),
+                ("writes", fault.write_mb_s, " MiB/s"),
+            )
+            if value is not None
+        ]
+        if fault.latency:
+            limits.append(f"+{_secs(fault.latency)} per operation")
+        return f"throttle the disk: {', '.join(limits)}"
+    if fault.kind == "volume-detach":
+        return "detach its data volume"
+    if fault.kind == "network-partition":
+        peers = {"members": "the other members", "clients": "clients", "all": "everyone"}
+        arrow = {"both": "both ways", "inbound": "inbound only", "outbound": "outbound only"}
+        return f"cut it off from {peers[fault.isolate_from]} ({arrow[fault.direction]})"
+    return fault.kind
+
+
+def _reversion(fault: Fault, platform: str) -> str:
     them = "them" if isinstance(fault.select, SelectCount) and fault.select.count > 1 else "it"
     if fault.kind == "host-freeze":
-        return f"resume {them} (SIGCONT)"
-    if fault.restart and fault.restart.volume == "wipe":
-        return f"restart {them} on an empty data directory (full initial sync)"
-    return f"restart {them} on {'their' if them == 'them' else 'its'} kept data directory"
+        return f"resume {them}" + (" (SIGCONT)" if platform in ("sandbox", "local") else "")
+    if fault.kind == "host-kill":
+        if fault.restart and fault.restart.volume == "wipe":
+            return f"restart {them} on an empty data directory (full initial sync)"
+        return f"restart {them} on {'their' if them == 'them' else 'its'} kept data directory"
+    undo = {
+        "disk-fault": "clear the disk fault",
+        "iops-throttle": "lift the throttle",
+        "volume-detach": "re-attach the volume",
+        "network-partition": "heal the partition",
+    }
+    return f"{undo[fault.kind]} on {them}"
 
 
 def _recovery_step(exp: Experiment, last_s: float) -> PlannedStep:
@@ -159,7 +214,20 @@ def render_plan(exp: Experiment) -> str:
     lines += _indent(slo or ["none: the run reports its metrics and passes"])
     if exp.matrix is not None:
         lines += ["", "matrix", *_indent(_describe_matrix(exp))]
+    details = _platform_details(exp)
+    if details:
+        lines += ["", f"{exp.target.platform} resources", *_indent(details)]
     return "\n".join(lines) + "\n"
+
+
+def _platform_details(exp: Experiment) -> list[str]:
+    """What a platform adds to the plan (e.g. the chaos resources it would create)."""
+    platform = exp.target.platform
+    if platform in ("sandbox", "local"):
+        return []
+    module = importlib.import_module(f"rsdrill.experiment.platforms.{platform}")
+    details: list[str] = getattr(module, "plan_details", lambda _exp: [])(exp)
+    return details
 
 
 def _describe_matrix(exp: Experiment) -> list[str]:
@@ -220,6 +288,9 @@ def describe_target(target: Target) -> list[str]:
                 f"member {m.host}: started by `{m.start}`, data in {m.dbpath or '(not given)'}"
             )
         return lines
+    if target.platform != "sandbox":
+        return [f"a {target.platform} replica set, {target.topology} expected; "
+                f"uri {redact_uri(target.uri or '')}"]  # fmt: skip
     count = _TOPOLOGY_MEMBERS[target.topology]
     ports = (
         f"ports {target.port_base}-{target.port_base + count - 1}"
@@ -249,11 +320,6 @@ def _setting(value: float | None, default_s: float) -> str:
     if value is None:
         return f"{_secs(default_s)} (MongoDB's default)"
     return _secs(value)
-
-
-def redact_uri(uri: str) -> str:
-    """The URI with any password replaced by `***`."""
-    return _URI_PASSWORD.sub(r"\1***@", uri)
 
 
 def describe_probes(probes: Probes) -> list[str]:

@@ -9,89 +9,28 @@ seconds, and held as float seconds.
 from __future__ import annotations
 
 import copy
+import importlib
 import itertools
-import math
-import re
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    ValidationError,
-    WithJsonSchema,
-    model_validator,
+from pydantic import AfterValidator, Field, ValidationError, model_validator
+
+from rsdrill.experiment.fields import (
+    Duration,
+    FieldProblem,
+    Strict,
+    format_duration,
+    parse_duration,
 )
+from rsdrill.experiment.platforms.ec2 import Ec2Fault, Ec2Platform
+from rsdrill.experiment.platforms.kubernetes import KubernetesFault, KubernetesPlatform
+from rsdrill.experiment.platforms.vsphere import VsphereFault, VspherePlatform
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(value: Any) -> float:
-    """`20ms`, `5s`, `1.5s`, `2m`, `1m30s`, `1h` or a number of seconds → seconds (>= 0)."""
-    if isinstance(value, bool):
-        raise ValueError("a duration, not true/false")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        parts = _DURATION.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise ValueError(f"{value!r} is not a duration like 20ms, 5s, 1m30s")
-        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    else:
-        raise ValueError(f"{value!r} is not a duration like 20ms, 5s, 1m30s")
-    if not math.isfinite(seconds):
-        raise ValueError("a duration must be finite")
-    if seconds < 0:
-        raise ValueError("a duration cannot be negative")
-    return seconds
-
-
-def format_duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    return f"{seconds:g}s"
-
-
-Duration = Annotated[
-    float,
-    BeforeValidator(parse_duration),
-    PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "string", "pattern": r"^(\d+(\.\d+)?(ms|s|m|h))+$"},
-                {"type": "number", "minimum": 0},
-            ],
-            "description": "a duration: 20ms, 5s, 1.5s, 2m, 1m30s, or a number of seconds",
-        }
-    ),
-]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FieldProblem(ValueError):
-    """A model validator's complaint about one of the model's fields.
-
-    `at` is the field's location relative to the model, so the loader can point at that
-    field's line in the file instead of at the whole model; `problem` is the message alone.
-    """
-
-    def __init__(self, at: tuple[str | int, ...], problem: str) -> None:
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in at).lstrip(".")
-        super().__init__(f"{where}: {problem}")
-        self.at = at
-        self.problem = problem
-
+__all__ = ["Duration", "FieldProblem", "Strict", "format_duration", "parse_duration"]
 
 # -- target --------------------------------------------------------------------------------------
+
+REMOTE_PLATFORMS = ("kubernetes", "ec2", "vsphere")
 
 
 class LocalMember(Strict):
@@ -100,14 +39,21 @@ class LocalMember(Strict):
     host: str = Field(pattern=r"^[^:\s]+:\d+$", description="host:port the member listens on")
     start: str = Field(description="the shell command that starts the member (used to restart)")
     dbpath: str | None = Field(None, description="its data directory (volume: wipe empties it)")
+    faultfs: str | None = Field(
+        None,
+        description="the faultfs mount over its dbpath (`rsdrill faultfs mount`): needed for "
+        "disk-fault, iops-throttle, volume-detach and power_loss",
+    )
 
 
 class Target(Strict):
-    """Where the replica set is: a sandbox rsdrill builds, or processes already running here."""
+    """Where the replica set is: a sandbox rsdrill builds, processes already running here, or
+    a set on Kubernetes, EC2 or vSphere."""
 
-    platform: Literal["sandbox", "local"] = Field(
+    platform: Literal["sandbox", "local", "kubernetes", "ec2", "vsphere"] = Field(
         description="sandbox: rsdrill starts a replica set for the run; "
-        "local: existing member processes on this machine"
+        "local: existing member processes on this machine; "
+        "kubernetes, ec2, vsphere: a set on that platform (needs `uri` and its section)"
     )
     topology: Literal["rs1", "rs3", "psa"] = Field(
         "rs3", description="sandbox builds it; local checks the set has that shape"
@@ -124,10 +70,29 @@ class Target(Strict):
     )
     data_mb: int = Field(0, ge=0, description="sandbox: preload this much data before the run")
     keep: bool = Field(False, description="sandbox: leave it running after the run")
+    kubernetes: KubernetesPlatform | None = None
+    ec2: Ec2Platform | None = None
+    vsphere: VspherePlatform | None = None
 
     @model_validator(mode="after")
     def _platform_fields(self) -> Target:
-        if self.platform == "local":
+        for section in REMOTE_PLATFORMS:
+            if getattr(self, section) is not None and section != self.platform:
+                raise FieldProblem(
+                    (section,), f"a `{section}` section, but the platform is {self.platform}"
+                )
+        if self.platform in REMOTE_PLATFORMS:
+            if getattr(self, self.platform) is None:
+                raise FieldProblem(
+                    (self.platform,),
+                    f"platform {self.platform} needs its `{self.platform}` "
+                    "section (how to reach it and how members map to its objects)",
+                )
+            if not self.uri:
+                raise FieldProblem(("uri",), f"platform {self.platform} needs `uri`")
+            if self.members:
+                raise FieldProblem(("members",), "`members` is for platform local")
+        elif self.platform == "local":
             if not self.members:
                 raise FieldProblem(
                     ("members",), "platform local needs `members` (host, start, dbpath)"
@@ -246,33 +211,139 @@ class Restart(Strict):
     )
 
 
+FaultKind = Literal[
+    "host-kill",
+    "host-freeze",
+    "stepdown",
+    "disk-fault",
+    "iops-throttle",
+    "volume-detach",
+    "network-partition",
+]
+DiskOperation = Literal["read", "write", "fsync", "open", "any"]
+
+# Fields that belong to some kinds only; any other kind naming them is an error.
+_KIND_FIELDS: dict[str, tuple[str, ...]] = {
+    "restart": ("host-kill",),
+    "power_loss": ("host-kill",),
+    "secondary_catch_up": ("stepdown",),
+    "force": ("stepdown",),
+    "errno": ("disk-fault",),
+    "operations": ("disk-fault",),
+    "probability": ("disk-fault",),
+    "path": ("disk-fault",),
+    "latency": ("disk-fault", "iops-throttle"),
+    "iops": ("iops-throttle",),
+    "read_iops": ("iops-throttle",),
+    "write_iops": ("iops-throttle",),
+    "throughput_mb_s": ("iops-throttle",),
+    "read_mb_s": ("iops-throttle",),
+    "write_mb_s": ("iops-throttle",),
+    "isolate_from": ("network-partition",),
+    "direction": ("network-partition",),
+}
+_THROTTLE_FIELDS = ("iops", "read_iops", "write_iops", "throughput_mb_s", "read_mb_s",
+                    "write_mb_s", "latency")  # fmt: skip
+# Faults that last until reverted: without a duration they would outlive the run.
+_NEEDS_DURATION = ("host-freeze", "disk-fault", "iops-throttle", "volume-detach",
+                   "network-partition")  # fmt: skip
+
+
+def _errno_name(value: str) -> str:
+    import errno
+
+    if value != "none" and not isinstance(getattr(errno, value, None), int):
+        raise ValueError(f"{value!r} is not an errno name like EIO, ENOSPC, EROFS (or none)")
+    return value
+
+
 class Fault(Strict):
     at: Duration = Field(description="when, from the start of the probes")
-    kind: Literal["host-kill", "host-freeze", "stepdown"]
+    kind: FaultKind
     select: Selection = "primary"
     duration: Duration | None = Field(
         None, description="how long the fault lasts before it is reverted"
     )
+    engine: str | None = Field(
+        None,
+        description="the platform's fault engine (kubernetes: chaos-mesh, litmus, native; "
+        "ec2: api, fis); default: the platform's own API",
+    )
+    scope: Literal["member", "node", "host"] = Field(
+        "member",
+        description="member: its process/pod/instance/VM; node: its Kubernetes node; "
+        "host: every VM on its ESXi host",
+    )
     restart: Restart | Literal[False] = Field(
         default_factory=Restart, description="host-kill only; false: never restart"
     )
+    power_loss: bool = Field(
+        False, description="host-kill: writes not yet fsynced are lost, as in a power-off"
+    )
     secondary_catch_up: Duration = Field(10.0, description="stepdown: secondaryCatchUpPeriodSecs")
     force: bool = Field(False, description="stepdown: step down even without a caught-up heir")
+    errno: Annotated[str, AfterValidator(_errno_name)] = Field(
+        "EIO", description="disk-fault: the error returned (an errno name), or none"
+    )
+    operations: tuple[DiskOperation, ...] = Field(
+        ("write", "fsync"), min_length=1, description="disk-fault: which operations fail"
+    )
+    probability: float = Field(
+        1.0, gt=0, le=1, description="disk-fault: the share of matching operations that fail"
+    )
+    path: str | None = Field(
+        None,
+        description="disk-fault: only files matching this glob, relative to the data "
+        "directory (e.g. journal/*)",
+    )
+    latency: Duration | None = Field(
+        None, description="disk-fault, iops-throttle: added to every matching operation"
+    )
+    iops: int | None = Field(None, gt=0, description="iops-throttle: reads and writes together")
+    read_iops: int | None = Field(None, gt=0)
+    write_iops: int | None = Field(None, gt=0)
+    throughput_mb_s: float | None = Field(None, gt=0, description="iops-throttle: MiB/s")
+    read_mb_s: float | None = Field(None, gt=0)
+    write_mb_s: float | None = Field(None, gt=0)
+    isolate_from: Literal["members", "clients", "all"] = Field(
+        "members", description="network-partition: who loses contact with the member"
+    )
+    direction: Literal["both", "inbound", "outbound"] = Field(
+        "both",
+        description="network-partition: inbound: others cannot reach the member; "
+        "outbound: it cannot reach them",
+    )
+    kubernetes: KubernetesFault | None = None
+    ec2: Ec2Fault | None = None
+    vsphere: VsphereFault | None = None
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Fault:
-        if self.kind == "host-freeze" and self.duration is None:
+        for name, kinds in _KIND_FIELDS.items():
+            if name in self.model_fields_set and self.kind not in kinds:
+                raise FieldProblem((name,), f"`{name}` applies to {' and '.join(kinds)}, "
+                                   f"not {self.kind}")  # fmt: skip
+        if self.kind in _NEEDS_DURATION and self.duration is None:
             raise FieldProblem(
-                ("duration",), "host-freeze needs a `duration` (then the member is resumed)"
+                ("duration",), f"{self.kind} needs a `duration` (then it is reverted)"
             )
-        if self.kind == "host-kill":
-            if self.restart and self.restart.after is None and self.duration is None:
-                raise FieldProblem(
-                    ("duration",),
-                    "host-kill needs `duration` or `restart.after` (or restart: false)",
-                )
-        elif "restart" in self.model_fields_set:
-            raise FieldProblem(("restart",), f"`restart` applies to host-kill, not {self.kind}")
+        if (
+            self.kind == "host-kill"
+            and self.restart
+            and self.restart.after is None
+            and self.duration is None
+        ):
+            raise FieldProblem(
+                ("duration",), "host-kill needs `duration` or `restart.after` (or restart: false)"
+            )
+        if self.kind == "iops-throttle" and not (self.model_fields_set & set(_THROTTLE_FIELDS)):
+            raise FieldProblem(
+                ("kind",),
+                "iops-throttle needs a limit: iops, read_iops, write_iops, "
+                "throughput_mb_s, read_mb_s, write_mb_s or latency",
+            )
+        if self.kind == "disk-fault" and self.errno == "none" and self.latency is None:
+            raise FieldProblem(("errno",), "errno none and no latency: the fault does nothing")
         if (
             self.kind == "stepdown"
             and self.duration is not None
@@ -466,6 +537,13 @@ class Experiment(Strict):
             problem = unmeasurable(parse_condition(text).metric, self.probes)
             if problem:
                 raise FieldProblem(("abort_on", i), problem)
+        return self
+
+    @model_validator(mode="after")
+    def _platform_supports_faults(self) -> Experiment:
+        platform = self.target.platform
+        module = "machine" if platform in ("sandbox", "local") else platform
+        importlib.import_module(f"rsdrill.experiment.platforms.{module}").check_experiment(self)
         return self
 
     @model_validator(mode="after")

@@ -6,6 +6,7 @@ recover` can be run twice, or after a run that died halfway through its own roll
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 from collections.abc import Callable
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from rsdrill.experiment.schema import LocalMember
+from rsdrill.faultfs.mount import FaultFSError, unmount_all
+from rsdrill.injectors.disk import clear as _faultfs_clear
 from rsdrill.injectors.network import heal as _network_heal
 from rsdrill.sandbox.cluster import Sandbox, SandboxError
 from rsdrill.targets import TargetError
@@ -49,10 +52,13 @@ def _local_start(action: dict[str, Any]) -> str:
 
 def _sandbox_down(action: dict[str, Any]) -> str:
     sandbox = Sandbox(Path(action["dir"]))
-    if not sandbox.running():
-        return f"sandbox {action['dir']}: nothing running"
-    pids = sandbox.down()
-    return f"sandbox {action['dir']}: stopped {len(pids)} member process(es)"
+    done = f"sandbox {action['dir']}: nothing running"
+    if sandbox.running():
+        pids = sandbox.down()
+        done = f"sandbox {action['dir']}: stopped {len(pids)} member process(es)"
+    # Members on faultfs (storage faults): their mounts go once the members are down.
+    unmounted = unmount_all(Path(action["dir"]))
+    return done + (f"; unmounted {len(unmounted)} faultfs volume(s)" if unmounted else "")
 
 
 ACTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
@@ -61,7 +67,21 @@ ACTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "local-start": _local_start,
     "sandbox-down": _sandbox_down,
     "network-heal": _network_heal,
+    "faultfs-clear": _faultfs_clear,
 }
+
+
+def _platform_action(name: str) -> Callable[[dict[str, Any]], str] | None:
+    """`ec2.start-instances` → the ec2 injector package's handler (its SDK loads only now)."""
+    package = name.split(".", 1)[0]
+    if not package.isidentifier():
+        return None
+    try:
+        module = importlib.import_module(f"rsdrill.injectors.{package}")
+    except ModuleNotFoundError as exc:
+        raise TargetError(f"{name}: cannot load the {package} platform: {exc}") from exc
+    handlers: dict[str, Callable[[dict[str, Any]], str]] = getattr(module, "REVERT_ACTIONS", {})
+    return handlers.get(name)
 
 
 def describe(action: dict[str, Any]) -> str:
@@ -71,10 +91,11 @@ def describe(action: dict[str, Any]) -> str:
 
 def carry_out(action: dict[str, Any]) -> str:
     """Do one revert action; a line saying what was done. Raises TargetError on failure."""
-    handler = ACTIONS.get(action.get("action", ""))
+    name = str(action.get("action", ""))
+    handler = ACTIONS.get(name) if "." not in name else _platform_action(name)
     if handler is None:
         raise TargetError(f"unknown revert action {action!r}")
     try:
         return handler(action)
-    except (SandboxError, OSError, KeyError) as exc:
+    except (SandboxError, FaultFSError, OSError, KeyError) as exc:
         raise TargetError(f"{describe(action)}: {exc}") from exc

@@ -3,7 +3,11 @@ selection like `primary` means at the moment a fault is injected."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Fault
+    from rsdrill.injectors.base import Injector
 
 
 class TargetError(Exception):
@@ -33,13 +37,17 @@ class RunTarget(Protocol):
     topology: str
     uri: str
     members: list[str]
-    hosts: ProcessHosts
     # Whether the target stays as it is after the run (nothing to tear down once set up).
     keep: bool
 
     def setup(self) -> None: ...
 
     def teardown(self) -> None: ...
+
+    def injector(self, fault: Fault, host: str) -> Injector:
+        """The platform's injector for `fault` on member `host` (every kind but stepdown,
+        which works the same on every platform)."""
+        ...
 
     def recover_action(self) -> dict[str, object] | None:
         """What `rsdrill recover` must do about the target itself if this run dies (for a

@@ -11,7 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from rsdrill.experiment.schema import LocalMember, Target
+from rsdrill.experiment.schema import Fault, LocalMember, Target
+from rsdrill.injectors.base import Injector
 from rsdrill.probes.wireclient import DirectConnection, WireClientError
 from rsdrill.targets import TargetError
 
@@ -161,6 +162,19 @@ class LocalTarget:
 
     def teardown(self) -> None:
         """Nothing to stop: the processes were there before the run and stay after it."""
+
+    def injector(self, fault: Fault, host: str) -> Injector:
+        from rsdrill.injectors.machine import machine_injector  # it imports this module
+
+        return machine_injector(fault, host, self)
+
+    def faultfs_mountpoint(self, host: str) -> Path | None:
+        """The member's faultfs mount (its `faultfs` field) while it is mounted."""
+        from rsdrill.faultfs.mount import is_mounted
+
+        member = self.hosts.members[host]
+        point = Path(member.faultfs) if member.faultfs else None
+        return point if point is not None and is_mounted(point) else None
 
     def recover_action(self) -> dict[str, object] | None:
         return None

@@ -7,16 +7,19 @@ The sandbox lives in the run's output directory, so each member's ground-truth e
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pymongo import MongoClient, WriteConcern
 
-from rsdrill.experiment.schema import Target
+from rsdrill.experiment.schema import Fault, Target
+from rsdrill.injectors.base import Injector
+from rsdrill.injectors.disk import needs_faultfs
 from rsdrill.sandbox.cluster import Sandbox, SandboxError, choose_engine, port_free, up
 from rsdrill.sandbox.config import MemberSpec, Settings, build_topology, member_dir
 from rsdrill.sandbox.emulator.storage import DATABASE
 from rsdrill.targets import TargetError
+from rsdrill.targets.volumes import MemberVolumes
 
 PRELOAD_DB = "rsdrill_data"
 _PRELOAD_DOC_BYTES = 1000
@@ -74,7 +77,8 @@ def free_port_base(count: int, low: int = 20000, high: int = 32000) -> int:
 class SandboxTarget:
     platform = "sandbox"
 
-    def __init__(self, config: Target, directory: Path) -> None:
+    def __init__(self, config: Target, directory: Path, faults: Sequence[Fault] = ()) -> None:
+        """`faults`: the experiment's; storage faults put the members' data on faultfs."""
         self.config = config
         self.topology = config.topology
         self.directory = directory
@@ -97,6 +101,12 @@ class SandboxTarget:
         self.members = [m.host for m in self.spec.members]
         self.uri = f"mongodb://{','.join(self.members)}/?replicaSet={self.spec.set_name}"
         self._sandbox: Sandbox | None = None
+        on_faultfs, track_unsynced = needs_faultfs(faults)
+        self.volumes = (
+            MemberVolumes(directory, self.spec, track_unsynced=track_unsynced)
+            if on_faultfs
+            else None
+        )
 
     @property
     def hosts(self) -> SandboxHosts:
@@ -107,7 +117,8 @@ class SandboxTarget:
     def setup(self) -> None:
         try:
             engine, _ = choose_engine(self.config.engine)
-            self._sandbox = up(self.directory, self.spec, engine)
+            before_start = self.volumes.mount_all if self.volumes else None
+            self._sandbox = up(self.directory, self.spec, engine, before_start)
         except SandboxError as exc:
             raise TargetError(f"sandbox: {exc}") from exc
         if self.config.data_mb:
@@ -127,9 +138,12 @@ class SandboxTarget:
                 )
 
     def teardown(self) -> None:
+        if self._sandbox is not None and not self.config.keep:
+            self._sandbox.down()
+        if self.volumes is not None:  # storage faults refuse `keep`: the mounts are the run's
+            self.volumes.unmount_all()
         if self._sandbox is None or self.config.keep:
             return
-        self._sandbox.down()
         # Keep each member's events, log and rollback files with the result; drop the bulk.
         for member in self.spec.members:
             for path in (member_dir(self.directory, member) / "data").glob(f"{DATABASE}*"):
@@ -138,6 +152,15 @@ class SandboxTarget:
     @property
     def keep(self) -> bool:
         return self.config.keep
+
+    def injector(self, fault: Fault, host: str) -> Injector:
+        from rsdrill.injectors.machine import machine_injector  # it imports this module
+
+        return machine_injector(fault, host, self)
+
+    def faultfs_mountpoint(self, host: str) -> Path | None:
+        """The member's data directory if it is on faultfs (storage faults need it)."""
+        return self.volumes.mountpoint(host) if self.volumes else None
 
     def recover_action(self) -> dict[str, object] | None:
         # Owed even when kept: a run that dies while building the sandbox leaves it half-built.

@@ -111,7 +111,8 @@ def test_error_string_and_attributes() -> None:
     assert (err.path, err.line, err.col, err.field) == ("exp.yaml", 6, 11, "faults[0].kind")
     assert err.problem == (
         "unknown value 'host-kil'; did you mean 'host-kill'? "
-        "(one of host-kill, host-freeze, stepdown)"
+        "(one of host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach, "
+        "network-partition)"
     )
     assert str(err) == f"exp.yaml:6:11: faults[0].kind: {err.problem}"
 
@@ -259,7 +260,7 @@ def test_misspelt_nested_key() -> None:
 def test_unknown_key_without_a_close_match_lists_the_allowed_ones() -> None:
     err = error_of(replaced("kind: stepdown", "kind: stepdown\n    zzz: 1"))
     assert err.field == "faults[0].zzz"
-    assert err.problem.startswith("unknown key (allowed: at, kind, select, duration, restart,")
+    assert err.problem.startswith("unknown key (allowed: at, kind, select, duration, engine,")
 
 
 def test_misspelt_required_key_is_reported_once_as_unknown() -> None:
@@ -286,26 +287,29 @@ def test_misspelt_key_inside_a_union() -> None:
             "platform: sandbox",
             "platform: sandbx",
             (3, 13, "target.platform"),
-            "unknown value 'sandbx'; did you mean 'sandbox'? (one of sandbox, local)",
+            "unknown value 'sandbx'; did you mean 'sandbox'? "
+            "(one of sandbox, local, kubernetes, ec2, vsphere)",
         ),
         (
             "platform: sandbox",
-            "platform: kubernetes",
+            "platform: openstack",
             (3, 13, "target.platform"),
-            "unknown value 'kubernetes' (one of sandbox, local)",
+            "unknown value 'openstack' (one of sandbox, local, kubernetes, ec2, vsphere)",
         ),
         (
             "kind: stepdown",
             "kind: STEPDOWN",
             (6, 11, "faults[0].kind"),
             "unknown value 'STEPDOWN'; did you mean 'stepdown'? "
-            "(one of host-kill, host-freeze, stepdown)",
+            "(one of host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach, "
+            "network-partition)",
         ),
         (
             "kind: stepdown",
             "kind: 5",
             (6, 11, "faults[0].kind"),
-            "expected host-kill, host-freeze or stepdown, not 5",
+            "expected host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach "
+            "or network-partition, not 5",
         ),
         (
             "kind: stepdown",
@@ -425,7 +429,7 @@ def test_empty_and_null_faults() -> None:
 def test_host_freeze_without_duration_points_at_the_fault() -> None:
     err = error_of(replaced("kind: stepdown", "kind: host-freeze"))
     assert (err.line, err.col, err.field) == (5, 5, "faults[0].duration")
-    assert err.problem == "host-freeze needs a `duration` (then the member is resumed)"
+    assert err.problem == "host-freeze needs a `duration` (then it is reverted)"
 
 
 def test_restart_on_stepdown_points_at_restart() -> None:

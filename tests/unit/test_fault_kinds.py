@@ -1,0 +1,119 @@
+"""Storage and network fault kinds and platform sections in experiment files: what each kind
+accepts, what it refuses (with the field named), how the plan and the guards read them."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsdrill.engine.guards import max_concurrent_down, takes_member_down
+from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+from rsdrill.experiment.plan import render_plan
+from rsdrill.experiment.schema import Experiment
+from rsdrill.injectors.actions import carry_out
+from rsdrill.targets import TargetError
+
+HEAD = "name: x\ntarget:\n  platform: sandbox\nfaults:\n"
+
+
+def load(faults: str, head: str = HEAD) -> Experiment:
+    return load_experiment_text(head + faults, "exp.yaml", {})
+
+
+def error_of(faults: str, head: str = HEAD) -> ExperimentError:
+    with pytest.raises(ExperimentError) as caught:
+        load(faults, head)
+    return caught.value
+
+
+def test_every_new_kind_loads_and_plans() -> None:
+    exp = load(
+        "  - {at: 1s, kind: disk-fault, duration: 5s, errno: ENOSPC, operations: [fsync],"
+        " probability: 0.5, path: 'journal/*'}\n"
+        "  - {at: 1s, kind: iops-throttle, duration: 5s, write_iops: 100, read_mb_s: 2}\n"
+        "  - {at: 1s, kind: volume-detach, duration: 5s, select: secondary}\n"
+        "  - {at: 1s, kind: network-partition, duration: 5s, isolate_from: clients,"
+        " direction: inbound}\n"
+        "  - {at: 9s, kind: host-kill, duration: 5s, power_loss: true}\n"
+    )
+    plan = render_plan(exp)
+    assert "ENOSPC on 50% of fsync of journal/*" in plan
+    assert "write iops 100, reads 2 MiB/s" in plan
+    assert "detach its data volume" in plan
+    assert "cut it off from clients (inbound only)" in plan
+    assert "SIGKILL, unsynced writes lost" in plan
+    assert "heal the partition" in plan and "lift the throttle" in plan
+
+
+@pytest.mark.parametrize(
+    ("fault", "field", "problem"),
+    [
+        ("{at: 1s, kind: disk-fault}", "faults[0].duration", "disk-fault needs a `duration`"),
+        ("{at: 1s, kind: iops-throttle, duration: 5s}", "faults[0].kind", "needs a limit"),
+        (
+            "{at: 1s, kind: disk-fault, duration: 5s, errno: EWHAT}",
+            "faults[0].errno",
+            "'EWHAT' is not an errno name",
+        ),
+        (
+            "{at: 1s, kind: disk-fault, duration: 5s, errno: none}",
+            "faults[0].errno",
+            "the fault does nothing",
+        ),
+        (
+            "{at: 1s, kind: host-freeze, duration: 5s, write_iops: 5}",
+            "faults[0].write_iops",
+            "`write_iops` applies to iops-throttle, not host-freeze",
+        ),
+        (
+            "{at: 1s, kind: stepdown, power_loss: true}",
+            "faults[0].power_loss",
+            "applies to host-kill",
+        ),
+        (
+            "{at: 1s, kind: host-kill, duration: 5s, engine: fis}",
+            "faults[0].engine",
+            "platform sandbox has no fault engines",
+        ),
+        (
+            "{at: 1s, kind: host-kill, duration: 5s, scope: node}",
+            "faults[0].scope",
+            "scope node needs a platform with nodes or hosts",
+        ),
+        (
+            "{at: 1s, kind: disk-fault, duration: 5s, probability: 0}",
+            "faults[0].probability",
+            "must be more than 0.0, not 0",
+        ),
+    ],
+)
+def test_kind_specific_mistakes_name_the_field(fault: str, field: str, problem: str) -> None:
+    err = error_of(f"  - {fault}\n")
+    assert err.field == field
+    assert problem in err.problem
+
+
+def test_remote_platform_needs_its_section_and_uri() -> None:
+    faults = "faults:\n  - {at: 1s, kind: stepdown}\n"
+    err = error_of("", "name: x\ntarget:\n  platform: ec2\n  uri: mongodb://h:1/\n" + faults)
+    assert err.field == "target.ec2"
+
+
+def test_quorum_guard_counts_only_faults_that_take_a_member_out() -> None:
+    exp = load(
+        "  - {at: 1s, kind: iops-throttle, duration: 9s, iops: 10, select: {member: 'h:1'}}\n"
+        "  - {at: 1s, kind: disk-fault, duration: 9s, operations: [read],"
+        " select: {member: 'h:2'}}\n"
+        "  - {at: 1s, kind: network-partition, duration: 9s, isolate_from: clients}\n"
+        "  - {at: 1s, kind: volume-detach, duration: 9s, select: {member: 'h:3'}}\n"
+        "  - {at: 2s, kind: network-partition, duration: 9s, select: {member: 'h:2'}}\n"
+    )
+    down = [takes_member_down(f) for f in exp.faults]
+    assert down == [False, False, False, True, True]
+    assert max_concurrent_down(exp.faults).members == 2
+
+
+def test_platform_revert_actions_are_found_by_their_prefix() -> None:
+    with pytest.raises(TargetError, match="cannot load the nosuch platform"):
+        carry_out({"action": "nosuch.thing"})
+    with pytest.raises(TargetError, match="unknown revert action"):
+        carry_out({"action": "../etc.passwd"})
