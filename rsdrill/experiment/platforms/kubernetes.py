@@ -1,0 +1,25 @@
+"""`platform: kubernetes`: the target section, per-fault options and supported faults."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rsdrill.experiment.fields import FieldProblem, Strict
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Experiment
+
+
+class KubernetesPlatform(Strict):
+    """Where the kubernetes replica set is and how its members map to platform objects."""
+
+
+class KubernetesFault(Strict):
+    """Options of one fault on kubernetes."""
+
+
+def check_experiment(exp: Experiment) -> None:
+    """Refuse faults this platform cannot inject (not yet implemented: none can)."""
+    for i, fault in enumerate(exp.faults):
+        if fault.kind != "stepdown":
+            raise FieldProblem(("faults", i, "kind"), f"{fault.kind} is not available on kubernetes yet")
