@@ -1,0 +1,163 @@
+"""network-partition on real member processes: nftables rules on loopback, members told apart
+from clients by their net_cls class. Rules present while in force, gone after; the member cut
+off from the right side only; one-way cuts drop one direction only."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+
+from rsdrill import wire
+from rsdrill.injectors import netcls
+from rsdrill.injectors.network import (
+    NetworkPartition,
+    connects,
+    connects_as,
+    heal,
+    rsdrill_tables,
+)
+from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.targets.sandbox import SandboxHosts
+from tests.integration.support import member_state, wait_until, writable_primary
+
+INSTALL = Path(__file__).resolve().parents[2] / ".ci" / "install-netfilter"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nft() -> None:
+    """The `nft` command, installed by the project's script when missing (fails loudly)."""
+    if shutil.which("nft") is None:
+        subprocess.run([str(INSTALL)], check=True, timeout=300)
+    assert shutil.which("nft"), f"{INSTALL} did not install nft"
+
+
+@pytest.fixture
+def partitions() -> Iterator[list[NetworkPartition]]:
+    """Partitions made by a test; healed after it whatever happened."""
+    made: list[NetworkPartition] = []
+    yield made
+    for partition in made:
+        partition.revert()
+
+
+def _partition(
+    sandbox: Sandbox, host: str, made: list[NetworkPartition], **how: Any
+) -> NetworkPartition:
+    members = [m.host for m in sandbox.spec.members]
+    partition = NetworkPartition(SandboxHosts(sandbox), host, members, **how)
+    made.append(partition)
+    return partition
+
+
+def _ports(sandbox: Sandbox) -> set[int]:
+    return {m.port for m in sandbox.spec.members}
+
+
+def _status_of(observer: str, host: str) -> dict[str, Any]:
+    with MongoClient(observer, directConnection=True, serverSelectionTimeoutMS=500) as client:
+        status = client.admin.command("replSetGetStatus")
+    return next(m for m in status["members"] if m["name"] == host)
+
+
+def test_primary_cut_off_from_members_steps_down_and_rejoins_after_heal(
+    replset: Callable[..., Sandbox], partitions: list[NetworkPartition]
+) -> None:
+    sandbox = replset()
+    primary = wait_until(lambda: writable_primary(sandbox), 10, "a primary").host
+    peers = [m.host for m in sandbox.spec.members if m.host != primary]
+    partition = _partition(sandbox, primary, partitions, isolate_from="members", direction="both")
+
+    partition.inject()
+    assert partition.table in rsdrill_tables()
+    assert _ports(sandbox) <= set(netcls.tagged_ports())
+    assert partition.verify(5)
+    assert connects(primary), "clients must still reach the member"
+    assert not connects_as(peers[0], primary), "a peer must not reach it"
+    assert not connects_as(primary, peers[0]), "nor it a peer"
+    assert connects_as(peers[0], peers[1]), "the others still reach each other"
+    # The isolated primary steps down by itself; the majority side elects one of its own.
+    wait_until(lambda: member_state(primary) == "SECONDARY", 10, "the old primary to step down")
+    new = wait_until(lambda: writable_primary(sandbox), 10, "a new primary")
+    assert new.host in peers
+
+    partition.revert()
+    assert partition.table not in rsdrill_tables()
+    assert not _ports(sandbox) & set(netcls.tagged_ports())
+    wait_until(
+        lambda: _status_of(new.host, primary)["stateStr"] == "SECONDARY",
+        15, "the old primary to rejoin as SECONDARY",
+    )  # fmt: skip
+    # Reverting again finds nothing to do.
+    again = heal(partition.revert_action() or {})
+    assert "nothing left to remove" in again
+
+
+def test_primary_cut_off_from_clients_only_keeps_its_role(
+    replset: Callable[..., Sandbox], partitions: list[NetworkPartition]
+) -> None:
+    sandbox = replset()
+    primary = wait_until(lambda: writable_primary(sandbox), 10, "a primary").host
+    peer = next(m.host for m in sandbox.spec.members if m.host != primary)
+    term = _status_of(peer, primary).get("electionDate")
+    partition = _partition(sandbox, primary, partitions, isolate_from="clients", direction="both")
+
+    partition.inject()
+    assert partition.verify(5)
+    assert not connects(primary), "a client must not reach the member"
+    assert connects_as(peer, primary), "the members still reach it"
+    # Three election timeouts: the members still hear it, nobody stands for election.
+    time.sleep(3.0)
+    seen = _status_of(peer, primary)
+    assert (seen["stateStr"], seen["health"], seen.get("electionDate")) == ("PRIMARY", 1, term)
+
+    partition.revert()
+    assert connects(primary)
+    assert partition.table not in rsdrill_tables()
+
+
+def _insert_message(tag: str) -> bytes:
+    return wire.encode_op_msg(
+        1, 0, {"insert": "one_way", "documents": [{"_id": tag}], "$db": "nettest"}
+    )
+
+
+def _on_secondary(host: str, tag: str) -> bool:
+    with MongoClient(host, directConnection=True, serverSelectionTimeoutMS=500) as client:
+        return client.nettest.one_way.find_one({"_id": tag}) is not None
+
+
+@pytest.mark.parametrize("direction", ["inbound", "outbound"])
+def test_one_way_cut_drops_one_direction(
+    direction: str, replset: Callable[..., Sandbox], partitions: list[NetworkPartition]
+) -> None:
+    """A client's connection made before the cut: with `outbound` its write still reaches the
+    primary and is applied (it replicates), only the answer is lost; with `inbound` the write
+    never arrives."""
+    sandbox = replset()
+    primary = wait_until(lambda: writable_primary(sandbox), 10, "a primary").host
+    secondary = next(m.host for m in sandbox.spec.members if m.host != primary)
+    name, port = primary.rsplit(":", 1)
+    partition = _partition(sandbox, primary, partitions, isolate_from="clients",
+                           direction=direction)  # fmt: skip
+    with socket.create_connection((name, int(port)), timeout=2) as sock:
+        partition.inject()
+        assert partition.verify(5)
+        sock.sendall(_insert_message(direction))
+        sock.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            sock.recv(1)
+        if direction == "outbound":
+            wait_until(lambda: _on_secondary(secondary, direction), 5, "the write to replicate")
+        else:
+            time.sleep(1.0)
+            assert not _on_secondary(secondary, direction), "the write must not have arrived"
+        partition.revert()
+    assert partition.table not in rsdrill_tables()
