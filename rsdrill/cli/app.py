@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rsdrill import __version__
-from rsdrill.cli import experiment, history, replay, run, sandbox
+from rsdrill.cli import experiment, faultfs, history, replay, run, sandbox
 
 app = typer.Typer(
     name="rsdrill",
@@ -30,6 +30,7 @@ app.command()(run.recover)
 app.command()(history.history)
 app.command()(replay.replay)
 app.add_typer(replay.timeline_app, name="timeline")
+app.add_typer(faultfs.app, name="faultfs")
 
 
 def _print_version(value: bool) -> None:

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
@@ -560,8 +560,16 @@ def _wait_gone(pids: dict[Path, int], deadline: float) -> dict[Path, int]:
         time.sleep(_POLL_S)
 
 
-def up(directory: Path, spec: ReplSetSpec, engine: Engine) -> Sandbox:
+def up(
+    directory: Path,
+    spec: ReplSetSpec,
+    engine: Engine,
+    before_start: Callable[[], None] | None = None,
+) -> Sandbox:
     """Start a fresh replica set in `directory` and return once it has a writable primary.
+
+    `before_start` runs once the directory is laid out, just before the members start (e.g. to
+    mount their data directories).
 
     Refuses (exit code 2, nothing started) when a sandbox already runs there or a port is taken.
     A stopped sandbox left in the directory is replaced. On any failure, or Ctrl-C, every member
@@ -596,6 +604,8 @@ def up(directory: Path, spec: ReplSetSpec, engine: Engine) -> Sandbox:
     spec.write(sandbox.directory)
     record = {"engine": engine.name, "executable": engine.executable}
     (sandbox.directory / ENGINE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    if before_start is not None:
+        before_start()
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
         for member in spec.members:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from rsdrill.sandbox.emulator import election, heartbeat, sync
 from rsdrill.sandbox.emulator.commands import Commands, keep_cursors_bounded
 from rsdrill.sandbox.emulator.node import Node
 from rsdrill.sandbox.emulator.server import Server
+from rsdrill.sandbox.emulator.storage import StorageReadError
 
 
 async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
@@ -34,7 +36,10 @@ async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
         *(heartbeat.heartbeat_loop(node, peer) for peer in node.peers),
     ]
     async with server:
-        await asyncio.gather(*tasks)
+        try:
+            await asyncio.gather(*tasks)
+        except StorageReadError as exc:  # in a background loop: nothing to answer, so fatal
+            node.fatal(str(exc))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         asyncio.run(run_member(args.dir, args.host, args.init))
-    except OSError as exc:
+    except (OSError, sqlite3.Error, StorageReadError) as exc:  # e.g. its volume is unreadable
         print(f"member {args.host}: {exc}", file=sys.stderr)
         sys.exit(1)
 

@@ -19,6 +19,7 @@ from rsdrill.sandbox.emulator.errors import CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
+from rsdrill.sandbox.emulator.storage import StorageReadError
 
 MAX_WIRE_VERSION = 21
 MAX_BATCH_BYTES = 16 * 1024 * 1024
@@ -102,6 +103,8 @@ class Commands:
             return exc.document(retryable_write="txnNumber" in req.body)
         except query.QueryError as exc:
             return CommandError(exc.code, str(exc)).document()
+        except StorageReadError as exc:
+            return CommandError(1, str(exc)).document()
         reply.setdefault("ok", 1.0)
         return reply
 

@@ -14,10 +14,11 @@ import datetime as dt
 import enum
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from bson.int64 import Int64
 from bson.objectid import ObjectId
@@ -36,6 +37,9 @@ from rsdrill.sandbox.emulator.oplog import (
 )
 from rsdrill.sandbox.emulator.peer import Peers
 from rsdrill.sandbox.emulator.storage import Database
+
+# mongod's exit status after a fatal assertion it did not abort on (EXIT_ABRUPT).
+FATAL_EXIT_STATUS = 14
 
 
 class MemberState(enum.IntEnum):
@@ -111,6 +115,7 @@ class Node:
         self.fresh = not self.database.exists()
         self.database.open()
         self.events = EventLog(self.dir / "events.jsonl", host)
+        self.database.on_fatal = self.fatal
         self.store = DataStore(self.database)
         self.oplog = Oplog(spec.oplog_size_bytes, self.database)
         self.clock = TimestampClock()
@@ -452,6 +457,14 @@ class Node:
             and self.me.votes > 0
             and time.monotonic() >= self.frozen_until
         )
+
+    def fatal(self, message: str) -> NoReturn:
+        """A storage write failed: like mongod's fatal assertion, log it and exit at once (the
+        set fails over; whatever was not committed is lost, as in a crash)."""
+        self.events.emit("fatal", error=message, state=self.state.name)
+        print(f"member {self.host}: fatal storage error: {message}; aborting", file=sys.stderr,
+              flush=True)  # fmt: skip
+        os._exit(FATAL_EXIT_STATUS)
 
     async def shutdown(self) -> None:
         """Journal what is buffered and leave at once (what a clean mongod shutdown ends with)."""

@@ -6,13 +6,18 @@ volume does not grow with the data, while an initial sync copies every byte. Cha
 inside one open transaction that is committed (and fsynced) by group commit every commit
 interval, or at once for `j: true`; a SIGKILL loses what was not yet committed, as MongoDB's
 journal would, and never leaves documents, oplog and metadata out of step with each other.
+
+Storage errors (EIO, ENOSPC from the disk, e.g. through faultfs) split as in mongod: a failed
+read fails the operation that needed it (`StorageReadError`), while a failed write or commit
+(fsync) is fatal: the data on disk can no longer be trusted, so `on_fatal` ends the process.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import bson
 
@@ -34,6 +39,10 @@ CREATE TABLE IF NOT EXISTS statements (
 """
 
 
+class StorageReadError(Exception):
+    """Reading the data files failed; the operation fails, the member lives on."""
+
+
 class Database:
     """The member's SQLite file, always inside an open transaction between commits."""
 
@@ -42,6 +51,13 @@ class Database:
         self.path = dbpath / DATABASE
         self.conn: sqlite3.Connection | None = None
         self.dirty = False
+        # Called with a description when a write or commit fails; must not return.
+        self.on_fatal: Callable[[str], NoReturn] | None = None
+
+    def _fatal(self, what: str, exc: sqlite3.Error) -> NoReturn:
+        if self.on_fatal is not None:
+            self.on_fatal(f"{what}: {exc}")
+        raise exc
 
     def exists(self) -> bool:
         """True when the directory holds a member's data (not an empty, new volume)."""
@@ -75,22 +91,34 @@ class Database:
         return self.conn
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
-        return self.db.execute(sql, params)
+        try:
+            return self.db.execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            raise StorageReadError(f"reading {self.path.name}: {exc}") from exc
 
     def write(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         self.dirty = True
-        return self.db.execute(sql, params)
+        try:
+            return self.db.execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            self._fatal(f"writing {self.path.name}", exc)
 
     def write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         self.dirty = True
-        self.db.executemany(sql, rows)
+        try:
+            self.db.executemany(sql, rows)
+        except sqlite3.OperationalError as exc:
+            self._fatal(f"writing {self.path.name}", exc)
 
     def commit(self) -> None:
         """Make everything so far durable (fsynced), then open the next transaction."""
         if not self.dirty:
             return
-        self.db.execute("COMMIT")
-        self.db.execute("BEGIN")
+        try:
+            self.db.execute("COMMIT")
+            self.db.execute("BEGIN")
+        except sqlite3.OperationalError as exc:
+            self._fatal(f"journal commit (fsync) of {self.path.name}", exc)
         self.dirty = False
 
     def close(self) -> None:
