@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.injectors import netcls
+from rsdrill.injectors.network import rsdrill_tables
 from rsdrill.sandbox.cluster import Sandbox
 
 FAULTS = {
@@ -38,6 +41,7 @@ FAULTS = {
     " restart: {volume: wipe}}",
     "host-freeze": "{at: 1s, kind: host-freeze, select: primary, duration: 1.5s}",
     "stepdown": "{at: 1s, kind: stepdown, select: primary, duration: 1.5s, secondary_catch_up: 1s}",
+    "network-partition": "{at: 1s, kind: network-partition, select: primary, duration: 1.5s}",
 }
 FAULT_S = 1.5
 # (marker line, lowest delay, highest delay) per phase; see the module docstring.
@@ -55,6 +59,15 @@ PARALLEL = 4
 HEALTHY_TIMEOUT_S = 45.0
 
 pytestmark = pytest.mark.timeout(600)
+NETFILTER = Path(__file__).resolve().parents[2] / ".ci" / "install-netfilter"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nft() -> None:
+    """network-partition runs need `nft`; installed by the project's script when missing."""
+    if shutil.which("nft") is None:
+        subprocess.run([str(NETFILTER)], check=True, timeout=300)
+    assert shutil.which("nft"), f"{NETFILTER} did not install nft"
 
 
 @dataclass
@@ -203,7 +216,14 @@ def _setup_finished(work: Path) -> bool:
 
 
 def _check_nothing_remains(outcome: Outcome) -> None:
-    """No member frozen; a kept sandbox healthy with one primary, any other one gone."""
+    """No member frozen, no partition rule or member class left for the run's ports; a kept
+    sandbox healthy with one primary, any other one gone."""
+    ports = {outcome.case.port_base + i for i in range(3)}
+    tables = [t for t in rsdrill_tables() if t.startswith(tuple(f"rsdrill-{p}-" for p in ports))]
+    if tables:
+        outcome.problems.append(f"network rules left: {tables}")
+    if tagged := ports & set(netcls.tagged_ports()):
+        outcome.problems.append(f"member processes left in net_cls classes: ports {tagged}")
     sandbox_dir = outcome.work / "out" / "sandbox"
     processes = _processes_of(sandbox_dir)
     stopped = [pid for pid, state in processes.items() if state == "T"]
