@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rsdrill import __version__
-from rsdrill.cli import experiment, faultfs, history, replay, run, sandbox
+from rsdrill.cli import experiment, faultfs, history, replay, run, sandbox, schedule
 
 app = typer.Typer(
     name="rsdrill",
@@ -31,6 +31,7 @@ app.command()(history.history)
 app.command()(replay.replay)
 app.add_typer(replay.timeline_app, name="timeline")
 app.add_typer(faultfs.app, name="faultfs")
+app.add_typer(schedule.app, name="schedule")
 
 
 def _print_version(value: bool) -> None:

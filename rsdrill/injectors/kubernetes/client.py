@@ -9,9 +9,11 @@ Tokens and keys stay inside the client configuration and never reach a message.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client as k8s
@@ -54,6 +56,16 @@ class ClusterAccess:
         return cls(action.get("kubeconfig"), action.get("context"), bool(action.get("in_cluster")))
 
 
+def _only_in_cluster(access: ClusterAccess) -> bool:
+    """No kubeconfig named nor found, inside a pod: its service account is the credential."""
+    return (
+        access.kubeconfig is None
+        and not os.environ.get("KUBECONFIG")
+        and not Path(k8s_config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION).expanduser().exists()
+        and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    )
+
+
 def _message(exc: ApiException) -> str:
     try:
         body = json.loads(exc.body or "{}")
@@ -69,7 +81,7 @@ class Kube:
     def __init__(self, access: ClusterAccess) -> None:
         self.access = access
         try:
-            if access.in_cluster:
+            if access.in_cluster or _only_in_cluster(access):
                 configuration = k8s.Configuration()
                 k8s_config.load_incluster_config(client_configuration=configuration)
                 api = k8s.ApiClient(configuration)

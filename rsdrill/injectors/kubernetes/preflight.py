@@ -1,15 +1,16 @@
 """Before anything is injected: are the engines' CRDs installed, and may this identity make
 every call the experiment's faults need? Each missing permission is named, so a run with a
-too-narrow token is refused whole instead of failing halfway."""
+too-narrow token is refused whole instead of failing halfway. The same list of permissions
+makes the Role that `rsdrill schedule render` and manifests/ grant (no client needed here)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rsdrill.experiment.platforms.kubernetes import KubernetesFault, KubernetesPlatform, engine_of
 from rsdrill.experiment.schema import Fault
-from rsdrill.injectors.kubernetes.client import Kube
 from rsdrill.injectors.kubernetes.resources import (
     BLOCK_CHAOS,
     CHAOS_ENGINE,
@@ -20,6 +21,9 @@ from rsdrill.injectors.kubernetes.resources import (
     POD_CHAOS,
     ResourceType,
 )
+
+if TYPE_CHECKING:
+    from rsdrill.injectors.kubernetes.client import Kube
 
 _CHAOS_MESH_TYPE = {
     "host-kill": POD_CHAOS,

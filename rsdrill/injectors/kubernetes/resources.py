@@ -278,6 +278,23 @@ def litmus_result_name(engine_name: str, experiment: str) -> str:
     return f"{engine_name}-{experiment}"
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (scripts, experiment files) as literal blocks, as a person writes."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(documents: list[dict[str, Any]]) -> str:
+    """Kubernetes objects as a YAML stream, keys in the order they were built."""
+    return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False, width=100)
+
+
 # -- the plan ------------------------------------------------------------------------------------
 
 
@@ -313,7 +330,7 @@ def planned_resources(exp: Experiment) -> list[str]:
                     "# a BlockChaos delay instead where the cluster has that CRD "
                     "(block_chaos: auto)"
                 )
-        lines += ["---", *yaml.safe_dump(body, sort_keys=False).splitlines()]
+        lines += ["---", *to_yaml([body]).splitlines()]
     return lines
 
 

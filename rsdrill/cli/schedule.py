@@ -1,0 +1,94 @@
+"""`rsdrill schedule render`: the Kubernetes objects that run experiments nightly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from rsdrill.cli.errors import exit_invalid
+
+if TYPE_CHECKING:
+    from rsdrill.cronjob import ScheduledFile
+
+app = typer.Typer(
+    help="Run experiments on a schedule (a Kubernetes CronJob).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+# A stand-in for ${VAR}s without a default while validating: the real values live in a Secret
+# the CronJob reads at run time, never in what is rendered.
+_PLACEHOLDER = "rsdrill-schedule-placeholder"
+
+
+@app.command()
+def render(
+    files: Annotated[list[Path], typer.Argument(help="Experiment files (YAML).", metavar="FILE")],
+    cron: Annotated[str, typer.Option("--cron", help='When, e.g. "0 2 * * *" (02:00 daily).')],
+    namespace: Annotated[
+        str, typer.Option(help="Namespace of the CronJob, its ServiceAccount and PVC.")
+    ] = "rsdrill",
+    name: Annotated[str, typer.Option(help="Name of the CronJob and its objects.")] = (
+        "rsdrill-nightly"
+    ),
+    image: Annotated[
+        str | None, typer.Option(help="The rsdrill image (manifests/Dockerfile).")
+    ] = None,
+    storage: Annotated[str, typer.Option(help="Size of the results/history volume.")] = "2Gi",
+    storage_class: Annotated[
+        str | None, typer.Option(help="StorageClass of the volume (default: the cluster's).")
+    ] = None,
+    time_zone: Annotated[
+        str | None, typer.Option(help="Time zone of --cron, e.g. Europe/Berlin (default UTC).")
+    ] = None,
+    env_secret: Annotated[
+        str, typer.Option(help="Secret holding the files' ${VAR} values (keys = names).")
+    ] = "rsdrill-env",
+    fail_on_regression: Annotated[
+        bool, typer.Option(help="Fail the job when a metric regressed (rsdrill history).")
+    ] = True,
+    out: Annotated[
+        Path | None, typer.Option("--out", dir_okay=False, help="Write here instead of stdout.")
+    ] = None,
+) -> None:
+    """Write a CronJob (concurrencyPolicy Forbid) that runs FILEs with `rsdrill run`, with a
+    ConfigMap holding them, a ServiceAccount and the RBAC their faults need, and a PVC keeping
+    results and history. Apply it with `kubectl apply -f`."""
+    from rsdrill.cronjob import ScheduleError, ScheduleOptions, render_schedule
+    from rsdrill.injectors.kubernetes.resources import to_yaml
+
+    scheduled = [_load(path) for path in files]
+    options = ScheduleOptions(cron=cron, namespace=namespace, name=name, storage=storage,
+                              storage_class=storage_class, env_secret=env_secret,
+                              time_zone=time_zone, fail_on_regression=fail_on_regression,
+                              **({"image": image} if image else {}))  # fmt: skip
+    try:
+        objects = render_schedule(scheduled, options)
+    except ScheduleError as exc:
+        exit_invalid(f"rsdrill schedule render: {exc}")
+    text = to_yaml(objects)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+        typer.echo(f"wrote {out} ({len(objects)} objects)")
+
+
+def _load(path: Path) -> ScheduledFile:
+    from rsdrill.cronjob import ScheduledFile
+    from rsdrill.experiment.loader import _ENV_REF, ExperimentError, load_experiment_text
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        exit_invalid(f"{path}: {exc}")
+    references = [m for m in _ENV_REF.finditer(text) if m.group("name")]
+    env = {m.group("name"): _PLACEHOLDER for m in references if m.group("default") is None}
+    try:
+        experiment = load_experiment_text(text, str(path), env)
+    except ExperimentError as exc:
+        exit_invalid(str(exc))
+    names = tuple(dict.fromkeys(m.group("name") for m in references))
+    return ScheduledFile(path.name, text, experiment, names)

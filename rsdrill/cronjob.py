@@ -1,0 +1,317 @@
+"""Nightly chaos on Kubernetes: the objects that run experiment files on a schedule.
+
+`render_schedule` turns experiment files into a ServiceAccount with exactly the permissions
+their faults need (the preflight's own list, so a scheduled run is never refused for a missing
+verb), a PersistentVolumeClaim for results and run history, a ConfigMap holding the files as
+written, and a CronJob (concurrencyPolicy Forbid) running each file with `rsdrill run`, then
+`rsdrill history --fail-on-regression`. `${VAR}` references in the files become environment
+variables from a Secret the user creates, so no secret is ever written into these objects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsdrill import __version__
+from rsdrill.experiment.schema import Experiment
+
+EXPERIMENTS_DIR = "/etc/rsdrill/experiments"
+DATA_DIR = "/var/lib/rsdrill"
+LABELS = {"app.kubernetes.io/name": "rsdrill", "app.kubernetes.io/managed-by": "rsdrill"}
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*?/,\-]+$")
+_CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot be rendered (the message names the option or file)."""
+
+
+@dataclass(frozen=True)
+class ScheduledFile:
+    """One experiment file: its name in the ConfigMap, its text as written, and its model."""
+
+    name: str
+    text: str
+    experiment: Experiment
+    env: tuple[str, ...] = ()  # the ${VAR} names it references
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    cron: str
+    namespace: str = "rsdrill"
+    name: str = "rsdrill-nightly"
+    image: str = f"rsdrill:{__version__}"
+    storage: str = "2Gi"
+    storage_class: str | None = None
+    env_secret: str = "rsdrill-env"
+    time_zone: str | None = None
+    fail_on_regression: bool = True
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def check_cron(cron: str) -> None:
+    """Refuse a schedule that is not five cron fields or a macro like @daily."""
+    text = cron.strip()
+    if text in _CRON_MACROS:
+        return
+    fields = text.split()
+    if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+        raise ScheduleError(
+            f"--cron {cron!r}: want five fields (minute hour day-of-month month day-of-week), "
+            'e.g. "0 2 * * *", or a macro like @daily'
+        )
+
+
+def render_schedule(
+    files: Sequence[ScheduledFile], options: ScheduleOptions
+) -> list[dict[str, Any]]:
+    """The Kubernetes objects of the schedule, in the order to apply them."""
+    check_cron(options.cron)
+    if not _NAME.match(options.name) or len(options.name) > 52:
+        raise ScheduleError(f"--name {options.name!r}: a DNS label of at most 52 characters")
+    if not files:
+        raise ScheduleError("no experiment files")
+    names = [f.name for f in files]
+    if len(set(names)) != len(names):
+        raise ScheduleError(f"two files share a name: {', '.join(names)}")
+    for f in files:
+        platform = f.experiment.target.kubernetes
+        if f.experiment.target.platform != "kubernetes" or platform is None:
+            raise ScheduleError(
+                f"{f.name}: target.platform is {f.experiment.target.platform}; "
+                "a schedule on Kubernetes runs kubernetes experiments"
+            )
+        if platform.kubeconfig is not None:
+            raise ScheduleError(
+                f"{f.name}: target.kubernetes.kubeconfig: a scheduled run uses "
+                "the CronJob's service account; drop kubeconfig"
+            )
+    meta = _meta_factory(options)
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(options.name)},
+        *_rbac(files, options, meta),
+        _pvc(options, meta),
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": meta(f"{options.name}-experiments"),
+            "data": {f.name: f.text for f in files},
+        },
+        _cronjob(files, options, meta),
+    ]
+    return objects
+
+
+def _meta_factory(options: ScheduleOptions) -> Any:
+    def meta(name: str, namespace: str | None = options.namespace) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": name}
+        if namespace is not None:
+            out["namespace"] = namespace
+        out["labels"] = {
+            **LABELS,
+            "app.kubernetes.io/instance": options.name,
+            **options.extra_labels,
+        }
+        return out
+
+    return meta
+
+
+def role_rules(
+    experiments: Sequence[Experiment],
+) -> tuple[dict[str | None, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """RBAC rules for everything the experiments' faults do: {namespace: rules} for Roles and
+    the rules of a ClusterRole (node-level faults), merged per API group and resource."""
+    from rsdrill.injectors.kubernetes.preflight import needed_permissions
+
+    grouped: dict[str | None, dict[tuple[str, str], list[str]]] = defaultdict(dict)
+    for exp in experiments:
+        platform = exp.target.kubernetes
+        assert platform is not None
+        # Both ways an iops-throttle may go (BlockChaos where installed, IOChaos otherwise).
+        for block_chaos in (False, True):
+            for p in needed_permissions(platform, exp.faults, block_chaos=block_chaos):
+                resource = f"{p.resource}/{p.subresource}" if p.subresource else p.resource
+                verbs = grouped[p.namespace].setdefault((p.group, resource), [])
+                if p.verb not in verbs:
+                    verbs.append(p.verb)
+
+    def rules(entries: dict[tuple[str, str], list[str]]) -> list[dict[str, Any]]:
+        return [
+            {"apiGroups": [group], "resources": [resource], "verbs": verbs}
+            for (group, resource), verbs in sorted(entries.items())
+        ]
+
+    cluster = rules(grouped.pop(None, {}))
+    return {ns: rules(entries) for ns, entries in grouped.items()}, cluster
+
+
+def _rbac(
+    files: Sequence[ScheduledFile], options: ScheduleOptions, meta: Any
+) -> list[dict[str, Any]]:
+    namespaced, cluster = role_rules([f.experiment for f in files])
+    subject = [{"kind": "ServiceAccount", "name": options.name, "namespace": options.namespace}]
+    objects: list[dict[str, Any]] = []
+    for namespace, rules in sorted(namespaced.items(), key=lambda item: str(item[0])):
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": meta(options.name, namespace),
+                "rules": rules,
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": meta(options.name, namespace),
+                "subjects": subject,
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": options.name,
+                },
+            }
+        )
+    if cluster:
+        cluster_name = f"{options.namespace}-{options.name}"
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": meta(cluster_name, None),
+                "rules": cluster,
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": meta(cluster_name, None),
+                "subjects": subject,
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": cluster_name,
+                },
+            }
+        )
+    return objects
+
+
+def _pvc(options: ScheduleOptions, meta: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": options.storage}},
+    }
+    if options.storage_class:
+        spec["storageClassName"] = options.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": meta(f"{options.name}-data"),
+        "spec": spec,
+    }
+
+
+def job_script(files: Sequence[ScheduledFile], options: ScheduleOptions) -> str:
+    """The shell script the CronJob's container runs: every experiment (each in its own results
+    directory, all recorded in one history), then the regression check."""
+    history = f"{DATA_DIR}/history.db"
+    lines = ["set -u", "status=0", "stamp=$(date -u +%Y%m%d-%H%M%S)"]
+    for f in files:
+        stem = f.name.rsplit(".", 1)[0]
+        lines.append(
+            f'rsdrill run "{EXPERIMENTS_DIR}/{f.name}" --no-live --yes '
+            f'--out "{DATA_DIR}/results/$stamp/{stem}" --history "{history}" '
+            "|| status=1"
+        )
+    if options.fail_on_regression:
+        lines.append(f'rsdrill history --db "{history}" --fail-on-regression || status=1')
+    lines.append('exit "$status"')
+    return "\n".join(lines) + "\n"
+
+
+def _cronjob(files: Sequence[ScheduledFile], options: ScheduleOptions, meta: Any) -> dict[str, Any]:
+    env_names = sorted({name for f in files for name in f.env})
+    env = [
+        {
+            "name": name,
+            "valueFrom": {
+                "secretKeyRef": {"name": options.env_secret, "key": name, "optional": True}
+            },
+        }
+        for name in env_names
+    ]
+    # A run lasts its faults, observation and probes; a job that outlives all of them twice
+    # over is stuck, and Forbid would then skip every later night.
+    budget_s = sum(_run_budget_s(f.experiment) for f in files)
+    container: dict[str, Any] = {
+        "name": "rsdrill",
+        "image": options.image,
+        "command": ["/bin/sh", "-c", job_script(files, options)],
+        "volumeMounts": [
+            {"name": "experiments", "mountPath": EXPERIMENTS_DIR, "readOnly": True},
+            {"name": "data", "mountPath": DATA_DIR},
+        ],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if env:
+        container["env"] = env
+    spec: dict[str, Any] = {
+        "schedule": options.cron.strip(),
+        "concurrencyPolicy": "Forbid",
+        "startingDeadlineSeconds": 3600,
+        "successfulJobsHistoryLimit": 3,
+        "failedJobsHistoryLimit": 5,
+        "jobTemplate": {
+            "spec": {
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": 2 * budget_s,
+                "template": {
+                    "metadata": {"labels": {**LABELS, "app.kubernetes.io/instance": options.name}},
+                    "spec": {
+                        "serviceAccountName": options.name,
+                        "restartPolicy": "Never",
+                        "securityContext": {"fsGroup": 10001},
+                        "containers": [container],
+                        "volumes": [
+                            {
+                                "name": "experiments",
+                                "configMap": {"name": f"{options.name}-experiments"},
+                            },
+                            {
+                                "name": "data",
+                                "persistentVolumeClaim": {"claimName": f"{options.name}-data"},
+                            },
+                        ],
+                    },
+                },
+            }
+        },
+    }
+    if options.time_zone:
+        spec["timeZone"] = options.time_zone
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": meta(options.name),
+        "spec": spec,
+    }
+
+
+def _run_budget_s(exp: Experiment) -> int:
+    faults_end = max(f.at + (f.revert_after or 0.0) for f in exp.faults)
+    return int(faults_end + exp.observe.after_revert + 300)
