@@ -11,6 +11,7 @@ import typer
 from rsdrill.cli.errors import exit_invalid
 
 if TYPE_CHECKING:
+    from rsdrill.engine.console import GameDayConsole
     from rsdrill.engine.runner import RunOptions
     from rsdrill.experiment.schema import Experiment
 
@@ -54,6 +55,15 @@ def run(
     yes: YesOption = False,
     history: HistoryOption = HISTORY_DB,
     no_history: NoHistoryOption = False,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            "-i",
+            help="Game day: confirm each fault before it goes in; press r to revert the "
+            "faults in force early, a to abort. Needs a terminal.",
+        ),
+    ] = False,
 ) -> None:
     """Run an experiment: exit 0 all SLOs held, 1 an SLO failed, 2 invalid input, 3 aborted,
     4 a platform or internal error."""
@@ -65,9 +75,24 @@ def run(
         exit_invalid(str(exc))
     out_dir = out or default_out_dir(experiment.name)
     options = run_options(experiment, out_dir, live, abort_on or [], yes)
+    if interactive:
+        options.console = _game_day_console(experiment)
     if experiment.matrix is not None:
         _run_matrix(experiment, options)
     run_and_report(experiment, options, None if no_history else history)
+
+
+def _game_day_console(experiment: Experiment) -> GameDayConsole:
+    """The terminal that confirms each fault; `--interactive` without one exits 2."""
+    import sys
+
+    from rsdrill.engine.console import GameDayConsole
+
+    if not sys.stdin.isatty():
+        exit_invalid("--interactive needs a terminal to ask on (stdin is not one)")
+    if experiment.matrix is not None:
+        exit_invalid("--interactive runs one experiment, not a matrix of them")
+    return GameDayConsole(sys.stdin.fileno(), sys.stderr)
 
 
 def default_out_dir(name: str) -> Path:

@@ -20,6 +20,7 @@ from typing import Any
 
 from rsdrill import __version__
 from rsdrill.engine.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
+from rsdrill.engine.console import GameDayConsole
 from rsdrill.engine.guards import HEALTHY, GuardRefusal, check_guards
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
@@ -60,6 +61,8 @@ class RunOptions:
     # terminal (None: there is none to ask on).
     assume_yes: bool = False
     confirm: Callable[[str], bool] | None = None
+    # Game-day mode: confirm each fault on the terminal, revert early or abort on a key.
+    console: GameDayConsole | None = None
 
 
 @dataclass
@@ -107,6 +110,11 @@ class Runner:
         self._abort_reason: str | None = None
         self._monitor_stop = threading.Event()
         self._reverting = False
+        # Set with (after) `_abort` or `_revert_now`, so a waiting run wakes up at once.
+        self._wake = threading.Event()
+        self._revert_now = threading.Event()
+        self._journal: Journal | None = None
+        self._confirm_delay_s = 0.0
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -115,6 +123,8 @@ class Runner:
         self.options.out_dir.mkdir(parents=True, exist_ok=True)
         started_wall = dt.datetime.now(dt.UTC)
         journal = Journal.open_run(self.run_id, self.exp.name, self.options.journal_dir)
+        self._journal = journal
+        console = self.options.console
         previous = self._install_signal_handlers()
         target: RunTarget | None = None
         probes = None
@@ -151,6 +161,8 @@ class Runner:
             probes.start(self.clock)
             monitor = self._start_monitor()
             self._phase("faults")
+            if console is not None:
+                console.start(self._on_key)
             self._run_schedule(target, journal)
             self._phase("observe")
             self._observe(target)
@@ -164,6 +176,8 @@ class Runner:
         except Exception as exc:  # an internal error still reverts, reports and exits 4
             verdict, error = "error", redact_uri(f"internal error: {type(exc).__name__}: {exc}")
         finally:
+            if console is not None:
+                console.stop()
             self._monitor_stop.set()
             if monitor is not None:
                 monitor.join()
@@ -301,16 +315,25 @@ class Runner:
             if breach is not None:
                 self._abort_reason = breach.message()
                 self.live.event(f"{breach.message()}: stopping, reverting every fault")
-                self._abort.set()
+                self._stop_run()
                 return
 
     def _run_schedule(self, target: RunTarget, journal: Journal) -> None:
         for action in build_schedule(self.exp.faults):
-            self._sleep_until(action.at_s)
-            if action.what == "inject":
-                self._inject(action, target, journal)
-            else:
-                self._revert_fault(action.index, journal)
+            while True:
+                if action.what == "revert" and not any(
+                    a.record.index == action.index for a in self.state.applied.values()
+                ):
+                    break  # reverted early (game day), or never injected: nothing to wait for
+                # Time spent answering game-day questions slides the rest of the timeline.
+                at_s = action.at_s + self._confirm_delay_s
+                if self.clock.now() >= at_s:
+                    if action.what == "inject":
+                        self._inject(action, target, journal)
+                    else:
+                        self._revert_fault(action.index, journal)
+                    break
+                self._sleep_until(at_s)
 
     def _inject(self, action: Action, target: RunTarget, journal: Journal) -> None:
         fault = self.exp.faults[action.index]
@@ -319,6 +342,8 @@ class Runner:
         for host in hosts:
             self._check_abort()  # a `count:` fault stops between members too
             injector = _injector(fault, host, target)
+            if not self._confirmed(injector, states[host]):
+                continue
             # The role and fault index let `rsdrill replay --from` select the same way again.
             record = FaultRecord(action.index, fault.kind, host,
                                  detail={"plan": injector.describe(), "role": states[host],
@@ -339,6 +364,28 @@ class Runner:
                     f"{fault.kind} on {host} did not take effect within {VERIFY_TIMEOUT_S:.0f}s"
                 )
             record.verified_at_s = round(self.clock.now(), 4)
+
+    def _confirmed(self, injector: Injector, role: str) -> bool:
+        """Game-day mode: the user says yes, skip (False) or abort (raised) for each fault."""
+        console = self.options.console
+        if console is None:
+            return True
+        asked_at = time.monotonic()
+        answer = console.ask(
+            f"next: {injector.kind} on {injector.target} ({role}): {injector.describe()}. "
+            "Inject it? [y]es, [s]kip, [a]bort",
+            "ysa",
+            cancelled=self._abort,
+        )
+        self._confirm_delay_s += time.monotonic() - asked_at
+        if answer == "a" and not self._abort.is_set():
+            self._abort_reason = "aborted from the keyboard"
+            self._stop_run()
+        self._check_abort()
+        if answer == "s":
+            self.live.event(f"skipped {injector.kind} on {injector.target}")
+            return False
+        return True
 
     def _roles_now(self, target: RunTarget) -> dict[str, str]:
         """Each member's state, for `select:`: from the failover probe's hello answers since the
@@ -402,8 +449,30 @@ class Runner:
             raise Aborted
 
     def _sleep(self, seconds: float) -> None:
-        if self._abort.wait(max(seconds, 0)):
-            raise Aborted
+        """Wait; an abort is raised, an early-revert request is carried out and ends the wait
+        (so the schedule can drop what it no longer has to wait for)."""
+        deadline = time.monotonic() + max(seconds, 0)
+        while True:
+            if self._wake.wait(max(deadline - time.monotonic(), 0)):
+                self._wake.clear()
+            self._check_abort()
+            if self._revert_now.is_set():
+                self._revert_now.clear()
+                self._revert_early()
+                return
+            if time.monotonic() >= deadline:
+                return
+
+    def _revert_early(self) -> None:
+        if not self.state.applied:
+            self.live.event("revert requested: no fault is in force")
+            return
+        self.live.event("revert requested: reverting the faults in force now")
+        assert self._journal is not None
+        for key in list(self.state.applied)[::-1]:
+            applied = self.state.applied.pop(key)
+            applied.record.detail["reverted_early"] = True
+            self._revert(applied, self._journal)
 
     def _sleep_until(self, at_s: float) -> None:
         self._sleep(at_s - self.clock.now())
@@ -425,7 +494,21 @@ class Runner:
             self.live.event("reverting faults; rsdrill exits once everything is restored")
             return
         self.live.event(f"{signal.Signals(signum).name}: stopping, reverting every fault")
+        self._stop_run()
+
+    def _stop_run(self) -> None:
         self._abort.set()
+        self._wake.set()
+
+    def _on_key(self, key: str) -> None:
+        """Game-day keys: `r` reverts the faults in force now, `a` aborts the run."""
+        if key == "a" and not self._abort.is_set():
+            self._abort_reason = "aborted from the keyboard"
+            self.live.event("abort requested: stopping, reverting every fault")
+            self._stop_run()
+        elif key == "r":
+            self._revert_now.set()
+            self._wake.set()
 
 
 def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
