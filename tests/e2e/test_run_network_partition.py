@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.experiment.schema import Experiment
 from rsdrill.injectors import netcls
 from rsdrill.injectors.network import rsdrill_tables
-from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
+from rsdrill.sandbox.config import Settings, build_topology
 from tests.e2e.test_run_cli import _wait_for_text
 
 INSTALL = Path(__file__).resolve().parents[2] / ".ci" / "install-netfilter"
@@ -121,3 +124,38 @@ def test_recover_removes_the_rules_of_a_killed_run(
         if proc.poll() is None:
             proc.kill()
         Sandbox(tmp_path / "out" / "sandbox").down(grace_s=1.0)
+
+
+@pytest.mark.slow
+def test_local_platform_partitions_running_processes_without_restarting_them(
+    tmp_path: Path, free_port_base: Callable[[int], int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`platform: local`: members started outside rsdrill, found by their ports, tagged while
+    they run (their open connections included) and untagged afterwards."""
+    monkeypatch.setenv("RSDRILL_ALLOW", "rs0")
+    spec = build_topology(
+        "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=1000)
+    )
+    sandbox = up(tmp_path / "existing", spec, EmulatorEngine())
+    try:
+        pids = {m.host: sandbox.pid(m) for m in spec.members}
+        members = [{"host": m.host, "start": "false"} for m in spec.members]
+        uri = "mongodb://" + ",".join(pids) + "/?replicaSet=rs0"
+        experiment = Experiment.model_validate({
+            "name": "local-minority-partition",
+            "target": {"platform": "local", "topology": "rs3", "uri": uri, "members": members},
+            "faults": [{"at": "2s", "kind": "network-partition", "select": "primary",
+                        "duration": "4s"}],
+            "observe": {"after_revert": "10s"},
+            "slo": {"lost_acknowledged_writes": "== 0"},
+        })  # fmt: skip
+        result = run_experiment(
+            experiment, RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path)
+        )
+        assert result.verdict == "pass", result.error
+        assert result.metrics.failover_s is not None and result.metrics.failover_s < 4
+        assert {m.host: sandbox.pid(m) for m in spec.members} == pids  # nothing restarted
+        assert not _our_tables(spec.members[0].port)
+        assert not {m.port for m in spec.members} & set(netcls.tagged_ports())
+    finally:
+        sandbox.down(grace_s=2.0)
