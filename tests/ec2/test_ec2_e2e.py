@@ -1,0 +1,146 @@
+"""End to end on EC2's API: moto's instances stand for the hosts of a sandbox replica set
+(tests/harness/ec2_binding.py), so `rsdrill run` on the catalog's EC2 experiments stops real
+member processes through the EC2 API and measures the failover and the recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SECRET
+from harness.ec2_binding import Ec2Binding
+from harness.moto_ec2 import Member, data_volume_at, instance_of, make_member
+from pymongo import MongoClient, WriteConcern
+from pymongo.errors import BulkWriteError, PyMongoError
+
+from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
+from rsdrill.sandbox.config import Settings, build_topology
+
+ROOT = Path(__file__).resolve().parents[2]
+PRELOAD_MB = 6
+
+
+BoundSet = tuple[Sandbox, dict[str, Member], Ec2Binding]
+
+
+@pytest.fixture
+def bound_set(
+    tmp_path: Path, free_port_base: Callable[[int], int], ec2: Any
+) -> Iterator[Callable[[int], BoundSet]]:
+    """An rs3 of emulator members (2 s elections, initial sync capped at 2 MiB/s), with
+    `megabytes` of data, each member bound to a moto instance tagged with its host:port."""
+    with ExitStack() as stack:
+
+        def bind(megabytes: int) -> BoundSet:
+            spec = build_topology("rs3", port_base=free_port_base(3),
+                                  settings=Settings(election_timeout_ms=2000),
+                                  initial_sync_bytes_per_s=2 * 1024 * 1024)  # fmt: skip
+            sandbox = up(tmp_path / "set", spec, EmulatorEngine())
+            stack.callback(sandbox.down, grace_s=2.0)
+            preload(sandbox.uri, megabytes)
+            members = {m.host: make_member(ec2, m.host) for m in spec.members}
+            binding = stack.enter_context(Ec2Binding(ec2, sandbox, members))
+            return sandbox, members, binding
+
+        yield bind
+
+
+def preload(uri: str, megabytes: int) -> None:
+    """Bulk data; a batch cut short by an election on a loaded machine is written again."""
+    with MongoClient(uri, serverSelectionTimeoutMS=20_000) as client:
+        coll = client["data"].get_collection("pad", write_concern=WriteConcern("majority"))
+        for first in range(0, megabytes * 1024, 1024):
+            batch = [{"_id": i, "pad": "p" * 1000} for i in range(first, first + 1024)]
+            for attempt in range(10):
+                try:
+                    coll.insert_many(batch, ordered=False)
+                    break
+                except BulkWriteError as exc:
+                    if all(e["code"] == 11000 for e in exc.details["writeErrors"]) and not \
+                            exc.details["writeConcernErrors"]:  # fmt: skip
+                        break  # written before the election
+                    if attempt == 9:
+                        raise
+                except PyMongoError:
+                    if attempt == 9:
+                        raise
+                time.sleep(0.5)
+
+
+def run(experiment: Path, out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out", str(out),
+         "--no-live", "--no-history"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
+    )  # fmt: skip
+
+
+def environment(tmp_path: Path, sandbox: Sandbox, endpoint: str) -> dict[str, str]:
+    return {**os.environ, "RSDRILL_HOME": str(tmp_path / "home"),
+            "RSDRILL_EC2_URI": sandbox.uri, "RSDRILL_EC2_ENDPOINT": endpoint,
+            "RSDRILL_EC2_POLL": "50ms", "RSDRILL_EC2_RESTART_AFTER": "4s",
+            "RSDRILL_ALLOW": "rs0"}  # fmt: skip
+
+
+def assert_no_secret(tmp_path: Path, *streams: str) -> None:
+    for text in streams:
+        assert SECRET not in text
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and "members" not in path.parts:
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.slow
+def test_stop_primary_instance_measures_failover_and_recovery(
+    tmp_path: Path, bound_set: Callable[[int], BoundSet], moto_endpoint: str, ec2: Any
+) -> None:
+    sandbox, members, binding = bound_set(0)
+    out = tmp_path / "out"
+    proc = run(ROOT / "experiments" / "ec2-rs3-stop-primary.yaml", out,
+               environment(tmp_path, sandbox, moto_endpoint))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(binding.errors)
+    result = json.loads((out / "result.json").read_text())
+    metrics = result["metrics"]
+    assert result["verdict"] == "pass"
+    assert metrics["failover_s"] is not None and 0 < metrics["failover_s"] < 30, metrics
+    (fault,) = result["faults"]
+    assert fault["kind"] == "host-kill" and fault["reverted_at_s"] > fault["injected_at_s"]
+    killed = fault["target"]
+    assert [(e.host, e.what) for e in binding.events] == [
+        (killed, "killed"), (killed, "restarted-keep")]  # fmt: skip
+    assert instance_of(ec2, members[killed].instance_id)["State"]["Name"] == "running"
+    assert metrics["recovery_s"][killed] is not None
+    assert_no_secret(tmp_path, proc.stdout, proc.stderr)
+
+
+@pytest.mark.slow
+def test_keep_versus_wipe_recovery_side_by_side(
+    tmp_path: Path, bound_set: Callable[[int], BoundSet], moto_endpoint: str, ec2: Any
+) -> None:
+    sandbox, members, binding = bound_set(PRELOAD_MB)
+    original = {h: m.volume_id for h, m in members.items()}
+    out = tmp_path / "out"
+    proc = run(ROOT / "experiments" / "ec2-recovery-keep-vs-wipe.yaml", out,
+               environment(tmp_path, sandbox, moto_endpoint))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(binding.errors)
+    assert "| target.topology | faults.0.restart.volume=keep | faults.0.restart.volume=wipe |" \
+        in proc.stdout  # fmt: skip
+    rows = json.loads((out / "matrix.json").read_text())
+    recovery = {r["parameters"]["faults.0.restart.volume"]: max(r["metrics"]["recovery_s"]
+                                                                .values()) for r in rows}
+    # Initial sync of the preloaded data at 2 MiB/s takes seconds; catching up does not.
+    assert recovery["wipe"] > recovery["keep"] + 1.0, recovery
+    whats = [e.what for e in binding.events]
+    assert whats == ["killed", "restarted-keep", "killed", "restarted-wipe"], binding.events
+    wiped = binding.events[-1].host
+    fresh = data_volume_at(ec2, members[wiped].instance_id)
+    assert fresh != original[wiped]  # the member now runs on the fresh volume
+    assert_no_secret(tmp_path, proc.stdout, proc.stderr)

@@ -1,0 +1,258 @@
+"""Every EC2 fault against moto's server: the real state after inject and after revert (twice:
+reverts are repeatable), refusals that change nothing, and the clear one-line errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from harness.moto_ec2 import DATA_DEVICE, Member, data_volume_at, instance_of, volume_of
+
+from rsdrill.experiment.platforms.ec2 import DataVolume, Ec2Platform, MemberInstances
+from rsdrill.injectors.base import InjectionError
+from rsdrill.injectors.ec2 import REVERT_ACTIONS, Aws, AwsError
+from rsdrill.injectors.ec2.fis import FisExperiment, iso_duration, stop_instances
+from rsdrill.injectors.ec2.instance import REPLACES_TAG, InstanceKill
+from rsdrill.injectors.ec2.lookup import find_data_volume, find_instance
+from rsdrill.injectors.ec2.network import SecurityGroupPartition
+from rsdrill.injectors.ec2.volume import IopsThrottle, VolumeDetach, modification_limit
+
+BY_TAG = MemberInstances(by="tag")
+AT_SDF = DataVolume(device=DATA_DEVICE)
+
+
+def state(ec2: Any, m: Member) -> str:
+    return str(instance_of(ec2, m.instance_id)["State"]["Name"])
+
+
+def kill(aws: Aws, m: Member, **options: Any) -> InstanceKill:
+    settings = {"action": "stop", "force": True, "allow_terminate": False, "restart": True,
+                "replace_volume": None} | options  # fmt: skip
+    return InstanceKill(aws, find_instance(aws, BY_TAG, m.host), **settings)
+
+
+def test_members_map_to_instances_by_tag_ip_dns_and_map(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    raw = instance_of(ec2, m.instance_id)
+    assert find_instance(aws, BY_TAG, m.host).id == m.instance_id
+    by_ip = find_instance(aws, MemberInstances(), f"{raw['PrivateIpAddress']}:27017")
+    assert by_ip.id == m.instance_id
+    by_dns = find_instance(aws, MemberInstances(by="private-dns"),
+                           f"{raw['PrivateDnsName']}:27017")  # fmt: skip
+    assert by_dns.id == m.instance_id
+    mapped = MemberInstances(by="map", map={"db1:27017": m.instance_id})
+    assert find_instance(aws, mapped, "db1:27017").id == m.instance_id
+    instance = find_instance(aws, BY_TAG, m.host)
+    assert find_data_volume(aws, AT_SDF, instance) == (m.volume_id, DATA_DEVICE)
+    assert find_data_volume(aws, DataVolume(tag="rsdrill:data"), instance) == (
+        m.volume_id, DATA_DEVICE)  # fmt: skip
+
+
+def test_unknown_instance_and_member_are_clear_errors(aws: Aws) -> None:
+    missing = MemberInstances(by="map", map={"db1:27017": "i-0123456789abcdef0"})
+    with pytest.raises(AwsError, match=r"^InvalidInstanceID.NotFound: ec2:DescribeInstances: "):
+        find_instance(aws, missing, "db1:27017")
+    with pytest.raises(AwsError, match="0 instances match tag:rsdrill:member=nowhere:1"):
+        find_instance(aws, BY_TAG, "nowhere:1")
+
+
+def test_host_kill_stops_and_starts_the_instance(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    fault = kill(aws, m)
+    action = fault.revert_action()
+    assert action is not None and action["action"] == "ec2.start-instances"
+    fault.inject()
+    assert fault.verify(5.0)
+    assert state(ec2, m) == "stopped"
+    fault.revert()
+    assert state(ec2, m) == "running"
+    assert data_volume_at(ec2, m.instance_id) == m.volume_id  # keep: the same volume
+    assert "already running" in REVERT_ACTIONS["ec2.start-instances"](action)
+
+
+def test_host_kill_wipe_restarts_on_a_fresh_volume(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    fault = kill(aws, m, replace_volume=(m.volume_id, DATA_DEVICE))
+    fault.inject()
+    assert fault.verify(5.0)
+    fault.revert()
+    assert state(ec2, m) == "running"
+    fresh = data_volume_at(ec2, m.instance_id)
+    assert fresh is not None and fresh != m.volume_id
+    tags = {t["Key"]: t["Value"] for t in volume_of(ec2, fresh).get("Tags", [])}
+    assert tags[REPLACES_TAG] == m.volume_id and tags["rsdrill:data"] == m.host
+    assert volume_of(ec2, fresh)["Iops"] == 6000  # made like the one it replaces
+    assert volume_of(ec2, m.volume_id)["State"] == "available"  # the old data is kept
+    # Repeated (as `rsdrill recover` would): nothing more happens.
+    REVERT_ACTIONS["ec2.start-instances"](fault.revert_action() or {})
+    assert data_volume_at(ec2, m.instance_id) == fresh
+
+
+def test_terminate_is_refused_without_permission_and_nothing_changes(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    fault = kill(aws, m, action="terminate", restart=False)
+    assert fault.revert_action() is None
+    with pytest.raises(InjectionError, match="allow_terminate: true"):
+        fault.inject()
+    assert state(ec2, m) == "running"
+    allowed = kill(aws, m, action="terminate", allow_terminate=True, restart=False)
+    allowed.inject()
+    assert allowed.verify(5.0)
+    assert state(ec2, m) in ("shutting-down", "terminated")
+
+
+def test_volume_detach_and_reattach_to_the_same_device(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    fault = VolumeDetach(aws, find_instance(aws, BY_TAG, m.host), m.volume_id, DATA_DEVICE)
+    fault.inject()
+    assert fault.verify(5.0)
+    assert volume_of(ec2, m.volume_id)["State"] == "available"
+    assert data_volume_at(ec2, m.instance_id) is None
+    fault.revert()
+    attachment = volume_of(ec2, m.volume_id)["Attachments"][0]
+    assert (attachment["InstanceId"], attachment["Device"], attachment["State"]) == (
+        m.instance_id, DATA_DEVICE, "attached")  # fmt: skip
+    assert "already attached" in REVERT_ACTIONS["ec2.attach-volume"](fault.revert_action())
+
+
+def throttle(aws: Aws, m: Member, *, accept: bool = False, **limits: Any) -> IopsThrottle:
+    instance = find_instance(aws, BY_TAG, m.host)
+    return IopsThrottle(aws, instance, m.volume_id, iops=limits.get("iops"),
+                        throughput_mb_s=limits.get("throughput_mb_s"),
+                        accept_modification_limit=accept,
+                        field="faults[0].ec2.accept_modification_limit")  # fmt: skip
+
+
+def test_iops_throttle_restores_the_volume_and_the_6_hour_rule_refuses_the_next(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    fault = throttle(aws, m, iops=3000, throughput_mb_s=125)
+    assert fault.revert_action()["restore"] == {"Iops": 6000, "Throughput": 500}
+    fault.inject()
+    assert fault.verify(5.0)
+    assert (volume_of(ec2, m.volume_id)["Iops"], volume_of(ec2, m.volume_id)["Throughput"]) == (
+        3000, 125)  # fmt: skip
+    fault.revert()
+    assert (volume_of(ec2, m.volume_id)["Iops"], volume_of(ec2, m.volume_id)["Throughput"]) == (
+        6000, 500)  # fmt: skip
+    modifications = len(ec2.describe_volumes_modifications(VolumeIds=[m.volume_id])
+                        ["VolumesModifications"])  # fmt: skip
+
+    # The volume was just modified: the next throttle is refused and changes nothing.
+    again = throttle(aws, m, iops=3000)
+    with pytest.raises(InjectionError) as refused:
+        again.inject()
+    message = str(refused.value)
+    assert "nothing changed" in message and "one modification per volume per 6 hours" in message
+    assert "faults[0].ec2.accept_modification_limit: true" in message
+    assert volume_of(ec2, m.volume_id)["Iops"] == 6000
+    after = ec2.describe_volumes_modifications(VolumeIds=[m.volume_id])["VolumesModifications"]
+    assert len(after) == modifications
+    # Its revert (the runner reverts a refused fault too) finds nothing to restore.
+    assert "already at" in REVERT_ACTIONS["ec2.modify-volume"](again.revert_action())
+
+    # Accepting the limit goes ahead (moto, like some accounts, does not enforce it).
+    accepted = throttle(aws, m, iops=3000, accept=True)
+    accepted.inject()
+    assert accepted.verify(5.0) and volume_of(ec2, m.volume_id)["Iops"] == 3000
+    accepted.revert()
+    assert volume_of(ec2, m.volume_id)["Iops"] == 6000
+
+
+def test_modification_limit_reads_the_volume_history(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    assert modification_limit(aws, m.volume_id) is None  # never modified
+    ec2.modify_volume(VolumeId=m.volume_id, Iops=5000)
+    assert "per 6 hours" in (modification_limit(aws, m.volume_id) or "")
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=6, minutes=1)
+    assert modification_limit(aws, m.volume_id, now=later) is None
+
+
+def test_iops_throttle_refuses_volume_types_without_provisioned_iops(
+    aws: Aws, member: Callable[..., Member]
+) -> None:
+    m = member(volume_type="io1")
+    with pytest.raises(InjectionError, match="throughput can be set on gp3 only"):
+        throttle(aws, m, throughput_mb_s=100)
+
+
+def test_network_partition_swaps_groups_and_restores_them(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    fault = SecurityGroupPartition(aws, find_instance(aws, BY_TAG, m.host), outbound_too=True)
+    fault.inject()
+    assert fault.verify(5.0)
+    groups = [g["GroupId"] for g in instance_of(ec2, m.instance_id)["SecurityGroups"]]
+    assert groups != [m.group_id] and len(groups) == 1
+    deny = ec2.describe_security_groups(GroupIds=groups)["SecurityGroups"][0]
+    assert deny["GroupName"] == fault.group_name
+    assert deny["IpPermissions"] == [] and deny["IpPermissionsEgress"] == []
+    fault.revert()
+    assert [g["GroupId"] for g in instance_of(ec2, m.instance_id)["SecurityGroups"]] == [m.group_id]
+    left = ec2.describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [fault.group_name]}])["SecurityGroups"]
+    assert left == []
+    assert "already in" in REVERT_ACTIONS["ec2.restore-security-groups"](fault.revert_action())
+
+
+def test_inbound_partition_keeps_outbound_traffic(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    fault = SecurityGroupPartition(aws, find_instance(aws, BY_TAG, m.host), outbound_too=False)
+    fault.inject()
+    group = instance_of(ec2, m.instance_id)["SecurityGroups"][0]["GroupId"]
+    deny = ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]
+    assert deny["IpPermissions"] == [] and deny["IpPermissionsEgress"] != []
+    fault.revert()
+
+
+def test_fis_host_kill_says_what_the_endpoint_lacks_and_leaves_no_template(
+    aws: Aws, ec2: Any, member: Callable[..., Member], moto_endpoint: str
+) -> None:
+    # moto implements FIS experiment templates but not StartExperiment.
+    m = member()
+    instance = find_instance(aws, BY_TAG, m.host)
+    action = stop_instances(aws, instance, 90)
+    assert action.parameters == {"startInstancesAfterDuration": "PT90S"}
+    fault = FisExperiment(aws, instance, "host-kill", action, "arn:aws:iam::123456789012:role/fis")
+    with pytest.raises(AwsError, match="StartExperiment: the endpoint does not implement"):
+        fault.inject()
+    assert fault.template_id is None  # created, then deleted again
+    assert state(ec2, m) == "running"
+    fault.revert()
+    assert state(ec2, m) == "running"
+
+
+def test_iso_durations() -> None:
+    assert [iso_duration(s) for s in (0.2, 61, 60, 90, 600)] == [
+        "PT1S", "PT61S", "PT1M", "PT90S", "PT10M"]  # fmt: skip
+
+
+def test_waits_have_deadlines_with_clear_messages(aws: Aws, member: Callable[..., Member]) -> None:
+    m = member()
+    never = lambda: (False, "running")  # noqa: E731
+    with pytest.raises(AwsError, match=r"waiter timeout: .* within 0.3s \(last seen: running\)"):
+        aws.wait(f"{m.instance_id} stopped", never, timeout_s=0.3)
+    assert aws.poll("x", never, 0.1) is False
+
+
+def test_platform_section_accepts_empty_endpoint() -> None:
+    platform = Ec2Platform(region="eu-west-1", endpoint_url="", profile="")
+    assert platform.endpoint_url is None and platform.profile is None

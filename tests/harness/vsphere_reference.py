@@ -1,0 +1,129 @@
+"""The catalog's vSphere host-failure experiments, run end to end on the harness: a sandbox
+replica set whose members are bound to vcsim VMs (one per ESXi host, as in the vSAN reference
+architecture), `rsdrill run` through the real CLI, and the results set beside the published
+table. Used by tests/vsphere/test_vsphere_catalog.py and bench/vsphere_reference.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from harness.vcsim import Vcsim, connect, create_vm, esxi_hosts, wait_task
+from harness.vsphere_binding import Event, VmBinding
+
+from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
+from rsdrill.sandbox.config import Settings, build_topology
+from rsdrill.targets.sandbox import free_port_base
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = {"rs1": ROOT / "experiments" / "vsphere-rs1-host-failure.yaml",
+           "psa": ROOT / "experiments" / "vsphere-rs3-host-failure.yaml"}  # fmt: skip
+RUN_TIMEOUT_S = 240
+
+# The vSAN reference architecture's host power-off results (see the project brief).
+PUBLISHED = {
+    "rs1": ("rs=1", "about 120 s", "vSphere HA restarts the VM"),
+    "psa": ("rs=3 (2 data + arbiter)", "under 10 s", "replica set elects a new primary"),
+}
+
+
+@dataclass
+class HarnessRun:
+    topology: str
+    exit_code: int
+    output: str
+    result: dict[str, Any]
+    journal: str
+    events: list[Event]
+    binding_errors: list[str]
+    restart_after_s: float
+    # Seconds from the member's kill to its process answering again (harness ground truth).
+    member_restart_s: float | None
+
+
+def run_catalog(topology: str, sim: Vcsim, work: Path, *,
+                election_timeout_ms: int = 10_000) -> HarnessRun:  # fmt: skip
+    """Start the set, bind its members to fresh VMs (member i on ESXi host i), run the catalog
+    experiment (a copy mapping members to their VMs by name: the harness's members share one
+    IP, so their guests could not tell them apart) and stop everything."""
+    spec = build_topology(topology, port_base=free_port_base(3),
+                          settings=Settings(election_timeout_ms=election_timeout_ms))  # fmt: skip
+    sandbox_dir = work / "sandbox"
+    sandbox = up(sandbox_dir, spec, EmulatorEngine())
+    si = connect(sim)
+    vms: list[Any] = []
+    try:
+        hosts = esxi_hosts(si)
+        names = {f"mongo-{m.port}": m.host for m in spec.members}
+        vms = [create_vm(si, name, hosts[i]) for i, name in enumerate(names)]
+        experiment = yaml.safe_load(CATALOG[topology].read_text())
+        experiment["target"]["vsphere"]["vms"] = {
+            "by": "map", "map": {member: name for name, member in names.items()}}  # fmt: skip
+        copy = work / CATALOG[topology].name
+        copy.write_text(yaml.safe_dump(experiment, sort_keys=False))
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(work / "home"),
+               "RSDRILL_URI": sandbox.uri, "VSPHERE_HOST": sim.host,
+               "VSPHERE_PORT": str(sim.port), "VSPHERE_USER": sim.user,
+               "VSPHERE_INSECURE": "true", "RSDRILL_VSPHERE_PASSWORD": sim.password}  # fmt: skip
+        with VmBinding(sim, sandbox, names) as binding:
+            done = subprocess.run(
+                [sys.executable, "-m", "rsdrill.cli.app", "run", str(copy), "--out",
+                 str(work / "out"), "--no-live", "--no-history", "--yes"],
+                capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT, env=env,
+            )  # fmt: skip
+        journal = "".join(p.read_text() for p in (work / "home" / "journal").glob("*.jsonl"))
+        fault = experiment["faults"][0]
+        return HarnessRun(
+            topology=topology,
+            exit_code=done.returncode,
+            output=done.stdout + done.stderr,
+            result=json.loads((work / "out" / "result.json").read_text()),
+            journal=journal,
+            events=binding.events,
+            binding_errors=binding.errors,
+            restart_after_s=float(str(fault["restart"]["after"]).rstrip("s")),
+            member_restart_s=_kill_to_answer(binding.events),
+        )
+    finally:
+        for vm in vms:
+            if vm.runtime.powerState != "poweredOff":
+                wait_task(vm.PowerOffVM_Task())
+            wait_task(vm.Destroy_Task())
+        from pyVim.connect import Disconnect
+
+        Disconnect(si)
+        Sandbox(sandbox_dir).down(grace_s=2.0)
+
+
+def _kill_to_answer(events: list[Event]) -> float | None:
+    kill = next((e for e in events if e.what.startswith("SIGKILL")), None)
+    back = next((e for e in events if kill and e.member == kill.member and e.at > kill.at
+                 and e.what == "answering"), None)  # fmt: skip
+    return None if kill is None or back is None else back.at - kill.at
+
+
+def side_by_side(runs: list[HarnessRun]) -> str:
+    """The published host power-off rows next to what rsdrill measured on the harness."""
+    lines = ["| replica set | failure | published interruption | published recovery | "
+             "rsdrill on the harness: write_unavailable_s | failover_s | how it came back |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for run in runs:
+        label, interruption, recovery = PUBLISHED[run.topology]
+        metrics = run.result.get("metrics", {})
+        gap, failover = metrics.get("write_unavailable_s"), metrics.get("failover_s")
+        how = (f"VM powered on after {run.restart_after_s:g} s (standing in for HA)"
+               if failover is None else "new primary elected")  # fmt: skip
+        lines.append(f"| {label} | host power-off | {interruption} | {recovery} | "
+                     f"{_seconds(gap)} | {_seconds(failover)} | {how} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f} s"
