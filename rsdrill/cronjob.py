@@ -95,7 +95,7 @@ def render_schedule(
     meta = _meta_factory(options)
     objects: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(options.name)},
-        *_rbac(files, options, meta),
+        *rbac_objects(options.name, options.namespace, [f.experiment for f in files], meta),
         _pvc(options, meta),
         {
             "apiVersion": "v1",
@@ -152,58 +152,42 @@ def role_rules(
     return {ns: rules(entries) for ns, entries in grouped.items()}, cluster
 
 
-def _rbac(
-    files: Sequence[ScheduledFile], options: ScheduleOptions, meta: Any
+def rbac_objects(
+    name: str, namespace: str, experiments: Sequence[Experiment], meta: Any
 ) -> list[dict[str, Any]]:
-    namespaced, cluster = role_rules([f.experiment for f in files])
-    subject = [{"kind": "ServiceAccount", "name": options.name, "namespace": options.namespace}]
+    """Roles (one per namespace the experiments act in) and, for node-level faults, a
+    ClusterRole, bound to the ServiceAccount `name` in `namespace`."""
+    namespaced, cluster = role_rules(experiments)
+    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
     objects: list[dict[str, Any]] = []
-    for namespace, rules in sorted(namespaced.items(), key=lambda item: str(item[0])):
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": meta(options.name, namespace),
-                "rules": rules,
-            }
-        )
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": meta(options.name, namespace),
-                "subjects": subject,
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": options.name,
-                },
-            }
-        )
+    for where, rules in sorted(namespaced.items(), key=lambda item: str(item[0])):
+        objects += _bound_role("Role", name, meta(name, where), rules, subjects)
     if cluster:
-        cluster_name = f"{options.namespace}-{options.name}"
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": meta(cluster_name, None),
-                "rules": cluster,
-            }
-        )
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": meta(cluster_name, None),
-                "subjects": subject,
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": cluster_name,
-                },
-            }
+        cluster_name = f"{namespace}-{name}"
+        objects += _bound_role(
+            "ClusterRole", cluster_name, meta(cluster_name, None), cluster, subjects
         )
     return objects
+
+
+def _bound_role(
+    kind: str,
+    name: str,
+    metadata: dict[str, Any],
+    rules: list[dict[str, Any]],
+    subjects: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    api = "rbac.authorization.k8s.io"
+    return [
+        {"apiVersion": f"{api}/v1", "kind": kind, "metadata": metadata, "rules": rules},
+        {
+            "apiVersion": f"{api}/v1",
+            "kind": f"{kind}Binding",
+            "metadata": metadata,
+            "subjects": subjects,
+            "roleRef": {"apiGroup": api, "kind": kind, "name": name},
+        },
+    ]
 
 
 def _pvc(options: ScheduleOptions, meta: Any) -> dict[str, Any]:

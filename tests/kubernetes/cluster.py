@@ -1,0 +1,300 @@
+"""A real Kubernetes control plane for the tests: Debian's etcd and a kube-apiserver built from
+the Go module proxy (.ci/install-kube), on free loopback ports in a temporary directory.
+
+No controller-manager, scheduler or kubelet runs: tests create the objects those would (pods
+bound to nodes, Node objects) and stand-in controllers set status where a test needs it. The
+API server's authentication (a token file), RBAC authorization, admission and CRD schema
+validation are the real ones.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL = REPO / ".ci" / "install-kube"
+BIN = REPO / ".cache" / "tools" / "bin"
+CRDS = REPO / "tests" / "fixtures" / "crds"
+START_TIMEOUT_S = 90.0
+
+ADMIN_TOKEN = "rsdrill-test-admin-token"
+RESTRICTED_TOKEN = "rsdrill-test-restricted-token"
+
+
+def install() -> Path:
+    """The tools' directory; builds them once (.ci/install-kube), failing loudly if it can't."""
+    apiserver, etcd = BIN / "kube-apiserver", BIN / "etcd"
+    if not (apiserver.exists() and etcd.exists()):
+        done = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f".ci/install-kube failed:\n{done.stdout}\n{done.stderr}")
+    return BIN
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@dataclass
+class KubeCluster:
+    """A running etcd + kube-apiserver; `kubeconfig(user)` writes a kubeconfig for a user."""
+
+    directory: Path
+    server: str
+    processes: list[subprocess.Popen[bytes]]
+    scratch: Path  # etcd's data, removed once it stopped
+
+    def kubeconfig(self, name: str, token: str) -> Path:
+        path = self.directory / f"kubeconfig-{name}"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.directory / "certs" / "apiserver.crt"),
+                    },
+                }
+            ],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": name, "context": {"cluster": "test", "user": name}}],
+            "current-context": name,
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def start_cluster(directory: Path) -> KubeCluster:
+    """etcd and kube-apiserver on free loopback ports, their files under `directory`."""
+    bin_dir = install()
+    certs = directory / "certs"
+    certs.mkdir(parents=True)
+    _openssl("genrsa", "-out", str(directory / "sa.key"), "2048")
+    _openssl("rsa", "-in", str(directory / "sa.key"), "-pubout", "-out", str(directory / "sa.pub"))
+    (directory / "tokens.csv").write_text(
+        f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
+        f"{RESTRICTED_TOKEN},restricted,restricted-uid\n"
+    )
+    etcd_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+    # etcd's data on tmpfs when there is one: fsyncs on a shared disk slow every write.
+    shm = Path("/dev/shm")
+    etcd_dir = Path(tempfile.mkdtemp(prefix="rsdrill-etcd-", dir=shm if shm.is_dir() else None))
+    logs = directory / "logs"
+    logs.mkdir()
+    processes: list[subprocess.Popen[bytes]] = []
+    cluster = KubeCluster(directory, f"https://127.0.0.1:{api_port}", processes, etcd_dir)
+    try:
+        processes.append(
+            _spawn(
+                [
+                    str(bin_dir / "etcd"),
+                    "--name",
+                    "default",
+                    "--data-dir",
+                    str(etcd_dir / "data"),
+                    "--listen-client-urls",
+                    f"http://127.0.0.1:{etcd_port}",
+                    "--advertise-client-urls",
+                    f"http://127.0.0.1:{etcd_port}",
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{peer_port}",
+                    "--initial-advertise-peer-urls",
+                    f"http://127.0.0.1:{peer_port}",
+                    "--initial-cluster",
+                    f"default=http://127.0.0.1:{peer_port}",
+                ],
+                logs / "etcd.log",
+            )
+        )
+        processes.append(
+            _spawn(
+                [
+                    str(bin_dir / "kube-apiserver"),
+                    f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--secure-port={api_port}",
+                    f"--cert-dir={certs}",
+                    f"--token-auth-file={directory / 'tokens.csv'}",
+                    "--authorization-mode=RBAC",
+                    "--service-account-issuer=https://kubernetes.default.svc",
+                    f"--service-account-key-file={directory / 'sa.pub'}",
+                    f"--service-account-signing-key-file={directory / 'sa.key'}",
+                    "--service-cluster-ip-range=10.96.0.0/24",
+                    "--enable-priority-and-fairness=false",
+                    "--profiling=false",
+                ],
+                logs / "kube-apiserver.log",
+            )
+        )
+        _wait_ready(cluster, processes)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_ready(cluster: KubeCluster, processes: list[subprocess.Popen[bytes]]) -> None:
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    deadline = time.monotonic() + START_TIMEOUT_S
+    request = urllib.request.Request(
+        f"{cluster.server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    )
+    last = ""
+    while time.monotonic() < deadline:
+        for process in processes:
+            if process.poll() is not None:
+                log = (cluster.directory / "logs").glob("*.log")
+                tails = "\n".join(f"{p.name}: {p.read_text()[-2000:]}" for p in log)
+                raise RuntimeError(f"{process.args[0]} exited ({process.returncode}):\n{tails}")
+        try:
+            with urllib.request.urlopen(request, timeout=2, context=context) as answer:
+                if answer.status == 200:
+                    return
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.25)
+    raise RuntimeError(f"kube-apiserver not ready after {START_TIMEOUT_S:g}s: {last}")
+
+
+# -- client-side helpers for tests ---------------------------------------------------------------
+
+
+def api_client(kubeconfig: Path) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
+
+
+def load_documents(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    docs = []
+    for path in paths:
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def apply_crds(api: Any, paths: Iterable[Path]) -> None:
+    """Create the CRDs (or leave those already there) and wait until each is established."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    ext = client.ApiextensionsV1Api(api)
+    names = []
+    for doc in load_documents(paths):
+        names.append(doc["metadata"]["name"])
+        try:
+            ext.create_custom_resource_definition(doc)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    deadline = time.monotonic() + 30
+    for name in names:
+        while True:
+            crd = ext.read_custom_resource_definition(name)
+            conditions = {c.type: c.status for c in crd.status.conditions or []}
+            if conditions.get("Established") == "True":
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRD {name} not established")
+            time.sleep(0.1)
+    # Discovery of a new group lags its CRD's Established condition by a moment.
+    time.sleep(0.5)
+
+
+def chaos_mesh_crds(*kinds: str) -> list[Path]:
+    return [CRDS / "chaos-mesh" / f"chaos-mesh.org_{kind}.yaml" for kind in kinds]
+
+
+def litmus_crds() -> list[Path]:
+    return sorted((CRDS / "litmus").glob("*.yaml"))
+
+
+def create_namespace(api: Any, name: str) -> None:
+    """A namespace with its `default` ServiceAccount (the controller-manager would add it)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name}})
+    core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+
+
+def server_side_apply(
+    api: Any, docs: list[dict[str, Any]], namespace: str, *, dry_run: bool
+) -> list[str]:
+    """Create each document (server-side dry run when asked); the API's errors, if any."""
+    from kubernetes.client.rest import ApiException
+    from kubernetes.dynamic import DynamicClient
+
+    dynamic = DynamicClient(api)
+    errors = []
+    for doc in docs:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        kwargs: dict[str, Any] = {"body": doc}
+        if resource.namespaced:
+            kwargs["namespace"] = doc.get("metadata", {}).get("namespace") or namespace
+        if dry_run:
+            kwargs["query_params"] = [("dryRun", "All"), ("fieldValidation", "Strict")]
+        else:
+            kwargs["query_params"] = [("fieldValidation", "Strict")]
+        try:
+            resource.create(**kwargs)
+        except ApiException as exc:
+            errors.append(
+                f"{doc['kind']} {doc['metadata'].get('name')}: {exc.status} {_message(exc)}"
+            )
+    return errors
+
+
+def _message(exc: Any) -> str:
+    import json
+
+    try:
+        return str(json.loads(exc.body).get("message"))
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason)
+
+
+def env_without_kube() -> dict[str, str]:
+    """The environment minus KUBECONFIG, so a developer's own cluster is never touched."""
+    return {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}

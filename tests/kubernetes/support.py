@@ -1,0 +1,105 @@
+"""Building blocks for the Kubernetes tests: pods and nodes as the controllers would leave them,
+experiments aimed at them, and listings of what rsdrill created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rsdrill.experiment.schema import Experiment
+
+MANAGED = "app.kubernetes.io/managed-by=rsdrill"
+CHAOS_PLURALS = ("podchaos", "iochaos", "networkchaos", "blockchaos")
+
+
+def make_node(api: Any, name: str) -> None:
+    from kubernetes import client
+
+    client.CoreV1Api(api).create_node(
+        {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
+    )
+
+
+def pod_manifest(name: str, node: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A StatefulSet-like mongod pod, bound to `node` as the scheduler would."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "app": "mongo",
+                "statefulset.kubernetes.io/pod-name": name,
+                **(labels or {}),
+            },
+        },
+        "spec": {
+            "nodeName": node,
+            "hostname": name,
+            "subdomain": "mongo",
+            "containers": [
+                {
+                    "name": "mongod",
+                    "image": "mongo:7.0",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data/db"}],
+                }
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+    }
+
+
+def make_pod(api: Any, namespace: str, name: str, node: str) -> tuple[dict[str, Any], str]:
+    """Create the pod; its manifest and uid."""
+    from kubernetes import client
+
+    manifest = pod_manifest(name, node)
+    created = client.CoreV1Api(api).create_namespaced_pod(namespace, manifest)
+    return manifest, created.metadata.uid
+
+
+def experiment(
+    kubeconfig: Path, namespace: str, faults: list[dict[str, Any]], **platform: Any
+) -> Experiment:
+    members = ",".join(f"mongo-{i}.mongo.{namespace}.svc:27017" for i in range(3))
+    return Experiment.model_validate(
+        {
+            "name": "k8s-test",
+            "target": {
+                "platform": "kubernetes",
+                "uri": f"mongodb://{members}/?replicaSet=rs0",
+                "kubernetes": {
+                    "kubeconfig": str(kubeconfig),
+                    "namespace": namespace,
+                    "wait": "5s",
+                    **platform,
+                },
+            },
+            "faults": faults,
+        }
+    )
+
+
+def member(namespace: str, i: int) -> str:
+    return f"mongo-{i}.mongo.{namespace}.svc:27017"
+
+
+def rsdrill_objects(api: Any, namespace: str) -> list[tuple[str, str]]:
+    """(kind, name) of every chaos object rsdrill created that still exists."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    custom = client.CustomObjectsApi(api)
+    found = []
+    groups = [("chaos-mesh.org", p) for p in CHAOS_PLURALS] + [("litmuschaos.io", "chaosengines")]
+    for group, plural in groups:
+        try:
+            items = custom.list_namespaced_custom_object(
+                group, "v1alpha1", namespace, plural, label_selector=MANAGED
+            )["items"]
+        except ApiException as exc:
+            if exc.status == 404:
+                continue
+            raise
+        found += [(item["kind"], item["metadata"]["name"]) for item in items]
+    return found

@@ -1,0 +1,275 @@
+"""Every engine x fault against the real kube-apiserver: the object rsdrill creates passes the
+real CRD schema, rsdrill waits for the (stand-in) controller to report it injected, reverts, and
+nothing is left behind. The same through the journal's revert actions (`rsdrill recover`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsdrill.injectors.base import InjectionError
+from rsdrill.injectors.kubernetes import REVERT_ACTIONS
+from rsdrill.targets.kubernetes import KubernetesTarget, make_target
+from tests.kubernetes.cluster import apply_crds, chaos_mesh_crds
+from tests.kubernetes.conftest import Kube
+from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
+from tests.kubernetes.support import experiment, make_node, make_pod, member, rsdrill_objects
+
+LITMUS_EXPERIMENTS = ("pod-delete", "node-drain")
+
+
+@dataclass
+class Env:
+    kube: Kube
+    namespace: str
+    nodes: list[str]
+    chaos_mesh: ChaosMeshController
+    kubelet: Kubelet
+
+    def target(self, faults: list[dict[str, Any]], tmp: Path, **platform: Any) -> KubernetesTarget:
+        exp = experiment(self.kube.admin, self.namespace, faults, **platform)
+        target = make_target(exp, tmp)
+        target.members = [member(self.namespace, i) for i in range(3)]
+        target.preflight()
+        return target
+
+    def core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.kube.api)
+
+
+@pytest.fixture(scope="module")
+def env(kube: Kube) -> Iterator[Env]:
+    from kubernetes import client
+
+    namespace = kube.namespace("engines")
+    nodes = [f"{namespace}-node-{i}" for i in range(3)]
+    kubelet = Kubelet(kube.api, namespace, recreate_after_s=0.3)
+    for i, node in enumerate(nodes):
+        make_node(kube.api, node)
+        manifest, uid = make_pod(kube.api, namespace, f"mongo-{i}", node)
+        kubelet.adopt(manifest, uid)
+    custom = client.CustomObjectsApi(kube.api)
+    for name in LITMUS_EXPERIMENTS:  # as installed from the ChaosHub
+        custom.create_namespaced_custom_object(
+            "litmuschaos.io",
+            "v1alpha1",
+            namespace,
+            "chaosexperiments",
+            {
+                "apiVersion": "litmuschaos.io/v1alpha1",
+                "kind": "ChaosExperiment",
+                "metadata": {"name": name},
+                "spec": {
+                    "definition": {"scope": "Namespaced", "image": "litmuschaos/go-runner:3.0.0"}
+                },
+            },
+        )
+    subresource = {"podchaos": False, "iochaos": True, "networkchaos": True, "blockchaos": True}
+    chaos_mesh = ChaosMeshController(kube.api, namespace, status_subresource=subresource)
+    litmus = LitmusOperator(kube.api, namespace)
+    loops = [chaos_mesh.start(), litmus.start(), kubelet.start()]
+    yield Env(kube, namespace, nodes, chaos_mesh, kubelet)  # type: ignore[arg-type]
+    for loop in loops:
+        loop.stop()
+    for loop in loops:
+        assert not loop.errors, f"{type(loop).__name__}: {loop.errors}"
+
+
+def _round_trip(
+    env: Env, fault: dict[str, Any], tmp: Path, host_index: int = 0, **platform: Any
+) -> tuple[Any, list[tuple[str, str]]]:
+    """Inject, verify, revert; the injector and what existed while the fault was in force."""
+    target = env.target([fault], tmp, **platform)
+    injector = target.injector(target.faults[0], member(env.namespace, host_index))
+    action = injector.revert_action()
+    injector.inject()
+    assert injector.verify(5.0), injector.describe()
+    during = rsdrill_objects(env.kube.api, env.namespace)
+    injector.revert()
+    assert rsdrill_objects(env.kube.api, env.namespace) == []
+    if action is not None:  # idempotent, also from the journal alone
+        assert REVERT_ACTIONS[action["action"]](action)
+    target.teardown()
+    return injector, during
+
+
+def _spec_of(env: Env, kind: str) -> dict[str, Any]:
+    return next(o for o in reversed(env.chaos_mesh.seen) if o["kind"] == kind)["spec"]
+
+
+def test_chaos_mesh_pod_kill_round_trip(env: Env, tmp_path: Path) -> None:
+    uid_before = env.core().read_namespaced_pod("mongo-0", env.namespace).metadata.uid
+    _, during = _round_trip(
+        env, {"at": "1s", "kind": "host-kill", "engine": "chaos-mesh", "duration": "5s"}, tmp_path
+    )
+    assert [k for k, _ in during] == ["PodChaos"]
+    spec = _spec_of(env, "PodChaos")
+    assert spec["action"] == "pod-kill"
+    assert spec["selector"] == {"pods": {env.namespace: ["mongo-0"]}}
+    # The stand-in controller killed the pod as Chaos Mesh does; the StatefulSet stand-in
+    # brought it back under a new uid.
+    assert env.chaos_mesh.seen
+    _wait(lambda: _uid(env, "mongo-0") not in (None, uid_before))
+
+
+def test_pod_failure_io_and_network_chaos_round_trips(env: Env, tmp_path: Path) -> None:
+    cases = [
+        ({"kind": "host-freeze"}, "PodChaos", {"action": "pod-failure"}),
+        (
+            {
+                "kind": "disk-fault",
+                "errno": "ENOSPC",
+                "operations": ["write"],
+                "probability": 0.5,
+                "path": "journal/*",
+            },
+            "IOChaos",
+            {
+                "action": "fault",
+                "errno": 28,
+                "percent": 50,
+                "methods": ["write"],
+                "path": "/data/db/journal/*",
+                "volumePath": "/data/db",
+            },
+        ),
+        (
+            {"kind": "disk-fault", "errno": "none", "latency": "40ms"},
+            "IOChaos",
+            {"action": "latency", "delay": "40ms"},
+        ),
+        ({"kind": "volume-detach"}, "IOChaos", {"action": "fault", "errno": 5, "percent": 100}),
+        (
+            {"kind": "iops-throttle", "write_iops": 50},
+            "IOChaos",
+            {"action": "latency", "delay": "20ms", "methods": ["write", "fsync"]},
+        ),
+        (
+            {"kind": "network-partition", "direction": "outbound"},
+            "NetworkChaos",
+            {
+                "action": "partition",
+                "direction": "to",
+                "target": {
+                    "mode": "all",
+                    "selector": {"pods": {env.namespace: ["mongo-1", "mongo-2"]}},
+                },
+            },
+        ),
+    ]
+    for extra, kind, expected in cases:
+        fault = {"at": "1s", "duration": "30s", **extra}
+        _, during = _round_trip(env, fault, tmp_path)
+        assert [k for k, _ in during] == [kind], extra
+        spec = _spec_of(env, kind)
+        assert {k: spec.get(k) for k in expected} == expected, extra
+        # Chaos Mesh recovers by itself well after rsdrill's revert time if rsdrill died.
+        assert spec["duration"] == "150s", extra
+
+
+def test_iops_throttle_uses_block_chaos_where_installed(env: Env, tmp_path: Path) -> None:
+    fault = {"at": "1s", "kind": "iops-throttle", "iops": 200, "duration": "10s"}
+    apply_crds(env.kube.api, chaos_mesh_crds("blockchaos"))
+    _, during = _round_trip(env, fault, tmp_path)
+    assert [k for k, _ in during] == ["BlockChaos"]
+    spec = _spec_of(env, "BlockChaos")
+    assert spec["delay"] == {"latency": "5ms"} and spec["volumeName"] == "data"
+    never = {**fault, "kubernetes": {"block_chaos": "never"}}
+    _, during = _round_trip(env, never, tmp_path)
+    assert [k for k, _ in during] == ["IOChaos"]
+
+
+def test_native_pod_delete(env: Env, tmp_path: Path) -> None:
+    uid_before = _uid(env, "mongo-1")
+    injector, during = _round_trip(
+        env, {"at": "1s", "kind": "host-kill", "duration": "5s"}, tmp_path, host_index=1
+    )
+    assert during == [] and injector.revert_action() is None
+    assert "delete pod" in injector.describe()
+    assert _uid(env, "mongo-1") != uid_before
+
+
+def test_litmus_pod_delete_reads_the_verdict(env: Env, tmp_path: Path) -> None:
+    uid_before = _uid(env, "mongo-2")
+    injector, during = _round_trip(
+        env,
+        {"at": "1s", "kind": "host-kill", "engine": "litmus", "duration": "1s"},
+        tmp_path,
+        host_index=2,
+    )
+    assert [k for k, _ in during] == ["ChaosEngine"]
+    report = injector.report()["litmus"]
+    assert report["verdict"] == "Pass" and report["probe_success_percentage"] == 100.0
+    assert report["probes"] == [
+        {"name": "rsdrill-pod-back", "type": "k8sProbe", "mode": "EOT", "verdict": "Passed"}
+    ]
+    assert _uid(env, "mongo-2") != uid_before
+
+
+def test_litmus_experiment_missing_is_named(env: Env, tmp_path: Path) -> None:
+    fault = {
+        "at": "1s",
+        "kind": "host-kill",
+        "engine": "litmus",
+        "duration": "1s",
+        "kubernetes": {"litmus_experiment": "pod-network-loss"},
+    }
+    target = env.target([fault], tmp_path)
+    injector = target.injector(target.faults[0], member(env.namespace, 0))
+    with pytest.raises(InjectionError, match="experiment pod-network-loss is not installed"):
+        injector.inject()
+    assert rsdrill_objects(env.kube.api, env.namespace) == []
+
+
+def test_chaos_mesh_reports_nothing_selected(env: Env, tmp_path: Path) -> None:
+    target = env.target([{"at": "1s", "kind": "host-freeze", "duration": "5s"}], tmp_path)
+    injector = target.injector(target.faults[0], member(env.namespace, 0))
+    # The pod goes between the lookup and the injection: Chaos Mesh selects nothing.
+    env.core().delete_namespaced_pod("mongo-0", env.namespace, grace_period_seconds=0)
+    injector.inject()
+    try:
+        with pytest.raises(InjectionError, match="selected no pod"):
+            injector.verify(2.0)
+    finally:
+        injector.revert()
+    assert rsdrill_objects(env.kube.api, env.namespace) == []
+    _wait(lambda: _uid(env, "mongo-0") is not None)
+
+
+def test_member_without_pod_is_refused(env: Env, tmp_path: Path) -> None:
+    target = env.target(
+        [{"at": "1s", "kind": "host-freeze", "duration": "5s"}], tmp_path, selector="app=mongo"
+    )
+    with pytest.raises(InjectionError, match="none of the pods matching app=mongo"):
+        target.injector(target.faults[0], "mongo-9.mongo.elsewhere.svc:27017")
+    target = env.target(
+        [{"at": "1s", "kind": "host-freeze", "duration": "5s"}], tmp_path, selector="app=cassandra"
+    )
+    with pytest.raises(InjectionError, match="selector app=cassandra matches no pod"):
+        target.injector(target.faults[0], member(env.namespace, 0))
+
+
+def _uid(env: Env, name: str) -> str | None:
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return str(env.core().read_namespaced_pod(name, env.namespace).metadata.uid)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _wait(check: Any, timeout_s: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
