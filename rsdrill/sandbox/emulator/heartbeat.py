@@ -127,10 +127,13 @@ async def heartbeat_loop(node: Node, host: str) -> None:
 
 
 async def liveness_loop(node: Node) -> None:
-    """A primary that has not heard from a voting majority within electionTimeout steps down."""
+    """A primary that has not heard from a voting majority within electionTimeout steps down.
+
+    Checked every 5 % of the timeout (at most 0.1 s): MongoDB's liveness timeout fires when the
+    majority's last contact expires, so the step-down lags electionTimeout by at most that."""
     window = node.spec.settings.election_timeout_ms / 1000
     while True:
-        await asyncio.sleep(min(0.5, window / 4))
+        await asyncio.sleep(min(0.1, window / 20))
         if node.state is not MemberState.PRIMARY:
             continue
         now = time.monotonic()
