@@ -22,6 +22,7 @@ journaled first (`network-heal`), so `rsdrill recover` deletes it after a crash.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import socket
@@ -112,7 +113,8 @@ def _set(values: Any) -> str:
 
 
 def _nft_binary() -> str:
-    found = shutil.which("nft")
+    # /usr/sbin is missing from many users' PATH; nft lives there.
+    found = shutil.which("nft", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
     if found is None:
         raise InjectionError(
             "network-partition needs the `nft` command (nftables): apt-get install nftables"
@@ -171,11 +173,12 @@ def heal(action: dict[str, Any]) -> str:
     processes of its ports from their classes unless another partition still uses them.
     Idempotent."""
     lines = []
-    if delete_table(action["table"]):
-        lines.append(f"deleted nftables table {action['table']}")
     try:
-        lines += netcls.release(set(action.get("ports", netcls.tagged_ports())) - ports_in_use())
-    except netcls.NetClsError as exc:
+        if delete_table(action["table"]):
+            lines.append(f"deleted nftables table {action['table']}")
+        unused = set(action.get("ports", netcls.tagged_ports())) - ports_in_use()
+        lines += netcls.release(unused)
+    except (InjectionError, netcls.NetClsError) as exc:
         raise TargetError(str(exc)) from exc
     what = "; ".join(lines) if lines else "nothing left to remove"
     return f"{action['host']}: partition healed ({what})"
