@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.moto_ec2 import REGION, Member, client, make_member, moto_server
+from harness.moto_ec2 import REGION, SECRET, Member, client, make_member, moto_server
 
 from rsdrill.injectors.ec2 import Aws, Connection
-
-SECRET = "rsdrillFAKEsecretKEY/0123456789abcdefABCDEF"
 
 
 @pytest.fixture(scope="session")

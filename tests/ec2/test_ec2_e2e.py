@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SECRET
 from harness.ec2_binding import Ec2Binding
-from harness.moto_ec2 import Member, data_volume_at, instance_of, make_member
+from harness.moto_ec2 import SECRET, Member, data_volume_at, instance_of, make_member
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import BulkWriteError, PyMongoError
 

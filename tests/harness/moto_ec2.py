@@ -19,6 +19,8 @@ from typing import Any
 from rsdrill.targets.sandbox import free_port_base
 
 REGION = "us-east-1"
+# The AWS secret key the EC2 tests put in the environment: no output may ever contain it.
+SECRET = "rsdrillFAKEsecretKEY/0123456789abcdefABCDEF"
 DATA_DEVICE = "/dev/sdf"
 START_TIMEOUT_S = 30.0
 
@@ -66,7 +68,8 @@ def set_auth(endpoint: str, free_calls: float) -> None:
     """moto's IAM enforcement: every call after `free_calls` more is authenticated and
     authorized (inf: none ever is)."""
     request = urllib.request.Request(f"{endpoint}/moto-api/reset-auth",
-                                     data=str(free_calls).encode(), method="POST")  # fmt: skip
+                                     data=str(free_calls).encode(), method="POST",
+                                     headers={"Content-Type": "text/plain"})  # fmt: skip
     urllib.request.urlopen(request, timeout=5).close()
 
 
