@@ -52,10 +52,5 @@ def _root(
     """Chaos experiments for MongoDB replica sets, with failover and recovery measured."""
 
 
-def main() -> None:
-    """Console script `rsdrill`."""
+if __name__ == "__main__":  # `python -m rsdrill.cli.app`; the console script is cli/entry.py
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import signal
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -175,6 +177,10 @@ def _run_matrix(experiment: Experiment, options: RunOptions) -> NoReturn:
     raise typer.Exit(exit_code(cells))
 
 
+def _keep_reverting(signum: int, frame: FrameType | None) -> None:
+    typer.echo("recover: reverting; rsdrill exits once everything is restored", err=True)
+
+
 def recover(
     dry_run: Annotated[
         bool, typer.Option(help="Say what would be reverted; change nothing.")
@@ -199,6 +205,9 @@ def recover(
     if not todo:
         typer.echo(f"nothing to recover (journals in {journal_dir()})")
         return
+    if not dry_run:
+        # Ctrl-C must not leave a revert half done: say so and carry on.
+        signal.signal(signal.SIGINT, _keep_reverting)
     failed = False
     for p in todo:
         typer.echo(f"{p.run} ({p.experiment}):")

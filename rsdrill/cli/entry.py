@@ -1,0 +1,32 @@
+"""The `rsdrill` console script's entry point.
+
+Ctrl-C while Python is still importing the CLI must not print a traceback: until the command
+takes over, SIGINT ends the process quietly with status 130 (nothing has been injected yet).
+This module imports nothing heavy, so that handler is in place within milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+
+INTERRUPTED = 130
+
+
+def _quiet_exit(signum: int, frame: FrameType | None) -> None:
+    os._exit(INTERRUPTED)  # during imports: no state to save, no fault to undo
+
+
+def main() -> None:
+    """Run the CLI; an interrupt outside a run exits 130 with one line, not a traceback."""
+    signal.signal(signal.SIGINT, _quiet_exit)
+    from rsdrill.cli.app import app
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("rsdrill: interrupted\n")
+        sys.exit(INTERRUPTED)

@@ -1,0 +1,44 @@
+"""Ctrl-C at any moment of `rsdrill run`'s start-up: one line or a result, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+EXPERIMENT = """\
+name: interrupt
+target: {platform: sandbox, topology: rs1}
+faults:
+  - {at: 30s, kind: stepdown}
+"""
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.02, 0.05, 0.1, 0.2, 0.4])
+def test_sigint_during_start_up_prints_no_traceback(tmp_path: Path, delay_s: float) -> None:
+    script = shutil.which("rsdrill")
+    assert script, "the rsdrill console script is installed with the package"
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(EXPERIMENT)
+    proc = subprocess.Popen(
+        [script, "run", str(experiment), "--out", str(tmp_path / "out"), "--no-history",
+         "--no-live"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    if "init_import_site" in err:
+        return  # Python's own start-up (site-packages) was interrupted: before any rsdrill code
+    assert "Traceback" not in out + err, err
+    # Killed by the signal before Python itself was up, interrupted before the run began
+    # (130), or the run's own abort (3) with its result.
+    assert proc.returncode in (-signal.SIGINT, 130, 3), (proc.returncode, out, err)
+    if proc.returncode == 3:
+        assert (tmp_path / "out" / "result.json").exists()
