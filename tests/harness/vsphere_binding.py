@@ -47,7 +47,8 @@ class Event:
 
 @dataclass
 class VmBinding:
-    """`vms`: VM name → member host:port; each VM's data disk is its "Hard disk 2"."""
+    """`vms`: VM managed-object id → member host:port; each VM's data disk is the one at unit
+    number 1 ("Hard disk 2")."""
 
     sim: Vcsim
     sandbox: Sandbox
@@ -61,34 +62,23 @@ class VmBinding:
         from pyVmomi import vim, vmodl
 
         self._si = connect(self.sim)
-        content = self._si.RetrieveContent()
-        view = content.viewManager.CreateContainerView(
-            content.rootFolder, [vim.VirtualMachine], True
-        )
         self._bound: dict[str, _Bound] = {}
         objects = []
-        try:
-            for vm in view.view:
-                if vm.name not in self.vms:
-                    continue
-                data = next(d for d in vm.config.hardware.device
-                            if isinstance(d, vim.vm.device.VirtualDisk)
-                            and d.unitNumber == 1)  # fmt: skip
-                self._bound[vm._moId] = _Bound(self.vms[vm.name], data.backing.fileName)
-                objects.append(vmodl.query.PropertyCollector.ObjectSpec(obj=vm))
-        finally:
-            view.Destroy()
-        found = {b.member for b in self._bound.values()}
-        if len(self._bound) != len(self.vms):
-            missing = sorted(name for name, member in self.vms.items() if member not in found)
-            raise RuntimeError(f"VMs not found in vcsim: {missing}")
+        for moref, member in self.vms.items():
+            vm = vim.VirtualMachine(moref, self._si._stub)
+            data = next(d for d in vm.config.hardware.device
+                        if isinstance(d, vim.vm.device.VirtualDisk)
+                        and d.unitNumber == 1)  # fmt: skip
+            self._bound[moref] = _Bound(member, data.backing.fileName)
+            objects.append(vmodl.query.PropertyCollector.ObjectSpec(obj=vm))
         spec = vmodl.query.PropertyCollector.FilterSpec(
             objectSet=objects,
             propSet=[vmodl.query.PropertyCollector.PropertySpec(
                 type=vim.VirtualMachine,
                 pathSet=["runtime.powerState", "config.hardware.device"])],
         )  # fmt: skip
-        self._collector = content.propertyCollector.CreatePropertyCollector()
+        collector = self._si.RetrieveContent().propertyCollector
+        self._collector = collector.CreatePropertyCollector()
         self._collector.CreateFilter(spec, partialUpdates=False)
         self._thread = threading.Thread(target=self._watch, name="vm-binding", daemon=True)
         self._thread.start()

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from harness.vcsim import Vcsim, connect, create_vm, esxi_hosts, wait_task
 from harness.vsphere_binding import Event, VmBinding
-
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
 from rsdrill.targets.sandbox import free_port_base
@@ -72,7 +72,8 @@ def run_catalog(topology: str, sim: Vcsim, work: Path, *,
                "RSDRILL_URI": sandbox.uri, "VSPHERE_HOST": sim.host,
                "VSPHERE_PORT": str(sim.port), "VSPHERE_USER": sim.user,
                "VSPHERE_INSECURE": "true", "RSDRILL_VSPHERE_PASSWORD": sim.password}  # fmt: skip
-        with VmBinding(sim, sandbox, names) as binding:
+        bound = {vm._moId: names[vm.name] for vm in vms}
+        with VmBinding(sim, sandbox, bound) as binding:
             done = subprocess.run(
                 [sys.executable, "-m", "rsdrill.cli.app", "run", str(copy), "--out",
                  str(work / "out"), "--no-live", "--no-history", "--yes"],
@@ -126,4 +127,4 @@ def side_by_side(runs: list[HarnessRun]) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f} s"
+    return "-" if value is None else f"{value:.2f} s"

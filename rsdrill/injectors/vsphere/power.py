@@ -135,9 +135,17 @@ class Suspend(_PowerFault):
 
 def vms_on_host(client: Vsphere, vm: Any) -> tuple[Any, list[Any]]:
     """The ESXi host running `vm`, and every powered-on VM on it (`vm` first)."""
+    from pyVmomi import vmodl
+
+    def powered_on(other: Any) -> bool:
+        try:
+            return bool(other.runtime.powerState == "poweredOn")
+        except vmodl.fault.ManagedObjectNotFound:
+            return False  # deleted since the host listed it
+
     with client.errors("list the VMs of the member's ESXi host"):
         host = vm.runtime.host
         if host is None:
             raise VsphereError(f"NoHost: VM {vm.name} runs on no ESXi host", "NoHost")
-        others = [v for v in host.vm if v != vm and v.runtime.powerState == "poweredOn"]
-    return host, [vm, *sorted(others, key=lambda v: v.name)]
+        others = [v for v in host.vm if v != vm and powered_on(v)]
+        return host, [vm, *sorted(others, key=lambda v: v.name)]
