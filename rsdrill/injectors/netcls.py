@@ -79,6 +79,23 @@ def place(pid: int, port: int) -> None:
         raise NetClsError(f"cannot place process {pid} in {group}: {exc}") from exc
 
 
+def rejoin(pid: int, port: int) -> bool:
+    """Put a restarted member's new process in its class if a partition still holds one for
+    its port (without creating it: a partition healed meanwhile leaves nothing behind)."""
+    root = hierarchy()
+    if root is None:
+        return False
+    try:
+        (root / GROUP / str(port) / "cgroup.procs").write_text(f"{pid}\n")
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            return False
+        raise NetClsError(f"cannot place process {pid} in the class of port {port}: {exc}") from exc
+    return True
+
+
 def placed_pids(port: int) -> list[int]:
     """The processes now in the class of the member on `port`."""
     root = hierarchy()

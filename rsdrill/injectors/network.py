@@ -184,6 +184,15 @@ def heal(action: dict[str, Any]) -> str:
     return f"{action['host']}: partition healed ({what})"
 
 
+def rejoin_partition(pid: int, port: int) -> None:
+    """A member restarted while a partition is in force: its new process joins its class, so
+    its own new connections are a member's again, not a client's."""
+    try:
+        netcls.rejoin(pid, port)
+    except netcls.NetClsError as exc:
+        raise TargetError(str(exc)) from exc
+
+
 class NetworkPartition:
     """Cut one member off from the other members, its clients, or both, for a while."""
 

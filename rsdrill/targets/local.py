@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rsdrill.experiment.schema import Fault, LocalMember, Target
 from rsdrill.injectors.base import Injector
+from rsdrill.injectors.network import rejoin_partition
 from rsdrill.probes.wireclient import DirectConnection, WireClientError
 from rsdrill.targets import TargetError
 
@@ -133,6 +134,9 @@ class LocalHosts:
                     f"`{member.start}` (see {log})"
                 )
             time.sleep(0.05)
+        pid = self.pid(host)
+        if pid is not None:
+            rejoin_partition(pid, int(host.rsplit(":", 1)[1]))
 
 
 def wipe_directory(path: Path) -> None:

@@ -15,6 +15,7 @@ from pymongo import MongoClient, WriteConcern
 from rsdrill.experiment.schema import Fault, Target
 from rsdrill.injectors.base import Injector
 from rsdrill.injectors.disk import needs_faultfs
+from rsdrill.injectors.network import rejoin_partition
 from rsdrill.sandbox.cluster import Sandbox, SandboxError, choose_engine, port_free, up
 from rsdrill.sandbox.config import MemberSpec, Settings, build_topology, member_dir
 from rsdrill.sandbox.emulator.storage import DATABASE
@@ -47,7 +48,8 @@ class SandboxHosts:
         """Restart the member unless it already runs (so a revert can be repeated)."""
         member = self.sandbox.spec.member(host)
         if self.sandbox.pid(member) is None:
-            self._do(lambda m: self.sandbox.start(m, wipe=wipe), host)
+            pid = self._do(lambda m: self.sandbox.start(m, wipe=wipe), host)
+            rejoin_partition(pid, member.port)
 
     def _do(self, operation: Callable[[MemberSpec], int], host: str) -> int:
         try:

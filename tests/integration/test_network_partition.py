@@ -161,3 +161,27 @@ def test_one_way_cut_drops_one_direction(
             assert not _on_secondary(secondary, direction), "the write must not have arrived"
         partition.revert()
     assert partition.table not in rsdrill_tables()
+
+
+def test_member_restarted_during_a_partition_joins_its_class_again(
+    replset: Callable[..., Sandbox], partitions: list[NetworkPartition]
+) -> None:
+    sandbox = replset()
+    primary = wait_until(lambda: writable_primary(sandbox), 10, "a primary").host
+    secondary = next(m for m in sandbox.spec.members if m.host != primary)
+    hosts = SandboxHosts(sandbox)
+    partition = _partition(sandbox, secondary.host, partitions, isolate_from="members",
+                           direction="both")  # fmt: skip
+    partition.inject()
+    before = hosts.pid(secondary.host)
+    assert netcls.placed_pids(secondary.port) == [before]
+
+    hosts.kill(secondary.host)
+    hosts.start(secondary.host, wipe=False)
+    after = hosts.pid(secondary.host)
+    assert after not in (None, before)
+    assert netcls.placed_pids(secondary.port) == [after]
+    assert not connects_as(primary, secondary.host), "still cut off after its restart"
+
+    partition.revert()
+    assert not netcls.placed_pids(secondary.port)
