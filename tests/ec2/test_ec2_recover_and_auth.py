@@ -224,3 +224,15 @@ def test_terminate_refused_by_run_exits_2_and_touches_nothing(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "allow_terminate" in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
     assert instance_of(ec2, m.instance_id)["State"]["Name"] == "running"
+
+
+def test_plan_lists_the_iam_actions_of_every_matrix_run() -> None:
+    from rsdrill.experiment.loader import load_experiment
+    from rsdrill.experiment.plan import render_plan
+
+    exp = load_experiment(ROOT / "experiments" / "ec2-recovery-keep-vs-wipe.yaml",
+                          env={"RSDRILL_EC2_URI": "mongodb://db1:27017/?replicaSet=rs0"})
+    plan = render_plan(exp)
+    assert "faults[0] host-kill (engine api): ec2:StopInstances, ec2:StartInstances" in plan
+    needed = plan.split("IAM actions needed: ")[1].splitlines()[0]
+    assert "ec2:CreateVolume" in needed and "ec2:AttachVolume" in needed  # the wipe run's

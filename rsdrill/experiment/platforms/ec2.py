@@ -250,3 +250,52 @@ def _check_iops(i: int, fault: Fault, engine: str) -> None:
     if fault.latency is not None:
         raise _problem(i, "latency", text="modify_volume sets IOPS and throughput only: drop "
                        "`latency` (or use a disk-fault with engine: fis)")  # fmt: skip
+
+
+_DESCRIBE = ("ec2:DescribeInstances", "ec2:DescribeVolumes")
+
+
+def iam_actions(fault: Fault) -> tuple[str, ...]:
+    """The IAM actions injecting and reverting `fault` needs (beyond describing)."""
+    options = fault.ec2 or Ec2Fault()
+    if fault.kind == "stepdown":
+        return ()
+    if fault.engine == "fis":
+        fis = ("fis:CreateExperimentTemplate", "fis:StartExperiment", "fis:GetExperiment",
+               "fis:StopExperiment", "fis:DeleteExperimentTemplate", "fis:ListExperiments",
+               "fis:ListExperimentTemplates", "fis:TagResource", "iam:PassRole")  # fmt: skip
+        return fis + (("ec2:StartInstances",) if fault.kind == "host-kill" else ())
+    if fault.kind == "host-kill":
+        if options.action != "stop":
+            return (f"ec2:{options.action.capitalize()}Instances",)
+        wipe = ("ec2:CreateVolume", "ec2:CreateTags", "ec2:DetachVolume", "ec2:AttachVolume")
+        restart_wipe = bool(fault.restart and fault.restart.volume == "wipe")
+        return ("ec2:StopInstances", "ec2:StartInstances", *(wipe if restart_wipe else ()))
+    return {
+        "volume-detach": ("ec2:DetachVolume", "ec2:AttachVolume"),
+        "iops-throttle": ("ec2:ModifyVolume", "ec2:DescribeVolumesModifications"),
+        "network-partition": ("ec2:CreateSecurityGroup", "ec2:CreateTags",
+                              "ec2:RevokeSecurityGroupEgress", "ec2:ModifyInstanceAttribute",
+                              "ec2:DescribeSecurityGroups", "ec2:DeleteSecurityGroup"),
+    }.get(fault.kind, ())  # fmt: skip
+
+
+def plan_details(exp: Experiment) -> list[str]:
+    """How each fault is carried out on EC2 and the IAM actions the credentials need."""
+    platform = exp.target.ec2
+    where = platform.endpoint_url or f"AWS {platform.region}"
+    lines = [f"EC2 at {where}; members → instances by {platform.instances.by}; credentials "
+             "from boto3's chain (checked with DryRun before anything is injected)"]  # fmt: skip
+    needed: list[str] = list(_DESCRIBE)
+    for i, fault in enumerate(exp.faults):
+        actions = iam_actions(fault)
+        if not actions:
+            continue
+        engine = fault.engine or "api"
+        lines.append(f"faults[{i}] {fault.kind} (engine {engine}): {', '.join(actions)}")
+    # A matrix may vary the faults (volume: keep or wipe): every run's calls are needed.
+    for _, variant in exp.variants():
+        for fault in variant.faults:
+            needed += [a for a in iam_actions(fault) if a not in needed]
+    lines.append(f"IAM actions needed: {', '.join(needed)}")
+    return lines
