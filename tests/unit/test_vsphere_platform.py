@@ -135,3 +135,21 @@ def test_validating_needs_no_vsphere_library() -> None:
             "assert 'pyVmomi' not in sys.modules, 'pyVmomi imported'")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_plan_names_the_connection_mapping_and_privileges_but_no_password() -> None:
+    from rsdrill.experiment.plan import render_plan
+
+    exp = load(
+        "  - {at: 1s, kind: host-kill, scope: host, restart: {after: 20s},"
+        " vsphere: {restart_on: other}}\n"
+        "  - {at: 1s, kind: network-partition, duration: 5s}\n",
+        vsphere="    password_env: VC_PASS\n    insecure: true\n",
+    )
+    plan = render_plan(exp)
+    assert "vCenter vc.example.com:443 as rsdrill@vsphere.local, password from $VC_PASS; " \
+        "TLS NOT verified (insecure: true)" in plan  # fmt: skip
+    assert "members → VMs by their guest hostname or IP" in plan
+    assert ("privileges needed: System.View, System.Read, VirtualMachine.Interact.PowerOff, "
+            "VirtualMachine.Interact.PowerOn, Resource.ColdMigrate, "
+            "VirtualMachine.Interact.DeviceConnection") in plan  # fmt: skip

@@ -198,3 +198,40 @@ def _check_kind(i: int, fault: Fault) -> None:
     ):
         raise _problem(i, "vsphere", "restart_on", text="restart: false never powers the VMs "
                        "on again")  # fmt: skip
+
+
+# What the vCenter user's role needs, besides System.View and System.Read (looking VMs up).
+def privileges(fault: Fault) -> tuple[str, ...]:
+    """The vSphere privileges one fault's inject and revert need."""
+    if fault.kind == "host-kill":
+        moves = fault.vsphere is not None and fault.vsphere.restart_on != "same"
+        return ("VirtualMachine.Interact.PowerOff", "VirtualMachine.Interact.PowerOn",
+                *(("Resource.ColdMigrate",) if moves else ()))  # fmt: skip
+    return {
+        "host-freeze": ("VirtualMachine.Interact.Suspend", "VirtualMachine.Interact.PowerOn"),
+        "volume-detach": ("VirtualMachine.Config.RemoveDisk",
+                          "VirtualMachine.Config.AddExistingDisk", "Datastore.Browse"),
+        "iops-throttle": ("VirtualMachine.Config.Resource", "VirtualMachine.Config.EditDevice"),
+        "network-partition": ("VirtualMachine.Interact.DeviceConnection",),
+    }.get(fault.kind, ())  # fmt: skip
+
+
+def plan_details(exp: Experiment) -> list[str]:
+    """Where rsdrill connects, how members map to VMs, and the privileges the faults need."""
+    platform = exp.target.vsphere
+    assert platform is not None  # the schema requires the section
+    tls = ("TLS NOT verified (insecure: true)" if platform.insecure
+           else f"TLS verified against {platform.ca_file or 'the system CAs'}")  # fmt: skip
+    variables = (platform.password_env,) if platform.password_env else DEFAULT_PASSWORD_VARIABLES
+    how = {"guest": "their guest hostname or IP (VMware Tools)",
+           "name": f"name {platform.vms.name}", "map": "the map"}[platform.vms.by]  # fmt: skip
+    lines = [f"vCenter {platform.host}:{platform.port} as {platform.user}, password from "
+             f"${' or $'.join(variables)}; {tls}",
+             f"members → VMs by {how}; every task waited for at most "
+             f"{platform.task_timeout:g}s"]  # fmt: skip
+    needed = ["System.View", "System.Read"]
+    for _, variant in exp.variants():
+        for fault in variant.faults:
+            needed += [p for p in privileges(fault) if p not in needed]
+    lines.append(f"privileges needed: {', '.join(needed)}")
+    return lines
