@@ -10,10 +10,16 @@ from typing import Any
 import pytest
 from harness.moto_ec2 import DATA_DEVICE, Member, data_volume_at, instance_of, volume_of
 
-from rsdrill.experiment.platforms.ec2 import DataVolume, Ec2Platform, MemberInstances
+from rsdrill.experiment.platforms.ec2 import DataVolume, Ec2Fault, Ec2Platform, MemberInstances
+from rsdrill.experiment.schema import Fault
 from rsdrill.injectors.base import InjectionError
-from rsdrill.injectors.ec2 import REVERT_ACTIONS, Aws, AwsError
-from rsdrill.injectors.ec2.fis import FisExperiment, iso_duration, stop_instances
+from rsdrill.injectors.ec2 import REVERT_ACTIONS, Aws, AwsError, preflight
+from rsdrill.injectors.ec2.fis import (
+    FisExperiment,
+    iso_duration,
+    stop_instances,
+    volume_io_latency,
+)
 from rsdrill.injectors.ec2.instance import REPLACES_TAG, InstanceKill
 from rsdrill.injectors.ec2.lookup import find_data_volume, find_instance
 from rsdrill.injectors.ec2.network import SecurityGroupPartition
@@ -256,3 +262,43 @@ def test_waits_have_deadlines_with_clear_messages(aws: Aws, member: Callable[...
 def test_platform_section_accepts_empty_endpoint() -> None:
     platform = Ec2Platform(region="eu-west-1", endpoint_url="", profile="")
     assert platform.endpoint_url is None and platform.profile is None
+
+
+def test_reboot_keeps_the_instance_running_and_owes_no_revert(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    fault = kill(aws, m, action="reboot", restart=False)
+    assert fault.revert_action() is None and "reboot" in fault.describe()
+    fault.inject()
+    assert fault.verify(1.0) and state(ec2, m) == "running"
+
+
+def test_fis_volume_latency_parameters(aws: Aws, member: Callable[..., Member]) -> None:
+    m = member()
+    instance = find_instance(aws, BY_TAG, m.host)
+    writes = volume_io_latency(aws, instance, m.volume_id, duration_s=120, latency_s=0.25,
+                               probability=0.5, operations=("write", "fsync"))  # fmt: skip
+    assert writes.parameters == {"duration": "PT2M", "writeIOPercentage": "50",
+                                 "writeIOLatencyMilliseconds": "250"}  # fmt: skip
+    assert writes.resource_arn.endswith(f":volume/{m.volume_id}")
+    both = volume_io_latency(aws, instance, m.volume_id, duration_s=30, latency_s=0.01,
+                             probability=1.0, operations=("any",))  # fmt: skip
+    assert both.parameters["readIOLatencyMilliseconds"] == "10"
+    assert both.parameters["writeIOPercentage"] == "100"
+
+
+def test_preflight_refuses_a_throttle_of_a_recently_modified_volume(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    platform = Ec2Platform(region="us-east-1", instances=BY_TAG, volume=AT_SDF)
+    throttle_fault = Fault(at=1, kind="iops-throttle", duration=60, iops=3000)
+    instance = find_instance(aws, BY_TAG, m.host)
+    assert preflight(aws, platform, (throttle_fault,), [instance]) == []
+    ec2.modify_volume(VolumeId=m.volume_id, Iops=5000)
+    (problem,) = preflight(aws, platform, (throttle_fault,), [instance])
+    assert problem.startswith(f"faults[0] iops-throttle on {m.host}: {m.volume_id} was modified")
+    assert "faults[0].ec2.accept_modification_limit: true" in problem
+    accepted = throttle_fault.model_copy(update={"ec2": Ec2Fault(accept_modification_limit=True)})
+    assert preflight(aws, platform, (accepted,), [instance]) == []

@@ -35,6 +35,15 @@ def connection(platform: Ec2Platform) -> Connection:
     )
 
 
+def _wipes(fault: Fault) -> bool:
+    return bool(fault.kind == "host-kill" and fault.restart and fault.restart.volume == "wipe")
+
+
+def needs_data_volume(fault: Fault) -> bool:
+    """Whether the fault acts on the member's data volume (a wipe replaces it)."""
+    return _wipes(fault) or fault.kind in ("volume-detach", "iops-throttle", "disk-fault")
+
+
 def ec2_injector(aws: Aws, platform: Ec2Platform, fault: Fault, instance: Instance) -> Injector:
     """The injector for `fault` on the member whose host is `instance`."""
     from rsdrill.experiment.platforms.ec2 import Ec2Fault
@@ -45,7 +54,10 @@ def ec2_injector(aws: Aws, platform: Ec2Platform, fault: Fault, instance: Instan
     from rsdrill.injectors.ec2.volume import IopsThrottle, VolumeDetach
 
     options = fault.ec2 or Ec2Fault()
-    data = find_data_volume(aws, platform.volume, instance) if platform.volume else None
+    wipe = _wipes(fault)
+    data = None
+    if needs_data_volume(fault) and platform.volume is not None:
+        data = find_data_volume(aws, platform.volume, instance)
     duration = fault.revert_after or fault.duration or 0.0
     if fault.engine == "fis":
         assert platform.fis_role_arn is not None  # check_experiment requires it
@@ -63,7 +75,6 @@ def ec2_injector(aws: Aws, platform: Ec2Platform, fault: Fault, instance: Instan
                                            operations=operations)  # fmt: skip
         return fis.FisExperiment(aws, instance, fault.kind, action, platform.fis_role_arn)
     if fault.kind == "host-kill":
-        wipe = bool(fault.restart and fault.restart.volume == "wipe")
         return InstanceKill(aws, instance, action=options.action, force=options.force,
                             allow_terminate=options.allow_terminate,
                             restart=fault.restart is not False,

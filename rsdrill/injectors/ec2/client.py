@@ -38,8 +38,6 @@ _HINTS = {
     "InvalidClientTokenId": "the access key is not known to AWS",
     "SignatureDoesNotMatch": "the secret key does not match the access key",
     "ExpiredToken": "the session token has expired: refresh the credentials",
-    "RequestLimitExceeded": f"still throttled after {MAX_ATTEMPTS} attempts with backoff",
-    "Throttling": f"still throttled after {MAX_ATTEMPTS} attempts with backoff",
     "VolumeModificationRateExceeded": "AWS allows one modification per volume per 6 hours",
 }
 
@@ -149,6 +147,9 @@ class Aws:
         return "aws-us-gov" if self.conn.region.startswith("us-gov-") else "aws"
 
 
+_THROTTLED = {
+    "RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException",
+}  # fmt: skip
 _CREDENTIAL_CODES = {
     "UnauthorizedOperation", "AccessDenied", "AccessDeniedException", "AuthFailure",
     "InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken", "OptInRequired",
@@ -161,7 +162,7 @@ def _make_client(conn: Connection, service: str) -> Any:
     from botocore.exceptions import BotoCoreError
 
     config = Config(
-        retries={"mode": "adaptive", "max_attempts": MAX_ATTEMPTS},
+        retries={"mode": "adaptive", "total_max_attempts": MAX_ATTEMPTS},
         connect_timeout=CONNECT_TIMEOUT_S,
         read_timeout=READ_TIMEOUT_S,
         user_agent_extra="rsdrill",
@@ -201,6 +202,8 @@ def aws_errors(what: str, conn: Connection) -> Iterator[None]:
         # AWS appends a long encoded authorization message: the first sentence is enough.
         message = message.split(" Encoded authorization failure message:")[0]
         hint = _HINTS.get(code)
+        if code in _THROTTLED:
+            hint = f"still throttled after {MAX_ATTEMPTS} attempts with backoff"
         text = f"{code}: {what}: {message}" + (f" ({hint})" if hint else "")
         raise AwsError(text, code) from None
     except (NoCredentialsError, PartialCredentialsError) as exc:

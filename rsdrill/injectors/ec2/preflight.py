@@ -52,12 +52,15 @@ def _calls(fault: Fault, instance: Instance, data: tuple[str, str] | None) -> li
 def problems(
     aws: Aws, platform: Ec2Platform, faults: tuple[Fault, ...], instances: list[Instance]
 ) -> list[str]:
+    from rsdrill.injectors.ec2 import needs_data_volume
     from rsdrill.injectors.ec2.volume import modification_limit
 
     found: list[str] = []
     asked: set[tuple[str, str]] = set()
     for instance in instances:
-        data = find_data_volume(aws, platform.volume, instance) if platform.volume else None
+        data = None
+        if platform.volume is not None and any(needs_data_volume(f) for f in faults):
+            data = find_data_volume(aws, platform.volume, instance)
         for i, fault in enumerate(faults):
             if fault.kind == "stepdown":
                 continue
