@@ -106,6 +106,7 @@ def test_stop_primary_instance_measures_failover_and_recovery(
     proc = run(ROOT / "experiments" / "ec2-rs3-stop-primary.yaml", out,
                environment(tmp_path, sandbox, moto_endpoint))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(binding.errors)
+    print(proc.stdout)  # the verdict and figures, shown with -rP
     result = json.loads((out / "result.json").read_text())
     metrics = result["metrics"]
     assert result["verdict"] == "pass"
@@ -130,6 +131,7 @@ def test_keep_versus_wipe_recovery_side_by_side(
     proc = run(ROOT / "experiments" / "ec2-recovery-keep-vs-wipe.yaml", out,
                environment(tmp_path, sandbox, moto_endpoint))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(binding.errors)
+    print(proc.stdout)  # the table, shown with -rP
     assert "| target.topology | faults.0.restart.volume=keep | faults.0.restart.volume=wipe |" \
         in proc.stdout  # fmt: skip
     rows = json.loads((out / "matrix.json").read_text())
@@ -142,4 +144,57 @@ def test_keep_versus_wipe_recovery_side_by_side(
     wiped = binding.events[-1].host
     fresh = data_volume_at(ec2, members[wiped].instance_id)
     assert fresh != original[wiped]  # the member now runs on the fresh volume
+    assert_no_secret(tmp_path, proc.stdout, proc.stderr)
+
+
+VOLUME_AND_NETWORK = """\
+name: ec2-volume-and-network
+target:
+  platform: ec2
+  topology: rs3
+  uri: ${RSDRILL_EC2_URI}
+  ec2:
+    region: us-east-1
+    endpoint_url: ${RSDRILL_EC2_ENDPOINT}
+    instances: {by: tag}
+    volume: {tag: "rsdrill:data"}
+    poll_interval: 50ms
+probes:
+  availability: {interval: 50ms}
+  durability: null
+  lag: null
+faults:
+  - {at: 2s, kind: volume-detach, select: secondary, duration: 3s}
+  - {at: 2s, kind: iops-throttle, select: primary, duration: 3s, iops: 3000,
+     throughput_mb_s: 125, ec2: {accept_modification_limit: true}}
+  - {at: 6s, kind: network-partition, select: secondary, duration: 2s, isolate_from: all}
+observe: {after_revert: 20s}
+"""
+
+
+@pytest.mark.slow
+def test_volume_and_network_faults_through_the_runner(
+    tmp_path: Path, bound_set: Callable[[int], BoundSet], moto_endpoint: str, ec2: Any
+) -> None:
+    sandbox, members, binding = bound_set(0)
+    experiment = tmp_path / "volume-and-network.yaml"
+    experiment.write_text(VOLUME_AND_NETWORK)
+    out = tmp_path / "out"
+    proc = run(experiment, out, environment(tmp_path, sandbox, moto_endpoint))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(binding.errors)
+    result = json.loads((out / "result.json").read_text())
+    faults = {f["kind"]: f for f in result["faults"]}
+    assert set(faults) == {"volume-detach", "iops-throttle", "network-partition"}
+    assert all(f["verified_at_s"] and f["reverted_at_s"] for f in faults.values()), faults
+    detached = faults["volume-detach"]["target"]
+    # The vanished disk took its member down; re-attached, it came back on its data.
+    assert [(e.host, e.what) for e in binding.events] == [
+        (detached, "killed"), (detached, "restarted-keep")]  # fmt: skip
+    assert result["metrics"]["recovery_s"][detached] is not None
+    for host, m in members.items():  # everything as it was
+        instance = instance_of(ec2, m.instance_id)
+        assert [g["GroupId"] for g in instance["SecurityGroups"]] == [m.group_id], host
+        assert data_volume_at(ec2, m.instance_id) == m.volume_id, host
+        volume = ec2.describe_volumes(VolumeIds=[m.volume_id])["Volumes"][0]
+        assert (volume["Iops"], volume["Throughput"]) == (6000, 500), host
     assert_no_secret(tmp_path, proc.stdout, proc.stderr)

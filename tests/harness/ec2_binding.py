@@ -1,10 +1,12 @@
 """Test harness: moto's instances stand for the hosts of sandbox members.
 
-A thread polls moto: when a bound instance stops (or terminates), its member is SIGKILLed, as
-its host would be; when the instance runs again, the member is restarted — on its kept data
-directory if the instance still has the data volume it had, on a wiped one if that volume was
-replaced by a fresh one (a new, empty disk: full initial sync). So an EC2 experiment run against
-moto moves a real replica set, and its failover and recovery are measured, not assumed.
+A thread polls moto. A member runs while its instance runs with a data volume attached at
+/dev/sdf: when the instance stops (or terminates), or its data volume is detached, the member is
+SIGKILLed, as a lost host or a vanished disk would take mongod down; when both are back, the
+member is restarted — on its kept data directory if the volume is the one it had, on a wiped one
+if that volume was replaced by a fresh one (a new, empty disk: full initial sync). So an EC2
+experiment run against moto moves a real replica set, and its failover and recovery are
+measured, not assumed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from harness.moto_ec2 import DATA_DEVICE, Member
 from rsdrill.sandbox.cluster import Sandbox
 
 POLL_S = 0.05
-_DOWN = ("stopping", "stopped", "shutting-down", "terminated")
 
 
 @dataclass
@@ -61,17 +62,16 @@ class Ec2Binding:
     def _follow(self, host: str, instance: dict[str, Any]) -> None:
         spec = self.sandbox.spec.member(host)
         running = self.sandbox.pid(spec) is not None
-        state = instance["State"]["Name"]
-        if state in _DOWN and running:
+        volume = next((m["Ebs"]["VolumeId"] for m in instance.get("BlockDeviceMappings", [])
+                       if m["DeviceName"] == DATA_DEVICE), None)  # fmt: skip
+        up = instance["State"]["Name"] == "running" and volume is not None
+        if running and not up:
             self.sandbox.kill(spec)
             self.events.append(Event(time.monotonic(), host, "killed"))
-        elif state == "running" and not running:
-            volume = next((m["Ebs"]["VolumeId"] for m in instance.get("BlockDeviceMappings", [])
-                           if m["DeviceName"] == DATA_DEVICE), None)  # fmt: skip
+        elif up and not running:
             bound = self.members[host]
             wipe = volume != bound.volume_id
             self.sandbox.start(spec, wipe=wipe)
-            if volume is not None:
-                bound.volume_id = volume  # the fresh volume is the member's disk from now on
+            bound.volume_id = volume  # a fresh volume is the member's disk from now on
             self.events.append(Event(time.monotonic(), host,
                                      "restarted-wipe" if wipe else "restarted-keep"))  # fmt: skip

@@ -157,9 +157,12 @@ _CREDENTIAL_CODES = {
 
 
 def _make_client(conn: Connection, service: str) -> Any:
-    import boto3
-    from botocore.config import Config
-    from botocore.exceptions import BotoCoreError
+    try:
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import BotoCoreError
+    except ImportError:
+        raise AwsError("boto3 is not installed: pip install 'rsdrill[ec2]'", "NoBoto3") from None
 
     config = Config(
         retries={"mode": "adaptive", "total_max_attempts": MAX_ATTEMPTS},
