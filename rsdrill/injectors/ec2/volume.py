@@ -46,9 +46,12 @@ class VolumeDetach:
                      Device=self.device, Force=True)  # fmt: skip
 
     def verify(self, timeout_s: float) -> bool:
+        # The instance has lost the device once the detachment started (forced: at once).
         def check() -> tuple[bool, str]:
-            state = describe_volume(self.aws, self.volume_id)["State"]
-            return state == "available", state
+            volume = describe_volume(self.aws, self.volume_id)
+            mine = [a["State"] for a in volume.get("Attachments", [])
+                    if a["InstanceId"] == self.instance.id]  # fmt: skip
+            return not mine or mine[0] in ("detaching", "detached"), volume["State"]
 
         return self.aws.poll(f"{self.volume_id} detached", check, timeout_s)
 
@@ -131,6 +134,10 @@ class IopsThrottle:
                 raise InjectionError(f"iops-throttle refused, nothing changed: {refusal}; set "
                                      f"{self.field}: true to go ahead anyway")  # fmt: skip
         self.aws.ec2("modify_volume", VolumeId=self.volume_id, **self.wanted)
+        # New limits apply once the modification is optimizing, which may take longer than
+        # the run's verification allows: waited for here, within `wait_timeout`.
+        self.aws.wait(f"{self.volume_id} at {_limits(self.wanted)}",
+                      lambda: _reached(self.aws, self.volume_id, self.wanted))
 
     def verify(self, timeout_s: float) -> bool:
         return self.aws.poll(f"{self.volume_id} at {self.wanted}",
