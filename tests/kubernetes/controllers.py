@@ -59,14 +59,13 @@ class _Loop:
 
 
 class ChaosMeshController(_Loop):
-    def __init__(self, api: Any, namespace: str, *, status_subresource: dict[str, bool]) -> None:
+    def __init__(self, api: Any, namespace: str) -> None:
         from kubernetes import client
 
         super().__init__("fake-chaos-mesh")
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
-        self.status_subresource = status_subresource
         self.seen: list[dict[str, Any]] = []  # every object as first created (for assertions)
 
     def tick(self) -> None:
@@ -91,15 +90,11 @@ class ChaosMeshController(_Loop):
                     self.seen.append(item)
                     self._inject(plural, item)
 
-    def _patch(self, plural: str, name: str, body: dict[str, Any], *, status: bool) -> None:
-        if status and self.status_subresource[plural]:
-            self.custom.patch_namespaced_custom_object_status(
-                "chaos-mesh.org", "v1alpha1", self.namespace, plural, name, body
-            )
-        else:
-            self.custom.patch_namespaced_custom_object(
-                "chaos-mesh.org", "v1alpha1", self.namespace, plural, name, body
-            )
+    def _patch(self, plural: str, name: str, body: dict[str, Any]) -> None:
+        # Chaos Mesh's CRDs have no status subresource: status is written with the object.
+        self.custom.patch_namespaced_custom_object(
+            "chaos-mesh.org", "v1alpha1", self.namespace, plural, name, body
+        )
 
     def _selected(self, item: dict[str, Any]) -> list[tuple[str, str]]:
         from kubernetes.client.rest import ApiException
@@ -118,7 +113,7 @@ class ChaosMeshController(_Loop):
 
     def _inject(self, plural: str, item: dict[str, Any]) -> None:
         name = item["metadata"]["name"]
-        self._patch(plural, name, {"metadata": {"finalizers": [FINALIZER]}}, status=False)
+        self._patch(plural, name, {"metadata": {"finalizers": [FINALIZER]}})
         pods = self._selected(item)
         if not pods:
             status = {
@@ -132,7 +127,7 @@ class ChaosMeshController(_Loop):
                 ],
                 "experiment": {"desiredPhase": "Run"},
             }
-            self._patch(plural, name, {"status": status}, status=True)
+            self._patch(plural, name, {"status": status})
             return
         if item["spec"]["action"] == "pod-kill":
             for namespace, pod in pods:
@@ -157,12 +152,12 @@ class ChaosMeshController(_Loop):
             ],
             "experiment": {"desiredPhase": "Run", "containerRecords": records},
         }
-        self._patch(plural, name, {"status": status}, status=True)
+        self._patch(plural, name, {"status": status})
 
     def _recover(self, plural: str, item: dict[str, Any]) -> None:
         name = item["metadata"]["name"]
         finalizers = [f for f in item["metadata"]["finalizers"] if f != FINALIZER]
-        self._patch(plural, name, {"metadata": {"finalizers": finalizers or None}}, status=False)
+        self._patch(plural, name, {"metadata": {"finalizers": finalizers or None}})
 
 
 class LitmusOperator(_Loop):
@@ -340,7 +335,10 @@ class Kubelet(_Loop):
             if self.recreate_after_s is None or time.monotonic() - since < self.recreate_after_s:
                 continue
             if name not in present:
+                from tests.kubernetes.support import mark_running
+
                 created = self.core.create_namespaced_pod(self.namespace, self.templates[name])
+                mark_running(self.core.api_client, self.namespace, name)
                 present[name] = created.metadata.uid
             self.uids[name] = present[name]
             del self.gone_at[name]

@@ -50,12 +50,27 @@ def pod_manifest(name: str, node: str, labels: dict[str, str] | None = None) -> 
 
 
 def make_pod(api: Any, namespace: str, name: str, node: str) -> tuple[dict[str, Any], str]:
-    """Create the pod; its manifest and uid."""
+    """Create the pod, running and ready as its kubelet would report it; its manifest and uid.
+    (A Pending pod would ignore PodDisruptionBudgets.)"""
     from kubernetes import client
 
+    core = client.CoreV1Api(api)
     manifest = pod_manifest(name, node)
-    created = client.CoreV1Api(api).create_namespaced_pod(namespace, manifest)
+    created = core.create_namespaced_pod(namespace, manifest)
+    mark_running(api, namespace, name)
     return manifest, created.metadata.uid
+
+
+def mark_running(api: Any, namespace: str, name: str) -> None:
+    from kubernetes import client
+
+    now = "2026-01-01T00:00:00Z"
+    status = {
+        "phase": "Running",
+        "startTime": now,
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+    }
+    client.CoreV1Api(api).patch_namespaced_pod_status(name, namespace, {"status": status})
 
 
 def experiment(

@@ -70,8 +70,7 @@ def env(kube: Kube) -> Iterator[Env]:
                 },
             },
         )
-    subresource = {"podchaos": False, "iochaos": True, "networkchaos": True, "blockchaos": True}
-    chaos_mesh = ChaosMeshController(kube.api, namespace, status_subresource=subresource)
+    chaos_mesh = ChaosMeshController(kube.api, namespace)
     litmus = LitmusOperator(kube.api, namespace)
     loops = [chaos_mesh.start(), litmus.start(), kubelet.start()]
     yield Env(kube, namespace, nodes, chaos_mesh, kubelet)  # type: ignore[arg-type]

@@ -82,7 +82,9 @@ def needed_permissions(
             needed += [
                 Permission("get", "nodes"),
                 Permission("patch", "nodes"),
+                # The node's pods, in every namespace: listed, evicted, waited for.
                 Permission("list", "pods"),
+                Permission("get", "pods"),
                 Permission("create", "pods", subresource="eviction"),
             ]
             if options.delete_node:

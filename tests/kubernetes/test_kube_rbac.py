@@ -1,0 +1,192 @@
+"""Permissions, against the real API server's RBAC: a token without the needed verbs is refused
+before anything is created, with each missing permission named; the manifests' ServiceAccount
+may make every call rsdrill makes, and nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rsdrill.injectors.base import InjectionError
+from rsdrill.injectors.kubernetes.client import ClusterAccess, Kube
+from rsdrill.targets import TargetError
+from rsdrill.targets.kubernetes import make_target
+from tests.kubernetes.conftest import Kube as KubeFixture
+from tests.kubernetes.controllers import ChaosMeshController, Kubelet
+from tests.kubernetes.manifests_support import RBAC, every_fault
+from tests.kubernetes.support import experiment, make_node, make_pod, member, rsdrill_objects
+
+CHAOS_MESH_KILL = {"at": "1s", "kind": "host-kill", "engine": "chaos-mesh", "duration": "5s"}
+
+
+@pytest.fixture(scope="module")
+def namespace(kube: KubeFixture) -> str:
+    ns = kube.namespace("rbac")
+    node = f"{ns}-node"
+    make_node(kube.api, node)
+    for i in range(3):
+        make_pod(kube.api, ns, f"mongo-{i}", node)
+    return ns
+
+
+def test_restricted_token_is_refused_naming_every_missing_permission(
+    kube: KubeFixture, namespace: str, tmp_path: Path
+) -> None:
+    faults = [CHAOS_MESH_KILL, {"at": "1s", "kind": "host-kill", "scope": "node", "duration": "5s"}]
+    target = make_target(experiment(kube.restricted, namespace, faults), tmp_path)
+    with pytest.raises(TargetError) as refused:
+        target.preflight()
+    message = str(refused.value)
+    assert "nothing was injected" in message
+    for permission in (
+        f"get pods in namespace {namespace}",
+        f"create podchaos.chaos-mesh.org in namespace {namespace}",
+        f"delete podchaos.chaos-mesh.org in namespace {namespace}",
+        "create pods/eviction cluster-wide",
+        "delete nodes cluster-wide",
+    ):
+        assert permission in message
+    assert "rsdrill-test-restricted-token" not in message
+    assert rsdrill_objects(kube.api, namespace) == []
+
+
+def test_a_denied_verb_at_injection_names_it_and_creates_nothing(
+    kube: KubeFixture, namespace: str, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(kube.api)
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "read-pods"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "read-pods"},
+            "subjects": [
+                {"kind": "User", "name": "restricted", "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+            "roleRef": {
+                "kind": "Role",
+                "name": "read-pods",
+                "apiGroup": "rbac.authorization.k8s.io",
+            },
+        },
+    )
+    target = make_target(experiment(kube.restricted, namespace, [CHAOS_MESH_KILL]), tmp_path)
+    target.members = [member(namespace, i) for i in range(3)]
+    injector = target.injector(target.faults[0], member(namespace, 0))  # get pods is allowed
+    with pytest.raises(InjectionError) as denied:
+        injector.inject()
+    assert 'cannot create resource "podchaos" in API group "chaos-mesh.org"' in str(denied.value)
+    assert rsdrill_objects(kube.api, namespace) == []
+
+
+@pytest.fixture(scope="module")
+def service_account_kubeconfig(kube: KubeFixture, namespace: str) -> Iterator[Path]:
+    """The manifests' rsdrill ServiceAccount and roles (rbac.yaml, moved to the test's
+    namespace as an overlay's `namespace:` would), and a kubeconfig with its token."""
+    from kubernetes import client
+
+    from tests.kubernetes.cluster import server_side_apply
+
+    docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    for doc in docs:
+        if doc["metadata"].get("namespace"):
+            doc["metadata"]["namespace"] = namespace
+        for subject in doc.get("subjects", []):
+            subject["namespace"] = namespace
+        if doc["kind"].startswith("Cluster"):
+            doc["metadata"]["name"] = f"{namespace}-rsdrill"
+            if "roleRef" in doc:
+                doc["roleRef"]["name"] = f"{namespace}-rsdrill"
+    assert server_side_apply(kube.api, docs, namespace, dry_run=False) == []
+    token = (
+        client.CoreV1Api(kube.api)
+        .create_namespaced_service_account_token(
+            "rsdrill", namespace, {"spec": {"expirationSeconds": 3600}}
+        )
+        .status.token
+    )
+    yield kube.cluster.kubeconfig(f"sa-{namespace}", token)
+
+
+def test_manifests_rbac_allows_every_call_and_nothing_else(
+    kube: KubeFixture, namespace: str, service_account_kubeconfig: Path, tmp_path: Path
+) -> None:
+    every = every_fault(namespace)
+    exp = experiment(
+        service_account_kubeconfig,
+        namespace,
+        [f.model_dump(mode="json", exclude_defaults=True) for f in every.faults],
+        selector="app=mongo",
+    )
+    make_target(exp, tmp_path).preflight()  # every call allowed: no TargetError
+    sa = Kube(ClusterAccess(str(service_account_kubeconfig)))
+    try:
+        denied = [
+            (verb, resource, ns, group)
+            for verb, resource, ns, group in [
+                ("get", "secrets", namespace, ""),
+                ("list", "secrets", namespace, ""),
+                ("create", "pods", namespace, ""),
+                ("patch", "pods", namespace, ""),
+                ("delete", "deployments", namespace, "apps"),
+                ("delete", "statefulsets", namespace, "apps"),
+                ("create", "podchaos", "default", "chaos-mesh.org"),
+                ("patch", "podchaos", namespace, "chaos-mesh.org"),
+                ("delete", "chaosengines", "default", "litmuschaos.io"),
+                ("create", "nodes", None, ""),
+                ("update", "nodes", None, ""),
+                ("delete", "namespaces", None, ""),
+                ("delete", "pods", "default", ""),
+                ("create", "customresourcedefinitions", None, "apiextensions.k8s.io"),
+            ]
+            if sa.allowed(verb, resource, ns, group)
+        ]
+    finally:
+        sa.close()
+    assert denied == []
+
+
+def test_service_account_round_trip(
+    kube: KubeFixture, namespace: str, service_account_kubeconfig: Path, tmp_path: Path
+) -> None:
+    """A Chaos Mesh fault and a node drain carried out with the ServiceAccount's token."""
+    node = f"{namespace}-drain"
+    make_node(kube.api, node)
+    kubelet = Kubelet(kube.api, namespace, recreate_after_s=None)
+    manifest, uid = make_pod(kube.api, namespace, "mongo-3", node)
+    kubelet.adopt(manifest, uid)
+    mesh = ChaosMeshController(kube.api, namespace)
+    loops = [mesh.start(), kubelet.start()]
+    try:
+        faults: list[dict[str, Any]] = [
+            {**CHAOS_MESH_KILL, "kind": "host-freeze"},
+            {"at": "1s", "kind": "host-kill", "scope": "node", "duration": "5s"},
+        ]
+        exp = experiment(service_account_kubeconfig, namespace, faults)
+        target = make_target(exp, tmp_path)
+        target.members = [member(namespace, i) for i in range(4)]
+        target.preflight()
+        for fault, host in zip(
+            target.faults, (member(namespace, 0), member(namespace, 3)), strict=True
+        ):
+            injector = target.injector(fault, host)
+            injector.inject()
+            assert injector.verify(5.0)
+            injector.revert()
+        assert rsdrill_objects(kube.api, namespace) == []
+        assert kubelet.gone_at.get("mongo-3") is not None  # evicted with its node
+    finally:
+        for loop in loops:
+            loop.stop()
+    assert not mesh.errors and not kubelet.errors
