@@ -62,5 +62,18 @@ def recovery_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> dict[str, fl
     return result
 
 
+def too_stale(ops: Sequence[Op]) -> list[str]:
+    """`too_stale`: members that fell off the oplog (their newest entry is older than the
+    oldest their sync source still has): their status said "too stale" at least once. They
+    stay RECOVERING until resynced from scratch. Sorted by host."""
+    return sorted(
+        {
+            op.member
+            for op in _polls(ops)
+            if op.member and "too stale" in str(op.detail.get("message", "")).lower()
+        }
+    )
+
+
 def _polls(ops: Sequence[Op]) -> list[Op]:
     return sorted((op for op in ops if op.probe == "recovery" and op.member), key=lambda o: o.t_end)

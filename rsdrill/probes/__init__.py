@@ -128,7 +128,8 @@ class ProbeSet:
 
     def _drop_probe_collections(self) -> None:
         try:
-            with MongoClient(self.uri, serverSelectionTimeoutMS=5000) as client:
+            # Bounded as a whole (timeoutMS): a set with no majority left would stall the drop.
+            with MongoClient(self.uri, serverSelectionTimeoutMS=5000, timeoutMS=10_000) as client:
                 db = client[PROBE_DB]
                 for name in db.list_collection_names():
                     if name.startswith(self.prefix):

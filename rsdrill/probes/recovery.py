@@ -39,6 +39,8 @@ class StatusPoller(MemberPoller):
             "state": me.get("stateStr", "UNKNOWN"),
             "term": int(status.get("term", -1)),
         }
+        if me.get("infoMessage"):  # e.g. why it is RECOVERING ("too stale to catch up")
+            detail["message"] = str(me["infoMessage"])
         metrics = status.get("electionCandidateMetrics")
         if me.get("stateStr") == "PRIMARY" and metrics:
             election: dict[str, Any] = {"term": int(metrics.get("electionTerm", status["term"]))}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rsdrill.analysis.recovery import member_states, recovery_s
+from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
 from rsdrill.probes.history import FaultRecord, Op
 
 A, B = "a:27017", "b:27017"
@@ -111,3 +111,14 @@ def test_two_faults_on_one_member_the_later_revert_wins() -> None:
 def test_polls_of_other_members_do_not_count() -> None:
     ops = [status(B, 21.0, "SECONDARY"), status(A, 25.0, None)]
     assert recovery_s(ops, [fault(A, 5.0, 20.0)]) == {A: None}
+
+
+def test_too_stale_names_members_whose_status_said_so() -> None:
+    def recovering(member: str, message: str) -> Op:
+        detail = {"state": "RECOVERING", "term": 1, "message": message}
+        return Op("recovery", "status", member, 7.0, 7.02, "ok", detail)
+
+    stale = recovering(B, "too stale to catch up: a:27017 no longer has our last entry")
+    searching = recovering(A, "could not find member to sync from")
+    assert too_stale([*kill_and_restart(), stale, searching]) == [B]
+    assert too_stale(kill_and_restart()) == []
