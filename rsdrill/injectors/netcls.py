@@ -14,9 +14,11 @@ unmounted again once the last member is released.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # "RD" in the high half; the low half is the member's port (a port is never 0).
@@ -24,6 +26,9 @@ CLASS_BASE = 0x52440000
 # The class of every connection opened by a process that is not a member.
 CLIENT_CLASS = CLASS_BASE
 OWN_MOUNT = Path("/run/rsdrill/net_cls")
+# Held while cgroups are created, filled or removed and the hierarchy (un)mounted: runs on the
+# same machine must not unmount it under each other.
+_LOCK_DIR = OWN_MOUNT.parent
 GROUP = "rsdrill"
 
 
@@ -66,33 +71,48 @@ def _mount() -> Path:
     return OWN_MOUNT
 
 
+@contextmanager
+def _locked() -> Iterator[None]:
+    _LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(_LOCK_DIR, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def place(pid: int, port: int) -> None:
     """Put process `pid` (the member listening on `port`) in that member's class."""
-    group = _mount() / GROUP / str(port)
-    try:
-        group.mkdir(parents=True, exist_ok=True)
-        (group / "net_cls.classid").write_text(f"{class_id(port)}\n")
-        (group / "cgroup.procs").write_text(f"{pid}\n")
-    except OSError as exc:
-        if exc.errno == errno.ESRCH:
-            raise NetClsError(f"process {pid} (port {port}) is gone") from exc
-        raise NetClsError(f"cannot place process {pid} in {group}: {exc}") from exc
+    with _locked():
+        group = _mount() / GROUP / str(port)
+        try:
+            group.mkdir(parents=True, exist_ok=True)
+            (group / "net_cls.classid").write_text(f"{class_id(port)}\n")
+            (group / "cgroup.procs").write_text(f"{pid}\n")
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                raise NetClsError(f"process {pid} (port {port}) is gone") from exc
+            raise NetClsError(f"cannot place process {pid} in {group}: {exc}") from exc
 
 
 def rejoin(pid: int, port: int) -> bool:
     """Put a restarted member's new process in its class if a partition still holds one for
     its port (without creating it: a partition healed meanwhile leaves nothing behind)."""
-    root = hierarchy()
-    if root is None:
-        return False
-    try:
-        (root / GROUP / str(port) / "cgroup.procs").write_text(f"{pid}\n")
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        if exc.errno == errno.ESRCH:
+    with _locked():
+        root = hierarchy()
+        if root is None:
             return False
-        raise NetClsError(f"cannot place process {pid} in the class of port {port}: {exc}") from exc
+        try:
+            (root / GROUP / str(port) / "cgroup.procs").write_text(f"{pid}\n")
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                return False
+            raise NetClsError(
+                f"cannot place process {pid} in the class of port {port}: {exc}"
+            ) from exc
     return True
 
 
@@ -112,6 +132,11 @@ def release(ports: Iterable[int]) -> list[str]:
     """Move the processes of the members on `ports` back to the hierarchy's root (class 0) and
     remove their cgroups; once none is left, unmount the hierarchy if rsdrill mounted it.
     Idempotent; one line per thing undone."""
+    with _locked():
+        return _release(ports)
+
+
+def _release(ports: Iterable[int]) -> list[str]:
     root = hierarchy()
     if root is None:
         return []

@@ -3,7 +3,7 @@ that drop a member's packets to or from the other members, its clients, or both.
 
 Members and clients all talk over loopback, so who sent a packet is told by its process: each
 member process carries its own net_cls class (see `netcls.py`), every other process is a client.
-A connection is classified once per packet its initiator sends to a member port (`ct mark`
+A connection is classified on every packet its initiator sends to a member port (`ct mark`
 becomes the initiator's class), so both of its directions can be judged on the receiving side:
 
 - a packet to member port P is from the connection's initiator to the member on P;
@@ -16,8 +16,9 @@ it would send there; over TCP either one stalls every exchange that needs an ans
 packets that do pass still arrive (e.g. with `outbound` a client's write reaches the member and
 is applied, its acknowledgement never comes back).
 
-Each fault is one nftables table `rsdrill-<token>`, added and deleted atomically; its removal is
-journaled first (`network-heal`), so `rsdrill recover` deletes it after a crash.
+Each fault is one nftables table `rsdrill-<port>-<token>`, added and deleted atomically; its
+removal is journaled first (`network-heal`), so `rsdrill recover` deletes it after a crash. The
+conntrack entries the partitions marked are forgotten when one starts and when one ends.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rsdrill.injectors import netcls
+from rsdrill.injectors import conntrack, netcls
 from rsdrill.injectors.base import InjectionError
 from rsdrill.targets import ProcessHosts, TargetError
 
@@ -96,6 +97,8 @@ class Cut:
             f"table inet {table} {{\n"
             "  chain classify {\n"
             "    type filter hook output priority filter; policy accept;\n"
+            # Only the initiator's packets (to a member port) say who opened the connection:
+            # until it sends, what the member sends on it is unclassified and passes.
             f'    oif "lo" tcp dport {ports} ct mark set {netcls.CLIENT_CLASS:#x}\n'
             f'    oif "lo" tcp dport {ports} meta cgroup {classes} ct mark set meta cgroup\n'
             "  }\n"
@@ -168,6 +171,13 @@ def ports_in_use() -> set[int]:
     return ports
 
 
+def forget_marked_connections() -> None:
+    """Drop the conntrack entries of every connection a partition classified, so that none is
+    judged on a stale entry later (see `conntrack.py`); the next packet of each connection
+    starts a fresh one."""
+    conntrack.forget(netcls.CLASS_BASE, 0xFFFF0000)
+
+
 def heal(action: dict[str, Any]) -> str:
     """Revert action `network-heal`: delete the partition's table, then release the member
     processes of its ports from their classes unless another partition still uses them.
@@ -178,7 +188,8 @@ def heal(action: dict[str, Any]) -> str:
             lines.append(f"deleted nftables table {action['table']}")
         unused = set(action.get("ports", netcls.tagged_ports())) - ports_in_use()
         lines += netcls.release(unused)
-    except (InjectionError, netcls.NetClsError) as exc:
+        forget_marked_connections()
+    except (InjectionError, netcls.NetClsError, conntrack.ConntrackError) as exc:
         raise TargetError(str(exc)) from exc
     what = "; ".join(lines) if lines else "nothing left to remove"
     return f"{action['host']}: partition healed ({what})"
@@ -243,6 +254,10 @@ class NetworkPartition:
         except netcls.NetClsError as exc:
             raise InjectionError(f"network-partition {self.target}: {exc}") from exc
         _nft(["-f", "-"], self.cut.ruleset(self.table))
+        try:
+            forget_marked_connections()
+        except conntrack.ConntrackError as exc:
+            raise InjectionError(f"network-partition {self.target}: {exc}") from exc
 
     def verify(self, timeout_s: float) -> bool:
         """The member is unreachable from each side it is cut off from, reachable from the

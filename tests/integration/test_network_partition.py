@@ -67,6 +67,18 @@ def _status_of(observer: str, host: str) -> dict[str, Any]:
     return next(m for m in status["members"] if m["name"] == host)
 
 
+def _marked_connections(ports: set[int]) -> list[str]:
+    """Conntrack records of connections to `ports` that carry a partition's mark."""
+    found = []
+    for line in Path("/proc/net/nf_conntrack").read_text().splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if int(fields.get("dport", 0)) in ports and (
+            int(fields.get("mark", 0)) & 0xFFFF0000 == netcls.CLASS_BASE
+        ):
+            found.append(line)
+    return found
+
+
 def test_primary_cut_off_from_members_steps_down_and_rejoins_after_heal(
     replset: Callable[..., Sandbox], partitions: list[NetworkPartition]
 ) -> None:
@@ -88,9 +100,11 @@ def test_primary_cut_off_from_members_steps_down_and_rejoins_after_heal(
     new = wait_until(lambda: writable_primary(sandbox), 10, "a new primary")
     assert new.host in peers
 
+    assert _marked_connections(_ports(sandbox)), "conntrack follows the members' connections"
     partition.revert()
     assert partition.table not in rsdrill_tables()
     assert not _ports(sandbox) & set(netcls.tagged_ports())
+    assert not _marked_connections(_ports(sandbox)), "the marked records are forgotten"
     wait_until(
         lambda: _status_of(new.host, primary)["stateStr"] == "SECONDARY",
         15, "the old primary to rejoin as SECONDARY",
@@ -132,6 +146,11 @@ def _insert_message(tag: str) -> bytes:
 def _on_secondary(host: str, tag: str) -> bool:
     with MongoClient(host, directConnection=True, serverSelectionTimeoutMS=500) as client:
         return client.nettest.one_way.find_one({"_id": tag}) is not None
+
+
+def _big_on(host: str) -> bool:
+    with MongoClient(host, directConnection=True, serverSelectionTimeoutMS=500) as client:
+        return client.nettest.big.find_one({}, {"_id": 1}) is not None
 
 
 @pytest.mark.parametrize("direction", ["inbound", "outbound"])
@@ -185,3 +204,56 @@ def test_member_restarted_during_a_partition_joins_its_class_again(
 
     partition.revert()
     assert not netcls.placed_pids(secondary.port)
+
+
+def _find_all(sock: socket.socket, request_id: int) -> int:
+    """One `find` of every document on a secondary over a raw connection; the reply's size."""
+    sock.sendall(wire.encode_op_msg(request_id, 0, {
+        "find": "big", "filter": {}, "$db": "nettest",
+        "$readPreference": {"mode": "secondaryPreferred"},
+    }))  # fmt: skip
+    size = int.from_bytes(_read(sock, 4), "little")
+    _read(sock, size - 4)
+    return size
+
+
+def _read(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("closed by the member")
+        data += chunk
+    return data
+
+
+def test_a_connection_made_during_an_earlier_partition_is_cut_by_the_next(
+    replset: Callable[..., Sandbox],
+    client_for: Callable[..., MongoClient[Any]],
+    partitions: list[NetworkPartition],
+) -> None:
+    """A connection opened while a partition is in force is tracked by its sequence numbers;
+    healed, it goes on untracked and that record goes stale (kernels that judge the packets of
+    a stale record invalid would let them past every rule). The next partition still cuts it:
+    every record a partition marked is forgotten when it ends and when the next one starts."""
+    sandbox = replset()
+    primary = wait_until(lambda: writable_primary(sandbox), 10, "a primary").host
+    secondary = next(m.host for m in sandbox.spec.members if m.host != primary)
+    client_for(sandbox).nettest.big.insert_one({"pad": "x" * 1_000_000})
+    wait_until(lambda: _big_on(secondary), 10, "replication")
+    first = _partition(sandbox, secondary, partitions, isolate_from="members", direction="both")
+    first.inject()
+    name, port = secondary.rsplit(":", 1)
+    with socket.create_connection((name, int(port)), timeout=5) as sock:
+        _find_all(sock, 1)  # opened and used while conntrack follows it
+        first.revert()
+        # Untracked now: move its sequence numbers far past what conntrack last saw.
+        for request_id in range(2, 22):
+            _find_all(sock, request_id)
+        second = _partition(sandbox, secondary, partitions, isolate_from="clients",
+                            direction="outbound")  # fmt: skip
+        second.inject()
+        sock.settimeout(1.5)
+        with pytest.raises((TimeoutError, ConnectionError)):
+            _find_all(sock, 99)
+        second.revert()

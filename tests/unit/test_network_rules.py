@@ -47,6 +47,8 @@ def test_the_table_classifies_every_member_port_and_drops_on_input_only() -> Non
     text = Cut(ME, (A, B), "members", "both").ruleset("rsdrill-test")
     assert text.startswith("table inet rsdrill-test {")
     assert f'oif "lo" tcp dport {{ {ME}, {A}, {B} }} ct mark set {CLIENT_CLASS:#x}' in text
+    # Never on what a member sends: before its initiator speaks, a connection has no class.
+    assert "sport" not in text.split("chain partition")[0]
     assert "meta cgroup" in text and "ct mark set meta cgroup" in text
     drops = [line for line in text.splitlines() if line.endswith(" drop")]
     assert drops and all(line.strip().startswith('iif "lo" ') for line in drops)
