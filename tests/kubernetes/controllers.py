@@ -317,13 +317,19 @@ class Kubelet(_Loop):
         self.uids[manifest["metadata"]["name"]] = uid
 
     def tick(self) -> None:
+        from kubernetes.client.rest import ApiException
+
         present = {}
         for pod in self.core.list_namespaced_pod(self.namespace).to_dict()["items"]:
             meta = pod["metadata"]
             if meta.get("deletion_timestamp"):
-                self.core.delete_namespaced_pod(
-                    meta["name"], self.namespace, grace_period_seconds=0
-                )
+                try:
+                    self.core.delete_namespaced_pod(
+                        meta["name"], self.namespace, grace_period_seconds=0
+                    )
+                except ApiException as exc:
+                    if exc.status != 404:  # gone meanwhile: nothing left to confirm
+                        raise
                 continue
             present[meta["name"]] = meta["uid"]
         for name, uid in list(self.uids.items()):

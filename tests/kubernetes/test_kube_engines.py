@@ -13,6 +13,7 @@ import pytest
 
 from rsdrill.injectors.base import InjectionError
 from rsdrill.injectors.kubernetes import REVERT_ACTIONS
+from rsdrill.targets import TargetError
 from rsdrill.targets.kubernetes import KubernetesTarget, make_target
 from tests.kubernetes.cluster import apply_crds, chaos_mesh_crds
 from tests.kubernetes.conftest import Kube
@@ -272,3 +273,60 @@ def _wait(check: Any, timeout_s: float = 10.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+def test_missing_crds_are_named_before_and_at_injection(env: Env, tmp_path: Path) -> None:
+    """Run last in this module: it removes NetworkChaos and BlockChaos from the cluster (and
+    puts NetworkChaos back)."""
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(env.kube.api)
+    partition = {"at": "1s", "kind": "network-partition", "duration": "5s"}
+    target = env.target([partition], tmp_path)  # NetworkChaos is installed: preflight passes
+    injector = target.injector(target.faults[0], member(env.namespace, 0))
+    for crd in ("networkchaos.chaos-mesh.org", "blockchaos.chaos-mesh.org"):
+        ext.delete_custom_resource_definition(crd)
+    try:
+        _wait(
+            lambda: (
+                not any(
+                    c.metadata.name in ("networkchaos.chaos-mesh.org", "blockchaos.chaos-mesh.org")
+                    for c in ext.list_custom_resource_definition().items
+                )
+            )
+        )
+        _wait(lambda: "networkchaos" not in _served(env))
+        with pytest.raises(
+            InjectionError,
+            match="Chaos Mesh is not installed in this cluster: NetworkChaos CRD not found",
+        ):
+            injector.inject()
+        exp = experiment(env.kube.admin, env.namespace, [partition])
+        with pytest.raises(TargetError, match="NetworkChaos CRD not found"):
+            make_target(exp, tmp_path).preflight()
+        always = {
+            "at": "1s",
+            "kind": "iops-throttle",
+            "iops": 10,
+            "duration": "5s",
+            "kubernetes": {"block_chaos": "always"},
+        }
+        exp = experiment(env.kube.admin, env.namespace, [always])
+        with pytest.raises(TargetError, match="BlockChaos CRD is not installed"):
+            make_target(exp, tmp_path).preflight()
+    finally:
+        apply_crds(env.kube.api, chaos_mesh_crds("networkchaos"))
+    assert rsdrill_objects(env.kube.api, env.namespace) == []
+
+
+def _served(env: Env) -> set[str]:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        listing = client.CustomObjectsApi(env.kube.api).get_api_resources(
+            "chaos-mesh.org", "v1alpha1"
+        )
+    except ApiException:
+        return set()
+    return {r.name for r in listing.resources}

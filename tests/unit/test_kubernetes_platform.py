@@ -1,0 +1,115 @@
+"""`platform: kubernetes` without a cluster: which engine x fault x scope combinations the file
+may ask for (each refusal names its field and line), member → pod names, and the resources
+`rsdrill plan` shows."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+from rsdrill.experiment.plan import render_plan
+from rsdrill.experiment.schema import Experiment
+from rsdrill.injectors.kubernetes.resources import PodRef, pod_from_dns, resource_name
+
+HEADER = """\
+name: k8s
+target:
+  platform: kubernetes
+  uri: mongodb://mongo-0.mongo.db.svc:27017/?replicaSet=rs0
+  kubernetes: {namespace: db}
+faults:
+"""
+
+
+def load(fault: str, header: str = HEADER) -> Experiment:
+    return load_experiment_text(f"{header}  - {fault}\n", "k8s.yaml", {})
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "{at: 1s, kind: host-kill, duration: 10s}",
+        "{at: 1s, kind: host-kill, engine: litmus, scope: node, duration: 10s}",
+        "{at: 1s, kind: host-kill, scope: node, duration: 10s, kubernetes: {delete_node: false}}",
+        "{at: 1s, kind: host-freeze, duration: 10s}",
+        "{at: 1s, kind: disk-fault, errno: EIO, path: 'journal/*', duration: 10s}",
+        "{at: 1s, kind: iops-throttle, write_iops: 100, duration: 10s}",
+        "{at: 1s, kind: network-partition, isolate_from: all, duration: 10s}",
+        "{at: 1s, kind: stepdown}",
+    ],
+)
+def test_supported_faults_validate(fault: str) -> None:
+    assert load(fault).faults[0].kind
+
+
+@pytest.mark.parametrize(
+    ("fault", "where", "message"),
+    [
+        ("{at: 1s, kind: host-freeze, engine: litmus, duration: 5s}", "faults[0].engine",
+         "host-freeze with engine litmus: not available (use chaos-mesh)"),
+        ("{at: 1s, kind: host-kill, engine: gremlin, duration: 5s}", "faults[0].engine",
+         "unknown engine 'gremlin'"),
+        ("{at: 1s, kind: host-kill, engine: chaos-mesh, scope: node, duration: 5s}",
+         "faults[0].scope", "supports scope member"),
+        ("{at: 1s, kind: host-kill, scope: host, duration: 5s}", "faults[0].scope",
+         "supports scope member and node"),
+        ("{at: 1s, kind: iops-throttle, throughput_mb_s: 5, duration: 5s}",
+         "faults[0].throughput_mb_s", "no IO bandwidth limit"),
+        ("{at: 1s, kind: disk-fault, latency: 5ms, duration: 5s}", "faults[0].latency",
+         "one action"),
+        ("{at: 1s, kind: network-partition, isolate_from: clients, duration: 5s}",
+         "faults[0].isolate_from", "use members or all"),
+        ("{at: 1s, kind: host-kill, duration: 5s, restart: {volume: wipe}}",
+         "faults[0].restart.volume", "emptyDir"),
+        ("{at: 1s, kind: host-kill, restart: false}", "faults[0].restart", "scale it down"),
+        ("{at: 1s, kind: host-kill, duration: 5s, kubernetes: {litmus_experiment: x}}",
+         "faults[0].kubernetes.litmus_experiment", "does not apply"),
+        ("{at: 1s, kind: stepdown, engine: native}", "faults[0].engine", "drop `engine`"),
+    ],
+)  # fmt: skip
+def test_unsupported_faults_are_refused_naming_the_field(
+    fault: str, where: str, message: str
+) -> None:
+    with pytest.raises(ExperimentError) as refused:
+        load(fault)
+    text = str(refused.value)
+    assert text.startswith("k8s.yaml:7:") and where in text and message in text
+
+
+def test_platform_section_conflicts_are_refused() -> None:
+    header = HEADER.replace("{namespace: db}", "{pods: {'m:1': a}, selector: app=mongo}")
+    with pytest.raises(ExperimentError, match="give `pods` or `selector`, not both"):
+        load("{at: 1s, kind: stepdown}", header)
+
+
+def test_pod_names_from_statefulset_dns() -> None:
+    assert pod_from_dns("mongo-0.mongo.db.svc.cluster.local:27017", "x") == PodRef("db", "mongo-0")
+    assert pod_from_dns("mongo-1.mongo:27017", "x") == PodRef("x", "mongo-1")
+    assert pod_from_dns("10.0.0.7:27017", "x") is None
+    name = resource_name("network-partition", "a-very-long-statefulset-pod-name-" * 3)
+    assert len(name) <= 63 and name.startswith("rsdrill-partition-a-very")
+
+
+def test_plan_shows_every_resource_as_yaml() -> None:
+    header = HEADER.replace("{namespace: db}", "{namespace: db, container: mongo}")
+    text = (
+        f"{header}"
+        "  - {at: 1s, kind: host-freeze, select: {member: 'mongo-0.mongo.db.svc:27017'}, "
+        "duration: 10s}\n"
+        "  - {at: 20s, kind: host-kill, engine: litmus, duration: 30s}\n"
+        "  - {at: 60s, kind: host-kill, duration: 10s}\n"
+        "  - {at: 90s, kind: iops-throttle, iops: 200, duration: 10s}\n"
+    )
+    plan = render_plan(load_experiment_text(text, "k8s.yaml", {}))
+    section = plan.split("kubernetes resources\n", 1)[1]
+    documents = [d for d in yaml.safe_load_all(
+        "\n".join(line[2:] for line in section.splitlines())) if d]  # fmt: skip
+    assert [d["kind"] for d in documents] == ["PodChaos", "ChaosEngine", "IOChaos"]
+    freeze, engine, iops = documents
+    assert freeze["spec"]["selector"]["pods"] == {"db": ["mongo-0"]}
+    assert freeze["spec"]["action"] == "pod-failure" and freeze["spec"]["duration"] == "130s"
+    assert engine["spec"]["experiments"][0]["name"] == "pod-delete"
+    assert iops["spec"]["delay"] == "5ms" and iops["spec"]["containerNames"] == ["mongo"]
+    assert "# delete pod db/<pod of the primary at that moment> (grace period 0s)" in section
+    assert "BlockChaos delay instead where the cluster has that CRD" in section
