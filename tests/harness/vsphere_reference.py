@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -46,6 +47,10 @@ class HarnessRun:
     restart_after_s: float
     # Seconds from the member's kill to its process answering again (harness ground truth).
     member_restart_s: float | None
+    # Election attempts lost to the arbiter's veto after the kill (sandbox ground truth): an
+    # arbiter that still sees the primary healthy refuses its vote, and the candidate waits
+    # for its election timeout once more.
+    vetoed_elections: int
 
 
 def run_catalog(topology: str, sim: Vcsim, work: Path, *,
@@ -91,6 +96,7 @@ def run_catalog(topology: str, sim: Vcsim, work: Path, *,
             binding_errors=binding.errors,
             restart_after_s=float(str(fault["restart"]["after"]).rstrip("s")),
             member_restart_s=_kill_to_answer(binding.events),
+            vetoed_elections=_vetoed(sandbox_dir, binding.events),
         )
     finally:
         for vm in vms:
@@ -110,21 +116,44 @@ def _kill_to_answer(events: list[Event]) -> float | None:
     return None if kill is None or back is None else back.at - kill.at
 
 
+def _vetoed(sandbox_dir: Path, events: list[Event]) -> int:
+    kill = next((e for e in events if e.what.startswith("SIGKILL")), None)
+    if kill is None:
+        return 0
+    lost = 0
+    for log in (sandbox_dir / "members").glob("*/events.jsonl"):
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            lost += event["event"] == "dry_run_lost" and event["t_mono"] > kill.at
+    return lost
+
+
 def side_by_side(runs: list[HarnessRun]) -> str:
-    """The published host power-off rows next to what rsdrill measured on the harness."""
+    """The published host power-off rows next to what rsdrill measured on the harness (each
+    topology's runs: median, and the range when there are several)."""
     lines = ["| replica set | failure | published interruption | published recovery | "
              "rsdrill on the harness: write_unavailable_s | failover_s | how it came back |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for run in runs:
-        label, interruption, recovery = PUBLISHED[run.topology]
-        metrics = run.result.get("metrics", {})
-        gap, failover = metrics.get("write_unavailable_s"), metrics.get("failover_s")
-        how = (f"VM powered on after {run.restart_after_s:g} s (standing in for HA)"
-               if failover is None else "new primary elected")  # fmt: skip
-        lines.append(f"| {label} | host power-off | {interruption} | {recovery} | "
-                     f"{_seconds(gap)} | {_seconds(failover)} | {how} |")  # fmt: skip
+    for topology in dict.fromkeys(r.topology for r in runs):
+        series = [r for r in runs if r.topology == topology]
+        label, interruption, recovery = PUBLISHED[topology]
+        gaps = _spread([r.result["metrics"]["write_unavailable_s"] for r in series])
+        failovers = _spread([r.result["metrics"]["failover_s"] for r in series])
+        vetoed = sum(r.vetoed_elections > 0 for r in series)
+        how = (f"VM powered on after {series[0].restart_after_s:g} s (standing in for HA)"
+               if failovers == "-" else "new primary elected"
+               + (f"; {vetoed} of {len(series)} after a second election timeout (the arbiter "
+                  "vetoed the first)" if vetoed else ""))  # fmt: skip
+        lines.append(f"| {label} | host power-off | {interruption} | {recovery} | {gaps} | "
+                     f"{failovers} | {how} |")  # fmt: skip
     return "\n".join(lines)
 
 
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} s"
+def _spread(values: list[float | None]) -> str:
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return "-"
+    median = statistics.median(known)
+    if len(known) == 1:
+        return f"{median:.2f} s"
+    return f"{median:.2f} s ({known[0]:.2f}-{known[-1]:.2f}, {len(known)} runs)"

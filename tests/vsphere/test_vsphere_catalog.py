@@ -46,9 +46,12 @@ def test_rs3_host_failure_is_an_election_sized_interruption(sim: Vcsim, tmp_path
     check_clean(run, sim, tmp_path / "out")
     metrics = run.result["metrics"]
     # MongoDB's default electionTimeoutMillis (10 s): the secondary calls an election 10 s
-    # after the last heartbeat it had (up to 2 s before the host failed), plus up to 15 %.
-    assert 6 <= metrics["failover_s"] <= 12.7
-    assert 6 <= metrics["write_unavailable_s"] <= 15
+    # after the last heartbeat it had (up to 2 s before the host failed), plus up to 15 %; once
+    # more when the arbiter, still seeing the primary healthy, vetoed the first attempt.
+    assert run.vetoed_elections in (0, 1)
+    elections = 1 + run.vetoed_elections
+    assert 6 <= metrics["failover_s"] <= elections * 11.5 + 1.2
+    assert 6 <= metrics["write_unavailable_s"] <= elections * 11.5 + 2
     assert metrics["write_unavailable_s"] < run.restart_after_s  # not waiting for HA
     # The old primary's VM came back on another host and its member recovered.
     assert run.member_restart_s is not None
