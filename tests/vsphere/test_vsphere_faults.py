@@ -141,8 +141,9 @@ def test_freezing_a_powered_off_vm_is_a_clear_invalid_power_state(
     freeze = injector(client, platform(), target.member, "host-freeze")
     with pytest.raises(VsphereError) as error:
         freeze.inject()
-    assert str(error.value).startswith("InvalidPowerState: suspend VM ")
-    assert "poweredOff" in str(error.value)
+    assert str(error.value) == (f"InvalidPowerState: suspend VM {target.vm.name} "
+                                f"({target.vm._moId}): the VM is poweredOff, the call needs "
+                                "poweredOn")  # fmt: skip
 
 
 def test_volume_detach_removes_the_disk_keeps_its_file_and_adds_it_back(
@@ -356,3 +357,19 @@ def test_recover_carries_out_the_journaled_action_after_a_crash(
     journal_text = (journal_home / "journal" / "crashed-vsphere-run.jsonl").read_text()
     assert "password_env" in journal_text
     assert_no_secret(sim, output, journal_text)
+
+
+def test_a_task_that_never_ends_is_given_up_at_its_deadline() -> None:
+    """vcsim finishes every task at once, so a task stuck in `running` is a stand-in here."""
+    from types import SimpleNamespace
+
+    from rsdrill.injectors.vsphere import Connection
+
+    session = Vsphere(Connection("vc.example.com", "ops", task_timeout=0.3))
+    stuck = SimpleNamespace(_moId="task-981", info=SimpleNamespace(state="running"))
+    done = SimpleNamespace(_moId="task-982", info=SimpleNamespace(state="success", result=7))
+    with pytest.raises(VsphereError) as error:
+        session.run_tasks("power off", [("VM a (vm-1)", done), ("VM b (vm-2)", stuck)])
+    assert str(error.value) == ("TaskTimeout: power off: not finished within 0.3s: VM b (vm-2) "
+                                "(task-981) (the task may still complete in vCenter)")  # fmt: skip
+    assert session.run_tasks("power off", [("VM a (vm-1)", done)]) == [7]

@@ -206,13 +206,14 @@ class Vsphere:
         failure: VsphereError | None = None
         while pending:
             for i, (label, task) in list(pending.items()):
-                with self.errors(f"{what} {label}"):
+                each = f"{what} {label}" if label else what
+                with self.errors(each):
                     info = task.info
                 if info.state == vim.TaskInfo.State.success:
                     results[i] = info.result
                     del pending[i]
                 elif info.state == vim.TaskInfo.State.error:
-                    failure = failure or self.explain(info.error, f"{what} {label}")
+                    failure = failure or self.explain(info.error, each)
                     del pending[i]
             if not pending:
                 break
