@@ -31,10 +31,13 @@ def test_rs1_host_failure_is_down_for_the_restart_delay_plus_the_restart(
     check_clean(run, sim, tmp_path / "out")
     gap = run.result["metrics"]["write_unavailable_s"]
     assert run.member_restart_s is not None
-    # The member died with its VM and answered again once the VM was powered on 20 s later.
-    assert run.restart_after_s <= run.member_restart_s <= run.restart_after_s + 10
+    # The member died with its VM and answered again once the VM was powered on 20 s later
+    # (its kill lags the power-off by the watch's round trip: up to a second or two on a busy
+    # machine).
+    assert run.restart_after_s - 2 <= run.member_restart_s <= run.restart_after_s + 10
     # No failover in rs=1: writes are back once the member is (plus the client's rediscovery).
     assert run.result["metrics"]["failover_s"] is None
+    assert run.restart_after_s - 1 <= gap <= run.restart_after_s + 10
     assert run.member_restart_s - 1 <= gap <= run.member_restart_s + 5
     assert run.result["metrics"]["lost_acknowledged_writes"] == 0
 
