@@ -41,8 +41,11 @@ class VsphereTarget(RemoteTarget):
             raise TargetError(f"vsphere: {exc}") from None
 
     def injector(self, fault: Fault, host: str) -> Injector:
-        # Looked up again: HA or DRS may have moved the VM since setup.
-        return vsphere_injector(self.client, self.vsphere, fault, host)
+        # Looked up again: HA or DRS may have moved the VM since setup (and the session may
+        # have expired while the probes ran).
+        return self.client.relogin_once(
+            lambda: vsphere_injector(self.client, self.vsphere, fault, host)
+        )
 
     def teardown(self) -> None:
         self.client.close()

@@ -373,3 +373,18 @@ def test_a_task_that_never_ends_is_given_up_at_its_deadline() -> None:
     assert str(error.value) == ("TaskTimeout: power off: not finished within 0.3s: VM b (vm-2) "
                                 "(task-981) (the task may still complete in vCenter)")  # fmt: skip
     assert session.run_tasks("power off", [("VM a (vm-1)", done)]) == [7]
+
+
+def test_revert_logs_in_again_when_the_session_has_expired(
+    client: Vsphere, platform: Callable[..., VspherePlatform], member_vm: Callable[..., MemberVm],
+    si: Any,
+) -> None:  # fmt: skip
+    """vCenter ends idle sessions (30 minutes by default): a long fault must still revert."""
+    target = member_vm()
+    kill = injector(client, platform(), target.member, "host-kill")
+    kill.inject()
+    session = client.content.sessionManager.currentSession.key
+    si.RetrieveContent().sessionManager.TerminateSession([session])
+    kill.revert()
+    assert target.vm.runtime.powerState == "poweredOn"
+    assert client.content.sessionManager.currentSession.key != session

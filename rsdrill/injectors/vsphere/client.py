@@ -8,13 +8,14 @@ platform stay free of it.
 
 from __future__ import annotations
 
+import http.client
 import os
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from rsdrill.experiment.platforms.vsphere import DEFAULT_PASSWORD_VARIABLES
 from rsdrill.injectors.base import InjectionError
@@ -24,6 +25,8 @@ from rsdrill.injectors.base import InjectionError
 SOCKET_TIMEOUT_S = 30
 TASK_POLL_S = 0.1
 _MIN_SCRUBBED = 6
+
+T = TypeVar("T")
 
 
 class VsphereError(InjectionError):
@@ -136,6 +139,17 @@ class Vsphere:
             raise VsphereError(f"TLS: cannot read ca_file {self.conn.ca_file}: {exc}",
                                "TLS") from None  # fmt: skip
 
+    def relogin_once(self, operation: Callable[[], T]) -> T:
+        """`operation()`, done again after a fresh login if vCenter says the session is no
+        longer valid (it expires when idle for long, e.g. while a long fault is in force)."""
+        try:
+            return operation()
+        except VsphereError as exc:
+            if exc.code != "NotAuthenticated":
+                raise
+        self.close()
+        return operation()
+
     def close(self) -> None:
         if self._si is None:
             return
@@ -161,7 +175,7 @@ class Vsphere:
                 f"TLS: {what}: the certificate of {self.conn.address} is not trusted "
                 f"({exc.verify_message}); give the CA in `ca_file`, or set `insecure: true` "
                 "knowingly", "TLS") from None  # fmt: skip
-        except (OSError, ssl.SSLError) as exc:
+        except (OSError, ssl.SSLError, http.client.HTTPException) as exc:
             text = _scrub(str(exc) or type(exc).__name__, self.conn)
             raise VsphereError(f"Unreachable: {what}: cannot reach vCenter {self.conn.address}: "
                                f"{text}", "Unreachable") from None  # fmt: skip

@@ -118,7 +118,7 @@ class DiskDetach:
         ) is None, timeout_s)  # fmt: skip
 
     def revert(self) -> None:
-        attach_disk(self.client, self._attach_action())
+        self.client.relogin_once(lambda: attach_disk(self.client, self._attach_action()))
 
 
 class IopsLimit:
@@ -163,4 +163,6 @@ class IopsLimit:
         return self.client.poll(limited, timeout_s)
 
     def revert(self) -> None:
-        set_iops_limit(self.client, self._action(self.original))
+        self.client.relogin_once(
+            lambda: set_iops_limit(self.client, self._action(self.original))
+        )

@@ -72,4 +72,4 @@ class NicDisconnect:
         return self.client.poll(cut, timeout_s)
 
     def revert(self) -> None:
-        connect_nics(self.client, self._connect_action())
+        self.client.relogin_once(lambda: connect_nics(self.client, self._connect_action()))

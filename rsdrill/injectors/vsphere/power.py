@@ -104,7 +104,7 @@ class PowerOff(_PowerFault):
         return self._all_in("poweredOff", timeout_s)
 
     def revert(self) -> None:
-        power_on(self.client, self.power_on_action())
+        self.client.relogin_once(lambda: power_on(self.client, self.power_on_action()))
 
 
 class Suspend(_PowerFault):
@@ -130,7 +130,7 @@ class Suspend(_PowerFault):
         return self._all_in("suspended", timeout_s)
 
     def revert(self) -> None:
-        power_on(self.client, self.power_on_action())
+        self.client.relogin_once(lambda: power_on(self.client, self.power_on_action()))
 
 
 def vms_on_host(client: Vsphere, vm: Any) -> tuple[Any, list[Any]]:
