@@ -48,15 +48,18 @@ def ensure_vcsim() -> Path:
 
 
 @contextmanager
-def vcsim(log_path: Path) -> Iterator[Vcsim]:
+def vcsim(log_path: Path, certificate: tuple[Path, Path] | None = None) -> Iterator[Vcsim]:
     """vcsim on 127.0.0.1 and a free port: one datacenter, one cluster of four ESXi hosts, no
-    VMs (the tests make their own), a user and a fresh random password."""
+    VMs (the tests make their own), a user and a fresh random password; TLS with its own
+    self-signed certificate, or with `certificate` (cert and key files)."""
     binary = ensure_vcsim()
     port = free_port_base(1)
     password = "pw-" + secrets.token_urlsafe(18)
     args = [str(binary), "-l", f"127.0.0.1:{port}", "-username", USER, "-password", password,
             "-dc", "1", "-cluster", "1", "-host", str(HOSTS), "-standalone-host", "0",
             "-vm", "0", "-pool", "0", "-stdinexit"]  # fmt: skip
+    if certificate is not None:
+        args += ["-tlscert", str(certificate[0]), "-tlskey", str(certificate[1])]
     with log_path.open("ab") as log:
         proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
@@ -74,6 +77,16 @@ def vcsim(log_path: Path) -> Iterator[Vcsim]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def make_certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (it is its own CA) and its key, by openssl."""
+    cert, key = directory / "vcenter.pem", directory / "vcenter-key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    return cert, key
 
 
 def _listening(port: int) -> bool:

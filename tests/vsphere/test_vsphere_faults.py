@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MemberVm
+from conftest import PASSWORD_ENV, MemberVm
 from harness.vcsim import Vcsim, datastore_files, esxi_hosts, wait_task
 
 from rsdrill.engine.journal import Journal
@@ -388,3 +388,27 @@ def test_revert_logs_in_again_when_the_session_has_expired(
     kill.revert()
     assert target.vm.runtime.powerState == "poweredOn"
     assert client.content.sessionManager.currentSession.key != session
+
+
+def test_tls_verified_against_the_given_ca_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vCenter whose certificate the given CA signed: verified, connected, no opt-out."""
+    from harness.vcsim import make_certificate, vcsim
+
+    from rsdrill.injectors.vsphere import Connection
+
+    cert, key = make_certificate(tmp_path)
+    with vcsim(tmp_path / "vcsim.log", certificate=(cert, key)) as own:
+        monkeypatch.setenv(PASSWORD_ENV, own.password)
+        verified = Vsphere(Connection(own.host, own.user, own.port, ca_file=str(cert)))
+        try:
+            assert "govmomi simulator" in verified.content.about.fullName
+        finally:
+            verified.close()
+        other = tmp_path / "other"
+        other.mkdir()
+        wrong_ca = Vsphere(Connection(own.host, own.user, own.port,
+                                      ca_file=str(make_certificate(other)[0])))  # fmt: skip
+        with pytest.raises(VsphereError, match=r"TLS: .* is not trusted"):
+            wrong_ca.root()
