@@ -9,47 +9,56 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from harness.ec2_binding import Ec2Binding
-from harness.moto_ec2 import SECRET, Member, data_volume_at, instance_of, make_member
+from harness.moto_ec2 import SECRET, Member, client, data_volume_at, instance_of, make_member
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import BulkWriteError, PyMongoError
 
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
+from rsdrill.targets.sandbox import free_port_base
 
 ROOT = Path(__file__).resolve().parents[2]
-PRELOAD_MB = 6
+PRELOAD_MB = 3
 
 
 BoundSet = tuple[Sandbox, dict[str, Member], Ec2Binding]
 
 
+@pytest.fixture(scope="module")
+def shared_set(
+    tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str
+) -> Iterator[BoundSet]:
+    """An rs3 of emulator members (2 s elections, initial sync capped at 1 MiB/s) holding some
+    data, each member bound to a moto instance tagged with its host:port. Shared by this
+    module's runs: each leaves the set healthy again, as a game day would."""
+    ec2 = client(moto_endpoint, aws_access_key_id="AKIARSDRILLTESTKEY01",
+                 aws_secret_access_key=SECRET)  # fmt: skip
+    spec = build_topology("rs3", port_base=free_port_base(3),
+                          settings=Settings(election_timeout_ms=2000),
+                          initial_sync_bytes_per_s=1024 * 1024)  # fmt: skip
+    sandbox = up(tmp_path_factory.mktemp("ec2-set") / "set", spec, EmulatorEngine())
+    try:
+        preload(sandbox.uri, PRELOAD_MB)
+        members = {m.host: make_member(ec2, m.host) for m in spec.members}
+        with Ec2Binding(ec2, sandbox, members) as binding:
+            yield sandbox, members, binding
+    finally:
+        sandbox.down(grace_s=2.0)
+
+
 @pytest.fixture
-def bound_set(
-    tmp_path: Path, free_port_base: Callable[[int], int], ec2: Any
-) -> Iterator[Callable[[int], BoundSet]]:
-    """An rs3 of emulator members (2 s elections, initial sync capped at 2 MiB/s), with
-    `megabytes` of data, each member bound to a moto instance tagged with its host:port."""
-    with ExitStack() as stack:
-
-        def bind(megabytes: int) -> BoundSet:
-            spec = build_topology("rs3", port_base=free_port_base(3),
-                                  settings=Settings(election_timeout_ms=2000),
-                                  initial_sync_bytes_per_s=2 * 1024 * 1024)  # fmt: skip
-            sandbox = up(tmp_path / "set", spec, EmulatorEngine())
-            stack.callback(sandbox.down, grace_s=2.0)
-            preload(sandbox.uri, megabytes)
-            members = {m.host: make_member(ec2, m.host) for m in spec.members}
-            binding = stack.enter_context(Ec2Binding(ec2, sandbox, members))
-            return sandbox, members, binding
-
-        yield bind
+def bound_set(shared_set: BoundSet) -> BoundSet:
+    """The shared set, with the binding's record of kills and restarts started afresh."""
+    binding = shared_set[2]
+    binding.events.clear()
+    binding.errors.clear()
+    return shared_set
 
 
 def preload(uri: str, megabytes: int) -> None:
@@ -99,9 +108,9 @@ def assert_no_secret(tmp_path: Path, *streams: str) -> None:
 
 @pytest.mark.slow
 def test_stop_primary_instance_measures_failover_and_recovery(
-    tmp_path: Path, bound_set: Callable[[int], BoundSet], moto_endpoint: str, ec2: Any
+    tmp_path: Path, bound_set: BoundSet, moto_endpoint: str, ec2: Any
 ) -> None:
-    sandbox, members, binding = bound_set(0)
+    sandbox, members, binding = bound_set
     out = tmp_path / "out"
     proc = run(ROOT / "experiments" / "ec2-rs3-stop-primary.yaml", out,
                environment(tmp_path, sandbox, moto_endpoint))  # fmt: skip
@@ -123,9 +132,9 @@ def test_stop_primary_instance_measures_failover_and_recovery(
 
 @pytest.mark.slow
 def test_keep_versus_wipe_recovery_side_by_side(
-    tmp_path: Path, bound_set: Callable[[int], BoundSet], moto_endpoint: str, ec2: Any
+    tmp_path: Path, bound_set: BoundSet, moto_endpoint: str, ec2: Any
 ) -> None:
-    sandbox, members, binding = bound_set(PRELOAD_MB)
+    sandbox, members, binding = bound_set
     original = {h: m.volume_id for h, m in members.items()}
     out = tmp_path / "out"
     proc = run(ROOT / "experiments" / "ec2-recovery-keep-vs-wipe.yaml", out,
@@ -137,7 +146,7 @@ def test_keep_versus_wipe_recovery_side_by_side(
     rows = json.loads((out / "matrix.json").read_text())
     recovery = {r["parameters"]["faults.0.restart.volume"]: max(r["metrics"]["recovery_s"]
                                                                 .values()) for r in rows}
-    # Initial sync of the preloaded data at 2 MiB/s takes seconds; catching up does not.
+    # Initial sync of the preloaded data at 1 MiB/s takes seconds; catching up does not.
     assert recovery["wipe"] > recovery["keep"] + 1.0, recovery
     whats = [e.what for e in binding.events]
     assert whats == ["killed", "restarted-keep", "killed", "restarted-wipe"], binding.events
@@ -174,9 +183,9 @@ observe: {after_revert: 20s}
 
 @pytest.mark.slow
 def test_volume_and_network_faults_through_the_runner(
-    tmp_path: Path, bound_set: Callable[[int], BoundSet], moto_endpoint: str, ec2: Any
+    tmp_path: Path, bound_set: BoundSet, moto_endpoint: str, ec2: Any
 ) -> None:
-    sandbox, members, binding = bound_set(0)
+    sandbox, members, binding = bound_set
     experiment = tmp_path / "volume-and-network.yaml"
     experiment.write_text(VOLUME_AND_NETWORK)
     out = tmp_path / "out"
