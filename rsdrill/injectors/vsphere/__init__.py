@@ -13,7 +13,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rsdrill.experiment.platforms.vsphere import VsphereFault
 from rsdrill.injectors.vsphere.client import Connection, Vsphere, VsphereError
+from rsdrill.injectors.vsphere.disk import DiskDetach, IopsLimit, attach_disk, set_iops_limit
+from rsdrill.injectors.vsphere.lookup import (
+    VmRef,
+    find_member_vm,
+    host_name,
+    restart_hosts,
+    select_disk,
+    select_nics,
+)
+from rsdrill.injectors.vsphere.network import NicDisconnect, connect_nics
+from rsdrill.injectors.vsphere.power import PowerOff, Suspend, power_on, vms_on_host
 from rsdrill.targets import TargetError
 
 if TYPE_CHECKING:
@@ -41,27 +53,13 @@ def connection(platform: VspherePlatform) -> Connection:
 def vsphere_injector(client: Vsphere, platform: VspherePlatform, fault: Fault,
                      member: str) -> Injector:  # fmt: skip
     """The injector for `fault` on `member`, whose VM is looked up now (it may have moved)."""
-    from rsdrill.experiment.platforms.vsphere import VsphereFault
-    from rsdrill.injectors.vsphere.disk import DiskDetach, IopsLimit
-    from rsdrill.injectors.vsphere.lookup import (
-        VmRef,
-        find_member_vm,
-        host_name,
-        restart_hosts,
-        select_disk,
-        select_nics,
-    )
-    from rsdrill.injectors.vsphere.network import NicDisconnect
-    from rsdrill.injectors.vsphere.power import PowerOff, Suspend, vms_on_host
-
     options = fault.vsphere or VsphereFault()
     vm = find_member_vm(client, platform.vms, member)
     ref = client.call(f"read VM {member}", VmRef.of, vm)
     if fault.kind == "host-kill":
-        esxi, vms = vms_on_host(client, vm)
+        esxi, on_host = vms_on_host(client, vm)
+        vms = on_host if fault.scope == "host" else [vm]
         failed = host_name(client, esxi) if fault.scope == "host" else None
-        if fault.scope != "host":
-            vms = [vm]
         refs = [ref, *(client.call("read a VM", VmRef.of, v) for v in vms[1:])]
         hosts = restart_hosts(client, esxi, len(refs), options.restart_on)
         return PowerOff(client, member, refs, hosts, restart=fault.restart is not False,
@@ -92,33 +90,9 @@ def _revert(handler: Callable[[Vsphere, dict[str, Any]], str]) -> Callable[[dict
     return carry_out
 
 
-def _power_on(client: Vsphere, action: dict[str, Any]) -> str:
-    from rsdrill.injectors.vsphere.power import power_on
-
-    return power_on(client, action)
-
-
-def _attach_disk(client: Vsphere, action: dict[str, Any]) -> str:
-    from rsdrill.injectors.vsphere.disk import attach_disk
-
-    return attach_disk(client, action)
-
-
-def _set_iops_limit(client: Vsphere, action: dict[str, Any]) -> str:
-    from rsdrill.injectors.vsphere.disk import set_iops_limit
-
-    return set_iops_limit(client, action)
-
-
-def _connect_nics(client: Vsphere, action: dict[str, Any]) -> str:
-    from rsdrill.injectors.vsphere.network import connect_nics
-
-    return connect_nics(client, action)
-
-
 REVERT_ACTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "vsphere.power-on": _revert(_power_on),
-    "vsphere.attach-disk": _revert(_attach_disk),
-    "vsphere.set-iops-limit": _revert(_set_iops_limit),
-    "vsphere.connect-nics": _revert(_connect_nics),
+    "vsphere.power-on": _revert(power_on),
+    "vsphere.attach-disk": _revert(attach_disk),
+    "vsphere.set-iops-limit": _revert(set_iops_limit),
+    "vsphere.connect-nics": _revert(connect_nics),
 }
