@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from rsdrill.faultfs.control import ControlServer, socket_name
-from rsdrill.faultfs.mount import FSTYPE, STATE_FILE, detach
+from rsdrill.faultfs.mount import FSTYPE, MOUNT_TIMEOUT_S, STATE_FILE, detach, is_mounted
 from rsdrill.faultfs.state import FaultState
 from rsdrill.faultfs.undo import UndoLog
 
@@ -34,6 +34,10 @@ def _watch_owner(owner_pid: int, mountpoint: Path) -> None:
     if pidfd is not None:
         select.select([pidfd], [], [])
     print(f"owner {owner_pid} is gone: unmounting {mountpoint}", flush=True)
+    # An owner killed while the mount was still being set up: wait for it to exist first.
+    deadline = time.monotonic() + MOUNT_TIMEOUT_S
+    while not is_mounted(mountpoint) and time.monotonic() < deadline:
+        time.sleep(0.05)
     detach(mountpoint)
     time.sleep(_ORPHAN_GRACE_S)
     os._exit(0)

@@ -31,9 +31,11 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.faultfs.mount import faultfs_mounts
 from rsdrill.injectors import netcls
 from rsdrill.injectors.network import rsdrill_tables
 from rsdrill.sandbox.cluster import Sandbox
+from tests.integration.faultfs_support import ensure_faultfs_tools
 
 FAULTS = {
     "host-kill-keep": "{at: 1s, kind: host-kill, select: primary, duration: 1.5s}",
@@ -42,7 +44,12 @@ FAULTS = {
     "host-freeze": "{at: 1s, kind: host-freeze, select: primary, duration: 1.5s}",
     "stepdown": "{at: 1s, kind: stepdown, select: primary, duration: 1.5s, secondary_catch_up: 1s}",
     "network-partition": "{at: 1s, kind: network-partition, select: primary, duration: 1.5s}",
+    # The primary dies of a failed journal fsync and is restarted on revert; members on faultfs.
+    "disk-fault": "{at: 1s, kind: disk-fault, select: primary, operations: [fsync],"
+    " duration: 1.5s}",
 }
+# Faults that mount the members' data on faultfs for the run only: their sandbox is never kept.
+NOT_KEPT = {"disk-fault"}
 FAULT_S = 1.5
 # (marker line, lowest delay, highest delay) per phase; see the module docstring.
 PHASES: dict[str, tuple[str, float, float]] = {
@@ -68,6 +75,12 @@ def nft() -> None:
     if shutil.which("nft") is None:
         subprocess.run([str(NETFILTER)], check=True, timeout=300)
     assert shutil.which("nft"), f"{NETFILTER} did not install nft"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fuse() -> None:
+    """disk-fault runs put the members on faultfs: libfuse3 and mfusepy, installed if missing."""
+    ensure_faultfs_tools()
 
 
 @dataclass
@@ -103,10 +116,9 @@ def _cases(seed: int, count: int, phases: list[str], ports: Callable[[int], int]
     for i in range(count):
         phase = phases[i % len(phases)]
         _, low, high = PHASES[phase]
-        cases.append(
-            Case(i, faults[(i // len(phases)) % len(faults)], rng.random() < 0.5, phase,
-                 rng.uniform(low, high), ports(3))
-        )  # fmt: skip
+        fault = faults[(i // len(phases)) % len(faults)]
+        keep = rng.random() < 0.5 and fault not in NOT_KEPT
+        cases.append(Case(i, fault, keep, phase, rng.uniform(low, high), ports(3)))
     return cases
 
 
@@ -202,6 +214,25 @@ def _processes_of(directory: Path) -> dict[int, str]:
     return found
 
 
+def _faultfs_daemons(sandbox_dir: Path) -> list[int]:
+    """faultfs daemons serving a member of this sandbox. Once unmounted a daemon exits as soon
+    as the last file it serves is closed, so they get a moment to go."""
+    needle = str(sandbox_dir).encode()
+    deadline = time.monotonic() + 5
+    while True:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                args = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+            except OSError:
+                continue
+            if b"rsdrill.faultfs" in args and any(a.startswith(needle) for a in args):
+                found.append(int(proc.name))
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
 def _setup_finished(work: Path) -> bool:
     """Whether the run's journal says its sandbox was fully built (and is then kept)."""
     for path in (work / "home" / "journal").glob("*.jsonl"):
@@ -216,15 +247,19 @@ def _setup_finished(work: Path) -> bool:
 
 
 def _check_nothing_remains(outcome: Outcome) -> None:
-    """No member frozen, no partition rule or member class left for the run's ports; a kept
-    sandbox healthy with one primary, any other one gone."""
+    """No member frozen, no partition rule or member class left for the run's ports, no faultfs
+    mount or daemon left; a kept sandbox healthy with one primary, any other one gone."""
     ports = {outcome.case.port_base + i for i in range(3)}
     tables = [t for t in rsdrill_tables() if t.startswith(tuple(f"rsdrill-{p}-" for p in ports))]
     if tables:
         outcome.problems.append(f"network rules left: {tables}")
     if tagged := ports & set(netcls.tagged_ports()):
         outcome.problems.append(f"member processes left in net_cls classes: ports {tagged}")
+    if mounts := faultfs_mounts(outcome.work):
+        outcome.problems.append(f"faultfs mounts left: {mounts}")
     sandbox_dir = outcome.work / "out" / "sandbox"
+    if daemons := _faultfs_daemons(sandbox_dir):
+        outcome.problems.append(f"faultfs daemons left: {daemons}")
     processes = _processes_of(sandbox_dir)
     stopped = [pid for pid, state in processes.items() if state == "T"]
     if stopped:

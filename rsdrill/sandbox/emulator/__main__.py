@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from rsdrill.sandbox.config import ReplSetSpec
-from rsdrill.sandbox.emulator import election, heartbeat, sync
+from rsdrill.sandbox.emulator import diagnostics, election, heartbeat, sync
 from rsdrill.sandbox.emulator.commands import Commands, keep_cursors_bounded
 from rsdrill.sandbox.emulator.node import Node
 from rsdrill.sandbox.emulator.server import Server
@@ -33,6 +33,7 @@ async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
         election.election_timer_loop(node),
         sync.fetcher_loop(node),
         keep_cursors_bounded(commands),
+        diagnostics.capture_loop(node),
         *(heartbeat.heartbeat_loop(node, peer) for peer in node.peers),
     ]
     async with server:

@@ -1,0 +1,196 @@
+"""Storage faults end to end on the sandbox (members on faultfs), checked against the members'
+own event logs: the catalog experiments at test speed (1 s elections, shorter faults)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.experiment.schema import Experiment
+from rsdrill.faultfs.mount import daemon_pid, faultfs_mounts, unmount_all
+from rsdrill.result import Result
+from rsdrill.sandbox.cluster import EmulatorEngine, up
+from rsdrill.sandbox.config import Settings, build_topology, member_dir
+from rsdrill.sandbox.groundtruth import all_events, first_after
+from tests.integration.faultfs_support import ensure_faultfs_tools
+
+CATALOG = Path(__file__).resolve().parents[2] / "experiments"
+
+
+@pytest.fixture(autouse=True)
+def no_mount_left(tmp_path: Path) -> Iterator[None]:
+    """Tools installed first; after the test no faultfs mount or daemon may be left."""
+    ensure_faultfs_tools()
+    yield
+    left = faultfs_mounts(tmp_path)
+    unmount_all(tmp_path)
+    assert not left, f"faultfs mounts left behind: {left}"
+    assert all(daemon_pid(p) is None for p in left)
+
+
+def _catalog(name: str, **changes: Any) -> dict[str, Any]:
+    """A catalog experiment with `changes` merged in (dotted keys, e.g. "faults.0.duration")."""
+    spec: dict[str, Any] = yaml.safe_load((CATALOG / f"{name}.yaml").read_text())
+    for dotted, value in changes.items():
+        *path, last = dotted.split(".")
+        node: Any = spec
+        for key in path:
+            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+        node[int(last) if isinstance(node, list) else last] = value
+    return spec
+
+
+def _run(tmp_path: Path, spec: dict[str, Any]) -> Result:
+    return run_experiment(
+        Experiment.model_validate(spec),
+        RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path, assume_yes=True),
+    )
+
+
+def _injected_mono(result: Result) -> float:
+    assert result.clock is not None and result.faults[0].injected_at_s is not None
+    return result.clock.t0_monotonic + result.faults[0].injected_at_s
+
+
+FAST = {"target.election_timeout": "1s", "faults.0.duration": "4s", "observe.after_revert": "15s"}
+
+
+@pytest.mark.parametrize("name", ["primary-journal-eio", "primary-volume-detach"])
+def test_storage_failure_kills_the_primary_like_mongod_and_the_set_fails_over(
+    tmp_path: Path, name: str
+) -> None:
+    spec = _catalog(name, **FAST)
+    spec["slo"] = {"failover_s": "<= 4", "recovery_s.max": "<= 15",
+                   "lost_acknowledged_writes": "== 0"}  # fmt: skip
+    result = _run(tmp_path, spec)
+    assert result.verdict == "pass", (result.error, result.slo)
+    victim = result.faults[0].target
+    sandbox = tmp_path / "out" / "sandbox"
+    fatal = first_after(sandbox, "fatal", _injected_mono(result), member=victim)
+    assert fatal is not None and "disk I/O error" in fatal["error"], fatal
+    assert fatal["state"] == "PRIMARY"
+    writable = first_after(sandbox, "writable", _injected_mono(result), other_than=victim)
+    assert writable is not None
+    truth = writable["t_mono"] - _injected_mono(result)
+    m = result.metrics
+    assert m.failover_s is not None and abs(m.failover_s - truth) < 0.2, (m.failover_s, truth)
+    assert m.lost_acknowledged_writes == 0
+    # Restarted after the revert on its kept data, it is a member again.
+    assert m.recovery_s[victim] is not None
+    assert [s for _, s in m.member_states[victim]][-1] == "SECONDARY"
+
+
+def test_rs1_disk_fault_on_diagnostics_is_ridden_out(tmp_path: Path) -> None:
+    spec = _catalog("rs1-disk-fault-tolerated", **{"faults.0.duration": "4s",
+                    "faults.1.duration": "4s", "observe.after_revert": "2s"})  # fmt: skip
+    result = _run(tmp_path, spec)
+    assert result.verdict == "pass", (result.error, result.slo)
+    member = result.faults[0].target
+    events = all_events(tmp_path / "out" / "sandbox")
+    errors = [e for e in events if e["event"] == "diagnostics_error"]
+    # About one failed sample a second while the fault lasted, and the member never died.
+    assert 2 <= len(errors) <= 6, errors
+    assert all("Input/output error" in e["error"] for e in errors)
+    assert not [e for e in events if e["event"] in ("fatal", "shutdown") and e["t_mono"] <
+                _injected_mono(result) + 4]  # fmt: skip
+    assert [s for _, s in result.metrics.member_states[member]] == ["PRIMARY"]
+    assert (result.metrics.acknowledged_writes or 0) > 50
+
+
+@pytest.mark.slow
+def test_primary_iops_throttle_shows_in_latency_percentiles(tmp_path: Path) -> None:
+    spec = _catalog("primary-iops-throttle", **{"target.election_timeout": "5s",
+                    "faults.0.duration": "6s", "observe.after_revert": "4s"})  # fmt: skip
+    result = _run(tmp_path, spec)
+    assert result.verdict == "pass", (result.error, result.slo)
+    latency = result.metrics.latency_ms
+    assert latency.p50 is not None and latency.p99 is not None
+    # Commits wait for their write slots: the tail soars while the median stays low.
+    assert latency.p99 >= 300 and latency.p99 >= 5 * latency.p50, latency
+    assert result.metrics.degradation_s is not None and result.metrics.degradation_s <= 5
+    assert result.metrics.write_unavailable_s is not None
+    assert result.metrics.write_unavailable_s >= 3  # w:majority waits on the throttled journal
+
+
+@pytest.mark.slow
+def test_throttled_secondary_lags_then_falls_off_a_small_oplog(tmp_path: Path) -> None:
+    spec = _catalog("secondary-iops-throttle", **{"target.oplog_size_mb": 2,
+                    "faults.0.duration": "25s", "observe.after_revert": "3s"})  # fmt: skip
+    result = _run(tmp_path, spec)
+    throttled = result.faults[0].target
+    m = result.metrics
+    assert result.verdict == "fail"  # the lag SLO fails on purpose
+    assert m.too_stale == [throttled], (m.too_stale, m.member_states)
+    assert m.replication_lag_max_s is not None and m.replication_lag_max_s >= 5
+    assert "RECOVERING" in [s for _, s in m.member_states[throttled]]
+    assert m.write_unavailable_s is not None and m.write_unavailable_s <= 2
+    stale = first_after(tmp_path / "out" / "sandbox", "too_stale", 0, member=throttled)
+    assert stale is not None and stale["t_mono"] > _injected_mono(result)
+
+
+@pytest.mark.slow
+def test_power_loss_drops_unjournaled_acknowledged_writes_only(tmp_path: Path) -> None:
+    lost = {}
+    for journal in (False, True):
+        spec = _catalog("rs1-power-loss", **{"probes.durability.journal": journal,
+                        "faults.0.restart.after": "1s", "observe.after_revert": "3s"})  # fmt: skip
+        del spec["matrix"]
+        result = _run(tmp_path / f"j{journal}", spec)
+        m = result.metrics
+        assert result.error is None, result.error
+        assert (m.acknowledged_writes or 0) > 200, m.acknowledged_writes
+        lost[journal] = m.lost_acknowledged_writes
+    assert lost[True] == 0, lost
+    assert lost[False] is not None and lost[False] > 0, lost
+
+
+def test_local_member_on_faultfs_mounted_with_the_cli(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    """platform: local: the user mounts each dbpath with `rsdrill faultfs mount` before the
+    members start and names the mount in `faultfs`; the fault and the restart go through it."""
+    directory = tmp_path / "set"
+    spec = build_topology("rs3", port_base=free_port_base(3),
+                          settings=Settings(election_timeout_ms=1000))  # fmt: skip
+    dbpaths = [member_dir(directory.resolve(), m) / "data" for m in spec.members]
+
+    def mount_with_cli() -> None:
+        for data in dbpaths:
+            data.mkdir(parents=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "rsdrill.cli.app", "faultfs", "mount", str(data),
+                 str(data)], capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+
+    sandbox = up(directory, spec, EmulatorEngine(), before_start=mount_with_cli)
+    try:
+        members = [
+            {"host": m.host, "dbpath": str(data), "faultfs": str(data),
+             "start": " ".join(EmulatorEngine().argv(sandbox, m, init=False))}
+            for m, data in zip(spec.members, dbpaths, strict=True)
+        ]  # fmt: skip
+        result = _run(tmp_path, {
+            "name": "local-journal-eio",
+            "target": {"platform": "local", "topology": "rs3", "members": members,
+                       "uri": sandbox.uri},
+            "faults": [{"at": "2s", "kind": "disk-fault", "select": "primary",
+                        "operations": ["fsync"], "duration": "3s"}],
+            "observe": {"after_revert": "15s"},
+        })  # fmt: skip
+        assert result.verdict == "pass", result.error
+        victim = result.faults[0].target
+        assert first_after(directory, "fatal", _injected_mono(result), member=victim)
+        assert result.metrics.recovery_s[victim] is not None
+    finally:
+        sandbox.down(grace_s=2.0)
+        for data in dbpaths:
+            subprocess.run([sys.executable, "-m", "rsdrill.cli.app", "faultfs", "unmount",
+                            str(data)], capture_output=True, timeout=60)  # fmt: skip
