@@ -17,6 +17,7 @@ from rsdrill.injectors.ec2 import REVERT_ACTIONS, Aws, AwsError, preflight
 from rsdrill.injectors.ec2.fis import (
     FisExperiment,
     iso_duration,
+    pause_volume_io,
     stop_instances,
     volume_io_latency,
 )
@@ -302,3 +303,25 @@ def test_preflight_refuses_a_throttle_of_a_recently_modified_volume(
     assert "faults[0].ec2.accept_modification_limit: true" in problem
     accepted = throttle_fault.model_copy(update={"ec2": Ec2Fault(accept_modification_limit=True)})
     assert preflight(aws, platform, (accepted,), [instance]) == []
+
+
+def test_fis_template_for_a_paused_volume_as_the_fis_api_stores_it(
+    aws: Aws, member: Callable[..., Member]
+) -> None:
+    m = member()
+    instance = find_instance(aws, BY_TAG, m.host)
+    fault = FisExperiment(aws, instance, "volume-detach",
+                          pause_volume_io(aws, instance, m.volume_id, 45),
+                          "arn:aws:iam::123456789012:role/fis")  # fmt: skip
+    stored = aws.fis("create_experiment_template", **fault.template_request())
+    template = stored["experimentTemplate"]
+    try:
+        assert template["actions"]["fault"]["actionId"] == "aws:ebs:pause-volume-io"
+        assert template["actions"]["fault"]["parameters"] == {"duration": "PT45S"}
+        target = template["targets"]["Volumes"]
+        assert target["resourceType"] == "aws:ec2:ebs-volume"
+        assert target["resourceArns"] == [
+            f"arn:aws:ec2:us-east-1:{instance.owner_id}:volume/{m.volume_id}"]  # fmt: skip
+        assert template["tags"]["rsdrill:fis"] == fault.token
+    finally:
+        aws.fis("delete_experiment_template", id=template["id"])

@@ -104,26 +104,33 @@ class FisExperiment:
                 "token": self.token,
                 "instance_id": self.instance.id if self.kind == "host-kill" else None}  # fmt: skip
 
+    def template_request(self) -> dict[str, Any]:
+        """The CreateExperimentTemplate parameters: one action on the member's resource."""
+        name = self.action.target_name
+        return {
+            "clientToken": self.token,
+            "description": f"rsdrill {self.kind} of {self.target}",
+            "roleArn": self.role_arn,
+            "stopConditions": [{"source": "none"}],
+            "targets": {name: {"resourceType": self.action.resource_type,
+                               "resourceArns": [self.action.resource_arn],
+                               "selectionMode": "ALL"}},
+            "actions": {"fault": {"actionId": self.action.action_id,
+                                  "parameters": self.action.parameters,
+                                  "targets": {name: name}}},
+            "tags": self._tags(),
+        }  # fmt: skip
+
+    def _tags(self) -> dict[str, str]:
+        return {TOKEN_TAG: self.token, "rsdrill:member": self.target}
+
     def inject(self) -> None:
-        tags = {TOKEN_TAG: self.token, "rsdrill:member": self.target}
-        template = self.aws.fis(
-            "create_experiment_template",
-            clientToken=self.token,
-            description=f"rsdrill {self.kind} of {self.target}",
-            roleArn=self.role_arn,
-            stopConditions=[{"source": "none"}],
-            targets={self.action.target_name: {"resourceType": self.action.resource_type,
-                                               "resourceArns": [self.action.resource_arn],
-                                               "selectionMode": "ALL"}},
-            actions={"fault": {"actionId": self.action.action_id,
-                               "parameters": self.action.parameters,
-                               "targets": {self.action.target_name: self.action.target_name}}},
-            tags=tags,
-        )["experimentTemplate"]  # fmt: skip
+        template = self.aws.fis("create_experiment_template",
+                                **self.template_request())["experimentTemplate"]
         self.template_id = template["id"]
         try:
             experiment = self.aws.fis("start_experiment", clientToken=f"{self.token}-run",
-                                      experimentTemplateId=self.template_id, tags=tags)
+                                      experimentTemplateId=self.template_id, tags=self._tags())
         except AwsError:
             self._delete_template()
             raise
