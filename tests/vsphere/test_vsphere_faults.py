@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Callable
@@ -412,3 +413,27 @@ def test_tls_verified_against_the_given_ca_file(
                                       ca_file=str(make_certificate(other)[0])))  # fmt: skip
         with pytest.raises(VsphereError, match=r"TLS: .* is not trusted"):
             wrong_ca.root()
+
+
+def test_members_found_by_guest_hostname_or_ip_and_ambiguity_refused(
+    client: Vsphere, platform: Callable[..., VspherePlatform], member_vm: Callable[..., MemberVm],
+) -> None:  # fmt: skip
+    from pyVmomi import vim
+
+    first, second = member_vm(), member_vm()
+    short = first.member.split(".")[0]
+    assert first.vm._moId in injector(client, platform(), f"{short}:27017",
+                                      "host-freeze").describe()  # fmt: skip
+    address = f"10.{secrets.randbelow(250)}.{secrets.randbelow(250)}.{secrets.randbelow(250)}"
+    for vm in (first.vm, second.vm):
+        wait_task(vm.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=[
+            vim.option.OptionValue(key="SET.guest.ipAddress", value=address)])))  # fmt: skip
+    with pytest.raises(VsphereError) as error:
+        injector(client, platform(), f"{address}:27017", "host-freeze")
+    assert str(error.value).startswith(f"Ambiguous: member {address}:27017: several VMs whose "
+                                       f"guest hostname or IP address is {address}")  # fmt: skip
+    assert first.vm.name in str(error.value) and second.vm.name in str(error.value)
+    wait_task(second.vm.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=[
+        vim.option.OptionValue(key="SET.guest.ipAddress", value="10.255.255.254")])))  # fmt: skip
+    assert first.vm._moId in injector(client, platform(), f"{address}:27017",
+                                      "host-freeze").describe()  # fmt: skip

@@ -99,14 +99,18 @@ class Vsphere:
 
     conn: Connection
     _si: Any = field(default=None, repr=False)
+    _content: Any = field(default=None, repr=False)
 
     # -- the session ------------------------------------------------------------------------
 
     @property
     def content(self) -> Any:
+        """The service content (logging in on first use)."""
         if self._si is None:
             self._si = self._connect()
-        return self._si.RetrieveContent()
+            with self.errors("read the service content"):
+                self._content = self._si.RetrieveContent()
+        return self._content
 
     @property
     def stub(self) -> Any:
@@ -157,7 +161,7 @@ class Vsphere:
 
         with suppress(Exception):  # a session that cannot log out expires by itself
             Disconnect(self._si)
-        self._si = None
+        self._si = self._content = None
 
     # -- errors -----------------------------------------------------------------------------
 

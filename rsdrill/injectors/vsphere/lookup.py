@@ -3,6 +3,7 @@ adapters a fault means."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,16 +60,19 @@ def vm_object(client: Vsphere, ref: VmRef) -> Any:
     return found
 
 
-def _guest_addresses(props: dict[str, Any]) -> set[str]:
-    names: set[str] = set()
-    hostname = (props.get("guest.hostName") or "").lower()
-    if hostname:
-        names |= {hostname, hostname.split(".")[0]}
-    if props.get("guest.ipAddress"):
-        names.add(props["guest.ipAddress"].lower())
+def _is_guest(host: str, props: dict[str, Any]) -> bool:
+    """Whether the guest reports `host` as one of its IP addresses, or as its hostname (the
+    same name, or one of them the other's first DNS label: db1 and db1.example.com)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        guest = (props.get("guest.hostName") or "").lower()
+        return bool(guest) and (host == guest or host == guest.split(".")[0]
+                                or host.split(".")[0] == guest)  # fmt: skip
+    addresses = {props.get("guest.ipAddress")}
     for nic in props.get("guest.net") or []:
-        names |= {ip.lower() for ip in nic.ipAddress or []}
-    return names
+        addresses |= set(nic.ipAddress or [])
+    return host in {a.lower() for a in addresses if a}
 
 
 def find_member_vm(client: Vsphere, mapping: MemberVms, member: str) -> Any:
@@ -92,9 +96,7 @@ def find_member_vm(client: Vsphere, mapping: MemberVms, member: str) -> Any:
         found = [vm for vm, props in vms if props.get("name") == wanted]
     else:
         how = f"whose guest hostname or IP address is {host}"
-        found = [vm for vm, props in vms
-                 if host in _guest_addresses(props)
-                 or host.split(".")[0] == (props.get("guest.hostName") or "").lower()]  # fmt: skip
+        found = [vm for vm, props in vms if _is_guest(host, props)]
     where = f" in datacenter {client.conn.datacenter}" if client.conn.datacenter else ""
     if not found:
         hint = (" (VMware Tools report them: is it running in the guest? Or map members with "
