@@ -61,6 +61,13 @@ class Metrics(_Model):
     no_primary_s: float | None = None
     lost_acknowledged_seqs: list[int] = Field(default_factory=list)
     probe_ops_per_s: float | None = None
+    # Members that fell off the oplog (RECOVERING until resynced), see analysis.recovery.too_stale.
+    too_stale: list[str] = Field(default_factory=list)
+    # A disaster-recovery drill (a data-loss fault and a restore step):
+    rto_s: float | None = None
+    rpo_s: float | None = None
+    restore_s: float | None = None
+    lost_before_backup: int | None = None
 
 
 class SloResult(_Model):

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rsdrill.analysis.availability import unavailable_s
+from rsdrill.analysis.disaster_recovery import disaster_recovery
 from rsdrill.analysis.durability import durability
 from rsdrill.analysis.failover import failover_parts, find_failover, no_primary_s
 from rsdrill.analysis.lag import replication_lag_max_s
 from rsdrill.analysis.latency import degradation_s, latency_ms
-from rsdrill.analysis.recovery import member_states, recovery_s
+from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
 from rsdrill.probes.history import FaultRecord, Op
 from rsdrill.result import FailoverParts, Metrics
 
@@ -25,6 +26,7 @@ def compute_metrics(
     """
     failover = find_failover(ops, faults)
     ledger = durability(ops)
+    drill = disaster_recovery(ops, faults)
     return Metrics(
         write_unavailable_s=unavailable_s(ops, "write"),
         read_unavailable_s=unavailable_s(ops, "read"),
@@ -40,4 +42,9 @@ def compute_metrics(
         degradation_s=degradation_s(ops, faults),
         no_primary_s=no_primary_s(ops),
         probe_ops_per_s=len(ops) / duration_s if duration_s > 0 else None,
+        too_stale=too_stale(ops),
+        rto_s=drill.rto_s,
+        rpo_s=drill.rpo_s,
+        restore_s=drill.restore_s,
+        lost_before_backup=drill.lost_before_backup,
     )

@@ -34,6 +34,10 @@ _METRIC_NAMES: tuple[str, ...] = (
     "latency_ms.max",
     "degradation_s",
     "no_primary_s",
+    "rto_s",
+    "rpo_s",
+    "restore_s",
+    "lost_before_backup",
 )
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {

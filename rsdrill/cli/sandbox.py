@@ -266,6 +266,35 @@ def start(
 
 
 @app.command()
+def backup(
+    to: Annotated[Path, typer.Option("--to", help="Directory the backup is written to.")],
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Physical backup of the running set (one consistent copy of a secondary's data)."""
+    from rsdrill.sandbox.backup import take_backup
+    from rsdrill.sandbox.cluster import Sandbox
+
+    with _reported():
+        done = take_backup(Sandbox(directory), to)
+    typer.echo(f"backed up {done.source} to {done.path} at {done.taken_at}")
+
+
+@app.command()
+def restore(
+    source: Annotated[Path, typer.Option("--from", help="Directory of a `backup`.")],
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Restore a backup onto every member (all stopped) and start them: the set comes back
+    with the backup's data."""
+    from rsdrill.sandbox.backup import restore_backup
+    from rsdrill.sandbox.cluster import Sandbox
+
+    with _reported():
+        started = restore_backup(Sandbox(directory), source)
+    typer.echo(f"restored {source} onto {', '.join(started)}")
+
+
+@app.command()
 def demo(
     topology: Annotated[Topology, typer.Option(help="rs1, rs3 or psa.")] = Topology.rs3,
     election_timeout: ElectionTimeoutOption = None,

@@ -199,8 +199,8 @@ def planned_outages(faults: Sequence[Fault]) -> list[tuple[int, float]]:
     no oplog."""
     outages = []
     for i, fault in enumerate(faults):
-        if not takes_member_down(fault) or fault.select == "arbiter":
-            continue
+        if not takes_member_down(fault) or fault.select == "arbiter" or fault.kind == "data-loss":
+            continue  # data-loss: a restore brings the data back, not the oplog
         if fault.kind == "host-kill" and fault.restart and fault.restart.volume == "wipe":
             continue
         back = fault.revert_after

@@ -25,10 +25,11 @@ from rsdrill.engine.guards import HEALTHY, GuardRefusal, check_guards
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.schedule import Action, build_schedule
+from rsdrill.engine.steps import StepFailed, run_step, step_environment
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.injectors.base import InjectionError, Injector
 from rsdrill.injectors.stepdown import StepDown
-from rsdrill.probes.history import FaultRecord, History, RunClock
+from rsdrill.probes.history import FaultRecord, History, Op, RunClock
 from rsdrill.redact import redact_uri
 from rsdrill.result import EXIT_CODES, FaultResult, Metrics, Result, RunClockInfo, TargetInfo
 from rsdrill.targets import RunTarget, TargetError
@@ -171,7 +172,7 @@ class Runner:
             verdict, error = "aborted", self._abort_reason or "aborted by signal"
         except GuardRefusal as exc:
             verdict, error = "aborted", redact_uri(str(exc))
-        except (TargetError, InjectionError, SelectionError) as exc:
+        except (TargetError, InjectionError, SelectionError, StepFailed) as exc:
             verdict, error = "error", redact_uri(str(exc))
         except Exception as exc:  # an internal error still reverts, reports and exits 4
             verdict, error = "error", redact_uri(f"internal error: {type(exc).__name__}: {exc}")
@@ -319,7 +320,7 @@ class Runner:
                 return
 
     def _run_schedule(self, target: RunTarget, journal: Journal) -> None:
-        for action in build_schedule(self.exp.faults):
+        for action in build_schedule(self.exp.faults, self.exp.steps):
             while True:
                 if action.what == "revert" and not any(
                     a.record.index == action.index for a in self.state.applied.values()
@@ -330,6 +331,8 @@ class Runner:
                 if self.clock.now() >= at_s:
                     if action.what == "inject":
                         self._inject(action, target, journal)
+                    elif action.what == "step":
+                        self._run_step(action.index, target)
                     else:
                         self._revert_fault(action.index, journal)
                     break
@@ -364,6 +367,23 @@ class Runner:
                     f"{fault.kind} on {host} did not take effect within {VERIFY_TIMEOUT_S:.0f}s"
                 )
             record.verified_at_s = round(self.clock.now(), 4)
+
+    def _run_step(self, index: int, target: RunTarget) -> None:
+        """Run one of the user's steps to its end; the history records when and how it went."""
+        step = self.exp.steps[index]
+        sandbox = getattr(target, "directory", None) if target.platform == "sandbox" else None
+        env = step_environment(target.uri, self.options.out_dir, sandbox)
+        self.live.event(f"step {step.name}: {step.run}")
+        t_start = self.clock.now()
+        detail: dict[str, Any] = {"marks": step.marks, "index": index}
+        try:
+            run_step(step, env, self.options.out_dir / "steps", self._sleep)
+        except StepFailed as exc:
+            self.history.append(Op("step", step.name, None, t_start, self.clock.now(), "error",
+                                   {**detail, "error": str(exc)}))  # fmt: skip
+            raise
+        self.history.append(Op("step", step.name, None, t_start, self.clock.now(), "ok", detail))
+        self.live.event(f"step {step.name}: done in {self.clock.now() - t_start:.1f}s")
 
     def _confirmed(self, injector: Injector, role: str) -> bool:
         """Game-day mode: the user says yes, skip (False) or abort (raised) for each fault."""

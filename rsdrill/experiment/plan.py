@@ -46,7 +46,7 @@ _TOPOLOGY_SHAPE = {
 @dataclass(frozen=True)
 class PlannedStep:
     """One thing the run will do: at `at_s` seconds after the probes start (until `until_s`
-    for an observation window). `action` is "inject", "revert" or "observe"."""
+    for an observation window). `action` is "inject", "revert", "step" or "observe"."""
 
     at_s: float
     action: str
@@ -73,6 +73,9 @@ def plan_experiment(exp: Experiment) -> list[PlannedStep]:
     fault_steps: list[PlannedStep] = []
     for fault in exp.faults:
         fault_steps.extend(_fault_steps(fault, exp.target.platform))
+    for step in exp.steps:
+        marks = "" if step.marks == "none" else f" (marks the {step.marks})"
+        fault_steps.append(PlannedStep(step.at, "step", step.name, "", f"run `{step.run}`{marks}"))
     steps.extend(sorted(fault_steps, key=lambda s: s.at_s))
     steps.append(_recovery_step(exp, last_s=max(s.at_s for s in fault_steps)))
     return steps
@@ -112,6 +115,8 @@ def _injection(fault: Fault, platform: str) -> str:
             f"replSetStepDown: not electable for {_secs(period)}, "
             f"secondaries get {_secs(fault.secondary_catch_up)} to catch up{force}"
         )
+    if fault.kind == "data-loss":
+        return describe_fault(fault)
     return f"{describe_fault(fault)} for {_secs(fault.duration or 0.0)}"
 
 
@@ -144,6 +149,8 @@ def describe_fault(fault: Fault) -> str:
         return f"throttle the disk: {', '.join(limits)}"
     if fault.kind == "volume-detach":
         return "detach its data volume"
+    if fault.kind == "data-loss":
+        return "SIGKILL, data directory emptied, no restart: the restore step brings it back"
     if fault.kind == "network-partition":
         peers = {"members": "the other members", "clients": "clients", "all": "everyone"}
         arrow = {"both": "both ways", "inbound": "inbound only", "outbound": "outbound only"}

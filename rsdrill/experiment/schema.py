@@ -219,6 +219,7 @@ FaultKind = Literal[
     "iops-throttle",
     "volume-detach",
     "network-partition",
+    "data-loss",
 ]
 DiskOperation = Literal["read", "write", "fsync", "open", "any"]
 
@@ -362,9 +363,27 @@ class Fault(Strict):
             if self.restart is False:
                 return None
             return self.restart.after if self.restart.after is not None else self.duration
-        if self.kind == "stepdown":
-            return None
+        if self.kind in ("stepdown", "data-loss"):
+            return None  # data-loss: only a restore step brings the data back
         return self.duration
+
+
+class Step(Strict):
+    """A command of the user's run at a moment of the timeline, e.g. a backup before the
+    disaster and the restore after it (a disaster-recovery drill). It runs with the shell, with
+    RSDRILL_URI, RSDRILL_OUT and (sandbox) RSDRILL_SANDBOX in its environment; its output goes
+    to `<out>/steps/<name>.log`. A step that fails or outlasts its timeout ends the run with an
+    error (every fault reverted)."""
+
+    at: Duration = Field(description="when, from the start of the probes")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    run: str = Field(min_length=1, description="the shell command")
+    marks: Literal["backup", "restore", "none"] = Field(
+        "none",
+        description="backup: the data the restore brings back is from here (RPO); "
+        "restore: the set is brought back by this step (RTO)",
+    )
+    timeout: Duration = Field(1800.0, gt=0, description="the step fails after this long")
 
 
 # -- observation and SLOs ------------------------------------------------------------------------
@@ -492,6 +511,9 @@ class Experiment(Strict):
         default_factory=dict,
         description='metric → condition, e.g. write_unavailable_s: "<= 15"',
     )
+    steps: tuple[Step, ...] = Field(
+        (), description="the user's own commands on the timeline (backup, restore, ...)"
+    )
     matrix: Matrix | None = None
     guards: Guards = Guards()
     abort_on: tuple[AbortCondition, ...] = Field(
@@ -540,8 +562,29 @@ class Experiment(Strict):
         return self
 
     @model_validator(mode="after")
+    def _steps_are_distinct(self) -> Experiment:
+        names = [step.name for step in self.steps]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise FieldProblem(("steps", i, "name"), f"another step is named {name!r}")
+        for i, fault in enumerate(self.faults):
+            if fault.kind == "data-loss" and not any(s.marks == "restore" for s in self.steps):
+                raise FieldProblem(
+                    ("faults", i, "kind"),
+                    "data-loss needs a step with `marks: restore` (the set stays down otherwise)",
+                )
+        return self
+
+    @model_validator(mode="after")
     def _platform_supports_faults(self) -> Experiment:
         platform = self.target.platform
+        for i, fault in enumerate(self.faults):
+            if fault.kind == "data-loss" and platform in REMOTE_PLATFORMS:
+                raise FieldProblem(
+                    ("faults", i, "kind"),
+                    f"data-loss (a wiped data directory) is for sandbox and local targets; on "
+                    f"{platform}, destroy the volumes with a step of your own",
+                )
         module = "machine" if platform in ("sandbox", "local") else platform
         importlib.import_module(f"rsdrill.experiment.platforms.{module}").check_experiment(self)
         return self

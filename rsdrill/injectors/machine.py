@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill.injectors.base import InjectionError, Injector
+from rsdrill.injectors.data_loss import DataLoss
 from rsdrill.injectors.disk import STORAGE_KINDS, PowerLossKill, StorageFault, rule_for
 from rsdrill.injectors.network import NetworkPartition
 from rsdrill.injectors.process import HostFreeze, HostKill
@@ -33,6 +34,8 @@ def machine_injector(fault: Fault, host: str, target: SandboxTarget | LocalTarge
                             hosts.restart_action(host, wipe=False))  # fmt: skip
     if fault.kind == "host-freeze":
         return HostFreeze(hosts, host)
+    if fault.kind == "data-loss":
+        return DataLoss(hosts, host)
     if fault.kind == "network-partition":
         return NetworkPartition(
             hosts, host, list(target.members),

@@ -464,10 +464,22 @@ class Sandbox:
         if running is not None:
             raise SandboxError(f"{member.host} is already running (pid {running})")
         if wipe:
-            shutil.rmtree(member_dir(self.directory, member) / "data", ignore_errors=True)
+            self.wipe(member)
         pid = self._spawn(member, init=False)
         self._wait_answering([member], time.monotonic() + START_TIMEOUT_S)
         return pid
+
+    def wipe(self, member: MemberSpec) -> None:
+        """Empty a stopped member's data directory (the directory stays: it may be a mount)."""
+        running = self.pid(member)
+        if running is not None:
+            raise SandboxError(f"{member.host} is running (pid {running}): not wiping its data")
+        data = member_dir(self.directory, member) / "data"
+        for child in data.iterdir() if data.is_dir() else ():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
     def _spawn(self, member: MemberSpec, *, init: bool) -> int:
         directory = member_dir(self.directory, member)

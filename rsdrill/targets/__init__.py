@@ -27,6 +27,10 @@ class ProcessHosts(Protocol):
 
     def start(self, host: str, *, wipe: bool) -> None: ...
 
+    def wipe(self, host: str) -> None:
+        """Empty the data directory of a member that is not running."""
+        ...
+
     def restart_action(self, host: str, *, wipe: bool) -> dict[str, object]: ...
 
 

@@ -110,15 +110,21 @@ class LocalHosts:
             "log_dir": str(self.log_dir),
         }
 
+    def wipe(self, host: str) -> None:
+        member = self.members[host]
+        if not member.dbpath:
+            raise TargetError(f"{host}: wiping its data needs the member's `dbpath`")
+        if self.pid(host) is not None:
+            raise TargetError(f"{host} is running: not wiping its data")
+        wipe_directory(Path(member.dbpath))
+
     def start(self, host: str, *, wipe: bool) -> None:
         """Start the member with its command unless it already answers (repeatable)."""
         if answers_hello(host):
             return
         member = self.members[host]
         if wipe:
-            if not member.dbpath:
-                raise TargetError(f"{host}: volume wipe needs the member's `dbpath`")
-            wipe_directory(Path(member.dbpath))
+            self.wipe(host)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{host.replace(':', '_')}.log"
         with log.open("ab") as out:

@@ -51,6 +51,12 @@ class SandboxHosts:
             pid = self._do(lambda m: self.sandbox.start(m, wipe=wipe), host)
             rejoin_partition(pid, member.port)
 
+    def wipe(self, host: str) -> None:
+        try:
+            self.sandbox.wipe(self.sandbox.spec.member(host))
+        except SandboxError as exc:
+            raise TargetError(str(exc)) from exc
+
     def _do(self, operation: Callable[[MemberSpec], int], host: str) -> int:
         try:
             return operation(self.sandbox.spec.member(host))

@@ -35,6 +35,10 @@ def test_metric_names_are_the_contract_names() -> None:
         "latency_ms.max",
         "degradation_s",
         "no_primary_s",
+        "rto_s",
+        "rpo_s",
+        "restore_s",
+        "lost_before_backup",
     ]
 
 

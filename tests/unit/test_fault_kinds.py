@@ -117,3 +117,26 @@ def test_platform_revert_actions_are_found_by_their_prefix() -> None:
         carry_out({"action": "nosuch.thing"})
     with pytest.raises(TargetError, match="unknown revert action"):
         carry_out({"action": "../etc.passwd"})
+
+
+@pytest.mark.parametrize("platform", ["kubernetes", "ec2", "vsphere"])
+def test_data_loss_is_refused_on_remote_platforms(platform: str) -> None:
+    head = f"name: x\ntarget:\n  platform: {platform}\n  uri: mongodb://h:1/\n  {platform}: {{}}\n"
+    steps = "steps:\n  - {at: 3s, name: r, marks: restore, run: 'true'}\n"
+    err = error_of("  - {at: 1s, kind: data-loss}\n" + steps, head + "faults:\n")
+    # The platform's own section may be refused first; never a traceback, always a field.
+    assert err.field in ("faults[0].kind", f"target.{platform}") or err.field.startswith(
+        f"target.{platform}."
+    )
+
+
+def test_step_names_are_unique_and_data_loss_needs_a_restore() -> None:
+    steps = (
+        "steps:\n  - {at: 3s, name: r, marks: restore, run: 'true'}\n"
+        "  - {at: 4s, name: r, run: 'true'}\n"
+    )
+    err = error_of("  - {at: 1s, kind: data-loss}\n" + steps)
+    assert (err.field, err.problem) == ("steps[1].name", "another step is named 'r'")
+    err = error_of("  - {at: 1s, kind: data-loss}\n")
+    assert err.field == "faults[0].kind"
+    assert "data-loss needs a step with `marks: restore`" in err.problem

@@ -14,6 +14,13 @@ def check_experiment(exp: Experiment) -> None:
     """Faults here act on processes, files and loopback traffic: no platform engines, and
     only `scope: member`."""
     for i, fault in enumerate(exp.faults):
+        if fault.kind == "data-loss" and exp.target.platform == "local":
+            for j, member in enumerate(exp.target.members):
+                if not member.dbpath:
+                    raise FieldProblem(
+                        ("target", "members", j, "dbpath"),
+                        f"faults[{i}] is a data-loss: every member needs its `dbpath` to wipe",
+                    )
         if fault.engine is not None:
             raise FieldProblem(
                 ("faults", i, "engine"),

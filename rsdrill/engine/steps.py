@@ -1,0 +1,83 @@
+"""Running an experiment's steps: the user's own commands (a backup, a restore) at their moment
+of the timeline, with a deadline, their output kept, and an interrupt stopping them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from rsdrill.experiment.schema import Step
+from rsdrill.redact import redact_uri
+
+POLL_S = 0.1
+KILL_GRACE_S = 5.0
+
+
+class StepFailed(Exception):
+    """A step exited non-zero or outlasted its timeout; the run ends with an error."""
+
+
+def step_environment(uri: str, out_dir: Path, sandbox_dir: Path | None) -> dict[str, str]:
+    """What a step's command finds in its environment besides the run's own: the target and
+    the output directory, and this installation's `rsdrill` first on PATH."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {"RSDRILL_URI": uri, "RSDRILL_OUT": str(out_dir.resolve()), "PATH": path}
+    if sandbox_dir is not None:
+        env["RSDRILL_SANDBOX"] = str(sandbox_dir.resolve())
+    return env
+
+
+def run_step(
+    step: Step, extra_env: Mapping[str, str], log_dir: Path, wait: Callable[[float], None]
+) -> int:
+    """Run the step's command to its end; its exit status (0). `wait(seconds)` sleeps between
+    polls and raises to interrupt the run, which stops the command (its process group)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{step.name}.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            ["/bin/sh", "-c", step.run],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, **extra_env}, start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + step.timeout
+    try:
+        while process.poll() is None:
+            if time.monotonic() >= deadline:
+                raise StepFailed(
+                    f"step {step.name} did not finish within {step.timeout:g}s (see {log_path})"
+                )
+            wait(POLL_S)
+    finally:
+        if process.poll() is None:
+            _stop(process)
+    if process.returncode != 0:
+        raise StepFailed(
+            f"step {step.name} exited with status {process.returncode}"
+            f"{_last_line(log_path)} (see {log_path})"
+        )
+    return process.returncode
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the step's process group, SIGKILL it if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(KILL_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _last_line(log_path: Path) -> str:
+    lines = log_path.read_bytes().decode(errors="replace").strip().splitlines()
+    return f": {redact_uri(lines[-1])[:300]}" if lines else ""
