@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,10 +28,35 @@ from tests.kubernetes.support import make_node, make_pod, rsdrill_objects
 EXPERIMENT = REPO / "experiments" / "k8s-rs3-pod-kill.yaml"
 
 
-@pytest.mark.slow
-def test_pod_kill_run_measures_a_failover(
+@dataclass
+class BoundSet:
+    """An rs3 of emulator members whose pods live on the real API server."""
+
+    sandbox: Any
+    namespace: str
+    pods: dict[str, str]  # member host:port → pod
+    kubelet: Kubelet
+    mesh: ChaosMeshController
+
+    def experiment(self, kube: Kube, tmp: Path, **changes: Any) -> Path:
+        """experiments/k8s-rs3-pod-kill.yaml aimed at this set (and `changes` on top)."""
+        document = yaml.safe_load(EXPERIMENT.read_text())
+        document["target"]["uri"] = self.sandbox.uri
+        document["target"]["kubernetes"] = {
+            "kubeconfig": str(kube.admin),
+            "namespace": self.namespace,
+            "pods": self.pods,
+        }
+        document.update(changes)
+        path = tmp / EXPERIMENT.name
+        path.write_text(yaml.safe_dump(document))
+        return path
+
+
+@pytest.fixture
+def bound_set(
     kube: Kube, tmp_path: Path, free_port_base: Callable[[int], int]
-) -> None:
+) -> Iterator[BoundSet]:
     spec = build_topology(
         "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=2000)
     )
@@ -50,40 +78,42 @@ def test_pod_kill_run_measures_a_failover(
     mesh = ChaosMeshController(kube.api, namespace)
     loops = [kubelet.start(), mesh.start()]
     try:
-        document = yaml.safe_load(EXPERIMENT.read_text())
-        document["target"]["uri"] = sandbox.uri
-        document["target"]["kubernetes"] = {
-            "kubeconfig": str(kube.admin),
-            "namespace": namespace,
-            "pods": pods,
-        }
-        path = tmp_path / EXPERIMENT.name
-        path.write_text(yaml.safe_dump(document))
-        out = tmp_path / "out"
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rsdrill.cli.app",
-                "run",
-                str(path),
-                "--out",
-                str(out),
-                "--no-live",
-                "--no-history",
-                "--yes",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env=env_without_kube(),
-            cwd=REPO,
-        )
+        yield BoundSet(sandbox, namespace, pods, kubelet, mesh)
     finally:
         for loop in loops:
             loop.stop()
         sandbox.down(grace_s=2.0)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert not kubelet.errors and not mesh.errors
+
+
+def _rsdrill(*args: str, home: Path) -> subprocess.Popen[str]:
+    env = {**env_without_kube(), "RSDRILL_HOME": str(home)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "rsdrill.cli.app", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+
+
+@pytest.mark.slow
+def test_pod_kill_run_measures_a_failover(kube: Kube, bound_set: BoundSet, tmp_path: Path) -> None:
+    path = bound_set.experiment(kube, tmp_path)
+    out = tmp_path / "out"
+    run = _rsdrill(
+        "run",
+        str(path),
+        "--out",
+        str(out),
+        "--no-live",
+        "--no-history",
+        "--yes",
+        home=tmp_path / "home",
+    )
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
     result = json.loads((out / "result.json").read_text())
     assert result["verdict"] == "pass"
     [fault] = result["faults"]
@@ -92,7 +122,47 @@ def test_pod_kill_run_measures_a_failover(
     failover = result["metrics"]["failover_s"]
     assert failover is not None and 0 < failover <= 12.7
     assert result["metrics"]["lost_acknowledged_writes"] == 0
-    killed = [o for o in mesh.seen if o["kind"] == "PodChaos"]
-    assert [o["spec"]["selector"]["pods"][namespace] for o in killed] == [[pods[fault["target"]]]]
+    killed = [o for o in bound_set.mesh.seen if o["kind"] == "PodChaos"]
+    namespace = bound_set.namespace
+    assert [o["spec"]["selector"]["pods"][namespace] for o in killed] == [
+        [bound_set.pods[fault["target"]]]
+    ]
     assert rsdrill_objects(kube.api, namespace) == []
-    assert not kubelet.errors and not mesh.errors
+
+
+@pytest.mark.slow
+def test_a_killed_run_is_recovered_from_its_journal(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """SIGKILL while a PodChaos pod-failure is in force; `rsdrill recover` deletes it (and
+    waits until Chaos Mesh has recovered it); a second recover finds nothing."""
+    freeze = [{"at": "2s", "kind": "host-freeze", "select": "secondary", "duration": "60s"}]
+    path = bound_set.experiment(kube, tmp_path, faults=freeze)
+    home = tmp_path / "home"
+    run = _rsdrill(
+        "run",
+        str(path),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-live",
+        "--no-history",
+        "--yes",
+        home=home,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not rsdrill_objects(kube.api, bound_set.namespace):
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]
+            time.sleep(0.1)
+    finally:
+        run.kill()
+        run.communicate(timeout=30)
+    [(kind, name)] = rsdrill_objects(kube.api, bound_set.namespace)
+    assert kind == "PodChaos"
+    recover = _rsdrill("recover", home=home)
+    output, _ = recover.communicate(timeout=120)
+    assert recover.returncode == 0, output
+    assert f"PodChaos {bound_set.namespace}/{name} deleted (its fault recovered)" in output
+    assert rsdrill_objects(kube.api, bound_set.namespace) == []
+    again = _rsdrill("recover", home=home)
+    assert again.communicate(timeout=60)[0].startswith("nothing to recover")

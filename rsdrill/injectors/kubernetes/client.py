@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +102,20 @@ class Kube:
         api.configuration.retries = False
         self.server = api.configuration.host
         self.api = api
-        self.core = k8s.CoreV1Api(api)
-        self.custom = k8s.CustomObjectsApi(api)
-        self.auth = k8s.AuthorizationV1Api(api)
+
+    # Each API class loads its models on first use (seconds for CoreV1Api): only those a task
+    # needs are made, so `rsdrill recover` deleting a chaos object never loads the core API.
+    @cached_property
+    def core(self) -> Any:
+        return k8s.CoreV1Api(self.api)
+
+    @cached_property
+    def custom(self) -> Any:
+        return k8s.CustomObjectsApi(self.api)
+
+    @cached_property
+    def auth(self) -> Any:
+        return k8s.AuthorizationV1Api(self.api)
 
     def close(self) -> None:
         self.api.close()
