@@ -199,6 +199,15 @@ def test_what_ec2_cannot_do_is_refused_naming_the_field(fault: str, where: str, 
     assert message.startswith("ec2.yaml:") and where in message and says in message, message
 
 
+def test_fis_restarts_at_least_a_minute_later() -> None:
+    text = EC2_FILE.format(fault="    kind: host-kill\n    engine: fis\n    duration: 30s")
+    role = "\n    fis_role_arn: arn:aws:iam::123456789012:role/fis"
+    text = text.replace("region: eu-west-1", "region: eu-west-1" + role)
+    with pytest.raises(ExperimentError, match=r"faults\[0\].duration: .*at least a minute"):
+        load_experiment_text(text, "ec2.yaml")
+    assert load_experiment_text(text.replace("30s", "2m")).faults[0].engine == "fis"
+
+
 @pytest.mark.parametrize("fault", [
     "    kind: host-kill\n    restart: {after: 60s, volume: wipe}",
     "    kind: iops-throttle\n    duration: 10m\n    iops: 3000\n"

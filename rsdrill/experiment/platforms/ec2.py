@@ -175,6 +175,8 @@ def _check_kind(i: int, fault: Fault, engine: str, platform: Ec2Platform) -> Non
     if fault.kind != "iops-throttle" and "accept_modification_limit" in given:
         raise _problem(i, "ec2", "accept_modification_limit",
                        text=f"applies to iops-throttle, not {fault.kind}")
+    if engine == "fis":
+        _check_fis_duration(i, fault)
     if fault.kind == "host-kill":
         _check_host_kill(i, fault, engine, options, platform)
     elif fault.kind == "iops-throttle":
@@ -198,6 +200,23 @@ def _check_kind(i: int, fault: Fault, engine: str, platform: Ec2Platform) -> Non
             raise _problem(i, "direction", text="security groups cannot block only outbound "
                            "traffic while keeping the original inbound rules: use both or "
                            "inbound")  # fmt: skip
+
+
+# FIS action durations: startInstancesAfterDuration from 1 minute, any action up to 12 hours.
+_FIS_MIN_RESTART_S = 60.0
+_FIS_MAX_S = 12 * 3600.0
+
+
+def _check_fis_duration(i: int, fault: Fault) -> None:
+    seconds = fault.revert_after
+    if seconds is None:
+        return
+    field = "restart" if fault.kind == "host-kill" and fault.duration is None else "duration"
+    if fault.kind == "host-kill" and seconds < _FIS_MIN_RESTART_S:
+        raise _problem(i, field, text="engine: fis restarts the instance at least a minute "
+                       "later (startInstancesAfterDuration >= 1m)")  # fmt: skip
+    if seconds > _FIS_MAX_S:
+        raise _problem(i, field, text="FIS actions last at most 12h")
 
 
 def _check_host_kill(
