@@ -2,9 +2,9 @@
 the run, then restore the original groups and delete that group.
 
 A security group only allows: the deny-all group has no inbound rule (and, for direction both,
-no outbound rule either). AWS keeps tracked connections that were open before the swap until
-they go idle, so established client connections may survive it for a while (see
-docs/platforms/ec2.md); new connections are refused at once.
+no outbound rule either). New connections are refused at once, and so are flows AWS does not
+track; connections AWS already tracks keep flowing until they stay idle past the interface's
+established-TCP timeout (see docs/platforms/ec2.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ class SecurityGroupPartition:
         what = "inbound and outbound" if self.outbound_too else "inbound"
         return (f"swap the security groups of {self.instance.id} ({self.target}) "
                 f"({', '.join(self.instance.security_groups)}) for {self.group_name}, denying "
-                f"all {what} traffic; later restore them and delete it")  # fmt: skip
+                f"all {what} traffic (connections AWS already tracks may go on); later restore "
+                "them and delete it")  # fmt: skip
 
     def revert_action(self) -> dict[str, Any]:
         return {"action": "ec2.restore-security-groups", **self.aws.conn.to_action(),
