@@ -6,6 +6,7 @@ member did not answer means it was DOWN.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from rsdrill.analysis.polling import transition_time
@@ -41,18 +42,28 @@ def member_states(ops: Sequence[Op]) -> dict[str, list[tuple[float, str]]]:
 def recovery_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> dict[str, float | None]:
     """`recovery_s`: per reverted fault's target, seconds from the revert to healthy again.
 
-    Healthy means a poll of that member answered after `reverted_at_s` with state PRIMARY,
-    SECONDARY or ARBITER; the moment is `polling.transition_time(prev, first, reverted_at_s)`
-    with `prev` the member's last poll before it (unhealthy or unanswered). None if the member
-    never became healthy; faults never reverted are left out. When several faults hit one
-    member, the latest revert wins.
+    Healthy means answering with state PRIMARY, SECONDARY or ARBITER and staying so: the
+    first poll after `reverted_at_s` from which every later poll of the member is healthy (a
+    member that was SECONDARY when a partition healed, then rolled back, recovers when it is
+    SECONDARY again after its rollback). The moment is `polling.transition_time(prev, first,
+    reverted_at_s)` with `prev` the member's poll before it (unhealthy or unanswered). None if
+    the member was not healthy at its last poll before the next fault on it; faults never
+    reverted are left out. When
+    several faults hit one member, the latest revert wins.
     """
     polls = _polls(ops)
     result: dict[str, float | None] = {}
     reverts = sorted((f.reverted_at_s, f.target) for f in faults if f.reverted_at_s is not None)
     for since, target in reverts:
         mine = [op for op in polls if op.member == target]
-        first = next((op for op in mine if op.t_end > since and member_state(op) in HEALTHY), None)
+        # Up to the next fault on the member: an outage of its own is not this one's recovery.
+        until = min((f.injected_at_s for f in faults if f.target == target
+                     and f.injected_at_s is not None and f.injected_at_s > since),
+                    default=math.inf)  # fmt: skip
+        after = [op for op in mine if since < op.t_end <= until]
+        sick = [i for i, op in enumerate(after) if member_state(op) not in HEALTHY]
+        start = sick[-1] + 1 if sick else 0
+        first = after[start] if start < len(after) else None
         if first is None:
             result[target] = None
             continue

@@ -16,6 +16,7 @@ phase of the run plus a random delay after the line that announces it, so every 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -116,7 +117,8 @@ def _cases(seed: int, count: int, phases: list[str], ports: Callable[[int], int]
     for i in range(count):
         phase = phases[i % len(phases)]
         _, low, high = PHASES[phase]
-        fault = faults[(i // len(phases)) % len(faults)]
+        # Every (phase, fault) pair once before any repeats, whatever the two counts.
+        fault = faults[(i + i // math.lcm(len(phases), len(faults))) % len(faults)]
         keep = rng.random() < 0.5 and fault not in NOT_KEPT
         cases.append(Case(i, fault, keep, phase, rng.uniform(low, high), ports(3)))
     return cases

@@ -105,7 +105,21 @@ def test_two_faults_on_one_member_the_later_revert_wins() -> None:
     ]
     faults = [fault(A, 19.0, 20.0, index=1), fault(A, 5.0, 10.0, index=0)]
     assert recovery_s(ops, faults) == {A: pytest.approx((23.02 + 24.0) / 2 - 20.0)}
-    assert recovery_s(ops, faults[1:]) == {A: pytest.approx((10.02 + 11.0) / 2 - 10.0)}
+    # Not knowing of the second fault, the member's recovery lasts until it is stably back.
+    assert recovery_s(ops, faults[1:]) == {A: pytest.approx((23.02 + 24.0) / 2 - 10.0)}
+
+
+def test_a_member_healthy_at_the_revert_recovers_after_its_rollback() -> None:
+    # A partitioned primary steps down (SECONDARY when the partition heals), then rolls back.
+    ops = [
+        status(A, 29.5, "SECONDARY"),
+        status(A, 30.5, "SECONDARY"),
+        status(A, 31.0, "ROLLBACK"),
+        status(A, 31.5, "RECOVERING"),
+        status(A, 32.0, "SECONDARY"),
+        status(A, 33.0, "SECONDARY"),
+    ]
+    assert recovery_s(ops, [fault(A, 5.0, 30.0)]) == {A: pytest.approx((31.52 + 32.0) / 2 - 30)}
 
 
 def test_polls_of_other_members_do_not_count() -> None:
