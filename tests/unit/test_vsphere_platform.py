@@ -153,3 +153,27 @@ def test_the_plan_names_the_connection_mapping_and_privileges_but_no_password() 
     assert ("privileges needed: System.View, System.Read, VirtualMachine.Interact.PowerOff, "
             "VirtualMachine.Interact.PowerOn, Resource.ColdMigrate, "
             "VirtualMachine.Interact.DeviceConnection") in plan  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "topology", "restart_s"),
+    [("vsphere-rs1-host-failure", "rs1", 20.0), ("vsphere-rs3-host-failure", "psa", 30.0)],
+)
+def test_catalog_host_failures_load_as_the_reference_architecture_ran(
+    name: str, topology: str, restart_s: float
+) -> None:
+    from pathlib import Path
+
+    from rsdrill.experiment.loader import load_experiment
+
+    env = {"RSDRILL_URI": "mongodb://db1:27017/?replicaSet=rs0", "VSPHERE_HOST": "vc",
+           "VSPHERE_USER": "ops"}  # fmt: skip
+    exp = load_experiment(Path(__file__).parents[2] / "experiments" / f"{name}.yaml", env)
+    assert exp.target.topology == topology
+    assert exp.target.vsphere is not None and exp.target.vsphere.insecure is False
+    (fault,) = exp.faults
+    assert (fault.kind, fault.scope, fault.select, fault.revert_after) == (
+        "host-kill", "host", "primary", restart_s)
+    assert fault.vsphere is not None and fault.vsphere.restart_on == "other"
+    assert exp.probes.availability is not None
+    assert (exp.probes.availability.write_concern, exp.probes.availability.journal) == (1, True)
