@@ -1,0 +1,74 @@
+"""`rsdrill run` on platform vsphere when vCenter refuses: one clear line, exit 4, no traceback,
+no password, nothing injected."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from harness.vcsim import Vcsim
+
+from rsdrill.sandbox.cluster import EmulatorEngine, up
+from rsdrill.sandbox.config import build_topology
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENT = """name: vsphere-refused
+target:
+  platform: vsphere
+  topology: rs1
+  uri: {uri}
+  vsphere:
+    host: {host}
+    port: {port}
+    user: {user}
+    insecure: true
+    password_env: VC_PASSWORD
+    vms: {{by: map, map: {{"{member}": no-such-vm}}}}
+faults:
+  - {{at: 1s, kind: host-kill, restart: {{after: 1s}}}}
+guards: {{allow_quorum_loss: true}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("password", "says"),
+    [
+        ("wrong", "vsphere: InvalidLogin: login to 127.0.0.1:{port} as rsdrill: user rsdrill, "
+                  "password from $VC_PASSWORD (wrong user or password)"),
+        ("right", "vsphere: NotFound: member {member}: no VM named no-such-vm on "
+                  "127.0.0.1:{port}"),
+    ],
+)  # fmt: skip
+def test_refusals_are_one_clear_line_and_nothing_is_injected(
+    sim: Vcsim, sandbox_dir: Path, free_port_base: Callable[[int], int], tmp_path: Path,
+    password: str, says: str,
+) -> None:  # fmt: skip
+    sandbox = up(sandbox_dir, build_topology("rs1", port_base=free_port_base(1)),
+                 EmulatorEngine())  # fmt: skip
+    member = sandbox.spec.members[0].host
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(EXPERIMENT.format(uri=sandbox.uri, host=sim.host, port=sim.port,
+                                            user=sim.user, member=member))  # fmt: skip
+    secret = sim.password if password == "right" else sim.password[::-1]
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out",
+         str(tmp_path / "out"), "--no-live", "--no-history", "--yes"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(tmp_path / "home"),
+             "VC_PASSWORD": secret},
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 4, output
+    assert says.format(port=sim.port, member=member) in output
+    assert "Traceback" not in output
+    result = (tmp_path / "out" / "result.json").read_text()
+    assert json.loads(result)["faults"] == []
+    journal = "".join(p.read_text() for p in (tmp_path / "home" / "journal").glob("*.jsonl"))
+    assert "intent" not in journal  # nothing was about to be injected
+    for text in (output, result, journal):
+        assert secret not in text
