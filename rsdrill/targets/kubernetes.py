@@ -71,13 +71,29 @@ class KubernetesTarget(RemoteTarget):
             raise TargetError(f"kubernetes: {exc}") from None
         if missing:
             problems.append(
-                "RBAC denies " + "; ".join(map(str, missing)) + " (see manifests/"
-                "rbac for the permissions rsdrill needs)"
+                "RBAC denies " + "; ".join(map(str, missing)) + " (manifests/base/rsdrill/"
+                "rbac.yaml has the permissions rsdrill needs)"
             )
+        elif self.members and any(f.kind != "stepdown" for f in self.faults):
+            problems += self._unmapped_members()
         if problems:
             raise TargetError(
                 "kubernetes preflight refused, nothing was injected: " + "; ".join(problems)
             )
+
+    def _unmapped_members(self) -> list[str]:
+        """Every member's pod is looked up now (which loads the core API before the first fault
+        is due); a refusal when no member has one, since no fault could then be injected."""
+        pods = PodMap(self.kube, self.k8s)
+        reasons = []
+        for member in self.members:
+            try:
+                pods.pod(member)
+            except PodLookupError as exc:
+                reasons.append(str(exc))
+            except KubeError as exc:
+                raise TargetError(f"kubernetes: {exc}") from None
+        return reasons[:1] if len(reasons) == len(self.members) else []
 
     def _wants_block_chaos(self) -> bool:
         modes = {

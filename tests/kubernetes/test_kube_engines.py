@@ -243,16 +243,18 @@ def test_chaos_mesh_reports_nothing_selected(env: Env, tmp_path: Path) -> None:
 
 
 def test_member_without_pod_is_refused(env: Env, tmp_path: Path) -> None:
-    target = env.target(
-        [{"at": "1s", "kind": "host-freeze", "duration": "5s"}], tmp_path, selector="app=mongo"
-    )
+    freeze = {"at": "1s", "kind": "host-freeze", "duration": "5s"}
+    target = env.target([freeze], tmp_path, selector="app=mongo")
     with pytest.raises(InjectionError, match="none of the pods matching app=mongo"):
         target.injector(target.faults[0], "mongo-9.mongo.elsewhere.svc:27017")
-    target = env.target(
-        [{"at": "1s", "kind": "host-freeze", "duration": "5s"}], tmp_path, selector="app=cassandra"
-    )
-    with pytest.raises(InjectionError, match="selector app=cassandra matches no pod"):
-        target.injector(target.faults[0], member(env.namespace, 0))
+    # No member has a pod: refused before anything is injected.
+    with pytest.raises(TargetError, match="selector app=cassandra matches no pod"):
+        env.target([freeze], tmp_path, selector="app=cassandra")
+    with pytest.raises(TargetError, match=f"pod mongo-0x not found in namespace {env.namespace}"):
+        env.target(
+            [freeze], tmp_path, pods={member(env.namespace, i): f"mongo-{i}x" for i in range(3)}
+        )
+    assert rsdrill_objects(env.kube.api, env.namespace) == []
 
 
 def _uid(env: Env, name: str) -> str | None:
