@@ -1,17 +1,21 @@
-"""`rsdrill run` on platform vsphere when vCenter refuses: one clear line, exit 4, no traceback,
-no password, nothing injected."""
+"""`rsdrill run` on platform vsphere through the real CLI: refused by vCenter (one clear line,
+exit 4, no traceback, no password, nothing injected), and killed with a VM powered off (then
+`rsdrill recover` powers it on from the journal alone)."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from harness.vcsim import Vcsim
+from harness.vcsim import Vcsim, create_vm, esxi_hosts
 
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
@@ -28,9 +32,9 @@ target:
     user: {user}
     insecure: true
     password_env: VC_PASSWORD
-    vms: {{by: map, map: {{"{member}": no-such-vm}}}}
+    vms: {{by: map, map: {{"{member}": {vm}}}}}
 faults:
-  - {{at: 1s, kind: host-kill, restart: {{after: 1s}}}}
+  - {{at: 1s, kind: host-kill, restart: {{after: {after}}}}}
 guards: {{allow_quorum_loss: true}}
 """
 
@@ -53,7 +57,8 @@ def test_refusals_are_one_clear_line_and_nothing_is_injected(
     member = sandbox.spec.members[0].host
     experiment = tmp_path / "exp.yaml"
     experiment.write_text(EXPERIMENT.format(uri=sandbox.uri, host=sim.host, port=sim.port,
-                                            user=sim.user, member=member))  # fmt: skip
+                                            user=sim.user, member=member, vm="no-such-vm",
+                                            after="1s"))  # fmt: skip
     secret = sim.password if password == "right" else sim.password[::-1]
     done = subprocess.run(
         [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out",
@@ -72,3 +77,42 @@ def test_refusals_are_one_clear_line_and_nothing_is_injected(
     assert "intent" not in journal  # nothing was about to be injected
     for text in (output, result, journal):
         assert secret not in text
+
+
+def test_recover_powers_on_the_vm_of_a_run_killed_during_its_fault(
+    sim: Vcsim, si: Any, sandbox_dir: Path, free_port_base: Callable[[int], int], tmp_path: Path,
+) -> None:  # fmt: skip
+    sandbox = up(sandbox_dir, build_topology("rs1", port_base=free_port_base(1)),
+                 EmulatorEngine())  # fmt: skip
+    member = sandbox.spec.members[0].host
+    vm = create_vm(si, f"crash-{secrets.token_hex(3)}", esxi_hosts(si)[1])
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(EXPERIMENT.format(uri=sandbox.uri, host=sim.host, port=sim.port,
+                                            user=sim.user, member=member, vm=vm.name,
+                                            after="5m"))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(tmp_path / "home"),
+           "VC_PASSWORD": sim.password}  # fmt: skip
+    run = subprocess.Popen(
+        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out",
+         str(tmp_path / "out"), "--no-live", "--no-history", "--yes"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while vm.runtime.powerState != "poweredOff":
+            assert run.poll() is None and time.monotonic() < deadline, "the fault never landed"
+            time.sleep(0.1)
+    finally:
+        run.kill()  # SIGKILL: no rollback of its own
+        run.wait()
+    assert vm.runtime.powerState == "poweredOff"
+    recover = [sys.executable, "-m", "rsdrill.cli.app", "recover"]
+    done = subprocess.run(recover, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{vm.name} powered on" in done.stdout
+    assert vm.runtime.powerState == "poweredOn"
+    again = subprocess.run(recover, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert "nothing to recover" in again.stdout
+    journal = "".join(p.read_text() for p in (tmp_path / "home" / "journal").glob("*.jsonl"))
+    for text in (done.stdout, done.stderr, journal):
+        assert sim.password not in text
