@@ -167,6 +167,7 @@ target:
   ec2:
     region: eu-west-1
     volume: {{device: /dev/sdf}}
+    fis_role_arn: arn:aws:iam::123456789012:role/fis
 faults:
   - at: 5s
 {fault}
@@ -181,12 +182,12 @@ faults:
     ("    kind: host-freeze\n    duration: 10s", "faults[0].kind", "cannot pause an instance"),
     ("    kind: disk-fault\n    duration: 10s\n    latency: 50ms", "faults[0].kind",
      "needs engine: fis"),
-    ("    kind: disk-fault\n    engine: fis\n    duration: 10s\n    latency: 50ms",
-     "target.ec2.fis_role_arn", "IAM role"),
     ("    kind: iops-throttle\n    duration: 10s\n    read_iops: 100", "faults[0].read_iops",
      "reads and writes together"),
     ("    kind: network-partition\n    duration: 10s", "faults[0].isolate_from",
      "isolate_from: all"),
+    ("    kind: disk-fault\n    engine: fis\n    duration: 10s\n    latency: 50ms",
+     "faults[0].errno", "set errno: none"),
     ("    kind: volume-detach\n    duration: 10s\n    engine: chaos-mesh", "faults[0].engine",
      "not one of ec2's"),
     ("    kind: volume-detach\n    duration: 10s\n    ec2: {accept_modification_limit: true}",
@@ -199,13 +200,15 @@ def test_what_ec2_cannot_do_is_refused_naming_the_field(fault: str, where: str, 
     assert message.startswith("ec2.yaml:") and where in message and says in message, message
 
 
-def test_fis_restarts_at_least_a_minute_later() -> None:
+def test_fis_needs_its_role_and_restarts_at_least_a_minute_later() -> None:
     text = EC2_FILE.format(fault="    kind: host-kill\n    engine: fis\n    duration: 30s")
-    role = "\n    fis_role_arn: arn:aws:iam::123456789012:role/fis"
-    text = text.replace("region: eu-west-1", "region: eu-west-1" + role)
     with pytest.raises(ExperimentError, match=r"faults\[0\].duration: .*at least a minute"):
         load_experiment_text(text, "ec2.yaml")
     assert load_experiment_text(text.replace("30s", "2m")).faults[0].engine == "fis"
+    no_role = "\n".join(line for line in text.replace("30s", "2m").splitlines()
+                        if "fis_role_arn" not in line)  # fmt: skip
+    with pytest.raises(ExperimentError, match=r"target.ec2.fis_role_arn: .*IAM role"):
+        load_experiment_text(no_role, "ec2.yaml")
 
 
 @pytest.mark.parametrize("fault", [

@@ -185,7 +185,7 @@ def _check_kind(i: int, fault: Fault, engine: str, platform: Ec2Platform) -> Non
         if fault.latency is None:
             raise _problem(i, "latency", text="a disk-fault on ec2 (aws:ebs:volume-io-latency) "
                            "adds latency: give `latency`")  # fmt: skip
-        if "errno" in fault.model_fields_set and fault.errno != "none":
+        if fault.errno != "none":
             raise _problem(i, "errno", text="EBS cannot return I/O errors: set errno: none "
                            "(latency only)")  # fmt: skip
         if fault.path is not None:
