@@ -347,10 +347,11 @@ class Runner:
             injector = _injector(fault, host, target)
             if not self._confirmed(injector, states[host]):
                 continue
-            # The role and fault index let `rsdrill replay --from` select the same way again.
+            # The role, fault index and options let `rsdrill replay --from` do it again.
             record = FaultRecord(action.index, fault.kind, host,
                                  detail={"plan": injector.describe(), "role": states[host],
-                                         "index": action.index})  # fmt: skip
+                                         "index": action.index,
+                                         "options": fault_options(fault)})  # fmt: skip
             key = f"fault:{action.index}:{host}"
             journal.write("intent", key=key, kind=fault.kind, target=host,
                           revert=injector.revert_action())  # fmt: skip
@@ -536,6 +537,11 @@ def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
         return StepDown(host, period_s=fault.duration or 60.0, catch_up_s=fault.secondary_catch_up,
                         force=fault.force)  # fmt: skip
     return target.injector(fault, host)
+
+
+def fault_options(fault: Fault) -> dict[str, Any]:
+    """What a fault was given beyond when and where (as in its file)."""
+    return fault.model_dump(mode="json", exclude={"at", "kind", "select"}, exclude_unset=True)
 
 
 def _fault_result(record: FaultRecord) -> FaultResult:

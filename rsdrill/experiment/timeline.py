@@ -176,8 +176,9 @@ def timeline_from_result(result: Result, target: Target) -> Timeline:
     Offsets are the faults' `injected_at_s` (from the start of the probes, so no lead-in),
     durations `reverted_at_s - injected_at_s`, and each target host becomes the role it had
     when it was injected (`detail.role`): the replay's set has other hosts. The members one
-    `count:` fault took down (`detail.index` shared) become that count again. A stepdown's
-    period is not in the result: it gets the default.
+    `count:` fault took down (`detail.index` shared) become that count again. The fault's
+    other options (a stepdown's period, a disk fault's errno, ...) come from `detail.options`;
+    a result without them (an older rsdrill) replays with the defaults.
     """
     groups: dict[object, list[FaultResult]] = {}
     for n, fault in enumerate(result.faults):
@@ -196,6 +197,7 @@ def timeline_from_result(result: Result, target: Target) -> Timeline:
         else:
             select = roles[0]
         event: dict[str, Any] = {
+            **first.detail.get("options", {}),
             "at": round(first.injected_at_s, 3),
             "kind": first.kind,
             "select": select,
@@ -208,8 +210,8 @@ def timeline_from_result(result: Result, target: Target) -> Timeline:
         )
         if first.kind == "host-kill" and held is None:
             event["restart"] = False  # the original run never restarted it
-        elif first.kind != "stepdown":
-            event["duration"] = held
+        elif first.kind not in ("stepdown", "data-loss"):
+            event["duration"] = held  # as long as it really lasted (a stepdown's is its period)
         events.append(event)
     if not events:
         raise ReplayError("the result has no injected fault to replay")

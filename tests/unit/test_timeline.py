@@ -137,6 +137,21 @@ def test_a_result_becomes_the_same_fault_sequence_by_role() -> None:
     assert faults[3].restart is False  # never restarted in the original run
 
 
+def test_the_faults_options_come_back_with_them() -> None:
+    stepdown = {"duration": 30.0, "secondary_catch_up": 5.0, "force": True}
+    disk = {"duration": 9.0, "errno": "ENOSPC", "operations": ["fsync"], "path": "journal/*"}
+    result = _result(
+        _fault("stepdown", "h:1", 3.0, None, role="PRIMARY", index=0, options=stepdown),
+        _fault("disk-fault", "h:2", 40.0, 45.0, role="SECONDARY", index=1, options=disk),
+    )
+    down, fault = timeline_from_result(result, SANDBOX).to_experiment().faults
+    assert (down.duration, down.secondary_catch_up, down.force) == (30.0, 5.0, True)
+    # The disk fault lasted as long as it really did (5 s), with its own errno and path.
+    assert (fault.duration, fault.errno, fault.operations, fault.path) == (
+        5.0, "ENOSPC", ("fsync",), "journal/*",
+    )  # fmt: skip
+
+
 def test_members_of_one_count_fault_become_that_count_again() -> None:
     result = _result(
         _fault("host-kill", "h:2", 2.0, 6.0, role="SECONDARY", index=0),
