@@ -141,7 +141,9 @@ class FaultOperations(mfusepy.Operations):  # type: ignore[misc]
         if self.undo is not None and flags & os.O_TRUNC:
             self.undo.before_create(_rel(path))
             self._truncate_undo(_rel(path), 0)
-        fh = os.open(_rel(path), flags, dir_fd=self.root)
+        # O_DIRECT already kept the kernel's cache out of it; the daemon's own buffers are not
+        # aligned as the backing filesystem would demand.
+        fh = os.open(_rel(path), flags & ~os.O_DIRECT, dir_fd=self.root)
         self._paths[fh] = _rel(path)
         return fh
 

@@ -4,6 +4,7 @@ detach, power loss, and the mount's lifecycle (owner death, a crashed daemon's s
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import signal
 import sqlite3
@@ -129,6 +130,20 @@ def test_iops_caps_are_separate_for_reads_and_writes(faultfs: MakeMount) -> None
         assert reads > 300, reads  # not capped (the kernel may also serve some from its cache)
     finally:
         os.close(fd)
+
+
+def test_direct_reads_reach_the_read_cap(faultfs: MakeMount) -> None:
+    m = faultfs()
+    (m.mountpoint / "f").write_bytes(b"r" * 65536)
+    set_rule(m, "cap", read_iops=50)
+    fd = os.open(m.mountpoint / "f", os.O_RDONLY | os.O_DIRECT)  # past the page cache
+    buf = mmap.mmap(-1, 4096)
+    try:
+        reads = _ops_in(1.0, lambda: os.preadv(fd, [buf], 0))
+    finally:
+        os.close(fd)
+    assert 45 <= reads <= 75, reads  # a 5-op burst plus 1 s at 50/s
+    assert bytes(buf[:4]) == b"rrrr"
 
 
 def test_bandwidth_cap_paces_large_writes(faultfs: MakeMount) -> None:
