@@ -318,7 +318,8 @@ def planned_resources(exp: Experiment) -> list[str]:
         if engine == "native":
             lines += _native_plan(fault, pod)
             continue
-        name = resource_name(fault.kind, pod.name, "<random>")
+        # The run's name, untruncated: a placeholder pod would be cut short.
+        name = f"rsdrill-{_SHORT_KIND[fault.kind]}-{pod.name}-<random>"
         if engine == "litmus":
             body = litmus_engine(fault, pod, name)
         else:
