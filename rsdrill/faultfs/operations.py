@@ -78,9 +78,17 @@ class FaultOperations(mfusepy.Operations):  # type: ignore[misc]
         self._metadata(path)
         return os.readlink(_rel(path), dir_fd=self.root)
 
+    def _own(self, rel: str) -> None:
+        """Give a new file or directory to the process that created it, as a plain filesystem
+        would (the daemon runs as root; a mongod user must own its files after unmounting)."""
+        uid, gid, _ = mfusepy.fuse_get_context()
+        if os.geteuid() == 0 and (uid, gid) != (0, 0):
+            os.chown(rel, uid, gid, dir_fd=self.root, follow_symlinks=False)
+
     def mkdir(self, path: str, mode: int) -> None:
         self._metadata(path)
         os.mkdir(_rel(path), mode, dir_fd=self.root)
+        self._own(_rel(path))
 
     def rmdir(self, path: str) -> None:
         self._metadata(path)
@@ -104,6 +112,7 @@ class FaultOperations(mfusepy.Operations):  # type: ignore[misc]
     def symlink(self, target: str, source: str) -> None:
         self._metadata(target)
         os.symlink(source, _rel(target), dir_fd=self.root)
+        self._own(_rel(target))
 
     def link(self, target: str, source: str) -> None:
         self._metadata(target)
@@ -152,7 +161,8 @@ class FaultOperations(mfusepy.Operations):  # type: ignore[misc]
         self._admit("open", path)
         if self.undo is not None:
             self.undo.before_create(_rel(path))
-        fh = os.open(_rel(path), os.O_CREAT | os.O_RDWR | os.O_TRUNC, mode, dir_fd=self.root)
+        fh = os.open(_rel(path), os.O_CREAT | os.O_RDWR, mode, dir_fd=self.root)
+        self._own(_rel(path))
         self._paths[fh] = _rel(path)
         return fh
 

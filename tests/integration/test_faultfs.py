@@ -278,3 +278,21 @@ def test_unmount_clears_a_crashed_daemons_stale_mount(faultfs_tools: None, tmp_p
     assert not faultfs_mounts(tmp_path)
     assert (tmp_path / "vol" / "keep").read_text() == "kept"
     assert "no faultfs mounted" in unmount(m.mountpoint)
+
+
+def test_new_files_belong_to_their_creator_not_the_daemon(faultfs: MakeMount) -> None:
+    m = faultfs()
+    os.chmod(m.mountpoint, 0o777)
+    pid = os.fork()
+    if pid == 0:  # a server running as its own user (nobody here)
+        try:
+            os.chdir(m.mountpoint)  # as root: pytest's own directories are closed to others
+            os.setgid(65534)
+            os.setuid(65534)
+            os.mkdir("sub")
+            Path("sub/f").write_text("x")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert (m.source / "sub").stat().st_uid == 65534
+    assert (m.source / "sub" / "f").stat()[4:6] == (65534, 65534)
