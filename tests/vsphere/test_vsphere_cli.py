@@ -39,6 +39,7 @@ guards: {{allow_quorum_loss: true}}
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("password", "says"),
     [
@@ -79,6 +80,7 @@ def test_refusals_are_one_clear_line_and_nothing_is_injected(
         assert secret not in text
 
 
+@pytest.mark.slow
 def test_recover_powers_on_the_vm_of_a_run_killed_during_its_fault(
     sim: Vcsim, si: Any, sandbox_dir: Path, free_port_base: Callable[[int], int], tmp_path: Path,
 ) -> None:  # fmt: skip
