@@ -4,6 +4,7 @@ nothing is left behind. The same through the journal's revert actions (`rsdrill 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,8 +270,6 @@ def _uid(env: Env, name: str) -> str | None:
 
 
 def _wait(check: Any, timeout_s: float = 10.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout_s
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
@@ -332,3 +331,28 @@ def _served(env: Env) -> set[str]:
     except ApiException:
         return set()
     return {r.name for r in listing.resources}
+
+
+def test_no_controller_means_not_injected_by_the_deadline(kube: Kube, tmp_path: Path) -> None:
+    """A namespace no Chaos Mesh controller watches: the status stays empty, rsdrill gives up
+    at `wait` with that said, and the revert still removes the object."""
+    namespace = kube.namespace("no-controller")
+    make_node(kube.api, f"{namespace}-node")
+    make_pod(kube.api, namespace, "mongo-0", f"{namespace}-node")
+    exp = experiment(
+        kube.admin, namespace, [{"at": "1s", "kind": "host-freeze", "duration": "5s"}], wait="1s"
+    )
+    target = make_target(exp, tmp_path)
+    injector = target.injector(target.faults[0], member(namespace, 0))
+    injector.inject()
+    started = time.monotonic()
+    with pytest.raises(
+        InjectionError,
+        match=r"not injected after 1s: its status is empty \(is "
+        r"the Chaos Mesh controller running\?\)",
+    ):
+        injector.verify(0.5)
+    assert time.monotonic() - started < 5
+    assert [k for k, _ in rsdrill_objects(kube.api, namespace)] == ["PodChaos"]
+    injector.revert()
+    assert rsdrill_objects(kube.api, namespace) == []

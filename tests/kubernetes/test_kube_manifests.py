@@ -4,15 +4,15 @@ is enough for the scheduled experiments' preflight, and no secret is written out
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from rsdrill.cli.app import app
 from rsdrill.targets.kubernetes import make_target
 from tests.kubernetes.cluster import server_side_apply
 from tests.kubernetes.conftest import Kube
@@ -72,14 +72,18 @@ def test_overlay_passes_a_server_side_dry_run(kube: Kube, overlay: str) -> None:
     assert len(members.split(",")) == replicas
 
 
-def _render(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "schedule", "render", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+@dataclass
+class Rendered:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _render(*args: str, env: dict[str, str] | None = None) -> Rendered:
+    result = CliRunner().invoke(app, ["schedule", "render", *args], env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Rendered(result.exit_code, result.stdout, result.stderr)
 
 
 def _experiment_file(tmp: Path, namespace: str, faults: list[dict[str, Any]]) -> Path:
@@ -114,7 +118,7 @@ def test_rendered_schedule_applies_and_grants_what_its_runs_need(
         {"at": "90s", "kind": "iops-throttle", "iops": 100, "duration": "30s"},
     ]
     path = _experiment_file(tmp_path, namespace, faults)
-    env = {**os.environ, "MONGO_PASSWORD": "s3cret-never-rendered"}
+    env = {"MONGO_PASSWORD": "s3cret-never-rendered"}
     rendered = _render(
         "--cron",
         "0 2 * * *",
