@@ -118,3 +118,38 @@ def test_recover_powers_on_the_vm_of_a_run_killed_during_its_fault(
     journal = "".join(p.read_text() for p in (tmp_path / "home" / "journal").glob("*.jsonl"))
     for text in (done.stdout, done.stderr, journal):
         assert sim.password not in text
+
+
+@pytest.mark.slow
+def test_a_host_failure_that_would_take_a_majority_down_is_refused(
+    sim: Vcsim, si: Any, sandbox_dir: Path, free_port_base: Callable[[int], int], tmp_path: Path,
+) -> None:  # fmt: skip
+    """The quorum guard counts one member per fault: two of three members on one ESXi host
+    would both go down with it."""
+    sandbox = up(sandbox_dir, build_topology("rs3", port_base=free_port_base(3)),
+                 EmulatorEngine())  # fmt: skip
+    hosts = esxi_hosts(si)
+    members = [m.host for m in sandbox.spec.members]
+    vms = [create_vm(si, f"shared-{secrets.token_hex(3)}", hosts[i]) for i in (2, 2, 3)]
+    mapping = ", ".join(f'"{m}": {vm.name}' for m, vm in zip(members, vms, strict=True))
+    experiment = tmp_path / "exp.yaml"
+    text = EXPERIMENT.format(uri=sandbox.uri, host=sim.host, port=sim.port, user=sim.user,
+                             member=members[0], vm=vms[0].name, after="5s")  # fmt: skip
+    text = text.replace(f'{{"{members[0]}": {vms[0].name}}}', f"{{{mapping}}}")
+    text = text.replace("topology: rs1", "topology: rs3").replace(
+        "kind: host-kill,", "kind: host-kill, scope: host,").replace(
+        "guards: {allow_quorum_loss: true}\n", "")  # fmt: skip
+    experiment.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out",
+         str(tmp_path / "out"), "--no-live", "--no-history", "--yes"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(tmp_path / "home"),
+             "VC_PASSWORD": sim.password},
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output
+    assert (f"quorum guard: members {', '.join(sorted(members[:2]))} run on one ESXi host "
+            f"({hosts[2].name}): a host failure (scope: host) takes 2 of the 3 members down "
+            "together, a majority") in output  # fmt: skip
+    assert [vm.runtime.powerState for vm in vms] == ["poweredOn"] * 3
