@@ -213,6 +213,19 @@ def test_litmus_pod_delete_reads_the_verdict(env: Env, tmp_path: Path) -> None:
     assert _uid(env, "mongo-2") != uid_before
 
 
+def test_litmus_node_drain_names_the_node(env: Env, tmp_path: Path) -> None:
+    fault = {"at": "1s", "kind": "host-kill", "engine": "litmus", "scope": "node", "duration": "1s"}
+    target = env.target([fault], tmp_path)
+    injector = target.injector(target.faults[0], member(env.namespace, 1))
+    assert "(node-drain) on node " + env.nodes[1] in injector.describe()
+    experiment_spec = injector.body["spec"]["experiments"][0]
+    assert experiment_spec["name"] == "node-drain"
+    env_vars = {e["name"]: e["value"] for e in experiment_spec["spec"]["components"]["env"]}
+    assert env_vars == {"TOTAL_CHAOS_DURATION": "1", "TARGET_NODE": env.nodes[1]}
+    _, during = _round_trip(env, fault, tmp_path, host_index=1)
+    assert [k for k, _ in during] == ["ChaosEngine"]
+
+
 def test_litmus_experiment_missing_is_named(env: Env, tmp_path: Path) -> None:
     fault = {
         "at": "1s",
