@@ -126,7 +126,8 @@ class UndoLog:
             return {p: -1 if r.created else r.saved_bytes for p, r in self._files.items()}
 
     def power_loss(self) -> dict[str, int]:
-        """Put every file back as it was at its last fsync; what was undone, per file."""
+        """Put every file back as it was at its last fsync; per file, the bytes dropped
+        (overwritten ones restored plus those appended), -1 for a file removed."""
         with self._lock:
             files, self._files = self._files, {}
         undone: dict[str, int] = {}
@@ -143,11 +144,12 @@ class UndoLog:
             except FileNotFoundError:
                 continue  # removed since: unlinks are not undone
             try:
+                grown = max(0, os.fstat(fd).st_size - record.size)
                 os.ftruncate(fd, record.size)
                 for start, chunk in zip(record.starts, record.chunks, strict=True):
                     os.pwrite(fd, chunk, start)
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            undone[path] = record.saved_bytes
+            undone[path] = record.saved_bytes + grown
         return undone

@@ -1,0 +1,69 @@
+"""Storage faults on sandbox/local as the experiment file states them: the faultfs rule each
+becomes, when members must be on faultfs, and what the file is refused for (field named)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+from rsdrill.experiment.schema import Experiment, Fault
+from rsdrill.injectors.disk import describe_rule, needs_faultfs, rule_for
+
+
+def fault(text: str) -> Fault:
+    return Fault.model_validate(yaml.safe_load(text))
+
+
+def test_disk_fault_becomes_an_errno_rule_on_its_operations_and_path() -> None:
+    rule = rule_for(fault("{at: 1s, kind: disk-fault, duration: 5s, errno: ENOSPC,"
+                          " operations: [write], probability: 0.25, path: 'journal/*',"
+                          " latency: 3ms}"))  # fmt: skip
+    assert (rule.errno, rule.operations, rule.probability) == ("ENOSPC", ("write",), 0.25)
+    assert rule.path == "journal/*" and rule.latency_s == pytest.approx(0.003)
+    assert describe_rule(rule) == "ENOSPC on 25% of write on journal/*, +3 ms per operation"
+    latency_only = rule_for(fault("{at: 1s, kind: disk-fault, duration: 5s, errno: none,"
+                                  " latency: 20ms}"))  # fmt: skip
+    assert latency_only.errno is None and latency_only.latency_s == pytest.approx(0.02)
+
+
+def test_throttle_caps_in_mib_and_detach() -> None:
+    rule = rule_for(fault("{at: 1s, kind: iops-throttle, duration: 5s, write_iops: 100,"
+                          " read_mb_s: 2, throughput_mb_s: 8}"))  # fmt: skip
+    assert rule.write_iops == 100 and rule.read_iops is None and rule.iops is None
+    assert rule.read_bytes_per_s == 2 * 1024 * 1024
+    assert rule.bytes_per_s == 8 * 1024 * 1024
+    assert rule.operations == ("any",)
+    assert describe_rule(rule) == "100 write IOPS, 8 MiB/s, 2 read MiB/s"
+    detach = rule_for(fault("{at: 1s, kind: volume-detach, duration: 5s}"))
+    assert detach.detach and describe_rule(detach).startswith("every operation fails")
+
+
+def test_which_experiments_put_members_on_faultfs() -> None:
+    kill = fault("{at: 1s, kind: host-kill, duration: 5s}")
+    power = fault("{at: 1s, kind: host-kill, duration: 5s, power_loss: true}")
+    throttle = fault("{at: 1s, kind: iops-throttle, duration: 5s, iops: 10}")
+    assert needs_faultfs([kill]) == (False, False)
+    assert needs_faultfs([kill, throttle]) == (True, False)
+    assert needs_faultfs([power]) == (True, True)
+
+
+def _load(text: str) -> Experiment:
+    return load_experiment_text(text, "exp.yaml", {})
+
+
+def test_a_kept_sandbox_refuses_storage_faults() -> None:
+    with pytest.raises(ExperimentError) as caught:
+        _load("name: x\ntarget: {platform: sandbox, keep: true}\nfaults:\n"
+              "  - {at: 1s, kind: volume-detach, duration: 5s}\n")  # fmt: skip
+    assert "keep" in str(caught.value) and "faultfs" in str(caught.value)
+
+
+def test_local_members_must_name_their_faultfs_mount() -> None:
+    head = ("name: x\ntarget:\n  platform: local\n  uri: mongodb://127.0.0.1:1/\n  members:\n"
+            "    - {host: '127.0.0.1:1', start: 'mongod', dbpath: /d, faultfs: /d}\n"
+            "    - {host: '127.0.0.1:2', start: 'mongod', dbpath: /e}\n")  # fmt: skip
+    with pytest.raises(ExperimentError) as caught:
+        _load(head + "faults:\n  - {at: 1s, kind: host-kill, duration: 5s, power_loss: true}\n")
+    assert "members[1].faultfs" in str(caught.value) or "members.1.faultfs" in str(caught.value)
+    assert _load(head + "faults:\n  - {at: 1s, kind: host-kill, duration: 5s}\n")
