@@ -132,9 +132,18 @@ def up(
         typer.Option(min=0.001, help="Cap initial sync at this rate to emulate a slower network."),
     ] = None,
     engine: EngineOption = EngineName.auto,
+    auth: Annotated[
+        bool,
+        typer.Option(
+            "--auth",
+            help="Require a login (SCRAM), as production sets do: a user with a random "
+            "password, kept in DIR/auth.json (never printed). Emulator engine.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Start a replica set and return once it has a writable primary; print its URI."""
+    from rsdrill.redact import redact_uri
     from rsdrill.sandbox import cluster
 
     options: dict[str, Any] = {}
@@ -153,7 +162,7 @@ def up(
     with _reported():
         chosen, why = cluster.choose_engine(engine.value)
         started = time.monotonic()
-        sandbox = cluster.up(directory, spec, chosen)
+        sandbox = cluster.up(directory, spec, chosen, auth=auth)
         took = time.monotonic() - started
         statuses = sandbox.status()
     if as_json:
@@ -163,7 +172,7 @@ def up(
             "engine_reason": why,
             "topology": spec.topology,
             "set_name": spec.set_name,
-            "uri": sandbox.uri,
+            "uri": redact_uri(sandbox.uri),
             "startup_s": round(took, 3),
             "members": [s.to_dict() for s in statuses],
         }
@@ -171,13 +180,16 @@ def up(
         return
     typer.echo(f"engine: {chosen.name} ({why})")
     typer.echo(f"sandbox: {sandbox.directory} ({spec.topology}, writable in {took:.2f} s)")
-    typer.echo(f"uri: {sandbox.uri}")
+    typer.echo(f"uri: {redact_uri(sandbox.uri)}")
+    if auth:
+        typer.echo(f"password: in {sandbox.directory / 'auth.json'} (readable by you only)")
     _echo_members(statuses)
 
 
 @app.command()
 def status(directory: DirOption = DEFAULT_DIR, as_json: JsonOption = False) -> None:
     """List the members with their pid and state (DOWN: not running; STOPPED: SIGSTOPped)."""
+    from rsdrill.redact import redact_uri
     from rsdrill.sandbox.cluster import Sandbox
 
     sandbox = Sandbox(directory)
@@ -188,13 +200,13 @@ def status(directory: DirOption = DEFAULT_DIR, as_json: JsonOption = False) -> N
             "dir": str(sandbox.directory),
             "engine": sandbox.engine.name,
             "topology": sandbox.spec.topology,
-            "uri": sandbox.uri,
+            "uri": redact_uri(sandbox.uri),
             "members": [s.to_dict() for s in statuses],
         }
         typer.echo(json.dumps(report, indent=2))
         return
     typer.echo(f"sandbox: {sandbox.directory} ({sandbox.spec.topology}, {sandbox.engine.name})")
-    typer.echo(f"uri: {sandbox.uri}")
+    typer.echo(f"uri: {redact_uri(sandbox.uri)}")
     _echo_members(statuses)
 
 

@@ -30,8 +30,10 @@ from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.injectors.base import InjectionError, Injector
 from rsdrill.injectors.stepdown import StepDown
 from rsdrill.probes.history import FaultRecord, History, Op, RunClock
+from rsdrill.probes.wireclient import use_credentials
 from rsdrill.redact import redact_uri
 from rsdrill.result import EXIT_CODES, FaultResult, Metrics, Result, RunClockInfo, TargetInfo
+from rsdrill.scram import Credentials
 from rsdrill.targets import RunTarget, TargetError
 from rsdrill.targets.selection import (
     SelectionError,
@@ -142,6 +144,8 @@ class Runner:
             if resource:
                 journal.write("resource", key="resource:target", revert=resource)
             target.setup()
+            # rsdrill's own wire-level probes and checks log in as the URI's user.
+            use_credentials(Credentials.from_uri(target.uri))
             if resource and target.keep:
                 # A kept target is the user's once built: only a half-built one is undone.
                 journal.write("released", key="resource:target")
@@ -206,6 +210,7 @@ class Runner:
             if not revert_error:
                 journal.write("end", verdict=verdict)  # else `rsdrill recover` finishes it
             journal.close()
+            use_credentials(None)
             self.live.stop()
             self._restore_signal_handlers(previous)
         if self._abort.is_set() and verdict in ("pass", "fail"):

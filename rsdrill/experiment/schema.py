@@ -70,6 +70,11 @@ class Target(Strict):
     )
     data_mb: int = Field(0, ge=0, description="sandbox: preload this much data before the run")
     keep: bool = Field(False, description="sandbox: leave it running after the run")
+    auth: bool = Field(
+        False,
+        description="sandbox: require a login (SCRAM) with a random password, as "
+        "production sets do",
+    )
     kubernetes: KubernetesPlatform | None = None
     ec2: Ec2Platform | None = None
     vsphere: VspherePlatform | None = None

@@ -3,7 +3,8 @@
 The failover and recovery probes ask each member directly what it thinks, every 10 to 100 ms. A
 driver's monitor would add its own latency after a failure (pymongo re-checks a server at most
 every 500 ms), so these probes speak the wire protocol themselves and reconnect at once.
-Only unauthenticated commands (hello, replSetGetStatus on an open server) go this way.
+A connection logs in (SCRAM) when credentials are given, or when a run has set the target's
+credentials as the default for every connection it opens (`use_credentials`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import bson
 
 from rsdrill import wire
+from rsdrill.scram import MECHANISMS, Credentials, ScramClient, ScramError, sasl_conversation
 
 _request_ids = itertools.count(1)
 
@@ -28,12 +30,23 @@ class WireClientError(Exception):
         self.timeout = timeout
 
 
+_default_credentials: Credentials | None = None
+
+
+def use_credentials(credentials: Credentials | None) -> None:
+    """Every DirectConnection opened from now on without credentials of its own logs in with
+    these (a run sets its target's; None again when it ends)."""
+    global _default_credentials
+    _default_credentials = credentials
+
+
 class DirectConnection:
     """One member; the socket is kept between commands and reopened after any failure."""
 
-    def __init__(self, host: str, timeout_s: float) -> None:
+    def __init__(self, host: str, timeout_s: float, credentials: Credentials | None = None) -> None:
         self.host = host
         self.timeout_s = timeout_s
+        self.credentials = credentials or _default_credentials
         self._sock: socket.socket | None = None
 
     def close(self) -> None:
@@ -54,6 +67,10 @@ class DirectConnection:
         except (OSError, EOFError, wire.WireError, bson.errors.BSONError) as exc:
             self.close()
             raise WireClientError(f"{self.host}: {type(exc).__name__}: {exc}") from exc
+        except ScramError as exc:
+            self.close()
+            user = self.credentials.user if self.credentials else "?"
+            raise WireClientError(f"{self.host}: login as {user} failed: {exc}") from exc
 
     def _roundtrip(self, db: str | None, cmd: dict[str, Any]) -> dict[str, Any]:
         # One deadline for the whole command: a socket timeout alone bounds each recv, and a
@@ -63,6 +80,30 @@ class DirectConnection:
             name, port = self.host.rsplit(":", 1)
             self._sock = socket.create_connection((name, int(port)), timeout=self.timeout_s)
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.credentials is not None:
+                self._log_in(self.credentials, deadline)
+        return self._exchange(db, cmd, deadline)
+
+    def _log_in(self, credentials: Credentials, deadline: float) -> None:
+        """SCRAM on the new socket, within the first command's deadline."""
+        mechanism = credentials.mechanism
+        if mechanism is None:
+            hello = self._exchange("admin", {"hello": 1, "saslSupportedMechs":
+                                             f"{credentials.source}.{credentials.user}"},
+                                   deadline)  # fmt: skip
+            offered = hello.get("saslSupportedMechs") or []
+            mechanism = next((m for m in MECHANISMS if m in offered), "SCRAM-SHA-1")
+        client = ScramClient(mechanism, credentials.user, credentials.password)
+        conversation = sasl_conversation(client)
+        request = next(conversation)
+        try:
+            while True:
+                request = conversation.send(self._exchange(credentials.source, request, deadline))
+        except StopIteration:
+            return
+
+    def _exchange(self, db: str | None, cmd: dict[str, Any], deadline: float) -> dict[str, Any]:
+        assert self._sock is not None
         sock = self._sock
         sock.settimeout(_remaining(deadline))
         request_id = next(_request_ids)

@@ -26,11 +26,14 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
+from rsdrill.sandbox.auth import AUTH_FILE, create_auth, read_auth
 from rsdrill.sandbox.config import CONFIG_FILE, MemberSpec, ReplSetSpec, member_dir
+from rsdrill.scram import Credentials
 
 ENGINE_FILE = "sandbox.json"
 ENGINE_CHOICES = ("auto", "emulator", "mongod")
@@ -115,7 +118,7 @@ class EmulatorEngine:
             # seems lost; asking again mid-election would start yet another term.
             if accepted_at is None or now - accepted_at > 2 * election_timeout_s:
                 try:
-                    with member_client(first.host) as client:
+                    with member_client(first.host, credentials=sandbox.credentials) as client:
                         client.admin.command("replSetStepUp")
                     accepted_at = now
                 except PyMongoError:
@@ -155,11 +158,19 @@ def _load_engine(record: dict[str, str]) -> Engine:
 
 
 @contextmanager
-def member_client(host: str, timeout_s: float = QUERY_TIMEOUT_S) -> Iterator[MongoClient[Any]]:
-    """A direct connection to one member, with every timeout set to `timeout_s`."""
+def member_client(
+    host: str, timeout_s: float = QUERY_TIMEOUT_S, credentials: Credentials | None = None
+) -> Iterator[MongoClient[Any]]:
+    """A direct connection to one member, with every timeout set to `timeout_s` (logged in
+    with `credentials` when the sandbox requires a login)."""
     ms = int(timeout_s * 1000)
+    login: dict[str, Any] = {}
+    if credentials is not None:
+        login = {"username": credentials.user, "password": credentials.password,
+                 "authSource": credentials.source}  # fmt: skip
     client: MongoClient[Any] = MongoClient(
         host,
+        **login,
         directConnection=True,
         serverSelectionTimeoutMS=ms,
         connectTimeoutMS=ms,
@@ -186,10 +197,12 @@ def is_writable_primary(host: str) -> bool:
     return bool(reply and reply.get("isWritablePrimary"))
 
 
-def member_state(host: str, timeout_s: float = QUERY_TIMEOUT_S) -> str:
+def member_state(
+    host: str, timeout_s: float = QUERY_TIMEOUT_S, credentials: Credentials | None = None
+) -> str:
     """The member's own stateStr from replSetGetStatus, else guessed from hello."""
     try:
-        with member_client(host, timeout_s) as client:
+        with member_client(host, timeout_s, credentials) as client:
             try:
                 status = client.admin.command("replSetGetStatus")
                 for entry in status.get("members", []):
@@ -344,6 +357,11 @@ class Sandbox:
         return self._spec
 
     @property
+    def credentials(self) -> Credentials | None:
+        """The user to log in as, when the sandbox requires a login."""
+        return read_auth(self.directory)
+
+    @property
     def engine(self) -> Engine:
         if self._engine is None:
             path = self.directory / ENGINE_FILE
@@ -353,8 +371,12 @@ class Sandbox:
 
     @property
     def uri(self) -> str:
+        """The set's connection string, with the user and password when it requires a login
+        (print it through `rsdrill.redact.redact_uri`)."""
         hosts = ",".join(m.host for m in self.spec.members)
-        return f"mongodb://{hosts}/?replicaSet={self.spec.set_name}"
+        login = self.credentials
+        user = f"{quote(login.user)}:{quote(login.password)}@" if login else ""
+        return f"mongodb://{user}{hosts}/?replicaSet={self.spec.set_name}"
 
     def exists(self) -> bool:
         return (self.directory / CONFIG_FILE).exists()
@@ -397,7 +419,9 @@ class Sandbox:
                 return MemberStatus(member.host, None, "DOWN")
             if process_state(pid, member.port) == "T":
                 return MemberStatus(member.host, pid, "STOPPED")
-            return MemberStatus(member.host, pid, member_state(member.host))
+            return MemberStatus(
+                member.host, pid, member_state(member.host, credentials=self.credentials)
+            )
 
         members = self.spec.members
         with ThreadPoolExecutor(max_workers=len(members)) as pool:
@@ -529,7 +553,9 @@ class Sandbox:
         for pid in live.values():
             _signal(pid, signal.SIGCONT)
         with ThreadPoolExecutor(max_workers=max(len(live), 1)) as pool:
-            list(pool.map(_ask_shutdown, [self._host_of(path) for path in live]))
+            credentials = self.credentials
+            hosts = [self._host_of(path) for path in live]
+            list(pool.map(lambda host: _ask_shutdown(host, credentials), hosts))
         remaining = _wait_gone(live, time.monotonic() + grace_s)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in remaining.values():
@@ -551,9 +577,9 @@ class Sandbox:
         return f"127.0.0.1:{port}"
 
 
-def _ask_shutdown(host: str) -> None:
+def _ask_shutdown(host: str, credentials: Credentials | None) -> None:
     try:
-        with member_client(host) as client:
+        with member_client(host, credentials=credentials) as client:
             client.admin.command("shutdown", force=True)
     except PyMongoError:
         pass  # the connection drops as the member exits; signals follow if it did not
@@ -577,8 +603,13 @@ def up(
     spec: ReplSetSpec,
     engine: Engine,
     before_start: Callable[[], None] | None = None,
+    *,
+    auth: bool = False,
 ) -> Sandbox:
     """Start a fresh replica set in `directory` and return once it has a writable primary.
+
+    `auth`: the set requires a login (emulator engine): a user with a random password is
+    written to the directory (`Sandbox.credentials`; see `rsdrill.sandbox.auth`).
 
     `before_start` runs once the directory is laid out, just before the members start (e.g. to
     mount their data directories).
@@ -616,6 +647,11 @@ def up(
     spec.write(sandbox.directory)
     record = {"engine": engine.name, "executable": engine.executable}
     (sandbox.directory / ENGINE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    (sandbox.directory / AUTH_FILE).unlink(missing_ok=True)
+    if auth:
+        if engine.name != "emulator":
+            raise SandboxError("a sandbox with a login needs the emulator engine")
+        create_auth(sandbox.directory)
     if before_start is not None:
         before_start()
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -126,9 +126,12 @@ class SandboxTarget:
         try:
             engine, _ = choose_engine(self.config.engine)
             before_start = self.volumes.mount_all if self.volumes else None
-            self._sandbox = up(self.directory, self.spec, engine, before_start)
+            self._sandbox = up(
+                self.directory, self.spec, engine, before_start, auth=self.config.auth
+            )
         except SandboxError as exc:
             raise TargetError(f"sandbox: {exc}") from exc
+        self.uri = self._sandbox.uri  # with the login, when the set requires one
         if self.config.data_mb:
             self._preload(self.config.data_mb)
 

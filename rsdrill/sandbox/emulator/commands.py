@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bson.binary import Binary
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
@@ -20,6 +21,7 @@ from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
 from rsdrill.sandbox.emulator.storage import StorageReadError
+from rsdrill.scram import ScramError, ScramServer
 
 MAX_WIRE_VERSION = 21
 MAX_BATCH_BYTES = 16 * 1024 * 1024
@@ -45,6 +47,11 @@ class Cursor:
     docs: list[dict[str, Any]]
     position: int = 0
 
+
+# What a connection may run before it logs in (a sandbox that requires logins).
+_OPEN_COMMANDS = frozenset(
+    {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "buildinfo", "endsessions"}
+)
 
 Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]
 _HANDLERS: dict[str, Handler] = {}
@@ -77,6 +84,14 @@ class Commands:
         )
         self.connections = 0
         self.fail_point: FailPoint | None = None
+        # Connections that logged in, and logins under way (when the sandbox requires them).
+        self.logged_in: set[int] = set()
+        self.logins: dict[int, ScramServer] = {}
+
+    def forget(self, connection_id: int) -> None:
+        """The connection closed: its login ends with it."""
+        self.logged_in.discard(connection_id)
+        self.logins.pop(connection_id, None)
 
     async def run(self, req: Request) -> dict[str, Any]:
         """The reply document for a request; errors become `{ok: 0, ...}`."""
@@ -85,6 +100,12 @@ class Commands:
             return CommandError(59, f"no such command: '{req.name}'").document()
         if not req.db:
             return CommandError(40571, "OP_MSG requests require a $db argument").document()
+        if (
+            self.node.auth_keys is not None
+            and req.connection_id not in self.logged_in
+            and req.name.lower() not in _OPEN_COMMANDS
+        ):
+            return CommandError(13, f"command {req.name} requires authentication").document()
         self.opcounters["command"] += 1
         fail = self.fail_point if self.fail_point and self.fail_point.fires_for(req.name) else None
         if fail and not fail.after_execution and (early := await fail.disrupt()) is not None:
@@ -232,6 +253,10 @@ def hello_reply(node: Node, req: Request) -> dict[str, Any]:
     }
     if req.body.get("helloOk"):
         reply["helloOk"] = True
+    asked = req.body.get("saslSupportedMechs")
+    if node.auth_keys is not None and isinstance(asked, str):
+        user = asked.partition(".")[2]
+        reply["saslSupportedMechs"] = [m for m, users in node.auth_keys.items() if user in users]
     reply.update(
         setName=spec.set_name,
         setVersion=1,
@@ -269,6 +294,40 @@ def hello_reply(node: Node, req: Request) -> dict[str, Any]:
         readOnly=False,
     )
     return reply
+
+
+@command("saslStart")
+async def _sasl_start(cmds: Commands, req: Request) -> dict[str, Any]:
+    keys = cmds.node.auth_keys
+    mechanism = req.body.get("mechanism")
+    if keys is None or mechanism not in keys:
+        raise CommandError(2, f"mechanism {mechanism!r} is not supported")
+    login = ScramServer(mechanism, keys[mechanism])
+    try:
+        payload = login.first(bytes(req.body.get("payload") or b""))
+    except ScramError:
+        raise CommandError(18, "Authentication failed.") from None
+    cmds.logins[req.connection_id] = login
+    return {"conversationId": 1, "done": False, "payload": Binary(payload)}
+
+
+@command("saslContinue")
+async def _sasl_continue(cmds: Commands, req: Request) -> dict[str, Any]:
+    login = cmds.logins.get(req.connection_id)
+    if req.connection_id in cmds.logged_in:  # the client's last, empty step
+        return {"conversationId": 1, "done": True, "payload": Binary(b"")}
+    if login is None:
+        raise CommandError(17, "no SASL session state found")
+    try:
+        payload = login.final(bytes(req.body.get("payload") or b""))
+    except ScramError:
+        cmds.logins.pop(req.connection_id, None)
+        raise CommandError(18, "Authentication failed.") from None
+    cmds.logged_in.add(req.connection_id)
+    del cmds.logins[req.connection_id]
+    # Done at once, as with skipEmptyExchange; a client that sends the empty step anyway is
+    # answered above.
+    return {"conversationId": 1, "done": True, "payload": Binary(payload)}
 
 
 @command("ping")

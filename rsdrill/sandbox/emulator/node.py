@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
+from rsdrill.sandbox.auth import read_auth, server_keys
 from rsdrill.sandbox.config import MemberSpec, ReplSetSpec, member_dir
 from rsdrill.sandbox.emulator.datastore import DataStore
 from rsdrill.sandbox.emulator.errors import CommandError, write_concern_error
@@ -119,7 +120,9 @@ class Node:
         self.store = DataStore(self.database)
         self.oplog = Oplog(spec.oplog_size_bytes, self.database)
         self.clock = TimestampClock()
-        self.peer_calls = Peers()
+        # A sandbox made with a login: clients and members alike must log in (SCRAM).
+        self.auth_keys = server_keys(sandbox_dir)
+        self.peer_calls = Peers(read_auth(sandbox_dir))
         self.peers = {m.host: PeerView(m) for m in spec.members if m.host != host}
 
         self.state = MemberState.STARTUP

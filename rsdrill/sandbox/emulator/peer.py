@@ -9,6 +9,7 @@ from typing import Any
 import bson
 
 from rsdrill import wire
+from rsdrill.scram import Credentials, ScramClient, ScramError, sasl_conversation
 
 _request_ids = itertools.count(1)
 
@@ -20,8 +21,9 @@ class PeerError(Exception):
 class PeerConnection:
     """One TCP connection to another member; requests on it are sequential."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, credentials: Credentials | None = None) -> None:
         self.host = host
+        self.credentials = credentials
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
@@ -31,6 +33,21 @@ class PeerConnection:
         self._reader, self._writer = await asyncio.wait_for(
             asyncio.open_connection(name, int(port)), timeout
         )
+        if self.credentials is not None:
+            await self._log_in(self.credentials)
+
+    async def _log_in(self, credentials: Credentials) -> None:
+        client = ScramClient("SCRAM-SHA-256", credentials.user, credentials.password)
+        conversation = sasl_conversation(client)
+        request = next(conversation)
+        try:
+            while True:
+                reply = await self._exchange(credentials.source, request)
+                request = conversation.send(reply)
+        except StopIteration:
+            return
+        except ScramError as exc:
+            raise wire.WireError(f"login as {credentials.user} failed: {exc}") from exc
 
     def close(self) -> None:
         if self._writer is not None:
@@ -56,6 +73,9 @@ class PeerConnection:
     async def _roundtrip(self, db: str, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
         if self._writer is None:
             await self._connect(timeout)
+        return await self._exchange(db, cmd)
+
+    async def _exchange(self, db: str, cmd: dict[str, Any]) -> dict[str, Any]:
         assert self._reader is not None and self._writer is not None
         request_id = next(_request_ids)
         self._writer.write(wire.encode_op_msg(request_id, 0, {**cmd, "$db": db}))
@@ -69,14 +89,15 @@ class PeerConnection:
 class Peers:
     """Connections to every other member, one per purpose, created on demand."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: Credentials | None = None) -> None:
         self._conns: dict[tuple[str, str], PeerConnection] = {}
+        self.credentials = credentials
 
     def connection(self, host: str, purpose: str) -> PeerConnection:
         key = (host, purpose)
         conn = self._conns.get(key)
         if conn is None:
-            conn = self._conns[key] = PeerConnection(host)
+            conn = self._conns[key] = PeerConnection(host, self.credentials)
         return conn
 
     async def call(

@@ -49,6 +49,7 @@ class Server:
             pass
         finally:
             self.commands.connections -= 1
+            self.commands.forget(connection_id)
             writer.close()
 
     async def _handle(
