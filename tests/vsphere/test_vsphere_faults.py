@@ -286,18 +286,19 @@ def test_tls_is_verified_unless_insecure_is_set(platform: Callable[..., VsphereP
         session.root()
 
 
-def test_a_vm_gone_since_the_fault_is_a_clear_error(
+def test_a_vm_gone_since_the_fault_is_a_clear_error_and_the_others_still_come_back(
     client: Vsphere, platform: Callable[..., VspherePlatform], member_vm: Callable[..., MemberVm],
 ) -> None:  # fmt: skip
-    target = member_vm()
-    kill = injector(client, platform(), target.member, "host-kill")
-    kill.inject()
+    target, neighbour = member_vm(host=1), member_vm(host=1)
+    failure = injector(client, platform(), target.member, "host-kill", scope="host")
+    failure.inject()
+    action = failure.revert_action()
+    assert action is not None and action["vms"][0]["name"] == target.vm.name
     wait_task(target.vm.Destroy_Task())
-    action = kill.revert_action()
-    assert action is not None
     with pytest.raises(TargetError, match=r"vsphere.power-on: ManagedObjectNotFound: VM m-\w+ "
                        r"\(vm-\d+\) \(uuid [-\w]+\) no longer exists"):  # fmt: skip
         REVERT_ACTIONS["vsphere.power-on"](action)
+    assert neighbour.vm.runtime.powerState == "poweredOn"
 
 
 def test_no_permission_message() -> None:

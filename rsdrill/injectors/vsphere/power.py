@@ -18,30 +18,49 @@ def power_states(client: Vsphere, refs: list[VmRef]) -> list[str]:
 def power_on(client: Vsphere, action: dict[str, Any]) -> str:
     """Power on (or resume) the action's VMs, each on its `host` when one is given (moved
     there first while it is off); VMs already on are left alone. One line saying what
-    happened."""
-    from pyVmomi import vim
-
+    happened. A VM that cannot be brought back does not stop the others: the first failure
+    is raised once every VM has been tried."""
     done: list[str] = []
     tasks: list[tuple[str, Any]] = []
+    failures: list[VsphereError] = []
     for entry in action["vms"]:
-        ref = VmRef.from_action(entry)
-        vm = vm_object(client, ref)
-        state = client.call(f"read the power state of {ref}", lambda vm=vm: vm.runtime.powerState)
-        if state == "poweredOn":
-            done.append(f"{ref.name} already on")
+        try:
+            started = _start_power_on(client, entry)
+        except VsphereError as exc:
+            failures.append(exc)
             continue
-        where = ""
-        if entry.get("host") and state == "poweredOff":
-            host = vim.HostSystem(entry["host"], client.stub)
-            if client.call(f"read the host of {ref}", lambda vm=vm: vm.runtime.host) != host:
-                where = f" on {host_name(client, host)}"
-                client.run_task(f"move {ref} to{where}", vm.RelocateVM_Task,
-                                vim.vm.RelocateSpec(host=host))  # fmt: skip
-        verb = "resumed" if state == "suspended" else "powered on"
-        tasks.append((str(ref), client.call(f"power on {ref}", vm.PowerOnVM_Task)))
-        done.append(f"{ref.name} {verb}{where}")
-    client.run_tasks("power on", tasks)
+        done.append(started[0])
+        if started[1] is not None:
+            tasks.append((str(VmRef.from_action(entry)), started[1]))
+    try:
+        client.run_tasks("power on", tasks)
+    except VsphereError as exc:
+        failures.insert(0, exc)
+    if failures:
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise VsphereError(f"{failures[0]}{more}", failures[0].code)
     return "; ".join(done)
+
+
+def _start_power_on(client: Vsphere, entry: dict[str, Any]) -> tuple[str, Any | None]:
+    """What happens to one VM, and its power-on task (None when it is on already)."""
+    from pyVmomi import vim
+
+    ref = VmRef.from_action(entry)
+    vm = vm_object(client, ref)
+    state = client.call(f"read the power state of {ref}", lambda: vm.runtime.powerState)
+    if state == "poweredOn":
+        return f"{ref.name} already on", None
+    where = ""
+    if entry.get("host") and state == "poweredOff":
+        host = vim.HostSystem(entry["host"], client.stub)
+        if client.call(f"read the host of {ref}", lambda: vm.runtime.host) != host:
+            name = host_name(client, host)
+            client.run_task(f"move {ref} to {name}", vm.RelocateVM_Task,
+                            vim.vm.RelocateSpec(host=host))  # fmt: skip
+            where = f" on {name}"
+    verb = "resumed" if state == "suspended" else "powered on"
+    return f"{ref.name} {verb}{where}", client.call(f"power on {ref}", vm.PowerOnVM_Task)
 
 
 class _PowerFault:
