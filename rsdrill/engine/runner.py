@@ -439,6 +439,10 @@ class Runner:
     def _revert(self, applied: _Applied, journal: Journal) -> None:
         applied.record.reverted_at_s = round(self.clock.now(), 4)
         applied.injector.revert()
+        # An engine that judges its own fault (Litmus: verdict, probe success) says so here.
+        report = getattr(applied.injector, "report", None)
+        if report is not None:
+            applied.record.detail.update(report())
         journal.write("reverted", key=applied.key)
         self.live.event(f"reverted {applied.record.kind} on {applied.record.target}")
 
