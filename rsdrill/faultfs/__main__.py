@@ -44,9 +44,15 @@ def _watch_owner(owner_pid: int, mountpoint: Path) -> None:
 
 
 def serve(args: argparse.Namespace) -> None:
-    import mfusepy
+    try:
+        import mfusepy
 
-    from rsdrill.faultfs.operations import FaultOperations
+        from rsdrill.faultfs.operations import FaultOperations
+    except (ImportError, OSError) as exc:  # mfusepy raises OSError when libfuse is missing
+        raise SystemExit(
+            f"faultfs: {exc}: needs libfuse3 and fusermount3 (apt-get install fuse3) and the "
+            "mfusepy package (pip install mfusepy); .ci/install-faultfs installs both"
+        ) from exc
 
     source, mountpoint = Path(args.source), Path(args.mountpoint)
     # Opened before mounting: the backing directory stays reachable under the mount.
