@@ -100,7 +100,8 @@ def test_every_file_is_checked_and_any_invalid_one_fails_the_run(tmp_path: Path)
     assert result.stderr.splitlines() == [
         f"{missing}:1:1: cannot read: No such file or directory",
         f"{invalid}:9:11: faults[0].kind: unknown value 'host-kil'; did you mean 'host-kill'? "
-        "(one of host-kill, host-freeze, stepdown)",
+        "(one of host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach, "
+        "network-partition, data-loss)",
     ]
 
 
