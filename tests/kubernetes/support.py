@@ -73,6 +73,25 @@ def mark_running(api: Any, namespace: str, name: str) -> None:
     client.CoreV1Api(api).patch_namespaced_pod_status(name, namespace, {"status": status})
 
 
+def install_litmus_experiment(api: Any, namespace: str, name: str) -> None:
+    """The ChaosExperiment `name` in `namespace`, as installed from the ChaosHub (Litmus runs
+    only experiments installed in the engine's namespace)."""
+    from kubernetes import client
+
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "litmuschaos.io",
+        "v1alpha1",
+        namespace,
+        "chaosexperiments",
+        {
+            "apiVersion": "litmuschaos.io/v1alpha1",
+            "kind": "ChaosExperiment",
+            "metadata": {"name": name},
+            "spec": {"definition": {"scope": "Namespaced", "image": "litmuschaos/go-runner:3.0.0"}},
+        },
+    )
+
+
 def experiment(
     kubeconfig: Path, namespace: str, faults: list[dict[str, Any]], **platform: Any
 ) -> Experiment:

@@ -1,8 +1,9 @@
-"""One whole `rsdrill run` of experiments/k8s-rs3-pod-kill.yaml on Kubernetes, measured end to
-end: the pods on the real API server are bound to sandbox members (a pod's deletion kills its
-member; the StatefulSet stand-in re-creates the pod and the member restarts), and the Chaos Mesh
-stand-in carries out the PodChaos rsdrill creates. Only the target section is swapped for the
-harness's (connection string, kubeconfig, pod map); faults, probes and SLOs are the file's."""
+"""Whole `rsdrill run`s of the Kubernetes experiment files, measured end to end: the pods on the
+real API server are bound to sandbox members (a pod's deletion kills its member; the StatefulSet
+stand-in re-creates the pod and the member restarts), and the Chaos Mesh and Litmus stand-ins
+carry out the chaos objects rsdrill creates. Only the target section is swapped for the
+harness's (connection string, kubeconfig, pod map); probes and SLOs are the file's, and faults
+too unless a test shortens them."""
 
 from __future__ import annotations
 
@@ -22,10 +23,16 @@ from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.controllers import ChaosMeshController, Kubelet
-from tests.kubernetes.support import make_node, make_pod, rsdrill_objects
+from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
+from tests.kubernetes.support import (
+    install_litmus_experiment,
+    make_node,
+    make_pod,
+    rsdrill_objects,
+)
 
 EXPERIMENT = REPO / "experiments" / "k8s-rs3-pod-kill.yaml"
+LITMUS_EXPERIMENT = REPO / "experiments" / "k8s-rs3-litmus-pod-delete.yaml"
 
 
 @dataclass
@@ -38,9 +45,9 @@ class BoundSet:
     kubelet: Kubelet
     mesh: ChaosMeshController
 
-    def experiment(self, kube: Kube, tmp: Path, **changes: Any) -> Path:
-        """experiments/k8s-rs3-pod-kill.yaml aimed at this set (and `changes` on top)."""
-        document = yaml.safe_load(EXPERIMENT.read_text())
+    def experiment(self, kube: Kube, tmp: Path, source: Path = EXPERIMENT, **changes: Any) -> Path:
+        """The experiment file `source` aimed at this set (and `changes` on top)."""
+        document = yaml.safe_load(source.read_text())
         document["target"]["uri"] = self.sandbox.uri
         document["target"]["kubernetes"] = {
             "kubeconfig": str(kube.admin),
@@ -48,7 +55,7 @@ class BoundSet:
             "pods": self.pods,
         }
         document.update(changes)
-        path = tmp / EXPERIMENT.name
+        path = tmp / source.name
         path.write_text(yaml.safe_dump(document))
         return path
 
@@ -84,6 +91,19 @@ def bound_set(
             loop.stop()
         sandbox.down(grace_s=2.0)
     assert not kubelet.errors and not mesh.errors
+
+
+@pytest.fixture
+def litmus(kube: Kube, bound_set: BoundSet) -> Iterator[LitmusOperator]:
+    """The Litmus stand-in on the bound set's namespace, with pod-delete installed."""
+    install_litmus_experiment(kube.api, bound_set.namespace, "pod-delete")
+    operator = LitmusOperator(kube.api, bound_set.namespace)
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+    assert not operator.errors
 
 
 def _rsdrill(*args: str, home: Path) -> subprocess.Popen[str]:
@@ -166,3 +186,48 @@ def test_a_killed_run_is_recovered_from_its_journal(
     assert rsdrill_objects(kube.api, bound_set.namespace) == []
     again = _rsdrill("recover", home=home)
     assert again.communicate(timeout=60)[0].startswith("nothing to recover")
+
+
+@pytest.mark.slow
+def test_litmus_run_keeps_litmus_verdict_in_the_result(
+    kube: Kube, bound_set: BoundSet, litmus: LitmusOperator, tmp_path: Path
+) -> None:
+    """experiments/k8s-rs3-litmus-pod-delete.yaml (its fault earlier and shorter): Litmus deletes
+    the primary's pod, rsdrill measures the failover, and result.json's fault detail carries the
+    verdict and probe success percentage Litmus wrote into its ChaosResult."""
+    from kubernetes import client
+
+    [fault] = yaml.safe_load(LITMUS_EXPERIMENT.read_text())["faults"]
+    shorter = [{**fault, "at": "2s", "duration": "6s"}]
+    path = bound_set.experiment(kube, tmp_path, LITMUS_EXPERIMENT, faults=shorter)
+    out = tmp_path / "out"
+    run = _rsdrill(
+        "run",
+        str(path),
+        "--out",
+        str(out),
+        "--no-live",
+        "--no-history",
+        "--yes",
+        home=tmp_path / "home",
+    )
+    output, _ = run.communicate(timeout=120)
+    assert run.returncode == 0, output
+    result = json.loads((out / "result.json").read_text())
+    failover = result["metrics"]["failover_s"]
+    assert failover is not None and failover > 0
+    [record] = result["faults"]
+    assert record["kind"] == "host-kill" and record["verified_at_s"] is not None
+    [written] = client.CustomObjectsApi(kube.api).list_namespaced_custom_object(
+        "litmuschaos.io", "v1alpha1", bound_set.namespace, "chaosresults"
+    )["items"]
+    status = written["status"]["experimentStatus"]
+    assert status["phase"] == "Completed"  # ran its course: not stopped by rsdrill
+    kept = record["detail"]["litmus"]
+    assert kept["result"] == written["metadata"]["name"]
+    assert kept["verdict"] == status["verdict"] == litmus.verdict
+    assert kept["probe_success_percentage"] == float(status["probeSuccessPercentage"])
+    assert [p["verdict"] for p in kept["probes"]] == [
+        p["status"]["verdict"] for p in written["status"]["probeStatuses"]
+    ]
+    assert rsdrill_objects(kube.api, bound_set.namespace) == []
