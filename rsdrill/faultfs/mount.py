@@ -34,6 +34,8 @@ class FaultFSError(Exception):
 
 @dataclass(frozen=True)
 class Mount:
+    """A running mount: what it serves, where, its state directory and its daemon's pid."""
+
     source: Path
     mountpoint: Path
     state_dir: Path
