@@ -19,7 +19,14 @@ from rsdrill.targets.kubernetes import KubernetesTarget, make_target
 from tests.kubernetes.cluster import apply_crds, chaos_mesh_crds
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
-from tests.kubernetes.support import experiment, make_node, make_pod, member, rsdrill_objects
+from tests.kubernetes.support import (
+    experiment,
+    install_litmus_experiment,
+    make_node,
+    make_pod,
+    member,
+    rsdrill_objects,
+)
 
 LITMUS_EXPERIMENTS = ("pod-delete", "node-drain")
 
@@ -47,8 +54,6 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(kube: Kube) -> Iterator[Env]:
-    from kubernetes import client
-
     namespace = kube.namespace("engines")
     nodes = [f"{namespace}-node-{i}" for i in range(3)]
     kubelet = Kubelet(kube.api, namespace, recreate_after_s=0.3)
@@ -56,22 +61,8 @@ def env(kube: Kube) -> Iterator[Env]:
         make_node(kube.api, node)
         manifest, uid = make_pod(kube.api, namespace, f"mongo-{i}", node)
         kubelet.adopt(manifest, uid)
-    custom = client.CustomObjectsApi(kube.api)
-    for name in LITMUS_EXPERIMENTS:  # as installed from the ChaosHub
-        custom.create_namespaced_custom_object(
-            "litmuschaos.io",
-            "v1alpha1",
-            namespace,
-            "chaosexperiments",
-            {
-                "apiVersion": "litmuschaos.io/v1alpha1",
-                "kind": "ChaosExperiment",
-                "metadata": {"name": name},
-                "spec": {
-                    "definition": {"scope": "Namespaced", "image": "litmuschaos/go-runner:3.0.0"}
-                },
-            },
-        )
+    for name in LITMUS_EXPERIMENTS:
+        install_litmus_experiment(kube.api, namespace, name)
     chaos_mesh = ChaosMeshController(kube.api, namespace)
     litmus = LitmusOperator(kube.api, namespace)
     loops = [chaos_mesh.start(), litmus.start(), kubelet.start()]
