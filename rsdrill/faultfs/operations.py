@@ -9,6 +9,7 @@ the volume is detached. With an undo log (`undo.py`), changes not yet fsynced ca
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -147,12 +148,13 @@ class FaultOperations(mfusepy.Operations):  # type: ignore[misc]
     def open(self, path: str, flags: int) -> int:
         self._metadata(path)
         self._admit("open", path)
-        if self.undo is not None and flags & os.O_TRUNC:
-            self.undo.before_create(_rel(path))
-            self._truncate_undo(_rel(path), 0)
-        # O_DIRECT already kept the kernel's cache out of it; the daemon's own buffers are not
-        # aligned as the backing filesystem would demand.
-        fh = os.open(_rel(path), flags & ~os.O_DIRECT, dir_fd=self.root)
+        with self._changing():
+            if self.undo is not None and flags & os.O_TRUNC:
+                self.undo.before_create(_rel(path))
+                self._truncate_undo(_rel(path), 0)
+            # O_DIRECT already kept the kernel's cache out of it; the daemon's own buffers are
+            # not aligned as the backing filesystem would demand.
+            fh = os.open(_rel(path), flags & ~os.O_DIRECT, dir_fd=self.root)
         self._paths[fh] = _rel(path)
         return fh
 
@@ -170,23 +172,29 @@ class FaultOperations(mfusepy.Operations):  # type: ignore[misc]
         self._admit("read", path, size)
         return os.pread(fh, size, offset)
 
+    def _changing(self) -> contextlib.AbstractContextManager[object]:
+        """Held around a change and its undo record (see `UndoLog.lock`)."""
+        return self.undo.lock if self.undo is not None else contextlib.nullcontext()
+
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         self._admit("write", path, len(data))
-        if self.undo is not None:
-            self.undo.before_change(self._paths.get(fh, _rel(path)), fh, offset,
-                                    offset + len(data))  # fmt: skip
-        return os.pwrite(fh, data, offset)
+        with self._changing():
+            if self.undo is not None:
+                self.undo.before_change(self._paths.get(fh, _rel(path)), fh, offset,
+                                        offset + len(data))  # fmt: skip
+            return os.pwrite(fh, data, offset)
 
     def truncate(self, path: str, length: int, fh: int | None = None) -> None:
         self._metadata(path)
         self._admit("write", path)
-        if self.undo is not None:
-            self._truncate_undo(_rel(path), length)
-        fd = os.open(_rel(path), os.O_WRONLY, dir_fd=self.root)
-        try:
-            os.ftruncate(fd, length)
-        finally:
-            os.close(fd)
+        with self._changing():
+            if self.undo is not None:
+                self._truncate_undo(_rel(path), length)
+            fd = os.open(_rel(path), os.O_WRONLY, dir_fd=self.root)
+            try:
+                os.ftruncate(fd, length)
+            finally:
+                os.close(fd)
 
     def _truncate_undo(self, rel: str, length: int) -> None:
         assert self.undo is not None
@@ -203,9 +211,10 @@ class FaultOperations(mfusepy.Operations):  # type: ignore[misc]
         self._admit("write", path)
         if mode:
             raise mfusepy.FuseOSError(errno.EOPNOTSUPP)
-        if self.undo is not None:
-            self.undo.before_change(self._paths.get(fh, _rel(path)), fh, offset, offset + size)
-        os.posix_fallocate(fh, offset, size)
+        with self._changing():
+            if self.undo is not None:
+                self.undo.before_change(self._paths.get(fh, _rel(path)), fh, offset, offset + size)
+            os.posix_fallocate(fh, offset, size)
 
     def fsync(self, path: str, datasync: int, fh: int) -> None:
         self._admit("fsync", path)

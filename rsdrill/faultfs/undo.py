@@ -8,7 +8,11 @@ it was at its last fsync: what a power cut does to a page cache, and a SIGKILL d
 Covered: data written with write(), size changes (truncate, extension by writes), files created
 since their last fsync (removed). Not covered: renames, unlinks, directory creation and
 removal, which stay done (a journaling filesystem usually commits them within seconds anyway);
-shared-memory mappings of files are written back through write() and so are covered.
+shared-memory mappings of files are written back through write() and so are covered. A change
+and its undo record are made under one lock that a power loss holds while it restores, so a
+write the daemon was carrying out for the killed process is undone whole. (One it had read from
+the kernel but not yet begun when the restore ran would land after it: a window of
+microseconds, as the kernel drops a dead process's requests not yet handed over.)
 """
 
 from __future__ import annotations
@@ -65,7 +69,10 @@ class UndoLog:
 
     def __init__(self, root_fd: int) -> None:
         self.root_fd = root_fd
-        self._lock = threading.Lock()
+        # Held by the filesystem around each change (record, then write) and by a power loss
+        # for the whole restore: a write still in flight lands before the restore, or after
+        # its record is gone, never in between.
+        self.lock = threading.RLock()
         self._files: dict[str, _FileUndo] = {}
 
     def _record(self, path: str) -> _FileUndo:
@@ -80,12 +87,12 @@ class UndoLog:
         return record
 
     def before_create(self, path: str) -> None:
-        with self._lock:
+        with self.lock:
             self._record(path)
 
     def before_change(self, path: str, fd: int, start: int, end: int) -> None:
         """Save the synced bytes in [start, end) of the file open as `fd` before they change."""
-        with self._lock:
+        with self.lock:
             record = self._record(path)
             for gap_start, gap_end in record.gaps(start, end):
                 record.save(gap_start, self._read(path, fd, gap_start, gap_end - gap_start))
@@ -106,50 +113,51 @@ class UndoLog:
 
     def synced(self, path: str) -> None:
         """The file's content is durable now."""
-        with self._lock:
+        with self.lock:
             self._files.pop(path, None)
 
     def renamed(self, old: str, new: str) -> None:
-        with self._lock:
+        with self.lock:
             record = self._files.pop(old, None)
             self._files.pop(new, None)
             if record is not None:
                 self._files[new] = record
 
     def removed(self, path: str) -> None:
-        with self._lock:
+        with self.lock:
             self._files.pop(path, None)
 
     def pending(self) -> dict[str, int]:
         """Bytes saved per file not yet fsynced (-1: a file created since its last fsync)."""
-        with self._lock:
+        with self.lock:
             return {p: -1 if r.created else r.saved_bytes for p, r in self._files.items()}
 
     def power_loss(self) -> dict[str, int]:
         """Put every file back as it was at its last fsync; per file, the bytes dropped
         (overwritten ones restored plus those appended), -1 for a file removed."""
-        with self._lock:
+        with self.lock:
             files, self._files = self._files, {}
-        undone: dict[str, int] = {}
-        for path, record in files.items():
-            if record.created:
-                try:
-                    os.unlink(path, dir_fd=self.root_fd)
-                    undone[path] = -1
-                except FileNotFoundError:
-                    pass
-                continue
+            return {path: n for path, record in files.items()
+                    if (n := self._restore(path, record)) is not None}  # fmt: skip
+
+    def _restore(self, path: str, record: _FileUndo) -> int | None:
+        """Put one file back; the bytes dropped, -1 if removed, None if it is gone already."""
+        if record.created:
             try:
-                fd = os.open(path, os.O_WRONLY, dir_fd=self.root_fd)
+                os.unlink(path, dir_fd=self.root_fd)
             except FileNotFoundError:
-                continue  # removed since: unlinks are not undone
-            try:
-                grown = max(0, os.fstat(fd).st_size - record.size)
-                os.ftruncate(fd, record.size)
-                for start, chunk in zip(record.starts, record.chunks, strict=True):
-                    os.pwrite(fd, chunk, start)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            undone[path] = record.saved_bytes + grown
-        return undone
+                return None
+            return -1
+        try:
+            fd = os.open(path, os.O_WRONLY, dir_fd=self.root_fd)
+        except FileNotFoundError:
+            return None  # removed since: unlinks are not undone
+        try:
+            grown = max(0, os.fstat(fd).st_size - record.size)
+            os.ftruncate(fd, record.size)
+            for start, chunk in zip(record.starts, record.chunks, strict=True):
+                os.pwrite(fd, chunk, start)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return record.saved_bytes + grown
