@@ -34,6 +34,8 @@ class _Cap:
 class _Active:
     rule: Rule
     caps: dict[str, list[_Cap]] = field(default_factory=dict)
+    # What this rule did: operations it matched, failed, slowed (latency or a rate cap).
+    hits: Counter[str] = field(default_factory=Counter)
 
     @classmethod
     def of(cls, rule: Rule) -> _Active:
@@ -110,16 +112,22 @@ class FaultState:
         for active in actives:
             rule = active.rule
             if rule.detach:
-                self._count("detached")
+                self._count("detached", active, "failed")
                 return errno.EIO  # the volume is gone: fail at once
-            if rule.applies_to(operation, path):
-                latency += rule.latency_s
-                if failure is None and rule.errno is not None:
-                    failure = rule.errno_value if random.random() < rule.probability else None
-            if operation in _DATA_OPERATIONS:
+            matched, failed, delay = rule.applies_to(operation, path), False, 0.0
+            if matched:
+                delay = rule.latency_s
+                latency += delay
+                failed = rule.errno is not None and random.random() < rule.probability
+                if failed and failure is None:
+                    failure = rule.errno_value
+            if operation in _DATA_OPERATIONS and active.caps[operation]:
                 # Rate caps hold for the whole volume, whatever the rule's operations or path.
-                for cap in active.caps[operation]:
-                    queued = max(queued, cap.reserve(nbytes))
+                wait = max(cap.reserve(nbytes) for cap in active.caps[operation])
+                queued = max(queued, wait)
+                delay += wait
+            with self._lock:
+                active.hits.update(matched=int(matched), failed=int(failed), slowed=int(delay > 0))
         wait = latency + queued
         if wait > 0:
             self._count("delayed")
@@ -131,11 +139,14 @@ class FaultState:
             self._count(f"failed_{operation}")
         return failure
 
-    def _count(self, name: str) -> None:
+    def _count(self, name: str, active: _Active | None = None, hit: str = "") -> None:
         with self._lock:
             self.counters[name] += 1
+            if active is not None:
+                active.hits[hit] += 1
 
     def snapshot(self) -> dict[str, Any]:
         rules = self.rules()
         with self._lock:
-            return {"rules": rules, "counters": dict(self.counters)}
+            hits = {name: dict(a.hits) for name, a in self._rules.items()}
+            return {"rules": rules, "rule_hits": hits, "counters": dict(self.counters)}

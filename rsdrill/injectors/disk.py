@@ -103,6 +103,7 @@ class StorageFault:
         self.rule = rule
         self.name = f"{kind}-{secrets.token_hex(4)}"
         self._restart_action = restart_action
+        self._hits: dict[str, int] = {}
 
     def describe(self) -> str:
         return f"{self.kind} on {self.target} ({self.mountpoint}): {describe_rule(self.rule)}"
@@ -132,9 +133,18 @@ class StorageFault:
 
     def revert(self) -> None:
         try:
+            hits = request(self.mountpoint, {"op": "status"})["rule_hits"].get(self.name, {})
+            self._hits = {k: int(v) for k, v in hits.items()}
+        except ControlError:
+            pass  # the mount is gone: clear() says so
+        try:
             clear(self.revert_action() or {})
         except TargetError as exc:
             raise InjectionError(str(exc)) from exc
+
+    def report(self) -> dict[str, Any]:
+        """For the result: operations the rule matched, failed and slowed while it was set."""
+        return {"operations": self._hits}
 
 
 class PowerLossKill(HostKill):
@@ -156,6 +166,10 @@ class PowerLossKill(HostKill):
             self.undone = request(self.mountpoint, {"op": "power-loss"})["undone"]
         except ControlError as exc:
             raise InjectionError(f"power loss on {self.target}: {exc}") from exc
+
+    def report(self) -> dict[str, Any]:
+        """For the result: per file, the unsynced bytes dropped (-1: a new file removed)."""
+        return {"unsynced_dropped": self.undone}
 
 
 def clear(action: dict[str, Any]) -> str:

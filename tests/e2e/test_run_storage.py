@@ -76,6 +76,7 @@ def test_storage_failure_kills_the_primary_like_mongod_and_the_set_fails_over(
     fatal = first_after(sandbox, "fatal", _injected_mono(result), member=victim)
     assert fatal is not None and "disk I/O error" in fatal["error"], fatal
     assert fatal["state"] == "PRIMARY"
+    assert result.faults[0].detail["operations"]["failed"] >= 1  # what the rule did, reported
     writable = first_after(sandbox, "writable", _injected_mono(result), other_than=victim)
     assert writable is not None
     truth = writable["t_mono"] - _injected_mono(result)
@@ -98,6 +99,7 @@ def test_rs1_disk_fault_on_diagnostics_is_ridden_out(tmp_path: Path) -> None:
     # About one failed sample a second while the fault lasted, and the member never died.
     assert 2 <= len(errors) <= 6, errors
     assert all("Input/output error" in e["error"] for e in errors)
+    assert result.faults[0].detail["operations"]["failed"] >= len(errors)
     assert not [e for e in events if e["event"] in ("fatal", "shutdown") and e["t_mono"] <
                 _injected_mono(result) + 4]  # fmt: skip
     assert [s for _, s in result.metrics.member_states[member]] == ["PRIMARY"]
@@ -147,6 +149,7 @@ def test_power_loss_drops_unjournaled_acknowledged_writes_only(tmp_path: Path) -
         assert result.error is None, result.error
         assert (m.acknowledged_writes or 0) > 200, m.acknowledged_writes
         lost[journal] = m.lost_acknowledged_writes
+        assert isinstance(result.faults[0].detail["unsynced_dropped"], dict)
     assert lost[True] == 0, lost
     assert lost[False] is not None and lost[False] > 0, lost
 

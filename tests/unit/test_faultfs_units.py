@@ -79,3 +79,15 @@ def test_undo_restores_the_synced_bytes_once_per_range(tmp_path: Path) -> None:
     finally:
         os.close(fd)
         os.close(root)
+
+
+def test_state_counts_what_each_rule_did() -> None:
+    state = FaultState()
+    state.set_rule("journal", Rule(errno="EIO", operations=("fsync",), path="journal/*"))
+    state.set_rule("slow", Rule(operations=("read",), latency_s=0.001))
+    assert state.admit("fsync", "journal/log.1") == 5
+    assert state.admit("fsync", "data.wt") is None
+    assert state.admit("read", "data.wt") is None
+    hits = state.snapshot()["rule_hits"]
+    assert hits["journal"] == {"matched": 1, "failed": 1, "slowed": 0}
+    assert hits["slow"] == {"matched": 1, "failed": 0, "slowed": 1}
