@@ -52,5 +52,7 @@ def _root(
     """Chaos experiments for MongoDB replica sets, with failover and recovery measured."""
 
 
-if __name__ == "__main__":  # `python -m rsdrill.cli.app`; the console script is cli/entry.py
-    app()
+if __name__ == "__main__":  # `python -m rsdrill.cli.app`, as the console script runs it
+    from rsdrill.cli.entry import main
+
+    main()

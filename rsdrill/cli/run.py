@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -109,6 +110,10 @@ def run_and_report(experiment: Experiment, options: RunOptions, history: Path | 
 
     out_dir = options.out_dir
     result = run_experiment(experiment, options)
+    if threading.current_thread() is threading.main_thread():
+        # Every fault is reverted and the result written: an interrupt now could only cost
+        # the summary below, so it is ignored.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     typer.echo(
         f"{experiment.name}: {result.verdict.upper()}"
         + (f" ({result.error})" if result.error else "")

@@ -212,7 +212,22 @@ class Runner:
             journal.close()
             use_credentials(None)
             self.live.stop()
+        try:
+            return self._result(verdict, error, started_wall, target, metrics, slo_results)
+        finally:
+            # Until the result is written a signal is the run's, and changes nothing now.
             self._restore_signal_handlers(previous)
+
+    def _result(
+        self,
+        verdict: str,
+        error: str | None,
+        started_wall: dt.datetime,
+        target: RunTarget | None,
+        metrics: Metrics,
+        slo_results: list[Any],
+    ) -> Result:
+        """The run's result, written to the output directory with every report."""
         if self._abort.is_set() and verdict in ("pass", "fail"):
             # A signal during the final revert, the analysis or the teardown aborts the run too.
             verdict, error = "aborted", self._abort_reason or "aborted by signal"

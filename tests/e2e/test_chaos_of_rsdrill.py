@@ -106,6 +106,8 @@ class Outcome:
     # The run had built its kept sandbox (read from its journal before any `rsdrill recover`,
     # which writes the same `released` record when it stops a half-built one).
     kept: bool = False
+    # SIGINT after the run had written its verdict (the signal found nothing to abort).
+    late: bool = False
     problems: list[str] = field(default_factory=list)
 
 
@@ -343,6 +345,13 @@ def test_sigint_at_random_moments_aborts_and_leaves_nothing(
         if not outcome.signalled:
             outcome.problems.append("the run ended before the signal")
             return outcome
+        result_path = work / "out" / "result.json"
+        if "SIGINT: stopping" not in outcome.output and result_path.exists():
+            # The signal landed after the run had written its verdict: nothing to abort.
+            outcome.late = json.loads(result_path.read_text())["verdict"] in ("pass", "fail")
+            if outcome.late:
+                _check_nothing_remains(outcome)
+                return outcome
         if outcome.returncode != 3:
             outcome.problems.append(f"exit {outcome.returncode}, not 3")
         if "Traceback" in outcome.output:
@@ -362,3 +371,5 @@ def test_sigint_at_random_moments_aborts_and_leaves_nothing(
     cases = _cases(3, SIGINT_RUNS, phases, free_port_base)
     outcomes = _run_all(cases, tmp_path, one)
     assert not any(o.problems for o in outcomes), _report(outcomes)
+    # A loaded machine may deliver a few signals after the run's end; most must land in it.
+    assert sum(not o.late for o in outcomes) >= SIGINT_RUNS * 3 // 4, _report(outcomes)
