@@ -52,11 +52,23 @@ def _value(cell: Cell, metric: str) -> float | None:
     return observed_value(cell.result.metrics, metric)
 
 
-def _show(value: float | None) -> str:
+def _show(value: float | None, metric: str) -> str:
+    """A cell: seconds as `12.34 s` or `m:ss.ss`, milliseconds as `ms`, counts as numbers."""
     if value is None:
-        return "never"
+        return "never" if _unit(metric) == "s" else "-"
+    if _unit(metric) == "ms":
+        return f"{value:.1f} ms"
+    if _unit(metric) != "s":
+        return f"{value:g}"
     minutes, seconds = divmod(value, 60)
     return f"{value:.2f} s" if value < 60 else f"{int(minutes)}:{seconds:05.2f}"
+
+
+def _unit(metric: str) -> str:
+    name = metric.split(".", 1)[0]
+    if name.endswith("_ms"):
+        return "ms"
+    return "s" if name.endswith("_s") else ""
 
 
 def render_table(cells: list[Cell], table: MatrixTable) -> str:
@@ -77,7 +89,9 @@ def render_table(cells: list[Cell], table: MatrixTable) -> str:
                 if c.parameters[table.rows] == row
                 and (table.columns is None or c.parameters[table.columns] == column)
             ]
-            values.append(", ".join(_show(_value(c, table.metric)) for c in matching) or "-")
+            values.append(
+                ", ".join(_show(_value(c, table.metric), table.metric) for c in matching) or "-"
+            )
         lines.append(f"| {row} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 

@@ -88,3 +88,20 @@ def test_table_pivots_rows_and_columns() -> None:
     assert exit_code(cells) == 0
     assert exit_code([*cells, _cell(80, "keep", None, verdict="fail")]) == 1
     assert exit_code([*cells, _cell(80, "keep", None, verdict="error")]) == 4
+
+
+def test_cells_carry_the_metrics_own_unit() -> None:
+    def with_metrics(data: int, **metrics: object) -> Cell:
+        result = Result(
+            experiment="sweep", verdict="pass", exit_code=0, started_at="", duration_s=1,
+            target=TargetInfo(platform="sandbox", topology="rs3", uri=""),
+            metrics=Metrics.model_validate(metrics),
+        )  # fmt: skip
+        return Cell({"target.data_mb": data}, result, Path("x"))
+
+    lost = MatrixTable(rows="target.data_mb", metric="lost_acknowledged_writes")
+    cells = [with_metrics(1, lost_acknowledged_writes=6), with_metrics(2)]
+    assert render_table(cells, lost).splitlines()[2:] == ["| 1 | 6 |", "| 2 | - |"]
+    p99 = MatrixTable(rows="target.data_mb", metric="latency_ms.p99")
+    cells = [with_metrics(1, latency_ms={"p99": 1881.04})]
+    assert render_table(cells, p99).splitlines()[2:] == ["| 1 | 1881.0 ms |"]
