@@ -7,9 +7,11 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,9 @@ faults:
   - {at: 2s, kind: host-kill, select: secondary, duration: 5m}
 observe: {after_revert: 20s}
 """
+
+
+_started: list[subprocess.Popen[bytes]] = []
 
 
 class Terminal:
@@ -37,6 +42,7 @@ class Terminal:
             env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
         )  # fmt: skip
         os.close(slave)
+        _started.append(self.proc)
         self.seen = ""
 
     def wait_for(self, text: str, timeout: float = 60) -> None:
@@ -70,10 +76,19 @@ class Terminal:
 
 
 @pytest.fixture
-def experiment(tmp_path: Path) -> Path:
+def experiment(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "exp.yaml"
     path.write_text(EXPERIMENT)
-    return path
+    yield path
+    # A test that failed half-way leaves its run going: SIGTERM makes it revert and tear down.
+    for proc in _started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    _started.clear()
 
 
 def _result(terminal: Terminal) -> dict:
