@@ -40,6 +40,11 @@ def use_credentials(credentials: Credentials | None) -> None:
     _default_credentials = credentials
 
 
+class LoginError(WireClientError):
+    """The member refused the login (wrong password, unknown user, no SCRAM): retrying with
+    the same credentials cannot help."""
+
+
 class DirectConnection:
     """One member; the socket is kept between commands and reopened after any failure."""
 
@@ -70,7 +75,7 @@ class DirectConnection:
         except ScramError as exc:
             self.close()
             user = self.credentials.user if self.credentials else "?"
-            raise WireClientError(f"{self.host}: login as {user} failed: {exc}") from exc
+            raise LoginError(f"{self.host}: login as {user} failed: {exc}") from exc
 
     def _roundtrip(self, db: str | None, cmd: dict[str, Any]) -> dict[str, Any]:
         # One deadline for the whole command: a socket timeout alone bounds each recv, and a

@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
 from rsdrill.probes.history import Op
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
+from rsdrill.probes.wireclient import DirectConnection, LoginError, WireClientError
+from rsdrill.targets import TargetError
 
 
 class SelectionError(Exception):
@@ -19,6 +20,8 @@ def member_state(host: str, timeout_s: float = 1.0) -> str:
     conn = DirectConnection(host, timeout_s)
     try:
         status = conn.command("admin", {"replSetGetStatus": 1})
+    except LoginError as exc:  # not down: unreachable with these credentials, say so now
+        raise TargetError(str(exc)) from None
     except WireClientError:
         return "DOWN"
     finally:

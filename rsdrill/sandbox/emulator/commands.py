@@ -300,7 +300,9 @@ def hello_reply(node: Node, req: Request) -> dict[str, Any]:
 async def _sasl_start(cmds: Commands, req: Request) -> dict[str, Any]:
     keys = cmds.node.auth_keys
     mechanism = req.body.get("mechanism")
-    if keys is None or mechanism not in keys:
+    if keys is None:  # as mongod without users: nobody to log in as
+        raise CommandError(18, "Authentication failed.")
+    if mechanism not in keys:
         raise CommandError(2, f"mechanism {mechanism!r} is not supported")
     login = ScramServer(mechanism, keys[mechanism])
     try:
