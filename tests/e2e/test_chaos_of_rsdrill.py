@@ -48,9 +48,21 @@ FAULTS = {
     # The primary dies of a failed journal fsync and is restarted on revert; members on faultfs.
     "disk-fault": "{at: 1s, kind: disk-fault, select: primary, operations: [fsync],"
     " duration: 1.5s}",
+    "iops-throttle": "{at: 1s, kind: iops-throttle, select: primary, write_iops: 50,"
+    " duration: 1.5s}",
+    "volume-detach": "{at: 1s, kind: volume-detach, select: secondary, duration: 1.5s}",
+    "power-loss": "{at: 1s, kind: host-kill, select: primary, power_loss: true, duration: 1.5s}",
+    # A secondary's host and data lost; the restore step starts it empty (initial sync).
+    "data-loss": "{at: 1s, kind: data-loss, select: secondary}",
 }
-# Faults that mount the members' data on faultfs for the run only: their sandbox is never kept.
-NOT_KEPT = {"disk-fault"}
+# What a fault needs besides itself in its experiment.
+EXTRA = {
+    "data-loss": "steps:\n  - {at: 2.5s, name: restore, marks: restore, run: 'for p in"
+    ' "$RSDRILL_SANDBOX"/members/*; do rsdrill sandbox start --dir "$RSDRILL_SANDBOX"'
+    """ "$(basename "$p")" >/dev/null 2>&1; done; true'}\n""",
+}
+# Faults whose sandbox is never kept: members on faultfs for the run only, or data lost.
+NOT_KEPT = {"disk-fault", "iops-throttle", "volume-detach", "power-loss", "data-loss"}
 FAULT_S = 1.5
 # (marker line, lowest delay, highest delay) per phase; see the module docstring.
 PHASES: dict[str, tuple[str, float, float]] = {
@@ -134,7 +146,8 @@ def _experiment(case: Case, work: Path) -> Path:
         f"keep: {str(case.keep).lower()}, port_base: {case.port_base}}}\n"
         "probes:\n  availability: {interval: 50ms, timeout: 250ms}\n"
         f"faults:\n  - {FAULTS[case.fault]}\n"
-        "observe: {after_revert: 1.5s}\n"
+        + EXTRA.get(case.fault, "")
+        + "observe: {after_revert: 1.5s}\n"
     )
     return path
 
