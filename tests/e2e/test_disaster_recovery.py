@@ -32,6 +32,10 @@ def _fast_drill(tmp_path: Path, **replace: str) -> Path:
         "target: {platform: sandbox, topology: rs3}",
         "target: {platform: sandbox, topology: rs3, election_timeout: 1s}",
     )
+    # The file's timeline, compressed: backup at 2 s, data lost at 6 s, restore at 7 s.
+    for old, new in (("at: 5s", "at: 2s"), ("at: 15s", "at: 6s"), ("at: 17s", "at: 7s")):
+        assert old in text
+        text = text.replace(old, new)
     for old, new in replace.items():
         assert old in text
         text = text.replace(old, new)
@@ -87,7 +91,10 @@ def test_a_failing_restore_ends_the_run_with_an_error_naming_the_step(tmp_path: 
     drill = _fast_drill(
         tmp_path,
         **{'run: rsdrill sandbox restore --dir "$RSDRILL_SANDBOX" --from "$RSDRILL_OUT/backup"':
-           "run: echo restore tool says no >&2; exit 7"},
+           "run: echo restore tool says no >&2; exit 7",
+           # Nothing comes back to read the ledger from: do not wait the default minute.
+           "durability: {write_concern: majority}":
+           "durability: {write_concern: majority, readback_timeout: 2s}"},
     )  # fmt: skip
     done, out = _run(tmp_path, drill)
     assert done.returncode == 4, done.stdout + done.stderr
