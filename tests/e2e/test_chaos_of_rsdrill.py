@@ -74,7 +74,9 @@ PHASES: dict[str, tuple[str, float, float]] = {
     "teardown": ("phase: revert", 0.0, 1.0),
 }
 SIGKILL_RUNS = 50
-SIGINT_RUNS = 20
+SIGINT_RUNS = 24
+# Signals that must land inside a run (a loaded machine may deliver a few after its end).
+SIGINT_LANDED = 20
 PARALLEL = 4
 HEALTHY_TIMEOUT_S = 45.0
 
@@ -384,5 +386,4 @@ def test_sigint_at_random_moments_aborts_and_leaves_nothing(
     cases = _cases(3, SIGINT_RUNS, phases, free_port_base)
     outcomes = _run_all(cases, tmp_path, one)
     assert not any(o.problems for o in outcomes), _report(outcomes)
-    # A loaded machine may deliver a few signals after the run's end; most must land in it.
-    assert sum(not o.late for o in outcomes) >= SIGINT_RUNS * 3 // 4, _report(outcomes)
+    assert sum(not o.late for o in outcomes) >= SIGINT_LANDED, _report(outcomes)
