@@ -397,12 +397,21 @@ class Runner:
         self.live.event(f"step {step.name}: {step.run}")
         t_start = self.clock.now()
         detail: dict[str, Any] = {"marks": step.marks, "index": index}
+        key = f"resource:step:{index}"
+        assert self._journal is not None
+        journal = self._journal
+
+        def journaled(action: dict[str, object]) -> None:
+            journal.write("resource", key=key, revert=action)
+
         try:
-            run_step(step, env, self.options.out_dir / "steps", self._sleep)
+            run_step(step, env, self.options.out_dir / "steps", self._sleep, journaled)
         except StepFailed as exc:
             self.history.append(Op("step", step.name, None, t_start, self.clock.now(), "error",
                                    {**detail, "error": str(exc)}))  # fmt: skip
             raise
+        finally:
+            journal.write("released", key=key)  # run_step never returns with it running
         self.history.append(Op("step", step.name, None, t_start, self.clock.now(), "ok", detail))
         self.live.event(f"step {step.name}: done in {self.clock.now() - t_start:.1f}s")
 

@@ -3,6 +3,7 @@ of the timeline, with a deadline, their output kept, and an interrupt stopping t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -33,10 +34,16 @@ def step_environment(uri: str, out_dir: Path, sandbox_dir: Path | None) -> dict[
 
 
 def run_step(
-    step: Step, extra_env: Mapping[str, str], log_dir: Path, wait: Callable[[float], None]
+    step: Step,
+    extra_env: Mapping[str, str],
+    log_dir: Path,
+    wait: Callable[[float], None],
+    on_start: Callable[[dict[str, object]], None] = lambda _action: None,
 ) -> int:
     """Run the step's command to its end; its exit status (0). `wait(seconds)` sleeps between
-    polls and raises to interrupt the run, which stops the command (its process group)."""
+    polls and raises to interrupt the run, which stops the command (its process group).
+    `on_start` gets the revert action that stops it, for the journal: a run that dies must not
+    leave its step going (a restore that starts members after `rsdrill recover` stopped them)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{step.name}.log"
     with log_path.open("ab") as log:
@@ -45,6 +52,7 @@ def run_step(
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, **extra_env}, start_new_session=True,
         )  # fmt: skip
+    on_start(stop_step_action(step.name, process.pid))
     deadline = time.monotonic() + step.timeout
     try:
         while process.poll() is None:
@@ -62,6 +70,31 @@ def run_step(
             f"{_last_line(log_path)} (see {log_path})"
         )
     return process.returncode
+
+
+def stop_step_action(name: str, pid: int) -> dict[str, object]:
+    """The journal's record of a running step: its process group and the leader's start time
+    (so a later `recover` never signals a reused pid)."""
+    return {"action": "stop-step", "step": name, "pgid": pid, "started": _start_time(pid)}
+
+
+def stop_step(action: dict[str, object]) -> str:
+    """Stop a step's process group if it is still the one the journal names (idempotent)."""
+    pgid = int(str(action["pgid"]))
+    if _start_time(pgid) != action.get("started"):
+        return f"step {action['step']}: not running"
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    return f"step {action['step']}: stopped (process group {pgid})"
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

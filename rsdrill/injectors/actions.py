@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rsdrill.engine.steps import stop_step
 from rsdrill.experiment.schema import LocalMember
 from rsdrill.faultfs.mount import FaultFSError, unmount_all
 from rsdrill.injectors.disk import clear as _faultfs_clear
@@ -62,6 +63,7 @@ def _sandbox_down(action: dict[str, Any]) -> str:
 
 
 ACTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "stop-step": stop_step,
     "sigcont": _sigcont,
     "sandbox-start": _sandbox_start,
     "local-start": _local_start,
