@@ -118,6 +118,7 @@ class Runner:
         self._revert_now = threading.Event()
         self._journal: Journal | None = None
         self._confirm_delay_s = 0.0
+        self._verdict_final = False
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -228,6 +229,9 @@ class Runner:
         slo_results: list[Any],
     ) -> Result:
         """The run's result, written to the output directory with every report."""
+        # From here the verdict is final: a signal has nothing left to stop (set before the
+        # check, so one that comes in between is still seen by it).
+        self._verdict_final = True
         if self._abort.is_set() and verdict in ("pass", "fail"):
             # A signal during the final revert, the analysis or the teardown aborts the run too.
             verdict, error = "aborted", self._abort_reason or "aborted by signal"
@@ -544,6 +548,8 @@ class Runner:
             signal.signal(sig, handler)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._verdict_final:
+            return
         if self._reverting or self._abort.is_set():
             self.live.event("reverting faults; rsdrill exits once everything is restored")
             return
