@@ -271,10 +271,14 @@ def test_unmount_clears_a_crashed_daemons_stale_mount(faultfs_tools: None, tmp_p
     (tmp_path / "vol" / "keep").write_text("kept")
     m = mount(tmp_path / "vol", tmp_path / "vol", tmp_path / "state")
     os.kill(m.pid, signal.SIGKILL)
-    wait_until(lambda: daemon_pid(m.mountpoint) is None, 5, "the daemon to die")
-    assert is_mounted(m.mountpoint)  # dead: "Transport endpoint is not connected"
-    # ECONNABORTED once the kernel has aborted the dead connection; either way unusable.
-    assert _errno_of(lambda: os.listdir(m.mountpoint)) in (errno.ENOTCONN, errno.ECONNABORTED)
+    try:
+        wait_until(lambda: daemon_pid(m.mountpoint) is None, 5, "the daemon to die")
+        assert is_mounted(m.mountpoint)  # dead: "Transport endpoint is not connected"
+        # ECONNABORTED once the kernel has aborted the dead connection; either way unusable.
+        assert _errno_of(lambda: os.listdir(m.mountpoint)) in (errno.ENOTCONN, errno.ECONNABORTED)
+    except AssertionError:
+        unmount(m.mountpoint)  # a failed test must not leave a dead mount behind
+        raise
     assert "unmounted" in unmount(m.mountpoint)
     assert not faultfs_mounts(tmp_path)
     assert (tmp_path / "vol" / "keep").read_text() == "kept"
