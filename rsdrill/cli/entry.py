@@ -21,10 +21,14 @@ def _quiet_exit(signum: int, frame: FrameType | None) -> None:
 
 def main() -> None:
     """Run the CLI; an interrupt outside a run exits 130 with one line, not a traceback."""
-    signal.signal(signal.SIGINT, _quiet_exit)
+    # Started with SIGINT ignored (a background job): leave it so, as Python itself does.
+    interruptible = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    if interruptible:
+        signal.signal(signal.SIGINT, _quiet_exit)
     from rsdrill.cli.app import app
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if interruptible:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         app()
     except KeyboardInterrupt:

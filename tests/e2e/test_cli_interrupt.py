@@ -30,6 +30,8 @@ def test_sigint_during_start_up_prints_no_traceback(tmp_path: Path, delay_s: flo
          "--no-live"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
+        # As from a terminal: test runners' workers may ignore SIGINT, and children inherit it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     time.sleep(delay_s)
     proc.send_signal(signal.SIGINT)
