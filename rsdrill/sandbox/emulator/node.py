@@ -138,6 +138,7 @@ class Node:
         self.min_valid = NULL_OPTIME
         self.needs_initial_sync = False
         self.too_stale = False
+        self._flushing = asyncio.Lock()
         self.sync_source = ""
         self.info_message = ""
         self.initial_sync_status: dict[str, Any] | None = None
@@ -256,13 +257,16 @@ class Node:
 
     async def flush(self) -> None:
         """Commit now; everything applied so far becomes durable."""
-        target = self.last_applied
-        self.database.commit()
-        if target > self.last_durable:
-            self.last_durable = target
-            # A primary with no one to hear from (rs1) commits by its own durability alone.
-            self.advance_commit_point()
-            self.progress.fire()
+        async with self._flushing:
+            target = self.last_applied
+            # On a thread: a throttled or stalled disk holds up writers only; heartbeats and
+            # status commands are still answered, as by mongod's separate threads.
+            await asyncio.to_thread(self.database.commit)
+            if target > self.last_durable:
+                self.last_durable = target
+                # A primary with no one to hear from (rs1) commits by its own durability alone.
+                self.advance_commit_point()
+                self.progress.fire()
 
     async def journal_loop(self) -> None:
         """Group commit: one fsync every commit interval."""

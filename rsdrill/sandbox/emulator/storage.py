@@ -15,6 +15,7 @@ read fails the operation that needed it (`StorageReadError`), while a failed wri
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -51,6 +52,9 @@ class Database:
         self.path = dbpath / DATABASE
         self.conn: sqlite3.Connection | None = None
         self.dirty = False
+        # Held across COMMIT + BEGIN, which may run on a worker thread (so that a slow disk
+        # stalls only writers, as in mongod, not heartbeats): no write may land in between.
+        self._txn = threading.Lock()
         # Called with a description when a write or commit fails; must not return.
         self.on_fatal: Callable[[str], NoReturn] | None = None
 
@@ -97,29 +101,34 @@ class Database:
             raise StorageReadError(f"reading {self.path.name}: {exc}") from exc
 
     def write(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
-        self.dirty = True
-        try:
-            return self.db.execute(sql, params)
-        except sqlite3.OperationalError as exc:
-            self._fatal(f"writing {self.path.name}", exc)
+        with self._txn:
+            self.dirty = True
+            try:
+                return self.db.execute(sql, params)
+            except sqlite3.OperationalError as exc:
+                self._fatal(f"writing {self.path.name}", exc)
 
     def write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        self.dirty = True
-        try:
-            self.db.executemany(sql, rows)
-        except sqlite3.OperationalError as exc:
-            self._fatal(f"writing {self.path.name}", exc)
+        with self._txn:
+            self.dirty = True
+            try:
+                self.db.executemany(sql, rows)
+            except sqlite3.OperationalError as exc:
+                self._fatal(f"writing {self.path.name}", exc)
 
     def commit(self) -> None:
-        """Make everything so far durable (fsynced), then open the next transaction."""
-        if not self.dirty:
-            return
-        try:
-            self.db.execute("COMMIT")
-            self.db.execute("BEGIN")
-        except sqlite3.OperationalError as exc:
-            self._fatal(f"journal commit (fsync) of {self.path.name}", exc)
-        self.dirty = False
+        """Make everything so far durable (fsynced), then open the next transaction.
+
+        Safe to call from a worker thread while the event loop goes on reading."""
+        with self._txn:
+            if not self.dirty:
+                return
+            try:
+                self.db.execute("COMMIT")
+                self.db.execute("BEGIN")
+            except sqlite3.OperationalError as exc:
+                self._fatal(f"journal commit (fsync) of {self.path.name}", exc)
+            self.dirty = False
 
     def close(self) -> None:
         if self.conn is not None:
