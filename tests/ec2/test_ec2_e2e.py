@@ -31,9 +31,7 @@ BoundSet = tuple[Sandbox, dict[str, Member], Ec2Binding]
 
 
 @pytest.fixture(scope="module")
-def shared_set(
-    tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str
-) -> Iterator[BoundSet]:
+def shared_set(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Iterator[BoundSet]:
     """An rs3 of emulator members (2 s elections, initial sync capped at 1 MiB/s) holding some
     data, each member bound to a moto instance tagged with its host:port. Shared by this
     module's runs: each leaves the set healthy again, as a game day would."""
@@ -144,8 +142,10 @@ def test_keep_versus_wipe_recovery_side_by_side(
     assert "| target.topology | faults.0.restart.volume=keep | faults.0.restart.volume=wipe |" \
         in proc.stdout  # fmt: skip
     rows = json.loads((out / "matrix.json").read_text())
-    recovery = {r["parameters"]["faults.0.restart.volume"]: max(r["metrics"]["recovery_s"]
-                                                                .values()) for r in rows}
+    recovery = {
+        r["parameters"]["faults.0.restart.volume"]: max(r["metrics"]["recovery_s"].values())
+        for r in rows
+    }
     # Initial sync of the preloaded data at 1 MiB/s takes seconds; catching up does not.
     assert recovery["wipe"] > recovery["keep"] + 1.0, recovery
     whats = [e.what for e in binding.events]

@@ -213,7 +213,8 @@ def test_network_partition_swaps_groups_and_restores_them(
     fault.revert()
     assert [g["GroupId"] for g in instance_of(ec2, m.instance_id)["SecurityGroups"]] == [m.group_id]
     left = ec2.describe_security_groups(
-        Filters=[{"Name": "group-name", "Values": [fault.group_name]}])["SecurityGroups"]
+        Filters=[{"Name": "group-name", "Values": [fault.group_name]}]
+    )["SecurityGroups"]
     assert left == []
     assert "already in" in REVERT_ACTIONS["ec2.restore-security-groups"](fault.revert_action())
 

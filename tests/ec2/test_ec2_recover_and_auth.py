@@ -118,8 +118,10 @@ def _restricted_keys(endpoint: str) -> dict[str, str]:
         {"Effect": "Allow", "Action": ["ec2:Describe*"], "Resource": "*"}]}  # fmt: skip
     iam.put_user_policy(UserName=name, PolicyName="viewer", PolicyDocument=json.dumps(policy))
     key = iam.create_access_key(UserName=name)["AccessKey"]
-    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"],
-            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+    return {
+        "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+        "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+    }
 
 
 def test_preflight_refuses_what_the_credentials_may_not_do(
@@ -242,8 +244,10 @@ def test_plan_lists_the_iam_actions_of_every_matrix_run() -> None:
     from rsdrill.experiment.loader import load_experiment
     from rsdrill.experiment.plan import render_plan
 
-    exp = load_experiment(ROOT / "experiments" / "ec2-recovery-keep-vs-wipe.yaml",
-                          env={"RSDRILL_EC2_URI": "mongodb://db1:27017/?replicaSet=rs0"})
+    exp = load_experiment(
+        ROOT / "experiments" / "ec2-recovery-keep-vs-wipe.yaml",
+        env={"RSDRILL_EC2_URI": "mongodb://db1:27017/?replicaSet=rs0"},
+    )
     plan = render_plan(exp)
     assert "faults[0] host-kill (engine api): ec2:StopInstances, ec2:StartInstances" in plan
     needed = plan.split("IAM actions needed: ")[1].splitlines()[0]

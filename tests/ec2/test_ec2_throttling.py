@@ -12,8 +12,10 @@ from harness.moto_ec2 import REGION
 
 from rsdrill.injectors.ec2 import Aws, AwsError, Connection, client
 
-THROTTLED = (b"<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request "
-             b"limit exceeded.</Message></Error></Errors><RequestID>r</RequestID></Response>")
+THROTTLED = (
+    b"<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request "
+    b"limit exceeded.</Message></Error></Errors><RequestID>r</RequestID></Response>"
+)
 EMPTY = (b'<DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
          b"<requestId>r</requestId><reservationSet/></DescribeInstancesResponse>")  # fmt: skip
 
@@ -78,5 +80,7 @@ def test_a_call_throttled_to_the_end_says_so(throttling: Callable[[int], Throttl
     with pytest.raises(AwsError) as refused:
         _aws(server).ec2("describe_instances")
     assert server.requests == 2
-    assert str(refused.value) == ("RequestLimitExceeded: ec2:DescribeInstances: Request limit "
-                                  "exceeded. (still throttled after 2 attempts with backoff)")
+    assert str(refused.value) == (
+        "RequestLimitExceeded: ec2:DescribeInstances: Request limit "
+        "exceeded. (still throttled after 2 attempts with backoff)"
+    )

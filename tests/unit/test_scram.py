@@ -14,8 +14,7 @@ def test_client_matches_rfc_7677_example() -> None:
     client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
     assert client.first() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
     server_first = (
-        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-        b"s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
     )
     assert client.final(server_first) == (
         b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"

@@ -173,7 +173,11 @@ def test_catalog_host_failures_load_as_the_reference_architecture_ran(
     assert exp.target.vsphere is not None and exp.target.vsphere.insecure is False
     (fault,) = exp.faults
     assert (fault.kind, fault.scope, fault.select, fault.revert_after) == (
-        "host-kill", "host", "primary", restart_s)
+        "host-kill",
+        "host",
+        "primary",
+        restart_s,
+    )
     assert fault.vsphere is not None and fault.vsphere.restart_on == "other"
     assert exp.probes.availability is not None
     assert (exp.probes.availability.write_concern, exp.probes.availability.journal) == (1, True)

@@ -267,8 +267,10 @@ def test_wrong_password_is_a_clear_error_without_the_password(
     with pytest.raises(VsphereError) as error:
         injector(session, platform(), target.member, "host-kill")
     text = str(error.value)
-    assert text == (f"InvalidLogin: login to {sim.host}:{sim.port} as {sim.user}: user "
-                    f"{sim.user}, password from $MY_VC_PASSWORD (wrong user or password)")
+    assert text == (
+        f"InvalidLogin: login to {sim.host}:{sim.port} as {sim.user}: user "
+        f"{sim.user}, password from $MY_VC_PASSWORD (wrong user or password)"
+    )
     assert wrong not in text and sim.password not in text
     monkeypatch.delenv("MY_VC_PASSWORD")
     with pytest.raises(VsphereError, match=r"NoPassword: .* environment variable "

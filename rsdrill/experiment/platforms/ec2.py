@@ -170,11 +170,16 @@ def _check_kind(i: int, fault: Fault, engine: str, platform: Ec2Platform) -> Non
     given = fault.ec2.model_fields_set if fault.ec2 else set()
     host_kill_only = {"action", "force", "allow_terminate"} & given
     if fault.kind != "host-kill" and host_kill_only:
-        raise _problem(i, "ec2", sorted(host_kill_only)[0],
-                       text=f"applies to host-kill, not {fault.kind}")
+        raise _problem(
+            i, "ec2", sorted(host_kill_only)[0], text=f"applies to host-kill, not {fault.kind}"
+        )
     if fault.kind != "iops-throttle" and "accept_modification_limit" in given:
-        raise _problem(i, "ec2", "accept_modification_limit",
-                       text=f"applies to iops-throttle, not {fault.kind}")
+        raise _problem(
+            i,
+            "ec2",
+            "accept_modification_limit",
+            text=f"applies to iops-throttle, not {fault.kind}",
+        )
     if engine == "fis":
         _check_fis_duration(i, fault)
     if fault.kind == "host-kill":
@@ -226,8 +231,12 @@ def _check_host_kill(
         raise _problem(i, "ec2", "action", text="engine: fis stops instances "
                        "(aws:ec2:stop-instances): action must be stop")  # fmt: skip
     if engine == "fis" and fault.restart is False:
-        raise _problem(i, "restart", text="engine: fis restarts the instance "
-                       "(startInstancesAfterDuration): restart: false needs engine: api")
+        raise _problem(
+            i,
+            "restart",
+            text="engine: fis restarts the instance "
+            "(startInstancesAfterDuration): restart: false needs engine: api",
+        )
     if options.action == "terminate":
         if not options.allow_terminate:
             raise _problem(i, "ec2", "allow_terminate", text="terminate destroys the instance "

@@ -56,4 +56,3 @@ def _check_storage(exp: Experiment) -> None:
                 "storage faults and power_loss need each member's data directory on faultfs: "
                 "mount it (`rsdrill faultfs mount DBPATH DBPATH`) and give its mount point here",
             )
-

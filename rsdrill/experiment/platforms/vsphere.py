@@ -59,8 +59,11 @@ class MemberVms(Strict):
                 raise FieldProblem(("name",), f"not a name pattern: {exc}") from None
             unknown = [f for f in fields if f not in NAME_PLACEHOLDERS]
             if unknown:
-                raise FieldProblem(("name",), f"unknown placeholder {{{unknown[0]}}}: use "
-                                   + ", ".join(f"{{{p}}}" for p in NAME_PLACEHOLDERS))
+                raise FieldProblem(
+                    ("name",),
+                    f"unknown placeholder {{{unknown[0]}}}: use "
+                    + ", ".join(f"{{{p}}}" for p in NAME_PLACEHOLDERS),
+                )
         for member in self.map:
             if not re.fullmatch(r"[^:\s]+:\d+", member):
                 raise FieldProblem(("map", member), "keys are members as host:port")
@@ -76,7 +79,8 @@ class VspherePlatform(Strict):
     password_env: str | None = Field(
         None,
         description="the NAME of the environment variable holding the password (default: "
-        + " then ".join(DEFAULT_PASSWORD_VARIABLES) + ")",
+        + " then ".join(DEFAULT_PASSWORD_VARIABLES)
+        + ")",
     )
     insecure: bool = Field(
         False, description="skip TLS certificate verification (only for a lab or a simulator)"
@@ -193,8 +197,10 @@ def _check_kind(i: int, fault: Fault) -> None:
         if fault.kind not in kinds:
             raise _problem(i, "vsphere", name, text=f"applies to {' and '.join(kinds)}, "
                            f"not {fault.kind}")  # fmt: skip
-    if fault.kind == "host-kill" and fault.restart is False and (
-        "restart_on" in fault.vsphere.model_fields_set
+    if (
+        fault.kind == "host-kill"
+        and fault.restart is False
+        and ("restart_on" in fault.vsphere.model_fields_set)
     ):
         raise _problem(i, "vsphere", "restart_on", text="restart: false never powers the VMs "
                        "on again")  # fmt: skip

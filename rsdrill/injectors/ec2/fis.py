@@ -51,8 +51,13 @@ def _volume_arn(aws: Aws, instance: Instance, volume_id: str) -> str:
 
 
 def pause_volume_io(aws: Aws, instance: Instance, volume_id: str, duration_s: float) -> FisAction:
-    return FisAction("aws:ebs:pause-volume-io", {"duration": iso_duration(duration_s)},
-                     "aws:ec2:ebs-volume", _volume_arn(aws, instance, volume_id), "Volumes")
+    return FisAction(
+        "aws:ebs:pause-volume-io",
+        {"duration": iso_duration(duration_s)},
+        "aws:ec2:ebs-volume",
+        _volume_arn(aws, instance, volume_id),
+        "Volumes",
+    )
 
 
 def volume_io_latency(
@@ -125,12 +130,17 @@ class FisExperiment:
         return {TOKEN_TAG: self.token, "rsdrill:member": self.target}
 
     def inject(self) -> None:
-        template = self.aws.fis("create_experiment_template",
-                                **self.template_request())["experimentTemplate"]
+        template = self.aws.fis("create_experiment_template", **self.template_request())[
+            "experimentTemplate"
+        ]
         self.template_id = template["id"]
         try:
-            experiment = self.aws.fis("start_experiment", clientToken=f"{self.token}-run",
-                                      experimentTemplateId=self.template_id, tags=self._tags())
+            experiment = self.aws.fis(
+                "start_experiment",
+                clientToken=f"{self.token}-run",
+                experimentTemplateId=self.template_id,
+                tags=self._tags(),
+            )
         except AwsError:
             self._delete_template()
             raise

@@ -170,8 +170,11 @@ def _replacement(aws: Aws, old_volume: str) -> str:
             params["Throughput"] = old["Throughput"]
         if old.get("KmsKeyId"):
             params["KmsKeyId"] = old["KmsKeyId"]
-        tags = [t for t in old.get("Tags", [])
-                if not t["Key"].startswith("aws:") and t["Key"] != REPLACES_TAG]
+        tags = [
+            t
+            for t in old.get("Tags", [])
+            if not t["Key"].startswith("aws:") and t["Key"] != REPLACES_TAG
+        ]
         tags.append({"Key": REPLACES_TAG, "Value": old_volume})
         params["TagSpecifications"] = [{"ResourceType": "volume", "Tags": tags}]
         fresh = aws.ec2("create_volume", **params)["VolumeId"]

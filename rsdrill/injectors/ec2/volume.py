@@ -136,12 +136,17 @@ class IopsThrottle:
         self.aws.ec2("modify_volume", VolumeId=self.volume_id, **self.wanted)
         # New limits apply once the modification is optimizing, which may take longer than
         # the run's verification allows: waited for here, within `wait_timeout`.
-        self.aws.wait(f"{self.volume_id} at {_limits(self.wanted)}",
-                      lambda: _reached(self.aws, self.volume_id, self.wanted))
+        self.aws.wait(
+            f"{self.volume_id} at {_limits(self.wanted)}",
+            lambda: _reached(self.aws, self.volume_id, self.wanted),
+        )
 
     def verify(self, timeout_s: float) -> bool:
-        return self.aws.poll(f"{self.volume_id} at {self.wanted}",
-                             lambda: _reached(self.aws, self.volume_id, self.wanted), timeout_s)
+        return self.aws.poll(
+            f"{self.volume_id} at {self.wanted}",
+            lambda: _reached(self.aws, self.volume_id, self.wanted),
+            timeout_s,
+        )
 
     def revert(self) -> None:
         restore_volume(self.aws, self.revert_action())

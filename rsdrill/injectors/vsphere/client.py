@@ -190,7 +190,8 @@ class Vsphere:
         detail = str(getattr(fault, "msg", "") or "").strip()
         if name == "NoPermission":
             detail = f"privilege {fault.privilegeId} is missing" + (
-                f" on {_moref(fault.object)}" if fault.object is not None else "")
+                f" on {_moref(fault.object)}" if fault.object is not None else ""
+            )
         elif name == "InvalidPowerState":
             detail = (f"the VM is {fault.existingState or 'in another state'}, the call needs "
                       f"{fault.requestedState or 'another power state'}")  # fmt: skip

@@ -163,6 +163,4 @@ class IopsLimit:
         return self.client.poll(limited, timeout_s)
 
     def revert(self) -> None:
-        self.client.relogin_once(
-            lambda: set_iops_limit(self.client, self._action(self.original))
-        )
+        self.client.relogin_once(lambda: set_iops_limit(self.client, self._action(self.original)))

@@ -135,8 +135,12 @@ def restart_hosts(client: Vsphere, failed: Any, count: int, restart_on: str) -> 
 
     def usable(host: Any) -> bool:
         runtime = host.runtime
-        return bool(host != failed and runtime.connectionState == "connected"
-                    and not runtime.inMaintenanceMode and runtime.powerState == "poweredOn")
+        return bool(
+            host != failed
+            and runtime.connectionState == "connected"
+            and not runtime.inMaintenanceMode
+            and runtime.powerState == "poweredOn"
+        )
 
     with client.errors("find the other hosts of the cluster"):
         cluster = failed.parent
