@@ -154,9 +154,9 @@ def detach(mountpoint: Path) -> None:
                        check=False)  # fmt: skip
 
 
-def daemon_pid(mountpoint: Path) -> int | None:
-    """The pid of the daemon serving `mountpoint`, found by its command line."""
-    wanted = os.fsencode(os.path.abspath(mountpoint))
+def _daemons() -> dict[Path, int]:
+    """Every running faultfs daemon: mount point → pid, found by command line."""
+    found: dict[Path, int] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -167,9 +167,14 @@ def daemon_pid(mountpoint: Path) -> int | None:
         if b"rsdrill.faultfs" not in args or b"serve" not in args:
             continue
         at = args.index(b"serve") + 2  # serve SOURCE MOUNTPOINT ...
-        if at < len(args) and args[at] == wanted:
-            return int(proc.name)
-    return None
+        if at < len(args):
+            found[Path(os.fsdecode(args[at]))] = int(proc.name)
+    return found
+
+
+def daemon_pid(mountpoint: Path) -> int | None:
+    """The pid of the daemon serving `mountpoint`."""
+    return _daemons().get(Path(os.path.abspath(mountpoint)))
 
 
 def unmount(mountpoint: Path, timeout_s: float = UNMOUNT_TIMEOUT_S) -> str:
@@ -181,28 +186,36 @@ def unmount(mountpoint: Path, timeout_s: float = UNMOUNT_TIMEOUT_S) -> str:
         detach(mountpoint)
         if is_mounted(mountpoint):
             raise FaultFSError(f"faultfs: could not unmount {mountpoint}")
-    if pid is not None:
-        # Lazily unmounted while files were still open: the daemon serves them until they are
-        # closed. Past the deadline it is stopped; those files then fail with ENOTCONN.
-        deadline = time.monotonic() + timeout_s
-        while daemon_pid(mountpoint) == pid and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.02)
-        if daemon_pid(mountpoint) == pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _reap(pid)
+    # Lazily unmounted while files were still open: the daemon serves them until they are
+    # closed. Past the deadline it is stopped; those files then fail with ENOTCONN.
+    if pid is not None and not _exits(mountpoint, pid, timeout_s):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _exits(mountpoint, pid, UNMOUNT_TIMEOUT_S)
     if not was_mounted:
-        return f"{mountpoint}: no faultfs mounted"
+        return f"{mountpoint}: no faultfs mounted" + (
+            f"; its daemon {pid} stopped" if pid is not None else ""
+        )
     return f"{mountpoint}: faultfs unmounted"
 
 
-def _reap(pid: int) -> None:
-    # A daemon this process started stays a zombie until waited for.
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+def _exits(mountpoint: Path, pid: int, timeout_s: float) -> bool:
+    """Wait for the daemon to be gone (reaped, when this process started it)."""
+    deadline = time.monotonic() + timeout_s
+    while daemon_pid(mountpoint) == pid:
+        # A daemon this process started stays a zombie until waited for.
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
-def unmount_all(under: Path) -> list[str]:
-    """Unmount every faultfs mount below `under` (e.g. a sandbox directory); what was done."""
-    return [unmount(point) for point in faultfs_mounts(under)]
+def unmount_all(under: Path, timeout_s: float = UNMOUNT_TIMEOUT_S) -> list[str]:
+    """Unmount every faultfs mount below `under` (e.g. a sandbox directory) and stop every
+    daemon serving one, also a daemon whose mount is already gone (lazily unmounted after its
+    owner died, it lingers while files stay open); what was done."""
+    base = Path(os.path.abspath(under))
+    orphans = [p for p in _daemons() if p == base or base in p.parents]
+    return [unmount(p, timeout_s) for p in sorted({*faultfs_mounts(base), *orphans})]

@@ -3,6 +3,7 @@ detach, power loss, and the mount's lifecycle (owner death, a crashed daemon's s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -18,7 +19,15 @@ from pathlib import Path
 import pytest
 
 from rsdrill.faultfs.control import ControlError, request
-from rsdrill.faultfs.mount import Mount, daemon_pid, faultfs_mounts, is_mounted, mount, unmount
+from rsdrill.faultfs.mount import (
+    Mount,
+    daemon_pid,
+    faultfs_mounts,
+    is_mounted,
+    mount,
+    unmount,
+    unmount_all,
+)
 from tests.integration.faultfs_support import set_rule
 from tests.integration.support import wait_until
 
@@ -264,6 +273,33 @@ def test_daemon_unmounts_when_its_owner_dies(faultfs_tools: None, tmp_path: Path
     pid = daemon_pid(tmp_path / "vol")
     if pid is not None:  # lingers for files still open; nothing is open here
         os.kill(pid, signal.SIGKILL)
+
+
+def test_unmount_all_stops_a_daemon_whose_mount_is_already_gone(
+    faultfs_tools: None, tmp_path: Path
+) -> None:
+    """The owner died with a file still open: the mount was detached lazily and its daemon
+    lingers to serve that file. `unmount_all` (what `rsdrill recover` runs) stops it too."""
+    (tmp_path / "vol").mkdir()
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        m = mount(tmp_path / "vol", tmp_path / "vol", tmp_path / "state", owner_pid=owner.pid)
+        held = os.open(m.mountpoint / "open-file", os.O_RDWR | os.O_CREAT, 0o644)
+    finally:
+        owner.kill()
+        owner.wait()
+    try:
+        wait_until(lambda: not is_mounted(m.mountpoint), 10, "the orphaned mount to go")
+        assert daemon_pid(m.mountpoint) == m.pid
+        done = unmount_all(tmp_path, timeout_s=1.0)
+        assert done == [f"{m.mountpoint}: no faultfs mounted; its daemon {m.pid} stopped"]
+        assert daemon_pid(m.mountpoint) is None
+        assert unmount_all(tmp_path) == []
+    finally:
+        with contextlib.suppress(OSError):  # its mount's connection is gone
+            os.close(held)
+        if (pid := daemon_pid(m.mountpoint)) is not None:
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_unmount_clears_a_crashed_daemons_stale_mount(faultfs_tools: None, tmp_path: Path) -> None:
