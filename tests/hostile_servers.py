@@ -20,24 +20,26 @@ from contextlib import contextmanager
 KINDS = ("silent", "garbage", "reset", "drip")
 
 
-def _silent(conn: socket.socket, stop: threading.Event) -> None:
+def _requests(conn: socket.socket, stop: threading.Event) -> Iterator[bytes]:
+    """What the client sends, chunk by chunk, until it hangs up or the server stops."""
     conn.settimeout(0.2)
     while not stop.is_set():
         try:
-            if not conn.recv(65536):
-                return
+            chunk = conn.recv(65536)
         except TimeoutError:
             continue
+        if not chunk:
+            return
+        yield chunk
+
+
+def _silent(conn: socket.socket, stop: threading.Event) -> None:
+    for _ in _requests(conn, stop):
+        pass
 
 
 def _garbage(conn: socket.socket, stop: threading.Event) -> None:
-    conn.settimeout(0.2)
-    while not stop.is_set():
-        try:
-            if not conn.recv(65536):
-                return
-        except TimeoutError:
-            continue
+    for _ in _requests(conn, stop):
         conn.sendall(os.urandom(16 + os.urandom(1)[0]))
 
 
@@ -47,14 +49,7 @@ def _reset(conn: socket.socket, stop: threading.Event) -> None:
 
 
 def _drip(conn: socket.socket, stop: threading.Event) -> None:
-    conn.settimeout(0.2)
-    while not stop.is_set():
-        try:
-            if conn.recv(65536):
-                break
-        except TimeoutError:
-            continue
-    else:
+    if next(_requests(conn, stop), None) is None:
         return
     # A well-formed header: length 1 MB, request id 1, response to 1, OP_MSG.
     conn.sendall(struct.pack("<iiii", 1 << 20, 1, 1, 2013))

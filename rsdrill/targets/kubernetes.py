@@ -11,7 +11,13 @@ from rsdrill.experiment.platforms.kubernetes import KubernetesFault, engine_of
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.injectors.base import InjectionError, Injector
 from rsdrill.injectors.kubernetes.client import ClusterAccess, Kube, KubeError
-from rsdrill.injectors.kubernetes.engines import ChaosMeshFault, LitmusFault, NodeDrain, PodDelete
+from rsdrill.injectors.kubernetes.engines import (
+    ChaosMeshFault,
+    LitmusFault,
+    NodeDrain,
+    Placement,
+    PodDelete,
+)
 from rsdrill.injectors.kubernetes.pods import PodLookupError, PodMap
 from rsdrill.injectors.kubernetes.preflight import (
     block_chaos_available,
@@ -125,16 +131,13 @@ class KubernetesTarget(RemoteTarget):
             pod = pods.pod(host)
         except (PodLookupError, KubeError) as exc:
             raise InjectionError(f"kubernetes: {exc}") from None
+        at = Placement(self.kube, self.k8s, fault, host, pod)
         engine = engine_of(fault)
         if engine == "native":
-            if fault.scope == "node":
-                return NodeDrain(self.kube, self.k8s, fault, host, pod)
-            return PodDelete(self.kube, self.k8s, fault, host, pod)
+            return NodeDrain(at) if fault.scope == "node" else PodDelete(at)
         name = resource_name(fault.kind, pod.name)
         if engine == "litmus":
-            return LitmusFault(
-                self.kube, self.k8s, fault, host, pod, litmus_engine(fault, pod, name)
-            )
+            return LitmusFault(at, litmus_engine(fault, pod, name))
         others = self._other_pods(pods, host) if fault.kind == "network-partition" else []
         block = (
             fault.kind == "iops-throttle"
@@ -142,9 +145,7 @@ class KubernetesTarget(RemoteTarget):
             and ((fault.kubernetes or KubernetesFault()).block_chaos != "never")
         )
         rtype, body = chaos_mesh_resource(fault, pod, others, self.k8s, name, block_chaos=block)
-        return ChaosMeshFault(
-            self.kube, self.k8s, fault, host, pod, rtype, body, confirm=fault.kind in _CONFIRMED
-        )
+        return ChaosMeshFault(at, rtype, body, confirm=fault.kind in _CONFIRMED)
 
     def _other_pods(self, pods: PodMap, host: str) -> list[PodRef]:
         others = []

@@ -8,11 +8,10 @@ run stops injecting and reverts every fault in force.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,10 @@ from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.probes.wireclient import DirectConnection
 from rsdrill.result import Result
-from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
-from rsdrill.sandbox.config import ReplSetSpec, Settings, build_topology, member_dir
-from rsdrill.targets.local import listening_pid
+from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.sandbox.config import ReplSetSpec
 from rsdrill.targets.selection import current_states
+from tests.e2e.local_set import local_target, set_uri
 
 FAST = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s", "keep": True}
 
@@ -37,22 +36,6 @@ def kept(tmp_path: Path) -> Iterator[Path]:
     directory = tmp_path / "out" / "sandbox"
     yield directory
     Sandbox(directory).down(grace_s=2.0)
-
-
-@pytest.fixture
-def existing_set(tmp_path: Path, free_port_base: Callable[[int], int]) -> Iterator[Path]:
-    """An rs3 started outside the run, for `platform: local` targets."""
-    directory = tmp_path / "existing"
-    spec = build_topology(
-        "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=1000)
-    )
-    up(directory, spec, EmulatorEngine())
-    yield directory
-    Sandbox(directory).down(grace_s=2.0)
-    for member in spec.members:  # restarted by a run's own command: no pid file
-        pid = listening_pid(member.port)
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
 
 
 def _run(tmp_path: Path, spec: dict[str, Any], **options: Any) -> Result:
@@ -77,25 +60,6 @@ def _primary(sandbox_dir: Path) -> str:
     members = [m.host for m in ReplSetSpec.read(sandbox_dir).members]
     states = current_states(members, timeout_s=1.0)
     return next(h for h, s in states.items() if s == "PRIMARY")
-
-
-def _uri(sandbox_dir: Path) -> str:
-    spec = ReplSetSpec.read(sandbox_dir)
-    return f"mongodb://{','.join(m.host for m in spec.members)}/?replicaSet={spec.set_name}"
-
-
-def _local_target(sandbox_dir: Path) -> dict[str, Any]:
-    spec = ReplSetSpec.read(sandbox_dir)
-    members = [
-        {
-            "host": m.host,
-            "start": f"{sys.executable} -m rsdrill.sandbox.emulator --dir {sandbox_dir} "
-            f"--host {m.host}",
-            "dbpath": str(member_dir(sandbox_dir, m) / "data"),
-        }
-        for m in spec.members
-    ]
-    return {"platform": "local", "topology": "rs3", "uri": _uri(sandbox_dir), "members": members}
 
 
 def _pids(sandbox_dir: Path) -> dict[str, int | None]:
@@ -158,7 +122,7 @@ def test_oplog_window_guard_refuses_an_outage_longer_than_the_window(
         """Before the guards: 1.5 MB of writes through a 1 MB oplog, every member keeping up."""
         if phase != "guards":
             return
-        with MongoClient(_uri(kept), serverSelectionTimeoutMS=10_000) as client:
+        with MongoClient(set_uri(kept), serverSelectionTimeoutMS=10_000) as client:
             coll = client.guards_test.get_collection("fill", write_concern=WriteConcern(w=3))
             for first in range(0, 1500, 100):
                 coll.insert_many([{"_id": i, "pad": "p" * 1000} for i in range(first, first + 100)])
@@ -181,7 +145,7 @@ def test_allowlist_guard_refuses_a_set_not_listed(
     before = _pids(existing_set)
     result = _run(tmp_path, {
         "name": "not-allowed",
-        "target": _local_target(existing_set),
+        "target": local_target(existing_set),
         "faults": [{"at": "1s", "kind": "host-kill", "select": "primary", "duration": "2s"}],
     }, assume_yes=True)  # --yes does not override RSDRILL_ALLOW  # fmt: skip
     _assert_refused(result, "allowlist")
@@ -198,7 +162,7 @@ def test_allowlist_guard_refuses_without_a_terminal_or_yes(
     experiment = tmp_path / "local.yaml"
     experiment.write_text(yaml.safe_dump({
         "name": "unconfirmed",
-        "target": _local_target(existing_set),
+        "target": local_target(existing_set),
         "faults": [{"at": "1s", "kind": "host-kill", "select": "primary", "duration": "2s"}],
     }))  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "RSDRILL_ALLOW"}

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,27 +14,9 @@ import pytest
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.result import Result
-from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
-from rsdrill.sandbox.config import ReplSetSpec, Settings, build_topology, member_dir
 from rsdrill.sandbox.groundtruth import all_events, first_after
 from rsdrill.targets.local import listening_pid
-
-
-@pytest.fixture
-def replset_dir(tmp_path: Path, free_port_base: Callable[[int], int]) -> Iterator[Path]:
-    """A running rs3 started outside the run (stopped afterwards, whatever happened)."""
-    directory = tmp_path / "existing"
-    spec = build_topology(
-        "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=1000)
-    )
-    up(directory, spec, EmulatorEngine())
-    yield directory
-    Sandbox(directory).down(grace_s=2.0)
-    # A member the run restarted with its own command has no pid file: find it by its port.
-    for member in spec.members:
-        pid = listening_pid(member.port)
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
+from tests.e2e.local_set import local_target
 
 
 def _run(tmp_path: Path, spec: dict[str, Any], journal_dir: Path | None = None) -> Result:
@@ -170,25 +150,13 @@ def test_freeze_and_stepdown_are_measured(tmp_path: Path, kind: str) -> None:
 
 
 def test_local_platform_kills_and_restarts_existing_processes(
-    tmp_path: Path, replset_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, existing_set: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Members started outside rsdrill, restarted with their own command (as a mongod would)."""
     monkeypatch.setenv("RSDRILL_ALLOW", "rs0")
-    sandbox = replset_dir
-    spec = ReplSetSpec.read(sandbox)
-    members = [
-        {
-            "host": m.host,
-            "start": f"{sys.executable} -m rsdrill.sandbox.emulator "
-            f"--dir {sandbox} --host {m.host}",
-            "dbpath": str(member_dir(sandbox, m) / "data"),
-        }
-        for m in spec.members
-    ]
-    uri = "mongodb://" + ",".join(m.host for m in spec.members) + "/?replicaSet=rs0"
     result = _run(tmp_path, {
         "name": "local-primary-kill",
-        "target": {"platform": "local", "topology": "rs3", "uri": uri, "members": members},
+        "target": local_target(existing_set),
         "faults": [{"at": "2s", "kind": "host-kill", "select": "primary", "duration": "3s"}],
         "observe": {"after_revert": "20s"},
         "slo": {"lost_acknowledged_writes": "== 0"},

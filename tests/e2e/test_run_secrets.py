@@ -10,58 +10,34 @@ tests/unit/test_redact_outputs.py.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
+import yaml
 
-from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
-from rsdrill.sandbox.config import ReplSetSpec, Settings, build_topology, member_dir
-from rsdrill.targets.local import listening_pid
+from tests.e2e.local_set import local_target, set_uri
 
 PASSWORD = "S3cretPassw0rd"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
 
-@pytest.fixture
-def replset_dir(tmp_path: Path, free_port_base: Callable[[int], int]) -> Iterator[Path]:
-    """A running rs3 started outside the run (stopped afterwards, whatever happened)."""
-    directory = tmp_path / "existing"
-    spec = build_topology(
-        "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=1000)
-    )
-    up(directory, spec, EmulatorEngine())
-    yield directory
-    Sandbox(directory).down(grace_s=2.0)
-    for member in spec.members:
-        pid = listening_pid(member.port)
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-
-
 def test_no_output_holds_the_password_or_the_cloud_secret(
-    tmp_path: Path, replset_dir: Path
+    tmp_path: Path, existing_set: Path
 ) -> None:
-    spec = ReplSetSpec.read(replset_dir)
-    members = "".join(
-        f"    - host: {m.host}\n"
-        f"      start: {sys.executable} -m rsdrill.sandbox.emulator --dir {replset_dir} "
-        f"--host {m.host}\n"
-        f"      dbpath: {member_dir(replset_dir, m) / 'data'}\n"
-        for m in spec.members
-    )
-    hosts = ",".join(m.host for m in spec.members)
+    uri = set_uri(existing_set, "drill:${DRILL_PASSWORD}@") + "&authSource=admin"
     experiment = tmp_path / "exp.yaml"
     experiment.write_text(
-        "name: secrets\n"
-        "target:\n  platform: local\n  topology: rs3\n"
-        f"  uri: mongodb://drill:${{DRILL_PASSWORD}}@{hosts}/?replicaSet=rs0&authSource=admin\n"
-        f"  members:\n{members}"
-        "faults:\n  - {at: 1s, kind: host-freeze, select: secondary, duration: 1s}\n"
-        "observe: {after_revert: 1s}\n"
+        yaml.safe_dump(
+            {
+                "name": "secrets",
+                "target": local_target(existing_set, uri),
+                "faults": [
+                    {"at": "1s", "kind": "host-freeze", "select": "secondary", "duration": "1s"}
+                ],
+                "observe": {"after_revert": "1s"},
+            }
+        )
     )
     home, out = tmp_path / "home", tmp_path / "out"
     proc = subprocess.run(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rsdrill.targets.sandbox import free_port_base
+from tests.harness.processes import stop
 
 REGION = "us-east-1"
 # The AWS secret key the EC2 tests put in the environment: no output may ever contain it.
@@ -56,12 +57,7 @@ def moto_server(log_path: Path) -> Iterator[str]:
                 time.sleep(0.1)
         yield endpoint
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc)
 
 
 def set_auth(endpoint: str, free_calls: float) -> None:

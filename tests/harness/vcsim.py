@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rsdrill.targets.sandbox import free_port_base
+from tests.harness.processes import stop
 
 ROOT = Path(__file__).resolve().parents[2]
 VCSIM = ROOT / ".cache" / "tools" / "vcsim"
@@ -71,12 +72,7 @@ def vcsim(log_path: Path, certificate: tuple[Path, Path] | None = None) -> Itera
             time.sleep(0.05)
         yield Vcsim("127.0.0.1", port, USER, password, log_path)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc)
 
 
 def make_certificate(directory: Path) -> tuple[Path, Path]:

@@ -118,20 +118,18 @@ def _rsdrill(*args: str, home: Path) -> subprocess.Popen[str]:
     )
 
 
+def _run(path: Path, out: Path, home: Path) -> subprocess.Popen[str]:
+    """`rsdrill run` as a nightly job would start it: no live view, no history, no prompt."""
+    return _rsdrill(
+        "run", str(path), "--out", str(out), "--no-live", "--no-history", "--yes", home=home
+    )
+
+
 @pytest.mark.slow
 def test_pod_kill_run_measures_a_failover(kube: Kube, bound_set: BoundSet, tmp_path: Path) -> None:
     path = bound_set.experiment(kube, tmp_path)
     out = tmp_path / "out"
-    run = _rsdrill(
-        "run",
-        str(path),
-        "--out",
-        str(out),
-        "--no-live",
-        "--no-history",
-        "--yes",
-        home=tmp_path / "home",
-    )
+    run = _run(path, out, tmp_path / "home")
     output, _ = run.communicate(timeout=240)
     assert run.returncode == 0, output
     result = json.loads((out / "result.json").read_text())
@@ -159,16 +157,7 @@ def test_a_killed_run_is_recovered_from_its_journal(
     freeze = [{"at": "2s", "kind": "host-freeze", "select": "secondary", "duration": "60s"}]
     path = bound_set.experiment(kube, tmp_path, faults=freeze)
     home = tmp_path / "home"
-    run = _rsdrill(
-        "run",
-        str(path),
-        "--out",
-        str(tmp_path / "out"),
-        "--no-live",
-        "--no-history",
-        "--yes",
-        home=home,
-    )
+    run = _run(path, tmp_path / "out", home)
     try:
         deadline = time.monotonic() + 60
         while not rsdrill_objects(kube.api, bound_set.namespace):
@@ -201,16 +190,7 @@ def test_litmus_run_keeps_litmus_verdict_in_the_result(
     shorter = [{**fault, "at": "2s", "duration": "6s"}]
     path = bound_set.experiment(kube, tmp_path, LITMUS_EXPERIMENT, faults=shorter)
     out = tmp_path / "out"
-    run = _rsdrill(
-        "run",
-        str(path),
-        "--out",
-        str(out),
-        "--no-live",
-        "--no-history",
-        "--yes",
-        home=tmp_path / "home",
-    )
+    run = _run(path, out, tmp_path / "home")
     output, _ = run.communicate(timeout=120)
     assert run.returncode == 0, output
     result = json.loads((out / "result.json").read_text())

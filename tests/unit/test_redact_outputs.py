@@ -7,12 +7,16 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from report_sample import sample_ops, sample_result
 
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
+from rsdrill.injectors.actions import carry_out
 from rsdrill.probes.history import History, Op
+from rsdrill.redact import redact_uri
 from rsdrill.report import write_reports
+from rsdrill.targets import TargetError
 
 PASSWORD = "S3cretPassw0rd"
 URI = f"mongodb://drill:{PASSWORD}@127.0.0.1:28017,127.0.0.1:28018/?replicaSet=rs0"
@@ -39,6 +43,18 @@ def test_journal_masks_the_password(tmp_path: Path) -> None:
     journal.close()
     text = (tmp_path / "run.jsonl").read_text()
     assert PASSWORD not in text and "drill:***@" in text
+
+
+def test_recover_refuses_to_rerun_a_masked_start_command(tmp_path: Path) -> None:
+    """The journal kept the command without its password: rerunning it could only fail (or
+    log in as nobody), so recover says what to run by hand instead, and runs nothing."""
+    marker = tmp_path / "ran"
+    action = {"action": "local-start", "host": "127.0.0.1:1", "log_dir": str(tmp_path),
+              "command": f"sh -c 'touch {marker}' {redact_uri(URI)}"}  # fmt: skip
+    with pytest.raises(TargetError, match=r"start command held a password, masked") as refused:
+        carry_out(action)
+    assert "drill:***@" in str(refused.value) and PASSWORD not in str(refused.value)
+    assert not marker.exists()
 
 
 def test_live_view_masks_the_password() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rsdrill.experiment.platforms.kubernetes import KubernetesFault, KubernetesPlatform
@@ -92,27 +93,29 @@ class MemberWatch:
         return True
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where one fault lands: the cluster, the fault, the member and the member's pod."""
+
+    kube: Kube
+    platform: KubernetesPlatform
+    fault: Fault
+    host: str
+    pod: PodRef
+
+
 class KubeFault:
     """What every Kubernetes injector shares: the member, its pod, the client and deadlines."""
 
-    def __init__(
-        self,
-        kube: Kube,
-        platform: KubernetesPlatform,
-        fault: Fault,
-        host: str,
-        pod: PodRef,
-        *,
-        confirm: bool,
-    ) -> None:
-        self.kube = kube
-        self.platform = platform
-        self.fault = fault
-        self.options = fault.kubernetes or KubernetesFault()
-        self.kind = fault.kind
-        self.target = host
-        self.pod = pod
-        self.watch = MemberWatch(host) if confirm else None
+    def __init__(self, at: Placement, *, confirm: bool) -> None:
+        self.kube = at.kube
+        self.platform = at.platform
+        self.fault = at.fault
+        self.options = at.fault.kubernetes or KubernetesFault()
+        self.kind = at.fault.kind
+        self.target = at.host
+        self.pod = at.pod
+        self.watch = MemberWatch(at.host) if confirm else None
 
     def _access(self) -> dict[str, Any]:
         return self.kube.access.as_action()
@@ -130,18 +133,9 @@ class KubeFault:
 
 class ChaosMeshFault(KubeFault):
     def __init__(
-        self,
-        kube: Kube,
-        platform: KubernetesPlatform,
-        fault: Fault,
-        host: str,
-        pod: PodRef,
-        rtype: ResourceType,
-        body: dict[str, Any],
-        *,
-        confirm: bool,
+        self, at: Placement, rtype: ResourceType, body: dict[str, Any], *, confirm: bool
     ) -> None:
-        super().__init__(kube, platform, fault, host, pod, confirm=confirm)
+        super().__init__(at, confirm=confirm)
         self.rtype = rtype
         self.body = body
         self.name = body["metadata"]["name"]
@@ -235,19 +229,11 @@ def chaos_mesh_state(resource: dict[str, Any]) -> tuple[str, str]:
 
 
 class LitmusFault(KubeFault):
-    def __init__(
-        self,
-        kube: Kube,
-        platform: KubernetesPlatform,
-        fault: Fault,
-        host: str,
-        pod: PodRef,
-        body: dict[str, Any],
-    ) -> None:
-        super().__init__(kube, platform, fault, host, pod, confirm=fault.kind == "host-kill")
+    def __init__(self, at: Placement, body: dict[str, Any]) -> None:
+        super().__init__(at, confirm=at.fault.kind == "host-kill")
         self.body = body
         self.name = body["metadata"]["name"]
-        self.experiment = litmus_experiment_name(fault)
+        self.experiment = litmus_experiment_name(at.fault)
         self.result_name = litmus_result_name(self.name, self.experiment)
         self.outcome: dict[str, Any] = {}
 
@@ -357,10 +343,8 @@ def litmus_outcome(result: dict[str, Any] | None, name: str) -> dict[str, Any]:
 class PodDelete(KubeFault):
     """host-kill, engine native: delete the member's pod; its StatefulSet re-creates it."""
 
-    def __init__(
-        self, kube: Kube, platform: KubernetesPlatform, fault: Fault, host: str, pod: PodRef
-    ) -> None:
-        super().__init__(kube, platform, fault, host, pod, confirm=True)
+    def __init__(self, at: Placement) -> None:
+        super().__init__(at, confirm=True)
         self.grace_s = math.ceil(self.options.grace_period)
         self.uid: str | None = None
 
@@ -406,16 +390,14 @@ class NodeDrain(KubeFault):
     eviction API (a PodDisruptionBudget that forbids an eviction is waited on, then refuses the
     fault), and delete the Node object, as `kubectl drain` and `kubectl delete node` do."""
 
-    def __init__(
-        self, kube: Kube, platform: KubernetesPlatform, fault: Fault, host: str, pod: PodRef
-    ) -> None:
-        super().__init__(kube, platform, fault, host, pod, confirm=True)
-        if not pod.node:
+    def __init__(self, at: Placement) -> None:
+        super().__init__(at, confirm=True)
+        if not at.pod.node:
             raise InjectionError(
-                f"pod {pod.namespace}/{pod.name} of {host} is not scheduled on "
+                f"pod {at.pod.namespace}/{at.pod.name} of {at.host} is not scheduled on "
                 "a node: nothing to drain"
             )
-        self.node = pod.node
+        self.node = at.pod.node
         self.grace_s = (
             math.ceil(self.options.grace_period)
             if ("grace_period" in self.options.model_fields_set)
