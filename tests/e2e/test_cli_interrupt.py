@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,11 +37,22 @@ def test_sigint_during_start_up_prints_no_traceback(tmp_path: Path, delay_s: flo
     time.sleep(delay_s)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    if "Fatal Python error: init_" in err:
-        return  # Python's own start-up (site-packages, streams) was interrupted: no rsdrill code
+    if "Fatal Python error: init_" in err or _in_the_launcher(err, script):
+        return  # Python's start-up or the launcher's import was interrupted: no rsdrill code ran
     assert "Traceback" not in out + err, err
     # Killed by the signal before Python itself was up, interrupted before the run began
     # (130), or the run's own abort (3) with its result.
     assert proc.returncode in (-signal.SIGINT, 130, 3), (proc.returncode, out, err)
     if proc.returncode == 3:
         assert (tmp_path / "out" / "result.json").exists()
+
+
+def _in_the_launcher(err: str, script: str) -> bool:
+    """A KeyboardInterrupt raised before rsdrill's first line: every frame of the traceback is
+    the launcher pip wrote (its `from rsdrill.cli.entry import main`) or the import system."""
+    frames = re.findall(r'^\s*File "([^"]+)"', err, re.MULTILINE)
+    return (
+        err.rstrip().endswith("KeyboardInterrupt")
+        and bool(frames)
+        and all(f == script or f.startswith("<frozen ") for f in frames)
+    )
