@@ -53,6 +53,13 @@ _OPEN_COMMANDS = frozenset(
     {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "buildinfo", "endsessions"}
 )
 
+# Commands answered from memory alone: they need not wait for a commit on a slow disk.
+_MEMORY_ONLY = frozenset(
+    {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "buildinfo", "serverstatus"}
+    | {"endsessions", "killsessions", "refreshsessions", "killallsessions", "killcursors"}
+    | {"replsetgetstatus", "replsetgetconfig", "replsetheartbeat", "configurefailpoint"}
+)
+
 Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]
 _HANDLERS: dict[str, Handler] = {}
 
@@ -107,6 +114,8 @@ class Commands:
         ):
             return CommandError(13, f"command {req.name} requires authentication").document()
         self.opcounters["command"] += 1
+        if req.name.lower() not in _MEMORY_ONLY:
+            await self.node.storage_idle()
         fail = self.fail_point if self.fail_point and self.fail_point.fires_for(req.name) else None
         if fail and not fail.after_execution and (early := await fail.disrupt()) is not None:
             return early

@@ -51,7 +51,8 @@ async def capture_loop(node: Node) -> None:
     while True:
         await asyncio.sleep(INTERVAL_S)
         try:
-            current = _write(directory, _sample(node), current)
+            # On a thread, as FTDC has its own: a slow disk delays the sample, not the member.
+            current = await asyncio.to_thread(_write, directory, _sample(node), current)
         except OSError as exc:
             current = None
             node.events.emit("diagnostics_error", error=str(exc))

@@ -139,6 +139,8 @@ class Node:
         self.needs_initial_sync = False
         self.too_stale = False
         self._flushing = asyncio.Lock()
+        self._storage_idle = asyncio.Event()
+        self._storage_idle.set()
         self.sync_source = ""
         self.info_message = ""
         self.initial_sync_status: dict[str, Any] | None = None
@@ -259,14 +261,23 @@ class Node:
         """Commit now; everything applied so far becomes durable."""
         async with self._flushing:
             target = self.last_applied
-            # On a thread: a throttled or stalled disk holds up writers only; heartbeats and
-            # status commands are still answered, as by mongod's separate threads.
-            await asyncio.to_thread(self.database.commit)
+            # On a thread: a throttled or stalled disk holds up what needs the database only;
+            # heartbeats and status commands are still answered, as by mongod's threads.
+            self._storage_idle.clear()
+            try:
+                await asyncio.to_thread(self.database.commit)
+            finally:
+                self._storage_idle.set()
             if target > self.last_durable:
                 self.last_durable = target
                 # A primary with no one to hear from (rs1) commits by its own durability alone.
                 self.advance_commit_point()
                 self.progress.fire()
+
+    async def storage_idle(self) -> None:
+        """Wait while a commit is on the disk: touching the database meanwhile would hold the
+        event loop, and every heartbeat with it, until the commit is done."""
+        await self._storage_idle.wait()
 
     async def journal_loop(self) -> None:
         """Group commit: one fsync every commit interval."""

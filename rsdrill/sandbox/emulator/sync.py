@@ -158,6 +158,7 @@ async def fetch_once(node: Node, source: str, wait_s: float) -> dict[str, Any]:
     node.observe_term(int(reply.get("term", 0)), source)
     if not reply.get("ok"):
         return reply
+    await node.storage_idle()
     if node.state is MemberState.PRIMARY:
         # Elected while this fetch was in flight: the entries are ours or stale now.
         return reply
