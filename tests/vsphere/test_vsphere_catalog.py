@@ -37,7 +37,8 @@ def test_rs1_host_failure_is_down_for_the_restart_delay_plus_the_restart(
     assert run.restart_after_s - 2 <= run.member_restart_s <= run.restart_after_s + 10
     # No failover in rs=1: writes are back once the member is (plus the client's rediscovery).
     assert run.result["metrics"]["failover_s"] is None
-    assert run.restart_after_s - 1 <= gap <= run.restart_after_s + 10
+    # (The same watch lag: the member stops taking writes when it is killed.)
+    assert run.restart_after_s - 2 <= gap <= run.restart_after_s + 10
     assert run.member_restart_s - 1 <= gap <= run.member_restart_s + 5
     assert run.result["metrics"]["lost_acknowledged_writes"] == 0
 
