@@ -5,8 +5,11 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import bson
+import pytest
 from bson.timestamp import Timestamp
 
+from rsdrill.sandbox.emulator import oplog as oplog_module
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, Oplog, OpTime, TimestampClock, make_entry
 from rsdrill.sandbox.emulator.storage import Database
 
@@ -87,3 +90,45 @@ def test_oplog_survives_reopening(tmp_path: Path) -> None:
     reopened.open()
     again = Oplog(10**6, reopened)
     assert len(again) == 3 and again.newest == OpTime(2, 10, 3) and again.oldest == OpTime(2, 10, 1)
+
+
+def test_the_in_memory_tail_answers_as_the_database_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through appends that evict from the tail, trims of the capped oplog and rollbacks on
+    either side of the tail's start, what the tail answers is what the database holds."""
+    monkeypatch.setattr(oplog_module, "TAIL_BYTES", 2000)
+    oplog = _oplog(tmp_path, 5000)
+    inc = itertools.count(1)
+
+    def append(n: int) -> None:
+        for _ in range(n):
+            oplog.append(_entry(1, 10, next(inc), pad=50))
+
+    def check() -> list[OpTime]:
+        on_disk = Oplog(5000, oplog.database)  # a fresh tail: everything from the database
+        keys = on_disk.keys_newest_first()
+        assert oplog.cached(keys[0]) and not oplog.cached(keys[-1])
+        for key in [*keys, NULL_OPTIME, OpTime(1, 10, 10**6)]:
+            assert oplog.contains(key) == on_disk.contains(key), key
+            assert _encoded([oplog.entry_at(key)]) == _encoded([on_disk.entry_at(key)]), key
+            for max_bytes in (1, 300, 10**6):
+                assert _encoded(oplog.entries_after(key, max_bytes)) == _encoded(
+                    on_disk.entries_after(key, max_bytes)
+                ), (key, max_bytes)
+        return keys
+
+    append(80)  # over the capacity too: the oldest entries are trimmed from the database
+    keys = check()
+    oplog.truncate_after(keys[3])  # a rollback within the tail
+    append(5)
+    keys = check()
+    cold = next(k for k in keys if not oplog.cached(k))
+    oplog.truncate_after(cold)  # a rollback past the tail's start empties it
+    assert not oplog.cached(cold)
+    append(30)
+    check()
+
+
+def _encoded(entries: list[dict | None]) -> list[bytes | None]:
+    return [None if e is None else bson.encode(e) for e in entries]

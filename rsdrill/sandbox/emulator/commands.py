@@ -53,11 +53,13 @@ _OPEN_COMMANDS = frozenset(
     {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "buildinfo", "endsessions"}
 )
 
-# Commands answered from memory alone: they need not wait for a commit on a slow disk.
+# Commands answered from memory (or that wait themselves when they must read the disk, as an
+# oplog fetch beyond the in-memory tail): they need not wait for a commit on a slow disk.
 _MEMORY_ONLY = frozenset(
     {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "buildinfo", "serverstatus"}
     | {"endsessions", "killsessions", "refreshsessions", "killallsessions", "killcursors"}
     | {"replsetgetstatus", "replsetgetconfig", "replsetheartbeat", "configurefailpoint"}
+    | {"rsdrillgetoplog"}
 )
 
 Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,9 +111,15 @@ def initiate_entry() -> dict[str, Any]:
     }
 
 
+# The newest entries are kept in memory too, as a storage engine's cache keeps the hot end of
+# the oplog: fetches from sync sources are then answered without waiting for the disk.
+TAIL_BYTES = 4 * 1024 * 1024
+
+
 class Oplog:
     """Entries in optime order in the member's database, trimmed from the oldest end to stay
-    under a byte capacity. The newest entry (the member's position) is also kept in memory."""
+    under a byte capacity. The newest ones, appended since the member started, are also kept in
+    memory (the tail: a contiguous run ending at the newest entry, at most TAIL_BYTES)."""
 
     def __init__(self, capacity_bytes: int, database: Database) -> None:
         self.capacity_bytes = capacity_bytes
@@ -121,6 +128,10 @@ class Oplog:
         self._count, self.size_bytes = row.fetchone()
         self._newest = self._edge("DESC")
         self._oldest_key = OpTime.of(e) if (e := self._edge("ASC")) else NULL_OPTIME
+        self._tail_keys: list[OpTime] = []
+        self._tail: list[dict[str, Any]] = []
+        self._tail_sizes: list[int] = []
+        self._tail_bytes = 0
 
     def _edge(self, order: str) -> dict[str, Any] | None:
         row = self.database.execute(
@@ -142,6 +153,31 @@ class Oplog:
     def newest_entry(self) -> dict[str, Any] | None:
         return self._newest
 
+    def cached(self, key: OpTime) -> bool:
+        """Whether `key` is in the tail: then it and every entry after it are read from memory."""
+        i = bisect_left(self._tail_keys, key)
+        return i < len(self._tail_keys) and self._tail_keys[i] == key
+
+    def _remember(self, key: OpTime, entry: dict[str, Any], size: int) -> None:
+        self._tail_keys.append(key)
+        self._tail.append(entry)
+        self._tail_sizes.append(size)
+        self._tail_bytes += size
+        # Never more than the capacity: what the tail holds is then still in the database.
+        limit = min(TAIL_BYTES, self.capacity_bytes)
+        if self._tail_bytes <= limit:
+            return
+        # Down to three quarters at once: the lists' fronts go in batches, not entry by entry.
+        drop = 0
+        while self._tail_bytes > limit * 3 // 4 and drop < len(self._tail_keys) - 1:
+            self._tail_bytes -= self._tail_sizes[drop]
+            drop += 1
+        self._forget(slice(0, drop))
+
+    def _forget(self, part: slice) -> None:
+        del self._tail_keys[part], self._tail[part], self._tail_sizes[part]
+        self._tail_bytes = sum(self._tail_sizes)
+
     def append(self, entry: dict[str, Any], data: bytes | None = None) -> None:
         key = OpTime.of(entry)
         if self._count and key <= self.newest:
@@ -156,6 +192,7 @@ class Oplog:
         self._count += 1
         self.size_bytes += len(data)
         self._newest = entry
+        self._remember(key, entry, len(data))
         self._trim()
 
     def _trim(self) -> None:
@@ -179,6 +216,8 @@ class Oplog:
         return self.entry_at(key) is not None
 
     def entry_at(self, key: OpTime) -> dict[str, Any] | None:
+        if self.cached(key):
+            return self._tail[bisect_left(self._tail_keys, key)]
         row = self.database.execute(
             "SELECT entry FROM oplog WHERE t = ? AND secs = ? AND inc = ?",
             (key.term, key.secs, key.inc),
@@ -187,6 +226,14 @@ class Oplog:
 
     def entries_after(self, key: OpTime, max_bytes: int) -> list[dict[str, Any]]:
         """Entries newer than `key`, at least one if there is one, up to about max_bytes."""
+        if self.cached(key):
+            out, total = [], 0
+            for i in range(bisect_right(self._tail_keys, key), len(self._tail_keys)):
+                if out and total + self._tail_sizes[i] > max_bytes:
+                    break
+                out.append(self._tail[i])
+                total += self._tail_sizes[i]
+            return out
         rows = self.database.execute(
             "SELECT entry FROM oplog WHERE (t, secs, inc) > (?, ?, ?) ORDER BY t, secs, inc",
             (key.term, key.secs, key.inc),
@@ -215,6 +262,7 @@ class Oplog:
         self._count -= len(removed)
         self.size_bytes -= sum(len(bson.encode(e)) for e in removed)
         self._newest = self._edge("DESC")
+        self._forget(slice(bisect_right(self._tail_keys, key), None))
         return removed
 
     def clear(self) -> None:
@@ -223,3 +271,4 @@ class Oplog:
         self.size_bytes = 0
         self._newest = None
         self._oldest_key = NULL_OPTIME
+        self._forget(slice(None))

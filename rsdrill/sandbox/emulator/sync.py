@@ -48,6 +48,8 @@ async def handle_get_oplog(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
             applied_wall=cmd.get("appliedWall"),
             durable_wall=cmd.get("appliedWall"),
         )
+    if not node.oplog.cached(after):
+        await node.storage_idle()
     if node.is_arbiter or node.state not in (MemberState.PRIMARY, MemberState.SECONDARY):
         return _meta(node, {"ok": 0.0, "code": 13436, "errmsg": "not a sync source now"})
     if not node.oplog.contains(after):
@@ -75,6 +77,8 @@ async def handle_get_oplog(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
     max_bytes = int(cmd.get("maxBytes", FETCH_MAX_BYTES))
     deadline = time.monotonic() + float(cmd.get("maxWaitMS", 0)) / 1000
     while True:
+        if not node.oplog.cached(after):
+            await node.storage_idle()
         entries = node.oplog.entries_after(after, max_bytes)
         if cmd.get("inclusive"):
             first = node.oplog.entry_at(after)
