@@ -155,8 +155,11 @@ class Oplog:
 
     def cached(self, key: OpTime) -> bool:
         """Whether `key` is in the tail: then it and every entry after it are read from memory."""
+        return self._tail_index(key) is not None
+
+    def _tail_index(self, key: OpTime) -> int | None:
         i = bisect_left(self._tail_keys, key)
-        return i < len(self._tail_keys) and self._tail_keys[i] == key
+        return i if i < len(self._tail_keys) and self._tail_keys[i] == key else None
 
     def _remember(self, key: OpTime, entry: dict[str, Any], size: int) -> None:
         self._tail_keys.append(key)
@@ -168,15 +171,15 @@ class Oplog:
         if self._tail_bytes <= limit:
             return
         # Down to three quarters at once: the lists' fronts go in batches, not entry by entry.
-        drop = 0
-        while self._tail_bytes > limit * 3 // 4 and drop < len(self._tail_keys) - 1:
-            self._tail_bytes -= self._tail_sizes[drop]
+        drop, left = 0, self._tail_bytes
+        while left > limit * 3 // 4 and drop < len(self._tail_keys) - 1:
+            left -= self._tail_sizes[drop]
             drop += 1
         self._forget(slice(0, drop))
 
     def _forget(self, part: slice) -> None:
+        self._tail_bytes -= sum(self._tail_sizes[part])
         del self._tail_keys[part], self._tail[part], self._tail_sizes[part]
-        self._tail_bytes = sum(self._tail_sizes)
 
     def append(self, entry: dict[str, Any], data: bytes | None = None) -> None:
         key = OpTime.of(entry)
@@ -216,8 +219,8 @@ class Oplog:
         return self.entry_at(key) is not None
 
     def entry_at(self, key: OpTime) -> dict[str, Any] | None:
-        if self.cached(key):
-            return self._tail[bisect_left(self._tail_keys, key)]
+        if (i := self._tail_index(key)) is not None:
+            return self._tail[i]
         row = self.database.execute(
             "SELECT entry FROM oplog WHERE t = ? AND secs = ? AND inc = ?",
             (key.term, key.secs, key.inc),
@@ -226,9 +229,9 @@ class Oplog:
 
     def entries_after(self, key: OpTime, max_bytes: int) -> list[dict[str, Any]]:
         """Entries newer than `key`, at least one if there is one, up to about max_bytes."""
-        if self.cached(key):
+        if (start := self._tail_index(key)) is not None:
             out, total = [], 0
-            for i in range(bisect_right(self._tail_keys, key), len(self._tail_keys)):
+            for i in range(start + 1, len(self._tail_keys)):
                 if out and total + self._tail_sizes[i] > max_bytes:
                     break
                 out.append(self._tail[i])
