@@ -6,12 +6,18 @@ import re
 
 MASK = "***"
 _URI_PASSWORD = re.compile(r"(mongodb(?:\+srv)?://[^:/@\s]+:)([^@/\s]+)(@)")
+_MASKED_URI_PASSWORD = re.compile(rf"mongodb(?:\+srv)?://[^:/@\s]+:{re.escape(MASK)}@")
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|access_key|private_key)")
 
 
 def redact_uri(text: str) -> str:
     """Mask the password of every MongoDB URI in `text` (user names stay: they help debugging)."""
     return _URI_PASSWORD.sub(rf"\1{MASK}\3", text)
+
+
+def has_masked_password(text: str) -> bool:
+    """Whether `text` holds a MongoDB URI whose password `redact_uri` masked."""
+    return _MASKED_URI_PASSWORD.search(text) is not None
 
 
 def redact_mapping(value: object) -> object:

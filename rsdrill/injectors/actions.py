@@ -18,7 +18,7 @@ from rsdrill.experiment.schema import LocalMember
 from rsdrill.faultfs.mount import FaultFSError, unmount_all
 from rsdrill.injectors.disk import clear as _faultfs_clear
 from rsdrill.injectors.network import heal as _network_heal
-from rsdrill.redact import MASK
+from rsdrill.redact import has_masked_password
 from rsdrill.sandbox.cluster import Sandbox, SandboxError
 from rsdrill.targets import TargetError
 from rsdrill.targets.local import LocalHosts, answers_hello
@@ -47,7 +47,7 @@ def _local_start(action: dict[str, Any]) -> str:
     host = action["host"]
     if answers_hello(host):
         return f"{host}: already running"
-    if f":{MASK}@" in action["command"]:
+    if has_masked_password(action["command"]):
         # The journal never holds a password: a command that had one cannot be rerun from it.
         raise TargetError(
             f"{host}: its start command held a password, masked in the journal; start it "
