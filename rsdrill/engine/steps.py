@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rsdrill.experiment.schema import Step
+from rsdrill.procstat import stat_fields
 from rsdrill.redact import redact_uri
 
 POLL_S = 0.1
@@ -90,11 +91,8 @@ def stop_step(action: dict[str, object]) -> str:
 
 def _start_time(pid: int) -> int | None:
     """The process's start time (clock ticks since boot), or None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

@@ -31,6 +31,7 @@ from urllib.parse import quote
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
+from rsdrill.procstat import stat_fields
 from rsdrill.sandbox.auth import AUTH_FILE, create_auth, read_auth
 from rsdrill.sandbox.config import CONFIG_FILE, MemberSpec, ReplSetSpec, member_dir
 from rsdrill.scram import Credentials
@@ -252,11 +253,8 @@ def _proc_state(pid: int) -> str | None:
         except PermissionError:
             pass
         return "R"
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[0]
+    fields = stat_fields(pid)
+    return None if fields is None else fields[0]
 
 
 def _unrecorded_members(directory: Path, known: set[int]) -> list[tuple[int, int]]:
