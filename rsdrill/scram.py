@@ -11,7 +11,6 @@ import base64
 import hashlib
 import hmac
 import secrets
-import unicodedata
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,29 +24,14 @@ MIN_ITERATIONS = 4096
 
 @dataclass(frozen=True)
 class Credentials:
-    """A user to log in as (SCRAM); the password never appears in its repr."""
+    """A user to log in as; the password never appears in its repr. `mechanism` None: the
+    strongest SCRAM the server offers for the user (`rsdrill.connection` also speaks
+    MONGODB-X509, whose user may be empty: the certificate names it, and PLAIN)."""
 
     user: str
     password: str = field(repr=False)
     source: str = "admin"
-    mechanism: str | None = None  # None: the strongest the server offers for the user
-
-    @classmethod
-    def from_uri(cls, uri: str) -> Credentials | None:
-        """The credentials of a mongodb:// URI, or None when it has no user."""
-        from pymongo.uri_parser import parse_uri
-
-        parsed = parse_uri(uri, warn=True)
-        if not parsed.get("username"):
-            return None
-        options = parsed["options"]
-        mechanism = options.get("authMechanism")
-        return cls(
-            parsed["username"],
-            parsed.get("password") or "",
-            options.get("authSource") or parsed.get("database") or "admin",
-            mechanism if mechanism in MECHANISMS else None,
-        )
+    mechanism: str | None = None
 
 
 class ScramError(Exception):
@@ -74,10 +58,16 @@ def _escape(user: str) -> str:
 
 def mongo_password(mechanism: str, user: str, password: str) -> str:
     """The password as MongoDB feeds it to SCRAM: SHA-1 hashes `user:mongo:password` with MD5
-    first; SHA-256 takes the password itself, normalized (a SASLprep subset: NFKC)."""
+    first; SHA-256 takes the password through SASLprep (RFC 4013), as drivers and servers do
+    (pymongo's own implementation, so both sides agree on every code point)."""
     if mechanism == "SCRAM-SHA-1":
         return hashlib.md5(f"{user}:mongo:{password}".encode()).hexdigest()
-    return unicodedata.normalize("NFKC", password)
+    from pymongo.saslprep import saslprep
+
+    try:
+        return saslprep(password)
+    except ValueError as exc:  # a prohibited code point: no server would accept it either
+        raise ScramError(f"the password is not valid for SCRAM-SHA-256: {exc}") from None
 
 
 @dataclass(frozen=True)

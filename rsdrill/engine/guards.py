@@ -50,8 +50,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.experiment.schema import Experiment, Fault, SelectCount, SelectMember
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
 from rsdrill.targets.selection import current_states
 
 HEALTHY = frozenset({"PRIMARY", "SECONDARY", "ARBITER"})

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from rsdrill import __version__
+from rsdrill.connection import ConnectOptions, use_options
 from rsdrill.engine.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.engine.console import GameDayConsole
 from rsdrill.engine.guards import HEALTHY, GuardRefusal, check_guards
@@ -30,10 +31,8 @@ from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.injectors.base import InjectionError, Injector
 from rsdrill.injectors.stepdown import StepDown
 from rsdrill.probes.history import FaultRecord, History, Op, RunClock
-from rsdrill.probes.wireclient import use_credentials
 from rsdrill.redact import redact_uri
 from rsdrill.result import EXIT_CODES, FaultResult, Metrics, Result, RunClockInfo, TargetInfo
-from rsdrill.scram import Credentials
 from rsdrill.targets import RunTarget, TargetError
 from rsdrill.targets.selection import (
     SelectionError,
@@ -145,8 +144,9 @@ class Runner:
             if resource:
                 journal.write("resource", key="resource:target", revert=resource)
             target.setup()
-            # rsdrill's own wire-level probes and checks log in as the URI's user.
-            use_credentials(Credentials.from_uri(target.uri))
+            # rsdrill's own wire-level probes and checks reach members as the URI says (TLS,
+            # the login).
+            use_options(ConnectOptions.from_uri(target.uri))
             if resource and target.keep:
                 # A kept target is the user's once built: only a half-built one is undone.
                 journal.write("released", key="resource:target")
@@ -211,7 +211,7 @@ class Runner:
             if not revert_error:
                 journal.write("end", verdict=verdict)  # else `rsdrill recover` finishes it
             journal.close()
-            use_credentials(None)
+            use_options(None)
             self.live.stop()
         try:
             return self._result(verdict, error, started_wall, target, metrics, slo_results)

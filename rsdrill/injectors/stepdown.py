@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.injectors.base import InjectionError
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
 
 
 class StepDown:
@@ -53,7 +53,7 @@ class StepDown:
         try:
             while time.monotonic() < deadline:
                 try:
-                    if not conn.command("admin", {"hello": 1}).get("isWritablePrimary"):
+                    if not conn.hello().get("isWritablePrimary"):
                         return True
                 except WireClientError:
                     pass

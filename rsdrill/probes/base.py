@@ -20,8 +20,8 @@ from pymongo.errors import (
     WTimeoutError,
 )
 
+from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.probes.history import History, Op, RunClock
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
 
 
 class Probe:
@@ -155,12 +155,16 @@ class MemberPoller(Probe):
     def tick(self) -> None:
         t_start = self.clock.now()
         try:
-            reply = self._conn.command("admin", self.command)
+            reply = self.ask(self._conn)
         except WireClientError as exc:
             outcome = "timeout" if exc.timeout else "error"
             self.record(self.op, self.member, t_start, outcome, {"error": str(exc)})
             return
         self.answered(t_start, reply)
+
+    def ask(self, conn: DirectConnection) -> dict[str, Any]:
+        """The question put to the member each tick."""
+        return conn.command("admin", self.command)
 
     def answered(self, t_start: float, reply: dict[str, Any]) -> None:
         raise NotImplementedError

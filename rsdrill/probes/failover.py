@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from rsdrill.connection import DirectConnection
 from rsdrill.probes.base import MemberPoller
 
 
 class HelloPoller(MemberPoller):
     name = "failover"
     op = "hello"
-    command = {"hello": 1}
+
+    def ask(self, conn: DirectConnection) -> dict[str, Any]:
+        return conn.hello()
 
     def answered(self, t_start: float, reply: dict[str, Any]) -> None:
         self.record(
@@ -20,7 +23,7 @@ class HelloPoller(MemberPoller):
             t_start,
             "ok",
             {
-                "writable": bool(reply.get("isWritablePrimary", reply.get("ismaster"))),
+                "writable": bool(reply.get("isWritablePrimary")),
                 "secondary": bool(reply.get("secondary")),
                 "primary": reply.get("primary"),
                 "arbiter": bool(reply.get("arbiterOnly")),

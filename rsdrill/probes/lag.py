@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.probes.base import Probe
 from rsdrill.probes.history import History, RunClock
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
 
 
 class LagPoller(Probe):

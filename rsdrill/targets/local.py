@@ -11,10 +11,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.experiment.schema import Fault, LocalMember, Target
 from rsdrill.injectors.base import Injector
 from rsdrill.injectors.network import rejoin_partition
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
 from rsdrill.targets import TargetError
 
 START_TIMEOUT_S = 60.0
@@ -51,7 +51,7 @@ def listening_pid(port: int) -> int | None:
 def answers_hello(host: str, timeout_s: float = 0.5) -> bool:
     conn = DirectConnection(host, timeout_s)
     try:
-        return bool(conn.command("admin", {"hello": 1}).get("ok"))
+        return bool(conn.hello().get("ok"))
     except WireClientError:
         return False
     finally:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from rsdrill.connection import DirectConnection, SettingsError, WireClientError, parse_uri
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.injectors.base import Injector
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
 from rsdrill.redact import redact_uri
 from rsdrill.targets import TargetError
 
@@ -16,15 +16,11 @@ HELLO_TIMEOUT_S = 5.0
 
 
 def seeds_of(uri: str) -> list[str]:
-    """The host:port seeds of a mongodb:// connection string (SRV is not resolved here)."""
-    from pymongo.errors import InvalidURI
-    from pymongo.uri_parser import parse_uri
-
+    """The host:port seeds of a connection string (`mongodb+srv://` resolved as drivers do)."""
     try:
-        parsed = parse_uri(uri, warn=True)
-    except (InvalidURI, ValueError) as exc:
-        raise TargetError(f"target.uri {redact_uri(uri)}: {redact_uri(str(exc))}") from None
-    return [f"{host}:{port}" for host, port in parsed["nodelist"]]
+        return parse_uri(uri).seeds
+    except SettingsError as exc:
+        raise TargetError(f"target.uri {redact_uri(uri)}: {exc}") from None
 
 
 def discover_members(seeds: list[str], timeout_s: float = HELLO_TIMEOUT_S) -> list[str]:
@@ -33,7 +29,7 @@ def discover_members(seeds: list[str], timeout_s: float = HELLO_TIMEOUT_S) -> li
     for seed in seeds:
         conn = DirectConnection(seed, timeout_s)
         try:
-            hello = conn.command("admin", {"hello": 1})
+            hello = conn.hello()
         except WireClientError as exc:
             problems.append(f"{seed}: {exc}")
             continue

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from rsdrill.connection import AccessRefused, DirectConnection, WireClientError
 from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
 from rsdrill.probes.history import Op
-from rsdrill.probes.wireclient import DirectConnection, LoginError, WireClientError
 from rsdrill.targets import TargetError
 
 
@@ -20,7 +20,7 @@ def member_state(host: str, timeout_s: float = 1.0) -> str:
     conn = DirectConnection(host, timeout_s)
     try:
         status = conn.command("admin", {"replSetGetStatus": 1})
-    except LoginError as exc:  # not down: unreachable with these credentials, say so now
+    except AccessRefused as exc:  # not down: unreachable with these settings, say so now
         raise TargetError(str(exc)) from None
     except WireClientError:
         return "DOWN"

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from pymongo import MongoClient, WriteConcern
 
+from rsdrill.connection import DirectConnection
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
-from rsdrill.probes.wireclient import DirectConnection
 from rsdrill.result import Result
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import ReplSetSpec

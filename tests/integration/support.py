@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from rsdrill.probes.wireclient import DirectConnection
+from rsdrill.connection import DirectConnection
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import MemberSpec
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pymongo import MongoClient, WriteConcern
 
+from rsdrill.connection import DirectConnection
 from rsdrill.faultfs.control import request
-from rsdrill.probes.wireclient import DirectConnection
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
 from rsdrill.targets.volumes import MemberVolumes

@@ -16,7 +16,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
 from rsdrill.scram import Credentials
@@ -57,14 +57,16 @@ def test_nothing_but_the_handshake_before_a_login(locked: Sandbox) -> None:
 
 
 def test_the_wire_client_logs_in_as_the_uris_user(locked: Sandbox) -> None:
-    login = Credentials.from_uri(locked.uri)
-    assert login is not None and login.user == "rsdrill"
+    login = ConnectOptions.from_uri(locked.uri)
+    assert login.credentials is not None and login.credentials.user == "rsdrill"
     conn = DirectConnection(locked.spec.members[0].host, 2.0, login)
     assert conn.command("admin", {"replSetGetStatus": 1})["ok"] == 1
     # The socket stays logged in: a second command needs no new login.
     assert conn.command("admin", {"replSetGetStatus": 1})["ok"] == 1
     conn.close()
-    wrong = DirectConnection(locked.spec.members[0].host, 2.0, Credentials("rsdrill", "x"))
+    wrong = DirectConnection(
+        locked.spec.members[0].host, 2.0, ConnectOptions(Credentials("rsdrill", "x"))
+    )
     with pytest.raises(WireClientError) as err:
         wrong.command("admin", {"replSetGetStatus": 1})
     assert "login as rsdrill failed: Authentication failed. (code 18)" in str(err.value)

@@ -8,6 +8,7 @@ import time
 import pytest
 from hostile_servers import hostile_server, within
 
+from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.probes.availability import ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
 from rsdrill.probes.durability import readback
@@ -16,7 +17,6 @@ from rsdrill.probes.history import History, RunClock
 from rsdrill.probes.lag import LagPoller
 from rsdrill.probes.load import build_load
 from rsdrill.probes.recovery import StatusPoller
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
 
 INTERVAL_S = 0.05
 TIMEOUT_S = 0.25

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.experiment.platforms.kubernetes import KubernetesFault, KubernetesPlatform
 from rsdrill.experiment.schema import Fault
 from rsdrill.injectors.base import InjectionError
@@ -33,7 +34,6 @@ from rsdrill.injectors.kubernetes.resources import (
     litmus_experiment_name,
     litmus_result_name,
 )
-from rsdrill.probes.wireclient import DirectConnection, WireClientError
 
 POLL_S = 0.2
 HELLO_TIMEOUT_S = 0.5
@@ -66,7 +66,7 @@ class MemberWatch:
     def _hello(self) -> tuple[object, bool] | None:
         conn = DirectConnection(self.host, HELLO_TIMEOUT_S)
         try:
-            hello = conn.command("admin", {"hello": 1})
+            hello = conn.hello()
         except WireClientError:
             return None
         finally:

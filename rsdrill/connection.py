@@ -1,0 +1,448 @@
+"""Every socket rsdrill itself opens to a member: TLS, login, the drivers' handshake, deadlines.
+
+The failover and recovery probes, the guards, member selection, stepdown and lag ask each member
+directly what it thinks, every 10 to 100 ms. pymongo cannot do that: its server selection waits
+for its monitor, which re-checks a server at most every 500 ms after an error (10 s between
+heartbeats otherwise), so a poller built on it would see a new primary up to 0.5-10 s late.
+This client speaks the wire protocol itself, holds one socket per member, reconnects at once and
+bounds every command by one deadline. Everything else about reaching a member is taken from the
+user's connection string exactly as pymongo reads it (pymongo's own URI parser, which also
+resolves `mongodb+srv://` through dnspython): TLS options, the login and its mechanism, appName.
+
+The handshake follows the drivers' specification: `hello` first; a server that answers
+CommandNotFound (before 4.4.2 / 4.2.10, and some compatible servers) gets `isMaster` with
+`helloOk: true`, and that choice is remembered per member for the rest of the process.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import platform
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import bson
+
+from rsdrill import __version__, wire
+from rsdrill.scram import MECHANISMS as SCRAM_MECHANISMS
+from rsdrill.scram import Credentials, ScramClient, ScramError, sasl_conversation
+
+# What rsdrill's own connections can log in with; others are refused when the URI is read.
+MECHANISMS = (*SCRAM_MECHANISMS, "MONGODB-X509", "PLAIN")
+# Mechanisms whose users live outside MongoDB: their source is always `$external`.
+_EXTERNAL = ("MONGODB-X509", "PLAIN")
+APP_NAME = "rsdrill"
+COMMAND_NOT_FOUND = 59
+
+_request_ids = itertools.count(1)
+
+
+class SettingsError(ValueError):
+    """The connection string cannot be used: an unreadable CA file, a key that does not load,
+    an SRV name that does not resolve, an auth mechanism rsdrill cannot speak. Nothing was sent."""
+
+
+class WireClientError(Exception):
+    """The member did not answer in time, refused, or answered something unusable."""
+
+    def __init__(self, message: str, *, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
+class AccessRefused(WireClientError):
+    """The member is up but will not talk to us with these settings (login refused, TLS
+    certificate rejected either way): retrying with the same settings cannot help."""
+
+
+class LoginError(AccessRefused):
+    """The member refused the login (wrong password, unknown user, unsupported mechanism)."""
+
+
+class TlsError(AccessRefused):
+    """The TLS handshake failed on a certificate: the member's is not trusted (or does not
+    name it), or the member rejected ours."""
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """The URI's TLS options, with pymongo's meanings."""
+
+    ca_file: str | None = None
+    certificate_key_file: str | None = None
+    certificate_key_password: str | None = field(default=None, repr=False)
+    allow_invalid_hostnames: bool = False
+    allow_invalid_certificates: bool = False
+
+    def context(self) -> ssl.SSLContext:
+        """The client context (built once per settings); SettingsError if a file is unusable."""
+        return _tls_context(self)
+
+
+@functools.lru_cache(maxsize=16)
+def _tls_context(settings: TlsSettings) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if settings.allow_invalid_certificates:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context.check_hostname = not settings.allow_invalid_hostnames
+        try:
+            if settings.ca_file:
+                context.load_verify_locations(cafile=settings.ca_file)
+            else:
+                context.load_default_certs()
+        except (OSError, ssl.SSLError) as exc:
+            raise SettingsError(f"tlsCAFile {settings.ca_file}: {_reason(exc)}") from None
+    if settings.certificate_key_file:
+        try:
+            context.load_cert_chain(
+                settings.certificate_key_file, password=settings.certificate_key_password
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise SettingsError(
+                f"tlsCertificateKeyFile {settings.certificate_key_file}: {_reason(exc)}"
+            ) from None
+    return context
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return f"not a usable certificate or key ({exc.reason})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    """How to reach a set's members: login, TLS, the name a DBA sees in currentOp."""
+
+    credentials: Credentials | None = None
+    tls: TlsSettings | None = None
+    app_name: str = APP_NAME
+
+    @classmethod
+    def from_uri(cls, uri: str) -> ConnectOptions:
+        """The options of a connection string; SettingsError names what cannot be used."""
+        return parse_uri(uri).options
+
+    def describe(self) -> dict[str, Any]:
+        """What a result states about the connection (no secret)."""
+        mechanism = None
+        if self.credentials is not None:
+            mechanism = self.credentials.mechanism or "SCRAM (negotiated)"
+        return {
+            "tls": self.tls is not None,
+            "tls_client_certificate": bool(self.tls and self.tls.certificate_key_file),
+            "auth_mechanism": mechanism,
+        }
+
+
+@dataclass(frozen=True)
+class ParsedUri:
+    """A connection string as pymongo reads it: its seeds (SRV resolved) and our options."""
+
+    seeds: list[str]
+    replica_set: str | None
+    options: ConnectOptions
+
+
+def parse_uri(uri: str) -> ParsedUri:
+    """Read a `mongodb://` or `mongodb+srv://` string with pymongo's parser (SRV and TXT records
+    resolved through dnspython); SettingsError with the cause (never the password)."""
+    from pymongo.errors import ConfigurationError, InvalidURI
+    from pymongo.uri_parser import parse_uri as pymongo_parse_uri
+
+    from rsdrill.redact import redact_uri
+
+    try:
+        parsed = pymongo_parse_uri(uri, warn=True)
+    except FileNotFoundError as exc:
+        # pymongo names the option but not the file: say which.
+        raise SettingsError(f"{redact_uri(str(exc.strerror or exc))}: {_tls_files(uri)}") from None
+    except (InvalidURI, ConfigurationError, ValueError, OSError) as exc:
+        raise SettingsError(redact_uri(str(exc))) from None
+    opts = parsed["options"]
+    seeds = [f"{host}:{port}" for host, port in parsed["nodelist"]]
+    return ParsedUri(
+        seeds,
+        opts.get("replicaSet"),
+        ConnectOptions(
+            credentials=_credentials(parsed),
+            tls=_tls(opts),
+            app_name=opts.get("appName") or APP_NAME,
+        ),
+    )
+
+
+def _tls_files(uri: str) -> str:
+    """The TLS file options of a URI, for an error message."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    query = dict(parse_qsl(urlsplit(uri).query))
+    files = [f"{k}={v}" for k, v in query.items() if k.lower().endswith("file")]
+    return ", ".join(files) or "a TLS file"
+
+
+def _tls(opts: Any) -> TlsSettings | None:
+    """TLS on when pymongo would turn it on: `tls`/`ssl`, SRV's default, or any tls file."""
+    files = ("tlsCertificateKeyFile", "tlsCertificateKeyFilePassword", "tlsCAFile")
+    enabled = opts.get("tls")
+    if enabled is None:
+        enabled = any(opts.get(name) for name in files)
+    if not enabled:
+        return None
+    insecure = bool(opts.get("tlsInsecure"))
+    settings = TlsSettings(
+        ca_file=opts.get("tlsCAFile"),
+        certificate_key_file=opts.get("tlsCertificateKeyFile"),
+        certificate_key_password=opts.get("tlsCertificateKeyFilePassword"),
+        allow_invalid_hostnames=insecure or bool(opts.get("tlsAllowInvalidHostnames")),
+        allow_invalid_certificates=insecure or bool(opts.get("tlsAllowInvalidCertificates")),
+    )
+    settings.context()  # a file that cannot be used is the URI's error, found now
+    return settings
+
+
+def _credentials(parsed: dict[str, Any]) -> Credentials | None:
+    opts = parsed["options"]
+    mechanism = opts.get("authMechanism")
+    user = parsed.get("username")
+    if mechanism is None and not user:
+        return None
+    if mechanism is not None and mechanism not in MECHANISMS:
+        raise SettingsError(
+            f"authMechanism {mechanism}: rsdrill's own member connections log in with "
+            f"{', '.join(MECHANISMS)}"
+        )
+    if mechanism in _EXTERNAL:
+        source = "$external" if mechanism == "MONGODB-X509" else opts.get("authSource")
+        source = source or parsed.get("database") or "$external"
+    else:
+        source = opts.get("authSource") or parsed.get("database") or "admin"
+    return Credentials(user or "", parsed.get("password") or "", source, mechanism)
+
+
+_default_options = ConnectOptions()
+
+
+def use_options(options: ConnectOptions | None) -> None:
+    """Every DirectConnection opened from now on without options of its own uses these (a run
+    sets its target's; None puts the plain defaults back when it ends)."""
+    global _default_options
+    _default_options = options or ConnectOptions()
+
+
+# Members that answered `hello` with CommandNotFound: they get `isMaster` from then on.
+_legacy_hello: set[str] = set()
+_legacy_lock = threading.Lock()
+
+
+def handshake_form(host: str) -> str:
+    """The command the member answers the handshake to: "hello" or "isMaster"."""
+    return "isMaster" if host in _legacy_hello else "hello"
+
+
+def _client_metadata(app_name: str) -> dict[str, Any]:
+    """The handshake's `client` document (the drivers' handshake spec), so a DBA can tell
+    rsdrill's connections apart in currentOp and the server log."""
+    return {
+        "application": {"name": app_name[:128]},
+        "driver": {"name": "rsdrill", "version": __version__},
+        "os": {"type": platform.system(), "architecture": platform.machine()},
+        "platform": f"CPython {platform.python_version()}",
+    }
+
+
+class DirectConnection:
+    """One member; the socket is kept between commands and reopened after any failure."""
+
+    def __init__(self, host: str, timeout_s: float, options: ConnectOptions | None = None) -> None:
+        self.host = host
+        self.timeout_s = timeout_s
+        self.options = options or _default_options
+        self._sock: socket.socket | None = None
+        # The member's answer to this socket's handshake (hello or isMaster).
+        self.handshake: dict[str, Any] = {}
+
+    @property
+    def credentials(self) -> Credentials | None:
+        return self.options.credentials
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def command(self, db: str | None, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Run one command; the reply body (which may be {ok: 0}); WireClientError otherwise.
+
+        `db` None sends the command without `$db` (only useful to test a server's refusal).
+        """
+        try:
+            return self._roundtrip(db, cmd)
+        except TimeoutError as exc:
+            self.close()
+            raise WireClientError(f"{self.host}: timed out", timeout=True) from exc
+        except ssl.SSLError as exc:
+            self.close()
+            if _certificate_problem(exc):
+                raise TlsError(f"{self.host}: TLS: {_ssl_reason(exc)}") from exc
+            raise WireClientError(f"{self.host}: TLS: {_ssl_reason(exc)}") from exc
+        except (OSError, EOFError, wire.WireError, bson.errors.BSONError) as exc:
+            self.close()
+            raise WireClientError(f"{self.host}: {type(exc).__name__}: {exc}") from exc
+        except ScramError as exc:
+            self.close()
+            user = self.credentials.user if self.credentials else "?"
+            raise LoginError(f"{self.host}: login as {user} failed: {exc}") from exc
+
+    def hello(self) -> dict[str, Any]:
+        """The member's hello (isMaster where it has no hello), with `isWritablePrimary` set
+        whichever form answered."""
+        reply = self.command("admin", {handshake_form(self.host): 1})
+        if reply.get("code") == COMMAND_NOT_FOUND and handshake_form(self.host) == "hello":
+            with _legacy_lock:
+                _legacy_hello.add(self.host)
+            reply = self.command("admin", {"isMaster": 1, "helloOk": True})
+        return _normalized(reply)
+
+    def _roundtrip(self, db: str | None, cmd: dict[str, Any]) -> dict[str, Any]:
+        # One deadline for the whole command: a socket timeout alone bounds each recv, and a
+        # server dripping a byte at a time would never trip it.
+        deadline = time.monotonic() + self.timeout_s
+        if self._sock is None:
+            self._open(deadline)
+        return self._exchange(db, cmd, deadline)
+
+    def _open(self, deadline: float) -> None:
+        name, port = self.host.rsplit(":", 1)
+        sock = socket.create_connection((name, int(port)), timeout=_remaining(deadline))
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.options.tls is not None:
+                sock.settimeout(_remaining(deadline))
+                sock = self.options.tls.context().wrap_socket(sock, server_hostname=name)
+            self._sock = sock
+            self.handshake = self._handshake(deadline)
+            if self.credentials is not None:
+                self._log_in(self.credentials, deadline)
+        except BaseException:
+            self._sock = None
+            sock.close()
+            raise
+
+    def _handshake(self, deadline: float) -> dict[str, Any]:
+        """The connection's first command, carrying the client metadata (a server refuses it
+        on any later hello)."""
+        cmd: dict[str, Any] = {"client": _client_metadata(self.options.app_name)}
+        creds = self.credentials
+        if creds is not None and creds.mechanism is None:
+            cmd["saslSupportedMechs"] = f"{creds.source}.{creds.user}"
+        form = handshake_form(self.host)
+        reply = self._exchange("admin", {form: 1, **cmd}, deadline)
+        if reply.get("code") == COMMAND_NOT_FOUND and form == "hello":
+            with _legacy_lock:
+                _legacy_hello.add(self.host)
+            reply = self._exchange("admin", {"isMaster": 1, "helloOk": True, **cmd}, deadline)
+        return _normalized(reply)
+
+    def _log_in(self, credentials: Credentials, deadline: float) -> None:
+        """The login on a new socket, within the first command's deadline."""
+        mechanism = credentials.mechanism
+        if mechanism == "MONGODB-X509":
+            cmd: dict[str, Any] = {"authenticate": 1, "mechanism": mechanism}
+            if credentials.user:
+                cmd["user"] = credentials.user
+            _check_login(self._exchange("$external", cmd, deadline))
+            return
+        if mechanism == "PLAIN":
+            payload = f"\x00{credentials.user}\x00{credentials.password}".encode()
+            cmd = {"saslStart": 1, "mechanism": "PLAIN", "payload": bson.Binary(payload),
+                   "autoAuthorize": 1}  # fmt: skip
+            _check_login(self._exchange(credentials.source, cmd, deadline))
+            return
+        if mechanism is None:
+            offered = self.handshake.get("saslSupportedMechs") or []
+            mechanism = next((m for m in SCRAM_MECHANISMS if m in offered), "SCRAM-SHA-1")
+        client = ScramClient(mechanism, credentials.user, credentials.password)
+        conversation = sasl_conversation(client)
+        request = next(conversation)
+        try:
+            while True:
+                request = conversation.send(self._exchange(credentials.source, request, deadline))
+        except StopIteration:
+            return
+
+    def _exchange(self, db: str | None, cmd: dict[str, Any], deadline: float) -> dict[str, Any]:
+        assert self._sock is not None
+        sock = self._sock
+        sock.settimeout(_remaining(deadline))
+        request_id = next(_request_ids)
+        body = cmd if db is None else {**cmd, "$db": db}
+        sock.sendall(wire.encode_op_msg(request_id, 0, body))
+        header = _recv_exactly(sock, 16, deadline)
+        length, _, response_to, op_code = wire.HEADER.unpack(header)
+        if not 16 < length <= wire.MAX_MESSAGE_BYTES:
+            raise wire.WireError(f"reply length {length}")
+        payload = _recv_exactly(sock, length - 16, deadline)
+        if op_code != wire.OP_MSG or response_to != request_id:
+            raise wire.WireError(f"unexpected reply (opcode {op_code}, to {response_to})")
+        return wire.parse_op_msg(response_to, payload).body
+
+
+def _normalized(reply: dict[str, Any]) -> dict[str, Any]:
+    """isMaster says `ismaster` where hello says `isWritablePrimary`; callers read the latter."""
+    if "isWritablePrimary" not in reply and "ismaster" in reply:
+        return {**reply, "isWritablePrimary": reply["ismaster"]}
+    return reply
+
+
+def _check_login(reply: dict[str, Any]) -> None:
+    if reply.get("ok") != 1:
+        raise ScramError(f"{reply.get('errmsg', 'login refused')} (code {reply.get('code')})")
+
+
+def _certificate_problem(exc: ssl.SSLError) -> bool:
+    """A verification failure on our side, or the member's alert that it rejected our
+    certificate; a reset or EOF mid-handshake is a member going away, not a refusal."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return True
+    reason = (exc.reason or "").upper()
+    return "ALERT" in reason or "CERTIFICATE" in reason
+
+
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the member's certificate is not trusted: {exc.verify_message}"
+    reason = (exc.reason or "").upper()
+    if "ALERT" in reason:
+        return f"the member rejected the handshake ({exc.reason}): check tlsCertificateKeyFile"
+    return exc.reason or str(exc)
+
+
+def _remaining(deadline: float) -> float:
+    """Seconds left before `deadline` (monotonic); TimeoutError once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
+def _recv_exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
+    chunks = []
+    while n:
+        sock.settimeout(_remaining(deadline))
+        chunk = sock.recv(n)
+        if not chunk:
+            raise EOFError("connection closed by the member")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
