@@ -163,21 +163,22 @@ def parse_uri(uri: str) -> ParsedUri:
     from rsdrill.redact import redact_uri
 
     try:
-        parsed = pymongo_parse_uri(uri, warn=True)
+        parsed = pymongo_parse_uri(uri)
     except FileNotFoundError as exc:
         # pymongo names the option but not the file: say which.
         raise SettingsError(f"{redact_uri(str(exc.strerror or exc))}: {_tls_files(uri)}") from None
     except (InvalidURI, ConfigurationError, ValueError, OSError) as exc:
         raise SettingsError(redact_uri(str(exc))) from None
-    opts = parsed["options"]
+    # pymongo keeps some option names in camel case and lowers others: look them up lowered.
+    opts = {key.lower(): value for key, value in parsed["options"].items()}
     seeds = [f"{host}:{port}" for host, port in parsed["nodelist"]]
     return ParsedUri(
         seeds,
-        opts.get("replicaSet"),
+        opts.get("replicaset"),
         ConnectOptions(
-            credentials=_credentials(parsed),
+            credentials=_credentials(parsed, opts),
             tls=_tls(opts),
-            app_name=opts.get("appName") or APP_NAME,
+            app_name=opts.get("appname") or APP_NAME,
         ),
     )
 
@@ -191,29 +192,28 @@ def _tls_files(uri: str) -> str:
     return ", ".join(files) or "a TLS file"
 
 
-def _tls(opts: Any) -> TlsSettings | None:
+def _tls(opts: dict[str, Any]) -> TlsSettings | None:
     """TLS on when pymongo would turn it on: `tls`/`ssl`, SRV's default, or any tls file."""
-    files = ("tlsCertificateKeyFile", "tlsCertificateKeyFilePassword", "tlsCAFile")
+    files = ("tlscertificatekeyfile", "tlscertificatekeyfilepassword", "tlscafile")
     enabled = opts.get("tls")
     if enabled is None:
         enabled = any(opts.get(name) for name in files)
     if not enabled:
         return None
-    insecure = bool(opts.get("tlsInsecure"))
+    insecure = bool(opts.get("tlsinsecure"))
     settings = TlsSettings(
-        ca_file=opts.get("tlsCAFile"),
-        certificate_key_file=opts.get("tlsCertificateKeyFile"),
-        certificate_key_password=opts.get("tlsCertificateKeyFilePassword"),
-        allow_invalid_hostnames=insecure or bool(opts.get("tlsAllowInvalidHostnames")),
-        allow_invalid_certificates=insecure or bool(opts.get("tlsAllowInvalidCertificates")),
+        ca_file=opts.get("tlscafile"),
+        certificate_key_file=opts.get("tlscertificatekeyfile"),
+        certificate_key_password=opts.get("tlscertificatekeyfilepassword"),
+        allow_invalid_hostnames=insecure or bool(opts.get("tlsallowinvalidhostnames")),
+        allow_invalid_certificates=insecure or bool(opts.get("tlsallowinvalidcertificates")),
     )
     settings.context()  # a file that cannot be used is the URI's error, found now
     return settings
 
 
-def _credentials(parsed: dict[str, Any]) -> Credentials | None:
-    opts = parsed["options"]
-    mechanism = opts.get("authMechanism")
+def _credentials(parsed: dict[str, Any], opts: dict[str, Any]) -> Credentials | None:
+    mechanism = opts.get("authmechanism")
     user = parsed.get("username")
     if mechanism is None and not user:
         return None
@@ -223,10 +223,10 @@ def _credentials(parsed: dict[str, Any]) -> Credentials | None:
             f"{', '.join(MECHANISMS)}"
         )
     if mechanism in _EXTERNAL:
-        source = "$external" if mechanism == "MONGODB-X509" else opts.get("authSource")
+        source = "$external" if mechanism == "MONGODB-X509" else opts.get("authsource")
         source = source or parsed.get("database") or "$external"
     else:
-        source = opts.get("authSource") or parsed.get("database") or "admin"
+        source = opts.get("authsource") or parsed.get("database") or "admin"
     return Credentials(user or "", parsed.get("password") or "", source, mechanism)
 
 

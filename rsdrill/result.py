@@ -78,11 +78,27 @@ class SloResult(_Model):
     passed: bool = Field(alias="pass")
 
 
+class ServerInfo(_Model):
+    """What the target's members said they are (`rsdrill.deployment`): a figure measured on
+    rsdrill's emulator says so here."""
+
+    topology: str = Field(description="replica set | standalone | sharded")
+    set_name: str | None = None
+    version: str | None = None
+    handshake: str = Field("hello", description="hello, or isMaster for servers without hello")
+    streaming_hello: bool = Field(False, description="the server offers streaming hello")
+    storage_engine: str | None = None
+    emulator: bool = Field(False, description="rsdrill's bundled emulator, not mongod")
+    tls: bool = False
+    auth_mechanism: str | None = None
+
+
 class TargetInfo(_Model):
     platform: str
     topology: str
     uri: str = Field(description="passwords redacted")
     members: list[str] = Field(default_factory=list)
+    server: ServerInfo | None = None
 
 
 class RunClockInfo(_Model):

@@ -20,6 +20,7 @@ from typing import Any
 
 from rsdrill import __version__
 from rsdrill.connection import ConnectOptions, use_options
+from rsdrill.deployment import Deployment, inspect_any
 from rsdrill.engine.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.engine.console import GameDayConsole
 from rsdrill.engine.guards import HEALTHY, GuardRefusal, check_guards
@@ -32,7 +33,15 @@ from rsdrill.injectors.base import InjectionError, Injector
 from rsdrill.injectors.stepdown import StepDown
 from rsdrill.probes.history import FaultRecord, History, Op, RunClock
 from rsdrill.redact import redact_uri
-from rsdrill.result import EXIT_CODES, FaultResult, Metrics, Result, RunClockInfo, TargetInfo
+from rsdrill.result import (
+    EXIT_CODES,
+    FaultResult,
+    Metrics,
+    Result,
+    RunClockInfo,
+    ServerInfo,
+    TargetInfo,
+)
 from rsdrill.targets import RunTarget, TargetError
 from rsdrill.targets.selection import (
     SelectionError,
@@ -118,6 +127,8 @@ class Runner:
         self._journal: Journal | None = None
         self._confirm_delay_s = 0.0
         self._verdict_final = False
+        # What the target's members said they are, for the result (None: none answered).
+        self._deployment: Deployment | None = None
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -147,6 +158,7 @@ class Runner:
             # rsdrill's own wire-level probes and checks reach members as the URI says (TLS,
             # the login).
             use_options(ConnectOptions.from_uri(target.uri))
+            self._deployment = inspect_any(target.members)
             if resource and target.keep:
                 # A kept target is the user's once built: only a half-built one is undone.
                 journal.write("released", key="resource:target")
@@ -246,6 +258,7 @@ class Runner:
                 topology=self.exp.target.topology,
                 uri=redact_uri(target.uri) if target else "",
                 members=target.members if target else [],
+                server=ServerInfo(**self._deployment.to_dict()) if self._deployment else None,
             ),
             faults=[_fault_result(r) for r in self.state.records],
             metrics=metrics,

@@ -58,6 +58,11 @@ def test_primary_kill_measures_failover_like_the_ground_truth(tmp_path: Path) ->
     assert "DOWN" in states and states[-1] == "SECONDARY"
     saved = json.loads((tmp_path / "out" / "result.json").read_text())
     assert saved["schema"] == "rsdrill.result/v1" and saved["verdict"] == "pass"
+    # The result says what was measured: rsdrill's emulator, not mongod.
+    server = saved["target"]["server"]
+    assert server["emulator"] is True and server["topology"] == "replica set"
+    assert (server["handshake"], server["set_name"], server["tls"]) == ("hello", "rs0", False)
+    assert server["version"] and server["auth_mechanism"] is None
     for name in ("junit.xml", "report.html", "summary.md", "history.jsonl"):
         assert (tmp_path / "out" / name).stat().st_size > 0
 

@@ -1,0 +1,145 @@
+"""What rsdrill's own member connections take from a connection string, and the errors a user
+gets for one that cannot work (nothing is sent to any server in these tests)."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+
+from rsdrill.connection import ConnectOptions, SettingsError, parse_uri
+from rsdrill.scram import ScramError, mongo_password
+
+
+def test_seeds_replica_set_and_app_name() -> None:
+    parsed = parse_uri("mongodb://a.example:27018,b.example/?replicaSet=rs0&appName=nightly")
+    assert parsed.seeds == ["a.example:27018", "b.example:27017"]
+    assert parsed.replica_set == "rs0"
+    assert parsed.options.app_name == "nightly"
+    assert parsed.options.tls is None and parsed.options.credentials is None
+
+
+def test_the_handshake_names_rsdrill_unless_the_uri_names_the_app() -> None:
+    assert ConnectOptions.from_uri("mongodb://h/").app_name == "rsdrill"
+
+
+def test_tls_options_as_pymongo_reads_them(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text(ssl.DER_cert_to_PEM_cert(_self_signed_der()))
+    options = ConnectOptions.from_uri(
+        f"mongodb://h/?tlsCAFile={ca}&tlsAllowInvalidHostnames=true"  # a CA file implies tls
+    )
+    assert options.tls is not None
+    assert options.tls.ca_file == str(ca)
+    assert options.tls.allow_invalid_hostnames and not options.tls.allow_invalid_certificates
+    assert options.tls.context().check_hostname is False
+    insecure = ConnectOptions.from_uri("mongodb://h/?tls=true&tlsInsecure=true")
+    assert insecure.tls is not None
+    assert insecure.tls.context().verify_mode == ssl.CERT_NONE
+    assert ConnectOptions.from_uri("mongodb://h/?tls=true").tls.context().check_hostname  # type: ignore[union-attr]
+
+
+def test_an_unreadable_ca_file_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "ca.pem"
+    with pytest.raises(SettingsError) as err:
+        ConnectOptions.from_uri(f"mongodb://h/?tls=true&tlsCAFile={missing}")
+    assert str(missing) in str(err.value)
+
+
+def test_a_ca_file_that_is_not_a_certificate_is_named(tmp_path: Path) -> None:
+    junk = tmp_path / "ca.pem"
+    junk.write_text("not a certificate\n")
+    with pytest.raises(SettingsError) as err:
+        ConnectOptions.from_uri(f"mongodb://h/?tls=true&tlsCAFile={junk}")
+    assert f"tlsCAFile {junk}" in str(err.value)
+
+
+def test_a_client_key_file_that_does_not_load_is_named(tmp_path: Path) -> None:
+    key = tmp_path / "client.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+    with pytest.raises(SettingsError) as err:
+        ConnectOptions.from_uri(
+            f"mongodb://h/?tls=true&tlsInsecure=true&tlsCertificateKeyFile={key}"
+        )
+    assert f"tlsCertificateKeyFile {key}" in str(err.value)
+
+
+def test_x509_and_plain_log_in_on_external() -> None:
+    x509 = ConnectOptions.from_uri(
+        "mongodb://h/?authMechanism=MONGODB-X509&tls=true&tlsInsecure=true"
+    )
+    assert x509.credentials is not None
+    assert (x509.credentials.user, x509.credentials.source) == ("", "$external")
+    assert x509.credentials.mechanism == "MONGODB-X509"
+    plain = ConnectOptions.from_uri("mongodb://ldapuser:pw@h/?authMechanism=PLAIN")
+    assert plain.credentials is not None
+    assert (plain.credentials.user, plain.credentials.source) == ("ldapuser", "$external")
+    scram = ConnectOptions.from_uri("mongodb://u:pw@h/app?authSource=admin")
+    assert scram.credentials is not None
+    assert (scram.credentials.source, scram.credentials.mechanism) == ("admin", None)
+    assert scram.describe() == {"tls": False, "tls_client_certificate": False,
+                                "auth_mechanism": "SCRAM (negotiated)"}  # fmt: skip
+
+
+def test_a_mechanism_rsdrill_cannot_speak_is_refused_by_name() -> None:
+    with pytest.raises(SettingsError) as err:
+        ConnectOptions.from_uri("mongodb://u:secret@h/?authMechanism=GSSAPI")
+    assert "authMechanism GSSAPI" in str(err.value)
+    assert "secret" not in str(err.value)
+
+
+def test_an_invalid_uri_never_shows_its_password() -> None:
+    with pytest.raises(SettingsError) as err:
+        parse_uri("mongodb://u:s3cret@h/?replicaSet=rs0&w=bogus&tls=maybe")
+    assert "s3cret" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "prepared"),
+    [
+        ("I\u00adX", "IX"),  # RFC 4013 examples: soft hyphen mapped to nothing
+        ("user", "user"),
+        ("\u00aa", "a"),  # NFKC
+        ("\u2168", "IX"),
+    ],
+)
+def test_scram_sha_256_passwords_go_through_saslprep(given: str, prepared: str) -> None:
+    assert mongo_password("SCRAM-SHA-256", "u", given) == prepared
+
+
+def test_a_password_saslprep_prohibits_is_a_login_error() -> None:
+    with pytest.raises(ScramError):
+        mongo_password("SCRAM-SHA-256", "u", "bell\u0007")
+
+
+def test_scram_sha_1_keeps_mongodbs_digest_of_the_raw_password() -> None:
+    # SCRAM-SHA-1 in MongoDB hashes user:mongo:password with MD5 and no SASLprep.
+    assert mongo_password("SCRAM-SHA-1", "u", "I\u00adX") != mongo_password(
+        "SCRAM-SHA-1", "u", "IX"
+    )
+
+
+def _self_signed_der() -> bytes:
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.DER)
