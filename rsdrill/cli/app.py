@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rsdrill import __version__
-from rsdrill.cli import experiment, faultfs, history, replay, run, sandbox, schedule
+from rsdrill.cli import check, experiment, faultfs, history, replay, run, sandbox, schedule
 
 app = typer.Typer(
     name="rsdrill",
@@ -25,6 +25,7 @@ app.command()(experiment.validate)
 app.command()(experiment.plan)
 app.command()(experiment.schema)
 app.add_typer(sandbox.app, name="sandbox")
+app.command()(check.check)
 app.command()(run.run)
 app.command()(run.recover)
 app.command()(history.history)

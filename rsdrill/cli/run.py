@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from rsdrill.cli.check import refuse_unless_checked
 from rsdrill.cli.errors import exit_invalid
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ def run(
         experiment = load_experiment(file)
     except ExperimentError as exc:
         exit_invalid(str(exc))
+    refuse_unless_checked(experiment)
     out_dir = out or default_out_dir(experiment.name)
     options = run_options(experiment, out_dir, live, abort_on or [], yes)
     if interactive:

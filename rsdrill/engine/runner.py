@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from rsdrill import __version__
-from rsdrill.connection import ConnectOptions, use_options
+from rsdrill.connection import ConnectOptions, SettingsError, use_options
 from rsdrill.deployment import Deployment, inspect_any
 from rsdrill.engine.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.engine.console import GameDayConsole
@@ -154,9 +154,12 @@ class Runner:
             resource = target.recover_action()
             if resource:
                 journal.write("resource", key="resource:target", revert=resource)
-            target.setup()
             # rsdrill's own wire-level probes and checks reach members as the URI says (TLS,
-            # the login).
+            # the login): the user's URI before setup (member discovery uses it), the sandbox's
+            # once it is built.
+            if self.exp.target.uri:
+                use_options(ConnectOptions.from_uri(self.exp.target.uri))
+            target.setup()
             use_options(ConnectOptions.from_uri(target.uri))
             self._deployment = inspect_any(target.members)
             if resource and target.keep:
@@ -189,7 +192,7 @@ class Runner:
             verdict, error = "aborted", self._abort_reason or "aborted by signal"
         except GuardRefusal as exc:
             verdict, error = "aborted", redact_uri(str(exc))
-        except (TargetError, InjectionError, SelectionError, StepFailed) as exc:
+        except (TargetError, InjectionError, SelectionError, StepFailed, SettingsError) as exc:
             verdict, error = "error", redact_uri(str(exc))
         except Exception as exc:  # an internal error still reverts, reports and exits 4
             verdict, error = "error", redact_uri(f"internal error: {type(exc).__name__}: {exc}")

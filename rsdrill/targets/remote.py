@@ -6,7 +6,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from rsdrill.connection import DirectConnection, SettingsError, WireClientError, parse_uri
+from rsdrill.connection import (
+    ConnectOptions,
+    DirectConnection,
+    SettingsError,
+    WireClientError,
+    parse_uri,
+)
+from rsdrill.deployment import topology_of
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.injectors.base import Injector
 from rsdrill.redact import redact_uri
@@ -23,11 +30,14 @@ def seeds_of(uri: str) -> list[str]:
         raise TargetError(f"target.uri {redact_uri(uri)}: {exc}") from None
 
 
-def discover_members(seeds: list[str], timeout_s: float = HELLO_TIMEOUT_S) -> list[str]:
-    """Every member (data-bearing, passive, arbiter) as the first seed that answers lists them."""
+def discover_members(
+    seeds: list[str], timeout_s: float = HELLO_TIMEOUT_S, options: ConnectOptions | None = None
+) -> list[str]:
+    """Every member (data-bearing, passive, arbiter) as the first seed that answers lists them;
+    a standalone server is its own only member."""
     problems = []
     for seed in seeds:
-        conn = DirectConnection(seed, timeout_s)
+        conn = DirectConnection(seed, timeout_s, options)
         try:
             hello = conn.hello()
         except WireClientError as exc:
@@ -35,6 +45,8 @@ def discover_members(seeds: list[str], timeout_s: float = HELLO_TIMEOUT_S) -> li
             continue
         finally:
             conn.close()
+        if topology_of(hello) == "standalone":
+            return [seed]
         members = [*hello.get("hosts", []), *hello.get("passives", []),
                    *hello.get("arbiters", [])]  # fmt: skip
         if not members:

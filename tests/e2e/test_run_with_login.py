@@ -39,7 +39,11 @@ def test_a_run_logs_in_everywhere_and_leaks_no_password(tmp_path: Path) -> None:
     try:
         assert done.returncode == 0, done.stdout + done.stderr
         password = json.loads((sandbox / "auth.json").read_text())["password"]
-        metrics = json.loads((out / "result.json").read_text())["metrics"]
+        result = json.loads((out / "result.json").read_text())
+        metrics = result["metrics"]
+        # The URI reached the result with its password masked; the login is stated.
+        assert "rsdrill:***@" in result["target"]["uri"], result["target"]["uri"]
+        assert result["target"]["server"]["auth_mechanism"] == "SCRAM (negotiated)"
         # replSetGetStatus needs the login: the recovery and lag probes and the guards got in.
         assert metrics["recovery_s"] and all(v is not None for v in metrics["recovery_s"].values())
         assert metrics["replication_lag_max_s"] is not None

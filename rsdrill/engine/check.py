@@ -1,0 +1,313 @@
+"""`rsdrill check`: everything a run needs, checked against the real target with nothing injected.
+
+Each check is one line: what was checked, whether it holds, and — when it does not — exactly what
+is missing (a file, a role, a command, a permission). `rsdrill run` runs the same checks first
+and refuses, with exit 2, when one fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rsdrill.connection import (
+    ConnectOptions,
+    DirectConnection,
+    SettingsError,
+    WireClientError,
+    handshake_form,
+    parse_uri,
+)
+from rsdrill.deployment import Deployment, inspect, version_problem
+from rsdrill.experiment.schema import Experiment
+from rsdrill.probes.availability import PROBE_DB
+from rsdrill.targets import TargetError
+
+TIMEOUT_S = 5.0
+# Faults that run through faultfs (FUSE) on the sandbox and local platforms.
+_FAULTFS_KINDS = ("disk-fault", "iops-throttle", "volume-detach")
+# Each privilege a run uses: (resource, action, what uses it, the built-in role that grants it).
+_CLUSTER = "cluster"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report. `ok` None is a warning: the run goes on, measuring less."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Privilege:
+    """An action on a resource (`cluster`, or `db.collection` with "" for any collection)."""
+
+    resource: str
+    action: str
+    used_by: str
+    role: str
+    required: bool = True
+
+
+def failed(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.ok is False]
+
+
+def check_experiment(exp: Experiment) -> list[Check]:
+    """Every check for `exp`, in order; later checks are skipped once one they need fails."""
+    return list(_checks(exp))
+
+
+def _checks(exp: Experiment) -> Iterator[Check]:
+    yield from _local_tools(exp)
+    if exp.target.platform == "sandbox":
+        yield Check("target", True, "a sandbox the run builds itself")
+        return
+    assert exp.target.uri is not None  # the schema requires it off the sandbox
+    try:
+        parsed = parse_uri(exp.target.uri)
+    except SettingsError as exc:
+        yield Check("connection string", False, str(exc))
+        return
+    options = parsed.options
+    yield Check("connection string", True, _describe_connection(options, parsed.seeds))
+    members = _members(exp, parsed.seeds, options)
+    if isinstance(members, Check):
+        yield members
+        return
+    # Every member at once: a set of silent hosts costs one timeout, not one per member.
+    with ThreadPoolExecutor(max_workers=max(len(members), 1)) as pool:
+        lines = list(pool.map(lambda host: _reach(host, options), members))
+    yield from lines
+    reached = [host for host, line in zip(members, lines, strict=True) if line.ok]
+    if not reached:
+        return
+    try:
+        deployment = inspect(reached[0], TIMEOUT_S, options)
+    except WireClientError as exc:
+        yield Check("deployment", False, str(exc))
+        return
+    yield from _deployment(exp, deployment)
+    yield from _privileges(exp, reached[0], options, deployment)
+    if exp.target.platform != "local":
+        yield _platform(exp, options)
+
+
+def _describe_connection(options: ConnectOptions, seeds: list[str]) -> str:
+    parts = [f"seeds {', '.join(seeds)}"]
+    if options.tls is not None:
+        parts.append(
+            "TLS" + (" with a client certificate" if options.tls.certificate_key_file else "")
+        )
+    creds = options.credentials
+    if creds is not None:
+        who = creds.user or "the certificate's subject"
+        parts.append(f"login {creds.mechanism or 'SCRAM'} as {who} on {creds.source}")
+    return "; ".join(parts)
+
+
+def _members(exp: Experiment, seeds: list[str], options: ConnectOptions) -> list[str] | Check:
+    """The members to reach: a local target names them; elsewhere the set lists them."""
+    if exp.target.platform == "local":
+        return [m.host for m in exp.target.members]
+    from rsdrill.targets.remote import discover_members
+
+    try:
+        return discover_members(seeds, TIMEOUT_S, options)
+    except TargetError as exc:
+        return Check("members", False, str(exc))
+
+
+def _reach(host: str, options: ConnectOptions) -> Check:
+    conn = DirectConnection(host, TIMEOUT_S, options)
+    try:
+        conn.hello()
+    except WireClientError as exc:
+        return Check(f"reach {host}", False, str(exc).removeprefix(f"{host}: "))
+    finally:
+        conn.close()
+    how = ["answers hello" if handshake_form(host) == "hello" else "answers isMaster only"]
+    if options.tls is not None:
+        how.append("TLS")
+    if options.credentials is not None:
+        how.append("logged in")
+    return Check(f"reach {host}", True, ", ".join(how))
+
+
+def _deployment(exp: Experiment, deployment: Deployment) -> Iterator[Check]:
+    what = f"{deployment.topology}, version {deployment.version or 'unknown'}"
+    if deployment.emulator:
+        what += ", rsdrill's emulator"
+    problem = version_problem(deployment.version)
+    if problem is not None:
+        yield Check("server version", False, problem)
+    else:
+        yield Check("server version", True, what)
+    wanted = exp.target.topology
+    if deployment.topology == "sharded":
+        yield Check("topology", False, "a mongos (sharded cluster): point target.uri at a "
+                    "replica set (one shard) or a standalone server")  # fmt: skip
+    elif deployment.topology.startswith("replica set ("):
+        yield Check("topology", False, "the replica set is not initiated (rs.initiate())")
+    elif not topology_fits(wanted, deployment):
+        yield Check("topology", False, f"the experiment says {wanted}, the server is a "
+                    f"{deployment.topology}")  # fmt: skip
+    else:
+        yield Check("topology", True, deployment.topology
+                    + (f" {deployment.set_name}" if deployment.set_name else ""))  # fmt: skip
+
+
+def topology_fits(wanted: str, deployment: Deployment) -> bool:
+    """A standalone server is what `standalone` and `rs1` (one data-bearing server) mean; a
+    replica set fits any other topology (its shape is checked by the guards)."""
+    if deployment.is_standalone:
+        return wanted in ("standalone", "rs1")
+    return wanted != "standalone"
+
+
+def needed_privileges(exp: Experiment, standalone: bool) -> list[Privilege]:
+    """What the run will ask of the server, from its probes, guards and faults."""
+    needed = [
+        Privilege(f"{PROBE_DB}.", action, "the probes' writes and reads", f"readWrite@{PROBE_DB}")
+        for action in ("insert", "find", "update", "remove", "dropCollection")
+    ]
+    if not standalone:
+        needed += [
+            Privilege(_CLUSTER, "replSetGetStatus", "the recovery probe, selection and guards",
+                      "clusterMonitor"),
+            Privilege(_CLUSTER, "replSetGetConfig", "the quorum guard", "clusterMonitor"),
+            Privilege("local.oplog.rs", "find", "the oplog-window guard (skipped without it)",
+                      "clusterManager or read@local", required=False),
+        ]  # fmt: skip
+    needed.append(Privilege(_CLUSTER, "serverStatus", "the result's storage engine",
+                            "clusterMonitor", required=False))  # fmt: skip
+    if any(f.kind == "stepdown" for f in exp.faults):
+        needed.append(Privilege(_CLUSTER, "replSetStateChange", "the stepdown fault",
+                                "clusterManager"))  # fmt: skip
+    return needed
+
+
+def _privileges(
+    exp: Experiment, host: str, options: ConnectOptions, deployment: Deployment
+) -> Iterator[Check]:
+    conn = DirectConnection(host, TIMEOUT_S, options)
+    try:
+        status = conn.command("admin", {"connectionStatus": 1, "showPrivileges": True})
+        if not (status.get("authInfo") or {}).get("authenticatedUsers"):
+            # No login: fine on a server without access control, which answers anyway.
+            probe = conn.command("admin", {"listDatabases": 1, "nameOnly": True})
+            if probe.get("ok"):
+                yield Check("privileges", True, "the server does not require a login")
+            else:
+                yield Check("privileges", False, f"the server requires a login "
+                            f"({probe.get('errmsg', '')}): put a user in target.uri")  # fmt: skip
+            return
+    except WireClientError as exc:
+        yield Check("privileges", False, str(exc))
+        return
+    finally:
+        conn.close()
+    auth = status["authInfo"]
+    held = auth.get("authenticatedUserPrivileges") or []
+    roles = ", ".join(
+        f"{r.get('role')}@{r.get('db')}" for r in auth.get("authenticatedUserRoles") or []
+    )
+    missing = [p for p in needed_privileges(exp, deployment.is_standalone) if not _granted(held, p)]
+    lacking = [p for p in missing if p.required]
+    if lacking:
+        yield Check("privileges", False, "missing " + "; ".join(
+            f"{p.action} on {p.resource} for {p.used_by}: grant {p.role}" for p in lacking
+        ) + f" (the user has {roles or 'no roles'})")  # fmt: skip
+    else:
+        yield Check("privileges", True, f"roles {roles}")
+    for p in missing:
+        if not p.required:
+            detail = f"{p.action} on {p.resource} is not granted ({p.role}): {p.used_by}"
+            yield Check(f"privilege {p.action}", None, detail)
+
+
+def _granted(held: list[dict[str, Any]], wanted: Privilege) -> bool:
+    for privilege in held:
+        if wanted.action not in (privilege.get("actions") or []) and "anyAction" not in (
+            privilege.get("actions") or []
+        ):
+            continue
+        if _covers(privilege.get("resource") or {}, wanted.resource):
+            return True
+    return False
+
+
+def _covers(resource: dict[str, Any], wanted: str) -> bool:
+    """Whether a privilege's resource document covers `cluster` or `db.collection`."""
+    if resource.get("anyResource"):
+        return True
+    if wanted == _CLUSTER:
+        return bool(resource.get("cluster"))
+    if "db" not in resource:
+        return False
+    db, _, collection = wanted.partition(".")
+    res_db, res_coll = resource.get("db", ""), resource.get("collection", "")
+    db_ok = res_db in ("", db)
+    # "" covers the non-system collections only; oplog.rs and system.* must be named.
+    special = collection.startswith("system.") or (db == "local" and collection == "oplog.rs")
+    coll_ok = res_coll == collection or (res_coll == "" and not special)
+    return db_ok and coll_ok
+
+
+def _local_tools(exp: Experiment) -> Iterator[Check]:
+    """What this machine needs for the faults it will inject itself (sandbox, local)."""
+    if exp.target.platform not in ("sandbox", "local"):
+        return
+    kinds = {f.kind for f in exp.faults}
+    if "network-partition" in kinds:
+        nft = shutil.which("nft", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+        if nft is None:
+            yield Check("nftables", False, "network-partition needs the `nft` command: "
+                        "apt-get install nftables")  # fmt: skip
+        else:
+            yield Check("nftables", True, nft)
+    power_loss = any(f.kind == "host-kill" and f.power_loss for f in exp.faults)
+    if kinds & set(_FAULTFS_KINDS) or power_loss:
+        yield _fuse_check()
+
+
+def _fuse_check() -> Check:
+    problems = []
+    if not Path("/dev/fuse").exists():
+        problems.append("/dev/fuse is missing")
+    if shutil.which("fusermount3") is None and shutil.which("fusermount") is None:
+        problems.append("fusermount3 is missing (apt-get install fuse3)")
+    try:
+        import mfusepy  # noqa: F401
+    except (ImportError, OSError) as exc:
+        problems.append(f"libfuse3 cannot be loaded ({exc}; apt-get install fuse3)")
+    if problems:
+        return Check("FUSE (storage faults)", False, "; ".join(problems))
+    return Check("FUSE (storage faults)", True, "/dev/fuse, fusermount3, libfuse3")
+
+
+def _platform(exp: Experiment, options: ConnectOptions) -> Check:
+    """The platform's own preflight (engines, permissions, member mapping), read-only."""
+    from rsdrill.connection import use_options
+    from rsdrill.engine.runner import make_target
+
+    name = f"platform {exp.target.platform}"
+    with tempfile.TemporaryDirectory(prefix="rsdrill-check-") as scratch:
+        use_options(options)
+        try:
+            make_target(exp, Path(scratch)).setup()
+        except TargetError as exc:
+            return Check(name, False, str(exc))
+        finally:
+            use_options(None)
+    return Check(name, True, "every member maps to the platform; permissions allow the faults")
