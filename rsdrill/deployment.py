@@ -20,9 +20,6 @@ MAX_VERSION = (8, 0)
 # What the sandbox's emulator says in buildInfo.gitVersion and its storage engines' names.
 EMULATOR_GIT_VERSION = "rsdrill-sandbox"
 EMULATOR_ENGINE_PREFIX = "rsdrill-"
-# Codes a server answers replSetGetStatus with when it is not a replica-set member:
-# NoReplicationEnabled (mongod started without --replSet), CommandNotFound (compatible servers).
-NOT_A_REPLICA_SET = frozenset({76, 59})
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,9 @@ class Metrics(_Model):
     rpo_s: float | None = None
     restore_s: float | None = None
     lost_before_backup: int | None = None
+    # Metrics that do not exist for the target's topology (a standalone has no failover): null
+    # above because there is nothing to measure, not because measuring failed.
+    not_applicable: list[str] = Field(default_factory=list)
 
 
 class SloResult(_Model):

@@ -11,20 +11,26 @@ from rsdrill.analysis.failover import failover_parts, find_failover, no_primary_
 from rsdrill.analysis.lag import replication_lag_max_s
 from rsdrill.analysis.latency import degradation_s, latency_ms
 from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
+from rsdrill.analysis.slo import REPLICA_SET_ONLY
 from rsdrill.probes.history import FaultRecord, Op
 from rsdrill.result import FailoverParts, Metrics
 
 
 def compute_metrics(
-    ops: Sequence[Op], faults: Sequence[FaultRecord], *, duration_s: float
+    ops: Sequence[Op],
+    faults: Sequence[FaultRecord],
+    *,
+    duration_s: float,
+    standalone: bool = False,
 ) -> Metrics:
     """Every metric of the result (CONTRACT) from the history; a pure function.
 
     `ops` in any order; `duration_s` is the run's length, for `probe_ops_per_s` (the number of
     ops of all probes per second; None when `duration_s` is not positive). Each metric's
-    definition is in the docstring of the function computing it.
+    definition is in the docstring of the function computing it. For a `standalone` server the
+    replica-set metrics are null and listed in `not_applicable`.
     """
-    failover = find_failover(ops, faults)
+    failover = None if standalone else find_failover(ops, faults)
     ledger = durability(ops)
     drill = disaster_recovery(ops, faults)
     return Metrics(
@@ -34,7 +40,7 @@ def compute_metrics(
         failover_parts=failover_parts(ops, failover) if failover else FailoverParts(),
         recovery_s=recovery_s(ops, faults),
         member_states=member_states(ops),
-        replication_lag_max_s=replication_lag_max_s(ops),
+        replication_lag_max_s=None if standalone else replication_lag_max_s(ops),
         acknowledged_writes=ledger.acknowledged_writes,
         lost_acknowledged_writes=ledger.lost_acknowledged_writes,
         lost_acknowledged_seqs=ledger.lost_acknowledged_seqs,
@@ -47,4 +53,5 @@ def compute_metrics(
         rpo_s=drill.rpo_s,
         restore_s=drill.restore_s,
         lost_before_backup=drill.lost_before_backup,
+        not_applicable=list(REPLICA_SET_ONLY) if standalone else [],
     )

@@ -11,9 +11,7 @@ from collections.abc import Sequence
 
 from rsdrill.analysis.polling import transition_time
 from rsdrill.probes.history import FaultRecord, Op
-
-HEALTHY = frozenset({"PRIMARY", "SECONDARY", "ARBITER"})
-"""States in which a member serves its role in the replica set again."""
+from rsdrill.states import HEALTHY
 
 
 def member_state(op: Op) -> str:
@@ -42,7 +40,8 @@ def member_states(ops: Sequence[Op]) -> dict[str, list[tuple[float, str]]]:
 def recovery_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> dict[str, float | None]:
     """`recovery_s`: per reverted fault's target, seconds from the revert to healthy again.
 
-    Healthy means answering with state PRIMARY, SECONDARY or ARBITER and staying so: the
+    Healthy means answering with state PRIMARY, SECONDARY, ARBITER or STANDALONE (a server
+    without a replica set) and staying so: the
     first poll after `reverted_at_s` from which every later poll of the member is healthy (a
     member that was SECONDARY when a partition healed, then rolled back, recovers when it is
     SECONDARY again after its rollback). The moment is `polling.transition_time(prev, first,

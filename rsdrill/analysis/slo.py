@@ -55,6 +55,23 @@ _MEMBER = re.compile(r"^\S+:\d{1,5}$")
 _RECOVERY_PREFIX = "recovery_s."
 
 
+# What a server without a replica set cannot have: no failover, no election, no replication.
+REPLICA_SET_ONLY: tuple[str, ...] = (
+    "failover_s",
+    "failover_parts.detection_s",
+    "failover_parts.election_s",
+    "failover_parts.client_rediscovery_s",
+    "replication_lag_max_s",
+)
+
+
+def not_applicable_reason(name: str, *, standalone: bool) -> str | None:
+    """Why an SLO on `name` cannot be measured on this topology (None: it can)."""
+    if standalone and name in REPLICA_SET_ONLY:
+        return f"{name} needs a replica set: a standalone server has no failover or replication"
+    return None
+
+
 def metric_names() -> list[str]:
     """The metric names an SLO may use, in the result's order (plus `recovery_s.<host:port>`)."""
     return list(_METRIC_NAMES)

@@ -98,6 +98,7 @@ def _checks(exp: Experiment) -> Iterator[Check]:
         yield Check("deployment", False, str(exc))
         return
     yield from _deployment(exp, deployment)
+    yield from _slos(exp, deployment)
     yield from _privileges(exp, reached[0], options, deployment)
     if exp.target.platform != "local":
         yield _platform(exp, options)
@@ -165,6 +166,16 @@ def _deployment(exp: Experiment, deployment: Deployment) -> Iterator[Check]:
     else:
         yield Check("topology", True, deployment.topology
                     + (f" {deployment.set_name}" if deployment.set_name else ""))  # fmt: skip
+
+
+def _slos(exp: Experiment, deployment: Deployment) -> Iterator[Check]:
+    """An SLO on a metric this topology cannot have would fail every run: refuse it now."""
+    from rsdrill.analysis.slo import not_applicable_reason
+
+    reasons = [r for name in exp.slo if (r := not_applicable_reason(
+        name, standalone=deployment.is_standalone)) is not None]  # fmt: skip
+    if reasons:
+        yield Check("slo", False, "; ".join(reasons))
 
 
 def topology_fits(wanted: str, deployment: Deployment) -> bool:
@@ -299,6 +310,7 @@ def _fuse_check() -> Check:
 def _platform(exp: Experiment, options: ConnectOptions) -> Check:
     """The platform's own preflight (engines, permissions, member mapping), read-only."""
     from rsdrill.connection import use_options
+    from rsdrill.engine.guards import GuardRefusal
     from rsdrill.engine.runner import make_target
 
     name = f"platform {exp.target.platform}"
@@ -308,6 +320,8 @@ def _platform(exp: Experiment, options: ConnectOptions) -> Check:
             make_target(exp, Path(scratch)).setup()
         except TargetError as exc:
             return Check(name, False, str(exc))
+        except GuardRefusal as exc:  # the run refuses it too (exit 3); the platform is fine
+            return Check(name, None, str(exc))
         finally:
             use_options(None)
     return Check(name, True, "every member maps to the platform; permissions allow the faults")

@@ -52,9 +52,9 @@ from typing import Any
 
 from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.experiment.schema import Experiment, Fault, SelectCount, SelectMember
+from rsdrill.states import HEALTHY, PRIMARY_LIKE, STANDALONE
 from rsdrill.targets.selection import current_states
 
-HEALTHY = frozenset({"PRIMARY", "SECONDARY", "ARBITER"})
 ALLOW_ENV = "RSDRILL_ALLOW"
 OPLOG_FULL_FRACTION = 0.8
 COMMAND_TIMEOUT_S = 5.0
@@ -384,23 +384,19 @@ def check_guards(
     `note` receives one line per guard; `sleep` waits (and may raise to stop the run).
     """
     states = current_states(members, timeout_s=1.0)
-    primary = next((h for h, s in states.items() if s == "PRIMARY"), None)
+    primary = next((h for h, s in states.items() if s in PRIMARY_LIKE), None)
     if primary is None:
         raise GuardRefusal("member health", f"no member is PRIMARY ({_describe(states)})")
+    if states[primary] == STANDALONE:
+        _check_standalone(exp, primary, env=env, assume_yes=assume_yes, confirm=confirm,
+                          note=note)  # fmt: skip
+        return
     conn = DirectConnection(primary, COMMAND_TIMEOUT_S)
     try:
         status = _command(conn, {"replSetGetStatus": 1})
         set_name = str(status.get("set", "?"))
-        if exp.target.platform == "sandbox":
-            note("guard allowlist: ok (a sandbox built by this run)")
-        else:
-            question = (
-                f"Run experiment {exp.name!r} against replica set {set_name!r} "
-                f"({', '.join(members)}): {_fault_summary(exp.faults)}?"
-            )
-            allowed = check_allowlist(set_name, env.get(ALLOW_ENV), assume_yes=assume_yes,
-                                      confirm=confirm, question=question)  # fmt: skip
-            note(f"guard allowlist: {allowed}")
+        _allow(exp, set_name, f"replica set {set_name!r} ({', '.join(members)})", env=env,
+               assume_yes=assume_yes, confirm=confirm, note=note)  # fmt: skip
         config = _command(conn, {"replSetGetConfig": 1}).get("config", {})
         voting = sum(1 for m in config.get("members", []) if m.get("votes", 1))
         if not voting:
@@ -421,6 +417,44 @@ def check_guards(
         note(f"guard member health: ok (all healthy, max lag {max_lag(status):.1f}s)")
     finally:
         conn.close()
+
+
+def _allow(
+    exp: Experiment,
+    name: str,
+    what: str,
+    *,
+    env: Mapping[str, str],
+    assume_yes: bool,
+    confirm: Callable[[str], bool] | None,
+    note: Callable[[str], None],
+) -> None:
+    if exp.target.platform == "sandbox":
+        note("guard allowlist: ok (a sandbox built by this run)")
+        return
+    question = f"Run experiment {exp.name!r} against {what}: {_fault_summary(exp.faults)}?"
+    allowed = check_allowlist(name, env.get(ALLOW_ENV), assume_yes=assume_yes, confirm=confirm,
+                              question=question)  # fmt: skip
+    note(f"guard allowlist: {allowed}")
+
+
+def _check_standalone(
+    exp: Experiment,
+    host: str,
+    *,
+    env: Mapping[str, str],
+    assume_yes: bool,
+    confirm: Callable[[str], bool] | None,
+    note: Callable[[str], None],
+) -> None:
+    """A standalone server: named by its address in the allowlist; it is its own quorum of
+    one (a fault that takes it down takes the service down: `allow_quorum_loss`, as for rs1);
+    it has no oplog and no replication lag."""
+    _allow(exp, host, f"standalone server {host}", env=env, assume_yes=assume_yes,
+           confirm=confirm, note=note)  # fmt: skip
+    note(f"guard quorum: {check_quorum(exp.faults, 1, allowed=exp.guards.allow_quorum_loss)}")
+    note("guard oplog window: not applicable (a standalone server has no oplog)")
+    note("guard member health: ok (the standalone server answers and takes writes)")
 
 
 def _command(conn: DirectConnection, cmd: dict[str, Any]) -> dict[str, Any]:

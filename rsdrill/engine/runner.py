@@ -23,7 +23,7 @@ from rsdrill.connection import ConnectOptions, SettingsError, use_options
 from rsdrill.deployment import Deployment, inspect_any
 from rsdrill.engine.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.engine.console import GameDayConsole
-from rsdrill.engine.guards import HEALTHY, GuardRefusal, check_guards
+from rsdrill.engine.guards import GuardRefusal, check_guards
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.schedule import Action, build_schedule
@@ -42,6 +42,7 @@ from rsdrill.result import (
     ServerInfo,
     TargetInfo,
 )
+from rsdrill.states import HEALTHY, PRIMARY_LIKE
 from rsdrill.targets import RunTarget, TargetError
 from rsdrill.targets.selection import (
     SelectionError,
@@ -173,7 +174,8 @@ class Runner:
             from rsdrill.probes import ProbeSet
 
             probes = ProbeSet(self.exp.probes, uri=target.uri, members=target.members,
-                              history=self.history, run_id=self.run_id)  # fmt: skip
+                              history=self.history, run_id=self.run_id,
+                              standalone=self._standalone)  # fmt: skip
             probes.prepare()
             self._check_abort()
             self.clock = RunClock.start()
@@ -258,7 +260,8 @@ class Runner:
             duration_s=round(self.clock.now(), 3),
             target=TargetInfo(
                 platform=self.exp.target.platform,
-                topology=self.exp.target.topology,
+                # As found: an rs1 target that is a standalone server says so.
+                topology="standalone" if self._standalone else self.exp.target.topology,
                 uri=redact_uri(target.uri) if target else "",
                 members=target.members if target else [],
                 server=ServerInfo(**self._deployment.to_dict()) if self._deployment else None,
@@ -279,9 +282,14 @@ class Runner:
         from rsdrill.analysis.metrics import compute_metrics
         from rsdrill.analysis.slo import evaluate, verdict
 
-        metrics = compute_metrics(self.history.ops(), self.state.records, duration_s=duration_s)
+        metrics = compute_metrics(self.history.ops(), self.state.records, duration_s=duration_s,
+                                  standalone=self._standalone)  # fmt: skip
         results = evaluate(metrics, self.exp.slo)
         return metrics, results, verdict(results)
+
+    @property
+    def _standalone(self) -> bool:
+        return self._deployment is not None and self._deployment.is_standalone
 
     # -- phases ----------------------------------------------------------------------------
 
@@ -300,7 +308,7 @@ class Runner:
         while True:
             states = current_states(target.members)
             unhealthy = {h: s for h, s in states.items() if s not in HEALTHY}
-            primaries = [h for h, s in states.items() if s == "PRIMARY"]
+            primaries = [h for h, s in states.items() if s in PRIMARY_LIKE]
             if not unhealthy and len(primaries) == 1:
                 return
             if time.monotonic() > deadline:
@@ -512,7 +520,9 @@ class Runner:
                 return
             if observe.until_recovered and elapsed >= MIN_OBSERVE_S:
                 states = current_states(target.members, timeout_s=0.5)
-                if all(s in HEALTHY for s in states.values()) and "PRIMARY" in states.values():
+                if all(s in HEALTHY for s in states.values()) and PRIMARY_LIKE & set(
+                    states.values()
+                ):
                     return
             self._sleep(0.25)
 

@@ -30,6 +30,7 @@ class ProbeSet:
         history: History,
         run_id: str,
         seed: int = 0,
+        standalone: bool = False,
     ) -> None:
         self.config = config
         self.uri = uri
@@ -38,6 +39,8 @@ class ProbeSet:
         self.clock = RunClock.start()
         self.prefix = f"run_{run_id}"
         self.seed = seed
+        # A standalone server has no replication to measure: no lag probe.
+        self.standalone = standalone
         self.probes: list[Probe] = []
         self.ledger: WriteLoop | None = None
         self._clients: list[MongoClient[dict[str, Any]]] = []
@@ -96,7 +99,7 @@ class ProbeSet:
                     StatusPoller(self.history, self.clock, member=member,
                                  interval_s=c.recovery.interval, timeout_s=c.recovery.timeout)
                 )  # fmt: skip
-        if c.lag is not None:
+        if c.lag is not None and not self.standalone:
             self.probes.append(
                 LagPoller(self.history, self.clock, members=self.members,
                           interval_s=c.lag.interval, timeout_s=c.lag.timeout)

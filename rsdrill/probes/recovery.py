@@ -8,6 +8,7 @@ import datetime as dt
 from typing import Any
 
 from rsdrill.probes.base import MemberPoller
+from rsdrill.states import NOT_A_REPLICA_SET, STANDALONE
 
 _ELECTION_DATES = {
     "called_s": "lastElectionDate",
@@ -22,6 +23,9 @@ class StatusPoller(MemberPoller):
     command = {"replSetGetStatus": 1}
 
     def answered(self, t_start: float, status: dict[str, Any]) -> None:
+        if status.get("code") in NOT_A_REPLICA_SET:  # it answers, and has no replica set
+            self.record("status", self.member, t_start, "ok", {"state": STANDALONE})
+            return
         if not status.get("ok"):
             self.record(
                 "status",

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from rsdrill.connection import AccessRefused, DirectConnection, WireClientError
 from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
 from rsdrill.probes.history import Op
+from rsdrill.states import DOWN, NOT_A_REPLICA_SET, PRIMARY_LIKE, STANDALONE
 from rsdrill.targets import TargetError
 
 
@@ -23,9 +24,11 @@ def member_state(host: str, timeout_s: float = 1.0) -> str:
     except AccessRefused as exc:  # not down: unreachable with these settings, say so now
         raise TargetError(str(exc)) from None
     except WireClientError:
-        return "DOWN"
+        return DOWN
     finally:
         conn.close()
+    if status.get("code") in NOT_A_REPLICA_SET:
+        return STANDALONE
     me = next((m for m in status.get("members", []) if m.get("self")), None)
     return str(me["stateStr"]) if me else "UNKNOWN"
 
@@ -54,7 +57,9 @@ def resolve(selection: Selection, states: dict[str, str]) -> list[str]:
             )
         return pool[: selection.count]
     wanted = selection.upper()
-    matches = [h for h, s in states.items() if s == wanted]
+    # `primary` is the member that takes the writes: a standalone server is one.
+    accepted = PRIMARY_LIKE if wanted == "PRIMARY" else {wanted}
+    matches = [h for h, s in states.items() if s in accepted]
     if not matches:
         raise SelectionError(f"select {selection}: no member is {wanted} now: {_describe(states)}")
     return matches[:1]

@@ -4,7 +4,6 @@ exit 4, no traceback, no password, nothing injected), and killed with a VM power
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import subprocess
@@ -69,14 +68,14 @@ def test_refusals_are_one_clear_line_and_nothing_is_injected(
              "VC_PASSWORD": secret},
     )  # fmt: skip
     output = done.stdout + done.stderr
-    assert done.returncode == 4, output
+    # `rsdrill run` checks the platform first: refused before anything is built (exit 2).
+    assert done.returncode == 2, output
     assert says.format(port=sim.port, member=member) in output
-    assert "Traceback" not in output
-    result = (tmp_path / "out" / "result.json").read_text()
-    assert json.loads(result)["faults"] == []
+    assert "✘ platform vsphere: " in output and "Traceback" not in output
+    assert not (tmp_path / "out").exists()
     journal = "".join(p.read_text() for p in (tmp_path / "home" / "journal").glob("*.jsonl"))
     assert "intent" not in journal  # nothing was about to be injected
-    for text in (output, result, journal):
+    for text in (output, journal):
         assert secret not in text
 
 
