@@ -124,6 +124,10 @@ def run_and_report(experiment: Experiment, options: RunOptions, history: Path | 
         observed = "n/a" if slo.observed is None else f"{slo.observed:g}"
         mark = "ok  " if slo.passed else "FAIL"
         typer.echo(f"  {mark} {slo.metric} {slo.op} {slo.threshold:g} (observed {observed})")
+    if result.target.server is not None:
+        from rsdrill.report.common import describe_server
+
+        typer.echo(f"measured on: {describe_server(result.target.server)}")
     typer.echo(f"report: {out_dir / 'report.html'}")
     if history is not None:
         from rsdrill.store import StoreError, record

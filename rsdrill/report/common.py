@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rsdrill.result import Metrics, SloResult
+from rsdrill.result import Metrics, ServerInfo, SloResult
 
 # Which metrics are "scalar" is decided by value type, so a metric added to `Metrics` later shows up
 # in every report without touching this module; lists (member_states, lost seqs) are left to the
@@ -27,6 +27,22 @@ def scalar_metrics(metrics: Metrics) -> list[tuple[str, Scalar]]:
     for name, value in metrics.model_dump().items():
         walk(name, value)
     return rows
+
+
+def describe_server(server: ServerInfo | None) -> str:
+    """One line on what was measured, so a sandbox figure is never read as mongod's."""
+    if server is None:
+        return "unknown (no member answered)"
+    what = "rsdrill's emulator" if server.emulator else "MongoDB"
+    parts = [f"{what} {server.version or '(version unknown)'}", server.topology]
+    if server.set_name:
+        parts[-1] += f" {server.set_name}"
+    parts.append("hello" if server.handshake == "hello" else "isMaster only (no hello)")
+    if server.storage_engine:
+        parts.append(f"storage {server.storage_engine}")
+    parts.append("TLS" if server.tls else "no TLS")
+    parts.append(f"login {server.auth_mechanism}" if server.auth_mechanism else "no login")
+    return ", ".join(parts)
 
 
 def fmt_number(value: Scalar, unit: str = "") -> str:

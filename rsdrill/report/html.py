@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from rsdrill.probes.history import Op
 from rsdrill.report.assets import CSS, JS
-from rsdrill.report.common import fmt_number, scalar_metrics, slo_condition
+from rsdrill.report.common import describe_server, fmt_number, scalar_metrics, slo_condition
 from rsdrill.report.timeline import timeline_data
 from rsdrill.result import Result
 
@@ -39,6 +39,7 @@ def _facts(result: Result) -> str:
         ("target", f"{target.platform} {target.topology}"),
         ("uri", target.uri),
         ("members", ", ".join(target.members) or "n/a"),
+        ("server", describe_server(target.server)),
         ("exit code", result.exit_code),
         ("rsdrill", result.rsdrill_version or "n/a"),
     ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from rsdrill.report.common import fmt_number, scalar_metrics, slo_condition
+from rsdrill.report.common import describe_server, fmt_number, scalar_metrics, slo_condition
 from rsdrill.result import Result
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark; these are the ones
@@ -44,6 +44,7 @@ def render_summary(result: Result, report_path: str) -> str:
         f"- started: {md_escape(result.started_at)}, duration {fmt_number(result.duration_s)} s",
         f"- target: {md_escape(result.target.platform)} {md_escape(result.target.topology)}"
         + (f" ({md_escape(', '.join(result.target.members))})" if result.target.members else ""),
+        f"- server: {md_escape(describe_server(result.target.server))}",
         f"- report: {_code(report_path)} (self-contained HTML: timeline, member states, latency)",
         "",
     ]
