@@ -72,15 +72,29 @@ def recovery_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> dict[str, fl
     return result
 
 
+# Fallback for servers that omit `tooStale` (compatible servers; MongoDB before 4.2): the
+# member's infoMessage. Wordings seen: "error RS102 too stale to catch up" (MongoDB up to 4.0),
+# "too stale to catch up -- entering maintenance mode" (log, 4.x), and the emulator's
+# "too stale to catch up: <source> no longer has our last entry".
+_TOO_STALE_TEXT = "too stale to catch up"
+
+
 def too_stale(ops: Sequence[Op]) -> list[str]:
     """`too_stale`: members that fell off the oplog (their newest entry is older than the
-    oldest their sync source still has): their status said "too stale" at least once. They
-    stay RECOVERING until resynced from scratch. Sorted by host."""
+    oldest their sync source still has); they stay RECOVERING until resynced from scratch.
+
+    Read from the member's own replSetGetStatus: its `tooStale: true` (MongoDB 4.2+), or, where
+    a server omits that field, its infoMessage saying "too stale to catch up". Sorted by host.
+    """
     return sorted(
         {
             op.member
             for op in _polls(ops)
-            if op.member and "too stale" in str(op.detail.get("message", "")).lower()
+            if op.member
+            and (
+                op.detail.get("too_stale") is True
+                or _TOO_STALE_TEXT in str(op.detail.get("message", "")).lower()
+            )
         }
     )
 

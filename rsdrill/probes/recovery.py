@@ -45,6 +45,8 @@ class StatusPoller(MemberPoller):
         }
         if me.get("infoMessage"):  # e.g. why it is RECOVERING ("too stale to catch up")
             detail["message"] = str(me["infoMessage"])
+        if status.get("tooStale"):  # MongoDB 4.2+: fell off its sync sources' oplogs
+            detail["too_stale"] = True
         metrics = status.get("electionCandidateMetrics")
         if me.get("stateStr") == "PRIMARY" and metrics:
             election: dict[str, Any] = {"term": int(metrics.get("electionTerm", status["term"]))}

@@ -136,3 +136,24 @@ def test_too_stale_names_members_whose_status_said_so() -> None:
     searching = recovering(A, "could not find member to sync from")
     assert too_stale([*kill_and_restart(), stale, searching]) == [B]
     assert too_stale(kill_and_restart()) == []
+
+
+def test_too_stale_reads_mongodbs_field_before_any_message() -> None:
+    # MongoDB 4.2+ says so in replSetGetStatus (`tooStale: true`), whatever its infoMessage.
+    flagged = Op("recovery", "status", A, 7.0, 7.02, "ok",
+                 {"state": "RECOVERING", "term": 1, "too_stale": True})  # fmt: skip
+    assert too_stale([flagged]) == [A]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "error RS102 too stale to catch up",  # MongoDB up to 4.0, and servers that copy it
+        "too stale to catch up -- entering maintenance mode",  # MongoDB 4.x
+        "Too stale to catch up: b:27017 no longer has our last entry",  # the emulator
+    ],
+)
+def test_too_stale_falls_back_to_each_versions_wording(message: str) -> None:
+    op = Op("recovery", "status", B, 7.0, 7.02, "ok",
+            {"state": "RECOVERING", "term": 1, "message": message})  # fmt: skip
+    assert too_stale([op]) == [B]

@@ -905,6 +905,8 @@ def replset_status(node: Node) -> dict[str, Any]:
         reply["electionCandidateMetrics"] = dict(node.election_metrics)
     if node.initial_sync_status is not None:
         reply["initialSyncStatus"] = dict(node.initial_sync_status)
+    if node.too_stale:  # as mongod 4.2+ (SERVER-29803): RECOVERING and unable to catch up
+        reply["tooStale"] = True
     return reply
 
 
