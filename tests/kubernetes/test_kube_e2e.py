@@ -211,3 +211,30 @@ def test_litmus_run_keeps_litmus_verdict_in_the_result(
         p["status"]["verdict"] for p in written["status"]["probeStatuses"]
     ]
     assert rsdrill_objects(kube.api, bound_set.namespace) == []
+
+
+def test_check_names_what_a_restricted_service_account_may_not_do(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """`rsdrill check` against the real API server: with the restricted token the platform line
+    fails naming each RBAC refusal (exit 2); with the admin's every line holds (exit 0). Nothing
+    is created either way."""
+    path = bound_set.experiment(kube, tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["target"]["kubernetes"]["kubeconfig"] = str(kube.restricted)
+    restricted = tmp_path / "restricted.yaml"
+    restricted.write_text(yaml.safe_dump(document))
+    check = _rsdrill("check", str(restricted), home=tmp_path / "home")
+    output, _ = check.communicate(timeout=120)
+    assert check.returncode == 2, output
+    assert "✔ reach " in output and "✔ privileges: the server does not require a login" in output
+    assert "✘ platform kubernetes: " in output and "RBAC denies" in output, output
+    assert f"create podchaos.chaos-mesh.org in namespace {bound_set.namespace}" in output
+    allowed = _rsdrill("check", str(path), "--json", home=tmp_path / "home")
+    report, _ = allowed.communicate(timeout=120)
+    assert allowed.returncode == 0, report
+    checks = json.loads(report)["checks"]
+    assert all(c["ok"] is not False for c in checks)
+    assert {c["name"] for c in checks} >= {"connection string", "server version", "topology",
+                                          "privileges", "platform kubernetes"}  # fmt: skip
+    assert rsdrill_objects(kube.api, bound_set.namespace) == []
