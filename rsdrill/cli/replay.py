@@ -63,6 +63,7 @@ def replay(
     durations and roles, against a fresh set. Exit statuses as `rsdrill run`."""
     from pydantic import ValidationError
 
+    from rsdrill.cli.check import refuse_unless_checked
     from rsdrill.cli.run import default_out_dir, run_and_report, run_options
 
     if (timeline is None) == (from_result is None):
@@ -82,6 +83,7 @@ def replay(
         first = exc.errors(include_url=False)[0]
         exit_invalid(f"replay: this target does not fit the timeline: {first['msg']}")
     experiment = plan.to_experiment()
+    refuse_unless_checked(experiment)
     out_dir = out or default_out_dir(experiment.name)
     out_dir.mkdir(parents=True, exist_ok=True)
     # What was replayed, as a file one can edit and replay again.
