@@ -7,12 +7,22 @@ import re
 MASK = "***"
 _URI_PASSWORD = re.compile(r"(mongodb(?:\+srv)?://[^:/@\s]+:)([^@/\s]+)(@)")
 _MASKED_URI_PASSWORD = re.compile(rf"mongodb(?:\+srv)?://[^:/@\s]+:{re.escape(MASK)}@")
+# Options whose value is a secret: the client key's passphrase, and AWS credentials that
+# MONGODB-AWS takes in authMechanismProperties (AWS_SESSION_TOKEN:...).
+_URI_SECRET_OPTION = re.compile(
+    r"(?i)((?:[?&]|%26)(?:tlsCertificateKeyFilePassword|sslPEMKeyPassword)=)([^&\s]+)"
+    r"|(AWS_SESSION_TOKEN(?::|%3A))([^,&\s]+)"
+)
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|access_key|private_key)")
 
 
 def redact_uri(text: str) -> str:
-    """Mask the password of every MongoDB URI in `text` (user names stay: they help debugging)."""
-    return _URI_PASSWORD.sub(rf"\1{MASK}\3", text)
+    """Mask the password of every MongoDB URI in `text` (user names stay: they help debugging),
+    and the secrets its options may carry."""
+    text = _URI_PASSWORD.sub(rf"\1{MASK}\3", text)
+    return _URI_SECRET_OPTION.sub(
+        lambda m: f"{m.group(1)}{MASK}" if m.group(1) else f"{m.group(3)}{MASK}", text
+    )
 
 
 def has_masked_password(text: str) -> bool:

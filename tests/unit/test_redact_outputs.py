@@ -61,3 +61,13 @@ def test_live_view_masks_the_password() -> None:
     stream = io.StringIO()
     LiveView(History(), stream).event(f"connecting to {URI}")
     assert PASSWORD not in stream.getvalue() and "drill:***@" in stream.getvalue()
+
+
+def test_secrets_in_uri_options_are_masked_too() -> None:
+    uri = ("mongodb+srv://u:pw@rs.example.com/?tls=true&tlsCertificateKeyFilePassword=hunter2"
+           "&appName=x&authMechanismProperties=AWS_SESSION_TOKEN:tok3n,SERVICE_NAME:m")  # fmt: skip
+    shown = redact_uri(f"error reaching {uri}: refused")
+    for secret in ("pw@", "hunter2", "tok3n"):
+        assert secret not in shown
+    assert "tlsCertificateKeyFilePassword=***&appName=x" in shown
+    assert "AWS_SESSION_TOKEN:***,SERVICE_NAME:m" in shown
