@@ -519,12 +519,27 @@ class Runner:
             if elapsed >= observe.after_revert:
                 return
             if observe.until_recovered and elapsed >= MIN_OBSERVE_S:
-                states = current_states(target.members, timeout_s=0.5)
-                if all(s in HEALTHY for s in states.values()) and PRIMARY_LIKE & set(
-                    states.values()
-                ):
+                states = self._recovered_states(target, start)
+                if states and all(s in HEALTHY for s in states) and PRIMARY_LIKE & set(states):
                     return
             self._sleep(0.25)
+
+    def _recovered_states(self, target: RunTarget, since_s: float) -> list[str] | None:
+        """Every member's state as the recovery probe last recorded it since `since_s` (None
+        until each has such a poll): the run may end only once the history the analyzer reads
+        holds the recovery, not when a separate query sees it first. Without the recovery
+        probe, the members are asked directly."""
+        if self.exp.probes.recovery is None:
+            return list(current_states(target.members, timeout_s=0.5).values())
+        from rsdrill.analysis.recovery import member_state
+
+        latest: dict[str, Op] = {}
+        for op in self.history.ops("recovery"):
+            if op.member in target.members and op.t_start >= since_s:
+                latest[op.member] = op
+        if len(latest) < len(target.members):
+            return None
+        return [member_state(op) for op in latest.values()]
 
     # -- waiting and signals ----------------------------------------------------------------
 
