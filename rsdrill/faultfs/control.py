@@ -5,6 +5,10 @@ One JSON object per line each way. Requests: `{"op": "ping"}`, `{"op": "set", "n
 `{"op": "status"}`, `{"op": "power-loss"}`. Replies carry `"ok": true` or `"ok": false,
 "error": "..."`. An abstract socket needs no file (no path-length limit, nothing stale left
 behind by a crashed daemon): it exists exactly while the daemon runs.
+
+An abstract socket has no file permissions either: any local user can connect. So the daemon
+asks the kernel who is calling (SO_PEERCRED) and serves only its own user and root; anyone else
+could otherwise detach a member's volume or drop a real mongod's unsynced writes.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import hashlib
 import json
 import os
 import socket
+import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +68,15 @@ def request(mountpoint: Path | str, message: dict[str, Any],
     return dict(reply)
 
 
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of a Unix socket, as the kernel says."""
+    data = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    return int(_PEERCRED.unpack(data)[1])
+
+
 class ControlServer:
     """Serves the control requests of one mount from a background thread."""
 
@@ -94,6 +108,12 @@ class ControlServer:
         with conn:
             conn.settimeout(CONTROL_TIMEOUT_S)
             try:
+                uid = peer_uid(conn)
+                if uid not in (0, os.geteuid()):
+                    reply = {"ok": False, "error": f"refused: uid {uid} is neither root nor "
+                             f"the faultfs daemon's user ({os.geteuid()})"}  # fmt: skip
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                    return
                 line = conn.makefile("rb").readline()
                 reply = self.handle(json.loads(line))
             except (OSError, json.JSONDecodeError) as exc:

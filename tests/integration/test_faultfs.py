@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import mmap
 import os
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rsdrill.faultfs.control import ControlError, request
+from rsdrill.faultfs.control import ControlError, request, socket_name
 from rsdrill.faultfs.mount import (
     Mount,
     daemon_pid,
@@ -337,3 +338,37 @@ def test_new_files_belong_to_their_creator_not_the_daemon(faultfs: MakeMount) ->
     os.waitpid(pid, 0)
     assert (m.source / "sub").stat().st_uid == 65534
     assert (m.source / "sub" / "f").stat()[4:6] == (65534, 65534)
+
+
+NOBODY = 65534
+
+
+def test_the_control_channel_refuses_other_users(faultfs: MakeMount) -> None:
+    """The daemon runs as root here; a process of user `nobody` may not set a rule (a detach
+    would fail the member's every I/O) nor trigger a power loss."""
+    m = faultfs(track_unsynced=True)
+    _write(m.mountpoint / "f", b"kept")
+    # A bare client, as an attacker would write it (rsdrill's own code is not theirs to use).
+    script = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "s.connect(bytes.fromhex(sys.argv[1]))\n"
+        "s.sendall(sys.argv[2].encode() + b'\\n')\n"
+        "print(s.makefile().readline())\n"
+    )
+    for message in ({"op": "set", "name": "x", "rule": {"detach": True}}, {"op": "power-loss"}):
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", script, socket_name(m.mountpoint).hex(),
+             json.dumps(message)],
+            capture_output=True, text=True, timeout=30, user=NOBODY, group=NOBODY, cwd="/",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        reply = json.loads(done.stdout)
+        assert reply["ok"] is False, reply
+        assert (
+            f"refused: uid {NOBODY} is neither root nor the faultfs daemon's user"
+            in (reply["error"])
+        )
+    # Nothing happened: no rule, the file is readable, the daemon still serves its owner.
+    assert request(m.mountpoint, {"op": "status"})["rules"] == {}
+    assert (m.mountpoint / "f").read_bytes() == b"kept"
