@@ -10,7 +10,9 @@ phase of the run plus a random delay after the line that announces it, so every 
 - injected: after `injected` (the fault is in force), 0-1.4 s;
 - reverting: after `injected`, the fault's duration plus 0-0.6 s (the revert is under way);
 - observing: after `phase: observe`, 0-1.4 s;
-- teardown (SIGKILL only): after `phase: revert` (analysis, stopping the sandbox), 0-1 s.
+- teardown (SIGKILL only): after `phase: revert` (analysis, stopping the sandbox), 0-0.4 s: a
+  run that keeps its sandbox is gone about 0.5 s after that line on an idle 2-core machine, so
+  a later signal would find no run to kill.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ PHASES: dict[str, tuple[str, float, float]] = {
     "injected": ("injected", 0.0, 1.4),
     "reverting": ("injected", FAULT_S, FAULT_S + 0.6),
     "observing": ("phase: observe", 0.0, 1.4),
-    "teardown": ("phase: revert", 0.0, 1.0),
+    "teardown": ("phase: revert", 0.0, 0.4),
 }
 SIGKILL_RUNS = 50
 SIGINT_RUNS = 24
