@@ -245,6 +245,11 @@ _legacy_hello: set[str] = set()
 _legacy_lock = threading.Lock()
 
 
+def _remember_legacy(host: str) -> None:
+    with _legacy_lock:
+        _legacy_hello.add(host)
+
+
 def handshake_form(host: str) -> str:
     """The command the member answers the handshake to: "hello" or "isMaster"."""
     return "isMaster" if host in _legacy_hello else "hello"
@@ -307,12 +312,13 @@ class DirectConnection:
     def hello(self) -> dict[str, Any]:
         """The member's hello (isMaster where it has no hello), with `isWritablePrimary` set
         whichever form answered."""
-        reply = self.command("admin", {handshake_form(self.host): 1})
-        if reply.get("code") == COMMAND_NOT_FOUND and handshake_form(self.host) == "hello":
-            with _legacy_lock:
-                _legacy_hello.add(self.host)
-            reply = self.command("admin", {"isMaster": 1, "helloOk": True})
-        return _normalized(reply)
+        while True:
+            # Read on each try: opening the socket may have just learnt the member's form.
+            form = handshake_form(self.host)
+            reply = self.command("admin", {form: 1})
+            if reply.get("code") != COMMAND_NOT_FOUND or form != "hello":
+                return _normalized(reply)
+            _remember_legacy(self.host)
 
     def _roundtrip(self, db: str | None, cmd: dict[str, Any]) -> dict[str, Any]:
         # One deadline for the whole command: a socket timeout alone bounds each recv, and a
@@ -349,8 +355,7 @@ class DirectConnection:
         form = handshake_form(self.host)
         reply = self._exchange("admin", {form: 1, **cmd}, deadline)
         if reply.get("code") == COMMAND_NOT_FOUND and form == "hello":
-            with _legacy_lock:
-                _legacy_hello.add(self.host)
+            _remember_legacy(self.host)
             reply = self._exchange("admin", {"isMaster": 1, "helloOk": True, **cmd}, deadline)
         return _normalized(reply)
 

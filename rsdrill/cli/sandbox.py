@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rsdrill.cli.errors import exit_invalid
 from rsdrill.sandbox.config import ReplSetSpec, Settings, build_topology
 
 if TYPE_CHECKING:
@@ -40,6 +41,17 @@ class Topology(StrEnum):
     rs1 = "rs1"
     rs3 = "rs3"
     psa = "psa"
+    standalone = "standalone"
+
+
+class Storage(StrEnum):
+    disk = "disk"
+    memory = "memory"
+
+
+class Handshake(StrEnum):
+    hello = "hello"
+    legacy = "legacy"
 
 
 class EngineName(StrEnum):
@@ -105,7 +117,11 @@ def _echo_members(statuses: list[MemberStatus]) -> None:
 @app.command()
 def up(
     topology: Annotated[
-        Topology, typer.Option(help="rs1: one member; rs3: three; psa: primary-secondary-arbiter.")
+        Topology,
+        typer.Option(
+            help="rs1: one member; rs3: three; psa: primary-secondary-arbiter; standalone: "
+            "one server without a replica set."
+        ),
     ],
     directory: DirOption = DEFAULT_DIR,
     port_base: PortBaseOption = DEFAULT_PORT_BASE,
@@ -132,6 +148,20 @@ def up(
         typer.Option(min=0.001, help="Cap initial sync at this rate to emulate a slower network."),
     ] = None,
     engine: EngineOption = EngineName.auto,
+    storage: Annotated[
+        Storage,
+        typer.Option(
+            help="memory: data lives only in the process and a restart loses it (as mongod's "
+            "inMemory engine); standalone only."
+        ),
+    ] = Storage.disk,
+    handshake: Annotated[
+        Handshake,
+        typer.Option(
+            help="legacy: members answer only isMaster, not hello, and claim version 4.4.1 "
+            "(as servers before 4.4.2 and some compatible servers)."
+        ),
+    ] = Handshake.hello,
     auth: Annotated[
         bool,
         typer.Option(
@@ -146,19 +176,22 @@ def up(
     from rsdrill.redact import redact_uri
     from rsdrill.sandbox import cluster
 
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"storage": storage.value, "handshake": handshake.value}
     if oplog_size_mb is not None:
         options["oplog_size_bytes"] = oplog_size_mb * 1024 * 1024
     if initial_sync_mb_per_s is not None:
         options["initial_sync_bytes_per_s"] = int(initial_sync_mb_per_s * 1024 * 1024)
-    spec = build_topology(
-        topology.value,
-        port_base=port_base,
-        settings=_settings(
-            election_timeout, heartbeat_interval, heartbeat_timeout, catch_up_timeout
-        ),
-        **options,
-    )
+    try:
+        spec = build_topology(
+            topology.value,
+            port_base=port_base,
+            settings=_settings(
+                election_timeout, heartbeat_interval, heartbeat_timeout, catch_up_timeout
+            ),
+            **options,
+        )
+    except ValueError as exc:
+        exit_invalid(f"rsdrill: {exc}")
     with _reported():
         chosen, why = cluster.choose_engine(engine.value)
         started = time.monotonic()

@@ -39,8 +39,8 @@ def take_backup(sandbox: Sandbox, destination: Path) -> Backup:
     running = [m for m in sandbox.spec.data_bearing if sandbox.pid(m) is not None]
     if not running:
         raise SandboxError("no data-bearing member is running: nothing to back up")
-    login = sandbox.credentials
-    source = min(running, key=lambda m: member_state(m.host, credentials=login) != "SECONDARY")
+    options = sandbox.connect_options
+    source = min(running, key=lambda m: member_state(m.host, options=options) != "SECONDARY")
     destination.mkdir(parents=True, exist_ok=True)
     target = destination / DATABASE
     target.unlink(missing_ok=True)

@@ -29,12 +29,13 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from pymongo import MongoClient
-from pymongo.errors import OperationFailure, PyMongoError
 
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.procstat import stat_fields
 from rsdrill.sandbox.auth import AUTH_FILE, create_auth, read_auth
-from rsdrill.sandbox.config import CONFIG_FILE, MemberSpec, ReplSetSpec, member_dir
+from rsdrill.sandbox.config import CONFIG_FILE, MemberSpec, ReplSetSpec, empty_dir, member_dir
 from rsdrill.scram import Credentials
+from rsdrill.states import NOT_A_REPLICA_SET, STANDALONE
 
 ENGINE_FILE = "sandbox.json"
 ENGINE_CHOICES = ("auto", "emulator", "mongod")
@@ -107,7 +108,8 @@ class EmulatorEngine:
         first = sandbox.spec.members[0]
         election_timeout_s = sandbox.spec.settings.election_timeout_ms / 1000
         accepted_at: float | None = None
-        while not is_writable_primary(first.host):
+        options = sandbox.connect_options
+        while not is_writable_primary(first.host, options):
             now = time.monotonic()
             if now > deadline:
                 raise SandboxError(
@@ -117,13 +119,17 @@ class EmulatorEngine:
                 )
             # Re-ask only if the step-up was refused (peers not heard from yet) or its election
             # seems lost; asking again mid-election would start yet another term.
-            if accepted_at is None or now - accepted_at > 2 * election_timeout_s:
+            # A standalone server takes writes once it has opened its data: nothing to ask.
+            stands = not sandbox.spec.standalone
+            if stands and (accepted_at is None or now - accepted_at > 2 * election_timeout_s):
+                conn = DirectConnection(first.host, QUERY_TIMEOUT_S, options)
                 try:
-                    with member_client(first.host, credentials=sandbox.credentials) as client:
-                        client.admin.command("replSetStepUp")
-                    accepted_at = now
-                except PyMongoError:
+                    accepted = conn.command("admin", {"replSetStepUp": 1}).get("ok") == 1
+                    accepted_at = now if accepted else None
+                except WireClientError:
                     accepted_at = None
+                finally:
+                    conn.close()
             time.sleep(_POLL_S)
 
 
@@ -184,36 +190,43 @@ def member_client(
         client.close()
 
 
-def hello(host: str, timeout_s: float = QUERY_TIMEOUT_S) -> dict[str, Any] | None:
-    """The member's hello reply, or None when it does not answer."""
+def hello(
+    host: str, timeout_s: float = QUERY_TIMEOUT_S, options: ConnectOptions | None = None
+) -> dict[str, Any] | None:
+    """The member's hello (isMaster where it has none), or None when it does not answer."""
+    conn = DirectConnection(host, timeout_s, options or ConnectOptions())
     try:
-        with member_client(host, timeout_s) as client:
-            return client.admin.command("hello")
-    except PyMongoError:
+        return conn.hello()
+    except WireClientError:
         return None
+    finally:
+        conn.close()
 
 
-def is_writable_primary(host: str) -> bool:
-    reply = hello(host)
+def is_writable_primary(host: str, options: ConnectOptions | None = None) -> bool:
+    reply = hello(host, options=options)
     return bool(reply and reply.get("isWritablePrimary"))
 
 
 def member_state(
-    host: str, timeout_s: float = QUERY_TIMEOUT_S, credentials: Credentials | None = None
+    host: str, timeout_s: float = QUERY_TIMEOUT_S, options: ConnectOptions | None = None
 ) -> str:
-    """The member's own stateStr from replSetGetStatus, else guessed from hello."""
+    """The member's own stateStr from replSetGetStatus (STANDALONE without a replica set),
+    else guessed from hello."""
+    conn = DirectConnection(host, timeout_s, options or ConnectOptions())
     try:
-        with member_client(host, timeout_s, credentials) as client:
-            try:
-                status = client.admin.command("replSetGetStatus")
-                for entry in status.get("members", []):
-                    if entry.get("self"):
-                        return str(entry["stateStr"])
-            except OperationFailure:
-                pass  # not initiated yet, or still loading its config: hello says enough
-            reply = client.admin.command("hello")
-    except PyMongoError:
+        status = conn.command("admin", {"replSetGetStatus": 1})
+        if status.get("code") in NOT_A_REPLICA_SET:
+            return STANDALONE
+        for entry in status.get("members", []):
+            if entry.get("self"):
+                return str(entry["stateStr"])
+        # Not initiated yet, or still loading its config: hello says enough.
+        reply = conn.hello()
+    except WireClientError:
         return "UNREACHABLE"
+    finally:
+        conn.close()
     if reply.get("isWritablePrimary"):
         return "PRIMARY"
     if reply.get("secondary"):
@@ -360,6 +373,11 @@ class Sandbox:
         return read_auth(self.directory)
 
     @property
+    def connect_options(self) -> ConnectOptions:
+        """How rsdrill's own connections reach the members (login, TLS)."""
+        return ConnectOptions(credentials=self.credentials, app_name="rsdrill-sandbox")
+
+    @property
     def engine(self) -> Engine:
         if self._engine is None:
             path = self.directory / ENGINE_FILE
@@ -371,10 +389,12 @@ class Sandbox:
     def uri(self) -> str:
         """The set's connection string, with the user and password when it requires a login
         (print it through `rsdrill.redact.redact_uri`)."""
-        hosts = ",".join(m.host for m in self.spec.members)
+        spec = self.spec
+        hosts = ",".join(m.host for m in spec.members)
         login = self.credentials
         user = f"{quote(login.user)}:{quote(login.password)}@" if login else ""
-        return f"mongodb://{user}{hosts}/?replicaSet={self.spec.set_name}"
+        options = [] if spec.standalone else [f"replicaSet={spec.set_name}"]
+        return f"mongodb://{user}{hosts}/?{'&'.join(options)}".removesuffix("?")
 
     def exists(self) -> bool:
         return (self.directory / CONFIG_FILE).exists()
@@ -418,7 +438,7 @@ class Sandbox:
             if process_state(pid, member.port) == "T":
                 return MemberStatus(member.host, pid, "STOPPED")
             return MemberStatus(
-                member.host, pid, member_state(member.host, credentials=self.credentials)
+                member.host, pid, member_state(member.host, options=self.connect_options)
             )
 
         members = self.spec.members
@@ -496,12 +516,7 @@ class Sandbox:
         running = self.pid(member)
         if running is not None:
             raise SandboxError(f"{member.host} is running (pid {running}): not wiping its data")
-        data = member_dir(self.directory, member) / "data"
-        for child in data.iterdir() if data.is_dir() else ():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
+        empty_dir(member_dir(self.directory, member) / "data")
 
     def _spawn(self, member: MemberSpec, *, init: bool) -> int:
         directory = member_dir(self.directory, member)
@@ -519,6 +534,7 @@ class Sandbox:
 
     def _wait_answering(self, members: Iterable[MemberSpec], deadline: float) -> None:
         pending = list(members)
+        options = self.connect_options
         while pending:
             for member in list(pending):
                 if self.pid(member) is None:
@@ -529,7 +545,7 @@ class Sandbox:
                         + (f": {last}" if last else ""),
                         exit_code=4,
                     )
-                if _listening(member.host) and hello(member.host) is not None:
+                if _listening(member.host) and hello(member.host, options=options) is not None:
                     pending.remove(member)
             if pending and time.monotonic() > deadline:
                 hosts = ", ".join(m.host for m in pending)
@@ -551,9 +567,9 @@ class Sandbox:
         for pid in live.values():
             _signal(pid, signal.SIGCONT)
         with ThreadPoolExecutor(max_workers=max(len(live), 1)) as pool:
-            credentials = self.credentials
+            options = self.connect_options if self.exists() else ConnectOptions()
             hosts = [self._host_of(path) for path in live]
-            list(pool.map(lambda host: _ask_shutdown(host, credentials), hosts))
+            list(pool.map(lambda host: _ask_shutdown(host, options), hosts))
         remaining = _wait_gone(live, time.monotonic() + grace_s)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in remaining.values():
@@ -575,12 +591,14 @@ class Sandbox:
         return f"127.0.0.1:{port}"
 
 
-def _ask_shutdown(host: str, credentials: Credentials | None) -> None:
+def _ask_shutdown(host: str, options: ConnectOptions) -> None:
+    conn = DirectConnection(host, QUERY_TIMEOUT_S, options)
     try:
-        with member_client(host, credentials=credentials) as client:
-            client.admin.command("shutdown", force=True)
-    except PyMongoError:
+        conn.command("admin", {"shutdown": 1, "force": True})
+    except WireClientError:
         pass  # the connection drops as the member exits; signals follow if it did not
+    finally:
+        conn.close()
 
 
 def _wait_gone(pids: dict[Path, int], deadline: float) -> dict[Path, int]:

@@ -7,10 +7,17 @@ start. Defaults equal MongoDB's own (replSetGetConfig `settings`).
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-TOPOLOGIES = ("rs1", "rs3", "psa")
+TOPOLOGIES = ("rs1", "rs3", "psa", "standalone")
+# A member's storage: on disk (kept across a restart), or in memory (gone with the process,
+# as with mongod's inMemory engine; standalone only).
+STORAGE = ("disk", "memory")
+# How members answer the drivers' handshake: `hello`, or only the legacy `isMaster` (servers
+# before 4.4.2, and some compatible servers; these claim version 4.4.1).
+HANDSHAKES = ("hello", "legacy")
 CONFIG_FILE = "replset.json"
 
 
@@ -53,6 +60,15 @@ class ReplSetSpec:
     initial_sync_bytes_per_s: int | None = None
     # Milliseconds between group commits of the journal (MongoDB: 100 ms).
     journal_commit_interval_ms: int = 100
+    storage: str = "disk"
+    handshake: str = "hello"
+    # Members listen with TLS only (certificates under tls/ of the sandbox directory).
+    tls: bool = False
+
+    @property
+    def standalone(self) -> bool:
+        """One mongod without a replica set: no setName in hello, replSet* commands refused."""
+        return self.topology == "standalone"
 
     def member(self, host: str) -> MemberSpec:
         for m in self.members:
@@ -117,10 +133,17 @@ def build_topology(
     settings: Settings | None = None,
     **options: object,
 ) -> ReplSetSpec:
-    """rs1: one data member; rs3: three data members; psa: primary, secondary, arbiter."""
+    """rs1: one data member; rs3: three data members; psa: primary, secondary, arbiter;
+    standalone: one server without a replica set."""
     if topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
-    count = 1 if topology == "rs1" else 3
+    if options.get("storage", "disk") not in STORAGE:
+        raise ValueError(f"unknown storage {options['storage']!r}; choose disk or memory")
+    if options.get("storage") == "memory" and topology != "standalone":
+        raise ValueError("in-memory storage is for a standalone server (--topology standalone)")
+    if options.get("handshake", "hello") not in HANDSHAKES:
+        raise ValueError(f"unknown handshake {options['handshake']!r}; choose hello or legacy")
+    count = 1 if topology in ("rs1", "standalone") else 3
     members = tuple(
         MemberSpec(
             id=i,
@@ -142,3 +165,12 @@ def build_topology(
 def member_dir(sandbox_dir: Path, member: MemberSpec) -> Path:
     """Where one member keeps its data (`data/`), events (`events.jsonl`) and log."""
     return sandbox_dir / "members" / str(member.port)
+
+
+def empty_dir(directory: Path) -> None:
+    """Remove everything inside `directory`, which stays (it may be a mount point)."""
+    for child in directory.iterdir() if directory.is_dir() else ():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()

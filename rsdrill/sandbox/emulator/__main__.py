@@ -9,7 +9,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from rsdrill.sandbox.config import ReplSetSpec
+from rsdrill.sandbox.config import ReplSetSpec, empty_dir, member_dir
 from rsdrill.sandbox.emulator import diagnostics, election, heartbeat, sync
 from rsdrill.sandbox.emulator.commands import Commands, keep_cursors_bounded
 from rsdrill.sandbox.emulator.node import Node
@@ -19,8 +19,12 @@ from rsdrill.sandbox.emulator.storage import StorageReadError
 
 async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
     spec = ReplSetSpec.read(sandbox_dir)
+    if spec.storage == "memory":
+        # In-memory storage: whatever the last process held died with it.
+        empty_dir(member_dir(sandbox_dir, spec.member(host)) / "data")
     node = Node(spec, host, sandbox_dir)
-    node.boot(initiate=initiate)
+    # A standalone server has nobody to sync from: an empty one starts as a new set of one.
+    node.boot(initiate=initiate or spec.standalone)
     commands = Commands(node)
     name, port = host.rsplit(":", 1)
     server = await Server(commands).serve(name, int(port))

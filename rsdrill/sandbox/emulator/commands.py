@@ -15,6 +15,7 @@ from bson.binary import Binary
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
+from rsdrill.sandbox.config import ReplSetSpec
 from rsdrill.sandbox.emulator import election, heartbeat, query, sync
 from rsdrill.sandbox.emulator.errors import CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
@@ -23,10 +24,21 @@ from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
 from rsdrill.sandbox.emulator.storage import StorageReadError
 from rsdrill.scram import ScramError, ScramServer
 
-MAX_WIRE_VERSION = 21
 MAX_BATCH_BYTES = 16 * 1024 * 1024
 DEFAULT_BATCH = 101
-SERVER_VERSION = "7.0.0"
+
+
+@dataclass(frozen=True)
+class ServerVersion:
+    """The MongoDB release the emulator claims: 7.0, or the last one before hello (4.4.2)."""
+
+    version: str
+    array: tuple[int, int, int, int]
+    max_wire: int
+
+
+CURRENT = ServerVersion("7.0.0", (7, 0, 0, 0), 21)
+LEGACY = ServerVersion("4.4.1", (4, 4, 1, 0), 9)
 OPLOG_NS = "local.oplog.rs"
 
 
@@ -105,8 +117,10 @@ class Commands:
     async def run(self, req: Request) -> dict[str, Any]:
         """The reply document for a request; errors become `{ok: 0, ...}`."""
         handler = _HANDLERS.get(req.name.lower())
-        if handler is None:
+        if handler is None or (req.name == "hello" and self.node.spec.handshake == "legacy"):
             return CommandError(59, f"no such command: '{req.name}'").document()
+        if self.node.spec.standalone and (refusal := _standalone_refusal(req)) is not None:
+            return refusal.document()
         if not req.db:
             return CommandError(40571, "OP_MSG requests require a $db argument").document()
         if (
@@ -240,6 +254,21 @@ class Commands:
 # -- handshake and server info ----------------------------------------------------------------
 
 
+def _standalone_refusal(req: Request) -> CommandError | None:
+    """What a mongod started without --replSet refuses: replica-set commands, transaction
+    numbers (retryable writes), and a write concern that needs more than one server."""
+    if req.name.lower().startswith("replset"):
+        return CommandError(76, "not running with --replSet")
+    if "txnNumber" in req.body:
+        return CommandError(
+            20, "Transaction numbers are only allowed on a replica set member or mongos"
+        )
+    w = (req.body.get("writeConcern") or {}).get("w")
+    if isinstance(w, int) and not isinstance(w, bool) and w > 1:
+        return CommandError(2, "cannot use 'w' > 1 on a standalone server")
+    return None
+
+
 @command("hello", "isMaster", "ismaster")
 async def _hello(cmds: Commands, req: Request) -> dict[str, Any]:
     node = cmds.node
@@ -253,21 +282,34 @@ async def _hello(cmds: Commands, req: Request) -> dict[str, Any]:
 
 
 def hello_reply(node: Node, req: Request) -> dict[str, Any]:
-    """hello / isMaster as a replica-set member answers it."""
+    """hello / isMaster as a replica-set member (or a standalone server) answers it."""
     spec = node.spec
     legacy = req.name.lower() == "ismaster"
     writable = node.state is MemberState.PRIMARY and node.writable
     reply: dict[str, Any] = {
         "topologyVersion": node.topology_version(),
         "ismaster" if legacy else "isWritablePrimary": writable,
-        "secondary": node.state is MemberState.SECONDARY,
+        "secondary": node.state is MemberState.SECONDARY and not spec.standalone,
     }
-    if req.body.get("helloOk"):
+    if req.body.get("helloOk") and spec.handshake != "legacy":  # a server without hello: no
         reply["helloOk"] = True
     asked = req.body.get("saslSupportedMechs")
     if node.auth_keys is not None and isinstance(asked, str):
         user = asked.partition(".")[2]
         reply["saslSupportedMechs"] = [m for m, users in node.auth_keys.items() if user in users]
+    reply.update(
+        maxBsonObjectSize=16 * 1024 * 1024,
+        maxMessageSizeBytes=48_000_000,
+        maxWriteBatchSize=100_000,
+        localTime=dt.datetime.now(dt.UTC),
+        logicalSessionTimeoutMinutes=30,
+        connectionId=req.connection_id,
+        minWireVersion=0,
+        maxWireVersion=claimed(spec).max_wire,
+        readOnly=False,
+    )
+    if spec.standalone:  # mongod without --replSet: nothing of a replica set
+        return reply
     reply.update(
         setName=spec.set_name,
         setVersion=1,
@@ -293,17 +335,6 @@ def hello_reply(node: Node, req: Request) -> dict[str, Any]:
             "majorityOpTime": node.commit_point.document(),
             "majorityWriteDate": node.commit_point.date(),
         }
-    reply.update(
-        maxBsonObjectSize=16 * 1024 * 1024,
-        maxMessageSizeBytes=48_000_000,
-        maxWriteBatchSize=100_000,
-        localTime=dt.datetime.now(dt.UTC),
-        logicalSessionTimeoutMinutes=30,
-        connectionId=req.connection_id,
-        minWireVersion=0,
-        maxWireVersion=MAX_WIRE_VERSION,
-        readOnly=False,
-    )
     return reply
 
 
@@ -348,15 +379,25 @@ async def _ping(cmds: Commands, req: Request) -> dict[str, Any]:
     return {}
 
 
+def claimed(spec: ReplSetSpec) -> ServerVersion:
+    return LEGACY if spec.handshake == "legacy" else CURRENT
+
+
+def storage_engine(spec: ReplSetSpec) -> str:
+    """The emulator's storage engine by its own name: never taken for WiredTiger."""
+    return "rsdrill-memory" if spec.storage == "memory" else "rsdrill-sqlite"
+
+
 @command("buildInfo", "buildinfo")
 async def _build_info(cmds: Commands, req: Request) -> dict[str, Any]:
+    version = claimed(cmds.node.spec)
     return {
-        "version": SERVER_VERSION,
+        "version": version.version,
         "gitVersion": "rsdrill-sandbox",
-        "versionArray": [7, 0, 0, 0],
+        "versionArray": list(version.array),
         "bits": 64,
         "maxBsonObjectSize": 16 * 1024 * 1024,
-        "storageEngines": ["rsdrill-sqlite"],
+        "storageEngines": [storage_engine(cmds.node.spec)],
     }
 
 
@@ -368,9 +409,9 @@ async def _sessions(cmds: Commands, req: Request) -> dict[str, Any]:
 @command("serverStatus")
 async def _server_status(cmds: Commands, req: Request) -> dict[str, Any]:
     node = cmds.node
-    return {
+    status = {
         "host": node.host,
-        "version": SERVER_VERSION,
+        "version": claimed(node.spec).version,
         "process": "mongod",
         "pid": Int64(os.getpid()),
         "uptime": float(node.uptime_s()),
@@ -378,8 +419,14 @@ async def _server_status(cmds: Commands, req: Request) -> dict[str, Any]:
         "localTime": dt.datetime.now(dt.UTC),
         "connections": {"current": cmds.connections, "available": 50_000},
         "opcounters": {k: Int64(v) for k, v in cmds.opcounters.items()},
-        "repl": hello_reply(node, Request(req.db, "hello", {}, True, req.connection_id)),
+        "storageEngine": {
+            "name": storage_engine(node.spec),
+            "persistent": node.spec.storage != "memory",
+        },
     }
+    if not node.spec.standalone:
+        status["repl"] = hello_reply(node, Request(req.db, "hello", {}, True, req.connection_id))
+    return status
 
 
 @command("shutdown")

@@ -6,6 +6,7 @@ from typing import Any
 
 CODE_NAMES = {
     2: "BadValue",
+    20: "IllegalOperation",
     9: "FailedToParse",
     11: "UserNotFound",
     14: "TypeMismatch",
@@ -18,6 +19,7 @@ CODE_NAMES = {
     64: "WriteConcernFailed",
     66: "ImmutableField",
     73: "InvalidNamespace",
+    76: "NoReplicationEnabled",
     89: "NetworkTimeout",
     91: "ShutdownInProgress",
     93: "InvalidReplicaSetConfig",
