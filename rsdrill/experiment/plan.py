@@ -35,11 +35,12 @@ _DEFAULT_HEARTBEAT_INTERVAL_S = 2.0
 _DEFAULT_OPLOG_MB = 192
 _DEFAULT_STEPDOWN_S = 60.0
 
-_TOPOLOGY_MEMBERS = {"rs1": 1, "rs3": 3, "psa": 3}
+_TOPOLOGY_MEMBERS = {"rs1": 1, "rs3": 3, "psa": 3, "standalone": 1}
 _TOPOLOGY_SHAPE = {
     "rs1": "one data-bearing member",
     "rs3": "three data-bearing members",
     "psa": "primary, secondary and arbiter",
+    "standalone": "one server without a replica set",
 }
 
 

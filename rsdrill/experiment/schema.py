@@ -55,8 +55,10 @@ class Target(Strict):
         "local: existing member processes on this machine; "
         "kubernetes, ec2, vsphere: a set on that platform (needs `uri` and its section)"
     )
-    topology: Literal["rs1", "rs3", "psa"] = Field(
-        "rs3", description="sandbox builds it; local checks the set has that shape"
+    topology: Literal["rs1", "rs3", "psa", "standalone"] = Field(
+        "rs3",
+        description="sandbox builds it; elsewhere it is checked (a standalone server, one "
+        "mongod without a replica set, is found as such for rs1 too)",
     )
     uri: str | None = Field(None, description="local: the connection string (${VAR} allowed)")
     members: tuple[LocalMember, ...] = ()
@@ -74,6 +76,15 @@ class Target(Strict):
         False,
         description="sandbox: require a login (SCRAM) with a random password, as "
         "production sets do",
+    )
+    storage: Literal["disk", "memory"] = Field(
+        "disk",
+        description="sandbox standalone: memory keeps data in the process only (a restart "
+        "loses it, as with mongod's inMemory engine)",
+    )
+    handshake: Literal["hello", "legacy"] = Field(
+        "hello",
+        description="sandbox: legacy members answer only isMaster (servers before 4.4.2)",
     )
     kubernetes: KubernetesPlatform | None = None
     ec2: Ec2Platform | None = None
@@ -109,6 +120,13 @@ class Target(Strict):
                 ("members" if self.members else "uri",),
                 "platform sandbox builds its own set: drop `uri` and `members`",
             )
+        if self.platform != "sandbox":
+            for name in ("storage", "handshake"):
+                if name in self.model_fields_set:
+                    raise FieldProblem((name,), f"`{name}` shapes a sandbox, not a {self.platform} "
+                                       "target (rsdrill finds what the server does)")  # fmt: skip
+        if self.storage == "memory" and self.topology != "standalone":
+            raise FieldProblem(("storage",), "in-memory storage is for topology: standalone")
         return self
 
 
@@ -439,6 +457,7 @@ _MEMBERS_BY_ROLE: dict[str, dict[str, int]] = {
     "rs1": {"any": 1, "secondary": 0, "data": 1},
     "rs3": {"any": 3, "secondary": 2, "data": 3},
     "psa": {"any": 3, "secondary": 1, "data": 2},
+    "standalone": {"any": 1, "secondary": 0, "data": 1},
 }
 
 SLO_PATTERN = r"^\s*(<=|>=|==|!=|<|>)\s*(-?\d+(\.\d+)?)\s*$"
@@ -595,6 +614,16 @@ class Experiment(Strict):
         return self
 
     @model_validator(mode="after")
+    def _slos_exist_for_topology(self) -> Experiment:
+        from rsdrill.analysis.slo import not_applicable_reason
+
+        standalone = self.target.topology == "standalone"
+        for metric in self.slo:
+            if (reason := not_applicable_reason(metric, standalone=standalone)) is not None:
+                raise FieldProblem(("slo", metric), reason)
+        return self
+
+    @model_validator(mode="after")
     def _selections_fit_topology(self) -> Experiment:
         topology = self.target.topology
         for i, fault in enumerate(self.faults):
@@ -603,9 +632,14 @@ class Experiment(Strict):
                 raise FieldProblem(
                     ("faults", i, "select"), f"select arbiter, but {topology} has no arbiter"
                 )
-            if sel == "secondary" and topology == "rs1":
+            if fault.kind == "stepdown" and topology == "standalone":
                 raise FieldProblem(
-                    ("faults", i, "select"), "select secondary, but rs1 has no secondary"
+                    ("faults", i, "kind"), "stepdown needs a replica set: a standalone server "
+                    "has no primary to step down"
+                )  # fmt: skip
+            if sel == "secondary" and topology in ("rs1", "standalone"):
+                raise FieldProblem(
+                    ("faults", i, "select"), f"select secondary, but {topology} has no secondary"
                 )
             if isinstance(sel, SelectCount):
                 available = _MEMBERS_BY_ROLE[topology][sel.role]

@@ -348,6 +348,14 @@ def _last_log_line(path: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
+def set_uri(spec: ReplSetSpec, login: Credentials | None = None) -> str:
+    """The connection string of a sandbox of `spec` (with the login, when it has one)."""
+    hosts = ",".join(m.host for m in spec.members)
+    user = f"{quote(login.user)}:{quote(login.password)}@" if login else ""
+    options = [] if spec.standalone else [f"replicaSet={spec.set_name}"]
+    return f"mongodb://{user}{hosts}/?{'&'.join(options)}".removesuffix("?")
+
+
 class Sandbox:
     """A sandbox directory and the member processes it records."""
 
@@ -389,12 +397,7 @@ class Sandbox:
     def uri(self) -> str:
         """The set's connection string, with the user and password when it requires a login
         (print it through `rsdrill.redact.redact_uri`)."""
-        spec = self.spec
-        hosts = ",".join(m.host for m in spec.members)
-        login = self.credentials
-        user = f"{quote(login.user)}:{quote(login.password)}@" if login else ""
-        options = [] if spec.standalone else [f"replicaSet={spec.set_name}"]
-        return f"mongodb://{user}{hosts}/?{'&'.join(options)}".removesuffix("?")
+        return set_uri(self.spec, self.credentials)
 
     def exists(self) -> bool:
         return (self.directory / CONFIG_FILE).exists()

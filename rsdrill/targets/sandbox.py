@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pymongo import MongoClient, WriteConcern
 
@@ -16,7 +17,14 @@ from rsdrill.experiment.schema import Fault, Target
 from rsdrill.injectors.base import Injector
 from rsdrill.injectors.disk import needs_faultfs
 from rsdrill.injectors.network import rejoin_partition
-from rsdrill.sandbox.cluster import Sandbox, SandboxError, choose_engine, port_free, up
+from rsdrill.sandbox.cluster import (
+    Sandbox,
+    SandboxError,
+    choose_engine,
+    port_free,
+    set_uri,
+    up,
+)
 from rsdrill.sandbox.config import MemberSpec, Settings, build_topology, member_dir
 from rsdrill.sandbox.emulator.storage import DATABASE
 from rsdrill.targets import TargetError
@@ -90,12 +98,12 @@ class SandboxTarget:
         self.config = config
         self.topology = config.topology
         self.directory = directory
-        count = 1 if config.topology == "rs1" else 3
+        count = 1 if config.topology in ("rs1", "standalone") else 3
         settings = {
             "election_timeout_ms": _ms(config.election_timeout),
             "heartbeat_interval_ms": _ms(config.heartbeat_interval),
         }
-        options: dict[str, int] = {}
+        options: dict[str, Any] = {"storage": config.storage, "handshake": config.handshake}
         if config.oplog_size_mb:
             options["oplog_size_bytes"] = config.oplog_size_mb * 1024 * 1024
         if config.initial_sync_mb_per_s:
@@ -107,7 +115,7 @@ class SandboxTarget:
             **options,  # type: ignore[arg-type]
         )
         self.members = [m.host for m in self.spec.members]
-        self.uri = f"mongodb://{','.join(self.members)}/?replicaSet={self.spec.set_name}"
+        self.uri = set_uri(self.spec)
         self._sandbox: Sandbox | None = None
         on_faultfs, track_unsynced = needs_faultfs(faults)
         self.volumes = (

@@ -1,0 +1,125 @@
+"""A standalone server (one mongod without a replica set) as a first-class rs=1 target: the
+availability probe, the ledger and recovery time work, the replica-set metrics are not
+applicable (null and listed), and an in-memory server's restart loses acknowledged writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.experiment.schema import Experiment
+from rsdrill.result import Result
+from rsdrill.sandbox.groundtruth import first_after
+
+RESTART_S = 10.0
+INTERVAL_S = 0.02
+# pymongo learns that a server it marked Unknown is back by a re-check its server selection
+# asks for at most every minHeartbeatFrequencyMS (500 ms): the write probe, a pymongo client as
+# applications are, sees up to that much more than the server's own downtime.
+PYMONGO_RECHECK_S = 0.5
+
+
+def _spec(storage: str = "disk", **extra: Any) -> dict[str, Any]:
+    return {
+        "name": f"standalone-kill-{storage}",
+        "target": {"platform": "sandbox", "topology": "standalone", "storage": storage},
+        "probes": {
+            "availability": {"interval": "20ms", "timeout": "250ms", "write_concern": "majority"},
+            "durability": {"write_concern": 1, "readback_timeout": "10s"},
+        },
+        "faults": [
+            {
+                "at": "2s",
+                "kind": "host-kill",
+                "select": "primary",
+                "restart": {"after": f"{RESTART_S:g}s"},
+            }
+        ],
+        "guards": {"allow_quorum_loss": True},
+        "observe": {"after_revert": "5s"},
+        "slo": {"lost_acknowledged_writes": "== 0"},
+        **extra,
+    }
+
+
+def _run(tmp_path: Path, spec: dict[str, Any]) -> Result:
+    out = tmp_path / "out"
+    return run_experiment(
+        Experiment.model_validate(spec), RunOptions(out_dir=out, live=False, journal_dir=tmp_path)
+    )
+
+
+@pytest.mark.slow
+def test_a_standalone_kill_is_down_for_the_restart_delay_and_no_more(tmp_path: Path) -> None:
+    result = _run(tmp_path, _spec())
+    assert result.verdict == "pass", result.error
+    assert result.target.topology == "standalone"
+    assert result.target.server is not None and result.target.server.topology == "standalone"
+    m = result.metrics
+    # The server's own account: killed at the injection, writable again after its restart.
+    assert result.clock is not None and result.faults[0].injected_at_s is not None
+    killed = result.clock.t0_monotonic + result.faults[0].injected_at_s
+    back = first_after(tmp_path / "out" / "sandbox", "writable", killed)
+    assert back is not None
+    down_s = back["t_mono"] - killed  # the restart delay plus the server's start time
+    assert RESTART_S <= down_s <= RESTART_S + 5, down_s
+    assert m.write_unavailable_s is not None
+    assert RESTART_S <= m.write_unavailable_s <= down_s + PYMONGO_RECHECK_S + 2 * INTERVAL_S, (
+        m.write_unavailable_s,
+        down_s,
+    )
+    [(member, recovery)] = m.recovery_s.items()
+    assert recovery is not None and recovery < 2.0
+    assert [s for _, s in m.member_states[member]][-1] == "STANDALONE"
+    # No failover, election or replication on a standalone: not applicable, not zero.
+    assert m.failover_s is None and m.replication_lag_max_s is None
+    assert {"failover_s", "replication_lag_max_s"} <= set(m.not_applicable)
+    assert m.lost_acknowledged_writes == 0 and (m.acknowledged_writes or 0) > 50
+    saved = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert saved["target"]["topology"] == "standalone"
+
+
+@pytest.mark.slow
+def test_an_in_memory_standalone_loses_acknowledged_writes_and_the_slo_says_so(
+    tmp_path: Path,
+) -> None:
+    experiment = tmp_path / "exp.json"
+    spec = _spec("memory")
+    spec["faults"][0]["restart"] = {"after": "2s"}
+    experiment.write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out",
+         str(tmp_path / "out"), "--no-live", "--no-history"],
+        capture_output=True, text=True, timeout=180,
+        env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    lost = result["metrics"]["lost_acknowledged_writes"]
+    acknowledged = result["metrics"]["acknowledged_writes"]
+    # Every write acknowledged before the kill was in the dead process's memory only.
+    assert lost is not None and lost > 20 and lost <= acknowledged, result["metrics"]
+    [slo] = result["slo"]
+    assert slo["metric"] == "lost_acknowledged_writes" and slo["pass"] is False
+    assert result["target"]["server"]["storage_engine"] == "rsdrill-memory"
+    assert "FAIL lost_acknowledged_writes == 0" in output
+
+
+def test_an_slo_on_failover_of_a_standalone_is_refused_at_load(tmp_path: Path) -> None:
+    spec = _spec(slo={"failover_s": "<= 10"})
+    experiment = tmp_path / "exp.json"
+    experiment.write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli.app", "validate", str(experiment)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "slo.failover_s: failover_s needs a replica set" in done.stderr, done.stderr
