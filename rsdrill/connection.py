@@ -337,7 +337,17 @@ class DirectConnection:
                 sock.settimeout(_remaining(deadline))
                 sock = self.options.tls.context().wrap_socket(sock, server_hostname=name)
             self._sock = sock
-            self.handshake = self._handshake(deadline)
+            try:
+                self.handshake = self._handshake(deadline)
+            except EOFError:
+                if self.options.tls is None:
+                    raise
+                # With TLS 1.3 a server that rejects (or wants) our certificate may just hang
+                # up after the handshake: the first command sees the end of the stream.
+                raise TlsError(
+                    f"{self.host}: TLS: the member hung up right after the TLS handshake: it "
+                    "rejected the client certificate (tlsCertificateKeyFile) or requires one"
+                ) from None
             if self.credentials is not None:
                 self._log_in(self.credentials, deadline)
         except BaseException:
@@ -420,17 +430,17 @@ def _certificate_problem(exc: ssl.SSLError) -> bool:
     certificate; a reset or EOF mid-handshake is a member going away, not a refusal."""
     if isinstance(exc, ssl.SSLCertVerificationError):
         return True
-    reason = (exc.reason or "").upper()
+    reason = (getattr(exc, "reason", None) or "").upper()
     return "ALERT" in reason or "CERTIFICATE" in reason
 
 
 def _ssl_reason(exc: ssl.SSLError) -> str:
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"the member's certificate is not trusted: {exc.verify_message}"
-    reason = (exc.reason or "").upper()
+    reason = (getattr(exc, "reason", None) or "").upper()
     if "ALERT" in reason:
         return f"the member rejected the handshake ({exc.reason}): check tlsCertificateKeyFile"
-    return exc.reason or str(exc)
+    return getattr(exc, "reason", None) or str(exc)
 
 
 def _remaining(deadline: float) -> float:

@@ -170,13 +170,32 @@ def up(
             "password, kept in DIR/auth.json (never printed). Emulator engine.",
         ),
     ] = False,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="Members accept TLS only, with certificates from a throw-away CA under DIR/tls "
+            "(ca.pem, server.pem, client.pem). Emulator engine.",
+        ),
+    ] = False,
+    x509: Annotated[
+        bool,
+        typer.Option(
+            "--x509",
+            help="Require a login by client certificate (MONGODB-X509, DIR/tls/client.pem); "
+            "members authenticate to each other with theirs. Needs --tls.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Start a replica set and return once it has a writable primary; print its URI."""
     from rsdrill.redact import redact_uri
     from rsdrill.sandbox import cluster
 
-    options: dict[str, Any] = {"storage": storage.value, "handshake": handshake.value}
+    if auth and x509:
+        exit_invalid("rsdrill: choose one login: --auth (SCRAM) or --x509 (certificates)")
+    options: dict[str, Any] = {"storage": storage.value, "handshake": handshake.value,
+                               "tls": tls, "x509": x509}  # fmt: skip
     if oplog_size_mb is not None:
         options["oplog_size_bytes"] = oplog_size_mb * 1024 * 1024
     if initial_sync_mb_per_s is not None:

@@ -72,10 +72,13 @@ class Target(Strict):
     )
     data_mb: int = Field(0, ge=0, description="sandbox: preload this much data before the run")
     keep: bool = Field(False, description="sandbox: leave it running after the run")
-    auth: bool = Field(
+    auth: bool | Literal["scram", "x509"] = Field(
         False,
-        description="sandbox: require a login (SCRAM) with a random password, as "
-        "production sets do",
+        description="sandbox: require a login, as production sets do: true or scram (a user "
+        "with a random password), x509 (a client certificate; needs tls)",
+    )
+    tls: bool = Field(
+        False, description="sandbox: members accept TLS only (a throw-away CA, under tls/)"
     )
     storage: Literal["disk", "memory"] = Field(
         "disk",
@@ -125,6 +128,11 @@ class Target(Strict):
                 if name in self.model_fields_set:
                     raise FieldProblem((name,), f"`{name}` shapes a sandbox, not a {self.platform} "
                                        "target (rsdrill finds what the server does)")  # fmt: skip
+        if self.platform != "sandbox" and "tls" in self.model_fields_set:
+            raise FieldProblem(("tls",), "`tls` shapes a sandbox: put tls=true and the TLS "
+                               "files in `uri` for a set of your own")  # fmt: skip
+        if self.auth == "x509" and not self.tls:
+            raise FieldProblem(("auth",), "x509 logins need TLS: add `tls: true`")
         if self.storage == "memory" and self.topology != "standalone":
             raise FieldProblem(("storage",), "in-memory storage is for topology: standalone")
         return self

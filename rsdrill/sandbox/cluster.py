@@ -30,9 +30,10 @@ from urllib.parse import quote
 
 from pymongo import MongoClient
 
-from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, TlsSettings, WireClientError
 from rsdrill.procstat import stat_fields
 from rsdrill.sandbox.auth import AUTH_FILE, create_auth, read_auth
+from rsdrill.sandbox.certs import TLS_DIR, make_tls_files, tls_files
 from rsdrill.sandbox.config import CONFIG_FILE, MemberSpec, ReplSetSpec, empty_dir, member_dir
 from rsdrill.scram import Credentials
 from rsdrill.states import NOT_A_REPLICA_SET, STANDALONE
@@ -348,11 +349,20 @@ def _last_log_line(path: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def set_uri(spec: ReplSetSpec, login: Credentials | None = None) -> str:
-    """The connection string of a sandbox of `spec` (with the login, when it has one)."""
+def set_uri(
+    spec: ReplSetSpec, login: Credentials | None = None, directory: Path | None = None
+) -> str:
+    """The connection string of a sandbox of `spec` in `directory`: with the login when it
+    has one, and the TLS files when it requires TLS."""
     hosts = ",".join(m.host for m in spec.members)
     user = f"{quote(login.user)}:{quote(login.password)}@" if login else ""
     options = [] if spec.standalone else [f"replicaSet={spec.set_name}"]
+    if spec.tls and directory is not None:
+        files = tls_files(directory)
+        options += ["tls=true", f"tlsCAFile={quote(str(files.ca))}"]
+        if spec.x509:
+            options += [f"tlsCertificateKeyFile={quote(str(files.client))}",
+                        "authMechanism=MONGODB-X509", "authSource=%24external"]  # fmt: skip
     return f"mongodb://{user}{hosts}/?{'&'.join(options)}".removesuffix("?")
 
 
@@ -383,7 +393,17 @@ class Sandbox:
     @property
     def connect_options(self) -> ConnectOptions:
         """How rsdrill's own connections reach the members (login, TLS)."""
-        return ConnectOptions(credentials=self.credentials, app_name="rsdrill-sandbox")
+        spec, files = self.spec, tls_files(self.directory)
+        tls = None
+        if spec.tls:
+            tls = TlsSettings(
+                ca_file=str(files.ca),
+                certificate_key_file=str(files.client) if spec.x509 else None,
+            )
+        credentials = self.credentials
+        if spec.x509:
+            credentials = Credentials("", "", "$external", "MONGODB-X509")
+        return ConnectOptions(credentials=credentials, tls=tls, app_name="rsdrill-sandbox")
 
     @property
     def engine(self) -> Engine:
@@ -397,7 +417,7 @@ class Sandbox:
     def uri(self) -> str:
         """The set's connection string, with the user and password when it requires a login
         (print it through `rsdrill.redact.redact_uri`)."""
-        return set_uri(self.spec, self.credentials)
+        return set_uri(self.spec, self.credentials, self.directory)
 
     def exists(self) -> bool:
         return (self.directory / CONFIG_FILE).exists()
@@ -667,10 +687,13 @@ def up(
     record = {"engine": engine.name, "executable": engine.executable}
     (sandbox.directory / ENGINE_FILE).write_text(json.dumps(record, indent=2) + "\n")
     (sandbox.directory / AUTH_FILE).unlink(missing_ok=True)
+    shutil.rmtree(sandbox.directory / TLS_DIR, ignore_errors=True)
+    if (auth or spec.tls) and engine.name != "emulator":
+        raise SandboxError("a sandbox with a login or TLS needs the emulator engine")
     if auth:
-        if engine.name != "emulator":
-            raise SandboxError("a sandbox with a login needs the emulator engine")
         create_auth(sandbox.directory)
+    if spec.tls:
+        make_tls_files(sandbox.directory, [m.host for m in spec.members])
     if before_start is not None:
         before_start()
     deadline = time.monotonic() + START_TIMEOUT_S

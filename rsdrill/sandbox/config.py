@@ -64,6 +64,8 @@ class ReplSetSpec:
     handshake: str = "hello"
     # Members listen with TLS only (certificates under tls/ of the sandbox directory).
     tls: bool = False
+    # Clients log in with their TLS certificate (MONGODB-X509), members with theirs.
+    x509: bool = False
 
     @property
     def standalone(self) -> bool:
@@ -143,6 +145,8 @@ def build_topology(
         raise ValueError("in-memory storage is for a standalone server (--topology standalone)")
     if options.get("handshake", "hello") not in HANDSHAKES:
         raise ValueError(f"unknown handshake {options['handshake']!r}; choose hello or legacy")
+    if options.get("x509") and not options.get("tls"):
+        raise ValueError("x.509 logins need TLS: add --tls (in an experiment, tls: true)")
     count = 1 if topology in ("rs1", "standalone") else 3
     members = tuple(
         MemberSpec(

@@ -103,7 +103,8 @@ class SandboxTarget:
             "election_timeout_ms": _ms(config.election_timeout),
             "heartbeat_interval_ms": _ms(config.heartbeat_interval),
         }
-        options: dict[str, Any] = {"storage": config.storage, "handshake": config.handshake}
+        options: dict[str, Any] = {"storage": config.storage, "handshake": config.handshake,
+                                   "tls": config.tls, "x509": config.auth == "x509"}  # fmt: skip
         if config.oplog_size_mb:
             options["oplog_size_bytes"] = config.oplog_size_mb * 1024 * 1024
         if config.initial_sync_mb_per_s:
@@ -134,9 +135,8 @@ class SandboxTarget:
         try:
             engine, _ = choose_engine(self.config.engine)
             before_start = self.volumes.mount_all if self.volumes else None
-            self._sandbox = up(
-                self.directory, self.spec, engine, before_start, auth=self.config.auth
-            )
+            scram = self.config.auth in (True, "scram")
+            self._sandbox = up(self.directory, self.spec, engine, before_start, auth=scram)
         except SandboxError as exc:
             raise TargetError(f"sandbox: {exc}") from exc
         self.uri = self._sandbox.uri  # with the login, when the set requires one

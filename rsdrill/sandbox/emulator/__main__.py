@@ -15,6 +15,7 @@ from rsdrill.sandbox.emulator.commands import Commands, keep_cursors_bounded
 from rsdrill.sandbox.emulator.node import Node
 from rsdrill.sandbox.emulator.server import Server
 from rsdrill.sandbox.emulator.storage import StorageReadError
+from rsdrill.sandbox.emulator.tls import member_server_context
 
 
 async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
@@ -27,7 +28,12 @@ async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
     node.boot(initiate=initiate or spec.standalone)
     commands = Commands(node)
     name, port = host.rsplit(":", 1)
-    server = await Server(commands).serve(name, int(port))
+    tls = (
+        member_server_context(sandbox_dir, require_client_certificate=spec.x509)
+        if spec.tls
+        else None
+    )
+    server = await Server(commands).serve(name, int(port), tls)
     node.events.emit("listening", port=int(port), state=node.state.name)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(node.shutdown()))

@@ -15,6 +15,7 @@ from bson.binary import Binary
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
+from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import ReplSetSpec
 from rsdrill.sandbox.emulator import election, heartbeat, query, sync
 from rsdrill.sandbox.emulator.errors import CommandError
@@ -62,7 +63,8 @@ class Cursor:
 
 # What a connection may run before it logs in (a sandbox that requires logins).
 _OPEN_COMMANDS = frozenset(
-    {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "buildinfo", "endsessions"}
+    {"hello", "ismaster", "saslstart", "saslcontinue", "authenticate", "ping", "buildinfo"}
+    | {"endsessions", "connectionstatus"}
 )
 
 # Commands answered from memory (or that wait themselves when they must read the disk, as an
@@ -106,13 +108,16 @@ class Commands:
         self.connections = 0
         self.fail_point: FailPoint | None = None
         # Connections that logged in, and logins under way (when the sandbox requires them).
-        self.logged_in: set[int] = set()
+        # Per logged-in connection: its user and the database that user is defined on.
+        self.logged_in: dict[int, tuple[str, str]] = {}
         self.logins: dict[int, ScramServer] = {}
+        self.certificate_subjects: dict[int, str] = {}
 
     def forget(self, connection_id: int) -> None:
         """The connection closed: its login ends with it."""
-        self.logged_in.discard(connection_id)
+        self.logged_in.pop(connection_id, None)
         self.logins.pop(connection_id, None)
+        self.certificate_subjects.pop(connection_id, None)
 
     async def run(self, req: Request) -> dict[str, Any]:
         """The reply document for a request; errors become `{ok: 0, ...}`."""
@@ -124,7 +129,7 @@ class Commands:
         if not req.db:
             return CommandError(40571, "OP_MSG requests require a $db argument").document()
         if (
-            self.node.auth_keys is not None
+            self.node.requires_login
             and req.connection_id not in self.logged_in
             and req.name.lower() not in _OPEN_COMMANDS
         ):
@@ -367,11 +372,48 @@ async def _sasl_continue(cmds: Commands, req: Request) -> dict[str, Any]:
     except ScramError:
         cmds.logins.pop(req.connection_id, None)
         raise CommandError(18, "Authentication failed.") from None
-    cmds.logged_in.add(req.connection_id)
+    cmds.logged_in[req.connection_id] = (login.user, req.db)
     del cmds.logins[req.connection_id]
     # Done at once, as with skipEmptyExchange; a client that sends the empty step anyway is
     # answered above.
     return {"conversationId": 1, "done": True, "payload": Binary(payload)}
+
+
+@command("authenticate")
+async def _authenticate(cmds: Commands, req: Request) -> dict[str, Any]:
+    """MONGODB-X509: the user is the subject of the certificate the connection presented."""
+    if req.body.get("mechanism") != "MONGODB-X509":
+        raise CommandError(2, f"unsupported mechanism {req.body.get('mechanism')!r}")
+    if req.db != "$external":
+        raise CommandError(2, "MONGODB-X509 authentication must be on the $external database")
+    subject = cmds.certificate_subjects.get(req.connection_id)
+    if not cmds.node.spec.x509 or subject is None:
+        raise CommandError(18, "No verified subject name available from client")
+    named = req.body.get("user")
+    if named is not None and named != subject:
+        raise CommandError(18, "There is no x.509 client certificate matching the user.")
+    if subject not in (CLIENT_SUBJECT, MEMBER_SUBJECT):
+        raise CommandError(11, f'Could not find user "{subject}" for db "$external"')
+    cmds.logged_in[req.connection_id] = (subject, "$external")
+    return {"dbname": "$external", "user": subject}
+
+
+@command("connectionStatus")
+async def _connection_status(cmds: Commands, req: Request) -> dict[str, Any]:
+    """Who this connection is logged in as. Every sandbox user holds `root` (members: the
+    internal `__system`)."""
+    login = cmds.logged_in.get(req.connection_id)
+    users, roles, privileges = [], [], []
+    if login is not None:
+        user, db = login
+        role = "__system" if user == MEMBER_SUBJECT else "root"
+        users = [{"user": user, "db": db}]
+        roles = [{"role": role, "db": "admin"}]
+        privileges = [{"resource": {"anyResource": True}, "actions": ["anyAction"]}]
+    info: dict[str, Any] = {"authenticatedUsers": users, "authenticatedUserRoles": roles}
+    if req.body.get("showPrivileges"):
+        info["authenticatedUserPrivileges"] = privileges
+    return {"authInfo": info}
 
 
 @command("ping")

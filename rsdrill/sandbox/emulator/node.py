@@ -38,6 +38,7 @@ from rsdrill.sandbox.emulator.oplog import (
 )
 from rsdrill.sandbox.emulator.peer import Peers
 from rsdrill.sandbox.emulator.storage import Database
+from rsdrill.sandbox.emulator.tls import member_client_context
 
 # mongod's exit status after a fatal assertion it did not abort on (EXIT_ABRUPT).
 FATAL_EXIT_STATUS = 14
@@ -122,7 +123,13 @@ class Node:
         self.clock = TimestampClock()
         # A sandbox made with a login: clients and members alike must log in (SCRAM).
         self.auth_keys = server_keys(sandbox_dir)
-        self.peer_calls = Peers(read_auth(sandbox_dir))
+        # Every client must log in: with a password (SCRAM users), or with its certificate.
+        self.requires_login = self.auth_keys is not None or spec.x509
+        self.peer_calls = Peers(
+            read_auth(sandbox_dir),
+            tls=member_client_context(sandbox_dir) if spec.tls else None,
+            x509=spec.x509,
+        )
         self.peers = {m.host: PeerView(m) for m in spec.members if m.host != host}
 
         self.state = MemberState.STARTUP

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from typing import Any
 
 import bson
@@ -21,9 +22,17 @@ class PeerError(Exception):
 class PeerConnection:
     """One TCP connection to another member; requests on it are sequential."""
 
-    def __init__(self, host: str, credentials: Credentials | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
+        x509: bool = False,
+    ) -> None:
         self.host = host
         self.credentials = credentials
+        self.tls = tls
+        self.x509 = x509
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
@@ -31,9 +40,18 @@ class PeerConnection:
     async def _connect(self, timeout: float) -> None:
         name, port = self.host.rsplit(":", 1)
         self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(name, int(port)), timeout
+            asyncio.open_connection(
+                name, int(port), ssl=self.tls, server_hostname=name if self.tls else None
+            ),
+            timeout,
         )
-        if self.credentials is not None:
+        if self.x509:  # as x.509 member authentication: the certificate says who we are
+            reply = await self._exchange(
+                "$external", {"authenticate": 1, "mechanism": "MONGODB-X509"}
+            )
+            if reply.get("ok") != 1:
+                raise wire.WireError(f"x.509 login failed: {reply.get('errmsg')}")
+        elif self.credentials is not None:
             await self._log_in(self.credentials)
 
     async def _log_in(self, credentials: Credentials) -> None:
@@ -89,15 +107,23 @@ class PeerConnection:
 class Peers:
     """Connections to every other member, one per purpose, created on demand."""
 
-    def __init__(self, credentials: Credentials | None = None) -> None:
+    def __init__(
+        self,
+        credentials: Credentials | None = None,
+        *,
+        tls: ssl.SSLContext | None = None,
+        x509: bool = False,
+    ) -> None:
         self._conns: dict[tuple[str, str], PeerConnection] = {}
         self.credentials = credentials
+        self.tls = tls
+        self.x509 = x509
 
     def connection(self, host: str, purpose: str) -> PeerConnection:
         key = (host, purpose)
         conn = self._conns.get(key)
         if conn is None:
-            conn = self._conns[key] = PeerConnection(host, self.credentials)
+            conn = self._conns[key] = PeerConnection(host, self.credentials, self.tls, self.x509)
         return conn
 
     async def call(

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import traceback
 from typing import Any
 
 import bson
 
 from rsdrill import wire
+from rsdrill.sandbox.certs import rfc2253_subject
 from rsdrill.sandbox.emulator.commands import Commands, Request
 from rsdrill.sandbox.emulator.errors import CommandError
 from rsdrill.sandbox.emulator.failpoint import CloseConnection
@@ -28,12 +30,18 @@ class Server:
     def __init__(self, commands: Commands) -> None:
         self.commands = commands
 
-    async def serve(self, host: str, port: int) -> asyncio.Server:
-        return await asyncio.start_server(self._client, host, port, reuse_address=True)
+    async def serve(
+        self, host: str, port: int, tls: ssl.SSLContext | None = None
+    ) -> asyncio.Server:
+        return await asyncio.start_server(self._client, host, port, reuse_address=True, ssl=tls)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection_id = next(_connection_ids)
         self.commands.connections += 1
+        # The verified certificate's subject, for MONGODB-X509 (None without TLS or a cert).
+        subject = rfc2253_subject(writer.get_extra_info("peercert"))
+        if subject is not None:
+            self.commands.certificate_subjects[connection_id] = subject
         try:
             while True:
                 request_id, _, op_code, payload = await wire.read_frame(reader)
