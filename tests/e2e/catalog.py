@@ -1,0 +1,57 @@
+"""The catalog's experiment files, aimed at another target and compressed in time: 1 s
+elections, faults at 3 s held for 4 s, 10 s of observation. Their probes and SLOs stay theirs
+(the SLOs were written for 10 s elections, so they hold with room to spare)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+FAULT_S = "4s"
+
+
+def catalog(name: str, fault_s: str = FAULT_S, **target: Any) -> dict[str, Any]:
+    """experiments/NAME.yaml with `target` fields changed and its timeline compressed (faults
+    held for `fault_s`)."""
+    document = yaml.safe_load((REPO / "experiments" / f"{name}.yaml").read_text())
+    document["target"].update(target)
+    if (
+        document["target"].get("topology") != "standalone"
+        and document["target"].get("platform", "sandbox") == "sandbox"
+    ):
+        document["target"]["election_timeout"] = "1s"
+    for fault in document["faults"]:
+        fault["at"] = "3s"
+        if fault["kind"] != "stepdown":
+            fault["duration"] = fault_s
+        restart = fault.get("restart")
+        if isinstance(restart, dict) and "after" in restart:
+            restart["after"] = fault_s
+            fault.pop("duration")
+    document["observe"] = {"after_revert": "10s"}
+    return document
+
+
+def run_cli(tmp_path: Path, document: dict[str, Any], *args: str) -> tuple[int, str, Path]:
+    """`rsdrill run` on `document`: exit status, output, and the output directory."""
+    path = tmp_path / "experiment.json"
+    path.write_text(json.dumps(document))
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli.app", "run", str(path), "--out", str(out),
+         "--no-live", "--no-history", *args],
+        capture_output=True, text=True, timeout=240, cwd=REPO,
+        env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    return done.returncode, done.stdout + done.stderr, out
+
+
+def result_of(out: Path) -> dict[str, Any]:
+    return dict(json.loads((out / "result.json").read_text()))
