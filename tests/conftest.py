@@ -27,7 +27,7 @@ def _bindable(port: int) -> bool:
     return True
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def free_port_base() -> Callable[[int], int]:
     """A function returning a base port such that `count` consecutive ports from it bind.
 

@@ -170,6 +170,15 @@ def up(
             "password, kept in DIR/auth.json (never printed). Emulator engine.",
         ),
     ] = False,
+    user: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--user",
+            metavar="NAME=ROLE[,ROLE...]",
+            help="With --auth, also a user with these built-in roles (role or role@db, e.g. "
+            "clusterMonitor,readWrite@app) and a random password in DIR/auth.json; repeatable.",
+        ),
+    ] = None,
     tls: Annotated[
         bool,
         typer.Option(
@@ -194,6 +203,7 @@ def up(
 
     if auth and x509:
         exit_invalid("rsdrill: choose one login: --auth (SCRAM) or --x509 (certificates)")
+    users = _users(user or [])
     options: dict[str, Any] = {"storage": storage.value, "handshake": handshake.value,
                                "tls": tls, "x509": x509}  # fmt: skip
     if oplog_size_mb is not None:
@@ -214,7 +224,7 @@ def up(
     with _reported():
         chosen, why = cluster.choose_engine(engine.value)
         started = time.monotonic()
-        sandbox = cluster.up(directory, spec, chosen, auth=auth)
+        sandbox = cluster.up(directory, spec, chosen, auth=auth, users=users)
         took = time.monotonic() - started
         statuses = sandbox.status()
     if as_json:
@@ -236,6 +246,25 @@ def up(
     if auth:
         typer.echo(f"password: in {sandbox.directory / 'auth.json'} (readable by you only)")
     _echo_members(statuses)
+
+
+def _users(given: list[str]) -> dict[str, list[str]]:
+    """`--user NAME=ROLE,ROLE` options as name → roles; exit 2 on a malformed one."""
+    from rsdrill.sandbox.auth import parse_role
+    from rsdrill.sandbox.emulator.roles import privileges
+
+    users: dict[str, list[str]] = {}
+    for item in given:
+        name, sep, roles = item.partition("=")
+        if not sep or not name or not roles:
+            exit_invalid(f"rsdrill: --user {item}: write NAME=ROLE[,ROLE...]")
+        for role in roles.split(","):
+            try:
+                privileges(*parse_role(role))
+            except ValueError as exc:
+                exit_invalid(f"rsdrill: --user {item}: {exc}")
+        users[name] = roles.split(",")
+    return users
 
 
 @app.command()

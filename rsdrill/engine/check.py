@@ -26,14 +26,13 @@ from rsdrill.connection import (
 )
 from rsdrill.deployment import Deployment, inspect, version_problem
 from rsdrill.experiment.schema import Experiment
+from rsdrill.privileges import CLUSTER, granted
 from rsdrill.probes.availability import PROBE_DB
 from rsdrill.targets import TargetError
 
 TIMEOUT_S = 5.0
 # Faults that run through faultfs (FUSE) on the sandbox and local platforms.
 _FAULTFS_KINDS = ("disk-fault", "iops-throttle", "volume-detach")
-# Each privilege a run uses: (resource, action, what uses it, the built-in role that grants it).
-_CLUSTER = "cluster"
 
 
 @dataclass(frozen=True)
@@ -194,16 +193,16 @@ def needed_privileges(exp: Experiment, standalone: bool) -> list[Privilege]:
     ]
     if not standalone:
         needed += [
-            Privilege(_CLUSTER, "replSetGetStatus", "the recovery probe, selection and guards",
+            Privilege(CLUSTER, "replSetGetStatus", "the recovery probe, selection and guards",
                       "clusterMonitor"),
-            Privilege(_CLUSTER, "replSetGetConfig", "the quorum guard", "clusterMonitor"),
+            Privilege(CLUSTER, "replSetGetConfig", "the quorum guard", "clusterMonitor"),
             Privilege("local.oplog.rs", "find", "the oplog-window guard (skipped without it)",
                       "clusterManager or read@local", required=False),
         ]  # fmt: skip
-    needed.append(Privilege(_CLUSTER, "serverStatus", "the result's storage engine",
+    needed.append(Privilege(CLUSTER, "serverStatus", "the result's storage engine",
                             "clusterMonitor", required=False))  # fmt: skip
     if any(f.kind == "stepdown" for f in exp.faults):
-        needed.append(Privilege(_CLUSTER, "replSetStateChange", "the stepdown fault",
+        needed.append(Privilege(CLUSTER, "replSetStateChange", "the stepdown fault",
                                 "clusterManager"))  # fmt: skip
     return needed
 
@@ -233,7 +232,11 @@ def _privileges(
     roles = ", ".join(
         f"{r.get('role')}@{r.get('db')}" for r in auth.get("authenticatedUserRoles") or []
     )
-    missing = [p for p in needed_privileges(exp, deployment.is_standalone) if not _granted(held, p)]
+    missing = [
+        p
+        for p in needed_privileges(exp, deployment.is_standalone)
+        if not granted(held, p.resource, p.action)
+    ]
     lacking = [p for p in missing if p.required]
     if lacking:
         yield Check("privileges", False, "missing " + "; ".join(
@@ -245,34 +248,6 @@ def _privileges(
         if not p.required:
             detail = f"{p.action} on {p.resource} is not granted ({p.role}): {p.used_by}"
             yield Check(f"privilege {p.action}", None, detail)
-
-
-def _granted(held: list[dict[str, Any]], wanted: Privilege) -> bool:
-    for privilege in held:
-        if wanted.action not in (privilege.get("actions") or []) and "anyAction" not in (
-            privilege.get("actions") or []
-        ):
-            continue
-        if _covers(privilege.get("resource") or {}, wanted.resource):
-            return True
-    return False
-
-
-def _covers(resource: dict[str, Any], wanted: str) -> bool:
-    """Whether a privilege's resource document covers `cluster` or `db.collection`."""
-    if resource.get("anyResource"):
-        return True
-    if wanted == _CLUSTER:
-        return bool(resource.get("cluster"))
-    if "db" not in resource:
-        return False
-    db, _, collection = wanted.partition(".")
-    res_db, res_coll = resource.get("db", ""), resource.get("collection", "")
-    db_ok = res_db in ("", db)
-    # "" covers the non-system collections only; oplog.rs and system.* must be named.
-    special = collection.startswith("system.") or (db == "local" and collection == "oplog.rs")
-    coll_ok = res_coll == collection or (res_coll == "" and not special)
-    return db_ok and coll_ok
 
 
 def _local_tools(exp: Experiment) -> Iterator[Check]:

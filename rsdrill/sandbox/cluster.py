@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
@@ -644,11 +644,13 @@ def up(
     before_start: Callable[[], None] | None = None,
     *,
     auth: bool = False,
+    users: Mapping[str, Sequence[str]] | None = None,
 ) -> Sandbox:
     """Start a fresh replica set in `directory` and return once it has a writable primary.
 
     `auth`: the set requires a login (emulator engine): a user with a random password is
-    written to the directory (`Sandbox.credentials`; see `rsdrill.sandbox.auth`).
+    written to the directory (`Sandbox.credentials`; see `rsdrill.sandbox.auth`), and `users`
+    (name → built-in roles such as "clusterMonitor" or "readWrite@app") beside it.
 
     `before_start` runs once the directory is laid out, just before the members start (e.g. to
     mount their data directories).
@@ -690,8 +692,10 @@ def up(
     shutil.rmtree(sandbox.directory / TLS_DIR, ignore_errors=True)
     if (auth or spec.tls) and engine.name != "emulator":
         raise SandboxError("a sandbox with a login or TLS needs the emulator engine")
+    if users and not auth:
+        raise SandboxError("users with roles need a login: add --auth")
     if auth:
-        create_auth(sandbox.directory)
+        create_auth(sandbox.directory, users)
     if spec.tls:
         make_tls_files(sandbox.directory, [m.host for m in spec.members])
     if before_start is not None:

@@ -9,8 +9,9 @@ import pytest
 from rsdrill.analysis.metrics import compute_metrics
 from rsdrill.analysis.slo import not_applicable_reason
 from rsdrill.deployment import Deployment, topology_of, version_problem, version_tuple
-from rsdrill.engine.check import Privilege, _granted, needed_privileges, topology_fits
+from rsdrill.engine.check import Privilege, needed_privileges, topology_fits
 from rsdrill.experiment.schema import Experiment
+from rsdrill.privileges import granted
 from rsdrill.probes.history import FaultRecord, Op
 
 
@@ -65,7 +66,7 @@ READ_WRITE = {"resource": {"db": "rsdrill_probe", "collection": ""},
 
 def _missing(held: list[dict[str, Any]], exp: Experiment, standalone: bool = False) -> set[str]:
     return {p.action for p in needed_privileges(exp, standalone)
-            if p.required and not _granted(held, p)}  # fmt: skip
+            if p.required and not granted(held, p.resource, p.action)}  # fmt: skip
 
 
 def test_a_user_without_cluster_monitor_lacks_replset_get_status() -> None:
@@ -84,15 +85,29 @@ def test_a_stepdown_needs_cluster_manager() -> None:
 def test_resource_matching_follows_mongodb() -> None:
     oplog = Privilege("local.oplog.rs", "find", "guard", "read@local")
     # "" collection covers the non-system collections only: the oplog must be named.
-    assert not _granted([{"resource": {"db": "", "collection": ""}, "actions": ["find"]}], oplog)
-    assert _granted([{"resource": {"db": "local", "collection": "oplog.rs"},
-                      "actions": ["find"]}], oplog)  # fmt: skip
-    assert _granted([{"resource": {"anyResource": True}, "actions": ["anyAction"]}], oplog)
+    assert not granted(
+        [{"resource": {"db": "", "collection": ""}, "actions": ["find"]}],
+        oplog.resource,
+        oplog.action,
+    )
+    assert granted([{"resource": {"db": "local", "collection": "oplog.rs"},
+                      "actions": ["find"]}], oplog.resource, oplog.action)  # fmt: skip
+    assert granted(
+        [{"resource": {"anyResource": True}, "actions": ["anyAction"]}],
+        oplog.resource,
+        oplog.action,
+    )
     probe = Privilege("rsdrill_probe.", "insert", "probes", "readWrite")
-    assert _granted([{"resource": {"db": "", "collection": ""}, "actions": ["insert"]}], probe)
-    assert not _granted([{"resource": {"db": "other", "collection": ""},
-                          "actions": ["insert"]}], probe)  # fmt: skip
-    assert not _granted([{"resource": {"cluster": True}, "actions": ["insert"]}], probe)
+    assert granted(
+        [{"resource": {"db": "", "collection": ""}, "actions": ["insert"]}],
+        probe.resource,
+        probe.action,
+    )
+    assert not granted([{"resource": {"db": "other", "collection": ""},
+                          "actions": ["insert"]}], probe.resource, probe.action)  # fmt: skip
+    assert not granted(
+        [{"resource": {"cluster": True}, "actions": ["insert"]}], probe.resource, probe.action
+    )
 
 
 def test_slos_on_replica_set_metrics_are_refused_for_a_standalone() -> None:

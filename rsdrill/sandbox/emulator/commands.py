@@ -15,9 +15,10 @@ from bson.binary import Binary
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
+from rsdrill.privileges import granted
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import ReplSetSpec
-from rsdrill.sandbox.emulator import election, heartbeat, query, sync
+from rsdrill.sandbox.emulator import election, heartbeat, query, roles, sync
 from rsdrill.sandbox.emulator.errors import CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
@@ -134,6 +135,8 @@ class Commands:
             and req.name.lower() not in _OPEN_COMMANDS
         ):
             return CommandError(13, f"command {req.name} requires authentication").document()
+        if self.node.requires_login and (refusal := self._unauthorized(req)) is not None:
+            return refusal.document()
         self.opcounters["command"] += 1
         if req.name.lower() not in _MEMORY_ONLY:
             await self.node.storage_idle()
@@ -160,6 +163,21 @@ class Commands:
         return reply
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def privileges_of(self, connection_id: int) -> list[dict[str, Any]]:
+        login = self.logged_in.get(connection_id)
+        if login is None:
+            return []
+        return [p for role, db in self.node.roles.get(login[0], [])
+                for p in roles.privileges(role, db)]  # fmt: skip
+
+    def _unauthorized(self, req: Request) -> CommandError | None:
+        """mongod's refusal of a command the user's roles do not allow (None: allowed)."""
+        need = roles.required(req.name, req.db, req.body)
+        if need is None or granted(self.privileges_of(req.connection_id), *need):
+            return None
+        return CommandError(13, f"not authorized on {req.db} to execute command "
+                                f"{{ {req.name}: {req.body.get(req.name)!r} }}")  # fmt: skip
 
     def check_readable(self, req: Request) -> None:
         state = self.node.state
@@ -400,19 +418,15 @@ async def _authenticate(cmds: Commands, req: Request) -> dict[str, Any]:
 
 @command("connectionStatus")
 async def _connection_status(cmds: Commands, req: Request) -> dict[str, Any]:
-    """Who this connection is logged in as. Every sandbox user holds `root` (members: the
-    internal `__system`)."""
+    """Who this connection is logged in as, with its roles and (showPrivileges) privileges."""
     login = cmds.logged_in.get(req.connection_id)
-    users, roles, privileges = [], [], []
+    users, held = [], []
     if login is not None:
-        user, db = login
-        role = "__system" if user == MEMBER_SUBJECT else "root"
-        users = [{"user": user, "db": db}]
-        roles = [{"role": role, "db": "admin"}]
-        privileges = [{"resource": {"anyResource": True}, "actions": ["anyAction"]}]
-    info: dict[str, Any] = {"authenticatedUsers": users, "authenticatedUserRoles": roles}
+        users = [{"user": login[0], "db": login[1]}]
+        held = [{"role": role, "db": db} for role, db in cmds.node.roles.get(login[0], [])]
+    info: dict[str, Any] = {"authenticatedUsers": users, "authenticatedUserRoles": held}
     if req.body.get("showPrivileges"):
-        info["authenticatedUserPrivileges"] = privileges
+        info["authenticatedUserPrivileges"] = cmds.privileges_of(req.connection_id)
     return {"authInfo": info}
 
 

@@ -23,7 +23,8 @@ from typing import Any, NoReturn
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
-from rsdrill.sandbox.auth import read_auth, server_keys
+from rsdrill.sandbox.auth import ROOT, read_auth, server_keys, user_roles
+from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import MemberSpec, ReplSetSpec, member_dir
 from rsdrill.sandbox.emulator.datastore import DataStore
 from rsdrill.sandbox.emulator.errors import CommandError, write_concern_error
@@ -125,6 +126,10 @@ class Node:
         self.auth_keys = server_keys(sandbox_dir)
         # Every client must log in: with a password (SCRAM users), or with its certificate.
         self.requires_login = self.auth_keys is not None or spec.x509
+        # Each user's built-in roles as (role, database); certificate users hold root.
+        self.roles = user_roles(sandbox_dir)
+        for subject in (CLIENT_SUBJECT, MEMBER_SUBJECT):
+            self.roles.setdefault(subject, [ROOT])
         self.peer_calls = Peers(
             read_auth(sandbox_dir),
             tls=member_client_context(sandbox_dir) if spec.tls else None,
