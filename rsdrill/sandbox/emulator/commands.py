@@ -457,6 +457,49 @@ async def _build_info(cmds: Commands, req: Request) -> dict[str, Any]:
     }
 
 
+def _parameters(node: Node) -> dict[str, Any]:
+    """The server parameters the emulator has (getParameter's answer to "*")."""
+    version = claimed(node.spec).version.rsplit(".", 1)[0]
+    return {
+        "enableTestCommands": True,  # configureFailPoint is there, as test suites expect
+        "featureCompatibilityVersion": {"version": version},
+        "logicalSessionTimeoutMinutes": 30,
+        "transactionLifetimeLimitSeconds": 60,
+        "requireApiVersion": False,
+    }
+
+
+@command("getParameter")
+async def _get_parameter(cmds: Commands, req: Request) -> dict[str, Any]:
+    _admin_only(req)
+    known = _parameters(cmds.node)
+    if req.body.get("getParameter") == "*":
+        return dict(known)
+    asked = [k for k in req.body if k not in ("getParameter", "$db", "lsid", "$clusterTime",
+                                               "$readPreference", "comment")]  # fmt: skip
+    missing = [k for k in asked if k not in known]
+    if missing or not asked:
+        raise CommandError(72, "no option found to get")
+    return {k: known[k] for k in asked}
+
+
+@command("getCmdLineOpts")
+async def _get_cmd_line_opts(cmds: Commands, req: Request) -> dict[str, Any]:
+    _admin_only(req)
+    node = cmds.node
+    name, port = node.host.rsplit(":", 1)
+    parsed: dict[str, Any] = {
+        "net": {"bindIp": name, "port": int(port)},
+        "setParameter": {"enableTestCommands": "1"},
+        "security": {"authorization": "enabled" if node.requires_login else "disabled"},
+    }
+    argv = ["mongod", "--bind_ip", name, "--port", port]
+    if not node.spec.standalone:
+        parsed["replication"] = {"replSet": node.spec.set_name}
+        argv += ["--replSet", node.spec.set_name]
+    return {"argv": argv, "parsed": parsed}
+
+
 @command("endSessions", "killSessions", "refreshSessions", "killAllSessions")
 async def _sessions(cmds: Commands, req: Request) -> dict[str, Any]:
     return {}

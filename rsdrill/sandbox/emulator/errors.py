@@ -18,6 +18,7 @@ CODE_NAMES = {
     59: "CommandNotFound",
     64: "WriteConcernFailed",
     66: "ImmutableField",
+    72: "InvalidOptions",
     73: "InvalidNamespace",
     76: "NoReplicationEnabled",
     89: "NetworkTimeout",

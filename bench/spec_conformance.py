@@ -1,0 +1,192 @@
+"""How far the sandbox behaves as mongod, judged by MongoDB's own specification tests.
+
+Runs suites of pymongo's own test harness, unmodified, from the source distribution of the
+installed pymongo (downloaded once with `pip download --no-binary`), against a fresh sandbox,
+and prints per suite: collected, ran, passed, failed, skipped (with why), and the most common
+causes of failure. Writes the same as JSON.
+
+    python bench/spec_conformance.py [--topology rs3] [--suites crud,retryable_writes]
+                                     [--out conformance.json] [--jobs 2]
+
+Needs network access to PyPI once (the sdist is cached under .cache/pymongo-sdist) and the
+`pytest-asyncio` plugin pymongo's test configuration names (in rsdrill's dev extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pymongo
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "pymongo-sdist"
+SUITES = {
+    "crud": "test/test_crud_unified.py",
+    "retryable_writes": "test/test_retryable_writes_unified.py",
+    "retryable_reads": "test/test_retryable_reads_unified.py",
+    "transactions": "test/test_transactions_unified.py",
+    "sessions": "test/test_sessions_unified.py",
+    "causal_consistency": "test/test_causal_consistency.py",
+}
+SUITE_TIMEOUT_S = 1200
+
+
+@dataclass
+class SuiteResult:
+    suite: str
+    collected: int = 0
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+    causes: dict[str, int] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ran(self) -> int:
+        return self.passed + self.failed
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.passed / self.ran if self.ran else None
+
+
+def sdist(version: str) -> Path:
+    """pymongo's source tree for `version`, downloaded and unpacked once."""
+    root = CACHE / f"pymongo-{version}"
+    if (root / "test" / "__init__.py").exists():
+        return root
+    CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+         f"pymongo=={version}", "-d", str(CACHE), "-q"],
+        check=True,
+    )  # fmt: skip
+    with tarfile.open(CACHE / f"pymongo-{version}.tar.gz") as archive:
+        archive.extractall(CACHE, filter="data")
+    return root
+
+
+def run_suite(name: str, source: Path, host: str, port: int, work: Path) -> SuiteResult:
+    """One suite with pymongo's harness (its own conftest and configuration)."""
+    report = work / f"{name}.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", SUITES[name], "-q", "-p", "no:cacheprovider",
+         "-o", "addopts=", f"--junitxml={report}", "-m", "default or default_async"],
+        cwd=source, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S,
+        env={**os.environ, "DB_IP": host, "DB_PORT": str(port), "PYTHONPATH": str(source)},
+    )  # fmt: skip
+    return parse_junit(name, report)
+
+
+_VOLATILE = re.compile(r"0x[0-9a-f]+|\b\d+\b|ObjectId\('[0-9a-f]+'\)|'[^']{40,}'")
+
+
+def cause_of(message: str) -> str:
+    """A failure message reduced to its kind: the first line, numbers and ids blanked."""
+    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
+    first = re.sub(r"full error: .*", "", first)
+    return _VOLATILE.sub("…", first)[:160]
+
+
+def parse_junit(name: str, report: Path) -> SuiteResult:
+    result = SuiteResult(name)
+    if not report.exists():
+        result.causes["the suite did not run (no report)"] = 1
+        return result
+    skips: Counter[str] = Counter()
+    causes: Counter[str] = Counter()
+    for case in ET.parse(report).getroot().iter("testcase"):
+        result.collected += 1
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        skipped = case.find("skipped")
+        if failure is not None:
+            result.failed += 1
+            causes[cause_of(failure.get("message") or failure.text or "")] += 1
+            result.failures.append(f"{case.get('classname')}.{case.get('name')}")
+        elif skipped is not None:
+            result.skipped += 1
+            skips[(skipped.get("message") or "")[:120]] += 1
+        else:
+            result.passed += 1
+    result.skip_reasons = dict(skips.most_common())
+    result.causes = dict(causes.most_common())
+    return result
+
+
+def start_sandbox(directory: Path, topology: str, port_base: int) -> str:
+    from rsdrill.sandbox.cluster import choose_engine, up
+    from rsdrill.sandbox.config import build_topology
+
+    engine, _ = choose_engine("emulator")
+    sandbox = up(directory, build_topology(topology, port_base=port_base), engine)
+    primary = sandbox.spec.members[0].host
+    return primary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--topology", default="rs3", choices=["rs1", "rs3", "standalone"])
+    parser.add_argument("--suites", default=",".join(SUITES))
+    parser.add_argument("--port-base", type=int, default=29500)
+    parser.add_argument("--jobs", type=int, default=2, help="suites run at once")
+    parser.add_argument("--out", type=Path, default=Path("conformance.json"))
+    args = parser.parse_args()
+    names = [s.strip() for s in args.suites.split(",") if s.strip()]
+    unknown = [s for s in names if s not in SUITES]
+    if unknown:
+        parser.error(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)}")
+    source = sdist(pymongo.version)
+    from rsdrill.sandbox.cluster import Sandbox
+
+    with tempfile.TemporaryDirectory(prefix="rsdrill-conformance-") as scratch:
+        work = Path(scratch)
+        host = start_sandbox(work / "sandbox", args.topology, args.port_base)
+        try:
+            address, port = host.rsplit(":", 1)
+            with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+                results = list(pool.map(
+                    lambda n: run_suite(n, source, address, int(port), work), names))  # fmt: skip
+        finally:
+            Sandbox(work / "sandbox").down(grace_s=2.0)
+    print(f"pymongo {pymongo.version} spec tests against the sandbox ({args.topology})\n")
+    print(f"{'suite':<20} {'collected':>9} {'ran':>5} {'passed':>6} {'failed':>6} "
+          f"{'skipped':>7} {'pass %':>7}")  # fmt: skip
+    for r in results:
+        rate = f"{100 * r.pass_rate:.1f}" if r.pass_rate is not None else "-"
+        print(f"{r.suite:<20} {r.collected:>9} {r.ran:>5} {r.passed:>6} {r.failed:>6} "
+              f"{r.skipped:>7} {rate:>7}")  # fmt: skip
+    for r in results:
+        if r.causes:
+            print(f"\n{r.suite}: causes of failure")
+            for cause, count in list(r.causes.items())[:15]:
+                print(f"  {count:>4}  {cause}")
+        if r.skip_reasons:
+            print(f"{r.suite}: skipped because")
+            for reason, count in list(r.skip_reasons.items())[:8]:
+                print(f"  {count:>4}  {reason}")
+    summary = {
+        "pymongo": pymongo.version,
+        "topology": args.topology,
+        "suites": [{**asdict(r), "ran": r.ran, "pass_rate": r.pass_rate} for r in results],
+    }
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"\nsummary: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
