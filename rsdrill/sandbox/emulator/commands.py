@@ -19,7 +19,7 @@ from rsdrill.privileges import granted
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import ReplSetSpec
 from rsdrill.sandbox.emulator import election, heartbeat, query, roles, sync
-from rsdrill.sandbox.emulator.errors import CommandError
+from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
@@ -107,7 +107,7 @@ class Commands:
             ("insert", "query", "update", "delete", "getmore", "command"), 0
         )
         self.connections = 0
-        self.fail_point: FailPoint | None = None
+        self.fail_points: dict[str, FailPoint] = {}
         # Connections that logged in, and logins under way (when the sandbox requires them).
         # Per logged-in connection: its user and the database that user is defined on.
         self.logged_in: dict[int, tuple[str, str]] = {}
@@ -140,14 +140,20 @@ class Commands:
         self.opcounters["command"] += 1
         if req.name.lower() not in _MEMORY_ONLY:
             await self.node.storage_idle()
-        fail = self.fail_point if self.fail_point and self.fail_point.fires_for(req.name) else None
-        if fail and not fail.after_execution and (early := await fail.disrupt()) is not None:
+        fail = next((f for f in self.fail_points.values() if f.fires_for(req.name, req.body)), None)
+        retryable = "txnNumber" in req.body
+        if (
+            fail
+            and not fail.after_execution
+            and (early := await fail.disrupt(retryable)) is not None
+        ):
             return early
         reply = await self._execute(handler, req)
-        if fail and fail.after_execution and (late := await fail.disrupt()) is not None:
+        if fail and fail.after_execution and (late := await fail.disrupt(retryable)) is not None:
             return late
         if fail and fail.write_concern_error:
             reply["writeConcernError"] = dict(fail.write_concern_error)
+            label_retryable_write_concern_error(req, reply)
         return reply
 
     async def _execute(self, handler: Handler, req: Request) -> dict[str, Any]:
@@ -241,8 +247,7 @@ class Commands:
         error = await self.node.wait_for_write_concern(optime, wc)
         if error is not None:
             reply["writeConcernError"] = error
-            if "txnNumber" in req.body and error["code"] in (189, 91, 11602):
-                reply["errorLabels"] = ["RetryableWriteError"]
+            label_retryable_write_concern_error(req, reply)
         if self.node.state is MemberState.PRIMARY:
             reply["electionId"] = self.node.election_id()
             reply["opTime"] = optime.document()
@@ -272,6 +277,16 @@ class Commands:
         if session is None:
             return None
         return {"lsid": session[0], "txnNumber": Int64(session[1]), "stmtId": stmt, "res": result}
+
+
+def label_retryable_write_concern_error(req: Request, reply: dict[str, Any]) -> None:
+    """As servers 4.4+ do: a retryable write whose writeConcernError has a retryable code
+    carries the RetryableWriteError label (drivers retry on the label, not the code)."""
+    code = (reply.get("writeConcernError") or {}).get("code")
+    if "txnNumber" in req.body and code in RETRYABLE_WRITE_CODES:
+        labels = reply.setdefault("errorLabels", [])
+        if "RetryableWriteError" not in labels:
+            labels.append("RetryableWriteError")
 
 
 # -- handshake and server info ----------------------------------------------------------------
@@ -671,6 +686,75 @@ def _update_one_spec(
     return result, optime
 
 
+@command("findAndModify", "findandmodify")
+async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
+    """One document found (by query and sort), removed or updated, and returned as it was or
+    (`new`) as it became; retryable like the other writes."""
+    node = cmds.node
+    body = req.body
+    ns = _ns(req)
+    session = cmds.session_of(req)
+    node.require_writable()
+    remove, update = bool(body.get("remove")), body.get("update")
+    if remove == (update is not None):
+        raise CommandError(9, "Either an update or remove=true must be specified")
+    if remove and (body.get("new") or body.get("upsert")):
+        raise CommandError(9, "Cannot specify new or upsert with remove=true")
+    cmds.opcounters["delete" if remove else "update"] += 1
+    previous = cmds.done_before(session, 0)
+    if previous is not None:
+        return await cmds.finish_write(req, dict(previous), None)
+    q = body.get("query") or {}
+    found = _matching(node, ns, q)
+    if body.get("sort"):
+        found = query.sort_documents(found, body["sort"])
+    target = found[0] if found else None
+    fields = body.get("fields")
+
+    def shown(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+        return query.project(doc, fields) if doc is not None and fields else doc
+
+    optime = None
+    if remove:
+        reply: dict[str, Any] = {"lastErrorObject": {"n": int(target is not None)},
+                                 "value": shown(target)}  # fmt: skip
+        if target is not None:
+            optime = node.write("d", ns, {"_id": target["_id"]},
+                                session=cmds.session_fields(session, 0, reply))  # fmt: skip
+    elif target is None and body.get("upsert"):
+        doc = query.apply_update(query.upsert_seed(q), update, inserting=True)
+        if "_id" not in doc:
+            doc = {"_id": ObjectId(), **doc}
+        reply = {"lastErrorObject": {"n": 1, "updatedExisting": False, "upserted": doc["_id"]},
+                 "value": shown(doc) if body.get("new") else None}  # fmt: skip
+        optime = node.write("i", ns, doc, session=cmds.session_fields(session, 0, reply))
+    elif target is None:
+        reply = {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
+    else:
+        new = query.apply_update(target, update)
+        reply = {"lastErrorObject": {"n": 1, "updatedExisting": True},
+                 "value": shown(new if body.get("new") else target)}  # fmt: skip
+        if new != target or list(new) != list(target):
+            optime = node.write("u", ns, new, o2={"_id": target["_id"]},
+                                session=cmds.session_fields(session, 0, reply))  # fmt: skip
+    if optime is None and session is not None:
+        # Nothing written, but a retry must find this statement done, on any member.
+        optime = node.write("n", "", {"msg": "retryable write"},
+                            session=cmds.session_fields(session, 0, reply))  # fmt: skip
+    return await cmds.finish_write(req, reply, optime)
+
+
+@command("distinct")
+async def _distinct(cmds: Commands, req: Request) -> dict[str, Any]:
+    cmds.check_readable(req)
+    await cmds.majority_read_barrier(req)
+    key = req.body.get("key")
+    if not isinstance(key, str) or not key:
+        raise CommandError(14, "distinct: key must be a string")
+    docs = _matching(cmds.node, _ns(req), req.body.get("query") or {})
+    return {"values": query.distinct_values(docs, key)}
+
+
 @command("delete")
 async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
     node = cmds.node
@@ -946,7 +1030,12 @@ def _admin_only(req: Request) -> None:
 @command("configureFailPoint")
 async def _configure_fail_point(cmds: Commands, req: Request) -> dict[str, Any]:
     _admin_only(req)
-    cmds.fail_point = FailPoint.from_command(req.body)
+    name = str(req.body.get("configureFailPoint"))
+    fail_point = FailPoint.from_command(req.body)
+    if fail_point is None:
+        cmds.fail_points.pop(name, None)
+    else:
+        cmds.fail_points[name] = fail_point
     return {"count": 0}
 
 

@@ -1,4 +1,7 @@
-"""MongoDB's `failCommand` fail point: make chosen commands fail, hang or drop the connection.
+"""MongoDB's `failCommand` fail point: make chosen commands fail, hang or drop the connection;
+and `onPrimaryTransactionalWrite`, which disrupts retryable writes (commands with a
+txnNumber): with `failBeforeCommitExceptionCode` it fails them before anything is written,
+otherwise (`closeConnection`, the default) it drops the connection after the write is applied.
 
 Configured with `{configureFailPoint: "failCommand", mode: "alwaysOn" | "off" | {times: N},
 data: {failCommands: [...], errorCode, errorLabels, closeConnection, blockConnection,
@@ -20,6 +23,10 @@ class CloseConnection(Exception):
     """Drop the client's connection without answering."""
 
 
+NAMES = ("failCommand", "onPrimaryTransactionalWrite")
+_WRITES = frozenset({"insert", "update", "delete", "findandmodify"})
+
+
 @dataclass
 class FailPoint:
     commands: frozenset[str]
@@ -30,12 +37,15 @@ class FailPoint:
     block_ms: int = 0
     write_concern_error: dict[str, Any] | None = None
     after_execution: bool = False
+    # Only commands that carry a txnNumber (onPrimaryTransactionalWrite).
+    retryable_writes_only: bool = False
 
     @classmethod
     def from_command(cls, body: dict[str, Any]) -> FailPoint | None:
         """Parse configureFailPoint; None when the mode is "off"."""
-        if body.get("configureFailPoint") != "failCommand":
-            raise CommandError(2, f"unknown fail point: {body.get('configureFailPoint')!r}")
+        name = body.get("configureFailPoint")
+        if name not in NAMES:
+            raise CommandError(2, f"unknown fail point: {name!r}")
         mode = body.get("mode")
         if mode == "off":
             return None
@@ -46,6 +56,16 @@ class FailPoint:
         else:
             raise CommandError(2, "mode must be 'alwaysOn', 'off' or {times: N} with N > 0")
         data = body.get("data") or {}
+        if name == "onPrimaryTransactionalWrite":
+            code = data.get("failBeforeCommitExceptionCode")
+            return cls(
+                commands=_WRITES,
+                times=times,
+                error_code=int(code) if code is not None else None,
+                close_connection=code is None and bool(data.get("closeConnection", True)),
+                after_execution=code is None,
+                retryable_writes_only=True,
+            )
         names = data.get("failCommands")
         if not isinstance(names, list) or not names:
             raise CommandError(2, "data.failCommands must be a non-empty list of command names")
@@ -60,25 +80,27 @@ class FailPoint:
             after_execution=bool(data.get("afterExecution")),
         )
 
-    def fires_for(self, command: str) -> bool:
+    def fires_for(self, command: str, body: dict[str, Any]) -> bool:
         """True (and one use spent) when this command should fail now."""
         if command.lower() not in self.commands or self.times == 0:
+            return False
+        if self.retryable_writes_only and "txnNumber" not in body:
             return False
         if self.times is not None:
             self.times -= 1
         return True
 
-    async def disrupt(self) -> dict[str, Any] | None:
-        """Block, drop the connection, or return the error reply; None to carry on."""
+    async def disrupt(self, retryable_write: bool) -> dict[str, Any] | None:
+        """Block, drop the connection, or return the error reply; None to carry on. Without
+        `errorLabels` of its own, the error gets the labels the server would give it (a
+        retryable write's retryable error: RetryableWriteError)."""
         if self.block_ms:
             await asyncio.sleep(self.block_ms / 1000)
         if self.close_connection:
             raise CloseConnection
         if self.error_code is not None:
-            reply = CommandError(
-                int(self.error_code), "Failing command via 'failCommand' failpoint"
-            ).document()
+            error = CommandError(int(self.error_code), "Failing command via a fail point")
             if self.error_labels:
-                reply["errorLabels"] = list(self.error_labels)
-            return reply
+                return {**error.document(), "errorLabels": list(self.error_labels)}
+            return error.document(retryable_write=retryable_write)
         return None

@@ -297,6 +297,18 @@ def _resolve(value: Any, parts: list[str]) -> list[Any]:
     return [_MISSING]
 
 
+def distinct_values(docs: Iterable[Mapping[str, Any]], key: str) -> list[Any]:
+    """`distinct`: the values `key` reaches in `docs`, arrays unwound one level, each once
+    (by BSON equality), in the order first seen."""
+    seen: list[Any] = []
+    for doc in docs:
+        for value in _resolve(dict(doc), key.split(".")):
+            for item in value if isinstance(value, list) else [value]:
+                if item is not _MISSING and not any(compare(item, s) == 0 for s in seen):
+                    seen.append(item)
+    return seen
+
+
 def _is_index(part: str) -> bool:
     return part.isascii() and part.isdigit() and (part == "0" or not part.startswith("0"))
 
