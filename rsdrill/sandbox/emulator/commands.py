@@ -113,12 +113,15 @@ class Commands:
         self.logged_in: dict[int, tuple[str, str]] = {}
         self.logins: dict[int, ScramServer] = {}
         self.certificate_subjects: dict[int, str] = {}
+        # The application each connection's handshake named (failCommand's appName filter).
+        self.app_names: dict[int, str] = {}
 
     def forget(self, connection_id: int) -> None:
         """The connection closed: its login ends with it."""
         self.logged_in.pop(connection_id, None)
         self.logins.pop(connection_id, None)
         self.certificate_subjects.pop(connection_id, None)
+        self.app_names.pop(connection_id, None)
 
     async def run(self, req: Request) -> dict[str, Any]:
         """The reply document for a request; errors become `{ok: 0, ...}`."""
@@ -140,7 +143,10 @@ class Commands:
         self.opcounters["command"] += 1
         if req.name.lower() not in _MEMORY_ONLY:
             await self.node.storage_idle()
-        fail = next((f for f in self.fail_points.values() if f.fires_for(req.name, req.body)), None)
+        app = self.app_names.get(req.connection_id)
+        fail = next(
+            (f for f in self.fail_points.values() if f.fires_for(req.name, req.body, app)), None
+        )
         retryable = "txnNumber" in req.body
         if (
             fail
@@ -310,6 +316,9 @@ def _standalone_refusal(req: Request) -> CommandError | None:
 @command("hello", "isMaster", "ismaster")
 async def _hello(cmds: Commands, req: Request) -> dict[str, Any]:
     node = cmds.node
+    app = ((req.body.get("client") or {}).get("application") or {}).get("name")
+    if isinstance(app, str):
+        cmds.app_names[req.connection_id] = app
     tv = req.body.get("topologyVersion")
     max_await = req.body.get("maxAwaitTimeMS")
     if tv is not None and max_await is not None:

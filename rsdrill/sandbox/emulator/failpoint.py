@@ -32,13 +32,18 @@ class FailPoint:
     commands: frozenset[str]
     times: int | None  # None: always on
     error_code: int | None = None
-    error_labels: tuple[str, ...] = ()
+    # The labels to answer with; None: the ones the server would give the error itself.
+    error_labels: tuple[str, ...] | None = None
     close_connection: bool = False
     block_ms: int = 0
     write_concern_error: dict[str, Any] | None = None
     after_execution: bool = False
     # Only commands that carry a txnNumber (onPrimaryTransactionalWrite).
     retryable_writes_only: bool = False
+    # Only connections whose handshake named this application (failCommand's `appName`).
+    app_name: str | None = None
+    # Matching commands to let through before it fires (mode {skip: N}).
+    skip: int = 0
 
     @classmethod
     def from_command(cls, body: dict[str, Any]) -> FailPoint | None:
@@ -49,12 +54,17 @@ class FailPoint:
         mode = body.get("mode")
         if mode == "off":
             return None
+        skip = 0
         if mode == "alwaysOn":
             times = None
         elif isinstance(mode, dict) and isinstance(mode.get("times"), int) and mode["times"] > 0:
             times = int(mode["times"])
+        elif isinstance(mode, dict) and isinstance(mode.get("skip"), int) and mode["skip"] >= 0:
+            times, skip = None, int(mode["skip"])
         else:
-            raise CommandError(2, "mode must be 'alwaysOn', 'off' or {times: N} with N > 0")
+            raise CommandError(
+                2, "mode must be 'alwaysOn', 'off', {times: N} with N > 0 or {skip: N}"
+            )
         data = body.get("data") or {}
         if name == "onPrimaryTransactionalWrite":
             code = data.get("failBeforeCommitExceptionCode")
@@ -62,9 +72,13 @@ class FailPoint:
                 commands=_WRITES,
                 times=times,
                 error_code=int(code) if code is not None else None,
+                # Whatever the code: nothing was written, and drivers retry it (the retryable
+                # writes spec tests expect the retry), so the error carries the label.
+                error_labels=("RetryableWriteError",),
                 close_connection=code is None and bool(data.get("closeConnection", True)),
                 after_execution=code is None,
                 retryable_writes_only=True,
+                skip=skip,
             )
         names = data.get("failCommands")
         if not isinstance(names, list) or not names:
@@ -73,18 +87,26 @@ class FailPoint:
             commands=frozenset(str(n).lower() for n in names),
             times=times,
             error_code=data.get("errorCode"),
-            error_labels=tuple(data.get("errorLabels") or ()),
+            error_labels=tuple(data["errorLabels"]) if "errorLabels" in data else None,
             close_connection=bool(data.get("closeConnection")),
             block_ms=int(data.get("blockTimeMS") or 0) if data.get("blockConnection") else 0,
             write_concern_error=data.get("writeConcernError"),
             after_execution=bool(data.get("afterExecution")),
+            app_name=data.get("appName"),
+            skip=skip,
         )
 
-    def fires_for(self, command: str, body: dict[str, Any]) -> bool:
-        """True (and one use spent) when this command should fail now."""
+    def fires_for(self, command: str, body: dict[str, Any], app_name: str | None) -> bool:
+        """True (and one use spent) when this command, from a connection of `app_name`,
+        should fail now."""
         if command.lower() not in self.commands or self.times == 0:
             return False
         if self.retryable_writes_only and "txnNumber" not in body:
+            return False
+        if self.app_name is not None and app_name != self.app_name:
+            return False
+        if self.skip:
+            self.skip -= 1
             return False
         if self.times is not None:
             self.times -= 1
@@ -100,7 +122,10 @@ class FailPoint:
             raise CloseConnection
         if self.error_code is not None:
             error = CommandError(int(self.error_code), "Failing command via a fail point")
-            if self.error_labels:
-                return {**error.document(), "errorLabels": list(self.error_labels)}
+            if self.error_labels is not None:
+                reply = error.document()
+                reply.pop("errorLabels", None)
+                return {**reply, **({"errorLabels": list(self.error_labels)}
+                                    if self.error_labels else {})}  # fmt: skip
             return error.document(retryable_write=retryable_write)
         return None
