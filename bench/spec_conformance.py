@@ -7,6 +7,10 @@ causes of failure. Writes the same as JSON.
 
     python bench/spec_conformance.py [--topology rs3] [--suites crud,retryable_writes]
                                      [--out conformance.json] [--jobs 2]
+                                     [--expect FILE] [--write-expected FILE]
+
+With `--expect FILE` (one test id a line, as `--write-expected` records the passing ones), a
+listed test that does not pass is a regression: they are printed and the exit status is 1.
 
 Needs network access to PyPI once (the sdist is cached under .cache/pymongo-sdist) and the
 `pytest-asyncio` plugin pymongo's test configuration names (in rsdrill's dev extra).
@@ -53,6 +57,7 @@ class SuiteResult:
     skip_reasons: dict[str, int] = field(default_factory=dict)
     causes: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    passes: list[str] = field(default_factory=list)
 
     @property
     def ran(self) -> int:
@@ -123,6 +128,7 @@ def parse_junit(name: str, report: Path) -> SuiteResult:
             skips[(skipped.get("message") or "")[:120]] += 1
         else:
             result.passed += 1
+            result.passes.append(f"{case.get('classname')}.{case.get('name')}")
     result.skip_reasons = dict(skips.most_common())
     result.causes = dict(causes.most_common())
     return result
@@ -145,6 +151,8 @@ def main() -> None:
     parser.add_argument("--port-base", type=int, default=29500)
     parser.add_argument("--jobs", type=int, default=2, help="suites run at once")
     parser.add_argument("--out", type=Path, default=Path("conformance.json"))
+    parser.add_argument("--expect", type=Path, help="tests that must pass (one id a line)")
+    parser.add_argument("--write-expected", type=Path, help="record the passing tests here")
     args = parser.parse_args()
     names = [s.strip() for s in args.suites.split(",") if s.strip()]
     unknown = [s for s in names if s not in SUITES]
@@ -186,6 +194,18 @@ def main() -> None:
     }
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"\nsummary: {args.out}")
+    passing = sorted(t for r in results for t in r.passes)
+    if args.write_expected is not None:
+        args.write_expected.write_text("".join(f"{t}\n" for t in passing))
+        print(f"expected passes: {args.write_expected} ({len(passing)})")
+    if args.expect is not None:
+        expected = {line.strip() for line in args.expect.read_text().splitlines() if line.strip()}
+        regressed = sorted(expected - set(passing))
+        print(f"expected passes: {len(expected)}, regressions: {len(regressed)}")
+        for test in regressed:
+            print(f"  REGRESSED {test}")
+        if regressed:
+            sys.exit(1)
 
 
 if __name__ == "__main__":
