@@ -10,7 +10,8 @@ causes of failure. Writes the same as JSON.
                                      [--expect FILE] [--write-expected FILE]
 
 With `--expect FILE` (one test id a line, as `--write-expected` records the passing ones), a
-listed test that does not pass is a regression: they are printed and the exit status is 1.
+listed test that does not pass is run once more; one that fails again is a regression (printed
+with its failure, exit status 1), one that passes then is reported as flaky.
 
 Needs network access to PyPI once (the sdist is cached under .cache/pymongo-sdist) and the
 `pytest-asyncio` plugin pymongo's test configuration names (in rsdrill's dev extra).
@@ -56,7 +57,8 @@ class SuiteResult:
     skipped: int = 0
     skip_reasons: dict[str, int] = field(default_factory=dict)
     causes: dict[str, int] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
+    # Failed test id → its failure's first line.
+    failures: dict[str, str] = field(default_factory=dict)
     passes: list[str] = field(default_factory=list)
 
     @property
@@ -84,11 +86,15 @@ def sdist(version: str) -> Path:
     return root
 
 
-def run_suite(name: str, source: Path, host: str, port: int, work: Path) -> SuiteResult:
-    """One suite with pymongo's harness (its own conftest and configuration)."""
+def run_suite(
+    name: str, source: Path, host: str, port: int, work: Path, tests: list[str] | None = None
+) -> SuiteResult:
+    """One suite with pymongo's harness (its own conftest and configuration); `tests` (node
+    ids) runs only those."""
     report = work / f"{name}.xml"
     subprocess.run(
-        [sys.executable, "-m", "pytest", SUITES[name], "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", *(tests or [SUITES[name]]), "-q", "-p",
+         "no:cacheprovider",
          "-o", "addopts=", f"--junitxml={report}", "-m", "default or default_async"],
         cwd=source, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S,
         env={**os.environ, "DB_IP": host, "DB_PORT": str(port), "PYTHONPATH": str(source)},
@@ -97,6 +103,12 @@ def run_suite(name: str, source: Path, host: str, port: int, work: Path) -> Suit
 
 
 _VOLATILE = re.compile(r"0x[0-9a-f]+|\b\d+\b|ObjectId\('[0-9a-f]+'\)|'[^']{40,}'")
+
+
+def node_id(test: str) -> str:
+    """`test.test_crud_unified.TestX.test_y` (a junit id) → pytest's node id."""
+    module, cls, name = test.rsplit(".", 2)
+    return f"{module.replace('.', '/')}.py::{cls}::{name}"
 
 
 def cause_of(message: str) -> str:
@@ -121,8 +133,9 @@ def parse_junit(name: str, report: Path) -> SuiteResult:
         skipped = case.find("skipped")
         if failure is not None:
             result.failed += 1
-            causes[cause_of(failure.get("message") or failure.text or "")] += 1
-            result.failures.append(f"{case.get('classname')}.{case.get('name')}")
+            cause = cause_of(failure.get("message") or failure.text or "")
+            causes[cause] += 1
+            result.failures[f"{case.get('classname')}.{case.get('name')}"] = cause
         elif skipped is not None:
             result.skipped += 1
             skips[(skipped.get("message") or "")[:120]] += 1
@@ -169,6 +182,18 @@ def main() -> None:
             with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
                 results = list(pool.map(
                     lambda n: run_suite(n, source, address, int(port), work), names))  # fmt: skip
+            regressed: dict[str, str] = {}
+            flaky: list[str] = []
+            if args.expect is not None:
+                expected = {t.strip() for t in args.expect.read_text().splitlines() if t.strip()}
+                passing = {t for r in results for t in r.passes}
+                failed = {t: c for r in results for t, c in r.failures.items()}
+                missing = sorted(expected - passing)
+                if missing:  # once more, alone: a test that passes now was flaky, not broken
+                    again = run_suite("rerun", source, address, int(port), work,
+                                      [node_id(t) for t in missing])  # fmt: skip
+                    flaky = sorted(set(missing) & set(again.passes))
+                    regressed = {t: failed.get(t, "not run") for t in missing if t not in flaky}
         finally:
             Sandbox(work / "sandbox").down(grace_s=2.0)
     print(f"pymongo {pymongo.version} spec tests against the sandbox ({args.topology})\n")
@@ -191,6 +216,8 @@ def main() -> None:
         "pymongo": pymongo.version,
         "topology": args.topology,
         "suites": [{**asdict(r), "ran": r.ran, "pass_rate": r.pass_rate} for r in results],
+        "regressed": regressed,
+        "flaky": flaky,
     }
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"\nsummary: {args.out}")
@@ -199,11 +226,11 @@ def main() -> None:
         args.write_expected.write_text("".join(f"{t}\n" for t in passing))
         print(f"expected passes: {args.write_expected} ({len(passing)})")
     if args.expect is not None:
-        expected = {line.strip() for line in args.expect.read_text().splitlines() if line.strip()}
-        regressed = sorted(expected - set(passing))
-        print(f"expected passes: {len(expected)}, regressions: {len(regressed)}")
-        for test in regressed:
-            print(f"  REGRESSED {test}")
+        print(f"regressions: {len(regressed)}, flaky (passed when run again): {len(flaky)}")
+        for test in flaky:
+            print(f"  FLAKY {test}")
+        for test, cause in regressed.items():
+            print(f"  REGRESSED {test}: {cause}")
         if regressed:
             sys.exit(1)
 
