@@ -25,7 +25,7 @@ def test_no_spec_test_that_passed_fails_now(
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "spec_conformance.py"), "--suites",
          "crud,retryable_writes", "--expect", str(EXPECTED), "--out",
-         str(tmp_path / "conformance.json"), "--port-base", str(free_port_base(3))],
+         str(tmp_path / "conformance.json"), "--port-base", str(free_port_base(6))],
         capture_output=True, text=True, timeout=850, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

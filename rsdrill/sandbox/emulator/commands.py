@@ -14,6 +14,7 @@ from typing import Any
 from bson.binary import Binary
 from bson.int64 import Int64
 from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
 
 from rsdrill.privileges import granted
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
@@ -124,7 +125,22 @@ class Commands:
         self.app_names.pop(connection_id, None)
 
     async def run(self, req: Request) -> dict[str, Any]:
-        """The reply document for a request; errors become `{ok: 0, ...}`."""
+        """The reply document for a request; errors become `{ok: 0, ...}`. A replica-set
+        member's replies carry the cluster time, as mongod's do (`operationTime`, and
+        `$clusterTime` with a zero signature, as a set without keys signs it)."""
+        reply = await self._run(req)
+        node = self.node
+        if not node.spec.standalone and not node.is_arbiter:
+            op_time = reply.get("opTime")
+            ts = op_time["ts"] if isinstance(op_time, dict) else node.last_applied.timestamp
+            reply.setdefault("operationTime", ts)
+            reply["$clusterTime"] = {
+                "clusterTime": max(ts, node.last_applied.timestamp),
+                "signature": {"hash": Binary(bytes(20)), "keyId": Int64(0)},
+            }
+        return reply
+
+    async def _run(self, req: Request) -> dict[str, Any]:
         handler = _HANDLERS.get(req.name.lower())
         if handler is None or (req.name == "hello" and self.node.spec.handshake == "legacy"):
             return CommandError(59, f"no such command: '{req.name}'").document()
@@ -202,12 +218,20 @@ class Commands:
         raise CommandError(13436, f"node is not in primary or recovering state ({state.name})")
 
     async def majority_read_barrier(self, req: Request) -> None:
-        """readConcern majority: wait until what this member has applied is majority-committed."""
-        level = (req.body.get("readConcern") or {}).get("level")
+        """readConcern majority: wait until what this member has applied is majority-committed;
+        afterClusterTime (causal consistency): until it has applied that far."""
+        concern = req.body.get("readConcern") or {}
+        level = concern.get("level")
+        deadline = time.monotonic() + int(req.body.get("maxTimeMS", 0) or 10_000) / 1000
+        after = concern.get("afterClusterTime")
+        if isinstance(after, Timestamp):
+            while self.node.last_applied.timestamp < after:
+                if time.monotonic() > deadline:
+                    raise CommandError(50, "operation exceeded time limit")
+                await self.node.progress.wait(deadline - time.monotonic())
         if level not in ("majority", "linearizable"):
             return
         target = self.node.last_applied
-        deadline = time.monotonic() + int(req.body.get("maxTimeMS", 0) or 10_000) / 1000
         while self.node.commit_point < target:
             if time.monotonic() > deadline:
                 raise CommandError(50, "operation exceeded time limit")
