@@ -4,7 +4,8 @@
 - `garbage`: answers every read with random bytes (a length that does not fit, junk opcodes);
 - `reset`: accepts and at once resets the connection (RST, not FIN);
 - `drip`: answers with a header announcing a 1 MB reply, then one byte every 50 ms (a reader
-  whose timeout is per `recv` instead of per reply would wait for almost 14 hours).
+  whose timeout is per `recv` instead of per reply would wait for almost 14 hours);
+- `mongodb42`: a well-formed server that says it is MongoDB 4.2 (older than rsdrill supports).
 """
 
 from __future__ import annotations
@@ -57,11 +58,33 @@ def _drip(conn: socket.socket, stop: threading.Event) -> None:
         conn.sendall(b"\0")
 
 
+def _mongodb42(conn: socket.socket, stop: threading.Event) -> None:
+    from rsdrill import wire
+
+    replies = {
+        "hello": {"ok": 1.0, "isWritablePrimary": True, "maxWireVersion": 8, "minWireVersion": 0},
+        "buildinfo": {"ok": 1.0, "version": "4.2.24", "versionArray": [4, 2, 24, 0]},
+    }
+    buffer = b""
+    for chunk in _requests(conn, stop):
+        buffer += chunk
+        while len(buffer) >= 16:
+            length, request_id, _, _ = struct.unpack("<iiii", buffer[:16])
+            if len(buffer) < length:
+                break
+            body = wire.parse_op_msg(request_id, buffer[16:length]).body
+            buffer = buffer[length:]
+            name = next(iter(body)).lower()
+            reply = replies.get("hello" if name == "ismaster" else name, {"ok": 1.0})
+            conn.sendall(wire.encode_op_msg(1, request_id, reply))
+
+
 _HANDLERS: dict[str, Callable[[socket.socket, threading.Event], None]] = {
     "silent": _silent,
     "garbage": _garbage,
     "reset": _reset,
     "drip": _drip,
+    "mongodb42": _mongodb42,
 }
 
 

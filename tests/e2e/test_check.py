@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import struct
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import bson
 import pytest
+from hostile_servers import hostile_server
 
-from rsdrill import wire
 from rsdrill.sandbox.auth import read_auth
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
@@ -122,63 +118,18 @@ def test_an_unreadable_ca_file_is_one_line(secured: Sandbox, tmp_path: Path) -> 
     assert "Traceback" not in output and len(output.strip().splitlines()) == 1
 
 
-@pytest.fixture
-def old_server() -> Iterator[str]:
-    """A server that answers like MongoDB 4.2 (outside the versions rsdrill supports)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    listener.settimeout(0.2)
-    stop = threading.Event()
-    port = listener.getsockname()[1]
-
-    def reply(body: dict[str, Any]) -> dict[str, Any]:
-        name = next(iter(body)).lower()
-        if name in ("hello", "ismaster"):
-            return {"ok": 1.0, "isWritablePrimary": True, "maxWireVersion": 8,
-                    "minWireVersion": 0, "maxBsonObjectSize": 16777216}  # fmt: skip
-        if name == "buildinfo":
-            return {"ok": 1.0, "version": "4.2.24", "versionArray": [4, 2, 24, 0]}
-        return {"ok": 1.0}
-
-    def serve(conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(5)
-            try:
-                while True:
-                    header = conn.recv(16, socket.MSG_WAITALL)
-                    if len(header) < 16:
-                        return
-                    length, request_id, _, _ = struct.unpack("<iiii", header)
-                    payload = conn.recv(length - 16, socket.MSG_WAITALL)
-                    body = wire.parse_op_msg(request_id, payload).body
-                    conn.sendall(wire.encode_op_msg(1, request_id, reply(body)))
-            except (OSError, wire.WireError, bson.errors.BSONError):
-                return
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{port}"
-    stop.set()
-    thread.join()
-    listener.close()
-
-
-def test_a_server_version_out_of_range_is_refused(old_server: str, tmp_path: Path) -> None:
-    document = catalog("rs1-host-kill")
-    document["target"] = {"platform": "local", "topology": "rs1",
-                          "uri": f"mongodb://{old_server}/",
-                          "members": [{"host": old_server, "start": "true"}]}  # fmt: skip
-    code, output = _check(tmp_path, document)
+def test_a_server_version_out_of_range_is_refused(tmp_path: Path) -> None:
+    with hostile_server("mongodb42") as old_server:
+        code, output = _check(tmp_path, _old_server_experiment(old_server))
     assert code == 2, output
     assert ("✘ server version: server version 4.2.24 is outside the range rsdrill supports "
             "(4.4 to 8.0)") in output  # fmt: skip
     assert "Traceback" not in output
+
+
+def _old_server_experiment(old_server: str) -> dict[str, Any]:
+    document = catalog("rs1-host-kill")
+    document["target"] = {"platform": "local", "topology": "rs1",
+                          "uri": f"mongodb://{old_server}/",
+                          "members": [{"host": old_server, "start": "true"}]}  # fmt: skip
+    return document

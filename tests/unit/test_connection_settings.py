@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rsdrill.connection import ConnectOptions, SettingsError, parse_uri
+from rsdrill.sandbox.certs import new_authority
 from rsdrill.scram import ScramError, mongo_password
 
 
@@ -26,7 +27,7 @@ def test_the_handshake_names_rsdrill_unless_the_uri_names_the_app() -> None:
 
 def test_tls_options_as_pymongo_reads_them(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
-    ca.write_text(ssl.DER_cert_to_PEM_cert(_self_signed_der()))
+    ca.write_bytes(new_authority().pem())
     options = ConnectOptions.from_uri(
         f"mongodb://h/?tlsCAFile={ca}&tlsAllowInvalidHostnames=true"  # a CA file implies tls
     )
@@ -118,28 +119,3 @@ def test_scram_sha_1_keeps_mongodbs_digest_of_the_raw_password() -> None:
     assert mongo_password("SCRAM-SHA-1", "u", "I\u00adX") != mongo_password(
         "SCRAM-SHA-1", "u", "IX"
     )
-
-
-def _self_signed_der() -> bytes:
-    import datetime as dt
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.DER)
