@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from collections.abc import Callable, Iterator
@@ -12,8 +13,16 @@ import pytest
 from rsdrill.sandbox.cluster import Sandbox
 
 # Below Linux's ephemeral range (32768+): a port found free here cannot be taken meanwhile by the
-# source port of some client connection before the member process binds it.
-_PORT_LOW, _PORT_HIGH = 20000, 32000
+# source port of some client connection before the member process binds it. Each xdist worker
+# gets a slice of its own, for its tests and (RSDRILL_PORT_RANGE) the sandboxes its runs build:
+# a killed member's port is free for the length of the outage, and a test on another worker
+# once started a sandbox on it, so a probe wrote to a stranger.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_WORKERS = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
+_SLICE = (32000 - 20000) // _WORKERS
+_PORT_LOW = 20000 + _WORKER * _SLICE
+_PORT_HIGH = _PORT_LOW + _SLICE
+os.environ["RSDRILL_PORT_RANGE"] = f"{_PORT_LOW}-{_PORT_HIGH}"
 _handed_out: set[int] = set()
 
 

@@ -6,6 +6,7 @@ The sandbox lives in the run's output directory, so each member's ground-truth e
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -81,8 +82,16 @@ class SandboxHosts:
         }
 
 
-def free_port_base(count: int, low: int = 20000, high: int = 32000) -> int:
-    """A base port with `count` consecutive bindable ports below the ephemeral range."""
+def free_port_base(count: int) -> int:
+    """A base port with `count` consecutive bindable ports below the ephemeral range, within
+    RSDRILL_PORT_RANGE (`LOW-HIGH`) when it is set, so jobs sharing a machine can keep apart."""
+    low, high = 20000, 32000
+    given = os.environ.get("RSDRILL_PORT_RANGE", "")
+    if given:
+        try:
+            low, high = (int(part) for part in given.split("-", 1))
+        except ValueError:
+            raise TargetError(f"RSDRILL_PORT_RANGE={given!r}: write LOW-HIGH") from None
     for _ in range(500):
         base = random.randrange(low, high - count)
         if all(port_free("127.0.0.1", p) for p in range(base, base + count)):
