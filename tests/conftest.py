@@ -17,10 +17,15 @@ from rsdrill.sandbox.cluster import Sandbox
 # gets a slice of its own, for its tests and (RSDRILL_PORT_RANGE) the sandboxes its runs build:
 # a killed member's port is free for the length of the outage, and a test on another worker
 # once started a sandbox on it, so a probe wrote to a stranger.
+# RSDRILL_TEST_PORT_RANGE (LOW-HIGH, default 20000-32000) keeps whole test runs sharing a machine
+# apart in the same way.
+_RANGE_LOW, _RANGE_HIGH = (
+    int(p) for p in os.environ.get("RSDRILL_TEST_PORT_RANGE", "20000-32000").split("-")
+)
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 _WORKERS = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
-_SLICE = (32000 - 20000) // _WORKERS
-_PORT_LOW = 20000 + _WORKER * _SLICE
+_SLICE = (_RANGE_HIGH - _RANGE_LOW) // _WORKERS
+_PORT_LOW = _RANGE_LOW + _WORKER * _SLICE
 _PORT_HIGH = _PORT_LOW + _SLICE
 os.environ["RSDRILL_PORT_RANGE"] = f"{_PORT_LOW}-{_PORT_HIGH}"
 _handed_out: set[int] = set()
