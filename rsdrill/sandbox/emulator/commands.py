@@ -19,7 +19,7 @@ from bson.timestamp import Timestamp
 from rsdrill.privileges import granted
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import ReplSetSpec
-from rsdrill.sandbox.emulator import election, heartbeat, query, roles, sync
+from rsdrill.sandbox.emulator import election, heartbeat, query, roles, sync, transactions
 from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
@@ -116,6 +116,7 @@ class Commands:
         self.certificate_subjects: dict[int, str] = {}
         # The application each connection's handshake named (failCommand's appName filter).
         self.app_names: dict[int, str] = {}
+        self.transactions = transactions.Transactions()
 
     def forget(self, connection_id: int) -> None:
         """The connection closed: its login ends with it."""
@@ -163,12 +164,14 @@ class Commands:
         fail = next(
             (f for f in self.fail_points.values() if f.fires_for(req.name, req.body, app)), None
         )
-        retryable = "txnNumber" in req.body
+        retryable = transactions.retryable_write(req)
         if (
             fail
             and not fail.after_execution
             and (early := await fail.disrupt(retryable)) is not None
         ):
+            if fail.error_labels is None:
+                transactions.label_error(req, early)
             return early
         reply = await self._execute(handler, req)
         if fail and fail.after_execution and (late := await fail.disrupt(retryable)) is not None:
@@ -180,14 +183,15 @@ class Commands:
 
     async def _execute(self, handler: Handler, req: Request) -> dict[str, Any]:
         try:
-            reply = await handler(self, req)
+            reply = await self.transactions.execute(self, handler, req)
         except CommandError as exc:
-            return exc.document(retryable_write="txnNumber" in req.body)
+            reply = exc.document(retryable_write=transactions.retryable_write(req))
         except query.QueryError as exc:
-            return CommandError(exc.code, str(exc)).document()
+            reply = CommandError(exc.code, str(exc)).document()
         except StorageReadError as exc:
-            return CommandError(1, str(exc)).document()
+            reply = CommandError(1, str(exc)).document()
         reply.setdefault("ok", 1.0)
+        transactions.label_error(req, reply)
         return reply
 
     # -- helpers -----------------------------------------------------------------------------
@@ -550,7 +554,23 @@ async def _get_cmd_line_opts(cmds: Commands, req: Request) -> dict[str, Any]:
 
 @command("endSessions", "killSessions", "refreshSessions", "killAllSessions")
 async def _sessions(cmds: Commands, req: Request) -> dict[str, Any]:
+    """Sessions live on the client; ending or killing them aborts their transactions."""
+    name = req.name.lower()
+    if name == "killallsessions":
+        cmds.transactions.end_sessions(None)
+    elif name != "refreshsessions":
+        cmds.transactions.end_sessions(list(req.body.get(req.name) or []))
     return {}
+
+
+@command("commitTransaction")
+async def _commit_transaction(cmds: Commands, req: Request) -> dict[str, Any]:
+    return await cmds.transactions.commit(cmds, req)
+
+
+@command("abortTransaction")
+async def _abort_transaction(cmds: Commands, req: Request) -> dict[str, Any]:
+    return await cmds.transactions.abort(cmds, req)
 
 
 @command("serverStatus")

@@ -156,6 +156,9 @@ class DataStore:
             self.drop(f"{db}.{o['drop']}")
         elif "dropDatabase" in o:
             self.drop_database(db)
+        elif "applyOps" in o:  # a committed transaction: all its writes at once
+            for inner in o["applyOps"]:
+                self.apply(inner)
 
     # -- sessions --------------------------------------------------------------------------
 

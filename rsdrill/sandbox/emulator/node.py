@@ -38,6 +38,7 @@ from rsdrill.sandbox.emulator.oplog import (
     make_entry,
 )
 from rsdrill.sandbox.emulator.peer import Peers
+from rsdrill.sandbox.emulator.snapshot import SnapshotHistory
 from rsdrill.sandbox.emulator.storage import Database
 from rsdrill.sandbox.emulator.tls import member_client_context
 
@@ -121,6 +122,7 @@ class Node:
         self.database.on_fatal = self.fatal
         self.store = DataStore(self.database)
         self.oplog = Oplog(spec.oplog_size_bytes, self.database)
+        self.history = SnapshotHistory()  # older document versions, for snapshot reads
         self.clock = TimestampClock()
         # A sandbox made with a login: clients and members alike must log in (SCRAM).
         self.auth_keys = server_keys(sandbox_dir)
@@ -261,6 +263,7 @@ class Node:
 
     def _record_op(self, entry: dict[str, Any]) -> None:
         """Apply an entry to data and oplog (durable at the next commit)."""
+        self.history.before_apply(entry, self.store)
         self.store.apply(entry)
         self.oplog.append(entry)
         self.clock.observe(entry["ts"])

@@ -98,6 +98,23 @@ def make_entry(
     return entry
 
 
+def operations(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The operations an entry applies: itself, or each of a committed transaction's (one
+    `applyOps` entry carries a whole transaction, so it replicates and rolls back as a unit)."""
+    if entry["op"] == "c" and "applyOps" in entry["o"]:
+        return list(entry["o"]["applyOps"])
+    return [entry]
+
+
+def changed_ids(entry: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(namespace, _id) of every document an oplog entry changes (a transaction's, each)."""
+    out = []
+    for op in operations(entry):
+        if op["op"] in ("i", "u", "d"):
+            out.append((op["ns"], op["o2"]["_id"] if op["op"] == "u" else op["o"]["_id"]))
+    return out
+
+
 def initiate_entry() -> dict[str, Any]:
     """The first entry of a freshly initiated set (identical on every member)."""
     return {

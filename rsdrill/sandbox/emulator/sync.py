@@ -22,7 +22,7 @@ from bson.int64 import Int64
 from rsdrill.sandbox.emulator.datastore import id_key
 from rsdrill.sandbox.emulator.errors import CommandError
 from rsdrill.sandbox.emulator.node import MemberState, Node
-from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
+from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime, changed_ids
 from rsdrill.sandbox.emulator.peer import PeerError
 
 # Small enough that applying one batch never holds the member's event loop for long.
@@ -408,9 +408,8 @@ async def rollback(node: Node, source: str) -> None:
     divergent = node.oplog.truncate_after(common)
     touched: dict[tuple[str, Any], Any] = {}
     for entry in divergent:
-        if entry["op"] in ("i", "u", "d"):
-            doc_id = entry["o2"]["_id"] if entry["op"] == "u" else entry["o"]["_id"]
-            touched.setdefault((entry["ns"], id_key(doc_id)), (entry["ns"], doc_id))
+        for ns, doc_id in changed_ids(entry):
+            touched.setdefault((ns, id_key(doc_id)), (ns, doc_id))
     saved: dict[str, list[dict[str, Any]]] = {}
     for ns, doc_id in touched.values():
         ours = node.store.get(ns, doc_id)

@@ -1,0 +1,402 @@
+"""Multi-document transactions and snapshot reads, as a replica-set primary runs them.
+
+A transaction belongs to a session (`lsid`) and has a number (`txnNumber`); its statements carry
+`autocommit: false`, the first one also `startTransaction: true` and the read concern. A
+statement runs the ordinary command handler against stand-ins for the member: its store reads
+from the snapshot taken at the first statement with the transaction's own writes laid over it,
+and its writes are kept in the transaction instead of applied. commitTransaction writes them all
+as one `applyOps` oplog entry, which carries the session, so a retried commit, even on a new
+primary, finds the transaction committed. Any failing statement, abortTransaction, a stepdown,
+killing the session or outliving transactionLifetimeLimitSeconds drops the writes.
+
+A transaction writing a document that another open transaction wrote, or that anyone changed
+since its snapshot, gets WriteConflict. (A write outside any transaction does not wait for a
+transaction's documents as on mongod: it goes through, and the transaction then conflicts.)
+
+A read with readConcern `snapshot` outside a transaction reads at `atClusterTime` (or at the
+newest majority-committed point, which its reply then names), from the same snapshot history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bson.int64 import Int64
+from bson.timestamp import Timestamp
+
+from rsdrill.sandbox.emulator.datastore import id_key, session_key
+from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
+from rsdrill.sandbox.emulator.snapshot import SnapshotTooOld, SnapshotView, stamp
+
+if TYPE_CHECKING:
+    from rsdrill.sandbox.emulator.commands import Commands, Request
+    from rsdrill.sandbox.emulator.node import Node
+    from rsdrill.sandbox.emulator.oplog import OpTime
+
+Document = dict[str, Any]
+Handler = Callable[[Any, "Request"], Awaitable[dict[str, Any]]]
+
+# mongod's transactionLifetimeLimitSeconds: an open transaction older than this is aborted.
+LIFETIME_S = 60.0
+# The statement id a commit is recorded under in the session table (clients' ids are >= 0).
+COMMIT_STATEMENT = -1
+COMMIT_OR_ABORT = frozenset({"committransaction", "aborttransaction"})
+# What may run inside a transaction (others: OperationNotSupportedInTransaction).
+STATEMENTS = frozenset(
+    {"find", "getmore", "killcursors", "insert", "update", "delete", "findandmodify"}
+    | {"aggregate", "distinct", "create", "createindexes"}
+)
+# What may read at a snapshot outside a transaction.
+SNAPSHOT_READS = frozenset({"find", "aggregate", "distinct", "getmore", "killcursors"})
+# Codes mongod labels TransientTransactionError (the whole transaction may be retried):
+# WriteConflict, LockTimeout, SnapshotTooOld, SnapshotUnavailable.
+_TRANSIENT = frozenset({112, 24, 239, 246})
+NO_SUCH_TRANSACTION = 251
+
+
+def in_transaction(body: dict[str, Any]) -> bool:
+    """The command is a statement of a transaction (or its commit or abort)."""
+    return "autocommit" in body and "txnNumber" in body
+
+
+def retryable_write(req: Request) -> bool:
+    """Whether a failure of this command is labelled as a retryable write's: retryable writes,
+    and a transaction's commit and abort (drivers retry those once)."""
+    return "txnNumber" in req.body and (
+        not in_transaction(req.body) or req.name.lower() in COMMIT_OR_ABORT
+    )
+
+
+def label_error(req: Request, reply: dict[str, Any]) -> None:
+    """Add TransientTransactionError to a failed statement's reply where mongod does: the
+    transaction had no lasting effect and may be run again from its start."""
+    if not in_transaction(req.body) or reply.get("ok", 1) or "code" not in reply:
+        return
+    code = int(reply["code"])
+    if req.name.lower() in COMMIT_OR_ABORT:
+        # A commit that failed with NoSuchTransaction after a write concern error may have
+        # committed on a member that later rolled back: not safe to run again.
+        transient = code in _TRANSIENT or (
+            code == NO_SUCH_TRANSACTION and "writeConcernError" not in reply
+        )
+    else:
+        transient = code in _TRANSIENT or code == NO_SUCH_TRANSACTION
+        transient = transient or code in RETRYABLE_WRITE_CODES
+    if transient:
+        labels = [x for x in reply.get("errorLabels", []) if x != "RetryableWriteError"]
+        reply["errorLabels"] = [*labels, "TransientTransactionError"]
+
+
+def no_such_transaction(number: int, why: str = "has been aborted") -> CommandError:
+    return CommandError(NO_SUCH_TRANSACTION, f"Transaction with txnNumber {number} {why}.")
+
+
+@dataclass
+class Transaction:
+    """One session's transaction on this member while it is primary."""
+
+    lsid: dict[str, Any]
+    number: int
+    term: int
+    read_at: Timestamp
+    started: float = field(default_factory=time.monotonic)
+    state: str = "in progress"  # "committed", "aborted"
+    # ns → id key → the document as the transaction left it (None: it deleted it).
+    changes: dict[str, dict[bytes, Document | None]] = field(default_factory=dict)
+    created: set[str] = field(default_factory=set)
+    # The writes to commit, in order, as applyOps operations.
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    commit_optime: OpTime | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.state == "in progress"
+
+    def abort(self) -> None:
+        if self.open:
+            self.state = "aborted"
+            self.changes.clear()
+            self.ops.clear()
+
+    def holds(self, ns: str, key: bytes) -> bool:
+        return self.open and key in self.changes.get(ns, {})
+
+
+class TransactionMember:
+    """The member as a command handler sees it inside a transaction or a snapshot read: reads
+    from `store` (a snapshot view), writes kept in the transaction. Anything else is the
+    member's own."""
+
+    def __init__(
+        self, node: Node, store: SnapshotView, txn: Transaction | None, table: Transactions
+    ) -> None:
+        self._node = node
+        self.store = store
+        self._txn = txn
+        self._table = table
+
+    def write(
+        self,
+        op: str,
+        ns: str,
+        o: dict[str, Any],
+        *,
+        o2: dict[str, Any] | None = None,
+        session: dict[str, Any] | None = None,
+    ) -> OpTime:
+        txn = self._txn
+        if txn is None:
+            raise CommandError(72, "cannot write in a read with readConcern snapshot")
+        self._node.require_writable()
+        if op in ("i", "u", "d"):
+            doc_id = (o2 or o)["_id"] if op == "u" else o["_id"]
+            key = id_key(doc_id)
+            if self._table.held_elsewhere(self._node, txn, ns, key) or (
+                self._node.history.changed_after(ns, key, stamp(txn.read_at))
+            ):
+                raise CommandError(
+                    112,
+                    "Caused by :: Write conflict during plan execution and yielding is "
+                    "disabled. :: Please retry your operation or multi-document transaction.",
+                )
+            txn.changes.setdefault(ns, {})[key] = None if op == "d" else o
+        elif op == "c" and "create" in o:
+            txn.created.add(f"{ns.split('.', 1)[0]}.{o['create']}")
+        else:
+            raise CommandError(263, f"Cannot run {o!r} in a multi-document transaction.")
+        txn.ops.append({"op": op, "ns": ns, "o": o, **({"o2": o2} if o2 else {})})
+        return self._node.last_applied
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._node, name)
+
+
+class StatementCommands:
+    """The dispatcher as a handler sees it inside a transaction: no retryable-write records,
+    no write-concern wait (the commit has the write concern), and the read concern was applied
+    when the snapshot was taken."""
+
+    def __init__(self, cmds: Commands, member: TransactionMember) -> None:
+        self._cmds = cmds
+        self.node = member
+
+    def session_of(self, req: Request) -> None:
+        return None
+
+    async def finish_write(
+        self, req: Request, reply: dict[str, Any], optime: OpTime | None
+    ) -> dict[str, Any]:
+        return reply
+
+    async def majority_read_barrier(self, req: Request) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cmds, name)
+
+
+class Transactions:
+    """The member's transactions, one a session, and how commands reach them."""
+
+    def __init__(self) -> None:
+        self._by_session: dict[bytes, Transaction] = {}
+
+    async def execute(self, cmds: Commands, handler: Handler, req: Request) -> dict[str, Any]:
+        """Run a command: as a transaction's statement, as a snapshot read, or as it is."""
+        name = req.name.lower()
+        if in_transaction(req.body) and name not in COMMIT_OR_ABORT:
+            return await self._statement(cmds, handler, req)
+        if (req.body.get("readConcern") or {}).get("level") == "snapshot" and not in_transaction(
+            req.body
+        ):
+            return await self._snapshot_read(cmds, handler, req)
+        return await handler(cmds, req)
+
+    # -- statements ------------------------------------------------------------------------
+
+    async def _statement(self, cmds: Commands, handler: Handler, req: Request) -> dict[str, Any]:
+        node = cmds.node
+        body = req.body
+        if body.get("autocommit") is not False:
+            raise CommandError(72, "Specifying autocommit=true is not allowed.")
+        if req.name.lower() not in STATEMENTS:
+            raise CommandError(263, f"Cannot run '{req.name}' in a multi-document transaction.")
+        if "writeConcern" in body:
+            raise CommandError(72, "Cannot set write concern after starting a transaction.")
+        node.require_writable()
+        txn = await self._begin(cmds, req) if body.get("startTransaction") else self._find(req)
+        if not txn.open:
+            raise no_such_transaction(txn.number)
+        if "readConcern" in body and not body.get("startTransaction"):
+            txn.abort()
+            raise CommandError(72, "Only the first command in a transaction may specify a "
+                                   "readConcern")  # fmt: skip
+        self._check_alive(node, txn)
+        try:
+            node.history.want(node.last_applied.timestamp)
+            node.history.check(txn.read_at)
+            view = SnapshotView(node.store, node.history, txn.read_at, txn.changes, txn.created)
+            member = TransactionMember(node, view, txn, self)
+            reply = await handler(StatementCommands(cmds, member), req)
+        except SnapshotTooOld as exc:
+            txn.abort()
+            raise CommandError(239, str(exc)) from None
+        except Exception:
+            txn.abort()  # a failed statement ends its transaction, as on mongod
+            raise
+        if reply.get("writeErrors"):
+            txn.abort()
+        return reply
+
+    async def _begin(self, cmds: Commands, req: Request) -> Transaction:
+        node = cmds.node
+        lsid, number = req.body["lsid"], int(req.body["txnNumber"])
+        current = self._by_session.get(session_key(lsid))
+        newest = node.store.txn_number(lsid)
+        if (current is not None and number < current.number) or (
+            newest is not None and number < newest
+        ):
+            raise CommandError(225, f"txnNumber {number} is less than the session's last one")
+        if (current is not None and number == current.number) or newest == number:
+            raise CommandError(
+                217, f"txnNumber {number} for this session has already been used"
+            )  # ConflictingOperationInProgress
+        if current is not None:
+            current.abort()  # a newer transaction of the session ends the older one
+        concern = dict(req.body.get("readConcern") or {})
+        level = concern.get("level", "local")
+        if level not in ("local", "majority", "snapshot"):
+            raise CommandError(72, f"The readConcern level {level!r} is not supported in a "
+                                   "transaction")  # fmt: skip
+        at = concern.pop("atClusterTime", None) if level == "snapshot" else None
+        if at is not None:
+            concern["afterClusterTime"] = at
+        if level == "snapshot" and at is None:
+            concern["level"] = "majority"  # the newest majority-committed snapshot
+        await cmds.majority_read_barrier(
+            dataclasses.replace(req, body={**req.body, "readConcern": concern})
+        )
+        node.history.want(node.last_applied.timestamp)
+        txn = Transaction(lsid, number, node.term, at or node.last_applied.timestamp)
+        self._by_session[session_key(lsid)] = txn
+        return txn
+
+    def _find(self, req: Request) -> Transaction:
+        number = int(req.body["txnNumber"])
+        txn = self._by_session.get(session_key(req.body["lsid"]))
+        if txn is None or txn.number != number:
+            raise no_such_transaction(number, "does not match any in-progress transaction")
+        return txn
+
+    @staticmethod
+    def _check_alive(node: Node, txn: Transaction) -> None:
+        """A stepdown (a new term) or the lifetime limit aborted it."""
+        if not txn.open:
+            return
+        if txn.term != node.term or time.monotonic() - txn.started > LIFETIME_S:
+            txn.abort()
+        if not txn.open:
+            raise no_such_transaction(txn.number)
+
+    def held_elsewhere(self, node: Node, txn: Transaction, ns: str, key: bytes) -> bool:
+        """Another open transaction has written this document."""
+        for other in self._by_session.values():
+            if other is txn or not other.holds(ns, key):
+                continue
+            if other.term == node.term and time.monotonic() - other.started <= LIFETIME_S:
+                return True
+            other.abort()
+        return False
+
+    # -- commit and abort ------------------------------------------------------------------
+
+    async def commit(self, cmds: Commands, req: Request) -> dict[str, Any]:
+        """commitTransaction: write the transaction as one oplog entry, wait for the write
+        concern. Again after it committed: only the write concern (a client retrying)."""
+        node = cmds.node
+        node.require_writable()
+        lsid, number = req.body["lsid"], int(req.body["txnNumber"])
+        txn = self._by_session.get(session_key(lsid))
+        if txn is None or txn.number != number:
+            if node.store.statement_result(lsid, number, COMMIT_STATEMENT) is not None:
+                return await cmds.finish_write(req, {}, None)  # committed before a failover
+            raise no_such_transaction(number, "does not match any in-progress transaction")
+        if txn.state == "committed":
+            return await cmds.finish_write(req, {}, txn.commit_optime)
+        self._check_alive(node, txn)
+        if not txn.open:
+            raise no_such_transaction(number)
+        since = stamp(txn.read_at)
+        if any(node.history.changed_after(ns, key, since)
+               for ns, keys in txn.changes.items() for key in keys):  # fmt: skip
+            # Written outside any transaction since the snapshot (mongod would have made that
+            # write wait instead).
+            txn.abort()
+            raise CommandError(112, "Write conflict at commit")
+        if txn.ops:
+            session = {"lsid": lsid, "txnNumber": Int64(number), "stmtId": COMMIT_STATEMENT,
+                       "res": {"committed": True}}  # fmt: skip
+            txn.commit_optime = node.write("c", "admin.$cmd", {"applyOps": txn.ops},
+                                           session=session)  # fmt: skip
+        txn.state = "committed"
+        txn.changes.clear()
+        return await cmds.finish_write(req, {}, txn.commit_optime)
+
+    async def abort(self, cmds: Commands, req: Request) -> dict[str, Any]:
+        """abortTransaction: drop the transaction's writes."""
+        node = cmds.node
+        node.require_writable()
+        lsid, number = req.body["lsid"], int(req.body["txnNumber"])
+        txn = self._by_session.get(session_key(lsid))
+        committed = (txn is not None and txn.number == number and txn.state == "committed") or (
+            node.store.statement_result(lsid, number, COMMIT_STATEMENT) is not None
+        )
+        if committed:
+            raise CommandError(256, f"Transaction with txnNumber {number} has been committed.")
+        if txn is None or txn.number != number:
+            raise no_such_transaction(number, "does not match any in-progress transaction")
+        self._check_alive(node, txn)
+        txn.abort()
+        return await cmds.finish_write(req, {}, None)
+
+    def end_sessions(self, lsids: list[dict[str, Any]] | None) -> None:
+        """endSessions / killSessions (None: killAllSessions): their transactions abort."""
+        keys = None if lsids is None else {session_key(lsid) for lsid in lsids}
+        for key, txn in list(self._by_session.items()):
+            if keys is None or key in keys:
+                txn.abort()
+                del self._by_session[key]
+
+    # -- snapshot reads --------------------------------------------------------------------
+
+    async def _snapshot_read(
+        self, cmds: Commands, handler: Handler, req: Request
+    ) -> dict[str, Any]:
+        if req.name.lower() not in SNAPSHOT_READS:
+            raise CommandError(72, f"{req.name} does not support readConcern level snapshot "
+                                   "outside a transaction")  # fmt: skip
+        node = cmds.node
+        concern = req.body["readConcern"]
+        at = concern.get("atClusterTime")
+        wait = {"afterClusterTime": at} if at is not None else {"level": "majority"}
+        await cmds.majority_read_barrier(
+            dataclasses.replace(req, body={**req.body, "readConcern": wait})
+        )
+        node.history.want(node.last_applied.timestamp)
+        if at is None:
+            at = node.last_applied.timestamp
+        try:
+            node.history.check(at)
+        except SnapshotTooOld as exc:
+            raise CommandError(239, str(exc)) from None
+        member = TransactionMember(node, SnapshotView(node.store, node.history, at), None, self)
+        reply = await handler(StatementCommands(cmds, member), req)
+        if isinstance(reply.get("cursor"), dict):
+            reply["cursor"]["atClusterTime"] = at
+        else:
+            reply["atClusterTime"] = at
+        return reply
