@@ -317,7 +317,7 @@ def label_retryable_write_concern_error(req: Request, reply: dict[str, Any]) -> 
     """As servers 4.4+ do: a retryable write whose writeConcernError has a retryable code
     carries the RetryableWriteError label (drivers retry on the label, not the code)."""
     code = (reply.get("writeConcernError") or {}).get("code")
-    if "txnNumber" in req.body and code in RETRYABLE_WRITE_CODES:
+    if transactions.retryable_write(req) and code in RETRYABLE_WRITE_CODES:
         labels = reply.setdefault("errorLabels", [])
         if "RetryableWriteError" not in labels:
             labels.append("RetryableWriteError")

@@ -40,6 +40,7 @@ CODE_NAMES = {
     251: "NoSuchTransaction",
     256: "TransactionCommitted",
     263: "OperationNotSupportedInTransaction",
+    267: "PreparedTransactionInProgress",
     262: "ExceededTimeLimit",
     11000: "DuplicateKey",
     11600: "InterruptedAtShutdown",

@@ -53,8 +53,8 @@ STATEMENTS = frozenset(
 # What may read at a snapshot outside a transaction.
 SNAPSHOT_READS = frozenset({"find", "aggregate", "distinct", "getmore", "killcursors"})
 # Codes mongod labels TransientTransactionError (the whole transaction may be retried):
-# WriteConflict, LockTimeout, SnapshotTooOld, SnapshotUnavailable.
-_TRANSIENT = frozenset({112, 24, 239, 246})
+# WriteConflict, LockTimeout, SnapshotTooOld, SnapshotUnavailable, PreparedTransactionInProgress.
+_TRANSIENT = frozenset({112, 24, 239, 246, 267})
 NO_SUCH_TRANSACTION = 251
 
 
