@@ -60,6 +60,11 @@ class SnapshotHistory:
             self._reset(stamp(now))
         self._wanted_until = clock + HISTORY_WINDOW_S
 
+    def forget(self) -> None:
+        """The documents changed without oplog entries (rollback): no older version can be
+        told any more."""
+        self._reset(None)
+
     def _reset(self, since: Stamp | None) -> None:
         self._changes.clear()
         self._arrivals.clear()

@@ -406,6 +406,7 @@ async def rollback(node: Node, source: str) -> None:
         node.events.emit("too_stale", source=source)
         return
     divergent = node.oplog.truncate_after(common)
+    node.history.forget()  # documents change below without entries: older versions are lost
     touched: dict[tuple[str, Any], Any] = {}
     for entry in divergent:
         for ns, doc_id in changed_ids(entry):

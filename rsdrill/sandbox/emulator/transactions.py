@@ -166,7 +166,7 @@ class TransactionMember:
             txn.changes.setdefault(ns, {})[key] = None if op == "d" else o
         elif op == "c" and "create" in o:
             txn.created.add(f"{ns.split('.', 1)[0]}.{o['create']}")
-        else:
+        elif op != "c" or "createIndexes" not in o:
             raise CommandError(263, f"Cannot run {o!r} in a multi-document transaction.")
         txn.ops.append({"op": op, "ns": ns, "o": o, **({"o2": o2} if o2 else {})})
         return self._node.last_applied
@@ -267,6 +267,7 @@ class Transactions:
             )  # ConflictingOperationInProgress
         if current is not None:
             current.abort()  # a newer transaction of the session ends the older one
+        self._forget_finished()
         concern = dict(req.body.get("readConcern") or {})
         level = concern.get("level", "local")
         if level not in ("local", "majority", "snapshot"):
@@ -284,6 +285,14 @@ class Transactions:
         txn = Transaction(lsid, number, node.term, at or node.last_applied.timestamp)
         self._by_session[session_key(lsid)] = txn
         return txn
+
+    def _forget_finished(self) -> None:
+        """Drop transactions that ended long ago (a retried commit of one is answered from the
+        session table), so sessions that come and go do not grow memory."""
+        horizon = time.monotonic() - LIFETIME_S
+        for key, txn in list(self._by_session.items()):
+            if not txn.open and txn.started < horizon:
+                del self._by_session[key]
 
     def _find(self, req: Request) -> Transaction:
         number = int(req.body["txnNumber"])
