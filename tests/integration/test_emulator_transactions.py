@@ -4,6 +4,7 @@ stepdown, rollback as a unit, and snapshot reads outside transactions."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
@@ -71,6 +72,37 @@ def test_second_writer_of_a_document_gets_write_conflict(replset, client_for) ->
         assert gone.value.code == 251  # NoSuchTransaction: the conflict aborted it
         assert gone.value.has_error_label("TransientTransactionError")
     assert ledger.find_one({"_id": "alice"})["balance"] == 90
+
+
+def test_a_write_outside_waits_for_the_transaction_holding_its_document(
+    replset, client_for
+) -> None:
+    sandbox = replset("rs1")
+    client = client_for(sandbox)
+    ledger = _ledger(client)
+    ledger.insert_many([{"_id": "alice", "balance": 100}, {"_id": "bob", "balance": 0}])
+    outside: list[Any] = []
+    with client.start_session() as session:
+        session.start_transaction()
+        ledger.update_one({"_id": "alice"}, {"$inc": {"balance": -10}}, session=session)
+        ledger.update_one({"_id": "bob"}, {"$inc": {"balance": 1}})  # not held: no wait
+        rich = {"q": {"balance": {"$gte": 100}}, "u": {"$set": {"balance": 0}}}
+        with pytest.raises(OperationFailure) as timed_out:
+            client.bank.command({"update": "ledger", "updates": [rich], "maxTimeMS": 300})
+        assert timed_out.value.code == 50
+        waiting = threading.Thread(
+            target=lambda: outside.append(
+                ledger.update_one({"_id": "alice"}, {"$inc": {"balance": -5}})
+            )
+        )
+        waiting.start()
+        time.sleep(0.5)
+        assert waiting.is_alive() and not outside  # held by the transaction
+        session.commit_transaction()
+        waiting.join(10)
+    assert outside and outside[0].modified_count == 1
+    assert ledger.find_one({"_id": "alice"})["balance"] == 85  # applied after the commit
+    assert ledger.find_one({"_id": "bob"})["balance"] == 1
 
 
 def test_a_failed_statement_aborts_the_whole_transaction(replset, client_for) -> None:

@@ -10,8 +10,8 @@ primary, finds the transaction committed. Any failing statement, abortTransactio
 killing the session or outliving transactionLifetimeLimitSeconds drops the writes.
 
 A transaction writing a document that another open transaction wrote, or that anyone changed
-since its snapshot, gets WriteConflict. (A write outside any transaction does not wait for a
-transaction's documents as on mongod: it goes through, and the transaction then conflicts.)
+since its snapshot, gets WriteConflict. A write outside any transaction that targets a document
+an open transaction wrote waits until that transaction ends, as on mongod (up to its maxTimeMS).
 
 A read with readConcern `snapshot` outside a transaction reads at `atClusterTime` (or at the
 newest majority-committed point, which its reply then names), from the same snapshot history.
@@ -19,15 +19,18 @@ newest majority-committed point, which its reply then names), from the same snap
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import bson
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
+from rsdrill.sandbox.emulator import query
 from rsdrill.sandbox.emulator.datastore import id_key, session_key
 from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
 from rsdrill.sandbox.emulator.snapshot import SnapshotTooOld, SnapshotView, stamp
@@ -50,6 +53,11 @@ STATEMENTS = frozenset(
     {"find", "getmore", "killcursors", "insert", "update", "delete", "findandmodify"}
     | {"aggregate", "distinct", "create", "createindexes"}
 )
+# Writes outside transactions, which wait for the documents open transactions hold.
+_WRITES = frozenset({"insert", "update", "delete", "findandmodify"})
+# How often a write waiting for a transaction's documents looks again: transactions also end
+# without notice (a stepdown, the lifetime limit), so it polls.
+_WAIT_POLL_S = 0.01
 # What may read at a snapshot outside a transaction.
 SNAPSHOT_READS = frozenset({"find", "aggregate", "distinct", "getmore", "killcursors"})
 # Codes mongod labels TransientTransactionError (the whole transaction may be retried):
@@ -214,7 +222,48 @@ class Transactions:
             req.body
         ):
             return await self._snapshot_read(cmds, handler, req)
+        if name in _WRITES and any(t.open and t.changes for t in self._by_session.values()):
+            await self._wait_for_held_documents(cmds.node, req)
         return await handler(cmds, req)
+
+    # -- writes outside transactions -------------------------------------------------------
+
+    async def _wait_for_held_documents(self, node: Node, req: Request) -> None:
+        """Wait while an open transaction holds a document this write targets: an `_id` it
+        inserts, or a document whose committed version its filters match."""
+        coll = req.body.get(req.name)
+        if not isinstance(coll, str):
+            return
+        ns = f"{req.db}.{coll}"
+        body = req.body
+        inserted = {id_key(d["_id"]) for d in body.get("documents") or [] if "_id" in d}
+        filters = [spec.get("q") or {} for spec in body.get("updates") or []]
+        filters += [spec.get("q") or {} for spec in body.get("deletes") or []]
+        if req.name.lower() == "findandmodify":
+            filters.append(body.get("query") or {})
+        predicates = [query.compile_filter(f) for f in filters]
+        max_ms = int(body.get("maxTimeMS") or 0)
+        deadline = time.monotonic() + max_ms / 1000 if max_ms else None
+
+        def blocked() -> bool:
+            for txn in self._by_session.values():
+                if not txn.open or not txn.changes.get(ns):
+                    continue
+                if txn.term != node.term or time.monotonic() - txn.started > LIFETIME_S:
+                    txn.abort()
+                    continue
+                for key in txn.changes[ns]:
+                    if key in inserted:
+                        return True
+                    committed = node.store.get(ns, bson.decode(key)[""])
+                    if committed is not None and any(p(committed) for p in predicates):
+                        return True
+            return False
+
+        while blocked():
+            if deadline is not None and time.monotonic() > deadline:
+                raise CommandError(50, "operation exceeded time limit")
+            await asyncio.sleep(_WAIT_POLL_S)
 
     # -- statements ------------------------------------------------------------------------
 
@@ -342,8 +391,8 @@ class Transactions:
         since = stamp(txn.read_at)
         if any(node.history.changed_after(ns, key, since)
                for ns, keys in txn.changes.items() for key in keys):  # fmt: skip
-            # Written outside any transaction since the snapshot (mongod would have made that
-            # write wait instead).
+            # Written outside any transaction since the snapshot: an upsert that found nothing
+            # to wait for when it started.
             txn.abort()
             raise CommandError(112, "Write conflict at commit")
         if txn.ops:
