@@ -130,6 +130,11 @@ class Transaction:
             self.changes.clear()
             self.ops.clear()
 
+    def end_if_stale(self, term: int) -> None:
+        """A stepdown since it began (a new term) or the lifetime limit aborts it."""
+        if self.open and (self.term != term or time.monotonic() - self.started > LIFETIME_S):
+            self.abort()
+
     def holds(self, ns: str, key: bytes) -> bool:
         return self.open and key in self.changes.get(ns, {})
 
@@ -216,13 +221,12 @@ class Transactions:
     async def execute(self, cmds: Commands, handler: Handler, req: Request) -> dict[str, Any]:
         """Run a command: as a transaction's statement, as a snapshot read, or as it is."""
         name = req.name.lower()
-        if in_transaction(req.body) and name not in COMMIT_OR_ABORT:
-            return await self._statement(cmds, handler, req)
-        if (req.body.get("readConcern") or {}).get("level") == "snapshot" and not in_transaction(
-            req.body
-        ):
+        if in_transaction(req.body):
+            if name not in COMMIT_OR_ABORT:
+                return await self._statement(cmds, handler, req)
+        elif (req.body.get("readConcern") or {}).get("level") == "snapshot":
             return await self._snapshot_read(cmds, handler, req)
-        if name in _WRITES and any(t.open and t.changes for t in self._by_session.values()):
+        elif name in _WRITES and any(t.open and t.changes for t in self._by_session.values()):
             await self._wait_for_held_documents(cmds.node, req)
         return await handler(cmds, req)
 
@@ -247,12 +251,8 @@ class Transactions:
 
         def blocked() -> bool:
             for txn in self._by_session.values():
-                if not txn.open or not txn.changes.get(ns):
-                    continue
-                if txn.term != node.term or time.monotonic() - txn.started > LIFETIME_S:
-                    txn.abort()
-                    continue
-                for key in txn.changes[ns]:
+                txn.end_if_stale(node.term)
+                for key in txn.changes.get(ns, {}):
                     if key in inserted:
                         return True
                     committed = node.store.get(ns, bson.decode(key)[""])
@@ -352,22 +352,17 @@ class Transactions:
 
     @staticmethod
     def _check_alive(node: Node, txn: Transaction) -> None:
-        """A stepdown (a new term) or the lifetime limit aborted it."""
-        if not txn.open:
-            return
-        if txn.term != node.term or time.monotonic() - txn.started > LIFETIME_S:
-            txn.abort()
+        txn.end_if_stale(node.term)
         if not txn.open:
             raise no_such_transaction(txn.number)
 
     def held_elsewhere(self, node: Node, txn: Transaction, ns: str, key: bytes) -> bool:
         """Another open transaction has written this document."""
         for other in self._by_session.values():
-            if other is txn or not other.holds(ns, key):
-                continue
-            if other.term == node.term and time.monotonic() - other.started <= LIFETIME_S:
-                return True
-            other.abort()
+            if other is not txn:
+                other.end_if_stale(node.term)
+                if other.holds(ns, key):
+                    return True
         return False
 
     # -- commit and abort ------------------------------------------------------------------
