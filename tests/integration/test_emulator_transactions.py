@@ -176,7 +176,8 @@ def test_retried_commit_succeeds_on_the_new_primary(replset, client_for) -> None
     assert client_for(sandbox).bank.ledger.count_documents({}) == 1
 
 
-def test_stepdown_aborts_the_transaction_in_progress(replset, client_for) -> None:
+@pytest.mark.parametrize("fault", ["stepdown", "kill"])
+def test_failover_aborts_the_transaction_in_progress(replset, client_for, fault: str) -> None:
     sandbox = replset("rs3")
     client = client_for(sandbox)
     ledger = _ledger(client)
@@ -186,7 +187,10 @@ def test_stepdown_aborts_the_transaction_in_progress(replset, client_for) -> Non
     with client.start_session() as session:
         session.start_transaction(write_concern=MAJORITY)
         ledger.insert_one({"_id": "in-flight"}, session=session)
-        client_for(old.host).admin.command("replSetStepDown", 30)
+        if fault == "stepdown":
+            client_for(old.host).admin.command("replSetStepDown", 30)
+        else:
+            sandbox.kill(old)
         wait_until(lambda: (p := writable_primary(sandbox)) and p.host != old.host, 15,
                    "a new primary")  # fmt: skip
         with pytest.raises(OperationFailure) as aborted:
