@@ -150,6 +150,33 @@ def test_commit_replicates_as_one_oplog_entry(replset, client_for) -> None:
         assert docs == [{"_id": "alice", "balance": 70}, {"_id": "bob", "balance": 30}]
 
 
+def test_commit_waits_for_its_write_concern_and_can_be_committed_again(replset, client_for) -> None:
+    sandbox = replset("rs3")
+    client = client_for(sandbox)
+    ledger = _ledger(client)
+    ledger.insert_one({"_id": "warm-up"})
+    primary = writable_primary(sandbox)
+    assert primary is not None
+    frozen = next(m for m in sandbox.spec.members if m.host != primary.host)
+    sandbox.stop(frozen)
+    try:
+        with client.start_session() as session:
+            session.start_transaction(write_concern=WriteConcern(w=3, wtimeout=500))
+            ledger.insert_one({"_id": "needs-three"}, session=session)
+            with pytest.raises(OperationFailure) as unknown:
+                session.commit_transaction()
+            assert unknown.value.code == 64  # WriteConcernFailed: committed, not replicated
+            assert unknown.value.has_error_label("UnknownTransactionCommitResult")
+            assert ledger.find_one({"_id": "needs-three"}) is not None
+            sandbox.cont(frozen)
+            session.commit_transaction()  # again: answered as committed, no second write
+    finally:
+        sandbox.cont(frozen)
+    direct = client_for(frozen.host, readPreference="secondaryPreferred")
+    wait_until(lambda: direct.bank.ledger.find_one({"_id": "needs-three"}), 10, "replicated")
+    assert ledger.count_documents({"_id": "needs-three"}) == 1
+
+
 def _transaction_commands(lsid: dict[str, Any], number: int) -> tuple[dict[str, Any], ...]:
     session = {"lsid": lsid, "txnNumber": Int64(number), "autocommit": False}
     insert = {"insert": "ledger", "documents": [{"_id": "payment-1"}], "startTransaction": True,
