@@ -180,13 +180,7 @@ class SnapshotView:
     def exists(self, ns: str) -> bool:
         return ns in self._created or ns in self._own or self._store.exists(ns)
 
-    def namespaces(self) -> list[str]:
-        return sorted(set(self._store.namespaces()) | self._created | set(self._own))
-
-    def databases(self) -> list[str]:
-        return sorted({ns.split(".", 1)[0] for ns in self.namespaces()})
-
     def __getattr__(self, name: str) -> Any:
-        # Anything else a command asks of the store (sizes, the session table) is not
-        # versioned: the current store answers it.
+        # Anything else a command asks of the store (the catalog, sizes, the session table) is
+        # not versioned: the current store answers it.
         return getattr(self._store, name)
