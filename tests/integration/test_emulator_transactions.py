@@ -168,13 +168,20 @@ def test_commit_waits_for_its_write_concern_and_can_be_committed_again(replset, 
             assert unknown.value.code == 64  # WriteConcernFailed: committed, not replicated
             assert unknown.value.has_error_label("UnknownTransactionCommitResult")
             assert ledger.find_one({"_id": "needs-three"}) is not None
+        with client.start_session() as bounded:
+            bounded.start_transaction(write_concern=WriteConcern(w=3), max_commit_time_ms=300)
+            ledger.insert_one({"_id": "bounded"}, session=bounded)
+            with pytest.raises(OperationFailure) as expired:
+                bounded.commit_transaction()
+            assert expired.value.code == 50  # MaxTimeMSExpired, as a writeConcernError
+            assert expired.value.has_error_label("UnknownTransactionCommitResult")
             sandbox.cont(frozen)
-            session.commit_transaction()  # again: answered as committed, no second write
+            bounded.commit_transaction()  # again: answered as committed, no second write
     finally:
         sandbox.cont(frozen)
     direct = client_for(frozen.host, readPreference="secondaryPreferred")
-    wait_until(lambda: direct.bank.ledger.find_one({"_id": "needs-three"}), 10, "replicated")
-    assert ledger.count_documents({"_id": "needs-three"}) == 1
+    wait_until(lambda: direct.bank.ledger.find_one({"_id": "bounded"}), 10, "replicated")
+    assert ledger.count_documents({"_id": {"$in": ["needs-three", "bounded"]}}) == 2
 
 
 def _transaction_commands(lsid: dict[str, Any], number: int) -> tuple[dict[str, Any], ...]:

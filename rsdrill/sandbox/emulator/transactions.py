@@ -32,7 +32,11 @@ from bson.timestamp import Timestamp
 
 from rsdrill.sandbox.emulator import query
 from rsdrill.sandbox.emulator.datastore import id_key, session_key
-from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
+from rsdrill.sandbox.emulator.errors import (
+    RETRYABLE_WRITE_CODES,
+    CommandError,
+    write_concern_error,
+)
 from rsdrill.sandbox.emulator.snapshot import SnapshotTooOld, SnapshotView, stamp
 
 if TYPE_CHECKING:
@@ -376,10 +380,10 @@ class Transactions:
         txn = self._by_session.get(session_key(lsid))
         if txn is None or txn.number != number:
             if node.store.statement_result(lsid, number, COMMIT_STATEMENT) is not None:
-                return await cmds.finish_write(req, {}, None)  # committed before a failover
+                return await self._commit_concern(cmds, req, None)  # committed before a failover
             raise no_such_transaction(number, "does not match any in-progress transaction")
         if txn.state == "committed":
-            return await cmds.finish_write(req, {}, txn.commit_optime)
+            return await self._commit_concern(cmds, req, txn.commit_optime)
         self._check_alive(node, txn)
         if not txn.open:
             raise no_such_transaction(number)
@@ -397,7 +401,24 @@ class Transactions:
                                            session=session)  # fmt: skip
         txn.state = "committed"
         txn.changes.clear()
-        return await cmds.finish_write(req, {}, txn.commit_optime)
+        return await self._commit_concern(cmds, req, txn.commit_optime)
+
+    @staticmethod
+    async def _commit_concern(
+        cmds: Commands, req: Request, optime: OpTime | None
+    ) -> dict[str, Any]:
+        """Wait for the commit's write concern, within its maxTimeMS (maxCommitTimeMS) too:
+        past that, as mongod, a MaxTimeMSExpired writeConcernError (committed, not yet
+        replicated far enough)."""
+        max_ms = int(req.body.get("maxTimeMS") or 0)
+        concern = dict(req.body.get("writeConcern") or {})
+        if not max_ms or 0 < int(concern.get("wtimeout") or 0) <= max_ms:
+            return await cmds.finish_write(req, {}, optime)
+        bounded = {**req.body, "writeConcern": {**concern, "wtimeout": max_ms}}
+        reply = await cmds.finish_write(dataclasses.replace(req, body=bounded), {}, optime)
+        if (reply.get("writeConcernError") or {}).get("code") == 64:
+            reply["writeConcernError"] = write_concern_error(50, "operation exceeded time limit")
+        return reply
 
     async def abort(self, cmds: Commands, req: Request) -> dict[str, Any]:
         """abortTransaction: drop the transaction's writes."""
