@@ -4,6 +4,7 @@ stepdown, rollback as a unit, and snapshot reads outside transactions."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
@@ -72,6 +73,53 @@ def test_second_writer_of_a_document_gets_write_conflict(replset, client_for) ->
         assert gone.value.code == 251  # NoSuchTransaction: the conflict aborted it
         assert gone.value.has_error_label("TransientTransactionError")
     assert ledger.find_one({"_id": "alice"})["balance"] == 90
+
+
+def test_concurrent_transfers_across_a_stepdown_lose_no_update(replset, client_for) -> None:
+    """Read-modify-write transfers from several threads at once: without snapshot isolation and
+    write conflicts some would overwrite each other and the total would drift."""
+    sandbox = replset("rs3")
+    client = client_for(sandbox)
+    accounts = _ledger(client)
+    accounts.insert_many([{"_id": i, "balance": 100} for i in range(5)])
+    committed: list[int] = []
+
+    def transfer(session: Any, rng: random.Random) -> None:
+        source, target = rng.sample(range(5), 2)
+        a = accounts.find_one({"_id": source}, session=session)["balance"]
+        b = accounts.find_one({"_id": target}, session=session)["balance"]
+        accounts.update_one({"_id": source}, {"$set": {"balance": a - 7}}, session=session)
+        accounts.update_one({"_id": target}, {"$set": {"balance": b + 7}}, session=session)
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        with client.start_session() as session:
+            for _ in range(40):
+                session.with_transaction(lambda s: transfer(s, rng), write_concern=MAJORITY)
+                committed.append(seed)
+
+    old = writable_primary(sandbox)
+    assert old is not None
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: len(committed) >= 30, 30, "transfers under way")
+    client_for(old.host).admin.command("replSetStepDown", 30)
+    at_stepdown = len(committed)
+    for thread in threads:
+        thread.join(120)
+    assert at_stepdown < len(committed) == 160
+    assert sum(d["balance"] for d in accounts.find()) == 500
+    for member in sandbox.spec.members:
+        direct = client_for(member.host, readPreference="secondaryPreferred").bank.ledger
+        wait_until(
+            lambda d=direct: (
+                sorted(d.find(), key=lambda x: x["_id"])
+                == sorted(accounts.find(), key=lambda x: x["_id"])
+            ),
+            10,
+            f"the same balances on {member.host}",
+        )
 
 
 def test_a_write_outside_waits_for_the_transaction_holding_its_document(
