@@ -193,9 +193,9 @@ class TransactionMember:
 
 
 class StatementCommands:
-    """The dispatcher as a handler sees it inside a transaction: no retryable-write records,
-    no write-concern wait (the commit has the write concern), and the read concern was applied
-    when the snapshot was taken."""
+    """The dispatcher as a handler sees it inside a transaction or a snapshot read: no
+    retryable-write records, no write-concern wait (the commit has the write concern), and the
+    read concern was applied when the snapshot was taken."""
 
     def __init__(self, cmds: Commands, member: TransactionMember) -> None:
         self._cmds = cmds
