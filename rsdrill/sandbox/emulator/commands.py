@@ -19,7 +19,7 @@ from bson.timestamp import Timestamp
 from rsdrill.privileges import granted
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import ReplSetSpec
-from rsdrill.sandbox.emulator import election, heartbeat, query, roles, sync
+from rsdrill.sandbox.emulator import election, expressions, heartbeat, pipeline, query, roles, sync
 from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
@@ -184,7 +184,7 @@ class Commands:
         except CommandError as exc:
             return exc.document(retryable_write="txnNumber" in req.body)
         except query.QueryError as exc:
-            return CommandError(exc.code, str(exc)).document()
+            return CommandError(exc.code, str(exc)).document() | exc.details
         except StorageReadError as exc:
             return CommandError(1, str(exc)).document()
         reply.setdefault("ok", 1.0)
@@ -607,8 +607,9 @@ async def _insert(cmds: Commands, req: Request) -> dict[str, Any]:
             continue
         if "_id" not in doc:
             doc = {"_id": ObjectId(), **doc}
-        if node.store.get(ns, doc["_id"]) is not None:
-            errors.append(_dup_key_error(i, ns, doc["_id"]))
+        error = _insert_error(node, ns, doc)
+        if error is not None:
+            errors.append({"index": i, **error})
             if ordered:
                 break
             continue
@@ -625,15 +626,22 @@ def _stmt_id(req: Request, index: int) -> int:
     return int(ids[index]) if ids else index
 
 
-def _dup_key_error(index: int, ns: str, doc_id: Any) -> dict[str, Any]:
-    return {
-        "index": index,
-        "code": 11000,
-        "errmsg": f"E11000 duplicate key error collection: {ns} index: _id_ dup key: "
-        f"{{ _id: {doc_id!r} }}",
-        "keyPattern": {"_id": 1},
-        "keyValue": {"_id": doc_id},
-    }
+def _insert_error(node: Node, ns: str, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """Why `doc` cannot be inserted (a write error's fields), or None."""
+    doc_id = doc["_id"]
+    if isinstance(doc_id, dict) and any(key.startswith("$") for key in doc_id):
+        field = next(key for key in doc_id if key.startswith("$"))
+        return {"code": 2, "errmsg": f"_id fields may not contain '$'-prefixed fields: {field} "
+                                     "is not valid for storage."}  # fmt: skip
+    if node.store.get(ns, doc_id) is not None:
+        return {
+            "code": 11000,
+            "errmsg": f"E11000 duplicate key error collection: {ns} index: _id_ dup key: "
+            f"{{ _id: {doc_id!r} }}",
+            "keyPattern": {"_id": 1},
+            "keyValue": {"_id": doc_id},
+        }
+    return None
 
 
 @command("update")
@@ -643,6 +651,7 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
     session = cmds.session_of(req)
     ordered = req.body.get("ordered", True)
     node.require_writable()
+    variables = expressions.evaluate_let(req.body.get("let"))
     matched = modified = 0
     upserted: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -658,9 +667,9 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
                 upserted.append({"index": i, "_id": previous["upserted"]})
             continue
         try:
-            result, wrote = _update_one_spec(cmds, ns, spec, session, stmt)
+            result, wrote = _update_one_spec(cmds, ns, spec, session, stmt, variables)
         except query.QueryError as exc:
-            errors.append({"index": i, "code": exc.code, "errmsg": str(exc)})
+            errors.append({"index": i, "code": exc.code, "errmsg": str(exc)} | exc.details)
             if ordered:
                 break
             continue
@@ -678,16 +687,30 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
 
 
 def _update_one_spec(
-    cmds: Commands, ns: str, spec: dict[str, Any], session: Any, stmt: int
+    cmds: Commands,
+    ns: str,
+    spec: dict[str, Any],
+    session: Any,
+    stmt: int,
+    variables: dict[str, Any],
 ) -> tuple[dict[str, Any], OpTime | None]:
     node = cmds.node
     q, u = spec.get("q") or {}, spec.get("u") or {}
-    targets = _matching(node, ns, q)
+    if "sort" in spec:  # an update's sort came with MongoDB 8.0; 7.0 refuses the field
+        raise query.QueryError(40415, "BSON field 'update.updates.sort' is an unknown field.")
+    array_filters = spec.get("arrayFilters")
+    targets = _matching(node, ns, q, variables)
     if not spec.get("multi"):
         targets = targets[:1]
     optime = None
     if not targets and spec.get("upsert"):
-        doc = query.apply_update(query.upsert_seed(q), u, inserting=True)
+        doc = query.apply_update(
+            query.upsert_seed(q),
+            u,
+            inserting=True,
+            array_filters=array_filters,
+            variables=variables,
+        )
         if "_id" not in doc:
             doc = {"_id": ObjectId(), **doc}
         result = {"n": 1, "nModified": 0, "upserted": doc["_id"]}
@@ -695,7 +718,7 @@ def _update_one_spec(
         return result, optime
     changed = 0
     for old in targets:
-        new = query.apply_update(old, u)
+        new = query.apply_update(old, u, array_filters=array_filters, variables=variables)
         if new.get("_id") != old.get("_id"):
             raise query.QueryError(
                 66, "Performing an update on the path '_id' would modify the immutable field '_id'"
@@ -738,7 +761,9 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     if previous is not None:
         return await cmds.finish_write(req, dict(previous), None)
     q = body.get("query") or {}
-    found = _matching(node, ns, q)
+    variables = expressions.evaluate_let(body.get("let"))
+    array_filters = body.get("arrayFilters")
+    found = _matching(node, ns, q, variables)
     if body.get("sort"):
         found = query.sort_documents(found, body["sort"])
     target = found[0] if found else None
@@ -755,7 +780,13 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
             optime = node.write("d", ns, {"_id": target["_id"]},
                                 session=cmds.session_fields(session, 0, reply))  # fmt: skip
     elif target is None and body.get("upsert"):
-        doc = query.apply_update(query.upsert_seed(q), update, inserting=True)
+        doc = query.apply_update(
+            query.upsert_seed(q),
+            update,
+            inserting=True,
+            array_filters=array_filters,
+            variables=variables,
+        )
         if "_id" not in doc:
             doc = {"_id": ObjectId(), **doc}
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": False, "upserted": doc["_id"]},
@@ -764,7 +795,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     elif target is None:
         reply = {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
     else:
-        new = query.apply_update(target, update)
+        new = query.apply_update(target, update, array_filters=array_filters, variables=variables)
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": True},
                  "value": shown(new if body.get("new") else target)}  # fmt: skip
         if new != target or list(new) != list(target):
@@ -795,6 +826,7 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
     session = cmds.session_of(req)
     node.require_writable()
     n, optime = 0, None
+    variables = expressions.evaluate_let(req.body.get("let"))
     for i, spec in enumerate(req.body.get("deletes") or []):
         cmds.opcounters["delete"] += 1
         stmt = _stmt_id(req, i)
@@ -802,7 +834,7 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
         if previous is not None:
             n += previous["n"]
             continue
-        targets = _matching(node, ns, spec.get("q") or {})
+        targets = _matching(node, ns, spec.get("q") or {}, variables)
         if spec.get("limit", 0) == 1:
             targets = targets[:1]
         for doc in targets:
@@ -820,9 +852,12 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
     return await cmds.finish_write(req, {"n": n}, optime)
 
 
-def _matching(node: Node, ns: str, filt: dict[str, Any]) -> list[dict[str, Any]]:
-    """Documents matching a filter; an `_id` equality looks the document up instead of scanning."""
-    predicate = query.compile_filter(filt)
+def _matching(
+    node: Node, ns: str, filt: dict[str, Any], variables: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Documents matching a filter; an `_id` equality looks the document up instead of scanning.
+    `variables`: the command's `let`, for `$expr`."""
+    predicate = query.compile_filter(filt, variables)
     doc_id = filt.get("_id")
     if "_id" in filt and not isinstance(doc_id, dict | list):
         found = node.store.get(ns, doc_id)
@@ -855,7 +890,7 @@ def _filtered(cmds: Commands, req: Request, ns: str) -> list[dict[str, Any]]:
     if ns == OPLOG_NS:
         docs = _oplog_documents(cmds.node, req.body)
     else:
-        docs = _matching(cmds.node, ns, filt)
+        docs = _matching(cmds.node, ns, filt, expressions.evaluate_let(req.body.get("let")))
         if req.body.get("sort"):
             docs = query.sort_documents(docs, req.body["sort"])
     skip = int(req.body.get("skip") or 0)
@@ -908,22 +943,75 @@ async def _count(cmds: Commands, req: Request) -> dict[str, Any]:
 
 @command("aggregate")
 async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
+    """A collection's pipeline, or a database's (`aggregate: 1`, starting with a source stage
+    such as `$documents` or `$listLocalSessions`); a final `$out` / `$merge` writes the results
+    and the cursor is empty."""
     cmds.check_readable(req)
     await cmds.majority_read_barrier(req)
     cmds.opcounters["command"] += 1
-    ns = _ns(req)
-    pipeline = req.body.get("pipeline") or []
-    if not isinstance(pipeline, list):
+    raw = req.body.get("pipeline")
+    if not isinstance(raw, list):
         raise CommandError(14, "'pipeline' option must be specified as an array")
-    count = _whole_collection_count(pipeline)
-    if count is not None:
+    stages = pipeline.parse_pipeline(raw)
+    variables = expressions.evaluate_let(req.body.get("let"))
+    source = pipeline.source_stage(raw)
+    on_database = req.body.get("aggregate") == 1 and not isinstance(req.body["aggregate"], bool)
+    if on_database and source is None:
+        raise CommandError(73, "{aggregate: 1} is not valid for the first stage; a collection "
+                               "is required.")  # fmt: skip
+    ns = f"{req.db}.$cmd.aggregate" if on_database else _ns(req)
+    output = stages[-1] if stages and stages[-1][0] in pipeline.OUTPUT_STAGES else None
+    middle = raw[1 if source else 0 : len(raw) - (1 if output else 0)]
+    count = None if source else _whole_collection_count(middle)
+    if source is not None:
+        docs = pipeline.run_pipeline(_source_documents(cmds, req, *source, variables), middle,
+                                     variables)  # fmt: skip
+    elif count is not None:
         # count_documents({}) on a big collection: count rows instead of decoding them all.
         total = cmds.node.store.count(ns)
         docs = [{"_id": count[0], count[1]: total}] if total else []
     else:
-        docs = query.run_pipeline(cmds.node.store.documents(ns), pipeline)
+        docs = pipeline.run_pipeline(cmds.node.store.documents(ns), middle, variables)
     batch = (req.body.get("cursor") or {}).get("batchSize")
-    return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None)
+    if output is None:
+        return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None)
+    cmds.node.require_writable()
+    optime = _write_output(cmds, pipeline.output_target(*output, req.db), docs)
+    return await cmds.finish_write(req, cmds.open_cursor(ns, [], None), optime)
+
+
+def _source_documents(
+    cmds: Commands, req: Request, name: str, spec: Any, variables: dict[str, Any]
+) -> list[dict[str, Any]]:
+    if name == "$documents":
+        return pipeline.documents_stage(spec, variables)
+    if name == "$listLocalSessions":
+        # The sandbox keeps no session cache: the session this command runs in is the one known.
+        lsid = req.body.get("lsid")
+        return [] if lsid is None else [{"_id": lsid, "lastUse": dt.datetime.now(dt.UTC)}]
+    _admin_only(req)  # $currentOp: this operation is the only one the sandbox reports
+    return [{"type": "op", "active": True, "op": "command", "ns": f"{req.db}.$cmd",
+             "command": req.body}]  # fmt: skip
+
+
+def _write_output(
+    cmds: Commands, target: pipeline.OutputTarget, docs: list[dict[str, Any]]
+) -> OpTime | None:
+    """Write an aggregation's results as `$out` (the collection becomes them) or `$merge`."""
+    node = cmds.node
+    ns = f"{target.db}.{target.coll}"
+    optime = None
+    if target.replace_all:
+        docs = [doc if "_id" in doc else {"_id": ObjectId(), **doc} for doc in docs]
+        if node.store.exists(ns):
+            optime = node.write("c", f"{target.db}.$cmd", {"drop": target.coll})
+        optime = node.write("c", f"{target.db}.$cmd", {"create": target.coll})
+        for doc in docs:
+            optime = node.write("i", ns, doc)
+        return optime
+    for doc in pipeline.merged_documents(target, docs, lambda doc_id: node.store.get(ns, doc_id)):
+        optime = node.write("i", ns, doc)
+    return optime
 
 
 def _whole_collection_count(pipeline: list[Any]) -> tuple[Any, str] | None:
