@@ -19,7 +19,16 @@ from bson.timestamp import Timestamp
 from rsdrill.privileges import granted
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import ReplSetSpec
-from rsdrill.sandbox.emulator import election, expressions, heartbeat, pipeline, query, roles, sync
+from rsdrill.sandbox.emulator import (
+    election,
+    expressions,
+    heartbeat,
+    indexes,
+    pipeline,
+    query,
+    roles,
+    sync,
+)
 from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
@@ -641,7 +650,16 @@ def _insert_error(node: Node, ns: str, doc: dict[str, Any]) -> dict[str, Any] | 
             "keyPattern": {"_id": 1},
             "keyValue": {"_id": doc_id},
         }
+    try:
+        _check_unique(node, ns, doc)
+    except query.QueryError as exc:
+        return {"code": exc.code, "errmsg": str(exc), **exc.details}
     return None
+
+
+def _check_unique(node: Node, ns: str, doc: dict[str, Any]) -> None:
+    """DuplicateKey (a QueryError) if writing `doc` would break one of the unique indexes."""
+    indexes.check_unique(ns, node.store.indexes(ns), doc, lambda: node.store.documents(ns))
 
 
 @command("update")
@@ -714,6 +732,7 @@ def _update_one_spec(
         if "_id" not in doc:
             doc = {"_id": ObjectId(), **doc}
         result = {"n": 1, "nModified": 0, "upserted": doc["_id"]}
+        _check_unique(node, ns, doc)
         optime = node.write("i", ns, doc, session=cmds.session_fields(session, stmt, result))
         return result, optime
     changed = 0
@@ -724,6 +743,7 @@ def _update_one_spec(
                 66, "Performing an update on the path '_id' would modify the immutable field '_id'"
             )
         if new != old or list(new) != list(old):
+            _check_unique(node, ns, new)
             changed += 1
             result = {"n": 1, "nModified": 1}
             optime = node.write(
@@ -791,6 +811,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
             doc = {"_id": ObjectId(), **doc}
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": False, "upserted": doc["_id"]},
                  "value": shown(doc) if body.get("new") else None}  # fmt: skip
+        _check_unique(node, ns, doc)
         optime = node.write("i", ns, doc, session=cmds.session_fields(session, 0, reply))
     elif target is None:
         reply = {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
@@ -799,6 +820,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": True},
                  "value": shown(new if body.get("new") else target)}  # fmt: skip
         if new != target or list(new) != list(target):
+            _check_unique(node, ns, new)
             optime = node.write("u", ns, new, o2={"_id": target["_id"]},
                                 session=cmds.session_fields(session, 0, reply))  # fmt: skip
     if optime is None and session is not None:
@@ -1010,6 +1032,7 @@ def _write_output(
             optime = node.write("i", ns, doc)
         return optime
     for doc in pipeline.merged_documents(target, docs, lambda doc_id: node.store.get(ns, doc_id)):
+        _check_unique(node, ns, doc)
         optime = node.write("i", ns, doc)
     return optime
 
@@ -1094,7 +1117,9 @@ async def _list_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
     if not cmds.node.store.exists(ns):
         raise CommandError(26, f"ns does not exist: {ns}")
-    return cmds.open_cursor(ns, [{"v": 2, "key": {"_id": 1}, "name": "_id_"}], None)
+    specs = [indexes.ID_INDEX, *cmds.node.store.indexes(ns)]
+    batch = (req.body.get("cursor") or {}).get("batchSize")
+    return cmds.open_cursor(ns, specs, int(batch) if batch is not None else None)
 
 
 @command("create")
@@ -1113,8 +1138,9 @@ async def _drop(cmds: Commands, req: Request) -> dict[str, Any]:
     cmds.node.require_writable()
     if not cmds.node.store.exists(ns):
         return {"ns": ns}
+    was = 1 + len(cmds.node.store.indexes(ns))
     optime = cmds.node.write("c", f"{req.db}.$cmd", {"drop": req.body["drop"]})
-    return await cmds.finish_write(req, {"ns": ns, "nIndexesWas": 1}, optime)
+    return await cmds.finish_write(req, {"ns": ns, "nIndexesWas": was}, optime)
 
 
 @command("dropDatabase")
@@ -1126,18 +1152,76 @@ async def _drop_database(cmds: Commands, req: Request) -> dict[str, Any]:
 
 @command("createIndexes")
 async def _create_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
+    """Record each new index (replicated as mongod logs it); a unique one is built, that is
+    checked against the documents already there."""
     ns = _ns(req)
-    cmds.node.require_writable()
-    created = not cmds.node.store.exists(ns)
+    node = cmds.node
+    node.require_writable()
+    specs = req.body.get("indexes")
+    if not isinstance(specs, list) or not specs:
+        raise CommandError(2, "Must specify at least one index to create")
+    parsed = [indexes.parse_spec(spec) for spec in specs]
+    created = not node.store.exists(ns)
     optime = None
     if created:
-        optime = cmds.node.write("c", f"{req.db}.$cmd", {"create": req.body["createIndexes"]})
+        optime = node.write("c", f"{req.db}.$cmd", {"create": req.body["createIndexes"]})
+    before = 1 + len(node.store.indexes(ns))
+    for spec in parsed:
+        if spec["name"] == "_id_" or dict(spec["key"]) == {"_id": 1}:
+            continue
+        existing = next((i for i in node.store.indexes(ns) if i["name"] == spec["name"]), None)
+        if existing is not None and indexes.same_index(existing, spec):
+            continue
+        if existing is not None:
+            raise CommandError(86, f"An existing index has the same name as the requested "
+                                   f"index but different options: {spec['name']}")  # fmt: skip
+        if any(indexes.same_index(i, spec) for i in node.store.indexes(ns)):
+            raise CommandError(85, f"Index already exists with a different name: {spec['name']}")
+        indexes.build_check(ns, spec, node.store.documents(ns))
+        optime = node.write("c", f"{req.db}.$cmd", {"createIndexes": req.body["createIndexes"],
+                                                    **spec})  # fmt: skip
     reply = {
         "createdCollectionAutomatically": created,
-        "numIndexesBefore": 1,
-        "numIndexesAfter": 1 + len(req.body.get("indexes") or []),
+        "numIndexesBefore": before,
+        "numIndexesAfter": 1 + len(node.store.indexes(ns)),
     }
+    if reply["numIndexesAfter"] == before:
+        reply["note"] = "all indexes already exist"
     return await cmds.finish_write(req, reply, optime)
+
+
+@command("dropIndexes", "deleteIndexes")
+async def _drop_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
+    """Drop one index (by name or key pattern), several (a list of names) or all (`*`)."""
+    ns = _ns(req)
+    node = cmds.node
+    node.require_writable()
+    if not node.store.exists(ns):
+        raise CommandError(26, f"ns not found {ns}")
+    which = req.body.get("index")
+    current = node.store.indexes(ns)
+    if which == "*":
+        names = [i["name"] for i in current]
+    elif isinstance(which, dict):
+        names = [i["name"] for i in current if dict(i["key"]) == dict(which)]
+        if not names:
+            raise CommandError(27, f"can't find index with key: {which}")
+    elif isinstance(which, str | list):
+        names = [which] if isinstance(which, str) else list(which)
+        known = {i["name"] for i in current}
+        if "_id_" in names:
+            raise CommandError(72, "cannot drop _id index")
+        missing = [name for name in names if name not in known]
+        if missing:
+            raise CommandError(27, f"index not found with name [{missing[0]}]")
+    else:
+        raise CommandError(14, "dropIndexes 'index' must be a string, an object or an array")
+    was = 1 + len(current)
+    optime = None
+    for name in names:
+        optime = node.write("c", f"{req.db}.$cmd", {"dropIndexes": req.body["dropIndexes"],
+                                                    "index": name})  # fmt: skip
+    return await cmds.finish_write(req, {"nIndexesWas": was}, optime)
 
 
 # -- replication ------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ class DataStore:
         self._created: set[str] = set(self.namespaces())
         # Sessions' newest transaction numbers, read through (a write asks for it per statement).
         self._txns: dict[bytes, int | None] = {}
+        # Secondary index specifications by namespace, read through (every write asks).
+        self._indexes: dict[str, list[dict[str, Any]]] = {}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -84,6 +86,15 @@ class DataStore:
     def databases(self) -> list[str]:
         return sorted({ns.split(".", 1)[0] for ns in self.namespaces()})
 
+    def indexes(self, ns: str) -> list[dict[str, Any]]:
+        """The collection's index specifications besides `_id_`, in creation order."""
+        if ns not in self._indexes:
+            rows = self.database.execute(
+                "SELECT spec FROM indexes WHERE ns = ? ORDER BY rowid", (ns,)
+            )
+            self._indexes[ns] = [bson.decode(row[0]) for row in rows]
+        return self._indexes[ns]
+
     def approx_size(self) -> int:
         """Bytes of BSON the documents take."""
         row = self.database.execute("SELECT COALESCE(SUM(LENGTH(doc)), 0) FROM docs").fetchone()
@@ -118,7 +129,21 @@ class DataStore:
     def remove(self, ns: str, doc_id: Any) -> None:
         self.database.write("DELETE FROM docs WHERE ns = ? AND k = ?", (ns, id_key(doc_id)))
 
+    def add_index(self, ns: str, spec: dict[str, Any]) -> None:
+        self.create(ns)
+        self.database.write(
+            "INSERT OR REPLACE INTO indexes (ns, name, spec) VALUES (?, ?, ?)",
+            (ns, spec["name"], bson.encode(spec)),
+        )
+        self._indexes.pop(ns, None)
+
+    def drop_index(self, ns: str, name: str) -> None:
+        self.database.write("DELETE FROM indexes WHERE ns = ? AND name = ?", (ns, name))
+        self._indexes.pop(ns, None)
+
     def drop(self, ns: str) -> None:
+        self.database.write("DELETE FROM indexes WHERE ns = ?", (ns,))
+        self._indexes.pop(ns, None)
         self.database.write("DELETE FROM docs WHERE ns = ?", (ns,))
         self.database.write("DELETE FROM collections WHERE ns = ?", (ns,))
         self._created.discard(ns)
@@ -129,9 +154,10 @@ class DataStore:
                 self.drop(ns)
 
     def clear(self) -> None:
-        for table in ("docs", "collections", "sessions", "statements"):
+        for table in ("docs", "collections", "indexes", "sessions", "statements"):
             self.database.write(f"DELETE FROM {table}")
         self._created.clear()
+        self._indexes.clear()
         self._txns.clear()
 
     def apply(self, entry: dict[str, Any]) -> None:
@@ -156,6 +182,11 @@ class DataStore:
             self.drop(f"{db}.{o['drop']}")
         elif "dropDatabase" in o:
             self.drop_database(db)
+        elif "createIndexes" in o:
+            spec = {key: value for key, value in o.items() if key != "createIndexes"}
+            self.add_index(f"{db}.{o['createIndexes']}", spec)
+        elif "dropIndexes" in o:
+            self.drop_index(f"{db}.{o['dropIndexes']}", o["index"])
 
     # -- sessions --------------------------------------------------------------------------
 

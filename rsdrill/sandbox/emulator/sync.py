@@ -314,6 +314,8 @@ async def initial_sync(node: Node) -> None:
     rate = node.spec.initial_sync_bytes_per_s
     for ns in begin_reply["namespaces"]:
         node.store.create(ns)
+        for spec in begin_reply.get("indexes", {}).get(ns, []):
+            node.store.add_index(ns, spec)
         position = 0
         while True:
             request = {"rsdrillClone": ns, "after": Int64(position), "maxBytes": CLONE_BATCH_BYTES}
@@ -376,6 +378,7 @@ async def handle_sync_begin(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
     return {
         "lastApplied": node.last_applied.document(),
         "namespaces": names,
+        "indexes": {ns: node.store.indexes(ns) for ns in names if node.store.indexes(ns)},
         "totalSize": Int64(node.store.approx_size()),
         "ok": 1.0,
     }
