@@ -28,6 +28,7 @@ from rsdrill.sandbox.emulator.pipeline import run_pipeline
 from rsdrill.sandbox.emulator.query import (
     QueryError,
     apply_update,
+    collation,
     compare,
     compile_filter,
     matches,
@@ -1015,3 +1016,17 @@ def test_sorted_documents_are_in_compare_order(docs: list[dict[str, Any]]) -> No
     keys = [doc.get("v") for doc in result]
     assert all(compare(a, b) <= 0 for a, b in itertools.pairwise(keys))
     assert sorted(map(id, result)) == sorted(map(id, docs))
+
+
+def test_collation_strength_decides_string_equality_and_order() -> None:
+    docs = [{"x": "pINg"}, {"x": "ping"}, {"x": "péng"}, {"x": "PONG"}]
+    match = compile_filter({"x": "PING"})
+    assert [d for d in docs if match(d)] == []
+    with collation({"locale": "en_US", "strength": 2}):
+        assert [d["x"] for d in docs if match(d)] == ["pINg", "ping"]
+        assert [d["x"] for d in sort_documents(docs, {"x": 1})][-1] == "PONG"
+    with collation({"locale": "fr", "strength": 1}):
+        assert compare("péng", "PENG") == 0
+    with collation({"locale": "en_US", "strength": 3}):
+        assert [d for d in docs if match(d)] == []
+    assert error(lambda: collation({"strength": 2}).__enter__()).code == 2

@@ -670,6 +670,9 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
     ordered = req.body.get("ordered", True)
     node.require_writable()
     variables = expressions.evaluate_let(req.body.get("let"))
+    if any(isinstance(spec, dict) and "sort" in spec for spec in req.body.get("updates") or []):
+        # An update's sort came with MongoDB 8.0; 7.0 refuses the command as it parses it.
+        raise CommandError(40415, "BSON field 'update.updates.sort' is an unknown field.")
     matched = modified = 0
     upserted: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -714,10 +717,8 @@ def _update_one_spec(
 ) -> tuple[dict[str, Any], OpTime | None]:
     node = cmds.node
     q, u = spec.get("q") or {}, spec.get("u") or {}
-    if "sort" in spec:  # an update's sort came with MongoDB 8.0; 7.0 refuses the field
-        raise query.QueryError(40415, "BSON field 'update.updates.sort' is an unknown field.")
     array_filters = spec.get("arrayFilters")
-    targets = _matching(node, ns, q, variables)
+    targets = _matching(node, ns, q, variables, spec.get("collation"))
     if not spec.get("multi"):
         targets = targets[:1]
     optime = None
@@ -783,9 +784,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     q = body.get("query") or {}
     variables = expressions.evaluate_let(body.get("let"))
     array_filters = body.get("arrayFilters")
-    found = _matching(node, ns, q, variables)
-    if body.get("sort"):
-        found = query.sort_documents(found, body["sort"])
+    found = _matching(node, ns, q, variables, body.get("collation"), body.get("sort"))
     target = found[0] if found else None
     fields = body.get("fields")
 
@@ -837,7 +836,9 @@ async def _distinct(cmds: Commands, req: Request) -> dict[str, Any]:
     key = req.body.get("key")
     if not isinstance(key, str) or not key:
         raise CommandError(14, "distinct: key must be a string")
-    docs = _matching(cmds.node, _ns(req), req.body.get("query") or {})
+    docs = _matching(
+        cmds.node, _ns(req), req.body.get("query") or {}, collation=req.body.get("collation")
+    )
     return {"values": query.distinct_values(docs, key)}
 
 
@@ -856,7 +857,7 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
         if previous is not None:
             n += previous["n"]
             continue
-        targets = _matching(node, ns, spec.get("q") or {}, variables)
+        targets = _matching(node, ns, spec.get("q") or {}, variables, spec.get("collation"))
         if spec.get("limit", 0) == 1:
             targets = targets[:1]
         for doc in targets:
@@ -875,11 +876,24 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
 
 
 def _matching(
-    node: Node, ns: str, filt: dict[str, Any], variables: dict[str, Any] | None = None
+    node: Node,
+    ns: str,
+    filt: dict[str, Any],
+    variables: dict[str, Any] | None = None,
+    collation: Any = None,
+    sort: Any = None,
 ) -> list[dict[str, Any]]:
-    """Documents matching a filter; an `_id` equality looks the document up instead of scanning.
-    `variables`: the command's `let`, for `$expr`."""
-    predicate = query.compile_filter(filt, variables)
+    """Documents matching a filter (then sorted by `sort`), compared under `collation`; an
+    `_id` equality looks the document up instead of scanning. `variables`: the command's
+    `let`, for `$expr`."""
+    with query.collation(collation):
+        found = _scan(node, ns, query.compile_filter(filt, variables), filt)
+        return query.sort_documents(found, sort) if sort else found
+
+
+def _scan(
+    node: Node, ns: str, predicate: query.Predicate, filt: dict[str, Any]
+) -> list[dict[str, Any]]:
     doc_id = filt.get("_id")
     if "_id" in filt and not isinstance(doc_id, dict | list):
         found = node.store.get(ns, doc_id)
@@ -912,9 +926,9 @@ def _filtered(cmds: Commands, req: Request, ns: str) -> list[dict[str, Any]]:
     if ns == OPLOG_NS:
         docs = _oplog_documents(cmds.node, req.body)
     else:
-        docs = _matching(cmds.node, ns, filt, expressions.evaluate_let(req.body.get("let")))
-        if req.body.get("sort"):
-            docs = query.sort_documents(docs, req.body["sort"])
+        variables = expressions.evaluate_let(req.body.get("let"))
+        docs = _matching(cmds.node, ns, filt, variables, req.body.get("collation"),
+                         req.body.get("sort"))  # fmt: skip
     skip = int(req.body.get("skip") or 0)
     limit = abs(int(req.body.get("limit") or 0))
     docs = docs[skip:]

@@ -13,7 +13,10 @@ import copy
 import itertools
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, localcontext
 from functools import cmp_to_key
@@ -125,7 +128,49 @@ def compare(a: Any, b: Any) -> int:
         return _compare_documents(_as_dict(a), _as_dict(b))
     if bracket == _ARRAY:
         return _compare_arrays(a, b)
+    if bracket == _STRING and (collate := _COLLATION.get()) is not None:
+        return _sign(collate(a), collate(b))
     return _sign(_scalar_key(a), _scalar_key(b))
+
+
+# The string comparison key of the collation in force (None: binary), see `collation`.
+_COLLATION: ContextVar[Callable[[str], Any] | None] = ContextVar("collation", default=None)
+
+
+def _base_letters(text: str) -> str:
+    """`text` without case or accents: what a collation of strength 1 compares."""
+    decomposed = unicodedata.normalize("NFD", text.casefold())
+    return "".join(char for char in decomposed if not unicodedata.combining(char))
+
+
+def _strength_key(strength: int) -> Callable[[str], Any] | None:
+    """Strength 1 ignores case and accents, 2 case only (accents order after base letters);
+    3 and above tell them apart (the sandbox then compares code points, not the locale's
+    order)."""
+    if strength >= 3:
+        return None
+    if strength == 2:
+        return lambda text: (_base_letters(text), text.casefold())
+    return _base_letters
+
+
+@contextmanager
+def collation(spec: Any) -> Iterator[None]:
+    """Compare strings under a command's `collation` while the block runs (matching, sorting
+    and unique checks all go through `compare`). Only `strength` changes the outcome here."""
+    if spec is None:
+        yield
+        return
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("locale"), str):
+        raise QueryError(2, "a collation must be an object with a 'locale' string")
+    strength = _as_int(spec.get("strength", 3))
+    if strength is None or not 1 <= strength <= 5:
+        raise QueryError(2, f"collation strength must be an integer from 1 to 5: {spec!r}")
+    token = _COLLATION.set(None if spec["locale"] == "simple" else _strength_key(strength))
+    try:
+        yield
+    finally:
+        _COLLATION.reset(token)
 
 
 def _as_dict(value: dict[str, Any] | DBRef) -> dict[str, Any]:
