@@ -20,6 +20,7 @@ from rsdrill.privileges import granted
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import ReplSetSpec
 from rsdrill.sandbox.emulator import (
+    changestream,
     election,
     expressions,
     heartbeat,
@@ -112,7 +113,7 @@ class Commands:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.cursors: dict[int, Cursor] = {}
+        self.cursors: dict[int, Cursor | changestream.ChangeStreamCursor] = {}
         self.opcounters = dict.fromkeys(
             ("insert", "query", "update", "delete", "getmore", "command"), 0
         )
@@ -996,6 +997,9 @@ async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
         raise CommandError(73, "{aggregate: 1} is not valid for the first stage; a collection "
                                "is required.")  # fmt: skip
     ns = f"{req.db}.$cmd.aggregate" if on_database else _ns(req)
+    batch = (req.body.get("cursor") or {}).get("batchSize")
+    if source is not None and source[0] == "$changeStream":
+        return _open_change_stream(cmds, req, ns, source[1], raw[1:], batch)
     output = stages[-1] if stages and stages[-1][0] in pipeline.OUTPUT_STAGES else None
     middle = raw[1 if source else 0 : len(raw) - (1 if output else 0)]
     count = None if source else _whole_collection_count(middle)
@@ -1008,12 +1012,23 @@ async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
         docs = [{"_id": count[0], count[1]: total}] if total else []
     else:
         docs = pipeline.run_pipeline(cmds.node.store.documents(ns), middle, variables)
-    batch = (req.body.get("cursor") or {}).get("batchSize")
     if output is None:
         return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None)
     cmds.node.require_writable()
     optime = _write_output(cmds, pipeline.output_target(*output, req.db), docs)
     return await cmds.finish_write(req, cmds.open_cursor(ns, [], None), optime)
+
+
+def _open_change_stream(
+    cmds: Commands, req: Request, ns: str, spec: Any, rest: list[Any], batch: Any
+) -> dict[str, Any]:
+    node = cmds.node
+    target = req.body["aggregate"]
+    stream = changestream.open_stream(node, req.db, target, spec, rest, ns)
+    cursor_id = random.randint(1, 2**62)
+    cmds.cursors[cursor_id] = stream
+    size = int(batch) if batch is not None else None
+    return changestream.reply(cursor_id, stream, changestream.first_batch(node, stream, size), True)
 
 
 def _source_documents(
@@ -1073,6 +1088,13 @@ async def _get_more(cmds: Commands, req: Request) -> dict[str, Any]:
     if cursor is None:
         raise CommandError(43, f"cursor id {cursor_id} not found")
     batch_size = req.body.get("batchSize")
+    if isinstance(cursor, changestream.ChangeStreamCursor):
+        size = int(batch_size) if batch_size else None
+        events = await changestream.next_batch(cmds.node, cursor, size, req.body.get("maxTimeMS"))
+        reply = changestream.reply(cursor_id, cursor, events, False)
+        if reply["cursor"]["id"] == 0:
+            del cmds.cursors[cursor_id]
+        return reply
     batch = cmds._next_batch(cursor, int(batch_size) if batch_size else None)
     if cursor.position >= len(cursor.docs):
         del cmds.cursors[cursor_id]

@@ -325,7 +325,7 @@ _STAGES: dict[str, Stage] = {
 }
 # Stages that produce documents instead of reading the collection; only ever first, and
 # answered by the caller (they need the server: sessions, operations).
-_SOURCE_STAGES = frozenset({"$documents", "$listLocalSessions", "$currentOp"})
+_SOURCE_STAGES = frozenset({"$documents", "$listLocalSessions", "$currentOp", "$changeStream"})
 
 
 def source_stage(pipeline: list[Any]) -> tuple[str, Any] | None:
