@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from pymongo.errors import DuplicateKeyError, OperationFailure
+from pymongo.read_concern import ReadConcern
 from support import wait_until, writable_primary
 
 from rsdrill.sandbox.cluster import Sandbox
@@ -92,5 +93,16 @@ def test_out_merge_and_database_aggregate(rs3: Sandbox, client_for: Any) -> None
         db.aggregate([{"$documents": [{"_id": 3}]}, {"$merge": merge}])
     assert failed.value.code == 11000
     assert failed.value.details["keyValue"] == {"_id": 3}
+    # On a secondary (as mongod 5.0+) the pipeline runs there and the primary writes.
+    primary = writable_primary(rs3)
+    assert primary is not None
+    secondary = next(m for m in rs3.spec.members if m.host != primary.host)
+    direct = client_for(secondary.host, readPreference="secondaryPreferred").crud
+    wait_until(lambda: direct.src.count_documents({}) == 3, 10, "the secondary to catch up")
+    assert list(direct.src.aggregate([{"$match": {"_id": 3}}, {"$out": "from_secondary"}])) == []
+    assert list(db.from_secondary.find()) == [{"_id": 3, "x": 33}]
+    with pytest.raises(OperationFailure) as linearizable:
+        db.src.with_options(read_concern=ReadConcern("linearizable")).aggregate([{"$out": "never"}])
+    assert linearizable.value.code == 72
     sessions = list(db.client.admin.aggregate([{"$listLocalSessions": {}}]))
     assert sessions and "id" in sessions[0]["_id"]

@@ -34,6 +34,7 @@ from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
+from rsdrill.sandbox.emulator.peer import PeerError
 from rsdrill.sandbox.emulator.storage import StorageReadError
 from rsdrill.scram import ScramError, ScramServer
 
@@ -1001,6 +1002,8 @@ async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
     if source is not None and source[0] == "$changeStream":
         return _open_change_stream(cmds, req, ns, source[1], raw[1:], batch)
     output = stages[-1] if stages and stages[-1][0] in pipeline.OUTPUT_STAGES else None
+    if output and (req.body.get("readConcern") or {}).get("level") == "linearizable":
+        raise CommandError(72, f"{output[0]} cannot be used with a 'linearizable' read concern")
     middle = raw[1 if source else 0 : len(raw) - (1 if output else 0)]
     count = None if source else _whole_collection_count(middle)
     if source is not None:
@@ -1014,8 +1017,25 @@ async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
         docs = pipeline.run_pipeline(cmds.node.store.documents(ns), middle, variables)
     if output is None:
         return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None)
-    cmds.node.require_writable()
-    optime = _write_output(cmds, pipeline.output_target(*output, req.db), docs)
+    target = pipeline.output_target(*output, req.db)
+    node = cmds.node
+    if node.state is MemberState.SECONDARY and node.primary_host:
+        # As mongod 5.0+: a secondary runs the pipeline, the primary writes its results.
+        stages = [{"$documents": {"$literal": docs}}, {output[0]: output[1]}]
+        forwarded: dict[str, Any] = {"aggregate": 1, "pipeline": stages, "cursor": {}}
+        if "writeConcern" in req.body:
+            forwarded["writeConcern"] = req.body["writeConcern"]
+        try:
+            reply = await node.peer_calls.call(
+                node.primary_host, forwarded, purpose="aggregate", timeout=30, db=req.db
+            )
+        except PeerError as exc:
+            raise CommandError(10107, f"could not reach the primary to write: {exc}") from None
+        if reply.get("ok") != 1:
+            return {k: v for k, v in reply.items() if k not in ("$clusterTime", "operationTime")}
+        return cmds.open_cursor(ns, [], None)
+    node.require_writable()
+    optime = _write_output(cmds, target, docs)
     return await cmds.finish_write(req, cmds.open_cursor(ns, [], None), optime)
 
 
