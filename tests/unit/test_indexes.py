@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from bson.int64 import Int64
 
 from rsdrill.sandbox.emulator.indexes import (
+    UniqueKeys,
     build_check,
-    check_unique,
     default_name,
     key_value,
     parse_spec,
@@ -57,19 +58,30 @@ def test_key_values_missing_sparse_and_partial() -> None:
     assert key_value(partial, {"a": 6, "b": {"c": 2}}) == {"a": 6, "b.c": 2}
 
 
-def test_unique_check_reads_documents_only_when_needed() -> None:
-    docs = [{"_id": 1, "a": 1, "b": {"c": 1}}, {"_id": 2, "a": 1, "b": {"c": 2}}]
+def test_unique_keys_find_clashes_by_value_and_follow_changes() -> None:
+    keys = UniqueKeys("db.c", UNIQUE)
+    keys.add({"_id": 1, "a": 1, "b": {"c": 1}}, b"1")
+    keys.add({"_id": 2, "a": 1, "b": {"c": 2}}, b"2")
+    assert keys.clash({"_id": 2, "a": 1, "b": {"c": 2.0}}, b"2") is None  # its own key
+    error = keys.clash({"_id": 3, "a": Int64(1), "b": {"c": 2.0}}, b"3")
+    assert error is not None and error.code == 11000
+    assert error.details == {"keyPattern": {"a": 1, "b.c": -1},
+                             "keyValue": {"a": Int64(1), "b.c": 2.0}}  # fmt: skip
+    keys.add({"_id": 2, "a": 1, "b": {"c": 5}}, b"2")  # doc 2 changed its key
+    assert keys.clash({"_id": 3, "a": 1, "b": {"c": 2}}, b"3") is None
+    keys.remove(b"1")
+    assert keys.clash({"_id": 3, "a": 1, "b": {"c": 1}}, b"3") is None
+    assert keys.clash({"_id": 3, "a": 1, "b": {"c": 5}}, b"3") is not None
 
-    def no_reads() -> list[dict[str, Any]]:
-        raise AssertionError("read the collection without a unique index")
 
-    check_unique("db.c", [{"key": {"a": 1}, "name": "a_1"}], {"_id": 3, "a": 1}, no_reads)
-    check_unique("db.c", [UNIQUE], {"_id": 1, "a": 1, "b": {"c": 2.0}} | {"_id": 2}, lambda: docs)
+def test_building_a_unique_index_fails_on_duplicates() -> None:
+    docs = [{"_id": 1, "a": 1, "b": {"c": 1}}, {"_id": 2, "a": 1.0, "b": {"c": 2}}]
     with pytest.raises(QueryError) as info:
-        check_unique("db.c", [UNIQUE], {"_id": 3, "a": 1.0, "b": {"c": 2}}, lambda: docs)
-    assert info.value.code == 11000
-    assert info.value.details == {"keyPattern": {"a": 1, "b.c": -1},
-                                  "keyValue": {"a": 1.0, "b.c": 2}}  # fmt: skip
-    with pytest.raises(QueryError):
-        build_check("db.c", {**UNIQUE, "key": {"a": 1}}, docs)
-    build_check("db.c", UNIQUE, docs)
+        build_check("db.c", {**UNIQUE, "key": {"a": 1}}, docs, repr_key)
+    assert info.value.details["keyValue"] == {"a": 1.0}
+    build_check("db.c", UNIQUE, docs, repr_key)
+    build_check("db.c", {"key": {"a": 1}, "name": "a_1"}, docs, repr_key)  # not unique
+
+
+def repr_key(doc_id: Any) -> bytes:
+    return repr(doc_id).encode()

@@ -30,6 +30,7 @@ from rsdrill.sandbox.emulator import (
     roles,
     sync,
 )
+from rsdrill.sandbox.emulator.datastore import id_key
 from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
@@ -661,7 +662,9 @@ def _insert_error(node: Node, ns: str, doc: dict[str, Any]) -> dict[str, Any] | 
 
 def _check_unique(node: Node, ns: str, doc: dict[str, Any]) -> None:
     """DuplicateKey (a QueryError) if writing `doc` would break one of the unique indexes."""
-    indexes.check_unique(ns, node.store.indexes(ns), doc, lambda: node.store.documents(ns))
+    for keys in node.store.unique_keys(ns):
+        if (error := keys.clash(doc, id_key(doc["_id"]))) is not None:
+            raise error
 
 
 @command("update")
@@ -1233,7 +1236,7 @@ async def _create_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
                                    f"index but different options: {spec['name']}")  # fmt: skip
         if any(indexes.same_index(i, spec) for i in node.store.indexes(ns)):
             raise CommandError(85, f"Index already exists with a different name: {spec['name']}")
-        indexes.build_check(ns, spec, node.store.documents(ns))
+        indexes.build_check(ns, spec, node.store.documents(ns), id_key)
         optime = node.write("c", f"{req.db}.$cmd", {"createIndexes": req.body["createIndexes"],
                                                     **spec})  # fmt: skip
     reply = {

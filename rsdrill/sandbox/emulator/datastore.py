@@ -13,6 +13,7 @@ import bson
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 
+from rsdrill.sandbox.emulator.indexes import UniqueKeys
 from rsdrill.sandbox.emulator.storage import Database
 
 _RAW = CodecOptions(document_class=RawBSONDocument)
@@ -40,6 +41,8 @@ class DataStore:
         self._txns: dict[bytes, int | None] = {}
         # Secondary index specifications by namespace, read through (every write asks).
         self._indexes: dict[str, list[dict[str, Any]]] = {}
+        # Unique indexes' keys by namespace, built when a write first asks, then kept current.
+        self._unique: dict[str, list[UniqueKeys]] = {}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -95,6 +98,16 @@ class DataStore:
             self._indexes[ns] = [bson.decode(row[0]) for row in rows]
         return self._indexes[ns]
 
+    def unique_keys(self, ns: str) -> list[UniqueKeys]:
+        """The keys of the collection's unique indexes (an empty list when it has none)."""
+        if ns not in self._unique:
+            unique = [UniqueKeys(ns, index) for index in self.indexes(ns) if index.get("unique")]
+            for doc in self.documents(ns) if unique else []:
+                for keys in unique:
+                    keys.add(doc, id_key(doc["_id"]))
+            self._unique[ns] = unique
+        return self._unique[ns]
+
     def approx_size(self) -> int:
         """Bytes of BSON the documents take."""
         row = self.database.execute("SELECT COALESCE(SUM(LENGTH(doc)), 0) FROM docs").fetchone()
@@ -110,15 +123,19 @@ class DataStore:
     def put(self, ns: str, doc: dict[str, Any]) -> None:
         """Insert or replace by `_id`; a replaced document keeps its place in natural order."""
         self.create(ns)
+        key = id_key(doc["_id"])
         self.database.write(
             "INSERT INTO docs (ns, k, doc) VALUES (?, ?, ?) "
             "ON CONFLICT (ns, k) DO UPDATE SET doc = excluded.doc",
-            (ns, id_key(doc["_id"]), bson.encode(doc)),
+            (ns, key, bson.encode(doc)),
         )
+        for keys in self._unique.get(ns, ()):
+            keys.add(doc, key)
 
     def put_raw(self, ns: str, data: bytes) -> None:
         """Insert documents given as concatenated BSON (a clone batch) without re-encoding."""
         self.create(ns)
+        self._unique.pop(ns, None)
         raw = bson.decode_all(data, _RAW)
         self.database.write_many(
             "INSERT INTO docs (ns, k, doc) VALUES (?, ?, ?) "
@@ -127,7 +144,10 @@ class DataStore:
         )
 
     def remove(self, ns: str, doc_id: Any) -> None:
-        self.database.write("DELETE FROM docs WHERE ns = ? AND k = ?", (ns, id_key(doc_id)))
+        key = id_key(doc_id)
+        self.database.write("DELETE FROM docs WHERE ns = ? AND k = ?", (ns, key))
+        for keys in self._unique.get(ns, ()):
+            keys.remove(key)
 
     def add_index(self, ns: str, spec: dict[str, Any]) -> None:
         self.create(ns)
@@ -136,14 +156,17 @@ class DataStore:
             (ns, spec["name"], bson.encode(spec)),
         )
         self._indexes.pop(ns, None)
+        self._unique.pop(ns, None)
 
     def drop_index(self, ns: str, name: str) -> None:
         self.database.write("DELETE FROM indexes WHERE ns = ? AND name = ?", (ns, name))
         self._indexes.pop(ns, None)
+        self._unique.pop(ns, None)
 
     def drop(self, ns: str) -> None:
         self.database.write("DELETE FROM indexes WHERE ns = ?", (ns,))
         self._indexes.pop(ns, None)
+        self._unique.pop(ns, None)
         self.database.write("DELETE FROM docs WHERE ns = ?", (ns,))
         self.database.write("DELETE FROM collections WHERE ns = ?", (ns,))
         self._created.discard(ns)
@@ -158,6 +181,7 @@ class DataStore:
             self.database.write(f"DELETE FROM {table}")
         self._created.clear()
         self._indexes.clear()
+        self._unique.clear()
         self._txns.clear()
 
     def apply(self, entry: dict[str, Any]) -> None:

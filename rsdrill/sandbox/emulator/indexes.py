@@ -2,8 +2,8 @@
 listIndexes, dropIndexes) and unique constraints (DuplicateKey with `keyPattern`/`keyValue`).
 
 The sandbox does not use indexes to answer queries (it scans); an index is its specification,
-and a unique one is checked against the collection when a document is written. Pure: the caller
-passes the documents to check against.
+and a unique one also keeps its keys (`UniqueKeys`, built by the data store from the collection
+when first needed) so a write's clash is found without a scan.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import bson
+from bson.decimal128 import Decimal128
+
 from rsdrill.sandbox.emulator.query import (
     _MISSING,
     QueryError,
     _resolve,
-    compare,
     compile_filter,
 )
 
@@ -89,22 +91,6 @@ def key_value(index: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, Any
     return values
 
 
-def duplicate_of(
-    index: Mapping[str, Any], doc: Mapping[str, Any], others: Iterable[Mapping[str, Any]]
-) -> dict[str, Any] | None:
-    """The key `doc` would share with another document under a unique `index`, or None."""
-    mine = key_value(index, doc)
-    if mine is None:
-        return None
-    for other in others:
-        if compare(other.get("_id"), doc.get("_id")) == 0:
-            continue
-        theirs = key_value(index, other)
-        if theirs is not None and compare(list(theirs.values()), list(mine.values())) == 0:
-            return mine
-    return None
-
-
 def duplicate_key_error(ns: str, index: Mapping[str, Any], key: dict[str, Any]) -> QueryError:
     """mongod's DuplicateKey (11000), with the index's key pattern and the offending key."""
     shown = ", ".join(f"{field}: {value!r}" for field, value in key.items())
@@ -116,34 +102,72 @@ def duplicate_key_error(ns: str, index: Mapping[str, Any], key: dict[str, Any]) 
     )
 
 
-def check_unique(
-    ns: str,
-    indexes: Iterable[Mapping[str, Any]],
-    doc: Mapping[str, Any],
-    collection: Callable[[], list[dict[str, Any]]],
-) -> None:
-    """Raise DuplicateKey if writing `doc` would break a unique index of the collection;
-    `collection` (its documents) is read only when there is a unique index."""
-    unique = [index for index in indexes if index.get("unique")]
-    if not unique:
-        return
-    others = collection()
-    for index in unique:
-        key = duplicate_of(index, doc, others)
+def _canonical(value: Any) -> Any:
+    """`value` with every number as a float: equal keys (1, 1.0, Int64(1)) encode alike."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, Decimal128):
+        return float(value.to_decimal())
+    if isinstance(value, dict):
+        return {key: _canonical(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_canonical(item) for item in value]
+    return value
+
+
+def _encoded(key: dict[str, Any]) -> bytes:
+    return bson.encode({"k": [_canonical(value) for value in key.values()]})
+
+
+class UniqueKeys:
+    """The keys a unique index holds, each with the document (by its stored `_id` key) that
+    has it: a write's clash is one lookup instead of a scan."""
+
+    def __init__(self, ns: str, index: Mapping[str, Any]) -> None:
+        self.ns = ns
+        self.index = index
+        self._owner: dict[bytes, bytes] = {}  # encoded key -> document
+        self._key_of: dict[bytes, bytes] = {}  # document -> encoded key
+
+    def clash(self, doc: Mapping[str, Any], doc_key: bytes) -> QueryError | None:
+        """DuplicateKey if another document holds `doc`'s key."""
+        key = key_value(self.index, doc)
+        if key is None:
+            return None
+        owner = self._owner.get(_encoded(key))
+        if owner is None or owner == doc_key:
+            return None
+        return duplicate_key_error(self.ns, self.index, key)
+
+    def add(self, doc: Mapping[str, Any], doc_key: bytes) -> None:
+        self.remove(doc_key)
+        key = key_value(self.index, doc)
         if key is not None:
-            raise duplicate_key_error(ns, index, key)
+            encoded = _encoded(key)
+            self._owner[encoded] = doc_key
+            self._key_of[doc_key] = encoded
+
+    def remove(self, doc_key: bytes) -> None:
+        encoded = self._key_of.pop(doc_key, None)
+        if encoded is not None and self._owner.get(encoded) == doc_key:
+            del self._owner[encoded]
 
 
-def build_check(ns: str, index: Mapping[str, Any], docs: list[Mapping[str, Any]]) -> None:
+def build_check(
+    ns: str,
+    index: Mapping[str, Any],
+    docs: Iterable[Mapping[str, Any]],
+    doc_key: Callable[[Any], bytes],
+) -> None:
     """Building a unique index over existing documents fails on the first duplicate."""
     if not index.get("unique"):
         return
-    seen: list[list[Any]] = []
+    keys = UniqueKeys(ns, index)
     for doc in docs:
-        key = key_value(index, doc)
-        if key is None:
-            continue
-        values = list(key.values())
-        if any(compare(values, other) == 0 for other in seen):
-            raise duplicate_key_error(ns, index, key)
-        seen.append(values)
+        stored = doc_key(doc["_id"])
+        error = keys.clash(doc, stored)
+        if error is not None:
+            raise error
+        keys.add(doc, stored)
