@@ -106,3 +106,22 @@ def test_out_merge_and_database_aggregate(rs3: Sandbox, client_for: Any) -> None
     assert linearizable.value.code == 72
     sessions = list(db.client.admin.aggregate([{"$listLocalSessions": {}}]))
     assert sessions and "id" in sessions[0]["_id"]
+
+
+def test_views_read_through_their_pipeline_and_refuse_writes(replset: Any, client_for: Any) -> None:
+    db = client_for(replset("rs1")).crud
+    db.src.insert_many([{"_id": i, "x": i} for i in (1, 2, 3)])
+    db.create_collection("big", viewOn="src", pipeline=[{"$match": {"x": {"$gt": 1}}}])
+    db.create_collection("bigger", viewOn="big", pipeline=[{"$set": {"y": {"$add": ["$x", 1]}}}])
+    assert db.big.estimated_document_count() == 2
+    assert list(db.bigger.find({"y": 4})) == [{"_id": 3, "x": 3, "y": 4}]
+    assert list(db.big.aggregate([{"$count": "n"}])) == [{"n": 2}]
+    assert db.big.distinct("x") == [2, 3]
+    info = {c["name"]: c for c in db.list_collections()}
+    assert info["big"]["type"] == "view"
+    assert info["big"]["options"] == {"viewOn": "src", "pipeline": [{"$match": {"x": {"$gt": 1}}}]}
+    with pytest.raises(OperationFailure) as refused:
+        db.big.insert_one({"_id": 9})
+    assert refused.value.code == 166
+    db.big.drop()
+    assert "big" not in db.list_collection_names()

@@ -610,6 +610,7 @@ async def _insert(cmds: Commands, req: Request) -> dict[str, Any]:
     ordered = req.body.get("ordered", True)
     session = cmds.session_of(req)
     node.require_writable()
+    _refuse_view(node, ns)
     n, errors, optime = 0, [], None
     for i, doc in enumerate(docs):
         cmds.opcounters["insert"] += 1
@@ -636,6 +637,11 @@ async def _insert(cmds: Commands, req: Request) -> dict[str, Any]:
 def _stmt_id(req: Request, index: int) -> int:
     ids = req.body.get("stmtIds")
     return int(ids[index]) if ids else index
+
+
+def _refuse_view(node: Node, ns: str) -> None:
+    if node.store.view(ns) is not None:
+        raise CommandError(166, f"Namespace {ns} is a view, not a collection")
 
 
 def _insert_error(node: Node, ns: str, doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -674,6 +680,7 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
     session = cmds.session_of(req)
     ordered = req.body.get("ordered", True)
     node.require_writable()
+    _refuse_view(node, ns)
     variables = expressions.evaluate_let(req.body.get("let"))
     if any(isinstance(spec, dict) and "sort" in spec for spec in req.body.get("updates") or []):
         # An update's sort came with MongoDB 8.0; 7.0 refuses the command as it parses it.
@@ -777,6 +784,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
     session = cmds.session_of(req)
     node.require_writable()
+    _refuse_view(node, ns)
     remove, update = bool(body.get("remove")), body.get("update")
     if remove == (update is not None):
         raise CommandError(9, "Either an update or remove=true must be specified")
@@ -853,6 +861,7 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
     session = cmds.session_of(req)
     node.require_writable()
+    _refuse_view(node, ns)
     n, optime = 0, None
     variables = expressions.evaluate_let(req.body.get("let"))
     for i, spec in enumerate(req.body.get("deletes") or []):
@@ -896,9 +905,20 @@ def _matching(
         return query.sort_documents(found, sort) if sort else found
 
 
+def _collection(node: Node, ns: str) -> list[dict[str, Any]]:
+    """A collection's documents, or what a view's pipeline makes of its source's."""
+    view = node.store.view(ns)
+    if view is None:
+        return node.store.documents(ns)
+    source = f"{ns.split('.', 1)[0]}.{view['viewOn']}"
+    return pipeline.run_pipeline(_collection(node, source), view["pipeline"])
+
+
 def _scan(
     node: Node, ns: str, predicate: query.Predicate, filt: dict[str, Any]
 ) -> list[dict[str, Any]]:
+    if node.store.view(ns) is not None:
+        return [d for d in _collection(node, ns) if predicate(d)]
     doc_id = filt.get("_id")
     if "_id" in filt and not isinstance(doc_id, dict | list):
         found = node.store.get(ns, doc_id)
@@ -1008,7 +1028,7 @@ async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
     if output and (req.body.get("readConcern") or {}).get("level") == "linearizable":
         raise CommandError(72, f"{output[0]} cannot be used with a 'linearizable' read concern")
     middle = raw[1 if source else 0 : len(raw) - (1 if output else 0)]
-    count = None if source else _whole_collection_count(middle)
+    count = None if source or cmds.node.store.view(ns) else _whole_collection_count(middle)
     if source is not None:
         docs = pipeline.run_pipeline(_source_documents(cmds, req, *source, variables), middle,
                                      variables)  # fmt: skip
@@ -1017,7 +1037,7 @@ async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
         total = cmds.node.store.count(ns)
         docs = [{"_id": count[0], count[1]: total}] if total else []
     else:
-        docs = pipeline.run_pipeline(cmds.node.store.documents(ns), middle, variables)
+        docs = pipeline.run_pipeline(_collection(cmds.node, ns), middle, variables)
     if output is None:
         return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None)
     target = pipeline.output_target(*output, req.db)
@@ -1154,21 +1174,25 @@ async def _list_databases(cmds: Commands, req: Request) -> dict[str, Any]:
 async def _list_collections(cmds: Commands, req: Request) -> dict[str, Any]:
     prefix = req.db + "."
     names = [ns[len(prefix) :] for ns in cmds.node.store.namespaces() if ns.startswith(prefix)]
-    infos = [
-        {
-            "name": n,
-            "type": "collection",
-            "options": {},
-            "info": {"readOnly": False},
-            "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
-        }
-        for n in names
-    ]
+    infos = [_collection_info(cmds.node, req.db, n) for n in names]
     filt = req.body.get("filter") or {}
     infos = [i for i in infos if query.matches(i, filt)]
     if req.body.get("nameOnly"):
-        infos = [{"name": i["name"], "type": "collection"} for i in infos]
+        infos = [{"name": i["name"], "type": i["type"]} for i in infos]
     return cmds.open_cursor(f"{req.db}.$cmd.listCollections", infos, None)
+
+
+def _collection_info(node: Node, db: str, name: str) -> dict[str, Any]:
+    view = node.store.view(f"{db}.{name}")
+    if view is not None:
+        return {"name": name, "type": "view", "options": view, "info": {"readOnly": True}}
+    return {
+        "name": name,
+        "type": "collection",
+        "options": {},
+        "info": {"readOnly": False},
+        "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
+    }
 
 
 @command("listIndexes")
@@ -1187,7 +1211,16 @@ async def _create(cmds: Commands, req: Request) -> dict[str, Any]:
     cmds.node.require_writable()
     if cmds.node.store.exists(ns):
         raise CommandError(48, f"Collection {ns} already exists.")
-    optime = cmds.node.write("c", f"{req.db}.$cmd", {"create": req.body["create"]})
+    o: dict[str, Any] = {"create": req.body["create"]}
+    if "viewOn" in req.body:
+        view_on, stages = req.body["viewOn"], req.body.get("pipeline", [])
+        if not isinstance(view_on, str) or not view_on:
+            raise CommandError(2, "'viewOn' must be a non-empty string")
+        for name, _ in pipeline.parse_pipeline(stages):
+            if name in pipeline.OUTPUT_STAGES or name == "$changeStream":
+                raise CommandError(2, f"{name} cannot be used in a view definition")
+        o |= {"viewOn": view_on, "pipeline": stages}
+    optime = cmds.node.write("c", f"{req.db}.$cmd", o)
     return await cmds.finish_write(req, {}, optime)
 
 
@@ -1216,6 +1249,7 @@ async def _create_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
     node = cmds.node
     node.require_writable()
+    _refuse_view(node, ns)
     specs = req.body.get("indexes")
     if not isinstance(specs, list) or not specs:
         raise CommandError(2, "Must specify at least one index to create")

@@ -41,6 +41,8 @@ class DataStore:
         self._txns: dict[bytes, int | None] = {}
         # Secondary index specifications by namespace, read through (every write asks).
         self._indexes: dict[str, list[dict[str, Any]]] = {}
+        # View definitions ({viewOn, pipeline}) by namespace, read through; None: not a view.
+        self._views: dict[str, dict[str, Any] | None] = {}
         # Unique indexes' keys by namespace, built when a write first asks, then kept current.
         self._unique: dict[str, list[UniqueKeys]] = {}
 
@@ -98,6 +100,15 @@ class DataStore:
             self._indexes[ns] = [bson.decode(row[0]) for row in rows]
         return self._indexes[ns]
 
+    def view(self, ns: str) -> dict[str, Any] | None:
+        """A view's definition (`viewOn`, `pipeline`), or None for a collection."""
+        if ns not in self._views:
+            row = self.database.execute(
+                "SELECT definition FROM views WHERE ns = ?", (ns,)
+            ).fetchone()
+            self._views[ns] = None if row is None else bson.decode(row[0])
+        return self._views[ns]
+
     def unique_keys(self, ns: str) -> list[UniqueKeys]:
         """The keys of the collection's unique indexes (an empty list when it has none)."""
         if ns not in self._unique:
@@ -149,6 +160,14 @@ class DataStore:
         for keys in self._unique.get(ns, ()):
             keys.remove(key)
 
+    def create_view(self, ns: str, definition: dict[str, Any]) -> None:
+        self.create(ns)
+        self.database.write(
+            "INSERT OR REPLACE INTO views (ns, definition) VALUES (?, ?)",
+            (ns, bson.encode(definition)),
+        )
+        self._views.pop(ns, None)
+
     def add_index(self, ns: str, spec: dict[str, Any]) -> None:
         self.create(ns)
         self.database.write(
@@ -165,7 +184,9 @@ class DataStore:
 
     def drop(self, ns: str) -> None:
         self.database.write("DELETE FROM indexes WHERE ns = ?", (ns,))
+        self.database.write("DELETE FROM views WHERE ns = ?", (ns,))
         self._indexes.pop(ns, None)
+        self._views.pop(ns, None)
         self._unique.pop(ns, None)
         self.database.write("DELETE FROM docs WHERE ns = ?", (ns,))
         self.database.write("DELETE FROM collections WHERE ns = ?", (ns,))
@@ -177,10 +198,11 @@ class DataStore:
                 self.drop(ns)
 
     def clear(self) -> None:
-        for table in ("docs", "collections", "indexes", "sessions", "statements"):
+        for table in ("docs", "collections", "indexes", "views", "sessions", "statements"):
             self.database.write(f"DELETE FROM {table}")
         self._created.clear()
         self._indexes.clear()
+        self._views.clear()
         self._unique.clear()
         self._txns.clear()
 
@@ -200,7 +222,10 @@ class DataStore:
             )
 
     def _apply_command(self, db: str, o: dict[str, Any]) -> None:
-        if "create" in o:
+        if "create" in o and "viewOn" in o:
+            definition = {"viewOn": o["viewOn"], "pipeline": o.get("pipeline", [])}
+            self.create_view(f"{db}.{o['create']}", definition)
+        elif "create" in o:
             self.create(f"{db}.{o['create']}")
         elif "drop" in o:
             self.drop(f"{db}.{o['drop']}")
