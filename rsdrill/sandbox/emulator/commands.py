@@ -19,11 +19,24 @@ from bson.timestamp import Timestamp
 from rsdrill.privileges import granted
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import ReplSetSpec
-from rsdrill.sandbox.emulator import election, heartbeat, query, roles, sync, transactions
+from rsdrill.sandbox.emulator import (
+    changestream,
+    election,
+    expressions,
+    heartbeat,
+    indexes,
+    pipeline,
+    query,
+    roles,
+    sync,
+    transactions,
+)
+from rsdrill.sandbox.emulator.datastore import id_key
 from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
+from rsdrill.sandbox.emulator.peer import PeerError
 from rsdrill.sandbox.emulator.storage import StorageReadError
 from rsdrill.scram import ScramError, ScramServer
 
@@ -103,7 +116,7 @@ class Commands:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.cursors: dict[int, Cursor] = {}
+        self.cursors: dict[int, Cursor | changestream.ChangeStreamCursor] = {}
         self.opcounters = dict.fromkeys(
             ("insert", "query", "update", "delete", "getmore", "command"), 0
         )
@@ -187,7 +200,7 @@ class Commands:
         except CommandError as exc:
             reply = exc.document(retryable_write=transactions.retryable_write(req))
         except query.QueryError as exc:
-            reply = CommandError(exc.code, str(exc)).document()
+            reply = CommandError(exc.code, str(exc)).document() | exc.details
         except StorageReadError as exc:
             reply = CommandError(1, str(exc)).document()
         reply.setdefault("ok", 1.0)
@@ -618,6 +631,7 @@ async def _insert(cmds: Commands, req: Request) -> dict[str, Any]:
     ordered = req.body.get("ordered", True)
     session = cmds.session_of(req)
     node.require_writable()
+    _refuse_view(node, ns)
     n, errors, optime = 0, [], None
     for i, doc in enumerate(docs):
         cmds.opcounters["insert"] += 1
@@ -627,8 +641,9 @@ async def _insert(cmds: Commands, req: Request) -> dict[str, Any]:
             continue
         if "_id" not in doc:
             doc = {"_id": ObjectId(), **doc}
-        if node.store.get(ns, doc["_id"]) is not None:
-            errors.append(_dup_key_error(i, ns, doc["_id"]))
+        error = _insert_error(node, ns, doc)
+        if error is not None:
+            errors.append({"index": i, **error})
             if ordered:
                 break
             continue
@@ -645,15 +660,38 @@ def _stmt_id(req: Request, index: int) -> int:
     return int(ids[index]) if ids else index
 
 
-def _dup_key_error(index: int, ns: str, doc_id: Any) -> dict[str, Any]:
-    return {
-        "index": index,
-        "code": 11000,
-        "errmsg": f"E11000 duplicate key error collection: {ns} index: _id_ dup key: "
-        f"{{ _id: {doc_id!r} }}",
-        "keyPattern": {"_id": 1},
-        "keyValue": {"_id": doc_id},
-    }
+def _refuse_view(node: Node, ns: str) -> None:
+    if node.store.view(ns) is not None:
+        raise CommandError(166, f"Namespace {ns} is a view, not a collection")
+
+
+def _insert_error(node: Node, ns: str, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """Why `doc` cannot be inserted (a write error's fields), or None."""
+    doc_id = doc["_id"]
+    if isinstance(doc_id, dict) and any(key.startswith("$") for key in doc_id):
+        field = next(key for key in doc_id if key.startswith("$"))
+        return {"code": 2, "errmsg": f"_id fields may not contain '$'-prefixed fields: {field} "
+                                     "is not valid for storage."}  # fmt: skip
+    if node.store.get(ns, doc_id) is not None:
+        return {
+            "code": 11000,
+            "errmsg": f"E11000 duplicate key error collection: {ns} index: _id_ dup key: "
+            f"{{ _id: {doc_id!r} }}",
+            "keyPattern": {"_id": 1},
+            "keyValue": {"_id": doc_id},
+        }
+    try:
+        _check_unique(node, ns, doc)
+    except query.QueryError as exc:
+        return {"code": exc.code, "errmsg": str(exc), **exc.details}
+    return None
+
+
+def _check_unique(node: Node, ns: str, doc: dict[str, Any]) -> None:
+    """DuplicateKey (a QueryError) if writing `doc` would break one of the unique indexes."""
+    for keys in node.store.unique_keys(ns):
+        if (error := keys.clash(doc, id_key(doc["_id"]))) is not None:
+            raise error
 
 
 @command("update")
@@ -663,6 +701,11 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
     session = cmds.session_of(req)
     ordered = req.body.get("ordered", True)
     node.require_writable()
+    _refuse_view(node, ns)
+    variables = expressions.evaluate_let(req.body.get("let"))
+    if any(isinstance(spec, dict) and "sort" in spec for spec in req.body.get("updates") or []):
+        # An update's sort came with MongoDB 8.0; 7.0 refuses the command as it parses it.
+        raise CommandError(40415, "BSON field 'update.updates.sort' is an unknown field.")
     matched = modified = 0
     upserted: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -678,9 +721,9 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
                 upserted.append({"index": i, "_id": previous["upserted"]})
             continue
         try:
-            result, wrote = _update_one_spec(cmds, ns, spec, session, stmt)
+            result, wrote = _update_one_spec(cmds, ns, spec, session, stmt, variables)
         except query.QueryError as exc:
-            errors.append({"index": i, "code": exc.code, "errmsg": str(exc)})
+            errors.append({"index": i, "code": exc.code, "errmsg": str(exc)} | exc.details)
             if ordered:
                 break
             continue
@@ -698,29 +741,43 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
 
 
 def _update_one_spec(
-    cmds: Commands, ns: str, spec: dict[str, Any], session: Any, stmt: int
+    cmds: Commands,
+    ns: str,
+    spec: dict[str, Any],
+    session: Any,
+    stmt: int,
+    variables: dict[str, Any],
 ) -> tuple[dict[str, Any], OpTime | None]:
     node = cmds.node
     q, u = spec.get("q") or {}, spec.get("u") or {}
-    targets = _matching(node, ns, q)
+    array_filters = spec.get("arrayFilters")
+    targets = _matching(node, ns, q, variables, spec.get("collation"))
     if not spec.get("multi"):
         targets = targets[:1]
     optime = None
     if not targets and spec.get("upsert"):
-        doc = query.apply_update(query.upsert_seed(q), u, inserting=True)
+        doc = query.apply_update(
+            query.upsert_seed(q),
+            u,
+            inserting=True,
+            array_filters=array_filters,
+            variables=variables,
+        )
         if "_id" not in doc:
             doc = {"_id": ObjectId(), **doc}
         result = {"n": 1, "nModified": 0, "upserted": doc["_id"]}
+        _check_unique(node, ns, doc)
         optime = node.write("i", ns, doc, session=cmds.session_fields(session, stmt, result))
         return result, optime
     changed = 0
     for old in targets:
-        new = query.apply_update(old, u)
+        new = query.apply_update(old, u, array_filters=array_filters, variables=variables)
         if new.get("_id") != old.get("_id"):
             raise query.QueryError(
                 66, "Performing an update on the path '_id' would modify the immutable field '_id'"
             )
         if new != old or list(new) != list(old):
+            _check_unique(node, ns, new)
             changed += 1
             result = {"n": 1, "nModified": 1}
             optime = node.write(
@@ -748,6 +805,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
     session = cmds.session_of(req)
     node.require_writable()
+    _refuse_view(node, ns)
     remove, update = bool(body.get("remove")), body.get("update")
     if remove == (update is not None):
         raise CommandError(9, "Either an update or remove=true must be specified")
@@ -758,9 +816,9 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     if previous is not None:
         return await cmds.finish_write(req, dict(previous), None)
     q = body.get("query") or {}
-    found = _matching(node, ns, q)
-    if body.get("sort"):
-        found = query.sort_documents(found, body["sort"])
+    variables = expressions.evaluate_let(body.get("let"))
+    array_filters = body.get("arrayFilters")
+    found = _matching(node, ns, q, variables, body.get("collation"), body.get("sort"))
     target = found[0] if found else None
     fields = body.get("fields")
 
@@ -775,19 +833,27 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
             optime = node.write("d", ns, {"_id": target["_id"]},
                                 session=cmds.session_fields(session, 0, reply))  # fmt: skip
     elif target is None and body.get("upsert"):
-        doc = query.apply_update(query.upsert_seed(q), update, inserting=True)
+        doc = query.apply_update(
+            query.upsert_seed(q),
+            update,
+            inserting=True,
+            array_filters=array_filters,
+            variables=variables,
+        )
         if "_id" not in doc:
             doc = {"_id": ObjectId(), **doc}
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": False, "upserted": doc["_id"]},
                  "value": shown(doc) if body.get("new") else None}  # fmt: skip
+        _check_unique(node, ns, doc)
         optime = node.write("i", ns, doc, session=cmds.session_fields(session, 0, reply))
     elif target is None:
         reply = {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
     else:
-        new = query.apply_update(target, update)
+        new = query.apply_update(target, update, array_filters=array_filters, variables=variables)
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": True},
                  "value": shown(new if body.get("new") else target)}  # fmt: skip
         if new != target or list(new) != list(target):
+            _check_unique(node, ns, new)
             optime = node.write("u", ns, new, o2={"_id": target["_id"]},
                                 session=cmds.session_fields(session, 0, reply))  # fmt: skip
     if optime is None and session is not None:
@@ -804,7 +870,9 @@ async def _distinct(cmds: Commands, req: Request) -> dict[str, Any]:
     key = req.body.get("key")
     if not isinstance(key, str) or not key:
         raise CommandError(14, "distinct: key must be a string")
-    docs = _matching(cmds.node, _ns(req), req.body.get("query") or {})
+    docs = _matching(
+        cmds.node, _ns(req), req.body.get("query") or {}, collation=req.body.get("collation")
+    )
     return {"values": query.distinct_values(docs, key)}
 
 
@@ -814,7 +882,9 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
     session = cmds.session_of(req)
     node.require_writable()
+    _refuse_view(node, ns)
     n, optime = 0, None
+    variables = expressions.evaluate_let(req.body.get("let"))
     for i, spec in enumerate(req.body.get("deletes") or []):
         cmds.opcounters["delete"] += 1
         stmt = _stmt_id(req, i)
@@ -822,7 +892,7 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
         if previous is not None:
             n += previous["n"]
             continue
-        targets = _matching(node, ns, spec.get("q") or {})
+        targets = _matching(node, ns, spec.get("q") or {}, variables, spec.get("collation"))
         if spec.get("limit", 0) == 1:
             targets = targets[:1]
         for doc in targets:
@@ -840,9 +910,36 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
     return await cmds.finish_write(req, {"n": n}, optime)
 
 
-def _matching(node: Node, ns: str, filt: dict[str, Any]) -> list[dict[str, Any]]:
-    """Documents matching a filter; an `_id` equality looks the document up instead of scanning."""
-    predicate = query.compile_filter(filt)
+def _matching(
+    node: Node,
+    ns: str,
+    filt: dict[str, Any],
+    variables: dict[str, Any] | None = None,
+    collation: Any = None,
+    sort: Any = None,
+) -> list[dict[str, Any]]:
+    """Documents matching a filter (then sorted by `sort`), compared under `collation`; an
+    `_id` equality looks the document up instead of scanning. `variables`: the command's
+    `let`, for `$expr`."""
+    with query.collation(collation):
+        found = _scan(node, ns, query.compile_filter(filt, variables), filt)
+        return query.sort_documents(found, sort) if sort else found
+
+
+def _collection(node: Node, ns: str) -> list[dict[str, Any]]:
+    """A collection's documents, or what a view's pipeline makes of its source's."""
+    view = node.store.view(ns)
+    if view is None:
+        return node.store.documents(ns)
+    source = f"{ns.split('.', 1)[0]}.{view['viewOn']}"
+    return pipeline.run_pipeline(_collection(node, source), view["pipeline"])
+
+
+def _scan(
+    node: Node, ns: str, predicate: query.Predicate, filt: dict[str, Any]
+) -> list[dict[str, Any]]:
+    if node.store.view(ns) is not None:
+        return [d for d in _collection(node, ns) if predicate(d)]
     doc_id = filt.get("_id")
     if "_id" in filt and not isinstance(doc_id, dict | list):
         found = node.store.get(ns, doc_id)
@@ -875,9 +972,9 @@ def _filtered(cmds: Commands, req: Request, ns: str) -> list[dict[str, Any]]:
     if ns == OPLOG_NS:
         docs = _oplog_documents(cmds.node, req.body)
     else:
-        docs = _matching(cmds.node, ns, filt)
-        if req.body.get("sort"):
-            docs = query.sort_documents(docs, req.body["sort"])
+        variables = expressions.evaluate_let(req.body.get("let"))
+        docs = _matching(cmds.node, ns, filt, variables, req.body.get("collation"),
+                         req.body.get("sort"))  # fmt: skip
     skip = int(req.body.get("skip") or 0)
     limit = abs(int(req.body.get("limit") or 0))
     docs = docs[skip:]
@@ -928,22 +1025,109 @@ async def _count(cmds: Commands, req: Request) -> dict[str, Any]:
 
 @command("aggregate")
 async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
+    """A collection's pipeline, or a database's (`aggregate: 1`, starting with a source stage
+    such as `$documents` or `$listLocalSessions`); a final `$out` / `$merge` writes the results
+    and the cursor is empty."""
     cmds.check_readable(req)
     await cmds.majority_read_barrier(req)
     cmds.opcounters["command"] += 1
-    ns = _ns(req)
-    pipeline = req.body.get("pipeline") or []
-    if not isinstance(pipeline, list):
+    raw = req.body.get("pipeline")
+    if not isinstance(raw, list):
         raise CommandError(14, "'pipeline' option must be specified as an array")
-    count = _whole_collection_count(pipeline)
-    if count is not None:
+    stages = pipeline.parse_pipeline(raw)
+    variables = expressions.evaluate_let(req.body.get("let"))
+    source = pipeline.source_stage(raw)
+    on_database = req.body.get("aggregate") == 1 and not isinstance(req.body["aggregate"], bool)
+    if on_database and source is None:
+        raise CommandError(73, "{aggregate: 1} is not valid for the first stage; a collection "
+                               "is required.")  # fmt: skip
+    ns = f"{req.db}.$cmd.aggregate" if on_database else _ns(req)
+    batch = (req.body.get("cursor") or {}).get("batchSize")
+    if source is not None and source[0] == "$changeStream":
+        return _open_change_stream(cmds, req, ns, source[1], raw[1:], batch)
+    output = stages[-1] if stages and stages[-1][0] in pipeline.OUTPUT_STAGES else None
+    if output and (req.body.get("readConcern") or {}).get("level") == "linearizable":
+        raise CommandError(72, f"{output[0]} cannot be used with a 'linearizable' read concern")
+    middle = raw[1 if source else 0 : len(raw) - (1 if output else 0)]
+    count = None if source or cmds.node.store.view(ns) else _whole_collection_count(middle)
+    if source is not None:
+        docs = pipeline.run_pipeline(_source_documents(cmds, req, *source, variables), middle,
+                                     variables)  # fmt: skip
+    elif count is not None:
         # count_documents({}) on a big collection: count rows instead of decoding them all.
         total = cmds.node.store.count(ns)
         docs = [{"_id": count[0], count[1]: total}] if total else []
     else:
-        docs = query.run_pipeline(cmds.node.store.documents(ns), pipeline)
-    batch = (req.body.get("cursor") or {}).get("batchSize")
-    return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None)
+        docs = pipeline.run_pipeline(_collection(cmds.node, ns), middle, variables)
+    if output is None:
+        return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None)
+    target = pipeline.output_target(*output, req.db)
+    node = cmds.node
+    if node.state is MemberState.SECONDARY and node.primary_host:
+        # As mongod 5.0+: a secondary runs the pipeline, the primary writes its results.
+        stages = [{"$documents": {"$literal": docs}}, {output[0]: output[1]}]
+        forwarded: dict[str, Any] = {"aggregate": 1, "pipeline": stages, "cursor": {}}
+        if "writeConcern" in req.body:
+            forwarded["writeConcern"] = req.body["writeConcern"]
+        try:
+            reply = await node.peer_calls.call(
+                node.primary_host, forwarded, purpose="aggregate", timeout=30, db=req.db
+            )
+        except PeerError as exc:
+            raise CommandError(10107, f"could not reach the primary to write: {exc}") from None
+        if reply.get("ok") != 1:
+            return {k: v for k, v in reply.items() if k not in ("$clusterTime", "operationTime")}
+        return cmds.open_cursor(ns, [], None)
+    node.require_writable()
+    optime = _write_output(cmds, target, docs)
+    return await cmds.finish_write(req, cmds.open_cursor(ns, [], None), optime)
+
+
+def _open_change_stream(
+    cmds: Commands, req: Request, ns: str, spec: Any, rest: list[Any], batch: Any
+) -> dict[str, Any]:
+    node = cmds.node
+    target = req.body["aggregate"]
+    stream = changestream.open_stream(node, req.db, target, spec, rest, ns)
+    cursor_id = random.randint(1, 2**62)
+    cmds.cursors[cursor_id] = stream
+    size = int(batch) if batch is not None else None
+    return changestream.reply(cursor_id, stream, changestream.first_batch(node, stream, size), True)
+
+
+def _source_documents(
+    cmds: Commands, req: Request, name: str, spec: Any, variables: dict[str, Any]
+) -> list[dict[str, Any]]:
+    if name == "$documents":
+        return pipeline.documents_stage(spec, variables)
+    if name == "$listLocalSessions":
+        # The sandbox keeps no session cache: the session this command runs in is the one known.
+        lsid = req.body.get("lsid")
+        return [] if lsid is None else [{"_id": lsid, "lastUse": dt.datetime.now(dt.UTC)}]
+    _admin_only(req)  # $currentOp: this operation is the only one the sandbox reports
+    return [{"type": "op", "active": True, "op": "command", "ns": f"{req.db}.$cmd",
+             "command": req.body}]  # fmt: skip
+
+
+def _write_output(
+    cmds: Commands, target: pipeline.OutputTarget, docs: list[dict[str, Any]]
+) -> OpTime | None:
+    """Write an aggregation's results as `$out` (the collection becomes them) or `$merge`."""
+    node = cmds.node
+    ns = f"{target.db}.{target.coll}"
+    optime = None
+    if target.replace_all:
+        docs = [doc if "_id" in doc else {"_id": ObjectId(), **doc} for doc in docs]
+        if node.store.exists(ns):
+            optime = node.write("c", f"{target.db}.$cmd", {"drop": target.coll})
+        optime = node.write("c", f"{target.db}.$cmd", {"create": target.coll})
+        for doc in docs:
+            optime = node.write("i", ns, doc)
+        return optime
+    for doc in pipeline.merged_documents(target, docs, lambda doc_id: node.store.get(ns, doc_id)):
+        _check_unique(node, ns, doc)
+        optime = node.write("i", ns, doc)
+    return optime
 
 
 def _whole_collection_count(pipeline: list[Any]) -> tuple[Any, str] | None:
@@ -968,6 +1152,13 @@ async def _get_more(cmds: Commands, req: Request) -> dict[str, Any]:
     if cursor is None:
         raise CommandError(43, f"cursor id {cursor_id} not found")
     batch_size = req.body.get("batchSize")
+    if isinstance(cursor, changestream.ChangeStreamCursor):
+        size = int(batch_size) if batch_size else None
+        events = await changestream.next_batch(cmds.node, cursor, size, req.body.get("maxTimeMS"))
+        reply = changestream.reply(cursor_id, cursor, events, False)
+        if reply["cursor"]["id"] == 0:
+            del cmds.cursors[cursor_id]
+        return reply
     batch = cmds._next_batch(cursor, int(batch_size) if batch_size else None)
     if cursor.position >= len(cursor.docs):
         del cmds.cursors[cursor_id]
@@ -1004,21 +1195,25 @@ async def _list_databases(cmds: Commands, req: Request) -> dict[str, Any]:
 async def _list_collections(cmds: Commands, req: Request) -> dict[str, Any]:
     prefix = req.db + "."
     names = [ns[len(prefix) :] for ns in cmds.node.store.namespaces() if ns.startswith(prefix)]
-    infos = [
-        {
-            "name": n,
-            "type": "collection",
-            "options": {},
-            "info": {"readOnly": False},
-            "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
-        }
-        for n in names
-    ]
+    infos = [_collection_info(cmds.node, req.db, n) for n in names]
     filt = req.body.get("filter") or {}
     infos = [i for i in infos if query.matches(i, filt)]
     if req.body.get("nameOnly"):
-        infos = [{"name": i["name"], "type": "collection"} for i in infos]
+        infos = [{"name": i["name"], "type": i["type"]} for i in infos]
     return cmds.open_cursor(f"{req.db}.$cmd.listCollections", infos, None)
+
+
+def _collection_info(node: Node, db: str, name: str) -> dict[str, Any]:
+    view = node.store.view(f"{db}.{name}")
+    if view is not None:
+        return {"name": name, "type": "view", "options": view, "info": {"readOnly": True}}
+    return {
+        "name": name,
+        "type": "collection",
+        "options": {},
+        "info": {"readOnly": False},
+        "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
+    }
 
 
 @command("listIndexes")
@@ -1026,7 +1221,9 @@ async def _list_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
     ns = _ns(req)
     if not cmds.node.store.exists(ns):
         raise CommandError(26, f"ns does not exist: {ns}")
-    return cmds.open_cursor(ns, [{"v": 2, "key": {"_id": 1}, "name": "_id_"}], None)
+    specs = [indexes.ID_INDEX, *cmds.node.store.indexes(ns)]
+    batch = (req.body.get("cursor") or {}).get("batchSize")
+    return cmds.open_cursor(ns, specs, int(batch) if batch is not None else None)
 
 
 @command("create")
@@ -1035,7 +1232,16 @@ async def _create(cmds: Commands, req: Request) -> dict[str, Any]:
     cmds.node.require_writable()
     if cmds.node.store.exists(ns):
         raise CommandError(48, f"Collection {ns} already exists.")
-    optime = cmds.node.write("c", f"{req.db}.$cmd", {"create": req.body["create"]})
+    o: dict[str, Any] = {"create": req.body["create"]}
+    if "viewOn" in req.body:
+        view_on, stages = req.body["viewOn"], req.body.get("pipeline", [])
+        if not isinstance(view_on, str) or not view_on:
+            raise CommandError(2, "'viewOn' must be a non-empty string")
+        for name, _ in pipeline.parse_pipeline(stages):
+            if name in pipeline.OUTPUT_STAGES or name == "$changeStream":
+                raise CommandError(2, f"{name} cannot be used in a view definition")
+        o |= {"viewOn": view_on, "pipeline": stages}
+    optime = cmds.node.write("c", f"{req.db}.$cmd", o)
     return await cmds.finish_write(req, {}, optime)
 
 
@@ -1045,8 +1251,9 @@ async def _drop(cmds: Commands, req: Request) -> dict[str, Any]:
     cmds.node.require_writable()
     if not cmds.node.store.exists(ns):
         return {"ns": ns}
+    was = 1 + len(cmds.node.store.indexes(ns))
     optime = cmds.node.write("c", f"{req.db}.$cmd", {"drop": req.body["drop"]})
-    return await cmds.finish_write(req, {"ns": ns, "nIndexesWas": 1}, optime)
+    return await cmds.finish_write(req, {"ns": ns, "nIndexesWas": was}, optime)
 
 
 @command("dropDatabase")
@@ -1058,18 +1265,77 @@ async def _drop_database(cmds: Commands, req: Request) -> dict[str, Any]:
 
 @command("createIndexes")
 async def _create_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
+    """Record each new index (replicated as mongod logs it); a unique one is built, that is
+    checked against the documents already there."""
     ns = _ns(req)
-    cmds.node.require_writable()
-    created = not cmds.node.store.exists(ns)
+    node = cmds.node
+    node.require_writable()
+    _refuse_view(node, ns)
+    specs = req.body.get("indexes")
+    if not isinstance(specs, list) or not specs:
+        raise CommandError(2, "Must specify at least one index to create")
+    parsed = [indexes.parse_spec(spec) for spec in specs]
+    created = not node.store.exists(ns)
     optime = None
     if created:
-        optime = cmds.node.write("c", f"{req.db}.$cmd", {"create": req.body["createIndexes"]})
+        optime = node.write("c", f"{req.db}.$cmd", {"create": req.body["createIndexes"]})
+    before = 1 + len(node.store.indexes(ns))
+    for spec in parsed:
+        if spec["name"] == "_id_" or dict(spec["key"]) == {"_id": 1}:
+            continue
+        existing = next((i for i in node.store.indexes(ns) if i["name"] == spec["name"]), None)
+        if existing is not None and indexes.same_index(existing, spec):
+            continue
+        if existing is not None:
+            raise CommandError(86, f"An existing index has the same name as the requested "
+                                   f"index but different options: {spec['name']}")  # fmt: skip
+        if any(indexes.same_index(i, spec) for i in node.store.indexes(ns)):
+            raise CommandError(85, f"Index already exists with a different name: {spec['name']}")
+        indexes.build_check(ns, spec, node.store.documents(ns), id_key)
+        optime = node.write("c", f"{req.db}.$cmd", {"createIndexes": req.body["createIndexes"],
+                                                    **spec})  # fmt: skip
     reply = {
         "createdCollectionAutomatically": created,
-        "numIndexesBefore": 1,
-        "numIndexesAfter": 1 + len(req.body.get("indexes") or []),
+        "numIndexesBefore": before,
+        "numIndexesAfter": 1 + len(node.store.indexes(ns)),
     }
+    if reply["numIndexesAfter"] == before:
+        reply["note"] = "all indexes already exist"
     return await cmds.finish_write(req, reply, optime)
+
+
+@command("dropIndexes", "deleteIndexes")
+async def _drop_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
+    """Drop one index (by name or key pattern), several (a list of names) or all (`*`)."""
+    ns = _ns(req)
+    node = cmds.node
+    node.require_writable()
+    if not node.store.exists(ns):
+        raise CommandError(26, f"ns not found {ns}")
+    which = req.body.get("index")
+    current = node.store.indexes(ns)
+    if which == "*":
+        names = [i["name"] for i in current]
+    elif isinstance(which, dict):
+        names = [i["name"] for i in current if dict(i["key"]) == dict(which)]
+        if not names:
+            raise CommandError(27, f"can't find index with key: {which}")
+    elif isinstance(which, str | list):
+        names = [which] if isinstance(which, str) else list(which)
+        known = {i["name"] for i in current}
+        if "_id_" in names:
+            raise CommandError(72, "cannot drop _id index")
+        missing = [name for name in names if name not in known]
+        if missing:
+            raise CommandError(27, f"index not found with name [{missing[0]}]")
+    else:
+        raise CommandError(14, "dropIndexes 'index' must be a string, an object or an array")
+    was = 1 + len(current)
+    optime = None
+    for name in names:
+        optime = node.write("c", f"{req.db}.$cmd", {"dropIndexes": req.body["dropIndexes"],
+                                                    "index": name})  # fmt: skip
+    return await cmds.finish_write(req, {"nIndexesWas": was}, optime)
 
 
 # -- replication ------------------------------------------------------------------------------

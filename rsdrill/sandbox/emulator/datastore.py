@@ -13,6 +13,7 @@ import bson
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 
+from rsdrill.sandbox.emulator.indexes import UniqueKeys
 from rsdrill.sandbox.emulator.storage import Database
 
 _RAW = CodecOptions(document_class=RawBSONDocument)
@@ -38,6 +39,12 @@ class DataStore:
         self._created: set[str] = set(self.namespaces())
         # Sessions' newest transaction numbers, read through (a write asks for it per statement).
         self._txns: dict[bytes, int | None] = {}
+        # Secondary index specifications by namespace, read through (every write asks).
+        self._indexes: dict[str, list[dict[str, Any]]] = {}
+        # View definitions ({viewOn, pipeline}) by namespace, read through; None: not a view.
+        self._views: dict[str, dict[str, Any] | None] = {}
+        # Unique indexes' keys by namespace, built when a write first asks, then kept current.
+        self._unique: dict[str, list[UniqueKeys]] = {}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -84,6 +91,34 @@ class DataStore:
     def databases(self) -> list[str]:
         return sorted({ns.split(".", 1)[0] for ns in self.namespaces()})
 
+    def indexes(self, ns: str) -> list[dict[str, Any]]:
+        """The collection's index specifications besides `_id_`, in creation order."""
+        if ns not in self._indexes:
+            rows = self.database.execute(
+                "SELECT spec FROM indexes WHERE ns = ? ORDER BY rowid", (ns,)
+            )
+            self._indexes[ns] = [bson.decode(row[0]) for row in rows]
+        return self._indexes[ns]
+
+    def view(self, ns: str) -> dict[str, Any] | None:
+        """A view's definition (`viewOn`, `pipeline`), or None for a collection."""
+        if ns not in self._views:
+            row = self.database.execute(
+                "SELECT definition FROM views WHERE ns = ?", (ns,)
+            ).fetchone()
+            self._views[ns] = None if row is None else bson.decode(row[0])
+        return self._views[ns]
+
+    def unique_keys(self, ns: str) -> list[UniqueKeys]:
+        """The keys of the collection's unique indexes (an empty list when it has none)."""
+        if ns not in self._unique:
+            unique = [UniqueKeys(ns, index) for index in self.indexes(ns) if index.get("unique")]
+            for doc in self.documents(ns) if unique else []:
+                for keys in unique:
+                    keys.add(doc, id_key(doc["_id"]))
+            self._unique[ns] = unique
+        return self._unique[ns]
+
     def approx_size(self) -> int:
         """Bytes of BSON the documents take."""
         row = self.database.execute("SELECT COALESCE(SUM(LENGTH(doc)), 0) FROM docs").fetchone()
@@ -99,15 +134,19 @@ class DataStore:
     def put(self, ns: str, doc: dict[str, Any]) -> None:
         """Insert or replace by `_id`; a replaced document keeps its place in natural order."""
         self.create(ns)
+        key = id_key(doc["_id"])
         self.database.write(
             "INSERT INTO docs (ns, k, doc) VALUES (?, ?, ?) "
             "ON CONFLICT (ns, k) DO UPDATE SET doc = excluded.doc",
-            (ns, id_key(doc["_id"]), bson.encode(doc)),
+            (ns, key, bson.encode(doc)),
         )
+        for keys in self._unique.get(ns, ()):
+            keys.add(doc, key)
 
     def put_raw(self, ns: str, data: bytes) -> None:
         """Insert documents given as concatenated BSON (a clone batch) without re-encoding."""
         self.create(ns)
+        self._unique.pop(ns, None)
         raw = bson.decode_all(data, _RAW)
         self.database.write_many(
             "INSERT INTO docs (ns, k, doc) VALUES (?, ?, ?) "
@@ -116,9 +155,39 @@ class DataStore:
         )
 
     def remove(self, ns: str, doc_id: Any) -> None:
-        self.database.write("DELETE FROM docs WHERE ns = ? AND k = ?", (ns, id_key(doc_id)))
+        key = id_key(doc_id)
+        self.database.write("DELETE FROM docs WHERE ns = ? AND k = ?", (ns, key))
+        for keys in self._unique.get(ns, ()):
+            keys.remove(key)
+
+    def create_view(self, ns: str, definition: dict[str, Any]) -> None:
+        self.create(ns)
+        self.database.write(
+            "INSERT OR REPLACE INTO views (ns, definition) VALUES (?, ?)",
+            (ns, bson.encode(definition)),
+        )
+        self._views.pop(ns, None)
+
+    def add_index(self, ns: str, spec: dict[str, Any]) -> None:
+        self.create(ns)
+        self.database.write(
+            "INSERT OR REPLACE INTO indexes (ns, name, spec) VALUES (?, ?, ?)",
+            (ns, spec["name"], bson.encode(spec)),
+        )
+        self._indexes.pop(ns, None)
+        self._unique.pop(ns, None)
+
+    def drop_index(self, ns: str, name: str) -> None:
+        self.database.write("DELETE FROM indexes WHERE ns = ? AND name = ?", (ns, name))
+        self._indexes.pop(ns, None)
+        self._unique.pop(ns, None)
 
     def drop(self, ns: str) -> None:
+        self.database.write("DELETE FROM indexes WHERE ns = ?", (ns,))
+        self.database.write("DELETE FROM views WHERE ns = ?", (ns,))
+        self._indexes.pop(ns, None)
+        self._views.pop(ns, None)
+        self._unique.pop(ns, None)
         self.database.write("DELETE FROM docs WHERE ns = ?", (ns,))
         self.database.write("DELETE FROM collections WHERE ns = ?", (ns,))
         self._created.discard(ns)
@@ -129,9 +198,12 @@ class DataStore:
                 self.drop(ns)
 
     def clear(self) -> None:
-        for table in ("docs", "collections", "sessions", "statements"):
+        for table in ("docs", "collections", "indexes", "views", "sessions", "statements"):
             self.database.write(f"DELETE FROM {table}")
         self._created.clear()
+        self._indexes.clear()
+        self._views.clear()
+        self._unique.clear()
         self._txns.clear()
 
     def apply(self, entry: dict[str, Any]) -> None:
@@ -150,7 +222,10 @@ class DataStore:
             )
 
     def _apply_command(self, db: str, o: dict[str, Any]) -> None:
-        if "create" in o:
+        if "create" in o and "viewOn" in o:
+            definition = {"viewOn": o["viewOn"], "pipeline": o.get("pipeline", [])}
+            self.create_view(f"{db}.{o['create']}", definition)
+        elif "create" in o:
             self.create(f"{db}.{o['create']}")
         elif "drop" in o:
             self.drop(f"{db}.{o['drop']}")
@@ -159,6 +234,11 @@ class DataStore:
         elif "applyOps" in o:  # a committed transaction: all its writes at once
             for inner in o["applyOps"]:
                 self.apply(inner)
+        elif "createIndexes" in o:
+            spec = {key: value for key, value in o.items() if key != "createIndexes"}
+            self.add_index(f"{db}.{o['createIndexes']}", spec)
+        elif "dropIndexes" in o:
+            self.drop_index(f"{db}.{o['dropIndexes']}", o["index"])
 
     # -- sessions --------------------------------------------------------------------------
 

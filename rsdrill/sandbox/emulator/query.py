@@ -1,9 +1,10 @@
-"""MongoDB query semantics on plain documents: matching, updates, projection, sort, aggregation.
+"""MongoDB query semantics on plain documents: matching, updates, projection and sort.
 
 Documents are dicts as decoded by `bson.decode` with the default codec. Everything here is pure:
 no I/O, no state, arguments are never mutated and returned documents share nothing with them.
-Filters, projections and pipelines are parsed before any document is looked at, so a malformed
-one raises `QueryError` even when there is nothing to match.
+Filters and projections are parsed before any document is looked at, so a malformed one raises
+`QueryError` even when there is nothing to match. Aggregation (and pipeline-style updates) is in
+`pipeline`, its expression language (`$expr`) in `expressions`; both build on this module.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import copy
 import itertools
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, localcontext
 from functools import cmp_to_key
@@ -51,11 +55,13 @@ _CODE_NAMES = {
 class QueryError(Exception):
     """A malformed or inapplicable query, update or pipeline, with MongoDB's error code."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.code_name = _CODE_NAMES.get(code, f"Location{code}")
         self.message = message
+        # Fields the error reply carries besides code and message (DuplicateKey's keyValue).
+        self.details = details or {}
 
 
 class _Missing:
@@ -122,7 +128,49 @@ def compare(a: Any, b: Any) -> int:
         return _compare_documents(_as_dict(a), _as_dict(b))
     if bracket == _ARRAY:
         return _compare_arrays(a, b)
+    if bracket == _STRING and (collate := _COLLATION.get()) is not None:
+        return _sign(collate(a), collate(b))
     return _sign(_scalar_key(a), _scalar_key(b))
+
+
+# The string comparison key of the collation in force (None: binary), see `collation`.
+_COLLATION: ContextVar[Callable[[str], Any] | None] = ContextVar("collation", default=None)
+
+
+def _base_letters(text: str) -> str:
+    """`text` without case or accents: what a collation of strength 1 compares."""
+    decomposed = unicodedata.normalize("NFD", text.casefold())
+    return "".join(char for char in decomposed if not unicodedata.combining(char))
+
+
+def _strength_key(strength: int) -> Callable[[str], Any] | None:
+    """Strength 1 ignores case and accents, 2 case only (accents order after base letters);
+    3 and above tell them apart (the sandbox then compares code points, not the locale's
+    order)."""
+    if strength >= 3:
+        return None
+    if strength == 2:
+        return lambda text: (_base_letters(text), text.casefold())
+    return _base_letters
+
+
+@contextmanager
+def collation(spec: Any) -> Iterator[None]:
+    """Compare strings under a command's `collation` while the block runs (matching, sorting
+    and unique checks all go through `compare`). Only `strength` changes the outcome here."""
+    if spec is None:
+        yield
+        return
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("locale"), str):
+        raise QueryError(2, "a collation must be an object with a 'locale' string")
+    strength = _as_int(spec.get("strength", 3))
+    if strength is None or not 1 <= strength <= 5:
+        raise QueryError(2, f"collation strength must be an integer from 1 to 5: {spec!r}")
+    token = _COLLATION.set(None if spec["locale"] == "simple" else _strength_key(strength))
+    try:
+        yield
+    finally:
+        _COLLATION.reset(token)
 
 
 def _as_dict(value: dict[str, Any] | DBRef) -> dict[str, Any]:
@@ -240,19 +288,30 @@ def matches(doc: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
     return compile_filter(filter)(doc)
 
 
-def compile_filter(filter: Mapping[str, Any]) -> Predicate:
-    """Parse `filter` once into a predicate; raises QueryError for malformed filters."""
+def compile_filter(
+    filter: Mapping[str, Any], variables: Mapping[str, Any] | None = None
+) -> Predicate:
+    """Parse `filter` once into a predicate; raises QueryError for malformed filters.
+    `variables` are what `$expr` expressions see as `$$name` (a command's `let`)."""
     if not isinstance(filter, Mapping):
         raise QueryError(2, "filter must be an object")
-    clauses = [_compile_clause(key, condition) for key, condition in filter.items()]
+    clauses = [
+        _compile_clause(key, condition, variables or {}) for key, condition in filter.items()
+    ]
     return lambda doc: all(clause(doc) for clause in clauses)
 
 
-def _compile_clause(key: str, condition: Any) -> Predicate:
+def _compile_clause(key: str, condition: Any, variables: Mapping[str, Any]) -> Predicate:
     if key in _LOGICAL:
-        return _compile_logical(key, condition)
+        return _compile_logical(key, condition, variables)
     if key == "$comment":
         return lambda doc: True
+    if key == "$expr":
+        # The expression language builds on this module's comparisons: imported when used.
+        from rsdrill.sandbox.emulator.expressions import compile_expression, or_null
+
+        evaluate = compile_expression(condition)
+        return lambda doc: _truthy(or_null(evaluate(doc, variables)))
     if key.startswith("$"):
         raise QueryError(2, f"unknown top level operator: {key}")
     parts = key.split(".")
@@ -260,12 +319,12 @@ def _compile_clause(key: str, condition: Any) -> Predicate:
     return lambda doc: test(_resolve(doc, parts))
 
 
-def _compile_logical(operator: str, clauses: Any) -> Predicate:
+def _compile_logical(operator: str, clauses: Any, variables: Mapping[str, Any]) -> Predicate:
     if not isinstance(clauses, list) or not clauses:
         raise QueryError(2, f"{operator} must be a nonempty array")
     if not all(isinstance(clause, Mapping) for clause in clauses):
         raise QueryError(2, f"{operator} argument's entries must be objects")
-    predicates = [compile_filter(clause) for clause in clauses]
+    predicates = [compile_filter(clause, variables) for clause in clauses]
     if operator == "$and":
         return lambda doc: all(predicate(doc) for predicate in predicates)
     if operator == "$or":
@@ -519,28 +578,55 @@ _INT32 = range(-(2**31), 2**31)
 
 
 def apply_update(
-    doc: Mapping[str, Any], update: Mapping[str, Any], *, inserting: bool = False
+    doc: Mapping[str, Any],
+    update: Mapping[str, Any] | list[Any],
+    *,
+    inserting: bool = False,
+    array_filters: list[Any] | None = None,
+    variables: Mapping[str, Any] | None = None,
 ) -> Document:
-    """The document that results from applying a replacement or operator `update` to `doc`.
+    """The document that results from applying a replacement, operator or pipeline `update`
+    to `doc`.
 
     `inserting` is True for the insert half of an upsert (`doc` is then `upsert_seed(filter)`):
-    it enables `$setOnInsert` and puts `_id` first, as MongoDB stores it.
+    it enables `$setOnInsert` and puts `_id` first, as MongoDB stores it. `array_filters`
+    select the elements `$[identifier]` paths update; `variables` are what a pipeline update's
+    expressions see as `$$name` (a command's `let`).
     """
-    if not isinstance(update, Mapping):
-        raise QueryError(2, "only update documents are supported, not pipeline-style updates")
+    if isinstance(update, list):
+        if array_filters:
+            raise QueryError(72, "arrayFilters may not be specified for pipeline-style updates")
+        # Aggregation builds on this module: imported when used.
+        from rsdrill.sandbox.emulator.pipeline import apply_update_pipeline
+
+        result = apply_update_pipeline(doc, update, variables)
+    elif not isinstance(update, Mapping):
+        raise QueryError(9, "Update argument must be either an object or an array")
+    else:
+        result = _apply_document_update(doc, update, inserting, array_filters)
+    if inserting and "_id" in result:
+        result = {"_id": result.pop("_id"), **result}
+    return result
+
+
+def _apply_document_update(
+    doc: Mapping[str, Any],
+    update: Mapping[str, Any],
+    inserting: bool,
+    array_filters: list[Any] | None,
+) -> Document:
     dollar = [key.startswith("$") for key in update]
     if any(dollar) and not all(dollar):
         raise QueryError(9, _mixed_update_message(update))
     if update and all(dollar):
-        result = _apply_operators(doc, update, inserting)
+        result = _apply_operators(doc, update, inserting, _compile_array_filters(array_filters))
         _check_id_kept(doc, result)
-    else:
-        if "_id" in update:
-            _check_id_kept(doc, update)
-        result = _replace(doc, update)
-    if inserting and "_id" in result:
-        result = {"_id": result.pop("_id"), **result}
-    return result
+        return result
+    if array_filters:
+        raise QueryError(2, "Cannot use array filters with a replacement document")
+    if "_id" in update:
+        _check_id_kept(doc, update)
+    return _replace(doc, update)
 
 
 def _mixed_update_message(update: Mapping[str, Any]) -> str:
@@ -574,13 +660,90 @@ def _replace(doc: Mapping[str, Any], replacement: Mapping[str, Any]) -> Document
 
 
 def _apply_operators(
-    doc: Mapping[str, Any], update: Mapping[str, Any], inserting: bool
+    doc: Mapping[str, Any],
+    update: Mapping[str, Any],
+    inserting: bool,
+    array_filters: dict[str, Predicate],
 ) -> Document:
     result = copy.deepcopy(dict(doc))
-    for operator, parts, argument in _parse_update(update):
-        if operator != "$setOnInsert" or inserting:
-            _UPDATERS[operator](result, parts, copy.deepcopy(argument))
+    actions = _parse_update(update)
+    used = {part[2:-1] for _, parts, _ in actions for part in parts if _is_filtered(part)}
+    for identifier in used - set(array_filters):
+        raise QueryError(2, f"No array filter found for identifier '{identifier}'")
+    for identifier in array_filters:
+        if identifier not in used:
+            raise QueryError(
+                9, f"The array filter for identifier '{identifier}' was not used in the update"
+            )
+    for operator, parts, argument in actions:
+        if operator == "$setOnInsert" and not inserting:
+            continue
+        for concrete in _array_paths(result, parts, array_filters):
+            _UPDATERS[operator](result, concrete, copy.deepcopy(argument))
     return result
+
+
+def _is_filtered(part: str) -> bool:
+    """`$[identifier]`: the array elements the identifier's array filter selects."""
+    return part.startswith("$[") and part.endswith("]") and len(part) > 3
+
+
+def _compile_array_filters(array_filters: list[Any] | None) -> dict[str, Predicate]:
+    """arrayFilters by identifier: each filter's fields all start with one identifier."""
+    compiled: dict[str, Predicate] = {}
+    for spec in array_filters or []:
+        if not isinstance(spec, Mapping) or not spec:
+            raise QueryError(2, "Cannot use an expression without a top-level field name in "
+                                "arrayFilters")  # fmt: skip
+        identifiers = {key.split(".", 1)[0] for key in spec}
+        if len(identifiers) != 1:
+            raise QueryError(9, f"Error parsing array filter :: caused by :: Expected a single "
+                                f"top-level field name, found {sorted(identifiers)}")  # fmt: skip
+        (identifier,) = identifiers
+        if not re.fullmatch(r"[a-z][a-zA-Z0-9]*", identifier):
+            raise QueryError(
+                2, f"An array filter's top-level field name must be alphanumeric, beginning "
+                f"with a lowercase letter, found '{identifier}'"
+            )  # fmt: skip
+        if identifier in compiled:
+            raise QueryError(9, f"Found multiple array filters with the same top-level field "
+                                f"name {identifier}")  # fmt: skip
+        predicate = compile_filter(spec)
+        compiled[identifier] = lambda item, predicate=predicate, name=identifier: predicate(
+            {name: item}
+        )
+    return compiled
+
+
+def _array_paths(
+    doc: Document, parts: list[str], array_filters: dict[str, Predicate]
+) -> list[list[str]]:
+    """`parts` with each `$[]` / `$[identifier]` replaced by the indexes it selects in `doc`:
+    one concrete path per selected element (none when nothing is selected)."""
+    paths: list[list[str]] = [[]]
+    for position, part in enumerate(parts):
+        if part != "$[]" and not _is_filtered(part):
+            paths = [[*path, part] for path in paths]
+            continue
+        selected = []
+        for path in paths:
+            array: Any = doc
+            for step in path:
+                array = _child(array, step)
+            if not isinstance(array, list):
+                prefix = ".".join(parts[:position])
+                raise QueryError(
+                    2, f"The path '{prefix}' must exist in the document in order to apply "
+                    "array updates."
+                )  # fmt: skip
+            select = array_filters[part[2:-1]] if part != "$[]" else None
+            selected += [
+                [*path, str(index)]
+                for index, item in enumerate(array)
+                if select is None or select(item)
+            ]
+        paths = selected
+    return paths
 
 
 def _parse_update(update: Mapping[str, Any]) -> list[tuple[str, list[str], Any]]:
@@ -634,7 +797,7 @@ def _update_path(path: str) -> list[str]:
         raise QueryError(
             56, f"The update path '{path}' contains an empty field name, which is not allowed."
         )
-    if any(part.startswith("$") for part in parts):
+    if any(part.startswith("$") and part != "$[]" and not _is_filtered(part) for part in parts):
         raise QueryError(2, f"positional and $-prefixed update paths are not supported: {path}")
     return parts
 
@@ -996,198 +1159,3 @@ def _sort_key(doc: Mapping[str, Any], parts: list[str], descending: bool) -> tup
     if not values:
         return (0, None)
     return (1, (max if descending else min)(values, key=_BSON_KEY))
-
-
-# ---------------------------------------------------------------------------------------------
-# Aggregation
-
-Stage = Callable[[list[Any], Any], list[Any]]
-Expression = Callable[[Mapping[str, Any]], Any]
-
-
-def run_pipeline(docs: Iterable[Document], pipeline: list[Any]) -> list[Document]:
-    """The result of an aggregation `pipeline` over `docs` (new documents)."""
-    if not isinstance(pipeline, list):
-        raise QueryError(14, "'pipeline' option must be specified as an array")
-    results: list[Any] = list(docs)
-    for stage in pipeline:
-        if not isinstance(stage, dict) or len(stage) != 1:
-            raise QueryError(
-                40323, "A pipeline stage specification object must contain exactly one field."
-            )
-        ((name, spec),) = stage.items()
-        if name not in _STAGES:
-            raise QueryError(40324, f"Unrecognized pipeline stage name: '{name}'")
-        results = _STAGES[name](results, spec)
-    return copy.deepcopy(results)
-
-
-def _match_stage(docs: list[Any], spec: Any) -> list[Any]:
-    predicate = compile_filter(spec)
-    return [doc for doc in docs if predicate(doc)]
-
-
-def _sort_stage(docs: list[Any], spec: Any) -> list[Any]:
-    if not spec:
-        raise QueryError(15976, "$sort stage must have at least one sort key")
-    return sort_documents(docs, spec)
-
-
-def _skip_stage(docs: list[Any], spec: Any) -> list[Any]:
-    count = _as_int(spec)
-    if count is None or count < 0:
-        raise QueryError(15956, f"invalid argument to $skip stage: {spec!r}")
-    return docs[count:]
-
-
-def _limit_stage(docs: list[Any], spec: Any) -> list[Any]:
-    count = _as_int(spec)
-    if count is None or count <= 0:
-        raise QueryError(15958, f"the limit must be positive, not {spec!r}")
-    return docs[:count]
-
-
-def _count_stage(docs: list[Any], field: Any) -> list[Any]:
-    if not isinstance(field, str) or not field or field.startswith("$") or "." in field:
-        raise QueryError(
-            40156, f"the count field must be a non-empty string without '$' or '.': {field!r}"
-        )
-    return [{field: len(docs)}] if docs else []  # like MongoDB: no document when nothing counted
-
-
-def _project_stage(docs: list[Any], spec: Any) -> list[Any]:
-    if not isinstance(spec, dict) or not spec:
-        raise QueryError(2, "$project requires at least one output field")
-    apply = _compile_projection(spec)
-    return [apply(doc) for doc in docs]
-
-
-def _group_stage(docs: list[Any], spec: Any) -> list[Any]:
-    """One document per distinct `_id` value, in `_id` order (MongoDB leaves it unspecified)."""
-    if not isinstance(spec, dict) or "_id" not in spec:
-        raise QueryError(15955, "a group specification must include an _id")
-    key_of = _compile_expression(spec["_id"])
-    accumulators = [
-        (name, *_parse_accumulator(name, accumulator))
-        for name, accumulator in spec.items()
-        if name != "_id"
-    ]
-    keyed = sorted(((_or_null(key_of(doc)), doc) for doc in docs), key=lambda kd: _BSON_KEY(kd[0]))
-    groups: list[tuple[Any, list[Any]]] = []
-    for key, doc in keyed:
-        if groups and compare(groups[-1][0], key) == 0:
-            groups[-1][1].append(doc)
-        else:
-            groups.append((key, [doc]))
-    return [
-        {"_id": key}
-        | {name: reduce([expr(doc) for doc in members]) for name, reduce, expr in accumulators}
-        for key, members in groups
-    ]
-
-
-def _or_null(value: Any) -> Any:
-    return None if value is _MISSING else value
-
-
-def _parse_accumulator(name: str, spec: Any) -> tuple[Callable[[list[Any]], Any], Expression]:
-    if "." in name:
-        raise QueryError(40235, f"The field name '{name}' cannot contain '.'")
-    if not isinstance(spec, dict):
-        raise QueryError(40234, f"The field '{name}' must be an accumulator object")
-    if len(spec) != 1:
-        raise QueryError(40238, f"The field '{name}' must specify one accumulator")
-    ((operator, expression),) = spec.items()
-    if operator not in _ACCUMULATORS:
-        raise QueryError(15952, f"unknown group operator '{operator}'")
-    return _ACCUMULATORS[operator], _compile_expression(expression)
-
-
-def _compile_expression(expression: Any) -> Expression:
-    """An aggregation expression: "$path", "$$ROOT", {$literal: v}, an object/array of
-    expressions, or a constant."""
-    if isinstance(expression, str) and expression in ("$$ROOT", "$$CURRENT"):
-        return lambda doc: doc
-    if isinstance(expression, str) and expression.startswith("$$"):
-        raise QueryError(2, f"unsupported aggregation variable: {expression}")
-    if isinstance(expression, str) and expression.startswith("$"):
-        parts = expression[1:].split(".")
-        if "" in parts:
-            raise QueryError(2, f"invalid field path: '{expression}'")
-        return lambda doc: _field_path_value(doc, parts)
-    if _is_operator_object(expression):
-        if list(expression) != ["$literal"]:
-            raise QueryError(168, f"Unrecognized expression '{next(iter(expression))}'")
-        return lambda doc: expression["$literal"]
-    if isinstance(expression, dict):
-        fields = {key: _compile_expression(value) for key, value in expression.items()}
-        return lambda doc: {
-            key: value
-            for key, evaluate in fields.items()
-            if (value := evaluate(doc)) is not _MISSING
-        }
-    if isinstance(expression, list):
-        items = [_compile_expression(item) for item in expression]
-        return lambda doc: [_or_null(evaluate(doc)) for evaluate in items]
-    return lambda doc: expression
-
-
-def _field_path_value(value: Any, parts: list[str]) -> Any:
-    """An aggregation field path: through an array it yields the array of found values."""
-    for position, part in enumerate(parts):
-        if isinstance(value, list):
-            found = (_field_path_value(item, parts[position:]) for item in value)
-            return [item for item in found if item is not _MISSING]
-        if not isinstance(value, dict) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
-
-
-def _sum(values: list[Any]) -> Any:
-    total: Any = 0
-    for value in values:
-        if _is_number(value):
-            total = _add(total, value)
-    return total
-
-
-def _avg(values: list[Any]) -> Any:
-    numbers = [value for value in values if _is_number(value)]
-    if not numbers:
-        return None
-    total = _sum(numbers)
-    if isinstance(total, Decimal128):
-        with localcontext(create_decimal128_context()):
-            return Decimal128(total.to_decimal() / len(numbers))
-    return float(total) / len(numbers)
-
-
-def _extreme(pick: Callable[..., Any]) -> Callable[[list[Any]], Any]:
-    """$min/$max: the least/greatest non-null value in BSON order, or null."""
-
-    def accumulate(values: list[Any]) -> Any:
-        present = [value for value in values if _or_null(value) is not None]
-        return pick(present, key=_BSON_KEY) if present else None
-
-    return accumulate
-
-
-_ACCUMULATORS: dict[str, Callable[[list[Any]], Any]] = {
-    "$sum": _sum,
-    "$avg": _avg,
-    "$min": _extreme(min),
-    "$max": _extreme(max),
-    "$first": lambda values: _or_null(values[0]),
-    "$last": lambda values: _or_null(values[-1]),
-    "$push": lambda values: [value for value in values if value is not _MISSING],
-}
-_STAGES: dict[str, Stage] = {
-    "$match": _match_stage,
-    "$group": _group_stage,
-    "$count": _count_stage,
-    "$sort": _sort_stage,
-    "$skip": _skip_stage,
-    "$limit": _limit_stage,
-    "$project": _project_stage,
-}

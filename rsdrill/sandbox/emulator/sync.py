@@ -314,6 +314,10 @@ async def initial_sync(node: Node) -> None:
     rate = node.spec.initial_sync_bytes_per_s
     for ns in begin_reply["namespaces"]:
         node.store.create(ns)
+        for spec in begin_reply.get("indexes", {}).get(ns, []):
+            node.store.add_index(ns, spec)
+        if (view := begin_reply.get("views", {}).get(ns)) is not None:
+            node.store.create_view(ns, view)
         position = 0
         while True:
             request = {"rsdrillClone": ns, "after": Int64(position), "maxBytes": CLONE_BATCH_BYTES}
@@ -376,6 +380,8 @@ async def handle_sync_begin(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
     return {
         "lastApplied": node.last_applied.document(),
         "namespaces": names,
+        "indexes": {ns: node.store.indexes(ns) for ns in names if node.store.indexes(ns)},
+        "views": {ns: view for ns in names if (view := node.store.view(ns)) is not None},
         "totalSize": Int64(node.store.approx_size()),
         "ok": 1.0,
     }

@@ -1,0 +1,67 @@
+"""Write-path cost of the emulator: single-document writes on an rs3 primary, as the probes make.
+
+Times a loop of insert_one then update_one (by `_id`) with w:1 and w:majority on a fresh rs3,
+and prints ops/s and latency percentiles per kind. `--unique-index` first creates a unique
+index on the written field, to show what enforcing it costs. Run it against another tree's code
+(say, the commit before a change) with PYTHONPATH=<that tree> to compare.
+
+Usage: python bench/write_path.py [--ops 2000] [--port-base 29417] [--unique-index]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from pymongo import MongoClient, WriteConcern
+
+from rsdrill.sandbox.cluster import EmulatorEngine, up
+from rsdrill.sandbox.config import build_topology
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=2000, help="writes per kind")
+    parser.add_argument("--port-base", type=int, default=29417)
+    parser.add_argument("--unique-index", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        sandbox = up(Path(tmp) / "sandbox", build_topology("rs3", port_base=args.port_base),
+                     EmulatorEngine())  # fmt: skip
+        try:
+            with MongoClient(sandbox.uri) as client:
+                for w in (1, "majority"):
+                    coll = client.bench.get_collection(f"w{w}", write_concern=WriteConcern(w=w))
+                    if args.unique_index:
+                        coll.create_index("seq", unique=True)
+                    for kind in ("insert", "update"):
+                        latencies = []
+                        started = time.monotonic()
+                        for i in range(args.ops):
+                            t0 = time.perf_counter()
+                            if kind == "insert":
+                                coll.insert_one({"_id": i, "seq": i, "pad": "x" * 100})
+                            else:
+                                coll.update_one({"_id": i}, {"$set": {"seq": i + args.ops}})
+                            latencies.append((time.perf_counter() - t0) * 1000)
+                        elapsed = time.monotonic() - started
+                        print(
+                            f"w:{w!s:8s} {kind:6s} {args.ops / elapsed:7.0f} ops/s  "
+                            f"p50 {statistics.median(latencies):.2f} ms  "
+                            f"p99 {_percentile(latencies, 0.99):.2f} ms",
+                            flush=True,
+                        )
+        finally:
+            sandbox.down()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Change streams: `$changeStream` cursors that turn the member's oplog into change events.
+
+A stream reads majority-committed entries only, as mongod's do, so an event it returns is never
+rolled back. Its resume token encodes the oplog position of the event (or, between events, of
+the newest entry looked at), and every member of the set holds the same entries at the same
+positions: a client resuming on a new primary after a failover continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bson.int64 import Int64
+from bson.timestamp import Timestamp
+
+from rsdrill.sandbox.emulator.errors import CommandError
+from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
+from rsdrill.sandbox.emulator.pipeline import run_pipeline
+
+if TYPE_CHECKING:
+    from rsdrill.sandbox.emulator.node import Node
+
+# Stages allowed after $changeStream (MongoDB's list, less those the sandbox lacks).
+_ALLOWED_STAGES = frozenset(
+    {"$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith"}
+)
+_OPTIONS = frozenset(
+    {"allChangesForCluster", "fullDocument", "fullDocumentBeforeChange", "resumeAfter",
+     "startAfter", "startAtOperationTime", "showExpandedEvents"}
+)  # fmt: skip
+_INTERNAL_DATABASES = frozenset({"admin", "config", "local"})
+# How long a getMore waits for an event when the client gives no maxTimeMS (mongod: 1 s).
+DEFAULT_AWAIT_S = 1.0
+_SCAN_BYTES = 4 * 1024 * 1024
+_NOT_ALLOWED, _FATAL, _HISTORY_LOST = 20, 280, 286  # IllegalOperation, ChangeStream*Error
+
+
+def resume_token(position: OpTime) -> dict[str, Any]:
+    """An opaque token for an oplog position; hex in time order, as mongod's compare."""
+    return {"_data": f"{position.secs:08X}{position.inc:08X}{position.term + 1:016X}"}
+
+
+def position_of(token: Any) -> OpTime:
+    """The oplog position a resume token names (InvalidResumeToken when it is not ours)."""
+    data = token.get("_data") if isinstance(token, dict) else None
+    if not isinstance(data, str) or len(data) != 32:
+        raise CommandError(260, f"invalid resume token: {token!r}")
+    try:
+        secs, inc, term = int(data[:8], 16), int(data[8:16], 16), int(data[16:], 16) - 1
+    except ValueError:
+        raise CommandError(260, f"invalid resume token: {token!r}") from None
+    return OpTime(term, secs, inc)
+
+
+@dataclass
+class ChangeStreamCursor:
+    """An open change stream: what it watches, where it stands, what it does with events."""
+
+    ns: str  # the cursor's namespace as the client sees it
+    db: str | None  # None: the whole cluster
+    coll: str | None  # None: the whole database (or cluster)
+    position: OpTime
+    pipeline: list[Any]
+    full_document: str = "default"
+    invalidated: bool = False
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+
+def open_stream(
+    node: Node, db: str, target: Any, spec: Any, rest: list[Any], ns: str
+) -> ChangeStreamCursor:
+    """A cursor for `{$changeStream: spec}` on `target` (a collection name, or 1 for the
+    database, or the cluster with `allChangesForCluster` on admin)."""
+    if not isinstance(spec, dict) or set(spec) - _OPTIONS:
+        unknown = sorted(set(spec) - _OPTIONS) if isinstance(spec, dict) else [spec]
+        raise CommandError(40415, f"unknown $changeStream option: {unknown[0]!r}")
+    for stage in rest:
+        if not isinstance(stage, dict) or next(iter(stage), None) not in _ALLOWED_STAGES:
+            raise CommandError(_NOT_ALLOWED, f"stage not allowed in a change stream: {stage!r}")
+    if spec.get("allChangesForCluster"):
+        if db != "admin" or target != 1:
+            raise CommandError(
+                _NOT_ALLOWED,
+                "allChangesForCluster only on the admin database with {aggregate: 1}",
+            )
+        watched_db, coll = None, None
+    elif target == 1:
+        if db in _INTERNAL_DATABASES:
+            raise CommandError(73, f"$changeStream may not be opened on the internal {db} "
+                                   "database")  # fmt: skip
+        watched_db, coll = db, None
+    else:
+        watched_db, coll = db, target
+    return ChangeStreamCursor(
+        ns=ns,
+        db=watched_db,
+        coll=coll,
+        position=_start(node, spec),
+        pipeline=rest,
+        full_document=str(spec.get("fullDocument", "default")),
+    )
+
+
+def _start(node: Node, spec: dict[str, Any]) -> OpTime:
+    """The position a new stream reads after: a resume token's, a time's, or now."""
+    token = spec.get("resumeAfter", spec.get("startAfter"))
+    if token is not None:
+        position = position_of(token)
+        if node.oplog.contains(position):
+            return position
+        if position < node.oplog.oldest:
+            raise CommandError(_HISTORY_LOST,
+                               "the resume point may no longer be in the oplog")  # fmt: skip
+        raise CommandError(_FATAL,
+                           "cannot resume: the resume token was not found")  # fmt: skip
+    at = spec.get("startAtOperationTime")
+    if isinstance(at, Timestamp):
+        return _before(node, at)
+    return node.commit_point
+
+
+def _before(node: Node, at: Timestamp) -> OpTime:
+    """The position just before the first entry at or after time `at`."""
+    previous = NULL_OPTIME
+    while True:
+        entries = node.oplog.entries_after(previous, _SCAN_BYTES)
+        for entry in entries:
+            if entry["ts"] >= at:
+                return previous
+            previous = OpTime.of(entry)
+        if not entries:
+            return previous
+
+
+def first_batch(node: Node, cursor: ChangeStreamCursor, batch_size: int | None) -> list[Any]:
+    """Events already there when the stream opens (a resumed stream's backlog)."""
+    return _collect(node, cursor, batch_size)
+
+
+async def next_batch(
+    node: Node, cursor: ChangeStreamCursor, batch_size: int | None, max_time_ms: Any
+) -> list[dict[str, Any]]:
+    """getMore: the events since the last batch, waiting up to maxTimeMS for one to come."""
+    wait_s = float(max_time_ms) / 1000 if max_time_ms else DEFAULT_AWAIT_S
+    deadline = time.monotonic() + wait_s
+    while True:
+        events = _collect(node, cursor, batch_size)
+        if events or cursor.invalidated or time.monotonic() >= deadline:
+            return events
+        await node.progress.wait(deadline - time.monotonic())
+
+
+def reply(cursor_id: int, cursor: ChangeStreamCursor, batch: list[Any], first: bool) -> Any:
+    """The cursor reply, with the token a client resumes from when the batch is empty."""
+    return {
+        "cursor": {
+            "firstBatch" if first else "nextBatch": batch,
+            "postBatchResumeToken": resume_token(cursor.position),
+            "id": Int64(0 if cursor.invalidated and not cursor.pending else cursor_id),
+            "ns": cursor.ns,
+        }
+    }
+
+
+def _collect(
+    node: Node, cursor: ChangeStreamCursor, batch_size: int | None
+) -> list[dict[str, Any]]:
+    limit = batch_size if batch_size else 101
+    out: list[dict[str, Any]] = cursor.pending[:limit]
+    del cursor.pending[:limit]
+    committed = node.commit_point
+    while len(out) < limit and not cursor.invalidated and cursor.position < committed:
+        entries = node.oplog.entries_after(cursor.position, _SCAN_BYTES)
+        if not entries:
+            break
+        for entry in entries:
+            position = OpTime.of(entry)
+            if position > committed:
+                return out
+            cursor.position = position
+            events = run_pipeline(_events(node, cursor, entry), cursor.pipeline)
+            out += events[: limit - len(out)]
+            cursor.pending += events[limit - len(out) :]
+            if len(out) >= limit or cursor.invalidated:
+                return out
+    return out
+
+
+def _events(node: Node, cursor: ChangeStreamCursor, entry: dict[str, Any]) -> list[Any]:
+    """The change events one oplog entry means to this stream (none, one, or drop+invalidate)."""
+    op, ns = entry["op"], entry["ns"]
+    db, _, coll = ns.partition(".")
+    if op == "n" or not _watched(cursor, db, coll if op != "c" else None):
+        return []
+    token = resume_token(OpTime.of(entry))
+    base = {"_id": token, "clusterTime": entry["ts"], "wallTime": entry.get("wall")}
+    if op == "c":
+        return _command_events(cursor, db, entry["o"], base)
+    event: dict[str, Any] = {**base, "ns": {"db": db, "coll": coll}}
+    if op == "i":
+        doc = entry["o"]
+        return [event | {"operationType": "insert", "fullDocument": doc,
+                         "documentKey": {"_id": doc["_id"]}}]  # fmt: skip
+    if op == "u":
+        # The sandbox logs whole new documents: every update is shown as a replace.
+        doc = entry["o"]
+        return [event | {"operationType": "replace", "fullDocument": doc,
+                         "documentKey": {"_id": doc["_id"]}}]  # fmt: skip
+    if op == "d":
+        return [event | {"operationType": "delete", "documentKey": {"_id": entry["o"]["_id"]}}]
+    return []
+
+
+def _watched(cursor: ChangeStreamCursor, db: str, coll: str | None) -> bool:
+    if cursor.db is None:
+        return db not in _INTERNAL_DATABASES
+    if db != cursor.db:
+        return False
+    return coll is None or cursor.coll is None or coll == cursor.coll
+
+
+def _command_events(
+    cursor: ChangeStreamCursor, db: str, o: dict[str, Any], base: dict[str, Any]
+) -> list[dict[str, Any]]:
+    if "drop" in o and (cursor.coll is None or o["drop"] == cursor.coll):
+        events = [base | {"operationType": "drop", "ns": {"db": db, "coll": o["drop"]}}]
+        if cursor.coll is not None:
+            cursor.invalidated = True
+            events.append(base | {"operationType": "invalidate"})
+        return events
+    if "dropDatabase" in o:
+        events = [base | {"operationType": "dropDatabase", "ns": {"db": db}}]
+        if cursor.db is not None:
+            cursor.invalidated = True
+            events.append(base | {"operationType": "invalidate"})
+        return events
+    return []

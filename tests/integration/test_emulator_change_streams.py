@@ -1,0 +1,76 @@
+"""Change streams on the emulator as pymongo uses them: events, resume tokens, and a stream
+that goes on across a failover without losing or repeating an event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pymongo.errors import OperationFailure
+from support import wait_until, writable_primary
+
+from rsdrill.sandbox.cluster import Sandbox
+
+
+def _next_events(stream: Any, count: int, timeout: float = 20.0) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+
+    def more() -> bool:
+        change = stream.try_next()
+        if change is not None:
+            events.append(change)
+        return len(events) >= count
+
+    wait_until(more, timeout, f"{count} change events", poll=0)
+    return events
+
+
+def test_events_resume_tokens_and_invalidate(replset: Any, client_for: Any) -> None:
+    sandbox: Sandbox = replset("rs3")
+    coll = client_for(sandbox, w="majority").cs.items
+    with coll.watch(max_await_time_ms=200) as stream:
+        coll.insert_one({"_id": 1, "x": 1})
+        coll.update_one({"_id": 1}, {"$set": {"x": 2}})
+        coll.delete_one({"_id": 1})
+        events = _next_events(stream, 3)
+        token = events[0]["_id"]
+    assert [e["operationType"] for e in events] == ["insert", "replace", "delete"]
+    assert events[0]["fullDocument"] == {"_id": 1, "x": 1}
+    assert events[1]["fullDocument"] == {"_id": 1, "x": 2}
+    assert events[2]["documentKey"] == {"_id": 1}
+    assert events[0]["ns"] == {"db": "cs", "coll": "items"}
+    # Resuming after the first event replays the rest, and nothing before it.
+    with coll.watch(resume_after=token, max_await_time_ms=200) as resumed:
+        assert [e["_id"] for e in _next_events(resumed, 2)] == [e["_id"] for e in events[1:]]
+    with coll.watch([{"$match": {"operationType": "insert"}}], max_await_time_ms=200) as only:
+        coll.insert_one({"_id": 2})
+        coll.delete_one({"_id": 2})
+        coll.insert_one({"_id": 3})
+        assert [e["documentKey"]["_id"] for e in _next_events(only, 2)] == [2, 3]
+    with coll.watch(max_await_time_ms=200) as everything:
+        coll.drop()
+        drop, invalidate = _next_events(everything, 2)
+    assert (drop["operationType"], invalidate["operationType"]) == ("drop", "invalidate")
+    with pytest.raises(OperationFailure) as bad:
+        coll.watch(resume_after={"_data": "nonsense"})
+    assert bad.value.code == 260
+
+
+def test_stream_survives_a_failover(replset: Any, client_for: Any) -> None:
+    sandbox: Sandbox = replset("rs3")
+    client = client_for(sandbox, w="majority")
+    coll = client.cs.items
+    with client.cs.watch(max_await_time_ms=200) as stream:
+        coll.insert_one({"_id": "before"})
+        assert _next_events(stream, 1)[0]["documentKey"] == {"_id": "before"}
+        old = writable_primary(sandbox)
+        assert old is not None
+        client_for(old.host).admin.command("replSetStepDown", 10, secondaryCatchUpPeriodSecs=5)
+        wait_until(
+            lambda: (new := writable_primary(sandbox)) is not None and new.host != old.host,
+            30,
+            "a new primary",
+        )
+        coll.insert_one({"_id": "after"})
+        events = _next_events(stream, 1)
+    assert [e["documentKey"]["_id"] for e in events] == ["after"]

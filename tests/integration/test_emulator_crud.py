@@ -1,0 +1,127 @@
+"""CRUD features of the emulator as pymongo sees them on a real rs3: indexes and unique keys,
+pipeline-style updates, `$expr` with `let`, arrayFilters, `$out` / `$merge` and
+database-level aggregation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pymongo.errors import DuplicateKeyError, OperationFailure
+from pymongo.read_concern import ReadConcern
+from support import wait_until, writable_primary
+
+from rsdrill.sandbox.cluster import Sandbox
+
+
+@pytest.fixture
+def rs3(replset: Any) -> Sandbox:
+    return replset("rs3")
+
+
+def test_unique_index_is_enforced_listed_replicated_and_dropped(
+    rs3: Sandbox, client_for: Any
+) -> None:
+    coll = client_for(rs3, w="majority").crud.people
+    coll.insert_many([{"_id": 1, "email": "a@x"}, {"_id": 2, "email": "b@x"}])
+    assert coll.create_index("email", unique=True) == "email_1"
+    with pytest.raises(DuplicateKeyError) as info:
+        coll.insert_one({"_id": 3, "email": "a@x"})
+    assert info.value.details["keyPattern"] == {"email": 1}
+    assert info.value.details["keyValue"] == {"email": "a@x"}
+    with pytest.raises(DuplicateKeyError):
+        coll.update_one({"_id": 2}, {"$set": {"email": "a@x"}})
+    with pytest.raises(DuplicateKeyError):
+        coll.find_one_and_update({"_id": 9}, {"$set": {"email": "b@x"}}, upsert=True)
+    coll.update_one({"_id": 2}, {"$set": {"email": "c@x", "n": 1}})  # its own key: no clash
+    assert [i["name"] for i in coll.list_indexes()] == ["_id_", "email_1"]
+    # A unique index cannot be built over duplicates.
+    coll.insert_one({"_id": 4, "email": "d@x", "team": 1})
+    coll.insert_one({"_id": 5, "email": "e@x", "team": 1})
+    with pytest.raises(OperationFailure) as built:
+        coll.create_index("team", unique=True)
+    assert built.value.code == 11000
+
+    primary = writable_primary(rs3)
+    assert primary is not None
+    secondary = next(m for m in rs3.spec.members if m.host != primary.host)
+    on_secondary = client_for(secondary.host, readPreference="secondaryPreferred").crud.people
+    wait_until(
+        lambda: "email_1" in on_secondary.index_information(), 10, "the index on a secondary"
+    )
+    coll.drop_index("email_1")
+    coll.insert_one({"_id": 6, "email": "a@x"})
+    assert list(coll.index_information()) == ["_id_"]
+    with pytest.raises(OperationFailure) as missing:
+        coll.drop_index("nope_1")
+    assert missing.value.code == 27
+
+
+def test_pipeline_updates_expr_let_and_array_filters(rs3: Sandbox, client_for: Any) -> None:
+    coll = client_for(rs3).crud.items
+    coll.insert_many(
+        [{"_id": 1, "a": 1, "b": 1, "y": [{"b": 3}, {"b": 1}]}, {"_id": 2, "a": 1, "b": 2}]
+    )
+    assert [d["_id"] for d in coll.find({"$expr": {"$eq": ["$a", "$b"]}})] == [1]
+    assert [d["_id"] for d in coll.find({"$expr": {"$eq": ["$_id", "$$id"]}}, let={"id": 2})] == [2]
+    result = coll.update_one(
+        {"_id": 2},
+        [{"$set": {"sum": {"$add": ["$a", "$b", "$$k"]}}}, {"$unset": "a"}],
+        let={"k": 10},
+    )
+    assert result.modified_count == 1
+    assert coll.find_one({"_id": 2}) == {"_id": 2, "b": 2, "sum": 13}
+    coll.update_one({"_id": 1}, {"$set": {"y.$[big].b": 0}}, array_filters=[{"big.b": {"$gt": 2}}])
+    assert coll.find_one({"_id": 1})["y"] == [{"b": 0}, {"b": 1}]
+    assert (
+        coll.delete_many({"$expr": {"$gt": ["$sum", "$$lim"]}}, let={"lim": 12}).deleted_count == 1
+    )
+
+
+def test_out_merge_and_database_aggregate(rs3: Sandbox, client_for: Any) -> None:
+    db = client_for(rs3, w="majority").crud
+    db.src.insert_many([{"_id": i, "x": i * 11} for i in (1, 2, 3)])
+    assert list(db.src.aggregate([{"$match": {"_id": {"$gt": 1}}}, {"$out": "copy"}])) == []
+    assert list(db.copy.find()) == [{"_id": 2, "x": 22}, {"_id": 3, "x": 33}]
+    db.src.aggregate([{"$match": {"_id": 1}}, {"$set": {"y": 1}}, {"$merge": {"into": "copy"}}])
+    assert db.copy.count_documents({}) == 3
+    docs = list(db.aggregate([{"$documents": [{"_id": 2, "z": 1}]}, {"$merge": "copy"}]))
+    assert docs == []
+    assert db.copy.find_one({"_id": 2}) == {"_id": 2, "x": 22, "z": 1}
+    with pytest.raises(OperationFailure) as failed:
+        merge = {"into": "copy", "whenMatched": "fail"}
+        db.aggregate([{"$documents": [{"_id": 3}]}, {"$merge": merge}])
+    assert failed.value.code == 11000
+    assert failed.value.details["keyValue"] == {"_id": 3}
+    # On a secondary (as mongod 5.0+) the pipeline runs there and the primary writes.
+    primary = writable_primary(rs3)
+    assert primary is not None
+    secondary = next(m for m in rs3.spec.members if m.host != primary.host)
+    direct = client_for(secondary.host, readPreference="secondaryPreferred").crud
+    wait_until(lambda: direct.src.count_documents({}) == 3, 10, "the secondary to catch up")
+    assert list(direct.src.aggregate([{"$match": {"_id": 3}}, {"$out": "from_secondary"}])) == []
+    assert list(db.from_secondary.find()) == [{"_id": 3, "x": 33}]
+    with pytest.raises(OperationFailure) as linearizable:
+        db.src.with_options(read_concern=ReadConcern("linearizable")).aggregate([{"$out": "never"}])
+    assert linearizable.value.code == 72
+    sessions = list(db.client.admin.aggregate([{"$listLocalSessions": {}}]))
+    assert sessions and "id" in sessions[0]["_id"]
+
+
+def test_views_read_through_their_pipeline_and_refuse_writes(replset: Any, client_for: Any) -> None:
+    db = client_for(replset("rs1")).crud
+    db.src.insert_many([{"_id": i, "x": i} for i in (1, 2, 3)])
+    db.create_collection("big", viewOn="src", pipeline=[{"$match": {"x": {"$gt": 1}}}])
+    db.create_collection("bigger", viewOn="big", pipeline=[{"$set": {"y": {"$add": ["$x", 1]}}}])
+    assert db.big.estimated_document_count() == 2
+    assert list(db.bigger.find({"y": 4})) == [{"_id": 3, "x": 3, "y": 4}]
+    assert list(db.big.aggregate([{"$count": "n"}])) == [{"n": 2}]
+    assert db.big.distinct("x") == [2, 3]
+    info = {c["name"]: c for c in db.list_collections()}
+    assert info["big"]["type"] == "view"
+    assert info["big"]["options"] == {"viewOn": "src", "pipeline": [{"$match": {"x": {"$gt": 1}}}]}
+    with pytest.raises(OperationFailure) as refused:
+        db.big.insert_one({"_id": 9})
+    assert refused.value.code == 166
+    db.big.drop()
+    assert "big" not in db.list_collection_names()

@@ -1,0 +1,23 @@
+"""Change stream resume tokens: opaque to clients, ordered by oplog position, checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsdrill.sandbox.emulator.changestream import position_of, resume_token
+from rsdrill.sandbox.emulator.errors import CommandError
+from rsdrill.sandbox.emulator.oplog import INITIATE_OPTIME, OpTime
+
+
+def test_tokens_round_trip_and_sort_like_positions() -> None:
+    positions = [INITIATE_OPTIME, OpTime(1, 5, 1), OpTime(1, 5, 2), OpTime(2, 6, 1)]
+    tokens = [resume_token(p)["_data"] for p in positions]
+    assert [position_of({"_data": t}) for t in tokens] == positions
+    assert tokens == sorted(tokens)
+
+
+@pytest.mark.parametrize("token", [None, {}, {"_data": "zz"}, {"_data": "G" * 32}, "x"])
+def test_foreign_tokens_are_invalid_resume_tokens(token: object) -> None:
+    with pytest.raises(CommandError) as info:
+        position_of(token)
+    assert info.value.code == 260
