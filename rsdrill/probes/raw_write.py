@@ -67,6 +67,7 @@ class RawWriteLoop(Probe):
             reply = self._conns[member].command(PROBE_DB, cmd)
         except WireClientError as exc:
             self._writable = None
+            self._unanswered.add(member)
             outcome = "timeout" if exc.timeout else "error"
             self.record("insert", member, t_start, outcome, {**detail, "error": str(exc)})
             return

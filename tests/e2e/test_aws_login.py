@@ -240,3 +240,15 @@ def test_a_run_logs_in_with_mongodb_aws_everywhere_and_leaks_no_secret(
         assert secret and secret not in output
         for path in outputs:
             assert secret not in path.read_text(errors="replace"), path
+
+
+def test_aws_users_without_an_sts_endpoint_are_refused_in_one_line(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    done = _cli(tmp_path, "sandbox", "up", "--dir", str(tmp_path / "set"), "--topology", "rs1",
+                "--port-base", str(free_port_base(1)), "--auth",
+                "--aws-user", f"arn:aws:iam::{ACCOUNT}:user/drill=root")  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "give both --aws-user and --aws-sts-url" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not Sandbox(tmp_path / "set").running()
