@@ -6,7 +6,9 @@ minHeartbeatFrequencyMS (500 ms, not configurable), which adds up to half a seco
 server itself was down. This probe writes the same way every interval through
 `rsdrill.connection.DirectConnection`, which reconnects at once and asks the members' `hello`
 itself, so its gap is the server's own, sampled at the probe interval (`raw_write_unavailable_s`).
-No retries: an attempt is one insert on the member last known to be writable.
+No retries: an attempt is one insert on the member last known to be writable. Measured
+(bench/standalone_gap.py, a standalone restarted 10 s after a kill, probes every 20 ms): this
+gap exceeds the server's own downtime by 8-28 ms, pymongo's by 0.23-0.36 s more.
 """
 
 from __future__ import annotations
