@@ -116,3 +116,17 @@ def test_direct_connection_has_one_deadline_per_command(kind: str) -> None:
             with pytest.raises(WireClientError):
                 within(TIMEOUT_S + 0.5, lambda: conn.command("admin", {"hello": 1}))
         conn.close()
+
+
+@pytest.mark.parametrize("kind", ["silent", "reset"])
+def test_the_raw_writer_tries_twice_as_often_while_nothing_answers(kind: str) -> None:
+    with hostile_server(kind) as host:
+        raw = RawWriteLoop(History(), RunClock.start(), members=[host],
+                           collection="w", interval_s=INTERVAL_S, timeout_s=TIMEOUT_S,
+                           w="majority", journal=None)  # fmt: skip
+        assert raw.next_wait_s() == INTERVAL_S
+        raw.tick()
+        raw.close()
+    [op] = raw.history.ops("raw_write")
+    assert op.outcome in ("error", "timeout") and op.member == host
+    assert raw.next_wait_s() == INTERVAL_S / 2
