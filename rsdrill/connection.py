@@ -28,14 +28,14 @@ from typing import Any
 
 import bson
 
-from rsdrill import __version__, wire
+from rsdrill import __version__, aws_auth, wire
 from rsdrill.scram import MECHANISMS as SCRAM_MECHANISMS
 from rsdrill.scram import Credentials, ScramClient, ScramError, sasl_conversation
 
 # What rsdrill's own connections can log in with; others are refused when the URI is read.
-MECHANISMS = (*SCRAM_MECHANISMS, "MONGODB-X509", "PLAIN")
-# Mechanisms whose users live outside MongoDB: their source is always `$external`.
-_EXTERNAL = ("MONGODB-X509", "PLAIN")
+MECHANISMS = (*SCRAM_MECHANISMS, "MONGODB-X509", "PLAIN", aws_auth.MECHANISM)
+# Mechanisms whose users live outside MongoDB: their source is `$external`.
+_EXTERNAL = ("MONGODB-X509", "PLAIN", aws_auth.MECHANISM)
 APP_NAME = "rsdrill"
 COMMAND_NOT_FOUND = 59
 
@@ -222,12 +222,33 @@ def _credentials(parsed: dict[str, Any], opts: dict[str, Any]) -> Credentials | 
             f"authMechanism {mechanism}: rsdrill's own member connections log in with "
             f"{', '.join(MECHANISMS)}"
         )
+    token = None
+    if mechanism == aws_auth.MECHANISM:
+        token = _aws_settings(user, parsed.get("password"), opts)
     if mechanism in _EXTERNAL:
-        source = "$external" if mechanism == "MONGODB-X509" else opts.get("authsource")
+        source = "$external" if mechanism != "PLAIN" else opts.get("authsource")
         source = source or parsed.get("database") or "$external"
     else:
         source = opts.get("authsource") or parsed.get("database") or "admin"
-    return Credentials(user or "", parsed.get("password") or "", source, mechanism)
+    return Credentials(user or "", parsed.get("password") or "", source, mechanism, token)
+
+
+def _aws_settings(user: str | None, password: str | None, opts: dict[str, Any]) -> str | None:
+    """MONGODB-AWS's session token; SettingsError when the login cannot work as written."""
+    if not aws_auth.available():
+        raise SettingsError(f"authMechanism MONGODB-AWS needs {aws_auth.INSTALL_HINT}")
+    if user and not password:
+        raise SettingsError(
+            "authMechanism MONGODB-AWS: the user is the access key id and the password its "
+            "secret access key; give both, or neither to use the AWS credential chain"
+        )
+    token = (opts.get("authmechanismproperties") or {}).get("AWS_SESSION_TOKEN")
+    if token and not user:
+        raise SettingsError(
+            "authMechanism MONGODB-AWS: AWS_SESSION_TOKEN goes with the access key id and "
+            "secret in the URI"
+        )
+    return str(token) if token else None
 
 
 _default_options = ConnectOptions()
@@ -304,7 +325,7 @@ class DirectConnection:
         except (OSError, EOFError, wire.WireError, bson.errors.BSONError) as exc:
             self.close()
             raise WireClientError(f"{self.host}: {type(exc).__name__}: {exc}") from exc
-        except ScramError as exc:
+        except (ScramError, aws_auth.AwsAuthError) as exc:
             self.close()
             user = self.credentials.user if self.credentials else "?"
             raise LoginError(f"{self.host}: login as {user} failed: {exc}") from exc
@@ -384,11 +405,14 @@ class DirectConnection:
                    "autoAuthorize": 1}  # fmt: skip
             _check_login(self._exchange(credentials.source, cmd, deadline))
             return
-        if mechanism is None:
-            offered = self.handshake.get("saslSupportedMechs") or []
-            mechanism = next((m for m in SCRAM_MECHANISMS if m in offered), "SCRAM-SHA-1")
-        client = ScramClient(mechanism, credentials.user, credentials.password)
-        conversation = sasl_conversation(client)
+        if mechanism == aws_auth.MECHANISM:
+            conversation = aws_auth.aws_conversation(credentials)
+        else:
+            if mechanism is None:
+                offered = self.handshake.get("saslSupportedMechs") or []
+                mechanism = next((m for m in SCRAM_MECHANISMS if m in offered), "SCRAM-SHA-1")
+            client = ScramClient(mechanism, credentials.user, credentials.password)
+            conversation = sasl_conversation(client)
         request = next(conversation)
         try:
             while True:

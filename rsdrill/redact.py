@@ -9,9 +9,11 @@ _URI_PASSWORD = re.compile(r"(mongodb(?:\+srv)?://[^:/@\s]+:)([^@/\s]+)(@)")
 _MASKED_URI_PASSWORD = re.compile(rf"mongodb(?:\+srv)?://[^:/@\s]+:{re.escape(MASK)}@")
 # Options whose value is a secret: the client key's passphrase, and AWS credentials that
 # MONGODB-AWS takes in authMechanismProperties (AWS_SESSION_TOKEN:...).
+# A value ends where the URI does: at the next option, or a quote or bracket around the URI
+# (a URI inside JSON text must keep its closing quote).
 _URI_SECRET_OPTION = re.compile(
-    r"(?i)((?:[?&]|%26)(?:tlsCertificateKeyFilePassword|sslPEMKeyPassword)=)([^&\s]+)"
-    r"|(AWS_SESSION_TOKEN(?::|%3A))([^,&\s]+)"
+    r"(?i)((?:[?&]|%26)(?:tlsCertificateKeyFilePassword|sslPEMKeyPassword)=)([^&\s\"'<>]+)"
+    r"|(AWS_SESSION_TOKEN(?::|%3A))([^,&\s\"'<>]+)"
 )
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|access_key|private_key)")
 

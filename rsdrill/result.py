@@ -58,6 +58,10 @@ class Metrics(_Model):
     latency_ms: Latency = Field(default_factory=Latency)
     degradation_s: float | None = None
     # Beyond the contract's minimum:
+    # The server's own write gap (rsdrill's wire client, no driver), and how much the
+    # application's (pymongo's) gap exceeded it.
+    raw_write_unavailable_s: float | None = None
+    driver_write_delay_s: float | None = None
     no_primary_s: float | None = None
     lost_acknowledged_seqs: list[int] = Field(default_factory=list)
     probe_ops_per_s: float | None = None

@@ -26,12 +26,15 @@ MIN_ITERATIONS = 4096
 class Credentials:
     """A user to log in as; the password never appears in its repr. `mechanism` None: the
     strongest SCRAM the server offers for the user (`rsdrill.connection` also speaks
-    MONGODB-X509, whose user may be empty: the certificate names it, and PLAIN)."""
+    MONGODB-X509, whose user may be empty: the certificate names it, PLAIN, and MONGODB-AWS:
+    the access key id, its secret, the session `token` of temporary credentials; no user:
+    the AWS SDK's credential chain)."""
 
     user: str
     password: str = field(repr=False)
     source: str = "admin"
     mechanism: str | None = None
+    token: str | None = field(default=None, repr=False)
 
 
 class ScramError(Exception):

@@ -27,9 +27,22 @@ def longest_gap(attempts: Sequence[Op], succeeded: Callable[[Op], bool]) -> floa
 
 
 def unavailable_s(ops: Sequence[Op], probe: str) -> float | None:
-    """`write_unavailable_s` (probe "write") or `read_unavailable_s` (probe "read").
+    """`write_unavailable_s` (probe "write"), `read_unavailable_s` (probe "read") or
+    `raw_write_unavailable_s` (probe "raw_write": the server's own gap, without the driver's).
 
     The longest window without a successful operation of that probe (see `longest_gap`);
     None when the probe recorded nothing.
     """
     return longest_gap([op for op in ops if op.probe == probe], lambda op: op.ok)
+
+
+def driver_write_delay_s(ops: Sequence[Op]) -> float | None:
+    """`driver_write_delay_s`: how much longer the application's longest write gap was than the
+    server's, `write_unavailable_s - raw_write_unavailable_s`: the driver's share (pymongo
+    re-checks a server it marked Unknown at most every minHeartbeatFrequencyMS, 500 ms).
+
+    None unless both were measured. Each is sampled at its probe's interval, so the difference
+    of one outage lies within about two intervals of the driver's share, and may dip below 0.
+    """
+    application, raw = unavailable_s(ops, "write"), unavailable_s(ops, "raw_write")
+    return None if application is None or raw is None else application - raw

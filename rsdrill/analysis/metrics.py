@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rsdrill.analysis.availability import unavailable_s
+from rsdrill.analysis.availability import driver_write_delay_s, unavailable_s
 from rsdrill.analysis.disaster_recovery import disaster_recovery
 from rsdrill.analysis.durability import durability
 from rsdrill.analysis.failover import failover_parts, find_failover, no_primary_s
@@ -36,6 +36,8 @@ def compute_metrics(
     return Metrics(
         write_unavailable_s=unavailable_s(ops, "write"),
         read_unavailable_s=unavailable_s(ops, "read"),
+        raw_write_unavailable_s=unavailable_s(ops, "raw_write"),
+        driver_write_delay_s=driver_write_delay_s(ops),
         failover_s=failover.seconds if failover else None,
         failover_parts=failover_parts(ops, failover) if failover else FailoverParts(),
         recovery_s=recovery_s(ops, faults),

@@ -20,6 +20,8 @@ from rsdrill.result import Metrics, SloResult
 _METRIC_NAMES: tuple[str, ...] = (
     "write_unavailable_s",
     "read_unavailable_s",
+    "raw_write_unavailable_s",
+    "driver_write_delay_s",
     "failover_s",
     "failover_parts.detection_s",
     "failover_parts.election_s",

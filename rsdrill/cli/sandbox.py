@@ -179,6 +179,26 @@ def up(
             "clusterMonitor,readWrite@app) and a random password in DIR/auth.json; repeatable.",
         ),
     ] = None,
+    aws_user: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--aws-user",
+            metavar="ARN=ROLE[,ROLE...]",
+            help="With --auth, an IAM user or role (its ARN; an assumed role as "
+            "arn:aws:sts::ACCOUNT:assumed-role/NAME/*) that logs in with MONGODB-AWS on "
+            "$external, with these built-in roles; repeatable. Needs --aws-sts-url.",
+        ),
+    ] = None,
+    aws_sts_url: Annotated[
+        str | None,
+        typer.Option(
+            "--aws-sts-url",
+            metavar="URL",
+            help="The STS endpoint members send a MONGODB-AWS client's signed "
+            "GetCallerIdentity request to (as mongod sends it to AWS STS), e.g. a moto_server "
+            "on loopback.",
+        ),
+    ] = None,
     tls: Annotated[
         bool,
         typer.Option(
@@ -204,8 +224,9 @@ def up(
     if auth and x509:
         exit_invalid("rsdrill: choose one login: --auth (SCRAM) or --x509 (certificates)")
     users = _users(user or [])
+    aws_users = _users(aws_user or [], option="--aws-user")
     options: dict[str, Any] = {"storage": storage.value, "handshake": handshake.value,
-                               "tls": tls, "x509": x509}  # fmt: skip
+                               "tls": tls, "x509": x509, "aws_sts_url": aws_sts_url}  # fmt: skip
     if oplog_size_mb is not None:
         options["oplog_size_bytes"] = oplog_size_mb * 1024 * 1024
     if initial_sync_mb_per_s is not None:
@@ -224,7 +245,7 @@ def up(
     with _reported():
         chosen, why = cluster.choose_engine(engine.value)
         started = time.monotonic()
-        sandbox = cluster.up(directory, spec, chosen, auth=auth, users=users)
+        sandbox = cluster.up(directory, spec, chosen, auth=auth, users=users, aws_users=aws_users)
         took = time.monotonic() - started
         statuses = sandbox.status()
     if as_json:
@@ -248,7 +269,7 @@ def up(
     _echo_members(statuses)
 
 
-def _users(given: list[str]) -> dict[str, list[str]]:
+def _users(given: list[str], option: str = "--user") -> dict[str, list[str]]:
     """`--user NAME=ROLE,ROLE` options as name → roles; exit 2 on a malformed one."""
     from rsdrill.sandbox.auth import parse_role
     from rsdrill.sandbox.emulator.roles import privileges
@@ -257,12 +278,12 @@ def _users(given: list[str]) -> dict[str, list[str]]:
     for item in given:
         name, sep, roles = item.partition("=")
         if not sep or not name or not roles:
-            exit_invalid(f"rsdrill: --user {item}: write NAME=ROLE[,ROLE...]")
+            exit_invalid(f"rsdrill: {option} {item}: write NAME=ROLE[,ROLE...]")
         for role in roles.split(","):
             try:
                 privileges(*parse_role(role))
             except ValueError as exc:
-                exit_invalid(f"rsdrill: --user {item}: {exc}")
+                exit_invalid(f"rsdrill: {option} {item}: {exc}")
         users[name] = roles.split(",")
     return users
 

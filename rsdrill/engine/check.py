@@ -111,7 +111,10 @@ def _describe_connection(options: ConnectOptions, seeds: list[str]) -> str:
         )
     creds = options.credentials
     if creds is not None:
-        who = creds.user or "the certificate's subject"
+        chain = "the key the AWS credential chain finds"
+        who = creds.user or (
+            chain if creds.mechanism == "MONGODB-AWS" else "the certificate's subject"
+        )
         parts.append(f"login {creds.mechanism or 'SCRAM'} as {who} on {creds.source}")
     return "; ".join(parts)
 

@@ -150,12 +150,20 @@ class AvailabilityProbe(Strict):
     timeout: Duration = Field(0.25, description="socket, connect and server-selection timeout")
     write_concern: WriteConcernW = "majority"
     journal: bool | None = None
-    retries: bool = Field(False, description="off: the raw gap; on: what an application sees")
+    retries: bool = Field(
+        False, description="pymongo's retryable writes/reads: off, or on as an application has them"
+    )
     read_preference: Literal[
         "primary", "primaryPreferred", "secondary", "secondaryPreferred", "nearest"
     ] = "primary"
     reads: bool = True
     writes: bool = True
+    raw_writes: bool = Field(
+        True,
+        description="with writes: also write through rsdrill's own wire client, which "
+        "reconnects at once: the server's raw gap (raw_write_unavailable_s), without the "
+        "driver's rediscovery",
+    )
 
 
 class FailoverProbe(Strict):

@@ -15,6 +15,7 @@ from rsdrill.probes.failover import HelloPoller
 from rsdrill.probes.history import History, RunClock
 from rsdrill.probes.lag import LagPoller
 from rsdrill.probes.load import build_load, preload
+from rsdrill.probes.raw_write import RawWriteLoop
 from rsdrill.probes.recovery import StatusPoller
 
 
@@ -72,6 +73,12 @@ class ProbeSet:
                               collection=f"{self.prefix}_write", interval_s=a.interval,
                               timeout_s=a.timeout, w=a.write_concern, journal=a.journal,
                               retries=a.retries)
+                )  # fmt: skip
+            if a.writes and a.raw_writes:
+                self.probes.append(
+                    RawWriteLoop(self.history, self.clock, members=self.members,
+                                 collection=f"{self.prefix}_raw_write", interval_s=a.interval,
+                                 timeout_s=a.timeout, w=a.write_concern, journal=a.journal)
                 )  # fmt: skip
             if a.reads:
                 self.probes.append(

@@ -67,7 +67,7 @@ class Probe:
                     {"error": repr(exc)[:300], "type": type(exc).__name__},
                 )
             # Fixed rate: a slow attempt eats into the next wait, missed ticks are skipped.
-            next_at += self.interval_s
+            next_at += self.next_wait_s()
             now = self.clock.now()
             if next_at < now:
                 next_at = now
@@ -75,6 +75,10 @@ class Probe:
 
     def tick(self) -> None:
         raise NotImplementedError
+
+    def next_wait_s(self) -> float:
+        """From this tick's start to the next one's: the interval, unless a probe knows better."""
+        return self.interval_s
 
     def record(
         self,

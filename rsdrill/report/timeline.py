@@ -19,7 +19,7 @@ from rsdrill.result import Result
 
 # Availability strips, top to bottom. Failover/recovery/lag probes are drawn as state lanes and
 # the lag panel instead: their attempts poll members, they are not client traffic.
-STRIP_PROBES = ("write", "read", "ledger", "load")
+STRIP_PROBES = ("write", "raw_write", "read", "ledger", "load")
 LATENCY_PROBES = ("write", "read", "load")
 # Index = severity: when outcomes must be merged, the worse one is drawn.
 OUTCOMES = ("ok", "timeout", "error")

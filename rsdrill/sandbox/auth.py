@@ -26,15 +26,21 @@ def parse_role(text: str) -> tuple[str, str]:
     return role, db or "admin"
 
 
-def create_auth(directory: Path, users: Mapping[str, Sequence[str]] | None = None) -> Credentials:
+def create_auth(
+    directory: Path,
+    users: Mapping[str, Sequence[str]] | None = None,
+    aws_users: Mapping[str, Sequence[str]] | None = None,
+) -> Credentials:
     """Write the admin user and `users` (name → roles, e.g. ["clusterMonitor",
     "readWrite@app"]) with random passwords into the sandbox directory (mode 0600); returns the
-    admin's credentials."""
+    admin's credentials. `aws_users` (IAM ARN → roles) log in with MONGODB-AWS on `$external`:
+    no password here, STS vouches for them."""
     directory.mkdir(parents=True, exist_ok=True)
     others = [{"user": name, "password": secrets.token_urlsafe(24), "roles": list(roles)}
               for name, roles in (users or {}).items()]  # fmt: skip
+    iam = [{"user": arn, "roles": list(roles)} for arn, roles in (aws_users or {}).items()]
     record = {"user": USER, "password": secrets.token_urlsafe(24),
-              "salt": secrets.token_hex(16), "users": others}  # fmt: skip
+              "salt": secrets.token_hex(16), "users": others, "aws_users": iam}  # fmt: skip
     path = directory / AUTH_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -70,7 +76,14 @@ def user_roles(directory: Path) -> dict[str, list[tuple[str, str]]]:
     record = _record(directory)
     if record is None:
         return {}
-    return {u["user"]: [parse_role(r) for r in u["roles"]] for u in _users(record)}
+    everyone = [*_users(record), *record.get("aws_users", [])]
+    return {u["user"]: [parse_role(r) for r in u["roles"]] for u in everyone}
+
+
+def aws_users(directory: Path) -> frozenset[str]:
+    """The IAM ARNs that may log in with MONGODB-AWS."""
+    record = _record(directory)
+    return frozenset(u["user"] for u in (record or {}).get("aws_users", []))
 
 
 def server_keys(directory: Path) -> dict[str, dict[str, Keys]] | None:

@@ -645,12 +645,15 @@ def up(
     *,
     auth: bool = False,
     users: Mapping[str, Sequence[str]] | None = None,
+    aws_users: Mapping[str, Sequence[str]] | None = None,
 ) -> Sandbox:
     """Start a fresh replica set in `directory` and return once it has a writable primary.
 
     `auth`: the set requires a login (emulator engine): a user with a random password is
     written to the directory (`Sandbox.credentials`; see `rsdrill.sandbox.auth`), and `users`
-    (name → built-in roles such as "clusterMonitor" or "readWrite@app") beside it.
+    (name → built-in roles such as "clusterMonitor" or "readWrite@app") beside it;
+    `aws_users` (IAM ARN → roles) log in with MONGODB-AWS, checked by the STS endpoint
+    `spec.aws_sts_url`.
 
     `before_start` runs once the directory is laid out, just before the members start (e.g. to
     mount their data directories).
@@ -692,10 +695,13 @@ def up(
     shutil.rmtree(sandbox.directory / TLS_DIR, ignore_errors=True)
     if (auth or spec.tls) and engine.name != "emulator":
         raise SandboxError("a sandbox with a login or TLS needs the emulator engine")
-    if users and not auth:
+    if (users or aws_users) and not auth:
         raise SandboxError("users with roles need a login: add --auth")
+    if bool(aws_users) != bool(spec.aws_sts_url):
+        raise SandboxError("MONGODB-AWS users need the STS endpoint that checks their logins: "
+                           "give both --aws-user and --aws-sts-url")  # fmt: skip
     if auth:
-        create_auth(sandbox.directory, users)
+        create_auth(sandbox.directory, users, aws_users)
     if spec.tls:
         make_tls_files(sandbox.directory, [m.host for m in spec.members])
     if before_start is not None:

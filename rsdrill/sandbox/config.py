@@ -66,6 +66,8 @@ class ReplSetSpec:
     tls: bool = False
     # Clients log in with their TLS certificate (MONGODB-X509), members with theirs.
     x509: bool = False
+    # MONGODB-AWS logins are checked by forwarding the client's signed request here (STS).
+    aws_sts_url: str | None = None
 
     @property
     def standalone(self) -> bool:
@@ -147,6 +149,10 @@ def build_topology(
         raise ValueError(f"unknown handshake {options['handshake']!r}; choose hello or legacy")
     if options.get("x509") and not options.get("tls"):
         raise ValueError("x.509 logins need TLS: add --tls (in an experiment, tls: true)")
+    if options.get("aws_sts_url") and not str(options["aws_sts_url"]).startswith(
+        ("http://", "https://")
+    ):
+        raise ValueError(f"the STS endpoint {options['aws_sts_url']} must be an http(s) URL")
     count = 1 if topology in ("rs1", "standalone") else 3
     members = tuple(
         MemberSpec(

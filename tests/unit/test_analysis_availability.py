@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsdrill.analysis.availability import longest_gap, unavailable_s
+from rsdrill.analysis.availability import driver_write_delay_s, longest_gap, unavailable_s
 from rsdrill.probes.history import Op
 
 A = "a:27017"
@@ -25,6 +25,15 @@ def attempt(t_start: float, t_end: float, ok: bool = True, probe: str = "write")
 def test_no_ops_is_none() -> None:
     assert unavailable_s([], "write") is None
     assert unavailable_s([attempt(0.0, 0.1, probe="read")], "write") is None
+
+
+def test_the_driver_delay_is_the_application_gap_beyond_the_raw_gap() -> None:
+    # The server is back at 12.0: the raw prober writes at once, pymongo 0.4 s later.
+    raw = [attempt(1.98, 2.0, probe="raw_write"), attempt(12.0, 12.02, probe="raw_write")]
+    app = [attempt(1.99, 2.01), attempt(2.1, 2.35, ok=False), attempt(12.4, 12.43)]
+    assert unavailable_s(raw, "raw_write") == pytest.approx(10.02)
+    assert driver_write_delay_s(raw + app) == pytest.approx(10.42 - 10.02)
+    assert driver_write_delay_s(app) is None and driver_write_delay_s(raw) is None
 
 
 def test_steady_writes_give_the_poll_interval() -> None:

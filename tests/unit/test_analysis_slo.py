@@ -21,6 +21,8 @@ def test_metric_names_are_the_contract_names() -> None:
     assert metric_names() == [
         "write_unavailable_s",
         "read_unavailable_s",
+        "raw_write_unavailable_s",
+        "driver_write_delay_s",
         "failover_s",
         "failover_parts.detection_s",
         "failover_parts.election_s",

@@ -83,6 +83,36 @@ def test_x509_and_plain_log_in_on_external() -> None:
                                 "auth_mechanism": "SCRAM (negotiated)"}  # fmt: skip
 
 
+def test_mongodb_aws_takes_the_key_secret_and_session_token_from_the_uri() -> None:
+    options = ConnectOptions.from_uri(
+        "mongodb://AKIDEXAMPLE:s%2Fecret@h/?authMechanism=MONGODB-AWS"
+        "&authMechanismProperties=AWS_SESSION_TOKEN:t%2Bk"
+    )
+    creds = options.credentials
+    assert creds is not None
+    assert (creds.user, creds.password, creds.token) == ("AKIDEXAMPLE", "s/ecret", "t+k")
+    assert (creds.source, creds.mechanism) == ("$external", "MONGODB-AWS")
+    assert "ecret" not in repr(creds) and "t+k" not in repr(creds)
+    chain = ConnectOptions.from_uri("mongodb://h/?authMechanism=MONGODB-AWS").credentials
+    assert chain is not None and (chain.user, chain.token) == ("", None)
+
+
+@pytest.mark.parametrize(
+    ("uri", "says"),
+    [
+        ("mongodb://AKID@h/?authMechanism=MONGODB-AWS", "give both, or neither"),
+        ("mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:tk",
+         "AWS_SESSION_TOKEN goes with the access key id"),
+    ],
+)  # fmt: skip
+def test_a_mongodb_aws_login_that_cannot_work_is_refused_before_sending(
+    uri: str, says: str
+) -> None:
+    with pytest.raises(SettingsError, match=says) as err:
+        ConnectOptions.from_uri(uri)
+    assert ":tk" not in str(err.value)
+
+
 def test_a_mechanism_rsdrill_cannot_speak_is_refused_by_name() -> None:
     with pytest.raises(SettingsError) as err:
         ConnectOptions.from_uri("mongodb://u:secret@h/?authMechanism=GSSAPI")

@@ -16,6 +16,7 @@ from rsdrill.probes.failover import HelloPoller
 from rsdrill.probes.history import History, RunClock
 from rsdrill.probes.lag import LagPoller
 from rsdrill.probes.load import build_load
+from rsdrill.probes.raw_write import RawWriteLoop
 from rsdrill.probes.recovery import StatusPoller
 
 INTERVAL_S = 0.05
@@ -58,6 +59,9 @@ def _probes(host: str, history: History, clock: RunClock) -> list[Probe]:
             retries=True,
             **common,
         ),
+        RawWriteLoop(
+            history, clock, members=[host], collection="w", w="majority", journal=None, **common
+        ),
         HelloPoller(history, clock, member=host, **common),
         StatusPoller(history, clock, member=host, **common),
         LagPoller(history, clock, members=[host], **common),
@@ -83,7 +87,7 @@ def test_every_probe_records_failures_and_stops_in_time(kind: str) -> None:
         within(STOP_DEADLINE_S, stop)
         for probe in probes:
             probe.close()
-    names = {"write", "read", "failover", "recovery", "lag", "load"}
+    names = {"write", "raw_write", "read", "failover", "recovery", "lag", "load"}
     for name in names:
         ops = history.ops(name)
         assert ops, f"{name}: no attempt recorded against the {kind} server"
@@ -112,3 +116,17 @@ def test_direct_connection_has_one_deadline_per_command(kind: str) -> None:
             with pytest.raises(WireClientError):
                 within(TIMEOUT_S + 0.5, lambda: conn.command("admin", {"hello": 1}))
         conn.close()
+
+
+@pytest.mark.parametrize("kind", ["silent", "reset"])
+def test_the_raw_writer_tries_twice_as_often_while_nothing_answers(kind: str) -> None:
+    with hostile_server(kind) as host:
+        raw = RawWriteLoop(History(), RunClock.start(), members=[host],
+                           collection="w", interval_s=INTERVAL_S, timeout_s=TIMEOUT_S,
+                           w="majority", journal=None)  # fmt: skip
+        assert raw.next_wait_s() == INTERVAL_S
+        raw.tick()
+        raw.close()
+    [op] = raw.history.ops("raw_write")
+    assert op.outcome in ("error", "timeout") and op.member == host
+    assert raw.next_wait_s() == INTERVAL_S / 2

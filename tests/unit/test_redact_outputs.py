@@ -5,6 +5,7 @@ live view. (The runner redacts before writing; these writers must not rely on it
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,14 @@ def test_secrets_in_uri_options_are_masked_too() -> None:
         assert secret not in shown
     assert "tlsCertificateKeyFilePassword=***&appName=x" in shown
     assert "AWS_SESSION_TOKEN:***,SERVICE_NAME:m" in shown
+
+
+def test_a_masked_uri_inside_json_keeps_the_json_valid() -> None:
+    uri = ("mongodb://AKID:s3cret@h:1/?authMechanism=MONGODB-AWS"
+           "&authMechanismProperties=AWS_SESSION_TOKEN:tok%2Fen")  # fmt: skip
+    for text in (
+        json.dumps({"uri": uri}),
+        json.dumps({"uri": uri + "&tlsCertificateKeyFilePassword=pw"}),
+    ):
+        shown = json.loads(redact_uri(text))["uri"]
+        assert "s3cret" not in shown and "tok" not in shown and "=pw" not in shown, shown

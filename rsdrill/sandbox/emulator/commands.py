@@ -20,6 +20,7 @@ from rsdrill.privileges import granted
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import ReplSetSpec
 from rsdrill.sandbox.emulator import (
+    aws_login,
     changestream,
     election,
     expressions,
@@ -125,7 +126,7 @@ class Commands:
         # Connections that logged in, and logins under way (when the sandbox requires them).
         # Per logged-in connection: its user and the database that user is defined on.
         self.logged_in: dict[int, tuple[str, str]] = {}
-        self.logins: dict[int, ScramServer] = {}
+        self.logins: dict[int, ScramServer | aws_login.AwsConversation] = {}
         self.certificate_subjects: dict[int, str] = {}
         # The application each connection's handshake named (failCommand's appName filter).
         self.app_names: dict[int, str] = {}
@@ -430,6 +431,12 @@ def hello_reply(node: Node, req: Request) -> dict[str, Any]:
 async def _sasl_start(cmds: Commands, req: Request) -> dict[str, Any]:
     keys = cmds.node.auth_keys
     mechanism = req.body.get("mechanism")
+    if mechanism == aws_login.MECHANISM and keys is not None and cmds.node.spec.aws_sts_url:
+        payload = bytes(req.body.get("payload") or b"")
+        cmds.logins[req.connection_id], reply = aws_login.start(
+            cmds.node.spec.aws_sts_url, req.db, payload
+        )
+        return reply
     if keys is None:  # as mongod without users: nobody to log in as
         raise CommandError(18, "Authentication failed.")
     if mechanism not in keys:
@@ -450,6 +457,12 @@ async def _sasl_continue(cmds: Commands, req: Request) -> dict[str, Any]:
         return {"conversationId": 1, "done": True, "payload": Binary(b"")}
     if login is None:
         raise CommandError(17, "no SASL session state found")
+    if isinstance(login, aws_login.AwsConversation):
+        del cmds.logins[req.connection_id]
+        payload = bytes(req.body.get("payload") or b"")
+        user, reply = await aws_login.finish(login, payload, cmds.node.aws_users, cmds.node.events)
+        cmds.logged_in[req.connection_id] = (user, "$external")
+        return reply
     try:
         payload = login.final(bytes(req.body.get("payload") or b""))
     except ScramError:

@@ -11,6 +11,7 @@ CODE_NAMES = {
     9: "FailedToParse",
     11: "UserNotFound",
     14: "TypeMismatch",
+    18: "AuthenticationFailed",
     26: "NamespaceNotFound",
     40: "ConflictingUpdateOperators",
     43: "CursorNotFound",

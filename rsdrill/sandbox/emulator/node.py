@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
-from rsdrill.sandbox.auth import ROOT, read_auth, server_keys, user_roles
+from rsdrill.sandbox.auth import ROOT, aws_users, read_auth, server_keys, user_roles
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import MemberSpec, ReplSetSpec, member_dir
 from rsdrill.sandbox.emulator.datastore import DataStore
@@ -130,6 +130,7 @@ class Node:
         self.requires_login = self.auth_keys is not None or spec.x509
         # Each user's built-in roles as (role, database); certificate users hold root.
         self.roles = user_roles(sandbox_dir)
+        self.aws_users = aws_users(sandbox_dir)  # IAM ARNs that log in with MONGODB-AWS
         for subject in (CLIENT_SUBJECT, MEMBER_SUBJECT):
             self.roles.setdefault(subject, [ROOT])
         self.peer_calls = Peers(
