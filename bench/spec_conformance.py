@@ -44,6 +44,14 @@ SUITES = {
     "transactions": "test/test_transactions_unified.py",
     "sessions": "test/test_sessions_unified.py",
     "causal_consistency": "test/test_causal_consistency.py",
+    # SDAM: the unified and integration tests that run against a live server (the file's
+    # unit tests of pymongo's own topology logic pass without one).
+    "sdam": "test/test_discovery_and_monitoring.py",
+    "sdam_monitoring": "test/test_sdam_monitoring_spec.py",
+    "streaming_protocol": "test/test_streaming_protocol.py",
+    "heartbeat_monitoring": "test/test_heartbeat_monitoring.py",
+    "survive_stepdown": "test/test_connections_survive_primary_stepdown_spec.py",
+    "server_selection": "test/test_server_selection_in_window.py",
 }
 SUITE_TIMEOUT_S = 1200
 
