@@ -505,6 +505,24 @@ async def _connection_status(cmds: Commands, req: Request) -> dict[str, Any]:
     return {"authInfo": info}
 
 
+@command("usersInfo")
+async def _users_info(cmds: Commands, req: Request) -> dict[str, Any]:
+    """The users defined on this database (SCRAM users on admin, certificate users on
+    $external), or the ones named; any logged-in user may ask (mongod: viewUser, or itself)."""
+    asked = req.body.get("usersInfo")
+    names = {asked} if isinstance(asked, str) else None
+    if isinstance(asked, dict):
+        names = {asked.get("user")}
+    certificates = {CLIENT_SUBJECT, MEMBER_SUBJECT}
+    users = []
+    for user, held in cmds.node.roles.items():
+        db = "$external" if user in certificates else "admin"
+        if db == req.db and (names is None or user in names):
+            roles = [{"role": role, "db": role_db} for role, role_db in held]
+            users.append({"_id": f"{db}.{user}", "user": user, "db": db, "roles": roles})
+    return {"users": users}
+
+
 @command("ping")
 async def _ping(cmds: Commands, req: Request) -> dict[str, Any]:
     return {}
