@@ -3,8 +3,9 @@
 An rs3 sandbox; two pymongo clients watch it, each writing (w:1) every 20 ms as rsdrill's probes
 do: one with its monitor streaming (the awaitable hello of MongoDB 4.4+, pymongo's default) and
 one polling (`serverMonitoringMode=poll`, what a client does against a server without
-`topologyVersion`). For a graceful stepdown (`replSetStepDown`) and for a SIGKILL of the primary,
-it prints per trial, from CLOCK_MONOTONIC (shared with the members' event logs):
+`topologyVersion`). For a graceful stepdown (`replSetStepDown`), a SIGKILL and a SIGSTOP
+(freeze) of the primary, it prints per trial, from CLOCK_MONOTONIC (shared with the members'
+event logs):
 
 - writable: fault → the new primary's `writable` event (its own log: the ground truth);
 - seen: the new primary `writable` → the client's monitor gets the hello in which it says so
@@ -12,18 +13,21 @@ it prints per trial, from CLOCK_MONOTONIC (shared with the members' event logs):
 - write: `writable` → the client's first acknowledged write after the fault;
 - awaited: whether the heartbeat that told the streaming client was an awaited one (pymongo's
   ServerHeartbeatSucceededEvent.awaited): the proof that it streamed;
-- detected (kill): fault → the client's monitor fails a check of the killed member.
+- detected (kill, freeze): fault → the client's monitor fails a check of the old primary.
 
 What the SDAM spec leads one to expect: a streaming monitor learns of the new primary in about
 one round trip (the member answers the pending awaitable hello the moment its topologyVersion
 changes), so `seen` is a few ms after a stepdown and after a kill alike; a polling monitor learns
 at its next check: an error-triggered re-check (no sooner than minHeartbeatFrequencyMS, 500 ms,
 after the last) or its heartbeatFrequencyMS (10 s). A killed member is detected only by the
-error its monitor's connection gets (here at once: the kernel resets the sockets of a killed
-process; a powered-off host would need connectTimeoutMS/socketTimeoutMS).
+error its monitor's connection gets (at once: the kernel resets the sockets of a killed
+process). A frozen one (as a powered-off host or a partition) resets nothing: only timeouts
+tell, and a streaming monitor's awaited hello times out only after connectTimeoutMS +
+heartbeatFrequencyMS (11 s here), a polling one's check after connectTimeoutMS (1 s) — while
+the new primary is still heard of in a round trip, which is what makes the old one Unknown.
 
     python bench/rediscovery.py [--trials 3] [--election-timeout 10000] [--port-base 29340]
-                                [--json out.json]
+                                [--faults stepdown,kill,freeze] [--json out.json]
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from rsdrill.sandbox.config import Settings, build_topology, member_dir
 from rsdrill.sandbox.emulator.events import read_events
 
 MODES = ("stream", "poll")
+FAULTS = ("stepdown", "kill", "freeze")
 WRITE_INTERVAL_S = 0.02
 WAIT_S = 60.0
 
@@ -132,6 +137,7 @@ class Clients:
                 socketTimeoutMS=1000,
                 connectTimeoutMS=1000,
                 retryWrites=False,
+                w=1,  # rediscovery alone: not held up by replication (the default is majority)
             )
             for mode, watcher in self.watchers.items()
         }
@@ -203,11 +209,14 @@ def one_trial(sandbox: Sandbox, clients: Clients, fault: str) -> Trial:
     for watcher in clients.watchers.values():
         _wait("a write", lambda w=watcher: w.first_write(settled))
     started = time.monotonic()
+    member = sandbox.spec.member(old)
     if fault == "stepdown":
         with MongoClient(old, directConnection=True) as client:
             client.admin.command("replSetStepDown", 10, secondaryCatchUpPeriodSecs=5)
+    elif fault == "kill":
+        sandbox.kill(member)
     else:
-        sandbox.kill(sandbox.spec.member(old))
+        sandbox.stop(member)  # SIGSTOP: no error, no reset; only timeouts tell
     new, writable_at = _wait("the new primary's writable event",
                              lambda: _writable_event(sandbox, started))  # fmt: skip
     trial = Trial(fault, old, new, writable_at - started)
@@ -219,12 +228,22 @@ def one_trial(sandbox: Sandbox, clients: Clients, fault: str) -> Trial:
         trial.write_s[mode] = wrote - writable_at
         if mode == "stream":
             trial.stream_awaited = awaited
-        if fault == "kill":
-            failed = watcher.first_failure(old, started)
-            trial.detected_s[mode] = None if failed is None else failed - started
-    if fault == "kill":
-        sandbox.start(sandbox.spec.member(old))
-        _wait(f"{old} back as SECONDARY", lambda: _secondary(old))
+        if fault != "stepdown":
+            try:
+                failed = _wait(f"a failed check of {old}",
+                               lambda w=watcher: w.first_failure(old, started))  # fmt: skip
+                trial.detected_s[mode] = failed - started
+            except TimeoutError:
+                trial.detected_s[mode] = None
+    if fault == "stepdown":
+        # Eligible again at once: otherwise the next trial's election waits out the freeze.
+        with MongoClient(old, directConnection=True) as client:
+            client.admin.command("replSetFreeze", 0)
+    elif fault == "kill":
+        sandbox.start(member)
+    else:
+        sandbox.cont(member)
+    _wait(f"{old} back as SECONDARY", lambda: _secondary(old))
     return trial
 
 
@@ -235,7 +254,9 @@ def _secondary(host: str) -> bool:
         return False
 
 
-def run(trials: int, election_timeout_ms: int, port_base: int) -> list[Trial]:
+def run(
+    trials: int, election_timeout_ms: int, port_base: int, faults: tuple[str, ...] = FAULTS
+) -> list[Trial]:
     spec = build_topology(
         "rs3", port_base=port_base, settings=Settings(election_timeout_ms=election_timeout_ms)
     )
@@ -244,7 +265,7 @@ def run(trials: int, election_timeout_ms: int, port_base: int) -> list[Trial]:
         sandbox = up(Path(tmp) / "sandbox", spec, EmulatorEngine())
         clients = Clients(sandbox.uri)
         try:
-            for fault in ("stepdown", "kill"):
+            for fault in faults:
                 for i in range(trials):
                     trial = one_trial(sandbox, clients, fault)
                     rows.append(trial)
@@ -269,7 +290,7 @@ def _row(n: int, t: Trial) -> str:
 
 def summary(rows: list[Trial]) -> list[str]:
     lines = []
-    for fault in ("stepdown", "kill"):
+    for fault in FAULTS:
         for mode in MODES:
             for key in ("seen_s", "write_s", "detected_s"):
                 values = sorted(v for r in rows if r.fault == fault
@@ -292,13 +313,20 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3, help="per fault")
     parser.add_argument("--election-timeout", type=int, default=10_000)
     parser.add_argument("--port-base", type=int, default=29340)
+    parser.add_argument("--faults", default=",".join(FAULTS), help="some of " + ",".join(FAULTS))
     parser.add_argument("--json", type=Path, help="write the trials here")
     args = parser.parse_args()
-    rows = run(args.trials, args.election_timeout, args.port_base)
+    faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    if not faults or set(faults) - set(FAULTS):
+        parser.error(f"--faults: choose from {', '.join(FAULTS)}")
+    rows = run(args.trials, args.election_timeout, args.port_base, faults)
     print("\n".join(summary(rows)))
-    print("SDAM expectation: streaming sees the new primary about one round trip after it is "
-          "writable (stepdown and kill); polling at its next check (>= 500 ms after an "
-          "error-triggered one, else the 10 s heartbeat)")  # fmt: skip
+    print("SDAM expectation: streaming hears of the new primary about one round trip after it "
+          "is writable, whatever the fault; polling at its next check (>= 500 ms after an "
+          "error-triggered one, else the 10 s heartbeat); a killed primary is detected by the "
+          "error at once, a frozen one only by a timeout (streaming: connectTimeoutMS + "
+          "heartbeatFrequencyMS after the awaited hello began; polling: connectTimeoutMS after "
+          "its next check)")  # fmt: skip
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
 

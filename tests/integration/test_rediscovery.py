@@ -25,8 +25,9 @@ def test_streaming_client_finds_the_new_primary_in_a_round_trip(
 ) -> None:
     out = tmp_path / "rediscovery.json"
     done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "rediscovery.py"), "--trials", "1",
-         "--election-timeout", "1000", "--port-base", str(free_port_base(3)), "--json", str(out)],
+        [sys.executable, str(REPO / "bench" / "rediscovery.py"), "--trials", "1", "--faults",
+         "stepdown,kill", "--election-timeout", "1000", "--port-base", str(free_port_base(3)),
+         "--json", str(out)],
         capture_output=True, text=True, timeout=280, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
