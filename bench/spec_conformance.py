@@ -6,7 +6,7 @@ and prints per suite: collected, ran, passed, failed, skipped (with why), and th
 causes of failure. Writes the same as JSON.
 
     python bench/spec_conformance.py [--topology rs3] [--suites crud,retryable_writes]
-                                     [--out conformance.json] [--jobs 2]
+                                     [--out conformance.json] [--jobs 2] [--auth]
                                      [--expect FILE] [--write-expected FILE]
 
 With `--expect FILE` (one test id a line, as `--write-expected` records the passing ones), a
@@ -44,6 +44,14 @@ SUITES = {
     "transactions": "test/test_transactions_unified.py",
     "sessions": "test/test_sessions_unified.py",
     "causal_consistency": "test/test_causal_consistency.py",
+    # SDAM: the unified and integration tests that run against a live server (the file's
+    # unit tests of pymongo's own topology logic pass without one).
+    "sdam": "test/test_discovery_and_monitoring.py",
+    "sdam_monitoring": "test/test_sdam_monitoring_spec.py",
+    "streaming_protocol": "test/test_streaming_protocol.py",
+    "heartbeat_monitoring": "test/test_heartbeat_monitoring.py",
+    "survive_stepdown": "test/test_connections_survive_primary_stepdown_spec.py",
+    "server_selection": "test/test_server_selection_in_window.py",
 }
 SUITE_TIMEOUT_S = 1200
 
@@ -87,17 +95,19 @@ def sdist(version: str) -> Path:
 
 
 def run_suite(
-    name: str, source: Path, host: str, port: int, work: Path, tests: list[str] | None = None
-) -> SuiteResult:
+    name: str, source: Path, host: str, port: int, work: Path, tests: list[str] | None = None,
+    login: dict[str, str] | None = None,
+) -> SuiteResult:  # fmt: skip
     """One suite with pymongo's harness (its own conftest and configuration); `tests` (node
-    ids) runs only those."""
+    ids) runs only those; `login` (DB_USER, DB_PASSWORD): the user the harness logs in as."""
     report = work / f"{name}.xml"
     subprocess.run(
         [sys.executable, "-m", "pytest", *(tests or [SUITES[name]]), "-q", "-p",
          "no:cacheprovider",
          "-o", "addopts=", f"--junitxml={report}", "-m", "default or default_async"],
         cwd=source, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S,
-        env={**os.environ, "DB_IP": host, "DB_PORT": str(port), "PYTHONPATH": str(source)},
+        env={**os.environ, "DB_IP": host, "DB_PORT": str(port), "PYTHONPATH": str(source),
+             **(login or {})},
     )  # fmt: skip
     return parse_junit(name, report)
 
@@ -149,19 +159,22 @@ def parse_junit(name: str, report: Path) -> SuiteResult:
 
 def run_on_own_sandbox(
     name: str, source: Path, topology: str, port_base: int, work: Path,
-    tests: list[str] | None = None,
+    tests: list[str] | None = None, auth: bool = False,
 ) -> SuiteResult:  # fmt: skip
     """A suite against a sandbox of its own: fail points are per server, and one suite's must
-    not fire in another's tests."""
+    not fire in another's tests. `auth`: the sandbox requires a login (its root user)."""
     from rsdrill.sandbox.cluster import Sandbox, choose_engine, up
     from rsdrill.sandbox.config import build_topology
 
     engine, _ = choose_engine("emulator")
     directory = work / f"sandbox-{name}"
-    sandbox = up(directory, build_topology(topology, port_base=port_base), engine)
+    sandbox = up(directory, build_topology(topology, port_base=port_base), engine, auth=auth)
+    login = None
+    if sandbox.credentials is not None:
+        login = {"DB_USER": sandbox.credentials.user, "DB_PASSWORD": sandbox.credentials.password}
     try:
         address, port = sandbox.spec.members[0].host.rsplit(":", 1)
-        return run_suite(name, source, address, int(port), work, tests)
+        return run_suite(name, source, address, int(port), work, tests, login)
     finally:
         Sandbox(directory).down(grace_s=2.0)
 
@@ -171,6 +184,7 @@ def main() -> None:
     parser.add_argument("--topology", default="rs3", choices=["rs1", "rs3", "standalone"])
     parser.add_argument("--suites", default=",".join(SUITES))
     parser.add_argument("--port-base", type=int, default=29500)
+    parser.add_argument("--auth", action="store_true", help="sandboxes that require a login")
     parser.add_argument("--jobs", type=int, default=2, help="suites run at once")
     parser.add_argument("--out", type=Path, default=Path("conformance.json"))
     parser.add_argument("--expect", type=Path, help="tests that must pass (one id a line)")
@@ -186,7 +200,8 @@ def main() -> None:
         with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
             results = list(pool.map(
                 lambda i_n: run_on_own_sandbox(i_n[1], source, args.topology,
-                                               args.port_base + 3 * i_n[0], work),
+                                               args.port_base + 3 * i_n[0], work,
+                                               auth=args.auth),
                 enumerate(names),
             ))  # fmt: skip
         regressed: dict[str, str] = {}
@@ -197,8 +212,9 @@ def main() -> None:
             failed = {t: c for r in results for t, c in r.failures.items()}
             missing = sorted(expected - passing)
             if missing:  # once more, alone: a test that passes now was flaky, not broken
-                again = run_on_own_sandbox("rerun", source, args.topology, args.port_base, work,
-                                           [node_id(t) for t in missing])  # fmt: skip
+                again = run_on_own_sandbox("rerun", source, args.topology, args.port_base,
+                                           work, [node_id(t) for t in missing],
+                                           auth=args.auth)  # fmt: skip
                 flaky = sorted(set(missing) & set(again.passes))
                 regressed = {t: failed.get(t, "not run") for t in missing if t not in flaky}
     print(f"pymongo {pymongo.version} spec tests against the sandbox ({args.topology})\n")

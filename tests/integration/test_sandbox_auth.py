@@ -47,6 +47,18 @@ def test_pymongo_logs_in_with_the_password_only(locked: Sandbox, mechanism: str)
     assert err.value.code == 18
 
 
+def test_users_info_lists_the_sandboxs_users(locked: Sandbox) -> None:
+    login = locked.credentials
+    assert login is not None
+    with _client(locked.uri) as client:
+        users = client.admin.command("usersInfo")["users"]
+        assert [(u["_id"], u["roles"]) for u in users] == [
+            (f"admin.{login.user}", [{"role": "root", "db": "admin"}])
+        ]
+        assert client.admin.command("usersInfo", "nobody")["users"] == []
+        assert client.drill.command("usersInfo")["users"] == []  # all are defined on admin
+
+
 def test_nothing_but_the_handshake_before_a_login(locked: Sandbox) -> None:
     host = locked.spec.members[1].host
     conn = DirectConnection(host, 2.0)

@@ -33,7 +33,11 @@ from rsdrill.sandbox.emulator import (
     transactions,
 )
 from rsdrill.sandbox.emulator.datastore import id_key
-from rsdrill.sandbox.emulator.errors import RETRYABLE_WRITE_CODES, CommandError
+from rsdrill.sandbox.emulator.errors import (
+    RETRYABLE_WRITE_CODES,
+    CommandError,
+    attach_topology_version,
+)
 from rsdrill.sandbox.emulator.failpoint import FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
@@ -145,6 +149,7 @@ class Commands:
         `$clusterTime` with a zero signature, as a set without keys signs it)."""
         reply = await self._run(req)
         node = self.node
+        attach_topology_version(reply, node.topology_version())
         if not node.spec.standalone and not node.is_arbiter:
             op_time = reply.get("opTime")
             ts = op_time["ts"] if isinstance(op_time, dict) else node.last_applied.timestamp
@@ -174,7 +179,7 @@ class Commands:
         self.opcounters["command"] += 1
         if req.name.lower() not in _MEMORY_ONLY:
             await self.node.storage_idle()
-        app = self.app_names.get(req.connection_id)
+        app = self._application_of(req)
         fail = next(
             (f for f in self.fail_points.values() if f.fires_for(req.name, req.body, app)), None
         )
@@ -209,6 +214,15 @@ class Commands:
         return reply
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _application_of(self, req: Request) -> str | None:
+        """The application the connection's handshake named; noted before any fail point is
+        consulted, so that failCommand's appName catches the handshake itself (as on mongod)."""
+        if req.name.lower() in ("hello", "ismaster"):
+            app = ((req.body.get("client") or {}).get("application") or {}).get("name")
+            if isinstance(app, str):
+                self.app_names[req.connection_id] = app
+        return self.app_names.get(req.connection_id)
 
     def privileges_of(self, connection_id: int) -> list[dict[str, Any]]:
         login = self.logged_in.get(connection_id)
@@ -358,16 +372,29 @@ def _standalone_refusal(req: Request) -> CommandError | None:
 @command("hello", "isMaster", "ismaster")
 async def _hello(cmds: Commands, req: Request) -> dict[str, Any]:
     node = cmds.node
-    app = ((req.body.get("client") or {}).get("application") or {}).get("name")
-    if isinstance(app, str):
-        cmds.app_names[req.connection_id] = app
     tv = req.body.get("topologyVersion")
     max_await = req.body.get("maxAwaitTimeMS")
-    if tv is not None and max_await is not None:
-        same_process = tv.get("processId") == node.process_id
-        if same_process and int(tv.get("counter", -1)) == node.topology_counter:
-            await node.topology_changed.wait(int(max_await) / 1000)
+    if (tv is None) != (max_await is None):
+        raise CommandError(31368, "hello needs both or neither of topologyVersion and "
+                                  "maxAwaitTimeMS")  # fmt: skip
+    if tv is not None:
+        await _await_topology_change(node, tv, int(max_await))
     return hello_reply(node, req)
+
+
+async def _await_topology_change(node: Node, tv: dict[str, Any], max_await_ms: int) -> None:
+    """Awaitable hello (4.4+): answer at once if the client's topologyVersion is not the
+    current one, otherwise when it changes or after maxAwaitTimeMS."""
+    if max_await_ms < 0:
+        raise CommandError(31373, "maxAwaitTimeMS must be a non-negative integer")
+    if tv.get("processId") != node.process_id:
+        return  # the client knows an earlier incarnation of this member
+    counter = int(tv.get("counter", -1))
+    if counter > node.topology_counter:
+        raise CommandError(31382, f"topologyVersion counter {counter} is greater than the "
+                                  f"server's, {node.topology_counter}")  # fmt: skip
+    if counter == node.topology_counter:
+        await node.topology_changed.wait(max_await_ms / 1000)
 
 
 def hello_reply(node: Node, req: Request) -> dict[str, Any]:
@@ -506,6 +533,24 @@ async def _connection_status(cmds: Commands, req: Request) -> dict[str, Any]:
     if req.body.get("showPrivileges"):
         info["authenticatedUserPrivileges"] = cmds.privileges_of(req.connection_id)
     return {"authInfo": info}
+
+
+@command("usersInfo")
+async def _users_info(cmds: Commands, req: Request) -> dict[str, Any]:
+    """The users defined on this database (SCRAM users on admin, certificate users on
+    $external), or the ones named; any logged-in user may ask (mongod: viewUser, or itself)."""
+    asked = req.body.get("usersInfo")
+    names = {asked} if isinstance(asked, str) else None
+    if isinstance(asked, dict):
+        names = {asked.get("user")}
+    certificates = {CLIENT_SUBJECT, MEMBER_SUBJECT}
+    users = []
+    for user, held in cmds.node.roles.items():
+        db = "$external" if user in certificates else "admin"
+        if db == req.db and (names is None or user in names):
+            roles = [{"role": role, "db": role_db} for role, role_db in held]
+            users.append({"_id": f"{db}.{user}", "user": user, "db": db, "roles": roles})
+    return {"users": users}
 
 
 @command("ping")
@@ -1523,10 +1568,11 @@ async def _step_down(cmds: Commands, req: Request) -> dict[str, Any]:
     _admin_only(req)
     node = cmds.node
     if node.state is not MemberState.PRIMARY:
-        raise CommandError(189, "not primary so can't step down")
+        raise CommandError(10107, "not primary so can't step down")
     secs = float(req.body.get("replSetStepDown") or 60)
-    catch_up = float(req.body.get("secondaryCatchUpPeriodSecs", 10))
     force = bool(req.body.get("force"))
+    # As mongod: forced, it waits for no secondary unless told to (default 0 s, else 10 s).
+    catch_up = float(req.body.get("secondaryCatchUpPeriodSecs", 0 if force else 10))
     if catch_up > secs:
         raise CommandError(2, "stepdown period must be longer than secondaryCatchUpPeriodSecs")
     node.writable = False  # no new writes while the secondaries catch up

@@ -47,6 +47,7 @@ CODE_NAMES = {
     11600: "InterruptedAtShutdown",
     11601: "Interrupted",
     11602: "InterruptedDueToReplStateChange",
+    10058: "LegacyNotPrimary",
     10107: "NotWritablePrimary",
     13435: "NotPrimaryNoSecondaryOk",
     13436: "NotPrimaryOrSecondary",
@@ -58,6 +59,13 @@ CODE_NAMES = {
 RETRYABLE_WRITE_CODES = frozenset(
     {6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 63, 150, 134}
 )
+
+# mongod's NotPrimaryError category: errors that mean "this member's role changed". Since 4.4
+# they carry the member's topologyVersion, so a client can tell news (a newer version than the
+# one it knows: mark the server Unknown, check it at once) from a stale error (ignore it). The
+# ShutdownError codes (91, 11600) carry it only during a real shutdown's quiesce period, which
+# the emulator has not: it exits at once.
+NOT_PRIMARY_CODES = frozenset({189, 10058, 10107, 11602, 13435, 13436})
 
 
 class CommandError(Exception):
@@ -86,6 +94,15 @@ class CommandError(Exception):
         if labels:
             doc["errorLabels"] = labels
         return doc
+
+
+def attach_topology_version(reply: dict[str, Any], topology_version: dict[str, Any]) -> None:
+    """Give a reply whose error, or writeConcernError, is a NotPrimary one the member's
+    topologyVersion (at the top level, as mongod puts it for both)."""
+    codes = {reply.get("code") if not reply.get("ok") else None,
+             (reply.get("writeConcernError") or {}).get("code")}  # fmt: skip
+    if codes & NOT_PRIMARY_CODES:
+        reply.setdefault("topologyVersion", topology_version)
 
 
 def write_concern_error(code: int, message: str, **info: Any) -> dict[str, Any]:

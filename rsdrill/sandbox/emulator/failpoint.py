@@ -3,20 +3,27 @@ and `onPrimaryTransactionalWrite`, which disrupts retryable writes (commands wit
 txnNumber): with `failBeforeCommitExceptionCode` it fails them before anything is written,
 otherwise (`closeConnection`, the default) it drops the connection after the write is applied.
 
-Configured with `{configureFailPoint: "failCommand", mode: "alwaysOn" | "off" | {times: N},
-data: {failCommands: [...], errorCode, errorLabels, closeConnection, blockConnection,
-blockTimeMS, writeConcernError}}` as on a real mongod. One extension, `afterExecution: true`,
-applies errorCode/closeConnection/block after the command ran, which is how a reply gets lost
-after a write was applied (what retryable writes exist for).
+Configured with `{configureFailPoint: "failCommand", mode: "alwaysOn" | "off" | {times: N} |
+{skip: N} | {activationProbability: p}, data: {failCommands: [...], appName, errorCode,
+errorLabels, closeConnection, blockConnection, blockTimeMS, writeConcernError}}` as on a real
+mongod; any command can be made to fail, hello included (the SDAM spec tests need it). One
+extension, `afterExecution: true`, applies errorCode/closeConnection/block after the command
+ran, which is how a reply gets lost after a write was applied (what retryable writes exist for).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import dataclass
 from typing import Any
 
 from rsdrill.sandbox.emulator.errors import CommandError
+
+_MODES = (
+    "mode must be 'alwaysOn', 'off', {times: N} with N > 0, {skip: N} with N >= 0 or "
+    "{activationProbability: p} with 0 <= p <= 1"
+)
 
 
 class CloseConnection(Exception):
@@ -44,6 +51,8 @@ class FailPoint:
     app_name: str | None = None
     # Matching commands to let through before it fires (mode {skip: N}).
     skip: int = 0
+    # The chance that it fires for a matching command (mode {activationProbability: p}).
+    probability: float = 1.0
 
     @classmethod
     def from_command(cls, body: dict[str, Any]) -> FailPoint | None:
@@ -54,17 +63,7 @@ class FailPoint:
         mode = body.get("mode")
         if mode == "off":
             return None
-        skip = 0
-        if mode == "alwaysOn":
-            times = None
-        elif isinstance(mode, dict) and isinstance(mode.get("times"), int) and mode["times"] > 0:
-            times = int(mode["times"])
-        elif isinstance(mode, dict) and isinstance(mode.get("skip"), int) and mode["skip"] >= 0:
-            times, skip = None, int(mode["skip"])
-        else:
-            raise CommandError(
-                2, "mode must be 'alwaysOn', 'off', {times: N} with N > 0 or {skip: N}"
-            )
+        times, skip, probability = _mode(mode)
         data = body.get("data") or {}
         if name == "onPrimaryTransactionalWrite":
             code = data.get("failBeforeCommitExceptionCode")
@@ -79,6 +78,7 @@ class FailPoint:
                 after_execution=code is None,
                 retryable_writes_only=True,
                 skip=skip,
+                probability=probability,
             )
         names = data.get("failCommands")
         if not isinstance(names, list) or not names:
@@ -94,6 +94,7 @@ class FailPoint:
             after_execution=bool(data.get("afterExecution")),
             app_name=data.get("appName"),
             skip=skip,
+            probability=probability,
         )
 
     def fires_for(self, command: str, body: dict[str, Any], app_name: str | None) -> bool:
@@ -107,6 +108,8 @@ class FailPoint:
             return False
         if self.skip:
             self.skip -= 1
+            return False
+        if self.probability < 1.0 and random.random() >= self.probability:
             return False
         if self.times is not None:
             self.times -= 1
@@ -129,3 +132,19 @@ class FailPoint:
                                     if self.error_labels else {})}  # fmt: skip
             return error.document(retryable_write=retryable_write)
         return None
+
+
+def _mode(mode: Any) -> tuple[int | None, int, float]:
+    """configureFailPoint's mode as (times, None: unlimited; matches to skip; probability)."""
+    if mode == "alwaysOn":
+        return None, 0, 1.0
+    if isinstance(mode, dict) and len(mode) == 1:
+        ((key, value),) = mode.items()
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if key == "times" and number and int(value) == value and value > 0:
+            return int(value), 0, 1.0
+        if key == "skip" and number and int(value) == value and value >= 0:
+            return None, int(value), 1.0
+        if key == "activationProbability" and number and 0 <= value <= 1:
+            return None, 0, float(value)
+    raise CommandError(2, _MODES)

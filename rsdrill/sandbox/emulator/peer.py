@@ -87,6 +87,12 @@ class PeerConnection:
             ) as exc:
                 self.close()
                 raise PeerError(f"{self.host}: {type(exc).__name__}: {exc}") from exc
+            except asyncio.CancelledError:
+                # Cancelled mid-call (an election that had its majority stops asking): the
+                # request may be on the wire, and its late reply must not be read as the next
+                # request's (which then failed, costing an election a whole round).
+                self.close()
+                raise
 
     async def _roundtrip(self, db: str, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
         if self._writer is None:

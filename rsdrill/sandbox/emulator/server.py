@@ -87,20 +87,21 @@ class Server:
             writer.write(wire.encode_op_reply(next(_reply_ids), request_id, reply))
             await writer.drain()
             return True
-        streaming = message.exhaust_allowed and "topologyVersion" in message.body
-        reply_id = next(_reply_ids)
-        flags = wire.MORE_TO_COME if streaming else 0
-        writer.write(wire.encode_op_msg(reply_id, request_id, reply, flags))
-        await writer.drain()
-        while streaming:
-            # Exhaust hello: keep answering on every topology change, with no new request.
+        exhaust = message.exhaust_allowed and "topologyVersion" in message.body
+        reply_id, responding_to = next(_reply_ids), request_id
+        # Exhaust hello: keep answering, with no new request, on every topology change (or
+        # after maxAwaitTimeMS); an error ends the stream, as on mongod (no moreToCome).
+        while True:
+            streaming = exhaust and bool(reply.get("ok"))
+            flags = wire.MORE_TO_COME if streaming else 0
+            writer.write(wire.encode_op_msg(reply_id, responding_to, reply, flags))
+            await writer.drain()
+            if not streaming:
+                return True
             body = {**message.body, "topologyVersion": reply["topologyVersion"]}
             message = wire.Message(request_id, wire.OP_MSG, body, flags=message.flags)
             reply = await self._dispatch(message, connection_id)
-            previous, reply_id = reply_id, next(_reply_ids)
-            writer.write(wire.encode_op_msg(reply_id, previous, reply, wire.MORE_TO_COME))
-            await writer.drain()
-        return True
+            responding_to, reply_id = reply_id, next(_reply_ids)
 
     async def _dispatch(self, message: wire.Message, connection_id: int) -> dict[str, Any]:
         body = wire.command_body(message)
