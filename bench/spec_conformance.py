@@ -52,8 +52,10 @@ SUITES = {
     "heartbeat_monitoring": "test/test_heartbeat_monitoring.py",
     "survive_stepdown": "test/test_connections_survive_primary_stepdown_spec.py",
     "server_selection": "test/test_server_selection_in_window.py",
+    "change_streams": "test/test_change_stream.py",
 }
 SUITE_TIMEOUT_S = 1200
+TEST_TIMEOUT_S = 60
 
 
 @dataclass
@@ -104,7 +106,9 @@ def run_suite(
     subprocess.run(
         [sys.executable, "-m", "pytest", *(tests or [SUITES[name]]), "-q", "-p",
          "no:cacheprovider",
-         "-o", "addopts=", f"--junitxml={report}", "-m", "default or default_async"],
+         "-o", "addopts=", f"--junitxml={report}", "-m", "default or default_async",
+         # A test waiting for an event the sandbox never produces fails instead of hanging.
+         f"--timeout={TEST_TIMEOUT_S}"],
         cwd=source, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S,
         env={**os.environ, "DB_IP": host, "DB_PORT": str(port), "PYTHONPATH": str(source),
              **(login or {})},

@@ -34,12 +34,19 @@ def test_events_resume_tokens_and_invalidate(replset: Any, client_for: Any) -> N
         coll.delete_one({"_id": 1})
         events = _next_events(stream, 3)
         token = events[0]["_id"]
-    assert [e["operationType"] for e in events] == ["insert", "replace", "delete"]
+    assert [e["operationType"] for e in events] == ["insert", "update", "delete"]
     assert events[0]["fullDocument"] == {"_id": 1, "x": 1}
-    assert events[1]["fullDocument"] == {"_id": 1, "x": 2}
+    assert events[1]["updateDescription"]["updatedFields"] == {"x": 2}
     assert events[2]["documentKey"] == {"_id": 1}
     assert events[0]["ns"] == {"db": "cs", "coll": "items"}
     # Resuming after the first event replays the rest, and nothing before it.
+    with coll.watch(full_document="updateLookup", max_await_time_ms=200) as lookup:
+        coll.insert_one({"_id": 5})
+        coll.replace_one({"_id": 5}, {"y": 1})
+        coll.update_one({"_id": 5}, {"$set": {"y": 2}})
+        _, replaced, updated = _next_events(lookup, 3)
+    assert (replaced["operationType"], replaced["fullDocument"]) == ("replace", {"_id": 5, "y": 1})
+    assert updated["fullDocument"] == {"_id": 5, "y": 2}
     with coll.watch(resume_after=token, max_await_time_ms=200) as resumed:
         assert [e["_id"] for e in _next_events(resumed, 2)] == [e["_id"] for e in events[1:]]
     with coll.watch([{"$match": {"operationType": "insert"}}], max_await_time_ms=200) as only:

@@ -35,6 +35,19 @@ _INTERNAL_DATABASES = frozenset({"admin", "config", "local"})
 DEFAULT_AWAIT_S = 1.0
 _SCAN_BYTES = 4 * 1024 * 1024
 _NOT_ALLOWED, _FATAL, _HISTORY_LOST = 20, 280, 286  # IllegalOperation, ChangeStream*Error
+# Errors after which a client may resume a stream: mongod 4.4+ labels them on a stream's getMore.
+RESUMABLE_CODES = frozenset(
+    {6, 7, 63, 89, 91, 133, 150, 189, 234, 262, 9001, 10107, 11600, 11602, 13388, 13435, 13436}
+)
+
+
+def label_resumable(reply: dict[str, Any]) -> None:
+    """Label a failed getMore of a stream that a client may resume, as mongod 4.4+ does."""
+    labels = reply.setdefault("errorLabels", [])
+    if reply.get("code") in RESUMABLE_CODES and "ResumableChangeStreamError" not in labels:
+        labels.append("ResumableChangeStreamError")
+    if not labels:
+        del reply["errorLabels"]
 
 
 def resume_token(position: OpTime) -> dict[str, Any]:
@@ -64,6 +77,7 @@ class ChangeStreamCursor:
     position: OpTime
     pipeline: list[Any]
     full_document: str = "default"
+    show_expanded: bool = False  # create, createIndexes and dropIndexes events too
     invalidated: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)
 
@@ -100,6 +114,7 @@ def open_stream(
         position=_start(node, spec),
         pipeline=rest,
         full_document=str(spec.get("fullDocument", "default")),
+        show_expanded=bool(spec.get("showExpandedEvents")),
     )
 
 
@@ -181,6 +196,13 @@ def _collect(
                 return out
             cursor.position = position
             events = run_pipeline(_events(node, cursor, entry), cursor.pipeline)
+            if any(event.get("_id") != resume_token(position) for event in events):
+                raise CommandError(
+                    _FATAL,
+                    "Encountered an event whose _id field, which contains the resume token, "
+                    "was modified by the pipeline",
+                    labels=("NonResumableChangeStreamError",),
+                )
             out += events[: limit - len(out)]
             cursor.pending += events[limit - len(out) :]
             if len(out) >= limit or cursor.invalidated:
@@ -204,10 +226,17 @@ def _events(node: Node, cursor: ChangeStreamCursor, entry: dict[str, Any]) -> li
         return [event | {"operationType": "insert", "fullDocument": doc,
                          "documentKey": {"_id": doc["_id"]}}]  # fmt: skip
     if op == "u":
-        # The sandbox logs whole new documents: every update is shown as a replace.
         doc = entry["o"]
-        return [event | {"operationType": "replace", "fullDocument": doc,
-                         "documentKey": {"_id": doc["_id"]}}]  # fmt: skip
+        key = {"documentKey": {"_id": doc["_id"]}}
+        description = (entry.get("o2") or {}).get("updateDescription")
+        if description is None:  # a replacement
+            return [event | {"operationType": "replace", "fullDocument": doc} | key]
+        update = event | {"operationType": "update"} | key | {"updateDescription": description}
+        if cursor.full_document == "updateLookup":
+            update["fullDocument"] = node.store.get(ns, doc["_id"])
+        elif cursor.full_document in ("whenAvailable", "required"):
+            update["fullDocument"] = doc  # the entry holds the post-image
+        return [update]
     if op == "d":
         return [event | {"operationType": "delete", "documentKey": {"_id": entry["o"]["_id"]}}]
     return []
@@ -230,6 +259,12 @@ def _command_events(
             cursor.invalidated = True
             events.append(base | {"operationType": "invalidate"})
         return events
+    expanded = _expanded_event(o)
+    if expanded is not None and cursor.show_expanded:
+        coll, event = expanded
+        if cursor.coll is None or coll == cursor.coll:
+            return [base | {"ns": {"db": db, "coll": coll}} | event]
+        return []
     if "dropDatabase" in o:
         events = [base | {"operationType": "dropDatabase", "ns": {"db": db}}]
         if cursor.db is not None:
@@ -237,3 +272,68 @@ def _command_events(
             events.append(base | {"operationType": "invalidate"})
         return events
     return []
+
+
+def update_description(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """What an update changed, as an `update` event describes it: fields set (dotted paths),
+    fields removed, arrays cut short. Recorded with the oplog entry of an update that is not a
+    replacement (the entry holds the new document, not the change)."""
+    updated: dict[str, Any] = {}
+    removed: list[str] = []
+    truncated: list[dict[str, Any]] = []
+    _diff(old, new, "", updated, removed, truncated)
+    return {"updatedFields": updated, "removedFields": removed, "truncatedArrays": truncated}
+
+
+def _diff(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    prefix: str,
+    updated: dict[str, Any],
+    removed: list[str],
+    truncated: list[dict[str, Any]],
+) -> None:
+    for key, value in new.items():
+        path = f"{prefix}{key}"
+        before = old.get(key, _ABSENT)
+        if isinstance(before, dict) and isinstance(value, dict):
+            _diff(before, value, f"{path}.", updated, removed, truncated)
+        elif isinstance(before, list) and isinstance(value, list):
+            _diff_array(before, value, path, updated, truncated)
+        elif before is _ABSENT or type(before) is not type(value) or before != value:
+            updated[path] = value
+    removed += [f"{prefix}{key}" for key in old if key not in new]
+
+
+def _diff_array(
+    old: list[Any],
+    new: list[Any],
+    path: str,
+    updated: dict[str, Any],
+    truncated: list[dict[str, Any]],
+) -> None:
+    if len(new) < len(old):
+        truncated.append({"field": path, "newSize": len(new)})
+    for index, value in enumerate(new):
+        if index >= len(old) or type(old[index]) is not type(value) or old[index] != value:
+            updated[f"{path}.{index}"] = value
+
+
+_ABSENT: Any = object()
+
+
+def _expanded_event(o: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(collection, event fields) of a catalog change shown only with showExpandedEvents."""
+    if "create" in o:
+        description = {k: o[k] for k in ("viewOn", "pipeline") if k in o}
+        if not description:
+            description = {"idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"}}
+        return o["create"], {"operationType": "create", "operationDescription": description}
+    if "createIndexes" in o:
+        spec = {k: v for k, v in o.items() if k != "createIndexes"}
+        return o["createIndexes"], {"operationType": "createIndexes",
+                                    "operationDescription": {"indexes": [spec]}}  # fmt: skip
+    if "dropIndexes" in o:
+        dropped = {"indexes": [{"name": o["index"]}]}
+        return o["dropIndexes"], {"operationType": "dropIndexes", "operationDescription": dropped}
+    return None

@@ -148,6 +148,10 @@ class Commands:
         member's replies carry the cluster time, as mongod's do (`operationTime`, and
         `$clusterTime` with a zero signature, as a set without keys signs it)."""
         reply = await self._run(req)
+        if req.name.lower() == "getmore" and reply.get("ok") == 0:
+            cursor = self.cursors.get(int(req.body.get("getMore") or 0))
+            if isinstance(cursor, changestream.ChangeStreamCursor):
+                changestream.label_resumable(reply)
         node = self.node
         attach_topology_version(reply, node.topology_version())
         if not node.spec.standalone and not node.is_arbiter:
@@ -718,6 +722,15 @@ def _stmt_id(req: Request, index: int) -> int:
     return int(ids[index]) if ids else index
 
 
+def _update_key(old: dict[str, Any], new: dict[str, Any], update: Any) -> dict[str, Any]:
+    """An update entry's `o2`: the document's `_id` and, unless the update replaced the
+    document, what it changed (for change streams' `update` events)."""
+    key: dict[str, Any] = {"_id": old["_id"]}
+    if isinstance(update, list) or (update and next(iter(update)).startswith("$")):
+        key["updateDescription"] = changestream.update_description(old, new)
+    return key
+
+
 def _refuse_view(node: Node, ns: str) -> None:
     if node.store.view(ns) is not None:
         raise CommandError(166, f"Namespace {ns} is a view, not a collection")
@@ -842,7 +855,7 @@ def _update_one_spec(
                 "u",
                 ns,
                 new,
-                o2={"_id": old["_id"]},
+                o2=_update_key(old, new, u),
                 session=cmds.session_fields(session, stmt, result),
             )
     result = {"n": len(targets), "nModified": changed}
@@ -912,7 +925,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
                  "value": shown(new if body.get("new") else target)}  # fmt: skip
         if new != target or list(new) != list(target):
             _check_unique(node, ns, new)
-            optime = node.write("u", ns, new, o2={"_id": target["_id"]},
+            optime = node.write("u", ns, new, o2=_update_key(target, new, update),
                                 session=cmds.session_fields(session, 0, reply))  # fmt: skip
     if optime is None and session is not None:
         # Nothing written, but a retry must find this statement done, on any member.
