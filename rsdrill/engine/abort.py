@@ -24,7 +24,6 @@ an unknown metric never aborts a run. Everything here is pure: no clock, no I/O.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,9 @@ from typing import TYPE_CHECKING
 from rsdrill.analysis.failover import writable
 from rsdrill.analysis.slo import compare
 from rsdrill.analysis.slo import parse_condition as parse_comparison
+from rsdrill.analysis.sources import CLIENT_PROBES, missing_source
 from rsdrill.probes.history import Op
+from rsdrill.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Probes
@@ -43,14 +44,9 @@ CHECK_INTERVAL_S = 0.25
 ERROR_RATE_WINDOW_S = 10.0
 ERROR_RATE_MIN_ATTEMPTS = 20
 """Fewer attempts in the window give no rate: a probe warming up must not abort the run."""
-CLIENT_PROBES = frozenset({"write", "read", "ledger", "load"})
 
-METRICS: dict[str, str] = {
-    "no_primary_s": "the failover probe (probes.failover)",
-    "write_unavailable_s": "the availability probe's writes (probes.availability.writes)",
-    "probe_error_rate": "a client-side probe (availability, durability or load)",
-}
-"""The metrics a condition may name → the probe it is measured by."""
+METRICS: tuple[str, ...] = ("no_primary_s", "write_unavailable_s", "probe_error_rate")
+"""The metrics a condition may name (what each is measured by: analysis/sources.py)."""
 
 _CONDITION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(.*)$")
 
@@ -97,8 +93,8 @@ def parse_condition(text: str) -> Condition:
         )
     metric, rest = match.groups()
     if metric not in METRICS:
-        guess = difflib.get_close_matches(metric, list(METRICS), n=1, cutoff=0.6)
-        hint = f"did you mean '{guess[0]}'? " if guess else ""
+        guess = did_you_mean(metric, METRICS)
+        hint = f"did you mean '{guess}'? " if guess else ""
         raise ValueError(
             f"unknown metric {metric!r} in {text!r}; {hint}(one of {', '.join(METRICS)})"
         )
@@ -119,17 +115,8 @@ def parse_condition(text: str) -> Condition:
 def unmeasurable(metric: str, probes: Probes) -> str | None:
     """Why `metric` cannot be measured with these probes (a condition on it could never hold);
     None when it can."""
-    availability = probes.availability
-    writes = availability is not None and availability.writes
-    reads = availability is not None and availability.reads
-    measured = {
-        "no_primary_s": probes.failover is not None,
-        "write_unavailable_s": writes,
-        "probe_error_rate": (
-            writes or reads or probes.durability is not None or probes.load is not None
-        ),
-    }[metric]
-    return None if measured else f"{metric} is measured by {METRICS[metric]}, which is off"
+    source = missing_source(metric, probes.records())
+    return None if source is None else f"{metric} is measured by {source.what}, which is off"
 
 
 def current_gap(
@@ -165,7 +152,7 @@ def probe_error_rate(ops: Sequence[Op], now: float) -> float | None:
     recent = [
         op
         for op in ops
-        if op.probe in CLIENT_PROBES
+        if op.probe in CLIENT_PROBES.records
         and op.op != "readback"
         and now - ERROR_RATE_WINDOW_S <= op.t_end <= now
     ]

@@ -197,7 +197,7 @@ class Runner:
         except (TargetError, InjectionError, SelectionError, StepFailed, SettingsError) as exc:
             verdict, error = "error", redact_uri(str(exc))
         except Exception as exc:  # an internal error still reverts, reports and exits 4
-            verdict, error = "error", redact_uri(f"internal error: {type(exc).__name__}: {exc}")
+            verdict, error = "error", redact_uri(_internal(exc))
         finally:
             if console is not None:
                 console.stop()
@@ -215,9 +215,16 @@ class Runner:
                 probes.stop(readback_timeout_s=readback_s)
             duration = self.clock.now()
             if self.history.ops():
-                metrics, slo_results, judged = self._judge(duration)
-                if verdict == "pass":
-                    verdict = judged
+                # Judging is pure, but a bug in it must not cost the teardown, the journal's
+                # end or the result: the run then ends in an error that says so.
+                try:
+                    metrics, slo_results, judged = self._judge(duration)
+                    if verdict == "pass":
+                        verdict = judged
+                except Exception as exc:
+                    metrics, slo_results = Metrics(), []
+                    if verdict != "error":
+                        verdict, error = "error", redact_uri(f"analysis failed: {_internal(exc)}")
             if target is not None:
                 self._phase("teardown")
                 try:
@@ -225,6 +232,8 @@ class Runner:
                     journal.write("released", key="resource:target")
                 except TargetError as exc:
                     verdict, error = "error", f"teardown: {exc}"
+                except Exception as exc:
+                    verdict, error = "error", redact_uri(f"teardown: {_internal(exc)}")
             if not revert_error:
                 journal.write("end", verdict=verdict)  # else `rsdrill recover` finishes it
             journal.close()
@@ -622,6 +631,10 @@ def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
 def fault_options(fault: Fault) -> dict[str, Any]:
     """What a fault was given beyond when and where (as in its file)."""
     return fault.model_dump(mode="json", exclude={"at", "kind", "select"}, exclude_unset=True)
+
+
+def _internal(exc: Exception) -> str:
+    return f"internal error: {type(exc).__name__}: {exc}"
 
 
 def _fault_result(record: FaultRecord) -> FaultResult:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rsdrill.experiment.schema import Experiment, FieldProblem
+from rsdrill.suggest import did_you_mean
 
 Loc = tuple[str | int, ...]
 
@@ -113,7 +114,7 @@ def load_document_text(
     """Validate `text` as a `model` document, with located errors; see `load_experiment_text`.
 
     `model` is validated from the file's top-level mapping; its fields are found in the file as
-    an experiment's are, and an `slo:` mapping among them has its metric names checked.
+    an experiment's are.
     """
     if isinstance(text, bytes):
         text = _decode(text, source_name)
@@ -121,15 +122,11 @@ def load_document_text(
     # A duplicate key or an unset variable explains the schema's complaints, so it goes first.
     if tree.issues:
         raise _first(tree.issues)
-    issues = _slo_issues(tree)
     data = {k: v for k, v in tree.data.items() if not _is_extension(k)}
     try:
-        document = model.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
-        raise _first([*issues, *_validation_issues(tree, exc)]) from None
-    if issues:
-        raise _first(issues)
-    return document
+        raise _first(_validation_issues(tree, exc)) from None
 
 
 def _is_extension(key: Any) -> bool:
@@ -557,7 +554,8 @@ def _pointed_node(tree: _Tree, e: _Located) -> Node:
             return key or node
         if step.node is not None:
             node, key = step.node, step.key
-    if e.kind in _ABOUT_KEYS or (key is not None and not isinstance(node, ScalarNode)):
+    about_key = getattr(_ctx_error(e.error), "about_key", False)
+    if e.kind in _ABOUT_KEYS or about_key or (key is not None and not isinstance(node, ScalarNode)):
         return key or node
     return node
 
@@ -599,14 +597,7 @@ def _parent_model(e: _Located) -> type[BaseModel]:
 
 
 def _key_guess(e: _Located) -> str | None:
-    return _did_you_mean(str(e.loc[-1]), list(_parent_model(e).model_fields))
-
-
-def _did_you_mean(given: str, choices: list[str]) -> str | None:
-    """The closest of `choices`, ignoring case, if any is close enough."""
-    by_lower = {c.lower(): c for c in choices}
-    close = difflib.get_close_matches(given.lower(), list(by_lower), n=1, cutoff=0.6)
-    return by_lower[close[0]] if close else None
+    return did_you_mean(str(e.loc[-1]), list(_parent_model(e).model_fields))
 
 
 def _alternatives_problem(given: Any, alternatives: Iterable[Any]) -> str:
@@ -621,7 +612,7 @@ def _alternatives_problem(given: Any, alternatives: Iterable[Any]) -> str:
     names = [v for v in values if isinstance(v, str)]
     if isinstance(given, str) and names:
         listed = f"(one of {', '.join(words)})"
-        guess = _did_you_mean(given, names)
+        guess = did_you_mean(given, names)
         if guess:
             return f"unknown value {given!r}; did you mean '{guess}'? {listed}"
         return f"unknown value {given!r} {listed}"
@@ -703,30 +694,3 @@ def _type_problem(error: Mapping[str, Any], given: Any) -> str:
             return "must not be empty"
         return f"needs at least {ctx['min_length']} items"
     return str(error["msg"])
-
-
-# -- SLO metric names ----------------------------------------------------------------------------
-
-
-def _slo_issues(tree: _Tree) -> list[ExperimentError]:
-    """Unknown metric names in `slo:` (the analyzers define which names exist)."""
-    slo = tree.data.get("slo")
-    if not isinstance(slo, dict) or not slo:
-        return []
-    from rsdrill.analysis.slo import known_metric, metric_names
-
-    slo_node = tree.pairs(tree.root)["slo"].value
-    issues = []
-    for name in slo:
-        if not isinstance(name, str) or known_metric(name):
-            continue
-        names = metric_names()
-        guess = _did_you_mean(name, names)
-        problem = (
-            f"unknown metric; did you mean '{guess}'?"
-            if guess
-            else f"unknown metric (one of {', '.join(names)}, recovery_s.<host:port>)"
-        )
-        key_node = tree.pairs(slo_node)[name].key
-        issues.append(tree.error(key_node, ("slo", name), problem))
-    return issues

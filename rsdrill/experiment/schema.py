@@ -211,6 +211,21 @@ class Probes(Strict):
     durability: DurabilityProbe | None = DurabilityProbe()
     load: LoadProbe | None = None
 
+    def records(self) -> set[str]:
+        """The names of the probes whose ops this configuration records (see
+        analysis/sources.py)."""
+        availability = self.availability
+        made = {
+            "write": availability is not None and availability.writes,
+            "read": availability is not None and availability.reads,
+            "failover": self.failover is not None,
+            "recovery": self.recovery is not None,
+            "lag": self.lag is not None,
+            "ledger": self.durability is not None,
+            "load": self.load is not None,
+        }
+        return {name for name, on in made.items() if on}
+
 
 # -- faults --------------------------------------------------------------------------------------
 
@@ -471,6 +486,21 @@ _MEMBERS_BY_ROLE: dict[str, dict[str, int]] = {
 SLO_PATTERN = r"^\s*(<=|>=|==|!=|<|>)\s*(-?\d+(\.\d+)?)\s*$"
 
 
+def _known_metrics(slo: dict[str, str]) -> dict[str, str]:
+    from rsdrill.analysis.slo import unknown_metric_problem
+
+    for name in slo:
+        if (problem := unknown_metric_problem(name)) is not None:
+            raise FieldProblem((name,), problem, about_key=True)
+    return slo
+
+
+SloConditions = Annotated[
+    dict[str, Annotated[str, Field(pattern=SLO_PATTERN)]], AfterValidator(_known_metrics)
+]
+"""`slo:`: metric → condition; every name one the analyzers compute (see analysis/slo.py)."""
+
+
 MatrixValue = bool | int | float | str
 
 
@@ -539,7 +569,7 @@ class Experiment(Strict):
     probes: Probes = Probes()
     faults: tuple[Fault, ...] = Field(min_length=1)
     observe: Observe = Observe()
-    slo: dict[str, Annotated[str, Field(pattern=SLO_PATTERN)]] = Field(
+    slo: SloConditions = Field(
         default_factory=dict,
         description='metric → condition, e.g. write_unavailable_s: "<= 15"',
     )
@@ -611,6 +641,11 @@ class Experiment(Strict):
     def _platform_supports_faults(self) -> Experiment:
         platform = self.target.platform
         for i, fault in enumerate(self.faults):
+            for section in REMOTE_PLATFORMS:
+                if section != platform and getattr(fault, section) is not None:
+                    raise FieldProblem(
+                        ("faults", i, section), f"{section} options on a {platform} target"
+                    )
             if fault.kind == "data-loss" and platform in REMOTE_PLATFORMS:
                 raise FieldProblem(
                     ("faults", i, "kind"),
@@ -621,14 +656,28 @@ class Experiment(Strict):
         importlib.import_module(f"rsdrill.experiment.platforms.{module}").check_experiment(self)
         return self
 
+    def records(self) -> set[str]:
+        """What the run records: its probes' ops, `data-loss` faults and marked steps (the
+        names of analysis/sources.py)."""
+        records = self.probes.records()
+        if any(fault.kind == "data-loss" for fault in self.faults):
+            records.add("data-loss")
+        records.update(f"step:{step.marks}" for step in self.steps if step.marks != "none")
+        return records
+
     @model_validator(mode="after")
-    def _slos_exist_for_topology(self) -> Experiment:
+    def _slos_are_measured(self) -> Experiment:
         from rsdrill.analysis.slo import not_applicable_reason
+        from rsdrill.analysis.sources import missing_source
 
         standalone = self.target.topology == "standalone"
+        records = self.records()
         for metric in self.slo:
             if (reason := not_applicable_reason(metric, standalone=standalone)) is not None:
-                raise FieldProblem(("slo", metric), reason)
+                raise FieldProblem(("slo", metric), reason, about_key=True)
+            if (source := missing_source(metric, records)) is not None:
+                raise FieldProblem(("slo", metric), f"measured by {source.what}, which this "
+                                   "experiment turns off", about_key=True)  # fmt: skip
         return self
 
     @model_validator(mode="after")

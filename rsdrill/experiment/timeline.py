@@ -35,7 +35,6 @@ from pydantic import (
 )
 
 from rsdrill.experiment.schema import (
-    SLO_PATTERN,
     Duration,
     Experiment,
     Fault,
@@ -45,6 +44,7 @@ from rsdrill.experiment.schema import (
     Probes,
     SelectCount,
     Selection,
+    SloConditions,
     Strict,
     Target,
     format_duration,
@@ -118,7 +118,7 @@ class Timeline(Strict):
     events: tuple[TimelineEvent, ...] = Field(min_length=1)
     probes: Probes = Probes()
     observe: Observe = Observe()
-    slo: dict[str, Annotated[str, Field(pattern=SLO_PATTERN)]] = Field(
+    slo: SloConditions = Field(
         default_factory=dict, description='metric → condition, e.g. write_unavailable_s: "<= 15"'
     )
     guards: Guards = Guards()

@@ -161,9 +161,6 @@ def check_experiment(exp: Experiment) -> None:
         if fault.engine is not None:
             raise _problem(i, "engine", text="vsphere has one way to inject each fault (its "
                            "API): drop `engine`")  # fmt: skip
-        for other in ("kubernetes", "ec2"):
-            if getattr(fault, other) is not None:
-                raise _problem(i, other, text=f"{other} options on a vsphere target")
         if fault.scope == "node":
             raise _problem(i, "scope", text="scope node is for kubernetes; on vsphere: member "
                            "(the VM) or host (every VM on its ESXi host)")  # fmt: skip
