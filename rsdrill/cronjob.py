@@ -128,7 +128,7 @@ def role_rules(
 ) -> tuple[dict[str | None, list[dict[str, Any]]], list[dict[str, Any]]]:
     """RBAC rules for everything the experiments' faults do: {namespace: rules} for Roles and
     the rules of a ClusterRole (node-level faults), merged per API group and resource."""
-    from rsdrill.injectors.kubernetes.preflight import needed_permissions
+    from rsdrill.platforms.kubernetes.preflight import needed_permissions
 
     grouped: dict[str | None, dict[tuple[str, str], list[str]]] = defaultdict(dict)
     for exp in experiments:

@@ -202,9 +202,9 @@ def recover(
 ) -> None:
     """Revert whatever a dead run left behind (faults in force, its sandbox), from the journal.
     Running it again finds nothing to do."""
+    from rsdrill.engine.actions import carry_out, describe
     from rsdrill.engine.journal import Journal, journal_dir, pending, process_alive
-    from rsdrill.injectors.actions import carry_out, describe
-    from rsdrill.targets import TargetError
+    from rsdrill.platforms.base import TargetError
 
     owed = pending()
     todo = [p for p in owed if force or not process_alive(p.pid)]

@@ -26,9 +26,9 @@ from rsdrill.connection import (
 )
 from rsdrill.deployment import Deployment, inspect, version_problem
 from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.base import TargetError
 from rsdrill.privileges import CLUSTER, granted
 from rsdrill.probes.availability import PROBE_DB
-from rsdrill.targets import TargetError
 
 TIMEOUT_S = 5.0
 # Faults that run through faultfs (FUSE) on the sandbox and local platforms.
@@ -120,7 +120,7 @@ def _members(exp: Experiment, seeds: list[str], options: ConnectOptions) -> list
     """The members to reach: a local target names them; elsewhere the set lists them."""
     if exp.target.platform == "local":
         return [m.host for m in exp.target.members]
-    from rsdrill.targets.remote import discover_members
+    from rsdrill.platforms.remote import discover_members
 
     try:
         return discover_members(seeds, TIMEOUT_S, options)

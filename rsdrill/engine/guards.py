@@ -51,9 +51,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.engine.selection import current_states
 from rsdrill.experiment.schema import Experiment, Fault, SelectCount, SelectMember
 from rsdrill.states import HEALTHY, PRIMARY_LIKE, STANDALONE
-from rsdrill.targets.selection import current_states
 
 ALLOW_ENV = "RSDRILL_ALLOW"
 OPLOG_FULL_FRACTION = 0.8

@@ -6,7 +6,6 @@ error, Ctrl-C, SIGTERM). A run that dies anyway leaves a journal for `rsdrill re
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import os
 import secrets
 import signal
@@ -18,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from rsdrill import __version__
+from rsdrill import __version__, registry
 from rsdrill.connection import ConnectOptions, SettingsError, use_options
 from rsdrill.deployment import Deployment, inspect_any
 from rsdrill.engine.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
@@ -27,10 +26,16 @@ from rsdrill.engine.guards import GuardRefusal, check_guards
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.schedule import Action, build_schedule
+from rsdrill.engine.selection import (
+    SelectionError,
+    current_states,
+    resolve,
+    states_from_hellos,
+)
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
 from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.injectors.base import InjectionError, Injector
-from rsdrill.injectors.stepdown import StepDown
+from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
+from rsdrill.platforms.stepdown import StepDown
 from rsdrill.probes.history import FaultRecord, History, Op, RunClock
 from rsdrill.redact import redact_uri
 from rsdrill.result import (
@@ -43,13 +48,6 @@ from rsdrill.result import (
     TargetInfo,
 )
 from rsdrill.states import HEALTHY, PRIMARY_LIKE
-from rsdrill.targets import RunTarget, TargetError
-from rsdrill.targets.selection import (
-    SelectionError,
-    current_states,
-    resolve,
-    states_from_hellos,
-)
 
 PREFLIGHT_TIMEOUT_S = 60.0
 VERIFY_TIMEOUT_S = 10.0
@@ -93,19 +91,8 @@ class _State:
 
 
 def make_target(exp: Experiment, out_dir: Path) -> RunTarget:
-    platform = exp.target.platform
-    if platform == "sandbox":
-        from rsdrill.targets.sandbox import SandboxTarget
-
-        return SandboxTarget(exp.target, out_dir / "sandbox", exp.faults)
-    if platform == "local":
-        from rsdrill.targets.local import LocalTarget
-
-        return LocalTarget(exp.target, out_dir)
-    # Remote platforms import their SDK only when a run needs it.
-    module = importlib.import_module(f"rsdrill.targets.{platform}")
-    target: RunTarget = module.make_target(exp, out_dir)
-    return target
+    """The experiment's target, from its platform (which imports its SDK only now)."""
+    return registry.platform(exp.target.platform).make_target(exp, out_dir)
 
 
 class Runner:

@@ -9,12 +9,12 @@ seconds, and held as float seconds.
 from __future__ import annotations
 
 import copy
-import importlib
 import itertools
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, create_model, model_validator
 
+from rsdrill import registry
 from rsdrill.experiment.fields import (
     Duration,
     FieldProblem,
@@ -22,15 +22,19 @@ from rsdrill.experiment.fields import (
     format_duration,
     parse_duration,
 )
-from rsdrill.experiment.platforms.ec2 import Ec2Fault, Ec2Platform
-from rsdrill.experiment.platforms.kubernetes import KubernetesFault, KubernetesPlatform
-from rsdrill.experiment.platforms.vsphere import VsphereFault, VspherePlatform
+from rsdrill.registry import platforms
 
 __all__ = ["Duration", "FieldProblem", "Strict", "format_duration", "parse_duration"]
 
 # -- target --------------------------------------------------------------------------------------
 
-REMOTE_PLATFORMS = ("kubernetes", "ec2", "vsphere")
+# The platforms come from the registry (entry points): the model is built with one
+# `target.<name>` and one `faults[i].<name>` section per platform that has one.
+PLATFORM_NAMES: tuple[str, ...] = tuple(platforms())
+PlatformName = Literal[PLATFORM_NAMES]  # type: ignore[valid-type]
+MACHINE_PLATFORMS = ("sandbox", "local")
+# Platforms reached by a URI (the others build or find their members on this machine).
+REMOTE_PLATFORMS: tuple[str, ...] = tuple(n for n in PLATFORM_NAMES if n not in MACHINE_PLATFORMS)
 
 
 class LocalMember(Strict):
@@ -46,11 +50,11 @@ class LocalMember(Strict):
     )
 
 
-class Target(Strict):
+class _Target(Strict):
     """Where the replica set is: a sandbox rsdrill builds, processes already running here, or
     a set on Kubernetes, EC2 or vSphere."""
 
-    platform: Literal["sandbox", "local", "kubernetes", "ec2", "vsphere"] = Field(
+    platform: PlatformName = Field(
         description="sandbox: rsdrill starts a replica set for the run; "
         "local: existing member processes on this machine; "
         "kubernetes, ec2, vsphere: a set on that platform (needs `uri` and its section)"
@@ -89,19 +93,16 @@ class Target(Strict):
         "hello",
         description="sandbox: legacy members answer only isMaster (servers before 4.4.2)",
     )
-    kubernetes: KubernetesPlatform | None = None
-    ec2: Ec2Platform | None = None
-    vsphere: VspherePlatform | None = None
 
     @model_validator(mode="after")
-    def _platform_fields(self) -> Target:
-        for section in REMOTE_PLATFORMS:
+    def _platform_fields(self) -> _Target:
+        for section in _TARGET_SECTIONS:
             if getattr(self, section) is not None and section != self.platform:
                 raise FieldProblem(
                     (section,), f"a `{section}` section, but the platform is {self.platform}"
                 )
         if self.platform in REMOTE_PLATFORMS:
-            if getattr(self, self.platform) is None:
+            if self.platform in _TARGET_SECTIONS and getattr(self, self.platform) is None:
                 raise FieldProblem(
                     (self.platform,),
                     f"platform {self.platform} needs its `{self.platform}` "
@@ -136,6 +137,16 @@ class Target(Strict):
         if self.storage == "memory" and self.topology != "standalone":
             raise FieldProblem(("storage",), "in-memory storage is for topology: standalone")
         return self
+
+
+_TARGET_SECTIONS = {n: p.options for n, p in platforms().items() if p.options is not None}
+Target = create_model(  # type: ignore[call-overload]
+    "Target",
+    __base__=_Target,
+    __doc__=_Target.__doc__,
+    __module__=__name__,
+    **{name: (options | None, None) for name, options in _TARGET_SECTIONS.items()},
+)
 
 
 # -- probes --------------------------------------------------------------------------------------
@@ -304,7 +315,7 @@ def _errno_name(value: str) -> str:
     return value
 
 
-class Fault(Strict):
+class _Fault(Strict):
     at: Duration = Field(description="when, from the start of the probes")
     kind: FaultKind
     select: Selection = "primary"
@@ -360,12 +371,9 @@ class Fault(Strict):
         description="network-partition: inbound: others cannot reach the member; "
         "outbound: it cannot reach them",
     )
-    kubernetes: KubernetesFault | None = None
-    ec2: Ec2Fault | None = None
-    vsphere: VsphereFault | None = None
 
     @model_validator(mode="after")
-    def _kind_fields(self) -> Fault:
+    def _kind_fields(self) -> _Fault:
         for name, kinds in _KIND_FIELDS.items():
             if name in self.model_fields_set and self.kind not in kinds:
                 raise FieldProblem((name,), f"`{name}` applies to {' and '.join(kinds)}, "
@@ -412,6 +420,16 @@ class Fault(Strict):
         if self.kind in ("stepdown", "data-loss"):
             return None  # data-loss: only a restore step brings the data back
         return self.duration
+
+
+_FAULT_SECTIONS = {n: p.fault_options for n, p in platforms().items() if p.fault_options}
+Fault = create_model(  # type: ignore[call-overload]
+    "Fault",
+    __base__=_Fault,
+    __doc__=_Fault.__doc__,
+    __module__=__name__,
+    **{name: (options | None, None) for name, options in _FAULT_SECTIONS.items()},
+)
 
 
 class Step(Strict):
@@ -641,7 +659,7 @@ class Experiment(Strict):
     def _platform_supports_faults(self) -> Experiment:
         platform = self.target.platform
         for i, fault in enumerate(self.faults):
-            for section in REMOTE_PLATFORMS:
+            for section in _FAULT_SECTIONS:
                 if section != platform and getattr(fault, section) is not None:
                     raise FieldProblem(
                         ("faults", i, section), f"{section} options on a {platform} target"
@@ -652,8 +670,7 @@ class Experiment(Strict):
                     f"data-loss (a wiped data directory) is for sandbox and local targets; on "
                     f"{platform}, destroy the volumes with a step of your own",
                 )
-        module = "machine" if platform in ("sandbox", "local") else platform
-        importlib.import_module(f"rsdrill.experiment.platforms.{module}").check_experiment(self)
+        registry.platform(platform).check_experiment(self)
         return self
 
     def records(self) -> set[str]:

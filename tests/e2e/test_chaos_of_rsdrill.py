@@ -35,8 +35,8 @@ from pathlib import Path
 import pytest
 
 from rsdrill.faultfs.mount import faultfs_mounts
-from rsdrill.injectors import netcls
-from rsdrill.injectors.network import rsdrill_tables
+from rsdrill.platforms.machine import netcls
+from rsdrill.platforms.machine.network import rsdrill_tables
 from rsdrill.sandbox.cluster import Sandbox
 from tests.integration.faultfs_support import ensure_faultfs_tools
 

@@ -20,11 +20,11 @@ from pymongo import MongoClient, WriteConcern
 
 from rsdrill.connection import DirectConnection
 from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.selection import current_states
 from rsdrill.experiment.schema import Experiment
 from rsdrill.result import Result
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import ReplSetSpec
-from rsdrill.targets.selection import current_states
 from tests.e2e.local_set import local_target, set_uri
 
 FAST = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s", "keep": True}

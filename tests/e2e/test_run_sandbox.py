@@ -14,9 +14,9 @@ import pytest
 from rsdrill.engine.journal import read_records
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.local.target import listening_pid
 from rsdrill.result import Result
 from rsdrill.sandbox.groundtruth import all_events, first_after
-from rsdrill.targets.local import listening_pid
 from tests.e2e.local_set import local_target
 
 

@@ -10,21 +10,21 @@ from typing import Any
 import pytest
 from harness.moto_ec2 import DATA_DEVICE, Member, data_volume_at, instance_of, volume_of
 
-from rsdrill.experiment.platforms.ec2 import DataVolume, Ec2Fault, Ec2Platform, MemberInstances
 from rsdrill.experiment.schema import Fault
-from rsdrill.injectors.base import InjectionError
-from rsdrill.injectors.ec2 import REVERT_ACTIONS, Aws, AwsError, preflight
-from rsdrill.injectors.ec2.fis import (
+from rsdrill.platforms.base import InjectionError
+from rsdrill.platforms.ec2.fis import (
     FisExperiment,
     iso_duration,
     pause_volume_io,
     stop_instances,
     volume_io_latency,
 )
-from rsdrill.injectors.ec2.instance import REPLACES_TAG, InstanceKill
-from rsdrill.injectors.ec2.lookup import find_data_volume, find_instance
-from rsdrill.injectors.ec2.network import SecurityGroupPartition
-from rsdrill.injectors.ec2.volume import IopsThrottle, VolumeDetach, modification_limit
+from rsdrill.platforms.ec2.injectors import REVERT_ACTIONS, Aws, AwsError, preflight
+from rsdrill.platforms.ec2.instance import REPLACES_TAG, InstanceKill
+from rsdrill.platforms.ec2.lookup import find_data_volume, find_instance
+from rsdrill.platforms.ec2.network import SecurityGroupPartition
+from rsdrill.platforms.ec2.options import DataVolume, Ec2Fault, Ec2Platform, MemberInstances
+from rsdrill.platforms.ec2.volume import IopsThrottle, VolumeDetach, modification_limit
 
 BY_TAG = MemberInstances(by="tag")
 AT_SDF = DataVolume(device=DATA_DEVICE)

@@ -19,9 +19,9 @@ import yaml
 
 from harness.vcsim import Vcsim, connect, create_vm, esxi_hosts, wait_task
 from harness.vsphere_binding import Event, VmBinding
+from rsdrill.platforms.sandbox.target import free_port_base
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
-from rsdrill.targets.sandbox import free_port_base
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = {"rs1": ROOT / "experiments" / "vsphere-rs1-host-failure.yaml",

@@ -8,7 +8,7 @@ import yaml
 
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.injectors.disk import describe_rule, needs_faultfs, rule_for
+from rsdrill.platforms.machine.disk import describe_rule, needs_faultfs, rule_for
 
 
 def fault(text: str) -> Fault:

@@ -11,12 +11,12 @@ from typing import Any
 from harness.vcsim import Vcsim, create_vm, esxi_hosts, wait_task
 from harness.vsphere_binding import VmBinding
 
-from rsdrill.experiment.platforms.vsphere import MemberVms, VspherePlatform
 from rsdrill.experiment.schema import Fault
-from rsdrill.injectors.vsphere import Vsphere, vsphere_injector
+from rsdrill.platforms.local.target import answers_hello
+from rsdrill.platforms.vsphere.injectors import Vsphere, vsphere_injector
+from rsdrill.platforms.vsphere.options import MemberVms, VspherePlatform
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
-from rsdrill.targets.local import answers_hello
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:

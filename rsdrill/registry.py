@@ -1,0 +1,58 @@
+"""The platforms rsdrill knows, found through the `rsdrill.platforms` entry-point group.
+
+A platform is a package that registers a `Platform` (see `rsdrill/platforms/base.py`) under
+that group, as pytest plugins and Chaos Toolkit extensions are registered; the built-ins are
+registered the same way in rsdrill's own pyproject.toml. They are also listed here so that a
+checkout whose installed metadata predates a built-in still finds it (a test keeps both lists
+the same). Nothing is loaded until a platform is asked for: `rsdrill --help` loads none.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rsdrill.platforms.base import Platform
+
+GROUP = "rsdrill.platforms"
+
+BUILTIN: dict[str, str] = {
+    "sandbox": "rsdrill.platforms.sandbox:platform",
+    "local": "rsdrill.platforms.local:platform",
+    "kubernetes": "rsdrill.platforms.kubernetes:platform",
+    "ec2": "rsdrill.platforms.ec2:platform",
+    "vsphere": "rsdrill.platforms.vsphere:platform",
+}
+"""The built-in platforms in the order the schema and messages list them."""
+
+
+class PlatformLoadError(Exception):
+    """A registered platform could not be loaded."""
+
+
+def _load(name: str, reference: str) -> Platform:
+    module, _, attribute = reference.partition(":")
+    try:
+        loaded: Platform = getattr(import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise PlatformLoadError(f"platform {name} ({reference}) cannot be loaded: {exc}") from exc
+    if loaded.name != name:
+        raise PlatformLoadError(f"platform {name} ({reference}) calls itself {loaded.name!r}")
+    return loaded
+
+
+@functools.cache
+def platforms() -> dict[str, Platform]:
+    """Every platform by name: the built-ins first, then the others in name order."""
+    references = dict(BUILTIN)
+    for entry in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+        references.setdefault(entry.name, entry.value)
+    return {name: _load(name, reference) for name, reference in references.items()}
+
+
+def platform(name: str) -> Platform:
+    """The platform called `name` (the experiment model only lets known names through)."""
+    return platforms()[name]
