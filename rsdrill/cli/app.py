@@ -51,9 +51,3 @@ def _root(
     ] = False,
 ) -> None:
     """Chaos experiments for MongoDB replica sets, with failover and recovery measured."""
-
-
-if __name__ == "__main__":  # `python -m rsdrill.cli.app`, as the console script runs it
-    from rsdrill.cli.entry import main
-
-    main()

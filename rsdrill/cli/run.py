@@ -145,7 +145,7 @@ def run_options(
     """The run's options; an `--abort-on` that cannot be parsed or measured exits 2."""
     import sys
 
-    from rsdrill.engine.abort import parse_condition, unmeasurable
+    from rsdrill.analysis.abort import parse_condition, unmeasurable
     from rsdrill.engine.runner import RunOptions
 
     for text in abort_on:

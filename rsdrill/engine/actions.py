@@ -6,77 +6,17 @@ recover` can be run twice, or after a run that died halfway through its own roll
 
 from __future__ import annotations
 
-import os
-import signal
-from pathlib import Path
 from typing import Any
 
 from rsdrill import registry
 from rsdrill.engine.steps import stop_step
-from rsdrill.experiment.schema import LocalMember
-from rsdrill.faultfs.mount import FaultFSError, unmount_all
+from rsdrill.faultfs.mount import FaultFSError
 from rsdrill.platforms.base import RevertAction, TargetError
-from rsdrill.platforms.local.target import LocalHosts, answers_hello
-from rsdrill.platforms.machine.disk import clear as _faultfs_clear
-from rsdrill.platforms.machine.network import heal as _network_heal
-from rsdrill.redact import has_masked_password
-from rsdrill.sandbox.cluster import Sandbox, SandboxError
+from rsdrill.platforms.machine.actions import REVERT_ACTIONS as MACHINE_ACTIONS
+from rsdrill.sandbox.cluster import SandboxError
 
-
-def _sigcont(action: dict[str, Any]) -> str:
-    try:
-        os.kill(int(action["pid"]), signal.SIGCONT)
-    except ProcessLookupError:
-        return f"{action['host']}: process {action['pid']} is gone, nothing to resume"
-    return f"{action['host']}: SIGCONT {action['pid']}"
-
-
-def _sandbox_start(action: dict[str, Any]) -> str:
-    sandbox = Sandbox(Path(action["dir"]))
-    if not sandbox.exists():
-        return f"{action['host']}: sandbox {action['dir']} is gone, nothing to restart"
-    member = sandbox.spec.member(action["host"])
-    if sandbox.pid(member) is not None:
-        return f"{action['host']}: already running"
-    sandbox.start(member, wipe=bool(action.get("wipe")))
-    return f"{action['host']}: restarted"
-
-
-def _local_start(action: dict[str, Any]) -> str:
-    host = action["host"]
-    if answers_hello(host):
-        return f"{host}: already running"
-    if has_masked_password(action["command"]):
-        # The journal never holds a password: a command that had one cannot be rerun from it.
-        raise TargetError(
-            f"{host}: its start command held a password, masked in the journal; start it "
-            f"yourself with the password in place: {action['command']}"
-        )
-    member = LocalMember(host=host, start=action["command"], dbpath=action.get("dbpath"))
-    LocalHosts((member,), Path(action["log_dir"])).start(host, wipe=bool(action.get("wipe")))
-    return f"{host}: restarted with `{action['command']}`"
-
-
-def _sandbox_down(action: dict[str, Any]) -> str:
-    sandbox = Sandbox(Path(action["dir"]))
-    done = f"sandbox {action['dir']}: nothing running"
-    if sandbox.running():
-        pids = sandbox.down()
-        done = f"sandbox {action['dir']}: stopped {len(pids)} member process(es)"
-    # Members on faultfs (storage faults): their mounts go once the members are down.
-    unmounted = unmount_all(Path(action["dir"]))
-    return done + (f"; unmounted {len(unmounted)} faultfs volume(s)" if unmounted else "")
-
-
-ACTIONS: dict[str, RevertAction] = {
-    "stop-step": stop_step,
-    "sigcont": _sigcont,
-    "sandbox-start": _sandbox_start,
-    "local-start": _local_start,
-    "sandbox-down": _sandbox_down,
-    "network-heal": _network_heal,
-    "faultfs-clear": _faultfs_clear,
-}
+# The machine platforms' actions carry no platform prefix (journals name them so).
+ACTIONS: dict[str, RevertAction] = {"stop-step": stop_step, **MACHINE_ACTIONS}
 
 
 def _platform_action(name: str) -> RevertAction | None:

@@ -285,8 +285,8 @@ def _fuse_check() -> Check:
 def _platform(exp: Experiment, options: ConnectOptions) -> Check:
     """The platform's own preflight (engines, permissions, member mapping), read-only."""
     from rsdrill.connection import use_options
-    from rsdrill.engine.guards import GuardRefusal
     from rsdrill.engine.runner import make_target
+    from rsdrill.errors import GuardRefusal
 
     name = f"platform {exp.target.platform}"
     with tempfile.TemporaryDirectory(prefix="rsdrill-check-") as scratch:

@@ -18,11 +18,11 @@ from types import FrameType
 from typing import Any
 
 from rsdrill import __version__, registry
+from rsdrill.analysis.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.connection import ConnectOptions, SettingsError, use_options
 from rsdrill.deployment import Deployment, inspect_any
-from rsdrill.engine.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.engine.console import GameDayConsole
-from rsdrill.engine.guards import GuardRefusal, check_guards
+from rsdrill.engine.guards import check_guards
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.schedule import Action, build_schedule
@@ -33,10 +33,11 @@ from rsdrill.engine.selection import (
     states_from_hellos,
 )
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
+from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import Experiment, Fault
+from rsdrill.history import FaultRecord, History, Op, RunClock
 from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
 from rsdrill.platforms.stepdown import StepDown
-from rsdrill.probes.history import FaultRecord, History, Op, RunClock
 from rsdrill.redact import redact_uri
 from rsdrill.result import (
     EXIT_CODES,

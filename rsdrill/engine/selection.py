@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rsdrill.connection import AccessRefused, DirectConnection, WireClientError
 from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
+from rsdrill.history import Op
 from rsdrill.platforms.base import TargetError
-from rsdrill.probes.history import Op
 from rsdrill.states import DOWN, NOT_A_REPLICA_SET, PRIMARY_LIKE, STANDALONE
 
 

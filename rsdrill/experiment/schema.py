@@ -480,7 +480,7 @@ class Guards(Strict):
 
 
 def _abort_condition(text: str) -> str:
-    from rsdrill.engine.abort import parse_condition
+    from rsdrill.analysis.abort import parse_condition
 
     parse_condition(text)
     return text
@@ -633,7 +633,7 @@ class Experiment(Strict):
 
     @model_validator(mode="after")
     def _abort_conditions_are_measured(self) -> Experiment:
-        from rsdrill.engine.abort import parse_condition, unmeasurable
+        from rsdrill.analysis.abort import parse_condition, unmeasurable
 
         for i, text in enumerate(self.abort_on):
             problem = unmeasurable(parse_condition(text).metric, self.probes)

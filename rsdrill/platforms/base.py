@@ -133,12 +133,13 @@ class Platform(Protocol):
 @dataclass(frozen=True)
 class PackagePlatform:
     """A `Platform` made of one package's modules, each imported only when needed: `checks`
-    (`check_experiment`, optionally `plan_details`), `<package>.target` (`make_target`) and,
-    if it has journaled actions of its own, `actions` (`REVERT_ACTIONS`)."""
+    (`check_experiment`), `planner` (`plan_details`, if the plan shows more), `<package>.target`
+    (`make_target`) and, if it has journaled actions of its own, `actions` (`REVERT_ACTIONS`)."""
 
     name: str
     package: str
     checks: str
+    planner: str | None = None
     options: type[BaseModel] | None = None
     fault_options: type[BaseModel] | None = None
     actions: str | None = None
@@ -147,8 +148,9 @@ class PackagePlatform:
         importlib.import_module(self.checks).check_experiment(exp)
 
     def plan_details(self, exp: Experiment) -> list[str]:
-        details = getattr(importlib.import_module(self.checks), "plan_details", None)
-        return list(details(exp)) if details is not None else []
+        if self.planner is None:
+            return []
+        return list(importlib.import_module(self.planner).plan_details(exp))
 
     def make_target(self, exp: Experiment, out_dir: Path) -> RunTarget:
         target: RunTarget = importlib.import_module(f"{self.package}.target").make_target(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rsdrill.platforms.local.target import listening_pid
+from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
 

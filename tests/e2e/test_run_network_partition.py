@@ -52,7 +52,7 @@ def _experiment(tmp_path: Path, port_base: int, duration: str) -> Path:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rsdrill.cli.app", *args]
+    return [sys.executable, "-m", "rsdrill.cli", *args]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

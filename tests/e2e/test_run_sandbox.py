@@ -14,7 +14,7 @@ import pytest
 from rsdrill.engine.journal import read_records
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
-from rsdrill.platforms.local.target import listening_pid
+from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.result import Result
 from rsdrill.sandbox.groundtruth import all_events, first_after
 from tests.e2e.local_set import local_target

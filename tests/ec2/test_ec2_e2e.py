@@ -83,7 +83,7 @@ def preload(uri: str, megabytes: int) -> None:
 
 def run(experiment: Path, out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out", str(out),
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out", str(out),
          "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
     )  # fmt: skip

@@ -65,7 +65,7 @@ CRASHING_RUN = textwrap.dedent("""
 
 
 def rsdrill(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli.app", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rsdrill.cli", *args], capture_output=True,
                           text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "RSDRILL_HOME": str(home)})  # fmt: skip
 

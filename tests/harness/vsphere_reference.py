@@ -80,7 +80,7 @@ def run_catalog(topology: str, sim: Vcsim, work: Path, *,
         bound = {vm._moId: names[vm.name] for vm in vms}
         with VmBinding(sim, sandbox, bound) as binding:
             done = subprocess.run(
-                [sys.executable, "-m", "rsdrill.cli.app", "run", str(copy), "--out",
+                [sys.executable, "-m", "rsdrill.cli", "run", str(copy), "--out",
                  str(work / "out"), "--no-live", "--no-history", "--yes"],
                 capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT, env=env,
             )  # fmt: skip

@@ -85,7 +85,7 @@ def toy_site(tmp_path: Path) -> Path:
 def rsdrill(site: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", *map(str, args)],
+        [sys.executable, "-m", "rsdrill.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,

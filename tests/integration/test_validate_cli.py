@@ -39,7 +39,7 @@ def rsdrill(*args: str | Path) -> subprocess.CompletedProcess[str]:
     """Run the real command line in its own process."""
     env = {k: v for k, v in os.environ.items() if k != UNSET_VARIABLE}
     return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", *map(str, args)],
+        [sys.executable, "-m", "rsdrill.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -77,7 +77,7 @@ def nightly_text() -> str:
         [
             sys.executable,
             "-m",
-            "rsdrill.cli.app",
+            "rsdrill.cli",
             "schedule",
             "render",
             *NIGHTLY_ARGS,

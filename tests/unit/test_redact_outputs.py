@@ -13,8 +13,8 @@ from report_sample import sample_ops, sample_result
 from rsdrill.engine.actions import carry_out
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
+from rsdrill.history import History, Op
 from rsdrill.platforms.base import TargetError
-from rsdrill.probes.history import History, Op
 from rsdrill.redact import redact_uri
 from rsdrill.report import write_reports
 

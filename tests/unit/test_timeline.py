@@ -17,7 +17,7 @@ from rsdrill.experiment.timeline import (
     parse_offset,
     timeline_from_result,
 )
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 from rsdrill.result import FaultResult, Result, TargetInfo
 
 INCIDENT = """\

@@ -12,7 +12,7 @@ from harness.vcsim import Vcsim, create_vm, esxi_hosts, wait_task
 from harness.vsphere_binding import VmBinding
 
 from rsdrill.experiment.schema import Fault
-from rsdrill.platforms.local.target import answers_hello
+from rsdrill.platforms.machine.local_hosts import answers_hello
 from rsdrill.platforms.vsphere.injectors import Vsphere, vsphere_injector
 from rsdrill.platforms.vsphere.options import MemberVms, VspherePlatform
 from rsdrill.sandbox.cluster import EmulatorEngine, up

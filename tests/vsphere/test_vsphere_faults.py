@@ -351,7 +351,7 @@ def test_recover_carries_out_the_journaled_action_after_a_crash(
     client.close()
     assert kill.vm.runtime.powerState == "poweredOff" and disk(detach.vm, 1) is None
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "recover"],
+        [sys.executable, "-m", "rsdrill.cli", "recover"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip

@@ -10,5 +10,6 @@ platform = PackagePlatform(
     checks=f"{__name__}.options",
     options=Ec2Platform,
     fault_options=Ec2Fault,
+    planner=f"{__name__}.options",
     actions=f"{__name__}.injectors",
 )

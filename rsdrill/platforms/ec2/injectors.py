@@ -35,26 +35,17 @@ def connection(platform: Ec2Platform) -> Connection:
     )
 
 
-def _wipes(fault: Fault) -> bool:
-    return bool(fault.kind == "host-kill" and fault.restart and fault.restart.volume == "wipe")
-
-
-def needs_data_volume(fault: Fault) -> bool:
-    """Whether the fault acts on the member's data volume (a wipe replaces it)."""
-    return _wipes(fault) or fault.kind in ("volume-detach", "iops-throttle", "disk-fault")
-
-
 def ec2_injector(aws: Aws, platform: Ec2Platform, fault: Fault, instance: Instance) -> Injector:
     """The injector for `fault` on the member whose host is `instance`."""
     from rsdrill.platforms.ec2 import fis
     from rsdrill.platforms.ec2.instance import InstanceKill
     from rsdrill.platforms.ec2.lookup import find_data_volume
     from rsdrill.platforms.ec2.network import SecurityGroupPartition
-    from rsdrill.platforms.ec2.options import Ec2Fault
+    from rsdrill.platforms.ec2.options import Ec2Fault, needs_data_volume, wipes_volume
     from rsdrill.platforms.ec2.volume import IopsThrottle, VolumeDetach
 
     options = fault.ec2 or Ec2Fault()
-    wipe = _wipes(fault)
+    wipe = wipes_volume(fault)
     data = None
     if needs_data_volume(fault) and platform.volume is not None:
         data = find_data_volume(aws, platform.volume, instance)

@@ -135,6 +135,16 @@ def _problem(i: int, *at: str | int, text: str) -> FieldProblem:
     return FieldProblem(("faults", i, *at), text)
 
 
+def wipes_volume(fault: Fault) -> bool:
+    """host-kill with `restart.volume: wipe`: the member comes back on a new, empty volume."""
+    return bool(fault.kind == "host-kill" and fault.restart and fault.restart.volume == "wipe")
+
+
+def needs_data_volume(fault: Fault) -> bool:
+    """Whether the fault acts on the member's data volume (a wipe replaces it)."""
+    return wipes_volume(fault) or fault.kind in ("volume-detach", "iops-throttle", "disk-fault")
+
+
 def check_experiment(exp: Experiment) -> None:
     """Refuse what EC2 cannot do, naming the field: unsupported kinds and engines, options of
     another kind, terminate without permission, volume faults without `target.ec2.volume`."""

@@ -52,7 +52,7 @@ def _calls(fault: Fault, instance: Instance, data: tuple[str, str] | None) -> li
 def problems(
     aws: Aws, platform: Ec2Platform, faults: tuple[Fault, ...], instances: list[Instance]
 ) -> list[str]:
-    from rsdrill.platforms.ec2.injectors import needs_data_volume
+    from rsdrill.platforms.ec2.options import needs_data_volume
     from rsdrill.platforms.ec2.volume import modification_limit
 
     found: list[str] = []

@@ -11,5 +11,6 @@ platform = PackagePlatform(
     checks=f"{__name__}.options",
     options=KubernetesPlatform,
     fault_options=KubernetesFault,
+    planner=f"{__name__}.resources",
     actions=f"{__name__}.actions",
 )

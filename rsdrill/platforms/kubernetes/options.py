@@ -221,11 +221,3 @@ def _check_options(fault: Fault, engine: str, at: tuple[str | int, ...]) -> None
                 f"`{name}` does not apply to "
                 f"{fault.kind} with engine {engine}, scope {fault.scope}",
             )
-
-
-def plan_details(exp: Experiment) -> list[str]:
-    """Every Kubernetes resource the run would create, as YAML (members named by role are
-    resolved at injection time, so their pods are shown as placeholders)."""
-    from rsdrill.platforms.kubernetes.resources import planned_resources
-
-    return planned_resources(exp)

@@ -298,8 +298,10 @@ def to_yaml(documents: list[dict[str, Any]]) -> str:
 # -- the plan ------------------------------------------------------------------------------------
 
 
-def planned_resources(exp: Experiment) -> list[str]:
-    """Each fault's resources as YAML documents (or, for native faults, the API calls)."""
+def plan_details(exp: Experiment) -> list[str]:
+    """Each fault's resources as YAML documents (or, for native faults, the API calls): every
+    resource the run would create (members named by role are resolved at injection time, so
+    their pods are shown as placeholders)."""
     from rsdrill.experiment.plan import describe_selection
     from rsdrill.experiment.schema import SelectMember
 

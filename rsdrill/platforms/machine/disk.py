@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.rules import Rule, RuleError
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
+from rsdrill.platforms.machine.actions import faultfs_clear
 from rsdrill.platforms.machine.process import HostKill
 
 if TYPE_CHECKING:
@@ -135,9 +136,9 @@ class StorageFault:
             hits = request(self.mountpoint, {"op": "status"})["rule_hits"].get(self.name, {})
             self._hits = {k: int(v) for k, v in hits.items()}
         except ControlError:
-            pass  # the mount is gone: clear() says so
+            pass  # the mount is gone: faultfs_clear() says so
         try:
-            clear(self.revert_action() or {})
+            faultfs_clear(self.revert_action() or {})
         except TargetError as exc:
             raise InjectionError(str(exc)) from exc
 
@@ -169,19 +170,3 @@ class PowerLossKill(HostKill):
     def report(self) -> dict[str, Any]:
         """For the result: per file, the unsynced bytes dropped (-1: a new file removed)."""
         return {"unsynced_dropped": self.undone}
-
-
-def clear(action: dict[str, Any]) -> str:
-    """Revert action `faultfs-clear`: drop the rule; restart the member if it died meanwhile."""
-    host, mountpoint = action["host"], Path(action["mountpoint"])
-    try:
-        cleared = request(mountpoint, {"op": "clear", "name": action["rule"]})["cleared"]
-        done = f"{host}: {action['rule']} cleared" if cleared else f"{host}: no rule to clear"
-    except ControlError:
-        done = f"{host}: faultfs no longer mounted, nothing to clear"
-    restart = action.get("restart")
-    if restart:  # restart actions do nothing when the member still runs
-        from rsdrill.engine.actions import carry_out  # it imports this module
-
-        done += f"; {carry_out(restart)}"
-    return done

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
-from rsdrill.platforms.local.target import answers_hello
+from rsdrill.platforms.machine.local_hosts import answers_hello
 
 
 def _wait(condition: Any, timeout_s: float) -> bool:

@@ -10,5 +10,6 @@ platform = PackagePlatform(
     checks=f"{__name__}.options",
     options=VspherePlatform,
     fault_options=VsphereFault,
+    planner=f"{__name__}.options",
     actions=f"{__name__}.injectors",
 )

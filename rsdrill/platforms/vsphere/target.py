@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rsdrill.engine.guards import GuardRefusal
+from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.platforms.base import Injector, TargetError
 from rsdrill.platforms.remote import RemoteTarget

@@ -33,7 +33,7 @@ from rsdrill.analysis.failover import writable
 from rsdrill.analysis.slo import compare
 from rsdrill.analysis.slo import parse_condition as parse_comparison
 from rsdrill.analysis.sources import CLIENT_PROBES, missing_source
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 from rsdrill.suggest import did_you_mean
 
 if TYPE_CHECKING:
