@@ -24,6 +24,7 @@ app = typer.Typer(
 app.command()(experiment.validate)
 app.command()(experiment.plan)
 app.command()(experiment.schema)
+app.command()(experiment.faults)
 app.add_typer(sandbox.app, name="sandbox")
 app.command()(check.check)
 app.command()(run.run)

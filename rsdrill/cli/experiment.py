@@ -1,5 +1,5 @@
-"""`rsdrill validate`, `rsdrill plan` and `rsdrill schema`: experiment files checked and
-explained without running anything.
+"""`rsdrill validate`, `rsdrill plan`, `rsdrill schema` and `rsdrill faults`: experiment files
+checked and explained without running anything.
 
 pydantic and PyYAML are imported inside each command so that `rsdrill --help` stays fast.
 """
@@ -67,6 +67,13 @@ def schema(
     else:
         out.write_text(text)
         typer.echo(f"wrote {out}")
+
+
+def faults() -> None:
+    """List the fault kinds: what each does, its own fields, and what each platform does."""
+    from rsdrill.experiment.kinds import fault_table, support_table
+
+    typer.echo(fault_table() + "\n" + support_table(), nl=False)
 
 
 def experiment_json_schema() -> dict[str, Any]:

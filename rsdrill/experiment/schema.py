@@ -22,6 +22,7 @@ from rsdrill.experiment.fields import (
     format_duration,
     parse_duration,
 )
+from rsdrill.experiment.kinds import KIND_NAMES, KINDS, kind_only_fields, kinds_with_field
 from rsdrill.registry import platforms
 
 __all__ = ["Duration", "FieldProblem", "Strict", "format_duration", "parse_duration"]
@@ -268,43 +269,9 @@ class Restart(Strict):
     )
 
 
-FaultKind = Literal[
-    "host-kill",
-    "host-freeze",
-    "stepdown",
-    "disk-fault",
-    "iops-throttle",
-    "volume-detach",
-    "network-partition",
-    "data-loss",
-]
+FaultKind = Literal[KIND_NAMES]  # type: ignore[valid-type]
 DiskOperation = Literal["read", "write", "fsync", "open", "any"]
-
-# Fields that belong to some kinds only; any other kind naming them is an error.
-_KIND_FIELDS: dict[str, tuple[str, ...]] = {
-    "restart": ("host-kill",),
-    "power_loss": ("host-kill",),
-    "secondary_catch_up": ("stepdown",),
-    "force": ("stepdown",),
-    "errno": ("disk-fault",),
-    "operations": ("disk-fault",),
-    "probability": ("disk-fault",),
-    "path": ("disk-fault",),
-    "latency": ("disk-fault", "iops-throttle"),
-    "iops": ("iops-throttle",),
-    "read_iops": ("iops-throttle",),
-    "write_iops": ("iops-throttle",),
-    "throughput_mb_s": ("iops-throttle",),
-    "read_mb_s": ("iops-throttle",),
-    "write_mb_s": ("iops-throttle",),
-    "isolate_from": ("network-partition",),
-    "direction": ("network-partition",),
-}
-_THROTTLE_FIELDS = ("iops", "read_iops", "write_iops", "throughput_mb_s", "read_mb_s",
-                    "write_mb_s", "latency")  # fmt: skip
-# Faults that last until reverted: without a duration they would outlive the run.
-_NEEDS_DURATION = ("host-freeze", "disk-fault", "iops-throttle", "volume-detach",
-                   "network-partition")  # fmt: skip
+_THROTTLE_FIELDS = KINDS["iops-throttle"].fields
 
 
 def _errno_name(value: str) -> str:
@@ -374,11 +341,12 @@ class _Fault(Strict):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> _Fault:
-        for name, kinds in _KIND_FIELDS.items():
+        for name in kind_only_fields():
+            kinds = kinds_with_field(name)
             if name in self.model_fields_set and self.kind not in kinds:
                 raise FieldProblem((name,), f"`{name}` applies to {' and '.join(kinds)}, "
                                    f"not {self.kind}")  # fmt: skip
-        if self.kind in _NEEDS_DURATION and self.duration is None:
+        if KINDS[self.kind].needs_duration and self.duration is None:
             raise FieldProblem(
                 ("duration",), f"{self.kind} needs a `duration` (then it is reverted)"
             )

@@ -154,3 +154,12 @@ def test_command_module_imports_neither_pydantic_nor_yaml() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_faults_lists_every_kind_from_its_spec() -> None:
+    from rsdrill.experiment.kinds import KINDS, fault_table, support_table
+
+    result = rsdrill("faults")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == fault_table() + "\n" + support_table()
+    assert all(f"| `{kind}` |" in result.stdout for kind in KINDS)
