@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsdrill import __version__
+from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Experiment
+from rsdrill.version import __version__
 
 EXPERIMENTS_DIR = "/etc/rsdrill/experiments"
 DATA_DIR = "/var/lib/rsdrill"
@@ -27,7 +28,7 @@ _CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midni
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-class ScheduleError(ValueError):
+class ScheduleError(RsdrillError, ValueError):
     """A schedule that cannot be rendered (the message names the option or file)."""
 
 

@@ -14,6 +14,8 @@ from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
+from rsdrill.errors import PlatformLoadError
+
 if TYPE_CHECKING:
     from rsdrill.platforms.base import Platform
 
@@ -27,10 +29,6 @@ BUILTIN: dict[str, str] = {
     "vsphere": "rsdrill.platforms.vsphere:platform",
 }
 """The built-in platforms in the order the schema and messages list them."""
-
-
-class PlatformLoadError(Exception):
-    """A registered platform could not be loaded."""
 
 
 def _load(name: str, reference: str) -> Platform:

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from rsdrill import __version__
 from rsdrill.cli import check, experiment, faultfs, history, replay, run, sandbox, schedule
+from rsdrill.version import __version__
 
 app = typer.Typer(
     name="rsdrill",

@@ -28,13 +28,13 @@ def validate(
     files: Annotated[list[Path], typer.Argument(help="Experiment files (YAML).", metavar="FILE")],
 ) -> None:
     """Check experiment files: `FILE: ok`, or the file's first problem as FILE:LINE:COL."""
-    from rsdrill.experiment.loader import ExperimentError, load_experiment
+    import rsdrill
 
     invalid = False
     for path in files:
         try:
-            load_experiment(path)
-        except ExperimentError as exc:
+            rsdrill.load(path)
+        except rsdrill.ExperimentError as exc:
             typer.echo(str(exc), err=True)
             invalid = True
         else:
@@ -45,9 +45,9 @@ def validate(
 
 def plan(file: FileArgument) -> None:
     """Show what an experiment will do, to which member and when (nothing is run)."""
-    from rsdrill.experiment.plan import render_plan
+    import rsdrill
 
-    typer.echo(render_plan(_load_or_exit(file)), nl=False)
+    typer.echo(rsdrill.plan(_load_or_exit(file)), nl=False)
 
 
 def schema(
@@ -97,10 +97,10 @@ def experiment_json_schema() -> dict[str, Any]:
 
 
 def _load_or_exit(path: Path) -> Experiment:
-    from rsdrill.experiment.loader import ExperimentError, load_experiment
+    import rsdrill
 
     try:
-        return load_experiment(path)
-    except ExperimentError as exc:
+        return rsdrill.load(path)
+    except rsdrill.ExperimentError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_INVALID) from None

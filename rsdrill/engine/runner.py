@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from rsdrill import __version__, registry
+from rsdrill import registry
 from rsdrill.analysis.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.connection import ConnectOptions, SettingsError, use_options
 from rsdrill.deployment import Deployment, inspect_any
@@ -49,6 +49,7 @@ from rsdrill.result import (
     TargetInfo,
 )
 from rsdrill.states import HEALTHY, PRIMARY_LIKE
+from rsdrill.version import __version__
 
 PREFLIGHT_TIMEOUT_S = 60.0
 VERIFY_TIMEOUT_S = 10.0

@@ -6,13 +6,14 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from rsdrill.connection import AccessRefused, DirectConnection, WireClientError
+from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
 from rsdrill.history import Op
 from rsdrill.platforms.base import TargetError
 from rsdrill.states import DOWN, NOT_A_REPLICA_SET, PRIMARY_LIKE, STANDALONE
 
 
-class SelectionError(Exception):
+class SelectionError(RsdrillError):
     """The selection matches nothing in the live replica set; the fault is not injected."""
 
 

@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Experiment, FieldProblem
 from rsdrill.suggest import did_you_mean
 
@@ -54,7 +55,7 @@ _VALIDATOR_ERRORS = frozenset({"value_error", "assertion_error"})
 _ABOUT_KEYS = frozenset({"extra_forbidden", "invalid_key"})
 
 
-class ExperimentError(Exception):
+class ExperimentError(RsdrillError):
     """An experiment file that cannot be used, located at one line and column (1-based).
 
     `str(err)` is `"{path}:{line}:{col}: {field}: {problem}"`, or without `{field}: ` when the

@@ -34,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import (
     Duration,
     Experiment,
@@ -166,7 +167,7 @@ class Timeline(Strict):
         return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
 
 
-class ReplayError(ValueError):
+class ReplayError(RsdrillError, ValueError):
     """A previous run's result that cannot be turned into a replay."""
 
 

@@ -23,21 +23,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rsdrill.errors import InjectionError, TargetError
+
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from rsdrill.experiment.schema import Experiment, Fault
 
+__all__ = [
+    "InjectionError",
+    "Injector",
+    "PackagePlatform",
+    "Platform",
+    "ProcessHosts",
+    "RevertAction",
+    "RunTarget",
+    "TargetError",
+]
+
 RevertAction = Callable[[dict[str, Any]], str]
 """Carries out one journaled revert action from the journal alone; says what it did."""
-
-
-class InjectionError(Exception):
-    """The platform refused or failed to apply or revert a fault."""
-
-
-class TargetError(Exception):
-    """The target cannot be set up or reached; nothing was injected."""
 
 
 class Injector(Protocol):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from rsdrill.errors import RsdrillError
 
-class SandboxError(Exception):
+
+class SandboxError(RsdrillError):
     """A failure reported to the user in one line.
 
     `exit_code` 2: bad input or a refusal, nothing was changed; 4: the platform failed (a member
