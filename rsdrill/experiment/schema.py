@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, ValidationError, create_model, model_validator
 
@@ -24,6 +24,11 @@ from rsdrill.experiment.fields import (
 )
 from rsdrill.experiment.kinds import KIND_NAMES, KINDS, kind_only_fields, kinds_with_field
 from rsdrill.registry import platforms
+
+if TYPE_CHECKING:
+    from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
+    from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform
+    from rsdrill.platforms.vsphere.options import VsphereFault, VspherePlatform
 
 __all__ = ["Duration", "FieldProblem", "Strict", "format_duration", "parse_duration"]
 
@@ -141,13 +146,20 @@ class _Target(Strict):
 
 
 _TARGET_SECTIONS = {n: p.options for n, p in platforms().items() if p.options is not None}
-Target = create_model(  # type: ignore[call-overload]
-    "Target",
-    __base__=_Target,
-    __doc__=_Target.__doc__,
-    __module__=__name__,
-    **{name: (options | None, None) for name, options in _TARGET_SECTIONS.items()},
-)
+if TYPE_CHECKING:
+    # What type checkers see: the built-in platforms' sections (others are found by name).
+    class Target(_Target):
+        kubernetes: KubernetesPlatform | None = None
+        ec2: Ec2Platform | None = None
+        vsphere: VspherePlatform | None = None
+else:
+    Target = create_model(
+        "Target",
+        __base__=_Target,
+        __doc__=_Target.__doc__,
+        __module__=__name__,
+        **{name: (options | None, None) for name, options in _TARGET_SECTIONS.items()},
+    )
 
 
 # -- probes --------------------------------------------------------------------------------------
@@ -391,13 +403,20 @@ class _Fault(Strict):
 
 
 _FAULT_SECTIONS = {n: p.fault_options for n, p in platforms().items() if p.fault_options}
-Fault = create_model(  # type: ignore[call-overload]
-    "Fault",
-    __base__=_Fault,
-    __doc__=_Fault.__doc__,
-    __module__=__name__,
-    **{name: (options | None, None) for name, options in _FAULT_SECTIONS.items()},
-)
+if TYPE_CHECKING:
+
+    class Fault(_Fault):
+        kubernetes: KubernetesFault | None = None
+        ec2: Ec2Fault | None = None
+        vsphere: VsphereFault | None = None
+else:
+    Fault = create_model(
+        "Fault",
+        __base__=_Fault,
+        __doc__=_Fault.__doc__,
+        __module__=__name__,
+        **{name: (options | None, None) for name, options in _FAULT_SECTIONS.items()},
+    )
 
 
 class Step(Strict):
