@@ -10,6 +10,7 @@ the same). Nothing is loaded until a platform is asked for: `rsdrill --help` loa
 from __future__ import annotations
 
 import functools
+import logging
 from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from rsdrill.platforms.base import Platform
 
 GROUP = "rsdrill.platforms"
+_log = logging.getLogger(__name__)
 
 BUILTIN: dict[str, str] = {
     "sandbox": "rsdrill.platforms.sandbox:platform",
@@ -44,11 +46,18 @@ def _load(name: str, reference: str) -> Platform:
 
 @functools.cache
 def platforms() -> dict[str, Platform]:
-    """Every platform by name: the built-ins first, then the others in name order."""
-    references = dict(BUILTIN)
+    """Every platform by name: the built-ins first, then the others in name order. A
+    third-party platform that cannot be loaded is left out with a warning (logged), so one
+    broken package does not take every experiment down with it."""
+    found = {name: _load(name, reference) for name, reference in BUILTIN.items()}
     for entry in sorted(entry_points(group=GROUP), key=lambda e: e.name):
-        references.setdefault(entry.name, entry.value)
-    return {name: _load(name, reference) for name, reference in references.items()}
+        if entry.name in found:
+            continue
+        try:
+            found[entry.name] = _load(entry.name, entry.value)
+        except PlatformLoadError as exc:
+            _log.warning("%s; leaving it out", exc)
+    return found
 
 
 def platform(name: str) -> Platform:

@@ -125,3 +125,17 @@ def test_without_the_package_the_platform_is_unknown(tmp_path: Path) -> None:
 def test_the_built_ins_are_registered_in_pyproject_as_the_registry_lists_them() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["entry-points"][GROUP] == BUILTIN
+
+
+def test_a_platform_that_cannot_be_loaded_is_left_out_with_a_warning(
+    toy_site: Path, tmp_path: Path
+) -> None:
+    (toy_site / "toyplatform" / "__init__.py").write_text("import no_such_sdk\n")
+    sandbox = tmp_path / "sandbox.yaml"
+    sandbox.write_text(
+        "name: s\ntarget: {platform: sandbox}\nfaults:\n  - {at: 1s, kind: stepdown}\n"
+    )
+    result = rsdrill(toy_site, "validate", sandbox)
+    assert (result.returncode, result.stdout) == (0, f"{sandbox}: ok\n"), result.stderr
+    assert "platform toy (toyplatform:platform) cannot be loaded" in result.stderr
+    assert "Traceback" not in result.stderr
