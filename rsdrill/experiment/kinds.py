@@ -9,8 +9,9 @@ own load-time check; a test keeps the `platforms` entries below true to those ch
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Support = Literal["exact", "approximate", "one-way"]
 """exact: the fault itself; approximate: something close to it (said in the cell); one-way: it
@@ -178,6 +179,37 @@ def kinds_with_field(name: str) -> tuple[str, ...]:
 def kind_only_fields() -> tuple[str, ...]:
     """Every field that belongs to some kinds only."""
     return tuple(dict.fromkeys(f for spec in KINDS.values() for f in spec.fields))
+
+
+def fields_for(kind: str, fields: Iterable[str]) -> list[str]:
+    """Of a fault model's `fields`, those a fault of `kind` may have (in their order)."""
+    own = set(KINDS[kind].fields)
+    others = set(kind_only_fields())
+    return [f for f in fields if f not in others or f in own]
+
+
+def one_schema_per_kind(schema: dict[str, Any]) -> None:
+    """Turn a fault model's JSON Schema into one alternative per kind, each offering only the
+    fields that apply to it (pydantic's `json_schema_extra` hook: edits `schema` in place)."""
+    properties: dict[str, Any] = schema.pop("properties")
+    required: list[str] = schema.pop("required", [])
+    extra = schema.pop("additionalProperties", False)
+    schema.pop("type", None)
+    schema["oneOf"] = [
+        {
+            "title": spec.kind,
+            "type": "object",
+            "properties": {
+                name: {"const": spec.kind, "description": spec.meaning}
+                if name == "kind"
+                else properties[name]
+                for name in fields_for(spec.kind, properties)
+            },
+            "required": required,
+            "additionalProperties": extra,
+        }
+        for spec in KINDS.values()
+    ]
 
 
 def _cell(ways: tuple[Way, ...]) -> str:

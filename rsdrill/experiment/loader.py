@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rsdrill.errors import RsdrillError
+from rsdrill.experiment.kinds import KINDS, fields_for
 from rsdrill.experiment.schema import Experiment, FieldProblem
 from rsdrill.suggest import did_you_mean
 
@@ -575,7 +576,7 @@ def _problem(e: _Located) -> str:
         guess = _key_guess(e)
         if guess:
             return f"unknown key; did you mean '{guess}'?"
-        return f"unknown key (allowed: {', '.join(_parent_model(e).model_fields)})"
+        return f"unknown key (allowed: {', '.join(_allowed_keys(e))})"
     if kind == "literal_error":
         return _alternatives_problem(given, (e.steps[-1].type_,))
     problem = _ctx_error(e.error)
@@ -597,8 +598,25 @@ def _parent_model(e: _Located) -> type[BaseModel]:
     return parent if _is_model(parent) else e.root
 
 
+def _allowed_keys(e: _Located) -> list[str]:
+    """The keys the mapping around an unknown key may have: for a fault, those of its kind."""
+    fields = list(_parent_model(e).model_fields)
+    mapping = e.steps[-2].node if len(e.steps) > 1 else None
+    if "kind" not in fields or not isinstance(mapping, MappingNode):
+        return fields
+    kind = _scalar(mapping, "kind")
+    return fields_for(kind, fields) if kind in KINDS else fields
+
+
+def _scalar(mapping: MappingNode, key: str) -> str | None:
+    for key_node, value_node in mapping.value:
+        if key_node.value == key and isinstance(value_node, ScalarNode):
+            return str(value_node.value)
+    return None
+
+
 def _key_guess(e: _Located) -> str | None:
-    return did_you_mean(str(e.loc[-1]), list(_parent_model(e).model_fields))
+    return did_you_mean(str(e.loc[-1]), _allowed_keys(e))
 
 
 def _alternatives_problem(given: Any, alternatives: Iterable[Any]) -> str:

@@ -12,7 +12,14 @@ import copy
 import itertools
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, create_model, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 
 from rsdrill import registry
 from rsdrill.experiment.fields import (
@@ -22,7 +29,13 @@ from rsdrill.experiment.fields import (
     format_duration,
     parse_duration,
 )
-from rsdrill.experiment.kinds import KIND_NAMES, KINDS, kind_only_fields, kinds_with_field
+from rsdrill.experiment.kinds import (
+    KIND_NAMES,
+    KINDS,
+    kind_only_fields,
+    kinds_with_field,
+    one_schema_per_kind,
+)
 from rsdrill.registry import platforms
 
 if TYPE_CHECKING:
@@ -295,6 +308,9 @@ def _errno_name(value: str) -> str:
 
 
 class _Fault(Strict):
+    # Editors are offered, per kind, only the fields that apply to it.
+    model_config = ConfigDict(json_schema_extra=one_schema_per_kind)
+
     at: Duration = Field(description="when, from the start of the probes")
     kind: FaultKind
     select: Selection = "primary"

@@ -145,6 +145,11 @@ def test_schema_accepts_a_valid_file_and_rejects_a_misspelt_kind() -> None:
     assert list(validator.iter_errors(document)) == []
     document["faults"][0]["kind"] = "host-kil"
     assert list(validator.iter_errors(document)) != []
+    # Each kind is offered its own fields only: restart is host-kill's.
+    document["faults"][0].update(kind="host-kill", restart={"volume": "wipe"})
+    assert list(validator.iter_errors(document)) == []
+    document["faults"][0]["kind"] = "stepdown"
+    assert list(validator.iter_errors(document)) != []
 
 
 def test_command_module_imports_neither_pydantic_nor_yaml() -> None:
