@@ -13,7 +13,7 @@ from rsdrill.engine.steps import stop_step
 from rsdrill.faultfs.mount import FaultFSError
 from rsdrill.platforms.base import RevertAction, TargetError
 from rsdrill.platforms.machine.actions import REVERT_ACTIONS as MACHINE_ACTIONS
-from rsdrill.sandbox.cluster import SandboxError
+from rsdrill.sandbox.errors import SandboxError
 
 # The machine platforms' actions carry no platform prefix (journals name them so).
 ACTIONS: dict[str, RevertAction] = {"stop-step": stop_step, **MACHINE_ACTIONS}
