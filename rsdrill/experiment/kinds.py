@@ -1,17 +1,18 @@
 """One spec per fault kind: its meaning, its own fields, whether it needs a `duration`, and what
 each built-in platform really does for it (exactly, approximately, or one way only).
 
-This is the single source of the fault model's kind names and kind-only fields (`schema.py`
-refuses a field of another kind with it), of `rsdrill faults` and of the README's fault tables
-(a test fails when they differ). Whether a platform accepts a kind is decided by the platform's
-own load-time check; a test keeps the `platforms` entries below true to those checks.
+This is the single source of the fault kinds' names and own fields (`schema.py` builds one
+model per kind from it, so a field of another kind is refused), of `rsdrill faults` and of the
+README's fault tables (a test fails when they differ). Whether a platform accepts a kind is
+decided by the platform's own load-time check; a test keeps the `platforms` entries below true
+to those checks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 Support = Literal["exact", "approximate", "one-way"]
 """exact: the fault itself; approximate: something close to it (said in the cell); one-way: it
@@ -186,30 +187,6 @@ def fields_for(kind: str, fields: Iterable[str]) -> list[str]:
     own = set(KINDS[kind].fields)
     others = set(kind_only_fields())
     return [f for f in fields if f not in others or f in own]
-
-
-def one_schema_per_kind(schema: dict[str, Any]) -> None:
-    """Turn a fault model's JSON Schema into one alternative per kind, each offering only the
-    fields that apply to it (pydantic's `json_schema_extra` hook: edits `schema` in place)."""
-    properties: dict[str, Any] = schema.pop("properties")
-    required: list[str] = schema.pop("required", [])
-    extra = schema.pop("additionalProperties", False)
-    schema.pop("type", None)
-    schema["oneOf"] = [
-        {
-            "title": spec.kind,
-            "type": "object",
-            "properties": {
-                name: {"const": spec.kind, "description": spec.meaning}
-                if name == "kind"
-                else properties[name]
-                for name in fields_for(spec.kind, properties)
-            },
-            "required": required,
-            "additionalProperties": extra,
-        }
-        for spec in KINDS.values()
-    ]
 
 
 def _cell(ways: tuple[Way, ...]) -> str:

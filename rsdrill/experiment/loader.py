@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rsdrill.errors import RsdrillError
-from rsdrill.experiment.kinds import KINDS, fields_for
+from rsdrill.experiment.kinds import KINDS, kinds_with_field
 from rsdrill.experiment.schema import Experiment, FieldProblem
 from rsdrill.suggest import did_you_mean
 
@@ -358,7 +358,9 @@ class _Step:
     """One element of a pydantic error location, resolved against the schema and the file."""
 
     elem: str | int
-    kind: Literal["field", "item", "key", "value", "tag", "unknown"]
+    # tag: an alternative of a union tried in turn; variant: the one alternative a
+    # discriminated union chose by its tag (as transparent to the user as a field's type)
+    kind: Literal["field", "item", "key", "value", "tag", "variant", "unknown"]
     type_: Any  # the schema's type at this element
     node: Node | None  # the file's node for this element, when the file has it
     key: Node | None  # the key node of that value, when it is a mapping's value
@@ -387,12 +389,13 @@ class _Located:
         return tuple(
             s.elem if s.kind == "item" else str(s.elem)
             for s in self.steps
-            if s.kind not in ("tag", "key")
+            if s.kind not in ("tag", "variant", "key")
         )
 
 
 def _validation_issues(tree: _Tree, exc: ValidationError) -> list[ExperimentError]:
-    located = [_locate(tree, err) for err in exc.errors(include_url=False)]
+    errors = exc.errors(include_url=False)
+    located = [_locate(tree, e) for err in errors for e in _discriminator_errors(tree, err)]
     located = [e for e in _reduce_unions(tree, located) if not _spurious_too_short(e)]
     return [_issue(tree, e) for e in _without_explained_missing(located)]
 
@@ -416,7 +419,7 @@ def _walk(tree: _Tree, loc: Loc) -> tuple[_Step, ...]:
     for elem in loc:
         kind, type_ = _type_step(type_, elem)
         key = None
-        if kind in ("tag", "key"):
+        if kind in ("tag", "variant", "key"):
             pass  # not in the file: the node stays the one the union or dict key is about
         elif isinstance(node, MappingNode) and elem in tree.pairs(node):
             pair = tree.pairs(node)[elem]
@@ -454,8 +457,13 @@ def _type_step(type_: Any, elem: str | int) -> tuple[Any, Any]:
     type_ = _unwrap(type_)
     origin = typing.get_origin(type_)
     if _is_union(type_):
-        member = next((m for m in typing.get_args(type_) if _is_tag_of(elem, m)), None)
-        return ("tag", member) if member is not None else ("unknown", None)
+        members = typing.get_args(type_)
+        if (variant := next((m for m in members if _is_variant(elem, m)), None)) is not None:
+            return "variant", variant
+        member = next((m for m in members if _is_tag_of(elem, m)), None)
+        if member is not None:
+            return "tag", member
+        return _common_field(members, elem)
     if _is_model(type_):
         field = type_.model_fields.get(str(elem))
         return ("field", field.annotation) if field else ("unknown", None)
@@ -472,6 +480,52 @@ def _is_tag_of(elem: str | int, member: Any) -> bool:
     if typing.get_origin(member) is Literal:
         return str(elem).startswith("literal[")
     return getattr(member, "__name__", None) == elem
+
+
+def _is_variant(elem: str | int, member: Any) -> bool:
+    """Whether `elem` is the discriminator value of a discriminated union's `member`."""
+    member = _unwrap(member)
+    return _is_model(member) and any(
+        typing.get_origin(f.annotation) is Literal and typing.get_args(f.annotation) == (elem,)
+        for f in member.model_fields.values()
+    )
+
+
+def _common_field(members: tuple[Any, ...], elem: str | int) -> tuple[Any, Any]:
+    """A field every alternative has (a discriminated union's tag field: its values joined)."""
+    models = [_unwrap(m) for m in members]
+    if not models or not all(_is_model(m) and str(elem) in m.model_fields for m in models):
+        return "unknown", None
+    annotations = [m.model_fields[str(elem)].annotation for m in models]
+    values = [v for a in annotations if typing.get_origin(a) is Literal for v in typing.get_args(a)]
+    return "field", Literal[tuple(dict.fromkeys(values))] if values else annotations[0]
+
+
+def _model_fields(type_: Any) -> list[str]:
+    """A model's field names; of a union of models, every alternative's, in order."""
+    type_ = _unwrap(type_)
+    if _is_union(type_):
+        names = [n for m in typing.get_args(type_) for n in _model_fields(m)]
+        return list(dict.fromkeys(names))
+    return list(type_.model_fields) if _is_model(type_) else []
+
+
+def _discriminator_errors(tree: _Tree, error: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A discriminated union's complaint about its tag, as a plain field's would read: an
+    unknown value of the tag field, or the tag field missing beside keys no alternative has."""
+    if error["type"] not in ("union_tag_invalid", "union_tag_not_found"):
+        return [error]
+    name = str(error["ctx"]["discriminator"]).strip("'")
+    given = error["input"]
+    if not isinstance(given, dict):
+        return [error]
+    loc = tuple(error["loc"])
+    if error["type"] == "union_tag_invalid":
+        return [{**error, "type": "literal_error", "loc": (*loc, name), "input": given.get(name)}]
+    known = _model_fields(_walk(tree, loc)[-1].type_ if loc else tree.model)
+    unknown = [{**error, "type": "extra_forbidden", "loc": (*loc, key), "input": value}
+               for key, value in given.items() if key not in known]  # fmt: skip
+    return [{**error, "type": "missing", "loc": (*loc, name)}, *unknown]
 
 
 def _reduce_unions(tree: _Tree, located: list[_Located]) -> list[_Located]:
@@ -573,6 +627,9 @@ def _problem(e: _Located) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "extra_forbidden":
+        variant, name = _variant(e), str(e.loc[-1])
+        if variant in KINDS and (kinds := kinds_with_field(name)):
+            return f"`{name}` applies to {' and '.join(kinds)}, not {variant}"
         guess = _key_guess(e)
         if guess:
             return f"unknown key; did you mean '{guess}'?"
@@ -598,21 +655,15 @@ def _parent_model(e: _Located) -> type[BaseModel]:
     return parent if _is_model(parent) else e.root
 
 
+def _variant(e: _Located) -> str | int | None:
+    """The tag of the discriminated union's alternative the error is in (a fault's kind)."""
+    return next((s.elem for s in e.steps if s.kind == "variant"), None)
+
+
 def _allowed_keys(e: _Located) -> list[str]:
-    """The keys the mapping around an unknown key may have: for a fault, those of its kind."""
-    fields = list(_parent_model(e).model_fields)
-    mapping = e.steps[-2].node if len(e.steps) > 1 else None
-    if "kind" not in fields or not isinstance(mapping, MappingNode):
-        return fields
-    kind = _scalar(mapping, "kind")
-    return fields_for(kind, fields) if kind in KINDS else fields
-
-
-def _scalar(mapping: MappingNode, key: str) -> str | None:
-    for key_node, value_node in mapping.value:
-        if key_node.value == key and isinstance(value_node, ScalarNode):
-            return str(value_node.value)
-    return None
+    """The keys the mapping around an unknown key may have (a fault: those of its kind)."""
+    parent = e.steps[-2].type_ if len(e.steps) > 1 else e.root
+    return _model_fields(parent) or list(e.root.model_fields)
 
 
 def _key_guess(e: _Located) -> str | None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
     AfterValidator,
-    ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     create_model,
     model_validator,
@@ -32,9 +32,8 @@ from rsdrill.experiment.fields import (
 from rsdrill.experiment.kinds import (
     KIND_NAMES,
     KINDS,
+    fields_for,
     kind_only_fields,
-    kinds_with_field,
-    one_schema_per_kind,
 )
 from rsdrill.registry import platforms
 
@@ -307,9 +306,77 @@ def _errno_name(value: str) -> str:
     return value
 
 
-class _Fault(Strict):
-    # Editors are offered, per kind, only the fields that apply to it.
-    model_config = ConfigDict(json_schema_extra=one_schema_per_kind)
+class _FaultRules(Strict):
+    """What the fault models share: the checks across fields, and when a fault is reverted.
+
+    A kind's model has only that kind's fields (another kind's is an unknown key), but reads
+    another kind's field as its default: code asking a question of any fault ("does it
+    restart?") need not ask its kind first.
+    """
+
+    if TYPE_CHECKING:  # the fields the rules read (every kind's model has or defaults them)
+        kind: str
+        duration: float | None
+        restart: Restart | Literal[False]
+        secondary_catch_up: float
+        errno: str
+        latency: float | None
+    else:
+
+        def __getattr__(self, name: str) -> Any:
+            if name in _OTHER_KINDS_DEFAULTS:
+                return _OTHER_KINDS_DEFAULTS[name]
+            return super().__getattr__(name)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> _FaultRules:
+        if KINDS[self.kind].needs_duration and self.duration is None:
+            raise FieldProblem(
+                ("duration",), f"{self.kind} needs a `duration` (then it is reverted)"
+            )
+        if (
+            self.kind == "host-kill"
+            and self.restart
+            and self.restart.after is None
+            and self.duration is None
+        ):
+            raise FieldProblem(
+                ("duration",), "host-kill needs `duration` or `restart.after` (or restart: false)"
+            )
+        if self.kind == "iops-throttle" and not (self.model_fields_set & set(_THROTTLE_FIELDS)):
+            raise FieldProblem(
+                ("kind",),
+                "iops-throttle needs a limit: iops, read_iops, write_iops, "
+                "throughput_mb_s, read_mb_s, write_mb_s or latency",
+            )
+        if self.kind == "disk-fault" and self.errno == "none" and self.latency is None:
+            raise FieldProblem(("errno",), "errno none and no latency: the fault does nothing")
+        if (
+            self.kind == "stepdown"
+            and self.duration is not None
+            and (self.duration < self.secondary_catch_up)
+        ):
+            raise FieldProblem(
+                ("duration",),
+                "stepdown: `duration` (the stepdown period) must be at least `secondary_catch_up`",
+            )
+        return self
+
+    @property
+    def revert_after(self) -> float | None:
+        """Seconds from injection to revert, or None when the fault is not reverted."""
+        if self.kind == "host-kill":
+            if self.restart is False:
+                return None
+            return self.restart.after if self.restart.after is not None else self.duration
+        if self.kind in ("stepdown", "data-loss"):
+            return None  # data-loss: only a restore step brings the data back
+        return self.duration
+
+
+class _Fault(_FaultRules):
+    """Every fault field of every kind: the source of each kind's own model (below), and the
+    fault as type checkers see it."""
 
     at: Duration = Field(description="when, from the start of the probes")
     kind: FaultKind
@@ -367,58 +434,40 @@ class _Fault(Strict):
         "outbound: it cannot reach them",
     )
 
-    @model_validator(mode="after")
-    def _kind_fields(self) -> _Fault:
-        for name in kind_only_fields():
-            kinds = kinds_with_field(name)
-            if name in self.model_fields_set and self.kind not in kinds:
-                raise FieldProblem((name,), f"`{name}` applies to {' and '.join(kinds)}, "
-                                   f"not {self.kind}")  # fmt: skip
-        if KINDS[self.kind].needs_duration and self.duration is None:
-            raise FieldProblem(
-                ("duration",), f"{self.kind} needs a `duration` (then it is reverted)"
-            )
-        if (
-            self.kind == "host-kill"
-            and self.restart
-            and self.restart.after is None
-            and self.duration is None
-        ):
-            raise FieldProblem(
-                ("duration",), "host-kill needs `duration` or `restart.after` (or restart: false)"
-            )
-        if self.kind == "iops-throttle" and not (self.model_fields_set & set(_THROTTLE_FIELDS)):
-            raise FieldProblem(
-                ("kind",),
-                "iops-throttle needs a limit: iops, read_iops, write_iops, "
-                "throughput_mb_s, read_mb_s, write_mb_s or latency",
-            )
-        if self.kind == "disk-fault" and self.errno == "none" and self.latency is None:
-            raise FieldProblem(("errno",), "errno none and no latency: the fault does nothing")
-        if (
-            self.kind == "stepdown"
-            and self.duration is not None
-            and (self.duration < self.secondary_catch_up)
-        ):
-            raise FieldProblem(
-                ("duration",),
-                "stepdown: `duration` (the stepdown period) must be at least `secondary_catch_up`",
-            )
-        return self
-
-    @property
-    def revert_after(self) -> float | None:
-        """Seconds from injection to revert, or None when the fault is not reverted."""
-        if self.kind == "host-kill":
-            if self.restart is False:
-                return None
-            return self.restart.after if self.restart.after is not None else self.duration
-        if self.kind in ("stepdown", "data-loss"):
-            return None  # data-loss: only a restore step brings the data back
-        return self.duration
-
 
 _FAULT_SECTIONS = {n: p.fault_options for n, p in platforms().items() if p.fault_options}
+_OTHER_KINDS_DEFAULTS: dict[str, Any] = {
+    name: _Fault.model_fields[name].get_default(call_default_factory=True)
+    for name in kind_only_fields()
+}
+
+
+def _kind_model(kind: str) -> type[_FaultRules]:
+    """The model of one kind's faults: the common fields, its own, the platforms' sections."""
+    spec = KINDS[kind]
+    fields: dict[str, Any] = {}
+    for name in fields_for(kind, _Fault.model_fields):
+        info = copy.copy(_Fault.model_fields[name])
+        if name == "kind":
+            info = Field(description=spec.meaning)
+            fields[name] = (Literal[kind], info)
+        else:
+            fields[name] = (info.annotation, info)
+    fields.update({name: (options | None, None) for name, options in _FAULT_SECTIONS.items()})
+    title = "".join(part.capitalize() for part in kind.split("-"))
+    model: type[_FaultRules] = create_model(
+        title if title.endswith("Fault") else f"{title}Fault",
+        __base__=_FaultRules,
+        __doc__=spec.meaning,
+        __module__=__name__,
+        **fields,
+    )
+    return model
+
+
+FAULT_MODELS: dict[str, type[_FaultRules]] = {kind: _kind_model(kind) for kind in KIND_NAMES}
+"""One model per fault kind, each with only the fields that apply to it."""
+
 if TYPE_CHECKING:
 
     class Fault(_Fault):
@@ -426,13 +475,14 @@ if TYPE_CHECKING:
         ec2: Ec2Fault | None = None
         vsphere: VsphereFault | None = None
 else:
-    Fault = create_model(
-        "Fault",
-        __base__=_Fault,
-        __doc__=_Fault.__doc__,
-        __module__=__name__,
-        **{name: (options | None, None) for name, options in _FAULT_SECTIONS.items()},
-    )
+    Fault = Annotated[Union[tuple(FAULT_MODELS.values())], Field(discriminator="kind")]  # noqa: UP007
+
+_FAULT_ADAPTER: TypeAdapter[Fault] = TypeAdapter(Fault)
+
+
+def make_fault(**fields: Any) -> Fault:
+    """A fault of the kind `fields` names, validated as a file's fault is."""
+    return _FAULT_ADAPTER.validate_python(fields)
 
 
 class Step(Strict):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from harness.moto_ec2 import DATA_DEVICE, Member, data_volume_at, instance_of, volume_of
 
-from rsdrill.experiment.schema import Fault
+from rsdrill.experiment.schema import make_fault
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.ec2.fis import (
     FisExperiment,
@@ -295,7 +295,7 @@ def test_preflight_refuses_a_throttle_of_a_recently_modified_volume(
 ) -> None:
     m = member()
     platform = Ec2Platform(region="us-east-1", instances=BY_TAG, volume=AT_SDF)
-    throttle_fault = Fault(at=1, kind="iops-throttle", duration=60, iops=3000)
+    throttle_fault = make_fault(at=1, kind="iops-throttle", duration=60, iops=3000)
     instance = find_instance(aws, BY_TAG, m.host)
     assert preflight(aws, platform, (throttle_fault,), [instance]) == []
     ec2.modify_volume(VolumeId=m.volume_id, Iops=5000)

@@ -26,7 +26,7 @@ from harness.moto_ec2 import (
 )
 
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
-from rsdrill.experiment.schema import Fault
+from rsdrill.experiment.schema import make_fault
 from rsdrill.platforms.ec2.injectors import Aws, Connection, preflight
 from rsdrill.platforms.ec2.lookup import find_instance
 from rsdrill.platforms.ec2.options import DataVolume, Ec2Platform, MemberInstances
@@ -132,8 +132,8 @@ def test_preflight_refuses_what_the_credentials_may_not_do(
     platform = Ec2Platform(region=REGION, endpoint_url=moto_endpoint,
                            instances=MemberInstances(by="tag"),
                            volume=DataVolume(device="/dev/sdf"))  # fmt: skip
-    faults = (Fault(at=1, kind="host-kill", duration=5),
-              Fault(at=1, kind="volume-detach", duration=5))  # fmt: skip
+    faults = (make_fault(at=1, kind="host-kill", duration=5),
+              make_fault(at=1, kind="volume-detach", duration=5))  # fmt: skip
     for name, value in keys.items():
         monkeypatch.setenv(name, value)
     set_auth(moto_endpoint, 0)

@@ -24,7 +24,7 @@ from conftest import PASSWORD_ENV, MemberVm
 from harness.vcsim import Vcsim, datastore_files, esxi_hosts, wait_task
 
 from rsdrill.engine.journal import Journal
-from rsdrill.experiment.schema import Fault
+from rsdrill.experiment.schema import Fault, make_fault
 from rsdrill.platforms.base import Injector, TargetError
 from rsdrill.platforms.vsphere.injectors import (
     REVERT_ACTIONS,
@@ -43,7 +43,7 @@ def fault(kind: str, **fields: Any) -> Fault:
         defaults["restart"] = {"after": 1}
     elif kind != "stepdown":
         defaults["duration"] = 1
-    return Fault(kind=kind, **{**defaults, **fields})
+    return make_fault(kind=kind, **{**defaults, **fields})
 
 
 def injector(client: Vsphere, platform: VspherePlatform, member: str, kind: str,
