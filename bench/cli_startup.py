@@ -60,8 +60,8 @@ def commands() -> tuple[Command, list[tuple[str, Command, Command]]]:
     pairs = [
         (
             "python -m",
-            Command("rsdrill: python -m rsdrill.cli.app --help",
-                    [python, "-m", "rsdrill.cli.app", "--help"], env),
+            Command("rsdrill: python -m rsdrill.cli --help",
+                    [python, "-m", "rsdrill.cli", "--help"], env),
             Command("chaos:   python -m chaostoolkit --help",
                     [python, "-m", "chaostoolkit", "--help"], chaos_env),
         )

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 from rsdrill.experiment.schema import parse_duration
-from rsdrill.injectors.network import NetworkPartition
+from rsdrill.platforms.machine.network import NetworkPartition
+from rsdrill.platforms.sandbox.target import SandboxHosts, free_port_base
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, hello, member_state, up
 from rsdrill.sandbox.config import Settings, build_topology
 from rsdrill.sandbox.groundtruth import first_after
-from rsdrill.targets.sandbox import SandboxHosts, free_port_base
 
 DEADLINE_S = 60.0
 

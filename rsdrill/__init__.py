@@ -1,3 +1,111 @@
-"""rsdrill: chaos experiments for MongoDB replica sets, with failover and recovery measured."""
+"""rsdrill: chaos experiments for MongoDB replica sets, with failover and recovery measured.
 
-__version__ = "0.1.0"
+As a library::
+
+    import rsdrill
+
+    experiment = rsdrill.load("experiments/rs3-primary-kill.yaml")
+    print(rsdrill.plan(experiment))
+    result = rsdrill.run(experiment, out="results/rs3-primary-kill")
+    assert result.metrics.write_unavailable_s is not None
+    assert result.metrics.write_unavailable_s <= 15
+
+Every error rsdrill raises on purpose is an `rsdrill.RsdrillError`; an invalid file is an
+`rsdrill.ExperimentError` located at FILE:LINE:COL. Importing this package stays cheap (the
+command line's `--help` does): the rest is imported when a function is called.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rsdrill.errors import GuardRefusal, InjectionError, RsdrillError, TargetError
+from rsdrill.version import __version__
+
+if TYPE_CHECKING:
+    from rsdrill.engine.check import Check
+    from rsdrill.experiment.loader import ExperimentError
+    from rsdrill.experiment.schema import Experiment
+    from rsdrill.result import Result
+
+__all__ = [
+    "Check",
+    "Experiment",
+    "ExperimentError",
+    "GuardRefusal",
+    "InjectionError",
+    "Result",
+    "RsdrillError",
+    "TargetError",
+    "__version__",
+    "check",
+    "load",
+    "plan",
+    "run",
+]
+
+# Exported names whose modules import pydantic: loaded on first use.
+_LAZY = {
+    "Check": "rsdrill.engine.check",
+    "Experiment": "rsdrill.experiment.schema",
+    "ExperimentError": "rsdrill.experiment.loader",
+    "Result": "rsdrill.result",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rsdrill' has no attribute {name!r}")
+
+
+def load(path: str | PathLike[str], env: Mapping[str, str] | None = None) -> Experiment:
+    """Read and validate an experiment file. `env` supplies `${VAR}` values (default: the
+    process environment). Raises `ExperimentError` naming FILE:LINE:COL and the field."""
+    from rsdrill.experiment.loader import load_experiment
+
+    return load_experiment(Path(path), env)
+
+
+def plan(experiment: Experiment) -> str:
+    """What the experiment will do, to which member and when, as text (nothing is run)."""
+    from rsdrill.experiment.plan import render_plan
+
+    return render_plan(experiment)
+
+
+def check(experiment: Experiment) -> list[Check]:
+    """Check the target without breaking anything: reachability, version, topology,
+    privileges, the platform's permissions, local tools. `Check.ok` is False for a failure."""
+    from rsdrill.engine.check import check_experiment
+
+    return check_experiment(experiment)
+
+
+def run(
+    experiment: Experiment,
+    out: str | PathLike[str],
+    *,
+    journal_dir: str | PathLike[str] | None = None,
+    assume_yes: bool = False,
+) -> Result:
+    """Carry the experiment out and return its result; result.json, junit.xml, report.html
+    and the others are written to `out`. Every fault is reverted whatever happens; the
+    verdict and exit code say how it went (`Result.verdict`, `Result.exit_code`).
+
+    `journal_dir`: where the journal goes (default: ~/.rsdrill/journal, or
+    $RSDRILL_HOME/journal); `assume_yes`: the allowlist guard's confirmation, given.
+    """
+    from rsdrill.engine.runner import RunOptions, run_experiment
+
+    options = RunOptions(
+        out_dir=Path(out),
+        live=False,
+        journal_dir=None if journal_dir is None else Path(journal_dir),
+        assume_yes=assume_yes,
+    )
+    return run_experiment(experiment, options)

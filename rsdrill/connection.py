@@ -28,9 +28,10 @@ from typing import Any
 
 import bson
 
-from rsdrill import __version__, aws_auth, wire
+from rsdrill import aws_auth, wire
 from rsdrill.scram import MECHANISMS as SCRAM_MECHANISMS
 from rsdrill.scram import Credentials, ScramClient, ScramError, sasl_conversation
+from rsdrill.version import __version__
 
 # What rsdrill's own connections can log in with; others are refused when the URI is read.
 MECHANISMS = (*SCRAM_MECHANISMS, "MONGODB-X509", "PLAIN", aws_auth.MECHANISM)

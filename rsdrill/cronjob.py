@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsdrill import __version__
+from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Experiment
+from rsdrill.version import __version__
 
 EXPERIMENTS_DIR = "/etc/rsdrill/experiments"
 DATA_DIR = "/var/lib/rsdrill"
@@ -27,7 +28,7 @@ _CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midni
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-class ScheduleError(ValueError):
+class ScheduleError(RsdrillError, ValueError):
     """A schedule that cannot be rendered (the message names the option or file)."""
 
 
@@ -128,7 +129,7 @@ def role_rules(
 ) -> tuple[dict[str | None, list[dict[str, Any]]], list[dict[str, Any]]]:
     """RBAC rules for everything the experiments' faults do: {namespace: rules} for Roles and
     the rules of a ClusterRole (node-level faults), merged per API group and resource."""
-    from rsdrill.injectors.kubernetes.preflight import needed_permissions
+    from rsdrill.platforms.kubernetes.preflight import needed_permissions
 
     grouped: dict[str | None, dict[tuple[str, str], list[str]]] = defaultdict(dict)
     for exp in experiments:

@@ -171,13 +171,13 @@ class Drill:
         experiment that does not validate, or a `--rsdrill-target` that does not fit it,
         fails the test. The run's own failures do not: see `RunResult.assert_slo`.
         """
-        from rsdrill.engine.runner import RunOptions, run_experiment
+        import rsdrill
 
         if not isinstance(experiment, Mapping):
             experiment = self._find(Path(experiment))
         loaded = self._load(experiment, overrides)
         out_dir = self._next_out_dir()
-        result = run_experiment(loaded, RunOptions(out_dir=out_dir, live=False))
+        result = rsdrill.run(loaded, out=out_dir)
         run = RunResult(result, out_dir)
         self.runs.append(run)
         self._record(run)
@@ -190,11 +190,12 @@ class Drill:
     def _load(self, experiment: Path | Mapping[str, Any], overrides: dict[str, Any]) -> Experiment:
         import yaml
 
-        from rsdrill.experiment.loader import ExperimentError, load_experiment, load_experiment_text
+        import rsdrill
+        from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 
         try:
             if not isinstance(experiment, Mapping) and not overrides and self._target is None:
-                return load_experiment(experiment)  # errors point into the file itself
+                return rsdrill.load(experiment)  # errors point into the file itself
             if isinstance(experiment, Mapping):
                 source, document = "<dict>", copy.deepcopy(dict(experiment))
             else:
@@ -202,7 +203,7 @@ class Drill:
                 try:
                     document = yaml.safe_load(experiment.read_text(encoding="utf-8"))
                 except (OSError, yaml.YAMLError):
-                    return load_experiment(experiment)  # which says what is wrong
+                    return rsdrill.load(experiment)  # which says what is wrong
             for key, value in overrides.items():
                 _set(document, key.split(OVERRIDE_SEPARATOR), value, key)
             if self._target is not None:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rsdrill.errors import RsdrillError
+
 if TYPE_CHECKING:
     from rsdrill.result import Metrics, Result
 
@@ -72,7 +74,7 @@ CREATE TABLE IF NOT EXISTS metric (
 _BUSY_TIMEOUT_S = 30.0
 
 
-class StoreError(Exception):
+class StoreError(RsdrillError):
     """The history database cannot be opened, read or written."""
 
 

@@ -30,6 +30,18 @@ _PORT_HIGH = _PORT_LOW + _SLICE
 os.environ["RSDRILL_PORT_RANGE"] = f"{_PORT_LOW}-{_PORT_HIGH}"
 _handed_out: set[int] = set()
 
+TESTS = Path(__file__).resolve().parent
+# The quick tier (`pytest -m quick`, under a minute on 2 cores): every unit test, and the
+# integration tests that start no member process.
+QUICK = ("unit", "integration/test_platform_plugins.py", "integration/test_cli_startup.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        where = item.path.relative_to(TESTS).as_posix()
+        if where.startswith(QUICK):
+            item.add_marker(pytest.mark.quick)
+
 
 def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 from rsdrill.result import (
     FailoverParts,
     FaultResult,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 
 
 def longest_gap(attempts: Sequence[Op], succeeded: Callable[[Op], bool]) -> float | None:

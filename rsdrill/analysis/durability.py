@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rsdrill.analysis.availability import longest_gap
 from rsdrill.analysis.polling import transition_time
-from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op
 from rsdrill.result import FailoverParts
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 
 
 def replication_lag_max_s(ops: Sequence[Op]) -> float | None:

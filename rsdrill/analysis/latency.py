@@ -12,7 +12,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op
 from rsdrill.result import Latency
 
 BASELINE_MIN_OPS = 20

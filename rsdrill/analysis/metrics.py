@@ -12,7 +12,7 @@ from rsdrill.analysis.lag import replication_lag_max_s
 from rsdrill.analysis.latency import degradation_s, latency_ms
 from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
 from rsdrill.analysis.slo import REPLICA_SET_ONLY
-from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op
 from rsdrill.result import FailoverParts, Metrics
 
 

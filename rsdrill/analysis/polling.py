@@ -7,7 +7,7 @@ midpoint of that interval is off by at most half a poll interval.
 
 from __future__ import annotations
 
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 
 
 def transition_time(prev: Op | None, first: Op, since: float) -> float:

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 from rsdrill.analysis.polling import transition_time
-from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op
 from rsdrill.states import HEALTHY
 
 

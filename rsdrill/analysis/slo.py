@@ -15,7 +15,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
+from rsdrill.analysis.sources import RECOVERY_PREFIX
 from rsdrill.result import Metrics, SloResult
+from rsdrill.suggest import did_you_mean
 
 _METRIC_NAMES: tuple[str, ...] = (
     "write_unavailable_s",
@@ -54,7 +56,6 @@ _OPERATORS: dict[str, Callable[[float, float], bool]] = {
 # Two-character operators first, so "<= 5" is not read as "<" followed by "= 5".
 _CONDITION = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
 _MEMBER = re.compile(r"^\S+:\d{1,5}$")
-_RECOVERY_PREFIX = "recovery_s."
 
 
 # What a server without a replica set cannot have: no failover, no election, no replication.
@@ -83,8 +84,18 @@ def known_metric(name: str) -> bool:
     """True if `name` is one of `metric_names()` or `recovery_s.<host:port>` for any member."""
     if name in _METRIC_NAMES:
         return True
-    member = name.removeprefix(_RECOVERY_PREFIX)
+    member = name.removeprefix(RECOVERY_PREFIX)
     return member != name and _MEMBER.match(member) is not None
+
+
+def unknown_metric_problem(name: str) -> str | None:
+    """What is wrong with `name` as an SLO metric, with a did-you-mean; None if it is known."""
+    if known_metric(name):
+        return None
+    guess = did_you_mean(name, _METRIC_NAMES)
+    if guess:
+        return f"unknown metric; did you mean '{guess}'?"
+    return f"unknown metric (one of {', '.join(_METRIC_NAMES)}, recovery_s.<host:port>)"
 
 
 def compare(observed: float | None, op: str, threshold: float) -> bool:
@@ -128,8 +139,8 @@ def observed_value(metrics: Metrics, name: str) -> float | None:
         if not times or any(t is None for t in times):
             return None
         return max(t for t in times if t is not None)
-    if name.startswith(_RECOVERY_PREFIX):
-        return metrics.recovery_s.get(name.removeprefix(_RECOVERY_PREFIX))
+    if name.startswith(RECOVERY_PREFIX):
+        return metrics.recovery_s.get(name.removeprefix(RECOVERY_PREFIX))
     value: Any = metrics
     for part in name.split("."):
         value = getattr(value, part)

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from rsdrill import __version__
 from rsdrill.cli import check, experiment, faultfs, history, replay, run, sandbox, schedule
+from rsdrill.version import __version__
 
 app = typer.Typer(
     name="rsdrill",
@@ -24,6 +24,7 @@ app = typer.Typer(
 app.command()(experiment.validate)
 app.command()(experiment.plan)
 app.command()(experiment.schema)
+app.command()(experiment.faults)
 app.add_typer(sandbox.app, name="sandbox")
 app.command()(check.check)
 app.command()(run.run)
@@ -51,9 +52,3 @@ def _root(
     ] = False,
 ) -> None:
     """Chaos experiments for MongoDB replica sets, with failover and recovery measured."""
-
-
-if __name__ == "__main__":  # `python -m rsdrill.cli.app`, as the console script runs it
-    from rsdrill.cli.entry import main
-
-    main()

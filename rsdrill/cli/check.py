@@ -44,10 +44,10 @@ def check(
 
 
 def run_checks(experiment: Experiment) -> list[Check]:
-    from rsdrill.engine.check import check_experiment
+    import rsdrill
     from rsdrill.redact import redact_uri
 
-    return [type(c)(c.name, c.ok, redact_uri(c.detail)) for c in check_experiment(experiment)]
+    return [type(c)(c.name, c.ok, redact_uri(c.detail)) for c in rsdrill.check(experiment)]
 
 
 def format_check(line: Check) -> str:

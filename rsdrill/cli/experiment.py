@@ -1,5 +1,5 @@
-"""`rsdrill validate`, `rsdrill plan` and `rsdrill schema`: experiment files checked and
-explained without running anything.
+"""`rsdrill validate`, `rsdrill plan`, `rsdrill schema` and `rsdrill faults`: experiment files
+checked and explained without running anything.
 
 pydantic and PyYAML are imported inside each command so that `rsdrill --help` stays fast.
 """
@@ -28,13 +28,13 @@ def validate(
     files: Annotated[list[Path], typer.Argument(help="Experiment files (YAML).", metavar="FILE")],
 ) -> None:
     """Check experiment files: `FILE: ok`, or the file's first problem as FILE:LINE:COL."""
-    from rsdrill.experiment.loader import ExperimentError, load_experiment
+    import rsdrill
 
     invalid = False
     for path in files:
         try:
-            load_experiment(path)
-        except ExperimentError as exc:
+            rsdrill.load(path)
+        except rsdrill.ExperimentError as exc:
             typer.echo(str(exc), err=True)
             invalid = True
         else:
@@ -45,9 +45,9 @@ def validate(
 
 def plan(file: FileArgument) -> None:
     """Show what an experiment will do, to which member and when (nothing is run)."""
-    from rsdrill.experiment.plan import render_plan
+    import rsdrill
 
-    typer.echo(render_plan(_load_or_exit(file)), nl=False)
+    typer.echo(rsdrill.plan(_load_or_exit(file)), nl=False)
 
 
 def schema(
@@ -67,6 +67,13 @@ def schema(
     else:
         out.write_text(text)
         typer.echo(f"wrote {out}")
+
+
+def faults() -> None:
+    """List the fault kinds: what each does, its own fields, and what each platform does."""
+    from rsdrill.experiment.kinds import fault_table, support_table
+
+    typer.echo(fault_table() + "\n" + support_table(), nl=False)
 
 
 def experiment_json_schema() -> dict[str, Any]:
@@ -90,10 +97,10 @@ def experiment_json_schema() -> dict[str, Any]:
 
 
 def _load_or_exit(path: Path) -> Experiment:
-    from rsdrill.experiment.loader import ExperimentError, load_experiment
+    import rsdrill
 
     try:
-        return load_experiment(path)
-    except ExperimentError as exc:
+        return rsdrill.load(path)
+    except rsdrill.ExperimentError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_INVALID) from None

@@ -145,7 +145,7 @@ def run_options(
     """The run's options; an `--abort-on` that cannot be parsed or measured exits 2."""
     import sys
 
-    from rsdrill.engine.abort import parse_condition, unmeasurable
+    from rsdrill.analysis.abort import parse_condition, unmeasurable
     from rsdrill.engine.runner import RunOptions
 
     for text in abort_on:
@@ -202,9 +202,9 @@ def recover(
 ) -> None:
     """Revert whatever a dead run left behind (faults in force, its sandbox), from the journal.
     Running it again finds nothing to do."""
+    from rsdrill.engine.actions import carry_out, describe
     from rsdrill.engine.journal import Journal, journal_dir, pending, process_alive
-    from rsdrill.injectors.actions import carry_out, describe
-    from rsdrill.targets import TargetError
+    from rsdrill.platforms.base import TargetError
 
     owed = pending()
     todo = [p for p in owed if force or not process_alive(p.pid)]

@@ -57,7 +57,7 @@ def render(
     ConfigMap holding them, a ServiceAccount and the RBAC their faults need, and a PVC keeping
     results and history. Apply it with `kubectl apply -f`."""
     from rsdrill.cronjob import ScheduleError, ScheduleOptions, render_schedule
-    from rsdrill.injectors.kubernetes.resources import to_yaml
+    from rsdrill.platforms.kubernetes.resources import to_yaml
 
     scheduled = [_load(path) for path in files]
     options = ScheduleOptions(cron=cron, namespace=namespace, name=name, storage=storage,

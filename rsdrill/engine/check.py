@@ -26,9 +26,9 @@ from rsdrill.connection import (
 )
 from rsdrill.deployment import Deployment, inspect, version_problem
 from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.base import TargetError
 from rsdrill.privileges import CLUSTER, granted
 from rsdrill.probes.availability import PROBE_DB
-from rsdrill.targets import TargetError
 
 TIMEOUT_S = 5.0
 # Faults that run through faultfs (FUSE) on the sandbox and local platforms.
@@ -123,7 +123,7 @@ def _members(exp: Experiment, seeds: list[str], options: ConnectOptions) -> list
     """The members to reach: a local target names them; elsewhere the set lists them."""
     if exp.target.platform == "local":
         return [m.host for m in exp.target.members]
-    from rsdrill.targets.remote import discover_members
+    from rsdrill.platforms.remote import discover_members
 
     try:
         return discover_members(seeds, TIMEOUT_S, options)
@@ -288,8 +288,8 @@ def _fuse_check() -> Check:
 def _platform(exp: Experiment, options: ConnectOptions) -> Check:
     """The platform's own preflight (engines, permissions, member mapping), read-only."""
     from rsdrill.connection import use_options
-    from rsdrill.engine.guards import GuardRefusal
     from rsdrill.engine.runner import make_target
+    from rsdrill.errors import GuardRefusal
 
     name = f"platform {exp.target.platform}"
     with tempfile.TemporaryDirectory(prefix="rsdrill-check-") as scratch:

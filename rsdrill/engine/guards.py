@@ -51,23 +51,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.engine.selection import current_states
+from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import Experiment, Fault, SelectCount, SelectMember
 from rsdrill.states import HEALTHY, PRIMARY_LIKE, STANDALONE
-from rsdrill.targets.selection import current_states
 
 ALLOW_ENV = "RSDRILL_ALLOW"
 OPLOG_FULL_FRACTION = 0.8
 COMMAND_TIMEOUT_S = 5.0
 POLL_S = 0.25
-
-
-class GuardRefusal(Exception):
-    """A guard refused the run; nothing was injected."""
-
-    def __init__(self, guard: str, reason: str) -> None:
-        super().__init__(f"{guard} guard: {reason}")
-        self.guard = guard
-        self.reason = reason
 
 
 # -- quorum --------------------------------------------------------------------------------------

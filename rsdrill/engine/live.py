@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import TextIO
 
-from rsdrill.probes.history import FaultRecord, History, RunClock
+from rsdrill.history import FaultRecord, History, RunClock
 from rsdrill.redact import redact_uri
 
 

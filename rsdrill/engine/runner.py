@@ -6,7 +6,6 @@ error, Ctrl-C, SIGTERM). A run that dies anyway leaves a journal for `rsdrill re
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import os
 import secrets
 import signal
@@ -18,20 +17,27 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from rsdrill import __version__
+from rsdrill import registry
+from rsdrill.analysis.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.connection import ConnectOptions, SettingsError, use_options
 from rsdrill.deployment import Deployment, inspect_any
-from rsdrill.engine.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.engine.console import GameDayConsole
-from rsdrill.engine.guards import GuardRefusal, check_guards
+from rsdrill.engine.guards import check_guards
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.schedule import Action, build_schedule
+from rsdrill.engine.selection import (
+    SelectionError,
+    current_states,
+    resolve,
+    states_from_hellos,
+)
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
+from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.injectors.base import InjectionError, Injector
-from rsdrill.injectors.stepdown import StepDown
-from rsdrill.probes.history import FaultRecord, History, Op, RunClock
+from rsdrill.history import FaultRecord, History, Op, RunClock
+from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
+from rsdrill.platforms.stepdown import StepDown
 from rsdrill.redact import redact_uri
 from rsdrill.result import (
     EXIT_CODES,
@@ -43,13 +49,7 @@ from rsdrill.result import (
     TargetInfo,
 )
 from rsdrill.states import HEALTHY, PRIMARY_LIKE
-from rsdrill.targets import RunTarget, TargetError
-from rsdrill.targets.selection import (
-    SelectionError,
-    current_states,
-    resolve,
-    states_from_hellos,
-)
+from rsdrill.version import __version__
 
 PREFLIGHT_TIMEOUT_S = 60.0
 VERIFY_TIMEOUT_S = 10.0
@@ -93,19 +93,8 @@ class _State:
 
 
 def make_target(exp: Experiment, out_dir: Path) -> RunTarget:
-    platform = exp.target.platform
-    if platform == "sandbox":
-        from rsdrill.targets.sandbox import SandboxTarget
-
-        return SandboxTarget(exp.target, out_dir / "sandbox", exp.faults)
-    if platform == "local":
-        from rsdrill.targets.local import LocalTarget
-
-        return LocalTarget(exp.target, out_dir)
-    # Remote platforms import their SDK only when a run needs it.
-    module = importlib.import_module(f"rsdrill.targets.{platform}")
-    target: RunTarget = module.make_target(exp, out_dir)
-    return target
+    """The experiment's target, from its platform (which imports its SDK only now)."""
+    return registry.platform(exp.target.platform).make_target(exp, out_dir)
 
 
 class Runner:
@@ -197,7 +186,7 @@ class Runner:
         except (TargetError, InjectionError, SelectionError, StepFailed, SettingsError) as exc:
             verdict, error = "error", redact_uri(str(exc))
         except Exception as exc:  # an internal error still reverts, reports and exits 4
-            verdict, error = "error", redact_uri(f"internal error: {type(exc).__name__}: {exc}")
+            verdict, error = "error", redact_uri(_internal(exc))
         finally:
             if console is not None:
                 console.stop()
@@ -215,9 +204,16 @@ class Runner:
                 probes.stop(readback_timeout_s=readback_s)
             duration = self.clock.now()
             if self.history.ops():
-                metrics, slo_results, judged = self._judge(duration)
-                if verdict == "pass":
-                    verdict = judged
+                # Judging is pure, but a bug in it must not cost the teardown, the journal's
+                # end or the result: the run then ends in an error that says so.
+                try:
+                    metrics, slo_results, judged = self._judge(duration)
+                    if verdict == "pass":
+                        verdict = judged
+                except Exception as exc:
+                    metrics, slo_results = Metrics(), []
+                    if verdict != "error":
+                        verdict, error = "error", redact_uri(f"analysis failed: {_internal(exc)}")
             if target is not None:
                 self._phase("teardown")
                 try:
@@ -225,6 +221,8 @@ class Runner:
                     journal.write("released", key="resource:target")
                 except TargetError as exc:
                     verdict, error = "error", f"teardown: {exc}"
+                except Exception as exc:
+                    verdict, error = "error", redact_uri(f"teardown: {_internal(exc)}")
             if not revert_error:
                 journal.write("end", verdict=verdict)  # else `rsdrill recover` finishes it
             journal.close()
@@ -622,6 +620,10 @@ def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
 def fault_options(fault: Fault) -> dict[str, Any]:
     """What a fault was given beyond when and where (as in its file)."""
     return fault.model_dump(mode="json", exclude={"at", "kind", "select"}, exclude_unset=True)
+
+
+def _internal(exc: Exception) -> str:
+    return f"internal error: {type(exc).__name__}: {exc}"
 
 
 def _fault_result(record: FaultRecord) -> FaultResult:

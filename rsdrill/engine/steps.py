@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Step
 from rsdrill.procstat import stat_fields
 from rsdrill.redact import redact_uri
@@ -20,7 +21,7 @@ POLL_S = 0.1
 KILL_GRACE_S = 5.0
 
 
-class StepFailed(Exception):
+class StepFailed(RsdrillError):
     """A step exited non-zero or outlasted its timeout; the run ends with an error."""
 
 

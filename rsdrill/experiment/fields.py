@@ -64,11 +64,13 @@ class FieldProblem(ValueError):
     """A model validator's complaint about one of the model's fields.
 
     `at` is the field's location relative to the model, so the loader can point at that
-    field's line in the file instead of at the whole model; `problem` is the message alone.
+    field's line in the file instead of at the whole model; `problem` is the message alone;
+    `about_key`: the complaint is about the mapping key at `at` (a name), not its value.
     """
 
-    def __init__(self, at: tuple[str | int, ...], problem: str) -> None:
+    def __init__(self, at: tuple[str | int, ...], problem: str, *, about_key: bool = False) -> None:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in at).lstrip(".")
         super().__init__(f"{where}: {problem}")
         self.at = at
         self.problem = problem
+        self.about_key = about_key

@@ -24,7 +24,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from rsdrill.errors import RsdrillError
+from rsdrill.experiment.kinds import KINDS, kinds_with_field
 from rsdrill.experiment.schema import Experiment, FieldProblem
+from rsdrill.suggest import did_you_mean
 
 Loc = tuple[str | int, ...]
 
@@ -53,7 +56,7 @@ _VALIDATOR_ERRORS = frozenset({"value_error", "assertion_error"})
 _ABOUT_KEYS = frozenset({"extra_forbidden", "invalid_key"})
 
 
-class ExperimentError(Exception):
+class ExperimentError(RsdrillError):
     """An experiment file that cannot be used, located at one line and column (1-based).
 
     `str(err)` is `"{path}:{line}:{col}: {field}: {problem}"`, or without `{field}: ` when the
@@ -113,7 +116,7 @@ def load_document_text(
     """Validate `text` as a `model` document, with located errors; see `load_experiment_text`.
 
     `model` is validated from the file's top-level mapping; its fields are found in the file as
-    an experiment's are, and an `slo:` mapping among them has its metric names checked.
+    an experiment's are.
     """
     if isinstance(text, bytes):
         text = _decode(text, source_name)
@@ -121,15 +124,11 @@ def load_document_text(
     # A duplicate key or an unset variable explains the schema's complaints, so it goes first.
     if tree.issues:
         raise _first(tree.issues)
-    issues = _slo_issues(tree)
     data = {k: v for k, v in tree.data.items() if not _is_extension(k)}
     try:
-        document = model.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
-        raise _first([*issues, *_validation_issues(tree, exc)]) from None
-    if issues:
-        raise _first(issues)
-    return document
+        raise _first(_validation_issues(tree, exc)) from None
 
 
 def _is_extension(key: Any) -> bool:
@@ -359,7 +358,9 @@ class _Step:
     """One element of a pydantic error location, resolved against the schema and the file."""
 
     elem: str | int
-    kind: Literal["field", "item", "key", "value", "tag", "unknown"]
+    # tag: an alternative of a union tried in turn; variant: the one alternative a
+    # discriminated union chose by its tag (as transparent to the user as a field's type)
+    kind: Literal["field", "item", "key", "value", "tag", "variant", "unknown"]
     type_: Any  # the schema's type at this element
     node: Node | None  # the file's node for this element, when the file has it
     key: Node | None  # the key node of that value, when it is a mapping's value
@@ -388,12 +389,13 @@ class _Located:
         return tuple(
             s.elem if s.kind == "item" else str(s.elem)
             for s in self.steps
-            if s.kind not in ("tag", "key")
+            if s.kind not in ("tag", "variant", "key")
         )
 
 
 def _validation_issues(tree: _Tree, exc: ValidationError) -> list[ExperimentError]:
-    located = [_locate(tree, err) for err in exc.errors(include_url=False)]
+    errors = exc.errors(include_url=False)
+    located = [_locate(tree, e) for err in errors for e in _discriminator_errors(tree, err)]
     located = [e for e in _reduce_unions(tree, located) if not _spurious_too_short(e)]
     return [_issue(tree, e) for e in _without_explained_missing(located)]
 
@@ -417,7 +419,7 @@ def _walk(tree: _Tree, loc: Loc) -> tuple[_Step, ...]:
     for elem in loc:
         kind, type_ = _type_step(type_, elem)
         key = None
-        if kind in ("tag", "key"):
+        if kind in ("tag", "variant", "key"):
             pass  # not in the file: the node stays the one the union or dict key is about
         elif isinstance(node, MappingNode) and elem in tree.pairs(node):
             pair = tree.pairs(node)[elem]
@@ -455,8 +457,13 @@ def _type_step(type_: Any, elem: str | int) -> tuple[Any, Any]:
     type_ = _unwrap(type_)
     origin = typing.get_origin(type_)
     if _is_union(type_):
-        member = next((m for m in typing.get_args(type_) if _is_tag_of(elem, m)), None)
-        return ("tag", member) if member is not None else ("unknown", None)
+        members = typing.get_args(type_)
+        if (variant := next((m for m in members if _is_variant(elem, m)), None)) is not None:
+            return "variant", variant
+        member = next((m for m in members if _is_tag_of(elem, m)), None)
+        if member is not None:
+            return "tag", member
+        return _common_field(members, elem)
     if _is_model(type_):
         field = type_.model_fields.get(str(elem))
         return ("field", field.annotation) if field else ("unknown", None)
@@ -473,6 +480,52 @@ def _is_tag_of(elem: str | int, member: Any) -> bool:
     if typing.get_origin(member) is Literal:
         return str(elem).startswith("literal[")
     return getattr(member, "__name__", None) == elem
+
+
+def _is_variant(elem: str | int, member: Any) -> bool:
+    """Whether `elem` is the discriminator value of a discriminated union's `member`."""
+    member = _unwrap(member)
+    return _is_model(member) and any(
+        typing.get_origin(f.annotation) is Literal and typing.get_args(f.annotation) == (elem,)
+        for f in member.model_fields.values()
+    )
+
+
+def _common_field(members: tuple[Any, ...], elem: str | int) -> tuple[Any, Any]:
+    """A field every alternative has (a discriminated union's tag field: its values joined)."""
+    models = [_unwrap(m) for m in members]
+    if not models or not all(_is_model(m) and str(elem) in m.model_fields for m in models):
+        return "unknown", None
+    annotations = [m.model_fields[str(elem)].annotation for m in models]
+    values = [v for a in annotations if typing.get_origin(a) is Literal for v in typing.get_args(a)]
+    return "field", Literal[tuple(dict.fromkeys(values))] if values else annotations[0]
+
+
+def _model_fields(type_: Any) -> list[str]:
+    """A model's field names; of a union of models, every alternative's, in order."""
+    type_ = _unwrap(type_)
+    if _is_union(type_):
+        names = [n for m in typing.get_args(type_) for n in _model_fields(m)]
+        return list(dict.fromkeys(names))
+    return list(type_.model_fields) if _is_model(type_) else []
+
+
+def _discriminator_errors(tree: _Tree, error: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A discriminated union's complaint about its tag, as a plain field's would read: an
+    unknown value of the tag field, or the tag field missing beside keys no alternative has."""
+    if error["type"] not in ("union_tag_invalid", "union_tag_not_found"):
+        return [error]
+    name = str(error["ctx"]["discriminator"]).strip("'")
+    given = error["input"]
+    if not isinstance(given, dict):
+        return [error]
+    loc = tuple(error["loc"])
+    if error["type"] == "union_tag_invalid":
+        return [{**error, "type": "literal_error", "loc": (*loc, name), "input": given.get(name)}]
+    known = _model_fields(_walk(tree, loc)[-1].type_ if loc else tree.model)
+    unknown = [{**error, "type": "extra_forbidden", "loc": (*loc, key), "input": value}
+               for key, value in given.items() if key not in known]  # fmt: skip
+    return [{**error, "type": "missing", "loc": (*loc, name)}, *unknown]
 
 
 def _reduce_unions(tree: _Tree, located: list[_Located]) -> list[_Located]:
@@ -557,7 +610,8 @@ def _pointed_node(tree: _Tree, e: _Located) -> Node:
             return key or node
         if step.node is not None:
             node, key = step.node, step.key
-    if e.kind in _ABOUT_KEYS or (key is not None and not isinstance(node, ScalarNode)):
+    about_key = getattr(_ctx_error(e.error), "about_key", False)
+    if e.kind in _ABOUT_KEYS or about_key or (key is not None and not isinstance(node, ScalarNode)):
         return key or node
     return node
 
@@ -573,10 +627,13 @@ def _problem(e: _Located) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "extra_forbidden":
+        variant, name = _variant(e), str(e.loc[-1])
+        if variant in KINDS and (kinds := kinds_with_field(name)):
+            return f"`{name}` applies to {' and '.join(kinds)}, not {variant}"
         guess = _key_guess(e)
         if guess:
             return f"unknown key; did you mean '{guess}'?"
-        return f"unknown key (allowed: {', '.join(_parent_model(e).model_fields)})"
+        return f"unknown key (allowed: {', '.join(_allowed_keys(e))})"
     if kind == "literal_error":
         return _alternatives_problem(given, (e.steps[-1].type_,))
     problem = _ctx_error(e.error)
@@ -598,15 +655,19 @@ def _parent_model(e: _Located) -> type[BaseModel]:
     return parent if _is_model(parent) else e.root
 
 
+def _variant(e: _Located) -> str | int | None:
+    """The tag of the discriminated union's alternative the error is in (a fault's kind)."""
+    return next((s.elem for s in e.steps if s.kind == "variant"), None)
+
+
+def _allowed_keys(e: _Located) -> list[str]:
+    """The keys the mapping around an unknown key may have (a fault: those of its kind)."""
+    parent = e.steps[-2].type_ if len(e.steps) > 1 else e.root
+    return _model_fields(parent) or list(e.root.model_fields)
+
+
 def _key_guess(e: _Located) -> str | None:
-    return _did_you_mean(str(e.loc[-1]), list(_parent_model(e).model_fields))
-
-
-def _did_you_mean(given: str, choices: list[str]) -> str | None:
-    """The closest of `choices`, ignoring case, if any is close enough."""
-    by_lower = {c.lower(): c for c in choices}
-    close = difflib.get_close_matches(given.lower(), list(by_lower), n=1, cutoff=0.6)
-    return by_lower[close[0]] if close else None
+    return did_you_mean(str(e.loc[-1]), _allowed_keys(e))
 
 
 def _alternatives_problem(given: Any, alternatives: Iterable[Any]) -> str:
@@ -621,7 +682,7 @@ def _alternatives_problem(given: Any, alternatives: Iterable[Any]) -> str:
     names = [v for v in values if isinstance(v, str)]
     if isinstance(given, str) and names:
         listed = f"(one of {', '.join(words)})"
-        guess = _did_you_mean(given, names)
+        guess = did_you_mean(given, names)
         if guess:
             return f"unknown value {given!r}; did you mean '{guess}'? {listed}"
         return f"unknown value {given!r} {listed}"
@@ -703,30 +764,3 @@ def _type_problem(error: Mapping[str, Any], given: Any) -> str:
             return "must not be empty"
         return f"needs at least {ctx['min_length']} items"
     return str(error["msg"])
-
-
-# -- SLO metric names ----------------------------------------------------------------------------
-
-
-def _slo_issues(tree: _Tree) -> list[ExperimentError]:
-    """Unknown metric names in `slo:` (the analyzers define which names exist)."""
-    slo = tree.data.get("slo")
-    if not isinstance(slo, dict) or not slo:
-        return []
-    from rsdrill.analysis.slo import known_metric, metric_names
-
-    slo_node = tree.pairs(tree.root)["slo"].value
-    issues = []
-    for name in slo:
-        if not isinstance(name, str) or known_metric(name):
-            continue
-        names = metric_names()
-        guess = _did_you_mean(name, names)
-        problem = (
-            f"unknown metric; did you mean '{guess}'?"
-            if guess
-            else f"unknown metric (one of {', '.join(names)}, recovery_s.<host:port>)"
-        )
-        key_node = tree.pairs(slo_node)[name].key
-        issues.append(tree.error(key_node, ("slo", name), problem))
-    return issues

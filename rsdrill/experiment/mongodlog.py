@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Target
 from rsdrill.experiment.timeline import Timeline
 
@@ -65,7 +66,7 @@ _INVOLUNTARY_STEPDOWN = ("in response to heartbeat", "new term")
 Kind = Literal["transition", "seen", "election", "elected", "stepdown"]
 
 
-class MongodLogError(ValueError):
+class MongodLogError(RsdrillError, ValueError):
     """A log that cannot be read or yields no fault: `str()` is `FILE:LINE: problem`."""
 
 

@@ -6,10 +6,10 @@ resolved by the runner at injection time, so the plan says "at that moment".
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass
 
+from rsdrill import registry
 from rsdrill.experiment.schema import (
     SLO_PATTERN,
     AvailabilityProbe,
@@ -230,12 +230,7 @@ def render_plan(exp: Experiment) -> str:
 
 def _platform_details(exp: Experiment) -> list[str]:
     """What a platform adds to the plan (e.g. the chaos resources it would create)."""
-    platform = exp.target.platform
-    if platform in ("sandbox", "local"):
-        return []
-    module = importlib.import_module(f"rsdrill.experiment.platforms.{platform}")
-    details: list[str] = getattr(module, "plan_details", lambda _exp: [])(exp)
-    return details
+    return registry.platform(exp.target.platform).plan_details(exp)
 
 
 def _describe_matrix(exp: Experiment) -> list[str]:

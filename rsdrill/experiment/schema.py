@@ -9,12 +9,19 @@ seconds, and held as float seconds.
 from __future__ import annotations
 
 import copy
-import importlib
 import itertools
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 
+from rsdrill import registry
 from rsdrill.experiment.fields import (
     Duration,
     FieldProblem,
@@ -22,15 +29,30 @@ from rsdrill.experiment.fields import (
     format_duration,
     parse_duration,
 )
-from rsdrill.experiment.platforms.ec2 import Ec2Fault, Ec2Platform
-from rsdrill.experiment.platforms.kubernetes import KubernetesFault, KubernetesPlatform
-from rsdrill.experiment.platforms.vsphere import VsphereFault, VspherePlatform
+from rsdrill.experiment.kinds import (
+    KIND_NAMES,
+    KINDS,
+    fields_for,
+    kind_only_fields,
+)
+from rsdrill.registry import platforms
+
+if TYPE_CHECKING:
+    from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
+    from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform
+    from rsdrill.platforms.vsphere.options import VsphereFault, VspherePlatform
 
 __all__ = ["Duration", "FieldProblem", "Strict", "format_duration", "parse_duration"]
 
 # -- target --------------------------------------------------------------------------------------
 
-REMOTE_PLATFORMS = ("kubernetes", "ec2", "vsphere")
+# The platforms come from the registry (entry points): the model is built with one
+# `target.<name>` and one `faults[i].<name>` section per platform that has one.
+PLATFORM_NAMES: tuple[str, ...] = tuple(platforms())
+PlatformName = Literal[PLATFORM_NAMES]  # type: ignore[valid-type]
+MACHINE_PLATFORMS = ("sandbox", "local")
+# Platforms reached by a URI (the others build or find their members on this machine).
+REMOTE_PLATFORMS: tuple[str, ...] = tuple(n for n in PLATFORM_NAMES if n not in MACHINE_PLATFORMS)
 
 
 class LocalMember(Strict):
@@ -46,11 +68,11 @@ class LocalMember(Strict):
     )
 
 
-class Target(Strict):
+class _Target(Strict):
     """Where the replica set is: a sandbox rsdrill builds, processes already running here, or
     a set on Kubernetes, EC2 or vSphere."""
 
-    platform: Literal["sandbox", "local", "kubernetes", "ec2", "vsphere"] = Field(
+    platform: PlatformName = Field(
         description="sandbox: rsdrill starts a replica set for the run; "
         "local: existing member processes on this machine; "
         "kubernetes, ec2, vsphere: a set on that platform (needs `uri` and its section)"
@@ -89,19 +111,16 @@ class Target(Strict):
         "hello",
         description="sandbox: legacy members answer only isMaster (servers before 4.4.2)",
     )
-    kubernetes: KubernetesPlatform | None = None
-    ec2: Ec2Platform | None = None
-    vsphere: VspherePlatform | None = None
 
     @model_validator(mode="after")
-    def _platform_fields(self) -> Target:
-        for section in REMOTE_PLATFORMS:
+    def _platform_fields(self) -> _Target:
+        for section in _TARGET_SECTIONS:
             if getattr(self, section) is not None and section != self.platform:
                 raise FieldProblem(
                     (section,), f"a `{section}` section, but the platform is {self.platform}"
                 )
         if self.platform in REMOTE_PLATFORMS:
-            if getattr(self, self.platform) is None:
+            if self.platform in _TARGET_SECTIONS and getattr(self, self.platform) is None:
                 raise FieldProblem(
                     (self.platform,),
                     f"platform {self.platform} needs its `{self.platform}` "
@@ -136,6 +155,23 @@ class Target(Strict):
         if self.storage == "memory" and self.topology != "standalone":
             raise FieldProblem(("storage",), "in-memory storage is for topology: standalone")
         return self
+
+
+_TARGET_SECTIONS = {n: p.options for n, p in platforms().items() if p.options is not None}
+if TYPE_CHECKING:
+    # What type checkers see: the built-in platforms' sections (others are found by name).
+    class Target(_Target):
+        kubernetes: KubernetesPlatform | None = None
+        ec2: Ec2Platform | None = None
+        vsphere: VspherePlatform | None = None
+else:
+    Target = create_model(
+        "Target",
+        __base__=_Target,
+        __doc__=_Target.__doc__,
+        __module__=__name__,
+        **{name: (options | None, None) for name, options in _TARGET_SECTIONS.items()},
+    )
 
 
 # -- probes --------------------------------------------------------------------------------------
@@ -219,6 +255,24 @@ class Probes(Strict):
     durability: DurabilityProbe | None = DurabilityProbe()
     load: LoadProbe | None = None
 
+    def records(self) -> set[str]:
+        """The names of the probes whose ops this configuration records (see
+        analysis/sources.py)."""
+        availability = self.availability
+        made = {
+            "write": availability is not None and availability.writes,
+            "read": availability is not None and availability.reads,
+            "raw_write": availability is not None
+            and availability.writes
+            and availability.raw_writes,
+            "failover": self.failover is not None,
+            "recovery": self.recovery is not None,
+            "lag": self.lag is not None,
+            "ledger": self.durability is not None,
+            "load": self.load is not None,
+        }
+        return {name for name, on in made.items() if on}
+
 
 # -- faults --------------------------------------------------------------------------------------
 
@@ -250,43 +304,9 @@ class Restart(Strict):
     )
 
 
-FaultKind = Literal[
-    "host-kill",
-    "host-freeze",
-    "stepdown",
-    "disk-fault",
-    "iops-throttle",
-    "volume-detach",
-    "network-partition",
-    "data-loss",
-]
+FaultKind = Literal[KIND_NAMES]  # type: ignore[valid-type]
 DiskOperation = Literal["read", "write", "fsync", "open", "any"]
-
-# Fields that belong to some kinds only; any other kind naming them is an error.
-_KIND_FIELDS: dict[str, tuple[str, ...]] = {
-    "restart": ("host-kill",),
-    "power_loss": ("host-kill",),
-    "secondary_catch_up": ("stepdown",),
-    "force": ("stepdown",),
-    "errno": ("disk-fault",),
-    "operations": ("disk-fault",),
-    "probability": ("disk-fault",),
-    "path": ("disk-fault",),
-    "latency": ("disk-fault", "iops-throttle"),
-    "iops": ("iops-throttle",),
-    "read_iops": ("iops-throttle",),
-    "write_iops": ("iops-throttle",),
-    "throughput_mb_s": ("iops-throttle",),
-    "read_mb_s": ("iops-throttle",),
-    "write_mb_s": ("iops-throttle",),
-    "isolate_from": ("network-partition",),
-    "direction": ("network-partition",),
-}
-_THROTTLE_FIELDS = ("iops", "read_iops", "write_iops", "throughput_mb_s", "read_mb_s",
-                    "write_mb_s", "latency")  # fmt: skip
-# Faults that last until reverted: without a duration they would outlive the run.
-_NEEDS_DURATION = ("host-freeze", "disk-fault", "iops-throttle", "volume-detach",
-                   "network-partition")  # fmt: skip
+_THROTTLE_FIELDS = KINDS["iops-throttle"].fields
 
 
 def _errno_name(value: str) -> str:
@@ -297,7 +317,78 @@ def _errno_name(value: str) -> str:
     return value
 
 
-class Fault(Strict):
+class _FaultRules(Strict):
+    """What the fault models share: the checks across fields, and when a fault is reverted.
+
+    A kind's model has only that kind's fields (another kind's is an unknown key), but reads
+    another kind's field as its default: code asking a question of any fault ("does it
+    restart?") need not ask its kind first.
+    """
+
+    if TYPE_CHECKING:  # the fields the rules read (every kind's model has or defaults them)
+        kind: str
+        duration: float | None
+        restart: Restart | Literal[False]
+        secondary_catch_up: float
+        errno: str
+        latency: float | None
+    else:
+
+        def __getattr__(self, name: str) -> Any:
+            if name in _OTHER_KINDS_DEFAULTS:
+                return _OTHER_KINDS_DEFAULTS[name]
+            return super().__getattr__(name)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> _FaultRules:
+        if KINDS[self.kind].needs_duration and self.duration is None:
+            raise FieldProblem(
+                ("duration",), f"{self.kind} needs a `duration` (then it is reverted)"
+            )
+        if (
+            self.kind == "host-kill"
+            and self.restart
+            and self.restart.after is None
+            and self.duration is None
+        ):
+            raise FieldProblem(
+                ("duration",), "host-kill needs `duration` or `restart.after` (or restart: false)"
+            )
+        if self.kind == "iops-throttle" and not (self.model_fields_set & set(_THROTTLE_FIELDS)):
+            raise FieldProblem(
+                ("kind",),
+                "iops-throttle needs a limit: iops, read_iops, write_iops, "
+                "throughput_mb_s, read_mb_s, write_mb_s or latency",
+            )
+        if self.kind == "disk-fault" and self.errno == "none" and self.latency is None:
+            raise FieldProblem(("errno",), "errno none and no latency: the fault does nothing")
+        if (
+            self.kind == "stepdown"
+            and self.duration is not None
+            and (self.duration < self.secondary_catch_up)
+        ):
+            raise FieldProblem(
+                ("duration",),
+                "stepdown: `duration` (the stepdown period) must be at least `secondary_catch_up`",
+            )
+        return self
+
+    @property
+    def revert_after(self) -> float | None:
+        """Seconds from injection to revert, or None when the fault is not reverted."""
+        if self.kind == "host-kill":
+            if self.restart is False:
+                return None
+            return self.restart.after if self.restart.after is not None else self.duration
+        if self.kind in ("stepdown", "data-loss"):
+            return None  # data-loss: only a restore step brings the data back
+        return self.duration
+
+
+class _Fault(_FaultRules):
+    """Every fault field of every kind: the source of each kind's own model (below), and the
+    fault as type checkers see it."""
+
     at: Duration = Field(description="when, from the start of the probes")
     kind: FaultKind
     select: Selection = "primary"
@@ -353,58 +444,56 @@ class Fault(Strict):
         description="network-partition: inbound: others cannot reach the member; "
         "outbound: it cannot reach them",
     )
-    kubernetes: KubernetesFault | None = None
-    ec2: Ec2Fault | None = None
-    vsphere: VsphereFault | None = None
 
-    @model_validator(mode="after")
-    def _kind_fields(self) -> Fault:
-        for name, kinds in _KIND_FIELDS.items():
-            if name in self.model_fields_set and self.kind not in kinds:
-                raise FieldProblem((name,), f"`{name}` applies to {' and '.join(kinds)}, "
-                                   f"not {self.kind}")  # fmt: skip
-        if self.kind in _NEEDS_DURATION and self.duration is None:
-            raise FieldProblem(
-                ("duration",), f"{self.kind} needs a `duration` (then it is reverted)"
-            )
-        if (
-            self.kind == "host-kill"
-            and self.restart
-            and self.restart.after is None
-            and self.duration is None
-        ):
-            raise FieldProblem(
-                ("duration",), "host-kill needs `duration` or `restart.after` (or restart: false)"
-            )
-        if self.kind == "iops-throttle" and not (self.model_fields_set & set(_THROTTLE_FIELDS)):
-            raise FieldProblem(
-                ("kind",),
-                "iops-throttle needs a limit: iops, read_iops, write_iops, "
-                "throughput_mb_s, read_mb_s, write_mb_s or latency",
-            )
-        if self.kind == "disk-fault" and self.errno == "none" and self.latency is None:
-            raise FieldProblem(("errno",), "errno none and no latency: the fault does nothing")
-        if (
-            self.kind == "stepdown"
-            and self.duration is not None
-            and (self.duration < self.secondary_catch_up)
-        ):
-            raise FieldProblem(
-                ("duration",),
-                "stepdown: `duration` (the stepdown period) must be at least `secondary_catch_up`",
-            )
-        return self
 
-    @property
-    def revert_after(self) -> float | None:
-        """Seconds from injection to revert, or None when the fault is not reverted."""
-        if self.kind == "host-kill":
-            if self.restart is False:
-                return None
-            return self.restart.after if self.restart.after is not None else self.duration
-        if self.kind in ("stepdown", "data-loss"):
-            return None  # data-loss: only a restore step brings the data back
-        return self.duration
+_FAULT_SECTIONS = {n: p.fault_options for n, p in platforms().items() if p.fault_options}
+_OTHER_KINDS_DEFAULTS: dict[str, Any] = {
+    name: _Fault.model_fields[name].get_default(call_default_factory=True)
+    for name in kind_only_fields()
+}
+
+
+def _kind_model(kind: str) -> type[_FaultRules]:
+    """The model of one kind's faults: the common fields, its own, the platforms' sections."""
+    spec = KINDS[kind]
+    fields: dict[str, Any] = {}
+    for name in fields_for(kind, _Fault.model_fields):
+        info = copy.copy(_Fault.model_fields[name])
+        if name == "kind":
+            info = Field(description=spec.meaning)
+            fields[name] = (Literal[kind], info)
+        else:
+            fields[name] = (info.annotation, info)
+    fields.update({name: (options | None, None) for name, options in _FAULT_SECTIONS.items()})
+    title = "".join(part.capitalize() for part in kind.split("-"))
+    model: type[_FaultRules] = create_model(
+        title if title.endswith("Fault") else f"{title}Fault",
+        __base__=_FaultRules,
+        __doc__=spec.meaning,
+        __module__=__name__,
+        **fields,
+    )
+    return model
+
+
+FAULT_MODELS: dict[str, type[_FaultRules]] = {kind: _kind_model(kind) for kind in KIND_NAMES}
+"""One model per fault kind, each with only the fields that apply to it."""
+
+if TYPE_CHECKING:
+
+    class Fault(_Fault):
+        kubernetes: KubernetesFault | None = None
+        ec2: Ec2Fault | None = None
+        vsphere: VsphereFault | None = None
+else:
+    Fault = Annotated[Union[tuple(FAULT_MODELS.values())], Field(discriminator="kind")]  # noqa: UP007
+
+_FAULT_ADAPTER: TypeAdapter[Fault] = TypeAdapter(Fault)
+
+
+def make_fault(**fields: Any) -> Fault:
+    """A fault of the kind `fields` names, validated as a file's fault is."""
+    return _FAULT_ADAPTER.validate_python(fields)
 
 
 class Step(Strict):
@@ -455,7 +544,7 @@ class Guards(Strict):
 
 
 def _abort_condition(text: str) -> str:
-    from rsdrill.engine.abort import parse_condition
+    from rsdrill.analysis.abort import parse_condition
 
     parse_condition(text)
     return text
@@ -477,6 +566,21 @@ _MEMBERS_BY_ROLE: dict[str, dict[str, int]] = {
 }
 
 SLO_PATTERN = r"^\s*(<=|>=|==|!=|<|>)\s*(-?\d+(\.\d+)?)\s*$"
+
+
+def _known_metrics(slo: dict[str, str]) -> dict[str, str]:
+    from rsdrill.analysis.slo import unknown_metric_problem
+
+    for name in slo:
+        if (problem := unknown_metric_problem(name)) is not None:
+            raise FieldProblem((name,), problem, about_key=True)
+    return slo
+
+
+SloConditions = Annotated[
+    dict[str, Annotated[str, Field(pattern=SLO_PATTERN)]], AfterValidator(_known_metrics)
+]
+"""`slo:`: metric → condition; every name one the analyzers compute (see analysis/slo.py)."""
 
 
 MatrixValue = bool | int | float | str
@@ -547,7 +651,7 @@ class Experiment(Strict):
     probes: Probes = Probes()
     faults: tuple[Fault, ...] = Field(min_length=1)
     observe: Observe = Observe()
-    slo: dict[str, Annotated[str, Field(pattern=SLO_PATTERN)]] = Field(
+    slo: SloConditions = Field(
         default_factory=dict,
         description='metric → condition, e.g. write_unavailable_s: "<= 15"',
     )
@@ -593,7 +697,7 @@ class Experiment(Strict):
 
     @model_validator(mode="after")
     def _abort_conditions_are_measured(self) -> Experiment:
-        from rsdrill.engine.abort import parse_condition, unmeasurable
+        from rsdrill.analysis.abort import parse_condition, unmeasurable
 
         for i, text in enumerate(self.abort_on):
             problem = unmeasurable(parse_condition(text).metric, self.probes)
@@ -619,24 +723,42 @@ class Experiment(Strict):
     def _platform_supports_faults(self) -> Experiment:
         platform = self.target.platform
         for i, fault in enumerate(self.faults):
+            for section in _FAULT_SECTIONS:
+                if section != platform and getattr(fault, section) is not None:
+                    raise FieldProblem(
+                        ("faults", i, section), f"{section} options on a {platform} target"
+                    )
             if fault.kind == "data-loss" and platform in REMOTE_PLATFORMS:
                 raise FieldProblem(
                     ("faults", i, "kind"),
                     f"data-loss (a wiped data directory) is for sandbox and local targets; on "
                     f"{platform}, destroy the volumes with a step of your own",
                 )
-        module = "machine" if platform in ("sandbox", "local") else platform
-        importlib.import_module(f"rsdrill.experiment.platforms.{module}").check_experiment(self)
+        registry.platform(platform).check_experiment(self)
         return self
 
+    def records(self) -> set[str]:
+        """What the run records: its probes' ops, `data-loss` faults and marked steps (the
+        names of analysis/sources.py)."""
+        records = self.probes.records()
+        if any(fault.kind == "data-loss" for fault in self.faults):
+            records.add("data-loss")
+        records.update(f"step:{step.marks}" for step in self.steps if step.marks != "none")
+        return records
+
     @model_validator(mode="after")
-    def _slos_exist_for_topology(self) -> Experiment:
+    def _slos_are_measured(self) -> Experiment:
         from rsdrill.analysis.slo import not_applicable_reason
+        from rsdrill.analysis.sources import missing_source
 
         standalone = self.target.topology == "standalone"
+        records = self.records()
         for metric in self.slo:
             if (reason := not_applicable_reason(metric, standalone=standalone)) is not None:
-                raise FieldProblem(("slo", metric), reason)
+                raise FieldProblem(("slo", metric), reason, about_key=True)
+            if (source := missing_source(metric, records)) is not None:
+                raise FieldProblem(("slo", metric), f"measured by {source.what}, which this "
+                                   "experiment turns off", about_key=True)  # fmt: skip
         return self
 
     @model_validator(mode="after")

@@ -23,7 +23,7 @@ baseline to compare against. `to_experiment()` makes the `Experiment` the runner
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 from pydantic import (
     BeforeValidator,
@@ -31,11 +31,13 @@ from pydantic import (
     PlainSerializer,
     ValidationError,
     WithJsonSchema,
+    create_model,
     model_validator,
 )
 
+from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import (
-    SLO_PATTERN,
+    FAULT_MODELS,
     Duration,
     Experiment,
     Fault,
@@ -45,9 +47,11 @@ from rsdrill.experiment.schema import (
     Probes,
     SelectCount,
     Selection,
+    SloConditions,
     Strict,
     Target,
     format_duration,
+    make_fault,
     parse_duration,
 )
 from rsdrill.result import FaultResult, Result
@@ -96,7 +100,7 @@ Offset = Annotated[
 ]
 
 
-class TimelineEvent(Fault):
+class _Event(Strict):
     """One fault of the incident: an experiment fault at an offset, with what it stands for."""
 
     at: Offset = Field(description="offset from the incident's start (t+0)")
@@ -105,7 +109,16 @@ class TimelineEvent(Fault):
     def to_fault(self, lead_in_s: float) -> Fault:
         """The experiment fault: the same fields, `at` counted from the start of the probes."""
         fields = {name: getattr(self, name) for name in self.model_fields_set - {"note"}}
-        return Fault(**{**fields, "at": lead_in_s + self.at})
+        return make_fault(**{**fields, "at": lead_in_s + self.at})
+
+
+# An event of each kind is that kind's fault with an offset and a note.
+_EVENT_MODELS = tuple(
+    create_model(model.__name__.replace("Fault", "Event"), __base__=(_Event, model),
+                 __module__=__name__)
+    for model in FAULT_MODELS.values()
+)  # fmt: skip
+TimelineEvent = Annotated[Union[_EVENT_MODELS], Field(discriminator="kind")]  # noqa: UP007
 
 
 class Timeline(Strict):
@@ -118,7 +131,7 @@ class Timeline(Strict):
     events: tuple[TimelineEvent, ...] = Field(min_length=1)
     probes: Probes = Probes()
     observe: Observe = Observe()
-    slo: dict[str, Annotated[str, Field(pattern=SLO_PATTERN)]] = Field(
+    slo: SloConditions = Field(
         default_factory=dict, description='metric → condition, e.g. write_unavailable_s: "<= 15"'
     )
     guards: Guards = Guards()
@@ -166,7 +179,7 @@ class Timeline(Strict):
         return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
 
 
-class ReplayError(ValueError):
+class ReplayError(RsdrillError, ValueError):
     """A previous run's result that cannot be turned into a replay."""
 
 

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import PyMongoError
 
-from rsdrill.experiment.schema import Probes
+from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import PROBE_DB, ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
 from rsdrill.probes.durability import readback
 from rsdrill.probes.failover import HelloPoller
-from rsdrill.probes.history import History, RunClock
 from rsdrill.probes.lag import LagPoller
 from rsdrill.probes.load import build_load, preload
 from rsdrill.probes.raw_write import RawWriteLoop
 from rsdrill.probes.recovery import StatusPoller
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Probes
 
 
 class ProbeSet:

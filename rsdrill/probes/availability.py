@@ -13,8 +13,8 @@ from typing import Any
 from pymongo import MongoClient, WriteConcern
 from pymongo.collection import Collection
 
+from rsdrill.history import History, RunClock
 from rsdrill.probes.base import Probe, ServedBy, classify, timed
-from rsdrill.probes.history import History, RunClock
 
 PROBE_DB = "rsdrill_probe"
 

@@ -21,7 +21,7 @@ from pymongo.errors import (
 )
 
 from rsdrill.connection import DirectConnection, WireClientError
-from rsdrill.probes.history import History, Op, RunClock
+from rsdrill.history import History, Op, RunClock
 
 
 class Probe:

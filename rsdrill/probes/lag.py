@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime as dt
 
 from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.history import History, RunClock
 from rsdrill.probes.base import Probe
-from rsdrill.probes.history import History, RunClock
 
 
 class LagPoller(Probe):

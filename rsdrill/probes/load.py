@@ -10,9 +10,9 @@ from typing import Any
 
 from pymongo import MongoClient, WriteConcern
 
+from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import PROBE_DB, probe_client
 from rsdrill.probes.base import Probe, ServedBy, classify, timed
-from rsdrill.probes.history import History, RunClock
 
 READ_SHARE = {"a": 0.5, "b": 0.95}
 # YCSB's default skew: a few keys are hot, most are cold.

@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import PROBE_DB
 from rsdrill.probes.base import Probe
-from rsdrill.probes.history import History, RunClock
 
 NAME = "raw_write"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from rsdrill.probes.history import History, Op
+from rsdrill.history import History, Op
 from rsdrill.redact import redact_uri
 from rsdrill.report.html import render_html
 from rsdrill.report.junit import render_junit

@@ -11,7 +11,7 @@ import html
 import json
 from collections.abc import Sequence
 
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 from rsdrill.report.assets import CSS, JS
 from rsdrill.report.common import describe_server, fmt_number, scalar_metrics, slo_condition
 from rsdrill.report.timeline import timeline_data

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 from rsdrill.result import Result
 
 # Availability strips, top to bottom. Failover/recovery/lag probes are drawn as state lanes and

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
+from typing import TYPE_CHECKING
 
 from rsdrill.report.common import fmt_number
-from rsdrill.store import Baseline, Run
+
+if TYPE_CHECKING:
+    from rsdrill.store import Baseline, Run
 
 WIDTH = 760
 PANEL_H = 170

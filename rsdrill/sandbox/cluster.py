@@ -20,43 +20,33 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
-
-from pymongo import MongoClient
 
 from rsdrill.connection import ConnectOptions, DirectConnection, TlsSettings, WireClientError
 from rsdrill.procstat import stat_fields
 from rsdrill.sandbox.auth import AUTH_FILE, create_auth, read_auth
 from rsdrill.sandbox.certs import TLS_DIR, make_tls_files, tls_files
 from rsdrill.sandbox.config import CONFIG_FILE, MemberSpec, ReplSetSpec, empty_dir, member_dir
+from rsdrill.sandbox.errors import SandboxError
+from rsdrill.sandbox.members import (
+    QUERY_TIMEOUT_S,
+    hello,
+    is_writable_primary,
+    member_state,
+)
 from rsdrill.scram import Credentials
-from rsdrill.states import NOT_A_REPLICA_SET, STANDALONE
 
 ENGINE_FILE = "sandbox.json"
 ENGINE_CHOICES = ("auto", "emulator", "mongod")
 START_TIMEOUT_S = 60.0
-# Short enough that `status` stays snappy when a member hangs, long enough for a busy machine.
-QUERY_TIMEOUT_S = 1.0
 _POLL_S = 0.02
 _HAVE_PROC = Path("/proc/self/stat").exists()
-
-
-class SandboxError(Exception):
-    """A failure reported to the user in one line.
-
-    `exit_code` 2: bad input or a refusal, nothing was changed; 4: the platform failed (a member
-    did not start, a process would not die).
-    """
-
-    def __init__(self, message: str, exit_code: int = 2) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -163,78 +153,6 @@ def _load_engine(record: dict[str, str]) -> Engine:
     if record.get("engine") == "mongod":
         return _mongod_engine(record["executable"])
     return EmulatorEngine(record.get("executable", sys.executable))
-
-
-@contextmanager
-def member_client(
-    host: str, timeout_s: float = QUERY_TIMEOUT_S, credentials: Credentials | None = None
-) -> Iterator[MongoClient[Any]]:
-    """A direct connection to one member, with every timeout set to `timeout_s` (logged in
-    with `credentials` when the sandbox requires a login)."""
-    ms = int(timeout_s * 1000)
-    login: dict[str, Any] = {}
-    if credentials is not None:
-        login = {"username": credentials.user, "password": credentials.password,
-                 "authSource": credentials.source}  # fmt: skip
-    client: MongoClient[Any] = MongoClient(
-        host,
-        **login,
-        directConnection=True,
-        serverSelectionTimeoutMS=ms,
-        connectTimeoutMS=ms,
-        socketTimeoutMS=ms,
-        appname="rsdrill-sandbox",
-    )
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def hello(
-    host: str, timeout_s: float = QUERY_TIMEOUT_S, options: ConnectOptions | None = None
-) -> dict[str, Any] | None:
-    """The member's hello (isMaster where it has none), or None when it does not answer."""
-    conn = DirectConnection(host, timeout_s, options or ConnectOptions())
-    try:
-        return conn.hello()
-    except WireClientError:
-        return None
-    finally:
-        conn.close()
-
-
-def is_writable_primary(host: str, options: ConnectOptions | None = None) -> bool:
-    reply = hello(host, options=options)
-    return bool(reply and reply.get("isWritablePrimary"))
-
-
-def member_state(
-    host: str, timeout_s: float = QUERY_TIMEOUT_S, options: ConnectOptions | None = None
-) -> str:
-    """The member's own stateStr from replSetGetStatus (STANDALONE without a replica set),
-    else guessed from hello."""
-    conn = DirectConnection(host, timeout_s, options or ConnectOptions())
-    try:
-        status = conn.command("admin", {"replSetGetStatus": 1})
-        if status.get("code") in NOT_A_REPLICA_SET:
-            return STANDALONE
-        for entry in status.get("members", []):
-            if entry.get("self"):
-                return str(entry["stateStr"])
-        # Not initiated yet, or still loading its config: hello says enough.
-        reply = conn.hello()
-    except WireClientError:
-        return "UNREACHABLE"
-    finally:
-        conn.close()
-    if reply.get("isWritablePrimary"):
-        return "PRIMARY"
-    if reply.get("secondary"):
-        return "SECONDARY"
-    if reply.get("arbiterOnly"):
-        return "ARBITER"
-    return "STARTUP"
 
 
 def _listening(host: str) -> bool:

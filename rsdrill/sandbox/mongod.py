@@ -9,17 +9,16 @@ members, priorities, arbiter and settings.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymongo.errors import PyMongoError
 
-from rsdrill.sandbox.cluster import (
-    Sandbox,
-    SandboxError,
-    is_writable_primary,
-    member_client,
-)
 from rsdrill.sandbox.config import MemberSpec, ReplSetSpec, member_dir
+from rsdrill.sandbox.errors import SandboxError
+from rsdrill.sandbox.members import is_writable_primary, member_client
+
+if TYPE_CHECKING:
+    from rsdrill.sandbox.cluster import Sandbox
 
 _POLL_S = 0.05
 

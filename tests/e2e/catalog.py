@@ -45,7 +45,7 @@ def run_cli(tmp_path: Path, document: dict[str, Any], *args: str) -> tuple[int, 
     path.write_text(json.dumps(document))
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(path), "--out", str(out),
+        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(out),
          "--no-live", "--no-history", *args],
         capture_output=True, text=True, timeout=240, cwd=REPO,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

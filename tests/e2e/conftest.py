@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
-from rsdrill.targets.local import listening_pid
 
 
 @pytest.fixture

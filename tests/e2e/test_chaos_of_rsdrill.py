@@ -35,8 +35,8 @@ from pathlib import Path
 import pytest
 
 from rsdrill.faultfs.mount import faultfs_mounts
-from rsdrill.injectors import netcls
-from rsdrill.injectors.network import rsdrill_tables
+from rsdrill.platforms.machine import netcls
+from rsdrill.platforms.machine.network import rsdrill_tables
 from rsdrill.sandbox.cluster import Sandbox
 from tests.integration.faultfs_support import ensure_faultfs_tools
 
@@ -162,7 +162,7 @@ def _env(work: Path) -> dict[str, str]:
 
 def _rsdrill(work: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", *args],
+        [sys.executable, "-m", "rsdrill.cli", *args],
         capture_output=True, text=True, timeout=timeout, env=_env(work),
     )  # fmt: skip
 
@@ -172,7 +172,7 @@ def _disturb(case: Case, work: Path, sig: signal.Signals) -> Outcome:
     work.mkdir(parents=True)
     outcome = Outcome(case, work)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(_experiment(case, work)),
+        [sys.executable, "-m", "rsdrill.cli", "run", str(_experiment(case, work)),
          "--out", str(work / "out"), "--no-live", "--no-history"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(work),
     )  # fmt: skip

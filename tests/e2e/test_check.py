@@ -51,7 +51,7 @@ def _check(tmp_path: Path, document: dict[str, Any]) -> tuple[int, str]:
     path = tmp_path / "exp.json"
     path.write_text(json.dumps(document))
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "check", str(path)],
+        [sys.executable, "-m", "rsdrill.cli", "check", str(path)],
         capture_output=True, text=True, timeout=60,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip
@@ -97,7 +97,7 @@ def test_run_refuses_before_anything_when_a_role_is_missing(
     path = tmp_path / "exp.json"
     path.write_text(json.dumps(_experiment(secured, "app", "rs3-secondary-kill")))
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(path), "--yes", "--no-live",
+        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--yes", "--no-live",
          "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=60,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

@@ -19,7 +19,7 @@ DRILL = Path(__file__).parents[2] / "experiments" / "rs3-disaster-recovery-drill
 def _run(tmp_path: Path, experiment: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out", str(out),
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out", str(out),
          "--no-live", "--no-history", "--yes"],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

@@ -36,7 +36,7 @@ class Terminal:
         self.master, slave = pty.openpty()
         self.out = tmp_path / "out"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--interactive",
+            [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--interactive",
              "--out", str(self.out), "--no-history"],
             stdin=slave, stdout=slave, stderr=slave, close_fds=True,
             env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
@@ -125,7 +125,7 @@ def test_a_at_the_question_aborts_with_nothing_injected(tmp_path: Path, experime
 
 def test_interactive_without_a_terminal_exits_2(tmp_path: Path, experiment: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--interactive",
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--interactive",
          "--out", str(tmp_path / "out"), "--no-history"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

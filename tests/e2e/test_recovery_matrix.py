@@ -31,7 +31,7 @@ def test_keep_stays_flat_while_initial_sync_grows(tmp_path: Path) -> None:
     experiment.write_text(text)
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out", str(out),
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out", str(out),
          "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

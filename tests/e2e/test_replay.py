@@ -34,9 +34,9 @@ TOLERANCE_S = 0.05
 
 def _rsdrill(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", *args, "--no-live", "--no-history"]
+        [sys.executable, "-m", "rsdrill.cli", *args, "--no-live", "--no-history"]
         if args[0] == "replay"
-        else [sys.executable, "-m", "rsdrill.cli.app", *args],
+        else [sys.executable, "-m", "rsdrill.cli", *args],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip

@@ -30,7 +30,7 @@ def _experiment(tmp_path: Path, fault: str, keep: bool = False) -> Path:
 
 def _start(tmp_path: Path, experiment: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment),
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment),
          "--out", str(tmp_path / "out"), "--no-live", "--no-history", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
@@ -39,7 +39,7 @@ def _start(tmp_path: Path, experiment: Path, *args: str) -> subprocess.Popen[str
 
 def _recover(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "recover", *args],
+        [sys.executable, "-m", "rsdrill.cli", "recover", *args],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip

@@ -20,11 +20,11 @@ from pymongo import MongoClient, WriteConcern
 
 from rsdrill.connection import DirectConnection
 from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.selection import current_states
 from rsdrill.experiment.schema import Experiment
 from rsdrill.result import Result
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import ReplSetSpec
-from rsdrill.targets.selection import current_states
 from tests.e2e.local_set import local_target, set_uri
 
 FAST = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s", "keep": True}
@@ -168,7 +168,7 @@ def test_allowlist_guard_refuses_without_a_terminal_or_yes(
     env = {k: v for k, v in os.environ.items() if k != "RSDRILL_ALLOW"}
     before = _pids(existing_set)
     proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--no-live",
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--no-live",
          "--out", str(tmp_path / "out")],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={**env, "RSDRILL_HOME": str(tmp_path / "home")},
@@ -216,7 +216,7 @@ def test_abort_on_option_aborts_a_run_and_reverts(tmp_path: Path, kept: Path) ->
         "faults:\n  - {at: 2s, kind: host-kill, select: primary, duration: 60s}\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--no-live",
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--no-live",
          "--out", str(tmp_path / "out"),
          "--abort-on", "probe_error_rate > 0.99", "--abort-on", "write_unavailable_s > 0.5"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
@@ -250,7 +250,7 @@ def test_bad_abort_condition_exits_2_before_anything_starts(
     )
     extra = ["--abort-on", "no_primary > 5"] if where == "--abort-on" else []
     proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--no-live",
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--no-live",
          "--out", str(tmp_path / "out"), *extra],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

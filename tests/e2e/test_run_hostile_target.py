@@ -37,7 +37,7 @@ def test_run_against_hostile_members_is_refused_in_time(
         )
         started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--yes",
+            [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--yes",
              "--out", str(tmp_path / "out"), "--no-live", "--no-history"],
             capture_output=True, text=True, timeout=DEADLINE_S + 30,
             env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home"),

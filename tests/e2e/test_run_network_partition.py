@@ -16,8 +16,8 @@ import pytest
 
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
-from rsdrill.injectors import netcls
-from rsdrill.injectors.network import rsdrill_tables
+from rsdrill.platforms.machine import netcls
+from rsdrill.platforms.machine.network import rsdrill_tables
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.e2e.test_run_cli import _wait_for_text
@@ -52,7 +52,7 @@ def _experiment(tmp_path: Path, port_base: int, duration: str) -> Path:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rsdrill.cli.app", *args]
+    return [sys.executable, "-m", "rsdrill.cli", *args]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

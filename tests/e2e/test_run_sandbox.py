@@ -11,11 +11,12 @@ from typing import Any
 import bson
 import pytest
 
+from rsdrill.engine.journal import read_records
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.result import Result
 from rsdrill.sandbox.groundtruth import all_events, first_after
-from rsdrill.targets.local import listening_pid
 from tests.e2e.local_set import local_target
 
 
@@ -80,6 +81,34 @@ def test_failed_slo_gives_verdict_fail_and_exit_1(tmp_path: Path) -> None:
     })  # fmt: skip
     assert (result.verdict, result.exit_code) == ("fail", 1)
     assert result.slo[0].passed is False and (result.slo[0].observed or 0) > 0.05
+
+
+def test_an_analyzer_that_raises_still_tears_down_and_leaves_a_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_analyzer(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("an analyzer's bug")
+
+    monkeypatch.setattr("rsdrill.analysis.metrics.compute_metrics", broken_analyzer)
+    journals = tmp_path / "journal"
+    result = _run(tmp_path, {
+        "name": "broken-analyzer",
+        "target": {"platform": "sandbox", "topology": "rs1"},
+        "faults": [{"at": "1s", "kind": "host-kill", "duration": "1s"}],
+        "observe": {"after_revert": "5s"},
+        "guards": {"allow_quorum_loss": True},
+        "slo": {"write_unavailable_s": "<= 60"},
+    }, journal_dir=journals)  # fmt: skip
+    assert (result.verdict, result.exit_code) == ("error", 4)
+    assert result.error is not None and "an analyzer's bug" in result.error
+    saved = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert (saved["verdict"], saved["faults"][0]["kind"]) == ("error", "host-kill")
+    assert saved["faults"][0]["reverted_at_s"] is not None
+    # Torn down (the sandbox's members are gone) and the journal ended: nothing for `recover`.
+    ports = [int(member.rsplit(":", 1)[1]) for member in result.target.members]
+    assert ports and all(listening_pid(port) is None for port in ports)
+    (journal,) = journals.glob("*.jsonl")
+    assert [r["verdict"] for r in read_records(journal) if r["type"] == "end"] == ["error"]
 
 
 def test_rs1_kill_with_restart_delay(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def test_no_output_holds_the_password_or_the_cloud_secret(
     )
     home, out = tmp_path / "home", tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--yes",
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--yes",
          "--out", str(out), "--no-live", "--history", str(tmp_path / "history.sqlite")],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "RSDRILL_HOME": str(home), "RSDRILL_ALLOW": "rs0",

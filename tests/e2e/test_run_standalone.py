@@ -101,7 +101,7 @@ def test_an_in_memory_standalone_loses_acknowledged_writes_and_the_slo_says_so(
     spec["faults"][0]["restart"] = {"after": "2s"}
     experiment.write_text(json.dumps(spec))
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out",
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=180,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
@@ -124,7 +124,7 @@ def test_an_slo_on_failover_of_a_standalone_is_refused_at_load(tmp_path: Path) -
     experiment = tmp_path / "exp.json"
     experiment.write_text(json.dumps(spec))
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "validate", str(experiment)],
+        [sys.executable, "-m", "rsdrill.cli", "validate", str(experiment)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2

@@ -176,7 +176,7 @@ def test_local_member_on_faultfs_mounted_with_the_cli(
         for data in dbpaths:
             data.mkdir(parents=True)
             done = subprocess.run(
-                [sys.executable, "-m", "rsdrill.cli.app", "faultfs", "mount", str(data),
+                [sys.executable, "-m", "rsdrill.cli", "faultfs", "mount", str(data),
                  str(data)], capture_output=True, text=True, timeout=60,
             )  # fmt: skip
             assert done.returncode == 0, done.stderr
@@ -203,5 +203,5 @@ def test_local_member_on_faultfs_mounted_with_the_cli(
     finally:
         sandbox.down(grace_s=2.0)
         for data in dbpaths:
-            subprocess.run([sys.executable, "-m", "rsdrill.cli.app", "faultfs", "unmount",
+            subprocess.run([sys.executable, "-m", "rsdrill.cli", "faultfs", "unmount",
                             str(data)], capture_output=True, timeout=60)  # fmt: skip

@@ -30,7 +30,7 @@ def test_a_run_logs_in_everywhere_and_leaks_no_password(tmp_path: Path) -> None:
     experiment.write_text(EXPERIMENT)
     out, home = tmp_path / "out", tmp_path / "home"
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out", str(out),
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out", str(out),
          "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "RSDRILL_HOME": str(home)},
@@ -61,5 +61,5 @@ def test_a_run_logs_in_everywhere_and_leaks_no_password(tmp_path: Path) -> None:
             assert password not in path.read_text(errors="replace"), path
         assert password not in done.stdout + done.stderr
     finally:
-        subprocess.run([sys.executable, "-m", "rsdrill.cli.app", "sandbox", "down", "--dir",
+        subprocess.run([sys.executable, "-m", "rsdrill.cli", "sandbox", "down", "--dir",
                         str(sandbox)], capture_output=True, timeout=60)  # fmt: skip

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from harness.moto_ec2 import REGION, SECRET, Member, client, make_member, moto_server
 
-from rsdrill.injectors.ec2 import Aws, Connection
+from rsdrill.platforms.ec2.injectors import Aws, Connection
 
 
 @pytest.fixture(scope="session")

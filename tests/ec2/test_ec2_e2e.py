@@ -19,9 +19,9 @@ from harness.moto_ec2 import SECRET, Member, client, data_volume_at, instance_of
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import BulkWriteError, PyMongoError
 
+from rsdrill.platforms.sandbox.target import free_port_base
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
-from rsdrill.targets.sandbox import free_port_base
 
 ROOT = Path(__file__).resolve().parents[2]
 PRELOAD_MB = 3
@@ -83,7 +83,7 @@ def preload(uri: str, megabytes: int) -> None:
 
 def run(experiment: Path, out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out", str(out),
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out", str(out),
          "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
     )  # fmt: skip

@@ -10,21 +10,21 @@ from typing import Any
 import pytest
 from harness.moto_ec2 import DATA_DEVICE, Member, data_volume_at, instance_of, volume_of
 
-from rsdrill.experiment.platforms.ec2 import DataVolume, Ec2Fault, Ec2Platform, MemberInstances
-from rsdrill.experiment.schema import Fault
-from rsdrill.injectors.base import InjectionError
-from rsdrill.injectors.ec2 import REVERT_ACTIONS, Aws, AwsError, preflight
-from rsdrill.injectors.ec2.fis import (
+from rsdrill.experiment.schema import make_fault
+from rsdrill.platforms.base import InjectionError
+from rsdrill.platforms.ec2.fis import (
     FisExperiment,
     iso_duration,
     pause_volume_io,
     stop_instances,
     volume_io_latency,
 )
-from rsdrill.injectors.ec2.instance import REPLACES_TAG, InstanceKill
-from rsdrill.injectors.ec2.lookup import find_data_volume, find_instance
-from rsdrill.injectors.ec2.network import SecurityGroupPartition
-from rsdrill.injectors.ec2.volume import IopsThrottle, VolumeDetach, modification_limit
+from rsdrill.platforms.ec2.injectors import REVERT_ACTIONS, Aws, AwsError, preflight
+from rsdrill.platforms.ec2.instance import REPLACES_TAG, InstanceKill
+from rsdrill.platforms.ec2.lookup import find_data_volume, find_instance
+from rsdrill.platforms.ec2.network import SecurityGroupPartition
+from rsdrill.platforms.ec2.options import DataVolume, Ec2Fault, Ec2Platform, MemberInstances
+from rsdrill.platforms.ec2.volume import IopsThrottle, VolumeDetach, modification_limit
 
 BY_TAG = MemberInstances(by="tag")
 AT_SDF = DataVolume(device=DATA_DEVICE)
@@ -295,7 +295,7 @@ def test_preflight_refuses_a_throttle_of_a_recently_modified_volume(
 ) -> None:
     m = member()
     platform = Ec2Platform(region="us-east-1", instances=BY_TAG, volume=AT_SDF)
-    throttle_fault = Fault(at=1, kind="iops-throttle", duration=60, iops=3000)
+    throttle_fault = make_fault(at=1, kind="iops-throttle", duration=60, iops=3000)
     instance = find_instance(aws, BY_TAG, m.host)
     assert preflight(aws, platform, (throttle_fault,), [instance]) == []
     ec2.modify_volume(VolumeId=m.volume_id, Iops=5000)

@@ -26,22 +26,22 @@ from harness.moto_ec2 import (
 )
 
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
-from rsdrill.experiment.platforms.ec2 import DataVolume, Ec2Platform, MemberInstances
-from rsdrill.experiment.schema import Fault
-from rsdrill.injectors.ec2 import Aws, Connection, preflight
-from rsdrill.injectors.ec2.lookup import find_instance
+from rsdrill.experiment.schema import make_fault
+from rsdrill.platforms.ec2.injectors import Aws, Connection, preflight
+from rsdrill.platforms.ec2.lookup import find_instance
+from rsdrill.platforms.ec2.options import DataVolume, Ec2Platform, MemberInstances
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CRASHING_RUN = textwrap.dedent("""
     import os, sys
     from rsdrill.engine.journal import Journal
-    from rsdrill.experiment.platforms.ec2 import MemberInstances
-    from rsdrill.injectors.ec2 import Aws, Connection
-    from rsdrill.injectors.ec2.lookup import find_instance
-    from rsdrill.injectors.ec2.network import SecurityGroupPartition
-    from rsdrill.injectors.ec2.volume import IopsThrottle, VolumeDetach
-    from rsdrill.injectors.ec2.instance import InstanceKill
+    from rsdrill.platforms.ec2.options import MemberInstances
+    from rsdrill.platforms.ec2.injectors import Aws, Connection
+    from rsdrill.platforms.ec2.lookup import find_instance
+    from rsdrill.platforms.ec2.network import SecurityGroupPartition
+    from rsdrill.platforms.ec2.volume import IopsThrottle, VolumeDetach
+    from rsdrill.platforms.ec2.instance import InstanceKill
 
     endpoint, hosts = sys.argv[1], sys.argv[2:]
     aws = Aws(Connection("us-east-1", endpoint_url=endpoint, poll_interval=0.05))
@@ -65,7 +65,7 @@ CRASHING_RUN = textwrap.dedent("""
 
 
 def rsdrill(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli.app", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rsdrill.cli", *args], capture_output=True,
                           text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "RSDRILL_HOME": str(home)})  # fmt: skip
 
@@ -132,8 +132,8 @@ def test_preflight_refuses_what_the_credentials_may_not_do(
     platform = Ec2Platform(region=REGION, endpoint_url=moto_endpoint,
                            instances=MemberInstances(by="tag"),
                            volume=DataVolume(device="/dev/sdf"))  # fmt: skip
-    faults = (Fault(at=1, kind="host-kill", duration=5),
-              Fault(at=1, kind="volume-detach", duration=5))  # fmt: skip
+    faults = (make_fault(at=1, kind="host-kill", duration=5),
+              make_fault(at=1, kind="volume-detach", duration=5))  # fmt: skip
     for name, value in keys.items():
         monkeypatch.setenv(name, value)
     set_auth(moto_endpoint, 0)

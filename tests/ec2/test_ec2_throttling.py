@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from harness.moto_ec2 import REGION
 
-from rsdrill.injectors.ec2 import Aws, AwsError, Connection, client
+from rsdrill.platforms.ec2 import client
+from rsdrill.platforms.ec2.injectors import Aws, AwsError, Connection
 
 THROTTLED = (
     b"<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rsdrill.targets.sandbox import free_port_base
+from rsdrill.platforms.sandbox.target import free_port_base
 from tests.harness.processes import stop
 
 ROOT = Path(__file__).resolve().parents[2]

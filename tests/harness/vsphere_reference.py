@@ -19,9 +19,9 @@ import yaml
 
 from harness.vcsim import Vcsim, connect, create_vm, esxi_hosts, wait_task
 from harness.vsphere_binding import Event, VmBinding
+from rsdrill.platforms.sandbox.target import free_port_base
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
-from rsdrill.targets.sandbox import free_port_base
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = {"rs1": ROOT / "experiments" / "vsphere-rs1-host-failure.yaml",
@@ -80,7 +80,7 @@ def run_catalog(topology: str, sim: Vcsim, work: Path, *,
         bound = {vm._moId: names[vm.name] for vm in vms}
         with VmBinding(sim, sandbox, bound) as binding:
             done = subprocess.run(
-                [sys.executable, "-m", "rsdrill.cli.app", "run", str(copy), "--out",
+                [sys.executable, "-m", "rsdrill.cli", "run", str(copy), "--out",
                  str(work / "out"), "--no-live", "--no-history", "--yes"],
                 capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT, env=env,
             )  # fmt: skip

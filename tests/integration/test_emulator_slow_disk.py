@@ -13,9 +13,9 @@ from pymongo import MongoClient, WriteConcern
 
 from rsdrill.connection import DirectConnection
 from rsdrill.faultfs.control import request
+from rsdrill.platforms.sandbox.volumes import MemberVolumes
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
-from rsdrill.targets.volumes import MemberVolumes
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
 

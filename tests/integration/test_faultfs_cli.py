@@ -17,7 +17,7 @@ pytest_plugins = ["tests.integration.faultfs_fixtures"]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli.app", "faultfs", *args],
+    return subprocess.run([sys.executable, "-m", "rsdrill.cli", "faultfs", *args],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
 
 

@@ -16,16 +16,16 @@ import pytest
 from pymongo import MongoClient
 
 from rsdrill import wire
-from rsdrill.injectors import netcls
-from rsdrill.injectors.network import (
+from rsdrill.platforms.machine import netcls
+from rsdrill.platforms.machine.network import (
     NetworkPartition,
     connects,
     connects_as,
     heal,
     rsdrill_tables,
 )
+from rsdrill.platforms.sandbox.target import SandboxHosts
 from rsdrill.sandbox.cluster import Sandbox
-from rsdrill.targets.sandbox import SandboxHosts
 from tests.integration.support import member_state, wait_until, writable_primary
 
 INSTALL = Path(__file__).resolve().parents[2] / ".ci" / "install-netfilter"

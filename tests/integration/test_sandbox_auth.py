@@ -91,7 +91,7 @@ def test_the_password_file_is_private_and_never_printed(locked: Sandbox) -> None
     password = json.loads(path.read_text())["password"]
     assert len(password) >= 24
     shown = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "sandbox", "status", "--dir",
+        [sys.executable, "-m", "rsdrill.cli", "sandbox", "status", "--dir",
          str(locked.directory)],
         capture_output=True, text=True, timeout=60, env=os.environ.copy(),
     )  # fmt: skip

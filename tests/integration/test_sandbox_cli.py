@@ -27,7 +27,7 @@ ELECTION_TIMEOUT = "1000"
 def rsdrill(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run the real command line in its own process."""
     return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", *args],
+        [sys.executable, "-m", "rsdrill.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -342,7 +342,7 @@ def test_demo_tears_down_when_terminated(
 ) -> None:
     base = free_port_base(3)
     demo = subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli.app", "sandbox", "demo", "--dir", str(sandbox_dir),
+        [sys.executable, "-m", "rsdrill.cli", "sandbox", "demo", "--dir", str(sandbox_dir),
          "--port-base", str(base), "--engine", "emulator"],
         stdout=subprocess.PIPE,
         text=True,

@@ -102,7 +102,7 @@ def test_pymongo_and_rsdrill_reach_members_without_hello(
 
 def test_memory_storage_is_for_a_standalone_only(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "sandbox", "up", "--topology", "rs3",
+        [sys.executable, "-m", "rsdrill.cli", "sandbox", "up", "--topology", "rs3",
          "--storage", "memory", "--dir", str(tmp_path / "s")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -115,7 +115,7 @@ def test_memory_storage_is_for_a_standalone_only(tmp_path: Path) -> None:
 
 def test_x509_without_tls_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "sandbox", "up", "--topology", "rs3", "--x509",
+        [sys.executable, "-m", "rsdrill.cli", "sandbox", "up", "--topology", "rs3", "--x509",
          "--dir", str(tmp_path / "s")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -76,13 +76,13 @@ def namespace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Namespace]:
             ["ip", "netns", "exec", name, sys.executable, "-m", "tests.harness.dns", str(zone)],
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
         )  # fmt: skip
-        up = ns.run(sys.executable, "-m", "rsdrill.cli.app", "sandbox", "up", "--topology", "rs3",
+        up = ns.run(sys.executable, "-m", "rsdrill.cli", "sandbox", "up", "--topology", "rs3",
                     "--dir", str(ns.sandbox), "--port-base", str(PORT_BASE),
                     "--election-timeout", "1000")  # fmt: skip
         assert up.returncode == 0, up.stdout + up.stderr
         yield ns
     finally:
-        ns.run(sys.executable, "-m", "rsdrill.cli.app", "sandbox", "down", "--dir",
+        ns.run(sys.executable, "-m", "rsdrill.cli", "sandbox", "down", "--dir",
                str(ns.sandbox))  # fmt: skip
         if dns_server is not None:
             dns_server.kill()
@@ -130,7 +130,7 @@ def test_an_srv_name_that_does_not_resolve_is_one_clear_line(
     document["target"] = local_target(namespace.sandbox, "mongodb+srv://nowhere.sandbox.test/")
     path = tmp_path / "exp.json"
     path.write_text(json.dumps(document))
-    done = namespace.run(sys.executable, "-m", "rsdrill.cli.app", "check", str(path))
+    done = namespace.run(sys.executable, "-m", "rsdrill.cli", "check", str(path))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "✘ connection string: The DNS query name does not exist: " in done.stdout
     assert "_mongodb._tcp.nowhere.sandbox.test" in done.stdout
@@ -144,7 +144,7 @@ def test_a_run_reaches_the_set_by_its_srv_name(namespace: Namespace, tmp_path: P
     path.write_text(json.dumps(document))
     out = tmp_path / "out"
     started = time.monotonic()
-    done = namespace.run(sys.executable, "-m", "rsdrill.cli.app", "run", str(path), "--out",
+    done = namespace.run(sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out",
                          str(out), "--no-live", "--no-history", "--yes", timeout=180)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((out / "result.json").read_text())

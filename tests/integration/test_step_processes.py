@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import time
 
+from rsdrill.engine.actions import carry_out
 from rsdrill.engine.steps import stop_step, stop_step_action
-from rsdrill.injectors.actions import carry_out
 
 
 def _alive(proc: subprocess.Popen[bytes]) -> bool:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.engine.actions import carry_out
 from rsdrill.faultfs.mount import Mount, unmount
 from rsdrill.faultfs.rules import Rule
-from rsdrill.injectors.actions import carry_out
-from rsdrill.injectors.disk import PowerLossKill, StorageFault
+from rsdrill.platforms.machine.disk import PowerLossKill, StorageFault
 from tests.integration.support import wait_until
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]

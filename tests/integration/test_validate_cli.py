@@ -39,7 +39,7 @@ def rsdrill(*args: str | Path) -> subprocess.CompletedProcess[str]:
     """Run the real command line in its own process."""
     env = {k: v for k, v in os.environ.items() if k != UNSET_VARIABLE}
     return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", *map(str, args)],
+        [sys.executable, "-m", "rsdrill.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -145,6 +145,11 @@ def test_schema_accepts_a_valid_file_and_rejects_a_misspelt_kind() -> None:
     assert list(validator.iter_errors(document)) == []
     document["faults"][0]["kind"] = "host-kil"
     assert list(validator.iter_errors(document)) != []
+    # Each kind is offered its own fields only: restart is host-kill's.
+    document["faults"][0].update(kind="host-kill", restart={"volume": "wipe"})
+    assert list(validator.iter_errors(document)) == []
+    document["faults"][0]["kind"] = "stepdown"
+    assert list(validator.iter_errors(document)) != []
 
 
 def test_command_module_imports_neither_pydantic_nor_yaml() -> None:
@@ -154,3 +159,12 @@ def test_command_module_imports_neither_pydantic_nor_yaml() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_faults_lists_every_kind_from_its_spec() -> None:
+    from rsdrill.experiment.kinds import KINDS, fault_table, support_table
+
+    result = rsdrill("faults")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == fault_table() + "\n" + support_table()
+    assert all(f"| `{kind}` |" in result.stdout for kind in KINDS)

@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from rsdrill.cronjob import LABELS, rbac_objects
-from rsdrill.experiment.platforms.kubernetes import SUPPORT
 from rsdrill.experiment.schema import Experiment
-from rsdrill.injectors.kubernetes.resources import to_yaml
+from rsdrill.platforms.kubernetes.options import SUPPORT
+from rsdrill.platforms.kubernetes.resources import to_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -77,7 +77,7 @@ def nightly_text() -> str:
         [
             sys.executable,
             "-m",
-            "rsdrill.cli.app",
+            "rsdrill.cli",
             "schedule",
             "render",
             *NIGHTLY_ARGS,

@@ -109,7 +109,7 @@ def litmus(kube: Kube, bound_set: BoundSet) -> Iterator[LitmusOperator]:
 def _rsdrill(*args: str, home: Path) -> subprocess.Popen[str]:
     env = {**env_without_kube(), "RSDRILL_HOME": str(home)}
     return subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli.app", *args],
+        [sys.executable, "-m", "rsdrill.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from rsdrill.injectors.base import InjectionError
-from rsdrill.injectors.kubernetes import REVERT_ACTIONS
-from rsdrill.targets import TargetError
-from rsdrill.targets.kubernetes import KubernetesTarget, make_target
+from rsdrill.platforms.base import InjectionError, TargetError
+from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
+from rsdrill.platforms.kubernetes.target import KubernetesTarget, make_target
 from tests.kubernetes.cluster import apply_crds, chaos_mesh_crds
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator

@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
-from rsdrill.targets.kubernetes import make_target
+from rsdrill.platforms.kubernetes.target import make_target
 from tests.kubernetes.cluster import server_side_apply
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.manifests_support import (

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from rsdrill.injectors.base import InjectionError
-from rsdrill.injectors.kubernetes import REVERT_ACTIONS
-from rsdrill.targets.kubernetes import make_target
+from rsdrill.platforms.base import InjectionError
+from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
+from rsdrill.platforms.kubernetes.target import make_target
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import Kubelet
 from tests.kubernetes.support import experiment, make_node, make_pod, member

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from rsdrill.injectors.base import InjectionError
-from rsdrill.injectors.kubernetes.client import ClusterAccess, Kube
-from rsdrill.targets import TargetError
-from rsdrill.targets.kubernetes import make_target
+from rsdrill.platforms.base import InjectionError, TargetError
+from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube
+from rsdrill.platforms.kubernetes.target import make_target
 from tests.kubernetes.conftest import Kube as KubeFixture
 from tests.kubernetes.controllers import ChaosMeshController, Kubelet
 from tests.kubernetes.manifests_support import RBAC, every_fault

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rsdrill.engine.abort import (
+from rsdrill.analysis.abort import (
     Breach,
     Condition,
     current_gap,
@@ -19,7 +19,7 @@ from rsdrill.engine.abort import (
 )
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.schema import Probes
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 
 
 def op(probe: str, t_start: float, t_end: float, ok: bool = True, **detail: Any) -> Op:

@@ -14,7 +14,9 @@ from rsdrill.sandbox.emulator.pipeline import (
     output_target,
     run_pipeline,
 )
-from rsdrill.sandbox.emulator.query import QueryError, apply_update, compile_filter
+from rsdrill.sandbox.emulator.pipeline import update_document as apply_update
+from rsdrill.sandbox.emulator.query import compile_filter
+from rsdrill.sandbox.emulator.values import QueryError
 
 
 def evaluate(expression: Any, doc: dict[str, Any], **variables: Any) -> Any:

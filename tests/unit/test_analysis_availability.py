@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rsdrill.analysis.availability import driver_write_delay_s, longest_gap, unavailable_s
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 
 A = "a:27017"
 

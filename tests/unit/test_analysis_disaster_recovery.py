@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rsdrill.analysis.disaster_recovery import DisasterRecovery, disaster_recovery
-from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op
 
 A = "a:27017"
 

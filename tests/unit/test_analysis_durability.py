@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rsdrill.analysis.durability import Durability, durability
 from rsdrill.analysis.lag import replication_lag_max_s
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 
 A, B, C = "a:27017", "b:27017", "c:27017"
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rsdrill.analysis.failover import failover_parts, find_failover, no_primary_s
-from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op
 
 A, B, C = "a:27017", "b:27017", "c:27017"
 

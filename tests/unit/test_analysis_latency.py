@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rsdrill.analysis.latency import degradation_s, latency_ms, percentile
-from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op
 from rsdrill.result import Latency
 
 A = "a:27017"

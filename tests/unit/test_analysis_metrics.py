@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from rsdrill.analysis.metrics import compute_metrics
-from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op
 from rsdrill.result import FailoverParts, Latency, Metrics
 
 A, B, C = "a:27017", "b:27017", "c:27017"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
-from rsdrill.probes.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op
 
 A, B = "a:27017", "b:27017"
 

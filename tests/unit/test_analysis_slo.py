@@ -181,3 +181,12 @@ def test_evaluate_rejects_bad_input() -> None:
         evaluate(metrics(), {"bogus": "<= 1"})
     with pytest.raises(ValueError, match="must be an operator"):
         evaluate(metrics(), {"failover_s": "fast"})
+
+
+def test_every_slo_metric_says_what_measures_it() -> None:
+    from rsdrill.analysis.sources import SOURCES, missing_source
+
+    assert set(metric_names()) <= set(SOURCES)
+    assert missing_source("recovery_s.127.0.0.1:27017", {"recovery"}) is None
+    missing = missing_source("recovery_s.127.0.0.1:27017", {"write"})
+    assert missing is not None and "probes.recovery" in missing.what

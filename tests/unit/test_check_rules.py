@@ -11,8 +11,8 @@ from rsdrill.analysis.slo import not_applicable_reason
 from rsdrill.deployment import Deployment, topology_of, version_problem, version_tuple
 from rsdrill.engine.check import Privilege, needed_privileges, topology_fits
 from rsdrill.experiment.schema import Experiment
+from rsdrill.history import FaultRecord, Op
 from rsdrill.privileges import granted
-from rsdrill.probes.history import FaultRecord, Op
 
 
 @pytest.mark.parametrize(

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from rsdrill.engine.actions import carry_out
 from rsdrill.engine.guards import max_concurrent_down, takes_member_down
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment
-from rsdrill.injectors.actions import carry_out
-from rsdrill.targets import TargetError
+from rsdrill.platforms.base import TargetError
 
 HEAD = "name: x\ntarget:\n  platform: sandbox\nfaults:\n"
 

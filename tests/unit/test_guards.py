@@ -22,24 +22,26 @@ from rsdrill.engine.guards import (
     oplog_window,
     planned_outages,
 )
-from rsdrill.experiment.schema import Fault
+from rsdrill.experiment.schema import Fault, make_fault
 
 MB = 1024 * 1024
 
 
 def kill(at: float, duration: float, select: Any = "primary", **extra: Any) -> Fault:
-    return Fault(at=at, kind="host-kill", select=select, duration=duration, **extra)
+    return make_fault(at=at, kind="host-kill", select=select, duration=duration, **extra)
 
 
 def freeze(at: float, duration: float, select: Any = "secondary") -> Fault:
-    return Fault(at=at, kind="host-freeze", select=select, duration=duration)
+    return make_fault(at=at, kind="host-freeze", select=select, duration=duration)
 
 
 # -- quorum: the schedule → the most members down at once ----------------------------------------
 
 
 def test_no_fault_taking_a_member_down_means_none_down() -> None:
-    worst = max_concurrent_down([Fault(at=1, kind="stepdown"), Fault(at=2, kind="stepdown")])
+    worst = max_concurrent_down(
+        [make_fault(at=1, kind="stepdown"), make_fault(at=2, kind="stepdown")]
+    )
     assert (worst.members, worst.at_s, worst.faults) == (0, None, ())
 
 
@@ -58,7 +60,7 @@ def test_restart_after_counts_rather_than_duration() -> None:
 
 
 def test_a_member_never_restarted_stays_down_for_every_later_fault() -> None:
-    faults = [Fault(at=0, kind="host-kill", restart=False), freeze(100, 1)]
+    faults = [make_fault(at=0, kind="host-kill", restart=False), freeze(100, 1)]
     assert max_concurrent_down(faults).members == 2
 
 
@@ -120,10 +122,10 @@ def test_planned_outages_are_the_times_members_stay_down_before_catching_up() ->
         kill(0, 30),
         kill(0, 30, restart={"after": 5}),
         kill(0, 30, restart={"volume": "wipe"}),  # an initial sync, whatever the oplog
-        Fault(at=0, kind="host-kill", restart=False),
+        make_fault(at=0, kind="host-kill", restart=False),
         freeze(0, 7),
         freeze(0, 9, select="arbiter"),  # no oplog to fall off
-        Fault(at=0, kind="stepdown"),
+        make_fault(at=0, kind="stepdown"),
     ]
     assert planned_outages(faults) == [(0, 30), (1, 5), (3, math.inf), (4, 7)]
 
@@ -157,7 +159,9 @@ def test_an_outage_as_long_as_a_full_window_or_longer_is_refused(span: float) ->
 
 def test_a_member_never_restarted_overruns_any_full_window() -> None:
     with pytest.raises(GuardRefusal, match="keeps a member down for good"):
-        check_oplog_window([Fault(at=0, kind="host-kill", restart=False)], full(1e9), allowed=False)
+        check_oplog_window(
+            [make_fault(at=0, kind="host-kill", restart=False)], full(1e9), allowed=False
+        )
 
 
 def test_an_overrun_can_be_allowed() -> None:
@@ -174,9 +178,9 @@ def test_an_oplog_not_yet_full_or_unreadable_is_not_checked() -> None:
 
 
 def test_no_outage_needs_no_window() -> None:
-    assert check_oplog_window([Fault(at=0, kind="stepdown")], full(0), allowed=False).startswith(
-        "ok"
-    )
+    assert check_oplog_window(
+        [make_fault(at=0, kind="stepdown")], full(0), allowed=False
+    ).startswith("ok")
 
 
 class FakeMember:

@@ -15,7 +15,7 @@ from rsdrill.sandbox.emulator.indexes import (
     parse_spec,
     same_index,
 )
-from rsdrill.sandbox.emulator.query import QueryError
+from rsdrill.sandbox.emulator.values import QueryError
 
 UNIQUE = {"v": 2, "key": {"a": 1, "b.c": -1}, "name": "a_1_b.c_-1", "unique": True}
 

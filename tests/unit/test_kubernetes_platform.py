@@ -10,7 +10,7 @@ import yaml
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment
-from rsdrill.injectors.kubernetes.resources import PodRef, pod_from_dns, resource_name
+from rsdrill.platforms.kubernetes.resources import PodRef, pod_from_dns, resource_name
 
 HEADER = """\
 name: k8s

@@ -722,3 +722,99 @@ def test_generated_experiment_documents_plan_or_raise_experiment_errors(
 def test_deep_nesting() -> None:
     err = error_of("name: " + "[" * 3000 + "]" * 3000 + "\n")
     assert err.line == 1
+
+
+# -- checked at load, not in the run (issue 20) -------------------------------------------------
+
+_KUBERNETES_TARGET = """\
+name: foreign
+target:
+  platform: kubernetes
+  uri: mongodb://mongo-0.mongo.db.svc:27017/?replicaSet=rs0
+  kubernetes: {namespace: db}
+faults:
+  - at: 5s
+    kind: host-kill
+    duration: 20s
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "section", "platform"),
+    [
+        (_KUBERNETES_TARGET, "ec2", "kubernetes"),
+        (_KUBERNETES_TARGET, "vsphere", "kubernetes"),
+        (replaced("kind: stepdown", "kind: stepdown\n    duration: 20s"), "kubernetes", "sandbox"),
+        (replaced("kind: stepdown", "kind: stepdown\n    duration: 20s"), "ec2", "sandbox"),
+    ],
+)
+def test_an_option_section_of_another_platform_is_refused_where_it_is(
+    text: str, section: str, platform: str
+) -> None:
+    text += f"    {section}: {{}}\n"
+    err = error_of(text)
+    assert err.field == f"faults[0].{section}"
+    assert err.problem == f"{section} options on a {platform} target"
+    assert err.line == text.splitlines().index(f"    {section}: {{}}") + 1
+
+
+def test_a_misspelt_slo_metric_is_refused_by_the_model_itself() -> None:
+    # Documents that skip the YAML loader (the pytest plugin, matrix variants, timelines) are
+    # checked too: the runner must never meet a name the analyzers do not know.
+    doc = {
+        "name": "x",
+        "target": {"platform": "sandbox"},
+        "faults": [{"at": 1, "kind": "stepdown"}],
+        "slo": {"failover_time_s": "<= 12"},
+    }
+    with pytest.raises(ValueError, match="unknown metric; did you mean 'failover_s'"):
+        Experiment.model_validate(doc)
+
+
+def test_a_matrix_value_that_misspells_an_slo_is_refused() -> None:
+    err = error_of(MINIMAL + "matrix:\n  parameters:\n    slo.failovr_s: ['<= 1']\n")
+    assert err.field == "matrix.parameters.slo.failovr_s"
+    assert "did you mean 'failover_s'" in err.problem
+
+
+@pytest.mark.parametrize(
+    ("probes", "metric", "needs"),
+    [
+        ("durability: null", "lost_acknowledged_writes", "the durability probe"),
+        ("availability: {writes: false}", "write_unavailable_s", "the availability probe's writes"),
+        ("recovery: null", "recovery_s.max", "the recovery probe"),
+        ("failover: null", "failover_s", "the failover probe"),
+        ("lag: null", "replication_lag_max_s", "the lag probe"),
+        ("availability: null", "latency_ms.p99", "the availability or load probe"),
+    ],
+)
+def test_an_slo_on_a_metric_no_probe_measures_is_refused(
+    probes: str, metric: str, needs: str
+) -> None:
+    text = MINIMAL + f"probes:\n  {probes}\nslo:\n  {metric}: '<= 1'\n"
+    err = error_of(text)
+    assert (err.field, err.line) == (f"slo.{metric}", len(text.splitlines()))
+    assert err.problem.startswith(f"measured by {needs}"), err.problem
+
+
+def test_an_slo_is_accepted_when_another_probe_measures_it() -> None:
+    text = MINIMAL + "probes:\n  availability: null\n  load: {}\nslo:\n  latency_ms.p99: '<= 9'\n"
+    assert set(load(text).slo) == {"latency_ms.p99"}
+
+
+def test_disaster_recovery_slos_need_the_drill() -> None:
+    err = error_of(MINIMAL + "slo:\n  rto_s: '<= 60'\n")
+    assert err.field == "slo.rto_s"
+    assert "data-loss" in err.problem
+
+
+def test_an_unknown_key_of_a_fault_is_matched_against_its_own_kind_only() -> None:
+    on_stepdown = error_of(replaced("kind: stepdown", "kind: stepdown\n    restat: {}"))
+    assert on_stepdown.problem == (
+        "unknown key (allowed: at, kind, select, duration, engine, scope, secondary_catch_up, "
+        "force, kubernetes, ec2, vsphere)"
+    )
+    on_kill = error_of(
+        replaced("kind: stepdown", "kind: host-kill\n    duration: 5s\n    restat: {}")
+    )
+    assert on_kill.problem == "unknown key; did you mean 'restart'?"

@@ -59,7 +59,7 @@ def test_the_sample_incident_is_a_primary_loss_then_a_stepdown() -> None:
 def test_the_cli_writes_a_timeline_that_loads(tmp_path: Path) -> None:
     out = tmp_path / "incident.yaml"
     proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "timeline", "from-mongod-log", str(SAMPLE),
+        [sys.executable, "-m", "rsdrill.cli", "timeline", "from-mongod-log", str(SAMPLE),
          "--out", str(out), "--name", "may-incident"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

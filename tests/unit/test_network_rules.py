@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rsdrill.injectors.netcls import CLIENT_CLASS, class_id
-from rsdrill.injectors.network import Cut
+from rsdrill.platforms.machine.netcls import CLIENT_CLASS, class_id
+from rsdrill.platforms.machine.network import Cut
 
 ME, A, B = 27017, 27018, 27019
 PEERS = f"{{ {class_id(A):#x}, {class_id(B):#x} }}"

@@ -9,11 +9,11 @@ import pytest
 from hostile_servers import hostile_server, within
 
 from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
 from rsdrill.probes.durability import readback
 from rsdrill.probes.failover import HelloPoller
-from rsdrill.probes.history import History, RunClock
 from rsdrill.probes.lag import LagPoller
 from rsdrill.probes.load import build_load
 from rsdrill.probes.raw_write import RawWriteLoop

@@ -24,18 +24,16 @@ from bson.timestamp import Timestamp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsdrill.sandbox.emulator.pipeline import run_pipeline
+from rsdrill.sandbox.emulator.pipeline import run_pipeline, update_document
 from rsdrill.sandbox.emulator.query import (
-    QueryError,
     apply_update,
-    collation,
-    compare,
     compile_filter,
     matches,
     project,
     sort_documents,
     upsert_seed,
 )
+from rsdrill.sandbox.emulator.values import QueryError, collation, compare
 
 
 def error(call: Callable[..., Any], *args: Any, **kwargs: Any) -> QueryError:
@@ -596,13 +594,13 @@ def test_malformed_updates(update: dict[str, Any], code: int, message: str) -> N
 
 
 def test_pipeline_updates_are_applied_and_may_not_change_id() -> None:
-    assert apply_update({"_id": 1, "a": 2}, [{"$set": {"b": "$a"}}, {"$unset": "a"}]) == {
+    assert update_document({"_id": 1, "a": 2}, [{"$set": {"b": "$a"}}, {"$unset": "a"}]) == {
         "_id": 1,
         "b": 2,
     }
-    assert error(apply_update, {"_id": 1}, [{"$set": {"_id": 2}}]).code == 66
-    assert error(apply_update, {"_id": 1}, [{"$match": {}}]).code == 72
-    assert error(apply_update, {"_id": 1}, "nonsense").code == 9
+    assert error(update_document, {"_id": 1}, [{"$set": {"_id": 2}}]).code == 66
+    assert error(update_document, {"_id": 1}, [{"$match": {}}]).code == 72
+    assert error(update_document, {"_id": 1}, "nonsense").code == 9
 
 
 def test_apply_update_never_mutates_or_aliases_its_arguments() -> None:

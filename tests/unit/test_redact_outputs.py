@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from report_sample import sample_ops, sample_result
 
+from rsdrill.engine.actions import carry_out
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
-from rsdrill.injectors.actions import carry_out
-from rsdrill.probes.history import History, Op
+from rsdrill.history import History, Op
+from rsdrill.platforms.base import TargetError
 from rsdrill.redact import redact_uri
 from rsdrill.report import write_reports
-from rsdrill.targets import TargetError
 
 PASSWORD = "S3cretPassw0rd"
 URI = f"mongodb://drill:{PASSWORD}@127.0.0.1:28017,127.0.0.1:28018/?replicaSet=rs0"

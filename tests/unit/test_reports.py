@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from report_sample import KILLED, MEMBERS, sample_ops, sample_result
 
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 from rsdrill.report import write_reports
 from rsdrill.report.common import fmt_number, scalar_metrics
 from rsdrill.report.html import render_html

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from rsdrill.engine.schedule import build_schedule
-from rsdrill.experiment.schema import Fault
+from rsdrill.experiment.schema import make_fault
 from rsdrill.redact import redact_mapping, redact_uri
 
 
 def test_schedule_orders_overlapping_faults_and_reverts_first_at_ties() -> None:
     faults = [
-        Fault(at=5, kind="host-kill", duration=20),
-        Fault(at=25, kind="host-freeze", select="secondary", duration=5),
-        Fault(at=10, kind="stepdown"),
-        Fault(at=1, kind="host-kill", restart={"after": 2, "volume": "wipe"}),
-        Fault(at=2, kind="host-kill", restart=False),
+        make_fault(at=5, kind="host-kill", duration=20),
+        make_fault(at=25, kind="host-freeze", select="secondary", duration=5),
+        make_fault(at=10, kind="stepdown"),
+        make_fault(at=1, kind="host-kill", restart={"after": 2, "volume": "wipe"}),
+        make_fault(at=2, kind="host-kill", restart=False),
     ]
     got = [(a.at_s, a.what, a.index) for a in build_schedule(faults)]
     assert got == [

@@ -7,12 +7,12 @@ import pytest
 import yaml
 
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
-from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.injectors.disk import describe_rule, needs_faultfs, rule_for
+from rsdrill.experiment.schema import Experiment, Fault, make_fault
+from rsdrill.platforms.machine.disk import describe_rule, needs_faultfs, rule_for
 
 
 def fault(text: str) -> Fault:
-    return Fault.model_validate(yaml.safe_load(text))
+    return make_fault(**yaml.safe_load(text))
 
 
 def test_disk_fault_becomes_an_errno_rule_on_its_operations_and_path() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from rsdrill.engine.selection import states_from_hellos
 from rsdrill.experiment.loader import ExperimentError, load_document_text
 from rsdrill.experiment.schema import SelectCount, Target
 from rsdrill.experiment.timeline import (
@@ -16,9 +17,8 @@ from rsdrill.experiment.timeline import (
     parse_offset,
     timeline_from_result,
 )
-from rsdrill.probes.history import Op
+from rsdrill.history import Op
 from rsdrill.result import FaultResult, Result, TargetInfo
-from rsdrill.targets.selection import states_from_hellos
 
 INCIDENT = """\
 name: incident-42

@@ -131,7 +131,7 @@ def test_validating_needs_no_vsphere_library() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; import rsdrill.experiment.schema, rsdrill.injectors.vsphere; "
+    code = ("import sys; import rsdrill.experiment.schema, rsdrill.platforms.vsphere.injectors; "
             "assert 'pyVmomi' not in sys.modules, 'pyVmomi imported'")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from harness.vcsim import Vcsim, connect, create_vm, esxi_hosts, vcsim
 
-from rsdrill.experiment.platforms.vsphere import MemberVms, VspherePlatform
-from rsdrill.injectors.vsphere import Vsphere, connection
+from rsdrill.platforms.vsphere.injectors import Vsphere, connection
+from rsdrill.platforms.vsphere.options import MemberVms, VspherePlatform
 
 PASSWORD_ENV = "RSDRILL_VSPHERE_PASSWORD"
 

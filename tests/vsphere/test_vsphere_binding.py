@@ -11,12 +11,12 @@ from typing import Any
 from harness.vcsim import Vcsim, create_vm, esxi_hosts, wait_task
 from harness.vsphere_binding import VmBinding
 
-from rsdrill.experiment.platforms.vsphere import MemberVms, VspherePlatform
-from rsdrill.experiment.schema import Fault
-from rsdrill.injectors.vsphere import Vsphere, vsphere_injector
+from rsdrill.experiment.schema import make_fault
+from rsdrill.platforms.machine.local_hosts import answers_hello
+from rsdrill.platforms.vsphere.injectors import Vsphere, vsphere_injector
+from rsdrill.platforms.vsphere.options import MemberVms, VspherePlatform
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
-from rsdrill.targets.local import answers_hello
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
@@ -39,7 +39,7 @@ def test_suspend_and_disk_removal_reach_the_bound_member(
     by_map = platform(vms=MemberVms(by="map", map={member.host: vm.name}))
     try:
         with VmBinding(sim, sandbox, {vm._moId: member.host}) as binding:
-            freeze = vsphere_injector(client, by_map, Fault(at=0, kind="host-freeze",
+            freeze = vsphere_injector(client, by_map, make_fault(at=0, kind="host-freeze",
                                                             duration=1), member.host)  # fmt: skip
             freeze.inject()
             assert wait_for(lambda: not answers_hello(member.host, timeout_s=0.2))
@@ -47,7 +47,7 @@ def test_suspend_and_disk_removal_reach_the_bound_member(
             freeze.revert()
             assert wait_for(lambda: answers_hello(member.host))
 
-            detach = vsphere_injector(client, by_map, Fault(
+            detach = vsphere_injector(client, by_map, make_fault(
                 at=0, kind="volume-detach", duration=1, vsphere={"disk": "Hard disk 2"}
             ), member.host)  # fmt: skip
             detach.inject()

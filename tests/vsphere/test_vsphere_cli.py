@@ -61,7 +61,7 @@ def test_refusals_are_one_clear_line_and_nothing_is_injected(
                                             after="1s"))  # fmt: skip
     secret = sim.password if password == "right" else sim.password[::-1]
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out",
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history", "--yes"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(tmp_path / "home"),
@@ -94,7 +94,7 @@ def test_recover_powers_on_the_vm_of_a_run_killed_during_its_fault(
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(tmp_path / "home"),
            "VC_PASSWORD": sim.password}  # fmt: skip
     run = subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out",
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history", "--yes"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=env,
     )  # fmt: skip
@@ -107,7 +107,7 @@ def test_recover_powers_on_the_vm_of_a_run_killed_during_its_fault(
         run.kill()  # SIGKILL: no rollback of its own
         run.wait()
     assert vm.runtime.powerState == "poweredOff"
-    recover = [sys.executable, "-m", "rsdrill.cli.app", "recover"]
+    recover = [sys.executable, "-m", "rsdrill.cli", "recover"]
     done = subprocess.run(recover, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{vm.name} powered on" in done.stdout
@@ -140,7 +140,7 @@ def test_a_host_failure_that_would_take_a_majority_down_is_refused(
         "guards: {allow_quorum_loss: true}\n", "")  # fmt: skip
     experiment.write_text(text)
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "run", str(experiment), "--out",
+        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history", "--yes"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(tmp_path / "home"),

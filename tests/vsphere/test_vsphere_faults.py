@@ -24,11 +24,15 @@ from conftest import PASSWORD_ENV, MemberVm
 from harness.vcsim import Vcsim, datastore_files, esxi_hosts, wait_task
 
 from rsdrill.engine.journal import Journal
-from rsdrill.experiment.platforms.vsphere import MemberVms, VspherePlatform
-from rsdrill.experiment.schema import Fault
-from rsdrill.injectors.base import Injector
-from rsdrill.injectors.vsphere import REVERT_ACTIONS, Vsphere, VsphereError, vsphere_injector
-from rsdrill.targets import TargetError
+from rsdrill.experiment.schema import Fault, make_fault
+from rsdrill.platforms.base import Injector, TargetError
+from rsdrill.platforms.vsphere.injectors import (
+    REVERT_ACTIONS,
+    Vsphere,
+    VsphereError,
+    vsphere_injector,
+)
+from rsdrill.platforms.vsphere.options import MemberVms, VspherePlatform
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +43,7 @@ def fault(kind: str, **fields: Any) -> Fault:
         defaults["restart"] = {"after": 1}
     elif kind != "stepdown":
         defaults["duration"] = 1
-    return Fault(kind=kind, **{**defaults, **fields})
+    return make_fault(kind=kind, **{**defaults, **fields})
 
 
 def injector(client: Vsphere, platform: VspherePlatform, member: str, kind: str,
@@ -258,7 +262,7 @@ def test_wrong_password_is_a_clear_error_without_the_password(
     platform: Callable[..., VspherePlatform], member_vm: Callable[..., MemberVm], sim: Vcsim,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    from rsdrill.injectors.vsphere import connection
+    from rsdrill.platforms.vsphere.injectors import connection
 
     target = member_vm()
     wrong = sim.password[::-1]
@@ -279,7 +283,7 @@ def test_wrong_password_is_a_clear_error_without_the_password(
 
 
 def test_tls_is_verified_unless_insecure_is_set(platform: Callable[..., VspherePlatform]) -> None:
-    from rsdrill.injectors.vsphere import connection
+    from rsdrill.platforms.vsphere.injectors import connection
 
     session = Vsphere(connection(platform(insecure=False)))
     with pytest.raises(VsphereError, match=r"TLS: .* the certificate of 127\.0\.0\.1:\d+ is "
@@ -307,7 +311,7 @@ def test_no_permission_message() -> None:
     """vcsim grants every call, so the fault pyVmomi raises is built here."""
     from pyVmomi import vim
 
-    from rsdrill.injectors.vsphere import Connection
+    from rsdrill.platforms.vsphere.injectors import Connection
 
     session = Vsphere(Connection("vc.example.com", "ops@vsphere.local"))
     vm = vim.VirtualMachine("vm-42")
@@ -347,7 +351,7 @@ def test_recover_carries_out_the_journaled_action_after_a_crash(
     client.close()
     assert kill.vm.runtime.powerState == "poweredOff" and disk(detach.vm, 1) is None
     done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", "recover"],
+        [sys.executable, "-m", "rsdrill.cli", "recover"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -367,7 +371,7 @@ def test_a_task_that_never_ends_is_given_up_at_its_deadline() -> None:
     """vcsim finishes every task at once, so a task stuck in `running` is a stand-in here."""
     from types import SimpleNamespace
 
-    from rsdrill.injectors.vsphere import Connection
+    from rsdrill.platforms.vsphere.injectors import Connection
 
     session = Vsphere(Connection("vc.example.com", "ops", task_timeout=0.3))
     stuck = SimpleNamespace(_moId="task-981", info=SimpleNamespace(state="running"))
@@ -400,7 +404,7 @@ def test_tls_verified_against_the_given_ca_file(
     """A vCenter whose certificate the given CA signed: verified, connected, no opt-out."""
     from harness.vcsim import make_certificate, vcsim
 
-    from rsdrill.injectors.vsphere import Connection
+    from rsdrill.platforms.vsphere.injectors import Connection
 
     cert, key = make_certificate(tmp_path)
     with vcsim(tmp_path / "vcsim.log", certificate=(cert, key)) as own:

@@ -31,6 +31,7 @@ from rsdrill.sandbox.emulator import (
     roles,
     sync,
     transactions,
+    values,
 )
 from rsdrill.sandbox.emulator.datastore import id_key
 from rsdrill.sandbox.emulator.errors import (
@@ -827,7 +828,7 @@ def _update_one_spec(
         targets = targets[:1]
     optime = None
     if not targets and spec.get("upsert"):
-        doc = query.apply_update(
+        doc = pipeline.update_document(
             query.upsert_seed(q),
             u,
             inserting=True,
@@ -842,7 +843,7 @@ def _update_one_spec(
         return result, optime
     changed = 0
     for old in targets:
-        new = query.apply_update(old, u, array_filters=array_filters, variables=variables)
+        new = pipeline.update_document(old, u, array_filters=array_filters, variables=variables)
         if new.get("_id") != old.get("_id"):
             raise query.QueryError(
                 66, "Performing an update on the path '_id' would modify the immutable field '_id'"
@@ -904,7 +905,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
             optime = node.write("d", ns, {"_id": target["_id"]},
                                 session=cmds.session_fields(session, 0, reply))  # fmt: skip
     elif target is None and body.get("upsert"):
-        doc = query.apply_update(
+        doc = pipeline.update_document(
             query.upsert_seed(q),
             update,
             inserting=True,
@@ -920,7 +921,9 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     elif target is None:
         reply = {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
     else:
-        new = query.apply_update(target, update, array_filters=array_filters, variables=variables)
+        new = pipeline.update_document(
+            target, update, array_filters=array_filters, variables=variables
+        )
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": True},
                  "value": shown(new if body.get("new") else target)}  # fmt: skip
         if new != target or list(new) != list(target):
@@ -992,7 +995,7 @@ def _matching(
     """Documents matching a filter (then sorted by `sort`), compared under `collation`; an
     `_id` equality looks the document up instead of scanning. `variables`: the command's
     `let`, for `$expr`."""
-    with query.collation(collation):
+    with values.collation(collation):
         found = _scan(node, ns, query.compile_filter(filt, variables), filt)
         return query.sort_documents(found, sort) if sort else found
 

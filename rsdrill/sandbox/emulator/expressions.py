@@ -15,7 +15,7 @@ from typing import Any
 
 from bson.int64 import Int64
 
-from rsdrill.sandbox.emulator.query import (
+from rsdrill.sandbox.emulator.values import (
     _MISSING,
     QueryError,
     _add,

@@ -14,12 +14,8 @@ from typing import Any
 import bson
 from bson.decimal128 import Decimal128
 
-from rsdrill.sandbox.emulator.query import (
-    _MISSING,
-    QueryError,
-    _resolve,
-    compile_filter,
-)
+from rsdrill.sandbox.emulator.query import _resolve, compile_filter
+from rsdrill.sandbox.emulator.values import _MISSING, QueryError
 
 ID_INDEX: dict[str, Any] = {"v": 2, "key": {"_id": 1}, "name": "_id_"}
 # Options createIndexes accepts besides key and name (what a client sends; all are kept).

@@ -23,20 +23,24 @@ from rsdrill.sandbox.emulator.expressions import (
     or_null,
 )
 from rsdrill.sandbox.emulator.query import (
+    _check_id_kept,
+    _compile_projection,
+    _unset,
+    _update_path,
+    apply_update,
+    compile_filter,
+    id_first,
+    sort_documents,
+)
+from rsdrill.sandbox.emulator.values import (
     _BSON_KEY,
     QueryError,
     _add,
     _as_int,
     _bracket,
-    _check_id_kept,
-    _compile_projection,
     _is_number,
     _truthy,
-    _unset,
-    _update_path,
     compare,
-    compile_filter,
-    sort_documents,
 )
 
 Document = dict[str, Any]
@@ -425,3 +429,21 @@ def merged_documents(
         elif target.when_matched == "merge":
             writes.append({**current, **doc})
     return writes
+
+
+def update_document(
+    doc: Mapping[str, Any],
+    update: Mapping[str, Any] | list[Any],
+    *,
+    inserting: bool = False,
+    array_filters: list[Any] | None = None,
+    variables: Mapping[str, Any] | None = None,
+) -> Document:
+    """The document that results from applying a replacement, operator or pipeline `update`
+    to `doc` (see `query.apply_update`); `variables` are what a pipeline update's expressions
+    see as `$$name` (a command's `let`)."""
+    if not isinstance(update, list):
+        return apply_update(doc, update, inserting=inserting, array_filters=array_filters)
+    if array_filters:
+        raise QueryError(72, "arrayFilters may not be specified for pipeline-style updates")
+    return id_first(apply_update_pipeline(doc, update, variables), inserting)

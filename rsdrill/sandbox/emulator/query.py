@@ -3,250 +3,55 @@
 Documents are dicts as decoded by `bson.decode` with the default codec. Everything here is pure:
 no I/O, no state, arguments are never mutated and returned documents share nothing with them.
 Filters and projections are parsed before any document is looked at, so a malformed one raises
-`QueryError` even when there is nothing to match. Aggregation (and pipeline-style updates) is in
-`pipeline`, its expression language (`$expr`) in `expressions`; both build on this module.
+`QueryError` even when there is nothing to match. The values it compares are `values`; the
+expression language (`$expr`) is `expressions`; aggregation and pipeline-style updates are
+`pipeline`, which builds on this module.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-import math
 import re
-import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal, localcontext
 from functools import cmp_to_key
 from typing import Any
 
-from bson.code import Code
-from bson.datetime_ms import DatetimeMS
-from bson.dbref import DBRef
-from bson.decimal128 import Decimal128, create_decimal128_context
-from bson.int64 import Int64
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
-from bson.objectid import ObjectId
 from bson.regex import Regex
-from bson.timestamp import Timestamp
+
+from rsdrill.sandbox.emulator.expressions import compile_expression, or_null
+from rsdrill.sandbox.emulator.values import (
+    _BOOL,
+    _BSON_KEY,
+    _MISSING,
+    _NUMBER,
+    _STRING,
+    _TYPES,
+    QueryError,
+    _add,
+    _as_int,
+    _bracket,
+    _is_nan,
+    _is_number,
+    _is_operator_object,
+    _regex_letters,
+    _sign,
+    _truthy,
+    _type_name,
+    compare,
+)
 
 Document = dict[str, Any]
 Predicate = Callable[[Mapping[str, Any]], bool]
 # Tests the values a path resolved to in one document (see `_resolve`).
 ValuesTest = Callable[[list[Any]], bool]
 
-_CODE_NAMES = {
-    2: "BadValue",
-    9: "FailedToParse",
-    14: "TypeMismatch",
-    28: "PathNotViable",
-    40: "ConflictingUpdateOperators",
-    54: "NotSingleValueField",
-    56: "EmptyFieldName",
-    66: "ImmutableField",
-    168: "InvalidPipelineOperator",
-    40324: "UnrecognizedPipelineStage",
-}
-
-
-class QueryError(Exception):
-    """A malformed or inapplicable query, update or pipeline, with MongoDB's error code."""
-
-    def __init__(self, code: int, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.code_name = _CODE_NAMES.get(code, f"Location{code}")
-        self.message = message
-        # Fields the error reply carries besides code and message (DuplicateKey's keyValue).
-        self.details = details or {}
-
-
-class _Missing:
-    """An absent field: compares and matches like null, but `$exists` tells them apart."""
-
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-_MISSING: Any = _Missing()
 
 # ---------------------------------------------------------------------------------------------
 # BSON comparison order
 
-_NUMBER, _STRING, _OBJECT, _ARRAY, _BOOL = 10, 15, 20, 25, 40
-# MongoDB's canonical type brackets, checked in this order (bool before int, Code before str).
-_BRACKETS: tuple[tuple[type | tuple[type, ...], int], ...] = (
-    (MinKey, -1),
-    ((type(None), _Missing), 5),
-    (bool, _BOOL),
-    ((int, float, Decimal128), _NUMBER),
-    (Code, 60),
-    (str, _STRING),
-    ((dict, DBRef), _OBJECT),
-    (list, _ARRAY),
-    (bytes, 30),
-    (ObjectId, 35),
-    ((datetime, DatetimeMS), 45),
-    (Timestamp, 47),
-    ((Regex, re.Pattern), 50),
-    (MaxKey, 127),
-)
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_REGEX_FLAG_LETTERS = (
-    (re.IGNORECASE, "i"),
-    (re.LOCALE, "l"),
-    (re.MULTILINE, "m"),
-    (re.DOTALL, "s"),
-    (re.UNICODE, "u"),
-    (re.VERBOSE, "x"),
-)
-
-
-def _sign(a: Any, b: Any) -> int:
-    return (a > b) - (a < b)
-
-
-def _bracket(value: Any) -> int:
-    """The canonical type bracket of a BSON value: values of different brackets never equal."""
-    for types, bracket in _BRACKETS:
-        if isinstance(value, types):
-            return bracket
-    raise TypeError(f"not a BSON value: {type(value).__name__}")
-
-
-def compare(a: Any, b: Any) -> int:
-    """Return -1, 0 or 1 ordering two BSON values the way MongoDB sorts them."""
-    bracket = _bracket(a)
-    if bracket != _bracket(b):
-        return _sign(bracket, _bracket(b))
-    if bracket == _NUMBER:
-        return _compare_numbers(a, b)
-    if bracket == _OBJECT:
-        return _compare_documents(_as_dict(a), _as_dict(b))
-    if bracket == _ARRAY:
-        return _compare_arrays(a, b)
-    if bracket == _STRING and (collate := _COLLATION.get()) is not None:
-        return _sign(collate(a), collate(b))
-    return _sign(_scalar_key(a), _scalar_key(b))
-
-
-# The string comparison key of the collation in force (None: binary), see `collation`.
-_COLLATION: ContextVar[Callable[[str], Any] | None] = ContextVar("collation", default=None)
-
-
-def _base_letters(text: str) -> str:
-    """`text` without case or accents: what a collation of strength 1 compares."""
-    decomposed = unicodedata.normalize("NFD", text.casefold())
-    return "".join(char for char in decomposed if not unicodedata.combining(char))
-
-
-def _strength_key(strength: int) -> Callable[[str], Any] | None:
-    """Strength 1 ignores case and accents, 2 case only (accents order after base letters);
-    3 and above tell them apart (the sandbox then compares code points, not the locale's
-    order)."""
-    if strength >= 3:
-        return None
-    if strength == 2:
-        return lambda text: (_base_letters(text), text.casefold())
-    return _base_letters
-
-
-@contextmanager
-def collation(spec: Any) -> Iterator[None]:
-    """Compare strings under a command's `collation` while the block runs (matching, sorting
-    and unique checks all go through `compare`). Only `strength` changes the outcome here."""
-    if spec is None:
-        yield
-        return
-    if not isinstance(spec, Mapping) or not isinstance(spec.get("locale"), str):
-        raise QueryError(2, "a collation must be an object with a 'locale' string")
-    strength = _as_int(spec.get("strength", 3))
-    if strength is None or not 1 <= strength <= 5:
-        raise QueryError(2, f"collation strength must be an integer from 1 to 5: {spec!r}")
-    token = _COLLATION.set(None if spec["locale"] == "simple" else _strength_key(strength))
-    try:
-        yield
-    finally:
-        _COLLATION.reset(token)
-
-
-def _as_dict(value: dict[str, Any] | DBRef) -> dict[str, Any]:
-    return value.as_doc() if isinstance(value, DBRef) else value
-
-
-def _to_number(value: Any) -> int | float | Decimal:
-    return value.to_decimal() if isinstance(value, Decimal128) else value
-
-
-def _is_nan(value: Any) -> bool:
-    number = _to_number(value) if _bracket(value) == _NUMBER else 0
-    return (isinstance(number, float) and math.isnan(number)) or (
-        isinstance(number, Decimal) and number.is_nan()
-    )
-
-
-def _compare_numbers(a: Any, b: Any) -> int:
-    """Numeric order across int, Int64, float and Decimal128; NaN sorts below every number."""
-    a_nan, b_nan = _is_nan(a), _is_nan(b)
-    if a_nan or b_nan:
-        return int(b_nan) - int(a_nan)
-    return _sign(_to_number(a), _to_number(b))
-
-
-def _compare_documents(a: dict[str, Any], b: dict[str, Any]) -> int:
-    """Field by field: each field's type bracket, then its name, then its value."""
-    for (key_a, value_a), (key_b, value_b) in zip(a.items(), b.items(), strict=False):
-        result = (
-            _sign(_bracket(value_a), _bracket(value_b))
-            or _sign(key_a, key_b)
-            or compare(value_a, value_b)
-        )
-        if result:
-            return result
-    return _sign(len(a), len(b))
-
-
-def _compare_arrays(a: list[Any], b: list[Any]) -> int:
-    for item_a, item_b in zip(a, b, strict=False):
-        result = compare(item_a, item_b)
-        if result:
-            return result
-    return _sign(len(a), len(b))
-
-
-def _scalar_key(value: Any) -> Any:
-    """A natively comparable key for a value of a non-container, non-number bracket."""
-    if isinstance(value, bytes):  # MongoDB orders binary by length, then subtype, then bytes
-        return (len(value), getattr(value, "subtype", 0), bytes(value))
-    if isinstance(value, ObjectId):
-        return value.binary
-    if isinstance(value, (datetime, DatetimeMS)):
-        return _millis(value)
-    if isinstance(value, Timestamp):
-        return (value.time, value.inc)
-    if isinstance(value, (Regex, re.Pattern)):
-        return (value.pattern, _regex_letters(value.flags))
-    if isinstance(value, (str, bool)):
-        return value
-    return 0  # null, MinKey and MaxKey: one value per bracket
-
-
-def _millis(value: datetime | DatetimeMS) -> int:
-    if isinstance(value, DatetimeMS):
-        return int(value)
-    if value.tzinfo is None:  # bson decodes to naive UTC by default
-        value = value.replace(tzinfo=UTC)
-    return (value - _EPOCH) // timedelta(milliseconds=1)
-
-
-def _regex_letters(flags: int) -> str:
-    return "".join(letter for flag, letter in _REGEX_FLAG_LETTERS if flags & flag)
-
-
-_BSON_KEY = cmp_to_key(compare)
 
 # ---------------------------------------------------------------------------------------------
 # Matching
@@ -259,26 +64,6 @@ _ORDER_CHECKS: dict[str, Callable[[int], bool]] = {
     "$lt": lambda order: order < 0,
     "$lte": lambda order: order <= 0,
 }
-# $type codes and aliases; Int64 before int because it is a subclass.
-_TYPES: tuple[tuple[type | tuple[type, ...], int, str], ...] = (
-    (MinKey, -1, "minKey"),
-    (type(None), 10, "null"),
-    (bool, 8, "bool"),
-    (Int64, 18, "long"),
-    (int, 16, "int"),
-    (float, 1, "double"),
-    (Decimal128, 19, "decimal"),
-    (Code, 13, "javascript"),
-    (str, 2, "string"),
-    ((dict, DBRef), 3, "object"),
-    (list, 4, "array"),
-    (bytes, 5, "binData"),
-    (ObjectId, 7, "objectId"),
-    ((datetime, DatetimeMS), 9, "date"),
-    (Timestamp, 17, "timestamp"),
-    ((Regex, re.Pattern), 11, "regex"),
-    (MaxKey, 127, "maxKey"),
-)
 _TYPE_ALIASES = {alias: {code} for _, code, alias in _TYPES} | {"number": {1, 16, 18, 19}}
 _PY_REGEX_FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE
 
@@ -307,9 +92,6 @@ def _compile_clause(key: str, condition: Any, variables: Mapping[str, Any]) -> P
     if key == "$comment":
         return lambda doc: True
     if key == "$expr":
-        # The expression language builds on this module's comparisons: imported when used.
-        from rsdrill.sandbox.emulator.expressions import compile_expression, or_null
-
         evaluate = compile_expression(condition)
         return lambda doc: _truthy(or_null(evaluate(doc, variables)))
     if key.startswith("$"):
@@ -330,10 +112,6 @@ def _compile_logical(operator: str, clauses: Any, variables: Mapping[str, Any]) 
     if operator == "$or":
         return lambda doc: any(predicate(doc) for predicate in predicates)
     return lambda doc: not any(predicate(doc) for predicate in predicates)
-
-
-def _is_operator_object(value: Any) -> bool:
-    return isinstance(value, dict) and bool(value) and next(iter(value)).startswith("$")
 
 
 def _resolve(value: Any, parts: list[str]) -> list[Any]:
@@ -426,13 +204,6 @@ def _compile_operator(operator: str, argument: Any, siblings: dict[str, Any]) ->
 
 def _negate(test: ValuesTest) -> ValuesTest:
     return lambda values: not test(values)
-
-
-def _truthy(value: Any) -> bool:
-    """MongoDB's truthiness of an operand: false, null and zero are false, all else is true."""
-    if _is_number(value):
-        return _to_number(value) != 0
-    return value is not None and value is not False
 
 
 def _comparison_test(argument: Any, check: Callable[[int], bool]) -> ValuesTest:
@@ -528,15 +299,6 @@ def _type_test(argument: Any) -> ValuesTest:
     return lambda values: any(_type_code(value) in wanted for value in _expand(values))
 
 
-def _as_int(value: Any) -> int | None:
-    """`value` as an int if it is an integral int or float, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    return int(value)
-
-
 def _size_test(argument: Any) -> ValuesTest:
     size = _as_int(argument)
     if size is None or size < 0:
@@ -574,39 +336,31 @@ def _elem_match_test(argument: Any) -> ValuesTest:
 # ---------------------------------------------------------------------------------------------
 # Updates
 
-_INT32 = range(-(2**31), 2**31)
-
 
 def apply_update(
     doc: Mapping[str, Any],
-    update: Mapping[str, Any] | list[Any],
+    update: Mapping[str, Any],
     *,
     inserting: bool = False,
     array_filters: list[Any] | None = None,
-    variables: Mapping[str, Any] | None = None,
 ) -> Document:
-    """The document that results from applying a replacement, operator or pipeline `update`
-    to `doc`.
+    """The document that results from applying a replacement or operator `update` to `doc`
+    (pipeline-style updates: `pipeline.update_document`).
 
     `inserting` is True for the insert half of an upsert (`doc` is then `upsert_seed(filter)`):
     it enables `$setOnInsert` and puts `_id` first, as MongoDB stores it. `array_filters`
-    select the elements `$[identifier]` paths update; `variables` are what a pipeline update's
-    expressions see as `$$name` (a command's `let`).
+    select the elements `$[identifier]` paths update.
     """
-    if isinstance(update, list):
-        if array_filters:
-            raise QueryError(72, "arrayFilters may not be specified for pipeline-style updates")
-        # Aggregation builds on this module: imported when used.
-        from rsdrill.sandbox.emulator.pipeline import apply_update_pipeline
-
-        result = apply_update_pipeline(doc, update, variables)
-    elif not isinstance(update, Mapping):
+    if not isinstance(update, Mapping):
         raise QueryError(9, "Update argument must be either an object or an array")
-    else:
-        result = _apply_document_update(doc, update, inserting, array_filters)
-    if inserting and "_id" in result:
-        result = {"_id": result.pop("_id"), **result}
-    return result
+    return id_first(_apply_document_update(doc, update, inserting, array_filters), inserting)
+
+
+def id_first(doc: Document, inserting: bool) -> Document:
+    """An upsert's inserted document with `_id` first, as MongoDB stores it."""
+    if inserting and "_id" in doc:
+        return {"_id": doc.pop("_id"), **doc}
+    return doc
 
 
 def _apply_document_update(
@@ -833,31 +587,6 @@ def _find_conflict(paths: list[list[str]]) -> tuple[str, str] | None:
         if longer[: len(shorter)] == shorter:
             return ".".join(shorter), ".".join(longer)
     return None
-
-
-def _is_number(value: Any) -> bool:
-    return _bracket(value) == _NUMBER
-
-
-def _type_name(value: Any) -> str:
-    return next((alias for types, _, alias in _TYPES if isinstance(value, types)), "unknown")
-
-
-def _add(a: Any, b: Any) -> Any:
-    """a + b with MongoDB's result type: decimal > double > long > int (int overflows to long)."""
-    if isinstance(a, Decimal128) or isinstance(b, Decimal128):
-        with localcontext(create_decimal128_context()):
-            return Decimal128(_to_decimal(a) + _to_decimal(b))
-    if isinstance(a, float) or isinstance(b, float):
-        return float(a) + float(b)
-    total = int(a) + int(b)
-    return Int64(total) if Int64 in (type(a), type(b)) or total not in _INT32 else total
-
-
-def _to_decimal(value: Any) -> Decimal:
-    if isinstance(value, Decimal128):
-        return value.to_decimal()
-    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
 
 
 def _child(container: Any, part: str) -> Any:

@@ -1,0 +1,86 @@
+"""What each metric is computed from, so that a metric no part of the run records is refused
+when the experiment is loaded instead of coming out null (an SLO that fails for want of data).
+
+A run's history holds ops of named probes ("write", "raw_write", "read", "failover", "recovery",
+"lag", "ledger", "load", "step") and its fault timeline the faults' kinds. `records` below are those
+names: the probes' own, plus `data-loss` (such a fault was injected) and `step:backup` /
+`step:restore` (a step with those marks ran). The experiment says which it produces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Source:
+    """Records a metric needs: at least one of `records`; `what` names them for the user."""
+
+    records: frozenset[str]
+    what: str
+
+
+def _source(what: str, *records: str) -> Source:
+    return Source(frozenset(records), what)
+
+
+WRITES = _source("the availability probe's writes (probes.availability.writes)", "write")
+RAW_WRITES = _source(
+    "the availability probe's raw writes (probes.availability.raw_writes)", "raw_write"
+)
+READS = _source("the availability probe's reads (probes.availability.reads)", "read")
+FAILOVER = _source("the failover probe (probes.failover)", "failover")
+RECOVERY = _source("the recovery probe (probes.recovery)", "recovery")
+LAG = _source("the lag probe (probes.lag)", "lag")
+LEDGER = _source("the durability probe (probes.durability)", "ledger")
+CLIENT_OPS = _source(
+    "the availability or load probe (probes.availability, probes.load)", "write", "read", "load"
+)
+CLIENT_PROBES = _source(
+    "a client-side probe (availability, durability or load)", "write", "read", "ledger", "load"
+)
+ANY_WRITES = _source("writes (probes.availability or probes.durability)", "write", "ledger")
+DATA_LOSS = _source("a data-loss fault (the disaster the drill recovers from)", "data-loss")
+BACKUP = _source("a step with `marks: backup`", "step:backup")
+RESTORE = _source("a step with `marks: restore`", "step:restore")
+
+RECOVERY_PREFIX = "recovery_s."
+
+SOURCES: dict[str, tuple[Source, ...]] = {
+    "write_unavailable_s": (WRITES,),
+    "raw_write_unavailable_s": (RAW_WRITES,),
+    "driver_write_delay_s": (WRITES, RAW_WRITES),
+    "read_unavailable_s": (READS,),
+    "failover_s": (FAILOVER,),
+    "failover_parts.detection_s": (FAILOVER, RECOVERY),
+    "failover_parts.election_s": (FAILOVER, RECOVERY),
+    "failover_parts.client_rediscovery_s": (FAILOVER, WRITES),
+    "recovery_s.max": (RECOVERY,),
+    "replication_lag_max_s": (LAG,),
+    "acknowledged_writes": (LEDGER,),
+    "lost_acknowledged_writes": (LEDGER,),
+    "latency_ms.p50": (CLIENT_OPS,),
+    "latency_ms.p95": (CLIENT_OPS,),
+    "latency_ms.p99": (CLIENT_OPS,),
+    "latency_ms.max": (CLIENT_OPS,),
+    "degradation_s": (CLIENT_OPS,),
+    "no_primary_s": (FAILOVER,),
+    "rto_s": (DATA_LOSS, ANY_WRITES),
+    "rpo_s": (DATA_LOSS, LEDGER),
+    "restore_s": (DATA_LOSS, RESTORE),
+    "lost_before_backup": (DATA_LOSS, LEDGER, BACKUP),
+    "probe_error_rate": (CLIENT_PROBES,),
+}
+"""Metric → what it is computed from (each entry must be present). `recovery_s.<host:port>`
+is computed from what `recovery_s.max` is."""
+
+
+def missing_source(metric: str, records: set[str] | frozenset[str]) -> Source | None:
+    """The first source of `metric` that none of `records` provides; None when it is measured
+    (or the metric is not one of `SOURCES`)."""
+    if metric.startswith(RECOVERY_PREFIX):
+        metric = "recovery_s.max"
+    for source in SOURCES.get(metric, ()):
+        if not source.records & records:
+            return source
+    return None

@@ -1,0 +1,51 @@
+"""Revert actions as the journal stores them, carried out without the run that wrote them.
+
+Each action is idempotent: reverting what is already reverted does nothing, so `rsdrill
+recover` can be run twice, or after a run that died halfway through its own rollback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rsdrill import registry
+from rsdrill.engine.steps import stop_step
+from rsdrill.faultfs.mount import FaultFSError
+from rsdrill.platforms.base import RevertAction, TargetError
+from rsdrill.platforms.machine.actions import REVERT_ACTIONS as MACHINE_ACTIONS
+from rsdrill.sandbox.errors import SandboxError
+
+# The machine platforms' actions carry no platform prefix (journals name them so).
+ACTIONS: dict[str, RevertAction] = {"stop-step": stop_step, **MACHINE_ACTIONS}
+
+
+def _platform_action(name: str) -> RevertAction | None:
+    """`ec2.start-instances` → the ec2 platform's handler (its SDK loads only now)."""
+    platform = name.split(".", 1)[0]
+    if not platform.isidentifier():
+        return None
+    if platform not in registry.platforms():
+        # A journal written where a third-party platform was installed, read where it is not.
+        raise TargetError(f"{name}: cannot load the {platform} platform: it is not installed")
+    try:
+        handlers = registry.platform(platform).revert_actions()
+    except ModuleNotFoundError as exc:
+        raise TargetError(f"{name}: cannot load the {platform} platform: {exc}") from exc
+    return handlers.get(name)
+
+
+def describe(action: dict[str, Any]) -> str:
+    detail = ", ".join(f"{k}={v}" for k, v in action.items() if k != "action")
+    return f"{action['action']} ({detail})"
+
+
+def carry_out(action: dict[str, Any]) -> str:
+    """Do one revert action; a line saying what was done. Raises TargetError on failure."""
+    name = str(action.get("action", ""))
+    handler = ACTIONS.get(name) if "." not in name else _platform_action(name)
+    if handler is None:
+        raise TargetError(f"unknown revert action {action!r}")
+    try:
+        return handler(action)
+    except (SandboxError, FaultFSError, OSError, KeyError) as exc:
+        raise TargetError(f"{describe(action)}: {exc}") from exc

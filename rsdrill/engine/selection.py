@@ -1,0 +1,111 @@
+"""Which member a fault's `select:` means right now: from each member's own replSetGetStatus, or
+from the failover probe's latest hello answers when they are fresh."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from rsdrill.connection import AccessRefused, DirectConnection, WireClientError
+from rsdrill.errors import RsdrillError
+from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
+from rsdrill.history import Op
+from rsdrill.platforms.base import TargetError
+from rsdrill.states import DOWN, NOT_A_REPLICA_SET, PRIMARY_LIKE, STANDALONE
+
+
+class SelectionError(RsdrillError):
+    """The selection matches nothing in the live replica set; the fault is not injected."""
+
+
+def member_state(host: str, timeout_s: float = 1.0) -> str:
+    """The member's own state (PRIMARY, SECONDARY, ...), or DOWN when it does not answer."""
+    conn = DirectConnection(host, timeout_s)
+    try:
+        status = conn.command("admin", {"replSetGetStatus": 1})
+    except AccessRefused as exc:  # not down: unreachable with these settings, say so now
+        raise TargetError(str(exc)) from None
+    except WireClientError:
+        return DOWN
+    finally:
+        conn.close()
+    if status.get("code") in NOT_A_REPLICA_SET:
+        return STANDALONE
+    me = next((m for m in status.get("members", []) if m.get("self")), None)
+    return str(me["stateStr"]) if me else "UNKNOWN"
+
+
+def current_states(members: list[str], timeout_s: float = 0.3) -> dict[str, str]:
+    with ThreadPoolExecutor(max_workers=max(len(members), 1)) as pool:
+        return dict(
+            zip(members, pool.map(lambda h: member_state(h, timeout_s), members), strict=True)
+        )
+
+
+def resolve(selection: Selection, states: dict[str, str]) -> list[str]:
+    """The hosts a selection names, given every member's current state (in config order)."""
+    if isinstance(selection, SelectMember):
+        if selection.member not in states:
+            raise SelectionError(f"{selection.member} is not a member ({', '.join(states)})")
+        return [selection.member]
+    if isinstance(selection, SelectCount):
+        pool = [h for h, s in states.items() if _fits(s, selection.role)]
+        # The primary last: counting members down should hit secondaries first.
+        pool.sort(key=lambda h: states[h] == "PRIMARY")
+        if len(pool) < selection.count:
+            raise SelectionError(
+                f"select count {selection.count} ({selection.role}): only "
+                f"{len(pool)} such member(s): {_describe(states)}"
+            )
+        return pool[: selection.count]
+    wanted = selection.upper()
+    # `primary` is the member that takes the writes: a standalone server is one.
+    accepted = PRIMARY_LIKE if wanted == "PRIMARY" else {wanted}
+    matches = [h for h, s in states.items() if s in accepted]
+    if not matches:
+        raise SelectionError(f"select {selection}: no member is {wanted} now: {_describe(states)}")
+    return matches[:1]
+
+
+def _fits(state: str, role: str) -> bool:
+    if role == "secondary":
+        return state == "SECONDARY"
+    if role == "data":
+        return state not in ("ARBITER", "DOWN")
+    return state != "DOWN"
+
+
+def _describe(states: dict[str, str]) -> str:
+    return ", ".join(f"{h} {s}" for h, s in states.items())
+
+
+def states_from_hellos(
+    ops: list[Op], members: list[str], *, since_s: float, now_s: float, max_age_s: float
+) -> dict[str, str] | None:
+    """Every member's role from the failover probe's latest hello, or None if one is unknown.
+
+    This costs no network round trip at injection time (a frozen member makes the live query
+    wait out its timeout). An answer counts only when it started after `since_s` (the last
+    fault injected or reverted, which may have changed the roles) and ended within `max_age_s`
+    of `now_s`; a hello that failed is DOWN, as in `member_state`. An answer that names no
+    role (a primary still draining, a member starting up) leaves the member unknown.
+    """
+    latest: dict[str, Op] = {}
+    for op in ops:
+        if op.op == "hello" and op.member in members and op.t_start > since_s:
+            latest[op.member] = op  # ops are in the order they ended: the last one wins
+    states = {}
+    for host in members:
+        op = latest.get(host)
+        if op is None or now_s - op.t_end > max_age_s:
+            return None
+        if not op.ok:
+            states[host] = "DOWN"
+        elif op.detail.get("writable"):
+            states[host] = "PRIMARY"
+        elif op.detail.get("secondary"):
+            states[host] = "SECONDARY"
+        elif op.detail.get("arbiter"):
+            states[host] = "ARBITER"
+        else:
+            return None
+    return states

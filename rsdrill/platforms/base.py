@@ -1,0 +1,170 @@
+"""What the engine and the experiment model know of a platform: the typed interfaces every
+platform implements.
+
+- `Platform`: one entry of the `rsdrill.platforms` entry-point group (see `rsdrill/registry.py`):
+  its name, the models of its `target.<name>` and `faults[i].<name>` sections, the load-time
+  check of an experiment, what it adds to a plan, and the target a run uses.
+- `RunTarget`: a replica set an experiment runs against (members, setup, teardown) and the
+  injector for a fault on one of its members.
+- `Injector`: one fault on one platform. `describe()` says what will happen (no side effects);
+  `revert_action()` is written to the journal *before* `inject()` so that `rsdrill recover` can
+  undo the fault if the run dies; `verify()` confirms the fault really landed before its clock
+  is trusted; `revert()` undoes it. An injector whose platform judges the fault itself (a Litmus
+  ChaosResult) may also have `report() -> dict`, merged into the fault's `detail` in the result
+  once it is reverted.
+- `ProcessHosts`: members' hosts as OS processes on this machine (sandbox and local).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rsdrill.errors import InjectionError, TargetError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from rsdrill.experiment.schema import Experiment, Fault
+
+__all__ = [
+    "InjectionError",
+    "Injector",
+    "PackagePlatform",
+    "Platform",
+    "ProcessHosts",
+    "RevertAction",
+    "RunTarget",
+    "TargetError",
+]
+
+RevertAction = Callable[[dict[str, Any]], str]
+"""Carries out one journaled revert action from the journal alone; says what it did."""
+
+
+class Injector(Protocol):
+    kind: str
+    target: str
+
+    def describe(self) -> str: ...
+
+    def revert_action(self) -> dict[str, Any] | None: ...
+
+    def inject(self) -> None: ...
+
+    def verify(self, timeout_s: float) -> bool: ...
+
+    def revert(self) -> None: ...
+
+
+class ProcessHosts(Protocol):
+    """The members' hosts as OS processes on this machine (sandbox and local platforms)."""
+
+    def pid(self, host: str) -> int | None: ...
+
+    def kill(self, host: str) -> int: ...
+
+    def stop(self, host: str) -> int: ...
+
+    def cont(self, host: str) -> int: ...
+
+    def start(self, host: str, *, wipe: bool) -> None: ...
+
+    def wipe(self, host: str) -> None:
+        """Empty the data directory of a member that is not running."""
+        ...
+
+    def restart_action(self, host: str, *, wipe: bool) -> dict[str, object]: ...
+
+
+class RunTarget(Protocol):
+    """A replica set an experiment runs against."""
+
+    platform: str
+    topology: str
+    uri: str
+    members: list[str]
+    # Whether the target stays as it is after the run (nothing to tear down once set up).
+    keep: bool
+
+    def setup(self) -> None: ...
+
+    def teardown(self) -> None: ...
+
+    def injector(self, fault: Fault, host: str) -> Injector:
+        """The platform's injector for `fault` on member `host` (every kind but stepdown,
+        which works the same on every platform)."""
+        ...
+
+    def recover_action(self) -> dict[str, object] | None:
+        """What `rsdrill recover` must do about the target itself if this run dies (for a
+        kept target: only while it is being set up)."""
+        ...
+
+
+class Platform(Protocol):
+    """A platform as the experiment model and the runner use it.
+
+    Loading its entry point must stay cheap (no SDK import): the models are pydantic classes,
+    and everything else is imported when a method is called.
+    """
+
+    name: str
+    # The model of `target.<name>` (None: the platform has no section of its own), and of a
+    # fault's `<name>` options.
+    options: type[BaseModel] | None
+    fault_options: type[BaseModel] | None
+
+    def check_experiment(self, exp: Experiment) -> None:
+        """Refuse (raise FieldProblem) what this platform cannot carry out, before any run."""
+        ...
+
+    def plan_details(self, exp: Experiment) -> list[str]:
+        """Lines the plan shows about what the platform will create (may be empty)."""
+        ...
+
+    def make_target(self, exp: Experiment, out_dir: Path) -> RunTarget:
+        """The run's target (not set up yet)."""
+        ...
+
+    def revert_actions(self) -> Mapping[str, RevertAction]:
+        """Its journaled revert actions, by name (`<platform>.<action>`)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PackagePlatform:
+    """A `Platform` made of one package's modules, each imported only when needed: `checks`
+    (`check_experiment`), `planner` (`plan_details`, if the plan shows more), `<package>.target`
+    (`make_target`) and, if it has journaled actions of its own, `actions` (`REVERT_ACTIONS`)."""
+
+    name: str
+    package: str
+    checks: str
+    planner: str | None = None
+    options: type[BaseModel] | None = None
+    fault_options: type[BaseModel] | None = None
+    actions: str | None = None
+
+    def check_experiment(self, exp: Experiment) -> None:
+        importlib.import_module(self.checks).check_experiment(exp)
+
+    def plan_details(self, exp: Experiment) -> list[str]:
+        if self.planner is None:
+            return []
+        return list(importlib.import_module(self.planner).plan_details(exp))
+
+    def make_target(self, exp: Experiment, out_dir: Path) -> RunTarget:
+        target: RunTarget = importlib.import_module(f"{self.package}.target").make_target(
+            exp, out_dir
+        )
+        return target
+
+    def revert_actions(self) -> Mapping[str, RevertAction]:
+        if self.actions is None:
+            return {}
+        actions: Mapping[str, RevertAction] = importlib.import_module(self.actions).REVERT_ACTIONS
+        return actions

@@ -1,0 +1,15 @@
+"""`platform: ec2`: a set on EC2 instances and EBS volumes, faulted through the EC2 API or FIS.
+boto3 is imported lazily, and only in this package."""
+
+from rsdrill.platforms.base import PackagePlatform
+from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
+
+platform = PackagePlatform(
+    "ec2",
+    __name__,
+    checks=f"{__name__}.options",
+    options=Ec2Platform,
+    fault_options=Ec2Fault,
+    planner=f"{__name__}.options",
+    actions=f"{__name__}.injectors",
+)

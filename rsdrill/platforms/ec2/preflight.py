@@ -1,0 +1,81 @@
+"""Before anything is broken: may the credentials make the calls the experiment needs (EC2's
+DryRun flag), and would AWS's volume modification limit refuse a throttle? A selection like
+`primary` is resolved only at injection, so every member's instance is checked."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rsdrill.platforms.ec2.client import Aws
+from rsdrill.platforms.ec2.lookup import Instance, find_data_volume
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Fault
+    from rsdrill.platforms.ec2.options import Ec2Platform
+
+
+Call = tuple[str, dict[str, Any]]
+
+
+def _calls(fault: Fault, instance: Instance, data: tuple[str, str] | None) -> list[Call]:
+    """The EC2 calls (with DryRun) that injecting and reverting `fault` will make."""
+    iid = {"InstanceIds": [instance.id]}
+    if fault.engine == "fis":
+        # FIS has no DryRun; stopping instances is checked for the instance start on revert.
+        return [("start_instances", iid)] if fault.kind == "host-kill" else []
+    if fault.kind == "host-kill":
+        action = fault.ec2.action if fault.ec2 else "stop"
+        if action != "stop":
+            return [(f"{action}_instances", iid)]
+        calls = [("stop_instances", {**iid, "Force": True}), ("start_instances", iid)]
+        if fault.restart and fault.restart.volume == "wipe" and data:
+            calls += [("create_volume", {"AvailabilityZone": instance.availability_zone,
+                                         "Size": 1}),
+                      ("detach_volume", {"VolumeId": data[0], "InstanceId": instance.id,
+                                         "Device": data[1]})]  # fmt: skip
+        return calls
+    if fault.kind == "volume-detach" and data:
+        attach = {"VolumeId": data[0], "InstanceId": instance.id, "Device": data[1]}
+        return [("detach_volume", {**attach, "Force": True}), ("attach_volume", attach)]
+    if fault.kind == "iops-throttle" and data:
+        return [("modify_volume", {"VolumeId": data[0]})]
+    if fault.kind == "network-partition" and instance.vpc_id:
+        groups = list(instance.security_groups)
+        return [("create_security_group", {"GroupName": "rsdrill-preflight",
+                                           "Description": "DryRun only",
+                                           "VpcId": instance.vpc_id}),
+                ("modify_instance_attribute", {"InstanceId": instance.id, "Groups": groups}),
+                ("delete_security_group", {"GroupId": groups[0]} if groups else {})]  # fmt: skip
+    return []
+
+
+def problems(
+    aws: Aws, platform: Ec2Platform, faults: tuple[Fault, ...], instances: list[Instance]
+) -> list[str]:
+    from rsdrill.platforms.ec2.options import needs_data_volume
+    from rsdrill.platforms.ec2.volume import modification_limit
+
+    found: list[str] = []
+    asked: set[tuple[str, str]] = set()
+    for instance in instances:
+        data = None
+        if platform.volume is not None and any(needs_data_volume(f) for f in faults):
+            data = find_data_volume(aws, platform.volume, instance)
+        for i, fault in enumerate(faults):
+            if fault.kind == "stepdown":
+                continue
+            for operation, params in _calls(fault, instance, data):
+                if (operation, instance.id) in asked:
+                    continue
+                asked.add((operation, instance.id))
+                refused = aws.dry_run(operation, **params)
+                if refused:
+                    found.append(f"{instance.member} ({instance.id}): {refused}")
+            accepted = fault.ec2 is not None and fault.ec2.accept_modification_limit
+            if fault.kind == "iops-throttle" and fault.engine != "fis" and data and not accepted:
+                limit = modification_limit(aws, data[0])
+                if limit:
+                    found.append(f"faults[{i}] iops-throttle on {instance.member}: {limit}; set "
+                                 f"faults[{i}].ec2.accept_modification_limit: true to go ahead "
+                                 "anyway")  # fmt: skip
+    return found

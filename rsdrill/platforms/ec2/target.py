@@ -1,0 +1,49 @@
+"""`platform: ec2`: a replica set on EC2 instances. Members come from the set itself (its
+hello); each is mapped to its instance (private IP, private DNS name, a tag, or an explicit
+map) when the run starts, and the credentials are checked (DryRun) before anything is injected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rsdrill.experiment.schema import Experiment, Fault
+from rsdrill.platforms.base import Injector, TargetError
+from rsdrill.platforms.ec2.injectors import Aws, AwsError, connection, ec2_injector, preflight
+from rsdrill.platforms.ec2.lookup import Instance, find_instance
+from rsdrill.platforms.remote import RemoteTarget
+
+
+class Ec2Target(RemoteTarget):
+    def __init__(self, exp: Experiment, out_dir: Path) -> None:
+        super().__init__(exp, out_dir)
+        assert exp.target.ec2 is not None  # the schema requires the section
+        self.ec2 = exp.target.ec2
+        self.faults = exp.faults
+        self.aws = Aws(connection(self.ec2))
+        self.instances: dict[str, Instance] = {}
+
+    def setup(self) -> None:
+        """Find the members and their instances, then ask EC2 whether every call the faults
+        will make is allowed; any problem refuses the run before anything is injected."""
+        super().setup()
+        mapped = self.members
+        if self.ec2.instances.by == "map":
+            # Members left out of the map (an arbiter elsewhere, say) cannot be faulted.
+            mapped = [m for m in self.members if m in self.ec2.instances.map]
+        try:
+            self.instances = {m: find_instance(self.aws, self.ec2.instances, m) for m in mapped}
+            found = preflight(self.aws, self.ec2, self.faults, list(self.instances.values()))
+        except AwsError as exc:
+            raise TargetError(f"ec2: {exc}") from None
+        if found:
+            raise TargetError("ec2 preflight refused, nothing was injected: " + "; ".join(found))
+
+    def injector(self, fault: Fault, host: str) -> Injector:
+        # Looked up again: the instance's state and volumes may have changed since setup.
+        instance = find_instance(self.aws, self.ec2.instances, host)
+        return ec2_injector(self.aws, self.ec2, fault, instance)
+
+
+def make_target(exp: Experiment, out_dir: Path) -> Ec2Target:
+    return Ec2Target(exp, out_dir)

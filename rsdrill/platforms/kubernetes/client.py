@@ -1,0 +1,330 @@
+"""The one place rsdrill talks to the Kubernetes API (through the `kubernetes` package).
+
+Every call has a deadline, answers plain dicts (the API's own JSON, the same whatever the
+client package's version), and fails with `KubeError` carrying the API server's own message:
+the permission it refused, the schema rule a resource broke, or why the server is unreachable.
+Tokens and keys stay inside the client configuration and never reach a message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client as k8s
+import kubernetes.config as k8s_config
+import urllib3
+from kubernetes.client.rest import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from rsdrill.platforms.kubernetes.resources import ResourceType
+
+REQUEST_TIMEOUT_S = 10.0
+
+
+class KubeError(Exception):
+    """The Kubernetes API refused or failed a call; `status` is the HTTP status (0: no answer)."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """How to reach the cluster: non-secret, so a journal can carry it to `rsdrill recover`."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool = False
+
+    def as_action(self) -> dict[str, Any]:
+        return {
+            "kubeconfig": self.kubeconfig,
+            "context": self.context,
+            "in_cluster": self.in_cluster,
+        }
+
+    @classmethod
+    def from_action(cls, action: dict[str, Any]) -> ClusterAccess:
+        return cls(action.get("kubeconfig"), action.get("context"), bool(action.get("in_cluster")))
+
+
+def _only_in_cluster(access: ClusterAccess) -> bool:
+    """No kubeconfig named nor found, inside a pod: its service account is the credential."""
+    return (
+        access.kubeconfig is None
+        and not os.environ.get("KUBECONFIG")
+        and not Path(k8s_config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION).expanduser().exists()
+        and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    )
+
+
+def _message(exc: ApiException) -> str:
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or exc.reason or f"HTTP {exc.status}")
+
+
+class Kube:
+    """A connected client; methods answer the API's JSON as dicts."""
+
+    def __init__(self, access: ClusterAccess) -> None:
+        self.access = access
+        try:
+            if access.in_cluster or _only_in_cluster(access):
+                configuration = k8s.Configuration()
+                k8s_config.load_incluster_config(client_configuration=configuration)
+                api = k8s.ApiClient(configuration)
+            else:
+                api = k8s_config.new_client_from_config(
+                    config_file=access.kubeconfig, context=access.context, persist_config=False
+                )
+        except (ConfigException, OSError, ValueError, TypeError) as exc:
+            where = (
+                "in-cluster service account"
+                if access.in_cluster
+                else (f"kubeconfig {access.kubeconfig or '(default)'}")
+            )
+            context = f", context {access.context}" if access.context else ""
+            raise KubeError(f"cannot load the {where}{context}: {exc}") from None
+        # One attempt per call: the caller's deadline governs, not urllib3's retries.
+        api.configuration.retries = False
+        self.server = api.configuration.host
+        self.api = api
+
+    # Each API class loads its models on first use (seconds for CoreV1Api): only those a task
+    # needs are made, so `rsdrill recover` deleting a chaos object never loads the core API.
+    @cached_property
+    def core(self) -> Any:
+        return k8s.CoreV1Api(self.api)
+
+    @cached_property
+    def custom(self) -> Any:
+        return k8s.CustomObjectsApi(self.api)
+
+    @cached_property
+    def auth(self) -> Any:
+        return k8s.AuthorizationV1Api(self.api)
+
+    def close(self) -> None:
+        self.api.close()
+
+    def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call an API method with a deadline; its JSON as dicts (None for an empty body)."""
+        try:
+            response = method(
+                *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S, **kwargs
+            )
+        except ApiException as exc:
+            raise KubeError(_message(exc), exc.status or 0, exc.reason or "") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise KubeError(
+                f"cannot reach the Kubernetes API at {self.server}: {type(exc).__name__}: {exc}"
+            ) from None
+        data = response.data
+        return json.loads(data) if data else None
+
+    # -- discovery and permissions -------------------------------------------------------
+
+    def served_resources(self, group: str, version: str) -> set[str] | None:
+        """The resource plurals an API group version serves, or None when it is not served
+        (its CRDs are not installed). Discovery is open to every authenticated identity."""
+        try:
+            listing = self.call(self.custom.get_api_resources, group, version)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return {r["name"] for r in listing.get("resources", []) if "/" not in r["name"]}
+
+    def allowed(
+        self,
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        group: str = "",
+        subresource: str = "",
+    ) -> bool:
+        """Whether this identity may do `verb` on `resource` (a SelfSubjectAccessReview, which
+        every authenticated identity may ask)."""
+        attributes: dict[str, Any] = {"verb": verb, "resource": resource, "group": group}
+        if namespace:
+            attributes["namespace"] = namespace
+        if subresource:
+            attributes["subresource"] = subresource
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        answer = self.call(self.auth.create_self_subject_access_review, review)
+        return bool(answer.get("status", {}).get("allowed"))
+
+    # -- custom resources ------------------------------------------------------------------
+
+    def create(self, rtype: ResourceType, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(
+            self.call(
+                self.custom.create_namespaced_custom_object,
+                rtype.group,
+                rtype.version,
+                namespace,
+                rtype.plural,
+                body,
+            )
+        )
+
+    def get(self, rtype: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
+        """The resource, or None when it does not exist."""
+        try:
+            return dict(
+                self.call(
+                    self.custom.get_namespaced_custom_object,
+                    rtype.group,
+                    rtype.version,
+                    namespace,
+                    rtype.plural,
+                    name,
+                )
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, rtype: ResourceType, namespace: str) -> list[dict[str, Any]]:
+        answer = self.call(
+            self.custom.list_namespaced_custom_object,
+            rtype.group,
+            rtype.version,
+            namespace,
+            rtype.plural,
+        )
+        return list(answer.get("items", []))
+
+    def patch(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
+        *,
+        status: bool = False,
+    ) -> dict[str, Any]:
+        method = (
+            self.custom.patch_namespaced_custom_object_status
+            if status
+            else self.custom.patch_namespaced_custom_object
+        )
+        return dict(
+            self.call(method, rtype.group, rtype.version, namespace, rtype.plural, name, body)
+        )
+
+    def delete(self, rtype: ResourceType, namespace: str, name: str) -> bool:
+        """Ask for deletion; False when it was already gone."""
+        try:
+            self.call(
+                self.custom.delete_namespaced_custom_object,
+                rtype.group,
+                rtype.version,
+                namespace,
+                rtype.plural,
+                name,
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def wait_gone(self, rtype: ResourceType, namespace: str, name: str, timeout_s: float) -> None:
+        """Until the resource no longer exists (its finalizers ran: the fault was recovered)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.get(rtype, namespace, name)
+            if found is None:
+                return
+            if time.monotonic() >= deadline:
+                finalizers = found.get("metadata", {}).get("finalizers") or []
+                waiting = (
+                    f" (finalizers still pending: {', '.join(finalizers)})" if (finalizers) else ""
+                )
+                raise KubeError(
+                    f"{rtype.kind} {namespace}/{name} still exists "
+                    f"{timeout_s:g}s after its deletion{waiting}"
+                )
+            time.sleep(0.2)
+
+    # -- pods and nodes --------------------------------------------------------------------
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.call(self.core.read_namespaced_pod, name, namespace))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def pods(
+        self, namespace: str | None, *, labels: str | None = None, fields: str | None = None
+    ) -> list[dict[str, Any]]:
+        kwargs = {k: v for k, v in (("label_selector", labels), ("field_selector", fields)) if v}
+        if namespace is None:
+            answer = self.call(self.core.list_pod_for_all_namespaces, **kwargs)
+        else:
+            answer = self.call(self.core.list_namespaced_pod, namespace, **kwargs)
+        return list(answer.get("items", []))
+
+    def delete_pod(self, namespace: str, name: str, grace_s: int) -> bool:
+        try:
+            self.call(
+                self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace_s
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def evict(self, namespace: str, name: str, grace_s: int | None) -> None:
+        """Evict a pod through the eviction API (which honours PodDisruptionBudgets: a budget
+        that forbids it answers 429)."""
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if grace_s is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_s}
+        self.call(self.core.create_namespaced_pod_eviction, name, namespace, body)
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.call(self.core.read_node, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def set_unschedulable(self, name: str, unschedulable: bool) -> None:
+        self.call(self.core.patch_node, name, {"spec": {"unschedulable": unschedulable}})
+
+    def delete_node(self, name: str) -> bool:
+        try:
+            self.call(self.core.delete_node, name)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True

@@ -1,0 +1,223 @@
+"""`platform: kubernetes`: the target section, per-fault options and supported faults.
+
+A fault on Kubernetes is carried out by an engine (`engine:` on the fault): Chaos Mesh or
+LitmusChaos resources that rsdrill creates and deletes, or plain API calls (`native`).
+Which kinds each engine can inject is the table `SUPPORT` below; `check_experiment` refuses
+anything outside it, naming the field, before anything connects to the cluster.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, model_validator
+
+from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Experiment, Fault
+
+ENGINES = ("chaos-mesh", "litmus", "native")
+
+# (kind, engine) → the scopes it supports. The first engine listed for a kind is its default.
+SUPPORT: dict[str, dict[str, tuple[str, ...]]] = {
+    "host-kill": {
+        "native": ("member", "node"),
+        "chaos-mesh": ("member",),
+        "litmus": ("member", "node"),
+    },
+    "host-freeze": {"chaos-mesh": ("member",)},
+    "disk-fault": {"chaos-mesh": ("member",)},
+    "volume-detach": {"chaos-mesh": ("member",)},
+    "iops-throttle": {"chaos-mesh": ("member",)},
+    "network-partition": {"chaos-mesh": ("member",)},
+}
+
+# Chaos Mesh's IOChaos can add latency per operation; it has no bandwidth limit.
+_THROUGHPUT_FIELDS = ("throughput_mb_s", "read_mb_s", "write_mb_s")
+
+
+class KubernetesPlatform(Strict):
+    """How to reach the cluster and which pod each replica-set member is.
+
+    Members map to pods, in this order: `pods` (an explicit map), `selector` (pods with these
+    labels, matched to members by pod IP or by `<pod>.<service>` host names), or the members'
+    own StatefulSet DNS names (`mongo-0.mongo.ns.svc:27017` is pod mongo-0 in namespace ns).
+    """
+
+    kubeconfig: str | None = Field(
+        None, description="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)"
+    )
+    in_cluster: bool = Field(
+        False, description="use the pod's service account (rsdrill runs inside the cluster)"
+    )
+    context: str | None = Field(None, description="kubeconfig context (default: current)")
+    namespace: str = Field(
+        "default",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="namespace of the set's pods (and of the chaos resources rsdrill creates)",
+    )
+    pods: dict[str, str] | None = Field(
+        None, description="member host:port → pod name, when names do not tell"
+    )
+    selector: str | None = Field(
+        None, description="label selector of the set's pods, e.g. app=mongo"
+    )
+    container: str = Field("mongod", description="the mongod container's name in each pod")
+    volume_path: str = Field(
+        "/data/db", description="where the member's data volume is mounted in the container"
+    )
+    volume_name: str = Field(
+        "data", description="the pod's volume holding the data (for BlockChaos)"
+    )
+    wait: Duration = Field(
+        60.0, description="deadline for a chaos resource to report the fault injected or gone"
+    )
+
+    @model_validator(mode="after")
+    def _one_mapping(self) -> KubernetesPlatform:
+        if self.pods is not None and self.selector is not None:
+            raise FieldProblem(("selector",), "give `pods` or `selector`, not both")
+        if self.in_cluster and self.kubeconfig is not None:
+            raise FieldProblem(
+                ("in_cluster",), "in_cluster uses the service account: drop `kubeconfig`"
+            )
+        for host in self.pods or {}:
+            if ":" not in host:
+                raise FieldProblem(("pods", host), "keys are members as host:port")
+        return self
+
+
+class KubernetesFault(Strict):
+    """Options of one fault on Kubernetes."""
+
+    grace_period: Duration = Field(
+        0.0, description="native host-kill and node drain: the pods' termination grace period"
+    )
+    delete_node: bool = Field(
+        True,
+        description="host-kill scope node: delete the Node object after the drain "
+        "(false: only drain, and uncordon on revert)",
+    )
+    litmus_experiment: str | None = Field(
+        None,
+        description="litmus: the ChaosExperiment to run (default: pod-delete, or "
+        "node-drain for scope node)",
+    )
+    chaos_service_account: str = Field(
+        "litmus-admin", description="litmus: the service account its experiment pods run as"
+    )
+    block_chaos: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="iops-throttle: BlockChaos delay where the cluster has it (auto), "
+        "or IOChaos latency (never)",
+    )
+
+
+def engine_of(fault: Fault) -> str:
+    """The fault's engine, or the default engine for its kind."""
+    if fault.engine is not None:
+        return fault.engine
+    return next(iter(SUPPORT.get(fault.kind, {"native": ()})))
+
+
+def check_experiment(exp: Experiment) -> None:
+    """Refuse engines, kinds, scopes and options that Kubernetes cannot carry out."""
+    for i, fault in enumerate(exp.faults):
+        at = ("faults", i)
+        if fault.kind == "stepdown":
+            if fault.engine is not None:
+                raise FieldProblem(
+                    (*at, "engine"), "stepdown is a replSetStepDown command: drop `engine`"
+                )
+            continue
+        if fault.engine is not None and fault.engine not in ENGINES:
+            raise FieldProblem(
+                (*at, "engine"),
+                f"unknown engine {fault.engine!r} on kubernetes (one of {', '.join(ENGINES)})",
+            )
+        engines = SUPPORT[fault.kind]
+        engine = engine_of(fault)
+        if engine not in engines:
+            raise FieldProblem(
+                (*at, "engine"),
+                f"{fault.kind} with engine {engine}: not available (use {' or '.join(engines)})",
+            )
+        if fault.scope not in engines[engine]:
+            raise FieldProblem(
+                (*at, "scope"),
+                f"{fault.kind} with engine {engine} supports scope {' and '.join(engines[engine])}",
+            )
+        _check_kind(fault, at)
+        _check_options(fault, engine, at)
+
+
+def _check_kind(fault: Fault, at: tuple[str | int, ...]) -> None:
+    if fault.kind == "host-kill" and fault.restart is False:
+        raise FieldProblem(
+            (*at, "restart"),
+            "on kubernetes the StatefulSet always brings the pod back; scale it down to keep a "
+            "member away",
+        )
+    if fault.kind == "host-kill" and fault.restart:
+        if fault.restart.volume == "wipe":
+            raise FieldProblem(
+                (*at, "restart", "volume"),
+                "volume wipe on kubernetes: the "
+                "StatefulSet brings the pod back on its own volume; use the "
+                "emptyDir variant of the manifests for a full initial sync",
+            )
+        if fault.restart.after is not None:
+            raise FieldProblem(
+                (*at, "restart", "after"),
+                "on kubernetes the StatefulSet "
+                "restarts the pod at once; set `duration` (how long the chaos "
+                "resource is kept) instead",
+            )
+    if fault.kind == "host-kill" and fault.power_loss:
+        raise FieldProblem(
+            (*at, "power_loss"), "power_loss needs the sandbox or local platform's storage layer"
+        )
+    if fault.kind == "disk-fault" and fault.errno != "none" and fault.latency is not None:
+        raise FieldProblem(
+            (*at, "latency"),
+            "Chaos Mesh IOChaos applies one action: an errno or a latency; split it into two "
+            "faults",
+        )
+    if fault.kind == "iops-throttle":
+        given = [f for f in _THROUGHPUT_FIELDS if f in fault.model_fields_set]
+        if given:
+            raise FieldProblem(
+                (*at, given[0]),
+                "Chaos Mesh has no IO bandwidth limit: use iops, read_iops, write_iops or latency",
+            )
+        if sum(f in fault.model_fields_set for f in ("iops", "read_iops", "write_iops")) > 1:
+            raise FieldProblem(
+                (*at, "iops"), "one IO limit on kubernetes: iops, read_iops or write_iops"
+            )
+    if fault.kind == "network-partition" and fault.isolate_from == "clients":
+        raise FieldProblem(
+            (*at, "isolate_from"),
+            "NetworkChaos partitions pods from pods or addresses: use members or all",
+        )
+
+
+def _check_options(fault: Fault, engine: str, at: tuple[str | int, ...]) -> None:
+    options = fault.kubernetes
+    if options is None:
+        return
+    given = options.model_fields_set
+    rules = {
+        "litmus_experiment": engine == "litmus",
+        "chaos_service_account": engine == "litmus",
+        "grace_period": fault.kind == "host-kill" and engine == "native",
+        "delete_node": fault.kind == "host-kill" and fault.scope == "node",
+        "block_chaos": fault.kind == "iops-throttle",
+    }
+    for name, applies in rules.items():
+        if name in given and not applies:
+            raise FieldProblem(
+                (*at, "kubernetes", name),
+                f"`{name}` does not apply to "
+                f"{fault.kind} with engine {engine}, scope {fault.scope}",
+            )

@@ -1,0 +1,77 @@
+"""Which pod a replica-set member is, and which node that pod runs on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rsdrill.platforms.kubernetes.client import Kube
+from rsdrill.platforms.kubernetes.options import KubernetesPlatform
+from rsdrill.platforms.kubernetes.resources import PodRef, pod_from_dns
+
+
+class PodLookupError(Exception):
+    """A member has no pod (the mapping names none, or the pod is gone)."""
+
+
+class PodMap:
+    """Members → pods, by the platform's explicit map, label selector or DNS names."""
+
+    def __init__(self, kube: Kube, platform: KubernetesPlatform) -> None:
+        self.kube = kube
+        self.platform = platform
+
+    def pod(self, host: str) -> PodRef:
+        """The member's pod as it is now (with its node)."""
+        namespace = self.platform.namespace
+        if self.platform.pods is not None:
+            if host not in self.platform.pods:
+                raise PodLookupError(
+                    f"member {host} is not in target.kubernetes.pods "
+                    f"({', '.join(self.platform.pods)})"
+                )
+            return self._read(PodRef(namespace, self.platform.pods[host]), host)
+        if self.platform.selector is not None:
+            return self._by_selector(host)
+        ref = pod_from_dns(host, namespace)
+        if ref is None:
+            raise PodLookupError(
+                f"member {host} is an address, not a pod's DNS name: map it "
+                "with target.kubernetes.pods or selector"
+            )
+        return self._read(ref, host)
+
+    def _read(self, ref: PodRef, host: str) -> PodRef:
+        pod = self.kube.pod(ref.namespace, ref.name)
+        if pod is None:
+            raise PodLookupError(
+                f"member {host}: pod {ref.name} not found in namespace {ref.namespace}"
+            )
+        return _ref(pod)
+
+    def _by_selector(self, host: str) -> PodRef:
+        namespace, selector = self.platform.namespace, self.platform.selector
+        pods = self.kube.pods(namespace, labels=selector)
+        if not pods:
+            raise PodLookupError(f"selector {selector} matches no pod in namespace {namespace}")
+        name = host.rsplit(":", 1)[0]
+        for pod in pods:
+            spec, status = pod.get("spec", {}), pod.get("status", {})
+            names = {pod["metadata"]["name"], status.get("podIP")}
+            if spec.get("hostname") and spec.get("subdomain"):
+                names.add(f"{spec['hostname']}.{spec['subdomain']}")
+            if (
+                name in names
+                or name.split(".")[0] == pod["metadata"]["name"]
+                or any(n and name.startswith(f"{n}.") for n in names)
+            ):
+                return _ref(pod)
+        listed = ", ".join(p["metadata"]["name"] for p in pods)
+        raise PodLookupError(
+            f"member {host}: none of the pods matching {selector} in "
+            f"namespace {namespace} is it ({listed})"
+        )
+
+
+def _ref(pod: dict[str, Any]) -> PodRef:
+    meta = pod["metadata"]
+    return PodRef(meta["namespace"], meta["name"], pod.get("spec", {}).get("nodeName"))

@@ -1,0 +1,368 @@
+"""The Kubernetes resources a fault becomes: Chaos Mesh chaos objects and LitmusChaos engines,
+built from the fault and the pods it targets. Pure functions (no API calls), so `rsdrill plan`
+can show them exactly as a run would create them.
+"""
+
+from __future__ import annotations
+
+import errno as errno_module
+import math
+import re
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from rsdrill.platforms.kubernetes.options import (
+    KubernetesFault,
+    KubernetesPlatform,
+    engine_of,
+)
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Experiment, Fault
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "rsdrill"}
+# Chaos Mesh also recovers the fault by itself this long after it should have been reverted:
+# a dead man's switch for a run that died before `rsdrill recover` was run.
+SAFETY_MARGIN_S = 120
+LITMUS_DEFAULT = {"member": "pod-delete", "node": "node-drain"}
+_DISK_METHODS = {"read": "read", "write": "write", "fsync": "fsync", "open": "open"}
+_DIRECTION = {"both": "both", "inbound": "from", "outbound": "to"}
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """A custom resource type, e.g. `podchaos.chaos-mesh.org` (kind PodChaos)."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+
+POD_CHAOS = ResourceType("chaos-mesh.org", "v1alpha1", "podchaos", "PodChaos")
+IO_CHAOS = ResourceType("chaos-mesh.org", "v1alpha1", "iochaos", "IOChaos")
+NETWORK_CHAOS = ResourceType("chaos-mesh.org", "v1alpha1", "networkchaos", "NetworkChaos")
+BLOCK_CHAOS = ResourceType("chaos-mesh.org", "v1alpha1", "blockchaos", "BlockChaos")
+CHAOS_ENGINE = ResourceType("litmuschaos.io", "v1alpha1", "chaosengines", "ChaosEngine")
+CHAOS_EXPERIMENT = ResourceType("litmuschaos.io", "v1alpha1", "chaosexperiments", "ChaosExperiment")
+CHAOS_RESULT = ResourceType("litmuschaos.io", "v1alpha1", "chaosresults", "ChaosResult")
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A member's pod (and, for node-level faults, the node it runs on)."""
+
+    namespace: str
+    name: str
+    node: str | None = None
+
+
+def pod_from_dns(host: str, default_namespace: str) -> PodRef | None:
+    """`mongo-0.mongo.ns.svc.cluster.local:27017` → pod mongo-0 in ns (a StatefulSet pod's
+    DNS name); `mongo-0.mongo:27017` → mongo-0 in the default namespace; an IP → None."""
+    name = host.rsplit(":", 1)[0]
+    if re.fullmatch(r"[\d.]+|\[?[0-9a-fA-F:]+\]?", name):
+        return None
+    labels = name.split(".")
+    namespace = labels[2] if len(labels) >= 3 else default_namespace
+    return PodRef(namespace, labels[0])
+
+
+_SHORT_KIND = {
+    "host-kill": "kill",
+    "host-freeze": "freeze",
+    "disk-fault": "disk",
+    "volume-detach": "detach",
+    "iops-throttle": "iops",
+    "network-partition": "partition",
+}
+
+
+def resource_name(kind: str, pod: str, suffix: str | None = None) -> str:
+    """A fresh name: `rsdrill-<kind>-<pod>-<6 hex>`, short enough for the Jobs and labels
+    engines derive from it (63 characters)."""
+    suffix = suffix or secrets.token_hex(3)
+    stem = f"rsdrill-{_SHORT_KIND[kind]}-{pod}"[: 63 - 20 - len(suffix)].rstrip("-")
+    return f"{stem}-{suffix}"
+
+
+def _go_duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{max(round(seconds * 1000), 1)}ms"
+    return f"{math.ceil(seconds)}s"
+
+
+def _meta(name: str, namespace: str, fault: Fault) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {**MANAGED_BY, "rsdrill.io/fault": fault.kind},
+    }
+
+
+def _pods(refs: list[PodRef]) -> dict[str, list[str]]:
+    pods: dict[str, list[str]] = {}
+    for ref in refs:
+        pods.setdefault(ref.namespace, []).append(ref.name)
+    return pods
+
+
+def iops_latency_s(fault: Fault) -> float:
+    """The per-operation delay an iops-throttle stands for: its latency, or 1/IOPS (an
+    operation may start only once the previous one's share of a second has passed)."""
+    if fault.latency is not None:
+        return fault.latency
+    limit = fault.iops or fault.read_iops or fault.write_iops
+    assert limit is not None  # the schema requires a limit
+    return 1.0 / limit
+
+
+def chaos_mesh_resource(
+    fault: Fault,
+    pod: PodRef,
+    others: list[PodRef],
+    platform: KubernetesPlatform,
+    name: str,
+    *,
+    block_chaos: bool = False,
+) -> tuple[ResourceType, dict[str, Any]]:
+    """The Chaos Mesh object for `fault` on `pod` (`others`: the other members' pods, for a
+    partition)."""
+    spec: dict[str, Any] = {"mode": "all", "selector": {"pods": _pods([pod])}}
+    if fault.duration is not None and fault.kind != "host-kill":
+        spec["duration"] = _go_duration(fault.duration + SAFETY_MARGIN_S)
+    rtype = IO_CHAOS
+    containers = [platform.container]
+    if fault.kind == "host-kill":
+        rtype = POD_CHAOS
+        spec.update(action="pod-kill", gracePeriod=0)
+    elif fault.kind == "host-freeze":
+        rtype = POD_CHAOS
+        spec["action"] = "pod-failure"
+    elif fault.kind == "volume-detach":
+        spec.update(
+            action="fault",
+            volumePath=platform.volume_path,
+            containerNames=containers,
+            path=f"{platform.volume_path}/**/*",
+            errno=errno_module.EIO,
+            percent=100,
+        )
+    elif fault.kind == "disk-fault":
+        path = f"{platform.volume_path}/{fault.path or '**/*'}"
+        spec.update(
+            volumePath=platform.volume_path,
+            path=path,
+            containerNames=containers,
+            percent=max(1, round(fault.probability * 100)),
+        )
+        if "any" not in fault.operations:
+            spec["methods"] = sorted({_DISK_METHODS[op] for op in fault.operations})
+        if fault.errno == "none":
+            assert fault.latency is not None  # the schema refuses a fault that does nothing
+            spec.update(action="latency", delay=_go_duration(fault.latency))
+        else:
+            spec.update(action="fault", errno=getattr(errno_module, fault.errno))
+    elif fault.kind == "iops-throttle":
+        delay = _go_duration(iops_latency_s(fault))
+        if block_chaos:
+            rtype = BLOCK_CHAOS
+            spec.update(
+                action="delay",
+                volumeName=platform.volume_name,
+                containerNames=containers,
+                delay={"latency": delay},
+            )
+        else:
+            methods = (
+                ["read"]
+                if fault.read_iops
+                else ["write", "fsync"]
+                if fault.write_iops
+                else ["read", "write", "fsync"]
+            )
+            spec.update(
+                action="latency",
+                volumePath=platform.volume_path,
+                delay=delay,
+                path=f"{platform.volume_path}/**/*",
+                methods=methods,
+                containerNames=containers,
+                percent=100,
+            )
+    elif fault.kind == "network-partition":
+        rtype = NETWORK_CHAOS
+        spec.update(action="partition", direction=_DIRECTION[fault.direction])
+        if others:
+            spec["target"] = {"mode": "all", "selector": {"pods": _pods(others)}}
+        if fault.isolate_from == "all":
+            spec["externalTargets"] = ["0.0.0.0/0"]
+    else:
+        raise ValueError(f"{fault.kind} has no Chaos Mesh resource")
+    body = {
+        "apiVersion": rtype.api_version,
+        "kind": rtype.kind,
+        "metadata": _meta(name, pod.namespace, fault),
+        "spec": spec,
+    }
+    return rtype, body
+
+
+def litmus_experiment_name(fault: Fault) -> str:
+    options = fault.kubernetes or KubernetesFault()
+    return options.litmus_experiment or LITMUS_DEFAULT[fault.scope]
+
+
+def litmus_engine(fault: Fault, pod: PodRef, name: str) -> dict[str, Any]:
+    """A ChaosEngine running the fault's Litmus experiment once on `pod` (or its node), with a
+    probe that the pod is back at the end (Litmus 3 requires a probe per experiment)."""
+    options = fault.kubernetes or KubernetesFault()
+    experiment = litmus_experiment_name(fault)
+    duration = str(math.ceil(fault.duration or 0) or 1)
+    env = [{"name": "TOTAL_CHAOS_DURATION", "value": duration}]
+    if fault.scope == "node":
+        env.append({"name": "TARGET_NODE", "value": pod.node or ""})
+    else:
+        # One kill: the interval is the whole duration.
+        env += [
+            {"name": "TARGET_PODS", "value": pod.name},
+            {"name": "CHAOS_INTERVAL", "value": duration},
+            {"name": "FORCE", "value": "true"},
+        ]
+    probe = {
+        "name": "rsdrill-pod-back",
+        "type": "k8sProbe",
+        "mode": "EOT",
+        "k8sProbe/inputs": {
+            "group": "",
+            "version": "v1",
+            "resource": "pods",
+            "namespace": pod.namespace,
+            "operation": "present",
+            "fieldSelector": f"metadata.name={pod.name}",
+        },
+        "runProperties": {"probeTimeout": "10s", "interval": "2s", "attempt": 3},
+    }
+    return {
+        "apiVersion": CHAOS_ENGINE.api_version,
+        "kind": CHAOS_ENGINE.kind,
+        "metadata": _meta(name, pod.namespace, fault),
+        "spec": {
+            "engineState": "active",
+            "chaosServiceAccount": options.chaos_service_account,
+            "jobCleanUpPolicy": "delete",
+            "appinfo": {
+                "appns": pod.namespace,
+                "appkind": "statefulset",
+                "applabel": f"statefulset.kubernetes.io/pod-name={pod.name}",
+            },
+            "experiments": [
+                {"name": experiment, "spec": {"components": {"env": env}, "probe": [probe]}}
+            ],
+        },
+    }
+
+
+def litmus_result_name(engine_name: str, experiment: str) -> str:
+    """Litmus names an engine's result `<engine>-<experiment>`."""
+    return f"{engine_name}-{experiment}"
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (scripts, experiment files) as literal blocks, as a person writes."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(documents: list[dict[str, Any]]) -> str:
+    """Kubernetes objects as a YAML stream, keys in the order they were built."""
+    return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False, width=100)
+
+
+# -- the plan ------------------------------------------------------------------------------------
+
+
+def plan_details(exp: Experiment) -> list[str]:
+    """Each fault's resources as YAML documents (or, for native faults, the API calls): every
+    resource the run would create (members named by role are resolved at injection time, so
+    their pods are shown as placeholders)."""
+    from rsdrill.experiment.plan import describe_selection
+    from rsdrill.experiment.schema import SelectMember
+
+    platform = exp.target.kubernetes
+    assert platform is not None
+    lines: list[str] = []
+    for i, fault in enumerate(exp.faults):
+        if fault.kind == "stepdown":
+            continue
+        engine = engine_of(fault)
+        who = describe_selection(fault.select)
+        pod = _planned_pod(
+            fault.select.member if isinstance(fault.select, SelectMember) else None, who, platform
+        )
+        lines.append(f"# fault {i + 1}: {fault.kind} on {who} (engine {engine})")
+        if engine == "native":
+            lines += _native_plan(fault, pod)
+            continue
+        # The run's name, untruncated: a placeholder pod would be cut short.
+        name = f"rsdrill-{_SHORT_KIND[fault.kind]}-{pod.name}-<random>"
+        if engine == "litmus":
+            body = litmus_engine(fault, pod, name)
+        else:
+            others = [PodRef(pod.namespace, "<pods of the other members>")]
+            block = (fault.kubernetes or KubernetesFault()).block_chaos == "always"
+            _, body = chaos_mesh_resource(fault, pod, others, platform, name, block_chaos=block)
+            if fault.kind == "iops-throttle" and not block:
+                lines.append(
+                    "# a BlockChaos delay instead where the cluster has that CRD "
+                    "(block_chaos: auto)"
+                )
+        lines += ["---", *to_yaml([body]).splitlines()]
+    return lines
+
+
+def _planned_pod(member: str | None, who: str, platform: KubernetesPlatform) -> PodRef:
+    if member is not None and platform.pods and member in platform.pods:
+        return PodRef(platform.namespace, platform.pods[member], "<its node>")
+    if member is not None and platform.selector is None and platform.pods is None:
+        ref = pod_from_dns(member, platform.namespace)
+        if ref is not None:
+            return PodRef(ref.namespace, ref.name, "<its node>")
+    return PodRef(platform.namespace, f"<pod of {who}>", f"<node of {who}>")
+
+
+def _native_plan(fault: Fault, pod: PodRef) -> list[str]:
+    options = fault.kubernetes or KubernetesFault()
+    if fault.scope == "node":
+        steps = [
+            f"# cordon node {pod.node}; evict every pod on it through the eviction API "
+            "(PodDisruptionBudgets respected)"
+        ]
+        if options.delete_node:
+            steps.append(
+                f"# then delete the Node object {pod.node}; revert: uncordon it if it "
+                "is still there"
+            )
+        else:
+            steps.append(f"# revert: uncordon node {pod.node}")
+        return steps
+    return [
+        f"# delete pod {pod.namespace}/{pod.name} (grace period "
+        f"{math.ceil(options.grace_period)}s); its StatefulSet re-creates it"
+    ]

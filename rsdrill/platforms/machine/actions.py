@@ -1,0 +1,88 @@
+"""Revert actions of the sandbox and local platforms as the journal names them (without a
+platform prefix, as journals have always named them): resume, restart, stop a sandbox, heal a
+partition, clear a faultfs rule. Each is idempotent, so `rsdrill recover` can run twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from rsdrill.experiment.schema import LocalMember
+from rsdrill.faultfs.control import ControlError, request
+from rsdrill.faultfs.mount import unmount_all
+from rsdrill.platforms.base import RevertAction, TargetError
+from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
+from rsdrill.platforms.machine.network import heal
+from rsdrill.redact import has_masked_password
+from rsdrill.sandbox.cluster import Sandbox
+
+
+def _sigcont(action: dict[str, Any]) -> str:
+    try:
+        os.kill(int(action["pid"]), signal.SIGCONT)
+    except ProcessLookupError:
+        return f"{action['host']}: process {action['pid']} is gone, nothing to resume"
+    return f"{action['host']}: SIGCONT {action['pid']}"
+
+
+def _sandbox_start(action: dict[str, Any]) -> str:
+    sandbox = Sandbox(Path(action["dir"]))
+    if not sandbox.exists():
+        return f"{action['host']}: sandbox {action['dir']} is gone, nothing to restart"
+    member = sandbox.spec.member(action["host"])
+    if sandbox.pid(member) is not None:
+        return f"{action['host']}: already running"
+    sandbox.start(member, wipe=bool(action.get("wipe")))
+    return f"{action['host']}: restarted"
+
+
+def _local_start(action: dict[str, Any]) -> str:
+    host = action["host"]
+    if answers_hello(host):
+        return f"{host}: already running"
+    if has_masked_password(action["command"]):
+        # The journal never holds a password: a command that had one cannot be rerun from it.
+        raise TargetError(
+            f"{host}: its start command held a password, masked in the journal; start it "
+            f"yourself with the password in place: {action['command']}"
+        )
+    member = LocalMember(host=host, start=action["command"], dbpath=action.get("dbpath"))
+    LocalHosts((member,), Path(action["log_dir"])).start(host, wipe=bool(action.get("wipe")))
+    return f"{host}: restarted with `{action['command']}`"
+
+
+def _sandbox_down(action: dict[str, Any]) -> str:
+    sandbox = Sandbox(Path(action["dir"]))
+    done = f"sandbox {action['dir']}: nothing running"
+    if sandbox.running():
+        pids = sandbox.down()
+        done = f"sandbox {action['dir']}: stopped {len(pids)} member process(es)"
+    # Members on faultfs (storage faults): their mounts go once the members are down.
+    unmounted = unmount_all(Path(action["dir"]))
+    return done + (f"; unmounted {len(unmounted)} faultfs volume(s)" if unmounted else "")
+
+
+def faultfs_clear(action: dict[str, Any]) -> str:
+    """Revert action `faultfs-clear`: drop the rule; restart the member if it died meanwhile."""
+    host, mountpoint = action["host"], Path(action["mountpoint"])
+    try:
+        cleared = request(mountpoint, {"op": "clear", "name": action["rule"]})["cleared"]
+        done = f"{host}: {action['rule']} cleared" if cleared else f"{host}: no rule to clear"
+    except ControlError:
+        done = f"{host}: faultfs no longer mounted, nothing to clear"
+    restart = action.get("restart")
+    if restart:  # restart actions do nothing when the member still runs
+        done += f"; {REVERT_ACTIONS[restart['action']](restart)}"
+    return done
+
+
+REVERT_ACTIONS: dict[str, RevertAction] = {
+    "sigcont": _sigcont,
+    "sandbox-start": _sandbox_start,
+    "local-start": _local_start,
+    "sandbox-down": _sandbox_down,
+    "network-heal": heal,
+    "faultfs-clear": faultfs_clear,
+}

@@ -1,0 +1,172 @@
+"""Storage faults on this machine (`platform: sandbox` and `platform: local`), through the
+fault-injecting filesystem mounted over a member's data directory (`rsdrill/faultfs/`):
+
+- disk-fault: an errno on a share of reads, writes, fsyncs or opens, optionally only for paths
+  matching a glob, and/or latency added to them;
+- iops-throttle: IOPS and bandwidth caps (token buckets), separate for reads and writes;
+- volume-detach: every operation fails with EIO at once, as when the volume vanishes;
+- host-kill with `power_loss: true`: after the SIGKILL, writes not yet fsynced are dropped.
+
+Each fault is one named rule in the mount's daemon; the revert action (journaled before the
+rule is set) clears that rule and restarts the member if the fault killed it, as a supervisor
+(systemd's Restart=on-failure) would once the storage is healthy again.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rsdrill.faultfs.control import ControlError, request
+from rsdrill.faultfs.rules import Rule, RuleError
+from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
+from rsdrill.platforms.machine.actions import faultfs_clear
+from rsdrill.platforms.machine.process import HostKill
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Fault
+
+STORAGE_KINDS = ("disk-fault", "iops-throttle", "volume-detach")
+_MIB = 1024 * 1024
+
+
+def needs_faultfs(faults: tuple[Fault, ...] | list[Fault]) -> tuple[bool, bool]:
+    """(whether members must run on faultfs, whether unsynced writes must be tracked)."""
+    power_loss = any(f.kind == "host-kill" and f.power_loss for f in faults)
+    return power_loss or any(f.kind in STORAGE_KINDS for f in faults), power_loss
+
+
+def rule_for(fault: Fault) -> Rule:
+    """The faultfs rule that carries out a storage fault."""
+    latency = fault.latency or 0.0
+    try:
+        if fault.kind == "volume-detach":
+            return Rule(detach=True)
+        if fault.kind == "iops-throttle":
+            return Rule(
+                operations=("any",),
+                latency_s=latency,
+                iops=fault.iops,
+                read_iops=fault.read_iops,
+                write_iops=fault.write_iops,
+                bytes_per_s=_bytes(fault.throughput_mb_s),
+                read_bytes_per_s=_bytes(fault.read_mb_s),
+                write_bytes_per_s=_bytes(fault.write_mb_s),
+            )
+        if fault.kind == "disk-fault":
+            return Rule(
+                errno=None if fault.errno == "none" else fault.errno,
+                operations=tuple(fault.operations),
+                probability=fault.probability,
+                path=fault.path,
+                latency_s=latency,
+            )
+    except RuleError as exc:
+        raise InjectionError(f"{fault.kind}: {exc}") from exc
+    raise InjectionError(f"{fault.kind} is not a storage fault")
+
+
+def _bytes(mib_per_s: float | None) -> float | None:
+    return None if mib_per_s is None else mib_per_s * _MIB
+
+
+def describe_rule(rule: Rule) -> str:
+    if rule.detach:
+        return "every operation fails with EIO (volume detached)"
+    parts = []
+    if rule.errno:
+        share = "" if rule.probability == 1 else f"{rule.probability:.0%} of "
+        where = f" on {rule.path}" if rule.path else ""
+        parts.append(f"{rule.errno} on {share}{'/'.join(rule.operations)}{where}")
+    if rule.latency_s:
+        parts.append(f"+{rule.latency_s * 1000:g} ms per operation")
+    caps = {
+        "IOPS": rule.iops, "read IOPS": rule.read_iops, "write IOPS": rule.write_iops,
+        "MiB/s": rule.bytes_per_s and rule.bytes_per_s / _MIB,
+        "read MiB/s": rule.read_bytes_per_s and rule.read_bytes_per_s / _MIB,
+        "write MiB/s": rule.write_bytes_per_s and rule.write_bytes_per_s / _MIB,
+    }  # fmt: skip
+    parts += [f"{value:g} {name}" for name, value in caps.items() if value]
+    return ", ".join(parts) or "no effect"
+
+
+class StorageFault:
+    """One faultfs rule on one member's data directory (disk-fault, iops-throttle,
+    volume-detach)."""
+
+    def __init__(self, kind: str, target: str, mountpoint: Path, rule: Rule,
+                 restart_action: dict[str, Any] | None) -> None:  # fmt: skip
+        self.kind = kind
+        self.target = target
+        self.mountpoint = mountpoint
+        self.rule = rule
+        self.name = f"{kind}-{secrets.token_hex(4)}"
+        self._restart_action = restart_action
+        self._hits: dict[str, int] = {}
+
+    def describe(self) -> str:
+        return f"{self.kind} on {self.target} ({self.mountpoint}): {describe_rule(self.rule)}"
+
+    def revert_action(self) -> dict[str, Any] | None:
+        return {
+            "action": "faultfs-clear",
+            "host": self.target,
+            "mountpoint": str(self.mountpoint),
+            "rule": self.name,
+            "restart": self._restart_action,
+        }
+
+    def inject(self) -> None:
+        try:
+            request(self.mountpoint, {"op": "set", "name": self.name, "rule": self.rule.to_dict()})
+        except ControlError as exc:
+            raise InjectionError(f"{self.kind} {self.target}: {exc}") from exc
+
+    def verify(self, timeout_s: float) -> bool:
+        """The daemon reports the rule active."""
+        try:
+            status = request(self.mountpoint, {"op": "status"}, timeout_s=max(timeout_s, 0.5))
+        except ControlError:
+            return False
+        return self.name in status.get("rules", {})
+
+    def revert(self) -> None:
+        try:
+            hits = request(self.mountpoint, {"op": "status"})["rule_hits"].get(self.name, {})
+            self._hits = {k: int(v) for k, v in hits.items()}
+        except ControlError:
+            pass  # the mount is gone: faultfs_clear() says so
+        try:
+            faultfs_clear(self.revert_action() or {})
+        except TargetError as exc:
+            raise InjectionError(str(exc)) from exc
+
+    def report(self) -> dict[str, Any]:
+        """For the result: operations the rule matched, failed and slowed while it was set."""
+        return {"operations": self._hits}
+
+
+class PowerLossKill(HostKill):
+    """host-kill with `power_loss: true`: SIGKILL, then drop what the member wrote but did not
+    fsync (the undo records of its faultfs mount) before it can be restarted."""
+
+    def __init__(self, hosts: ProcessHosts, target: str, mountpoint: Path, *, restart: bool,
+                 wipe: bool, restart_action: dict[str, Any] | None) -> None:  # fmt: skip
+        super().__init__(hosts, target, restart=restart, wipe=wipe, restart_action=restart_action)
+        self.mountpoint = mountpoint
+        self.undone: dict[str, int] = {}
+
+    def describe(self) -> str:
+        return super().describe().replace("SIGKILL", "power off (SIGKILL, unsynced writes lost)", 1)
+
+    def inject(self) -> None:
+        super().inject()
+        try:
+            self.undone = request(self.mountpoint, {"op": "power-loss"})["undone"]
+        except ControlError as exc:
+            raise InjectionError(f"power loss on {self.target}: {exc}") from exc
+
+    def report(self) -> dict[str, Any]:
+        """For the result: per file, the unsynced bytes dropped (-1: a new file removed)."""
+        return {"unsynced_dropped": self.undone}

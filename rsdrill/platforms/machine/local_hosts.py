@@ -1,0 +1,153 @@
+"""The local platform's members as processes of this machine: found by port, signalled,
+restarted with the command the experiment gives, their data directories wiped."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.experiment.schema import LocalMember
+from rsdrill.platforms.base import TargetError
+from rsdrill.platforms.machine.network import rejoin_partition
+
+START_TIMEOUT_S = 60.0
+
+
+def listening_pid(port: int) -> int | None:
+    """The pid of the process with a listening TCP socket on `port` (from /proc)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(inode)
+    if not inodes:
+        return None
+    targets = {f"socket:[{i}]" for i in inodes}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in targets:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+def answers_hello(host: str, timeout_s: float = 0.5) -> bool:
+    conn = DirectConnection(host, timeout_s)
+    try:
+        return bool(conn.hello().get("ok"))
+    except WireClientError:
+        return False
+    finally:
+        conn.close()
+
+
+class LocalHosts:
+    """Processes found by their listening port; restarted with the member's own command."""
+
+    def __init__(self, members: tuple[LocalMember, ...], log_dir: Path) -> None:
+        self.members = {m.host: m for m in members}
+        self.log_dir = log_dir
+        # A stopped or killed member's pid, remembered: a SIGSTOPped one still holds its port,
+        # a killed one no longer has any.
+        self._pids: dict[str, int] = {}
+
+    def pid(self, host: str) -> int | None:
+        found = listening_pid(int(host.rsplit(":", 1)[1]))
+        if found is not None:
+            self._pids[host] = found
+        return found
+
+    def _require(self, host: str) -> int:
+        pid = self.pid(host) or self._pids.get(host)
+        if pid is None:
+            raise TargetError(f"{host}: no process is listening on that port")
+        return pid
+
+    def kill(self, host: str) -> int:
+        pid = self._require(host)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while listening_pid(int(host.rsplit(":", 1)[1])) == pid and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return pid
+
+    def stop(self, host: str) -> int:
+        pid = self._require(host)
+        os.kill(pid, signal.SIGSTOP)
+        return pid
+
+    def cont(self, host: str) -> int:
+        pid = self._require(host)
+        os.kill(pid, signal.SIGCONT)
+        return pid
+
+    def restart_action(self, host: str, *, wipe: bool) -> dict[str, object]:
+        """The journal record that lets `rsdrill recover` restart this member."""
+        member = self.members[host]
+        return {
+            "action": "local-start",
+            "host": host,
+            "command": member.start,
+            "dbpath": member.dbpath,
+            "wipe": wipe,
+            "log_dir": str(self.log_dir),
+        }
+
+    def wipe(self, host: str) -> None:
+        member = self.members[host]
+        if not member.dbpath:
+            raise TargetError(f"{host}: wiping its data needs the member's `dbpath`")
+        if self.pid(host) is not None:
+            raise TargetError(f"{host} is running: not wiping its data")
+        wipe_directory(Path(member.dbpath))
+
+    def start(self, host: str, *, wipe: bool) -> None:
+        """Start the member with its command unless it already answers (repeatable)."""
+        if answers_hello(host):
+            return
+        member = self.members[host]
+        if wipe:
+            self.wipe(host)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"{host.replace(':', '_')}.log"
+        with log.open("ab") as out:
+            subprocess.Popen(
+                shlex.split(member.start), stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not answers_hello(host):
+            if time.monotonic() > deadline:
+                raise TargetError(
+                    f"{host} did not answer within {START_TIMEOUT_S:.0f}s after "
+                    f"`{member.start}` (see {log})"
+                )
+            time.sleep(0.05)
+        pid = self.pid(host)
+        if pid is not None:
+            rejoin_partition(pid, int(host.rsplit(":", 1)[1]))
+
+
+def wipe_directory(path: Path) -> None:
+    """Empty a data directory, keeping the directory itself (as a new blank volume would)."""
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()

@@ -1,0 +1,323 @@
+"""network-partition on this machine (`platform: sandbox` and `platform: local`): nftables rules
+that drop a member's packets to or from the other members, its clients, or both.
+
+Members and clients all talk over loopback, so who sent a packet is told by its process: each
+member process carries its own net_cls class (see `netcls.py`), every other process is a client.
+A connection is classified on every packet its initiator sends to a member port (`ct mark`
+becomes the initiator's class), so both of its directions can be judged on the receiving side:
+
+- a packet to member port P is from the connection's initiator to the member on P;
+- a packet from member port P is from the member on P to the connection's initiator.
+
+Packets are dropped on input, silently, as a broken network does: senders see timeouts, not
+errors, and established connections stall as well as new ones (conntrack picks them up
+midstream). `inbound` drops what the member would receive from the cut-off side, `outbound` what
+it would send there; over TCP either one stalls every exchange that needs an answer, yet the
+packets that do pass still arrive (e.g. with `outbound` a client's write reaches the member and
+is applied, its acknowledgement never comes back).
+
+Each fault is one nftables table `rsdrill-<port>-<token>`, added and deleted atomically; its
+removal is journaled first (`network-heal`), so `rsdrill recover` deletes it after a crash. The
+conntrack entries the partitions marked are forgotten when one starts and when one ends.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
+from rsdrill.platforms.machine import conntrack, netcls
+
+TABLE_PREFIX = "rsdrill-"
+NFT_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 0.5
+_CONNTRACK_LOOSE = Path("/proc/sys/net/netfilter/nf_conntrack_tcp_loose")
+
+IsolateFrom = Literal["members", "clients", "all"]
+Direction = Literal["both", "inbound", "outbound"]
+
+
+def _port(host: str) -> int:
+    return int(host.rsplit(":", 1)[1])
+
+
+def _address(host: str) -> tuple[str, int]:
+    name, port = host.rsplit(":", 1)
+    return name.strip("[]"), int(port)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What one partition drops: the member on `port` from `peers` (the other members' ports)
+    and/or its clients, in one or both directions."""
+
+    port: int
+    peers: tuple[int, ...]
+    isolate_from: IsolateFrom
+    direction: Direction
+
+    def drop_rules(self) -> list[str]:
+        """The input-side rules (nftables syntax), one per line."""
+        me, client = netcls.class_id(self.port), netcls.CLIENT_CLASS
+        peers = _set(self.peers)
+        peer_classes = _set(netcls.class_id(p) for p in self.peers)
+        rules: list[str] = []
+        members = self.isolate_from in ("members", "all") and bool(self.peers)
+        clients = self.isolate_from in ("clients", "all")
+        if self.direction in ("both", "inbound"):  # packets the member would receive
+            if members:
+                rules.append(f"tcp dport {self.port} ct mark {peer_classes} drop")
+                rules.append(f"tcp sport {peers} ct mark {me:#x} drop")
+            if clients:
+                rules.append(f"tcp dport {self.port} ct mark {client:#x} drop")
+        if self.direction in ("both", "outbound"):  # packets the member would send
+            if members:
+                rules.append(f"tcp sport {self.port} ct mark {peer_classes} drop")
+                rules.append(f"tcp dport {peers} ct mark {me:#x} drop")
+            if clients:
+                rules.append(f"tcp sport {self.port} ct mark {client:#x} drop")
+        return rules
+
+    def ruleset(self, table: str) -> str:
+        """The whole table, for `nft -f`."""
+        ports = _set((self.port, *self.peers))
+        classes = _set(netcls.class_id(p) for p in (self.port, *self.peers))
+        drops = "\n".join(f'    iif "lo" {rule}' for rule in self.drop_rules())
+        return (
+            f"table inet {table} {{\n"
+            "  chain classify {\n"
+            "    type filter hook output priority filter; policy accept;\n"
+            # Only the initiator's packets (to a member port) say who opened the connection:
+            # until it sends, what the member sends on it is unclassified and passes.
+            f'    oif "lo" tcp dport {ports} ct mark set {netcls.CLIENT_CLASS:#x}\n'
+            f'    oif "lo" tcp dport {ports} meta cgroup {classes} ct mark set meta cgroup\n'
+            "  }\n"
+            "  chain partition {\n"
+            "    type filter hook input priority filter; policy accept;\n"
+            f"{drops}\n"
+            "  }\n"
+            "}\n"
+        )
+
+
+def _set(values: Any) -> str:
+    items = [f"{v:#x}" if v > 0xFFFF else str(v) for v in values]
+    return items[0] if len(items) == 1 else "{ " + ", ".join(items) + " }"
+
+
+def _nft_binary() -> str:
+    # /usr/sbin is missing from many users' PATH; nft lives there.
+    found = shutil.which("nft", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+    if found is None:
+        raise InjectionError(
+            "network-partition needs the `nft` command (nftables): apt-get install nftables"
+        )
+    return found
+
+
+def _nft(args: list[str], script: str | None = None) -> str:
+    try:
+        done = subprocess.run(
+            [_nft_binary(), *args], input=script, capture_output=True, text=True,
+            timeout=NFT_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        command = " ".join(args)
+        raise InjectionError(f"nft {command} did not finish in {NFT_TIMEOUT_S:.0f}s") from exc
+    if done.returncode != 0:
+        detail = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
+        if "Operation not permitted" in detail:
+            detail = "needs root (CAP_NET_ADMIN): " + detail
+        raise InjectionError(f"nft {' '.join(args)}: {detail}")
+    return done.stdout
+
+
+def rsdrill_tables() -> list[str]:
+    """The names of the inet tables rsdrill's partitions hold now."""
+    out = _nft(["list", "tables", "inet"])
+    return [
+        name
+        for line in out.splitlines()
+        if len(fields := line.split()) == 3 and (name := fields[2]).startswith(TABLE_PREFIX)
+    ]
+
+
+def delete_table(table: str) -> bool:
+    """Delete `table` if it exists (atomically); whether it did."""
+    present = table in rsdrill_tables()
+    # Adding first makes the delete succeed whether or not the table exists, in one transaction.
+    _nft(["-f", "-"], f"add table inet {table}\ndelete table inet {table}\n")
+    return present
+
+
+def ports_in_use() -> set[int]:
+    """The member ports whose class some partition still reads (in its `meta cgroup` set)."""
+    ports: set[int] = set()
+    for table in rsdrill_tables():
+        for line in _nft(["list", "table", "inet", table]).splitlines():
+            if "meta cgroup" in line:
+                classes = line.split("meta cgroup", 1)[1].split("ct mark", 1)[0]
+                ports.update(int(c) & 0xFFFF for c in classes.strip(" {}").split(", "))
+    return ports
+
+
+def forget_marked_connections() -> None:
+    """Drop the conntrack entries of every connection a partition classified, so that none is
+    judged on a stale entry later (see `conntrack.py`); the next packet of each connection
+    starts a fresh one."""
+    conntrack.forget(netcls.CLASS_BASE, 0xFFFF0000)
+
+
+def heal(action: dict[str, Any]) -> str:
+    """Revert action `network-heal`: delete the partition's table, then release the member
+    processes of its ports from their classes unless another partition still uses them.
+    Idempotent."""
+    lines = []
+    try:
+        if delete_table(action["table"]):
+            lines.append(f"deleted nftables table {action['table']}")
+        unused = set(action.get("ports", netcls.tagged_ports())) - ports_in_use()
+        lines += netcls.release(unused)
+        forget_marked_connections()
+    except (InjectionError, netcls.NetClsError, conntrack.ConntrackError) as exc:
+        raise TargetError(str(exc)) from exc
+    what = "; ".join(lines) if lines else "nothing left to remove"
+    return f"{action['host']}: partition healed ({what})"
+
+
+def rejoin_partition(pid: int, port: int) -> None:
+    """A member restarted while a partition is in force: its new process joins its class, so
+    its own new connections are a member's again, not a client's."""
+    try:
+        netcls.rejoin(pid, port)
+    except netcls.NetClsError as exc:
+        raise TargetError(str(exc)) from exc
+
+
+class NetworkPartition:
+    """Cut one member off from the other members, its clients, or both, for a while."""
+
+    kind = "network-partition"
+
+    def __init__(
+        self,
+        hosts: ProcessHosts,
+        target: str,
+        members: list[str],
+        *,
+        isolate_from: IsolateFrom,
+        direction: Direction,
+    ) -> None:
+        self.hosts = hosts
+        self.target = target
+        self.members = members
+        self.peers = [m for m in members if m != target]
+        self.cut = Cut(_port(target), tuple(_port(p) for p in self.peers), isolate_from, direction)
+        self.table = f"{TABLE_PREFIX}{self.cut.port}-{secrets.token_hex(4)}"
+
+    def describe(self) -> str:
+        side = {"members": "the other members", "clients": "its clients",
+                "all": "the other members and its clients"}[self.cut.isolate_from]  # fmt: skip
+        how = {"both": "both ways", "inbound": "inbound only (they cannot reach it)",
+               "outbound": "outbound only (it cannot reach them)"}[self.cut.direction]  # fmt: skip
+        return f"partition {self.target} from {side}, {how} (nftables table {self.table})"
+
+    def revert_action(self) -> dict[str, Any] | None:
+        ports = [_port(m) for m in self.members]
+        return {"action": "network-heal", "table": self.table, "host": self.target, "ports": ports}
+
+    def inject(self) -> None:
+        if _CONNTRACK_LOOSE.exists() and _CONNTRACK_LOOSE.read_text().strip() == "0":
+            raise InjectionError(
+                "network-partition: net.netfilter.nf_conntrack_tcp_loose is 0, so established "
+                "connections would not be cut; set it to 1 (sysctl -w)"
+            )
+        _nft_binary()
+        try:
+            for host in self.members:
+                pid = self.hosts.pid(host)
+                if pid is None:
+                    if host == self.target:
+                        raise InjectionError(f"network-partition {host}: no process found")
+                    continue  # a member that is down has nothing to send
+                netcls.place(pid, _port(host))
+        except netcls.NetClsError as exc:
+            raise InjectionError(f"network-partition {self.target}: {exc}") from exc
+        _nft(["-f", "-"], self.cut.ruleset(self.table))
+        try:
+            forget_marked_connections()
+        except conntrack.ConntrackError as exc:
+            raise InjectionError(f"network-partition {self.target}: {exc}") from exc
+
+    def verify(self, timeout_s: float) -> bool:
+        """The member is unreachable from each side it is cut off from, reachable from the
+        other: a TCP connection from a client (this process) and one from a process placed in
+        a peer's class."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._as_expected():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+    def _as_expected(self) -> bool:
+        clients_cut = self.cut.isolate_from in ("clients", "all")
+        if connects(self.target) == clients_cut:
+            return False
+        peer = next((p for p in self.peers if netcls.placed_pids(_port(p))), None)
+        if peer is None:
+            return True  # no peer running: only the client side can be checked
+        members_cut = self.cut.isolate_from in ("members", "all")
+        return connects_as(peer, self.target) != members_cut
+
+    def revert(self) -> None:
+        try:
+            heal(self.revert_action() or {})
+        except TargetError as exc:
+            raise InjectionError(str(exc)) from exc
+
+
+def connects(host: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+    """Whether a TCP connection from this process to `host` completes."""
+    try:
+        with socket.create_connection(_address(host), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+_CONNECT_SCRIPT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
+except OSError:
+    sys.exit(1)
+"""
+
+
+def connects_as(member: str, host: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to `host` completes from a process in `member`'s class (what
+    that member's own connections meet)."""
+    root = netcls.hierarchy()
+    if root is None:
+        raise InjectionError("no net_cls hierarchy is mounted")
+    procs = root / netcls.GROUP / str(_port(member)) / "cgroup.procs"
+    name, port = _address(host)
+    # The shell joins the class before exec: every socket the probe opens carries it.
+    argv = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), sys.executable, "-I", "-S",
+            "-c", _CONNECT_SCRIPT, name, str(port), str(timeout_s)]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout_s + 10, check=False)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0

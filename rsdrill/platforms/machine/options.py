@@ -1,0 +1,58 @@
+"""`platform: sandbox` and `platform: local`: faults on member processes of this machine."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rsdrill.experiment.fields import FieldProblem
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Experiment
+
+
+def check_experiment(exp: Experiment) -> None:
+    """Faults here act on processes, files and loopback traffic: no platform engines, and
+    only `scope: member`."""
+    for i, fault in enumerate(exp.faults):
+        if fault.kind == "data-loss" and exp.target.platform == "local":
+            for j, member in enumerate(exp.target.members):
+                if not member.dbpath:
+                    raise FieldProblem(
+                        ("target", "members", j, "dbpath"),
+                        f"faults[{i}] is a data-loss: every member needs its `dbpath` to wipe",
+                    )
+        if fault.engine is not None:
+            raise FieldProblem(
+                ("faults", i, "engine"),
+                f"platform {exp.target.platform} has no fault engines (drop `engine`)",
+            )
+        if fault.scope != "member":
+            raise FieldProblem(
+                ("faults", i, "scope"),
+                f"scope {fault.scope} needs a platform with nodes or hosts "
+                f"(kubernetes, vsphere); on {exp.target.platform} a member is its host",
+            )
+    _check_storage(exp)
+
+
+def _check_storage(exp: Experiment) -> None:
+    """Storage faults and power_loss act through faultfs under the members' data: a sandbox
+    mounts it for the run only (so it cannot be kept), local members must name their mount."""
+    from rsdrill.platforms.machine.disk import needs_faultfs
+
+    on_faultfs, _ = needs_faultfs(exp.faults)
+    if not on_faultfs:
+        return
+    if exp.target.platform == "sandbox" and exp.target.keep:
+        raise FieldProblem(
+            ("target", "keep"),
+            "storage faults and power_loss put the members on faultfs for the run only: "
+            "drop `keep`",
+        )
+    for i, member in enumerate(exp.target.members):
+        if not member.faultfs:
+            raise FieldProblem(
+                ("target", "members", i, "faultfs"),
+                "storage faults and power_loss need each member's data directory on faultfs: "
+                "mount it (`rsdrill faultfs mount DBPATH DBPATH`) and give its mount point here",
+            )

@@ -1,0 +1,99 @@
+"""Faults on member processes of this machine (`platform: sandbox` and `platform: local`):
+host-kill (SIGKILL, later a restart on the kept or a wiped data directory) and host-freeze
+(SIGSTOP, later SIGCONT)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
+from rsdrill.platforms.machine.local_hosts import answers_hello
+
+
+def _wait(condition: Any, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+class HostKill:
+    """SIGKILL the member's process: a host lost without warning (no FIN, no goodbye)."""
+
+    kind = "host-kill"
+
+    def __init__(
+        self,
+        hosts: ProcessHosts,
+        target: str,
+        *,
+        restart: bool,
+        wipe: bool,
+        restart_action: dict[str, Any] | None,
+    ) -> None:
+        self.hosts = hosts
+        self.target = target
+        self.restart = restart
+        self.wipe = wipe
+        self._restart_action = restart_action
+
+    def describe(self) -> str:
+        if not self.restart:
+            return f"SIGKILL {self.target}; it stays down"
+        volume = "a wiped data directory (initial sync)" if self.wipe else "its kept data"
+        return f"SIGKILL {self.target}; later restart it on {volume}"
+
+    def revert_action(self) -> dict[str, Any] | None:
+        return self._restart_action if self.restart else None
+
+    def inject(self) -> None:
+        try:
+            self.hosts.kill(self.target)
+        except (TargetError, OSError) as exc:
+            raise InjectionError(f"host-kill {self.target}: {exc}") from exc
+
+    def verify(self, timeout_s: float) -> bool:
+        return _wait(lambda: self.hosts.pid(self.target) is None, timeout_s)
+
+    def revert(self) -> None:
+        try:
+            self.hosts.start(self.target, wipe=self.wipe)
+        except (TargetError, OSError) as exc:
+            raise InjectionError(f"restart {self.target}: {exc}") from exc
+
+
+class HostFreeze:
+    """SIGSTOP the member's process: a frozen host keeps its sockets open and answers nothing."""
+
+    kind = "host-freeze"
+
+    def __init__(self, hosts: ProcessHosts, target: str) -> None:
+        self.hosts = hosts
+        self.target = target
+        self.pid: int | None = hosts.pid(target)
+
+    def describe(self) -> str:
+        return f"SIGSTOP {self.target}; later SIGCONT"
+
+    def revert_action(self) -> dict[str, Any] | None:
+        if self.pid is None:
+            raise InjectionError(f"host-freeze {self.target}: no process found")
+        return {"action": "sigcont", "pid": self.pid, "host": self.target}
+
+    def inject(self) -> None:
+        try:
+            self.pid = self.hosts.stop(self.target)
+        except (TargetError, OSError) as exc:
+            raise InjectionError(f"host-freeze {self.target}: {exc}") from exc
+
+    def verify(self, timeout_s: float) -> bool:
+        return _wait(lambda: not answers_hello(self.target, timeout_s=0.2), timeout_s)
+
+    def revert(self) -> None:
+        try:
+            self.hosts.cont(self.target)
+        except (TargetError, OSError) as exc:
+            raise InjectionError(f"SIGCONT {self.target}: {exc}") from exc

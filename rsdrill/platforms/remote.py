@@ -1,0 +1,86 @@
+"""A replica set on a platform rsdrill does not start (Kubernetes, EC2, vSphere): reached through
+the user's connection string; its members are whatever the set itself says they are."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from rsdrill.connection import (
+    ConnectOptions,
+    DirectConnection,
+    SettingsError,
+    WireClientError,
+    parse_uri,
+)
+from rsdrill.deployment import topology_of
+from rsdrill.experiment.schema import Experiment, Fault
+from rsdrill.platforms.base import Injector, TargetError
+from rsdrill.redact import redact_uri
+
+HELLO_TIMEOUT_S = 5.0
+
+
+def seeds_of(uri: str) -> list[str]:
+    """The host:port seeds of a connection string (`mongodb+srv://` resolved as drivers do)."""
+    try:
+        return parse_uri(uri).seeds
+    except SettingsError as exc:
+        raise TargetError(f"target.uri {redact_uri(uri)}: {exc}") from None
+
+
+def discover_members(
+    seeds: list[str], timeout_s: float = HELLO_TIMEOUT_S, options: ConnectOptions | None = None
+) -> list[str]:
+    """Every member (data-bearing, passive, arbiter) as the first seed that answers lists them;
+    a standalone server is its own only member."""
+    problems = []
+    for seed in seeds:
+        conn = DirectConnection(seed, timeout_s, options)
+        try:
+            hello = conn.hello()
+        except WireClientError as exc:
+            problems.append(f"{seed}: {exc}")
+            continue
+        finally:
+            conn.close()
+        if topology_of(hello) == "standalone":
+            return [seed]
+        members = [*hello.get("hosts", []), *hello.get("passives", []),
+                   *hello.get("arbiters", [])]  # fmt: skip
+        if not members:
+            problems.append(f"{seed}: answers, but is not a replica-set member")
+            continue
+        return [str(m) for m in members]
+    raise TargetError("no member of the replica set answers: " + "; ".join(problems))
+
+
+class RemoteTarget(ABC):
+    """Base of the platform targets: connection and member discovery; subclasses add the
+    platform client and `injector()`."""
+
+    keep = True
+
+    def __init__(self, exp: Experiment, out_dir: Path) -> None:
+        assert exp.target.uri is not None  # the schema requires it on remote platforms
+        self.config = exp.target
+        self.platform = exp.target.platform
+        self.topology = exp.target.topology
+        self.uri = exp.target.uri
+        self.out_dir = out_dir
+        self.members: list[str] = []
+
+    def setup(self) -> None:
+        """Find the members; a set that cannot be reached is refused before anything else."""
+        self.members = discover_members(seeds_of(self.uri))
+
+    def teardown(self) -> None:
+        """Nothing: the set is the user's, and every fault was reverted already."""
+        return None
+
+    def recover_action(self) -> dict[str, object] | None:
+        return None
+
+    @abstractmethod
+    def injector(self, fault: Fault, host: str) -> Injector:
+        """The platform's injector for `fault` on the member `host`."""

@@ -1,0 +1,6 @@
+"""`platform: sandbox`: a replica set rsdrill builds for the run from emulator (or mongod)
+processes on this machine, faulted as the local platform's members are."""
+
+from rsdrill.platforms.base import PackagePlatform
+
+platform = PackagePlatform("sandbox", __name__, checks="rsdrill.platforms.machine.options")

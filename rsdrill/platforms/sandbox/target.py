@@ -1,0 +1,206 @@
+"""`platform: sandbox`: a replica set rsdrill starts for the run and stops afterwards.
+
+The sandbox lives in the run's output directory, so each member's ground-truth event log
+(`sandbox/members/<port>/events.jsonl`) stays next to the result it can be checked against.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pymongo import MongoClient, WriteConcern
+
+from rsdrill.experiment.schema import Experiment, Fault, Target
+from rsdrill.platforms.base import Injector, TargetError
+from rsdrill.platforms.machine.disk import needs_faultfs
+from rsdrill.platforms.machine.network import rejoin_partition
+from rsdrill.platforms.sandbox.volumes import MemberVolumes
+from rsdrill.sandbox.cluster import (
+    Sandbox,
+    SandboxError,
+    choose_engine,
+    port_free,
+    set_uri,
+    up,
+)
+from rsdrill.sandbox.config import MemberSpec, Settings, build_topology, member_dir
+from rsdrill.sandbox.emulator.storage import DATABASE
+
+PRELOAD_DB = "rsdrill_data"
+_PRELOAD_DOC_BYTES = 1000
+
+
+class SandboxHosts:
+    """Member processes of a sandbox, addressed by host:port."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+
+    def pid(self, host: str) -> int | None:
+        return self.sandbox.pid(self.sandbox.spec.member(host))
+
+    def kill(self, host: str) -> int:
+        return self._do(self.sandbox.kill, host)
+
+    def stop(self, host: str) -> int:
+        return self._do(self.sandbox.stop, host)
+
+    def cont(self, host: str) -> int:
+        return self._do(self.sandbox.cont, host)
+
+    def start(self, host: str, *, wipe: bool) -> None:
+        """Restart the member unless it already runs (so a revert can be repeated)."""
+        member = self.sandbox.spec.member(host)
+        if self.sandbox.pid(member) is None:
+            pid = self._do(lambda m: self.sandbox.start(m, wipe=wipe), host)
+            rejoin_partition(pid, member.port)
+
+    def wipe(self, host: str) -> None:
+        try:
+            self.sandbox.wipe(self.sandbox.spec.member(host))
+        except SandboxError as exc:
+            raise TargetError(str(exc)) from exc
+
+    def _do(self, operation: Callable[[MemberSpec], int], host: str) -> int:
+        try:
+            return operation(self.sandbox.spec.member(host))
+        except SandboxError as exc:
+            raise TargetError(str(exc)) from exc
+
+    def restart_action(self, host: str, *, wipe: bool) -> dict[str, object]:
+        """The journal record that lets `rsdrill recover` restart this member."""
+        return {
+            "action": "sandbox-start",
+            "dir": str(self.sandbox.directory),
+            "host": host,
+            "wipe": wipe,
+        }
+
+
+def free_port_base(count: int) -> int:
+    """A base port with `count` consecutive bindable ports below the ephemeral range, within
+    RSDRILL_PORT_RANGE (`LOW-HIGH`) when it is set, so jobs sharing a machine can keep apart."""
+    low, high = 20000, 32000
+    given = os.environ.get("RSDRILL_PORT_RANGE", "")
+    if given:
+        try:
+            low, high = (int(part) for part in given.split("-", 1))
+        except ValueError:
+            raise TargetError(f"RSDRILL_PORT_RANGE={given!r}: write LOW-HIGH") from None
+    for _ in range(500):
+        base = random.randrange(low, high - count)
+        if all(port_free("127.0.0.1", p) for p in range(base, base + count)):
+            return base
+    raise TargetError(f"no {count} consecutive free ports between {low} and {high}")
+
+
+class SandboxTarget:
+    platform = "sandbox"
+
+    def __init__(self, config: Target, directory: Path, faults: Sequence[Fault] = ()) -> None:
+        """`faults`: the experiment's; storage faults put the members' data on faultfs."""
+        self.config = config
+        self.topology = config.topology
+        self.directory = directory
+        count = 1 if config.topology in ("rs1", "standalone") else 3
+        settings = {
+            "election_timeout_ms": _ms(config.election_timeout),
+            "heartbeat_interval_ms": _ms(config.heartbeat_interval),
+        }
+        options: dict[str, Any] = {"storage": config.storage, "handshake": config.handshake,
+                                   "tls": config.tls, "x509": config.auth == "x509"}  # fmt: skip
+        if config.oplog_size_mb:
+            options["oplog_size_bytes"] = config.oplog_size_mb * 1024 * 1024
+        if config.initial_sync_mb_per_s:
+            options["initial_sync_bytes_per_s"] = int(config.initial_sync_mb_per_s * 1024 * 1024)
+        self.spec = build_topology(
+            config.topology,
+            port_base=config.port_base or free_port_base(count),
+            settings=Settings(**{k: v for k, v in settings.items() if v is not None}),
+            **options,  # type: ignore[arg-type]
+        )
+        self.members = [m.host for m in self.spec.members]
+        self.uri = set_uri(self.spec)
+        self._sandbox: Sandbox | None = None
+        on_faultfs, track_unsynced = needs_faultfs(faults)
+        self.volumes = (
+            MemberVolumes(directory, self.spec, track_unsynced=track_unsynced)
+            if on_faultfs
+            else None
+        )
+
+    @property
+    def hosts(self) -> SandboxHosts:
+        if self._sandbox is None:
+            raise TargetError("the sandbox is not up")
+        return SandboxHosts(self._sandbox)
+
+    def setup(self) -> None:
+        try:
+            engine, _ = choose_engine(self.config.engine)
+            before_start = self.volumes.mount_all if self.volumes else None
+            scram = self.config.auth in (True, "scram")
+            self._sandbox = up(self.directory, self.spec, engine, before_start, auth=scram)
+        except SandboxError as exc:
+            raise TargetError(f"sandbox: {exc}") from exc
+        self.uri = self._sandbox.uri  # with the login, when the set requires one
+        if self.config.data_mb:
+            self._preload(self.config.data_mb)
+
+    def _preload(self, megabytes: int) -> None:
+        # Bulk data, not a workload: no retryable-write bookkeeping on the members.
+        with MongoClient(self.uri, serverSelectionTimeoutMS=30_000, retryWrites=False) as client:
+            coll = client[PRELOAD_DB].get_collection(
+                "preload", write_concern=WriteConcern("majority")
+            )
+            pad = "p" * _PRELOAD_DOC_BYTES
+            total = megabytes * 1024 * 1024 // _PRELOAD_DOC_BYTES
+            for first in range(0, total, 1000):
+                coll.insert_many(
+                    [{"_id": i, "pad": pad} for i in range(first, min(first + 1000, total))]
+                )
+
+    def teardown(self) -> None:
+        if self._sandbox is not None and not self.config.keep:
+            self._sandbox.down()
+        if self.volumes is not None:  # storage faults refuse `keep`: the mounts are the run's
+            self.volumes.unmount_all()
+        if self._sandbox is None or self.config.keep:
+            return
+        # Keep each member's events, log and rollback files with the result; drop the bulk.
+        for member in self.spec.members:
+            for path in (member_dir(self.directory, member) / "data").glob(f"{DATABASE}*"):
+                path.unlink()
+
+    @property
+    def keep(self) -> bool:
+        return self.config.keep
+
+    def injector(self, fault: Fault, host: str) -> Injector:
+        from rsdrill.platforms.machine.injectors import machine_injector  # it imports this module
+
+        return machine_injector(fault, host, self)
+
+    def faultfs_mountpoint(self, host: str) -> Path | None:
+        """The member's data directory if it is on faultfs (storage faults need it)."""
+        return self.volumes.mountpoint(host) if self.volumes else None
+
+    def recover_action(self) -> dict[str, object] | None:
+        # Owed even when kept: a run that dies while building the sandbox leaves it half-built.
+        return {"action": "sandbox-down", "dir": str(self.directory)}
+
+    def events_path(self, host: str) -> Path:
+        return member_dir(self.directory, self.spec.member(host)) / "events.jsonl"
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1000)
+
+
+def make_target(exp: Experiment, out_dir: Path) -> SandboxTarget:
+    """The run's sandbox, built under `out_dir/sandbox` (on faultfs if its faults need it)."""
+    return SandboxTarget(exp.target, out_dir / "sandbox", exp.faults)

@@ -1,0 +1,15 @@
+"""`platform: vsphere`: a set on VMware vSphere VMs and ESXi hosts, through pyVmomi, imported
+lazily, and only in this package."""
+
+from rsdrill.platforms.base import PackagePlatform
+from rsdrill.platforms.vsphere.options import VsphereFault, VspherePlatform
+
+platform = PackagePlatform(
+    "vsphere",
+    __name__,
+    checks=f"{__name__}.options",
+    options=VspherePlatform,
+    fault_options=VsphereFault,
+    planner=f"{__name__}.options",
+    actions=f"{__name__}.injectors",
+)

@@ -1,0 +1,79 @@
+"""`platform: vsphere`: a replica set on vSphere VMs. Members come from the set itself (its
+hello); each is mapped to its VM (guest hostname or IP, a name pattern, or an explicit map)
+when the run starts, so a wrong password or a missing VM refuses the run before anything is
+injected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rsdrill.errors import GuardRefusal
+from rsdrill.experiment.schema import Experiment, Fault
+from rsdrill.platforms.base import Injector, TargetError
+from rsdrill.platforms.remote import RemoteTarget
+from rsdrill.platforms.vsphere.injectors import Vsphere, VsphereError, connection, vsphere_injector
+from rsdrill.platforms.vsphere.lookup import find_member_vm
+
+
+class VsphereTarget(RemoteTarget):
+    def __init__(self, exp: Experiment, out_dir: Path) -> None:
+        super().__init__(exp, out_dir)
+        assert exp.target.vsphere is not None  # the schema requires the section
+        self.vsphere = exp.target.vsphere
+        self.faults = exp.faults
+        self.guards = exp.guards
+        self.client = Vsphere(connection(self.vsphere))
+        # member → VM name, as found at setup.
+        self.vms: dict[str, str] = {}
+
+    def setup(self) -> None:
+        """Find the members, log in to vCenter, find each member's VM, and refuse host
+        failures that would take a majority of the members down together."""
+        super().setup()
+        mapped = self.members
+        if self.vsphere.vms.by == "map":
+            # Members left out of the map (an arbiter elsewhere, say) cannot be faulted.
+            mapped = [m for m in self.members if m in self.vsphere.vms.map]
+        try:
+            found = {m: find_member_vm(self.client, self.vsphere.vms, m) for m in mapped}
+            with self.client.errors("read the members' VMs and their ESXi hosts"):
+                self.vms = {m: vm.name for m, vm in found.items()}
+                esxi = {m: vm.runtime.host.name if vm.runtime.host else "none"
+                        for m, vm in found.items()}  # fmt: skip
+        except VsphereError as exc:
+            raise TargetError(f"vsphere: {exc}") from None
+        self._check_host_failures(esxi)
+
+    def _check_host_failures(self, esxi: dict[str, str]) -> None:
+        """The quorum guard counts one member per fault; a host failure (scope: host) takes
+        down every member on that ESXi host."""
+        host_failures = [f for f in self.faults if f.kind == "host-kill" and f.scope == "host"]
+        if not host_failures or self.guards.allow_quorum_loss or len(self.members) < 2:
+            return
+        together: dict[str, list[str]] = {}
+        for member, host in esxi.items():
+            together.setdefault(host, []).append(member)
+        majority = len(self.members) // 2 + 1
+        for host, members in sorted(together.items()):
+            if len(members) >= majority:
+                raise GuardRefusal("quorum", f"members {', '.join(sorted(members))} run on one "
+                                   f"ESXi host ({host}): a host failure (scope: host) takes "
+                                   f"{len(members)} of the {len(self.members)} members down "
+                                   "together, a majority. Keep them on separate hosts (a DRS "
+                                   "anti-affinity rule), or set `guards: {allow_quorum_loss: "
+                                   "true}` to run it anyway")  # fmt: skip
+
+    def injector(self, fault: Fault, host: str) -> Injector:
+        # Looked up again: HA or DRS may have moved the VM since setup (and the session may
+        # have expired while the probes ran).
+        return self.client.relogin_once(
+            lambda: vsphere_injector(self.client, self.vsphere, fault, host)
+        )
+
+    def teardown(self) -> None:
+        self.client.close()
+
+
+def make_target(exp: Experiment, out_dir: Path) -> VsphereTarget:
+    return VsphereTarget(exp, out_dir)

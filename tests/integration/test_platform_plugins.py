@@ -1,0 +1,141 @@
+"""A third-party platform, installed as a package with an `rsdrill.platforms` entry point, is
+a platform like the built-ins: its section is validated, its checks run, `rsdrill plan` shows
+what it would do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from rsdrill.registry import BUILTIN, GROUP
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TOY_PACKAGE = '''
+"""A toy platform: members on "toy" machines that it can only power-cycle."""
+
+from pathlib import Path
+
+from rsdrill.experiment.fields import FieldProblem, Strict
+
+
+class ToyOptions(Strict):
+    cluster: str
+
+
+class ToyFaultOptions(Strict):
+    gentle: bool = False
+
+
+class ToyPlatform:
+    name = "toy"
+    options = ToyOptions
+    fault_options = ToyFaultOptions
+
+    def check_experiment(self, exp):
+        for i, fault in enumerate(exp.faults):
+            if fault.kind != "host-kill":
+                raise FieldProblem(("faults", i, "kind"), "toy machines can only be power-cycled")
+
+    def plan_details(self, exp):
+        return [f"power-cycle a machine of cluster {exp.target.toy.cluster}"]
+
+    def make_target(self, exp, out_dir: Path):
+        raise NotImplementedError("a toy")
+
+    def revert_actions(self):
+        return {}
+
+
+platform = ToyPlatform()
+'''
+
+EXPERIMENT = """\
+name: toy-kill
+target:
+  platform: toy
+  uri: mongodb://toy-0:27017/?replicaSet=rs0
+  toy: {cluster: blue}
+faults:
+  - at: 5s
+    kind: host-kill
+    duration: 20s
+    toy: {gentle: true}
+"""
+
+
+@pytest.fixture
+def toy_site(tmp_path: Path) -> Path:
+    """A directory on sys.path holding the toy package and its dist-info (as pip leaves it)."""
+    site = tmp_path / "site"
+    (site / "toyplatform").mkdir(parents=True)
+    (site / "toyplatform" / "__init__.py").write_text(TOY_PACKAGE)
+    info = site / "toyplatform-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toyplatform\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{GROUP}]\ntoy = toyplatform:platform\n")
+    return site
+
+
+def rsdrill(site: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+
+
+def test_a_platform_from_an_entry_point_is_planned(toy_site: Path, tmp_path: Path) -> None:
+    path = tmp_path / "toy.yaml"
+    path.write_text(EXPERIMENT)
+    result = rsdrill(toy_site, "plan", path)
+    assert result.returncode == 0, result.stderr
+    assert "toy resources" in result.stdout
+    assert "power-cycle a machine of cluster blue" in result.stdout
+
+
+def test_its_sections_and_checks_are_enforced_at_load(toy_site: Path, tmp_path: Path) -> None:
+    path = tmp_path / "toy.yaml"
+    path.write_text(EXPERIMENT.replace("cluster: blue", "clustr: blue"))
+    result = rsdrill(toy_site, "validate", path)
+    assert result.returncode == 2
+    assert f"{path}:5:9: target.toy.clustr: unknown key; did you mean 'cluster'?" in result.stderr
+    path.write_text(EXPERIMENT.replace("kind: host-kill", "kind: host-freeze"))
+    result = rsdrill(toy_site, "validate", path)
+    assert result.returncode == 2
+    assert "faults[0].kind: toy machines can only be power-cycled" in result.stderr
+
+
+def test_without_the_package_the_platform_is_unknown(tmp_path: Path) -> None:
+    path = tmp_path / "toy.yaml"
+    path.write_text(EXPERIMENT)
+    result = rsdrill(tmp_path, "validate", path)
+    assert result.returncode == 2
+    assert "target.platform: unknown value 'toy'" in result.stderr
+
+
+def test_the_built_ins_are_registered_in_pyproject_as_the_registry_lists_them() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"][GROUP] == BUILTIN
+
+
+def test_a_platform_that_cannot_be_loaded_is_left_out_with_a_warning(
+    toy_site: Path, tmp_path: Path
+) -> None:
+    (toy_site / "toyplatform" / "__init__.py").write_text("import no_such_sdk\n")
+    sandbox = tmp_path / "sandbox.yaml"
+    sandbox.write_text(
+        "name: s\ntarget: {platform: sandbox}\nfaults:\n  - {at: 1s, kind: stepdown}\n"
+    )
+    result = rsdrill(toy_site, "validate", sandbox)
+    assert (result.returncode, result.stdout) == (0, f"{sandbox}: ok\n"), result.stderr
+    assert "platform toy (toyplatform:platform) cannot be loaded" in result.stderr
+    assert "Traceback" not in result.stderr
