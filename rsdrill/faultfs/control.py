@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rsdrill.faultfs.compiled import CompiledDataPath
 from rsdrill.faultfs.rules import Rule
 from rsdrill.faultfs.state import FaultState
 from rsdrill.faultfs.undo import UndoLog
@@ -78,10 +79,19 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 class ControlServer:
-    """Serves the control requests of one mount from a background thread."""
+    """Serves the control requests of one mount from a background thread.
 
-    def __init__(self, mountpoint: Path, state: FaultState, undo: UndoLog | None,
-                 info: dict[str, Any]) -> None:  # fmt: skip
+    `state` and `undo` are the Python layer's own, or the compiled data path standing in for
+    both (the requests, validation and replies are the same either way).
+    """
+
+    def __init__(
+        self,
+        mountpoint: Path,
+        state: FaultState | CompiledDataPath,
+        undo: UndoLog | CompiledDataPath | None,
+        info: dict[str, Any],
+    ) -> None:
         self.state = state
         self.undo = undo
         self.info = info

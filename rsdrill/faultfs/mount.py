@@ -79,9 +79,15 @@ def mount(
     *,
     owner_pid: int | None = None,
     track_unsynced: bool = False,
+    layer: str | None = None,
+    passthrough: bool = False,
     timeout_s: float = MOUNT_TIMEOUT_S,
 ) -> Mount:
     """Mount the fault-injecting filesystem of `source` on `mountpoint` (may be the same).
+
+    `layer`: `compiled` or `python` (default: compiled where built, see `compiled.py`).
+    `passthrough` (compiled layer, not with `track_unsynced`): files opened while no rule is
+    set bypass the daemon until closed (docs/storage-faults.md).
 
     Returns once the mount answers on its control socket; raises FaultFSError otherwise
     (having stopped the daemon again).
@@ -102,6 +108,10 @@ def mount(
         argv += ["--owner-pid", str(owner_pid)]
     if track_unsynced:
         argv.append("--track-unsynced")
+    if layer is not None:
+        argv += ["--layer", layer]
+    if passthrough:
+        argv.append("--passthrough")
     log_path = state_dir / LOG_FILE
     with log_path.open("ab") as log:
         process = subprocess.Popen(
