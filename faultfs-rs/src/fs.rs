@@ -645,6 +645,34 @@ impl Filesystem for FaultFs {
         reply_entry(reply, result);
     }
 
+    fn mknod(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let s = &self.shared;
+        let (uid, gid) = (req.uid(), req.gid());
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return reply.error(libc::EPERM);
+        }
+        let result = s
+            .metadata()
+            .and_then(|_| s.child(parent, name))
+            .and_then(|p| {
+                let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+                sys::openat(s.dir(), &p, flags, mode & !umask & 0o7777)
+                    .map_err(|e| sys::errno(&e))?;
+                s.own(&p, uid, gid);
+                s.entry(&p)
+            });
+        reply_entry(reply, result);
+    }
+
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let s = &self.shared;
         let result = s

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rsdrill.faultfs.compiled import BINARY
 from rsdrill.faultfs.control import ControlError, request
 
 FSTYPE = "fuse.rsdrill-faultfs"
@@ -165,8 +166,11 @@ def detach(mountpoint: Path) -> None:
 
 
 def _daemons() -> dict[Path, int]:
-    """Every running faultfs daemon: mount point → pid, found by command line."""
+    """Every running faultfs daemon: mount point → pid, found by command line. A compiled data
+    path (`rsdrill-faultfs SOURCE MOUNTPOINT`) counts while it outlives its Python daemon (a
+    moment after the daemon is killed: the mount answers until it is gone too)."""
     found: dict[Path, int] = {}
+    data_paths: dict[Path, int] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -174,12 +178,13 @@ def _daemons() -> dict[Path, int]:
             args = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"rsdrill.faultfs" not in args or b"serve" not in args:
-            continue
-        at = args.index(b"serve") + 2  # serve SOURCE MOUNTPOINT ...
-        if at < len(args):
-            found[Path(os.fsdecode(args[at]))] = int(proc.name)
-    return found
+        if b"rsdrill.faultfs" in args and b"serve" in args:
+            at = args.index(b"serve") + 2  # serve SOURCE MOUNTPOINT ...
+            if at < len(args):
+                found[Path(os.fsdecode(args[at]))] = int(proc.name)
+        elif os.path.basename(args[0]) == BINARY.encode() and len(args) > 2:
+            data_paths[Path(os.path.abspath(os.fsdecode(args[2])))] = int(proc.name)
+    return {**data_paths, **found}
 
 
 def daemon_pid(mountpoint: Path) -> int | None:
