@@ -27,7 +27,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 // No attribute or name caching: after a power loss the files' sizes changed under the kernel,
@@ -210,7 +210,16 @@ fn timespec(value: Option<TimeOrNow>) -> libc::timespec {
 struct Handle {
     fd: OwnedFd,
     ino: u64,
-    passthrough: Option<BackingId>,
+    passthrough: Option<Arc<BackingId>>,
+}
+
+/// How an inode's open files are served. The kernel allows one way per inode at a time (one
+/// backing file for all its passthrough opens, or none passed through): an open that breaks
+/// this fails with EIO, so an open follows the inode's opens still live.
+#[derive(Default)]
+struct InodeIo {
+    backing: Weak<BackingId>,
+    served: usize, // opens served by the daemon
 }
 
 /// What the workers share: everything but the request loop's own state.
@@ -220,6 +229,7 @@ pub struct Shared {
     pub undo: Option<UndoLog>,
     inodes: Mutex<Inodes>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    io: Mutex<HashMap<u64, InodeIo>>,
     next_fh: AtomicU64,
 }
 
@@ -240,6 +250,7 @@ impl Shared {
             undo,
             inodes: Mutex::new(Inodes::new()),
             handles: Mutex::new(HashMap::new()),
+            io: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
         }
     }
@@ -304,7 +315,7 @@ impl Shared {
         &self,
         fd: OwnedFd,
         ino: u64,
-        passthrough: Option<BackingId>,
+        passthrough: Option<Arc<BackingId>>,
     ) -> (u64, Arc<Handle>) {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let handle = Arc::new(Handle {
@@ -314,6 +325,55 @@ impl Shared {
         });
         self.handles.lock().unwrap().insert(fh, handle.clone());
         (fh, handle)
+    }
+
+    /// The backing file to pass an open of `ino` through, if any: the one its live
+    /// passthrough opens share, else a new one when `allowed` and none of its opens is
+    /// served by the daemon. Counts the open as served otherwise.
+    fn io_mode(
+        &self,
+        ino: u64,
+        allowed: bool,
+        new_backing: impl FnOnce() -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        let mut io = self.io.lock().unwrap();
+        let mode = io.entry(ino).or_default();
+        let backing = match mode.backing.upgrade() {
+            Some(backing) => Some(backing),
+            None if allowed && mode.served == 0 => match new_backing() {
+                Ok(backing) => {
+                    let backing = Arc::new(backing);
+                    mode.backing = Arc::downgrade(&backing);
+                    Some(backing)
+                }
+                Err(err) => {
+                    eprintln!("faultfs: passthrough refused ({err}); serving the file");
+                    None
+                }
+            },
+            None => None,
+        };
+        if backing.is_none() {
+            mode.served += 1;
+        }
+        backing
+    }
+
+    fn release(&self, fh: u64) {
+        let Some(handle) = self.handles.lock().unwrap().remove(&fh) else {
+            return;
+        };
+        let ino = handle.ino;
+        let mut io = self.io.lock().unwrap();
+        if let Some(mode) = io.get_mut(&ino) {
+            if handle.passthrough.is_none() {
+                mode.served = mode.served.saturating_sub(1);
+            }
+            drop(handle);
+            if mode.served == 0 && mode.backing.strong_count() == 0 {
+                io.remove(&ino);
+            }
+        }
     }
 
     /// Paths of the files open in passthrough now (outside every rule until reopened).
@@ -766,21 +826,19 @@ impl Filesystem for FaultFs {
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         let ruled = self.ruled();
-        let passthrough = self.passthrough && !ruled;
+        // A rule arriving later does not reach files already passed through: the kernel
+        // cannot take a backing file back. They stay outside the rules until closed.
+        let allowed = self.passthrough && !ruled;
         self.run(ruled, move |s| match s.open(ino, flags) {
-            Ok(fd) if passthrough => match reply.open_backing(fd.as_fd()) {
-                Ok(backing) => {
-                    let (fh, handle) = s.add_handle(fd, ino, Some(backing));
-                    if let Some(backing) = &handle.passthrough {
-                        reply.opened_passthrough(fh, 0, backing);
-                    }
+            Ok(fd) => {
+                let allowed = allowed && !s.state.any_rule();
+                let backing = s.io_mode(ino, allowed, || reply.open_backing(fd.as_fd()));
+                let (fh, handle) = s.add_handle(fd, ino, backing);
+                match &handle.passthrough {
+                    Some(backing) => reply.opened_passthrough(fh, 0, backing),
+                    None => reply.opened(fh, 0),
                 }
-                Err(err) => {
-                    eprintln!("faultfs: passthrough refused ({err}); serving the file");
-                    reply.opened(s.add_handle(fd, ino, None).0, 0);
-                }
-            },
-            Ok(fd) => reply.opened(s.add_handle(fd, ino, None).0, 0),
+            }
             Err(errno) => reply.error(errno),
         });
     }
@@ -795,12 +853,18 @@ impl Filesystem for FaultFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if self.passthrough {
+            // The kernel then creates files with mknod and opens them with open, which can
+            // pass them through (fuser's create reply cannot).
+            return reply.error(libc::ENOSYS);
+        }
         let (uid, gid) = (req.uid(), req.gid());
         let name = name.to_owned();
         let ruled = self.ruled();
         self.run(ruled, move |s| {
             match s.create(parent, &name, mode & !umask, flags, uid, gid) {
                 Ok((attr, fd)) => {
+                    s.io_mode(attr.ino, false, || unreachable!());
                     let (fh, _) = s.add_handle(fd, attr.ino, None);
                     reply.created(&TTL, &attr, 0, fh, 0);
                 }
@@ -876,7 +940,7 @@ impl Filesystem for FaultFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.shared.handles.lock().unwrap().remove(&fh);
+        self.shared.release(fh);
         reply.ok();
     }
 
