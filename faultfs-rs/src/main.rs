@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 const FSNAME: &str = "rsdrill-faultfs";
 
-fn answer(shared: &Shared, passthrough: bool, request: &Value) -> Result<Value, String> {
+fn answer(shared: &Shared, request: &Value) -> Result<Value, String> {
     let state = &shared.state;
     match request["op"].as_str().unwrap_or("") {
         "set" => {
@@ -35,9 +35,7 @@ fn answer(shared: &Shared, passthrough: bool, request: &Value) -> Result<Value, 
         "status" => {
             let mut status = state.snapshot();
             status["unsynced"] = shared.undo.as_ref().map_or(Value::Null, |u| u.pending());
-            if passthrough {
-                status["passthrough_open"] = json!(shared.passthrough_open());
-            }
+            status["passthrough_open"] = json!(shared.passthrough_open());
             Ok(status)
         }
         "power-loss" => match &shared.undo {
@@ -49,13 +47,13 @@ fn answer(shared: &Shared, passthrough: bool, request: &Value) -> Result<Value, 
 }
 
 /// Serve the Python side's requests until it closes our stdin.
-fn control(shared: Arc<Shared>, passthrough: bool) {
+fn control(shared: Arc<Shared>) {
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout();
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
         let reply = match serde_json::from_str::<Value>(&line) {
-            Ok(request) => match answer(&shared, passthrough, &request) {
+            Ok(request) => match answer(&shared, &request) {
                 Ok(Value::Object(mut body)) => {
                     body.insert("ok".into(), Value::Bool(true));
                     Value::Object(body)
@@ -151,7 +149,7 @@ fn main() {
         json!({"ok": true, "mounted": mountpoint, "passthrough": passthrough})
     );
     let control_shared = shared.clone();
-    std::thread::spawn(move || control(control_shared, passthrough));
+    std::thread::spawn(move || control(control_shared));
     if let Err(err) = session.run() {
         eprintln!("faultfs: {err}");
         exit(1);

@@ -23,12 +23,19 @@ BINARY = "rsdrill-faultfs"
 # is built (benches compare the two; a suspected bug in one can be ruled out).
 LAYER_ENV = "RSDRILL_FAULTFS_LAYER"
 LAYERS = ("compiled", "python")
+# `RSDRILL_FAULTFS_BINARY=PATH` names the compiled data path to use; set empty, none is built
+# (what a machine without cargo sees).
+BINARY_ENV = "RSDRILL_FAULTFS_BINARY"
 _REPO_BUILD = Path(__file__).resolve().parents[2] / "faultfs-rs" / "target" / "release" / BINARY
 
 
 def compiled_binary() -> Path | None:
-    """The built data path: next to this module (pip install), else the crate's own release
-    build in a checkout (.ci/install-faultfs), else on PATH; None when none was built."""
+    """The built data path: as `RSDRILL_FAULTFS_BINARY` says, else next to this module (pip
+    install), else the crate's release build in a checkout (.ci/install-faultfs), else on PATH;
+    None when none was built."""
+    override = os.environ.get(BINARY_ENV)
+    if override is not None:
+        return Path(override) if override and os.access(override, os.X_OK) else None
     for candidate in (Path(__file__).with_name(BINARY), _REPO_BUILD):
         if os.access(candidate, os.X_OK):
             return candidate
