@@ -13,8 +13,12 @@ and added latency of 5 and 20 ms (median op time with the rule minus without). T
 within ±15 %, added latency within ±20 %. Caps and latency are measured on the compiled and the
 Python layer (passthrough files opened before a rule bypass it by design: docs/storage-faults.md).
 
-Usage: python bench/faultfs_io.py [--seconds 5] [--threads 4] (root; needs /dev/fuse; the
-compiled layer needs faultfs-rs built: pip install -e ., or .ci/install-faultfs)
+Last, the emulator's rs3 sandbox with its members' data directories on each layer (as a run with
+storage faults puts them; no passthrough, as there) vs a plain directory: inserts/s with
+w:majority from a few client threads.
+
+Usage: python bench/faultfs_io.py [--seconds 5] [--threads 4] [--port-base 21500] (root; needs
+/dev/fuse; the compiled layer needs faultfs-rs built: pip install -e ., or .ci/install-faultfs)
 """
 
 from __future__ import annotations
@@ -30,8 +34,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pymongo import MongoClient, WriteConcern
+
 from rsdrill.faultfs.control import request
-from rsdrill.faultfs.mount import mount, unmount
+from rsdrill.faultfs.mount import mount, unmount, unmount_all
+from rsdrill.sandbox.cluster import EmulatorEngine, up
+from rsdrill.sandbox.config import build_topology, member_dir
 
 BLOCK = 4096
 FILE_BYTES = 64 * 1024 * 1024
@@ -124,6 +132,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--port-base", type=int, default=21500, help="the rs3 sandbox's ports")
     args = parser.parse_args()
     seconds, threads = args.seconds, args.threads
     with tempfile.TemporaryDirectory(prefix="faultfs-bench-") as tmp:
@@ -142,6 +151,57 @@ def main() -> None:
         finally:
             for point in points.values():
                 unmount(point)
+        _rs3(Path(tmp), args.port_base, seconds, threads)
+
+
+def _rs3_inserts_per_s(directory: Path, layer: str | None, port_base: int, seconds: float,
+                       threads: int) -> float:  # fmt: skip
+    """Inserts/s (w:majority) into an emulator rs3 whose members' data is on `layer` (None:
+    a plain directory)."""
+    spec = build_topology("rs3", port_base=port_base)
+
+    def mount_members() -> None:
+        for member in spec.members:
+            data = member_dir(directory, member) / "data"
+            data.mkdir(parents=True, exist_ok=True)
+            mount(data, data, member_dir(directory, member), layer=layer)
+
+    sandbox = up(directory, spec, EmulatorEngine(), mount_members if layer else None)
+    try:
+        count = 0
+        lock = threading.Lock()
+        deadline = time.monotonic() + seconds
+
+        def client_loop() -> None:
+            nonlocal count
+            with MongoClient(sandbox.uri) as client:
+                coll = client.bench.get_collection("c", write_concern=WriteConcern(w="majority"))
+                mine = 0
+                while time.monotonic() < deadline:
+                    coll.insert_one({"v": "x" * 200})
+                    mine += 1
+            with lock:
+                count += mine
+
+        pool = [threading.Thread(target=client_loop) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        return count / seconds
+    finally:
+        sandbox.down()
+        unmount_all(directory)
+
+
+def _rs3(tmp: Path, port_base: int, seconds: float, threads: int) -> None:
+    print(f"\nemulator rs3, members' data on each layer: inserts/s (w:majority, {threads} clients)")
+    base = _rs3_inserts_per_s(tmp / "rs3-plain", None, port_base, seconds, threads)
+    line = f"  plain {base:.0f}"
+    for layer in RULED_LAYERS:
+        fused = _rs3_inserts_per_s(tmp / f"rs3-{layer}", layer, port_base, seconds, threads)
+        line += f"; {layer} {fused:.0f} (ratio {fused / base:.2f})"
+    print(line)
 
 
 def _row(name: str, plain: float, figures: dict[str, float], digits: int = 0) -> str:
