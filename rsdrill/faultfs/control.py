@@ -30,6 +30,7 @@ from rsdrill.faultfs.state import FaultState
 from rsdrill.faultfs.undo import UndoLog
 
 CONTROL_TIMEOUT_S = 5.0
+_MAX_REQUEST_BYTES = 1 << 20
 
 
 class ControlError(Exception):
@@ -119,13 +120,14 @@ class ControlServer:
             conn.settimeout(CONTROL_TIMEOUT_S)
             try:
                 uid = peer_uid(conn)
+                # Read the request even to refuse it: closing before the client has sent it
+                # would fail its send (EPIPE) instead of telling it why.
+                line = conn.makefile("rb").readline(_MAX_REQUEST_BYTES)
                 if uid not in (0, os.geteuid()):
                     reply = {"ok": False, "error": f"refused: uid {uid} is neither root nor "
                              f"the faultfs daemon's user ({os.geteuid()})"}  # fmt: skip
-                    conn.sendall(json.dumps(reply).encode() + b"\n")
-                    return
-                line = conn.makefile("rb").readline()
-                reply = self.handle(json.loads(line))
+                else:
+                    reply = self.handle(json.loads(line))
             except (OSError, json.JSONDecodeError) as exc:
                 reply = {"ok": False, "error": f"bad request: {exc}"}
             with contextlib.suppress(OSError):  # the client gave up: nothing to tell it
