@@ -239,6 +239,8 @@ pub struct FaultFs {
     shared: Arc<Shared>,
     passthrough: bool,
     pool: Sender<Job>,
+    /// Told once the kernel has agreed the session's terms: whether passthrough is on.
+    on_ready: Option<Box<dyn FnOnce(bool) + Send>>,
 }
 
 impl Shared {
@@ -524,7 +526,11 @@ impl Shared {
 }
 
 impl FaultFs {
-    pub fn new(shared: Arc<Shared>, passthrough: bool) -> FaultFs {
+    pub fn new(
+        shared: Arc<Shared>,
+        passthrough: bool,
+        on_ready: impl FnOnce(bool) + Send + 'static,
+    ) -> FaultFs {
         let (tx, rx) = channel::<Job>();
         let rx: Arc<Mutex<Receiver<Job>>> = Arc::new(Mutex::new(rx));
         for i in 0..WORKERS {
@@ -546,6 +552,7 @@ impl FaultFs {
             shared,
             passthrough,
             pool: tx,
+            on_ready: Some(Box::new(on_ready)),
         }
     }
 
@@ -589,6 +596,9 @@ impl Filesystem for FaultFs {
                 eprintln!("faultfs: this kernel offers no FUSE passthrough; serving every file");
                 self.passthrough = false;
             }
+        }
+        if let Some(on_ready) = self.on_ready.take() {
+            on_ready(self.passthrough);
         }
         Ok(())
     }

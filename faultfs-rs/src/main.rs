@@ -109,7 +109,7 @@ fn main() {
     }
     let (source, mountpoint) = (paths[0].clone(), paths[1].clone());
     let track_unsynced = flags.contains(&"--track-unsynced");
-    let passthrough = flags.contains(&"--passthrough") && !track_unsynced;
+    let passthrough = flags.contains(&"--passthrough");
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     // Opened before mounting: the backing directory stays reachable under the mount.
     let root: OwnedFd = match sys::openat(
@@ -133,23 +133,22 @@ fn main() {
         MountOption::CUSTOM(format!("subtype={FSNAME}")),
         MountOption::AllowOther,
     ];
-    let mut session = match Session::new(
-        FaultFs::new(shared.clone(), passthrough),
-        &mountpoint,
-        &options,
-    ) {
+    let control_shared = shared.clone();
+    let ready = move |passthrough: bool| {
+        println!(
+            "{}",
+            json!({"ok": true, "mounted": mountpoint, "passthrough": passthrough})
+        );
+        std::thread::spawn(move || control(control_shared));
+    };
+    let filesystem = FaultFs::new(shared, passthrough, ready);
+    let mut session = match Session::new(filesystem, paths[1], &options) {
         Ok(session) => session,
         Err(err) => {
-            eprintln!("faultfs: mounting {mountpoint}: {err}");
+            eprintln!("faultfs: mounting {}: {err}", paths[1]);
             exit(1);
         }
     };
-    println!(
-        "{}",
-        json!({"ok": true, "mounted": mountpoint, "passthrough": passthrough})
-    );
-    let control_shared = shared.clone();
-    std::thread::spawn(move || control(control_shared));
     if let Err(err) = session.run() {
         eprintln!("faultfs: {err}");
         exit(1);
