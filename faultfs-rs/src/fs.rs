@@ -456,9 +456,7 @@ impl Shared {
             Some(undo) if flags & libc::O_TRUNC != 0 => {
                 let mut records = undo.lock();
                 records.before_create(&path);
-                if let Ok(fd) = sys::openat(self.dir(), &path, libc::O_RDONLY, 0) {
-                    records.before_truncate(&path, fd.as_fd(), 0);
-                }
+                records.before_truncate_path(&path, 0);
                 open()
             }
             _ => open(),
@@ -491,21 +489,18 @@ impl Shared {
         self.admit("write", &path, 0)?;
         let _records = self.undo.as_ref().map(|undo| {
             let mut records = undo.lock();
-            if let Ok(fd) = sys::openat(self.dir(), &path, libc::O_RDONLY, 0) {
-                records.before_truncate(&path, fd.as_fd(), size);
-            }
+            records.before_truncate_path(&path, size);
             records
         });
-        let own;
-        let fd = match fh.and_then(|fh| self.handle(fh).ok()) {
-            Some(handle) if sys::ftruncate(handle.fd.as_raw_fd(), size).is_ok() => return Ok(()),
+        match fh.and_then(|fh| self.handle(fh).ok()) {
+            // The caller's own descriptor, unless it was opened read-only.
+            Some(handle) if sys::ftruncate(handle.fd.as_raw_fd(), size).is_ok() => Ok(()),
             _ => {
-                own = sys::openat(self.dir(), &path, libc::O_WRONLY, 0)
+                let own = sys::openat(self.dir(), &path, libc::O_WRONLY, 0)
                     .map_err(|e| sys::errno(&e))?;
-                own.as_raw_fd()
+                sys::ftruncate(own.as_raw_fd(), size).map_err(|e| sys::errno(&e))
             }
-        };
-        sys::ftruncate(fd, size).map_err(|e| sys::errno(&e))
+        }
     }
 
     fn fallocate(&self, fh: u64, offset: i64, length: i64, mode: i32) -> Result<(), i32> {

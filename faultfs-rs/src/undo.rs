@@ -9,7 +9,7 @@
 use crate::sys;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard};
 
 /// One file's state at its last fsync, saved piecewise as it gets overwritten.
@@ -177,8 +177,11 @@ impl Records {
         }
     }
 
-    pub fn before_truncate(&mut self, path: &[u8], fd: BorrowedFd<'_>, length: u64) {
-        self.before_change(path, fd, length, 1 << 62);
+    /// Save what truncating the file at `path` to `length` would drop (if it exists).
+    pub fn before_truncate_path(&mut self, path: &[u8], length: u64) {
+        if let Ok(fd) = sys::openat(self.root, path, libc::O_RDONLY, 0) {
+            self.before_change(path, fd.as_fd(), length, 1 << 62);
+        }
     }
 
     pub fn synced(&mut self, path: &[u8]) {
