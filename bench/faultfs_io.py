@@ -1,5 +1,7 @@
 """The fault-injecting filesystem's own figures: its overhead with no fault set, and how well
-its caps and added latency hold.
+its caps and added latency hold, for each layer side by side in one run: the compiled data
+path (faultfs-rs), the same with passthrough for files opened while no rule is set, and the
+Python layer (mfusepy), against the plain backing directory.
 
 A file on a faultfs mount (backing directory under /tmp) is hammered by a few threads with 4 KiB
 operations: writes (pwrite), reads (O_DIRECT pread, so that every read reaches the filesystem
@@ -8,9 +10,15 @@ the plain backing directory (overhead: ops/s through faultfs vs plain; also the 
 workload: SQLite in WAL mode, synchronous=FULL, a commit every 50 inserts), then with write and read
 IOPS caps at 100 and 500 (measured vs configured), a bandwidth cap (MiB/s with 128 KiB writes),
 and added latency of 5 and 20 ms (median op time with the rule minus without). Targets: caps
-within ±15 %, added latency within ±20 %.
+within ±15 %, added latency within ±20 %. Caps and latency are measured on the compiled and the
+Python layer (passthrough files opened before a rule bypass it by design: docs/storage-faults.md).
 
-Usage: python bench/faultfs_io.py [--seconds 5] [--threads 4] (root; needs /dev/fuse)
+Last, the emulator's rs3 sandbox with its members' data directories on each layer (as a run with
+storage faults puts them; no passthrough, as there) vs a plain directory: inserts/s with
+w:majority from a few client threads.
+
+Usage: python bench/faultfs_io.py [--seconds 5] [--threads 4] [--port-base 21500] (root; needs
+/dev/fuse; the compiled layer needs faultfs-rs built: pip install -e ., or .ci/install-faultfs)
 """
 
 from __future__ import annotations
@@ -26,8 +34,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pymongo import MongoClient, WriteConcern
+
 from rsdrill.faultfs.control import request
-from rsdrill.faultfs.mount import mount, unmount
+from rsdrill.faultfs.mount import mount, unmount, unmount_all
+from rsdrill.sandbox.cluster import EmulatorEngine, up
+from rsdrill.sandbox.config import build_topology, member_dir
 
 BLOCK = 4096
 FILE_BYTES = 64 * 1024 * 1024
@@ -107,70 +119,149 @@ def _verdict(ratio: float, tolerance: float) -> str:
     return "PASS" if abs(ratio - 1) <= tolerance else "MISS"
 
 
+# (label, mount options): every layer is mounted over the same backing directory.
+LAYERS: tuple[tuple[str, dict[str, object]], ...] = (
+    ("python", {"layer": "python"}),
+    ("compiled", {"layer": "compiled"}),
+    ("passthru", {"layer": "compiled", "passthrough": True}),
+)
+RULED_LAYERS = ("python", "compiled")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--port-base", type=int, default=21500, help="the rs3 sandbox's ports")
     args = parser.parse_args()
     seconds, threads = args.seconds, args.threads
     with tempfile.TemporaryDirectory(prefix="faultfs-bench-") as tmp:
-        backing, point = Path(tmp) / "backing", Path(tmp) / "mnt"
+        backing = Path(tmp) / "backing"
         backing.mkdir()
-        point.mkdir()
         with (backing / "file").open("wb") as out:
             out.truncate(FILE_BYTES)
-        mount(backing, point, Path(tmp) / "state")
+        points: dict[str, Path] = {}
         try:
-            run(backing / "file", point / "file", point, seconds, threads)
-            base = _sqlite_inserts_per_s(backing, seconds)
-            fused = _sqlite_inserts_per_s(point, seconds)
-            print(f"\nSQLite WAL inserts/s (a commit every 50): plain {base:.0f}, faultfs "
-                  f"{fused:.0f} ({fused / 50:.0f} commits/s; an emulator member makes 10), "
-                  f"ratio {fused / base:.2f}")  # fmt: skip
+            for label, options in LAYERS:
+                point = Path(tmp) / f"mnt-{label}"
+                point.mkdir()
+                mount(backing, point, Path(tmp) / f"state-{label}", **options)  # type: ignore[arg-type]
+                points[label] = point
+            run(backing, points, seconds, threads)
         finally:
-            unmount(point)
+            for point in points.values():
+                unmount(point)
+        _rs3(Path(tmp), args.port_base, seconds, threads)
 
 
-def run(plain: Path, mounted: Path, point: Path, seconds: float, threads: int) -> None:
+def _rs3_inserts_per_s(directory: Path, layer: str | None, port_base: int, seconds: float,
+                       threads: int) -> float:  # fmt: skip
+    """Inserts/s (w:majority) into an emulator rs3 whose members' data is on `layer` (None:
+    a plain directory)."""
+    spec = build_topology("rs3", port_base=port_base)
+
+    def mount_members() -> None:
+        for member in spec.members:
+            data = member_dir(directory, member) / "data"
+            data.mkdir(parents=True, exist_ok=True)
+            mount(data, data, member_dir(directory, member), layer=layer)
+
+    sandbox = up(directory, spec, EmulatorEngine(), mount_members if layer else None)
+    try:
+        count = 0
+        lock = threading.Lock()
+        deadline = time.monotonic() + seconds
+
+        def client_loop() -> None:
+            nonlocal count
+            with MongoClient(sandbox.uri) as client:
+                coll = client.bench.get_collection("c", write_concern=WriteConcern(w="majority"))
+                mine = 0
+                while time.monotonic() < deadline:
+                    coll.insert_one({"v": "x" * 200})
+                    mine += 1
+            with lock:
+                count += mine
+
+        pool = [threading.Thread(target=client_loop) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        return count / seconds
+    finally:
+        sandbox.down()
+        unmount_all(directory)
+
+
+def _rs3(tmp: Path, port_base: int, seconds: float, threads: int) -> None:
+    print(f"\nemulator rs3, members' data on each layer: inserts/s (w:majority, {threads} clients)")
+    base = _rs3_inserts_per_s(tmp / "rs3-plain", None, port_base, seconds, threads)
+    line = f"  plain {base:.0f}"
+    for layer in RULED_LAYERS:
+        fused = _rs3_inserts_per_s(tmp / f"rs3-{layer}", layer, port_base, seconds, threads)
+        line += f"; {layer} {fused:.0f} (ratio {fused / base:.2f})"
+    print(line)
+
+
+def _row(name: str, plain: float, figures: dict[str, float], digits: int = 0) -> str:
+    cells = "".join(f"{figures[label]:>11.{digits}f}{figures[label] / plain:>7.2f}"
+                    for label, _ in LAYERS)  # fmt: skip
+    return f"  {name:<10}{plain:>10.{digits}f}{cells}"
+
+
+def run(backing: Path, points: dict[str, Path], seconds: float, threads: int) -> None:
     rate: Callable[[list[float]], float] = lambda ds: len(ds) / seconds  # noqa: E731
     print(f"faultfs I/O benchmark: {threads} threads, {seconds:g} s per figure, 4 KiB ops")
-    print("\noverhead with no rule set (ops/s)")
-    print(f"  {'operation':<14}{'plain':>10}{'faultfs':>10}{'ratio':>8}")
+    print("\noverhead with no rule set (ops/s; ratio to plain)")
+    print(f"  {'operation':<10}{'plain':>10}" + "".join(f"{label:>11}{'ratio':>7}"
+                                                     for label, _ in LAYERS))  # fmt: skip
     for kind in ("write", "read", "fsync"):
-        base, fused = rate(_drive(plain, kind, seconds, threads)), 0.0
-        fused = rate(_drive(mounted, kind, seconds, threads))
-        print(f"  {kind:<14}{base:>10.0f}{fused:>10.0f}{fused / base:>8.2f}")
+        base = rate(_drive(backing / "file", kind, seconds, threads))
+        fused = {label: rate(_drive(points[label] / "file", kind, seconds, threads))
+                 for label, _ in LAYERS}  # fmt: skip
+        print(_row(kind, base, fused))
+    base = _sqlite_inserts_per_s(backing, seconds)
+    fused = {label: _sqlite_inserts_per_s(points[label], seconds) for label, _ in LAYERS}
+    print(_row("sqlite", base, fused))
+    print("  (sqlite: WAL inserts/s, a commit every 50; an emulator member makes 10 commits/s)")
 
-    print(f"\nIOPS caps (target ±{CAP_TOLERANCE:.0%})")
-    print(f"  {'cap':<22}{'configured':>11}{'measured':>10}{'ratio':>8}")
-    for direction in ("write", "read"):
-        for iops in (100, 500):
-            _rule(point, **{f"{direction}_iops": iops})
-            measured = rate(_drive(mounted, direction, seconds, threads))
-            ratio = measured / iops
-            print(f"  {direction + '_iops':<22}{iops:>11}{measured:>10.1f}{ratio:>8.3f}  "
-                  f"{_verdict(ratio, CAP_TOLERANCE)}")  # fmt: skip
+    print(f"\nIOPS caps (target ±{CAP_TOLERANCE:.0%}; measured ops/s, ratio to configured)")
+    print(f"  {'cap':<22}{'configured':>11}" + "".join(f"{label:>11}{'ratio':>7}{'':>6}"
+                                                     for label in RULED_LAYERS))  # fmt: skip
     mib = 1024 * 1024
-    for mb_s in (4, 16):
-        _rule(point, write_bytes_per_s=mb_s * mib)
-        durations = _drive(mounted, "write", seconds, threads, block=128 * 1024)
-        measured = len(durations) * 128 * 1024 / seconds / mib
-        ratio = measured / mb_s
-        print(f"  {'write MiB/s (128 KiB)':<22}{mb_s:>11}{measured:>10.2f}{ratio:>8.3f}  "
-              f"{_verdict(ratio, CAP_TOLERANCE)}")  # fmt: skip
+    caps: list[tuple[str, float, dict[str, object], str, int, float]] = [
+        (f"{d}_iops", iops, {f"{d}_iops": iops}, d, BLOCK, 1.0)
+        for d in ("write", "read")
+        for iops in (100, 500)
+    ]
+    caps += [("write MiB/s (128 KiB)", mb_s, {"write_bytes_per_s": mb_s * mib}, "write",
+              128 * 1024, 128 * 1024 / mib) for mb_s in (4, 16)]  # fmt: skip
+    for name, configured, rule, kind, block, unit in caps:
+        cells = ""
+        for label in RULED_LAYERS:
+            _rule(points[label], **rule)
+            measured = len(_drive(points[label] / "file", kind, seconds, threads, block))
+            measured *= unit / seconds
+            ratio = measured / configured
+            cells += f"{measured:>11.1f}{ratio:>7.3f}  {_verdict(ratio, CAP_TOLERANCE)}"
+            _rule(points[label])
+        print(f"  {name:<22}{configured:>11g}{cells}")
 
     print(f"\nadded latency per write (target ±{LATENCY_TOLERANCE:.0%}), one thread")
-    _rule(point)
-    base = statistics.median(_drive(mounted, "write", seconds, 1))
-    print(f"  no rule: median {base * 1000:.3f} ms")
-    for latency_ms in (5, 20):
-        _rule(point, latency_s=latency_ms / 1000, operations=["write"])
-        median = statistics.median(_drive(mounted, "write", seconds, 1))
-        added = (median - base) * 1000
-        ratio = added / latency_ms
-        print(f"  latency {latency_ms:>3} ms: median {median * 1000:.3f} ms, added {added:.3f} ms,"
-              f" ratio {ratio:.3f}  {_verdict(ratio, LATENCY_TOLERANCE)}")  # fmt: skip
-    _rule(point)
+    for label in RULED_LAYERS:
+        point = points[label]
+        _rule(point)
+        base = statistics.median(_drive(point / "file", "write", seconds, 1))
+        line = f"  {label:<9} no rule: median {base * 1000:.3f} ms"
+        for latency_ms in (5, 20):
+            _rule(point, latency_s=latency_ms / 1000, operations=["write"])
+            median = statistics.median(_drive(point / "file", "write", seconds, 1))
+            ratio = (median - base) * 1000 / latency_ms
+            line += f"; +{latency_ms} ms: added {(median - base) * 1000:.3f} ms, ratio {ratio:.3f}"
+            line += f" {_verdict(ratio, LATENCY_TOLERANCE)}"
+        _rule(point)
+        print(line)
 
 
 if __name__ == "__main__":

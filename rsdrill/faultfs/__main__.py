@@ -10,11 +10,13 @@ import argparse
 import json
 import os
 import select
+import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
+from rsdrill.faultfs.compiled import LAYERS, CompiledDataPath, choose_layer, compiled_binary
 from rsdrill.faultfs.control import ControlServer, socket_name
 from rsdrill.faultfs.mount import FSTYPE, MOUNT_TIMEOUT_S, STATE_FILE, detach, is_mounted
 from rsdrill.faultfs.state import FaultState
@@ -44,6 +46,51 @@ def _watch_owner(owner_pid: int, mountpoint: Path) -> None:
 
 
 def serve(args: argparse.Namespace) -> None:
+    source, mountpoint = Path(args.source), Path(args.mountpoint)
+    try:
+        layer = choose_layer(args.layer)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
+    if layer == "python" and args.layer is None and compiled_binary() is None:
+        print("faultfs: the compiled data path is not built (no cargo at install): serving "
+              "with the Python layer (slower)", flush=True)  # fmt: skip
+    info = {"pid": os.getpid(), "source": str(source), "mountpoint": str(mountpoint),
+            "track_unsynced": bool(args.track_unsynced), "layer": layer,
+            "socket": socket_name(mountpoint).decode()[1:]}  # fmt: skip
+    if layer == "compiled":
+        _serve_compiled(args, source, mountpoint, info)
+    else:
+        _serve_python(args, source, mountpoint, info)
+    print(f"unmounted {mountpoint}", flush=True)
+
+
+def _started(args: argparse.Namespace, mountpoint: Path, info: dict[str, object]) -> None:
+    """The mount is up: record it, watch its owner."""
+    (Path(args.state_dir) / STATE_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    if args.owner_pid:
+        threading.Thread(target=_watch_owner, args=(args.owner_pid, mountpoint), daemon=True,
+                         name="faultfs-owner").start()  # fmt: skip
+    print(f"serving {args.source} on {mountpoint} ({info['layer']} layer)", flush=True)
+
+
+def _serve_compiled(args: argparse.Namespace, source: Path, mountpoint: Path,
+                    info: dict[str, object]) -> None:  # fmt: skip
+    data_path = CompiledDataPath(source, mountpoint, track_unsynced=args.track_unsynced,
+                                 passthrough=args.passthrough)  # fmt: skip
+    info["passthrough"] = data_path.passthrough
+    # SIGTERM/SIGINT: the data path unmounts (lazily) and exits once its open files close.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: data_path.process.send_signal(signal.SIGTERM))
+    ControlServer(mountpoint, data_path, data_path if args.track_unsynced else None,
+                  info).start()  # fmt: skip
+    _started(args, mountpoint, info)
+    status = data_path.process.wait()
+    if status != 0:
+        raise RuntimeError(f"the compiled data path exited with status {status}")
+
+
+def _serve_python(args: argparse.Namespace, source: Path, mountpoint: Path,
+                  info: dict[str, object]) -> None:  # fmt: skip
     try:
         import mfusepy
 
@@ -54,21 +101,12 @@ def serve(args: argparse.Namespace) -> None:
             "mfusepy package (pip install mfusepy); .ci/install-faultfs installs both"
         ) from exc
 
-    source, mountpoint = Path(args.source), Path(args.mountpoint)
     # Opened before mounting: the backing directory stays reachable under the mount.
     root_fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY)
     state = FaultState()
     undo = UndoLog(root_fd) if args.track_unsynced else None
-    info = {"pid": os.getpid(), "source": str(source), "mountpoint": str(mountpoint),
-            "track_unsynced": bool(args.track_unsynced),
-            "socket": socket_name(mountpoint).decode()[1:]}  # fmt: skip
     ControlServer(mountpoint, state, undo, info).start()
-    state_dir = Path(args.state_dir)
-    (state_dir / STATE_FILE).write_text(json.dumps(info, indent=2) + "\n")
-    if args.owner_pid:
-        threading.Thread(target=_watch_owner, args=(args.owner_pid, mountpoint), daemon=True,
-                         name="faultfs-owner").start()  # fmt: skip
-    print(f"serving {source} on {mountpoint}", flush=True)
+    _started(args, mountpoint, info)
     mfusepy.FUSE(
         FaultOperations(root_fd, state, undo),
         str(mountpoint),
@@ -83,7 +121,6 @@ def serve(args: argparse.Namespace) -> None:
         negative_timeout=0,
         hard_remove=True,
     )
-    print(f"unmounted {mountpoint}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,6 +131,12 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("mountpoint")
     run.add_argument("--state-dir", required=True)
     run.add_argument("--owner-pid", type=int)
+    run.add_argument("--layer", choices=LAYERS, help="compiled (default where built) or python")
+    run.add_argument(
+        "--passthrough",
+        action="store_true",
+        help="compiled layer: files opened while no rule is set bypass the daemon (see docs)",
+    )
     run.add_argument(
         "--track-unsynced",
         action="store_true",

@@ -24,11 +24,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rsdrill.faultfs.compiled import CompiledDataPath
 from rsdrill.faultfs.rules import Rule
 from rsdrill.faultfs.state import FaultState
 from rsdrill.faultfs.undo import UndoLog
 
 CONTROL_TIMEOUT_S = 5.0
+_MAX_REQUEST_BYTES = 1 << 20
 
 
 class ControlError(Exception):
@@ -78,10 +80,19 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 class ControlServer:
-    """Serves the control requests of one mount from a background thread."""
+    """Serves the control requests of one mount from a background thread.
 
-    def __init__(self, mountpoint: Path, state: FaultState, undo: UndoLog | None,
-                 info: dict[str, Any]) -> None:  # fmt: skip
+    `state` and `undo` are the Python layer's own, or the compiled data path standing in for
+    both (the requests, validation and replies are the same either way).
+    """
+
+    def __init__(
+        self,
+        mountpoint: Path,
+        state: FaultState | CompiledDataPath,
+        undo: UndoLog | CompiledDataPath | None,
+        info: dict[str, Any],
+    ) -> None:
         self.state = state
         self.undo = undo
         self.info = info
@@ -109,13 +120,14 @@ class ControlServer:
             conn.settimeout(CONTROL_TIMEOUT_S)
             try:
                 uid = peer_uid(conn)
+                # Read the request even to refuse it: closing before the client has sent it
+                # would fail its send (EPIPE) instead of telling it why.
+                line = conn.makefile("rb").readline(_MAX_REQUEST_BYTES)
                 if uid not in (0, os.geteuid()):
                     reply = {"ok": False, "error": f"refused: uid {uid} is neither root nor "
                              f"the faultfs daemon's user ({os.geteuid()})"}  # fmt: skip
-                    conn.sendall(json.dumps(reply).encode() + b"\n")
-                    return
-                line = conn.makefile("rb").readline()
-                reply = self.handle(json.loads(line))
+                else:
+                    reply = self.handle(json.loads(line))
             except (OSError, json.JSONDecodeError) as exc:
                 reply = {"ok": False, "error": f"bad request: {exc}"}
             with contextlib.suppress(OSError):  # the client gave up: nothing to tell it

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rsdrill.faultfs.compiled import BINARY
 from rsdrill.faultfs.control import ControlError, request
 
 FSTYPE = "fuse.rsdrill-faultfs"
@@ -79,9 +80,15 @@ def mount(
     *,
     owner_pid: int | None = None,
     track_unsynced: bool = False,
+    layer: str | None = None,
+    passthrough: bool = False,
     timeout_s: float = MOUNT_TIMEOUT_S,
 ) -> Mount:
     """Mount the fault-injecting filesystem of `source` on `mountpoint` (may be the same).
+
+    `layer`: `compiled` or `python` (default: compiled where built, see `compiled.py`).
+    `passthrough` (compiled layer, not with `track_unsynced`): files opened while no rule is
+    set bypass the daemon until closed (docs/storage-faults.md).
 
     Returns once the mount answers on its control socket; raises FaultFSError otherwise
     (having stopped the daemon again).
@@ -102,6 +109,10 @@ def mount(
         argv += ["--owner-pid", str(owner_pid)]
     if track_unsynced:
         argv.append("--track-unsynced")
+    if layer is not None:
+        argv += ["--layer", layer]
+    if passthrough:
+        argv.append("--passthrough")
     log_path = state_dir / LOG_FILE
     with log_path.open("ab") as log:
         process = subprocess.Popen(
@@ -154,9 +165,12 @@ def detach(mountpoint: Path) -> None:
                        check=False)  # fmt: skip
 
 
-def _daemons() -> dict[Path, int]:
-    """Every running faultfs daemon: mount point → pid, found by command line."""
-    found: dict[Path, int] = {}
+def _daemons() -> dict[Path, list[int]]:
+    """Every running faultfs daemon: mount point → the pids serving it, found by command line:
+    its daemon first, then its compiled data path (`rsdrill-faultfs SOURCE MOUNTPOINT`), which
+    outlives a killed daemon by a moment (the mount answers until it is gone too)."""
+    found: dict[Path, list[int]] = {}
+    data_paths: dict[Path, list[int]] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -164,23 +178,28 @@ def _daemons() -> dict[Path, int]:
             args = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"rsdrill.faultfs" not in args or b"serve" not in args:
-            continue
-        at = args.index(b"serve") + 2  # serve SOURCE MOUNTPOINT ...
-        if at < len(args):
-            found[Path(os.fsdecode(args[at]))] = int(proc.name)
+        if b"rsdrill.faultfs" in args and b"serve" in args:
+            at = args.index(b"serve") + 2  # serve SOURCE MOUNTPOINT ...
+            if at < len(args):
+                found.setdefault(Path(os.fsdecode(args[at])), []).append(int(proc.name))
+        elif os.path.basename(args[0]) == BINARY.encode() and len(args) > 2:
+            point = Path(os.path.abspath(os.fsdecode(args[2])))
+            data_paths.setdefault(point, []).append(int(proc.name))
+    for point, pids in data_paths.items():
+        found.setdefault(point, []).extend(pids)
     return found
 
 
 def daemon_pid(mountpoint: Path) -> int | None:
-    """The pid of the daemon serving `mountpoint`."""
-    return _daemons().get(Path(os.path.abspath(mountpoint)))
+    """The pid of the daemon serving `mountpoint` (its data path's, when only that is left)."""
+    pids = _daemons().get(Path(os.path.abspath(mountpoint)))
+    return pids[0] if pids else None
 
 
 def unmount(mountpoint: Path, timeout_s: float = UNMOUNT_TIMEOUT_S) -> str:
     """Unmount and stop the daemon; a line saying what was done. Idempotent."""
     mountpoint = Path(os.path.abspath(mountpoint))
-    pid = daemon_pid(mountpoint)
+    pids = _daemons().get(mountpoint, [])
     was_mounted = is_mounted(mountpoint)
     if was_mounted:
         detach(mountpoint)
@@ -188,24 +207,27 @@ def unmount(mountpoint: Path, timeout_s: float = UNMOUNT_TIMEOUT_S) -> str:
             raise FaultFSError(f"faultfs: could not unmount {mountpoint}")
     # Lazily unmounted while files were still open: the daemon serves them until they are
     # closed. Past the deadline it is stopped; those files then fail with ENOTCONN.
-    if pid is not None and not _exits(mountpoint, pid, timeout_s):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        _exits(mountpoint, pid, UNMOUNT_TIMEOUT_S)
+    if pids and not _exit(mountpoint, pids, timeout_s):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _exit(mountpoint, pids, UNMOUNT_TIMEOUT_S)
     if not was_mounted:
         return f"{mountpoint}: no faultfs mounted" + (
-            f"; its daemon {pid} stopped" if pid is not None else ""
+            f"; its daemon {pids[0]} stopped" if pids else ""
         )
     return f"{mountpoint}: faultfs unmounted"
 
 
-def _exits(mountpoint: Path, pid: int, timeout_s: float) -> bool:
-    """Wait for the daemon to be gone (reaped, when this process started it)."""
+def _exit(mountpoint: Path, pids: list[int], timeout_s: float) -> bool:
+    """Wait for the processes serving the mount to be gone (reaped, when this process started
+    them)."""
     deadline = time.monotonic() + timeout_s
-    while daemon_pid(mountpoint) == pid:
+    while set(_daemons().get(mountpoint, [])) & set(pids):
         # A daemon this process started stays a zombie until waited for.
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
+        for pid in pids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)
