@@ -25,9 +25,9 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 
 from rsdrill.connection import ConnectOptions, DirectConnection, LoginError
+from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import build_topology
-from rsdrill.targets.local import listening_pid
 from tests.e2e.catalog import catalog
 from tests.e2e.local_set import local_target
 from tests.harness.moto_ec2 import client, moto_server, set_auth
@@ -189,7 +189,7 @@ def test_rsdrill_logs_in_with_uri_keys_a_session_token_or_the_environment(
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli.app", *args],
+        [sys.executable, "-m", "rsdrill.cli", *args],
         capture_output=True, text=True, timeout=240,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip
