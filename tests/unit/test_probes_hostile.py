@@ -12,7 +12,7 @@ from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.probes.availability import ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
 from rsdrill.probes.durability import readback
-from rsdrill.probes.failover import HelloPoller
+from rsdrill.probes.failover import HelloStream
 from rsdrill.probes.history import History, RunClock
 from rsdrill.probes.lag import LagPoller
 from rsdrill.probes.load import build_load
@@ -62,7 +62,7 @@ def _probes(host: str, history: History, clock: RunClock) -> list[Probe]:
         RawWriteLoop(
             history, clock, members=[host], collection="w", w="majority", journal=None, **common
         ),
-        HelloPoller(history, clock, member=host, **common),
+        HelloStream(history, clock, member=host, max_await_s=0.5, **common),
         StatusPoller(history, clock, member=host, **common),
         LagPoller(history, clock, members=[host], **common),
         *load,
