@@ -180,8 +180,14 @@ def test_no_primary_is_the_longest_stretch_without_a_writable_poll() -> None:
 
 
 def awaited(
-    member: str, t_start: float, t_end: float, writable: bool | None, *, was: bool,
-    changed: bool = False, timeout: bool = False,
+    member: str,
+    t_start: float,
+    t_end: float,
+    writable: bool | None,
+    *,
+    was: bool,
+    changed: bool = False,
+    timeout: bool = False,
 ) -> Op:
     """A streamed (awaitable) hello from `t_start` to `t_end`; `was`: the member's writable
     state before; writable None: the stream broke (a timeout, or a closed socket)."""
