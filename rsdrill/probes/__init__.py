@@ -104,16 +104,18 @@ class ProbeSet:
                 )  # fmt: skip
                 self.probes.append(self.ledger)
         for member in self.members:
+            stream = None
             if c.failover is not None:
-                self.probes.append(
-                    HelloStream(self.history, self.clock, member=member,
-                                interval_s=c.failover.interval, timeout_s=c.failover.timeout,
-                                max_await_s=c.failover.max_await)
-                )  # fmt: skip
+                stream = HelloStream(self.history, self.clock, member=member,
+                                     interval_s=c.failover.interval,
+                                     timeout_s=c.failover.timeout,
+                                     max_await_s=c.failover.max_await)  # fmt: skip
+                self.probes.append(stream)
             if c.recovery is not None:
                 self.probes.append(
                     StatusPoller(self.history, self.clock, member=member,
-                                 interval_s=c.recovery.interval, timeout_s=c.recovery.timeout)
+                                 interval_s=c.recovery.interval, timeout_s=c.recovery.timeout,
+                                 watch=stream)
                 )  # fmt: skip
         if c.lag is not None and not self.standalone:
             self.probes.append(

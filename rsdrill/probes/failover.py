@@ -48,6 +48,11 @@ class HelloStream(Probe):
         # The member's last topologyVersion; None until a hello answered with one.
         self._topology: dict[str, Any] | None = None
         self._writable = False
+        # For pollers that need the member only when it changes (`recovery.StatusPoller`): a
+        # count of the answers that may show a change (not an unchanged awaited one), and
+        # whether the member is streaming with a healthy role (primary, secondary, arbiter).
+        self.changes = 0
+        self.steady = False
 
     def tick(self) -> None:
         t_start = self.clock.now()
@@ -64,6 +69,8 @@ class HelloStream(Probe):
                 detail.update(awaited=True, held_writable=self._writable and not exc.timeout)
             self._topology = None
             self._writable = False
+            self.steady = False
+            self.changes += 1
             self.record("hello", self.member, t_start, "timeout" if exc.timeout else "error",
                         detail)  # fmt: skip
             return
@@ -80,6 +87,11 @@ class HelloStream(Probe):
             detail.update(awaited=True, changed=topology != asked, held_writable=self._writable)
         self._topology = topology if isinstance(topology, dict) else None
         self._writable = writable
+        if asked is None or topology != asked:
+            self.changes += 1
+        self.steady = self._topology is not None and (
+            writable or detail["secondary"] or detail["arbiter"]
+        )
         self.record("hello", self.member, t_start, "ok", detail)
 
     def next_wait_s(self) -> float:

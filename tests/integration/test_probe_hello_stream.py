@@ -1,6 +1,7 @@
 """The failover probe's awaitable hello stream against real emulator members: a quiet member
 costs one request per max_await, a change arrives at once, a killed member's stream breaks at
-once, a frozen one is given up after max_await + timeout."""
+once, a frozen one is given up after max_await + timeout; the recovery poller that follows a
+stream asks a quiet member seldom and a changed one at once."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 
 from rsdrill.probes.failover import HelloStream
 from rsdrill.probes.history import History, Op, RunClock
+from rsdrill.probes.recovery import QUIET_INTERVALS, StatusPoller
 from rsdrill.sandbox.cluster import Sandbox, is_writable_primary
 
 INTERVAL_S = 0.02
@@ -124,3 +126,33 @@ def test_a_frozen_member_is_given_up_after_max_await_and_timeout(
     assert timed_out.t_end - frozen_at <= MAX_AWAIT_S + TIMEOUT_S + 0.3
     # A silence proves nothing: no held state is claimed for it.
     assert timed_out.detail["held_writable"] is False
+
+
+def test_the_recovery_poller_asks_a_quiet_member_seldom_and_a_killed_one_every_interval(
+    replset: Callable[..., Sandbox],
+) -> None:
+    sandbox = replset("rs3")
+    member = next(m for m in sandbox.spec.members if not is_writable_primary(m.host))
+    history, clock, streams = _watch(sandbox)
+    stream = next(s for s in streams if s.member == member.host)
+    poller = StatusPoller(history, clock, member=member.host, interval_s=0.1, timeout_s=0.5,
+                          watch=stream)  # fmt: skip
+    poller.start()
+    try:
+        time.sleep(3.0)
+        killed_at = clock.now()
+        sandbox.kill(member)
+        time.sleep(1.0)
+    finally:
+        poller.stop()
+        poller.join(2)
+        poller.close()
+        _stop(streams)
+    polls = history.ops("recovery")
+    quiet = [op for op in polls if op.t_start < killed_at]
+    # Every 0.1 s would be 30; while the member streams unchanged, one per QUIET_INTERVALS.
+    assert 2 <= len(quiet) <= 3.0 / (QUIET_INTERVALS * 0.1) + 2, len(quiet)
+    assert all(op.ok and op.detail["state"] == "SECONDARY" for op in quiet)
+    down = [op for op in polls if op.t_start >= killed_at]
+    # The stream broke at once: from then on every interval (about 10 in 1 s), DOWN at once.
+    assert len(down) >= 6 and not down[0].ok and down[0].t_end - killed_at < 0.3
