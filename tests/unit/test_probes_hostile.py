@@ -130,3 +130,19 @@ def test_the_raw_writer_tries_twice_as_often_while_nothing_answers(kind: str) ->
     [op] = raw.history.ops("raw_write")
     assert op.outcome in ("error", "timeout") and op.member == host
     assert raw.next_wait_s() == INTERVAL_S / 2
+
+
+def test_a_server_that_does_not_hold_awaitable_hellos_is_polled_not_hammered() -> None:
+    history, clock = History(), RunClock.start()
+    with hostile_server("impatient") as host:
+        stream = HelloStream(history, clock, member=host, interval_s=INTERVAL_S,
+                             timeout_s=TIMEOUT_S, max_await_s=0.5)  # fmt: skip
+        stream.start()
+        time.sleep(RUN_S)
+        stream.stop()
+        stream.join(STOP_DEADLINE_S)
+        stream.close()
+    hellos = history.ops("failover")
+    # Re-asking at once would be thousands in a second; polling every interval is about 20.
+    assert 5 <= len(hellos) <= RUN_S / INTERVAL_S + 3, len(hellos)
+    assert all(op.ok and op.detail["writable"] for op in hellos)
