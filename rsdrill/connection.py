@@ -308,13 +308,17 @@ class DirectConnection:
             self._sock.close()
             self._sock = None
 
-    def command(self, db: str | None, cmd: dict[str, Any]) -> dict[str, Any]:
+    def command(
+        self, db: str | None, cmd: dict[str, Any], *, wait_s: float = 0.0
+    ) -> dict[str, Any]:
         """Run one command; the reply body (which may be {ok: 0}); WireClientError otherwise.
 
         `db` None sends the command without `$db` (only useful to test a server's refusal).
+        `wait_s`: how long the server may hold the reply on purpose (an awaitable hello's
+        maxAwaitTimeMS), added to the timeout.
         """
         try:
-            return self._roundtrip(db, cmd)
+            return self._roundtrip(db, cmd, wait_s)
         except TimeoutError as exc:
             self.close()
             raise WireClientError(f"{self.host}: timed out", timeout=True) from exc
@@ -342,10 +346,17 @@ class DirectConnection:
                 return _normalized(reply)
             _remember_legacy(self.host)
 
-    def _roundtrip(self, db: str | None, cmd: dict[str, Any]) -> dict[str, Any]:
+    def awaited_hello(self, topology: dict[str, Any], max_await_s: float) -> dict[str, Any]:
+        """An awaitable hello: the member answers when its `topologyVersion` is no longer
+        `topology`, or after `max_await_s`; in the form the socket's handshake used."""
+        cmd = {handshake_form(self.host): 1, "topologyVersion": topology,
+               "maxAwaitTimeMS": int(max_await_s * 1000)}  # fmt: skip
+        return _normalized(self.command("admin", cmd, wait_s=max_await_s))
+
+    def _roundtrip(self, db: str | None, cmd: dict[str, Any], wait_s: float) -> dict[str, Any]:
         # One deadline for the whole command: a socket timeout alone bounds each recv, and a
         # server dripping a byte at a time would never trip it.
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + self.timeout_s + wait_s
         if self._sock is None:
             self._open(deadline)
         return self._exchange(db, cmd, deadline)

@@ -65,6 +65,8 @@ class Metrics(_Model):
     no_primary_s: float | None = None
     lost_acknowledged_seqs: list[int] = Field(default_factory=list)
     probe_ops_per_s: float | None = None
+    # The same per probe: the probes' own load on the cluster (each op is one request sent).
+    probe_ops_per_s_by_probe: dict[str, float] = Field(default_factory=dict)
     # Members that fell off the oplog (RECOVERING until resynced), see analysis.recovery.too_stale.
     too_stale: list[str] = Field(default_factory=list)
     # A disaster-recovery drill (a data-loss fault and a restore step):

@@ -5,7 +5,9 @@
 - `reset`: accepts and at once resets the connection (RST, not FIN);
 - `drip`: answers with a header announcing a 1 MB reply, then one byte every 50 ms (a reader
   whose timeout is per `recv` instead of per reply would wait for almost 14 hours);
-- `mongodb42`: a well-formed server that says it is MongoDB 4.2 (older than rsdrill supports).
+- `mongodb42`: a well-formed server that says it is MongoDB 4.2 (older than rsdrill supports);
+- `impatient`: a well-formed primary whose hello carries a topologyVersion, but which answers an
+  awaitable hello at once instead of holding it.
 """
 
 from __future__ import annotations
@@ -59,12 +61,23 @@ def _drip(conn: socket.socket, stop: threading.Event) -> None:
 
 
 def _mongodb42(conn: socket.socket, stop: threading.Event) -> None:
-    from rsdrill import wire
-
-    replies = {
+    _answer(conn, stop, {
         "hello": {"ok": 1.0, "isWritablePrimary": True, "maxWireVersion": 8, "minWireVersion": 0},
         "buildinfo": {"ok": 1.0, "version": "4.2.24", "versionArray": [4, 2, 24, 0]},
-    }
+    })  # fmt: skip
+
+
+def _impatient(conn: socket.socket, stop: threading.Event) -> None:
+    topology = {"processId": b"0" * 12, "counter": 0}
+    hello = {"ok": 1.0, "isWritablePrimary": True, "maxWireVersion": 21, "minWireVersion": 0,
+             "topologyVersion": topology}  # fmt: skip
+    _answer(conn, stop, {"hello": hello})
+
+
+def _answer(conn: socket.socket, stop: threading.Event, replies: dict[str, dict]) -> None:
+    """Answer every command at once from `replies` by lower-cased name ({ok: 1} otherwise)."""
+    from rsdrill import wire
+
     buffer = b""
     for chunk in _requests(conn, stop):
         buffer += chunk
@@ -85,6 +98,7 @@ _HANDLERS: dict[str, Callable[[socket.socket, threading.Event], None]] = {
     "reset": _reset,
     "drip": _drip,
     "mongodb42": _mongodb42,
+    "impatient": _impatient,
 }
 
 

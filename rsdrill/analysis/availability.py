@@ -3,27 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import pairwise
 
 from rsdrill.history import Op
 
 
-def longest_gap(attempts: Sequence[Op], succeeded: Callable[[Op], bool]) -> float | None:
+def longest_gap(
+    attempts: Sequence[Op],
+    succeeded: Callable[[Op], bool],
+    held: Callable[[Op], bool] | None = None,
+) -> float | None:
     """The longest window, in seconds, in which no attempt succeeded.
 
     The windows are the gaps between the `t_end` of consecutive successful attempts (ordered by
     `t_end`), plus the open window from the last success to the end of the last attempt when
-    attempts kept failing until then. Failures before the first success (a probe warming up)
-    open no window. With no success at all the whole span counts: first attempt's `t_start` to
-    last attempt's `t_end`. None without attempts.
+    attempts kept failing until then. An attempt for which `held` is true proves success over
+    its whole span, `t_start` to `t_end` (an awaited hello that found a member unchanged): no
+    window lies inside it. Failures before the first success (a probe warming up) open no
+    window. With no success at all the whole span counts: first attempt's `t_start` to last
+    attempt's `t_end`. None without attempts.
     """
     if not attempts:
         return None
     last_end = max(op.t_end for op in attempts)
-    ok_ends = sorted(op.t_end for op in attempts if succeeded(op))
-    if not ok_ends:
+    covered = sorted(
+        [(op.t_end, op.t_end) for op in attempts if succeeded(op)]
+        + [(op.t_start, op.t_end) for op in attempts if held is not None and held(op)]
+    )
+    if not covered:
         return last_end - min(op.t_start for op in attempts)
-    return max([last_end - ok_ends[-1], *(b - a for a, b in pairwise(ok_ends))])
+    gaps, reached = [], covered[0][1]
+    for start, end in covered[1:]:
+        gaps.append(start - reached)
+        reached = max(reached, end)
+    return max([last_end - reached, *gaps])
 
 
 def unavailable_s(ops: Sequence[Op], probe: str) -> float | None:
@@ -31,9 +43,14 @@ def unavailable_s(ops: Sequence[Op], probe: str) -> float | None:
     `raw_write_unavailable_s` (probe "raw_write": the server's own gap, without the driver's).
 
     The longest window without a successful operation of that probe (see `longest_gap`);
-    None when the probe recorded nothing.
+    None when the probe recorded nothing. For "raw_write" a write the availability probe got
+    acknowledged is the server taking a write as well, so both probes' attempts count (the raw
+    writer sends nothing while those succeed).
     """
-    return longest_gap([op for op in ops if op.probe == probe], lambda op: op.ok)
+    if probe == "raw_write" and not any(op.probe == probe for op in ops):
+        return None
+    probes = {probe, "write"} if probe == "raw_write" else {probe}
+    return longest_gap([op for op in ops if op.probe in probes], lambda op: op.ok)
 
 
 def driver_write_delay_s(ops: Sequence[Op]) -> float | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rsdrill.analysis.durability import durability
+from rsdrill.analysis.durability import durability, ledger_inserts
 from rsdrill.history import FaultRecord, Op
 
 
@@ -54,7 +54,7 @@ def disaster_recovery(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> Disas
     rpo = lost_before = None
     if ledger.lost_acknowledged_writes is not None:
         lost = set(ledger.lost_acknowledged_seqs)
-        acked = [o for o in ops if o.probe == "ledger" and o.op == "insert" and o.ok]
+        acked = [o for o in ledger_inserts(ops) if o.ok]
         kept = [o.t_end for o in acked if o.t_end <= disaster and o.detail.get("seq") not in lost]
         rpo = disaster - max(kept) if kept else None
         if backup is not None:

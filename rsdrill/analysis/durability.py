@@ -2,7 +2,8 @@
 
 Read from the ledger probe: every insert carries a sequence number (`detail.seq`); at the end
 one "readback" op lists the acknowledged seqs a majority read no longer finds
-(`detail.missing`), or fails.
+(`detail.missing`), or fails. The inserts are the "ledger" probe's own, or those of the probe the
+readback names (`detail.of`: the availability probe's "write" when the ledger shares its writes).
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ def durability(ops: Sequence[Op]) -> Durability:
       (sorted, each once); lost_acknowledged_writes is their number. Both are unknown (None and
       []) when there is no readback or the last readback failed.
     """
-    inserts = [op for op in ops if op.probe == "ledger" and op.op == "insert"]
     readbacks = sorted(
         (op for op in ops if op.probe == "ledger" and op.op == "readback"), key=lambda o: o.t_end
     )
+    inserts = ledger_inserts(ops)
     acknowledged = [op for op in inserts if op.ok]
     result = Durability(acknowledged_writes=len(acknowledged) if inserts else None)
     if not readbacks or not readbacks[-1].ok:
@@ -41,3 +42,13 @@ def durability(ops: Sequence[Op]) -> Durability:
     acked_seqs = {op.detail.get("seq") for op in acknowledged}
     lost = sorted(s for s in set(readbacks[-1].detail.get("missing", [])) if s in acked_seqs)
     return Durability(result.acknowledged_writes, len(lost), lost)
+
+
+def ledger_inserts(ops: Sequence[Op]) -> list[Op]:
+    """The ledger's insert attempts: those of the probe the last readback names (`detail.of`),
+    the "ledger" probe's own without one."""
+    readbacks = [op for op in ops if op.probe == "ledger" and op.op == "readback"]
+    source = (
+        max(readbacks, key=lambda o: o.t_end).detail.get("of", "ledger") if readbacks else "ledger"
+    )
+    return [op for op in ops if op.probe == source and op.op == "insert"]

@@ -41,10 +41,16 @@ def writable(op: Op) -> bool:
 def no_primary_s(ops: Sequence[Op]) -> float | None:
     """`no_primary_s`: the longest window in which no failover poll saw any member writable.
 
-    Successes are failover polls answered with `writable: true` (by whichever member); windows
-    follow `availability.longest_gap`. None without failover polls.
+    Successes are failover polls answered with `writable: true` (by whichever member), and the
+    whole span of an awaited hello over which a member was proven to stay writable
+    (`held_writable`: it answered unchanged, or changed or its socket closed only at the end);
+    windows follow `availability.longest_gap`. None without failover polls.
     """
-    return longest_gap([op for op in ops if op.probe == "failover"], writable)
+    return longest_gap(
+        [op for op in ops if op.probe == "failover"],
+        writable,
+        held=lambda op: op.detail.get("held_writable") is True,
+    )
 
 
 def find_failover(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> Failover | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from rsdrill.analysis.availability import driver_write_delay_s, unavailable_s
@@ -26,7 +27,9 @@ def compute_metrics(
     """Every metric of the result (CONTRACT) from the history; a pure function.
 
     `ops` in any order; `duration_s` is the run's length, for `probe_ops_per_s` (the number of
-    ops of all probes per second; None when `duration_s` is not positive). Each metric's
+    ops of all probes per second; None when `duration_s` is not positive) and
+    `probe_ops_per_s_by_probe` (the same per probe: each op is one request the probe sent, so
+    this is its load on the cluster; empty when `duration_s` is not positive). Each metric's
     definition is in the docstring of the function computing it. For a `standalone` server the
     replica-set metrics are null and listed in `not_applicable`.
     """
@@ -50,6 +53,11 @@ def compute_metrics(
         degradation_s=degradation_s(ops, faults),
         no_primary_s=no_primary_s(ops),
         probe_ops_per_s=len(ops) / duration_s if duration_s > 0 else None,
+        probe_ops_per_s_by_probe=(
+            {name: n / duration_s for name, n in sorted(Counter(op.probe for op in ops).items())}
+            if duration_s > 0
+            else {}
+        ),
         too_stale=too_stale(ops),
         rto_s=drill.rto_s,
         rpo_s=drill.rpo_s,

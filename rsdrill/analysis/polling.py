@@ -17,7 +17,11 @@ def transition_time(prev: Op | None, first: Op, since: float) -> float:
     at or before `first.t_start`) that saw it false. The estimate is
     `(prev.t_end + first.t_start) / 2` when `prev` exists and ended at or after `since`, else
     `first.t_start`; never earlier than `since` (a poll in flight across `since` may answer).
+    A `first` the server sent because the condition changed (an awaited hello with
+    `changed: true`: the member answers at the change) dates it: `first.t_end`.
     """
+    if first.detail.get("changed") is True:
+        return max(first.t_end, since)
     if prev is not None and prev.t_end >= since:
         return (prev.t_end + first.t_start) / 2
     return max(first.t_start, since)

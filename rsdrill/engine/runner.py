@@ -476,7 +476,8 @@ class Runner:
                 target.members,
                 since_s=max((t for t in changed if t is not None), default=0.0),
                 now_s=self.clock.now(),
-                max_age_s=probe.timeout + 2 * probe.interval + 0.1,
+                # A streamed hello is current until its wait (max_await + timeout) runs out.
+                max_age_s=probe.max_await + probe.timeout + 2 * probe.interval + 0.1,
             )
             if states is not None:
                 return states

@@ -203,10 +203,16 @@ class AvailabilityProbe(Strict):
 
 
 class FailoverProbe(Strict):
-    """A direct connection to every member polling hello: who is primary, from when writable."""
+    """A direct connection to every member watching hello: who is primary, from when writable."""
 
     interval: Duration = 0.02
     timeout: Duration = 0.25
+    max_await: Duration = Field(
+        0.5,
+        description="awaitable hello: a member that is not changing answers this often (one "
+        "operation each); a frozen one is seen after max_await + timeout, a changed or killed "
+        "one at once",
+    )
 
 
 class RecoveryProbe(Strict):
@@ -232,6 +238,12 @@ class DurabilityProbe(Strict):
     journal: bool | None = None
     retries: bool = True
     readback_timeout: Duration = 60.0
+    share_writes: bool = Field(
+        True,
+        description="with the availability probe writing with the same write_concern and "
+        "journal: its acknowledged inserts are the ledger (no writes of its own; interval, "
+        "timeout and retries are then the availability probe's)",
+    )
 
 
 class LoadProbe(Strict):

@@ -11,7 +11,7 @@ from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import PROBE_DB, ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
 from rsdrill.probes.durability import readback
-from rsdrill.probes.failover import HelloPoller
+from rsdrill.probes.failover import HelloStream
 from rsdrill.probes.lag import LagPoller
 from rsdrill.probes.load import build_load, preload
 from rsdrill.probes.raw_write import RawWriteLoop
@@ -67,21 +67,22 @@ class ProbeSet:
 
     def _build(self) -> None:
         c = self.config
+        writes: WriteLoop | None = None
         if c.availability is not None:
             a = c.availability
             if a.writes:
-                self.probes.append(
-                    WriteLoop("write", self.history, self.clock, uri=self.uri,
-                              collection=f"{self.prefix}_write", interval_s=a.interval,
-                              timeout_s=a.timeout, w=a.write_concern, journal=a.journal,
-                              retries=a.retries)
-                )  # fmt: skip
-            if a.writes and a.raw_writes:
-                self.probes.append(
-                    RawWriteLoop(self.history, self.clock, members=self.members,
-                                 collection=f"{self.prefix}_raw_write", interval_s=a.interval,
-                                 timeout_s=a.timeout, w=a.write_concern, journal=a.journal)
-                )  # fmt: skip
+                writes = WriteLoop("write", self.history, self.clock, uri=self.uri,
+                                   collection=f"{self.prefix}_write", interval_s=a.interval,
+                                   timeout_s=a.timeout, w=a.write_concern, journal=a.journal,
+                                   retries=a.retries)  # fmt: skip
+                self.probes.append(writes)
+                if a.raw_writes:
+                    self.probes.append(
+                        RawWriteLoop(self.history, self.clock, members=self.members,
+                                     collection=f"{self.prefix}_raw_write",
+                                     interval_s=a.interval, timeout_s=a.timeout,
+                                     w=a.write_concern, journal=a.journal, driver_writes=writes)
+                    )  # fmt: skip
             if a.reads:
                 self.probes.append(
                     ReadLoop(self.history, self.clock, uri=self.uri,
@@ -91,22 +92,32 @@ class ProbeSet:
                 )  # fmt: skip
         if c.durability is not None:
             d = c.durability
-            self.ledger = WriteLoop(
-                "ledger", self.history, self.clock, uri=self.uri,
-                collection=f"{self.prefix}_ledger", interval_s=d.interval, timeout_s=d.timeout,
-                w=d.write_concern, journal=d.journal, retries=d.retries,
-            )  # fmt: skip
-            self.probes.append(self.ledger)
-        for member in self.members:
-            if c.failover is not None:
-                self.probes.append(
-                    HelloPoller(self.history, self.clock, member=member,
-                                interval_s=c.failover.interval, timeout_s=c.failover.timeout)
+            a = c.availability
+            if (d.share_writes and writes is not None and a is not None
+                    and (a.write_concern, a.journal) == (d.write_concern, d.journal)):  # fmt: skip
+                # The same acknowledgement, so the same promise: no writes of its own.
+                self.ledger = writes
+            else:
+                self.ledger = WriteLoop(
+                    "ledger", self.history, self.clock, uri=self.uri,
+                    collection=f"{self.prefix}_ledger", interval_s=d.interval,
+                    timeout_s=d.timeout, w=d.write_concern, journal=d.journal,
+                    retries=d.retries,
                 )  # fmt: skip
+                self.probes.append(self.ledger)
+        for member in self.members:
+            stream = None
+            if c.failover is not None:
+                stream = HelloStream(self.history, self.clock, member=member,
+                                     interval_s=c.failover.interval,
+                                     timeout_s=c.failover.timeout,
+                                     max_await_s=c.failover.max_await)  # fmt: skip
+                self.probes.append(stream)
             if c.recovery is not None:
                 self.probes.append(
                     StatusPoller(self.history, self.clock, member=member,
-                                 interval_s=c.recovery.interval, timeout_s=c.recovery.timeout)
+                                 interval_s=c.recovery.interval, timeout_s=c.recovery.timeout,
+                                 watch=stream)
                 )  # fmt: skip
         if c.lag is not None and not self.standalone:
             self.probes.append(

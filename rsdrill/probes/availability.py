@@ -74,6 +74,8 @@ class WriteLoop(Probe):
             collection, write_concern=write_concern(w, journal)
         )
         self.seq = 0
+        # When the last insert was acknowledged (run seconds); the raw writer skips a tick then.
+        self.last_acknowledged_s: float | None = None
 
     def tick(self) -> None:
         self.seq += 1
@@ -85,6 +87,7 @@ class WriteLoop(Probe):
         )
         if error is None:
             self.record("insert", self._served.last, t_start, "ok", {"seq": seq})
+            self.last_acknowledged_s = self.clock.now()
         else:
             outcome, detail = classify(error)
             self.record("insert", self._served.last, t_start, outcome, {"seq": seq, **detail})

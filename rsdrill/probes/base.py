@@ -159,16 +159,12 @@ class MemberPoller(Probe):
     def tick(self) -> None:
         t_start = self.clock.now()
         try:
-            reply = self.ask(self._conn)
+            reply = self._conn.command("admin", self.command)
         except WireClientError as exc:
             outcome = "timeout" if exc.timeout else "error"
             self.record(self.op, self.member, t_start, outcome, {"error": str(exc)})
             return
         self.answered(t_start, reply)
-
-    def ask(self, conn: DirectConnection) -> dict[str, Any]:
-        """The question put to the member each tick."""
-        return conn.command("admin", self.command)
 
     def answered(self, t_start: float, reply: dict[str, Any]) -> None:
         raise NotImplementedError

@@ -11,9 +11,12 @@ from pymongo.read_concern import ReadConcern
 from rsdrill.probes.availability import WriteLoop
 from rsdrill.probes.base import classify
 
+LEDGER = "ledger"
+
 
 def readback(ledger: WriteLoop, timeout_s: float) -> None:
-    """Record one "readback" op: which acknowledged seqs a majority read cannot find.
+    """Record one "readback" op of the "ledger" probe: which acknowledged seqs a majority read
+    cannot find; `detail.of` names the probe whose inserts were the ledger.
 
     Retries until `timeout_s` so that a set still electing or catching up is given the chance
     to answer; a failure to read at all is recorded as an error (lost writes unknown).
@@ -31,10 +34,10 @@ def readback(ledger: WriteLoop, timeout_s: float) -> None:
         except PyMongoError as exc:
             if time.monotonic() > deadline:
                 _, detail = classify(exc)
-                ledger.record("readback", None, t_start, "error", detail)
+                ledger.record("readback", None, t_start, "error", {**detail, "of": ledger.name},
+                              probe=LEDGER)  # fmt: skip
                 return
             time.sleep(0.2)
     missing = sorted(acknowledged - found)
-    ledger.record(
-        "readback", None, t_start, "ok", {"checked": len(acknowledged), "missing": missing}
-    )
+    detail = {"checked": len(acknowledged), "missing": missing, "of": ledger.name}
+    ledger.record("readback", None, t_start, "ok", detail, probe=LEDGER)

@@ -5,9 +5,12 @@ writable by majority) for the failover decomposition."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 
+from rsdrill.history import History, RunClock
 from rsdrill.probes.base import MemberPoller
+from rsdrill.probes.failover import HelloStream
 from rsdrill.states import NOT_A_REPLICA_SET, STANDALONE
 
 _ELECTION_DATES = {
@@ -17,10 +20,45 @@ _ELECTION_DATES = {
 }
 
 
+# While the member's hello stream shows it healthy and unchanged, one poll per this many
+# intervals: enough for the terms the failover decomposition compares against.
+QUIET_INTERVALS = 10
+
+
 class StatusPoller(MemberPoller):
+    """replSetGetStatus every interval; with the member's hello stream (`watch`), only while
+    the stream shows it changing, unhealthy or not streaming, and every QUIET_INTERVALS
+    intervals otherwise: a change is on the stream at once, so a state is still seen within one
+    interval of it, and a healthy member that is not changing costs a tenth."""
+
     name = "recovery"
     op = "status"
     command = {"replSetGetStatus": 1}
+
+    def __init__(
+        self,
+        history: History,
+        clock: RunClock,
+        *,
+        member: str,
+        interval_s: float,
+        timeout_s: float,
+        watch: HelloStream | None = None,
+    ) -> None:
+        super().__init__(history, clock, member=member, interval_s=interval_s, timeout_s=timeout_s)
+        self._watch = watch
+        self._seen_changes = -1
+        self._asked_at = -math.inf
+
+    def tick(self) -> None:
+        watch, now = self._watch, self.clock.now()
+        if watch is not None:
+            quiet = watch.steady and watch.changes == self._seen_changes
+            if quiet and now - self._asked_at < QUIET_INTERVALS * self.interval_s:
+                return
+            self._seen_changes = watch.changes  # read before asking: a change meanwhile counts
+        self._asked_at = now
+        super().tick()
 
     def answered(self, t_start: float, status: dict[str, Any]) -> None:
         if status.get("code") in NOT_A_REPLICA_SET:  # it answers, and has no replica set

@@ -32,8 +32,20 @@ def test_the_driver_delay_is_the_application_gap_beyond_the_raw_gap() -> None:
     raw = [attempt(1.98, 2.0, probe="raw_write"), attempt(12.0, 12.02, probe="raw_write")]
     app = [attempt(1.99, 2.01), attempt(2.1, 2.35, ok=False), attempt(12.4, 12.43)]
     assert unavailable_s(raw, "raw_write") == pytest.approx(10.02)
-    assert driver_write_delay_s(raw + app) == pytest.approx(10.42 - 10.02)
+    # pymongo's acknowledged write at 2.01 is the server's last write before the outage too.
+    assert unavailable_s(raw + app, "raw_write") == pytest.approx(12.02 - 2.01)
+    assert driver_write_delay_s(raw + app) == pytest.approx(10.42 - 10.01)
     assert driver_write_delay_s(app) is None and driver_write_delay_s(raw) is None
+
+
+def test_the_raw_gap_counts_the_application_writes_the_raw_writer_left_to_them() -> None:
+    # Quiet until 3.0 (pymongo's writes succeed, the raw writer sends nothing); the raw writer
+    # writes from the first pymongo failure on and finds the server back at 5.0.
+    app = [attempt(t, t + 0.01) for t in (1.0, 2.0, 3.0)] + [attempt(3.02, 5.5, ok=False)]
+    raw = [attempt(t, t + 0.01, ok=False, probe="raw_write") for t in (3.04, 4.0)]
+    raw += [attempt(5.0, 5.01, probe="raw_write")]
+    assert unavailable_s(app + raw, "raw_write") == pytest.approx(5.01 - 3.01)
+    assert unavailable_s(app, "raw_write") is None
 
 
 def test_steady_writes_give_the_poll_interval() -> None:

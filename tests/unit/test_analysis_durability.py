@@ -30,6 +30,18 @@ def test_rollback_loses_exactly_the_acknowledged_missing_seqs() -> None:
     assert durability(ops) == Durability(11, 2, [7, 8])
 
 
+def test_a_ledger_sharing_the_write_probe_counts_that_probes_inserts() -> None:
+    def write(seq: int) -> Op:
+        return Op("write", "insert", A, 1.0 + seq, 1.01 + seq, "ok", {"seq": seq})
+
+    shared = Op(
+        "ledger", "readback", B, 60.0, 60.1, "ok", {"checked": 3, "missing": [2], "of": "write"}
+    )
+    # The ledger probe's own inserts (here a stray one) are not the ledger any more.
+    ops = [write(0), write(1), write(2), insert(5), shared]
+    assert durability(ops) == Durability(3, 1, [2])
+
+
 def test_nothing_missing_is_zero_lost() -> None:
     assert durability([insert(0), insert(1), readback([])]) == Durability(2, 0, [])
 

@@ -179,6 +179,64 @@ def test_no_primary_is_the_longest_stretch_without_a_writable_poll() -> None:
     assert no_primary_s(rs3_primary_kill()) == pytest.approx(10.1)
 
 
+def awaited(
+    member: str,
+    t_start: float,
+    t_end: float,
+    writable: bool | None,
+    *,
+    was: bool,
+    changed: bool = False,
+    timeout: bool = False,
+) -> Op:
+    """A streamed (awaitable) hello from `t_start` to `t_end`; `was`: the member's writable
+    state before; writable None: the stream broke (a timeout, or a closed socket)."""
+    if writable is None:
+        detail = {"error": "x", "awaited": True, "held_writable": was and not timeout}
+        outcome = "timeout" if timeout else "error"
+        return Op("failover", "hello", member, t_start, t_end, outcome, detail)
+    detail = {"writable": writable, "secondary": not writable, "primary": None,
+              "awaited": True, "changed": changed, "held_writable": was}  # fmt: skip
+    return Op("failover", "hello", member, t_start, t_end, "ok", detail)
+
+
+def streamed_primary_kill(*, frozen: bool) -> list[Op]:
+    """Streams answering every 0.5 s: A primary, killed (or frozen) at 5.2; B is pushed to
+    writable at 15.003 (asked at 15.0: its 0.5 s wait was cut short by the change)."""
+    ops = [hello(A, 0.99, True), hello(B, 0.99, False), hello(C, 0.99, False)]
+    for k in range(8):  # unchanged replies over [1.0, 5.0]
+        ops += [awaited(m, 1.0 + 0.5 * k, 1.5 + 0.5 * k, m == A, was=m == A) for m in (A, B, C)]
+    broken = 5.0 + 0.5 + 0.25 if frozen else 5.2  # a silence times out; a kill closes at once
+    ops.append(awaited(A, 5.0, broken, None, was=True, timeout=frozen))
+    for m in (B, C):
+        ops += [awaited(m, 5.0 + 0.5 * k, 5.5 + 0.5 * k, False, was=False) for k in range(20)]
+    ops.append(awaited(B, 15.0, 15.003, True, was=False, changed=True))
+    return ops
+
+
+def test_a_pushed_reply_dates_the_change_at_its_end() -> None:
+    failover = find_failover(streamed_primary_kill(frozen=False), [kill(5.2)])
+    assert failover is not None and failover.new_primary == B
+    # Not the midpoint with B's last unchanged reply (ended 15.0), nor its send time (15.0).
+    assert failover.writable_at_s == pytest.approx(15.003)
+
+
+def test_a_stream_that_closes_held_its_state_until_then_a_silent_one_did_not() -> None:
+    # Killed: A's socket closed at 5.2, so A was writable until then.
+    assert no_primary_s(streamed_primary_kill(frozen=False)) == pytest.approx(15.003 - 5.2)
+    # Frozen: after A's last reply (5.0) nothing is known; the window opens there.
+    assert no_primary_s(streamed_primary_kill(frozen=True)) == pytest.approx(15.003 - 5.0)
+
+
+def test_unchanged_replies_keep_a_quiet_primary_covered() -> None:
+    # Replies every 0.5 s, each proving A writable over its whole span: no gap of 0.5 s.
+    ops = [hello(A, 0.99, True)]
+    ops += [awaited(A, 1.0 + 0.5 * k, 1.5 + 0.5 * k, True, was=True) for k in range(10)]
+    assert no_primary_s(ops) == pytest.approx(0.0)
+    # A reply missing from the record (here the one over [3.0, 3.5]) leaves its span open.
+    assert no_primary_s([op for op in ops if op.t_start != 3.0]) == pytest.approx(0.5)
+
+
 def test_no_primary_open_window_and_no_data() -> None:
     ops = [*polls(A, 1.0, 5.0, True), *polls(B, 1.0, 20.0, False)]
     assert no_primary_s(ops) == pytest.approx(19.91 - 4.91)

@@ -126,6 +126,14 @@ def test_rs3_primary_kill() -> None:
         no_primary_s=15.01 - 4.91,
         # 290 x 3 (write, ledger, read) + 1 readback + 285 + 290 + 290 hellos + 29 x 4 polls.
         probe_ops_per_s=(870 + 1 + 865 + 116) / 30.0,
+        probe_ops_per_s_by_probe={
+            "failover": 865 / 30,
+            "lag": 29 / 30,
+            "ledger": 291 / 30,
+            "read": 290 / 30,
+            "recovery": 87 / 30,
+            "write": 290 / 30,
+        },
     )
     assert flat(metrics.model_dump()) == pytest.approx(flat(expected.model_dump()))
     assert len(ops) == 1852
@@ -168,6 +176,10 @@ def test_rs1_restart_has_no_failover_and_the_outage_is_the_restart() -> None:
     assert metrics.degradation_s == 0.75
     assert metrics.latency_ms.p99 == pytest.approx(5.0)
     assert metrics.probe_ops_per_s == pytest.approx((390 + 390 + 39) / 40.0)
+    # Per probe: 390 writes, 390 hellos, 39 status polls over 40 s.
+    assert metrics.probe_ops_per_s_by_probe == pytest.approx(
+        {"write": 9.75, "failover": 9.75, "recovery": 0.975}
+    )
 
 
 def test_an_empty_run_is_all_unknown() -> None:

@@ -13,7 +13,7 @@ from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
 from rsdrill.probes.durability import readback
-from rsdrill.probes.failover import HelloPoller
+from rsdrill.probes.failover import HelloStream
 from rsdrill.probes.lag import LagPoller
 from rsdrill.probes.load import build_load
 from rsdrill.probes.raw_write import RawWriteLoop
@@ -62,7 +62,7 @@ def _probes(host: str, history: History, clock: RunClock) -> list[Probe]:
         RawWriteLoop(
             history, clock, members=[host], collection="w", w="majority", journal=None, **common
         ),
-        HelloPoller(history, clock, member=host, **common),
+        HelloStream(history, clock, member=host, max_await_s=0.5, **common),
         StatusPoller(history, clock, member=host, **common),
         LagPoller(history, clock, members=[host], **common),
         *load,
@@ -130,3 +130,19 @@ def test_the_raw_writer_tries_twice_as_often_while_nothing_answers(kind: str) ->
     [op] = raw.history.ops("raw_write")
     assert op.outcome in ("error", "timeout") and op.member == host
     assert raw.next_wait_s() == INTERVAL_S / 2
+
+
+def test_a_server_that_does_not_hold_awaitable_hellos_is_polled_not_hammered() -> None:
+    history, clock = History(), RunClock.start()
+    with hostile_server("impatient") as host:
+        stream = HelloStream(history, clock, member=host, interval_s=INTERVAL_S,
+                             timeout_s=TIMEOUT_S, max_await_s=0.5)  # fmt: skip
+        stream.start()
+        time.sleep(RUN_S)
+        stream.stop()
+        stream.join(STOP_DEADLINE_S)
+        stream.close()
+    hellos = history.ops("failover")
+    # Re-asking at once would be thousands in a second; polling every interval is about 20.
+    assert 5 <= len(hellos) <= RUN_S / INTERVAL_S + 3, len(hellos)
+    assert all(op.ok and op.detail["writable"] for op in hellos)
