@@ -53,7 +53,12 @@ def test_drill_measures_rto_and_loses_only_writes_after_the_backup(tmp_path: Pat
     ops = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
     steps = {o["op"]: o for o in ops if o["probe"] == "step"}
     disaster = max(f["injected_at_s"] for f in result["faults"] if f["kind"] == "data-loss")
-    inserts = [o for o in ops if o["probe"] == "ledger" and o["op"] == "insert"]
+    # The ledger's inserts are the probe its readback names (the availability probe's writes
+    # when the ledger shares them).
+    readback = next(o for o in ops if o["probe"] == "ledger" and o["op"] == "readback")
+    source = readback["detail"].get("of", "ledger")
+    inserts = [o for o in ops if o["probe"] == source and o["op"] == "insert"]
+    assert inserts
     acked = {o["detail"]["seq"]: o["t_end"] for o in inserts if o["outcome"] == "ok"}
     lost = set(metrics["lost_acknowledged_seqs"])
     # The backup holds everything acknowledged before it began and nothing after it ended.
