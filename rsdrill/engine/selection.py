@@ -84,14 +84,15 @@ def states_from_hellos(
     """Every member's role from the failover probe's latest hello, or None if one is unknown.
 
     This costs no network round trip at injection time (a frozen member makes the live query
-    wait out its timeout). An answer counts only when it started after `since_s` (the last
-    fault injected or reverted, which may have changed the roles) and ended within `max_age_s`
-    of `now_s`; a hello that failed is DOWN, as in `member_state`. An answer that names no
-    role (a primary still draining, a member starting up) leaves the member unknown.
+    wait out its timeout). An answer counts only when it describes the member after `since_s`
+    (the last fault injected or reverted, which may have changed the roles; see
+    `_describes_after`) and ended within `max_age_s` of `now_s`; a hello that failed is DOWN,
+    as in `member_state`. An answer that names no role (a primary still draining, a member
+    starting up) leaves the member unknown.
     """
     latest: dict[str, Op] = {}
     for op in ops:
-        if op.op == "hello" and op.member in members and op.t_start > since_s:
+        if op.op == "hello" and op.member in members and _describes_after(op, since_s):
             latest[op.member] = op  # ops are in the order they ended: the last one wins
     states = {}
     for host in members:
@@ -109,3 +110,14 @@ def states_from_hellos(
         else:
             return None
     return states
+
+
+def _describes_after(op: Op, since_s: float) -> bool:
+    """Whether a hello op tells the member's state after `since_s`. A polled answer may have
+    been read before it unless it was asked after it. An awaited answer is read when it is sent
+    (at once on a change, else after maxAwaitTimeMS), and a member that did not answer did not
+    answer at the op's end: both tell the state as of their end. (Waiting for a frozen member's
+    awaited hello that started after the fault delays the next fault by max_await + timeout.)"""
+    if op.ok and not op.detail.get("awaited"):
+        return op.t_start > since_s
+    return op.t_end > since_s

@@ -224,3 +224,18 @@ def test_without_fresh_answers_for_every_member_the_caller_asks_live(
     ops: list[Op], since_s: float, now_s: float
 ) -> None:
     assert states_from_hellos(ops, MEMBERS, since_s=since_s, now_s=now_s, max_age_s=0.4) is None
+
+
+def test_awaited_answers_and_failures_tell_the_state_as_of_their_end() -> None:
+    """A member's awaited hello is answered at once on a change, so one that began before the
+    last fault and ended after it is current; so is a failure that ended after it (a frozen
+    member's awaited hello fails only after max_await + timeout). A polled answer is not."""
+    awaited = [
+        Op("failover", "hello", "h:1", 4.6, 5.1, "ok", {"writable": True, "awaited": True}),
+        Op("failover", "hello", "h:2", 4.7, 5.2, "ok", {"secondary": True, "awaited": True}),
+        Op("failover", "hello", "h:3", 4.4, 5.15, "timeout", {"awaited": True}),
+    ]
+    states = states_from_hellos(awaited, MEMBERS, since_s=5.0, now_s=5.25, max_age_s=0.4)
+    assert states == {"h:1": "PRIMARY", "h:2": "SECONDARY", "h:3": "DOWN"}
+    polled = [*awaited[:2], _hello("h:3", 4.99, writable=False, secondary=True)]
+    assert states_from_hellos(polled, MEMBERS, since_s=5.0, now_s=5.25, max_age_s=0.4) is None

@@ -26,6 +26,13 @@ async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
     node = Node(spec, host, sandbox_dir)
     # A standalone server has nobody to sync from: an empty one starts as a new set of one.
     node.boot(initiate=initiate or spec.standalone)
+    if spec.standalone:
+        # A standalone mongod takes writes from its first connection: with nobody to catch up
+        # from or to ask for votes, stand before listening (else its first clients would meet
+        # NotPrimary errors, which no standalone gives).
+        sync.maybe_finish_recovering(node, no_source=True)
+        if node.is_electable():
+            await election.run_election(node, reason="standalone", skip_dry_run=True)
     commands = Commands(node)
     name, port = host.rsplit(":", 1)
     tls = (

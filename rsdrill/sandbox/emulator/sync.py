@@ -198,7 +198,7 @@ async def _fetch_step(node: Node) -> None:
     source = choose_source(node)
     if source is None:
         node.sync_source = ""
-        _maybe_finish_recovering(node, no_source=True)
+        maybe_finish_recovering(node, no_source=True)
         await node.topology_changed.wait(0.2)
         return
     if source != node.sync_source:
@@ -210,7 +210,7 @@ async def _fetch_step(node: Node) -> None:
     if reply.get("ok"):
         if node.state is MemberState.RECOVERING and node.min_valid == NULL_OPTIME:
             node.min_valid = OpTime.from_doc(reply.get("lastApplied"))
-        _maybe_finish_recovering(node, no_source=False)
+        maybe_finish_recovering(node, no_source=False)
         return
     name = reply.get("codeName")
     if name == STALE:
@@ -224,7 +224,7 @@ async def _fetch_step(node: Node) -> None:
         await asyncio.sleep(0.1)
 
 
-def _maybe_finish_recovering(node: Node, *, no_source: bool) -> None:
+def maybe_finish_recovering(node: Node, *, no_source: bool) -> None:
     """RECOVERING → SECONDARY once caught up to minValid, or when there is nobody to ask."""
     if node.state is not MemberState.RECOVERING or node.too_stale:
         return
