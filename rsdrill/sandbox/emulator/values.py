@@ -28,18 +28,7 @@ from bson.objectid import ObjectId
 from bson.regex import Regex
 from bson.timestamp import Timestamp
 
-_CODE_NAMES = {
-    2: "BadValue",
-    9: "FailedToParse",
-    14: "TypeMismatch",
-    28: "PathNotViable",
-    40: "ConflictingUpdateOperators",
-    54: "NotSingleValueField",
-    56: "EmptyFieldName",
-    66: "ImmutableField",
-    168: "InvalidPipelineOperator",
-    40324: "UnrecognizedPipelineStage",
-}
+from rsdrill.sandbox.emulator.errors import CODE_NAMES
 
 
 class QueryError(Exception):
@@ -48,7 +37,7 @@ class QueryError(Exception):
     def __init__(self, code: int, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
-        self.code_name = _CODE_NAMES.get(code, f"Location{code}")
+        self.code_name = CODE_NAMES.get(code, f"Location{code}")
         self.message = message
         # Fields the error reply carries besides code and message (DuplicateKey's keyValue).
         self.details = details or {}
