@@ -15,8 +15,13 @@ from types import FrameType
 INTERRUPTED = 130
 
 
-def _quiet_exit(signum: int, frame: FrameType | None) -> None:
-    os._exit(INTERRUPTED)  # during imports: no state to save, no fault to undo
+def quiet_exit(signum: int, frame: FrameType | None) -> None:
+    """SIGINT while nothing has been built or injected: end at once with status 130.
+
+    A raised KeyboardInterrupt is not safe there: it can land inside a library that turns it
+    into another error (pydantic's schema building reports it as a SchemaError) or drops it,
+    and the run would then go on as if Ctrl-C had never been pressed."""
+    os._exit(INTERRUPTED)
 
 
 def main() -> None:
@@ -24,7 +29,7 @@ def main() -> None:
     # Started with SIGINT ignored (a background job): leave it so, as Python itself does.
     interruptible = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
     if interruptible:
-        signal.signal(signal.SIGINT, _quiet_exit)
+        signal.signal(signal.SIGINT, quiet_exit)
     from rsdrill.cli.app import app
 
     if interruptible:

@@ -124,12 +124,13 @@ class Runner:
 
     def run(self) -> Result:
         """Carry the experiment out; always returns a Result (reports written)."""
+        # First of all: a signal from here on stops the run through its own handler.
+        previous = self._install_signal_handlers()
         self.options.out_dir.mkdir(parents=True, exist_ok=True)
         started_wall = dt.datetime.now(dt.UTC)
         journal = Journal.open_run(self.run_id, self.exp.name, self.options.journal_dir)
         self._journal = journal
         console = self.options.console
-        previous = self._install_signal_handlers()
         target: RunTarget | None = None
         probes = None
         verdict, error = "error", None
@@ -140,6 +141,7 @@ class Runner:
             self.live.start()
         try:
             self._phase("setup")
+            self._check_abort()
             target = make_target(self.exp, self.options.out_dir)
             resource = target.recover_action()
             if resource:
