@@ -52,3 +52,7 @@ def _root(
     ] = False,
 ) -> None:
     """Chaos experiments for MongoDB replica sets, with failover and recovery measured."""
+
+
+if __name__ == "__main__":  # `python -m rsdrill.cli.app`, as `python -m rsdrill.cli`
+    app()

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from rsdrill.cli.check import refuse_unless_checked
-from rsdrill.cli.entry import quiet_exit
 from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.interrupt import exit_on_interrupt
 
 if TYPE_CHECKING:
     from rsdrill.engine.console import GameDayConsole
@@ -74,12 +74,9 @@ def run(
     4 a platform or internal error."""
     from rsdrill.experiment.loader import ExperimentError, load_experiment
 
-    if threading.current_thread() is threading.main_thread() and (
-        signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
-    ):
-        # Loading, checking and planning change nothing: Ctrl-C ends them at once, until the
-        # runner puts its own handler (revert, then report) in place.
-        signal.signal(signal.SIGINT, quiet_exit)
+    # Loading, checking and planning change nothing: Ctrl-C ends them at once, until the
+    # runner puts its own handler (revert, then report) in place.
+    exit_on_interrupt()
     try:
         experiment = load_experiment(file)
     except ExperimentError as exc:

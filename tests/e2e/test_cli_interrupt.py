@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -56,3 +57,36 @@ def _in_the_launcher(err: str, script: str) -> bool:
         and bool(frames)
         and all(f == script or f.startswith("<frozen ") for f in frames)
     )
+
+
+def test_sigint_that_a_library_drops_while_loading_still_ends_the_command(tmp_path: Path) -> None:
+    """Ctrl-C while the file is being loaded, inside library code that drops (or converts) a
+    KeyboardInterrupt, as pydantic's validator building can: the command still ends with 130
+    and no run starts."""
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(EXPERIMENT)
+    program = (
+        "import os, signal, sys, time\n"
+        "import rsdrill.experiment.loader as loader\n"
+        "real = loader.load_experiment\n"
+        "def load_in_a_careless_library(path):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(0.2)\n"
+        "    except KeyboardInterrupt:\n"
+        "        pass\n"
+        "    return real(path)\n"
+        "loader.load_experiment = load_in_a_careless_library\n"
+        "from rsdrill.cli.entry import main\n"
+        f"sys.argv = ['rsdrill', 'run', {str(experiment)!r}, '--out', {str(tmp_path / 'out')!r},"
+        " '--no-history', '--no-live']\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=90,
+        env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert proc.returncode == 130, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()  # the runner never started
