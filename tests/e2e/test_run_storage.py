@@ -128,11 +128,8 @@ def test_primary_iops_throttle_shows_in_latency_percentiles(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_throttled_secondary_lags_then_falls_off_a_small_oplog(tmp_path: Path) -> None:
-    # This oplog holds about 10 s of these writes: the lag can grow no further before the
-    # member falls off, so the lag SLO is halved with it. (2 MB held that much until the
-    # emulator's update entries also carried their update description, for change streams:
-    # with half the workload updates, an entry is now about twice as large, the lag topped out
-    # at 4.5 s and this test failed one run in two.)
+    # This oplog holds less of these writes than the 18 s the throttle lasts: the lag grows
+    # until the member falls off, and the lag SLO (halved) fails on the way.
     spec = _catalog("secondary-iops-throttle", **{"target.oplog_size_mb": 4,
                     "faults.0.duration": "18s", "observe.after_revert": "2s",
                     "slo.replication_lag_max_s": "<= 4"})  # fmt: skip

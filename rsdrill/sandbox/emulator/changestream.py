@@ -18,6 +18,7 @@ from bson.timestamp import Timestamp
 from rsdrill.sandbox.emulator.errors import CommandError
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
 from rsdrill.sandbox.emulator.pipeline import run_pipeline
+from rsdrill.sandbox.emulator.updatediff import describe, is_diff
 
 if TYPE_CHECKING:
     from rsdrill.sandbox.emulator.node import Node
@@ -226,16 +227,22 @@ def _events(node: Node, cursor: ChangeStreamCursor, entry: dict[str, Any]) -> li
         return [event | {"operationType": "insert", "fullDocument": doc,
                          "documentKey": {"_id": doc["_id"]}}]  # fmt: skip
     if op == "u":
-        doc = entry["o"]
-        key = {"documentKey": {"_id": doc["_id"]}}
-        description = (entry.get("o2") or {}).get("updateDescription")
-        if description is None:  # a replacement
-            return [event | {"operationType": "replace", "fullDocument": doc} | key]
+        o, doc_id = entry["o"], entry["o2"]["_id"]
+        key = {"documentKey": {"_id": doc_id}}
+        if not is_diff(o):  # a replacement: the entry holds the document
+            return [event | {"operationType": "replace", "fullDocument": o} | key]
+        description = describe(o["diff"])
         update = event | {"operationType": "update"} | key | {"updateDescription": description}
         if cursor.full_document == "updateLookup":
-            update["fullDocument"] = node.store.get(ns, doc["_id"])
-        elif cursor.full_document in ("whenAvailable", "required"):
-            update["fullDocument"] = doc  # the entry holds the post-image
+            update["fullDocument"] = node.store.get(ns, doc_id)
+        elif cursor.full_document == "whenAvailable":
+            update["fullDocument"] = None  # no post-images kept (changeStreamPreAndPostImages)
+        elif cursor.full_document == "required":
+            raise CommandError(
+                47,
+                "Change stream was configured to require a post-image for all update, delete "
+                "and replace events, but the post-image was not found for event",
+            )
         return [update]
     if op == "d":
         return [event | {"operationType": "delete", "documentKey": {"_id": entry["o"]["_id"]}}]
@@ -272,54 +279,6 @@ def _command_events(
             events.append(base | {"operationType": "invalidate"})
         return events
     return []
-
-
-def update_description(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """What an update changed, as an `update` event describes it: fields set (dotted paths),
-    fields removed, arrays cut short. Recorded with the oplog entry of an update that is not a
-    replacement (the entry holds the new document, not the change)."""
-    updated: dict[str, Any] = {}
-    removed: list[str] = []
-    truncated: list[dict[str, Any]] = []
-    _diff(old, new, "", updated, removed, truncated)
-    return {"updatedFields": updated, "removedFields": removed, "truncatedArrays": truncated}
-
-
-def _diff(
-    old: dict[str, Any],
-    new: dict[str, Any],
-    prefix: str,
-    updated: dict[str, Any],
-    removed: list[str],
-    truncated: list[dict[str, Any]],
-) -> None:
-    for key, value in new.items():
-        path = f"{prefix}{key}"
-        before = old.get(key, _ABSENT)
-        if isinstance(before, dict) and isinstance(value, dict):
-            _diff(before, value, f"{path}.", updated, removed, truncated)
-        elif isinstance(before, list) and isinstance(value, list):
-            _diff_array(before, value, path, updated, truncated)
-        elif before is _ABSENT or type(before) is not type(value) or before != value:
-            updated[path] = value
-    removed += [f"{prefix}{key}" for key in old if key not in new]
-
-
-def _diff_array(
-    old: list[Any],
-    new: list[Any],
-    path: str,
-    updated: dict[str, Any],
-    truncated: list[dict[str, Any]],
-) -> None:
-    if len(new) < len(old):
-        truncated.append({"field": path, "newSize": len(new)})
-    for index, value in enumerate(new):
-        if index >= len(old) or type(old[index]) is not type(value) or old[index] != value:
-            updated[f"{path}.{index}"] = value
-
-
-_ABSENT: Any = object()
 
 
 def _expanded_event(o: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:

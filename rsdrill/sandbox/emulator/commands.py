@@ -31,6 +31,7 @@ from rsdrill.sandbox.emulator import (
     roles,
     sync,
     transactions,
+    updatediff,
     values,
 )
 from rsdrill.sandbox.emulator.datastore import id_key
@@ -723,13 +724,13 @@ def _stmt_id(req: Request, index: int) -> int:
     return int(ids[index]) if ids else index
 
 
-def _update_key(old: dict[str, Any], new: dict[str, Any], update: Any) -> dict[str, Any]:
-    """An update entry's `o2`: the document's `_id` and, unless the update replaced the
-    document, what it changed (for change streams' `update` events)."""
-    key: dict[str, Any] = {"_id": old["_id"]}
-    if isinstance(update, list) or (update and next(iter(update)).startswith("$")):
-        key["updateDescription"] = changestream.update_description(old, new)
-    return key
+def _update_entry(
+    old: dict[str, Any], new: dict[str, Any], update: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An update entry's `o` and `o2`, as mongod logs them: the diff from `old` to `new` (the
+    document itself when the update replaced it) and the document's `_id`."""
+    replacement = not (isinstance(update, list) or (update and next(iter(update)).startswith("$")))
+    return updatediff.update_entry(old, new, replacement), {"_id": old["_id"]}
 
 
 def _refuse_view(node: Node, ns: str) -> None:
@@ -852,12 +853,9 @@ def _update_one_spec(
             _check_unique(node, ns, new)
             changed += 1
             result = {"n": 1, "nModified": 1}
+            o, o2 = _update_entry(old, new, u)
             optime = node.write(
-                "u",
-                ns,
-                new,
-                o2=_update_key(old, new, u),
-                session=cmds.session_fields(session, stmt, result),
+                "u", ns, o, o2=o2, session=cmds.session_fields(session, stmt, result)
             )
     result = {"n": len(targets), "nModified": changed}
     if session is not None and changed == 0:
@@ -928,8 +926,8 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
                  "value": shown(new if body.get("new") else target)}  # fmt: skip
         if new != target or list(new) != list(target):
             _check_unique(node, ns, new)
-            optime = node.write("u", ns, new, o2=_update_key(target, new, update),
-                                session=cmds.session_fields(session, 0, reply))  # fmt: skip
+            o, o2 = _update_entry(target, new, update)
+            optime = node.write("u", ns, o, o2=o2, session=cmds.session_fields(session, 0, reply))
     if optime is None and session is not None:
         # Nothing written, but a retry must find this statement done, on any member.
         optime = node.write("n", "", {"msg": "retryable write"},

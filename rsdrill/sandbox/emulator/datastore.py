@@ -13,6 +13,7 @@ import bson
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 
+from rsdrill.sandbox.emulator import updatediff
 from rsdrill.sandbox.emulator.indexes import UniqueKeys
 from rsdrill.sandbox.emulator.storage import Database
 
@@ -210,7 +211,11 @@ class DataStore:
         """Apply one oplog entry; applying it again changes nothing."""
         op = entry["op"]
         ns = entry["ns"]
-        if op in ("i", "u"):
+        if op == "u" and updatediff.is_diff(entry["o"]):
+            current = self.get(ns, entry["o2"]["_id"])
+            if current is not None:  # else deleted since: a later entry says so too
+                self.put(ns, updatediff.apply(current, entry["o"]["diff"]))
+        elif op in ("i", "u"):
             self.put(ns, entry["o"])
         elif op == "d":
             self.remove(ns, entry["o"]["_id"])

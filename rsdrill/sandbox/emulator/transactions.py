@@ -30,7 +30,7 @@ import bson
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
-from rsdrill.sandbox.emulator import query
+from rsdrill.sandbox.emulator import query, updatediff
 from rsdrill.sandbox.emulator.datastore import id_key, session_key
 from rsdrill.sandbox.emulator.errors import (
     RETRYABLE_WRITE_CODES,
@@ -180,7 +180,13 @@ class TransactionMember:
                     "Caused by :: Write conflict during plan execution and yielding is "
                     "disabled. :: Please retry your operation or multi-document transaction.",
                 )
-            txn.changes.setdefault(ns, {})[key] = None if op == "d" else o
+            if op == "d":
+                after = None
+            elif op == "u" and updatediff.is_diff(o):
+                after = updatediff.apply(self.store.get(ns, doc_id), o["diff"])
+            else:
+                after = o
+            txn.changes.setdefault(ns, {})[key] = after
         elif op == "c" and "create" in o:
             txn.created.add(f"{ns.split('.', 1)[0]}.{o['create']}")
         elif op != "c" or "createIndexes" not in o:
