@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 
 MASK = "***"
-_URI_PASSWORD = re.compile(r"(mongodb(?:\+srv)?://[^:/@\s]+:)([^@/\s]+)(@)")
+# Any scheme: MongoDB URIs, and the HTTP endpoints rsdrill reports to (a Pushgateway's basic
+# auth, a webhook's).
+_URI_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]+:)([^@/\s]+)(@)")
 _MASKED_URI_PASSWORD = re.compile(rf"mongodb(?:\+srv)?://[^:/@\s]+:{re.escape(MASK)}@")
 # Options whose value is a secret: the client key's passphrase, and AWS credentials that
 # MONGODB-AWS takes in authMechanismProperties (AWS_SESSION_TOKEN:...).
@@ -19,8 +21,8 @@ _SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|access_key|private_
 
 
 def redact_uri(text: str) -> str:
-    """Mask the password of every MongoDB URI in `text` (user names stay: they help debugging),
-    and the secrets its options may carry."""
+    """Mask the password of every URI in `text` (user names stay: they help debugging), and
+    the secrets a MongoDB URI's options may carry."""
     text = _URI_PASSWORD.sub(rf"\1{MASK}\3", text)
     return _URI_SECRET_OPTION.sub(
         lambda m: f"{m.group(1)}{MASK}" if m.group(1) else f"{m.group(3)}{MASK}", text

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -67,6 +67,14 @@ def history(
     window: Annotated[
         int, typer.Option("--window", min=1, help="How many previous runs form the baseline.")
     ] = 10,
+    output_format: Annotated[
+        Literal["table", "openmetrics"],
+        typer.Option(
+            "--format",
+            help="table, or openmetrics: runs per experiment and verdict, and each experiment's "
+            "newest run's metrics, for a Prometheus scrape or textfile.",
+        ),
+    ] = "table",
 ) -> None:
     """Show recorded runs (time, verdict, key metrics) with regressions marked: a metric above the
     rolling median of the experiment's previous runs by more than k * MAD."""
@@ -87,6 +95,14 @@ def history(
     judged = {m: store.baselines(runs, m, k=k, window=window) for m in names}
     found = store.regressions(runs, names, k=k, window=window)
     shown = [r for r in runs if start is None or r.started_at >= start]
+    if output_format == "openmetrics":
+        from rsdrill.report import openmetrics
+
+        try:
+            typer.echo(openmetrics.exposition(openmetrics.history_registry(shown)), nl=False)
+        except openmetrics.MetricsExportError as exc:
+            exit_invalid(str(exc))
+        return
     if not shown:
         typer.echo(f"no runs recorded in {db}" + (" that match" if experiment or since else ""))
         return

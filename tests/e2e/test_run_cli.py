@@ -146,3 +146,29 @@ def test_recover_stops_the_sandbox_of_a_dead_run(tmp_path: Path) -> None:
     done = _recover(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not any(_alive(p) for p in _member_pids(tmp_path / "out" / "sandbox") + pids)
+
+
+def test_metrics_file_holds_what_result_json_measured(tmp_path: Path) -> None:
+    """--metrics-file: the run's figures for node-exporter, the same numbers as result.json."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    experiment = _experiment(tmp_path, "{at: 1s, kind: stepdown, duration: 5s, "
+                                       "secondary_catch_up: 5s}")  # fmt: skip
+    experiment.write_text(experiment.read_text().replace("after_revert: 10s", "after_revert: 3s"))
+    prom = tmp_path / "textfile" / "rsdrill.prom"
+    proc = _start(tmp_path, experiment, "--metrics-file", str(prom))
+    out, _ = proc.communicate(timeout=180)
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert proc.returncode == result["exit_code"], out
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(prom.read_text())
+        for s in family.samples
+    }
+    labels = (("experiment", "cli-test"), ("faults", "stepdown"), ("platform", "sandbox"),
+              ("topology", "rs3"))  # fmt: skip
+    write_gap = result["metrics"]["write_unavailable_s"]
+    assert write_gap is not None
+    assert samples[("rsdrill_write_unavailable_seconds", labels)] == pytest.approx(write_gap)
+    assert samples[("rsdrill_run_exit_code", labels)] == result["exit_code"]
+    assert samples[("rsdrill_run_duration_seconds", labels)] == pytest.approx(result["duration_s"])
