@@ -176,13 +176,12 @@ def run_and_report(
         f"{experiment.name}: {result.verdict.upper()}"
         + (f" ({result.error})" if result.error else "")
     )
-    for slo in result.slo:
-        observed = "n/a" if slo.observed is None else f"{slo.observed:g}"
-        mark = "ok  " if slo.passed else "FAIL"
-        typer.echo(f"  {mark} {slo.metric} {slo.op} {slo.threshold:g} (observed {observed})")
-    if result.target.server is not None:
-        from rsdrill.report.common import describe_server
+    from rsdrill.report.common import describe_server, fmt_number, slo_title
 
+    for slo in result.slo:
+        mark = "ok  " if slo.passed else "FAIL"
+        typer.echo(f"  {mark} {slo_title(slo)} (observed {fmt_number(slo.observed)})")
+    if result.target.server is not None:
         typer.echo(f"measured on: {describe_server(result.target.server)}")
     typer.echo(f"report: {out_dir / 'report.html'}")
     if history is not None:

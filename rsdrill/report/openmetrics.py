@@ -117,7 +117,7 @@ def samples(flat: Iterable[tuple[str, float | None]]) -> Iterator[tuple[Family, 
 
 def result_registry(result: Result) -> CollectorRegistry:
     """The run's metrics, SLO verdicts and run facts, labelled with the experiment's labels."""
-    from rsdrill.report.common import scalar_metrics
+    from rsdrill.report.common import scalar_metrics, slo_title
 
     labels = {
         "experiment": result.experiment,
@@ -151,7 +151,7 @@ def result_registry(result: Result) -> CollectorRegistry:
         gauge("rsdrill_probe_requests_per_second", FAMILIES["probe_ops_per_s"].help,
               labels | {"probe": probe}, rate)  # fmt: skip
     for slo in result.slo:
-        slo_labels = labels | {"slo": f"{slo.metric} {slo.op} {slo.threshold:g}"}
+        slo_labels = labels | {"slo": slo_title(slo)}
         gauge("rsdrill_slo_passed", "1 when the SLO held, else 0.", slo_labels,
               float(slo.passed))  # fmt: skip
     return registry

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,7 +155,8 @@ def test_metrics_file_holds_what_result_json_measured(tmp_path: Path) -> None:
 
     experiment = _experiment(tmp_path, "{at: 1s, kind: stepdown, duration: 5s, "
                                        "secondary_catch_up: 5s}")  # fmt: skip
-    experiment.write_text(experiment.read_text().replace("after_revert: 10s", "after_revert: 3s"))
+    experiment.write_text(experiment.read_text().replace("after_revert: 10s", "after_revert: 3s")
+                          + "slo: {write_unavailable_s: '<= 60'}\n")  # fmt: skip
     prom = tmp_path / "textfile" / "rsdrill.prom"
     proc = _start(tmp_path, experiment, "--metrics-file", str(prom))
     out, _ = proc.communicate(timeout=180)
@@ -172,3 +174,7 @@ def test_metrics_file_holds_what_result_json_measured(tmp_path: Path) -> None:
     assert samples[("rsdrill_write_unavailable_seconds", labels)] == pytest.approx(write_gap)
     assert samples[("rsdrill_run_exit_code", labels)] == result["exit_code"]
     assert samples[("rsdrill_run_duration_seconds", labels)] == pytest.approx(result["duration_s"])
+    assert samples[("rsdrill_slo_passed", (*labels[:2], ("platform", "sandbox"),
+                    ("slo", "write_unavailable_s <= 60"), ("topology", "rs3")))] == 1  # fmt: skip
+    # the verdict line's figure is rounded as the reports round it (to the millisecond)
+    assert re.search(r"ok   write_unavailable_s <= 60 \(observed \d+(\.\d{1,3})?\)", out), out
