@@ -38,6 +38,10 @@ class RunClock:
         return wall - self.wall0
 
 
+CHECK_PREFIX = "check:"
+"""The samples of the user's check `<name>` (`probes.checks`) are ops of probe `check:<name>`."""
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One probe attempt.

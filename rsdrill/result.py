@@ -45,6 +45,16 @@ class Latency(_Model):
     max: float | None = None
 
 
+class CheckFigures(_Model):
+    """What one steady-state check of the user's own (`probes.checks.<name>`) measured."""
+
+    unavailable_s: float | None = Field(
+        None, description="the longest window without a healthy sample"
+    )
+    failed_samples: int = 0
+    samples: int = 0
+
+
 class Metrics(_Model):
     write_unavailable_s: float | None = None
     read_unavailable_s: float | None = None
@@ -77,6 +87,8 @@ class Metrics(_Model):
     # Metrics that do not exist for the target's topology (a standalone has no failover): null
     # above because there is nothing to measure, not because measuring failed.
     not_applicable: list[str] = Field(default_factory=list)
+    # The user's own steady-state checks, by name (`probe.<name>.unavailable_s` in SLOs).
+    probe: dict[str, CheckFigures] = Field(default_factory=dict)
 
 
 class SloResult(_Model):

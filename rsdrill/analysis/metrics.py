@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from rsdrill.analysis.availability import driver_write_delay_s, unavailable_s
+from rsdrill.analysis.checks import checks
 from rsdrill.analysis.disaster_recovery import disaster_recovery
 from rsdrill.analysis.durability import durability
 from rsdrill.analysis.failover import failover_parts, find_failover, no_primary_s
@@ -13,7 +14,7 @@ from rsdrill.analysis.lag import replication_lag_max_s
 from rsdrill.analysis.latency import degradation_s, latency_ms
 from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
 from rsdrill.analysis.slo import REPLICA_SET_ONLY
-from rsdrill.history import FaultRecord, Op
+from rsdrill.history import CHECK_PREFIX, FaultRecord, Op
 from rsdrill.result import FailoverParts, Metrics
 
 
@@ -35,6 +36,8 @@ def compute_metrics(
     """
     failover = None if standalone else find_failover(ops, faults)
     ledger = durability(ops)
+    # The user's own checks ask their application, not the cluster: not the probes' load.
+    cluster_ops = [op for op in ops if not op.probe.startswith(CHECK_PREFIX)]
     drill = disaster_recovery(ops, faults)
     return Metrics(
         write_unavailable_s=unavailable_s(ops, "write"),
@@ -52,9 +55,9 @@ def compute_metrics(
         latency_ms=latency_ms(ops),
         degradation_s=degradation_s(ops, faults),
         no_primary_s=no_primary_s(ops),
-        probe_ops_per_s=len(ops) / duration_s if duration_s > 0 else None,
+        probe_ops_per_s=len(cluster_ops) / duration_s if duration_s > 0 else None,
         probe_ops_per_s_by_probe=(
-            {name: n / duration_s for name, n in sorted(Counter(op.probe for op in ops).items())}
+            {n: k / duration_s for n, k in sorted(Counter(op.probe for op in cluster_ops).items())}
             if duration_s > 0
             else {}
         ),
@@ -64,4 +67,5 @@ def compute_metrics(
         restore_s=drill.restore_s,
         lost_before_backup=drill.lost_before_backup,
         not_applicable=list(REPLICA_SET_ONLY) if standalone else [],
+        probe=checks(ops),
     )

@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from rsdrill.analysis.sources import RECOVERY_PREFIX
-from rsdrill.result import Metrics, SloResult
+from rsdrill.analysis.sources import CHECK_METRIC_PREFIX, RECOVERY_PREFIX
+from rsdrill.result import CheckFigures, Metrics, SloResult
 from rsdrill.suggest import did_you_mean
 
 _METRIC_NAMES: tuple[str, ...] = (
@@ -56,6 +56,9 @@ _OPERATORS: dict[str, Callable[[float, float], bool]] = {
 # Two-character operators first, so "<= 5" is not read as "<" followed by "= 5".
 _CONDITION = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
 _MEMBER = re.compile(r"^\S+:\d{1,5}$")
+_CHECK_METRIC = re.compile(
+    rf"^{re.escape(CHECK_METRIC_PREFIX)}[A-Za-z0-9_-]+\.({'|'.join(CheckFigures.model_fields)})$"
+)
 
 
 # What a server without a replica set cannot have: no failover, no election, no replication.
@@ -81,8 +84,9 @@ def metric_names() -> list[str]:
 
 
 def known_metric(name: str) -> bool:
-    """True if `name` is one of `metric_names()` or `recovery_s.<host:port>` for any member."""
-    if name in _METRIC_NAMES:
+    """True if `name` is one of `metric_names()`, `recovery_s.<host:port>` for any member, or
+    `probe.<check>.<figure>` for a check of the user's own."""
+    if name in _METRIC_NAMES or _CHECK_METRIC.match(name):
         return True
     member = name.removeprefix(RECOVERY_PREFIX)
     return member != name and _MEMBER.match(member) is not None
@@ -95,7 +99,11 @@ def unknown_metric_problem(name: str) -> str | None:
     guess = did_you_mean(name, _METRIC_NAMES)
     if guess:
         return f"unknown metric; did you mean '{guess}'?"
-    return f"unknown metric (one of {', '.join(_METRIC_NAMES)}, recovery_s.<host:port>)"
+    figures = "|".join(CheckFigures.model_fields)
+    return (
+        f"unknown metric (one of {', '.join(_METRIC_NAMES)}, recovery_s.<host:port>, "
+        f"{CHECK_METRIC_PREFIX}<check>.{figures})"
+    )
 
 
 def compare(observed: float | None, op: str, threshold: float) -> bool:
@@ -141,6 +149,11 @@ def observed_value(metrics: Metrics, name: str) -> float | None:
         return max(t for t in times if t is not None)
     if name.startswith(RECOVERY_PREFIX):
         return metrics.recovery_s.get(name.removeprefix(RECOVERY_PREFIX))
+    if name.startswith(CHECK_METRIC_PREFIX):
+        check, figure = name.removeprefix(CHECK_METRIC_PREFIX).rsplit(".", 1)
+        figures = metrics.probe.get(check)
+        found = None if figures is None else getattr(figures, figure)
+        return None if found is None else float(found)
     value: Any = metrics
     for part in name.split("."):
         value = getattr(value, part)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rsdrill.history import CHECK_PREFIX
+
 
 @dataclass(frozen=True)
 class Source:
@@ -45,6 +47,8 @@ BACKUP = _source("a step with `marks: backup`", "step:backup")
 RESTORE = _source("a step with `marks: restore`", "step:restore")
 
 RECOVERY_PREFIX = "recovery_s."
+CHECK_METRIC_PREFIX = "probe."
+"""`probe.<check>.<figure>`: a figure of the user's check `probes.checks.<check>`."""
 
 SOURCES: dict[str, tuple[Source, ...]] = {
     "write_unavailable_s": (WRITES,),
@@ -78,6 +82,10 @@ is computed from what `recovery_s.max` is."""
 def missing_source(metric: str, records: set[str] | frozenset[str]) -> Source | None:
     """The first source of `metric` that none of `records` provides; None when it is measured
     (or the metric is not one of `SOURCES`)."""
+    if metric.startswith(CHECK_METRIC_PREFIX):
+        check = metric.removeprefix(CHECK_METRIC_PREFIX).rsplit(".", 1)[0]
+        source = _source(f"the check probes.checks.{check}", f"{CHECK_PREFIX}{check}")
+        return None if source.records & records else source
     if metric.startswith(RECOVERY_PREFIX):
         metric = "recovery_s.max"
     for source in SOURCES.get(metric, ()):

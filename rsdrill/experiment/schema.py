@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from rsdrill import registry
+from rsdrill.experiment.checks import CheckName, CheckProbe
 from rsdrill.experiment.fields import (
     Duration,
     FieldProblem,
@@ -266,6 +267,10 @@ class Probes(Strict):
     lag: LagProbe | None = LagProbe()
     durability: DurabilityProbe | None = DurabilityProbe()
     load: LoadProbe | None = None
+    checks: dict[CheckName, CheckProbe] = Field(
+        default_factory=dict,
+        description="steady-state checks of your own (HTTP, command, query, plugin), by name",
+    )
 
     def records(self) -> set[str]:
         """The names of the probes whose ops this configuration records (see
@@ -283,7 +288,7 @@ class Probes(Strict):
             "ledger": self.durability is not None,
             "load": self.load is not None,
         }
-        return {name for name, on in made.items() if on}
+        return {name for name, on in made.items() if on} | {f"check:{n}" for n in self.checks}
 
 
 # -- faults --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pymongo.errors import PyMongoError
 from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import PROBE_DB, ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
+from rsdrill.probes.check import CheckLoop
 from rsdrill.probes.durability import readback
 from rsdrill.probes.failover import HelloStream
 from rsdrill.probes.lag import LagPoller
@@ -124,6 +125,8 @@ class ProbeSet:
                 LagPoller(self.history, self.clock, members=self.members,
                           interval_s=c.lag.interval, timeout_s=c.lag.timeout)
             )  # fmt: skip
+        for name, check in c.checks.items():
+            self.probes.append(CheckLoop(name, self.history, self.clock, check, self.uri))
         if c.load is not None:
             ld = c.load
             client, workers = build_load(

@@ -98,6 +98,20 @@ FAMILIES: dict[str, Family] = {
     ),
 }
 _QUANTILES = {"p50": "0.5", "p95": "0.95", "p99": "0.99", "max": "1"}
+# `probe.<check>.<figure>`: the user's own checks, labelled by check.
+CHECK_FAMILIES: dict[str, Family] = {
+    "unavailable_s": Family(
+        "rsdrill_check_unavailable_seconds",
+        "A check of your own: the longest window without a healthy sample.",
+        label="check",
+    ),
+    "failed_samples": Family(
+        "rsdrill_check_failed_samples", "A check of your own: samples that failed.", label="check"
+    ),
+    "samples": Family(
+        "rsdrill_check_samples", "A check of your own: samples taken.", label="check"
+    ),
+}
 
 
 def samples(flat: Iterable[tuple[str, float | None]]) -> Iterator[tuple[Family, str | None, float]]:
@@ -106,6 +120,10 @@ def samples(flat: Iterable[tuple[str, float | None]]) -> Iterator[tuple[Family, 
         if value is None:
             continue
         head, _, rest = name.partition(".")
+        if head == "probe":
+            check, _, figure = rest.rpartition(".")
+            yield CHECK_FAMILIES[figure], check, float(value)
+            continue
         family = FAMILIES.get(head)
         if family is None:  # a metric an older rsdrill recorded in the history
             continue

@@ -41,7 +41,9 @@ def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dicts and lists as one dict with dotted keys (pytest.approx wants it flat)."""
     if isinstance(tree, list | tuple):
         tree = dict(enumerate(tree)) if tree else "empty"
-    if not isinstance(tree, dict) or not tree:
+    if isinstance(tree, dict) and not tree:
+        tree = "empty"
+    if not isinstance(tree, dict):
         return {prefix.rstrip("."): tree}
     out: dict[str, Any] = {}
     for key, value in tree.items():
