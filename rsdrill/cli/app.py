@@ -17,7 +17,7 @@ app = typer.Typer(
     name="rsdrill",
     help="Chaos experiments for MongoDB replica sets, with failover and recovery measured.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # click's plain help: typer's Rich formatter doubles the start-up
 )

@@ -6,6 +6,7 @@ Chaos Toolkit's `chaos --help`.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -41,3 +42,20 @@ def test_help_imports_nothing_heavy(args: tuple[str, ...]) -> None:
     # Platforms are looked up when an experiment names one, never to print the help.
     loaded = sorted(m for m in modules if m.startswith(("rsdrill.platforms", "rsdrill.registry")))
     assert not loaded, f"rsdrill {' '.join(args)} loads platforms: {loaded}"
+
+
+def test_shell_completion_completes_commands_and_imports_nothing_heavy() -> None:
+    """Typer's completion (`rsdrill --install-completion`): the shell asks the console script,
+    which answers from the command tree without loading a driver or an SDK (Typer itself loads
+    pydantic to build the parameters it completes)."""
+    env = {"COMP_WORDS": "rsdrill sand", "COMP_CWORD": "1", "_RSDRILL_COMPLETE": "complete_bash"}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c",
+         "import sys; sys.argv = ['rsdrill']; from rsdrill.cli.entry import main; main()"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **env},
+    )  # fmt: skip
+    assert proc.stdout.split() == ["sandbox"], proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    loaded = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in lines[1:]}
+    heavy = set(HEAVY) - {"pydantic"}
+    assert not loaded & heavy, loaded & heavy
