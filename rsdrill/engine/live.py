@@ -1,5 +1,7 @@
 """The live view of a run in the terminal: phase, elapsed, current primary, current write gap,
-faults in force. On a terminal one status line is redrawn; otherwise only events are printed."""
+faults in force. On a terminal one status line is redrawn twice a second; elsewhere (a CI log)
+events are printed as they come and the status every few seconds as a line of its own, so a
+long fault is never minutes of silence."""
 
 from __future__ import annotations
 
@@ -10,12 +12,18 @@ from typing import TextIO
 from rsdrill.history import FaultRecord, History, RunClock
 from rsdrill.redact import redact_uri
 
+HEARTBEAT_S = 5.0
+"""Off a terminal: seconds between two status lines."""
+
 
 class LiveView:
-    def __init__(self, history: History, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, history: History, stream: TextIO | None = None, heartbeat_s: float = HEARTBEAT_S
+    ) -> None:
         self.history = history
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
+        self.heartbeat_s = heartbeat_s
         self.phase = "starting"
         self.clock: RunClock | None = None
         self.faults: list[FaultRecord] = []
@@ -23,15 +31,15 @@ class LiveView:
         self._thread = threading.Thread(target=self._loop, name="rsdrill-live", daemon=True)
 
     def start(self) -> None:
-        if self.tty:
-            self._thread.start()
+        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(2)
-            self.stream.write("\n")
-            self.stream.flush()
+            if self.tty:
+                self.stream.write("\n")
+                self.stream.flush()
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -63,8 +71,11 @@ class LiveView:
         )
 
     def _loop(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(0.5 if self.tty else self.heartbeat_s):
             if self.clock is None:
                 continue
-            self.stream.write("\r\x1b[2K" + self.status_line())
+            if self.tty:
+                self.stream.write("\r\x1b[2K" + self.status_line())
+            else:
+                self.stream.write(redact_uri(self.status_line()) + "\n")
             self.stream.flush()
