@@ -46,8 +46,11 @@ def validate(
 def plan(file: FileArgument) -> None:
     """Show what an experiment will do, to which member and when (nothing is run)."""
     import rsdrill
+    from rsdrill.experiment.plan import ONE_WAY_MARK
 
-    typer.echo(rsdrill.plan(_load_or_exit(file)), nl=False)
+    for line in rsdrill.plan(_load_or_exit(file)).splitlines():
+        # typer.style's colour is dropped when stdout is not a terminal.
+        typer.secho(line, fg="red" if ONE_WAY_MARK in line else None)
 
 
 def schema(
@@ -69,11 +72,37 @@ def schema(
         typer.echo(f"wrote {out}")
 
 
-def faults() -> None:
-    """List the fault kinds: what each does, its own fields, and what each platform does."""
-    from rsdrill.experiment.kinds import fault_table, support_table
+def faults(
+    platform: Annotated[
+        str | None,
+        typer.Option(
+            "--platform",
+            help="Only this platform's ways (sandbox, local, kubernetes, "
+            "ec2, vsphere): one row per way, with its engine and options.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the spec as JSON.")] = False,
+) -> None:
+    """List the fault kinds: what each does, its own fields, and what each platform does
+    (exactly, approximately: needs `approximate: true`, or one way only: needs `one_way: true`)."""
+    from rsdrill.experiment.kinds import (
+        fault_table,
+        faults_json,
+        platform_names,
+        platform_table,
+        support_table,
+    )
 
-    typer.echo(fault_table() + "\n" + support_table(), nl=False)
+    if platform is not None and platform not in platform_names():
+        typer.echo(f"--platform: unknown platform {platform!r} (one of "
+                   f"{', '.join(platform_names())})", err=True)  # fmt: skip
+        raise typer.Exit(EXIT_INVALID)
+    if as_json:
+        typer.echo(json.dumps(faults_json(platform), indent=2))
+    elif platform is not None:
+        typer.echo(platform_table(platform), nl=False)
+    else:
+        typer.echo(fault_table() + "\n" + support_table(), nl=False)
 
 
 def experiment_json_schema() -> dict[str, Any]:

@@ -108,7 +108,7 @@ class Ec2Fault(Strict):
         True, description="host-kill stop: force (no clean OS shutdown: a lost host)"
     )
     allow_terminate: bool = Field(
-        False, description="host-kill terminate destroys the instance: it must be allowed"
+        False, description="the old spelling of the fault's `one_way: true` (refused, said so)"
     )
     accept_modification_limit: bool = Field(
         False,
@@ -207,10 +207,13 @@ def _check_kind(i: int, fault: Fault, engine: str, platform: Ec2Platform) -> Non
             raise _problem(i, "path", text="aws:ebs:volume-io-latency acts on the whole volume: "
                            "drop `path`")  # fmt: skip
     elif fault.kind == "network-partition":
-        if fault.isolate_from != "all":
-            raise _problem(i, "isolate_from", text="on ec2 a partition swaps the instance's "
-                           "security groups for a deny-all group: it isolates the member from "
-                           "everyone (set isolate_from: all)")  # fmt: skip
+        if fault.isolate_from == "clients":
+            raise _problem(i, "isolate_from", text="on ec2 a partition cuts the member from the "
+                           "other members (network ACL entries) or from everyone (a "
+                           "security-group swap): use members or all")  # fmt: skip
+        if fault.isolate_from == "members" and fault.direction != "both":
+            raise _problem(i, "direction", text="network ACL entries are stateless: denying "
+                           "one direction breaks TCP both ways; use direction: both")  # fmt: skip
         if fault.direction == "outbound":
             raise _problem(i, "direction", text="security groups cannot block only outbound "
                            "traffic while keeping the original inbound rules: use both or "
@@ -247,14 +250,12 @@ def _check_host_kill(
             text="engine: fis restarts the instance "
             "(startInstancesAfterDuration): restart: false needs engine: api",
         )
-    if options.action == "terminate":
-        if not options.allow_terminate:
-            raise _problem(i, "ec2", "allow_terminate", text="terminate destroys the instance "
-                           "(and volumes deleted on termination): set allow_terminate: true "
-                           "to allow it")  # fmt: skip
-        if fault.restart is not False:
-            raise _problem(i, "restart", text="a terminated instance cannot be restarted: "
-                           "set restart: false")  # fmt: skip
+    if "allow_terminate" in (fault.ec2.model_fields_set if fault.ec2 else ()):
+        raise _problem(i, "ec2", "allow_terminate", text="the old spelling: write `one_way: "
+                       "true` on the fault (every one-way fault needs it)")  # fmt: skip
+    if options.action == "terminate" and fault.restart is not False:
+        raise _problem(i, "restart", text="a terminated instance cannot be restarted: "
+                       "set restart: false")  # fmt: skip
     if options.action == "reboot" and fault.restart is not False:
         raise _problem(i, "restart", text="a rebooted instance comes back by itself: set "
                        "restart: false")  # fmt: skip
@@ -314,7 +315,9 @@ def iam_actions(fault: Fault) -> tuple[str, ...]:
         "iops-throttle": ("ec2:ModifyVolume", "ec2:DescribeVolumesModifications"),
         "network-partition": ("ec2:CreateSecurityGroup", "ec2:CreateTags",
                               "ec2:RevokeSecurityGroupEgress", "ec2:ModifyInstanceAttribute",
-                              "ec2:DescribeSecurityGroups", "ec2:DeleteSecurityGroup"),
+                              "ec2:DescribeSecurityGroups", "ec2:DeleteSecurityGroup")
+        if fault.isolate_from == "all" else
+        ("ec2:DescribeNetworkAcls", "ec2:CreateNetworkAclEntry", "ec2:DeleteNetworkAclEntry"),
     }.get(fault.kind, ())  # fmt: skip
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 Call = tuple[str, dict[str, Any]]
 
 
-def _calls(fault: Fault, instance: Instance, data: tuple[str, str] | None) -> list[Call]:
+def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | None) -> list[Call]:
     """The EC2 calls (with DryRun) that injecting and reverting `fault` will make."""
     iid = {"InstanceIds": [instance.id]}
     if fault.engine == "fis":
@@ -39,6 +39,17 @@ def _calls(fault: Fault, instance: Instance, data: tuple[str, str] | None) -> li
         return [("detach_volume", {**attach, "Force": True}), ("attach_volume", attach)]
     if fault.kind == "iops-throttle" and data:
         return [("modify_volume", {"VolumeId": data[0]})]
+    if fault.kind == "network-partition" and fault.isolate_from == "members":
+        # DryRun of the entry calls needs an ACL: the one of the instance's own subnet.
+        if instance.subnet_id is None:
+            return []
+        from rsdrill.platforms.ec2.acl import subnet_acl
+
+        acl = subnet_acl(aws, instance.subnet_id)["NetworkAclId"]
+        entry = {"NetworkAclId": acl, "RuleNumber": 1, "Egress": False}
+        return [("create_network_acl_entry", {**entry, "Protocol": "-1", "RuleAction": "deny",
+                                              "CidrBlock": "192.0.2.1/32"}),
+                ("delete_network_acl_entry", entry)]  # fmt: skip
     if fault.kind == "network-partition" and instance.vpc_id:
         groups = list(instance.security_groups)
         return [("create_security_group", {"GroupName": "rsdrill-preflight",
@@ -64,7 +75,7 @@ def problems(
         for i, fault in enumerate(faults):
             if fault.kind == "stepdown":
                 continue
-            for operation, params in _calls(fault, instance, data):
+            for operation, params in _calls(aws, fault, instance, data):
                 if (operation, instance.id) in asked:
                     continue
                 asked.add((operation, instance.id))
