@@ -72,7 +72,8 @@ def ec2_injector(
             action = fis.volume_io_latency(aws, instance, data[0], duration_s=duration,
                                            latency_s=fault.latency, probability=probability,
                                            operations=operations)  # fmt: skip
-        return fis.FisExperiment(aws, instance, fault.kind, action, platform.fis_role_arn)
+        return fis.FisExperiment(aws, instance, fault.kind, action, platform.fis_role_arn,
+                                 stop_alarm_arn=platform.fis_stop_alarm_arn)  # fmt: skip
     if fault.kind == "host-kill":
         return InstanceKill(aws, instance, action=options.action, force=options.force,
                             one_way=fault.one_way,

@@ -84,6 +84,11 @@ class Ec2Platform(Strict):
     fis_role_arn: OptionalText = Field(
         None, description="engine: fis — the IAM role FIS assumes to act on the instances"
     )
+    fis_stop_alarm_arn: OptionalText = Field(
+        None,
+        description="engine: fis — a CloudWatch alarm that stops the FIS experiment when it "
+        "fires (its stop condition; default: none)",
+    )
     poll_interval: Duration = Field(2.0, description="how often states are polled")
     wait_timeout: Duration = Field(
         300.0, description="the longest wait for a state (stopped, running, attached...)"
