@@ -26,14 +26,29 @@ FileArgument = Annotated[Path, typer.Argument(help="An experiment file (YAML).",
 
 def validate(
     files: Annotated[list[Path], typer.Argument(help="Experiment files (YAML).", metavar="FILE")],
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Require every ${VAR} the files use to be set (as `rsdrill run` does).",
+        ),
+    ] = False,
 ) -> None:
-    """Check experiment files: `FILE: ok`, or the file's first problem as FILE:LINE:COL."""
+    """Check experiment files: `FILE: ok`, or the file's first problem as FILE:LINE:COL.
+
+    Without --strict the environment is not needed: a ${VAR} left unset is a note on stderr
+    (its value goes unchecked) and the file is still ok."""
     import rsdrill
+    from rsdrill.experiment.loader import check_experiment_file
 
     invalid = False
     for path in files:
         try:
-            rsdrill.load(path)
+            if strict:
+                rsdrill.load(path)
+            else:
+                for note in check_experiment_file(path):
+                    typer.echo(f"note: {note}", err=True)
         except rsdrill.ExperimentError as exc:
             typer.echo(str(exc), err=True)
             invalid = True
@@ -116,6 +131,7 @@ def experiment_json_schema() -> dict[str, Any]:
     # Listed for editors' completion; `recovery_s.<host:port>` stays allowed as an extra key.
     slo["properties"] = {name: slo["additionalProperties"] for name in metric_names()}
     generated["patternProperties"] = {f"^{EXTENSION_PREFIX}": {}}
+    generated = _allow_references(generated)
     return {
         "$schema": JSON_SCHEMA_DIALECT,
         **generated,
@@ -123,6 +139,23 @@ def experiment_json_schema() -> dict[str, Any]:
         "description": "A chaos experiment on a MongoDB replica set: target, probes, faults, "
         "observation and SLOs. Top-level keys starting with x- are ignored (for YAML anchors).",
     }
+
+
+# A text holding a `${VAR}` (substituted when the file is loaded) may stand for any value.
+ENV_REFERENCE_PATTERN = r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}"
+
+
+def _allow_references(node: Any) -> Any:
+    """`node` with every number and true/false also allowed as a text with a `${VAR}` in it
+    (a file's `port: ${VSPHERE_PORT:-443}` is valid: the value comes from the environment)."""
+    if isinstance(node, list):
+        return [_allow_references(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: _allow_references(value) for key, value in node.items()}
+    if node.get("type") in ("integer", "number", "boolean"):
+        return {"anyOf": [node, {"type": "string", "pattern": ENV_REFERENCE_PATTERN}]}
+    return node
 
 
 def _load_or_exit(path: Path) -> Experiment:
