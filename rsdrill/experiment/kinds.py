@@ -133,6 +133,9 @@ KINDS: dict[str, KindSpec] = {
                         "chaos-mesh",
                     ),
                 ),
+                "ec2": (
+                    Way("SIGSTOP of mongod via SSM Run Command, SIGCONT on revert", engine="ssm"),
+                ),
                 "vsphere": (Way("suspend the VM, then power it on"),),
             },
         ),
@@ -189,9 +192,14 @@ KINDS: dict[str, KindSpec] = {
                 "ec2": (
                     Way(
                         "modify_volume IOPS/throughput: AWS allows the restore only 6 h after "
-                        "(a cgroup cap via SSM is not yet available)",
+                        "(engine ssm caps exactly)",
                         "one-way",
                         "api",
+                    ),
+                    Way(
+                        "cgroup io.max of mongod on its data disk via SSM Run Command (reads "
+                        "and writes capped separately), lifted on revert",
+                        engine="ssm",
                     ),
                     Way(
                         "FIS aws:ebs:volume-io-latency: a latency per operation, not a cap",

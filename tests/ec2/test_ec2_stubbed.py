@@ -12,6 +12,9 @@ by AWS's 6-hour rule, which `rsdrill recover` reports with the time it can succe
 from __future__ import annotations
 
 import datetime as dt
+import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +27,14 @@ from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
 from rsdrill.engine.journal import Journal
+from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.ec2 import client as aws_client
+from rsdrill.platforms.ec2.client import Connection
 from rsdrill.platforms.ec2.fis import FisExperiment, pause_volume_io, stop_instances
 from rsdrill.platforms.ec2.injectors import Aws, AwsError
-from rsdrill.platforms.ec2.lookup import find_instance
+from rsdrill.platforms.ec2.lookup import Instance, find_instance
 from rsdrill.platforms.ec2.options import MemberInstances
+from rsdrill.platforms.ec2.ssm import freeze_scripts
 
 ROLE = "arn:aws:iam::123456789012:role/fis"
 ALARM = "arn:aws:cloudwatch:us-east-1:123456789012:alarm:rs-writes-failing"
@@ -282,3 +288,152 @@ def test_recover_says_when_a_refused_volume_restore_can_succeed(
     # Still owed: the next recover tries again.
     owed = CliRunner().invoke(app, ["recover", "--dry-run", "--force"]).output
     assert "would ec2.modify-volume" in owed
+
+
+# -- engine: ssm -------------------------------------------------------------------------------
+
+SSM_FILE = """\
+name: ssm
+target:
+  platform: ec2
+  uri: mongodb://db1:27017/?replicaSet=rs0
+  ec2: {{region: us-east-1, dbpath: /data/db}}
+faults:
+  - {{at: 5s, duration: 30s, engine: ssm, {fault}}}
+"""
+COMMAND_ID = "8f3c6b2e-4d1a-4c7e-9b5f-0a1b2c3d4e5f"  # SSM's ids are 36-character UUIDs
+INSTANCE = Instance(id="i-0123456789abcdef0", member="db1:27017", state="running",
+                    owner_id="123456789012", availability_zone="us-east-1a", vpc_id="vpc-1",
+                    security_groups=("sg-1",), network_interfaces=1, volumes={})  # fmt: skip
+
+
+@pytest.fixture
+def ssm() -> Iterator[tuple[Any, Stubber]]:
+    client = boto3.client("ssm", region_name=REGION, aws_access_key_id="AKIAX",
+                          aws_secret_access_key="x")  # fmt: skip
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
+
+
+def expect_command(stubber: Stubber, script: Any, *statuses: str, stderr: str = "") -> None:
+    """One SendCommand of `script`, then GetCommandInvocation answering `statuses` in turn."""
+    stubber.add_response(
+        "send_command", {"Command": {"CommandId": COMMAND_ID}},
+        {"InstanceIds": [INSTANCE.id], "DocumentName": "AWS-RunShellScript", "Comment": ANY,
+         "TimeoutSeconds": 60, "Parameters": {"commands": [script]}},
+    )  # fmt: skip
+    for status in statuses:
+        if status == "unknown":  # SSM has not registered the invocation yet
+            stubber.add_client_error("get_command_invocation", "InvocationDoesNotExist", "", 400)
+            continue
+        answer = {"CommandId": COMMAND_ID, "InstanceId": INSTANCE.id, "Status": status,
+                  "StandardOutputContent": "", "StandardErrorContent": stderr}  # fmt: skip
+        stubber.add_response("get_command_invocation", answer,
+                             {"CommandId": COMMAND_ID, "InstanceId": INSTANCE.id})  # fmt: skip
+
+
+def ssm_fault(client: Any, fault: str) -> Any:
+    from rsdrill.experiment.loader import load_experiment_text
+    from rsdrill.platforms.ec2.injectors import ec2_injector
+
+    exp = load_experiment_text(SSM_FILE.format(fault=fault), "ssm.yaml")
+    assert exp.target.ec2 is not None
+    aws = Aws(Connection(REGION, poll_interval=0.01))
+    aws._clients["ssm"] = client
+    return ec2_injector(aws, exp.target.ec2, exp.faults[0], INSTANCE)
+
+
+def test_an_ssm_iops_cap_is_exact_and_lifted_on_revert(ssm: tuple[Any, Stubber]) -> None:
+    client, stubber = ssm
+    fault = ssm_fault(client, "kind: iops-throttle, read_iops: 100, write_mb_s: 2")
+    scripts = fault.scripts
+    assert 'echo "$dev riops=100 wbps=2097152" > "$v2/io.max"' in scripts.inject
+    assert 'echo "$dev 100" > "$v1/blkio.throttle.read_iops_device"' in scripts.inject
+    assert "findmnt -no SOURCE -T /data/db" in scripts.inject
+    assert 'echo "$dev riops=max wbps=max" > "$v2/io.max"' in scripts.revert
+    assert 'echo "$dev 0" > "$v1/blkio.throttle.write_bps_device"' in scripts.revert
+    for script in (scripts.inject, scripts.check, scripts.revert):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    expect_command(stubber, scripts.inject, "unknown", "InProgress", "Success")
+    fault.inject()
+    expect_command(stubber, scripts.check, "Success")
+    assert fault.verify(5.0)
+    expect_command(stubber, scripts.revert, "Success")
+    fault.revert()
+
+
+def test_an_ssm_command_that_fails_says_why(ssm: tuple[Any, Stubber]) -> None:
+    client, stubber = ssm
+    fault = ssm_fault(client, "kind: iops-throttle, write_iops: 50")
+    expect_command(stubber, fault.scripts.inject, "Failed",
+                   stderr="no cgroup I/O controller for 1234")  # fmt: skip
+    with pytest.raises(InjectionError, match=r"SSM command Failed: no cgroup I/O controller"):
+        fault.inject()
+
+
+def test_ssm_iops_needs_separate_read_and_write_caps() -> None:
+    from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+
+    with pytest.raises(ExperimentError, match=r"faults\[0\].iops: cgroup io.max caps reads and "
+                       "writes separately"):  # fmt: skip
+        load_experiment_text(SSM_FILE.format(fault="kind: iops-throttle, iops: 100"), "s.yaml")
+    # Without engine ssm, a freeze is refused with the way to get one.
+    with pytest.raises(ExperimentError, match="host-freeze on ec2 needs engine: ssm"):
+        load_experiment_text(SSM_FILE.format(fault="kind: host-freeze").replace(
+            "engine: ssm, ", ""), "s.yaml")  # fmt: skip
+
+
+def test_recover_runs_the_journaled_ssm_revert(
+    ssm: tuple[Any, Stubber], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, stubber = ssm
+    fault = ssm_fault(client, "kind: host-freeze")
+    monkeypatch.setattr(aws_client, "_make_client", lambda conn, service: client)
+    monkeypatch.setenv("RSDRILL_HOME", str(tmp_path / "home"))
+    journal = Journal.open_run("frozen", "ssm-freeze")
+    journal.write("intent", key="fault:0", kind=fault.kind, target=fault.target,
+                  revert=fault.revert_action())  # fmt: skip
+    journal.write("applied", key="fault:0")
+    journal.close()
+    expect_command(stubber, fault.scripts.revert, "Success")
+    recovered = CliRunner().invoke(app, ["recover", "--force"])
+    assert recovered.exit_code == 0, recovered.output
+    assert f"revert host-freeze on {INSTANCE.id} (SSM Run Command)" in recovered.output
+
+
+def test_the_freeze_scripts_stop_and_continue_a_real_process(tmp_path: Path) -> None:
+    # A process with a name of its own, so that nothing else on the machine matches it.
+    name = f"rsdfrz{os.getpid() % 100000}"
+    shutil.copy("/bin/sleep", tmp_path / name)
+    proc = subprocess.Popen([str(tmp_path / name), "60"])
+    try:
+        scripts = freeze_scripts(name)
+
+        def sh(script: str) -> int:
+            return subprocess.run(["sh", "-c", script], capture_output=True).returncode
+
+        assert sh(scripts.check) != 0  # running: not in force
+        assert sh(scripts.inject) == 0
+        assert sh(scripts.check) == 0
+        assert Path(f"/proc/{proc.pid}/stat").read_text().split()[2] == "T"
+        assert sh(scripts.revert) == 0 and sh(scripts.revert) == 0  # repeatable
+        assert sh(scripts.check) != 0
+        assert Path(f"/proc/{proc.pid}/stat").read_text().split()[2] in ("S", "R")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_preflight_refuses_an_instance_ssm_does_not_manage(ssm: tuple[Any, Stubber]) -> None:
+    from rsdrill.platforms.ec2.ssm import unmanaged
+
+    client, stubber = ssm
+    aws = Aws(Connection(REGION))
+    aws._clients["ssm"] = client
+    asked = {"Filters": [{"Key": "InstanceIds", "Values": [INSTANCE.id]}]}
+    stubber.add_response("describe_instance_information", {"InstanceInformationList": []}, asked)
+    assert "is not managed by SSM" in (unmanaged(aws, INSTANCE) or "")
+    online = {"InstanceInformationList": [{"InstanceId": INSTANCE.id, "PingStatus": "Online"}]}
+    stubber.add_response("describe_instance_information", online, asked)
+    assert unmanaged(aws, INSTANCE) is None

@@ -44,7 +44,7 @@ TARGETS: dict[str, dict[str, Any]] = {
         "vsphere": {"host": "vc", "user": "u", "password_env": "P"},
     },
 }
-ENGINES = {"kubernetes": ("chaos-mesh", "litmus", "native"), "ec2": ("api", "fis")}
+ENGINES = {"kubernetes": ("chaos-mesh", "litmus", "native"), "ec2": ("api", "fis", "ssm")}
 # Options a kind may need to be valid somewhere (each platform takes some of them).
 VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
     "host-kill": (
@@ -59,6 +59,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"iops": 100},
         {"iops": 100, "ec2": {"accept_modification_limit": True}},
         {"latency": "50ms"},
+        {"read_iops": 100, "write_iops": 100},
     ),
     "network-partition": ({}, {"isolate_from": "all"}),
 }

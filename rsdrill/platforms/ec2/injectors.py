@@ -58,6 +58,15 @@ def ec2_injector(
     if needs_data_volume(fault) and platform.volume is not None:
         data = find_data_volume(aws, platform.volume, instance)
     duration = fault.revert_after or fault.duration or 0.0
+    if fault.engine == "ssm":
+        from rsdrill.platforms.ec2 import ssm
+
+        if fault.kind == "host-freeze":
+            scripts = ssm.freeze_scripts(platform.process)
+        else:
+            limits = ssm.io_max_limits(fault)
+            scripts = ssm.cgroup_io_scripts(platform.process, platform.dbpath, limits)
+        return ssm.SsmFault(aws, instance, fault.kind, scripts)
     if fault.engine == "fis":
         assert platform.fis_role_arn is not None  # check_experiment requires it
         if fault.kind == "host-kill":
@@ -145,6 +154,12 @@ def _delete_acl_entries(aws: Aws, action: dict[str, Any]) -> str:
     return delete_acl_entries(aws, action)
 
 
+def _ssm_command(aws: Aws, action: dict[str, Any]) -> str:
+    from rsdrill.platforms.ec2.ssm import run_ssm_revert
+
+    return run_ssm_revert(aws, action)
+
+
 def _stop_fis(aws: Aws, action: dict[str, Any]) -> str:
     from rsdrill.platforms.ec2.fis import stop_fis_experiment
 
@@ -157,5 +172,6 @@ REVERT_ACTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "ec2.modify-volume": _revert(_restore_volume),
     "ec2.restore-security-groups": _revert(_restore_groups),
     "ec2.delete-acl-entries": _revert(_delete_acl_entries),
+    "ec2.ssm-command": _revert(_ssm_command),
     "ec2.stop-fis-experiment": _revert(_stop_fis),
 }

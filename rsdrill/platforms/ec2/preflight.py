@@ -20,6 +20,8 @@ Call = tuple[str, dict[str, Any]]
 def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | None) -> list[Call]:
     """The EC2 calls (with DryRun) that injecting and reverting `fault` will make."""
     iid = {"InstanceIds": [instance.id]}
+    if fault.engine == "ssm":
+        return []
     if fault.engine == "fis":
         # FIS has no DryRun; stopping instances is checked for the instance start on revert.
         return [("start_instances", iid)] if fault.kind == "host-kill" else []
@@ -68,6 +70,11 @@ def problems(
 
     found: list[str] = []
     asked: set[tuple[str, str]] = set()
+    if any(f.engine == "ssm" for f in faults):
+        from rsdrill.platforms.ec2.ssm import unmanaged
+
+        # SSM has no DryRun: it is asked whether it can reach each instance at all.
+        found += [p for p in map(lambda i: unmanaged(aws, i), instances) if p is not None]
     for instance in instances:
         data = None
         if platform.volume is not None and any(needs_data_volume(f) for f in faults):
