@@ -108,3 +108,17 @@ def test_the_acl_way_is_exact_and_the_security_group_swap_needs_approximate() ->
     assert swap.faults[0].approximate
     with pytest.raises(ExperimentError, match="direction: both"):
         load_experiment_text(EC2_FILE.format(options="isolate_from: members, direction: inbound"))
+
+
+def test_preflight_asks_ec2_about_the_acl_calls(aws: Aws, member: Callable[..., Member]) -> None:
+    from rsdrill.experiment.schema import make_fault
+    from rsdrill.platforms.ec2.injectors import preflight
+    from rsdrill.platforms.ec2.options import Ec2Platform
+
+    m = member(subnet=3)
+    fault = make_fault(at=1, kind="network-partition", duration=5, isolate_from="members")
+    platform = Ec2Platform(region="us-east-1", instances=BY_TAG)
+    instance = find_instance(aws, BY_TAG, m.host)
+    # The DryRun calls change nothing: no entry is left in the subnet's ACL.
+    assert preflight(aws, platform, (fault,), [instance]) == []
+    assert deny_entries(aws.client("ec2"), "192.0.2.1") == []
