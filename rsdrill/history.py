@@ -77,6 +77,8 @@ class FaultRecord:
     injected_at_s: float | None = None
     verified_at_s: float | None = None
     reverted_at_s: float | None = None
+    approximation: str | None = None
+    """How the platform approximated the fault (its way in the kinds' spec), if it did."""
     detail: dict[str, Any] = field(default_factory=dict)
 
 

@@ -26,6 +26,9 @@ class FaultResult(_Model):
     injected_at_s: float | None
     reverted_at_s: float | None
     verified_at_s: float | None = None
+    approximation: str | None = Field(
+        None, description="what the platform did instead of the fault itself (approximate: true)"
+    )
     detail: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -38,7 +38,8 @@ def check(
                                "checks": [c.to_dict() for c in checks]}, indent=2))  # fmt: skip
     else:
         for line in checks:
-            typer.echo(format_check(line))
+            # One-way faults in red (typer drops the colour when stdout is not a terminal).
+            typer.secho(format_check(line), fg="red" if "one-way" in line.name else None)
     if failed(checks):
         raise typer.Exit(EXIT_INVALID)
 

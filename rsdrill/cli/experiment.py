@@ -26,14 +26,29 @@ FileArgument = Annotated[Path, typer.Argument(help="An experiment file (YAML).",
 
 def validate(
     files: Annotated[list[Path], typer.Argument(help="Experiment files (YAML).", metavar="FILE")],
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Require every ${VAR} the files use to be set (as `rsdrill run` does).",
+        ),
+    ] = False,
 ) -> None:
-    """Check experiment files: `FILE: ok`, or the file's first problem as FILE:LINE:COL."""
+    """Check experiment files: `FILE: ok`, or the file's first problem as FILE:LINE:COL.
+
+    Without --strict the environment is not needed: a ${VAR} left unset is a note on stderr
+    (its value goes unchecked) and the file is still ok."""
     import rsdrill
+    from rsdrill.experiment.loader import check_experiment_file
 
     invalid = False
     for path in files:
         try:
-            rsdrill.load(path)
+            if strict:
+                rsdrill.load(path)
+            else:
+                for note in check_experiment_file(path):
+                    typer.echo(f"note: {note}", err=True)
         except rsdrill.ExperimentError as exc:
             typer.echo(str(exc), err=True)
             invalid = True
@@ -46,8 +61,11 @@ def validate(
 def plan(file: FileArgument) -> None:
     """Show what an experiment will do, to which member and when (nothing is run)."""
     import rsdrill
+    from rsdrill.experiment.plan import ONE_WAY_MARK
 
-    typer.echo(rsdrill.plan(_load_or_exit(file)), nl=False)
+    for line in rsdrill.plan(_load_or_exit(file)).splitlines():
+        # typer.style's colour is dropped when stdout is not a terminal.
+        typer.secho(line, fg="red" if ONE_WAY_MARK in line else None)
 
 
 def schema(
@@ -69,11 +87,37 @@ def schema(
         typer.echo(f"wrote {out}")
 
 
-def faults() -> None:
-    """List the fault kinds: what each does, its own fields, and what each platform does."""
-    from rsdrill.experiment.kinds import fault_table, support_table
+def faults(
+    platform: Annotated[
+        str | None,
+        typer.Option(
+            "--platform",
+            help="Only this platform's ways (sandbox, local, kubernetes, "
+            "ec2, vsphere): one row per way, with its engine and options.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the spec as JSON.")] = False,
+) -> None:
+    """List the fault kinds: what each does, its own fields, and what each platform does
+    (exactly, approximately: needs `approximate: true`, or one way only: needs `one_way: true`)."""
+    from rsdrill.experiment.kinds import (
+        fault_table,
+        faults_json,
+        platform_names,
+        platform_table,
+        support_table,
+    )
 
-    typer.echo(fault_table() + "\n" + support_table(), nl=False)
+    if platform is not None and platform not in platform_names():
+        typer.echo(f"--platform: unknown platform {platform!r} (one of "
+                   f"{', '.join(platform_names())})", err=True)  # fmt: skip
+        raise typer.Exit(EXIT_INVALID)
+    if as_json:
+        typer.echo(json.dumps(faults_json(platform), indent=2))
+    elif platform is not None:
+        typer.echo(platform_table(platform), nl=False)
+    else:
+        typer.echo(fault_table() + "\n" + support_table(), nl=False)
 
 
 def experiment_json_schema() -> dict[str, Any]:
@@ -87,6 +131,7 @@ def experiment_json_schema() -> dict[str, Any]:
     # Listed for editors' completion; `recovery_s.<host:port>` stays allowed as an extra key.
     slo["properties"] = {name: slo["additionalProperties"] for name in metric_names()}
     generated["patternProperties"] = {f"^{EXTENSION_PREFIX}": {}}
+    generated = _allow_references(generated)
     return {
         "$schema": JSON_SCHEMA_DIALECT,
         **generated,
@@ -94,6 +139,23 @@ def experiment_json_schema() -> dict[str, Any]:
         "description": "A chaos experiment on a MongoDB replica set: target, probes, faults, "
         "observation and SLOs. Top-level keys starting with x- are ignored (for YAML anchors).",
     }
+
+
+# A text holding a `${VAR}` (substituted when the file is loaded) may stand for any value.
+ENV_REFERENCE_PATTERN = r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}"
+
+
+def _allow_references(node: Any) -> Any:
+    """`node` with every number and true/false also allowed as a text with a `${VAR}` in it
+    (a file's `port: ${VSPHERE_PORT:-443}` is valid: the value comes from the environment)."""
+    if isinstance(node, list):
+        return [_allow_references(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: _allow_references(value) for key, value in node.items()}
+    if node.get("type") in ("integer", "number", "boolean"):
+        return {"anyOf": [node, {"type": "string", "pattern": ENV_REFERENCE_PATTERN}]}
+    return node
 
 
 def _load_or_exit(path: Path) -> Experiment:

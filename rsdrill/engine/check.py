@@ -25,6 +25,7 @@ from rsdrill.connection import (
     parse_uri,
 )
 from rsdrill.deployment import Deployment, inspect, version_problem
+from rsdrill.experiment.kinds import way_of
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.base import TargetError
 from rsdrill.privileges import CLUSTER, granted
@@ -69,6 +70,7 @@ def check_experiment(exp: Experiment) -> list[Check]:
 
 def _checks(exp: Experiment) -> Iterator[Check]:
     yield from _local_tools(exp)
+    yield from _fault_ways(exp)
     if exp.target.platform == "sandbox":
         yield Check("target", True, "a sandbox the run builds itself")
         return
@@ -251,6 +253,15 @@ def _privileges(
         if not p.required:
             detail = f"{p.action} on {p.resource} is not granted ({p.role}): {p.used_by}"
             yield Check(f"privilege {p.action}", None, detail)
+
+
+def _fault_ways(exp: Experiment) -> Iterator[Check]:
+    """A warning per fault that is one-way or approximated (the file opted in to both)."""
+    platform = exp.target.platform
+    for i, fault in enumerate(exp.faults):
+        way = way_of(platform, fault)
+        if way is not None and way.support != "exact":
+            yield Check(f"faults[{i}] {way.support}", None, way.line(fault.kind, platform))
 
 
 def _local_tools(exp: Experiment) -> Iterator[Check]:

@@ -34,6 +34,7 @@ from rsdrill.engine.selection import (
 )
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
 from rsdrill.errors import GuardRefusal
+from rsdrill.experiment.kinds import approximation
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.history import FaultRecord, History, Op, RunClock
 from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
@@ -397,6 +398,7 @@ class Runner:
                 continue
             # The role, fault index and options let `rsdrill replay --from` do it again.
             record = FaultRecord(action.index, fault.kind, host,
+                                 approximation=approximation(self.exp.target.platform, fault),
                                  detail={"plan": injector.describe(), "role": states[host],
                                          "index": action.index,
                                          "options": fault_options(fault)})  # fmt: skip
@@ -636,6 +638,7 @@ def _fault_result(record: FaultRecord) -> FaultResult:
         injected_at_s=record.injected_at_s,
         reverted_at_s=record.reverted_at_s,
         verified_at_s=record.verified_at_s,
+        approximation=record.approximation,
         detail=record.detail,
     )
 

@@ -2,22 +2,27 @@
 each built-in platform really does for it (exactly, approximately, or one way only).
 
 This is the single source of the fault kinds' names and own fields (`schema.py` builds one
-model per kind from it, so a field of another kind is refused), of `rsdrill faults` and of the
-README's fault tables (a test fails when they differ). Whether a platform accepts a kind is
-decided by the platform's own load-time check; a test keeps the `platforms` entries below true
-to those checks.
+model per kind from it, so a field of another kind is refused), of `rsdrill faults`, of
+docs/faults.md and of the README's fault tables (tests fail when they differ), and of the
+opt-ins: `way_of` decides, per fault, which way a platform takes; a fault whose way is
+approximate loads only with `approximate: true`, a one-way one only with `one_way: true`.
+Whether a platform accepts a kind is decided by the platform's own load-time check; a test
+keeps the `platforms` entries below true to those checks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Support = Literal["exact", "approximate", "one-way"]
 """exact: the fault itself; approximate: something close to it (said in the cell); one-way: it
 cannot be undone within the run (a terminated instance, a volume modification AWS allows once
-per 6 hours, wiped data)."""
+per 6 hours, wiped data, a deleted Node)."""
+
+OPT_IN: dict[Support, str] = {"approximate": "approximate", "one-way": "one_way"}
+"""The fault field that allows a way of this support (exact ways need none)."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,33 @@ class Way:
 
     how: str
     support: Support = "exact"
+    engine: str | None = None
+    """The fault's `engine` that takes this way (None: the platform has no engines)."""
+    when: str | None = None
+    """The fault options under which this way is taken (a key of `_CONDITIONS`); None: the
+    engine's way when no other of its ways applies."""
+
+    def line(self, kind: str, platform: str) -> str:
+        """This way as the table states it, for messages."""
+        engine = f" (engine {self.engine})" if self.engine else ""
+        return f"{kind} on {platform}{engine}: {self.how}{_MARKS[self.support]}"
+
+
+def _option(fault: Any, section: str, name: str, default: Any) -> Any:
+    options = getattr(fault, section, None)
+    return default if options is None else getattr(options, name)
+
+
+# Conditions on a fault's options, by the words the tables show for them.
+_CONDITIONS: dict[str, Callable[[Any], bool]] = {
+    "scope: node, delete_node": lambda f: (
+        f.scope == "node" and _option(f, "kubernetes", "delete_node", True)
+    ),
+    "scope: node": lambda f: f.scope == "node",
+    "ec2.action: terminate": lambda f: _option(f, "ec2", "action", "stop") == "terminate",
+    "ec2.action: reboot": lambda f: _option(f, "ec2", "action", "stop") == "reboot",
+    "isolate_from: members": lambda f: f.isolate_from == "members",
+}
 
 
 @dataclass(frozen=True)
@@ -38,7 +70,9 @@ class KindSpec:
     needs_duration: bool = False
     """Lasts until reverted: without a `duration` it would outlive the run."""
     platforms: dict[str, tuple[Way, ...]] = field(default_factory=dict)
-    """Built-in platform ("sandbox" also stands for "local") → its ways; absent: refused."""
+    """Built-in platform ("sandbox" also stands for "local") → its ways, an engine's first way
+    being its default and the platform's first way's engine the default engine; absent:
+    refused."""
 
 
 _MACHINE = "sandbox"
@@ -56,12 +90,32 @@ KINDS: dict[str, KindSpec] = {
             platforms={
                 _MACHINE: (Way("SIGKILL, restart after a delay, volume keep or wipe"),),
                 "kubernetes": (
-                    Way("Chaos Mesh pod-kill, Litmus pod-delete or node-drain, pod delete"),
-                    Way("node drain and Node delete (scope node)"),
+                    Way(
+                        "node drain, then the Node object deleted (scope node)",
+                        "one-way",
+                        "native",
+                        "scope: node, delete_node",
+                    ),
+                    Way(
+                        "node drain, uncordoned on revert (scope node, delete_node: false)",
+                        engine="native",
+                        when="scope: node",
+                    ),
+                    Way("pod delete", engine="native"),
+                    Way("Chaos Mesh PodChaos pod-kill", engine="chaos-mesh"),
+                    Way("Litmus node-drain (scope node)", engine="litmus", when="scope: node"),
+                    Way("Litmus pod-delete", engine="litmus"),
                 ),
                 "ec2": (
-                    Way("stop (force) or reboot; FIS stop-instances"),
-                    Way("terminate (allow_terminate)", "one-way"),
+                    Way(
+                        "terminate (ec2.action: terminate)",
+                        "one-way",
+                        "api",
+                        "ec2.action: terminate",
+                    ),
+                    Way("reboot (ec2.action: reboot)", engine="api", when="ec2.action: reboot"),
+                    Way("stop (force), started on revert", engine="api"),
+                    Way("FIS aws:ec2:stop-instances", engine="fis"),
                 ),
                 "vsphere": (Way("power off the VM, or every VM on its ESXi host (scope host)"),),
             },
@@ -73,7 +127,14 @@ KINDS: dict[str, KindSpec] = {
             platforms={
                 _MACHINE: (Way("SIGSTOP, then SIGCONT"),),
                 "kubernetes": (
-                    Way("Chaos Mesh pod-failure: the member stops, then restarts", "approximate"),
+                    Way(
+                        "Chaos Mesh pod-failure: the container restarts instead of freezing",
+                        "approximate",
+                        "chaos-mesh",
+                    ),
+                ),
+                "ec2": (
+                    Way("SIGSTOP of mongod via SSM Run Command, SIGCONT on revert", engine="ssm"),
                 ),
                 "vsphere": (Way("suspend the VM, then power it on"),),
             },
@@ -97,8 +158,10 @@ KINDS: dict[str, KindSpec] = {
             needs_duration=True,
             platforms={
                 _MACHINE: (Way("faultfs: an errno share and/or latency per operation"),),
-                "kubernetes": (Way("Chaos Mesh IOChaos: an errno or a latency"),),
-                "ec2": (Way("FIS aws:ebs:volume-io-latency: latency only"),),
+                "kubernetes": (
+                    Way("Chaos Mesh IOChaos: an errno or a latency", engine="chaos-mesh"),
+                ),
+                "ec2": (Way("FIS aws:ebs:volume-io-latency: latency only", engine="fis"),),
             },
         ),
         KindSpec(
@@ -119,11 +182,30 @@ KINDS: dict[str, KindSpec] = {
             platforms={
                 _MACHINE: (Way("faultfs token buckets (IOPS, bandwidth) and latency"),),
                 "kubernetes": (
-                    Way("Chaos Mesh BlockChaos delay, or IOChaos latency", "approximate"),
+                    Way(
+                        "Chaos Mesh BlockChaos delay, or IOChaos latency: a latency per "
+                        "operation, not a cap",
+                        "approximate",
+                        "chaos-mesh",
+                    ),
                 ),
                 "ec2": (
-                    Way("modify_volume IOPS/throughput (once per volume per 6 h)", "one-way"),
-                    Way("FIS aws:ebs:volume-io-latency", "approximate"),
+                    Way(
+                        "modify_volume IOPS/throughput: AWS allows the restore only 6 h after "
+                        "(engine ssm caps exactly)",
+                        "one-way",
+                        "api",
+                    ),
+                    Way(
+                        "cgroup io.max of mongod on its data disk via SSM Run Command (reads "
+                        "and writes capped separately), lifted on revert",
+                        engine="ssm",
+                    ),
+                    Way(
+                        "FIS aws:ebs:volume-io-latency: a latency per operation, not a cap",
+                        "approximate",
+                        "fis",
+                    ),
                 ),
                 "vsphere": (Way("the disk's storageIOAllocation.limit, restored exactly"),),
             },
@@ -134,8 +216,13 @@ KINDS: dict[str, KindSpec] = {
             needs_duration=True,
             platforms={
                 _MACHINE: (Way("faultfs: every operation fails"),),
-                "kubernetes": (Way("Chaos Mesh IOChaos: every operation fails"),),
-                "ec2": (Way("force-detach and re-attach; FIS pause-volume-io"),),
+                "kubernetes": (
+                    Way("Chaos Mesh IOChaos: every operation fails", engine="chaos-mesh"),
+                ),
+                "ec2": (
+                    Way("force-detach, re-attached on revert", engine="api"),
+                    Way("FIS aws:ebs:pause-volume-io", engine="fis"),
+                ),
                 "vsphere": (Way("remove the disk (its file kept) and add it back"),),
             },
         ),
@@ -148,8 +235,21 @@ KINDS: dict[str, KindSpec] = {
             needs_duration=True,
             platforms={
                 _MACHINE: (Way("nftables on loopback"),),
-                "kubernetes": (Way("Chaos Mesh NetworkChaos partition"),),
-                "ec2": (Way("security groups swapped for a deny-all group (isolate_from all)"),),
+                "kubernetes": (Way("Chaos Mesh NetworkChaos partition", engine="chaos-mesh"),),
+                "ec2": (
+                    Way(
+                        "network ACL entries deny its address on the other members' subnets: "
+                        "established connections are cut too (isolate_from members)",
+                        engine="api",
+                        when="isolate_from: members",
+                    ),
+                    Way(
+                        "security groups swapped for a deny-all group: connections AWS already "
+                        "tracks go on (isolate_from all)",
+                        "approximate",
+                        "api",
+                    ),
+                ),
                 "vsphere": (Way("disconnect the NIC (isolate_from all)"),),
             },
         ),
@@ -189,11 +289,59 @@ def fields_for(kind: str, fields: Iterable[str]) -> list[str]:
     return [f for f in fields if f not in others or f in own]
 
 
+def platform_column(platform: str) -> str:
+    """The column of the tables a platform's faults are in ("local" shares the sandbox's)."""
+    return _MACHINE if platform == "local" else platform
+
+
+def way_of(platform: str, fault: Any) -> Way | None:
+    """The way `platform` carries `fault` out, from its kind, engine and options; None when
+    the platform has none (its own check refuses the fault)."""
+    ways = KINDS[fault.kind].platforms.get(platform_column(platform), ())
+    if not ways:
+        return None
+    engine = fault.engine or ways[0].engine
+    for way in ways:
+        if way.engine not in (None, engine):
+            continue
+        if way.when is None or _CONDITIONS[way.when](fault):
+            return way
+    return None
+
+
+def opt_in_problem(platform: str, fault: Any) -> str | None:
+    """Why `fault` may not run on `platform` as written: its way is approximate or one-way and
+    the fault does not say it accepts that; None when it may."""
+    way = way_of(platform, fault)
+    if way is None or way.support == "exact" or getattr(fault, OPT_IN[way.support]):
+        return None
+    what = {"approximate": "an approximation", "one-way": "one-way: it cannot be undone"}
+    return (
+        f"{what[way.support]} ({way.line(fault.kind, platform)}); set "
+        f"`{OPT_IN[way.support]}: true` on the fault to run it"
+    )
+
+
+def approximation(platform: str, fault: Any) -> str | None:
+    """What `platform` does instead of `fault` when it only approximates it (result.json's
+    `approximation`), else None."""
+    way = way_of(platform, fault)
+    return way.how if way is not None and way.support == "approximate" else None
+
+
+def is_one_way(platform: str, fault: Any) -> bool:
+    """Whether `fault` on `platform` cannot be undone within the run."""
+    way = way_of(platform, fault)
+    return way is not None and way.support == "one-way"
+
+
+_MARKS: dict[Support, str] = {"exact": "", "approximate": " *approx.*", "one-way": " *one-way*"}
+
+
 def _cell(ways: tuple[Way, ...]) -> str:
     if not ways:
         return "refused when loaded"
-    marks = {"exact": "", "approximate": " *approx.*", "one-way": " *one-way*"}
-    return "; ".join(f"{way.how}{marks[way.support]}" for way in ways)
+    return "; ".join(f"{way.how}{_MARKS[way.support]}" for way in ways)
 
 
 def fault_table() -> str:
@@ -211,3 +359,73 @@ def support_table() -> str:
         cells = " | ".join(_cell(spec.platforms.get(p, ())) for p, _ in PLATFORM_COLUMNS)
         lines.append(f"| `{spec.kind}` | {cells} |")
     return "\n".join(lines) + "\n"
+
+
+def platform_table(platform: str) -> str:
+    """One platform's ways, one row each: kind, engine, when, what is done, support (Markdown)."""
+    column = platform_column(platform)
+    lines = ["| fault | engine | when | what is done | support |", "|---|---|---|---|---|"]
+    for spec in KINDS.values():
+        ways = spec.platforms.get(column, ())
+        if not ways:
+            lines.append(f"| `{spec.kind}` | | | refused when loaded | |")
+        for way in ways:
+            opt_in = f" (`{OPT_IN[way.support]}: true`)" if way.support in OPT_IN else ""
+            lines.append(f"| `{spec.kind}` | {way.engine or ''} | {way.when or ''} | "
+                         f"{way.how} | {way.support}{opt_in} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def platform_names() -> tuple[str, ...]:
+    """The platforms `rsdrill faults --platform` knows ("local" shares the sandbox's ways)."""
+    return (_MACHINE, "local", *(p for p, _ in PLATFORM_COLUMNS if p != _MACHINE))
+
+
+def faults_json(platform: str | None = None) -> dict[str, Any]:
+    """Every kind with its fields and, per platform (or only `platform`), its ways."""
+    columns = [platform_column(platform)] if platform else [p for p, _ in PLATFORM_COLUMNS]
+    return {
+        "kinds": [
+            {
+                "kind": spec.kind,
+                "meaning": spec.meaning,
+                "fields": list(spec.fields),
+                "needs_duration": spec.needs_duration,
+                "platforms": {
+                    (platform or column): [
+                        {"how": w.how, "support": w.support, "engine": w.engine, "when": w.when,
+                         "opt_in": OPT_IN.get(w.support)}
+                        for w in spec.platforms.get(column, ())
+                    ]
+                    for column in columns
+                },
+            }
+            for spec in KINDS.values()
+        ]
+    }  # fmt: skip
+
+
+FAULTS_DOC_HEAD = """# Fault kinds and what each platform really does
+
+Generated from `rsdrill/experiment/kinds.py` (`rsdrill faults` prints the same; a test fails
+when this file differs: regenerate it with `python -m rsdrill.experiment.kinds > docs/faults.md`).
+
+A way marked *approx.* does something close to the fault, not the fault itself: it runs only
+when the fault says `approximate: true`, and result.json records `"approximation"` on that
+fault. A way marked *one-way* cannot be undone within the run: it runs only with
+`one_way: true`, and `rsdrill plan` and `rsdrill check` mark it. Which way a fault takes
+follows from its platform, its `engine` and the options in the "when" column.
+"""
+
+
+def faults_doc() -> str:
+    """docs/faults.md: both tables and one table per platform (Markdown)."""
+    parts = [FAULTS_DOC_HEAD, "## Kinds\n", fault_table(), "## Fault by platform\n",
+             support_table()]  # fmt: skip
+    for column, title in PLATFORM_COLUMNS:
+        parts += [f"## {title}\n", platform_table(column)]
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(faults_doc(), end="")

@@ -98,6 +98,31 @@ def load_experiment_text(
     return load_document_text(Experiment, text, source_name, env)
 
 
+def check_experiment_file(
+    path: Path, env: Mapping[str, str] | None = None
+) -> list[ExperimentError]:
+    """Check the experiment file at `path` without needing its environment: a `${VAR}` left
+    unset (no default) is kept as written and its value goes unchecked. Returns one note per
+    such value; raises ExperimentError for any other problem, as `load_experiment` would."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ExperimentError(str(path), 1, 1, f"cannot read: {exc.strerror or exc}") from None
+    text = _decode(data, str(path))
+    tree = _Tree(text, str(path), os.environ if env is None else env, Experiment,
+                 require_env=False)  # fmt: skip
+    if tree.issues:
+        raise _first(tree.issues)
+    unchecked = {(note.line, note.col) for note in tree.unset}
+    try:
+        Experiment.model_validate({k: v for k, v in tree.data.items() if not _is_extension(k)})
+    except ValidationError as exc:
+        issues = [i for i in _validation_issues(tree, exc) if (i.line, i.col) not in unchecked]
+        if issues:
+            raise _first(issues) from None
+    return tree.unset
+
+
 def load_document(model: type[Model], path: Path, env: Mapping[str, str] | None = None) -> Model:
     """Read and validate the file at `path` as a `model` document; see `load_experiment`."""
     try:
@@ -177,9 +202,16 @@ class _Tree:
         source_name: str,
         env: Mapping[str, str],
         model: type[BaseModel] = Experiment,
+        *,
+        require_env: bool = True,
     ) -> None:
-        """Parse `text`; raises ExperimentError when it holds no mapping to validate."""
+        """Parse `text`; raises ExperimentError when it holds no mapping to validate.
+
+        Without `require_env`, a `${VAR}` that is unset stays as written and is noted in
+        `unset` instead of being an issue."""
         self.text = text
+        self.require_env = require_env
+        self.unset: list[ExperimentError] = []
         self.model = model
         self.source_name = source_name
         self.env = env
@@ -318,6 +350,8 @@ class _Tree:
             raise self.error(node, loc, problem) from None
 
     def _substitute(self, node: ScalarNode, loc: Loc) -> str:
+        unset: list[str] = []
+
         def replace(match: re.Match[str]) -> str:
             if match.group(0) == "$${":
                 return "${"
@@ -328,6 +362,9 @@ class _Tree:
                 )
             value = self.env.get(name)
             if value is None or (value == "" and match.group("default") is not None):
+                if match.group("default") is None and not self.require_env:
+                    unset.append(name)
+                    return match.group(0)
                 if match.group("default") is None:
                     raise _BadReference(
                         f"environment variable {name} is not set (or write ${{{name}:-default}})"
@@ -336,10 +373,15 @@ class _Tree:
             return value
 
         try:
-            return _ENV_REF.sub(replace, node.value)
+            value = _ENV_REF.sub(replace, node.value)
         except _BadReference as exc:
             self.issues.append(self.error(node, loc, str(exc)))
             return node.value
+        if unset:
+            names = " and ".join(dict.fromkeys(unset))
+            self.unset.append(self.error(node, loc, f"{names} not set: checked without its "
+                                         "value (`--strict` and `run` need it)"))  # fmt: skip
+        return value
 
 
 class _BadReference(Exception):

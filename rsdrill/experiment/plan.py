@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from rsdrill import registry
+from rsdrill.experiment.kinds import way_of
 from rsdrill.experiment.schema import (
     SLO_PATTERN,
     AvailabilityProbe,
@@ -31,6 +32,8 @@ from rsdrill.redact import redact_uri
 
 # MongoDB's own defaults, which the sandbox uses unless the target overrides them.
 _DEFAULT_ELECTION_TIMEOUT_S = 10.0
+ONE_WAY_MARK = "ONE-WAY"
+"""Marks a fault that cannot be undone in the plan's timeline (`rsdrill plan` shows it red)."""
 _DEFAULT_HEARTBEAT_INTERVAL_S = 2.0
 _DEFAULT_OPLOG_MB = 192
 _DEFAULT_STEPDOWN_S = 60.0
@@ -84,9 +87,13 @@ def plan_experiment(exp: Experiment) -> list[PlannedStep]:
 
 def _fault_steps(fault: Fault, platform: str) -> list[PlannedStep]:
     selection = describe_selection(fault.select)
-    inject = PlannedStep(
-        fault.at, "inject", fault.kind, selection, f"{selection} ({_injection(fault, platform)})"
-    )
+    description = f"{selection} ({_injection(fault, platform)})"
+    way = way_of(platform, fault)
+    if way is not None and way.support == "one-way":
+        description += f" {ONE_WAY_MARK}: {way.how}, cannot be undone"
+    elif way is not None and way.support == "approximate":
+        description += f"; approximated: {way.how}"
+    inject = PlannedStep(fault.at, "inject", fault.kind, selection, description)
     revert_after = fault.revert_after
     if revert_after is None:
         return [inject]

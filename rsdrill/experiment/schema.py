@@ -35,6 +35,7 @@ from rsdrill.experiment.kinds import (
     KINDS,
     fields_for,
     kind_only_fields,
+    opt_in_problem,
 )
 from rsdrill.registry import platforms
 
@@ -417,6 +418,16 @@ class _Fault(_FaultRules):
         description="the platform's fault engine (kubernetes: chaos-mesh, litmus, native; "
         "ec2: api, fis); default: the platform's own API",
     )
+    approximate: bool = Field(
+        False,
+        description="run it although the platform only approximates it (see `rsdrill faults`); "
+        "the result records the approximation",
+    )
+    one_way: bool = Field(
+        False,
+        description="run it although it cannot be undone within the run (instance terminate, "
+        "Node delete, EBS modify_volume, data-loss's wipe: see `rsdrill faults`)",
+    )
     scope: Literal["member", "node", "host"] = Field(
         "member",
         description="member: its process/pod/instance/VM; node: its Kubernetes node; "
@@ -752,6 +763,9 @@ class Experiment(Strict):
                     f"{platform}, destroy the volumes with a step of your own",
                 )
         registry.platform(platform).check_experiment(self)
+        for i, fault in enumerate(self.faults):
+            if (problem := opt_in_problem(platform, fault)) is not None:
+                raise FieldProblem(("faults", i, "kind"), problem)
         return self
 
     def records(self) -> set[str]:

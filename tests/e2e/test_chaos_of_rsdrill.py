@@ -55,7 +55,7 @@ FAULTS = {
     "volume-detach": "{at: 1s, kind: volume-detach, select: secondary, duration: 1.5s}",
     "power-loss": "{at: 1s, kind: host-kill, select: primary, power_loss: true, duration: 1.5s}",
     # A secondary's host and data lost; the restore step starts it empty (initial sync).
-    "data-loss": "{at: 1s, kind: data-loss, select: secondary}",
+    "data-loss": "{at: 1s, kind: data-loss, select: secondary, one_way: true}",
 }
 # What a fault needs besides itself in its experiment.
 EXTRA = {

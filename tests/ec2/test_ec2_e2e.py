@@ -43,7 +43,9 @@ def shared_set(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> 
     sandbox = up(tmp_path_factory.mktemp("ec2-set") / "set", spec, EmulatorEngine())
     try:
         preload(sandbox.uri, PRELOAD_MB)
-        members = {m.host: make_member(ec2, m.host) for m in spec.members}
+        # One subnet each, as members spread over availability zones are (a network ACL
+        # partition needs it).
+        members = {m.host: make_member(ec2, m.host, subnet=i) for i, m in enumerate(spec.members)}
         with Ec2Binding(ec2, sandbox, members) as binding:
             yield sandbox, members, binding
     finally:
@@ -175,8 +177,9 @@ probes:
 faults:
   - {at: 2s, kind: volume-detach, select: secondary, duration: 3s}
   - {at: 2s, kind: iops-throttle, select: primary, duration: 3s, iops: 3000,
-     throughput_mb_s: 125, ec2: {accept_modification_limit: true}}
-  - {at: 6s, kind: network-partition, select: secondary, duration: 2s, isolate_from: all}
+     throughput_mb_s: 125, one_way: true, ec2: {accept_modification_limit: true}}
+  - {at: 6s, kind: network-partition, select: secondary, duration: 2s, isolate_from: all,
+     approximate: true}
 observe: {after_revert: 20s}
 """
 
@@ -195,6 +198,9 @@ def test_volume_and_network_faults_through_the_runner(
     faults = {f["kind"]: f for f in result["faults"]}
     assert set(faults) == {"volume-detach", "iops-throttle", "network-partition"}
     assert all(f["verified_at_s"] and f["reverted_at_s"] for f in faults.values()), faults
+    # The security-group swap is an approximation (tracked connections go on): it says so.
+    assert faults["network-partition"]["approximation"].startswith("security groups swapped")
+    assert faults["volume-detach"]["approximation"] is None
     detached = faults["volume-detach"]["target"]
     # The vanished disk took its member down; re-attached, it came back on its data.
     assert [(e.host, e.what) for e in binding.events] == [
@@ -206,4 +212,46 @@ def test_volume_and_network_faults_through_the_runner(
         assert data_volume_at(ec2, m.instance_id) == m.volume_id, host
         volume = ec2.describe_volumes(VolumeIds=[m.volume_id])["Volumes"][0]
         assert (volume["Iops"], volume["Throughput"]) == (6000, 500), host
+    assert_no_secret(tmp_path, proc.stdout, proc.stderr)
+
+
+ACL_PARTITION = """\
+name: ec2-acl-partition
+target:
+  platform: ec2
+  topology: rs3
+  uri: ${RSDRILL_EC2_URI}
+  ec2:
+    region: us-east-1
+    endpoint_url: ${RSDRILL_EC2_ENDPOINT}
+    instances: {by: tag}
+    poll_interval: 50ms
+probes:
+  availability: {interval: 50ms}
+  durability: null
+  lag: null
+faults:
+  - {at: 2s, kind: network-partition, select: secondary, duration: 2s, isolate_from: members}
+observe: {after_revert: 5s}
+"""
+
+
+@pytest.mark.slow
+def test_an_acl_partition_through_the_runner_is_exact_and_leaves_no_entry(
+    tmp_path: Path, bound_set: BoundSet, moto_endpoint: str, ec2: Any
+) -> None:
+    sandbox, members, _ = bound_set
+    experiment = tmp_path / "acl.yaml"
+    experiment.write_text(ACL_PARTITION)
+    out = tmp_path / "out"
+    proc = run(experiment, out, environment(tmp_path, sandbox, moto_endpoint))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (fault,) = json.loads((out / "result.json").read_text())["faults"]
+    assert fault["verified_at_s"] and fault["reverted_at_s"]
+    assert fault["approximation"] is None  # the exact way: no opt-in needed, none recorded
+    assert "established connections are cut too" in fault["detail"]["plan"]
+    ip = instance_of(ec2, members[fault["target"]].instance_id)["PrivateIpAddress"]
+    entries = [e for acl in ec2.describe_network_acls()["NetworkAcls"] for e in acl["Entries"]
+               if e.get("CidrBlock") == f"{ip}/32"]  # fmt: skip
+    assert entries == []
     assert_no_secret(tmp_path, proc.stdout, proc.stderr)

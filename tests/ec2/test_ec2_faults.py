@@ -35,7 +35,7 @@ def state(ec2: Any, m: Member) -> str:
 
 
 def kill(aws: Aws, m: Member, **options: Any) -> InstanceKill:
-    settings = {"action": "stop", "force": True, "allow_terminate": False, "restart": True,
+    settings = {"action": "stop", "force": True, "one_way": False, "restart": True,
                 "replace_volume": None} | options  # fmt: skip
     return InstanceKill(aws, find_instance(aws, BY_TAG, m.host), **settings)
 
@@ -109,10 +109,10 @@ def test_terminate_is_refused_without_permission_and_nothing_changes(
     m = member()
     fault = kill(aws, m, action="terminate", restart=False)
     assert fault.revert_action() is None
-    with pytest.raises(InjectionError, match="allow_terminate: true"):
+    with pytest.raises(InjectionError, match="set one_way: true on the fault"):
         fault.inject()
     assert state(ec2, m) == "running"
-    allowed = kill(aws, m, action="terminate", allow_terminate=True, restart=False)
+    allowed = kill(aws, m, action="terminate", one_way=True, restart=False)
     allowed.inject()
     assert allowed.verify(5.0)
     assert state(ec2, m) in ("shutting-down", "terminated")
@@ -134,12 +134,39 @@ def test_volume_detach_and_reattach_to_the_same_device(
     assert "already attached" in REVERT_ACTIONS["ec2.attach-volume"](fault.revert_action())
 
 
-def throttle(aws: Aws, m: Member, *, accept: bool = False, **limits: Any) -> IopsThrottle:
+def throttle(
+    aws: Aws, m: Member, *, accept: bool = False, one_way: bool = True, **limits: Any
+) -> IopsThrottle:
     instance = find_instance(aws, BY_TAG, m.host)
     return IopsThrottle(aws, instance, m.volume_id, iops=limits.get("iops"),
                         throughput_mb_s=limits.get("throughput_mb_s"),
                         accept_modification_limit=accept,
-                        field="faults[0].ec2.accept_modification_limit")  # fmt: skip
+                        field="faults[0].ec2.accept_modification_limit",
+                        one_way=one_way)  # fmt: skip
+
+
+def test_iops_throttle_without_one_way_never_calls_modify_volume(
+    aws: Aws, ec2: Any, member: Callable[..., Member]
+) -> None:
+    m = member()
+    fault = throttle(aws, m, one_way=False, iops=3000)
+    with pytest.raises(InjectionError, match="only 6 hours later; set one_way: true"):
+        fault.inject()
+    assert volume_of(ec2, m.volume_id)["Iops"] == 6000
+    # No modification was ever asked for (moto records each one, as AWS does).
+    assert ec2.describe_volumes_modifications(VolumeIds=[m.volume_id])[
+        "VolumesModifications"] == []  # fmt: skip
+
+
+def test_the_journaled_restore_holds_the_earliest_time_it_can_succeed(
+    aws: Aws, member: Callable[..., Member]
+) -> None:
+    m = member()
+    before = dt.datetime.now(dt.UTC)
+    action = throttle(aws, m, iops=3000).revert_action()
+    not_before = dt.datetime.fromisoformat(action["not_before"])
+    after = dt.datetime.now(dt.UTC)
+    assert before + dt.timedelta(hours=6, seconds=-1) <= not_before <= after + dt.timedelta(hours=6)
 
 
 def test_iops_throttle_restores_the_volume_and_the_6_hour_rule_refuses_the_next(

@@ -42,17 +42,20 @@ CRASHING_RUN = textwrap.dedent("""
     from rsdrill.platforms.ec2.network import SecurityGroupPartition
     from rsdrill.platforms.ec2.volume import IopsThrottle, VolumeDetach
     from rsdrill.platforms.ec2.instance import InstanceKill
+    from rsdrill.platforms.ec2.acl import AclPartition
 
     endpoint, hosts = sys.argv[1], sys.argv[2:]
     aws = Aws(Connection("us-east-1", endpoint_url=endpoint, poll_interval=0.05))
     found = [find_instance(aws, MemberInstances(by="tag"), h) for h in hosts]
     faults = [
-        InstanceKill(aws, found[0], action="stop", force=True, allow_terminate=False,
+        InstanceKill(aws, found[0], action="stop", force=True, one_way=False,
                      restart=True, replace_volume=None),
         VolumeDetach(aws, found[1], found[1].volumes["/dev/sdf"], "/dev/sdf"),
         IopsThrottle(aws, found[2], found[2].volumes["/dev/sdf"], iops=3000,
-                     throughput_mb_s=None, accept_modification_limit=False, field="x"),
+                     throughput_mb_s=None, accept_modification_limit=False, field="x",
+                     one_way=True),
         SecurityGroupPartition(aws, found[3], outbound_too=True),
+        AclPartition(aws, found[4], (found[5],)),
     ]
     journal = Journal.open_run("crashed-ec2", "ec2-crash")
     for i, fault in enumerate(faults):
@@ -73,7 +76,7 @@ def rsdrill(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
 def test_recover_reverts_every_fault_of_a_crashed_run(
     tmp_path: Path, ec2: Any, member: Callable[..., Member], moto_endpoint: str
 ) -> None:
-    members = [member() for _ in range(4)]
+    members = [member() for _ in range(4)] + [member(subnet=1), member(subnet=2)]
     home = tmp_path / "home"
     crashed = subprocess.run(
         [sys.executable, "-c", CRASHING_RUN, moto_endpoint, *(m.host for m in members)],
@@ -81,7 +84,14 @@ def test_recover_reverts_every_fault_of_a_crashed_run(
         env={**os.environ, "RSDRILL_HOME": str(home)},
     )  # fmt: skip
     assert crashed.returncode == 9, crashed.stderr
-    stopped, detached, throttled, isolated = members
+    stopped, detached, throttled, isolated, cut, _ = members
+    cut_ip = f"{instance_of(ec2, cut.instance_id)['PrivateIpAddress']}/32"
+
+    def cut_entries() -> list[dict[str, Any]]:
+        return [e for acl in ec2.describe_network_acls()["NetworkAcls"] for e in acl["Entries"]
+                if e.get("CidrBlock") == cut_ip]  # fmt: skip
+
+    assert len(cut_entries()) == 2
     assert instance_of(ec2, stopped.instance_id)["State"]["Name"] == "stopped"
     assert data_volume_at(ec2, detached.instance_id) is None
     assert volume_of(ec2, throttled.volume_id)["Iops"] == 3000
@@ -95,6 +105,7 @@ def test_recover_reverts_every_fault_of_a_crashed_run(
     assert volume_of(ec2, throttled.volume_id)["Iops"] == 6000
     assert [g["GroupId"] for g in instance_of(ec2, isolated.instance_id)["SecurityGroups"]] == [
         isolated.group_id]  # fmt: skip
+    assert cut_entries() == []
     assert "nothing to recover" in rsdrill("recover", home=home).stdout
     # The journal carries the connection, never a credential.
     (journal,) = (home / "journal").glob("*.jsonl")
@@ -103,7 +114,9 @@ def test_recover_reverts_every_fault_of_a_crashed_run(
     intents = [json.loads(line) for line in text.splitlines() if '"intent"' in line]
     assert {i["revert"]["action"] for i in intents} == {
         "ec2.start-instances", "ec2.attach-volume", "ec2.modify-volume",
-        "ec2.restore-security-groups"}  # fmt: skip
+        "ec2.restore-security-groups", "ec2.delete-acl-entries"}  # fmt: skip
+    (modify,) = [i["revert"] for i in intents if i["revert"]["action"] == "ec2.modify-volume"]
+    assert "T" in modify["not_before"]  # the earliest time AWS allows the restore, journaled
     assert intents[0]["revert"]["connection"] == {
         "region": REGION, "profile": None, "endpoint_url": moto_endpoint,
         "poll_interval": 0.05, "wait_timeout": 300.0}  # fmt: skip
@@ -178,16 +191,20 @@ faults:
 
 @pytest.mark.parametrize(("fault", "where", "says"), [
     ("    kind: host-kill\n    restart: false\n    ec2: {action: terminate}",
-     "faults[0].ec2.allow_terminate", "set allow_terminate: true"),
-    ("    kind: host-kill\n    duration: 30s\n    ec2: {action: terminate, allow_terminate: true}",
+     "faults[0].kind", "set `one_way: true`"),
+    ("    kind: host-kill\n    restart: false\n    ec2: {action: terminate, allow_terminate: true}",
+     "faults[0].ec2.allow_terminate", "the old spelling: write `one_way: true`"),
+    ("    kind: host-kill\n    duration: 30s\n    one_way: true\n    ec2: {action: terminate}",
      "faults[0].restart", "cannot be restarted"),
+    ("    kind: iops-throttle\n    duration: 10s\n    iops: 100", "faults[0].kind",
+     "AWS allows the restore only 6 h after"),
     ("    kind: host-freeze\n    duration: 10s", "faults[0].kind", "cannot pause an instance"),
     ("    kind: disk-fault\n    duration: 10s\n    latency: 50ms", "faults[0].kind",
      "needs engine: fis"),
     ("    kind: iops-throttle\n    duration: 10s\n    read_iops: 100", "faults[0].read_iops",
      "reads and writes together"),
-    ("    kind: network-partition\n    duration: 10s", "faults[0].isolate_from",
-     "isolate_from: all"),
+    ("    kind: network-partition\n    duration: 10s\n    isolate_from: clients",
+     "faults[0].isolate_from", "use members or all"),
     ("    kind: disk-fault\n    engine: fis\n    duration: 10s\n    latency: 50ms",
      "faults[0].errno", "set errno: none"),
     ("    kind: volume-detach\n    duration: 10s\n    engine: chaos-mesh", "faults[0].engine",
@@ -215,9 +232,11 @@ def test_fis_needs_its_role_and_restarts_at_least_a_minute_later() -> None:
 
 @pytest.mark.parametrize("fault", [
     "    kind: host-kill\n    restart: {after: 60s, volume: wipe}",
-    "    kind: iops-throttle\n    duration: 10m\n    iops: 3000\n"
+    "    kind: iops-throttle\n    duration: 10m\n    iops: 3000\n    one_way: true\n"
     "    ec2: {accept_modification_limit: true}",
-    "    kind: network-partition\n    duration: 10s\n    isolate_from: all",
+    "    kind: network-partition\n    duration: 10s\n    isolate_from: all\n"
+    "    approximate: true",
+    "    kind: network-partition\n    duration: 10s",
     "    kind: host-kill\n    restart: false\n    ec2: {action: reboot}",
 ])  # fmt: skip
 def test_supported_faults_load(fault: str) -> None:
@@ -236,7 +255,7 @@ def test_terminate_refused_by_run_exits_2_and_touches_nothing(
     proc = rsdrill("run", str(experiment), "--out", str(tmp_path / "out"), "--no-live",
                    "--no-history", home=tmp_path / "home")  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "allow_terminate" in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+    assert "one_way: true" in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
     assert instance_of(ec2, m.instance_id)["State"]["Name"] == "running"
 
 

@@ -96,14 +96,16 @@ def _image(ec2: Any) -> str:
     return _images[endpoint]
 
 
-def make_member(ec2: Any, host: str, *, volume_type: str = "gp3") -> Member:
-    """A running instance tagged rsdrill:member=host, in its own security group, with a data
-    volume at /dev/sdf (gp3 6000 IOPS 500 MiB/s, or io1 1000 IOPS)."""
+def make_member(ec2: Any, host: str, *, volume_type: str = "gp3", subnet: int = 0) -> Member:
+    """A running instance tagged rsdrill:member=host, in its own security group and the
+    default VPC's `subnet`th subnet, with a data volume at /dev/sdf (gp3 6000 IOPS 500 MiB/s,
+    or io1 1000 IOPS)."""
     image = _image(ec2)
     vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
     group = ec2.create_security_group(GroupName=f"member-{secrets.token_hex(4)}",
                                       Description="member", VpcId=vpc)["GroupId"]  # fmt: skip
-    subnet = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"][0]
+    subnets = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]
+    subnet = sorted(subnets, key=lambda s: s["SubnetId"])[subnet]
     instance = ec2.run_instances(
         ImageId=image, MinCount=1, MaxCount=1, InstanceType="m5.large",
         SubnetId=subnet["SubnetId"], SecurityGroupIds=[group],

@@ -59,9 +59,11 @@ def expectation(path: Path, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def validated() -> dict[Path, subprocess.CompletedProcess[str]]:
-    """`rsdrill validate FILE` for every invalid fixture, run a few at a time."""
+    """`rsdrill validate --strict FILE` (what `rsdrill run` checks) for every invalid fixture,
+    run a few at a time."""
     with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip(INVALID, pool.map(lambda p: rsdrill("validate", p), INVALID), strict=True))
+        runs = pool.map(lambda p: rsdrill("validate", "--strict", p), INVALID)
+        return dict(zip(INVALID, runs, strict=True))
 
 
 def test_there_are_enough_invalid_files() -> None:
@@ -80,6 +82,70 @@ def test_invalid_file_is_one_located_line_and_exit_2(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"{path}:{expectation(path, 'expect-line')}:"), lines[0]
     assert expectation(path, "expect-text") in lines[0]
+
+
+# Fixtures whose one problem is an unset ${VAR}: without --strict, a note and exit 0.
+NEEDS_ENVIRONMENT = {"missing-env-var"}
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
+def test_without_strict_only_an_unset_variable_is_a_note(
+    path: Path, validated: dict[Path, subprocess.CompletedProcess[str]]
+) -> None:
+    result = rsdrill("validate", path)
+    if path.stem in NEEDS_ENVIRONMENT:
+        assert (result.returncode, result.stdout) == (0, f"{path}: ok\n"), result.stderr
+        (note,) = result.stderr.splitlines()
+        assert note.startswith(f"note: {path}:{expectation(path, 'expect-line')}:")
+        assert f"{UNSET_VARIABLE} not set: checked without its value" in note
+    else:
+        assert (result.returncode, result.stderr) == (2, validated[path].stderr)
+
+
+def test_the_shipped_experiments_validate_in_an_empty_environment() -> None:
+    files = sorted((Path(__file__).parents[2] / "experiments").glob("*.yaml"))
+    result = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli", "validate", *map(str, files)],
+        capture_output=True, text=True, timeout=120,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{f}: ok" for f in files]
+    assert all(line.startswith("note: ") for line in result.stderr.splitlines())
+    # Some do use variables: without their values, --strict refuses them as `run` would.
+    assert result.stderr
+    strict = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli", "validate", "--strict", *map(str, files)],
+        capture_output=True, text=True, timeout=120,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )  # fmt: skip
+    assert strict.returncode == 2 and "is not set" in strict.stderr
+
+
+def test_an_unset_variable_does_not_hide_another_problem(tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_text(
+        "name: two\ntarget:\n  platform: local\n  uri: ${RSDRILL_TEST_UNSET_URI}\n"
+        "  members: [{host: 'h:1', start: 'x'}]\nfaults:\n  - {at: 1s, kind: host-kil}\n"
+    )
+    result = rsdrill("validate", path)
+    assert result.returncode == 2
+    assert f"{path}:7:20: faults[0].kind: unknown value 'host-kil'" in result.stderr
+
+
+def test_the_schema_accepts_the_shipped_experiments() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    yaml = pytest.importorskip("yaml")
+    validator = jsonschema.Draft202012Validator(json.loads(rsdrill("schema").stdout))
+    files = sorted((Path(__file__).parents[2] / "experiments").glob("*.yaml"))
+    with_variables = 0
+    for path in files:
+        document = yaml.safe_load(path.read_text())
+        assert [e.message for e in validator.iter_errors(document)] == [], path
+        with_variables += "${" in path.read_text()
+    assert with_variables >= 4
+    # A variable stands for a number, not any text.
+    assert list(validator.iter_errors({**document, "guards": {"max_lag_before_start": True}}))
 
 
 def test_valid_file_is_ok(tmp_path: Path) -> None:

@@ -39,6 +39,9 @@ def every_fault(namespace: str = "rsdrill") -> Experiment:
             "scope": scope,
             "duration": "10s",
             **_FAULT_FIELDS.get(kind, {}),
+            # Every way is wanted here, the approximate and one-way ones too.
+            "approximate": True,
+            "one_way": True,
         }
         for kind, engines in SUPPORT.items()
         for engine, scopes in engines.items()

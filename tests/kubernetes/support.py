@@ -109,7 +109,9 @@ def experiment(
                     **platform,
                 },
             },
-            "faults": faults,
+            # These tests are about what each engine does, the approximate and one-way ways
+            # too: every fault opts in (tests/integration/test_fault_ways.py tests the opt-ins).
+            "faults": [{"approximate": True, "one_way": True, **f} for f in faults],
         }
     )
 

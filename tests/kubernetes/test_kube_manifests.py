@@ -114,8 +114,8 @@ def test_rendered_schedule_applies_and_grants_what_its_runs_need(
     namespace = kube.namespace("schedule")
     faults = [
         {"at": "5s", "kind": "host-kill", "engine": "chaos-mesh", "duration": "20s"},
-        {"at": "60s", "kind": "host-kill", "scope": "node", "duration": "20s"},
-        {"at": "90s", "kind": "iops-throttle", "iops": 100, "duration": "30s"},
+        {"at": "60s", "kind": "host-kill", "scope": "node", "duration": "20s", "one_way": True},
+        {"at": "90s", "kind": "iops-throttle", "iops": 100, "duration": "30s", "approximate": True},
     ]
     path = _experiment_file(tmp_path, namespace, faults)
     env = {"MONGO_PASSWORD": "s3cret-never-rendered"}

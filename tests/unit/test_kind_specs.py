@@ -19,6 +19,7 @@ from rsdrill.experiment.kinds import (
     fault_table,
     kind_only_fields,
     support_table,
+    way_of,
 )
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.schema import FAULT_MODELS, Experiment, make_fault
@@ -43,17 +44,27 @@ TARGETS: dict[str, dict[str, Any]] = {
         "vsphere": {"host": "vc", "user": "u", "password_env": "P"},
     },
 }
-ENGINES = {"kubernetes": ("chaos-mesh", "litmus", "native"), "ec2": ("api", "fis")}
+ENGINES = {"kubernetes": ("chaos-mesh", "litmus", "native"), "ec2": ("api", "fis", "ssm")}
 # Options a kind may need to be valid somewhere (each platform takes some of them).
 VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
+    "host-kill": (
+        {},
+        {"scope": "node"},
+        {"scope": "node", "kubernetes": {"delete_node": False}},
+        {"ec2": {"action": "terminate"}, "restart": False},
+        {"ec2": {"action": "reboot"}, "restart": False},
+    ),
     "disk-fault": ({}, {"latency": "50ms", "errno": "none"}),
     "iops-throttle": (
         {"iops": 100},
         {"iops": 100, "ec2": {"accept_modification_limit": True}},
         {"latency": "50ms"},
+        {"read_iops": 100, "write_iops": 100},
     ),
     "network-partition": ({}, {"isolate_from": "all"}),
 }
+# Every opt-in given: these tests are about what a platform accepts, not about the opt-ins.
+OPTED_IN = {"approximate": True, "one_way": True}
 
 
 def test_each_kind_has_a_model_with_only_its_own_fields() -> None:
@@ -87,22 +98,27 @@ def test_the_readme_tables_are_the_generated_ones(table: typing.Callable[[], str
     assert text.split(marker, 1)[1].startswith(table()), f"regenerate it with {table.__name__}()"
 
 
-def _accepted(kind: str, platform: str) -> bool:
-    """Whether some plain fault of `kind` loads on `platform` (any engine, any variant)."""
+def _loading(kind: str, platform: str) -> list[Experiment]:
+    """Every experiment of one fault of `kind` (any engine, any variant) `platform` loads."""
     steps = [{"at": 30, "name": "restore", "marks": "restore", "run": "true"}]
+    loaded = []
     for engine, options in itertools.product(
         (None, *ENGINES.get(platform, ())), VARIANTS.get(kind, ({},))
     ):
-        fault = {"at": 1, "kind": kind, "duration": 60, **options}
+        fault = {"at": 1, "kind": kind, "duration": 60, **options, **OPTED_IN}
         if engine is not None:
             fault["engine"] = engine
         doc = {"name": "x", "target": TARGETS[platform], "faults": [fault], "steps": steps}
         try:
-            Experiment.model_validate(doc)
+            loaded.append(Experiment.model_validate(doc))
         except ValidationError:
             continue
-        return True
-    return False
+    return loaded
+
+
+def _accepted(kind: str, platform: str) -> bool:
+    """Whether some plain fault of `kind` loads on `platform` (any engine, any variant)."""
+    return bool(_loading(kind, platform))
 
 
 @pytest.mark.parametrize(
@@ -110,3 +126,24 @@ def _accepted(kind: str, platform: str) -> bool:
 )
 def test_what_a_spec_says_a_platform_does_is_what_it_accepts(kind: str, platform: str) -> None:
     assert _accepted(kind, platform) == (platform in KINDS[kind].platforms)
+
+
+@pytest.mark.parametrize(
+    ("kind", "platform"),
+    [(k, p) for k, spec in KINDS.items() for p in spec.platforms],
+)
+def test_every_way_in_the_spec_is_the_way_of_some_fault_a_platform_accepts(
+    kind: str, platform: str
+) -> None:
+    chosen = {way_of(platform, exp.faults[0]) for exp in _loading(kind, platform)}
+    assert set(KINDS[kind].platforms[platform]) <= chosen
+
+
+def test_the_kubernetes_default_engine_is_the_spec_s_first_way() -> None:
+    from rsdrill.platforms.kubernetes.options import engine_of
+
+    for kind, spec in KINDS.items():
+        ways = spec.platforms.get("kubernetes", ())
+        if ways and ways[0].engine is not None:
+            limit = {"iops": 1} if kind == "iops-throttle" else {}
+            assert engine_of(make_fault(at=1, kind=kind, duration=5, **limit)) == ways[0].engine

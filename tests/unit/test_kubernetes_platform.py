@@ -32,9 +32,9 @@ def load(fault: str, header: str = HEADER) -> Experiment:
         "{at: 1s, kind: host-kill, duration: 10s}",
         "{at: 1s, kind: host-kill, engine: litmus, scope: node, duration: 10s}",
         "{at: 1s, kind: host-kill, scope: node, duration: 10s, kubernetes: {delete_node: false}}",
-        "{at: 1s, kind: host-freeze, duration: 10s}",
+        "{at: 1s, kind: host-freeze, duration: 10s, approximate: true}",
         "{at: 1s, kind: disk-fault, errno: EIO, path: 'journal/*', duration: 10s}",
-        "{at: 1s, kind: iops-throttle, write_iops: 100, duration: 10s}",
+        "{at: 1s, kind: iops-throttle, write_iops: 100, duration: 10s, approximate: true}",
         "{at: 1s, kind: network-partition, isolate_from: all, duration: 10s}",
         "{at: 1s, kind: stepdown}",
     ],
@@ -96,10 +96,10 @@ def test_plan_shows_every_resource_as_yaml() -> None:
     text = (
         f"{header}"
         "  - {at: 1s, kind: host-freeze, select: {member: 'mongo-0.mongo.db.svc:27017'}, "
-        "duration: 10s}\n"
+        "duration: 10s, approximate: true}\n"
         "  - {at: 20s, kind: host-kill, engine: litmus, duration: 30s}\n"
         "  - {at: 60s, kind: host-kill, duration: 10s}\n"
-        "  - {at: 90s, kind: iops-throttle, iops: 200, duration: 10s}\n"
+        "  - {at: 90s, kind: iops-throttle, iops: 200, duration: 10s, approximate: true}\n"
     )
     plan = render_plan(load_experiment_text(text, "k8s.yaml", {}))
     section = plan.split("kubernetes resources\n", 1)[1]

@@ -811,8 +811,8 @@ def test_disaster_recovery_slos_need_the_drill() -> None:
 def test_an_unknown_key_of_a_fault_is_matched_against_its_own_kind_only() -> None:
     on_stepdown = error_of(replaced("kind: stepdown", "kind: stepdown\n    restat: {}"))
     assert on_stepdown.problem == (
-        "unknown key (allowed: at, kind, select, duration, engine, scope, secondary_catch_up, "
-        "force, kubernetes, ec2, vsphere)"
+        "unknown key (allowed: at, kind, select, duration, engine, approximate, one_way, scope, "
+        "secondary_catch_up, force, kubernetes, ec2, vsphere)"
     )
     on_kill = error_of(
         replaced("kind: stepdown", "kind: host-kill\n    duration: 5s\n    restat: {}")

@@ -87,7 +87,14 @@ class FisExperiment:
     """A fault run by FIS on one member."""
 
     def __init__(
-        self, aws: Aws, instance: Instance, kind: str, action: FisAction, role_arn: str
+        self,
+        aws: Aws,
+        instance: Instance,
+        kind: str,
+        action: FisAction,
+        role_arn: str,
+        *,
+        stop_alarm_arn: str | None = None,
     ) -> None:
         self.aws = aws
         self.instance = instance
@@ -95,6 +102,7 @@ class FisExperiment:
         self.kind = kind
         self.action = action
         self.role_arn = role_arn
+        self.stop_alarm_arn = stop_alarm_arn
         self.token = secrets.token_hex(8)
         self.template_id: str | None = None
         self.experiment_id: str | None = None
@@ -116,7 +124,7 @@ class FisExperiment:
             "clientToken": self.token,
             "description": f"rsdrill {self.kind} of {self.target}",
             "roleArn": self.role_arn,
-            "stopConditions": [{"source": "none"}],
+            "stopConditions": self._stop_conditions(),
             "targets": {name: {"resourceType": self.action.resource_type,
                                "resourceArns": [self.action.resource_arn],
                                "selectionMode": "ALL"}},
@@ -125,6 +133,11 @@ class FisExperiment:
                                   "targets": {name: name}}},
             "tags": self._tags(),
         }  # fmt: skip
+
+    def _stop_conditions(self) -> list[dict[str, str]]:
+        if self.stop_alarm_arn is None:
+            return [{"source": "none"}]
+        return [{"source": "aws:cloudwatch:alarm", "value": self.stop_alarm_arn}]
 
     def _tags(self) -> dict[str, str]:
         return {TOKEN_TAG: self.token, "rsdrill:member": self.target}
@@ -148,9 +161,12 @@ class FisExperiment:
 
     def verify(self, timeout_s: float) -> bool:
         def check() -> tuple[bool, str]:
-            state = self._experiment_state()
-            if state in ("failed", "cancelled"):
-                raise AwsError(f"FIS experiment {self.experiment_id} {state}", "FisFailed")
+            state, reason = self._experiment_state()
+            if state in ("failed", "cancelled", "stopped"):
+                # Stopped before it was seen in force: its stop condition fired (or someone
+                # stopped it); either way the fault did not take effect as planned.
+                raise AwsError(f"FIS experiment {self.experiment_id} {state}"
+                               f"{f': {reason}' if reason else ''}", "FisFailed")  # fmt: skip
             if state != "running" and state not in _ENDED:
                 return False, state
             if self.kind == "host-kill":
@@ -160,12 +176,13 @@ class FisExperiment:
 
         return self.aws.poll(f"FIS experiment {self.experiment_id} running", check, timeout_s)
 
-    def _experiment_state(self) -> str:
-        experiment = self.aws.fis("get_experiment", id=self.experiment_id)["experiment"]
-        return str(experiment["state"]["status"])
+    def _experiment_state(self) -> tuple[str, str]:
+        """The experiment's status and FIS's reason for it."""
+        state = self.aws.fis("get_experiment", id=self.experiment_id)["experiment"]["state"]
+        return str(state["status"]), str(state.get("reason") or "")
 
     def revert(self) -> None:
-        if self.experiment_id is not None and self._experiment_state() not in _ENDED:
+        if self.experiment_id is not None and self._experiment_state()[0] not in _ENDED:
             self.aws.fis("stop_experiment", id=self.experiment_id)
         if self.kind == "host-kill":
             start_instance(self.aws, self.instance.id, {})

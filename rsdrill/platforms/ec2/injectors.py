@@ -35,9 +35,17 @@ def connection(platform: Ec2Platform) -> Connection:
     )
 
 
-def ec2_injector(aws: Aws, platform: Ec2Platform, fault: Fault, instance: Instance) -> Injector:
-    """The injector for `fault` on the member whose host is `instance`."""
+def ec2_injector(
+    aws: Aws,
+    platform: Ec2Platform,
+    fault: Fault,
+    instance: Instance,
+    peers: tuple[Instance, ...] = (),
+) -> Injector:
+    """The injector for `fault` on the member whose host is `instance` (`peers`: the other
+    members' instances, which a partition cuts it from)."""
     from rsdrill.platforms.ec2 import fis
+    from rsdrill.platforms.ec2.acl import AclPartition
     from rsdrill.platforms.ec2.instance import InstanceKill
     from rsdrill.platforms.ec2.lookup import find_data_volume
     from rsdrill.platforms.ec2.network import SecurityGroupPartition
@@ -50,6 +58,15 @@ def ec2_injector(aws: Aws, platform: Ec2Platform, fault: Fault, instance: Instan
     if needs_data_volume(fault) and platform.volume is not None:
         data = find_data_volume(aws, platform.volume, instance)
     duration = fault.revert_after or fault.duration or 0.0
+    if fault.engine == "ssm":
+        from rsdrill.platforms.ec2 import ssm
+
+        if fault.kind == "host-freeze":
+            scripts = ssm.freeze_scripts(platform.process)
+        else:
+            limits = ssm.io_max_limits(fault)
+            scripts = ssm.cgroup_io_scripts(platform.process, platform.dbpath, limits)
+        return ssm.SsmFault(aws, instance, fault.kind, scripts)
     if fault.engine == "fis":
         assert platform.fis_role_arn is not None  # check_experiment requires it
         if fault.kind == "host-kill":
@@ -64,10 +81,11 @@ def ec2_injector(aws: Aws, platform: Ec2Platform, fault: Fault, instance: Instan
             action = fis.volume_io_latency(aws, instance, data[0], duration_s=duration,
                                            latency_s=fault.latency, probability=probability,
                                            operations=operations)  # fmt: skip
-        return fis.FisExperiment(aws, instance, fault.kind, action, platform.fis_role_arn)
+        return fis.FisExperiment(aws, instance, fault.kind, action, platform.fis_role_arn,
+                                 stop_alarm_arn=platform.fis_stop_alarm_arn)  # fmt: skip
     if fault.kind == "host-kill":
         return InstanceKill(aws, instance, action=options.action, force=options.force,
-                            allow_terminate=options.allow_terminate,
+                            one_way=fault.one_way,
                             restart=fault.restart is not False,
                             replace_volume=data if wipe else None)  # fmt: skip
     if fault.kind == "volume-detach":
@@ -78,7 +96,10 @@ def ec2_injector(aws: Aws, platform: Ec2Platform, fault: Fault, instance: Instan
         return IopsThrottle(aws, instance, data[0], iops=fault.iops,
                             throughput_mb_s=fault.throughput_mb_s,
                             accept_modification_limit=options.accept_modification_limit,
-                            field="ec2.accept_modification_limit")  # fmt: skip
+                            field="ec2.accept_modification_limit",
+                            one_way=fault.one_way)  # fmt: skip
+    if fault.kind == "network-partition" and fault.isolate_from == "members":
+        return AclPartition(aws, instance, peers)
     if fault.kind == "network-partition":
         return SecurityGroupPartition(aws, instance, outbound_too=fault.direction == "both")
     raise AwsError(f"{fault.kind} is not available on ec2", "Unsupported")
@@ -127,6 +148,18 @@ def _restore_groups(aws: Aws, action: dict[str, Any]) -> str:
     return restore_security_groups(aws, action)
 
 
+def _delete_acl_entries(aws: Aws, action: dict[str, Any]) -> str:
+    from rsdrill.platforms.ec2.acl import delete_acl_entries
+
+    return delete_acl_entries(aws, action)
+
+
+def _ssm_command(aws: Aws, action: dict[str, Any]) -> str:
+    from rsdrill.platforms.ec2.ssm import run_ssm_revert
+
+    return run_ssm_revert(aws, action)
+
+
 def _stop_fis(aws: Aws, action: dict[str, Any]) -> str:
     from rsdrill.platforms.ec2.fis import stop_fis_experiment
 
@@ -138,5 +171,7 @@ REVERT_ACTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "ec2.attach-volume": _revert(_attach),
     "ec2.modify-volume": _revert(_restore_volume),
     "ec2.restore-security-groups": _revert(_restore_groups),
+    "ec2.delete-acl-entries": _revert(_delete_acl_entries),
+    "ec2.ssm-command": _revert(_ssm_command),
     "ec2.stop-fis-experiment": _revert(_stop_fis),
 }

@@ -27,7 +27,7 @@ class InstanceKill:
         *,
         action: str,
         force: bool,
-        allow_terminate: bool,
+        one_way: bool,
         restart: bool,
         replace_volume: tuple[str, str] | None,
     ) -> None:
@@ -36,7 +36,7 @@ class InstanceKill:
         self.target = instance.member
         self.action = action
         self.force = force
-        self.allow_terminate = allow_terminate
+        self.one_way = one_way
         self.restart = restart and action == "stop"
         # (volume id, device) of the data volume to swap for an empty one before the restart.
         self.replace_volume = replace_volume
@@ -69,9 +69,9 @@ class InstanceKill:
     def inject(self) -> None:
         iid = self.instance.id
         if self.action == "terminate":
-            if not self.allow_terminate:
-                raise InjectionError(f"host-kill terminate of {iid} refused: set "
-                                     "ec2.allow_terminate: true to allow it")  # fmt: skip
+            if not self.one_way:
+                raise InjectionError(f"host-kill terminate of {iid} refused: it cannot be "
+                                     "undone; set one_way: true on the fault")  # fmt: skip
             self.aws.ec2("terminate_instances", InstanceIds=[iid])
         elif self.action == "reboot":
             self.aws.ec2("reboot_instances", InstanceIds=[iid])

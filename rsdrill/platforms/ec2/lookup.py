@@ -26,6 +26,8 @@ class Instance:
     network_interfaces: int
     # device name → volume id
     volumes: dict[str, str]
+    subnet_id: str | None = None
+    private_ip: str | None = None
 
     def arn(self, aws: Aws) -> str:
         return f"arn:{aws.partition}:ec2:{aws.conn.region}:{self.owner_id}:instance/{self.id}"
@@ -46,6 +48,8 @@ def _instance(reservation: dict[str, Any], raw: dict[str, Any], member: str) -> 
             for m in raw.get("BlockDeviceMappings", [])
             if "Ebs" in m
         },
+        subnet_id=raw.get("SubnetId"),
+        private_ip=raw.get("PrivateIpAddress"),
     )
 
 

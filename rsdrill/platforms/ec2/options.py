@@ -84,6 +84,17 @@ class Ec2Platform(Strict):
     fis_role_arn: OptionalText = Field(
         None, description="engine: fis — the IAM role FIS assumes to act on the instances"
     )
+    dbpath: str = Field(
+        "/var/lib/mongo",
+        description="engine: ssm — the members' data directory on the instances (iops-throttle "
+        "caps the disk holding it)",
+    )
+    process: str = Field("mongod", description="engine: ssm — the member's process name")
+    fis_stop_alarm_arn: OptionalText = Field(
+        None,
+        description="engine: fis — a CloudWatch alarm that stops the FIS experiment when it "
+        "fires (its stop condition; default: none)",
+    )
     poll_interval: Duration = Field(2.0, description="how often states are polled")
     wait_timeout: Duration = Field(
         300.0, description="the longest wait for a state (stopped, running, attached...)"
@@ -108,7 +119,7 @@ class Ec2Fault(Strict):
         True, description="host-kill stop: force (no clean OS shutdown: a lost host)"
     )
     allow_terminate: bool = Field(
-        False, description="host-kill terminate destroys the instance: it must be allowed"
+        False, description="the old spelling of the fault's `one_way: true` (refused, said so)"
     )
     accept_modification_limit: bool = Field(
         False,
@@ -117,15 +128,16 @@ class Ec2Fault(Strict):
     )
 
 
-ENGINES = ("api", "fis")
+ENGINES = ("api", "fis", "ssm")
 # What each engine can do on ec2 (stepdown is the runner's, on every platform).
 _KINDS = {
     "api": ("host-kill", "volume-detach", "iops-throttle", "network-partition", "stepdown"),
     "fis": ("host-kill", "volume-detach", "iops-throttle", "disk-fault", "stepdown"),
+    "ssm": ("iops-throttle", "host-freeze", "stepdown"),
 }
 _WHY_NOT = {
-    "host-freeze": "EC2 cannot pause an instance (hibernation writes RAM to disk and stops it: "
-    "use host-kill)",
+    "host-freeze": "EC2 cannot pause an instance (hibernation writes RAM to disk and stops it): "
+    "host-freeze on ec2 needs engine: ssm (SIGSTOP of mongod through SSM Run Command)",
     "disk-fault": "EBS has no error injection; volume I/O latency needs engine: fis "
     "(aws:ebs:volume-io-latency)",
 }
@@ -141,8 +153,10 @@ def wipes_volume(fault: Fault) -> bool:
 
 
 def needs_data_volume(fault: Fault) -> bool:
-    """Whether the fault acts on the member's data volume (a wipe replaces it)."""
-    return wipes_volume(fault) or fault.kind in ("volume-detach", "iops-throttle", "disk-fault")
+    """Whether the fault acts on the member's EBS data volume (a wipe replaces it); engine
+    ssm finds the disk on the instance itself."""
+    on_volume = fault.kind in ("volume-detach", "iops-throttle", "disk-fault")
+    return wipes_volume(fault) or (on_volume and fault.engine != "ssm")
 
 
 def check_experiment(exp: Experiment) -> None:
@@ -155,11 +169,11 @@ def check_experiment(exp: Experiment) -> None:
             raise _problem(i, "engine", text=f"engine {engine!r} is not one of ec2's: "
                            f"{', '.join(ENGINES)}")  # fmt: skip
         if fault.kind not in _KINDS[engine]:
-            why = _WHY_NOT.get(fault.kind, f"engine {engine} cannot inject {fault.kind} on ec2")
-            if fault.kind in _KINDS["api"] or fault.kind in _KINDS["fis"]:
-                other = "fis" if engine == "api" else "api"
-                why = f"{fault.kind} on ec2 needs engine: {other}"
-            raise _problem(i, "kind", text=why)
+            others = [e for e in ENGINES if fault.kind in _KINDS[e]]
+            why = _WHY_NOT.get(fault.kind) if engine == "api" else None
+            if why is None and others:
+                why = f"{fault.kind} on ec2 needs engine: {' or '.join(others)}"
+            raise _problem(i, "kind", text=why or _WHY_NOT[fault.kind])
         if fault.scope != "member":
             raise _problem(i, "scope", text="on ec2 a member's host is its instance: "
                            "scope must be member")  # fmt: skip
@@ -167,8 +181,7 @@ def check_experiment(exp: Experiment) -> None:
             raise FieldProblem(("target", "ec2", "fis_role_arn"),
                                f"faults[{i}] uses engine: fis, which needs the IAM role FIS "
                                "assumes (fis_role_arn)")  # fmt: skip
-        on_volume = fault.kind in ("volume-detach", "iops-throttle", "disk-fault")
-        if on_volume and platform.volume is None:
+        if needs_data_volume(fault) and not wipes_volume(fault) and platform.volume is None:
             raise FieldProblem(("target", "ec2", "volume"),
                                f"faults[{i}] ({fault.kind}) needs the members' data volume: "
                                "target.ec2.volume with `device` or `tag`")  # fmt: skip
@@ -207,10 +220,13 @@ def _check_kind(i: int, fault: Fault, engine: str, platform: Ec2Platform) -> Non
             raise _problem(i, "path", text="aws:ebs:volume-io-latency acts on the whole volume: "
                            "drop `path`")  # fmt: skip
     elif fault.kind == "network-partition":
-        if fault.isolate_from != "all":
-            raise _problem(i, "isolate_from", text="on ec2 a partition swaps the instance's "
-                           "security groups for a deny-all group: it isolates the member from "
-                           "everyone (set isolate_from: all)")  # fmt: skip
+        if fault.isolate_from == "clients":
+            raise _problem(i, "isolate_from", text="on ec2 a partition cuts the member from the "
+                           "other members (network ACL entries) or from everyone (a "
+                           "security-group swap): use members or all")  # fmt: skip
+        if fault.isolate_from == "members" and fault.direction != "both":
+            raise _problem(i, "direction", text="network ACL entries are stateless: denying "
+                           "one direction breaks TCP both ways; use direction: both")  # fmt: skip
         if fault.direction == "outbound":
             raise _problem(i, "direction", text="security groups cannot block only outbound "
                            "traffic while keeping the original inbound rules: use both or "
@@ -247,14 +263,12 @@ def _check_host_kill(
             text="engine: fis restarts the instance "
             "(startInstancesAfterDuration): restart: false needs engine: api",
         )
-    if options.action == "terminate":
-        if not options.allow_terminate:
-            raise _problem(i, "ec2", "allow_terminate", text="terminate destroys the instance "
-                           "(and volumes deleted on termination): set allow_terminate: true "
-                           "to allow it")  # fmt: skip
-        if fault.restart is not False:
-            raise _problem(i, "restart", text="a terminated instance cannot be restarted: "
-                           "set restart: false")  # fmt: skip
+    if "allow_terminate" in (fault.ec2.model_fields_set if fault.ec2 else ()):
+        raise _problem(i, "ec2", "allow_terminate", text="the old spelling: write `one_way: "
+                       "true` on the fault (every one-way fault needs it)")  # fmt: skip
+    if options.action == "terminate" and fault.restart is not False:
+        raise _problem(i, "restart", text="a terminated instance cannot be restarted: "
+                       "set restart: false")  # fmt: skip
     if options.action == "reboot" and fault.restart is not False:
         raise _problem(i, "restart", text="a rebooted instance comes back by itself: set "
                        "restart: false")  # fmt: skip
@@ -271,6 +285,13 @@ def _check_host_kill(
 def _check_iops(i: int, fault: Fault, engine: str) -> None:
     split = [f for f in ("read_iops", "write_iops", "read_mb_s", "write_mb_s")
              if getattr(fault, f) is not None]  # fmt: skip
+    if engine == "ssm":
+        together = [f for f in ("iops", "throughput_mb_s", "latency") if getattr(fault, f)]
+        if together or not split:
+            raise _problem(i, together[0] if together else "read_iops", text="cgroup io.max "
+                           "caps reads and writes separately: give read_iops, write_iops, "
+                           "read_mb_s and/or write_mb_s (no latency)")  # fmt: skip
+        return
     if split:
         raise _problem(i, split[0], text="EBS limits reads and writes together: use iops / "
                        "throughput_mb_s")  # fmt: skip
@@ -298,6 +319,8 @@ def iam_actions(fault: Fault) -> tuple[str, ...]:
     options = fault.ec2 or Ec2Fault()
     if fault.kind == "stepdown":
         return ()
+    if fault.engine == "ssm":
+        return ("ssm:SendCommand", "ssm:GetCommandInvocation", "ssm:DescribeInstanceInformation")
     if fault.engine == "fis":
         fis = ("fis:CreateExperimentTemplate", "fis:StartExperiment", "fis:GetExperiment",
                "fis:StopExperiment", "fis:DeleteExperimentTemplate", "fis:ListExperiments",
@@ -314,7 +337,9 @@ def iam_actions(fault: Fault) -> tuple[str, ...]:
         "iops-throttle": ("ec2:ModifyVolume", "ec2:DescribeVolumesModifications"),
         "network-partition": ("ec2:CreateSecurityGroup", "ec2:CreateTags",
                               "ec2:RevokeSecurityGroupEgress", "ec2:ModifyInstanceAttribute",
-                              "ec2:DescribeSecurityGroups", "ec2:DeleteSecurityGroup"),
+                              "ec2:DescribeSecurityGroups", "ec2:DeleteSecurityGroup")
+        if fault.isolate_from == "all" else
+        ("ec2:DescribeNetworkAcls", "ec2:CreateNetworkAclEntry", "ec2:DeleteNetworkAclEntry"),
     }.get(fault.kind, ())  # fmt: skip
 
 

@@ -17,9 +17,11 @@ if TYPE_CHECKING:
 Call = tuple[str, dict[str, Any]]
 
 
-def _calls(fault: Fault, instance: Instance, data: tuple[str, str] | None) -> list[Call]:
+def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | None) -> list[Call]:
     """The EC2 calls (with DryRun) that injecting and reverting `fault` will make."""
     iid = {"InstanceIds": [instance.id]}
+    if fault.engine == "ssm":
+        return []
     if fault.engine == "fis":
         # FIS has no DryRun; stopping instances is checked for the instance start on revert.
         return [("start_instances", iid)] if fault.kind == "host-kill" else []
@@ -39,6 +41,17 @@ def _calls(fault: Fault, instance: Instance, data: tuple[str, str] | None) -> li
         return [("detach_volume", {**attach, "Force": True}), ("attach_volume", attach)]
     if fault.kind == "iops-throttle" and data:
         return [("modify_volume", {"VolumeId": data[0]})]
+    if fault.kind == "network-partition" and fault.isolate_from == "members":
+        # DryRun of the entry calls needs an ACL: the one of the instance's own subnet.
+        if instance.subnet_id is None:
+            return []
+        from rsdrill.platforms.ec2.acl import subnet_acl
+
+        acl = subnet_acl(aws, instance.subnet_id)["NetworkAclId"]
+        entry = {"NetworkAclId": acl, "RuleNumber": 1, "Egress": False}
+        return [("create_network_acl_entry", {**entry, "Protocol": "-1", "RuleAction": "deny",
+                                              "CidrBlock": "192.0.2.1/32"}),
+                ("delete_network_acl_entry", entry)]  # fmt: skip
     if fault.kind == "network-partition" and instance.vpc_id:
         groups = list(instance.security_groups)
         return [("create_security_group", {"GroupName": "rsdrill-preflight",
@@ -57,6 +70,11 @@ def problems(
 
     found: list[str] = []
     asked: set[tuple[str, str]] = set()
+    if any(f.engine == "ssm" for f in faults):
+        from rsdrill.platforms.ec2.ssm import unmanaged
+
+        # SSM has no DryRun: it is asked whether it can reach each instance at all.
+        found += [p for p in map(lambda i: unmanaged(aws, i), instances) if p is not None]
     for instance in instances:
         data = None
         if platform.volume is not None and any(needs_data_volume(f) for f in faults):
@@ -64,7 +82,7 @@ def problems(
         for i, fault in enumerate(faults):
             if fault.kind == "stepdown":
                 continue
-            for operation, params in _calls(fault, instance, data):
+            for operation, params in _calls(aws, fault, instance, data):
                 if (operation, instance.id) in asked:
                     continue
                 asked.add((operation, instance.id))

@@ -42,7 +42,8 @@ class Ec2Target(RemoteTarget):
     def injector(self, fault: Fault, host: str) -> Injector:
         # Looked up again: the instance's state and volumes may have changed since setup.
         instance = find_instance(self.aws, self.ec2.instances, host)
-        return ec2_injector(self.aws, self.ec2, fault, instance)
+        peers = tuple(i for member, i in self.instances.items() if member != host)
+        return ec2_injector(self.aws, self.ec2, fault, instance, peers)
 
 
 def make_target(exp: Experiment, out_dir: Path) -> Ec2Target:

@@ -3,8 +3,11 @@ device on revert), and throttle it with modify_volume (IOPS and throughput resto
 
 AWS lets a volume be modified once per 6 hours (newer accounts: up to four times a day, each
 after the last completed). A throttle is one modification and its restore another, so the
-volume's modification history is checked first: a recent modification refuses the throttle
-(nothing changes) unless the experiment sets `accept_modification_limit: true`.
+throttle is one-way: it runs only with the fault's `one_way: true`, and its journaled revert
+holds the earliest time the restore can succeed (`not_before`, injection + 6 h), which a refused
+restore names. The volume's modification history is checked first: a recent modification
+refuses the throttle (nothing changes) unless the experiment sets
+`accept_modification_limit: true`.
 """
 
 from __future__ import annotations
@@ -94,12 +97,15 @@ class IopsThrottle:
         throughput_mb_s: float | None,
         accept_modification_limit: bool,
         field: str,
+        one_way: bool,
     ) -> None:
         self.aws = aws
         self.instance = instance
         self.target = instance.member
         self.volume_id = volume_id
         self.accept = accept_modification_limit
+        self.one_way = one_way
+        self.not_before: dt.datetime | None = None
         # Where the experiment sets the acceptance, for the refusal message.
         self.field = field
         volume = describe_volume(aws, volume_id)
@@ -124,10 +130,18 @@ class IopsThrottle:
 
     def revert_action(self) -> dict[str, Any]:
         restore = {k: self.original[k] for k in self.wanted if self.original.get(k) is not None}
+        # Journaled just before the modification: the restore cannot succeed before then.
+        if self.not_before is None:
+            self.not_before = dt.datetime.now(dt.UTC) + MODIFICATION_COOLDOWN
         return {"action": "ec2.modify-volume", **self.aws.conn.to_action(),
-                "volume_id": self.volume_id, "restore": restore}  # fmt: skip
+                "volume_id": self.volume_id, "restore": restore,
+                "not_before": self.not_before.isoformat(timespec="seconds")}  # fmt: skip
 
     def inject(self) -> None:
+        if not self.one_way:
+            raise InjectionError(f"iops-throttle by modify_volume refused, nothing changed: AWS "
+                                 f"allows the restore of {self.volume_id} only 6 hours later; "
+                                 "set one_way: true on the fault to go ahead")  # fmt: skip
         if not self.accept:
             refusal = modification_limit(self.aws, self.volume_id)
             if refusal:
@@ -204,9 +218,10 @@ def restore_volume(aws: Aws, action: dict[str, Any]) -> str:
         aws.ec2("modify_volume", VolumeId=volume_id, **restore)
     except AwsError as exc:
         if exc.code in ("VolumeModificationRateExceeded", "IncorrectModificationState"):
-            raise AwsError(f"{volume_id} could not be restored to {_limits(restore)} yet: {exc}; "
-                           "the restore stays owed: run `rsdrill recover` once AWS allows the "
-                           "next modification", exc.code) from None  # fmt: skip
+            when = _earliest(action.get("not_before"))
+            raise AwsError(f"{volume_id} could not be restored to {_limits(restore)} yet: "
+                           f"{exc}; AWS allows the restore from {when}: run `rsdrill "
+                           "recover` then (it stays owed)", exc.code) from None  # fmt: skip
         raise
     aws.wait(f"{volume_id} back at {_limits(restore)}", lambda: _reached(aws, volume_id, restore))
     return f"restored {volume_id} to {_limits(restore)}"
@@ -214,3 +229,10 @@ def restore_volume(aws: Aws, action: dict[str, Any]) -> str:
 
 def _limits(values: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in values.items())
+
+
+def _earliest(not_before: str | None) -> str:
+    """The journal's earliest restore time, as the message says it."""
+    if not not_before:
+        return "the end of AWS's 6-hour modification cooldown"
+    return f"{dt.datetime.fromisoformat(not_before):%Y-%m-%d %H:%M:%S} UTC"
