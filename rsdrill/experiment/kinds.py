@@ -73,6 +73,7 @@ KINDS: dict[str, KindSpec] = {
             platforms={
                 _MACHINE: (Way("SIGSTOP, then SIGCONT"),),
                 "kubernetes": (
+                    Way("SIGSTOP of mongod in its pod through pods/exec, then SIGCONT"),
                     Way("Chaos Mesh pod-failure: the member stops, then restarts", "approximate"),
                 ),
                 "vsphere": (Way("suspend the VM, then power it on"),),

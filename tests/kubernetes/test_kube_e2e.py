@@ -154,7 +154,8 @@ def test_a_killed_run_is_recovered_from_its_journal(
 ) -> None:
     """SIGKILL while a PodChaos pod-failure is in force; `rsdrill recover` deletes it (and
     waits until Chaos Mesh has recovered it); a second recover finds nothing."""
-    freeze = [{"at": "2s", "kind": "host-freeze", "select": "secondary", "duration": "60s"}]
+    freeze = [{"at": "2s", "kind": "host-freeze", "engine": "chaos-mesh", "select": "secondary",
+               "duration": "60s"}]  # fmt: skip
     path = bound_set.experiment(kube, tmp_path, faults=freeze)
     home = tmp_path / "home"
     run = _run(path, tmp_path / "out", home)

@@ -47,7 +47,7 @@ def test_supported_faults_validate(fault: str) -> None:
     ("fault", "where", "message"),
     [
         ("{at: 1s, kind: host-freeze, engine: litmus, duration: 5s}", "faults[0].engine",
-         "host-freeze with engine litmus: not available (use chaos-mesh)"),
+         "host-freeze with engine litmus: not available (use native or chaos-mesh)"),
         ("{at: 1s, kind: host-kill, engine: gremlin, duration: 5s}", "faults[0].engine",
          "unknown engine 'gremlin'"),
         ("{at: 1s, kind: host-kill, engine: chaos-mesh, scope: node, duration: 5s}",
@@ -95,8 +95,8 @@ def test_plan_shows_every_resource_as_yaml() -> None:
     header = HEADER.replace("{namespace: db}", "{namespace: db, container: mongo}")
     text = (
         f"{header}"
-        "  - {at: 1s, kind: host-freeze, select: {member: 'mongo-0.mongo.db.svc:27017'}, "
-        "duration: 10s}\n"
+        "  - {at: 1s, kind: host-freeze, engine: chaos-mesh, "
+        "select: {member: 'mongo-0.mongo.db.svc:27017'}, duration: 10s}\n"
         "  - {at: 20s, kind: host-kill, engine: litmus, duration: 30s}\n"
         "  - {at: 60s, kind: host-kill, duration: 10s}\n"
         "  - {at: 90s, kind: iops-throttle, iops: 200, duration: 10s}\n"

@@ -39,9 +39,16 @@ def _uncordon_node(action: dict[str, Any]) -> str:
     return _with_cluster(action, lambda kube: uncordon(kube, action["node"]))
 
 
+def _exec_thaw(action: dict[str, Any]) -> str:
+    from rsdrill.platforms.kubernetes.freeze import run_thaw_action
+
+    return _with_cluster(action, lambda kube: run_thaw_action(kube, action))
+
+
 # Revert actions as the journal names them; each is idempotent and carries only non-secret
 # connection details (kubeconfig path, context, namespace, resource names).
 REVERT_ACTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "kubernetes.delete-chaos": _delete_chaos,
     "kubernetes.uncordon-node": _uncordon_node,
+    "kubernetes.exec-thaw": _exec_thaw,
 }

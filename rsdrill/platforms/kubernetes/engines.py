@@ -5,6 +5,8 @@
   runs only once the fault is recovered).
 - `LitmusFault`: creates a ChaosEngine, follows it, reads the ChaosResult's verdict and probe
   success at revert, then deletes the engine.
+- `ExecFreeze`: host-freeze, engine native: SIGSTOP of the member's mongod in its pod through
+  pods/exec, SIGCONT on revert (see `freeze.py`).
 - `PodDelete`, `NodeDrain`: plain API calls (pod delete with a grace period; cordon, evictions
   that honour PodDisruptionBudgets, and the Node object's deletion).
 
@@ -24,6 +26,15 @@ from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.experiment.schema import Fault
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
+from rsdrill.platforms.kubernetes.freeze import (
+    PROCESS,
+    ExecChannel,
+    freeze,
+    freeze_error,
+    stopped,
+    thaw,
+    thaw_action,
+)
 from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform
 from rsdrill.platforms.kubernetes.resources import (
     CHAOS_ENGINE,
@@ -383,6 +394,52 @@ class PodDelete(KubeFault):
 
     def revert(self) -> None:
         return None
+
+
+class ExecFreeze(KubeFault):
+    """host-freeze, engine native: the member's mongod stopped (SIGSTOP) inside its container
+    through pods/exec, resumed (SIGCONT) on revert: the same process, PID and sockets after."""
+
+    def __init__(self, at: Placement, channel: ExecChannel | None = None) -> None:
+        super().__init__(at, confirm=True)
+        self.channel: ExecChannel = channel or at.kube
+        self.container = at.platform.container
+        self.pids: list[int] = []
+
+    def describe(self) -> str:
+        return (
+            f"SIGSTOP {PROCESS} in pod {self.pod.namespace}/{self.pod.name} (container "
+            f"{self.container}) through pods/exec; SIGCONT on revert"
+        )
+
+    def revert_action(self) -> dict[str, Any]:
+        return thaw_action(self.kube.access, self.pod, self.container)
+
+    def inject(self) -> None:
+        if self.watch:
+            self.watch.start()
+        try:
+            self.pids = freeze(self.channel, self.pod, self.container)
+        except KubeError as exc:
+            raise freeze_error(self.pod, exc) from None
+
+    def verify(self, timeout_s: float) -> bool:
+        try:
+            held = stopped(self.channel, self.pod, self.container, self.pids)
+        except KubeError as exc:
+            raise freeze_error(self.pod, exc) from None
+        return held and self._confirm(timeout_s)
+
+    def revert(self) -> None:
+        try:
+            thaw(self.channel, self.pod, self.container)
+        except KubeError as exc:
+            raise InjectionError(
+                f"resuming {PROCESS} in pod {self.pod.namespace}/{self.pod.name}: {exc}"
+            ) from None
+
+    def report(self) -> dict[str, Any]:
+        return {"frozen_pids": self.pids}
 
 
 class NodeDrain(KubeFault):

@@ -26,7 +26,8 @@ SUPPORT: dict[str, dict[str, tuple[str, ...]]] = {
         "chaos-mesh": ("member",),
         "litmus": ("member", "node"),
     },
-    "host-freeze": {"chaos-mesh": ("member",)},
+    # native: SIGSTOP through pods/exec; Chaos Mesh's pod-failure restarts the container.
+    "host-freeze": {"native": ("member",), "chaos-mesh": ("member",)},
     "disk-fault": {"chaos-mesh": ("member",)},
     "volume-detach": {"chaos-mesh": ("member",)},
     "iops-throttle": {"chaos-mesh": ("member",)},
