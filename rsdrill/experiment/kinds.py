@@ -120,6 +120,10 @@ KINDS: dict[str, KindSpec] = {
             platforms={
                 _MACHINE: (Way("faultfs token buckets (IOPS, bandwidth) and latency"),),
                 "kubernetes": (
+                    Way(
+                        "cgroup io.max / blkio.throttle of the member's container, set and "
+                        "restored by the opt-in node agent"
+                    ),
                     Way("Chaos Mesh BlockChaos delay, or IOChaos latency", "approximate"),
                 ),
                 "ec2": (

@@ -25,7 +25,7 @@ RBAC = MANIFESTS / "base" / "rsdrill" / "rbac.yaml"
 NIGHTLY = MANIFESTS / "base" / "rsdrill" / "nightly.yaml"
 NIGHTLY_EXPERIMENTS = [REPO / "experiments" / "k8s-rs3-pod-kill.yaml"]
 NIGHTLY_ARGS = ["--cron", "0 2 * * *", "--namespace", "rsdrill", "--name", "rsdrill-nightly"]
-_FAULT_FIELDS = {"iops-throttle": {"iops": 100}}
+_FAULT_FIELDS = {"iops-throttle": {"write_iops": 100}}
 
 
 def every_fault(namespace: str = "rsdrill") -> Experiment:

@@ -146,8 +146,27 @@ class Kube:
     def auth(self) -> Any:
         return k8s.AuthorizationV1Api(self.api)
 
+    @cached_property
+    def authn(self) -> Any:
+        return k8s.AuthenticationV1Api(self.api)
+
     def close(self) -> None:
         self.api.close()
+
+    def bearer_token(self) -> str:
+        """This identity's bearer token (a ServiceAccount's, in a pod), for a service that checks
+        it with a TokenReview; empty for a certificate login."""
+        value = self.api.configuration.get_api_key_with_prefix("authorization") or ""
+        return str(value).removeprefix("Bearer ").strip()
+
+    def review_token(self, token: str) -> dict[str, Any]:
+        """The API server's TokenReview of `token`: its status (`authenticated`, `user`)."""
+        review = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }
+        return dict(self.call(self.authn.create_token_review, review).get("status") or {})
 
     def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call an API method with a deadline; its JSON as dicts (None for an empty body)."""

@@ -349,6 +349,12 @@ def _planned_pod(member: str | None, who: str, platform: KubernetesPlatform) -> 
 
 def _native_plan(fault: Fault, pod: PodRef, container: str) -> list[str]:
     options = fault.kubernetes or KubernetesFault()
+    if fault.kind == "iops-throttle":
+        return [
+            f"# the node agent on the node of pod {pod.namespace}/{pod.name} caps container "
+            f"{container}'s cgroup (io.max or blkio.throttle) on its data volume's device",
+            "# revert: the limits from before restored (journaled: `rsdrill recover` does it)",
+        ]
     if fault.kind == "host-freeze":
         return [
             f"# exec in pod {pod.namespace}/{pod.name} container {container} (pods/exec): "

@@ -14,6 +14,7 @@ from rsdrill.platforms.kubernetes.engines import (
     ChaosMeshFault,
     ExecFreeze,
     LitmusFault,
+    NodeAgentCap,
     NodeDrain,
     Placement,
     PodDelete,
@@ -135,6 +136,8 @@ class KubernetesTarget(RemoteTarget):
         engine = engine_of(fault)
         if engine == "native" and fault.kind == "host-freeze":
             return ExecFreeze(at)
+        if engine == "native" and fault.kind == "iops-throttle":
+            return NodeAgentCap(at)
         if engine == "native":
             return NodeDrain(at) if fault.scope == "node" else PodDelete(at)
         name = resource_name(fault.kind, pod.name)
