@@ -7,19 +7,17 @@ before the cap come back exactly."""
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from rsdrill.platforms.kubernetes import iocap
+from tests.harness.cgroups import PodCgroup
+from tests.harness.cgroups import pod_cgroup as made_pod_cgroup
 
-BLKIO = Path("/sys/fs/cgroup/blkio")
 WRITES = 40
 # Joins the cgroup, then writes WRITES blocks of 4 KiB with O_DIRECT|O_DSYNC (each one a device
 # write, which blkio throttles); prints the seconds they took.
@@ -35,33 +33,10 @@ print(time.monotonic() - started)
 """
 
 
-@dataclass
-class PodCgroup:
-    root: Path
-    container: Path
-    pod_uid: str
-    container_id: str
-    sleeper: subprocess.Popen[bytes]
-
-
 @pytest.fixture
 def pod_cgroup() -> Iterator[PodCgroup]:
-    if not (BLKIO / "blkio.throttle.write_iops_device").exists():
-        pytest.fail("this test needs the cgroup v1 blkio hierarchy at /sys/fs/cgroup/blkio")
-    root = BLKIO / f"rsdrill-test-{secrets.token_hex(4)}"
-    pod_uid, container_id = str(uuid.uuid4()), secrets.token_hex(32)
-    container = root / "kubepods" / "burstable" / f"pod{pod_uid}" / container_id
-    container.mkdir(parents=True)
-    sleeper = subprocess.Popen(["sleep", "600"])
-    (container / "cgroup.procs").write_text(str(sleeper.pid))
-    try:
-        yield PodCgroup(root, container, pod_uid, container_id, sleeper)
-    finally:
-        sleeper.kill()
-        sleeper.wait(timeout=10)
-        for directory in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
-            directory.rmdir()
-        root.rmdir()
+    with made_pod_cgroup() as made:
+        yield made
 
 
 def _write_seconds(cgroup: Path, tmp: Path) -> float:

@@ -156,7 +156,8 @@ class Kube:
     def bearer_token(self) -> str:
         """This identity's bearer token (a ServiceAccount's, in a pod), for a service that checks
         it with a TokenReview; empty for a certificate login."""
-        value = self.api.configuration.get_api_key_with_prefix("authorization") or ""
+        # The client keeps it under "BearerToken" (refreshed in a pod by its own hook).
+        value = self.api.configuration.get_api_key_with_prefix("BearerToken") or ""
         return str(value).removeprefix("Bearer ").strip()
 
     def review_token(self, token: str) -> dict[str, Any]:
