@@ -148,6 +148,8 @@ def start_cluster(directory: Path) -> KubeCluster:
                     f"--cert-dir={certs}",
                     f"--token-auth-file={directory / 'tokens.csv'}",
                     "--authorization-mode=RBAC",
+                    # As kubeadm sets it: privileged pods (the node agent's DaemonSet) are allowed.
+                    "--allow-privileged=true",
                     "--service-account-issuer=https://kubernetes.default.svc",
                     f"--service-account-key-file={directory / 'sa.pub'}",
                     f"--service-account-signing-key-file={directory / 'sa.key'}",

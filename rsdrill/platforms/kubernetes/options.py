@@ -125,7 +125,8 @@ class KubernetesFault(Strict):
         "node-drain for scope node)",
     )
     chaos_service_account: str = Field(
-        "litmus-admin", description="litmus: the service account its experiment pods run as"
+        "rsdrill-litmus",
+        description="litmus: the service account its experiment pods run as (manifests/litmus)",
     )
     block_chaos: Literal["auto", "always", "never"] = Field(
         "auto",
