@@ -12,7 +12,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import yaml
 
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
+from tests.harness.processes import kill_after_line
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
@@ -246,7 +246,7 @@ def test_check_names_what_a_restricted_service_account_may_not_do(
 
 # -- chaos for rsdrill on the Kubernetes path (the sandbox's is tests/e2e/test_chaos_of_rsdrill.py)
 
-CHAOS_KILLS = 4  # about 10 s each here: the suite's time is kept in mind
+CHAOS_KILLS = 3  # about 11 s each here: the suite's time is kept in mind
 CHAOS_FAULTS = [
     {"at": "1s", "kind": "host-freeze", "engine": "chaos-mesh", "select": "secondary",
      "duration": "1.5s"},
@@ -261,31 +261,6 @@ CHAOS_MOMENTS = {
     "injected": ("injected", 0.0, 1.4),
     "reverting": ("injected", 1.5, 2.1),
 }
-
-
-def _kill_at(run: subprocess.Popen[str], marker: str, delay_s: float) -> str:
-    """SIGKILL `run` `delay_s` after it prints `marker`; everything it printed."""
-    lines: list[str] = []
-    seen = threading.Event()
-
-    def read() -> None:
-        assert run.stdout is not None
-        for line in run.stdout:
-            lines.append(line)
-            if marker in line:
-                seen.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 60
-    while not seen.wait(0.05) and run.poll() is None and time.monotonic() < deadline:
-        pass
-    if seen.is_set():
-        time.sleep(delay_s)
-    run.kill()
-    run.wait(timeout=30)
-    reader.join(10)
-    return "".join(lines)
 
 
 @pytest.mark.slow
@@ -305,7 +280,7 @@ def test_sigkill_at_random_moments_then_recover_leaves_no_chaos_object(
         work = tmp_path / f"kill-{i}"
         work.mkdir()
         path = bound_set.experiment(kube, work, faults=[fault], observe={"after_revert": "1s"})
-        output = _kill_at(_run(path, work / "out", work / "home"), marker, delay_s)
+        output = kill_after_line(_run(path, work / "out", work / "home"), marker, delay_s)
         case = f"kill {i}: {fault['kind']} {moment} +{delay_s:.2f}s"
         assert marker in output, f"{case}: the run never printed {marker!r}:\n{output}"
         left_behind += rsdrill_objects(kube.api, bound_set.namespace)
