@@ -12,7 +12,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -358,7 +358,7 @@ class Kube:
             body["deleteOptions"] = {"gracePeriodSeconds": grace_s}
         self.call(self.core.create_namespaced_pod_eviction, name, namespace, body)
 
-    def exec(self, namespace: str, pod: str, container: str, argv: list[str]) -> str:
+    def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str]) -> str:
         """Run `argv` in the pod's container through the pods/exec subresource (a websocket the
         API server relays to the pod's kubelet); its standard output. A non-zero exit raises
         KubeError with the command's standard error; so does an API server that cannot reach
