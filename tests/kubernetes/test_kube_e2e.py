@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -290,3 +291,122 @@ def test_sigkill_at_random_moments_then_recover_leaves_no_chaos_object(
         assert rsdrill_objects(kube.api, bound_set.namespace) == [], f"{case}:\n{said}"
     # Some kill left a fault in force for recover to undo (else nothing was tested).
     assert left_behind
+
+
+# -- host-freeze through pods/exec, end to end ---------------------------------------------------
+
+
+class ContainedEngine(EmulatorEngine):
+    """Each member in its own PID and mount namespaces, as in a container: a shell is the
+    namespace's init and the member runs as `mongod` (a symlink to Python: the process name
+    comes from the path run)."""
+
+    def __init__(self, directory: Path) -> None:
+        link = directory / "mongod"
+        link.symlink_to(sys.executable)
+        super().__init__(str(link))
+
+    def argv(self, sandbox: Any, member: Any, *, init: bool) -> list[str]:
+        inner = super().argv(sandbox, member, init=init)
+        return ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+                "sh", "-c", '"$@" & wait', "sh", *inner]  # fmt: skip
+
+
+def _container_init(unshare_pid: int) -> int:
+    """The namespace's init (the shell unshare forked)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    raise AssertionError(f"unshare {unshare_pid} started nothing")
+
+
+def _comm_pid(init: int, name: str) -> int:
+    """The host PID of the process called `name` under the container's init."""
+    for child in Path(f"/proc/{init}/task/{init}/children").read_text().split():
+        if Path(f"/proc/{child}/comm").read_text().strip() == name:
+            return int(child)
+    raise AssertionError(f"no {name} under {init}")
+
+
+@pytest.mark.slow
+def test_native_host_freeze_stops_the_same_process_through_the_kubelet(
+    kube: Kube, tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    """rsdrill run, host-freeze engine native on the primary: pods/exec goes through the real API
+    server to a kubelet's exec endpoint (the kubelet's own streaming code, tests/kubernetes/
+    kubelet_exec) and into the member's container (PID and mount namespaces); the member is
+    stopped, a new primary is elected, and after the revert it is the same process (same PID,
+    never restarted), its pod untouched (same uid, restartCount 0)."""
+    from kubernetes import client
+
+    from tests.kubernetes.cluster import BIN
+
+    spec = build_topology(
+        "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=2000)
+    )
+    sandbox = up(tmp_path / "set", spec, ContainedEngine(tmp_path))
+    namespace = kube.namespace("freeze")
+    node = f"{namespace}-node"
+    core = client.CoreV1Api(kube.api)
+    core.create_node({"metadata": {"name": node}})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    core.patch_node_status(node, {"status": {
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+    }})  # fmt: skip
+    pods = {m.host: f"mongo-{m.id}" for m in spec.members}
+    inits = {m.host: _container_init(sandbox.pid(m)) for m in spec.members}
+    mongods = {host: _comm_pid(init, "mongod") for host, init in inits.items()}
+    (tmp_path / "pods.json").write_text(
+        json.dumps({f"{namespace}/{pods[h]}": pid for h, pid in inits.items()})
+    )
+    for pod in pods.values():
+        make_pod(kube.api, namespace, pod, node)
+    uids = {pod: core.read_namespaced_pod(pod, namespace).metadata.uid for pod in pods.values()}
+    certs = kube.cluster.directory / "certs"
+    kubelet = subprocess.Popen(
+        [str(BIN / "kubelet-exec"), "-listen", f"127.0.0.1:{port}",
+         "-cert", str(certs / "apiserver.crt"), "-key", str(certs / "apiserver.key"),
+         "-pods", str(tmp_path / "pods.json")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        document = yaml.safe_load(EXPERIMENT.read_text())
+        document["target"]["uri"] = sandbox.uri
+        document["target"]["kubernetes"] = {
+            "kubeconfig": str(kube.admin), "namespace": namespace, "pods": pods}  # fmt: skip
+        document["faults"] = [{"at": "2s", "kind": "host-freeze", "select": "primary",
+                               "duration": "5s"}]  # fmt: skip
+        document["observe"] = {"after_revert": "10s"}
+        path = tmp_path / "freeze.yaml"
+        path.write_text(yaml.safe_dump(document))
+        out = tmp_path / "out"
+        run = _run(path, out, tmp_path / "home")
+        output, _ = run.communicate(timeout=240)
+        assert run.returncode in (0, 1), output
+        result = json.loads((out / "result.json").read_text())
+        [fault] = result["faults"]
+        assert fault["verified_at_s"] is not None and fault["reverted_at_s"] is not None, output
+        assert fault["detail"]["frozen_pids"] == [2]  # the shell is the container's PID 1
+        failover = result["metrics"]["failover_s"]
+        assert failover is not None and failover > 0
+        frozen = fault["target"]
+        # The same process before and after, running; nothing restarted.
+        assert _comm_pid(inits[frozen], "mongod") == mongods[frozen]
+        stat = Path(f"/proc/{mongods[frozen]}/stat").read_text()
+        assert stat.rsplit(") ", 1)[1].split()[0] in ("S", "R")
+        for pod, uid in uids.items():
+            found = core.read_namespaced_pod(pod, namespace)
+            assert found.metadata.uid == uid
+            assert all(s.restart_count == 0 for s in found.status.container_statuses or [])
+        recover = _rsdrill("recover", home=tmp_path / "home")
+        assert recover.communicate(timeout=60)[0].startswith("nothing to recover")
+    finally:
+        kubelet.terminate()
+        kubelet.wait(timeout=10)
+        sandbox.down(grace_s=2.0)
