@@ -331,15 +331,54 @@ def _comm_pid(init: int, name: str) -> int:
     raise AssertionError(f"no {name} under {init}")
 
 
-@pytest.mark.slow
-def test_native_host_freeze_stops_the_same_process_through_the_kubelet(
+@dataclass
+class ContainedSet:
+    """An rs3 whose members live in containers (ContainedEngine), their pods on the real API
+    server on a node whose kubelet exec endpoint is tests/kubernetes/kubelet_exec."""
+
+    sandbox: Any
+    namespace: str
+    pods: dict[str, str]  # member host:port → pod
+    inits: dict[str, int]  # member → host PID of its container's init
+    mongods: dict[str, int]  # member → host PID of its mongod
+    uids: dict[str, str]  # pod → uid
+
+    def experiment(self, kube: Kube, tmp: Path, faults: list[dict[str, Any]]) -> Path:
+        document = yaml.safe_load(EXPERIMENT.read_text())
+        document["target"]["uri"] = self.sandbox.uri
+        document["target"]["kubernetes"] = {
+            "kubeconfig": str(kube.admin),
+            "namespace": self.namespace,
+            "pods": self.pods,
+        }
+        document["faults"] = faults
+        document["observe"] = {"after_revert": "10s"}
+        path = tmp / "freeze.yaml"
+        path.write_text(yaml.safe_dump(document))
+        return path
+
+    def state(self, host: str) -> str:
+        """The member's mongod's state letter (T: stopped)."""
+        return Path(f"/proc/{self.mongods[host]}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+
+    def untouched(self, kube: Kube) -> None:
+        """Every member the same process, running; every pod the same, never restarted."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(kube.api)
+        for host, init in self.inits.items():
+            assert _comm_pid(init, "mongod") == self.mongods[host], host
+            assert self.state(host) in ("S", "R"), host
+        for pod, uid in self.uids.items():
+            found = core.read_namespaced_pod(pod, self.namespace)
+            assert found.metadata.uid == uid
+            assert all(s.restart_count == 0 for s in found.status.container_statuses or [])
+
+
+@pytest.fixture
+def contained_set(
     kube: Kube, tmp_path: Path, free_port_base: Callable[[int], int]
-) -> None:
-    """rsdrill run, host-freeze engine native on the primary: pods/exec goes through the real API
-    server to a kubelet's exec endpoint (the kubelet's own streaming code, tests/kubernetes/
-    kubelet_exec) and into the member's container (PID and mount namespaces); the member is
-    stopped, a new primary is elected, and after the revert it is the same process (same PID,
-    never restarted), its pod untouched (same uid, restartCount 0)."""
+) -> Iterator[ContainedSet]:
     from kubernetes import client
 
     from tests.kubernetes.cluster import BIN
@@ -348,65 +387,84 @@ def test_native_host_freeze_stops_the_same_process_through_the_kubelet(
         "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=2000)
     )
     sandbox = up(tmp_path / "set", spec, ContainedEngine(tmp_path))
-    namespace = kube.namespace("freeze")
-    node = f"{namespace}-node"
-    core = client.CoreV1Api(kube.api)
-    core.create_node({"metadata": {"name": node}})
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    core.patch_node_status(node, {"status": {
-        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
-    }})  # fmt: skip
-    pods = {m.host: f"mongo-{m.id}" for m in spec.members}
-    inits = {m.host: _container_init(sandbox.pid(m)) for m in spec.members}
-    mongods = {host: _comm_pid(init, "mongod") for host, init in inits.items()}
-    (tmp_path / "pods.json").write_text(
-        json.dumps({f"{namespace}/{pods[h]}": pid for h, pid in inits.items()})
-    )
-    for pod in pods.values():
-        make_pod(kube.api, namespace, pod, node)
-    uids = {pod: core.read_namespaced_pod(pod, namespace).metadata.uid for pod in pods.values()}
-    certs = kube.cluster.directory / "certs"
-    kubelet = subprocess.Popen(
-        [str(BIN / "kubelet-exec"), "-listen", f"127.0.0.1:{port}",
-         "-cert", str(certs / "apiserver.crt"), "-key", str(certs / "apiserver.key"),
-         "-pods", str(tmp_path / "pods.json")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
     try:
-        document = yaml.safe_load(EXPERIMENT.read_text())
-        document["target"]["uri"] = sandbox.uri
-        document["target"]["kubernetes"] = {
-            "kubeconfig": str(kube.admin), "namespace": namespace, "pods": pods}  # fmt: skip
-        document["faults"] = [{"at": "2s", "kind": "host-freeze", "select": "primary",
-                               "duration": "5s"}]  # fmt: skip
-        document["observe"] = {"after_revert": "10s"}
-        path = tmp_path / "freeze.yaml"
-        path.write_text(yaml.safe_dump(document))
-        out = tmp_path / "out"
-        run = _run(path, out, tmp_path / "home")
-        output, _ = run.communicate(timeout=240)
-        assert run.returncode in (0, 1), output
-        result = json.loads((out / "result.json").read_text())
-        [fault] = result["faults"]
-        assert fault["verified_at_s"] is not None and fault["reverted_at_s"] is not None, output
-        assert fault["detail"]["frozen_pids"] == [2]  # the shell is the container's PID 1
-        failover = result["metrics"]["failover_s"]
-        assert failover is not None and failover > 0
-        frozen = fault["target"]
-        # The same process before and after, running; nothing restarted.
-        assert _comm_pid(inits[frozen], "mongod") == mongods[frozen]
-        stat = Path(f"/proc/{mongods[frozen]}/stat").read_text()
-        assert stat.rsplit(") ", 1)[1].split()[0] in ("S", "R")
-        for pod, uid in uids.items():
-            found = core.read_namespaced_pod(pod, namespace)
-            assert found.metadata.uid == uid
-            assert all(s.restart_count == 0 for s in found.status.container_statuses or [])
-        recover = _rsdrill("recover", home=tmp_path / "home")
-        assert recover.communicate(timeout=60)[0].startswith("nothing to recover")
+        namespace = kube.namespace("freeze")
+        node = f"{namespace}-node"
+        core = client.CoreV1Api(kube.api)
+        core.create_node({"metadata": {"name": node}})
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        core.patch_node_status(node, {"status": {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+        }})  # fmt: skip
+        pods = {m.host: f"mongo-{m.id}" for m in spec.members}
+        inits = {m.host: _container_init(sandbox.pid(m)) for m in spec.members}
+        mongods = {host: _comm_pid(init, "mongod") for host, init in inits.items()}
+        (tmp_path / "pods.json").write_text(
+            json.dumps({f"{namespace}/{pods[h]}": pid for h, pid in inits.items()})
+        )
+        for pod in pods.values():
+            make_pod(kube.api, namespace, pod, node)
+        uids = {p: core.read_namespaced_pod(p, namespace).metadata.uid for p in pods.values()}
+        certs = kube.cluster.directory / "certs"
+        kubelet = subprocess.Popen(
+            [str(BIN / "kubelet-exec"), "-listen", f"127.0.0.1:{port}",
+             "-cert", str(certs / "apiserver.crt"), "-key", str(certs / "apiserver.key"),
+             "-pods", str(tmp_path / "pods.json")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            yield ContainedSet(sandbox, namespace, pods, inits, mongods, uids)
+        finally:
+            kubelet.terminate()
+            kubelet.wait(timeout=10)
     finally:
-        kubelet.terminate()
-        kubelet.wait(timeout=10)
         sandbox.down(grace_s=2.0)
+
+
+@pytest.mark.slow
+def test_native_host_freeze_stops_the_same_process_through_the_kubelet(
+    kube: Kube, contained_set: ContainedSet, tmp_path: Path
+) -> None:
+    """rsdrill run, host-freeze engine native on the primary: pods/exec goes through the real API
+    server to a kubelet's exec endpoint (the kubelet's own streaming code, tests/kubernetes/
+    kubelet_exec) and into the member's container (PID and mount namespaces); the member is
+    stopped, a new primary is elected, and after the revert it is the same process (same PID,
+    never restarted), its pod untouched (same uid, restartCount 0)."""
+    freeze = [{"at": "2s", "kind": "host-freeze", "select": "primary", "duration": "5s"}]
+    out = tmp_path / "out"
+    run = _run(contained_set.experiment(kube, tmp_path, freeze), out, tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode in (0, 1), output
+    result = json.loads((out / "result.json").read_text())
+    [fault] = result["faults"]
+    assert fault["verified_at_s"] is not None and fault["reverted_at_s"] is not None, output
+    assert fault["detail"]["frozen_pids"] == [2]  # the shell is the container's PID 1
+    failover = result["metrics"]["failover_s"]
+    assert failover is not None and failover > 0
+    contained_set.untouched(kube)
+    recover = _rsdrill("recover", home=tmp_path / "home")
+    assert recover.communicate(timeout=60)[0].startswith("nothing to recover")
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_a_member_is_frozen_is_resumed_by_recover(
+    kube: Kube, contained_set: ContainedSet, tmp_path: Path
+) -> None:
+    """SIGKILL while the native freeze holds: the member stays stopped (nothing else would
+    resume it); `rsdrill recover` sends SIGCONT through pods/exec from the journal alone."""
+    freeze = [{"at": "1s", "kind": "host-freeze", "select": "secondary", "duration": "60s"}]
+    home = tmp_path / "home"
+    run = _run(contained_set.experiment(kube, tmp_path, freeze), tmp_path / "out", home)
+    output = kill_after_line(run, "injected", 0.5)
+    assert "injected" in output, output
+    stopped = [h for h in contained_set.mongods if contained_set.state(h) == "T"]
+    assert len(stopped) == 1, output
+    recover = _rsdrill("recover", home=home)
+    said, _ = recover.communicate(timeout=120)
+    assert recover.returncode == 0, said
+    pod = contained_set.pods[stopped[0]]
+    assert f"SIGCONT sent to mongod (pid 2) in pod {contained_set.namespace}/{pod}" in said, said
+    contained_set.untouched(kube)
