@@ -128,6 +128,10 @@ KINDS: dict[str, KindSpec] = {
                 _MACHINE: (Way("SIGSTOP, then SIGCONT"),),
                 "kubernetes": (
                     Way(
+                        "SIGSTOP of mongod in its pod through pods/exec, then SIGCONT",
+                        engine="native",
+                    ),
+                    Way(
                         "Chaos Mesh pod-failure: the container restarts instead of freezing",
                         "approximate",
                         "chaos-mesh",
@@ -187,6 +191,11 @@ KINDS: dict[str, KindSpec] = {
                         "operation, not a cap",
                         "approximate",
                         "chaos-mesh",
+                    ),
+                    Way(
+                        "cgroup io.max / blkio.throttle of the member's container, set and "
+                        "restored by the opt-in node agent",
+                        engine="native",
                     ),
                 ),
                 "ec2": (

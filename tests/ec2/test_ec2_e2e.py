@@ -255,3 +255,91 @@ def test_an_acl_partition_through_the_runner_is_exact_and_leaves_no_entry(
                if e.get("CidrBlock") == f"{ip}/32"]  # fmt: skip
     assert entries == []
     assert_no_secret(tmp_path, proc.stdout, proc.stderr)
+
+
+# -- chaos for rsdrill on the EC2 path (the sandbox's is tests/e2e/test_chaos_of_rsdrill.py) ----
+
+CHAOS_KILLS = 3  # about 9 s each here: the suite's time is kept in mind
+CHAOS_FAULTS = [
+    "{at: 1s, kind: host-kill, select: secondary, duration: 1.5s}",
+    "{at: 1s, kind: volume-detach, select: secondary, duration: 1.5s}",
+]
+# (marker line, lowest delay, highest delay): before the fault, while it holds, while reverting.
+CHAOS_MOMENTS = [
+    ("phase: faults", 0.0, 0.9),
+    ("injected", 0.0, 1.4),
+    ("injected", 1.5, 2.1),
+]
+
+
+def _as_it_was(ec2: Any, members: dict[str, Member]) -> list[str]:
+    """What differs from the set's starting state: an instance not running, a data volume
+    not attached, security groups swapped."""
+    problems = []
+    for host, m in members.items():
+        instance = instance_of(ec2, m.instance_id)
+        if instance["State"]["Name"] != "running":
+            problems.append(f"{host}: instance {instance['State']['Name']}")
+        if data_volume_at(ec2, m.instance_id) != m.volume_id:
+            problems.append(f"{host}: data volume not attached")
+        if [g["GroupId"] for g in instance["SecurityGroups"]] != [m.group_id]:
+            problems.append(f"{host}: security groups swapped")
+    return problems
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_recover_leaves_nothing_applied(
+    tmp_path: Path, bound_set: BoundSet, moto_endpoint: str, ec2: Any
+) -> None:
+    """`rsdrill run` SIGKILLed at seeded random moments of an instance stop or a volume detach
+    (before, during, while reverting); `rsdrill recover` then exits 0 and every instance runs
+    with its volume and security groups as before."""
+    import random
+
+    from harness.processes import kill_after_line
+
+    sandbox, members, binding = bound_set
+    rng = random.Random(int(os.environ.get("RSDRILL_CHAOS_SEED", "16")))
+    left_behind: list[str] = []
+    for i in range(CHAOS_KILLS):
+        marker, low, high = CHAOS_MOMENTS[i % len(CHAOS_MOMENTS)]
+        fault, delay_s = rng.choice(CHAOS_FAULTS), rng.uniform(low, high)
+        work = tmp_path / f"kill-{i}"
+        work.mkdir()
+        experiment = work / "chaos.yaml"
+        experiment.write_text(
+            VOLUME_AND_NETWORK.split("faults:")[0].replace("ec2-volume-and-network", "ec2-chaos")
+            + f"faults:\n  - {fault}\nobserve: {{after_revert: 1s}}\n"
+        )
+        env = environment(work, sandbox, moto_endpoint)
+        started = subprocess.Popen(
+            [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
+             str(work / "out"), "--no-live", "--no-history"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
+        )  # fmt: skip
+        output = kill_after_line(started, marker, delay_s)
+        case = f"kill {i}: {fault} after {marker!r} +{delay_s:.2f}s"
+        assert marker in output, f"{case}: the run never printed it:\n{output}"
+        left_behind += _as_it_was(ec2, members)
+        recover = subprocess.run([sys.executable, "-m", "rsdrill.cli", "recover"],
+                                 capture_output=True, text=True, timeout=120, env=env,
+                                 cwd=ROOT)  # fmt: skip
+        assert recover.returncode == 0, f"{case}:\n{recover.stdout}{recover.stderr}"
+        assert _as_it_was(ec2, members) == [], f"{case}:\n{recover.stdout}"
+        # The member a fault took down is back before the next kill.
+        deadline = time.monotonic() + 60
+        while not _healthy(sandbox.uri) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert_no_secret(work, output, recover.stdout, recover.stderr)
+    assert left_behind, "some kill left a fault in force for recover to undo"
+    assert not binding.errors, binding.errors
+
+
+def _healthy(uri: str) -> bool:
+    """Every member PRIMARY or SECONDARY."""
+    try:
+        with MongoClient(uri, serverSelectionTimeoutMS=1000) as c:
+            states = [m["state"] for m in c.admin.command("replSetGetStatus")["members"]]
+    except PyMongoError:
+        return False
+    return sorted(states) == [1, 2, 2]

@@ -1,8 +1,10 @@
-"""Stopping the simulators the harnesses start."""
+"""Stopping the simulators the harnesses start, and the runs the chaos tests kill."""
 
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
@@ -13,3 +15,29 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(grace_s)
+
+
+def kill_after_line(run: subprocess.Popen[str], marker: str, delay_s: float) -> str:
+    """SIGKILL `run` `delay_s` after it prints a line holding `marker` (at once if it ends or
+    60 s pass first); everything it printed."""
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        assert run.stdout is not None
+        for line in run.stdout:
+            lines.append(line)
+            if marker in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not seen.wait(0.05) and run.poll() is None and time.monotonic() < deadline:
+        pass
+    if seen.is_set():
+        time.sleep(delay_s)
+    run.kill()
+    run.wait(timeout=30)
+    reader.join(10)
+    return "".join(lines)

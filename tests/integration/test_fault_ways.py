@@ -46,7 +46,7 @@ def test_faults_for_one_platform_as_a_table_and_as_json() -> None:
     listed = rsdrill("faults", "--platform", "kubernetes", "--json")
     assert json.loads(listed.stdout) == faults_json("kubernetes")
     freeze = next(k for k in json.loads(listed.stdout)["kinds"] if k["kind"] == "host-freeze")
-    assert [w["support"] for w in freeze["platforms"]["kubernetes"]] == ["approximate"]
+    assert [w["support"] for w in freeze["platforms"]["kubernetes"]] == ["exact", "approximate"]
     everything = json.loads(rsdrill("faults", "--json").stdout)
     assert [k["kind"] for k in everything["kinds"]] == list(KINDS)
     assert set(everything["kinds"][0]["platforms"]) == {"sandbox", "kubernetes", "ec2", "vsphere"}
@@ -68,6 +68,7 @@ target:
 faults:
   - at: 5s
     kind: host-freeze
+    engine: chaos-mesh
     duration: 10s{extra}
 """
 
@@ -82,7 +83,10 @@ def test_an_approximation_is_refused_at_load_unless_the_fault_accepts_it() -> No
     )
     accepted = load_experiment_text(K8S.format(extra="\n    approximate: true"))
     fault = accepted.faults[0]
-    assert way_of("kubernetes", fault) == KINDS["host-freeze"].platforms["kubernetes"][0]
+    assert way_of("kubernetes", fault) == KINDS["host-freeze"].platforms["kubernetes"][1]
+    # the default way (engine native: SIGSTOP through pods/exec) is exact: no opt-in
+    native = load_experiment_text(K8S.format(extra="").replace("    engine: chaos-mesh\n", ""))
+    assert way_of("kubernetes", native.faults[0]).support == "exact"
 
 
 def test_a_one_way_fault_is_refused_unless_the_fault_accepts_it(tmp_path: Path) -> None:

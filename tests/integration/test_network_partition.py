@@ -257,3 +257,43 @@ def test_a_connection_made_during_an_earlier_partition_is_cut_by_the_next(
         with pytest.raises((TimeoutError, ConnectionError)):
             _find_all(sock, 99)
         second.revert()
+
+
+def _ping(sock: socket.socket, request_id: int) -> None:
+    sock.sendall(wire.encode_op_msg(request_id, 0, {"ping": 1, "$db": "admin"}))
+
+
+def _reply_to(sock: socket.socket) -> int:
+    """Read one reply off `sock`; the request id it answers."""
+    size = int.from_bytes(_read(sock, 4), "little")
+    header = _read(sock, size - 4)
+    return int.from_bytes(header[4:8], "little")
+
+
+def test_a_connection_opened_before_the_cut_gets_no_reply_until_healed(
+    replset: Callable[..., Sandbox], partitions: list[NetworkPartition]
+) -> None:
+    """The partition cuts established flows, not only new connections: a client's connection
+    opened and answered before the fault gets no reply while it holds; once healed, the same
+    connection delivers the stalled request's reply (TCP retransmits it) and takes new ones."""
+    sandbox = replset()
+    primary = wait_until(lambda: writable_primary(sandbox), 10, "a primary").host
+    name, port = primary.rsplit(":", 1)
+    partition = _partition(sandbox, primary, partitions, isolate_from="all", direction="both")
+    with socket.create_connection((name, int(port)), timeout=2) as sock:
+        _ping(sock, 1)
+        assert _reply_to(sock) == 1, "answered before the fault"
+        partition.inject()
+        assert partition.verify(5)
+        _ping(sock, 2)
+        sock.settimeout(2.0)
+        with pytest.raises(TimeoutError):
+            sock.recv(1)
+        assert not connects(primary), "a new connection is refused too"
+        partition.revert()
+        # The retransmission timer has backed off while the packets were dropped (~3 s here).
+        sock.settimeout(15.0)
+        assert _reply_to(sock) == 2, "the stalled request answered after the heal"
+        _ping(sock, 3)
+        assert _reply_to(sock) == 3, "the connection is usable again"
+    assert partition.table not in rsdrill_tables()

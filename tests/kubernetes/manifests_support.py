@@ -1,12 +1,14 @@
-"""manifests/: rendering its kustomize overlays (the subset of kustomize they use), and the
-generated files under manifests/base/rsdrill, which must match what the code produces.
+"""manifests/: rendering its kustomize directories with kustomize itself (built by
+.ci/install-kustomize), and the generated files in it, which must match what the code produces:
+the ServiceAccount rsdrill's Role for pod-level faults (base/rsdrill), the opt-in ClusterRole for
+node-level faults (node-faults/), and one nightly CronJob per topology (nightly/rs1, nightly/rs3),
+each running an experiment of its own topology.
 
 Regenerate those with `python -m tests.kubernetes.manifests_support`.
 """
 
 from __future__ import annotations
 
-import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -22,15 +24,22 @@ from rsdrill.platforms.kubernetes.resources import to_yaml
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 RBAC = MANIFESTS / "base" / "rsdrill" / "rbac.yaml"
-NIGHTLY = MANIFESTS / "base" / "rsdrill" / "nightly.yaml"
-NIGHTLY_EXPERIMENTS = [REPO / "experiments" / "k8s-rs3-pod-kill.yaml"]
+NODE_RBAC = MANIFESTS / "node-faults" / "rbac.yaml"
+INSTALL_KUSTOMIZE = REPO / ".ci" / "install-kustomize"
+# Each topology's nightly CronJob and the experiments it runs.
+NIGHTLY = {
+    "rs1": [REPO / "experiments" / "k8s-rs1-pod-kill.yaml"],
+    "rs3": [REPO / "experiments" / "k8s-rs3-pod-kill.yaml"],
+}
 NIGHTLY_ARGS = ["--cron", "0 2 * * *", "--namespace", "rsdrill", "--name", "rsdrill-nightly"]
-_FAULT_FIELDS = {"iops-throttle": {"iops": 100}}
+_FAULT_FIELDS = {"iops-throttle": {"write_iops": 100}}
 
 
-def every_fault(namespace: str = "rsdrill") -> Experiment:
-    """An experiment with every kind x engine x scope Kubernetes supports: what the rsdrill
-    ServiceAccount of manifests/ must be allowed to do, and nothing more."""
+def every_fault(
+    namespace: str = "rsdrill", scopes: tuple[str, ...] = ("member", "node")
+) -> Experiment:
+    """An experiment with every kind x engine x scope (of `scopes`) Kubernetes supports: what
+    the rsdrill ServiceAccount of manifests/ must be allowed to do, and nothing more."""
     faults = [
         {
             "at": "1s",
@@ -44,8 +53,9 @@ def every_fault(namespace: str = "rsdrill") -> Experiment:
             "one_way": True,
         }
         for kind, engines in SUPPORT.items()
-        for engine, scopes in engines.items()
-        for scope in scopes
+        for engine, engine_scopes in engines.items()
+        for scope in engine_scopes
+        if scope in scopes
     ]
     return Experiment.model_validate(
         {
@@ -60,112 +70,86 @@ def every_fault(namespace: str = "rsdrill") -> Experiment:
     )
 
 
+def _meta(name: str, namespace: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name}
+    if namespace:
+        out["namespace"] = namespace
+    out["labels"] = dict(LABELS)
+    return out
+
+
 def rbac_documents() -> list[dict[str, Any]]:
-    """manifests/base/rsdrill/rbac.yaml: the ServiceAccount `rsdrill` and its roles."""
+    """manifests/base/rsdrill/rbac.yaml: the ServiceAccount `rsdrill` and its namespaced Role
+    for every pod-level fault."""
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta("rsdrill", "rsdrill"),
+    }
+    objects = rbac_objects("rsdrill", "rsdrill", [every_fault(scopes=("member",))], _meta)
+    assert not any(o["kind"].startswith("Cluster") for o in objects)
+    return [account, *objects]
 
-    def meta(name: str, namespace: str | None) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": name}
-        if namespace:
-            out["namespace"] = namespace
-        out["labels"] = dict(LABELS)
-        return out
 
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta("rsdrill", "rsdrill")}
-    return [account, *rbac_objects("rsdrill", "rsdrill", [every_fault()], meta)]
+def node_rbac_documents() -> list[dict[str, Any]]:
+    """manifests/node-faults/rbac.yaml: the cluster-wide part of every node-level fault."""
+    objects = rbac_objects("rsdrill", "rsdrill", [every_fault(scopes=("node",))], _meta)
+    return [o for o in objects if o["kind"].startswith("Cluster")]
 
 
-def nightly_text() -> str:
-    """manifests/base/rsdrill/nightly.yaml, as `rsdrill schedule render` writes it."""
+def nightly_text(topology: str) -> str:
+    """manifests/nightly/<topology>/nightly.yaml, as `rsdrill schedule render` writes it."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rsdrill.cli",
-            "schedule",
-            "render",
-            *NIGHTLY_ARGS,
-            *map(str, NIGHTLY_EXPERIMENTS),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=REPO,
-    )
+        [sys.executable, "-m", "rsdrill.cli", "schedule", "render", *NIGHTLY_ARGS,
+         *map(str, NIGHTLY[topology])],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
     return done.stdout
 
 
 def rbac_text() -> str:
     header = (
-        "# The ServiceAccount rsdrill runs as for game days (every engine and fault), with only\n"
-        "# the permissions its faults use.\n"
+        "# The ServiceAccount rsdrill runs as for game days (every engine and pod-level fault),\n"
+        "# with only the permissions those faults use. Node-level faults: manifests/node-faults.\n"
         "# Generated: python -m tests.kubernetes.manifests_support\n"
     )
     return header + to_yaml(rbac_documents())
 
 
-# -- a kustomize subset: resources, namespace, patches (JSON 6902) ----------------------------
+def node_rbac_text() -> str:
+    header = (
+        "# Opt-in: what rsdrill's node-level faults (scope: node) need cluster-wide, bound to the\n"
+        "# ServiceAccount rsdrill of manifests/base/rsdrill.\n"
+        "# Generated: python -m tests.kubernetes.manifests_support\n"
+    )
+    return header + to_yaml(node_rbac_documents())
+
+
+def generated_files() -> dict[Path, str]:
+    """Every generated file under manifests/ and its text as the code makes it now."""
+    files = {RBAC: rbac_text(), NODE_RBAC: node_rbac_text()}
+    for topology in NIGHTLY:
+        files[MANIFESTS / "nightly" / topology / "nightly.yaml"] = nightly_text(topology)
+    return files
 
 
 def kustomize(directory: Path) -> list[dict[str, Any]]:
-    """The objects `kustomize build directory` makes, for the features manifests/ uses."""
-    spec = yaml.safe_load((directory / "kustomization.yaml").read_text())
-    unknown = set(spec) - {"apiVersion", "kind", "resources", "namespace", "patches"}
-    if unknown:
-        raise ValueError(f"{directory}: kustomization fields not rendered here: {unknown}")
-    objects: list[dict[str, Any]] = []
-    for entry in spec.get("resources", []):
-        path = (directory / entry).resolve()
-        if path.is_dir():
-            objects += kustomize(path)
-        else:
-            objects += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    for patch in spec.get("patches", []):
-        target = patch["target"]
-        matched = [
-            o
-            for o in objects
-            if o["kind"] == target["kind"] and o["metadata"]["name"] == target["name"]
-        ]
-        if not matched:
-            raise ValueError(f"{directory}: patch target {target} matches nothing")
-        for obj in matched:
-            for op in yaml.safe_load(patch["patch"]):
-                _json_patch(obj, op)
-    if "namespace" in spec:
-        for obj in objects:
-            if obj["kind"] not in _CLUSTER_SCOPED:
-                obj["metadata"]["namespace"] = spec["namespace"]
-            for subject in obj.get("subjects", []):
-                if subject.get("kind") == "ServiceAccount":
-                    subject["namespace"] = spec["namespace"]
-    return copy.deepcopy(objects)
-
-
-_CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
-
-
-def _json_patch(obj: dict[str, Any], op: dict[str, Any]) -> None:
-    *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"][1:].split("/")]
-    node: Any = obj
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    key: Any = int(last) if isinstance(node, list) and last != "-" else last
-    if op["op"] == "remove":
-        del node[key]
-    elif op["op"] == "replace":
-        if isinstance(node, dict) and key not in node:
-            raise ValueError(f"replace {op['path']}: nothing there")
-        node[key] = op["value"]
-    elif op["op"] == "add":
-        if isinstance(node, list):
-            node.insert(len(node) if key == "-" else key, op["value"])
-        else:
-            node[key] = op["value"]
-    else:
-        raise ValueError(f"JSON patch op {op['op']} not rendered here")
+    """The objects `kustomize build directory` makes (kustomize built once by its script)."""
+    installed = subprocess.run(
+        [str(INSTALL_KUSTOMIZE)], capture_output=True, text=True, check=False
+    )
+    if installed.returncode != 0:
+        raise RuntimeError(f"{INSTALL_KUSTOMIZE} failed:\n{installed.stderr}")
+    binary = installed.stdout.strip().splitlines()[-1]
+    done = subprocess.run([binary, "build", str(directory)], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"kustomize build {directory}: {done.stderr}")
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
 if __name__ == "__main__":
-    RBAC.write_text(rbac_text())
-    NIGHTLY.write_text(nightly_text())
-    print(f"wrote {RBAC.relative_to(REPO)} and {NIGHTLY.relative_to(REPO)}")
+    for path, text in generated_files().items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path.relative_to(REPO)}")

@@ -8,6 +8,9 @@ too unless a test shortens them."""
 from __future__ import annotations
 
 import json
+import os
+import random
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +24,7 @@ import yaml
 
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
+from tests.harness.processes import kill_after_line
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
@@ -154,8 +158,8 @@ def test_a_killed_run_is_recovered_from_its_journal(
 ) -> None:
     """SIGKILL while a PodChaos pod-failure is in force; `rsdrill recover` deletes it (and
     waits until Chaos Mesh has recovered it); a second recover finds nothing."""
-    freeze = [{"at": "2s", "kind": "host-freeze", "select": "secondary", "duration": "60s",
-               "approximate": True}]  # fmt: skip
+    freeze = [{"at": "2s", "kind": "host-freeze", "engine": "chaos-mesh", "select": "secondary",
+               "duration": "60s", "approximate": True}]  # fmt: skip
     path = bound_set.experiment(kube, tmp_path, faults=freeze)
     home = tmp_path / "home"
     run = _run(path, tmp_path / "out", home)
@@ -239,3 +243,228 @@ def test_check_names_what_a_restricted_service_account_may_not_do(
     assert {c["name"] for c in checks} >= {"connection string", "server version", "topology",
                                           "privileges", "platform kubernetes"}  # fmt: skip
     assert rsdrill_objects(kube.api, bound_set.namespace) == []
+
+
+# -- chaos for rsdrill on the Kubernetes path (the sandbox's is tests/e2e/test_chaos_of_rsdrill.py)
+
+CHAOS_KILLS = 3  # about 11 s each here: the suite's time is kept in mind
+CHAOS_FAULTS = [
+    {"at": "1s", "kind": "host-freeze", "engine": "chaos-mesh", "select": "secondary",
+     "duration": "1.5s"},
+    {"at": "1s", "kind": "network-partition", "select": "secondary", "isolate_from": "members",
+     "duration": "1.5s"},
+    {"at": "1s", "kind": "disk-fault", "select": "secondary", "errno": "EIO",
+     "duration": "1.5s"},
+]  # fmt: skip
+# (marker line, lowest delay, highest delay): before the fault, while it holds, while reverting.
+CHAOS_MOMENTS = {
+    "steady": ("phase: faults", 0.0, 0.9),
+    "injected": ("injected", 0.0, 1.4),
+    "reverting": ("injected", 1.5, 2.1),
+}
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_recover_leaves_no_chaos_object(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """`rsdrill run` SIGKILLed at seeded random moments of Chaos Mesh faults (before, during,
+    while reverting); `rsdrill recover` then exits 0 and no object rsdrill made is left."""
+    rng = random.Random(int(os.environ.get("RSDRILL_CHAOS_SEED", "16")))
+    left_behind = []
+    for i in range(CHAOS_KILLS):
+        # Every moment in turn; the fault and the delay drawn.
+        moment = sorted(CHAOS_MOMENTS)[i % len(CHAOS_MOMENTS)]
+        fault = rng.choice(CHAOS_FAULTS)
+        marker, low, high = CHAOS_MOMENTS[moment]
+        delay_s = rng.uniform(low, high)
+        work = tmp_path / f"kill-{i}"
+        work.mkdir()
+        path = bound_set.experiment(kube, work, faults=[fault], observe={"after_revert": "1s"})
+        output = kill_after_line(_run(path, work / "out", work / "home"), marker, delay_s)
+        case = f"kill {i}: {fault['kind']} {moment} +{delay_s:.2f}s"
+        assert marker in output, f"{case}: the run never printed {marker!r}:\n{output}"
+        left_behind += rsdrill_objects(kube.api, bound_set.namespace)
+        recover = _rsdrill("recover", home=work / "home")
+        said, _ = recover.communicate(timeout=120)
+        assert recover.returncode == 0, f"{case}:\n{said}"
+        assert rsdrill_objects(kube.api, bound_set.namespace) == [], f"{case}:\n{said}"
+    # Some kill left a fault in force for recover to undo (else nothing was tested).
+    assert left_behind
+
+
+# -- host-freeze through pods/exec, end to end ---------------------------------------------------
+
+
+class ContainedEngine(EmulatorEngine):
+    """Each member in its own PID and mount namespaces, as in a container: a shell is the
+    namespace's init and the member runs as `mongod` (a symlink to Python: the process name
+    comes from the path run)."""
+
+    def __init__(self, directory: Path) -> None:
+        link = directory / "mongod"
+        link.symlink_to(sys.executable)
+        super().__init__(str(link))
+
+    def argv(self, sandbox: Any, member: Any, *, init: bool) -> list[str]:
+        inner = super().argv(sandbox, member, init=init)
+        return ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+                "sh", "-c", '"$@" & wait', "sh", *inner]  # fmt: skip
+
+
+def _container_init(unshare_pid: int) -> int:
+    """The namespace's init (the shell unshare forked)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    raise AssertionError(f"unshare {unshare_pid} started nothing")
+
+
+def _comm_pid(init: int, name: str) -> int:
+    """The host PID of the process called `name` under the container's init."""
+    for child in Path(f"/proc/{init}/task/{init}/children").read_text().split():
+        if Path(f"/proc/{child}/comm").read_text().strip() == name:
+            return int(child)
+    raise AssertionError(f"no {name} under {init}")
+
+
+@dataclass
+class ContainedSet:
+    """An rs3 whose members live in containers (ContainedEngine), their pods on the real API
+    server on a node whose kubelet exec endpoint is tests/kubernetes/kubelet_exec."""
+
+    sandbox: Any
+    namespace: str
+    pods: dict[str, str]  # member host:port → pod
+    inits: dict[str, int]  # member → host PID of its container's init
+    mongods: dict[str, int]  # member → host PID of its mongod
+    uids: dict[str, str]  # pod → uid
+
+    def experiment(self, kube: Kube, tmp: Path, faults: list[dict[str, Any]]) -> Path:
+        document = yaml.safe_load(EXPERIMENT.read_text())
+        document["target"]["uri"] = self.sandbox.uri
+        document["target"]["kubernetes"] = {
+            "kubeconfig": str(kube.admin),
+            "namespace": self.namespace,
+            "pods": self.pods,
+        }
+        document["faults"] = faults
+        document["observe"] = {"after_revert": "10s"}
+        path = tmp / "freeze.yaml"
+        path.write_text(yaml.safe_dump(document))
+        return path
+
+    def state(self, host: str) -> str:
+        """The member's mongod's state letter (T: stopped)."""
+        return Path(f"/proc/{self.mongods[host]}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+
+    def untouched(self, kube: Kube) -> None:
+        """Every member the same process, running; every pod the same, never restarted."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(kube.api)
+        for host, init in self.inits.items():
+            assert _comm_pid(init, "mongod") == self.mongods[host], host
+            assert self.state(host) in ("S", "R"), host
+        for pod, uid in self.uids.items():
+            found = core.read_namespaced_pod(pod, self.namespace)
+            assert found.metadata.uid == uid
+            assert all(s.restart_count == 0 for s in found.status.container_statuses or [])
+
+
+@pytest.fixture
+def contained_set(
+    kube: Kube, tmp_path: Path, free_port_base: Callable[[int], int]
+) -> Iterator[ContainedSet]:
+    from kubernetes import client
+
+    from tests.kubernetes.cluster import BIN
+
+    spec = build_topology(
+        "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=2000)
+    )
+    sandbox = up(tmp_path / "set", spec, ContainedEngine(tmp_path))
+    try:
+        namespace = kube.namespace("freeze")
+        node = f"{namespace}-node"
+        core = client.CoreV1Api(kube.api)
+        core.create_node({"metadata": {"name": node}})
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        core.patch_node_status(node, {"status": {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+        }})  # fmt: skip
+        pods = {m.host: f"mongo-{m.id}" for m in spec.members}
+        inits = {m.host: _container_init(sandbox.pid(m)) for m in spec.members}
+        mongods = {host: _comm_pid(init, "mongod") for host, init in inits.items()}
+        (tmp_path / "pods.json").write_text(
+            json.dumps({f"{namespace}/{pods[h]}": pid for h, pid in inits.items()})
+        )
+        for pod in pods.values():
+            make_pod(kube.api, namespace, pod, node)
+        uids = {p: core.read_namespaced_pod(p, namespace).metadata.uid for p in pods.values()}
+        certs = kube.cluster.directory / "certs"
+        kubelet = subprocess.Popen(
+            [str(BIN / "kubelet-exec"), "-listen", f"127.0.0.1:{port}",
+             "-cert", str(certs / "apiserver.crt"), "-key", str(certs / "apiserver.key"),
+             "-pods", str(tmp_path / "pods.json")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            yield ContainedSet(sandbox, namespace, pods, inits, mongods, uids)
+        finally:
+            kubelet.terminate()
+            kubelet.wait(timeout=10)
+    finally:
+        sandbox.down(grace_s=2.0)
+
+
+@pytest.mark.slow
+def test_native_host_freeze_stops_the_same_process_through_the_kubelet(
+    kube: Kube, contained_set: ContainedSet, tmp_path: Path
+) -> None:
+    """rsdrill run, host-freeze engine native on the primary: pods/exec goes through the real API
+    server to a kubelet's exec endpoint (the kubelet's own streaming code, tests/kubernetes/
+    kubelet_exec) and into the member's container (PID and mount namespaces); the member is
+    stopped, a new primary is elected, and after the revert it is the same process (same PID,
+    never restarted), its pod untouched (same uid, restartCount 0)."""
+    freeze = [{"at": "2s", "kind": "host-freeze", "select": "primary", "duration": "5s"}]
+    out = tmp_path / "out"
+    run = _run(contained_set.experiment(kube, tmp_path, freeze), out, tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode in (0, 1), output
+    result = json.loads((out / "result.json").read_text())
+    [fault] = result["faults"]
+    assert fault["verified_at_s"] is not None and fault["reverted_at_s"] is not None, output
+    assert fault["detail"]["frozen_pids"] == [2]  # the shell is the container's PID 1
+    failover = result["metrics"]["failover_s"]
+    assert failover is not None and failover > 0
+    contained_set.untouched(kube)
+    recover = _rsdrill("recover", home=tmp_path / "home")
+    assert recover.communicate(timeout=60)[0].startswith("nothing to recover")
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_a_member_is_frozen_is_resumed_by_recover(
+    kube: Kube, contained_set: ContainedSet, tmp_path: Path
+) -> None:
+    """SIGKILL while the native freeze holds: the member stays stopped (nothing else would
+    resume it); `rsdrill recover` sends SIGCONT through pods/exec from the journal alone."""
+    freeze = [{"at": "1s", "kind": "host-freeze", "select": "secondary", "duration": "60s"}]
+    home = tmp_path / "home"
+    run = _run(contained_set.experiment(kube, tmp_path, freeze), tmp_path / "out", home)
+    output = kill_after_line(run, "injected", 0.5)
+    assert "injected" in output, output
+    stopped = [h for h in contained_set.mongods if contained_set.state(h) == "T"]
+    assert len(stopped) == 1, output
+    recover = _rsdrill("recover", home=home)
+    said, _ = recover.communicate(timeout=120)
+    assert recover.returncode == 0, said
+    pod = contained_set.pods[stopped[0]]
+    assert f"SIGCONT sent to mongod (pid 2) in pod {contained_set.namespace}/{pod}" in said, said
+    contained_set.untouched(kube)

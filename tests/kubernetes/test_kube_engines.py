@@ -111,7 +111,7 @@ def test_chaos_mesh_pod_kill_round_trip(env: Env, tmp_path: Path) -> None:
 
 def test_pod_failure_io_and_network_chaos_round_trips(env: Env, tmp_path: Path) -> None:
     cases = [
-        ({"kind": "host-freeze"}, "PodChaos", {"action": "pod-failure"}),
+        ({"kind": "host-freeze", "engine": "chaos-mesh"}, "PodChaos", {"action": "pod-failure"}),
         (
             {
                 "kind": "disk-fault",
@@ -232,7 +232,8 @@ def test_litmus_experiment_missing_is_named(env: Env, tmp_path: Path) -> None:
 
 
 def test_chaos_mesh_reports_nothing_selected(env: Env, tmp_path: Path) -> None:
-    target = env.target([{"at": "1s", "kind": "host-freeze", "duration": "5s"}], tmp_path)
+    freeze = {"at": "1s", "kind": "host-freeze", "engine": "chaos-mesh", "duration": "5s"}
+    target = env.target([freeze], tmp_path)
     injector = target.injector(target.faults[0], member(env.namespace, 0))
     # The pod goes between the lookup and the injection: Chaos Mesh selects nothing.
     env.core().delete_namespaced_pod("mongo-0", env.namespace, grace_period_seconds=0)
@@ -343,7 +344,10 @@ def test_no_controller_means_not_injected_by_the_deadline(kube: Kube, tmp_path: 
     make_node(kube.api, f"{namespace}-node")
     make_pod(kube.api, namespace, "mongo-0", f"{namespace}-node")
     exp = experiment(
-        kube.admin, namespace, [{"at": "1s", "kind": "host-freeze", "duration": "5s"}], wait="1s"
+        kube.admin,
+        namespace,
+        [{"at": "1s", "kind": "host-freeze", "engine": "chaos-mesh", "duration": "5s"}],
+        wait="1s",
     )
     target = make_target(exp, tmp_path)
     injector = target.injector(target.faults[0], member(namespace, 0))

@@ -1,6 +1,8 @@
-"""manifests/ and `rsdrill schedule render` against the real API server: every overlay and the
-rendered schedule pass a server-side dry run (with strict field validation), the rendered RBAC
-is enough for the scheduled experiments' preflight, and no secret is written out."""
+"""manifests/ and `rsdrill schedule render` against the real API server: every kustomize
+directory, rendered by kustomize itself, passes a server-side dry run (with strict field
+validation); each overlay's RBAC is exactly what the experiments it ships use (nothing missing,
+nothing extra) and its nightly CronJob runs experiments of its own topology; the rendered RBAC
+is enough for the scheduled experiments' preflight; and no secret is written out."""
 
 from __future__ import annotations
 
@@ -13,62 +15,133 @@ import yaml
 from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
+from rsdrill.cronjob import role_rules
+from rsdrill.experiment.loader import load_experiment_text
+from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.kubernetes.options import KubernetesFault
 from rsdrill.platforms.kubernetes.target import make_target
 from tests.kubernetes.cluster import server_side_apply
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.manifests_support import (
-    MANIFESTS,
-    NIGHTLY,
-    RBAC,
-    kustomize,
-    nightly_text,
-    rbac_text,
-)
+from tests.kubernetes.manifests_support import MANIFESTS, every_fault, generated_files, kustomize
 
 OVERLAYS = sorted(p.name for p in (MANIFESTS / "overlays").iterdir())
+OPT_INS = ["node-faults", "litmus", "node-agent"]
+
+Grant = tuple[str | None, str, str, str]  # (namespace or None: cluster-wide, group, resource, verb)
 
 
 def test_generated_manifests_match_the_code() -> None:
-    hint = "regenerate: python -m tests.kubernetes.manifests_support"
-    assert RBAC.read_text() == rbac_text(), hint
-    assert NIGHTLY.read_text() == nightly_text(), hint
+    for path, text in generated_files().items():
+        assert path.read_text() == text, (
+            f"{path}: regenerate: python -m tests.kubernetes.manifests_support"
+        )
+
+
+def _grants_of(docs: list[dict[str, Any]], account: str) -> set[Grant]:
+    """Every (namespace, group, resource, verb) the bindings in `docs` give ServiceAccount
+    `account`, through the Roles and ClusterRoles in `docs`."""
+    roles = {
+        (d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")
+    }
+    grants: set[Grant] = set()
+    for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        if not any(s.get("kind") == "ServiceAccount" and s["name"] == account
+                   for s in binding["subjects"]):  # fmt: skip
+            continue
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        where = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        grants |= _flat(where, role["rules"])
+    return grants
+
+
+def _flat(where: str | None, rules: list[dict[str, Any]]) -> set[Grant]:
+    return {
+        (where, group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def _needed(experiments: list[Experiment]) -> set[Grant]:
+    namespaced, cluster = role_rules(experiments)
+    needed = _flat(None, cluster)
+    for where, rules in namespaced.items():
+        needed |= _flat(where, rules)
+    return needed
+
+
+def _scheduled(docs: list[dict[str, Any]]) -> list[Experiment]:
+    """The experiments the overlay's CronJob runs (its ConfigMap's files)."""
+    [config] = [d for d in docs if d["kind"] == "ConfigMap"]
+    return [load_experiment_text(text, name, {}) for name, text in config["data"].items()]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_overlay_passes_a_server_side_dry_run(kube: Kube, overlay: str) -> None:
+def test_overlay_rbac_is_what_its_experiments_use(overlay: str) -> None:
+    docs = kustomize(MANIFESTS / "overlays" / overlay)
+    topology = overlay.split("-")[0]
+    statefulset = next(d for d in docs if d["kind"] == "StatefulSet")
+    scheduled = _scheduled(docs)
+    assert scheduled, "the overlay's CronJob runs something"
+    for exp in scheduled:
+        assert exp.target.topology == topology, f"{overlay} runs {exp.name} ({exp.target.topology})"
+        hosts = exp.target.uri.split("//", 1)[1].split("/", 1)[0].split(",")
+        assert len(hosts) == statefulset["spec"]["replicas"], exp.name
+    accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    assert accounts == {"rsdrill", "rsdrill-nightly"}
+    assert _grants_of(docs, "rsdrill-nightly") == _needed(scheduled)
+    # The game-day account: every pod-level fault, in the namespace only.
+    assert _grants_of(docs, "rsdrill") == _needed([every_fault(scopes=("member",))])
+    assert not any(d["kind"].startswith("Cluster") for d in docs), "no cluster-wide grant"
+
+
+def test_node_faults_overlay_grants_the_node_level_faults_only() -> None:
+    docs = kustomize(MANIFESTS / "node-faults")
+    node_level = {g for g in _needed([every_fault(scopes=("node",))]) if g[0] is None}
+    assert node_level and _grants_of(docs, "rsdrill") == node_level
+
+
+def test_litmus_runs_as_its_own_namespaced_account() -> None:
+    docs = kustomize(MANIFESTS / "litmus")
+    account = KubernetesFault().chaos_service_account
+    assert account != "litmus-admin"
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"} == {account}
+    grants = _grants_of(docs, account)
+    assert grants and all(where == "rsdrill" for where, *_ in grants)
+    assert not any("*" in g or resource == "secrets" for g in grants for resource in [g[2]])
+    assert not any(d["kind"].startswith("Cluster") for d in docs)
+
+
+@pytest.mark.parametrize("directory", [f"overlays/{o}" for o in OVERLAYS] + OPT_INS)
+def test_manifests_pass_a_server_side_dry_run(kube: Kube, directory: str) -> None:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    docs = kustomize(MANIFESTS / "overlays" / overlay)
+    docs = kustomize(MANIFESTS / directory)
     core = client.CoreV1Api(kube.api)
     try:  # its objects go to namespace rsdrill, which a dry run of the Namespace cannot make
         core.create_namespace({"metadata": {"name": "rsdrill"}})
     except ApiException as exc:
         assert exc.status == 409
-    kinds = sorted(d["kind"] for d in docs)
-    assert {
-        "StatefulSet",
-        "Service",
-        "Job",
-        "PodDisruptionBudget",
-        "CronJob",
-        "ConfigMap",
-        "PersistentVolumeClaim",
-        "ServiceAccount",
-        "Role",
-        "ClusterRole",
-    } <= set(kinds)
     errors = server_side_apply(
         kube.api, [d for d in docs if d["kind"] != "Namespace"], "rsdrill", dry_run=True
     )
     assert errors == []
+    if not directory.startswith("overlays/"):
+        return
+    kinds = {d["kind"] for d in docs}
+    assert {"StatefulSet", "Service", "Job", "PodDisruptionBudget", "CronJob", "ConfigMap",
+            "PersistentVolumeClaim", "ServiceAccount", "Role"} <= kinds  # fmt: skip
+    overlay = directory.split("/", 1)[1]
     statefulset = next(d for d in docs if d["kind"] == "StatefulSet")
     replicas = 1 if overlay.startswith("rs1") else 3
     assert statefulset["spec"]["replicas"] == replicas
     assert ("volumeClaimTemplates" in statefulset["spec"]) == overlay.endswith("-pvc")
-    members = next(d for d in docs if d["kind"] == "Job")["spec"]["template"]["spec"]["containers"][
-        0
-    ]["env"][1]["value"]
+    assert statefulset["spec"]["template"]["spec"]["shareProcessNamespace"] is True
+    job = next(d for d in docs if d["kind"] == "Job")
+    members = job["spec"]["template"]["spec"]["containers"][0]["env"][1]["value"]
     assert len(members.split(",")) == replicas
 
 

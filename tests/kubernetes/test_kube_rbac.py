@@ -16,7 +16,7 @@ from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube
 from rsdrill.platforms.kubernetes.target import make_target
 from tests.kubernetes.conftest import Kube as KubeFixture
 from tests.kubernetes.controllers import ChaosMeshController, Kubelet
-from tests.kubernetes.manifests_support import RBAC, every_fault
+from tests.kubernetes.manifests_support import NODE_RBAC, RBAC, every_fault
 from tests.kubernetes.support import experiment, make_node, make_pod, member, rsdrill_objects
 
 CHAOS_MESH_KILL = {"at": "1s", "kind": "host-kill", "engine": "chaos-mesh", "duration": "5s"}
@@ -97,7 +97,8 @@ def service_account_kubeconfig(kube: KubeFixture, namespace: str) -> Iterator[Pa
 
     from tests.kubernetes.cluster import server_side_apply
 
-    docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    # The game-day account with the opt-in node-level grants on top.
+    docs = [d for path in (RBAC, NODE_RBAC) for d in yaml.safe_load_all(path.read_text()) if d]
     for doc in docs:
         if doc["metadata"].get("namespace"):
             doc["metadata"]["namespace"] = namespace

@@ -47,7 +47,7 @@ def test_supported_faults_validate(fault: str) -> None:
     ("fault", "where", "message"),
     [
         ("{at: 1s, kind: host-freeze, engine: litmus, duration: 5s}", "faults[0].engine",
-         "host-freeze with engine litmus: not available (use chaos-mesh)"),
+         "host-freeze with engine litmus: not available (use native or chaos-mesh)"),
         ("{at: 1s, kind: host-kill, engine: gremlin, duration: 5s}", "faults[0].engine",
          "unknown engine 'gremlin'"),
         ("{at: 1s, kind: host-kill, engine: chaos-mesh, scope: node, duration: 5s}",
@@ -95,8 +95,8 @@ def test_plan_shows_every_resource_as_yaml() -> None:
     header = HEADER.replace("{namespace: db}", "{namespace: db, container: mongo}")
     text = (
         f"{header}"
-        "  - {at: 1s, kind: host-freeze, select: {member: 'mongo-0.mongo.db.svc:27017'}, "
-        "duration: 10s, approximate: true}\n"
+        "  - {at: 1s, kind: host-freeze, engine: chaos-mesh, "
+        "select: {member: 'mongo-0.mongo.db.svc:27017'}, duration: 10s, approximate: true}\n"
         "  - {at: 20s, kind: host-kill, engine: litmus, duration: 30s}\n"
         "  - {at: 60s, kind: host-kill, duration: 10s}\n"
         "  - {at: 90s, kind: iops-throttle, iops: 200, duration: 10s, approximate: true}\n"
@@ -113,3 +113,44 @@ def test_plan_shows_every_resource_as_yaml() -> None:
     assert iops["spec"]["delay"] == "5ms" and iops["spec"]["containerNames"] == ["mongo"]
     assert "# delete pod db/<pod of the primary at that moment> (grace period 0s)" in section
     assert "BlockChaos delay instead where the cluster has that CRD" in section
+
+
+@pytest.mark.parametrize(
+    ("fault", "where", "message"),
+    [
+        ("{at: 1s, kind: iops-throttle, engine: native, iops: 100, duration: 5s}",
+         "faults[0].iops", "a cgroup caps reads and writes apart"),
+        ("{at: 1s, kind: iops-throttle, engine: native, throughput_mb_s: 5, duration: 5s}",
+         "faults[0].throughput_mb_s", "a cgroup caps reads and writes apart"),
+        ("{at: 1s, kind: iops-throttle, engine: native, latency: 5ms, duration: 5s}",
+         "faults[0].latency", "Chaos Mesh's approximation of a cap: engine: chaos-mesh"),
+        ("{at: 1s, kind: iops-throttle, engine: native, write_iops: 5, duration: 5s, "
+         "kubernetes: {block_chaos: never}}", "faults[0].kubernetes.block_chaos", "does not apply"),
+    ],
+)  # fmt: skip
+def test_native_iops_throttle_takes_what_a_cgroup_caps(
+    fault: str, where: str, message: str
+) -> None:
+    with pytest.raises(ExperimentError) as refused:
+        load(fault)
+    assert where in str(refused.value) and message in str(refused.value)
+    capped = load("{at: 1s, kind: iops-throttle, engine: native, read_iops: 50, write_mb_s: 2, "
+                  "duration: 5s}")  # fmt: skip
+    assert capped.faults[0].engine == "native"
+
+
+def test_plan_shows_the_native_freeze_and_cap() -> None:
+    text = (
+        f"{HEADER}"
+        "  - {at: 1s, kind: host-freeze, select: {member: 'mongo-0.mongo.db.svc:27017'}, "
+        "duration: 10s}\n"
+        "  - {at: 20s, kind: iops-throttle, engine: native, write_iops: 50, "
+        "select: {member: 'mongo-1.mongo.db.svc:27017'}, duration: 10s}\n"
+    )
+    section = render_plan(load_experiment_text(text, "k8s.yaml", {})).split(
+        "kubernetes resources\n", 1
+    )[1]
+    assert "fault 1: host-freeze on member mongo-0.mongo.db.svc:27017 (engine native)" in section
+    assert "exec in pod db/mongo-0 container mongod (pods/exec): kill -STOP" in section
+    assert "fault 2: iops-throttle on member mongo-1.mongo.db.svc:27017 (engine native)" in section
+    assert "node agent on the node of pod db/mongo-1 caps container mongod's cgroup" in section

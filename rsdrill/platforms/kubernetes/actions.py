@@ -39,9 +39,23 @@ def _uncordon_node(action: dict[str, Any]) -> str:
     return _with_cluster(action, lambda kube: uncordon(kube, action["node"]))
 
 
+def _exec_thaw(action: dict[str, Any]) -> str:
+    from rsdrill.platforms.kubernetes.freeze import run_thaw_action
+
+    return _with_cluster(action, lambda kube: run_thaw_action(kube, action))
+
+
+def _node_agent_clear(action: dict[str, Any]) -> str:
+    from rsdrill.platforms.kubernetes.engines import clear_cap
+
+    return _with_cluster(action, lambda kube: clear_cap(kube, action))
+
+
 # Revert actions as the journal names them; each is idempotent and carries only non-secret
 # connection details (kubeconfig path, context, namespace, resource names).
 REVERT_ACTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "kubernetes.delete-chaos": _delete_chaos,
     "kubernetes.uncordon-node": _uncordon_node,
+    "kubernetes.exec-thaw": _exec_thaw,
+    "kubernetes.node-agent-clear": _node_agent_clear,
 }

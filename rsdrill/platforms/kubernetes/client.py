@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -76,6 +77,34 @@ def _message(exc: ApiException) -> str:
     return str(message or exc.reason or f"HTTP {exc.status}")
 
 
+def _handshake_refusal(exc: ApiException) -> tuple[int, str]:
+    """The status and API message of a refused exec upgrade: the websocket client reports it as
+    `Handshake status <code> <reason> -+-+- <headers> -+-+- <body>` in an ApiException."""
+    text = str(exc.reason or "")
+    status = re.search(r"Handshake status (\d+)", text)
+    message = re.search(r'"message":\s*"((?:[^"\\]|\\.)*)"', text)
+    if message is not None:
+        return int(status.group(1)) if status else 0, json.loads(f'"{message.group(1)}"')
+    return int(status.group(1)) if status else 0, text.split(" -+-+- ")[0] or "exec refused"
+
+
+def _exec_failure(status_text: str) -> tuple[str, int] | None:
+    """None when the exec's status (a metav1.Status on its error channel) says it succeeded;
+    else (`exit status N`, or the API server's or kubelet's message; the status code)."""
+    try:
+        status = json.loads(status_text) if status_text else {}
+    except ValueError:
+        return (status_text.strip(), 0) if status_text.strip() else None
+    if not status or status.get("status") == "Success":
+        return None
+    causes = (status.get("details") or {}).get("causes") or []
+    if status.get("reason") == "NonZeroExitCode":
+        code = next((c.get("message") for c in causes if c.get("reason") == "ExitCode"), "?")
+        return f"exit status {code}", 0
+    message = status.get("message") or f"exec failed ({status_text})"
+    return str(message), int(status.get("code") or 0)
+
+
 class Kube:
     """A connected client; methods answer the API's JSON as dicts."""
 
@@ -117,8 +146,28 @@ class Kube:
     def auth(self) -> Any:
         return k8s.AuthorizationV1Api(self.api)
 
+    @cached_property
+    def authn(self) -> Any:
+        return k8s.AuthenticationV1Api(self.api)
+
     def close(self) -> None:
         self.api.close()
+
+    def bearer_token(self) -> str:
+        """This identity's bearer token (a ServiceAccount's, in a pod), for a service that checks
+        it with a TokenReview; empty for a certificate login."""
+        # The client keeps it under "BearerToken" (refreshed in a pod by its own hook).
+        value = self.api.configuration.get_api_key_with_prefix("BearerToken") or ""
+        return str(value).removeprefix("Bearer ").strip()
+
+    def review_token(self, token: str) -> dict[str, Any]:
+        """The API server's TokenReview of `token`: its status (`authenticated`, `user`)."""
+        review = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }
+        return dict(self.call(self.authn.create_token_review, review).get("status") or {})
 
     def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call an API method with a deadline; its JSON as dicts (None for an empty body)."""
@@ -308,6 +357,38 @@ class Kube:
         if grace_s is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": grace_s}
         self.call(self.core.create_namespaced_pod_eviction, name, namespace, body)
+
+    def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str]) -> str:
+        """Run `argv` in the pod's container through the pods/exec subresource (a websocket the
+        API server relays to the pod's kubelet); its standard output. A non-zero exit raises
+        KubeError with the command's standard error; so does an API server that cannot reach
+        the kubelet, with the server's own message."""
+        from kubernetes.stream import stream
+        from kubernetes.stream.ws_client import ERROR_CHANNEL
+
+        try:
+            channel = stream(
+                self.core.connect_get_namespaced_pod_exec, pod, namespace, command=argv,
+                container=container, stdin=False, stdout=True, stderr=True, tty=False,
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S,
+            )  # fmt: skip
+        except ApiException as exc:
+            status, message = _handshake_refusal(exc)
+            raise KubeError(message, status) from None
+        try:
+            channel.run_forever(timeout=REQUEST_TIMEOUT_S)
+            if channel.is_open():
+                raise KubeError(f"`{argv[0]}` in pod {namespace}/{pod} still running after "
+                                f"{REQUEST_TIMEOUT_S:g}s")  # fmt: skip
+            out, err = channel.read_stdout(), channel.read_stderr()
+            status = channel.read_channel(ERROR_CHANNEL)
+        finally:
+            channel.close()
+        failure = _exec_failure(status)
+        if failure is not None:
+            said = f": {err.strip() or out.strip()}" if (err.strip() or out.strip()) else ""
+            raise KubeError(f"{failure[0]} in pod {namespace}/{pod}{said}", failure[1])
+        return str(out)
 
     def node(self, name: str) -> dict[str, Any] | None:
         try:

@@ -5,6 +5,10 @@
   runs only once the fault is recovered).
 - `LitmusFault`: creates a ChaosEngine, follows it, reads the ChaosResult's verdict and probe
   success at revert, then deletes the engine.
+- `ExecFreeze`: host-freeze, engine native: SIGSTOP of the member's mongod in its pod through
+  pods/exec, SIGCONT on revert (see `freeze.py`).
+- `NodeAgentCap`: iops-throttle, engine native: the node agent caps the member's container's
+  cgroup I/O on its data volume (`nodeagent.py`, `iocap.py`) and restores it on revert.
 - `PodDelete`, `NodeDrain`: plain API calls (pod delete with a grace period; cordon, evictions
   that honour PodDisruptionBudgets, and the Node object's deletion).
 
@@ -24,6 +28,16 @@ from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.experiment.schema import Fault
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
+from rsdrill.platforms.kubernetes.freeze import (
+    PROCESS,
+    ExecChannel,
+    freeze,
+    freeze_error,
+    stopped,
+    thaw,
+    thaw_action,
+)
+from rsdrill.platforms.kubernetes.nodeagent import AgentError, call
 from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform
 from rsdrill.platforms.kubernetes.resources import (
     CHAOS_ENGINE,
@@ -383,6 +397,148 @@ class PodDelete(KubeFault):
 
     def revert(self) -> None:
         return None
+
+
+class ExecFreeze(KubeFault):
+    """host-freeze, engine native: the member's mongod stopped (SIGSTOP) inside its container
+    through pods/exec, resumed (SIGCONT) on revert: the same process, PID and sockets after."""
+
+    def __init__(self, at: Placement, channel: ExecChannel | None = None) -> None:
+        super().__init__(at, confirm=True)
+        self.channel: ExecChannel = channel or at.kube
+        self.container = at.platform.container
+        self.pids: list[int] = []
+
+    def describe(self) -> str:
+        return (
+            f"SIGSTOP {PROCESS} in pod {self.pod.namespace}/{self.pod.name} (container "
+            f"{self.container}) through pods/exec; SIGCONT on revert"
+        )
+
+    def revert_action(self) -> dict[str, Any]:
+        return thaw_action(self.kube.access, self.pod, self.container)
+
+    def inject(self) -> None:
+        if self.watch:
+            self.watch.start()
+        try:
+            self.pids = freeze(self.channel, self.pod, self.container)
+        except KubeError as exc:
+            raise freeze_error(self.pod, exc) from None
+
+    def verify(self, timeout_s: float) -> bool:
+        try:
+            held = stopped(self.channel, self.pod, self.container, self.pids)
+        except KubeError as exc:
+            raise freeze_error(self.pod, exc) from None
+        return held and self._confirm(timeout_s)
+
+    def revert(self) -> None:
+        try:
+            thaw(self.channel, self.pod, self.container)
+        except KubeError as exc:
+            raise InjectionError(
+                f"resuming {PROCESS} in pod {self.pod.namespace}/{self.pod.name}: {exc}"
+            ) from None
+
+    def report(self) -> dict[str, Any]:
+        return {"frozen_pids": self.pids}
+
+
+MIB = 1024 * 1024
+
+
+class NodeAgentCap(KubeFault):
+    """iops-throttle, engine native: a true IOPS / bandwidth cap, set by the node agent on the
+    pod's node in the container's cgroup, restored exactly on revert."""
+
+    def __init__(self, at: Placement) -> None:
+        super().__init__(at, confirm=False)
+        container = at.platform.container
+        try:
+            pod = self.kube.pod(self.pod.namespace, self.pod.name)
+        except KubeError as exc:
+            raise InjectionError(f"kubernetes: {exc}") from None
+        where = f"pod {self.pod.namespace}/{self.pod.name}"
+        if pod is None:
+            raise InjectionError(f"{where} of {at.host} is gone")
+        status = pod.get("status") or {}
+        ids = {
+            c.get("name"): str(c.get("containerID") or "").split("://")[-1]
+            for c in status.get("containerStatuses") or []
+        }
+        if not status.get("hostIP") or not ids.get(container):
+            raise InjectionError(
+                f"{where} has no host IP or no running container {container} yet: "
+                "nothing for the node agent to cap"
+            )
+        agent = at.platform.node_agent
+        fault = at.fault
+        limits = {
+            "riops": fault.read_iops,
+            "wiops": fault.write_iops,
+            "rbps": round(fault.read_mb_s * MIB) if fault.read_mb_s else None,
+            "wbps": round(fault.write_mb_s * MIB) if fault.write_mb_s else None,
+        }
+        self.limits = {k: v for k, v in limits.items() if v is not None}
+        self.request = {
+            "pod_uid": pod["metadata"]["uid"],
+            "container_id": ids[container],
+            "volume_path": at.platform.volume_path,
+        }
+        self.agent = f"https://{status['hostIP']}:{agent.port}"
+        self.ca_file = agent.ca_file
+        self.container = container
+        self.answer: dict[str, Any] = {}
+
+    def describe(self) -> str:
+        caps = ", ".join(f"{k} {v}" for k, v in self.limits.items())
+        return (
+            f"cap {caps} on {self.platform.volume_path} of pod {self.pod.namespace}/"
+            f"{self.pod.name} (container {self.container}) through the node agent at {self.agent}"
+        )
+
+    def revert_action(self) -> dict[str, Any]:
+        return {
+            "action": "kubernetes.node-agent-clear",
+            **self.kube.access.as_action(),
+            "agent": self.agent,
+            "ca_file": self.ca_file,
+            "pod": f"{self.pod.namespace}/{self.pod.name}",
+            **self.request,
+        }
+
+    def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return call(self.agent, self.kube.bearer_token(), path, body, self.ca_file)
+        except AgentError as exc:
+            raise InjectionError(f"iops-throttle of {self.target}: {exc}") from None
+
+    def inject(self) -> None:
+        self.answer = self._call("/v1/cap", {**self.request, "limits": self.limits})
+
+    def verify(self, timeout_s: float) -> bool:
+        now = self._call("/v1/limits", self.request)["limits"]
+        return all(now.get(k) == v for k, v in self.limits.items())
+
+    def revert(self) -> None:
+        self._call("/v1/clear", self.request)
+
+    def report(self) -> dict[str, Any]:
+        keep = ("cgroup", "device", "cgroup_version", "limits")
+        return {"cap": {k: self.answer[k] for k in keep if k in self.answer}}
+
+
+def clear_cap(kube: Kube, action: dict[str, Any]) -> str:
+    """Carry out a journaled `kubernetes.node-agent-clear`: the agent restores the limits."""
+    request = {k: action[k] for k in ("pod_uid", "container_id", "volume_path")}
+    try:
+        done = call(action["agent"], kube.bearer_token(), "/v1/clear", request, action["ca_file"])
+    except AgentError as exc:
+        if exc.status == 404:  # the pod or its container is gone, and its cgroup with it
+            return f"pod {action['pod']}: {exc}; nothing to restore"
+        raise KubeError(str(exc), exc.status) from None
+    return f"pod {action['pod']}: I/O limits on {done['device']} restored ({done['cgroup']})"
 
 
 class NodeDrain(KubeFault):

@@ -26,15 +26,31 @@ SUPPORT: dict[str, dict[str, tuple[str, ...]]] = {
         "chaos-mesh": ("member",),
         "litmus": ("member", "node"),
     },
-    "host-freeze": {"chaos-mesh": ("member",)},
+    # native: SIGSTOP through pods/exec; Chaos Mesh's pod-failure restarts the container.
+    "host-freeze": {"native": ("member",), "chaos-mesh": ("member",)},
     "disk-fault": {"chaos-mesh": ("member",)},
     "volume-detach": {"chaos-mesh": ("member",)},
-    "iops-throttle": {"chaos-mesh": ("member",)},
+    # native: a true cap in the cgroup, by the opt-in node agent (so not the default); Chaos
+    # Mesh adds a latency per operation only.
+    "iops-throttle": {"chaos-mesh": ("member",), "native": ("member",)},
     "network-partition": {"chaos-mesh": ("member",)},
 }
 
 # Chaos Mesh's IOChaos can add latency per operation; it has no bandwidth limit.
 _THROUGHPUT_FIELDS = ("throughput_mb_s", "read_mb_s", "write_mb_s")
+# cgroups cap reads and writes apart (IOPS and bytes); they have no combined limit.
+_COMBINED_FIELDS = ("iops", "throughput_mb_s")
+NODE_AGENT_PORT = 10260
+
+
+class NodeAgentAccess(Strict):
+    """Where the node agent (manifests/node-agent) listens on every node, and how its TLS
+    certificate is checked. rsdrill calls it at the pod's host IP with its own bearer token."""
+
+    port: int = Field(NODE_AGENT_PORT, ge=1, le=65535, description="the agent's port")
+    ca_file: str | None = Field(
+        None, description="CA of the agent's certificate (default: the system's CAs)"
+    )
 
 
 class KubernetesPlatform(Strict):
@@ -73,6 +89,10 @@ class KubernetesPlatform(Strict):
     wait: Duration = Field(
         60.0, description="deadline for a chaos resource to report the fault injected or gone"
     )
+    node_agent: NodeAgentAccess = Field(
+        default_factory=NodeAgentAccess,
+        description="iops-throttle with engine native: the node agent's port and CA",
+    )
 
     @model_validator(mode="after")
     def _one_mapping(self) -> KubernetesPlatform:
@@ -105,7 +125,8 @@ class KubernetesFault(Strict):
         "node-drain for scope node)",
     )
     chaos_service_account: str = Field(
-        "litmus-admin", description="litmus: the service account its experiment pods run as"
+        "rsdrill-litmus",
+        description="litmus: the service account its experiment pods run as (manifests/litmus)",
     )
     block_chaos: Literal["auto", "always", "never"] = Field(
         "auto",
@@ -184,7 +205,21 @@ def _check_kind(fault: Fault, at: tuple[str | int, ...]) -> None:
             "Chaos Mesh IOChaos applies one action: an errno or a latency; split it into two "
             "faults",
         )
-    if fault.kind == "iops-throttle":
+    if fault.kind == "iops-throttle" and engine_of(fault) == "native":
+        combined = [f for f in _COMBINED_FIELDS if f in fault.model_fields_set]
+        if combined:
+            raise FieldProblem(
+                (*at, combined[0]),
+                "a cgroup caps reads and writes apart: use read_iops/write_iops "
+                "(read_mb_s/write_mb_s)",
+            )
+        if fault.latency is not None:
+            raise FieldProblem(
+                (*at, "latency"),
+                "a latency per operation is Chaos Mesh's approximation of a cap: "
+                "engine: chaos-mesh",
+            )
+    elif fault.kind == "iops-throttle":
         given = [f for f in _THROUGHPUT_FIELDS if f in fault.model_fields_set]
         if given:
             raise FieldProblem(
@@ -212,7 +247,7 @@ def _check_options(fault: Fault, engine: str, at: tuple[str | int, ...]) -> None
         "chaos_service_account": engine == "litmus",
         "grace_period": fault.kind == "host-kill" and engine == "native",
         "delete_node": fault.kind == "host-kill" and fault.scope == "node",
-        "block_chaos": fault.kind == "iops-throttle",
+        "block_chaos": fault.kind == "iops-throttle" and engine == "chaos-mesh",
     }
     for name, applies in rules.items():
         if name in given and not applies:

@@ -78,6 +78,12 @@ def needed_permissions(
         elif engine == "litmus":
             needed += _custom("create get patch delete", CHAOS_ENGINE, ns)
             needed += _custom("get", CHAOS_EXPERIMENT, ns) + _custom("get", CHAOS_RESULT, ns)
+        elif fault.kind == "host-freeze":
+            # Websocket exec is a GET (verb get) on 1.31; SPDY, and newer servers, want create.
+            needed += [
+                Permission("get", "pods", "", ns, "exec"),
+                Permission("create", "pods", "", ns, "exec"),
+            ]
         elif fault.scope == "node":
             needed += [
                 Permission("get", "nodes"),

@@ -318,7 +318,7 @@ def plan_details(exp: Experiment) -> list[str]:
         )
         lines.append(f"# fault {i + 1}: {fault.kind} on {who} (engine {engine})")
         if engine == "native":
-            lines += _native_plan(fault, pod)
+            lines += _native_plan(fault, pod, platform.container)
             continue
         # The run's name, untruncated: a placeholder pod would be cut short.
         name = f"rsdrill-{_SHORT_KIND[fault.kind]}-{pod.name}-<random>"
@@ -347,8 +347,20 @@ def _planned_pod(member: str | None, who: str, platform: KubernetesPlatform) -> 
     return PodRef(platform.namespace, f"<pod of {who}>", f"<node of {who}>")
 
 
-def _native_plan(fault: Fault, pod: PodRef) -> list[str]:
+def _native_plan(fault: Fault, pod: PodRef, container: str) -> list[str]:
     options = fault.kubernetes or KubernetesFault()
+    if fault.kind == "iops-throttle":
+        return [
+            f"# the node agent on the node of pod {pod.namespace}/{pod.name} caps container "
+            f"{container}'s cgroup (io.max or blkio.throttle) on its data volume's device",
+            "# revert: the limits from before restored (journaled: `rsdrill recover` does it)",
+        ]
+    if fault.kind == "host-freeze":
+        return [
+            f"# exec in pod {pod.namespace}/{pod.name} container {container} (pods/exec): "
+            "kill -STOP the mongod process (the same PID and sockets after)",
+            "# revert: kill -CONT it (journaled: `rsdrill recover` resumes it)",
+        ]
     if fault.scope == "node":
         steps = [
             f"# cordon node {pod.node}; evict every pod on it through the eviction API "

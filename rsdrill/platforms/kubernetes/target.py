@@ -12,7 +12,9 @@ from rsdrill.platforms.base import InjectionError, Injector, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
 from rsdrill.platforms.kubernetes.engines import (
     ChaosMeshFault,
+    ExecFreeze,
     LitmusFault,
+    NodeAgentCap,
     NodeDrain,
     Placement,
     PodDelete,
@@ -132,6 +134,10 @@ class KubernetesTarget(RemoteTarget):
             raise InjectionError(f"kubernetes: {exc}") from None
         at = Placement(self.kube, self.k8s, fault, host, pod)
         engine = engine_of(fault)
+        if engine == "native" and fault.kind == "host-freeze":
+            return ExecFreeze(at)
+        if engine == "native" and fault.kind == "iops-throttle":
+            return NodeAgentCap(at)
         if engine == "native":
             return NodeDrain(at) if fault.scope == "node" else PodDelete(at)
         name = resource_name(fault.kind, pod.name)

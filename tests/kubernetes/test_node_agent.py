@@ -1,0 +1,210 @@
+"""The node agent as a real process over TLS, authenticating callers with TokenReviews against
+the real API server under its own ServiceAccount (allowed to create TokenReviews, nothing
+else), and capping a real cgroup of this machine (tests/harness/cgroups.py). Only the run's
+ServiceAccount gets through; rsdrill's injector and its journaled revert drive it end to end."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
+from rsdrill.platforms.kubernetes.nodeagent import AgentError, call
+from rsdrill.platforms.kubernetes.target import make_target
+from tests.harness.cgroups import PodCgroup, pod_cgroup
+from tests.kubernetes.cluster import REPO, env_without_kube
+from tests.kubernetes.conftest import Kube
+from tests.kubernetes.support import experiment, make_node, member, pod_manifest
+
+RESTRICTED_TOKEN = "rsdrill-test-restricted-token"  # tests/kubernetes/cluster.py's static user
+
+
+@dataclass
+class Agent:
+    url: str
+    ca_file: str
+    namespace: str
+    cgroup: PodCgroup
+    tokens: dict[str, str]  # ServiceAccount → a token of it
+    kubeconfigs: dict[str, Path]
+
+
+def _token(api: Any, namespace: str, account: str) -> str:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+    request = {"spec": {"expirationSeconds": 3600}}
+    answer = core.create_namespaced_service_account_token(account, namespace, request)
+    return str(answer.status.token)
+
+
+def _grant(api: Any, namespace: str, account: str) -> None:
+    """What the run's ServiceAccount needs from the API server for this fault: get pods."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(namespace, {
+        "metadata": {"name": "rsdrill-cap"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+    })  # fmt: skip
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "rsdrill-cap"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rsdrill-cap"},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    })  # fmt: skip
+
+
+def _agent_identity(api: Any, namespace: str) -> None:
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(api)
+    name = f"{namespace}-node-agent"
+    rbac.create_cluster_role({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+                   "verbs": ["create"]}],
+    })  # fmt: skip
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "node-agent", "namespace": namespace}],
+    })  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_listening(port: int, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("the node agent did not listen")
+
+
+@pytest.fixture
+def agent(kube: Kube, tmp_path: Path) -> Iterator[Agent]:
+    namespace = kube.namespace("agent")
+    tokens = {
+        name: _token(kube.api, namespace, name) for name in ("rsdrill", "other", "node-agent")
+    }
+    _grant(kube.api, namespace, "rsdrill")
+    _agent_identity(kube.api, namespace)
+    kubeconfigs = {n: kube.cluster.kubeconfig(f"{namespace}-{n}", t) for n, t in tokens.items()}
+    certs = kube.cluster.directory / "certs"
+    port = _free_port()
+    with pod_cgroup() as cgroup:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rsdrill.platforms.kubernetes.nodeagent",
+             "--listen", f"127.0.0.1:{port}",
+             "--allow", f"system:serviceaccount:{namespace}:rsdrill",
+             "--tls-cert", str(certs / "apiserver.crt"), "--tls-key", str(certs / "apiserver.key"),
+             "--cgroup-root", str(cgroup.root), "--state-dir", str(tmp_path / "state"),
+             "--kubeconfig", str(kubeconfigs["node-agent"])],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+            env=env_without_kube(),
+        )  # fmt: skip
+        try:
+            _wait_listening(port, process)
+            yield Agent(f"https://127.0.0.1:{port}", str(certs / "apiserver.crt"), namespace,
+                        cgroup, tokens, kubeconfigs)  # fmt: skip
+        finally:
+            process.terminate()
+            process.communicate(timeout=10)
+
+
+def _request(agent: Agent) -> dict[str, Any]:
+    return {"pod_uid": agent.cgroup.pod_uid, "container_id": agent.cgroup.container_id,
+            "volume_path": "/tmp"}  # fmt: skip
+
+
+def _wiops(agent: Agent) -> str:
+    return (agent.cgroup.container / "blkio.throttle.write_iops_device").read_text()
+
+
+def test_only_the_runs_service_account_may_call_the_agent(agent: Agent) -> None:
+    body = {**_request(agent), "limits": {"wiops": 30}}
+    refusals = {
+        "": (401, "a bearer token is required"),
+        "not-a-token": (401, "the token is not valid"),
+        RESTRICTED_TOKEN: (403, "restricted may not use the node agent"),
+        agent.tokens["other"]: (
+            403, f"system:serviceaccount:{agent.namespace}:other may not use the node agent"),
+    }  # fmt: skip
+    for token, (status, message) in refusals.items():
+        with pytest.raises(AgentError) as refused:
+            call(agent.url, token, "/v1/cap", body, agent.ca_file)
+        assert refused.value.status == status, str(refused.value)
+        assert message in str(refused.value)
+    assert _wiops(agent) == "", "no refused request changed the cgroup"
+    answer = call(agent.url, agent.tokens["rsdrill"], "/v1/cap", body, agent.ca_file)
+    assert answer["limits"]["wiops"] == 30
+    assert _wiops(agent).split()[1] == "30"
+    call(agent.url, agent.tokens["rsdrill"], "/v1/clear", _request(agent), agent.ca_file)
+    assert _wiops(agent) == ""
+
+
+def test_the_injector_caps_through_the_agent_and_recover_restores(
+    kube: Kube, agent: Agent, tmp_path: Path
+) -> None:
+    """The run's identity (kubeconfig of the rsdrill ServiceAccount) reads the pod, finds its
+    node's agent at the pod's host IP, caps the container, and the journaled action clears it."""
+    from kubernetes import client
+
+    node = f"{agent.namespace}-node"
+    make_node(kube.api, node)
+    core = client.CoreV1Api(kube.api)
+    core.create_namespaced_pod(agent.namespace, pod_manifest("mongo-0", node))
+    now = "2026-01-01T00:00:00Z"
+    core.patch_namespaced_pod_status("mongo-0", agent.namespace, {"status": {
+        "phase": "Running", "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "startTime": now,
+        "containerStatuses": [{
+            "name": "mongod", "ready": True, "restartCount": 0, "image": "mongo:7.0",
+            "imageID": "mongo@sha256:0", "containerID": f"containerd://{agent.cgroup.container_id}",
+            "state": {"running": {"startedAt": now}},
+        }],
+    }})  # fmt: skip
+    # The pod's uid names its cgroup: the test's tree is renamed after the pod just made.
+    uid = core.read_namespaced_pod("mongo-0", agent.namespace).metadata.uid
+    pod_dir = agent.cgroup.container.parent
+    pod_dir.rename(pod_dir.with_name(f"pod{uid}"))
+    agent.cgroup.container = pod_dir.with_name(f"pod{uid}") / agent.cgroup.container_id
+    port = int(agent.url.rsplit(":", 1)[1])
+    fault = {"at": "1s", "kind": "iops-throttle", "engine": "native", "write_iops": 25,
+             "read_mb_s": 2, "duration": "5s"}  # fmt: skip
+    access = {"port": port, "ca_file": agent.ca_file}
+    exp = experiment(agent.kubeconfigs["rsdrill"], agent.namespace, [fault], volume_path="/tmp",
+                     node_agent=access)  # fmt: skip
+    target = make_target(exp, tmp_path)
+    injector = target.injector(target.faults[0], member(agent.namespace, 0))
+    action = injector.revert_action()
+    assert action["action"] == "kubernetes.node-agent-clear" and "token" not in str(action)
+    injector.inject()
+    assert injector.verify(1.0)
+    assert _wiops(agent).split()[1] == "25"
+    read_bps = (agent.cgroup.container / "blkio.throttle.read_bps_device").read_text()
+    assert read_bps.split()[1] == str(2 * 1024 * 1024)
+    # The run dies here; `rsdrill recover` carries out the journaled action.
+    said = REVERT_ACTIONS["kubernetes.node-agent-clear"](action)
+    assert said.startswith(f"pod {agent.namespace}/mongo-0: I/O limits on ")
+    assert _wiops(agent) == ""
+    assert not injector.verify(1.0)
+    injector.revert()  # and the run's own revert after it changes nothing
+    assert _wiops(agent) == ""
+    target.teardown()
