@@ -36,8 +36,13 @@ from rsdrill.engine.steps import StepFailed, run_step, step_environment
 from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.history import FaultRecord, History, Op, RunClock
-from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
-from rsdrill.platforms.stepdown import StepDown
+from rsdrill.platforms.base import (
+    InjectionError,
+    Injector,
+    RunTarget,
+    TargetError,
+    injector_factory,
+)
 from rsdrill.redact import redact_uri
 from rsdrill.result import (
     EXIT_CODES,
@@ -614,10 +619,7 @@ class Runner:
 
 
 def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
-    if fault.kind == "stepdown":  # the same replSetStepDown on every platform
-        return StepDown(host, period_s=fault.duration or 60.0, catch_up_s=fault.secondary_catch_up,
-                        force=fault.force)  # fmt: skip
-    return target.injector(fault, host)
+    return injector_factory(registry.platform(target.platform), fault.kind)(target, fault, host)
 
 
 def fault_options(fault: Fault) -> dict[str, Any]:
