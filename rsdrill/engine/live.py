@@ -1,14 +1,18 @@
 """The live view of a run in the terminal: phase, elapsed, current primary, current write gap,
-faults in force. On a terminal one status line is redrawn; otherwise only events are printed."""
+faults in force. On a terminal one status line is redrawn. The run's events are logged (logger
+`rsdrill.run`, the run's clock as `run_t_s`); the command line renders them as lines."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from typing import TextIO
 
 from rsdrill.history import FaultRecord, History, RunClock
 from rsdrill.redact import redact_uri
+
+_log = logging.getLogger("rsdrill.run")
 
 
 class LiveView:
@@ -38,10 +42,9 @@ class LiveView:
         self.event(f"phase: {phase}")
 
     def event(self, text: str) -> None:
-        elapsed = f"t+{self.clock.now():7.2f}s " if self.clock else ""
-        line = redact_uri(f"{elapsed}{text}")  # an event may quote the URI
-        self.stream.write(("\r\x1b[2K" + line + "\n") if self.tty else line + "\n")
-        self.stream.flush()
+        """Log one event of the run, with the run's clock once it started."""
+        t_s = self.clock.now() if self.clock else None
+        _log.info("%s", redact_uri(text), extra={"run_t_s": t_s})  # an event may quote the URI
 
     def status_line(self) -> str:
         now = self.clock.now() if self.clock else 0.0
