@@ -546,7 +546,7 @@ class Runner:
         probe, the members are asked directly."""
         if self.exp.probes.recovery is None:
             return list(current_states(target.members, timeout_s=0.5).values())
-        from rsdrill.analysis.recovery import member_state
+        from rsdrill.analysis.recovery import polled_state
 
         latest: dict[str, Op] = {}
         for op in self.history.ops("recovery"):
@@ -554,7 +554,7 @@ class Runner:
                 latest[op.member] = op
         if len(latest) < len(target.members):
             return None
-        return [member_state(op) for op in latest.values()]
+        return [polled_state(op) for op in latest.values()]
 
     # -- waiting and signals ----------------------------------------------------------------
 
