@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 import rsdrill
+from rsdrill.hooks import hookimpl
+from rsdrill.result import Result
 
 EXPERIMENT = """\
 name: log-lines
@@ -59,15 +61,27 @@ def test_the_command_line_shows_the_run_as_before(tmp_path: Path) -> None:
         assert re.fullmatch(pattern, line), (line, pattern)
 
 
+class Verdicts:
+    """A plugin handed to the library's run: what it was told of the verdict."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    @hookimpl
+    def rsdrill_verdict(self, result: Result) -> None:
+        self.seen.append(result.verdict)
+
+
 def test_the_library_logs_instead_of_printing(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     experiment = tmp_path / "exp.yaml"
     experiment.write_text(EXPERIMENT)
     os.environ.setdefault("RSDRILL_HOME", str(tmp_path / "home"))
+    verdicts = Verdicts()
     with caplog.at_level(logging.INFO, logger="rsdrill"):
-        result = rsdrill.run(rsdrill.load(experiment), out=tmp_path / "out")
-    assert result.verdict == "pass"
+        result = rsdrill.run(rsdrill.load(experiment), out=tmp_path / "out", plugins=[verdicts])
+    assert result.verdict == "pass" and verdicts.seen == ["pass"]
     assert capfd.readouterr().err == ""
     events = [(r.name, r.getMessage()) for r in caplog.records if r.name == "rsdrill.run"]
     assert events[0] == ("rsdrill.run", "phase: setup")
