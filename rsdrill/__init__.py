@@ -18,7 +18,7 @@ command line's `--help` does): the rest is imported when a function is called.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,13 +92,16 @@ def run(
     *,
     journal_dir: str | PathLike[str] | None = None,
     assume_yes: bool = False,
+    plugins: Sequence[object] = (),
 ) -> Result:
     """Carry the experiment out and return its result; result.json, junit.xml, report.html
     and the others are written to `out`. Every fault is reverted whatever happens; the
     verdict and exit code say how it went (`Result.verdict`, `Result.exit_code`).
 
     `journal_dir`: where the journal goes (default: ~/.rsdrill/journal, or
-    $RSDRILL_HOME/journal); `assume_yes`: the allowlist guard's confirmation, given.
+    $RSDRILL_HOME/journal); `assume_yes`: the allowlist guard's confirmation, given;
+    `plugins`: objects or modules with `@rsdrill.hooks.hookimpl` functions that see this run's
+    events (those of the `rsdrill.plugins` entry points see them anyway).
     """
     from rsdrill.engine.runner import RunOptions, run_experiment
 
@@ -107,5 +110,6 @@ def run(
         live=False,
         journal_dir=None if journal_dir is None else Path(journal_dir),
         assume_yes=assume_yes,
+        plugins=tuple(plugins),
     )
     return run_experiment(experiment, options)

@@ -14,7 +14,7 @@ from rsdrill.history import FaultRecord, Op
 from rsdrill.states import HEALTHY
 
 
-def member_state(op: Op) -> str:
+def polled_state(op: Op) -> str:
     """The state a recovery poll saw: the member's own state, "DOWN" if it did not answer."""
     if not op.ok:
         return "DOWN"
@@ -31,7 +31,7 @@ def member_states(ops: Sequence[Op]) -> dict[str, list[tuple[float, str]]]:
     for op in _polls(ops):
         assert op.member is not None
         seq = states.setdefault(op.member, [])
-        state = member_state(op)
+        state = polled_state(op)
         if not seq or seq[-1][1] != state:
             seq.append((round(op.t_end, 3), state))
     return states
@@ -60,7 +60,7 @@ def recovery_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> dict[str, fl
                      and f.injected_at_s is not None and f.injected_at_s > since),
                     default=math.inf)  # fmt: skip
         after = [op for op in mine if since < op.t_end <= until]
-        sick = [i for i, op in enumerate(after) if member_state(op) not in HEALTHY]
+        sick = [i for i, op in enumerate(after) if polled_state(op) not in HEALTHY]
         start = sick[-1] + 1 if sick else 0
         first = after[start] if start < len(after) else None
         if first is None:

@@ -19,8 +19,11 @@ def main() -> None:
 
     if interruptible:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    from rsdrill.cli.logs import rendered_to
+
     try:
-        app()
+        with rendered_to(sys.stderr):
+            app()
     except KeyboardInterrupt:
         sys.stderr.write("rsdrill: interrupted\n")
         sys.exit(INTERRUPTED)

@@ -1,10 +1,12 @@
 """The live view of a run in the terminal: phase, elapsed, current primary, current write gap,
 faults in force. On a terminal one status line is redrawn twice a second; elsewhere (a CI log)
-events are printed as they come and the status every few seconds as a line of its own, so a
-long fault is never minutes of silence."""
+the status comes every few seconds as a line of its own, so a long fault is never minutes of
+silence. The run's events are logged (logger `rsdrill.run`, the run's clock as `run_t_s`); the
+command line renders them as lines."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from typing import TextIO
@@ -14,6 +16,8 @@ from rsdrill.redact import redact_uri
 
 HEARTBEAT_S = 5.0
 """Off a terminal: seconds between two status lines."""
+
+_log = logging.getLogger("rsdrill.run")
 
 
 class LiveView:
@@ -46,10 +50,9 @@ class LiveView:
         self.event(f"phase: {phase}")
 
     def event(self, text: str) -> None:
-        elapsed = f"t+{self.clock.now():7.2f}s " if self.clock else ""
-        line = redact_uri(f"{elapsed}{text}")  # an event may quote the URI
-        self.stream.write(("\r\x1b[2K" + line + "\n") if self.tty else line + "\n")
-        self.stream.flush()
+        """Log one event of the run, with the run's clock once it started."""
+        t_s = self.clock.now() if self.clock else None
+        _log.info("%s", redact_uri(text), extra={"run_t_s": t_s})  # an event may quote the URI
 
     def status_line(self) -> str:
         now = self.clock.now() if self.clock else 0.0
@@ -76,6 +79,6 @@ class LiveView:
                 continue
             if self.tty:
                 self.stream.write("\r\x1b[2K" + self.status_line())
-            else:
-                self.stream.write(redact_uri(self.status_line()) + "\n")
-            self.stream.flush()
+                self.stream.flush()
+            else:  # a line of the log, as the events are (it carries its own time)
+                _log.info("%s", redact_uri(self.status_line()), extra={"run_t_s": None})

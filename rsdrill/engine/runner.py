@@ -22,6 +22,7 @@ from rsdrill.analysis.abort import CHECK_INTERVAL_S, Condition, first_breach, pa
 from rsdrill.connection import ConnectOptions, SettingsError, use_options
 from rsdrill.deployment import Deployment, inspect_any
 from rsdrill.engine.console import GameDayConsole
+from rsdrill.engine.events import RunEvents
 from rsdrill.engine.guards import check_guards
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
@@ -37,8 +38,13 @@ from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.kinds import approximation
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.history import FaultRecord, History, Op, RunClock
-from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
-from rsdrill.platforms.stepdown import StepDown
+from rsdrill.platforms.base import (
+    InjectionError,
+    Injector,
+    RunTarget,
+    TargetError,
+    injector_factory,
+)
 from rsdrill.redact import redact_uri
 from rsdrill.result import (
     EXIT_CODES,
@@ -76,6 +82,8 @@ class RunOptions:
     confirm: Callable[[str], bool] | None = None
     # Game-day mode: confirm each fault on the terminal, revert early or abort on a key.
     console: GameDayConsole | None = None
+    # Plugins of this run's events (rsdrill/hooks.py) besides the entry points' and the reports.
+    plugins: tuple[object, ...] = ()
 
 
 @dataclass
@@ -107,6 +115,7 @@ class Runner:
         self.clock = RunClock.start()
         self.state = _State()
         self.live = LiveView(self.history)
+        self.events = RunEvents(options.plugins)
         self._abort = threading.Event()
         # Why the run was aborted when it was not a signal (an abort condition held).
         self._abort_reason: str | None = None
@@ -140,6 +149,8 @@ class Runner:
         monitor: threading.Thread | None = None
         if self.options.live:
             self.live.start()
+        self.events.emit("run_started", experiment=self.exp.name, run_id=self.run_id,
+                         out_dir=self.options.out_dir)  # fmt: skip
         try:
             self._phase("setup")
             self._check_abort()
@@ -274,9 +285,9 @@ class Runner:
             clock=RunClockInfo(t0_monotonic=self.clock.mono0, t0_wall=self.clock.wall0),
             rsdrill_version=__version__,
         )
-        from rsdrill.report import write_reports
-
-        write_reports(self.options.out_dir, result, self.history.ops())
+        self.events.emit("verdict", result=result)
+        self.events.emit("run_finished", result=result, ops=self.history.ops(),
+                         out_dir=self.options.out_dir)  # fmt: skip
         return result
 
     def _judge(self, duration_s: float) -> tuple[Metrics, list[Any], str]:
@@ -296,6 +307,7 @@ class Runner:
 
     def _phase(self, name: str) -> None:
         self.live.set_phase(name)
+        self.events.emit("phase", name=name)
         if self.options.on_phase:
             self.options.on_phase(name)
 
@@ -418,6 +430,7 @@ class Runner:
                     f"{fault.kind} on {host} did not take effect within {VERIFY_TIMEOUT_S:.0f}s"
                 )
             record.verified_at_s = round(self.clock.now(), 4)
+            self.events.emit("fault_applied", fault=record)
 
     def _run_step(self, index: int, target: RunTarget) -> None:
         """Run one of the user's steps to its end; the history records when and how it went."""
@@ -500,6 +513,7 @@ class Runner:
             applied.record.detail.update(report())
         journal.write("reverted", key=applied.key)
         self.live.event(f"reverted {applied.record.kind} on {applied.record.target}")
+        self.events.emit("fault_reverted", fault=applied.record)
 
     def _revert_all(self, journal: Journal) -> str | None:
         """Revert everything still in force; the first failure's message, if any."""
@@ -534,7 +548,7 @@ class Runner:
         probe, the members are asked directly."""
         if self.exp.probes.recovery is None:
             return list(current_states(target.members, timeout_s=0.5).values())
-        from rsdrill.analysis.recovery import member_state
+        from rsdrill.analysis.recovery import polled_state
 
         latest: dict[str, Op] = {}
         for op in self.history.ops("recovery"):
@@ -542,7 +556,7 @@ class Runner:
                 latest[op.member] = op
         if len(latest) < len(target.members):
             return None
-        return [member_state(op) for op in latest.values()]
+        return [polled_state(op) for op in latest.values()]
 
     # -- waiting and signals ----------------------------------------------------------------
 
@@ -616,10 +630,7 @@ class Runner:
 
 
 def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
-    if fault.kind == "stepdown":  # the same replSetStepDown on every platform
-        return StepDown(host, period_s=fault.duration or 60.0, catch_up_s=fault.secondary_catch_up,
-                        force=fault.force)  # fmt: skip
-    return target.injector(fault, host)
+    return injector_factory(registry.platform(target.platform), fault.kind)(target, fault, host)
 
 
 def fault_options(fault: Fault) -> dict[str, Any]:

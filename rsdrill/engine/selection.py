@@ -5,40 +5,29 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from rsdrill.connection import AccessRefused, DirectConnection, WireClientError
+from rsdrill.connection import AccessRefused
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
 from rsdrill.history import Op
 from rsdrill.platforms.base import TargetError
-from rsdrill.states import DOWN, NOT_A_REPLICA_SET, PRIMARY_LIKE, STANDALONE
+from rsdrill.states import PRIMARY_LIKE, member_state
 
 
 class SelectionError(RsdrillError):
     """The selection matches nothing in the live replica set; the fault is not injected."""
 
 
-def member_state(host: str, timeout_s: float = 1.0) -> str:
-    """The member's own state (PRIMARY, SECONDARY, ...), or DOWN when it does not answer."""
-    conn = DirectConnection(host, timeout_s)
+def _state(host: str, timeout_s: float) -> str:
     try:
-        status = conn.command("admin", {"replSetGetStatus": 1})
+        return member_state(host, timeout_s)
     except AccessRefused as exc:  # not down: unreachable with these settings, say so now
         raise TargetError(str(exc)) from None
-    except WireClientError:
-        return DOWN
-    finally:
-        conn.close()
-    if status.get("code") in NOT_A_REPLICA_SET:
-        return STANDALONE
-    me = next((m for m in status.get("members", []) if m.get("self")), None)
-    return str(me["stateStr"]) if me else "UNKNOWN"
 
 
 def current_states(members: list[str], timeout_s: float = 0.3) -> dict[str, str]:
+    """Each member's own state (PRIMARY, SECONDARY, ...), DOWN when it does not answer."""
     with ThreadPoolExecutor(max_workers=max(len(members), 1)) as pool:
-        return dict(
-            zip(members, pool.map(lambda h: member_state(h, timeout_s), members), strict=True)
-        )
+        return dict(zip(members, pool.map(lambda h: _state(h, timeout_s), members), strict=True))
 
 
 def resolve(selection: Selection, states: dict[str, str]) -> list[str]:

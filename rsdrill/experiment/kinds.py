@@ -1,20 +1,30 @@
-"""One spec per fault kind: its meaning, its own fields, whether it needs a `duration`, and what
-each built-in platform really does for it (exactly, approximately, or one way only).
+"""One spec per fault kind: its meaning, its own fields, their cross-field check, when a fault
+of it is reverted, whether it needs a `duration`, and what each built-in platform really does for
+it (exactly, approximately, or one way only).
 
 This is the single source of the fault kinds' names and own fields (`schema.py` builds one
-model per kind from it, so a field of another kind is refused), of `rsdrill faults`, of
-docs/faults.md and of the README's fault tables (tests fail when they differ), and of the
-opt-ins: `way_of` decides, per fault, which way a platform takes; a fault whose way is
-approximate loads only with `approximate: true`, a one-way one only with `one_way: true`.
-Whether a platform accepts a kind is decided by the platform's own load-time check; a test
-keeps the `platforms` entries below true to those checks.
+model per kind from the specs without naming any kind, so a field of another kind is refused),
+of `rsdrill faults`, of docs/faults.md and of the README's fault tables (tests fail when they
+differ), and of the opt-ins: `way_of` decides, per fault, which way a platform takes; a fault
+whose way is approximate loads only with `approximate: true`, a one-way one only with
+`one_way: true`. A platform carries a kind out only if it registers an injector for it
+(`Platform.injectors`); whether it accepts the kind's options is decided by its own load-time
+check. A test keeps the `platforms` entries below true to both.
+
+Adding a kind: its fields model and check here, next to its `KindSpec`, then one injector per
+platform that supports it (see docs/architecture.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import errno as errno_names
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field
+
+from rsdrill.experiment.fields import Duration, FieldProblem, Strict
 
 Support = Literal["exact", "approximate", "one-way"]
 """exact: the fault itself; approximate: something close to it (said in the cell); one-way: it
@@ -60,19 +70,184 @@ _CONDITIONS: dict[str, Callable[[Any], bool]] = {
 }
 
 
+class NoFields(Strict):
+    """A kind with no fields of its own."""
+
+
+FaultCheck = Callable[[Any], None]
+"""A kind's check across a fault's fields: raises `FieldProblem` (located in the fault)."""
+RevertRule = Callable[[Any], "float | None"]
+"""Seconds from a fault's injection to its revert, or None when it is not reverted."""
+
+
+def after_duration(fault: Any) -> float | None:
+    """The usual revert rule: the fault is reverted after its `duration`."""
+    duration: float | None = fault.duration
+    return duration
+
+
+def never_reverted(fault: Any) -> None:
+    """Nothing to revert (a stepdown ends by itself; lost data only comes back by a restore)."""
+    return None
+
+
 @dataclass(frozen=True)
 class KindSpec:
     kind: str
     meaning: str
-    fields: tuple[str, ...] = ()
-    """Fault fields that belong to this kind only (a shared field may list several kinds)."""
+    fields: type[Strict] = NoFields
+    """The kind's own fault fields (a pydantic model; another kind may have a same-named one)."""
     fields_doc: str = ""
     needs_duration: bool = False
     """Lasts until reverted: without a `duration` it would outlive the run."""
+    check: FaultCheck | None = None
+    revert_after: RevertRule = after_duration
+    injector: str | None = None
+    """`module:function` of the one injector every platform uses (none: each platform's own)."""
     platforms: dict[str, tuple[Way, ...]] = field(default_factory=dict)
     """Built-in platform ("sandbox" also stands for "local") → its ways, an engine's first way
     being its default and the platform's first way's engine the default engine; absent:
     refused."""
+
+
+# -- host-kill -----------------------------------------------------------------------------------
+
+
+class Restart(Strict):
+    """host-kill: how the member comes back (as an HA restart would bring a host back)."""
+
+    after: Duration | None = Field(
+        None, description="restart this long after the kill (default: the fault's duration)"
+    )
+    volume: Literal["keep", "wipe"] = Field(
+        "keep", description="keep: restart on the data (catch up); wipe: full initial sync"
+    )
+
+
+class HostKillFields(Strict):
+    restart: Restart | Literal[False] = Field(
+        default_factory=Restart, description="host-kill only; false: never restart"
+    )
+    power_loss: bool = Field(
+        False, description="host-kill: writes not yet fsynced are lost, as in a power-off"
+    )
+
+
+def _host_kill_check(fault: Any) -> None:
+    if fault.restart and fault.restart.after is None and fault.duration is None:
+        raise FieldProblem(
+            ("duration",), "host-kill needs `duration` or `restart.after` (or restart: false)"
+        )
+
+
+def _host_kill_revert(fault: Any) -> float | None:
+    if fault.restart is False:
+        return None
+    after: float | None = fault.restart.after
+    return after if after is not None else fault.duration
+
+
+# -- stepdown ------------------------------------------------------------------------------------
+
+
+class StepdownFields(Strict):
+    secondary_catch_up: Duration = Field(10.0, description="stepdown: secondaryCatchUpPeriodSecs")
+    force: bool = Field(False, description="stepdown: step down even without a caught-up heir")
+
+
+def _stepdown_check(fault: Any) -> None:
+    if fault.duration is not None and fault.duration < fault.secondary_catch_up:
+        raise FieldProblem(
+            ("duration",),
+            "stepdown: `duration` (the stepdown period) must be at least `secondary_catch_up`",
+        )
+
+
+# -- disk-fault, iops-throttle -------------------------------------------------------------------
+
+DiskOperation = Literal["read", "write", "fsync", "open", "any"]
+
+
+def _errno_name(value: str) -> str:
+    if value != "none" and not isinstance(getattr(errno_names, value, None), int):
+        raise ValueError(f"{value!r} is not an errno name like EIO, ENOSPC, EROFS (or none)")
+    return value
+
+
+def _latency() -> Any:
+    return Field(None, description="disk-fault, iops-throttle: added to every matching operation")
+
+
+class DiskFaultFields(Strict):
+    errno: Annotated[str, AfterValidator(_errno_name)] = Field(
+        "EIO", description="disk-fault: the error returned (an errno name), or none"
+    )
+    operations: tuple[DiskOperation, ...] = Field(
+        ("write", "fsync"), min_length=1, description="disk-fault: which operations fail"
+    )
+    probability: float = Field(
+        1.0, gt=0, le=1, description="disk-fault: the share of matching operations that fail"
+    )
+    path: str | None = Field(
+        None,
+        description="disk-fault: only files matching this glob, relative to the data "
+        "directory (e.g. journal/*)",
+    )
+    latency: Duration | None = _latency()
+
+
+def _disk_fault_check(fault: Any) -> None:
+    if fault.errno == "none" and fault.latency is None:
+        raise FieldProblem(("errno",), "errno none and no latency: the fault does nothing")
+
+
+class IopsThrottleFields(Strict):
+    latency: Duration | None = _latency()
+    iops: int | None = Field(None, gt=0, description="iops-throttle: reads and writes together")
+    read_iops: int | None = Field(None, gt=0)
+    write_iops: int | None = Field(None, gt=0)
+    throughput_mb_s: float | None = Field(None, gt=0, description="iops-throttle: MiB/s")
+    read_mb_s: float | None = Field(None, gt=0)
+    write_mb_s: float | None = Field(None, gt=0)
+
+
+def _iops_throttle_check(fault: Any) -> None:
+    if not fault.model_fields_set & set(IopsThrottleFields.model_fields):
+        raise FieldProblem(
+            ("kind",),
+            "iops-throttle needs a limit: iops, read_iops, write_iops, "
+            "throughput_mb_s, read_mb_s, write_mb_s or latency",
+        )
+
+
+# -- network-partition ---------------------------------------------------------------------------
+
+
+class NetworkPartitionFields(Strict):
+    isolate_from: Literal["members", "clients", "all"] = Field(
+        "members", description="network-partition: who loses contact with the member"
+    )
+    direction: Literal["both", "inbound", "outbound"] = Field(
+        "both",
+        description="network-partition: inbound: others cannot reach the member; "
+        "outbound: it cannot reach them",
+    )
+
+
+if TYPE_CHECKING:
+
+    class AnyKindFields(
+        HostKillFields,
+        StepdownFields,
+        DiskFaultFields,
+        IopsThrottleFields,
+        NetworkPartitionFields,
+    ):
+        """What type checkers see of a fault: every kind's fields (a kind's model reads
+        another kind's field as its default)."""
+
+else:
+    AnyKindFields = Strict
 
 
 _MACHINE = "sandbox"
@@ -84,9 +259,11 @@ KINDS: dict[str, KindSpec] = {
             "host-kill",
             "the member's host is lost (SIGKILL, pod/instance/VM power-off); restarted after "
             "`restart.after` or `duration`",
-            fields=("restart", "power_loss"),
+            fields=HostKillFields,
             fields_doc="`restart: {after, volume: keep\\|wipe}` or `false`; `power_loss: true` "
             "drops writes not yet fsynced; `scope: node\\|host` (Kubernetes node, ESXi host)",
+            check=_host_kill_check,
+            revert_after=_host_kill_revert,
             platforms={
                 _MACHINE: (Way("SIGKILL, restart after a delay, volume keep or wipe"),),
                 "kubernetes": (
@@ -146,8 +323,11 @@ KINDS: dict[str, KindSpec] = {
         KindSpec(
             "stepdown",
             "`replSetStepDown` on the primary (any platform)",
-            fields=("secondary_catch_up", "force"),
+            fields=StepdownFields,
             fields_doc="`duration` (the stepdown period), `secondary_catch_up`, `force`",
+            check=_stepdown_check,
+            revert_after=never_reverted,
+            injector="rsdrill.platforms.stepdown:stepdown_injector",
             platforms={
                 platform: (Way("replSetStepDown"),)
                 for platform in (_MACHINE, "kubernetes", "ec2", "vsphere")
@@ -156,7 +336,8 @@ KINDS: dict[str, KindSpec] = {
         KindSpec(
             "disk-fault",
             "an errno and/or latency on the member's data files for `duration`",
-            fields=("errno", "operations", "probability", "path", "latency"),
+            fields=DiskFaultFields,
+            check=_disk_fault_check,
             fields_doc="`errno` (EIO, ENOSPC, ... or none), `operations` (read, write, fsync, "
             "open, any), `probability`, `path` (glob), `latency`",
             needs_duration=True,
@@ -171,15 +352,8 @@ KINDS: dict[str, KindSpec] = {
         KindSpec(
             "iops-throttle",
             "I/O capped for `duration`",
-            fields=(
-                "latency",
-                "iops",
-                "read_iops",
-                "write_iops",
-                "throughput_mb_s",
-                "read_mb_s",
-                "write_mb_s",
-            ),
+            fields=IopsThrottleFields,
+            check=_iops_throttle_check,
             fields_doc="`iops`, `read_iops`, `write_iops`, `throughput_mb_s`, `read_mb_s`, "
             "`write_mb_s`, `latency`",
             needs_duration=True,
@@ -238,7 +412,7 @@ KINDS: dict[str, KindSpec] = {
         KindSpec(
             "network-partition",
             "the member is cut off for `duration`",
-            fields=("isolate_from", "direction"),
+            fields=NetworkPartitionFields,
             fields_doc="`isolate_from: members\\|clients\\|all`, `direction: "
             "both\\|inbound\\|outbound`",
             needs_duration=True,
@@ -266,6 +440,7 @@ KINDS: dict[str, KindSpec] = {
             "data-loss",
             "the host and its data are gone (sandbox, local); only a restore step brings them back",
             fields_doc='see "Disaster-recovery drills"',
+            revert_after=never_reverted,
             platforms={_MACHINE: (Way("SIGKILL and the data directory wiped", "one-way"),)},
         ),
     )
@@ -283,19 +458,18 @@ PLATFORM_COLUMNS: tuple[tuple[str, str], ...] = (
 
 def kinds_with_field(name: str) -> tuple[str, ...]:
     """The kinds `name` is a field of (empty: a field of every kind)."""
-    return tuple(k for k, spec in KINDS.items() if name in spec.fields)
+    return tuple(k for k, spec in KINDS.items() if name in spec.fields.model_fields)
 
 
 def kind_only_fields() -> tuple[str, ...]:
     """Every field that belongs to some kinds only."""
-    return tuple(dict.fromkeys(f for spec in KINDS.values() for f in spec.fields))
+    return tuple(dict.fromkeys(f for spec in KINDS.values() for f in spec.fields.model_fields))
 
 
-def fields_for(kind: str, fields: Iterable[str]) -> list[str]:
-    """Of a fault model's `fields`, those a fault of `kind` may have (in their order)."""
-    own = set(KINDS[kind].fields)
-    others = set(kind_only_fields())
-    return [f for f in fields if f not in others or f in own]
+def available_kinds(injectors: Mapping[str, str]) -> tuple[str, ...]:
+    """The kinds a platform with these injectors carries out (with those that have one injector
+    for every platform)."""
+    return tuple(k for k, spec in KINDS.items() if spec.injector is not None or k in injectors)
 
 
 def platform_column(platform: str) -> str:

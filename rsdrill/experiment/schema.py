@@ -33,18 +33,19 @@ from rsdrill.experiment.fields import (
 from rsdrill.experiment.kinds import (
     KIND_NAMES,
     KINDS,
-    fields_for,
-    kind_only_fields,
+    Restart,
+    available_kinds,
     opt_in_problem,
 )
 from rsdrill.registry import platforms
 
 if TYPE_CHECKING:
+    from rsdrill.experiment.kinds import AnyKindFields
     from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
     from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform
     from rsdrill.platforms.vsphere.options import VsphereFault, VspherePlatform
 
-__all__ = ["Duration", "FieldProblem", "Strict", "format_duration", "parse_duration"]
+__all__ = ["Duration", "FieldProblem", "Restart", "Strict", "format_duration", "parse_duration"]
 
 # -- target --------------------------------------------------------------------------------------
 
@@ -311,45 +312,21 @@ class SelectCount(Strict):
 Selection = Role | SelectMember | SelectCount
 
 
-class Restart(Strict):
-    """host-kill: how the member comes back (as an HA restart would bring a host back)."""
-
-    after: Duration | None = Field(
-        None, description="restart this long after the kill (default: the fault's duration)"
-    )
-    volume: Literal["keep", "wipe"] = Field(
-        "keep", description="keep: restart on the data (catch up); wipe: full initial sync"
-    )
-
-
 FaultKind = Literal[KIND_NAMES]  # type: ignore[valid-type]
-DiskOperation = Literal["read", "write", "fsync", "open", "any"]
-_THROTTLE_FIELDS = KINDS["iops-throttle"].fields
-
-
-def _errno_name(value: str) -> str:
-    import errno
-
-    if value != "none" and not isinstance(getattr(errno, value, None), int):
-        raise ValueError(f"{value!r} is not an errno name like EIO, ENOSPC, EROFS (or none)")
-    return value
 
 
 class _FaultRules(Strict):
-    """What the fault models share: the checks across fields, and when a fault is reverted.
+    """What the fault models share: the checks of their kind's spec, and when a fault is
+    reverted (see experiment/kinds.py).
 
     A kind's model has only that kind's fields (another kind's is an unknown key), but reads
     another kind's field as its default: code asking a question of any fault ("does it
     restart?") need not ask its kind first.
     """
 
-    if TYPE_CHECKING:  # the fields the rules read (every kind's model has or defaults them)
+    if TYPE_CHECKING:  # the fields the rules read (every kind's model has them)
         kind: str
         duration: float | None
-        restart: Restart | Literal[False]
-        secondary_catch_up: float
-        errno: str
-        latency: float | None
     else:
 
         def __getattr__(self, name: str) -> Any:
@@ -359,53 +336,23 @@ class _FaultRules(Strict):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> _FaultRules:
-        if KINDS[self.kind].needs_duration and self.duration is None:
+        spec = KINDS[self.kind]
+        if spec.needs_duration and self.duration is None:
             raise FieldProblem(
                 ("duration",), f"{self.kind} needs a `duration` (then it is reverted)"
             )
-        if (
-            self.kind == "host-kill"
-            and self.restart
-            and self.restart.after is None
-            and self.duration is None
-        ):
-            raise FieldProblem(
-                ("duration",), "host-kill needs `duration` or `restart.after` (or restart: false)"
-            )
-        if self.kind == "iops-throttle" and not (self.model_fields_set & set(_THROTTLE_FIELDS)):
-            raise FieldProblem(
-                ("kind",),
-                "iops-throttle needs a limit: iops, read_iops, write_iops, "
-                "throughput_mb_s, read_mb_s, write_mb_s or latency",
-            )
-        if self.kind == "disk-fault" and self.errno == "none" and self.latency is None:
-            raise FieldProblem(("errno",), "errno none and no latency: the fault does nothing")
-        if (
-            self.kind == "stepdown"
-            and self.duration is not None
-            and (self.duration < self.secondary_catch_up)
-        ):
-            raise FieldProblem(
-                ("duration",),
-                "stepdown: `duration` (the stepdown period) must be at least `secondary_catch_up`",
-            )
+        if spec.check is not None:
+            spec.check(self)
         return self
 
     @property
     def revert_after(self) -> float | None:
         """Seconds from injection to revert, or None when the fault is not reverted."""
-        if self.kind == "host-kill":
-            if self.restart is False:
-                return None
-            return self.restart.after if self.restart.after is not None else self.duration
-        if self.kind in ("stepdown", "data-loss"):
-            return None  # data-loss: only a restore step brings the data back
-        return self.duration
+        return KINDS[self.kind].revert_after(self)
 
 
-class _Fault(_FaultRules):
-    """Every fault field of every kind: the source of each kind's own model (below), and the
-    fault as type checkers see it."""
+class _FaultCommon(_FaultRules):
+    """The fields every fault has, whatever its kind: the first fields of each kind's model."""
 
     at: Duration = Field(description="when, from the start of the probes")
     kind: FaultKind
@@ -433,65 +380,26 @@ class _Fault(_FaultRules):
         description="member: its process/pod/instance/VM; node: its Kubernetes node; "
         "host: every VM on its ESXi host",
     )
-    restart: Restart | Literal[False] = Field(
-        default_factory=Restart, description="host-kill only; false: never restart"
-    )
-    power_loss: bool = Field(
-        False, description="host-kill: writes not yet fsynced are lost, as in a power-off"
-    )
-    secondary_catch_up: Duration = Field(10.0, description="stepdown: secondaryCatchUpPeriodSecs")
-    force: bool = Field(False, description="stepdown: step down even without a caught-up heir")
-    errno: Annotated[str, AfterValidator(_errno_name)] = Field(
-        "EIO", description="disk-fault: the error returned (an errno name), or none"
-    )
-    operations: tuple[DiskOperation, ...] = Field(
-        ("write", "fsync"), min_length=1, description="disk-fault: which operations fail"
-    )
-    probability: float = Field(
-        1.0, gt=0, le=1, description="disk-fault: the share of matching operations that fail"
-    )
-    path: str | None = Field(
-        None,
-        description="disk-fault: only files matching this glob, relative to the data "
-        "directory (e.g. journal/*)",
-    )
-    latency: Duration | None = Field(
-        None, description="disk-fault, iops-throttle: added to every matching operation"
-    )
-    iops: int | None = Field(None, gt=0, description="iops-throttle: reads and writes together")
-    read_iops: int | None = Field(None, gt=0)
-    write_iops: int | None = Field(None, gt=0)
-    throughput_mb_s: float | None = Field(None, gt=0, description="iops-throttle: MiB/s")
-    read_mb_s: float | None = Field(None, gt=0)
-    write_mb_s: float | None = Field(None, gt=0)
-    isolate_from: Literal["members", "clients", "all"] = Field(
-        "members", description="network-partition: who loses contact with the member"
-    )
-    direction: Literal["both", "inbound", "outbound"] = Field(
-        "both",
-        description="network-partition: inbound: others cannot reach the member; "
-        "outbound: it cannot reach them",
-    )
 
 
 _FAULT_SECTIONS = {n: p.fault_options for n, p in platforms().items() if p.fault_options}
-_OTHER_KINDS_DEFAULTS: dict[str, Any] = {
-    name: _Fault.model_fields[name].get_default(call_default_factory=True)
-    for name in kind_only_fields()
-}
+# The first kind's default of each kind's own field (what a fault of another kind reads).
+_OTHER_KINDS_DEFAULTS: dict[str, Any] = {}
+for _spec in KINDS.values():
+    for _name, _info in _spec.fields.model_fields.items():
+        _OTHER_KINDS_DEFAULTS.setdefault(_name, _info.get_default(call_default_factory=True))
 
 
 def _kind_model(kind: str) -> type[_FaultRules]:
-    """The model of one kind's faults: the common fields, its own, the platforms' sections."""
+    """The model of one kind's faults: the common fields, its own (from its spec), the
+    platforms' sections."""
     spec = KINDS[kind]
-    fields: dict[str, Any] = {}
-    for name in fields_for(kind, _Fault.model_fields):
-        info = copy.copy(_Fault.model_fields[name])
-        if name == "kind":
-            info = Field(description=spec.meaning)
-            fields[name] = (Literal[kind], info)
-        else:
-            fields[name] = (info.annotation, info)
+    fields: dict[str, Any] = {"kind": (Literal[kind], Field(description=spec.meaning))}
+    for model in (_FaultCommon, spec.fields):
+        for name, info in model.model_fields.items():
+            if name != "kind":
+                fields[name] = (info.annotation, copy.copy(info))
+    fields = {"at": fields.pop("at"), **fields}  # `at` first, then `kind`, as a file has them
     fields.update({name: (options | None, None) for name, options in _FAULT_SECTIONS.items()})
     title = "".join(part.capitalize() for part in kind.split("-"))
     model: type[_FaultRules] = create_model(
@@ -509,7 +417,7 @@ FAULT_MODELS: dict[str, type[_FaultRules]] = {kind: _kind_model(kind) for kind i
 
 if TYPE_CHECKING:
 
-    class Fault(_Fault):
+    class Fault(_FaultCommon, AnyKindFields):
         kubernetes: KubernetesFault | None = None
         ec2: Ec2Fault | None = None
         vsphere: VsphereFault | None = None
@@ -762,8 +670,14 @@ class Experiment(Strict):
                     f"data-loss (a wiped data directory) is for sandbox and local targets; on "
                     f"{platform}, destroy the volumes with a step of your own",
                 )
-        registry.platform(platform).check_experiment(self)
+        carrier = registry.platform(platform)
+        carrier.check_experiment(self)
+        # A platform carries a kind out only with an injector for it (what its check let by).
+        available = available_kinds(carrier.injectors)
         for i, fault in enumerate(self.faults):
+            if fault.kind not in available:
+                raise FieldProblem(("faults", i, "kind"), f"{fault.kind} is not available on "
+                                   f"{platform} (it has: {', '.join(available)})")  # fmt: skip
             if (problem := opt_in_problem(platform, fault)) is not None:
                 raise FieldProblem(("faults", i, "kind"), problem)
         return self

@@ -4,8 +4,10 @@ platform implements.
 - `Platform`: one entry of the `rsdrill.platforms` entry-point group (see `rsdrill/registry.py`):
   its name, the models of its `target.<name>` and `faults[i].<name>` sections, the load-time
   check of an experiment, what it adds to a plan, and the target a run uses.
-- `RunTarget`: a replica set an experiment runs against (members, setup, teardown) and the
-  injector for a fault on one of its members.
+- `RunTarget`: a replica set an experiment runs against (members, setup, teardown).
+- `InjectorFactory`: what a platform registers per fault kind in its `injectors` table: builds
+  the injector for one fault on one member of its target. A kind missing from the table is
+  refused when the experiment is loaded (`experiment/kinds.py: available_kinds`).
 - `Injector`: one fault on one platform. `describe()` says what will happen (no side effects);
   `revert_action()` is written to the journal *before* `inject()` so that `rsdrill recover` can
   undo the fault if the run dies; `verify()` confirms the fault really landed before its clock
@@ -19,11 +21,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rsdrill.errors import InjectionError, TargetError
+from rsdrill.experiment.kinds import KINDS
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -33,6 +36,8 @@ if TYPE_CHECKING:
 __all__ = [
     "InjectionError",
     "Injector",
+    "InjectorFactory",
+    "MachineTarget",
     "PackagePlatform",
     "Platform",
     "ProcessHosts",
@@ -80,6 +85,18 @@ class ProcessHosts(Protocol):
     def restart_action(self, host: str, *, wipe: bool) -> dict[str, object]: ...
 
 
+class MachineTarget(Protocol):
+    """A target whose members are processes of this machine (sandbox and local): what their
+    injectors act through."""
+
+    members: list[str]
+    hosts: ProcessHosts
+
+    def faultfs_mountpoint(self, host: str) -> Path | None:
+        """The faultfs mount over the member's data directory (None: not on faultfs)."""
+        ...
+
+
 class RunTarget(Protocol):
     """A replica set an experiment runs against."""
 
@@ -94,15 +111,14 @@ class RunTarget(Protocol):
 
     def teardown(self) -> None: ...
 
-    def injector(self, fault: Fault, host: str) -> Injector:
-        """The platform's injector for `fault` on member `host` (every kind but stepdown,
-        which works the same on every platform)."""
-        ...
-
     def recover_action(self) -> dict[str, object] | None:
         """What `rsdrill recover` must do about the target itself if this run dies (for a
         kept target: only while it is being set up)."""
         ...
+
+
+InjectorFactory = Callable[[Any, "Fault", str], Injector]
+"""(the platform's run target, the fault, the member) → the injector of that fault there."""
 
 
 class Platform(Protocol):
@@ -117,6 +133,8 @@ class Platform(Protocol):
     # fault's `<name>` options.
     options: type[BaseModel] | None
     fault_options: type[BaseModel] | None
+    # Fault kind → `module:function`, an `InjectorFactory` (imported only when a run needs it).
+    injectors: Mapping[str, str]
 
     def check_experiment(self, exp: Experiment) -> None:
         """Refuse (raise FieldProblem) what this platform cannot carry out, before any run."""
@@ -148,6 +166,7 @@ class PackagePlatform:
     options: type[BaseModel] | None = None
     fault_options: type[BaseModel] | None = None
     actions: str | None = None
+    injectors: Mapping[str, str] = field(default_factory=dict)
 
     def check_experiment(self, exp: Experiment) -> None:
         importlib.import_module(self.checks).check_experiment(exp)
@@ -168,3 +187,15 @@ class PackagePlatform:
             return {}
         actions: Mapping[str, RevertAction] = importlib.import_module(self.actions).REVERT_ACTIONS
         return actions
+
+
+def _imported(reference: str) -> Any:
+    module, _, attribute = reference.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def injector_factory(platform: Platform, kind: str) -> InjectorFactory:
+    """What builds a fault of `kind` on `platform`: the kind's own injector if one works on
+    every platform (stepdown), else the one the platform registered."""
+    factory: InjectorFactory = _imported(KINDS[kind].injector or platform.injectors[kind])
+    return factory

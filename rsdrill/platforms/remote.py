@@ -3,7 +3,6 @@ the user's connection string; its members are whatever the set itself says they 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from pathlib import Path
 
 from rsdrill.connection import (
@@ -14,8 +13,8 @@ from rsdrill.connection import (
     parse_uri,
 )
 from rsdrill.deployment import topology_of
-from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.platforms.base import Injector, TargetError
+from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.base import TargetError
 from rsdrill.redact import redact_uri
 
 HELLO_TIMEOUT_S = 5.0
@@ -55,7 +54,7 @@ def discover_members(
     raise TargetError("no member of the replica set answers: " + "; ".join(problems))
 
 
-class RemoteTarget(ABC):
+class RemoteTarget:
     """Base of the platform targets: connection and member discovery; subclasses add the
     platform client and `injector()`."""
 
@@ -80,7 +79,3 @@ class RemoteTarget(ABC):
 
     def recover_action(self) -> dict[str, object] | None:
         return None
-
-    @abstractmethod
-    def injector(self, fault: Fault, host: str) -> Injector:
-        """The platform's injector for `fault` on the member `host`."""

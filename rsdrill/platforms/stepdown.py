@@ -4,10 +4,13 @@ maintenance window. Nothing to revert: after the stepdown period the member may 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.platforms.base import InjectionError
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Fault
 
 
 class StepDown:
@@ -64,3 +67,9 @@ class StepDown:
 
     def revert(self) -> None:
         """Nothing: MongoDB itself lets the member stand again after the period."""
+
+
+def stepdown_injector(target: object, fault: Fault, host: str) -> StepDown:
+    """stepdown on any platform: the same command to the member, whatever hosts it."""
+    return StepDown(host, period_s=fault.duration or 60.0, catch_up_s=fault.secondary_catch_up,
+                    force=fault.force)  # fmt: skip

@@ -11,7 +11,7 @@ from typing import Any
 from rsdrill.history import History, RunClock
 from rsdrill.probes.base import MemberPoller
 from rsdrill.probes.failover import HelloStream
-from rsdrill.states import NOT_A_REPLICA_SET, STANDALONE
+from rsdrill.states import NOT_A_REPLICA_SET, STANDALONE, own_state
 
 _ELECTION_DATES = {
     "called_s": "lastElectionDate",
@@ -78,7 +78,7 @@ class StatusPoller(MemberPoller):
     def _detail(self, status: dict[str, Any]) -> dict[str, Any]:
         me = next((m for m in status.get("members", []) if m.get("self")), {})
         detail: dict[str, Any] = {
-            "state": me.get("stateStr", "UNKNOWN"),
+            "state": own_state(status) or "UNKNOWN",
             "term": int(status.get("term", -1)),
         }
         if me.get("infoMessage"):  # e.g. why it is RECOVERING ("too stale to catch up")

@@ -17,9 +17,11 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from rsdrill.sandbox.cluster import Sandbox, SandboxError, member_state
+from rsdrill.sandbox.cluster import Sandbox, SandboxError
 from rsdrill.sandbox.config import MemberSpec, member_dir
 from rsdrill.sandbox.emulator.storage import DATABASE
+from rsdrill.sandbox.members import QUERY_TIMEOUT_S
+from rsdrill.states import member_state
 
 MANIFEST = "backup.json"
 
@@ -40,7 +42,10 @@ def take_backup(sandbox: Sandbox, destination: Path) -> Backup:
     if not running:
         raise SandboxError("no data-bearing member is running: nothing to back up")
     options = sandbox.connect_options
-    source = min(running, key=lambda m: member_state(m.host, options=options) != "SECONDARY")
+    source = min(
+        running,
+        key=lambda m: member_state(m.host, QUERY_TIMEOUT_S, options=options) != "SECONDARY",
+    )
     destination.mkdir(parents=True, exist_ok=True)
     target = destination / DATABASE
     target.unlink(missing_ok=True)

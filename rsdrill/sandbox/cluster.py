@@ -28,19 +28,21 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from rsdrill.connection import ConnectOptions, DirectConnection, TlsSettings, WireClientError
+from rsdrill.connection import (
+    AccessRefused,
+    ConnectOptions,
+    DirectConnection,
+    TlsSettings,
+    WireClientError,
+)
 from rsdrill.procstat import stat_fields
 from rsdrill.sandbox.auth import AUTH_FILE, create_auth, read_auth
 from rsdrill.sandbox.certs import TLS_DIR, make_tls_files, tls_files
 from rsdrill.sandbox.config import CONFIG_FILE, MemberSpec, ReplSetSpec, empty_dir, member_dir
 from rsdrill.sandbox.errors import SandboxError
-from rsdrill.sandbox.members import (
-    QUERY_TIMEOUT_S,
-    hello,
-    is_writable_primary,
-    member_state,
-)
+from rsdrill.sandbox.members import QUERY_TIMEOUT_S, hello, is_writable_primary
 from rsdrill.scram import Credentials
+from rsdrill.states import member_state
 
 ENGINE_FILE = "sandbox.json"
 ENGINE_CHOICES = ("auto", "emulator", "mongod")
@@ -378,9 +380,12 @@ class Sandbox:
                 return MemberStatus(member.host, None, "DOWN")
             if process_state(pid, member.port) == "T":
                 return MemberStatus(member.host, pid, "STOPPED")
-            return MemberStatus(
-                member.host, pid, member_state(member.host, options=self.connect_options)
-            )
+            try:
+                state = member_state(member.host, QUERY_TIMEOUT_S, options=self.connect_options,
+                                     unreachable="UNREACHABLE")  # fmt: skip
+            except AccessRefused:
+                state = "UNREACHABLE"
+            return MemberStatus(member.host, pid, state)
 
         members = self.spec.members
         with ThreadPoolExecutor(max_workers=len(members)) as pool:

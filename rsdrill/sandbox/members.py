@@ -1,5 +1,6 @@
-"""Asking one sandbox member: a pymongo client to it, its hello, whether it takes writes, its
-state. Shared by the launcher (`cluster.py`) and the mongod engine (`mongod.py`)."""
+"""Asking one sandbox member: a pymongo client to it, its hello, whether it takes writes (its
+state: `rsdrill.states.member_state`). Shared by the launcher (`cluster.py`) and the mongod
+engine (`mongod.py`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pymongo import MongoClient
 
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.scram import Credentials
-from rsdrill.states import NOT_A_REPLICA_SET, STANDALONE
 
 # Short enough that `status` stays snappy when a member hangs, long enough for a busy machine.
 QUERY_TIMEOUT_S = 1.0
@@ -59,31 +59,3 @@ def hello(
 def is_writable_primary(host: str, options: ConnectOptions | None = None) -> bool:
     reply = hello(host, options=options)
     return bool(reply and reply.get("isWritablePrimary"))
-
-
-def member_state(
-    host: str, timeout_s: float = QUERY_TIMEOUT_S, options: ConnectOptions | None = None
-) -> str:
-    """The member's own stateStr from replSetGetStatus (STANDALONE without a replica set),
-    else guessed from hello."""
-    conn = DirectConnection(host, timeout_s, options or ConnectOptions())
-    try:
-        status = conn.command("admin", {"replSetGetStatus": 1})
-        if status.get("code") in NOT_A_REPLICA_SET:
-            return STANDALONE
-        for entry in status.get("members", []):
-            if entry.get("self"):
-                return str(entry["stateStr"])
-        # Not initiated yet, or still loading its config: hello says enough.
-        reply = conn.hello()
-    except WireClientError:
-        return "UNREACHABLE"
-    finally:
-        conn.close()
-    if reply.get("isWritablePrimary"):
-        return "PRIMARY"
-    if reply.get("secondary"):
-        return "SECONDARY"
-    if reply.get("arbiterOnly"):
-        return "ARBITER"
-    return "STARTUP"

@@ -32,14 +32,20 @@ class ToyFaultOptions(Strict):
     gentle: bool = False
 
 
+def power_cycle(target, fault, host):
+    raise NotImplementedError("a toy")
+
+
 class ToyPlatform:
     name = "toy"
     options = ToyOptions
     fault_options = ToyFaultOptions
+    # The kinds it carries out: any other (but stepdown, the same everywhere) is refused.
+    injectors = {"host-kill": "toyplatform:power_cycle"}
 
     def check_experiment(self, exp):
         for i, fault in enumerate(exp.faults):
-            if fault.kind != "host-kill":
+            if fault.kind == "host-freeze":
                 raise FieldProblem(("faults", i, "kind"), "toy machines can only be power-cycled")
 
     def plan_details(self, exp):
@@ -112,6 +118,21 @@ def test_its_sections_and_checks_are_enforced_at_load(toy_site: Path, tmp_path: 
     result = rsdrill(toy_site, "validate", path)
     assert result.returncode == 2
     assert "faults[0].kind: toy machines can only be power-cycled" in result.stderr
+
+
+def test_a_kind_it_has_no_injector_for_is_refused_at_its_line(
+    toy_site: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "toy.yaml"
+    path.write_text(EXPERIMENT.replace("kind: host-kill", "kind: network-partition"))
+    result = rsdrill(toy_site, "validate", path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"{path}:8:11: faults[0].kind: network-partition is not available on toy "
+        "(it has: host-kill, stepdown)"
+    )
+    path.write_text(EXPERIMENT.replace("kind: host-kill\n    duration: 20s", "kind: stepdown"))
+    assert rsdrill(toy_site, "validate", path).returncode == 0
 
 
 def test_without_the_package_the_platform_is_unknown(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from report_sample import sample_ops, sample_result
 
+from rsdrill.cli.logs import rendered_to
 from rsdrill.engine.actions import carry_out
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
@@ -60,7 +61,8 @@ def test_recover_refuses_to_rerun_a_masked_start_command(tmp_path: Path) -> None
 
 def test_live_view_masks_the_password() -> None:
     stream = io.StringIO()
-    LiveView(History(), stream).event(f"connecting to {URI}")
+    with rendered_to(stream):  # as the command line shows the run's events
+        LiveView(History()).event(f"connecting to {URI}")
     assert PASSWORD not in stream.getvalue() and "drill:***@" in stream.getvalue()
 
 

@@ -12,4 +12,15 @@ platform = PackagePlatform(
     fault_options=Ec2Fault,
     planner=f"{__name__}.options",
     actions=f"{__name__}.injectors",
+    injectors=dict.fromkeys(
+        (
+            "host-kill",
+            "host-freeze",
+            "volume-detach",
+            "iops-throttle",
+            "disk-fault",
+            "network-partition",
+        ),  # fmt: skip
+        f"{__name__}.target:instance_fault",
+    ),
 )

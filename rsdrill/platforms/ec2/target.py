@@ -39,11 +39,13 @@ class Ec2Target(RemoteTarget):
         if found:
             raise TargetError("ec2 preflight refused, nothing was injected: " + "; ".join(found))
 
-    def injector(self, fault: Fault, host: str) -> Injector:
-        # Looked up again: the instance's state and volumes may have changed since setup.
-        instance = find_instance(self.aws, self.ec2.instances, host)
-        peers = tuple(i for member, i in self.instances.items() if member != host)
-        return ec2_injector(self.aws, self.ec2, fault, instance, peers)
+
+def instance_fault(target: Ec2Target, fault: Fault, host: str) -> Injector:
+    """The injector of `fault` on the instance of member `host` (every kind ec2 carries out)."""
+    # Looked up again: the instance's state and volumes may have changed since setup.
+    instance = find_instance(target.aws, target.ec2.instances, host)
+    peers = tuple(i for member, i in target.instances.items() if member != host)
+    return ec2_injector(target.aws, target.ec2, fault, instance, peers)
 
 
 def make_target(exp: Experiment, out_dir: Path) -> Ec2Target:

@@ -170,5 +170,10 @@ class KubernetesTarget(RemoteTarget):
         return others
 
 
+def pod_fault(target: KubernetesTarget, fault: Fault, host: str) -> Injector:
+    """The injector of `fault` on the pod (or node) of member `host`, by the fault's engine."""
+    return target.injector(fault, host)
+
+
 def make_target(exp: Experiment, out_dir: Path) -> KubernetesTarget:
     return KubernetesTarget(exp, out_dir)

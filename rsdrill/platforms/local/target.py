@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rsdrill.experiment.schema import Experiment, Fault, Target
-from rsdrill.platforms.base import Injector, TargetError
-from rsdrill.platforms.machine.injectors import machine_injector
+from rsdrill.experiment.schema import Experiment, Target
+from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
 
 
@@ -29,9 +28,6 @@ class LocalTarget:
 
     def teardown(self) -> None:
         """Nothing to stop: the processes were there before the run and stay after it."""
-
-    def injector(self, fault: Fault, host: str) -> Injector:
-        return machine_injector(fault, host, self)
 
     def faultfs_mountpoint(self, host: str) -> Path | None:
         """The member's faultfs mount (its `faultfs` field) while it is mounted."""

@@ -5,9 +5,13 @@ back, and the drill times that (RTO) and counts what the backup did not hold (RP
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Fault
+    from rsdrill.platforms.base import MachineTarget
 
 GONE_TIMEOUT_S = 10.0
 
@@ -46,3 +50,8 @@ class DataLoss:
     def revert(self) -> None:
         """Nothing: the restore step is the way back (`revert_action` is None, so the runner
         never calls this)."""
+
+
+def data_loss(target: MachineTarget, fault: Fault, host: str) -> DataLoss:
+    """data-loss on a member process: SIGKILL and its data directory emptied."""
+    return DataLoss(target.hosts, host)

@@ -26,6 +26,7 @@ from rsdrill.platforms.machine.process import HostKill
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
+    from rsdrill.platforms.base import Injector, MachineTarget
 
 STORAGE_KINDS = ("disk-fault", "iops-throttle", "volume-detach")
 _MIB = 1024 * 1024
@@ -170,3 +171,33 @@ class PowerLossKill(HostKill):
     def report(self) -> dict[str, Any]:
         """For the result: per file, the unsynced bytes dropped (-1: a new file removed)."""
         return {"unsynced_dropped": self.undone}
+
+
+def _faultfs(target: MachineTarget, fault: Fault, host: str) -> Path:
+    """The faultfs mount over the member's data directory, which storage faults act through."""
+    mountpoint = target.faultfs_mountpoint(host)
+    if mountpoint is None:
+        what = "power_loss" if fault.kind == "host-kill" else fault.kind
+        raise InjectionError(
+            f"{what} on {host}: its data directory is not on faultfs "
+            "(local members: mount it with `rsdrill faultfs mount` and give the member `faultfs`)"
+        )
+    return mountpoint
+
+
+def storage_fault(target: MachineTarget, fault: Fault, host: str) -> StorageFault:
+    """disk-fault, iops-throttle and volume-detach on a member process: a faultfs rule."""
+    return StorageFault(fault.kind, host, _faultfs(target, fault, host), rule_for(fault),
+                        target.hosts.restart_action(host, wipe=False))  # fmt: skip
+
+
+def host_kill(target: MachineTarget, fault: Fault, host: str) -> Injector:
+    """host-kill of a member process: SIGKILL, and with `power_loss` its unsynced writes
+    dropped through faultfs (hence here, next to the other faultfs faults)."""
+    restart = fault.restart is not False
+    wipe = bool(fault.restart and fault.restart.volume == "wipe")
+    action = target.hosts.restart_action(host, wipe=wipe)
+    if fault.power_loss:
+        return PowerLossKill(target.hosts, host, _faultfs(target, fault, host), restart=restart,
+                             wipe=wipe, restart_action=action)  # fmt: skip
+    return HostKill(target.hosts, host, restart=restart, wipe=wipe, restart_action=action)

@@ -32,10 +32,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
 from rsdrill.platforms.machine import conntrack, netcls
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Fault
+    from rsdrill.platforms.base import MachineTarget
 
 TABLE_PREFIX = "rsdrill-"
 NFT_TIMEOUT_S = 10.0
@@ -321,3 +325,9 @@ def connects_as(member: str, host: str, timeout_s: float = CONNECT_TIMEOUT_S) ->
     except subprocess.TimeoutExpired:
         return False
     return done.returncode == 0
+
+
+def network_partition(target: MachineTarget, fault: Fault, host: str) -> NetworkPartition:
+    """network-partition of a member process: nftables rules on loopback."""
+    return NetworkPartition(target.hosts, host, list(target.members),
+                            isolate_from=fault.isolate_from, direction=fault.direction)  # fmt: skip

@@ -5,10 +5,14 @@ host-kill (SIGKILL, later a restart on the kept or a wiped data directory) and h
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
 from rsdrill.platforms.machine.local_hosts import answers_hello
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Fault
+    from rsdrill.platforms.base import MachineTarget
 
 
 def _wait(condition: Any, timeout_s: float) -> bool:
@@ -97,3 +101,8 @@ class HostFreeze:
             self.hosts.cont(self.target)
         except (TargetError, OSError) as exc:
             raise InjectionError(f"SIGCONT {self.target}: {exc}") from exc
+
+
+def host_freeze(target: MachineTarget, fault: Fault, host: str) -> HostFreeze:
+    """host-freeze on a member process: SIGSTOP, then SIGCONT."""
+    return HostFreeze(target.hosts, host)

@@ -2,5 +2,11 @@
 processes on this machine, faulted as the local platform's members are."""
 
 from rsdrill.platforms.base import PackagePlatform
+from rsdrill.platforms.machine import INJECTORS
 
-platform = PackagePlatform("sandbox", __name__, checks="rsdrill.platforms.machine.options")
+platform = PackagePlatform(
+    "sandbox",
+    __name__,
+    checks="rsdrill.platforms.machine.options",
+    injectors=INJECTORS,
+)

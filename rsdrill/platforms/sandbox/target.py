@@ -15,7 +15,7 @@ from typing import Any
 from pymongo import MongoClient, WriteConcern
 
 from rsdrill.experiment.schema import Experiment, Fault, Target
-from rsdrill.platforms.base import Injector, TargetError
+from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine.disk import needs_faultfs
 from rsdrill.platforms.machine.network import rejoin_partition
 from rsdrill.platforms.sandbox.volumes import MemberVolumes
@@ -179,11 +179,6 @@ class SandboxTarget:
     @property
     def keep(self) -> bool:
         return self.config.keep
-
-    def injector(self, fault: Fault, host: str) -> Injector:
-        from rsdrill.platforms.machine.injectors import machine_injector  # it imports this module
-
-        return machine_injector(fault, host, self)
 
     def faultfs_mountpoint(self, host: str) -> Path | None:
         """The member's data directory if it is on faultfs (storage faults need it)."""

@@ -12,4 +12,8 @@ platform = PackagePlatform(
     fault_options=VsphereFault,
     planner=f"{__name__}.options",
     actions=f"{__name__}.injectors",
+    injectors=dict.fromkeys(
+        ("host-kill", "host-freeze", "volume-detach", "iops-throttle", "network-partition"),
+        f"{__name__}.target:vm_fault",
+    ),
 )

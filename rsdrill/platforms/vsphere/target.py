@@ -64,15 +64,17 @@ class VsphereTarget(RemoteTarget):
                                    "anti-affinity rule), or set `guards: {allow_quorum_loss: "
                                    "true}` to run it anyway")  # fmt: skip
 
-    def injector(self, fault: Fault, host: str) -> Injector:
-        # Looked up again: HA or DRS may have moved the VM since setup (and the session may
-        # have expired while the probes ran).
-        return self.client.relogin_once(
-            lambda: vsphere_injector(self.client, self.vsphere, fault, host)
-        )
-
     def teardown(self) -> None:
         self.client.close()
+
+
+def vm_fault(target: VsphereTarget, fault: Fault, host: str) -> Injector:
+    """The injector of `fault` on the VM of member `host` (every kind vsphere carries out)."""
+    # Looked up again: HA or DRS may have moved the VM since setup (and the session may
+    # have expired while the probes ran).
+    return target.client.relogin_once(
+        lambda: vsphere_injector(target.client, target.vsphere, fault, host)
+    )
 
 
 def make_target(exp: Experiment, out_dir: Path) -> VsphereTarget:
