@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import signal
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
     from rsdrill.engine.console import GameDayConsole
     from rsdrill.engine.runner import RunOptions
     from rsdrill.experiment.schema import Experiment
-    from rsdrill.result import Result
 
 RESULTS_DIR = Path("rsdrill-results")
 HISTORY_DB = RESULTS_DIR / "history.sqlite"
@@ -56,29 +54,6 @@ MetricsPushOption = Annotated[
         "experiment).",
     ),
 ]
-
-
-@dataclass(frozen=True)
-class MetricsExport:
-    """Where a run's metrics go besides result.json (Prometheus)."""
-
-    file: Path | None = None
-    push: str | None = None
-
-    def __call__(self, result: Result) -> None:
-        """Export; a failure is said on stderr and leaves the verdict as it is."""
-        if self.file is None and self.push is None:
-            return
-        from rsdrill.report import openmetrics
-
-        try:
-            registry = openmetrics.result_registry(result)
-            if self.file is not None:
-                openmetrics.write_textfile(registry, self.file)
-            if self.push is not None:
-                openmetrics.push(registry, self.push, result.experiment)
-        except openmetrics.MetricsExportError as exc:
-            typer.echo(f"metrics: not exported: {exc}", err=True)
 
 
 def run(
@@ -132,10 +107,13 @@ def run(
     options = run_options(experiment, out_dir, live, abort_on or [], yes)
     if interactive:
         options.console = _game_day_console(experiment)
-    export = MetricsExport(metrics_file, metrics_push)
+    if metrics_file is not None or metrics_push is not None:
+        from rsdrill.report.openmetrics import MetricsExport
+
+        options.plugins = (*options.plugins, MetricsExport(metrics_file, metrics_push))
     if experiment.matrix is not None:
-        _run_matrix(experiment, options, export)
-    run_and_report(experiment, options, None if no_history else history, export)
+        _run_matrix(experiment, options)
+    run_and_report(experiment, options, None if no_history else history)
 
 
 def _game_day_console(experiment: Experiment) -> GameDayConsole:
@@ -160,10 +138,9 @@ def run_and_report(
     experiment: Experiment,
     options: RunOptions,
     history: Path | None,
-    export: MetricsExport | None = None,
 ) -> NoReturn:
-    """Run, print the verdicts, record the run in `history` (None: not recorded), export its
-    metrics, exit with the result's status."""
+    """Run, print the verdicts, record the run in `history` (None: not recorded), exit with
+    the result's status."""
     from rsdrill.engine.runner import run_experiment
 
     out_dir = options.out_dir
@@ -191,8 +168,6 @@ def run_and_report(
             record(result, out_dir, history)
         except StoreError as exc:  # the verdict stands: a history problem must not change it
             typer.echo(f"history: not recorded: {exc}", err=True)
-    if export is not None:
-        export(result)
     raise typer.Exit(result.exit_code)
 
 
@@ -228,12 +203,11 @@ def _confirm(question: str) -> bool:
         return False
 
 
-def _run_matrix(experiment: Experiment, options: RunOptions, export: MetricsExport) -> NoReturn:
+def _run_matrix(experiment: Experiment, options: RunOptions) -> NoReturn:
     from rsdrill.engine.sweep import exit_code, run_sweep, write_summary
 
     cells = run_sweep(experiment, options)
     for cell in cells:
-        export(cell.result)
         params = ", ".join(f"{k}={v}" for k, v in cell.parameters.items())
         typer.echo(
             f"{params}: {cell.result.verdict.upper()}"

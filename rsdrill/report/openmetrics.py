@@ -11,12 +11,14 @@ writes the text, so the exposition follows its format exactly.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.errors import RsdrillError
+from rsdrill.hooks import hookimpl
 from rsdrill.redact import redact_uri
 
 if TYPE_CHECKING:
@@ -24,12 +26,36 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import CollectorRegistry
 
+    from rsdrill.history import Op
     from rsdrill.result import Result
     from rsdrill.store import Run
+
+_log = logging.getLogger("rsdrill.metrics")
 
 
 class MetricsExportError(RsdrillError):
     """The metrics could not be written or pushed (or prometheus_client is not installed)."""
+
+
+@dataclass(frozen=True)
+class MetricsExport:
+    """A plugin of the run's events (rsdrill/hooks.py): the finished run's metrics to a
+    textfile and/or a Pushgateway (`rsdrill run --metrics-file/--metrics-push`)."""
+
+    file: Path | None = None
+    push_url: str | None = None
+
+    @hookimpl
+    def rsdrill_run_finished(self, result: Result, ops: Sequence[Op], out_dir: Path) -> None:
+        """Export; a failure is logged and leaves the verdict as it is."""
+        try:
+            registry = result_registry(result)
+            if self.file is not None:
+                write_textfile(registry, self.file)
+            if self.push_url is not None:
+                push(registry, self.push_url, result.experiment)
+        except MetricsExportError as exc:
+            _log.warning("metrics: not exported: %s", exc)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,9 @@ boto3 is imported lazily, and only in this package."""
 from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
 
+EC2_KINDS = ("host-kill", "host-freeze", "volume-detach", "iops-throttle", "disk-fault",
+             "network-partition")  # fmt: skip
+
 platform = PackagePlatform(
     "ec2",
     __name__,
@@ -12,15 +15,5 @@ platform = PackagePlatform(
     fault_options=Ec2Fault,
     planner=f"{__name__}.options",
     actions=f"{__name__}.injectors",
-    injectors=dict.fromkeys(
-        (
-            "host-kill",
-            "host-freeze",
-            "volume-detach",
-            "iops-throttle",
-            "disk-fault",
-            "network-partition",
-        ),  # fmt: skip
-        f"{__name__}.target:instance_fault",
-    ),
+    injectors=dict.fromkeys(EC2_KINDS, f"{__name__}.target:instance_fault"),
 )
