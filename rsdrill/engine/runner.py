@@ -46,6 +46,7 @@ from rsdrill.platforms.base import (
     injector_factory,
 )
 from rsdrill.redact import redact_uri
+from rsdrill.report.notify import integrations
 from rsdrill.result import (
     EXIT_CODES,
     FaultResult,
@@ -115,7 +116,7 @@ class Runner:
         self.clock = RunClock.start()
         self.state = _State()
         self.live = LiveView(self.history)
-        self.events = RunEvents(options.plugins)
+        self.events = RunEvents((*options.plugins, *integrations(experiment, lambda: self.clock)))
         self._abort = threading.Event()
         # Why the run was aborted when it was not a signal (an abort condition held).
         self._abort_reason: str | None = None

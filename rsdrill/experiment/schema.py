@@ -30,6 +30,7 @@ from rsdrill.experiment.fields import (
     format_duration,
     parse_duration,
 )
+from rsdrill.experiment.integrations import GrafanaSection, Notification
 from rsdrill.experiment.kinds import (
     KIND_NAMES,
     KINDS,
@@ -598,6 +599,12 @@ class Experiment(Strict):
     guards: Guards = Guards()
     abort_on: tuple[AbortCondition, ...] = Field(
         (), description="stop injecting, revert and abort (exit 3) as soon as one holds"
+    )
+    notify: tuple[Notification, ...] = Field(
+        (), description="tell a webhook, Slack or PagerDuty of the run's start and verdict"
+    )
+    grafana: GrafanaSection | None = Field(
+        None, description="annotate each fault's window and the verdict on Grafana"
     )
 
     def variants(self) -> list[tuple[dict[str, MatrixValue], Experiment]]:

@@ -1,0 +1,70 @@
+"""A real run tells a webhook and Grafana (both loopback servers the test runs): the start,
+the fault's window as an annotation closed at its revert, and the verdict, in that order."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, list[tuple[str, str, dict]]]]:
+    seen: list[tuple[str, str, dict]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append((self.command, self.path, json.loads(body or b"{}")))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(json.dumps({"id": 7}).encode())
+
+        do_POST = do_PATCH = _any
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_port}", seen
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_run_notifies_and_annotates_in_order(tmp_path: Path, receiver) -> None:
+    url, seen = receiver
+    experiment = {
+        "name": "told",
+        "target": {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s"},
+        "faults": [{"at": "1s", "kind": "host-kill", "select": "secondary", "duration": "1s"}],
+        "observe": {"after_revert": "1s"},
+        "notify": [{"kind": "webhook", "url": f"{url}/hook"}],
+        "grafana": {"url": url, "tags": ["drill"]},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(experiment))
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(tmp_path / "out"),
+         "--no-live", "--no-history"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    order = [(method, path, body.get("event") or body.get("tags", [""])[-1])
+             for method, path, body in seen]  # fmt: skip
+    assert order == [
+        ("POST", "/hook", "start"),
+        ("POST", "/api/annotations", "host-kill"),
+        ("PATCH", "/api/annotations/7", ""),
+        ("POST", "/api/annotations", "pass"),
+        ("POST", "/hook", "pass"),
+    ], order
+    opened, closed = seen[1][2]["time"], seen[2][2]["timeEnd"]
+    assert 500 <= closed - opened <= 10_000  # the fault's window, in ms
