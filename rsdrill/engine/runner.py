@@ -37,6 +37,7 @@ from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.history import FaultRecord, History, Op, RunClock
 from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
+from rsdrill.platforms.fail_command import FailCommand
 from rsdrill.platforms.stepdown import StepDown
 from rsdrill.redact import redact_uri
 from rsdrill.result import (
@@ -617,6 +618,8 @@ def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
     if fault.kind == "stepdown":  # the same replSetStepDown on every platform
         return StepDown(host, period_s=fault.duration or 60.0, catch_up_s=fault.secondary_catch_up,
                         force=fault.force)  # fmt: skip
+    if fault.kind == "mongodb-fail-command":  # a command too, on every platform
+        return FailCommand(host, fault)
     return target.injector(fault, host)
 
 

@@ -89,6 +89,26 @@ KINDS: dict[str, KindSpec] = {
             },
         ),
         KindSpec(
+            "mongodb-fail-command",
+            "MongoDB's `failCommand` fail point on the member for `duration` (or `times` "
+            "commands), then mode off (any platform; a real mongod needs enableTestCommands)",
+            fields=(
+                "commands",
+                "error_code",
+                "error_labels",
+                "close_connection",
+                "block_time",
+                "times",
+                "app_name",
+            ),
+            fields_doc="`commands` (names), `error_code`, `error_labels`, `close_connection`, "
+            "`block_time` (blockConnection), `times`, `app_name`",
+            platforms={
+                platform: (Way("configureFailPoint failCommand, then mode off"),)
+                for platform in (_MACHINE, "kubernetes", "ec2", "vsphere")
+            },
+        ),
+        KindSpec(
             "disk-fault",
             "an errno and/or latency on the member's data files for `duration`",
             fields=("errno", "operations", "probability", "path", "latency"),
@@ -163,6 +183,10 @@ KINDS: dict[str, KindSpec] = {
 }
 
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
+
+COMMAND_KINDS: tuple[str, ...] = ("stepdown", "mongodb-fail-command")
+"""Kinds carried out by a command to the member itself: the same on every platform, with no
+platform engine or API call."""
 
 PLATFORM_COLUMNS: tuple[tuple[str, str], ...] = (
     (_MACHINE, "sandbox / local"),

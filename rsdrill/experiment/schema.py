@@ -372,6 +372,13 @@ class _FaultRules(Strict):
                 "iops-throttle needs a limit: iops, read_iops, write_iops, "
                 "throughput_mb_s, read_mb_s, write_mb_s or latency",
             )
+        if self.kind == "mongodb-fail-command":
+            if self.duration is None and self.times is None:
+                raise FieldProblem(("duration",), "mongodb-fail-command needs `duration` or "
+                                   "`times` (else it outlives the run)")  # fmt: skip
+            if self.error_code is None and not self.close_connection and self.block_time is None:
+                raise FieldProblem(("error_code",), "mongodb-fail-command needs error_code, "
+                                   "close_connection or block_time: it does nothing")  # fmt: skip
         if self.kind == "disk-fault" and self.errno == "none" and self.latency is None:
             raise FieldProblem(("errno",), "errno none and no latency: the fault does nothing")
         if (
@@ -448,6 +455,27 @@ class _Fault(_FaultRules):
     throughput_mb_s: float | None = Field(None, gt=0, description="iops-throttle: MiB/s")
     read_mb_s: float | None = Field(None, gt=0)
     write_mb_s: float | None = Field(None, gt=0)
+    commands: tuple[Annotated[str, Field(min_length=1)], ...] = Field(
+        ("insert",), min_length=1, description="mongodb-fail-command: the commands that fail"
+    )
+    error_code: int | None = Field(
+        None, description="mongodb-fail-command: the error code they answer with (e.g. 91)"
+    )
+    error_labels: tuple[str, ...] | None = Field(
+        None, description="mongodb-fail-command: the error labels (default: the server's)"
+    )
+    close_connection: bool = Field(
+        False, description="mongodb-fail-command: drop the connection instead of answering"
+    )
+    block_time: Duration | None = Field(
+        None, description="mongodb-fail-command: hold each command this long (blockConnection)"
+    )
+    times: int | None = Field(
+        None, ge=1, description="mongodb-fail-command: fail this many commands, then stop"
+    )
+    app_name: str | None = Field(
+        None, description="mongodb-fail-command: only connections of this appName"
+    )
     isolate_from: Literal["members", "clients", "all"] = Field(
         "members", description="network-partition: who loses contact with the member"
     )

@@ -53,6 +53,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"latency": "50ms"},
     ),
     "network-partition": ({}, {"isolate_from": "all"}),
+    "mongodb-fail-command": ({"error_code": 6},),
 }
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, model_validator
 
 from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.kinds import COMMAND_KINDS
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -164,7 +165,7 @@ def check_experiment(exp: Experiment) -> None:
         if fault.scope == "node":
             raise _problem(i, "scope", text="scope node is for kubernetes; on vsphere: member "
                            "(the VM) or host (every VM on its ESXi host)")  # fmt: skip
-        if fault.scope == "host" and fault.kind not in ("host-kill", "stepdown"):
+        if fault.scope == "host" and fault.kind not in ("host-kill", *COMMAND_KINDS):
             raise _problem(i, "scope", text=f"scope host (an ESXi host failure) applies to "
                            f"host-kill, not {fault.kind}")  # fmt: skip
         _check_kind(i, fault)
