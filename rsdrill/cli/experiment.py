@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rsdrill.cli.errors import SeedOption, seeded
+
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment
 
@@ -43,11 +45,11 @@ def validate(
         raise typer.Exit(EXIT_INVALID)
 
 
-def plan(file: FileArgument) -> None:
+def plan(file: FileArgument, seed: SeedOption = None) -> None:
     """Show what an experiment will do, to which member and when (nothing is run)."""
     import rsdrill
 
-    typer.echo(rsdrill.plan(_load_or_exit(file)), nl=False)
+    typer.echo(rsdrill.plan(seeded(_load_or_exit(file), seed)), nl=False)
 
 
 def schema(

@@ -221,6 +221,9 @@ def render_plan(exp: Experiment) -> str:
         lines.append(f"  {exp.description.strip()}")
     lines += ["", "target", *_indent(describe_target(exp.target))]
     lines += ["", "probes", *_indent(describe_probes(exp.probes))]
+    if exp.random_faults is not None:
+        lines += ["", f"random schedule: seed {exp.random_faults.seed} "
+                  f"(replay: rsdrill run FILE --seed {exp.random_faults.seed})"]  # fmt: skip
     lines += ["", "timeline (seconds from the start of the probes)"]
     lines += _indent(_timeline(plan_experiment(exp)))
     lines += _indent(_warnings(exp))

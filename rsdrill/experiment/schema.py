@@ -35,6 +35,7 @@ from rsdrill.experiment.kinds import (
     fields_for,
     kind_only_fields,
 )
+from rsdrill.experiment.random_schedule import RandomFaults
 from rsdrill.registry import platforms
 
 if TYPE_CHECKING:
@@ -685,11 +686,27 @@ def set_path(document: dict[str, Any], path: str, value: Any) -> None:
 class Experiment(Strict):
     """One experiment file."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _draw_random_faults(cls, data: Any) -> Any:
+        from rsdrill.experiment.random_schedule import expand
+
+        return expand(data)
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
     target: Target
     probes: Probes = Probes()
-    faults: tuple[Fault, ...] = Field(min_length=1)
+    faults: tuple[Fault, ...] = Field(
+        min_length=1,
+        description="the faults, or {random: {seed, kinds, count, within, duration, select}}: "
+        "a schedule drawn from a seed (see rsdrill/experiment/random_schedule.py)",
+    )
+    random_faults: RandomFaults | None = Field(
+        None,
+        description="set from `faults: {random}`: the spec the faults were drawn from, "
+        "with its seed",
+    )
     observe: Observe = Observe()
     slo: SloConditions = Field(
         default_factory=dict,
@@ -703,6 +720,16 @@ class Experiment(Strict):
     abort_on: tuple[AbortCondition, ...] = Field(
         (), description="stop injecting, revert and abort (exit 3) as soon as one holds"
     )
+
+    def with_seed(self, seed: int) -> Experiment:
+        """The same experiment with its random schedule drawn from `seed` (`--seed`)."""
+        from rsdrill.experiment.random_schedule import reseeded
+
+        if self.random_faults is None:
+            raise ValueError("--seed needs `faults: {random: ...}` in the experiment")
+        base = self.model_dump(mode="json", exclude={"faults", "random_faults"},
+                               exclude_defaults=True)  # fmt: skip
+        return Experiment.model_validate(reseeded(base, self.random_faults, seed))
 
     def variants(self) -> list[tuple[dict[str, MatrixValue], Experiment]]:
         """Each combination of the matrix's values and the experiment it makes (no matrix)."""
