@@ -260,6 +260,14 @@ class LoadProbe(Strict):
     write_concern: WriteConcernW = 1
 
 
+class RegisterProbe(Strict):
+    """One document written 1, 2, 3, ... at w:majority and read at majority in a causal
+    session: the history `rsdrill soak` checks for linearizability and monotonic reads."""
+
+    interval: Duration = 0.05
+    timeout: Duration = 0.25
+
+
 class Probes(Strict):
     availability: AvailabilityProbe | None = AvailabilityProbe()
     failover: FailoverProbe | None = FailoverProbe()
@@ -267,6 +275,7 @@ class Probes(Strict):
     lag: LagProbe | None = LagProbe()
     durability: DurabilityProbe | None = DurabilityProbe()
     load: LoadProbe | None = None
+    register: RegisterProbe | None = None
 
     def records(self) -> set[str]:
         """The names of the probes whose ops this configuration records (see
@@ -283,6 +292,7 @@ class Probes(Strict):
             "lag": self.lag is not None,
             "ledger": self.durability is not None,
             "load": self.load is not None,
+            "register": self.register is not None,
         }
         return {name for name, on in made.items() if on}
 

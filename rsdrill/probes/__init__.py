@@ -16,6 +16,7 @@ from rsdrill.probes.lag import LagPoller
 from rsdrill.probes.load import build_load, preload
 from rsdrill.probes.raw_write import RawWriteLoop
 from rsdrill.probes.recovery import StatusPoller
+from rsdrill.probes.register import REGISTER_ID, RegisterReader, RegisterWriter
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Probes
@@ -54,6 +55,11 @@ class ProbeSet:
             client[PROBE_DB].get_collection(
                 f"{self.prefix}_read", write_concern=WriteConcern("majority")
             ).replace_one({"_id": 1}, {"_id": 1}, upsert=True)
+        if self.config.register is not None:
+            with MongoClient(self.uri, serverSelectionTimeoutMS=30_000) as client:
+                client[PROBE_DB].get_collection(
+                    f"{self.prefix}_register", write_concern=WriteConcern("majority")
+                ).replace_one({"_id": REGISTER_ID}, {"_id": REGISTER_ID, "v": 0}, upsert=True)
         if self.config.load is not None:
             load = self.config.load
             preload(self.uri, f"{self.prefix}_load", load.records, load.record_bytes)
@@ -124,6 +130,13 @@ class ProbeSet:
                 LagPoller(self.history, self.clock, members=self.members,
                           interval_s=c.lag.interval, timeout_s=c.lag.timeout)
             )  # fmt: skip
+        if c.register is not None:
+            r = c.register
+            self.probes += [
+                probe(self.history, self.clock, uri=self.uri, collection=f"{self.prefix}_register",
+                      interval_s=r.interval, timeout_s=r.timeout)
+                for probe in (RegisterWriter, RegisterReader)
+            ]  # fmt: skip
         if c.load is not None:
             ld = c.load
             client, workers = build_load(
