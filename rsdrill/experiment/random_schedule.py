@@ -99,6 +99,8 @@ class RandomFaults(Strict):
 
 
 def _fault(template: dict[str, Any], at: float, length: float, role: str) -> dict[str, Any]:
+    # Only a primary can step down.
+    role = "primary" if template["kind"] == "stepdown" else role
     fault = {"at": at, "select": role, "duration": length, **template}
     if fault["kind"] == "stepdown":
         fault["secondary_catch_up"] = min(float(fault.get("secondary_catch_up", 1.0)), length)

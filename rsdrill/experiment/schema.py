@@ -275,7 +275,9 @@ class Probes(Strict):
     lag: LagProbe | None = LagProbe()
     durability: DurabilityProbe | None = DurabilityProbe()
     load: LoadProbe | None = None
-    register: RegisterProbe | None = None
+    consistency: RegisterProbe | None = Field(
+        None, description="the register the soak checks (linearizability, monotonic reads)"
+    )
 
     def records(self) -> set[str]:
         """The names of the probes whose ops this configuration records (see
@@ -292,7 +294,7 @@ class Probes(Strict):
             "lag": self.lag is not None,
             "ledger": self.durability is not None,
             "load": self.load is not None,
-            "register": self.register is not None,
+            "register": self.consistency is not None,
         }
         return {name for name, on in made.items() if on}
 

@@ -55,7 +55,7 @@ class ProbeSet:
             client[PROBE_DB].get_collection(
                 f"{self.prefix}_read", write_concern=WriteConcern("majority")
             ).replace_one({"_id": 1}, {"_id": 1}, upsert=True)
-        if self.config.register is not None:
+        if self.config.consistency is not None:
             with MongoClient(self.uri, serverSelectionTimeoutMS=30_000) as client:
                 client[PROBE_DB].get_collection(
                     f"{self.prefix}_register", write_concern=WriteConcern("majority")
@@ -130,8 +130,8 @@ class ProbeSet:
                 LagPoller(self.history, self.clock, members=self.members,
                           interval_s=c.lag.interval, timeout_s=c.lag.timeout)
             )  # fmt: skip
-        if c.register is not None:
-            r = c.register
+        if c.consistency is not None:
+            r = c.consistency
             self.probes += [
                 probe(self.history, self.clock, uri=self.uri, collection=f"{self.prefix}_register",
                       interval_s=r.interval, timeout_s=r.timeout)
