@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
 
 from rsdrill.faultfs.mount import faultfs_mounts
 from rsdrill.platforms.machine import netcls
@@ -56,6 +58,9 @@ FAULTS = {
     "power-loss": "{at: 1s, kind: host-kill, select: primary, power_loss: true, duration: 1.5s}",
     # A secondary's host and data lost; the restore step starts it empty (initial sync).
     "data-loss": "{at: 1s, kind: data-loss, select: secondary}",
+    # The primary's inserts fail; a kept sandbox must take inserts again afterwards.
+    "mongodb-fail-command": "{at: 1s, kind: mongodb-fail-command, select: primary,"
+    " commands: [insert], error_code: 8, duration: 1.5s}",
 }
 # What a fault needs besides itself in its experiment.
 EXTRA = {
@@ -294,11 +299,24 @@ def _check_nothing_remains(outcome: Outcome) -> None:
     while True:
         states = [s.state for s in sandbox.status()]
         if sorted(states) == ["PRIMARY", "SECONDARY", "SECONDARY"]:
+            if (code := _insert_fails(sandbox)) is not None:
+                outcome.problems.append(f"kept sandbox refuses inserts (code {code}): a fail "
+                                        "point left on")  # fmt: skip
             return
         if time.monotonic() > deadline:
             outcome.problems.append(f"kept sandbox not healthy: {states}")
             return
         time.sleep(0.2)
+
+
+def _insert_fails(sandbox: Sandbox) -> int | None:
+    """The error code of an insert on the kept sandbox's primary (None: it succeeded)."""
+    with MongoClient(sandbox.uri, serverSelectionTimeoutMS=10_000, retryWrites=False) as client:
+        try:
+            client.rsdrill_chaos.after.insert_one({})
+        except OperationFailure as exc:
+            return exc.code
+    return None
 
 
 def _clean_up(work: Path) -> None:
