@@ -109,6 +109,25 @@ KINDS: dict[str, KindSpec] = {
             },
         ),
         KindSpec(
+            "cpu-starve",
+            "the member gets `cpu_share` of one CPU for `duration` (a noisy neighbour)",
+            fields=("cpu_share",),
+            fields_doc="`cpu_share` (of one CPU, default 0.05)",
+            needs_duration=True,
+            platforms={_MACHINE: (Way("cgroup v1 cpu.cfs_quota_us on the member's process"),)},
+        ),
+        KindSpec(
+            "memory-pressure",
+            "the member may allocate only `memory_limit_mb` more for `duration`: beyond it "
+            "the OOM killer takes it (a host out of memory); restarted on revert",
+            fields=("memory_limit_mb",),
+            fields_doc="`memory_limit_mb` (default 1: the OOM killer at once)",
+            needs_duration=True,
+            platforms={
+                _MACHINE: (Way("cgroup v1 memory.limit_in_bytes; restart after the OOM kill"),)
+            },
+        ),
+        KindSpec(
             "disk-fault",
             "an errno and/or latency on the member's data files for `duration`",
             fields=("errno", "operations", "probability", "path", "latency"),

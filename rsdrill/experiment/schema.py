@@ -489,6 +489,12 @@ class _Fault(_FaultRules):
     app_name: str | None = Field(
         None, description="mongodb-fail-command: only connections of this appName"
     )
+    cpu_share: float = Field(
+        0.05, gt=0, le=1, description="cpu-starve: the share of one CPU the member keeps"
+    )
+    memory_limit_mb: float = Field(
+        1.0, gt=0, description="memory-pressure: how much more the member may allocate"
+    )
     isolate_from: Literal["members", "clients", "all"] = Field(
         "members", description="network-partition: who loses contact with the member"
     )

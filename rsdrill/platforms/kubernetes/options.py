@@ -137,6 +137,9 @@ def check_experiment(exp: Experiment) -> None:
                 (*at, "engine"),
                 f"unknown engine {fault.engine!r} on kubernetes (one of {', '.join(ENGINES)})",
             )
+        if fault.kind not in SUPPORT:
+            raise FieldProblem((*at, "kind"), f"{fault.kind} is not available on kubernetes "
+                               "(rsdrill does not drive Chaos Mesh StressChaos yet)")  # fmt: skip
         engines = SUPPORT[fault.kind]
         engine = engine_of(fault)
         if engine not in engines:

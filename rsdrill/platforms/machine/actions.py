@@ -13,6 +13,7 @@ from rsdrill.experiment.schema import LocalMember
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mount import unmount_all
 from rsdrill.platforms.base import RevertAction, TargetError
+from rsdrill.platforms.machine.cgroup import leave
 from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
 from rsdrill.platforms.machine.network import heal
 from rsdrill.redact import has_masked_password
@@ -78,6 +79,16 @@ def faultfs_clear(action: dict[str, Any]) -> str:
     return done
 
 
+def _cgroup_leave(action: dict[str, Any]) -> str:
+    """Revert action `cgroup-leave`: the member out of its cpu/memory cgroup; restarted if the
+    OOM killer took it meanwhile."""
+    done = leave(action)
+    restart = action.get("restart")
+    if restart:  # restart actions do nothing when the member still runs
+        done += f"; {REVERT_ACTIONS[restart['action']](restart)}"
+    return done
+
+
 REVERT_ACTIONS: dict[str, RevertAction] = {
     "sigcont": _sigcont,
     "sandbox-start": _sandbox_start,
@@ -85,4 +96,5 @@ REVERT_ACTIONS: dict[str, RevertAction] = {
     "sandbox-down": _sandbox_down,
     "network-heal": heal,
     "faultfs-clear": faultfs_clear,
+    "cgroup-leave": _cgroup_leave,
 }

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill.platforms.base import InjectionError, Injector
+from rsdrill.platforms.machine.cgroup import CONTROLLERS, CgroupFault, settings_for
 from rsdrill.platforms.machine.data_loss import DataLoss
 from rsdrill.platforms.machine.disk import STORAGE_KINDS, PowerLossKill, StorageFault, rule_for
 from rsdrill.platforms.machine.network import NetworkPartition
@@ -36,6 +37,10 @@ def machine_injector(fault: Fault, host: str, target: SandboxTarget | LocalTarge
         return HostFreeze(hosts, host)
     if fault.kind == "data-loss":
         return DataLoss(hosts, host)
+    if fault.kind in CONTROLLERS:
+        return CgroupFault(fault.kind, hosts, host,
+                           settings_for(fault.kind, fault.cpu_share, fault.memory_limit_mb),
+                           hosts.restart_action(host, wipe=False))  # fmt: skip
     if fault.kind == "network-partition":
         return NetworkPartition(
             hosts, host, list(target.members),

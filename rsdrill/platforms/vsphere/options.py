@@ -139,6 +139,8 @@ _WHY_NOT = {
     "disk-fault": "disk-fault is not available on vSphere: its API cannot make a virtual disk "
     "return I/O errors or add latency per operation; use volume-detach (remove the disk) or "
     "iops-throttle (storageIOAllocation.limit)",
+    "cpu-starve": "cpu-starve is not available on vSphere yet (a VM CPU limit is not wired in)",
+    "memory-pressure": "memory-pressure is not available on vSphere",
 }
 _PER_DIRECTION = ("read_iops", "write_iops", "throughput_mb_s", "read_mb_s", "write_mb_s",
                   "latency")  # fmt: skip
