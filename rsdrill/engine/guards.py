@@ -79,7 +79,13 @@ class DownSpan:
 
 def takes_member_down(fault: Fault) -> bool:
     """Whether the fault, while in force, takes its member out of the set's majority."""
-    if fault.kind in ("stepdown", "iops-throttle", "mongodb-fail-command"):
+    if fault.kind in (
+        "stepdown",
+        "iops-throttle",
+        "mongodb-fail-command",
+        "cpu-starve",
+        "clock-skew",
+    ):
         return False
     if fault.kind == "network-partition":
         return fault.isolate_from != "clients"

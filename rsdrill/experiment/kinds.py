@@ -109,6 +109,15 @@ KINDS: dict[str, KindSpec] = {
             },
         ),
         KindSpec(
+            "clock-skew",
+            "the member's wall clock is `clock_offset` seconds off (and drifts `clock_drift` "
+            "s/s) for `duration`: oplog and hello times, $clusterTime",
+            fields=("clock_offset", "clock_drift"),
+            fields_doc="`clock_offset` (seconds, may be negative), `clock_drift` (s per s)",
+            needs_duration=True,
+            platforms={_MACHINE: (Way("sandbox: the emulator's clock; local: refused"),)},
+        ),
+        KindSpec(
             "cpu-starve",
             "the member gets `cpu_share` of one CPU for `duration` (a noisy neighbour)",
             fields=("cpu_share",),

@@ -489,6 +489,12 @@ class _Fault(_FaultRules):
     app_name: str | None = Field(
         None, description="mongodb-fail-command: only connections of this appName"
     )
+    clock_offset: float = Field(
+        60.0, description="clock-skew: seconds the member's clock is ahead (negative: behind)"
+    )
+    clock_drift: float = Field(
+        0.0, ge=-0.5, le=0.5, description="clock-skew: seconds it gains per second (drift)"
+    )
     cpu_share: float = Field(
         0.05, gt=0, le=1, description="cpu-starve: the share of one CPU the member keeps"
     )

@@ -14,6 +14,7 @@ from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mount import unmount_all
 from rsdrill.platforms.base import RevertAction, TargetError
 from rsdrill.platforms.machine.cgroup import leave
+from rsdrill.platforms.machine.clock import clock_reset
 from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
 from rsdrill.platforms.machine.network import heal
 from rsdrill.redact import has_masked_password
@@ -97,4 +98,5 @@ REVERT_ACTIONS: dict[str, RevertAction] = {
     "network-heal": heal,
     "faultfs-clear": faultfs_clear,
     "cgroup-leave": _cgroup_leave,
+    "clock-reset": clock_reset,
 }

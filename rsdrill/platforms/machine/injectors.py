@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rsdrill.platforms.base import InjectionError, Injector
 from rsdrill.platforms.machine.cgroup import CONTROLLERS, CgroupFault, settings_for
+from rsdrill.platforms.machine.clock import ClockSkew
 from rsdrill.platforms.machine.data_loss import DataLoss
 from rsdrill.platforms.machine.disk import STORAGE_KINDS, PowerLossKill, StorageFault, rule_for
 from rsdrill.platforms.machine.network import NetworkPartition
@@ -37,6 +38,11 @@ def machine_injector(fault: Fault, host: str, target: SandboxTarget | LocalTarge
         return HostFreeze(hosts, host)
     if fault.kind == "data-loss":
         return DataLoss(hosts, host)
+    if fault.kind == "clock-skew":
+        if target.platform != "sandbox":
+            raise InjectionError("clock-skew needs the sandbox's own clock (libfaketime for a "
+                                 "local mongod is not wired in)")  # fmt: skip
+        return ClockSkew(host, fault.clock_offset, fault.clock_drift)
     if fault.kind in CONTROLLERS:
         return CgroupFault(fault.kind, hosts, host,
                            settings_for(fault.kind, fault.cpu_share, fault.memory_limit_mb),

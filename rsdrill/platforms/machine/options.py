@@ -21,6 +21,9 @@ def check_experiment(exp: Experiment) -> None:
                         ("target", "members", j, "dbpath"),
                         f"faults[{i}] is a data-loss: every member needs its `dbpath` to wipe",
                     )
+        if fault.kind == "clock-skew" and exp.target.platform == "local":
+            raise FieldProblem(("faults", i, "kind"), "clock-skew on a local mongod needs "
+                               "libfaketime, which rsdrill does not drive")  # fmt: skip
         if fault.engine is not None:
             raise FieldProblem(
                 ("faults", i, "engine"),
