@@ -89,6 +89,8 @@ def takes_member_down(fault: Fault) -> bool:
         return False
     if fault.kind == "network-partition":
         return fault.isolate_from != "clients"
+    if fault.kind == "disk-fill":
+        return fault.fill_percent >= 100  # full: ENOSPC ends the member
     if fault.kind == "disk-fault":
         failing = {"write", "fsync", "any"} & set(fault.operations)
         return fault.errno != "none" and bool(failing)

@@ -137,6 +137,17 @@ KINDS: dict[str, KindSpec] = {
             },
         ),
         KindSpec(
+            "disk-fill",
+            "the member's data disk filled to `fill_percent` for `duration`, then freed (full: "
+            "it dies of ENOSPC as mongod does, and is restarted)",
+            fields=("fill_percent",),
+            fields_doc="`fill_percent` (default 100: ENOSPC)",
+            needs_duration=True,
+            platforms={
+                _MACHINE: (Way("sandbox: a file on the member's own 64 MiB disk; local: refused"),)
+            },
+        ),
+        KindSpec(
             "disk-fault",
             "an errno and/or latency on the member's data files for `duration`",
             fields=("errno", "operations", "probability", "path", "latency"),

@@ -495,6 +495,9 @@ class _Fault(_FaultRules):
     clock_drift: float = Field(
         0.0, ge=-0.5, le=0.5, description="clock-skew: seconds it gains per second (drift)"
     )
+    fill_percent: float = Field(
+        100.0, gt=0, le=100, description="disk-fill: how full the member's data disk gets"
+    )
     cpu_share: float = Field(
         0.05, gt=0, le=1, description="cpu-starve: the share of one CPU the member keeps"
     )

@@ -11,6 +11,7 @@ from rsdrill.platforms.machine.cgroup import CONTROLLERS, CgroupFault, settings_
 from rsdrill.platforms.machine.clock import ClockSkew
 from rsdrill.platforms.machine.data_loss import DataLoss
 from rsdrill.platforms.machine.disk import STORAGE_KINDS, PowerLossKill, StorageFault, rule_for
+from rsdrill.platforms.machine.disk_fill import DiskFill
 from rsdrill.platforms.machine.network import NetworkPartition
 from rsdrill.platforms.machine.process import HostFreeze, HostKill
 
@@ -43,6 +44,12 @@ def machine_injector(fault: Fault, host: str, target: SandboxTarget | LocalTarge
             raise InjectionError("clock-skew needs the sandbox's own clock (libfaketime for a "
                                  "local mongod is not wired in)")  # fmt: skip
         return ClockSkew(host, fault.clock_offset, fault.clock_drift)
+    if fault.kind == "disk-fill":
+        data = getattr(target, "small_disk", lambda _: None)(host)
+        if data is None:
+            raise InjectionError("disk-fill needs the sandbox's members on disks of their own")
+        return DiskFill(hosts, host, data, fault.fill_percent,
+                        hosts.restart_action(host, wipe=False))  # fmt: skip
     if fault.kind in CONTROLLERS:
         return CgroupFault(fault.kind, hosts, host,
                            settings_for(fault.kind, fault.cpu_share, fault.memory_limit_mb),

@@ -142,6 +142,7 @@ _WHY_NOT = {
     "cpu-starve": "cpu-starve is not available on vSphere yet (a VM CPU limit is not wired in)",
     "memory-pressure": "memory-pressure is not available on vSphere",
     "clock-skew": "clock-skew is not available on vSphere",
+    "disk-fill": "disk-fill is not available on vSphere",
 }
 _PER_DIRECTION = ("read_iops", "write_iops", "throughput_mb_s", "read_mb_s", "write_mb_s",
                   "latency")  # fmt: skip
