@@ -40,6 +40,7 @@ from pymongo.errors import OperationFailure
 from rsdrill.faultfs.mount import faultfs_mounts
 from rsdrill.platforms.machine import netcls
 from rsdrill.platforms.machine.cgroup import mount_of
+from rsdrill.platforms.machine.disk_fill import small_disk_mounts
 from rsdrill.platforms.machine.network import rsdrill_tables
 from rsdrill.sandbox.cluster import Sandbox
 from tests.integration.faultfs_support import ensure_faultfs_tools
@@ -67,6 +68,8 @@ FAULTS = {
     # The OOM killer takes the primary; revert restarts it.
     "memory-pressure": "{at: 1s, kind: memory-pressure, select: primary, duration: 1.5s}",
     "clock-skew": "{at: 1s, kind: clock-skew, select: primary, clock_offset: 3600, duration: 1.5s}",
+    # The primary dies of ENOSPC on its own small disk; revert frees it and restarts it.
+    "disk-fill": "{at: 1s, kind: disk-fill, select: primary, duration: 1.5s}",
 }
 # What a fault needs besides itself in its experiment.
 EXTRA = {
@@ -75,7 +78,8 @@ EXTRA = {
     """ "$(basename "$p")" >/dev/null 2>&1; done; true'}\n""",
 }
 # Faults whose sandbox is never kept: members on faultfs for the run only, or data lost.
-NOT_KEPT = {"disk-fault", "iops-throttle", "volume-detach", "power-loss", "data-loss"}
+NOT_KEPT = {"disk-fault", "iops-throttle", "volume-detach", "power-loss", "data-loss",
+            "disk-fill"}  # fmt: skip
 FAULT_S = 1.5
 # (marker line, lowest delay, highest delay) per phase; see the module docstring.
 PHASES: dict[str, tuple[str, float, float]] = {
@@ -289,6 +293,8 @@ def _check_nothing_remains(outcome: Outcome) -> None:
         outcome.problems.append(f"member processes left in net_cls classes: ports {tagged}")
     if groups := _member_cgroups(ports):
         outcome.problems.append(f"cpu/memory cgroups left: {groups}")
+    if disks := small_disk_mounts(outcome.work):
+        outcome.problems.append(f"member disks left mounted: {disks}")
     if mounts := faultfs_mounts(outcome.work):
         outcome.problems.append(f"faultfs mounts left: {mounts}")
     sandbox_dir = outcome.work / "out" / "sandbox"
