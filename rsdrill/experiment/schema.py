@@ -357,6 +357,10 @@ class _FaultRules(Strict):
         secondary_catch_up: float
         errno: str
         latency: float | None
+        times: int | None
+        error_code: int | None
+        close_connection: bool
+        block_time: float | None
     else:
 
         def __getattr__(self, name: str) -> Any:
