@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import secrets
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -37,7 +37,7 @@ class RandomFaults(Strict):
     """`faults: {random: ...}`: a schedule drawn from a seed."""
 
     seed: int | None = Field(None, ge=0, description="default: a new one per run (recorded)")
-    kinds: tuple[Annotated[str | dict[str, Any], Field()], ...] = Field(
+    kinds: tuple[str | dict[str, Any], ...] = Field(
         min_length=1,
         description="kind names, or fault templates ({kind, ...options}) to draw from",
     )
