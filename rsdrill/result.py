@@ -146,6 +146,11 @@ class Result(_Model):
     error: str | None = None
     clock: RunClockInfo | None = None
     rsdrill_version: str = ""
+    random_schedule: dict[str, Any] | None = Field(
+        None,
+        description="faults drawn from a seed: {seed, spec, faults}; `rsdrill run FILE --seed "
+        "<seed>` draws the same faults",
+    )
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)

@@ -10,7 +10,17 @@ from typing import Annotated
 
 import typer
 
-from rsdrill.cli import check, experiment, faultfs, history, replay, run, sandbox, schedule
+from rsdrill.cli import (
+    check,
+    experiment,
+    faultfs,
+    history,
+    replay,
+    run,
+    sandbox,
+    schedule,
+    soak,
+)
 from rsdrill.version import __version__
 
 app = typer.Typer(
@@ -29,6 +39,7 @@ app.add_typer(sandbox.app, name="sandbox")
 app.command()(check.check)
 app.command()(run.run)
 app.command()(run.recover)
+app.command()(soak.soak)
 app.command()(history.history)
 app.command()(replay.replay)
 app.add_typer(replay.timeline_app, name="timeline")

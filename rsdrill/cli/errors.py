@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Experiment
 
 EXIT_INVALID = 2
 
@@ -12,3 +15,24 @@ EXIT_INVALID = 2
 def exit_invalid(message: str) -> NoReturn:
     typer.echo(message, err=True)
     raise typer.Exit(EXIT_INVALID)
+
+
+SeedOption = Annotated[
+    int | None,
+    typer.Option(
+        "--seed",
+        min=0,
+        help="Draw the random schedule (faults: {random}) from this seed: "
+        "the same seed, the same faults.",
+    ),
+]
+
+
+def seeded(experiment: Experiment, seed: int | None) -> Experiment:
+    """The experiment drawn with `--seed` (exit 2 when it has no random schedule)."""
+    if seed is None:
+        return experiment
+    try:
+        return experiment.with_seed(seed)
+    except ValueError as exc:
+        exit_invalid(str(exc))

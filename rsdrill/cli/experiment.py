@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rsdrill.cli.errors import SeedOption, seeded
+
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment
 
@@ -58,12 +60,12 @@ def validate(
         raise typer.Exit(EXIT_INVALID)
 
 
-def plan(file: FileArgument) -> None:
+def plan(file: FileArgument, seed: SeedOption = None) -> None:
     """Show what an experiment will do, to which member and when (nothing is run)."""
     import rsdrill
     from rsdrill.experiment.plan import ONE_WAY_MARK
 
-    for line in rsdrill.plan(_load_or_exit(file)).splitlines():
+    for line in rsdrill.plan(seeded(_load_or_exit(file), seed)).splitlines():
         # typer.style's colour is dropped when stdout is not a terminal.
         typer.secho(line, fg="red" if ONE_WAY_MARK in line else None)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from rsdrill.cli.check import refuse_unless_checked
-from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.errors import SeedOption, exit_invalid, seeded
 from rsdrill.cli.interrupt import exit_on_interrupt
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ def run(
             "faults in force early, a to abort. Needs a terminal.",
         ),
     ] = False,
+    seed: SeedOption = None,
 ) -> None:
     """Run an experiment: exit 0 all SLOs held, 1 an SLO failed, 2 invalid input, 3 aborted,
     4 a platform or internal error."""
@@ -102,6 +103,7 @@ def run(
         experiment = load_experiment(file)
     except ExperimentError as exc:
         exit_invalid(str(exc))
+    experiment = seeded(experiment, seed)
     refuse_unless_checked(experiment)
     out_dir = out or default_out_dir(experiment.name)
     options = run_options(experiment, out_dir, live, abort_on or [], yes)

@@ -12,11 +12,17 @@ from rsdrill import registry
 from rsdrill.engine.steps import stop_step
 from rsdrill.faultfs.mount import FaultFSError
 from rsdrill.platforms.base import RevertAction, TargetError
+from rsdrill.platforms.fail_command import REVERT_ACTION as FAIL_COMMAND_OFF
+from rsdrill.platforms.fail_command import fail_command_off
 from rsdrill.platforms.machine.actions import REVERT_ACTIONS as MACHINE_ACTIONS
 from rsdrill.sandbox.errors import SandboxError
 
 # The machine platforms' actions carry no platform prefix (journals name them so).
-ACTIONS: dict[str, RevertAction] = {"stop-step": stop_step, **MACHINE_ACTIONS}
+ACTIONS: dict[str, RevertAction] = {
+    "stop-step": stop_step,
+    FAIL_COMMAND_OFF: fail_command_off,  # a command, the same on every platform
+    **MACHINE_ACTIONS,
+}
 
 
 def _platform_action(name: str) -> RevertAction | None:

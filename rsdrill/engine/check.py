@@ -101,6 +101,8 @@ def _checks(exp: Experiment) -> Iterator[Check]:
     yield from _deployment(exp, deployment)
     yield from _slos(exp, deployment)
     yield from _privileges(exp, reached[0], options, deployment)
+    if any(f.kind == "mongodb-fail-command" for f in exp.faults):
+        yield from _test_commands(reached, options)
     if exp.target.platform != "local":
         yield _platform(exp, options)
 
@@ -172,6 +174,28 @@ def _deployment(exp: Experiment, deployment: Deployment) -> Iterator[Check]:
                     + (f" {deployment.set_name}" if deployment.set_name else ""))  # fmt: skip
 
 
+def _test_commands(members: list[str], options: ConnectOptions) -> Iterator[Check]:
+    """mongodb-fail-command needs configureFailPoint, which mongod has only with
+    enableTestCommands: asked of every member (getParameter), since any may be selected."""
+    refused = []
+    for host in members:
+        conn = DirectConnection(host, TIMEOUT_S, options)
+        try:
+            reply = conn.command("admin", {"getParameter": 1, "enableTestCommands": 1})
+        except WireClientError as exc:
+            reply = {"ok": 0, "errmsg": str(exc)}
+        finally:
+            conn.close()
+        if not reply.get("ok") or reply.get("enableTestCommands") not in (True, 1, "1"):
+            refused.append(f"{host} ({reply.get('errmsg') or 'enableTestCommands is off'})")
+    if refused:
+        yield Check("test commands", False, "mongodb-fail-command needs configureFailPoint: "
+                    "start mongod with --setParameter enableTestCommands=1; not on "
+                    + ", ".join(refused))  # fmt: skip
+    else:
+        yield Check("test commands", True, "configureFailPoint is available (enableTestCommands)")
+
+
 def _slos(exp: Experiment, deployment: Deployment) -> Iterator[Check]:
     """An SLO on a metric this topology cannot have would fail every run: refuse it now."""
     from rsdrill.analysis.slo import not_applicable_reason
@@ -209,6 +233,9 @@ def needed_privileges(exp: Experiment, standalone: bool) -> list[Privilege]:
     if any(f.kind == "stepdown" for f in exp.faults):
         needed.append(Privilege(CLUSTER, "replSetStateChange", "the stepdown fault",
                                 "clusterManager"))  # fmt: skip
+    if any(f.kind == "mongodb-fail-command" for f in exp.faults):
+        needed.append(Privilege(CLUSTER, "configureFailPoint", "the mongodb-fail-command fault",
+                                "hostManager"))  # fmt: skip
     return needed
 
 

@@ -79,10 +79,18 @@ class DownSpan:
 
 def takes_member_down(fault: Fault) -> bool:
     """Whether the fault, while in force, takes its member out of the set's majority."""
-    if fault.kind in ("stepdown", "iops-throttle"):
+    if fault.kind in (
+        "stepdown",
+        "iops-throttle",
+        "mongodb-fail-command",
+        "cpu-starve",
+        "clock-skew",
+    ):
         return False
     if fault.kind == "network-partition":
         return fault.isolate_from != "clients"
+    if fault.kind == "disk-fill":
+        return fault.fill_percent >= 100  # full: ENOSPC ends the member
     if fault.kind == "disk-fault":
         failing = {"write", "fsync", "any"} & set(fault.operations)
         return fault.errno != "none" and bool(failing)

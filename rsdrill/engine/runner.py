@@ -285,6 +285,7 @@ class Runner:
             error=error,
             clock=RunClockInfo(t0_monotonic=self.clock.mono0, t0_wall=self.clock.wall0),
             rsdrill_version=__version__,
+            random_schedule=random_schedule(self.exp),
         )
         self.events.emit("verdict", result=result)
         self.events.emit("run_finished", result=result, ops=self.history.ops(),
@@ -637,6 +638,18 @@ def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
 def fault_options(fault: Fault) -> dict[str, Any]:
     """What a fault was given beyond when and where (as in its file)."""
     return fault.model_dump(mode="json", exclude={"at", "kind", "select"}, exclude_unset=True)
+
+
+def random_schedule(exp: Experiment) -> dict[str, Any] | None:
+    """The seed, spec and drawn faults of a random schedule, as the result records them."""
+    spec = exp.random_faults
+    if spec is None:
+        return None
+    return {
+        "seed": spec.seed,
+        "spec": spec.model_dump(mode="json", exclude={"seed"}),
+        "faults": [f.model_dump(mode="json", exclude_defaults=True) for f in exp.faults],
+    }
 
 
 def _internal(exc: Exception) -> str:

@@ -234,6 +234,72 @@ class NetworkPartitionFields(Strict):
     )
 
 
+# -- mongodb-fail-command ------------------------------------------------------------------------
+
+
+class FailCommandFields(Strict):
+    commands: tuple[Annotated[str, Field(min_length=1)], ...] = Field(
+        ("insert",), min_length=1, description="mongodb-fail-command: the commands that fail"
+    )
+    error_code: int | None = Field(
+        None, description="mongodb-fail-command: the error code they answer with (e.g. 91)"
+    )
+    error_labels: tuple[str, ...] | None = Field(
+        None, description="mongodb-fail-command: the error labels (default: the server's)"
+    )
+    close_connection: bool = Field(
+        False, description="mongodb-fail-command: drop the connection instead of answering"
+    )
+    block_time: Duration | None = Field(
+        None, description="mongodb-fail-command: hold each command this long (blockConnection)"
+    )
+    times: int | None = Field(
+        None, ge=1, description="mongodb-fail-command: fail this many commands, then stop"
+    )
+    app_name: str | None = Field(
+        None, description="mongodb-fail-command: only connections of this appName"
+    )
+
+
+def _fail_command_check(fault: Any) -> None:
+    if fault.duration is None and fault.times is None:
+        raise FieldProblem(("duration",), "mongodb-fail-command needs `duration` or "
+                           "`times` (else it outlives the run)")  # fmt: skip
+    if fault.error_code is None and not fault.close_connection and fault.block_time is None:
+        raise FieldProblem(("error_code",), "mongodb-fail-command needs error_code, "
+                           "close_connection or block_time: it does nothing")  # fmt: skip
+
+
+# -- clock-skew, cpu-starve, memory-pressure, disk-fill ------------------------------------------
+
+
+class ClockSkewFields(Strict):
+    clock_offset: float = Field(
+        60.0, description="clock-skew: seconds the member's clock is ahead (negative: behind)"
+    )
+    clock_drift: float = Field(
+        0.0, ge=-0.5, le=0.5, description="clock-skew: seconds it gains per second (drift)"
+    )
+
+
+class CpuStarveFields(Strict):
+    cpu_share: float = Field(
+        0.05, gt=0, le=1, description="cpu-starve: the share of one CPU the member keeps"
+    )
+
+
+class MemoryPressureFields(Strict):
+    memory_limit_mb: float = Field(
+        1.0, gt=0, description="memory-pressure: how much more the member may allocate"
+    )
+
+
+class DiskFillFields(Strict):
+    fill_percent: float = Field(
+        100.0, gt=0, le=100, description="disk-fill: how full the member's data disk gets"
+    )
+
+
 if TYPE_CHECKING:
 
     class AnyKindFields(
@@ -242,6 +308,11 @@ if TYPE_CHECKING:
         DiskFaultFields,
         IopsThrottleFields,
         NetworkPartitionFields,
+        FailCommandFields,
+        ClockSkewFields,
+        CpuStarveFields,
+        MemoryPressureFields,
+        DiskFillFields,
     ):
         """What type checkers see of a fault: every kind's fields (a kind's model reads
         another kind's field as its default)."""
@@ -331,6 +402,59 @@ KINDS: dict[str, KindSpec] = {
             platforms={
                 platform: (Way("replSetStepDown"),)
                 for platform in (_MACHINE, "kubernetes", "ec2", "vsphere")
+            },
+        ),
+        KindSpec(
+            "mongodb-fail-command",
+            "MongoDB's `failCommand` fail point on the member for `duration` (or `times` "
+            "commands), then mode off (any platform; a real mongod needs enableTestCommands)",
+            fields=FailCommandFields,
+            check=_fail_command_check,
+            injector="rsdrill.platforms.fail_command:fail_command_injector",
+            fields_doc="`commands` (names), `error_code`, `error_labels`, `close_connection`, "
+            "`block_time` (blockConnection), `times`, `app_name`",
+            platforms={
+                platform: (Way("configureFailPoint failCommand, then mode off"),)
+                for platform in (_MACHINE, "kubernetes", "ec2", "vsphere")
+            },
+        ),
+        KindSpec(
+            "clock-skew",
+            "the member's wall clock is `clock_offset` seconds off (and drifts `clock_drift` "
+            "s/s) for `duration`: oplog and hello times, $clusterTime",
+            fields=ClockSkewFields,
+            fields_doc="`clock_offset` (seconds, may be negative), `clock_drift` (s per s)",
+            needs_duration=True,
+            platforms={_MACHINE: (Way("sandbox: the emulator's clock; local: refused"),)},
+        ),
+        KindSpec(
+            "cpu-starve",
+            "the member gets `cpu_share` of one CPU for `duration` (a noisy neighbour)",
+            fields=CpuStarveFields,
+            fields_doc="`cpu_share` (of one CPU, default 0.05)",
+            needs_duration=True,
+            platforms={_MACHINE: (Way("cgroup v1 cpu.cfs_quota_us on the member's process"),)},
+        ),
+        KindSpec(
+            "memory-pressure",
+            "the member may allocate only `memory_limit_mb` more for `duration`: beyond it "
+            "the OOM killer takes it (a host out of memory); restarted on revert",
+            fields=MemoryPressureFields,
+            fields_doc="`memory_limit_mb` (default 1: the OOM killer at once)",
+            needs_duration=True,
+            platforms={
+                _MACHINE: (Way("cgroup v1 memory.limit_in_bytes; restart after the OOM kill"),)
+            },
+        ),
+        KindSpec(
+            "disk-fill",
+            "the member's data disk filled to `fill_percent` for `duration`, then freed (full: "
+            "it dies of ENOSPC as mongod does, and is restarted)",
+            fields=DiskFillFields,
+            fields_doc="`fill_percent` (default 100: ENOSPC)",
+            needs_duration=True,
+            platforms={
+                _MACHINE: (Way("sandbox: a file on the member's own 64 MiB disk; local: refused"),)
             },
         ),
         KindSpec(
@@ -447,6 +571,10 @@ KINDS: dict[str, KindSpec] = {
 }
 
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
+
+COMMAND_KINDS: tuple[str, ...] = ("stepdown", "mongodb-fail-command")
+"""Kinds carried out by a command to the member itself: the same on every platform, with no
+platform engine or API call."""
 
 PLATFORM_COLUMNS: tuple[tuple[str, str], ...] = (
     (_MACHINE, "sandbox / local"),

@@ -123,7 +123,7 @@ def _injection(fault: Fault, platform: str) -> str:
             f"replSetStepDown: not electable for {_secs(period)}, "
             f"secondaries get {_secs(fault.secondary_catch_up)} to catch up{force}"
         )
-    if fault.kind == "data-loss":
+    if fault.kind == "data-loss" or fault.duration is None:
         return describe_fault(fault)
     return f"{describe_fault(fault)} for {_secs(fault.duration or 0.0)}"
 
@@ -163,6 +163,12 @@ def describe_fault(fault: Fault) -> str:
         peers = {"members": "the other members", "clients": "clients", "all": "everyone"}
         arrow = {"both": "both ways", "inbound": "inbound only", "outbound": "outbound only"}
         return f"cut it off from {peers[fault.isolate_from]} ({arrow[fault.direction]})"
+    if fault.kind == "mongodb-fail-command":
+        how = [f"error {fault.error_code}"] if fault.error_code is not None else []
+        how += ["drop the connection"] if fault.close_connection else []
+        how += [f"hold {_secs(fault.block_time)}"] if fault.block_time is not None else []
+        times = f", {fault.times} times" if fault.times is not None else ""
+        return f"failCommand: {'/'.join(fault.commands)} → {', '.join(how)}{times}"
     return fault.kind
 
 
@@ -179,6 +185,7 @@ def _reversion(fault: Fault, platform: str) -> str:
         "iops-throttle": "lift the throttle",
         "volume-detach": "re-attach the volume",
         "network-partition": "heal the partition",
+        "mongodb-fail-command": "set the fail point off",
     }
     return f"{undo[fault.kind]} on {them}"
 
@@ -221,6 +228,9 @@ def render_plan(exp: Experiment) -> str:
         lines.append(f"  {exp.description.strip()}")
     lines += ["", "target", *_indent(describe_target(exp.target))]
     lines += ["", "probes", *_indent(describe_probes(exp.probes))]
+    if exp.random_faults is not None:
+        lines += ["", f"random schedule: seed {exp.random_faults.seed} "
+                  f"(replay: rsdrill run FILE --seed {exp.random_faults.seed})"]  # fmt: skip
     lines += ["", "timeline (seconds from the start of the probes)"]
     lines += _indent(_timeline(plan_experiment(exp)))
     lines += _indent(_warnings(exp))

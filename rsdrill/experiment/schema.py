@@ -38,6 +38,7 @@ from rsdrill.experiment.kinds import (
     available_kinds,
     opt_in_problem,
 )
+from rsdrill.experiment.random_schedule import RandomFaults
 from rsdrill.registry import platforms
 
 if TYPE_CHECKING:
@@ -263,6 +264,14 @@ class LoadProbe(Strict):
     write_concern: WriteConcernW = 1
 
 
+class RegisterProbe(Strict):
+    """One document written 1, 2, 3, ... at w:majority and read at majority in a causal
+    session: the history `rsdrill soak` checks for linearizability and monotonic reads."""
+
+    interval: Duration = 0.05
+    timeout: Duration = 0.25
+
+
 class Probes(Strict):
     availability: AvailabilityProbe | None = AvailabilityProbe()
     failover: FailoverProbe | None = FailoverProbe()
@@ -273,6 +282,9 @@ class Probes(Strict):
     checks: dict[CheckName, CheckProbe] = Field(
         default_factory=dict,
         description="steady-state checks of your own (HTTP, command, query, plugin), by name",
+    )
+    consistency: RegisterProbe | None = Field(
+        None, description="the register the soak checks (linearizability, monotonic reads)"
     )
 
     def records(self) -> set[str]:
@@ -290,6 +302,7 @@ class Probes(Strict):
             "lag": self.lag is not None,
             "ledger": self.durability is not None,
             "load": self.load is not None,
+            "register": self.consistency is not None,
         }
         return {name for name, on in made.items() if on} | {f"check:{n}" for n in self.checks}
 
@@ -582,11 +595,27 @@ def set_path(document: dict[str, Any], path: str, value: Any) -> None:
 class Experiment(Strict):
     """One experiment file."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _draw_random_faults(cls, data: Any) -> Any:
+        from rsdrill.experiment.random_schedule import expand
+
+        return expand(data, make_fault)
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
     target: Target
     probes: Probes = Probes()
-    faults: tuple[Fault, ...] = Field(min_length=1)
+    faults: tuple[Fault, ...] = Field(
+        min_length=1,
+        description="the faults, or {random: {seed, kinds, count, within, duration, select}}: "
+        "a schedule drawn from a seed (see rsdrill/experiment/random_schedule.py)",
+    )
+    random_faults: RandomFaults | None = Field(
+        None,
+        description="set from `faults: {random}`: the spec the faults were drawn from, "
+        "with its seed",
+    )
     observe: Observe = Observe()
     slo: SloConditions = Field(
         default_factory=dict,
@@ -606,6 +635,16 @@ class Experiment(Strict):
     grafana: GrafanaSection | None = Field(
         None, description="annotate each fault's window and the verdict on Grafana"
     )
+
+    def with_seed(self, seed: int) -> Experiment:
+        """The same experiment with its random schedule drawn from `seed` (`--seed`)."""
+        from rsdrill.experiment.random_schedule import reseeded
+
+        if self.random_faults is None:
+            raise ValueError("--seed needs `faults: {random: ...}` in the experiment")
+        base = self.model_dump(mode="json", exclude={"faults", "random_faults"},
+                               exclude_defaults=True)  # fmt: skip
+        return Experiment.model_validate(reseeded(base, self.random_faults, seed))
 
     def variants(self) -> list[tuple[dict[str, MatrixValue], Experiment]]:
         """Each combination of the matrix's values and the experiment it makes (no matrix)."""

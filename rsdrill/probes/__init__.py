@@ -17,6 +17,7 @@ from rsdrill.probes.lag import LagPoller
 from rsdrill.probes.load import build_load, preload
 from rsdrill.probes.raw_write import RawWriteLoop
 from rsdrill.probes.recovery import StatusPoller
+from rsdrill.probes.register import REGISTER_ID, RegisterReader, RegisterWriter
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Probes
@@ -55,6 +56,11 @@ class ProbeSet:
             client[PROBE_DB].get_collection(
                 f"{self.prefix}_read", write_concern=WriteConcern("majority")
             ).replace_one({"_id": 1}, {"_id": 1}, upsert=True)
+        if self.config.consistency is not None:
+            with MongoClient(self.uri, serverSelectionTimeoutMS=30_000) as client:
+                client[PROBE_DB].get_collection(
+                    f"{self.prefix}_register", write_concern=WriteConcern("majority")
+                ).replace_one({"_id": REGISTER_ID}, {"_id": REGISTER_ID, "v": 0}, upsert=True)
         if self.config.load is not None:
             load = self.config.load
             preload(self.uri, f"{self.prefix}_load", load.records, load.record_bytes)
@@ -127,6 +133,13 @@ class ProbeSet:
             )  # fmt: skip
         for name, check in c.checks.items():
             self.probes.append(CheckLoop(name, self.history, self.clock, check, self.uri))
+        if c.consistency is not None:
+            r = c.consistency
+            self.probes += [
+                probe(self.history, self.clock, uri=self.uri, collection=f"{self.prefix}_register",
+                      interval_s=r.interval, timeout_s=r.timeout)
+                for probe in (RegisterWriter, RegisterReader)
+            ]  # fmt: skip
         if c.load is not None:
             ld = c.load
             client, workers = build_load(

@@ -84,6 +84,8 @@ class HelloStream(Probe):
             "primary": reply.get("primary"),
             "arbiter": bool(reply.get("arbiterOnly")),
         }
+        if writable and reply.get("electionId") is not None:
+            detail["election_id"] = str(reply["electionId"])  # one per term (invariants.py)
         topology = reply.get("topologyVersion")
         if asked is not None:
             # Changed or not, the earlier state held until the reply was sent.

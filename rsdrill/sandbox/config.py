@@ -20,6 +20,11 @@ STORAGE = ("disk", "memory")
 HANDSHAKES = ("hello", "legacy")
 CONFIG_FILE = "replset.json"
 
+UNSAFE_MAJORITY_ACK_ENV = "RSDRILL_TEST_UNSAFE_MAJORITY_ACK"
+"""Test-only: set to 1 in the environment members start with, they acknowledge w:majority once
+the write is durable on the primary alone, before any secondary has it: a deliberately broken
+server, which `rsdrill soak` must catch (such writes are lost when that primary fails)."""
+
 
 @dataclass(frozen=True)
 class MemberSpec:

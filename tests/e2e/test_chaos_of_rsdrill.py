@@ -17,6 +17,7 @@ phase of the run plus a random delay after the line that announces it, so every 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import os
@@ -33,9 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
 
 from rsdrill.faultfs.mount import faultfs_mounts
 from rsdrill.platforms.machine import netcls
+from rsdrill.platforms.machine.cgroup import mount_of
+from rsdrill.platforms.machine.disk_fill import small_disk_mounts
 from rsdrill.platforms.machine.network import rsdrill_tables
 from rsdrill.sandbox.cluster import Sandbox
 from tests.integration.faultfs_support import ensure_faultfs_tools
@@ -56,6 +61,15 @@ FAULTS = {
     "power-loss": "{at: 1s, kind: host-kill, select: primary, power_loss: true, duration: 1.5s}",
     # A secondary's host and data lost; the restore step starts it empty (initial sync).
     "data-loss": "{at: 1s, kind: data-loss, select: secondary, one_way: true}",
+    # The primary's inserts fail; a kept sandbox must take inserts again afterwards.
+    "mongodb-fail-command": "{at: 1s, kind: mongodb-fail-command, select: primary,"
+    " commands: [insert], error_code: 8, duration: 1.5s}",
+    "cpu-starve": "{at: 1s, kind: cpu-starve, select: primary, cpu_share: 0.02, duration: 1.5s}",
+    # The OOM killer takes the primary; revert restarts it.
+    "memory-pressure": "{at: 1s, kind: memory-pressure, select: primary, duration: 1.5s}",
+    "clock-skew": "{at: 1s, kind: clock-skew, select: primary, clock_offset: 3600, duration: 1.5s}",
+    # The primary dies of ENOSPC on its own small disk; revert frees it and restarts it.
+    "disk-fill": "{at: 1s, kind: disk-fill, select: primary, duration: 1.5s}",
 }
 # What a fault needs besides itself in its experiment.
 EXTRA = {
@@ -64,7 +78,8 @@ EXTRA = {
     """ "$(basename "$p")" >/dev/null 2>&1; done; true'}\n""",
 }
 # Faults whose sandbox is never kept: members on faultfs for the run only, or data lost.
-NOT_KEPT = {"disk-fault", "iops-throttle", "volume-detach", "power-loss", "data-loss"}
+NOT_KEPT = {"disk-fault", "iops-throttle", "volume-detach", "power-loss", "data-loss",
+            "disk-fill"}  # fmt: skip
 FAULT_S = 1.5
 # (marker line, lowest delay, highest delay) per phase; see the module docstring.
 PHASES: dict[str, tuple[str, float, float]] = {
@@ -276,6 +291,10 @@ def _check_nothing_remains(outcome: Outcome) -> None:
         outcome.problems.append(f"network rules left: {tables}")
     if tagged := ports & set(netcls.tagged_ports()):
         outcome.problems.append(f"member processes left in net_cls classes: ports {tagged}")
+    if groups := _member_cgroups(ports):
+        outcome.problems.append(f"cpu/memory cgroups left: {groups}")
+    if disks := small_disk_mounts(outcome.work):
+        outcome.problems.append(f"member disks left mounted: {disks}")
     if mounts := faultfs_mounts(outcome.work):
         outcome.problems.append(f"faultfs mounts left: {mounts}")
     sandbox_dir = outcome.work / "out" / "sandbox"
@@ -294,11 +313,40 @@ def _check_nothing_remains(outcome: Outcome) -> None:
     while True:
         states = [s.state for s in sandbox.status()]
         if sorted(states) == ["PRIMARY", "SECONDARY", "SECONDARY"]:
+            if (code := _insert_fails(sandbox)) is not None:
+                outcome.problems.append(f"kept sandbox refuses inserts (code {code}): a fail "
+                                        "point left on")  # fmt: skip
+            if _clock_skewed(sandbox):
+                outcome.problems.append("kept sandbox's primary clock still skewed")
             return
         if time.monotonic() > deadline:
             outcome.problems.append(f"kept sandbox not healthy: {states}")
             return
         time.sleep(0.2)
+
+
+def _member_cgroups(ports: set[int]) -> list[Path]:
+    """cpu-starve and memory-pressure cgroups (rsdrill-<port>) of these members."""
+    names = {f"rsdrill-{port}" for port in ports}
+    return [path for controller in ("cpu", "memory")
+            for path in mount_of(controller).rglob("rsdrill-*") if path.name in names]  # fmt: skip
+
+
+def _clock_skewed(sandbox: Sandbox) -> bool:
+    """Whether a kept member's clock is still off (clock-skew not reverted)."""
+    with MongoClient(sandbox.uri, serverSelectionTimeoutMS=10_000) as client:
+        local = client.admin.command("hello")["localTime"].replace(tzinfo=dt.UTC)
+    return abs((local - dt.datetime.now(dt.UTC)).total_seconds()) > 60
+
+
+def _insert_fails(sandbox: Sandbox) -> int | None:
+    """The error code of an insert on the kept sandbox's primary (None: it succeeded)."""
+    with MongoClient(sandbox.uri, serverSelectionTimeoutMS=10_000, retryWrites=False) as client:
+        try:
+            client.rsdrill_chaos.after.insert_one({})
+        except OperationFailure as exc:
+            return exc.code
+    return None
 
 
 def _clean_up(work: Path) -> None:

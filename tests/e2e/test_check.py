@@ -91,6 +91,19 @@ def test_the_admin_passes_every_check(secured: Sandbox, tmp_path: Path) -> None:
     assert sum(line.startswith("✔ reach ") for line in output.splitlines()) == 3
 
 
+def test_a_fail_point_needs_host_manager_and_test_commands(
+    secured: Sandbox, tmp_path: Path
+) -> None:
+    code, output = _check(tmp_path, _experiment(secured, "monitor", "primary-fail-command"))
+    assert code == 2, output
+    [line] = [line for line in output.splitlines() if line.startswith("✘ privileges:")]
+    assert ("configureFailPoint on cluster for the mongodb-fail-command fault: grant "
+            "hostManager") in line  # fmt: skip
+    code, output = _check(tmp_path, _experiment(secured, "rsdrill", "primary-fail-command"))
+    assert code == 0, output
+    assert "✔ test commands: configureFailPoint is available (enableTestCommands)" in output
+
+
 def test_run_refuses_before_anything_when_a_role_is_missing(
     secured: Sandbox, tmp_path: Path
 ) -> None:

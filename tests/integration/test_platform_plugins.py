@@ -129,7 +129,7 @@ def test_a_kind_it_has_no_injector_for_is_refused_at_its_line(
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"{path}:8:11: faults[0].kind: network-partition is not available on toy "
-        "(it has: host-kill, stepdown)"
+        "(it has: host-kill, stepdown, mongodb-fail-command)"
     )
     path.write_text(EXPERIMENT.replace("kind: host-kill\n    duration: 20s", "kind: stepdown"))
     assert rsdrill(toy_site, "validate", path).returncode == 0

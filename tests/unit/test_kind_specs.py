@@ -62,6 +62,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"read_iops": 100, "write_iops": 100},
     ),
     "network-partition": ({}, {"isolate_from": "all"}),
+    "mongodb-fail-command": ({"error_code": 6},),
 }
 # Every opt-in given: these tests are about what a platform accepts, not about the opt-ins.
 OPTED_IN = {"approximate": True, "one_way": True}

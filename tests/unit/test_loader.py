@@ -111,7 +111,8 @@ def test_error_string_and_attributes() -> None:
     assert (err.path, err.line, err.col, err.field) == ("exp.yaml", 6, 11, "faults[0].kind")
     assert err.problem == (
         "unknown value 'host-kil'; did you mean 'host-kill'? "
-        "(one of host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach, "
+        "(one of host-kill, host-freeze, stepdown, mongodb-fail-command, clock-skew, "
+        "cpu-starve, memory-pressure, disk-fill, disk-fault, iops-throttle, volume-detach, "
         "network-partition, data-loss)"
     )
     assert str(err) == f"exp.yaml:6:11: faults[0].kind: {err.problem}"
@@ -301,14 +302,16 @@ def test_misspelt_key_inside_a_union() -> None:
             "kind: STEPDOWN",
             (6, 11, "faults[0].kind"),
             "unknown value 'STEPDOWN'; did you mean 'stepdown'? "
-            "(one of host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach, "
+            "(one of host-kill, host-freeze, stepdown, mongodb-fail-command, clock-skew, "
+            "cpu-starve, memory-pressure, disk-fill, disk-fault, iops-throttle, volume-detach, "
             "network-partition, data-loss)",
         ),
         (
             "kind: stepdown",
             "kind: 5",
             (6, 11, "faults[0].kind"),
-            "expected host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach, "
+            "expected host-kill, host-freeze, stepdown, mongodb-fail-command, clock-skew, "
+            "cpu-starve, memory-pressure, disk-fill, disk-fault, iops-throttle, volume-detach, "
             "network-partition or data-loss, not 5",
         ),
         (

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.kinds import COMMAND_KINDS
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -131,9 +132,9 @@ class Ec2Fault(Strict):
 ENGINES = ("api", "fis", "ssm")
 # What each engine can do on ec2 (stepdown is the runner's, on every platform).
 _KINDS = {
-    "api": ("host-kill", "volume-detach", "iops-throttle", "network-partition", "stepdown"),
-    "fis": ("host-kill", "volume-detach", "iops-throttle", "disk-fault", "stepdown"),
-    "ssm": ("iops-throttle", "host-freeze", "stepdown"),
+    "api": ("host-kill", "volume-detach", "iops-throttle", "network-partition", *COMMAND_KINDS),
+    "fis": ("host-kill", "volume-detach", "iops-throttle", "disk-fault", *COMMAND_KINDS),
+    "ssm": ("iops-throttle", "host-freeze", *COMMAND_KINDS),
 }
 _WHY_NOT = {
     "host-freeze": "EC2 cannot pause an instance (hibernation writes RAM to disk and stops it): "
@@ -173,11 +174,12 @@ def check_experiment(exp: Experiment) -> None:
             why = _WHY_NOT.get(fault.kind) if engine == "api" else None
             if why is None and others:
                 why = f"{fault.kind} on ec2 needs engine: {' or '.join(others)}"
-            raise _problem(i, "kind", text=why or _WHY_NOT[fault.kind])
+            raise _problem(i, "kind", text=why or _WHY_NOT.get(
+                fault.kind, f"{fault.kind} is not available on ec2 (yet)"))  # fmt: skip
         if fault.scope != "member":
             raise _problem(i, "scope", text="on ec2 a member's host is its instance: "
                            "scope must be member")  # fmt: skip
-        if engine == "fis" and fault.kind != "stepdown" and platform.fis_role_arn is None:
+        if engine == "fis" and fault.kind not in COMMAND_KINDS and platform.fis_role_arn is None:
             raise FieldProblem(("target", "ec2", "fis_role_arn"),
                                f"faults[{i}] uses engine: fis, which needs the IAM role FIS "
                                "assumes (fis_role_arn)")  # fmt: skip
@@ -317,7 +319,7 @@ _DESCRIBE = ("ec2:DescribeInstances", "ec2:DescribeVolumes")
 def iam_actions(fault: Fault) -> tuple[str, ...]:
     """The IAM actions injecting and reverting `fault` needs (beyond describing)."""
     options = fault.ec2 or Ec2Fault()
-    if fault.kind == "stepdown":
+    if fault.kind in COMMAND_KINDS:
         return ()
     if fault.engine == "ssm":
         return ("ssm:SendCommand", "ssm:GetCommandInvocation", "ssm:DescribeInstanceInformation")

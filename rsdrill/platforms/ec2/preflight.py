@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rsdrill.experiment.kinds import COMMAND_KINDS
 from rsdrill.platforms.ec2.client import Aws
 from rsdrill.platforms.ec2.lookup import Instance, find_data_volume
 
@@ -80,7 +81,7 @@ def problems(
         if platform.volume is not None and any(needs_data_volume(f) for f in faults):
             data = find_data_volume(aws, platform.volume, instance)
         for i, fault in enumerate(faults):
-            if fault.kind == "stepdown":
+            if fault.kind in COMMAND_KINDS:
                 continue
             for operation, params in _calls(aws, fault, instance, data):
                 if (operation, instance.id) in asked:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, model_validator
 
 from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.kinds import COMMAND_KINDS
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -146,10 +147,10 @@ def check_experiment(exp: Experiment) -> None:
     """Refuse engines, kinds, scopes and options that Kubernetes cannot carry out."""
     for i, fault in enumerate(exp.faults):
         at = ("faults", i)
-        if fault.kind == "stepdown":
+        if fault.kind in COMMAND_KINDS:
             if fault.engine is not None:
                 raise FieldProblem(
-                    (*at, "engine"), "stepdown is a replSetStepDown command: drop `engine`"
+                    (*at, "engine"), f"{fault.kind} is a command to the member: drop `engine`"
                 )
             continue
         if fault.engine is not None and fault.engine not in ENGINES:
@@ -157,6 +158,9 @@ def check_experiment(exp: Experiment) -> None:
                 (*at, "engine"),
                 f"unknown engine {fault.engine!r} on kubernetes (one of {', '.join(ENGINES)})",
             )
+        if fault.kind not in SUPPORT:
+            raise FieldProblem((*at, "kind"), f"{fault.kind} is not available on kubernetes "
+                               "(rsdrill does not drive Chaos Mesh StressChaos yet)")  # fmt: skip
         engines = SUPPORT[fault.kind]
         engine = engine_of(fault)
         if engine not in engines:

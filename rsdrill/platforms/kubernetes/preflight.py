@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rsdrill.experiment.kinds import COMMAND_KINDS
 from rsdrill.experiment.schema import Fault
 from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform, engine_of
 from rsdrill.platforms.kubernetes.resources import (
@@ -66,7 +67,7 @@ def needed_permissions(
     if platform.selector is not None:
         needed.append(Permission("list", "pods", "", ns))
     for fault in faults:
-        if fault.kind == "stepdown":
+        if fault.kind in COMMAND_KINDS:
             continue
         engine = engine_of(fault)
         options = fault.kubernetes or KubernetesFault()
@@ -111,7 +112,7 @@ def missing_permissions(kube: Kube, needed: list[Permission]) -> list[Permission
 def missing_engines(kube: Kube, faults: Sequence[Fault]) -> list[str]:
     """A message per engine whose CRDs the faults need but the cluster does not serve."""
     problems = []
-    engines = {engine_of(f) for f in faults if f.kind != "stepdown"}
+    engines = {engine_of(f) for f in faults if f.kind not in COMMAND_KINDS}
     if "chaos-mesh" in engines:
         served = kube.served_resources(POD_CHAOS.group, POD_CHAOS.version) or set()
         for fault in faults:

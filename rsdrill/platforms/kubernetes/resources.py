@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from rsdrill.experiment.kinds import COMMAND_KINDS
 from rsdrill.platforms.kubernetes.options import (
     KubernetesFault,
     KubernetesPlatform,
@@ -309,7 +310,7 @@ def plan_details(exp: Experiment) -> list[str]:
     assert platform is not None
     lines: list[str] = []
     for i, fault in enumerate(exp.faults):
-        if fault.kind == "stepdown":
+        if fault.kind in COMMAND_KINDS:
             continue
         engine = engine_of(fault)
         who = describe_selection(fault.select)

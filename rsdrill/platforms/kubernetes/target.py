@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rsdrill.experiment.kinds import COMMAND_KINDS
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.platforms.base import InjectionError, Injector, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
@@ -67,7 +68,7 @@ class KubernetesTarget(RemoteTarget):
         """Refuse the run, before anything is injected, when an engine is not installed or a
         permission the faults need is missing (every missing one is named). A set whose only
         faults are stepdowns needs no Kubernetes call at all."""
-        if all(f.kind == "stepdown" for f in self.faults):
+        if all(f.kind in COMMAND_KINDS for f in self.faults):
             return
         try:
             self.block_chaos = (

@@ -9,5 +9,9 @@ INJECTORS: dict[str, str] = {
     "volume-detach": "rsdrill.platforms.machine.disk:storage_fault",
     "network-partition": "rsdrill.platforms.machine.network:network_partition",
     "data-loss": "rsdrill.platforms.machine.data_loss:data_loss",
+    "clock-skew": "rsdrill.platforms.machine.clock:clock_skew",
+    "disk-fill": "rsdrill.platforms.machine.disk_fill:disk_fill",
+    "cpu-starve": "rsdrill.platforms.machine.cgroup:cgroup_fault",
+    "memory-pressure": "rsdrill.platforms.machine.cgroup:cgroup_fault",
 }
 """Each fault kind a member process of this machine can be given → its injector factory."""

@@ -13,6 +13,9 @@ from rsdrill.experiment.schema import LocalMember
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mount import unmount_all
 from rsdrill.platforms.base import RevertAction, TargetError
+from rsdrill.platforms.machine.cgroup import leave
+from rsdrill.platforms.machine.clock import clock_reset
+from rsdrill.platforms.machine.disk_fill import free, unmount_small_disks
 from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
 from rsdrill.platforms.machine.network import heal
 from rsdrill.redact import has_masked_password
@@ -61,7 +64,9 @@ def _sandbox_down(action: dict[str, Any]) -> str:
         done = f"sandbox {action['dir']}: stopped {len(pids)} member process(es)"
     # Members on faultfs (storage faults): their mounts go once the members are down.
     unmounted = unmount_all(Path(action["dir"]))
-    return done + (f"; unmounted {len(unmounted)} faultfs volume(s)" if unmounted else "")
+    small = unmount_small_disks(Path(action["dir"]))  # disk-fill: the members' own disks
+    done += f"; unmounted {len(unmounted)} faultfs volume(s)" if unmounted else ""
+    return done + (f"; unmounted {len(small)} member disk(s)" if small else "")
 
 
 def faultfs_clear(action: dict[str, Any]) -> str:
@@ -78,6 +83,25 @@ def faultfs_clear(action: dict[str, Any]) -> str:
     return done
 
 
+def _cgroup_leave(action: dict[str, Any]) -> str:
+    """Revert action `cgroup-leave`: the member out of its cpu/memory cgroup; restarted if the
+    OOM killer took it meanwhile."""
+    done = leave(action)
+    restart = action.get("restart")
+    if restart:  # restart actions do nothing when the member still runs
+        done += f"; {REVERT_ACTIONS[restart['action']](restart)}"
+    return done
+
+
+def _disk_fill_free(action: dict[str, Any]) -> str:
+    """Revert action `disk-fill-free`: the filler deleted; the member restarted if it died."""
+    done = free(action)
+    restart = action.get("restart")
+    if restart:
+        done += f"; {REVERT_ACTIONS[restart['action']](restart)}"
+    return done
+
+
 REVERT_ACTIONS: dict[str, RevertAction] = {
     "sigcont": _sigcont,
     "sandbox-start": _sandbox_start,
@@ -85,4 +109,7 @@ REVERT_ACTIONS: dict[str, RevertAction] = {
     "sandbox-down": _sandbox_down,
     "network-heal": heal,
     "faultfs-clear": faultfs_clear,
+    "cgroup-leave": _cgroup_leave,
+    "clock-reset": clock_reset,
+    "disk-fill-free": _disk_fill_free,
 }

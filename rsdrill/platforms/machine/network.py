@@ -170,7 +170,9 @@ def ports_in_use() -> set[int]:
         for line in _nft(["list", "table", "inet", table]).splitlines():
             if "meta cgroup" in line:
                 classes = line.split("meta cgroup", 1)[1].split("ct mark", 1)[0]
-                ports.update(int(c) & 0xFFFF for c in classes.strip(" {}").split(", "))
+                # Only the numbers: a rule may compare (`!= N`) or go on (`redirect to :P`).
+                numbers = (t for t in classes.replace(",", " ").strip(" {}").split() if t.isdigit())
+                ports.update(int(c) & 0xFFFF for c in numbers)
     return ports
 
 

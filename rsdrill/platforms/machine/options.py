@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rsdrill.experiment.fields import FieldProblem
+from rsdrill.platforms.machine.disk import needs_faultfs
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment
@@ -21,6 +22,18 @@ def check_experiment(exp: Experiment) -> None:
                         ("target", "members", j, "dbpath"),
                         f"faults[{i}] is a data-loss: every member needs its `dbpath` to wipe",
                     )
+        if fault.kind == "disk-fill" and exp.target.platform == "local":
+            raise FieldProblem(("faults", i, "kind"), "disk-fill fills the sandbox members' own "
+                               "disks; rsdrill will not fill a local member's")  # fmt: skip
+        if fault.kind == "disk-fill" and needs_faultfs(exp.faults)[0]:
+            raise FieldProblem(("faults", i, "kind"), "disk-fill and faults through faultfs "
+                               "cannot share a run (one data directory)")  # fmt: skip
+        if fault.kind == "disk-fill" and exp.target.keep:
+            raise FieldProblem(("target", "keep"), "disk-fill puts the members on disks of the "
+                               "run's own: the sandbox cannot be kept")  # fmt: skip
+        if fault.kind == "clock-skew" and exp.target.platform == "local":
+            raise FieldProblem(("faults", i, "kind"), "clock-skew on a local mongod needs "
+                               "libfaketime, which rsdrill does not drive")  # fmt: skip
         if fault.engine is not None:
             raise FieldProblem(
                 ("faults", i, "engine"),

@@ -17,6 +17,7 @@ from pymongo import MongoClient, WriteConcern
 from rsdrill.experiment.schema import Experiment, Fault, Target
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine.disk import needs_faultfs
+from rsdrill.platforms.machine.disk_fill import mount_small_disk, unmount_small_disks
 from rsdrill.platforms.machine.network import rejoin_partition
 from rsdrill.platforms.sandbox.volumes import MemberVolumes
 from rsdrill.sandbox.cluster import (
@@ -126,6 +127,7 @@ class SandboxTarget:
         self.members = [m.host for m in self.spec.members]
         self.uri = set_uri(self.spec)
         self._sandbox: Sandbox | None = None
+        self.small_disks = any(f.kind == "disk-fill" for f in faults)
         on_faultfs, track_unsynced = needs_faultfs(faults)
         self.volumes = (
             MemberVolumes(directory, self.spec, track_unsynced=track_unsynced)
@@ -143,6 +145,8 @@ class SandboxTarget:
         try:
             engine, _ = choose_engine(self.config.engine)
             before_start = self.volumes.mount_all if self.volumes else None
+            if self.small_disks:
+                before_start = self._mount_small_disks
             scram = self.config.auth in (True, "scram")
             self._sandbox = up(self.directory, self.spec, engine, before_start, auth=scram)
         except SandboxError as exc:
@@ -169,6 +173,8 @@ class SandboxTarget:
             self._sandbox.down()
         if self.volumes is not None:  # storage faults refuse `keep`: the mounts are the run's
             self.volumes.unmount_all()
+        if self.small_disks:
+            unmount_small_disks(self.directory)
         if self._sandbox is None or self.config.keep:
             return
         # Keep each member's events, log and rollback files with the result; drop the bulk.
@@ -179,6 +185,15 @@ class SandboxTarget:
     @property
     def keep(self) -> bool:
         return self.config.keep
+
+    def _mount_small_disks(self) -> None:
+        for member in self.spec.members:
+            mount_small_disk(member_dir(self.directory, member) / "data")
+
+    def small_disk(self, host: str) -> Path | None:
+        """The member's data directory when it is a disk of its own (disk-fill)."""
+        data = member_dir(self.directory, self.spec.member(host)) / "data"
+        return data if self.small_disks else None
 
     def faultfs_mountpoint(self, host: str) -> Path | None:
         """The member's data directory if it is on faultfs (storage faults need it)."""

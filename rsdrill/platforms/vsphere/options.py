@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, model_validator
 
 from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.kinds import COMMAND_KINDS
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -138,6 +139,10 @@ _WHY_NOT = {
     "disk-fault": "disk-fault is not available on vSphere: its API cannot make a virtual disk "
     "return I/O errors or add latency per operation; use volume-detach (remove the disk) or "
     "iops-throttle (storageIOAllocation.limit)",
+    "cpu-starve": "cpu-starve is not available on vSphere yet (a VM CPU limit is not wired in)",
+    "memory-pressure": "memory-pressure is not available on vSphere",
+    "clock-skew": "clock-skew is not available on vSphere",
+    "disk-fill": "disk-fill is not available on vSphere",
 }
 _PER_DIRECTION = ("read_iops", "write_iops", "throughput_mb_s", "read_mb_s", "write_mb_s",
                   "latency")  # fmt: skip
@@ -164,7 +169,7 @@ def check_experiment(exp: Experiment) -> None:
         if fault.scope == "node":
             raise _problem(i, "scope", text="scope node is for kubernetes; on vsphere: member "
                            "(the VM) or host (every VM on its ESXi host)")  # fmt: skip
-        if fault.scope == "host" and fault.kind not in ("host-kill", "stepdown"):
+        if fault.scope == "host" and fault.kind not in ("host-kill", *COMMAND_KINDS):
             raise _problem(i, "scope", text=f"scope host (an ESXi host failure) applies to "
                            f"host-kill, not {fault.kind}")  # fmt: skip
         _check_kind(i, fault)

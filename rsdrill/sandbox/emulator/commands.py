@@ -33,6 +33,7 @@ from rsdrill.sandbox.emulator import (
     transactions,
     updatediff,
     values,
+    wallclock,
 )
 from rsdrill.sandbox.emulator.datastore import id_key
 from rsdrill.sandbox.emulator.errors import (
@@ -95,7 +96,7 @@ _MEMORY_ONLY = frozenset(
     {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "buildinfo", "serverstatus"}
     | {"endsessions", "killsessions", "refreshsessions", "killallsessions", "killcursors"}
     | {"replsetgetstatus", "replsetgetconfig", "replsetheartbeat", "configurefailpoint"}
-    | {"rsdrillgetoplog"}
+    | {"rsdrillgetoplog", "rsdrillclockskew"}
 )
 
 Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]
@@ -423,7 +424,7 @@ def hello_reply(node: Node, req: Request) -> dict[str, Any]:
         maxBsonObjectSize=16 * 1024 * 1024,
         maxMessageSizeBytes=48_000_000,
         maxWriteBatchSize=100_000,
-        localTime=dt.datetime.now(dt.UTC),
+        localTime=wallclock.now(),
         logicalSessionTimeoutMinutes=30,
         connectionId=req.connection_id,
         minWireVersion=0,
@@ -660,7 +661,7 @@ async def _server_status(cmds: Commands, req: Request) -> dict[str, Any]:
         "pid": Int64(os.getpid()),
         "uptime": float(node.uptime_s()),
         "uptimeMillis": Int64(int((time.monotonic() - node.started_mono) * 1000)),
-        "localTime": dt.datetime.now(dt.UTC),
+        "localTime": wallclock.now(),
         "connections": {"current": cmds.connections, "available": 50_000},
         "opcounters": {k: Int64(v) for k, v in cmds.opcounters.items()},
         "storageEngine": {
@@ -1175,7 +1176,7 @@ def _source_documents(
     if name == "$listLocalSessions":
         # The sandbox keeps no session cache: the session this command runs in is the one known.
         lsid = req.body.get("lsid")
-        return [] if lsid is None else [{"_id": lsid, "lastUse": dt.datetime.now(dt.UTC)}]
+        return [] if lsid is None else [{"_id": lsid, "lastUse": wallclock.now()}]
     _admin_only(req)  # $currentOp: this operation is the only one the sandbox reports
     return [{"type": "op", "active": True, "op": "command", "ns": f"{req.db}.$cmd",
              "command": req.body}]  # fmt: skip
@@ -1430,6 +1431,18 @@ async def _configure_fail_point(cmds: Commands, req: Request) -> dict[str, Any]:
     return {"count": 0}
 
 
+@command("rsdrillClockSkew")
+async def _clock_skew(cmds: Commands, req: Request) -> dict[str, Any]:
+    """rsdrill's clock-skew fault: this member's wall clock moved (see wallclock.py)."""
+    _admin_only(req)
+    offset, drift = req.body.get("rsdrillClockSkew"), req.body.get("drift", 0)
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (offset, drift)):
+        raise CommandError(2, "rsdrillClockSkew takes the offset in seconds and a numeric drift")
+    wallclock.set_skew(float(offset), float(drift))
+    cmds.node.events.emit("clock_skew", offset_s=float(offset), drift=float(drift))
+    return {"skewSeconds": wallclock.skew_s()}
+
+
 @command("replSetGetStatus")
 async def _repl_status(cmds: Commands, req: Request) -> dict[str, Any]:
     _admin_only(req)
@@ -1446,7 +1459,7 @@ def _optime_fields(prefix: str, optime: OpTime, wall: dt.datetime | None) -> dic
 
 def replset_status(node: Node) -> dict[str, Any]:
     """replSetGetStatus as MongoDB shapes it (what the recovery probe polls)."""
-    now = dt.datetime.now(dt.UTC)
+    now = wallclock.now()
     members = []
     for m in node.spec.members:
         state = node.member_state_of(m.host)
@@ -1617,7 +1630,7 @@ async def _step_down(cmds: Commands, req: Request) -> dict[str, Any]:
         raise CommandError(
             262,
             "No electable secondaries caught up as of "
-            f"{dt.datetime.now(dt.UTC).isoformat()}. Please use the replSetStepDown "
+            f"{wallclock.now().isoformat()}. Please use the replSetStepDown "
             "command with the argument {force: true} to force node to step down.",
         )
     node.step_down(reason="replSetStepDown", freeze_s=secs)

@@ -15,6 +15,7 @@ from typing import Any
 
 from bson.int64 import Int64
 
+from rsdrill.sandbox.emulator import wallclock
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import OpTime
 from rsdrill.sandbox.emulator.peer import PeerError
@@ -89,7 +90,7 @@ async def run_election(node: Node, *, reason: str, skip_dry_run: bool = False) -
             return False
     node.term += 1
     node.voted = (node.term, node.me.id)
-    called = dt.datetime.now(dt.UTC)
+    called = wallclock.now()
     node.events.emit("election_called", term=node.term, reason=reason)
     await node.persist_term()
     term = node.term
@@ -133,7 +134,7 @@ async def _become_primary(
     start = node.write_noop("new primary")
     node.writable = False
     node.term_start = start
-    node.election_metrics["newTermStartDate"] = dt.datetime.now(dt.UTC)
+    node.election_metrics["newTermStartDate"] = wallclock.now()
     node.writable = True
     node.bump_topology()
     node.events.emit("writable", term=term)
@@ -144,7 +145,7 @@ async def _await_majority_availability(node: Node, start: OpTime, term: int) -> 
     while node.term == term and node.state is MemberState.PRIMARY:
         if node.commit_point >= start:
             assert node.election_metrics is not None
-            node.election_metrics["wMajorityWriteAvailabilityDate"] = dt.datetime.now(dt.UTC)
+            node.election_metrics["wMajorityWriteAvailabilityDate"] = wallclock.now()
             node.events.emit("majority_writable", term=term)
             return
         await node.progress.wait(1.0)

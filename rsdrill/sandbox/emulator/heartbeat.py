@@ -8,12 +8,12 @@ stops hearing from a voting majority steps down (see `liveness_loop`).
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 from typing import Any
 
 from bson.int64 import Int64
 
+from rsdrill.sandbox.emulator import wallclock
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import OpTime
 from rsdrill.sandbox.emulator.peer import PeerError
@@ -41,7 +41,7 @@ def absorb(node: Node, doc: dict[str, Any], *, is_response: bool) -> None:
     peer = node.peers.get(host) if isinstance(host, str) else None
     if peer is None:
         return
-    now = dt.datetime.now(dt.UTC)
+    now = wallclock.now()
     peer.last_ok_mono = time.monotonic()
     if is_response:
         peer.last_heartbeat = now
@@ -92,7 +92,7 @@ def handle_heartbeat(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
 
 def mark_unreachable(node: Node, host: str) -> None:
     peer = node.peers[host]
-    peer.last_heartbeat = dt.datetime.now(dt.UTC)
+    peer.last_heartbeat = wallclock.now()
     timeout = node.spec.settings.heartbeat_timeout_s
     if peer.health and (
         peer.last_ok_mono is None or time.monotonic() - peer.last_ok_mono > timeout

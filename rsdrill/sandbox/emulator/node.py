@@ -25,7 +25,7 @@ from bson.objectid import ObjectId
 
 from rsdrill.sandbox.auth import ROOT, aws_users, read_auth, server_keys, user_roles
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
-from rsdrill.sandbox.config import MemberSpec, ReplSetSpec, member_dir
+from rsdrill.sandbox.config import UNSAFE_MAJORITY_ACK_ENV, MemberSpec, ReplSetSpec, member_dir
 from rsdrill.sandbox.emulator.datastore import DataStore
 from rsdrill.sandbox.emulator.errors import CommandError, write_concern_error
 from rsdrill.sandbox.emulator.events import EventLog
@@ -115,6 +115,7 @@ class Node:
         self.spec = spec
         self.me = spec.member(host)
         self.dir = member_dir(sandbox_dir, self.me)
+        self._unsafe_majority_ack = os.environ.get(UNSAFE_MAJORITY_ACK_ENV) == "1"
         self.database = Database(self.dir / "data")
         self.fresh = not self.database.exists()
         self.database.open()
@@ -429,10 +430,12 @@ class Node:
     def _satisfied(self, optime: OpTime, w: int | str, j: bool) -> bool:
         if j and self.last_durable < optime:
             return False
-        if w == "majority":
+        if w == "majority" and not self._unsafe_majority_ack:
             count = sum(1 for _, d in self._data_voters() if d >= optime)
             return count >= self.spec.write_majority
         count = 1 if (self.last_durable if j else self.last_applied) >= optime else 0
+        if w == "majority":  # the unsafe test switch: this member's own copy is enough
+            return count == 1
         count += sum(
             1
             for p in self.peers.values()

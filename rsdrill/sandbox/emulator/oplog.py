@@ -8,7 +8,6 @@ what lets initial sync and rollback re-apply ranges safely).
 from __future__ import annotations
 
 import datetime as dt
-import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ import bson
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
+from rsdrill.sandbox.emulator import wallclock
 from rsdrill.sandbox.emulator.storage import Database
 
 
@@ -69,7 +69,7 @@ class TimestampClock:
             self._secs, self._inc = ts.time, ts.inc
 
     def next(self) -> Timestamp:
-        now = int(time.time())
+        now = int(wallclock.time_s())
         if now > self._secs:
             self._secs, self._inc = now, 1
         else:
@@ -92,7 +92,7 @@ def make_entry(
     if o2 is not None:
         entry["o2"] = o2
     entry["o"] = o
-    entry["wall"] = dt.datetime.now(dt.UTC)
+    entry["wall"] = wallclock.now()
     if session:
         entry.update(session)
     return entry

@@ -1,0 +1,73 @@
+"""`rsdrill soak`: many short seeded runs, each checked against the invariants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rsdrill.cli.errors import exit_invalid
+
+
+def soak(
+    file: Annotated[Path, typer.Argument(help="The experiment file, with faults: {random}.")],
+    duration: Annotated[
+        str, typer.Option("--duration", help="How long to soak, e.g. 30m, 1h.")
+    ] = "1h",
+    out: Annotated[
+        Path, typer.Option("--out", help="Where the violating run and shrunk schedule go.")
+    ] = Path("rsdrill-results/soak"),
+    max_runs: Annotated[
+        int | None, typer.Option("--runs", min=1, help="Stop after this many runs.")
+    ] = None,
+    recovery_slo: Annotated[
+        float,
+        typer.Option(
+            "--recovery-slo",
+            min=0,
+            help="Seconds a member may take to be healthy after its last fault's revert.",
+        ),
+    ] = 30.0,
+    seed: Annotated[
+        int | None, typer.Option("--seed", min=0, help="Seed of the run seeds (repeatable soak).")
+    ] = None,
+) -> None:
+    """Run the experiment again and again with fresh seeds, checking every history for lost
+    majority writes, two primaries in one term, slow recovery, non-monotonic reads and
+    non-linearizable register operations; on the first violation, shrink the schedule and
+    print the replay command. Exit 0: nothing found; 1: a violation."""
+    from rsdrill.engine.soak import replay_command
+    from rsdrill.engine.soak import soak as run_soak
+    from rsdrill.experiment.fields import parse_duration
+    from rsdrill.experiment.loader import ExperimentError, load_experiment
+
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        exit_invalid(f"--duration {duration!r}: {exc}")
+    try:
+        experiment = load_experiment(file)
+    except ExperimentError as exc:
+        exit_invalid(str(exc))
+    if experiment.random_faults is None:
+        exit_invalid(f"{file}: rsdrill soak needs `faults: {{random: ...}}` (each run draws "
+                     "its own schedule)")  # fmt: skip
+    report = run_soak(experiment, out, duration_s=seconds, max_runs=max_runs,
+                      recovery_slo_s=recovery_slo, seed=seed, progress=typer.echo)  # fmt: skip
+    typer.echo(f"{len(report.runs)} runs in {report.elapsed_s:.0f}s "
+               f"({report.runs_per_hour:.0f} runs/h)")  # fmt: skip
+    violating = report.violating
+    if violating is None:
+        typer.echo("no invariant broken")
+        raise typer.Exit(0)
+    history = violating.out_dir / "history.jsonl"
+    typer.echo(f"violation in run {violating.index} (seed {violating.seed}) after "
+               f"{report.found_after_s:.0f}s; history: {history}")  # fmt: skip
+    typer.echo(f"replay: {replay_command(file, violating.seed)}")
+    if report.shrunk is not None and report.shrunk_file is not None:
+        typer.echo(f"shrunk to {len(report.shrunk)} fault(s) in {report.shrink_runs} runs: "
+                   + "; ".join(f"{f.kind} {f.select} at {f.at:g}s for {f.duration}s"
+                               for f in report.shrunk))  # fmt: skip
+        typer.echo(f"replay the shrunk schedule: {replay_command(report.shrunk_file)}")
+    raise typer.Exit(1)

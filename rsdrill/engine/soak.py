@@ -1,0 +1,196 @@
+"""`rsdrill soak`: many short runs of one experiment, each with a fresh seed for its random
+schedule, each history checked against the invariants (see `rsdrill/analysis/invariants.py`).
+
+On the first violation the soak stops, keeps that run's directory (its history.jsonl and
+result.json), and shrinks the schedule: it drops faults one at a time and halves durations
+while the violation still shows, and writes the smallest schedule it found as an experiment
+file with the command that replays it. Each candidate is tried up to `attempts` times, since a
+fault's timing decides whether a race is hit.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from rsdrill.analysis.invariants import Violation, check_invariants
+from rsdrill.engine.live import LiveView
+from rsdrill.engine.runner import Runner, RunOptions
+from rsdrill.experiment.schema import Experiment, Fault, RegisterProbe
+from rsdrill.sandbox.config import UNSAFE_MAJORITY_ACK_ENV
+
+MIN_SHRUNK_DURATION_S = 0.5
+DURATION_HALVINGS = 3
+
+
+@dataclass
+class RunVerdict:
+    """One soak run: its seed, how it ended and what it broke."""
+
+    index: int
+    seed: int | None
+    verdict: str
+    violations: list[Violation]
+    seconds: float
+    out_dir: Path
+    error: str | None = None
+
+
+@dataclass
+class SoakReport:
+    runs: list[RunVerdict] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    violating: RunVerdict | None = None
+    shrunk: list[Fault] | None = None
+    shrunk_file: Path | None = None
+    shrink_runs: int = 0
+    found_after_s: float | None = None
+
+    @property
+    def runs_per_hour(self) -> float:
+        return len(self.runs) * 3600 / self.elapsed_s if self.elapsed_s else 0.0
+
+
+def soak_experiment(exp: Experiment) -> Experiment:
+    """The experiment as a soak runs it: with the register probe the invariants read."""
+    if exp.probes.consistency is not None:
+        return exp
+    probes = exp.probes.model_copy(update={"consistency": RegisterProbe()})
+    return exp.model_copy(update={"probes": probes})
+
+
+def run_checked(
+    exp: Experiment, out_dir: Path, index: int, seed: int | None, recovery_slo_s: float
+) -> RunVerdict:
+    """One run of `exp` (already seeded), its history checked."""
+    started = time.monotonic()
+    runner = Runner(soak_experiment(exp), RunOptions(out_dir=out_dir, live=False, assume_yes=True))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / "events.log").open("w") as events:  # the terminal shows soak progress
+        runner.live = LiveView(runner.history, stream=events)
+        result = runner.run()
+    violations = []
+    if result.verdict in ("pass", "fail"):  # the run went through: its history is whole
+        violations = check_invariants(
+            runner.history.ops(), runner.state.records,
+            lost_acknowledged=result.metrics.lost_acknowledged_seqs,
+            recovery_slo_s=recovery_slo_s,
+        )  # fmt: skip
+    return RunVerdict(index, seed, result.verdict, violations, time.monotonic() - started,
+                      out_dir, result.error)  # fmt: skip
+
+
+def soak(
+    exp: Experiment,
+    out_dir: Path,
+    *,
+    duration_s: float,
+    max_runs: int | None = None,
+    recovery_slo_s: float = 30.0,
+    attempts: int = 2,
+    seed: int | None = None,
+    progress: Callable[[str], None] = print,
+) -> SoakReport:
+    """Run until `duration_s` has passed (or `max_runs`), or an invariant breaks; then shrink."""
+    if exp.random_faults is None:
+        raise ValueError("rsdrill soak needs `faults: {random: ...}`: each run draws its own")
+    seeds = random.Random(seed)
+    report = SoakReport()
+    start = time.monotonic()
+    index = 0
+    while time.monotonic() - start < duration_s and (max_runs is None or index < max_runs):
+        index += 1
+        run_seed = seeds.randrange(2**32)
+        run_dir = out_dir / f"run-{index:05d}"
+        verdict = run_checked(exp.with_seed(run_seed), run_dir, index, run_seed, recovery_slo_s)
+        report.runs.append(verdict)
+        report.elapsed_s = time.monotonic() - start
+        violations = len([r for r in report.runs if r.violations])
+        errors = len([r for r in report.runs if r.verdict in ("error", "aborted")])
+        note = ", ".join(v.invariant for v in verdict.violations) or verdict.verdict
+        progress(f"run {index} seed {run_seed}: {note} ({verdict.seconds:.1f}s) | "
+                 f"{index} runs, {violations} violating, {errors} errors, "
+                 f"{report.runs_per_hour:.0f} runs/h")  # fmt: skip
+        if verdict.violations:
+            report.violating = verdict
+            report.found_after_s = report.elapsed_s
+            for v in verdict.violations:
+                progress(f"  {v.invariant}: {v.detail}")
+            break
+        if verdict.verdict not in ("error", "aborted"):
+            shutil.rmtree(run_dir, ignore_errors=True)  # the failing ones are kept to read
+    if report.violating is not None:
+        _shrink(exp.with_seed(report.violating.seed or 0), out_dir, report, recovery_slo_s,
+                attempts, progress)  # fmt: skip
+    return report
+
+
+def _with_faults(exp: Experiment, faults: list[Fault]) -> Experiment:
+    return exp.model_copy(update={"faults": tuple(faults), "random_faults": None})
+
+
+def _shrink(
+    exp: Experiment,
+    out_dir: Path,
+    report: SoakReport,
+    recovery_slo_s: float,
+    attempts: int,
+    progress: Callable[[str], None],
+) -> None:
+    """Drop faults, then halve durations, keeping each change that still violates."""
+    wanted = {v.invariant for v in report.violating.violations} if report.violating else set()
+
+    def violates(faults: list[Fault]) -> bool:
+        for _ in range(attempts):
+            report.shrink_runs += 1
+            run_dir = out_dir / f"shrink-{report.shrink_runs:03d}"
+            verdict = run_checked(_with_faults(exp, faults), run_dir, report.shrink_runs, None,
+                                  recovery_slo_s)  # fmt: skip
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if {v.invariant for v in verdict.violations} & wanted:
+                return True
+        return False
+
+    faults = list(exp.faults)
+    i = 0
+    while i < len(faults) and len(faults) > 1:
+        candidate = faults[:i] + faults[i + 1 :]
+        if violates(candidate):
+            progress(f"shrink: dropped {faults[i].kind} at {faults[i].at:g}s "
+                     f"({len(candidate)} fault(s) left)")  # fmt: skip
+            faults = candidate
+        else:
+            i += 1
+    for i, fault in enumerate(faults):
+        for _ in range(DURATION_HALVINGS):
+            if fault.duration is None or fault.duration / 2 < MIN_SHRUNK_DURATION_S:
+                break
+            shorter = fault.model_copy(update={"duration": round(fault.duration / 2, 2)})
+            candidate = [*faults[:i], shorter, *faults[i + 1 :]]
+            if not violates(candidate):
+                break
+            progress(f"shrink: {fault.kind} lasts {shorter.duration:g}s")
+            faults, fault = candidate, shorter
+    report.shrunk = faults
+    report.shrunk_file = out_dir / "shrunk.yaml"
+    document = soak_experiment(_with_faults(exp, faults)).model_dump(
+        mode="json", exclude_defaults=True, exclude={"random_faults"}
+    )
+    report.shrunk_file.write_text(
+        "# The smallest schedule rsdrill soak found that still breaks an invariant.\n"
+        + yaml.safe_dump(document, sort_keys=False)
+    )
+
+
+def replay_command(file: Path, seed: int | None = None) -> str:
+    """The command that replays a run (with the test-only switch when it was on)."""
+    env = f"{UNSAFE_MAJORITY_ACK_ENV}=1 " if os.environ.get(UNSAFE_MAJORITY_ACK_ENV) == "1" else ""
+    seeded = f" --seed {seed}" if seed is not None else ""
+    return f"{env}rsdrill run {file}{seeded}"

@@ -1,0 +1,140 @@
+"""Seeded random fault schedules: `faults: {random: {seed, kinds, count, within}}`.
+
+The same seed and spec always draw the same faults (Python's `random.Random` is stable across
+versions for `random()`), so `rsdrill run FILE --seed N` replays a schedule exactly. Faults are
+drawn one after another, each in its own slice of `within` and ended before the next begins
+(with a gap), so a drawn schedule never takes more than one member down at once.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import Field, ValidationError, ValidationInfo, model_validator
+
+from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.kinds import KIND_NAMES
+
+# What a kind needs beyond its defaults to do something when only its name is given.
+_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mongodb-fail-command": {"commands": ["insert"], "error_code": 91},
+    "iops-throttle": {"write_iops": 50},
+    "stepdown": {"secondary_catch_up": 1.0},
+}
+# Kinds a random schedule cannot draw: they need steps of the user's, or never end.
+_NOT_DRAWN = ("data-loss",)
+_GAP_S = 0.5
+
+
+def seed_now() -> int:
+    """A fresh seed for a run that names none."""
+    return secrets.randbelow(2**32)
+
+
+class RandomFaults(Strict):
+    """`faults: {random: ...}`: a schedule drawn from a seed."""
+
+    seed: int | None = Field(None, ge=0, description="default: a new one per run (recorded)")
+    kinds: tuple[str | dict[str, Any], ...] = Field(
+        min_length=1,
+        description="kind names, or fault templates ({kind, ...options}) to draw from",
+    )
+    count: int = Field(3, ge=1, le=100, description="how many faults")
+    start: Duration = Field(2.0, ge=0, description="no fault before this (the steady state)")
+    within: Duration = Field(
+        20.0, gt=0, description="the faults start and end within this, from `start`"
+    )
+    duration: tuple[Duration, Duration] = Field(
+        (1.0, 5.0), description="[shortest, longest] fault (each one is drawn in between)"
+    )
+    select: tuple[str, ...] = Field(
+        ("primary", "secondary"), min_length=1, description="roles to draw the member from"
+    )
+
+    @model_validator(mode="after")
+    def _templates(self, info: ValidationInfo) -> RandomFaults:
+        # The fault model is the schema's, which imports this module: it comes as context.
+        make_fault: Callable[..., object] | None = (info.context or {}).get("make_fault")
+        if self.duration[0] > self.duration[1]:
+            raise FieldProblem(("duration",), "write [shortest, longest]")
+        for i, template in enumerate(self.templates()):
+            if template["kind"] not in KIND_NAMES or template["kind"] in _NOT_DRAWN:
+                drawable = ", ".join(k for k in KIND_NAMES if k not in _NOT_DRAWN)
+                raise FieldProblem(("kinds", i), f"{template['kind']!r} cannot be drawn "
+                                   f"(one of {drawable})")  # fmt: skip
+            if make_fault is None:
+                continue
+            try:
+                make_fault(**_fault(template, 0.0, self.duration[0], self.select[0]))
+            except ValidationError as exc:
+                first = exc.errors()[0]["msg"]
+                raise FieldProblem(("kinds", i), f"as a drawn fault: {first}") from None
+        return self
+
+    def templates(self) -> list[dict[str, Any]]:
+        """Each entry of `kinds` as a fault template (a name gets its kind's defaults)."""
+        out = []
+        for entry in self.kinds:
+            if isinstance(entry, str):
+                out.append({"kind": entry, **_KIND_DEFAULTS.get(entry, {})})
+            else:
+                out.append(dict(entry))
+        return out
+
+    def draw(self, seed: int) -> list[dict[str, Any]]:
+        """The faults this seed draws, as fault documents (time order, none overlapping)."""
+        rng = random.Random(seed)
+        templates = self.templates()
+        slot = self.within / self.count
+        shortest, longest = self.duration
+        faults = []
+        for i in range(self.count):
+            template = templates[int(rng.random() * len(templates))]
+            room = max(slot - _GAP_S, 0.1)
+            length = round(min(shortest + rng.random() * (longest - shortest), room), 1)
+            start = round(self.start + i * slot + rng.random() * (room - length), 1)
+            role = self.select[int(rng.random() * len(self.select))]
+            faults.append(_fault(template, start, max(length, 0.1), role))
+        return faults
+
+
+def _fault(template: dict[str, Any], at: float, length: float, role: str) -> dict[str, Any]:
+    # Only a primary can step down.
+    role = "primary" if template["kind"] == "stepdown" else role
+    fault = {"at": at, "select": role, "duration": length, **template}
+    if fault["kind"] == "stepdown":
+        fault["secondary_catch_up"] = min(float(fault.get("secondary_catch_up", 1.0)), length)
+    return fault
+
+
+def reseeded(document: dict[str, Any], spec: RandomFaults, seed: int) -> dict[str, Any]:
+    """An experiment document (without faults) given `spec` drawn with `seed` instead."""
+    random_doc = spec.model_dump(mode="json", exclude_defaults=True)
+    return {**document, "faults": {"random": {**random_doc, "seed": seed}}}
+
+
+def expand(data: Any, make_fault: Callable[..., object], seed: int | None = None) -> Any:
+    """An experiment document whose `faults: {random}` is replaced by the drawn faults, and
+    the spec (its seed filled in) kept under `random_faults`. Other documents pass as they are.
+    `make_fault` validates a fault (each template is checked as a drawn fault); `seed`
+    overrides the file's (`rsdrill run --seed`)."""
+    if not isinstance(data, dict):
+        return data
+    faults = data.get("faults")
+    if not (isinstance(faults, dict) and set(faults) == {"random"}):
+        return data
+    try:
+        spec = RandomFaults.model_validate(faults["random"], context={"make_fault": make_fault})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        at = ("faults", "random", *error["loc"])
+        problem = (error.get("ctx") or {}).get("error")
+        if isinstance(problem, FieldProblem):
+            raise FieldProblem((*at, *problem.at), problem.problem) from None
+        raise FieldProblem(at, error["msg"]) from None
+    chosen = seed if seed is not None else spec.seed if spec.seed is not None else seed_now()
+    spec = spec.model_copy(update={"seed": chosen})
+    return {**data, "faults": spec.draw(chosen), "random_faults": spec}

@@ -1,0 +1,135 @@
+"""cpu-starve and memory-pressure on the sandbox (cgroup v1): a starved primary answers slowly
+and nothing fails over; a primary out of memory is OOM-killed and the set fails over as for a
+lost host; after a SIGKILLed run, `rsdrill recover` stops the neighbour, removes the cgroup and
+restarts the member."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.experiment.loader import load_experiment
+from rsdrill.platforms.machine.cgroup import mount_of
+from rsdrill.sandbox.cluster import Sandbox
+from tests.e2e.test_run_cli import _wait_for_text
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+def _run(name: str, tmp_path: Path, port_base: int) -> tuple[object, list[dict[str, object]]]:
+    document = yaml.safe_load((EXPERIMENTS / name).read_text())
+    document["target"]["port_base"] = port_base
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    result = run_experiment(load_experiment(path), RunOptions(out_dir=out, live=False))
+    ops = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    return result, ops
+
+
+def _groups(controller: str, port_base: int) -> list[Path]:
+    names = {f"rsdrill-{port_base + i}" for i in range(3)}
+    return [p for p in mount_of(controller).rglob("rsdrill-*") if p.name in names]
+
+
+def _neighbours() -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if b"rsdrill-memory-neighbour" in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_starved_primary_answers_slowly_without_failing_over(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    base = free_port_base(3)
+    result, ops = _run("primary-cpu-starve.yaml", tmp_path, base)
+    assert result.verdict == "pass", result.error  # type: ignore[attr-defined]
+    (fault,) = result.faults  # type: ignore[attr-defined]
+    writes = [o for o in ops if o["probe"] == "write" and o["outcome"] == "ok"]
+
+    def p50(low: float, high: float) -> float:
+        return statistics.median(o["t_end"] - o["t_start"] for o in writes
+                                 if o["t_start"] > low and o["t_end"] < high)  # fmt: skip
+
+    before = p50(0, fault.injected_at_s)
+    during = p50(fault.injected_at_s + 0.5, fault.reverted_at_s)
+    after = p50(fault.reverted_at_s + 0.5, 1e9)
+    print(f"write p50: before {before * 1000:.1f} ms, during {during * 1000:.1f} ms, "
+          f"after {after * 1000:.1f} ms")  # fmt: skip
+    assert during > 5 * before and during > 0.05
+    assert after < during / 5
+    assert result.metrics.failover_s is None  # type: ignore[attr-defined]
+    assert not _groups("cpu", base)
+
+
+def test_a_primary_out_of_memory_is_killed_and_the_set_fails_over(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    base = free_port_base(3)
+    result, _ = _run("primary-memory-pressure.yaml", tmp_path, base)
+    assert result.verdict == "pass", result.error  # type: ignore[attr-defined]
+    (fault,) = result.faults  # type: ignore[attr-defined]
+    assert fault.verified_at_s - fault.injected_at_s < 5  # the OOM killer took it
+    metrics = result.metrics  # type: ignore[attr-defined]
+    # As a lost host: an election after electionTimeout (2 s), the member back once restarted.
+    assert metrics.failover_s is not None and 1.5 < metrics.failover_s < 5
+    assert metrics.recovery_s[fault.target] is not None
+    assert not _groups("memory", base)
+    assert not _neighbours()
+
+
+def test_recover_undoes_the_memory_pressure_of_a_killed_run(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    base = free_port_base(3)
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "name: memory-killed\n"
+        f"target: {{platform: sandbox, topology: rs3, keep: true, election_timeout: 2s, "
+        f"port_base: {base}}}\n"
+        "faults:\n  - {at: 1s, kind: memory-pressure, select: primary, duration: 120s}\n"
+    )
+    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
+    cli = [sys.executable, "-m", "rsdrill.cli"]
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*cli, "run", str(path), "--out", str(out), "--no-live", "--no-history"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    sandbox = Sandbox(out / "sandbox")
+    try:
+        _wait_for_text(proc, "injected memory-pressure", 90)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        # Left behind by the killed run (the neighbour itself is OOM-killed once it is alone).
+        assert _groups("memory", base)
+        recover = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
+                                 timeout=120)  # fmt: skip
+        assert recover.returncode == 0, recover.stdout + recover.stderr
+        assert "restarted" in recover.stdout, recover.stdout
+        assert not _groups("memory", base)
+        assert not _neighbours()
+        deadline = time.monotonic() + 30
+        while sorted(s.state for s in sandbox.status()) != ["PRIMARY", "SECONDARY", "SECONDARY"]:
+            assert time.monotonic() < deadline, [s.state for s in sandbox.status()]
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sandbox.down()

@@ -1,0 +1,99 @@
+"""`mongodb-fail-command` on the sandbox: the named commands fail with the code while the fail
+point is on and succeed once it is off, as the probes see it; after a SIGKILLed run,
+`rsdrill recover` turns the fail point off."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
+
+from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.experiment.loader import load_experiment
+from rsdrill.sandbox.cluster import Sandbox
+from tests.e2e.test_run_cli import _wait_for_text
+
+EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "primary-fail-command.yaml"
+
+
+def test_named_commands_fail_with_the_code_then_succeed(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    document = yaml.safe_load(EXPERIMENT.read_text())
+    document["target"]["port_base"] = free_port_base(3)
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = run_experiment(load_experiment(path), RunOptions(out_dir=tmp_path / "out", live=False))
+    assert result.verdict == "pass", result.error
+    (fault,) = result.faults
+    assert fault.injected_at_s is not None and fault.reverted_at_s is not None
+    lines = (tmp_path / "out" / "history.jsonl").read_text().splitlines()
+    ops = [json.loads(line) for line in lines]
+    writes = [o for o in ops if o["probe"] == "write"]
+    # Sent after the fail point was on and answered before it went off: each failed with 6.
+    on, off = fault.injected_at_s + 0.01, fault.reverted_at_s
+    inside = [o for o in writes if o["t_start"] > on and o["t_end"] < off]
+    assert len(inside) > 20
+    assert {(o["outcome"], o["detail"].get("code")) for o in inside} == {("error", 6)}
+    after = [o for o in writes if o["t_start"] > fault.reverted_at_s + 0.05]
+    before = [o for o in writes if o["t_end"] < fault.injected_at_s]
+    assert after and before
+    assert all(o["outcome"] == "ok" for o in before + after)
+    # Only inserts fail: the reads went on throughout.
+    reads = [o for o in ops if o["probe"] == "read"]
+    assert reads and all(o["outcome"] == "ok" for o in reads)
+    assert result.metrics.write_unavailable_s == pytest.approx(3.0, abs=0.6)
+
+
+def _insert_code(uri: str) -> int | None:
+    """The error code of one insert on the primary (None: it succeeded)."""
+    with MongoClient(uri, serverSelectionTimeoutMS=10_000, retryWrites=False) as client:
+        try:
+            client.rsdrill_test.failpoint.insert_one({})
+        except OperationFailure as exc:
+            return exc.code
+    return None
+
+
+def test_recover_turns_the_fail_point_of_a_killed_run_off(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "name: fail-command-killed\n"
+        "target: {platform: sandbox, topology: rs3, keep: true, "
+        f"port_base: {free_port_base(3)}}}\n"
+        "faults:\n  - {at: 1s, kind: mongodb-fail-command, select: primary, "
+        "commands: [insert], error_code: 8, duration: 120s}\n"
+    )
+    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
+    cli = [sys.executable, "-m", "rsdrill.cli"]
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*cli, "run", str(path), "--out", str(out), "--no-live", "--no-history"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    sandbox = Sandbox(out / "sandbox")
+    try:
+        _wait_for_text(proc, "injected mongodb-fail-command", 90)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        assert _insert_code(sandbox.uri) == 8  # left on by the killed run
+        recover = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
+                                 timeout=60)  # fmt: skip
+        assert recover.returncode == 0, recover.stdout + recover.stderr
+        assert "failCommand off" in recover.stdout
+        assert _insert_code(sandbox.uri) is None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sandbox.down()

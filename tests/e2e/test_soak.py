@@ -1,0 +1,102 @@
+"""`rsdrill soak` on the sandbox: a deliberately broken sandbox (w:majority acknowledged before
+any secondary has the write) is caught and its schedule shrunk to at most 2 faults; the correct
+sandbox passes the same seeds; the CLI prints progress and the replay command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rsdrill.engine.soak import soak
+from rsdrill.experiment.loader import load_experiment, load_experiment_text
+from rsdrill.sandbox.config import UNSAFE_MAJORITY_ACK_ENV
+
+pytestmark = pytest.mark.timeout(900)
+
+# Faults on the primary only: every partition of it loses what the broken server acknowledged.
+SOAK = """\
+name: soak-test
+target: {platform: sandbox, topology: rs3, election_timeout: 1s, heartbeat_interval: 200ms}
+probes:
+  availability: {interval: 20ms, timeout: 250ms, write_concern: majority}
+observe: {after_revert: 5s, steady_state: 1s}
+faults:
+  random:
+    kinds: [stepdown, host-freeze, network-partition]
+    count: 3
+    start: 1s
+    within: 7.5s
+    duration: [1s, 2s]
+    select: [primary]
+"""
+
+
+def test_a_broken_sandbox_is_found_and_shrunk_to_at_most_two_faults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(UNSAFE_MAJORITY_ACK_ENV, "1")
+    lines: list[str] = []
+    started = time.monotonic()
+    report = soak(load_experiment_text(SOAK, "soak.yaml", {}), tmp_path, duration_s=600,
+                  max_runs=8, seed=5, progress=lines.append)  # fmt: skip
+    found_s = time.monotonic() - started
+    print("\n".join(lines))
+    assert report.violating is not None, "\n".join(lines)
+    assert {v.invariant for v in report.violating.violations} & {"lost-write", "linearizable"}
+    assert (report.violating.out_dir / "history.jsonl").exists()
+    assert report.shrunk is not None and 1 <= len(report.shrunk) <= 2
+    assert report.shrunk_file is not None
+    shrunk = load_experiment(report.shrunk_file)
+    assert [f.kind for f in shrunk.faults] == [f.kind for f in report.shrunk]
+    assert shrunk.probes.consistency is not None
+    size = len(report.shrunk)
+    print(f"found after {report.found_after_s:.0f}s ({len(report.runs)} runs); shrunk to "
+          f"{size} fault(s) in {report.shrink_runs} runs; {found_s:.0f}s in all")  # fmt: skip
+
+
+def test_the_correct_sandbox_breaks_nothing_on_the_same_seeds(tmp_path: Path) -> None:
+    assert os.environ.get(UNSAFE_MAJORITY_ACK_ENV) is None
+    lines: list[str] = []
+    report = soak(load_experiment_text(SOAK, "soak.yaml", {}), tmp_path, duration_s=600,
+                  max_runs=3, seed=5, progress=lines.append)  # fmt: skip
+    assert report.violating is None, "\n".join(lines)
+    assert len(report.runs) == 3
+    assert all(r.verdict in ("pass", "fail") for r in report.runs), "\n".join(lines)
+    # Passing runs leave nothing behind; the soak keeps only what a violation needs.
+    assert not list(tmp_path.glob("run-*"))
+
+
+def test_the_cli_prints_progress_and_the_replay_command(tmp_path: Path) -> None:
+    path = tmp_path / "soak.yaml"
+    document = yaml.safe_load(SOAK)
+    document["faults"]["random"].update(kinds=["network-partition"], count=1, within="3s")
+    path.write_text(yaml.safe_dump(document))
+    env = {**os.environ, UNSAFE_MAJORITY_ACK_ENV: "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli", "soak", str(path), "--runs", "2",
+         "--out", str(tmp_path / "out"), "--seed", "1"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "run 1 seed " in done.stdout
+    assert "runs/h" in done.stdout
+    assert f"replay: {UNSAFE_MAJORITY_ACK_ENV}=1 rsdrill run {path} --seed " in done.stdout
+    assert "replay the shrunk schedule: " in done.stdout
+
+
+def test_a_file_without_a_random_schedule_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "fixed.yaml"
+    path.write_text(
+        "name: fixed\ntarget: {platform: sandbox}\nfaults:\n  - {at: 1s, kind: stepdown}\n"
+    )
+    done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "soak", str(path)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert "needs `faults: {random: ...}`" in done.stderr
+    assert "Traceback" not in done.stderr
