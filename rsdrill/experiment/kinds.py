@@ -142,8 +142,10 @@ KINDS: dict[str, KindSpec] = {
         KindSpec(
             "network-partition",
             "the member is cut off for `duration`",
-            fields=("isolate_from", "direction"),
-            fields_doc="`isolate_from: members\\|clients\\|all`, `direction: "
+            fields=("isolate_from", "direction", "shape", "flapping"),
+            fields_doc="`shape: one\\|halves\\|bridge\\|ring` (Jepsen's shapes, from the live "
+            "roles), `flapping` (on and off at this interval), "
+            "`isolate_from: members\\|clients\\|all`, `direction: "
             "both\\|inbound\\|outbound`",
             needs_duration=True,
             platforms={
@@ -151,6 +153,23 @@ KINDS: dict[str, KindSpec] = {
                 "kubernetes": (Way("Chaos Mesh NetworkChaos partition"),),
                 "ec2": (Way("security groups swapped for a deny-all group (isolate_from all)"),),
                 "vsphere": (Way("disconnect the NIC (isolate_from all)"),),
+            },
+        ),
+        KindSpec(
+            "network-degrade",
+            "the member's links get slow, lossy or narrow for `duration`",
+            fields=("latency", "jitter", "loss", "bandwidth_mbit_s", "between", "direction"),
+            fields_doc="`latency` (added to each degraded direction), `jitter`, `loss` (a share), "
+            "`bandwidth_mbit_s`, `between: members\\|clients\\|all`, "
+            "`direction: both\\|inbound\\|outbound`",
+            needs_duration=True,
+            platforms={
+                _MACHINE: (
+                    Way(
+                        "a pacing TCP proxy per member link (nftables redirect); loss as "
+                        "TCP retransmission stalls"
+                    ),
+                ),
             },
         ),
         KindSpec(

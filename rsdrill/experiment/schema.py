@@ -344,6 +344,7 @@ class _FaultRules(Strict):
         secondary_catch_up: float
         errno: str
         latency: float | None
+        flapping: float | None
     else:
 
         def __getattr__(self, name: str) -> Any:
@@ -372,6 +373,13 @@ class _FaultRules(Strict):
                 "iops-throttle needs a limit: iops, read_iops, write_iops, "
                 "throughput_mb_s, read_mb_s, write_mb_s or latency",
             )
+        if self.kind == "network-degrade":
+            _check_degrade(self)
+        flapping, duration = self.flapping, self.duration
+        if flapping is not None and duration is not None and flapping * 2 > duration:
+            raise FieldProblem(
+                ("flapping",), "flapping: the interval must fit twice into `duration`"
+            )
         if self.kind == "disk-fault" and self.errno == "none" and self.latency is None:
             raise FieldProblem(("errno",), "errno none and no latency: the fault does nothing")
         if (
@@ -395,6 +403,14 @@ class _FaultRules(Strict):
         if self.kind in ("stepdown", "data-loss"):
             return None  # data-loss: only a restore step brings the data back
         return self.duration
+
+
+def _check_degrade(fault: _FaultRules) -> None:
+    given = fault.model_fields_set
+    if not given & {"latency", "loss", "bandwidth_mbit_s"}:
+        raise FieldProblem(("kind",), "network-degrade needs latency, loss or bandwidth_mbit_s")
+    if "jitter" in given and "latency" not in given:
+        raise FieldProblem(("jitter",), "jitter varies the latency: give `latency` too")
 
 
 class _Fault(_FaultRules):
@@ -440,7 +456,9 @@ class _Fault(_FaultRules):
         "directory (e.g. journal/*)",
     )
     latency: Duration | None = Field(
-        None, description="disk-fault, iops-throttle: added to every matching operation"
+        None,
+        description="disk-fault, iops-throttle: added to every matching operation; "
+        "network-degrade: added to what crosses each degraded direction",
     )
     iops: int | None = Field(None, gt=0, description="iops-throttle: reads and writes together")
     read_iops: int | None = Field(None, gt=0)
@@ -454,7 +472,33 @@ class _Fault(_FaultRules):
     direction: Literal["both", "inbound", "outbound"] = Field(
         "both",
         description="network-partition: inbound: others cannot reach the member; "
-        "outbound: it cannot reach them",
+        "outbound: it cannot reach them; network-degrade: which of its traffic is degraded",
+    )
+    shape: Literal["one", "halves", "bridge", "ring"] = Field(
+        "one",
+        description="network-partition, as Jepsen names them: one: the selected member alone; "
+        "halves: it and the fewest others on the minority side; bridge: two halves that only "
+        "the selected member joins; ring: each member reaches only its neighbours",
+    )
+    flapping: Duration | None = Field(
+        None,
+        gt=0,
+        description="network-partition: cut and healed in turn at this interval for `duration`",
+    )
+    between: Literal["members", "clients", "all"] = Field(
+        "all", description="network-degrade: which of the member's links are degraded"
+    )
+    jitter: Duration | None = Field(
+        None, description="network-degrade: latency varies uniformly by up to this much"
+    )
+    loss: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="network-degrade: the share of segments lost (TCP resends them: a stall)",
+    )
+    bandwidth_mbit_s: float | None = Field(
+        None, gt=0, description="network-degrade: each degraded direction's rate, Mbit/s"
     )
 
 

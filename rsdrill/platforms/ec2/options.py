@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -128,6 +128,9 @@ _WHY_NOT = {
     "use host-kill)",
     "disk-fault": "EBS has no error injection; volume I/O latency needs engine: fis "
     "(aws:ebs:volume-io-latency)",
+    "network-degrade": "network-degrade is not available on ec2 yet (FIS's SSM network "
+    "latency and packet-loss documents are not wired up); run it on the sandbox or local "
+    "platform",
 }
 
 
@@ -172,6 +175,8 @@ def check_experiment(exp: Experiment) -> None:
             raise FieldProblem(("target", "ec2", "volume"),
                                f"faults[{i}] ({fault.kind}) needs the members' data volume: "
                                "target.ec2.volume with `device` or `tag`")  # fmt: skip
+        if fault.kind == "network-partition":
+            refuse_partition_shapes(i, fault, "ec2 swaps the instance's security groups")
         _check_kind(i, fault, engine, platform)
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -136,6 +136,14 @@ def check_experiment(exp: Experiment) -> None:
                 (*at, "engine"),
                 f"unknown engine {fault.engine!r} on kubernetes (one of {', '.join(ENGINES)})",
             )
+        if fault.kind not in SUPPORT:
+            raise FieldProblem(
+                (*at, "kind"),
+                f"{fault.kind} is not available on kubernetes yet; run it on the sandbox or "
+                "local platform",
+            )
+        if fault.kind == "network-partition":
+            refuse_partition_shapes(i, fault, "NetworkChaos here cuts one member off")
         engines = SUPPORT[fault.kind]
         engine = engine_of(fault)
         if engine not in engines:

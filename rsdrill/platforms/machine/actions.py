@@ -13,6 +13,7 @@ from rsdrill.experiment.schema import LocalMember
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mount import unmount_all
 from rsdrill.platforms.base import RevertAction, TargetError
+from rsdrill.platforms.machine.degrade import undegrade
 from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
 from rsdrill.platforms.machine.network import heal
 from rsdrill.redact import has_masked_password
@@ -84,5 +85,6 @@ REVERT_ACTIONS: dict[str, RevertAction] = {
     "local-start": _local_start,
     "sandbox-down": _sandbox_down,
     "network-heal": heal,
+    "network-undegrade": undegrade,
     "faultfs-clear": faultfs_clear,
 }

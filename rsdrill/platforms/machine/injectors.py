@@ -3,14 +3,17 @@ and `platform: local`)."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill.platforms.base import InjectionError, Injector
 from rsdrill.platforms.machine.data_loss import DataLoss
+from rsdrill.platforms.machine.degrade import Degradation, NetworkDegrade
 from rsdrill.platforms.machine.disk import STORAGE_KINDS, PowerLossKill, StorageFault, rule_for
 from rsdrill.platforms.machine.network import NetworkPartition
 from rsdrill.platforms.machine.process import HostFreeze, HostKill
+from rsdrill.platforms.machine.proxy import Shape
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
@@ -41,7 +44,21 @@ def machine_injector(fault: Fault, host: str, target: SandboxTarget | LocalTarge
             hosts, host, list(target.members),
             isolate_from=fault.isolate_from, direction=fault.direction,
         )  # fmt: skip
+    if fault.kind == "network-degrade":
+        return NetworkDegrade(hosts, host, list(target.members), _degradation(fault),
+                              seed=secrets.randbits(32))  # fmt: skip
     raise InjectionError(f"{fault.kind} is not available on this machine's members")
+
+
+def _degradation(fault: Fault) -> Degradation:
+    rate = fault.bandwidth_mbit_s
+    shape = Shape(
+        latency_s=fault.latency or 0.0,
+        jitter_s=fault.jitter or 0.0,
+        loss=fault.loss or 0.0,
+        bandwidth_bytes_s=rate * 1e6 / 8 if rate else None,
+    )
+    return Degradation(shape, fault.between, fault.direction)
 
 
 def _faultfs(fault: Fault, host: str, target: SandboxTarget | LocalTarget) -> Path:

@@ -165,9 +165,17 @@ def ports_in_use() -> set[int]:
     for table in rsdrill_tables():
         for line in _nft(["list", "table", "inet", table]).splitlines():
             if "meta cgroup" in line:
-                classes = line.split("meta cgroup", 1)[1].split("ct mark", 1)[0]
-                ports.update(int(c) & 0xFFFF for c in classes.strip(" {}").split(", "))
+                ports.update(c & 0xFFFF for c in _classes_after(line, "meta cgroup"))
     return ports
+
+
+def _classes_after(line: str, key: str) -> list[int]:
+    """The class ids a listed rule compares `key` with: one value, or a `{ ... }` set (after an
+    optional `!=`), in nft's decimal listing."""
+    rest = line.split(key, 1)[1].strip().removeprefix("!=").strip()
+    if rest.startswith("{"):
+        return [int(c) for c in rest[1:].split("}", 1)[0].replace(",", " ").split()]
+    return [int(rest.split()[0])] if rest.split() and rest.split()[0].isdigit() else []
 
 
 def forget_marked_connections() -> None:

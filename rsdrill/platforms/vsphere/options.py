@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -138,6 +138,8 @@ _WHY_NOT = {
     "disk-fault": "disk-fault is not available on vSphere: its API cannot make a virtual disk "
     "return I/O errors or add latency per operation; use volume-detach (remove the disk) or "
     "iops-throttle (storageIOAllocation.limit)",
+    "network-degrade": "network-degrade is not available on vSphere: a VM's network adapter "
+    "has no latency, loss or rate setting; run it on the sandbox, local, Kubernetes or EC2",
 }
 _PER_DIRECTION = ("read_iops", "write_iops", "throughput_mb_s", "read_mb_s", "write_mb_s",
                   "latency")  # fmt: skip
@@ -187,6 +189,7 @@ def _check_kind(i: int, fault: Fault) -> None:
         if fault.direction != "both":
             raise _problem(i, "direction", text="a disconnected network adapter cuts both "
                            "directions: drop `direction`")  # fmt: skip
+        refuse_partition_shapes(i, fault, "vsphere disconnects one VM's network adapter")
     if fault.vsphere is None:
         return
     for name in sorted(fault.vsphere.model_fields_set):
