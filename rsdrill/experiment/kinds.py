@@ -149,10 +149,14 @@ KINDS: dict[str, KindSpec] = {
             "both\\|inbound\\|outbound`",
             needs_duration=True,
             platforms={
-                _MACHINE: (Way("nftables on loopback"),),
-                "kubernetes": (Way("Chaos Mesh NetworkChaos partition"),),
-                "ec2": (Way("security groups swapped for a deny-all group (isolate_from all)"),),
-                "vsphere": (Way("disconnect the NIC (isolate_from all)"),),
+                _MACHINE: (Way("nftables on loopback; every shape, flapping"),),
+                "kubernetes": (Way("Chaos Mesh NetworkChaos partition (shape one)"),),
+                "ec2": (
+                    Way(
+                        "security groups swapped for a deny-all group (isolate_from all, shape one)"
+                    ),
+                ),
+                "vsphere": (Way("disconnect the NIC (isolate_from all, shape one)"),),
             },
         ),
         KindSpec(

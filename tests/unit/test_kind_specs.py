@@ -53,6 +53,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"latency": "50ms"},
     ),
     "network-partition": ({}, {"isolate_from": "all"}),
+    "network-degrade": ({"latency": "50ms"},),
 }
 
 
@@ -72,8 +73,8 @@ def test_a_field_of_another_kind_is_refused_naming_its_kinds() -> None:
     with pytest.raises(ExperimentError) as info:
         load_experiment_text(text, "exp.yaml", {})
     assert str(info.value) == (
-        "exp.yaml:4:47: faults[0].latency: `latency` applies to disk-fault and iops-throttle, "
-        "not host-freeze"
+        "exp.yaml:4:47: faults[0].latency: `latency` applies to disk-fault, iops-throttle and "
+        "network-degrade, not host-freeze"
     )
     # Reading it from a fault of another kind gives its default (nothing to check first).
     assert make_fault(at=1, kind="stepdown").latency is None

@@ -112,7 +112,7 @@ def test_error_string_and_attributes() -> None:
     assert err.problem == (
         "unknown value 'host-kil'; did you mean 'host-kill'? "
         "(one of host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach, "
-        "network-partition, data-loss)"
+        "network-partition, network-degrade, data-loss)"
     )
     assert str(err) == f"exp.yaml:6:11: faults[0].kind: {err.problem}"
 
@@ -302,14 +302,14 @@ def test_misspelt_key_inside_a_union() -> None:
             (6, 11, "faults[0].kind"),
             "unknown value 'STEPDOWN'; did you mean 'stepdown'? "
             "(one of host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach, "
-            "network-partition, data-loss)",
+            "network-partition, network-degrade, data-loss)",
         ),
         (
             "kind: stepdown",
             "kind: 5",
             (6, 11, "faults[0].kind"),
             "expected host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach, "
-            "network-partition or data-loss, not 5",
+            "network-partition, network-degrade or data-loss, not 5",
         ),
         (
             "kind: stepdown",

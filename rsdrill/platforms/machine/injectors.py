@@ -43,6 +43,7 @@ def machine_injector(fault: Fault, host: str, target: SandboxTarget | LocalTarge
         return NetworkPartition(
             hosts, host, list(target.members),
             isolate_from=fault.isolate_from, direction=fault.direction,
+            shape=fault.shape, flapping=fault.flapping,
         )  # fmt: skip
     if fault.kind == "network-degrade":
         return NetworkDegrade(hosts, host, list(target.members), _degradation(fault),

@@ -29,6 +29,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ _CONNTRACK_LOOSE = Path("/proc/sys/net/netfilter/nf_conntrack_tcp_loose")
 
 IsolateFrom = Literal["members", "clients", "all"]
 Direction = Literal["both", "inbound", "outbound"]
+PartitionShape = Literal["one", "halves", "bridge", "ring"]
 
 
 def _port(host: str) -> int:
@@ -89,24 +91,75 @@ class Cut:
 
     def ruleset(self, table: str) -> str:
         """The whole table, for `nft -f`."""
-        ports = _set((self.port, *self.peers))
-        classes = _set(netcls.class_id(p) for p in (self.port, *self.peers))
-        drops = "\n".join(f'    iif "lo" {rule}' for rule in self.drop_rules())
-        return (
-            f"table inet {table} {{\n"
-            "  chain classify {\n"
-            "    type filter hook output priority filter; policy accept;\n"
-            # Only the initiator's packets (to a member port) say who opened the connection:
-            # until it sends, what the member sends on it is unclassified and passes.
-            f'    oif "lo" tcp dport {ports} ct mark set {netcls.CLIENT_CLASS:#x}\n'
-            f'    oif "lo" tcp dport {ports} meta cgroup {classes} ct mark set meta cgroup\n'
-            "  }\n"
-            "  chain partition {\n"
-            "    type filter hook input priority filter; policy accept;\n"
-            f"{drops}\n"
-            "  }\n"
-            "}\n"
-        )
+        return ruleset(table, [self])
+
+
+def ruleset(table: str, cuts: list[Cut]) -> str:
+    """One table holding every cut of `cuts` (a partition shape cuts several members)."""
+    members = sorted({port for cut in cuts for port in (cut.port, *cut.peers)})
+    ports = _set(members)
+    classes = _set(netcls.class_id(p) for p in members)
+    drops = "\n".join(f'    iif "lo" {rule}' for cut in cuts for rule in cut.drop_rules())
+    return (
+        f"table inet {table} {{\n"
+        "  chain classify {\n"
+        "    type filter hook output priority filter; policy accept;\n"
+        # Only the initiator's packets (to a member port) say who opened the connection:
+        # until it sends, what the member sends on it is unclassified and passes.
+        f'    oif "lo" tcp dport {ports} ct mark set {netcls.CLIENT_CLASS:#x}\n'
+        f'    oif "lo" tcp dport {ports} meta cgroup {classes} ct mark set meta cgroup\n'
+        "  }\n"
+        "  chain partition {\n"
+        "    type filter hook input priority filter; policy accept;\n"
+        f"{drops}\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def cut_pairs(shape: PartitionShape, target: str, members: list[str]) -> list[tuple[str, str]]:
+    """The member pairs that cannot reach each other under `shape` (Jepsen's names), built
+    around `target` (the member `select` chose from the live roles), the others in set order:
+
+    - one: `target` alone against the rest;
+    - halves: `target` and the fewest others that make a minority, against the majority;
+    - bridge: the others split in two halves that only `target` reaches both of;
+    - ring: members in a ring starting at `target`, each reaching only its two neighbours.
+    """
+    others = [m for m in members if m != target]
+    if shape == "one":
+        sides = [[target], others]
+    elif shape == "halves":
+        minority = [target, *others[: (len(members) - 1) // 2 - 1]]
+        sides = [minority, [m for m in others if m not in minority]]
+    elif shape == "bridge":
+        if len(others) < 2:
+            raise InjectionError("network-partition shape bridge needs at least 3 members")
+        half = len(others) // 2
+        sides = [others[:half], others[half:]]
+    else:
+        if len(members) < 4:
+            raise InjectionError(
+                f"network-partition shape ring: with {len(members)} members every member is "
+                "its neighbours' neighbour, so nothing is cut (it needs at least 4)"
+            )
+        ring = [target, *others]
+        n = len(ring)
+        return [
+            (ring[i], ring[j])
+            for i in range(n)
+            for j in range(i + 1, n)
+            if (j - i) % n not in (1, n - 1)
+        ]
+    return [(a, b) for a in sides[0] for b in sides[1]]
+
+
+def shape_cuts(pairs: list[tuple[str, str]]) -> list[Cut]:
+    """One both-ways cut per member for the pairs it heads (each pair cut once)."""
+    peers: dict[str, list[int]] = {}
+    for a, b in pairs:
+        peers.setdefault(a, []).append(_port(b))
+    return [Cut(_port(a), tuple(ps), "members", "both") for a, ps in peers.items()]
 
 
 def _set(values: Any) -> str:
@@ -224,20 +277,35 @@ class NetworkPartition:
         *,
         isolate_from: IsolateFrom,
         direction: Direction,
+        shape: PartitionShape = "one",
+        flapping: float | None = None,
     ) -> None:
         self.hosts = hosts
         self.target = target
         self.members = members
         self.peers = [m for m in members if m != target]
         self.cut = Cut(_port(target), tuple(_port(p) for p in self.peers), isolate_from, direction)
+        self.shape = shape
+        self.pairs = cut_pairs(shape, target, members)
+        self.cuts = [self.cut] if shape == "one" else shape_cuts(self.pairs)
+        self.flapping = flapping
         self.table = f"{TABLE_PREFIX}{self.cut.port}-{secrets.token_hex(4)}"
+        self._stop = threading.Event()
+        self._flapper: threading.Thread | None = None
 
     def describe(self) -> str:
+        flap = f", cut and healed every {self.flapping:g}s" if self.flapping else ""
+        if self.shape != "one":
+            pairs = ", ".join(f"{a}-{b}" for a, b in self.pairs)
+            return (
+                f"partition shape {self.shape} around {self.target}: cut {pairs} both ways"
+                f"{flap} (nftables table {self.table})"
+            )
         side = {"members": "the other members", "clients": "its clients",
                 "all": "the other members and its clients"}[self.cut.isolate_from]  # fmt: skip
         how = {"both": "both ways", "inbound": "inbound only (they cannot reach it)",
                "outbound": "outbound only (it cannot reach them)"}[self.cut.direction]  # fmt: skip
-        return f"partition {self.target} from {side}, {how} (nftables table {self.table})"
+        return f"partition {self.target} from {side}, {how}{flap} (nftables table {self.table})"
 
     def revert_action(self) -> dict[str, Any] | None:
         ports = [_port(m) for m in self.members]
@@ -260,11 +328,32 @@ class NetworkPartition:
                 netcls.place(pid, _port(host))
         except netcls.NetClsError as exc:
             raise InjectionError(f"network-partition {self.target}: {exc}") from exc
-        _nft(["-f", "-"], self.cut.ruleset(self.table))
+        self._cut()
+        if self.flapping:
+            self._flapper = threading.Thread(target=self._flap, name="flapping", daemon=True)
+            self._flapper.start()
+
+    def _cut(self) -> None:
+        _nft(["-f", "-"], ruleset(self.table, self.cuts))
         try:
             forget_marked_connections()
         except conntrack.ConntrackError as exc:
             raise InjectionError(f"network-partition {self.target}: {exc}") from exc
+
+    def _flap(self) -> None:
+        """Heal and cut again in turn until reverted (the member classes stay placed)."""
+        assert self.flapping is not None
+        cut = True
+        while not self._stop.wait(self.flapping):
+            try:
+                if cut:
+                    delete_table(self.table)
+                    forget_marked_connections()
+                else:
+                    self._cut()
+            except (InjectionError, conntrack.ConntrackError):
+                continue  # tried again at the next turn; revert deletes the table anyway
+            cut = not cut
 
     def verify(self, timeout_s: float) -> bool:
         """The member is unreachable from each side it is cut off from, reachable from the
@@ -279,6 +368,8 @@ class NetworkPartition:
             time.sleep(0.1)
 
     def _as_expected(self) -> bool:
+        if self.shape != "one":
+            return self._shape_holds()
         clients_cut = self.cut.isolate_from in ("clients", "all")
         if connects(self.target) == clients_cut:
             return False
@@ -288,7 +379,22 @@ class NetworkPartition:
         members_cut = self.cut.isolate_from in ("members", "all")
         return connects_as(peer, self.target) != members_cut
 
+    def _shape_holds(self) -> bool:
+        """A cut pair cannot connect (either way); a pair the shape leaves can."""
+        running = [m for m in self.members if netcls.placed_pids(_port(m))]
+        cut = [(a, b) for a, b in self.pairs if a in running and b in running]
+        kept = [
+            (a, b) for a in running for b in running
+            if a < b and (a, b) not in self.pairs and (b, a) not in self.pairs
+        ]  # fmt: skip
+        if cut and (connects_as(*cut[0]) or connects_as(*reversed(cut[0]))):
+            return False
+        return not kept or connects_as(*kept[0])
+
     def revert(self) -> None:
+        self._stop.set()
+        if self._flapper is not None:
+            self._flapper.join()
         try:
             heal(self.revert_action() or {})
         except TargetError as exc:

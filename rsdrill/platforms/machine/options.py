@@ -32,6 +32,14 @@ def check_experiment(exp: Experiment) -> None:
                 f"scope {fault.scope} needs a platform with nodes or hosts "
                 f"(kubernetes, vsphere); on {exp.target.platform} a member is its host",
             )
+        if fault.kind == "network-partition" and fault.shape != "one":
+            for name in ("isolate_from", "direction"):
+                if name in fault.model_fields_set:
+                    raise FieldProblem(
+                        ("faults", i, name),
+                        f"shape {fault.shape} cuts member links both ways: drop `{name}` "
+                        "(it applies to shape one)",
+                    )
     _check_storage(exp)
 
 
