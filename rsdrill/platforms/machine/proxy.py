@@ -166,12 +166,16 @@ def _handler(listener: Listener, rng: random.Random) -> Any:
             asyncio.create_task(_pump(c_reader, u_writer, up)),
             asyncio.create_task(_pump(u_reader, c_writer, down)),
         ]
-        # Either side closing or failing ends the connection on both.
-        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        for task in pumps:
-            task.cancel()
-        for writer in (c_writer, u_writer):
-            writer.close()
+        try:
+            # Either side closing or failing ends the connection on both.
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            pass  # the proxy is stopping: close both sides quietly
+        finally:
+            for task in pumps:
+                task.cancel()
+            for writer in (c_writer, u_writer):
+                writer.close()
 
     return handle
 
