@@ -162,9 +162,19 @@ KINDS: dict[str, KindSpec] = {
         KindSpec(
             "network-degrade",
             "the member's links get slow, lossy or narrow for `duration`",
-            fields=("latency", "jitter", "loss", "bandwidth_mbit_s", "between", "direction"),
+            fields=(
+                "latency",
+                "jitter",
+                "loss",
+                "bandwidth_mbit_s",
+                "duplicate",
+                "corrupt",
+                "between",
+                "direction",
+            ),
             fields_doc="`latency` (added to each degraded direction), `jitter`, `loss` (a share), "
-            "`bandwidth_mbit_s`, `between: members\\|clients\\|all`, "
+            "`bandwidth_mbit_s`, `duplicate`, `corrupt` (shares; Kubernetes), "
+            "`between: members\\|clients\\|all`, "
             "`direction: both\\|inbound\\|outbound`",
             needs_duration=True,
             platforms={
@@ -172,6 +182,12 @@ KINDS: dict[str, KindSpec] = {
                     Way(
                         "a pacing TCP proxy per member link (nftables redirect); loss as "
                         "TCP retransmission stalls"
+                    ),
+                ),
+                "kubernetes": (
+                    Way(
+                        "Chaos Mesh NetworkChaos netem (delay, jitter, loss, duplicate, corrupt) "
+                        "or bandwidth"
                     ),
                 ),
             },

@@ -500,6 +500,15 @@ class _Fault(_FaultRules):
     bandwidth_mbit_s: float | None = Field(
         None, gt=0, description="network-degrade: each degraded direction's rate, Mbit/s"
     )
+    duplicate: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="network-degrade (kubernetes): the share of packets sent twice",
+    )
+    corrupt: float | None = Field(
+        None, gt=0, lt=1, description="network-degrade (kubernetes): the share of packets corrupted"
+    )
 
 
 _FAULT_SECTIONS = {n: p.fault_options for n, p in platforms().items() if p.fault_options}

@@ -53,7 +53,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"latency": "50ms"},
     ),
     "network-partition": ({}, {"isolate_from": "all"}),
-    "network-degrade": ({"latency": "50ms"},),
+    "network-degrade": ({"latency": "50ms"}, {"latency": "50ms", "direction": "outbound"}),
 }
 
 

@@ -31,6 +31,7 @@ SUPPORT: dict[str, dict[str, tuple[str, ...]]] = {
     "volume-detach": {"chaos-mesh": ("member",)},
     "iops-throttle": {"chaos-mesh": ("member",)},
     "network-partition": {"chaos-mesh": ("member",)},
+    "network-degrade": {"chaos-mesh": ("member",)},
 }
 
 # Chaos Mesh's IOChaos can add latency per operation; it has no bandwidth limit.
@@ -203,6 +204,8 @@ def _check_kind(fault: Fault, at: tuple[str | int, ...]) -> None:
             raise FieldProblem(
                 (*at, "iops"), "one IO limit on kubernetes: iops, read_iops or write_iops"
             )
+    if fault.kind == "network-degrade":
+        _check_degrade(fault, at)
     if fault.kind == "network-partition" and fault.isolate_from == "clients":
         raise FieldProblem(
             (*at, "isolate_from"),
@@ -229,3 +232,26 @@ def _check_options(fault: Fault, engine: str, at: tuple[str | int, ...]) -> None
                 f"`{name}` does not apply to "
                 f"{fault.kind} with engine {engine}, scope {fault.scope}",
             )
+
+
+def _check_degrade(fault: Fault, at: tuple[str | int, ...]) -> None:
+    """NetworkChaos shapes a pod's traffic with netem (or a bandwidth filter): toward the other
+    members' pods, or everything the pod sends; it cannot tell clients apart."""
+    if fault.between == "clients":
+        raise FieldProblem(
+            (*at, "between"),
+            "NetworkChaos shapes traffic to pods or to everything: use members or all",
+        )
+    if fault.between == "all" and fault.direction != "outbound":
+        raise FieldProblem(
+            (*at, "direction"),
+            "NetworkChaos without target pods shapes what the pod sends: write direction: "
+            "outbound (or between: members for inbound or both)",
+        )
+    netem = [n for n in ("latency", "loss", "duplicate", "corrupt") if n in fault.model_fields_set]
+    if fault.bandwidth_mbit_s is not None and netem:
+        raise FieldProblem(
+            (*at, "bandwidth_mbit_s"),
+            f"NetworkChaos applies a bandwidth limit or netem ({', '.join(netem)}), not both: "
+            "split it into two faults",
+        )

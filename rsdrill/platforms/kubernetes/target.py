@@ -137,7 +137,10 @@ class KubernetesTarget(RemoteTarget):
         name = resource_name(fault.kind, pod.name)
         if engine == "litmus":
             return LitmusFault(at, litmus_engine(fault, pod, name))
-        others = self._other_pods(pods, host) if fault.kind == "network-partition" else []
+        links = fault.kind == "network-partition" or (
+            fault.kind == "network-degrade" and fault.between == "members"
+        )
+        others = self._other_pods(pods, host) if links else []
         block = (
             fault.kind == "iops-throttle"
             and self.block_chaos
