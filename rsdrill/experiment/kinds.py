@@ -150,7 +150,9 @@ KINDS: dict[str, KindSpec] = {
             needs_duration=True,
             platforms={
                 _MACHINE: (Way("nftables on loopback; every shape, flapping"),),
-                "kubernetes": (Way("Chaos Mesh NetworkChaos partition (shape one)"),),
+                "kubernetes": (
+                    Way("Chaos Mesh NetworkChaos partition (shapes one, halves, bridge)"),
+                ),
                 "ec2": (
                     Way(
                         "security groups swapped for a deny-all group (isolate_from all, shape one)"

@@ -171,6 +171,17 @@ def test_pod_failure_io_and_network_chaos_round_trips(env: Env, tmp_path: Path) 
             },
         ),
         (
+            # mongo-0 is the bridge: only mongo-1 and mongo-2 lose each other.
+            {"kind": "network-partition", "shape": "bridge"},
+            "NetworkChaos",
+            {
+                "action": "partition",
+                "direction": "both",
+                "selector": {"pods": {env.namespace: ["mongo-1"]}},
+                "target": {"mode": "all", "selector": {"pods": {env.namespace: ["mongo-2"]}}},
+            },
+        ),
+        (
             {"kind": "network-degrade", "direction": "outbound", "bandwidth_mbit_s": 8},
             "NetworkChaos",
             {

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rsdrill.errors import InjectionError
-from rsdrill.platforms.machine.network import cut_pairs, shape_cuts
+from rsdrill.platforms.machine.network import shape_cuts
+from rsdrill.platforms.partition_shapes import cut_pairs
 
 FIVE = [f"127.0.0.1:{p}" for p in range(27001, 27006)]
 A, B, C, D, E = FIVE

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
+from rsdrill.experiment.fields import Duration, FieldProblem, Strict
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -144,7 +144,7 @@ def check_experiment(exp: Experiment) -> None:
                 "local platform",
             )
         if fault.kind == "network-partition":
-            refuse_partition_shapes(i, fault, "NetworkChaos here cuts one member off")
+            _check_partition_shape(fault, at)
         engines = SUPPORT[fault.kind]
         engine = engine_of(fault)
         if engine not in engines:
@@ -255,3 +255,26 @@ def _check_degrade(fault: Fault, at: tuple[str | int, ...]) -> None:
             f"NetworkChaos applies a bandwidth limit or netem ({', '.join(netem)}), not both: "
             "split it into two faults",
         )
+
+
+def _check_partition_shape(fault: Fault, at: tuple[str | int, ...]) -> None:
+    """One NetworkChaos partition cuts its selected pods from its target pods: shapes one,
+    halves and bridge; a ring needs one per member and flapping a schedule of them."""
+    if fault.shape == "ring":
+        raise FieldProblem(
+            (*at, "shape"),
+            "shape ring on kubernetes: not available (one NetworkChaos cuts two sides); use "
+            "one, halves or bridge, or the sandbox or local platform",
+        )
+    if fault.flapping is not None:
+        raise FieldProblem(
+            (*at, "flapping"), "flapping on kubernetes: not available; use the sandbox or local"
+        )
+    if fault.shape != "one":
+        for name in ("isolate_from", "direction"):
+            if name in fault.model_fields_set:
+                raise FieldProblem(
+                    (*at, name),
+                    f"shape {fault.shape} cuts member links both ways: drop `{name}` (it "
+                    "applies to shape one)",
+                )

@@ -136,10 +136,11 @@ def chaos_mesh_resource(
     name: str,
     *,
     block_chaos: bool = False,
+    side: list[PodRef] | None = None,
 ) -> tuple[ResourceType, dict[str, Any]]:
     """The Chaos Mesh object for `fault` on `pod` (`others`: the other members' pods, for a
-    partition)."""
-    spec: dict[str, Any] = {"mode": "all", "selector": {"pods": _pods([pod])}}
+    partition, or the far side of a partition shape whose near `side` holds more pods)."""
+    spec: dict[str, Any] = {"mode": "all", "selector": {"pods": _pods(side or [pod])}}
     if fault.duration is not None and fault.kind != "host-kill":
         spec["duration"] = _go_duration(fault.duration + SAFETY_MARGIN_S)
     rtype = IO_CHAOS
