@@ -192,6 +192,12 @@ KINDS: dict[str, KindSpec] = {
                         "or bandwidth"
                     ),
                 ),
+                "ec2": (
+                    Way(
+                        "FIS aws:ssm:send-command of AWSFIS-Run-Network-Latency or "
+                        "-Packet-Loss (outbound, latency or loss)"
+                    ),
+                ),
             },
         ),
         KindSpec(

@@ -53,7 +53,11 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"latency": "50ms"},
     ),
     "network-partition": ({}, {"isolate_from": "all"}),
-    "network-degrade": ({"latency": "50ms"}, {"latency": "50ms", "direction": "outbound"}),
+    "network-degrade": (
+        {"latency": "50ms"},
+        {"latency": "50ms", "direction": "outbound"},
+        {"latency": "50ms", "direction": "outbound", "engine": "fis"},
+    ),
 }
 
 
