@@ -1,5 +1,5 @@
-"""Partition shapes on an rs3 sandbox: who reaches whom while the shape holds, and how the
-replica set reacts; flapping cuts and heals in turn."""
+"""Partition shapes on rs3 and rs5 sandboxes: who reaches whom while the shape holds, and how
+the replica set reacts; flapping cuts and heals in turn."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pymongo import MongoClient, WriteConcern
 from rsdrill.errors import InjectionError
 from rsdrill.platforms.machine.network import NetworkPartition, connects_as, rsdrill_tables
 from rsdrill.platforms.sandbox.target import SandboxHosts
-from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
+from rsdrill.sandbox.config import Settings, build_topology
 from tests.integration.support import member_state, wait_until, writable_primary
 
 INSTALL = Path(__file__).resolve().parents[2] / ".ci" / "install-netfilter"
@@ -121,3 +122,46 @@ def test_flapping_cuts_and_heals_in_turn(
     partition.revert()
     time.sleep(interval * 1.2)
     assert partition.table not in rsdrill_tables(), "no turn after the revert"
+
+
+@pytest.fixture
+def rs5(sandbox_dir: Path, free_port_base: Callable[[int], int]) -> Sandbox:
+    spec = build_topology("rs5", port_base=free_port_base(5),
+                          settings=Settings(election_timeout_ms=1000))  # fmt: skip
+    return up(sandbox_dir, spec, EmulatorEngine())
+
+
+def test_ring_on_rs5_each_member_reaches_only_its_neighbours(
+    rs5: Sandbox, partitions: list[NetworkPartition]
+) -> None:
+    primary = wait_until(lambda: writable_primary(rs5), 10, "a primary").host
+    members = [m.host for m in rs5.spec.members]
+    ring = [primary, *(m for m in members if m != primary)]
+    partition = _shape(rs5, primary, partitions, "ring")
+    partition.inject()
+    assert partition.verify(5)
+    for i, a in enumerate(ring):
+        neighbours = {ring[(i - 1) % 5], ring[(i + 1) % 5]}
+        for b in ring:
+            if b != a:
+                assert connects_as(a, b) == (b in neighbours), (a, b, ring)
+    # Every member still reaches a majority (itself and two neighbours): majority writes go on.
+    wait_until(lambda: _majority_write(rs5), 20, "a w:majority write in the ring")
+
+
+def test_halves_on_rs5_minority_primary_steps_down_majority_of_three_elects(
+    rs5: Sandbox, partitions: list[NetworkPartition]
+) -> None:
+    primary = wait_until(lambda: writable_primary(rs5), 10, "a primary").host
+    partition = _shape(rs5, primary, partitions, "halves")
+    minority = set(dict.fromkeys(a for a, _ in partition.pairs))
+    majority = {m.host for m in rs5.spec.members} - minority
+    assert primary in minority and len(minority) == 2 and len(majority) == 3
+    partition.inject()
+    assert partition.verify(5)
+    wait_until(
+        lambda: member_state(primary) == "SECONDARY", 10, "the minority primary to step down"
+    )
+    new = wait_until(lambda: writable_primary(rs5), 10, "a majority-side primary")
+    assert new.host in majority
+    wait_until(lambda: _majority_write(rs5), 15, "a w:majority write on the majority side")
