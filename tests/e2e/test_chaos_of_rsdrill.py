@@ -50,6 +50,8 @@ FAULTS = {
     "network-partition": "{at: 1s, kind: network-partition, select: primary, duration: 1.5s}",
     "network-degrade": "{at: 1s, kind: network-degrade, select: primary, latency: 20ms,"
     " duration: 1.5s}",
+    "partition-flapping": "{at: 1s, kind: network-partition, select: primary, shape: bridge,"
+    " flapping: 0.5s, duration: 1.5s}",
     # The primary dies of a failed journal fsync and is restarted on revert; members on faultfs.
     "disk-fault": "{at: 1s, kind: disk-fault, select: primary, operations: [fsync],"
     " duration: 1.5s}",

@@ -350,7 +350,7 @@ class NetworkPartition:
             (a, b) for a in running for b in running
             if a < b and (a, b) not in self.pairs and (b, a) not in self.pairs
         ]  # fmt: skip
-        if cut and (connects_as(*cut[0]) or connects_as(*reversed(cut[0]))):
+        if cut and (connects_as(*cut[0]) or connects_as(cut[0][1], cut[0][0])):
             return False
         return not kept or connects_as(*kept[0])
 
