@@ -79,8 +79,8 @@ class DownSpan:
 
 def takes_member_down(fault: Fault) -> bool:
     """Whether the fault, while in force, takes its member out of the set's majority."""
-    if fault.kind in ("stepdown", "iops-throttle"):
-        return False
+    if fault.kind in ("stepdown", "iops-throttle", "network-degrade"):
+        return False  # slowed, not gone
     if fault.kind == "network-partition":
         return fault.isolate_from != "clients"
     if fault.kind == "disk-fault":
