@@ -254,6 +254,10 @@ class NetworkPartition:
         self.flapping = flapping
         self.table = f"{TABLE_PREFIX}{self.cut.port}-{secrets.token_hex(4)}"
         self._stop = threading.Event()
+        # Flapping: held by each turn and by each check of `verify`, which judges the cut only
+        # while it is in force (a check may hold the next turn back by its own length).
+        self._turn = threading.Lock()
+        self._in_force = False
         self._flapper: threading.Thread | None = None
 
     def describe(self) -> str:
@@ -292,6 +296,7 @@ class NetworkPartition:
         except netcls.NetClsError as exc:
             raise InjectionError(f"network-partition {self.target}: {exc}") from exc
         self._cut()
+        self._in_force = True
         if self.flapping:
             self._flapper = threading.Thread(target=self._flap, name="flapping", daemon=True)
             self._flapper.start()
@@ -306,17 +311,17 @@ class NetworkPartition:
     def _flap(self) -> None:
         """Heal and cut again in turn until reverted (the member classes stay placed)."""
         assert self.flapping is not None
-        cut = True
         while not self._stop.wait(self.flapping):
-            try:
-                if cut:
-                    delete_table(self.table)
-                    forget_marked_connections()
-                else:
-                    self._cut()
-            except (InjectionError, conntrack.ConntrackError):
-                continue  # tried again at the next turn; revert deletes the table anyway
-            cut = not cut
+            with self._turn:
+                try:
+                    if self._in_force:
+                        delete_table(self.table)
+                        forget_marked_connections()
+                    else:
+                        self._cut()
+                except (InjectionError, conntrack.ConntrackError):
+                    continue  # tried again at the next turn; revert deletes the table anyway
+                self._in_force = not self._in_force
 
     def verify(self, timeout_s: float) -> bool:
         """The member is unreachable from each side it is cut off from, reachable from the
@@ -324,8 +329,9 @@ class NetworkPartition:
         a peer's class."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if self._as_expected():
-                return True
+            with self._turn:
+                if self._in_force and self._as_expected():
+                    return True
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.1)
