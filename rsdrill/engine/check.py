@@ -296,11 +296,12 @@ def _local_tools(exp: Experiment) -> Iterator[Check]:
     if exp.target.platform not in ("sandbox", "local"):
         return
     kinds = {f.kind for f in exp.faults}
-    if "network-partition" in kinds:
+    network = sorted(kinds & {"network-partition", "network-degrade"})
+    if network:
         nft = shutil.which("nft", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
         if nft is None:
-            yield Check("nftables", False, "network-partition needs the `nft` command: "
-                        "apt-get install nftables")  # fmt: skip
+            yield Check("nftables", False, f"{' and '.join(network)}: the `nft` command "
+                        "is missing: apt-get install nftables")  # fmt: skip
         else:
             yield Check("nftables", True, nft)
     power_loss = any(f.kind == "host-kill" and f.power_loss for f in exp.faults)

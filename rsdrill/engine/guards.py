@@ -85,8 +85,9 @@ def takes_member_down(fault: Fault) -> bool:
         "mongodb-fail-command",
         "cpu-starve",
         "clock-skew",
+        "network-degrade",
     ):
-        return False
+        return False  # slowed or troubled, not gone
     if fault.kind == "network-partition":
         return fault.isolate_from != "clients"
     if fault.kind == "disk-fill":

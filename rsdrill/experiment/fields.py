@@ -74,3 +74,15 @@ class FieldProblem(ValueError):
         self.at = at
         self.problem = problem
         self.about_key = about_key
+
+
+def refuse_partition_shapes(index: int, fault: Any, how: str) -> None:
+    """A platform that cuts one member off as a whole (`how`) refuses Jepsen's other shapes and
+    flapping, naming the field."""
+    if fault.shape != "one":
+        raise FieldProblem(("faults", index, "shape"),
+                           f"{how}: only shape one; the other shapes need the sandbox, local "
+                           "or Kubernetes platform")  # fmt: skip
+    if fault.flapping is not None:
+        raise FieldProblem(("faults", index, "flapping"),
+                           f"{how}: flapping needs the sandbox or local platform")  # fmt: skip

@@ -232,6 +232,67 @@ class NetworkPartitionFields(Strict):
         description="network-partition: inbound: others cannot reach the member; "
         "outbound: it cannot reach them",
     )
+    shape: Literal["one", "halves", "bridge", "ring"] = Field(
+        "one",
+        description="network-partition, as Jepsen names them: one: the selected member alone; "
+        "halves: it and the fewest others on the minority side; bridge: two halves that only "
+        "the selected member joins; ring: each member reaches only its neighbours",
+    )
+    flapping: Duration | None = Field(
+        None,
+        gt=0,
+        description="network-partition: cut and healed in turn at this interval for `duration`",
+    )
+
+
+def _network_partition_check(fault: Any) -> None:
+    flapping, duration = fault.flapping, fault.duration
+    if flapping is not None and duration is not None and flapping * 2 > duration:
+        raise FieldProblem(("flapping",), "flapping: the interval must fit twice into `duration`")
+
+
+# -- network-degrade -----------------------------------------------------------------------------
+
+
+class NetworkDegradeFields(Strict):
+    latency: Duration | None = Field(
+        None, description="network-degrade: added to what crosses each degraded direction"
+    )
+    jitter: Duration | None = Field(
+        None, description="network-degrade: latency varies uniformly by up to this much"
+    )
+    loss: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="network-degrade: the share of segments lost (TCP resends them: a stall)",
+    )
+    bandwidth_mbit_s: float | None = Field(
+        None, gt=0, description="network-degrade: each degraded direction's rate, Mbit/s"
+    )
+    duplicate: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="network-degrade (kubernetes): the share of packets sent twice",
+    )
+    corrupt: float | None = Field(
+        None, gt=0, lt=1, description="network-degrade (kubernetes): the share of packets corrupted"
+    )
+    between: Literal["members", "clients", "all"] = Field(
+        "all", description="network-degrade: which of the member's links are degraded"
+    )
+    direction: Literal["both", "inbound", "outbound"] = Field(
+        "both", description="network-degrade: which of its traffic is degraded"
+    )
+
+
+def _network_degrade_check(fault: Any) -> None:
+    given = fault.model_fields_set
+    if not given & {"latency", "loss", "bandwidth_mbit_s"}:
+        raise FieldProblem(("kind",), "network-degrade needs latency, loss or bandwidth_mbit_s")
+    if "jitter" in given and "latency" not in given:
+        raise FieldProblem(("jitter",), "jitter varies the latency: give `latency` too")
 
 
 # -- mongodb-fail-command ------------------------------------------------------------------------
@@ -308,6 +369,7 @@ if TYPE_CHECKING:
         DiskFaultFields,
         IopsThrottleFields,
         NetworkPartitionFields,
+        NetworkDegradeFields,
         FailCommandFields,
         ClockSkewFields,
         CpuStarveFields,
@@ -537,12 +599,20 @@ KINDS: dict[str, KindSpec] = {
             "network-partition",
             "the member is cut off for `duration`",
             fields=NetworkPartitionFields,
-            fields_doc="`isolate_from: members\\|clients\\|all`, `direction: "
+            check=_network_partition_check,
+            fields_doc="`shape: one\\|halves\\|bridge\\|ring` (Jepsen's shapes, from the live "
+            "roles), `flapping` (on and off at this interval), "
+            "`isolate_from: members\\|clients\\|all`, `direction: "
             "both\\|inbound\\|outbound`",
             needs_duration=True,
             platforms={
-                _MACHINE: (Way("nftables on loopback"),),
-                "kubernetes": (Way("Chaos Mesh NetworkChaos partition", engine="chaos-mesh"),),
+                _MACHINE: (Way("nftables on loopback; every shape, flapping"),),
+                "kubernetes": (
+                    Way(
+                        "Chaos Mesh NetworkChaos partition (shapes one, halves, bridge)",
+                        engine="chaos-mesh",
+                    ),
+                ),
                 "ec2": (
                     Way(
                         "network ACL entries deny its address on the other members' subnets: "
@@ -557,7 +627,40 @@ KINDS: dict[str, KindSpec] = {
                         "api",
                     ),
                 ),
-                "vsphere": (Way("disconnect the NIC (isolate_from all)"),),
+                "vsphere": (Way("disconnect the NIC (isolate_from all, shape one)"),),
+            },
+        ),
+        KindSpec(
+            "network-degrade",
+            "the member's links get slow, lossy or narrow for `duration`",
+            fields=NetworkDegradeFields,
+            check=_network_degrade_check,
+            fields_doc="`latency` (added to each degraded direction), `jitter`, `loss` (a share), "
+            "`bandwidth_mbit_s`, `duplicate`, `corrupt` (shares; Kubernetes), "
+            "`between: members\\|clients\\|all`, "
+            "`direction: both\\|inbound\\|outbound`",
+            needs_duration=True,
+            platforms={
+                _MACHINE: (
+                    Way(
+                        "a pacing TCP proxy per member link (nftables redirect); loss as "
+                        "TCP retransmission stalls"
+                    ),
+                ),
+                "kubernetes": (
+                    Way(
+                        "Chaos Mesh NetworkChaos netem (delay, jitter, loss, duplicate, corrupt) "
+                        "or bandwidth",
+                        engine="chaos-mesh",
+                    ),
+                ),
+                "ec2": (
+                    Way(
+                        "FIS aws:ssm:send-command of AWSFIS-Run-Network-Latency or "
+                        "-Packet-Loss (outbound, latency or loss)",
+                        engine="fis",
+                    ),
+                ),
             },
         ),
         KindSpec(

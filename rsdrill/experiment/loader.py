@@ -671,7 +671,8 @@ def _problem(e: _Located) -> str:
     if kind == "extra_forbidden":
         variant, name = _variant(e), str(e.loc[-1])
         if variant in KINDS and (kinds := kinds_with_field(name)):
-            return f"`{name}` applies to {' and '.join(kinds)}, not {variant}"
+            listed = ", ".join(kinds[:-1]) + " and " + kinds[-1] if len(kinds) > 1 else kinds[0]
+            return f"`{name}` applies to {listed}, not {variant}"
         guess = _key_guess(e)
         if guess:
             return f"unknown key; did you mean '{guess}'?"

@@ -159,16 +159,36 @@ def describe_fault(fault: Fault) -> str:
         return "detach its data volume"
     if fault.kind == "data-loss":
         return "SIGKILL, data directory emptied, no restart: the restore step brings it back"
+    peers = {"members": "the other members", "clients": "clients", "all": "everyone"}
+    arrow = {"both": "both ways", "inbound": "inbound only", "outbound": "outbound only"}
     if fault.kind == "network-partition":
-        peers = {"members": "the other members", "clients": "clients", "all": "everyone"}
-        arrow = {"both": "both ways", "inbound": "inbound only", "outbound": "outbound only"}
-        return f"cut it off from {peers[fault.isolate_from]} ({arrow[fault.direction]})"
+        flap = f", cut and healed every {_secs(fault.flapping)}" if fault.flapping else ""
+        if fault.shape != "one":
+            return f"partition shape {fault.shape} around it (member links, both ways){flap}"
+        return f"cut it off from {peers[fault.isolate_from]} ({arrow[fault.direction]}){flap}"
     if fault.kind == "mongodb-fail-command":
         how = [f"error {fault.error_code}"] if fault.error_code is not None else []
         how += ["drop the connection"] if fault.close_connection else []
         how += [f"hold {_secs(fault.block_time)}"] if fault.block_time is not None else []
         times = f", {fault.times} times" if fault.times is not None else ""
         return f"failCommand: {'/'.join(fault.commands)} → {', '.join(how)}{times}"
+    if fault.kind == "network-degrade":
+        shaped = [
+            text
+            for text, given in (
+                (f"+{_secs(fault.latency or 0)}", fault.latency),
+                (f"± {_secs(fault.jitter or 0)}", fault.jitter),
+                (f"{(fault.loss or 0):.0%} loss", fault.loss),
+                (f"{fault.bandwidth_mbit_s or 0:g} Mbit/s", fault.bandwidth_mbit_s),
+                (f"{(fault.duplicate or 0):.0%} duplicated", fault.duplicate),
+                (f"{(fault.corrupt or 0):.0%} corrupted", fault.corrupt),
+            )
+            if given
+        ]
+        return (
+            f"degrade its links to {peers[fault.between]} ({arrow[fault.direction]}): "
+            + ", ".join(shaped)
+        )
     return fault.kind
 
 
@@ -186,6 +206,7 @@ def _reversion(fault: Fault, platform: str) -> str:
         "volume-detach": "re-attach the volume",
         "network-partition": "heal the partition",
         "mongodb-fail-command": "set the fail point off",
+        "network-degrade": "restore the links",
     }
     return f"{undo[fault.kind]} on {them}"
 

@@ -11,7 +11,7 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-TOPOLOGIES = ("rs1", "rs3", "psa", "standalone")
+TOPOLOGIES = ("rs1", "rs3", "rs5", "psa", "standalone")
 # A member's storage: on disk (kept across a restart), or in memory (gone with the process,
 # as with mongod's inMemory engine; standalone only).
 STORAGE = ("disk", "memory")
@@ -142,8 +142,8 @@ def build_topology(
     settings: Settings | None = None,
     **options: object,
 ) -> ReplSetSpec:
-    """rs1: one data member; rs3: three data members; psa: primary, secondary, arbiter;
-    standalone: one server without a replica set."""
+    """rs1: one data member; rs3: three data members; rs5: five (for partition shapes, e.g.
+    a ring); psa: primary, secondary, arbiter; standalone: one server without a replica set."""
     if topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
     if options.get("storage", "disk") not in STORAGE:
@@ -158,7 +158,7 @@ def build_topology(
         ("http://", "https://")
     ):
         raise ValueError(f"the STS endpoint {options['aws_sts_url']} must be an http(s) URL")
-    count = 1 if topology in ("rs1", "standalone") else 3
+    count = {"rs1": 1, "standalone": 1, "rs5": 5}.get(topology, 3)
     members = tuple(
         MemberSpec(
             id=i,

@@ -40,6 +40,7 @@ from pymongo.errors import OperationFailure
 from rsdrill.faultfs.mount import faultfs_mounts
 from rsdrill.platforms.machine import netcls
 from rsdrill.platforms.machine.cgroup import mount_of
+from rsdrill.platforms.machine.degrade import PROXY_MODULE
 from rsdrill.platforms.machine.disk_fill import small_disk_mounts
 from rsdrill.platforms.machine.network import rsdrill_tables
 from rsdrill.sandbox.cluster import Sandbox
@@ -52,6 +53,10 @@ FAULTS = {
     "host-freeze": "{at: 1s, kind: host-freeze, select: primary, duration: 1.5s}",
     "stepdown": "{at: 1s, kind: stepdown, select: primary, duration: 1.5s, secondary_catch_up: 1s}",
     "network-partition": "{at: 1s, kind: network-partition, select: primary, duration: 1.5s}",
+    "network-degrade": "{at: 1s, kind: network-degrade, select: primary, latency: 20ms,"
+    " duration: 1.5s}",
+    "partition-flapping": "{at: 1s, kind: network-partition, select: primary, shape: bridge,"
+    " flapping: 0.5s, duration: 1.5s}",
     # The primary dies of a failed journal fsync and is restarted on revert; members on faultfs.
     "disk-fault": "{at: 1s, kind: disk-fault, select: primary, operations: [fsync],"
     " duration: 1.5s}",
@@ -269,6 +274,20 @@ def _faultfs_daemons(sandbox_dir: Path) -> list[int]:
         time.sleep(0.1)
 
 
+def _degrade_proxies(ports: set[int]) -> list[int]:
+    """network-degrade proxies forwarding to one of `ports` (their config names them)."""
+    needles = [f'"upstream_port": {p}'.encode() for p in ports]
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if PROXY_MODULE.encode() in args and any(n in args for n in needles):
+            found.append(int(proc.name))
+    return found
+
+
 def _setup_finished(work: Path) -> bool:
     """Whether the run's journal says its sandbox was fully built (and is then kept)."""
     for path in (work / "home" / "journal").glob("*.jsonl"):
@@ -295,6 +314,8 @@ def _check_nothing_remains(outcome: Outcome) -> None:
         outcome.problems.append(f"cpu/memory cgroups left: {groups}")
     if disks := small_disk_mounts(outcome.work):
         outcome.problems.append(f"member disks left mounted: {disks}")
+    if proxies := _degrade_proxies(ports):
+        outcome.problems.append(f"network-degrade proxies left: {proxies}")
     if mounts := faultfs_mounts(outcome.work):
         outcome.problems.append(f"faultfs mounts left: {mounts}")
     sandbox_dir = outcome.work / "out" / "sandbox"

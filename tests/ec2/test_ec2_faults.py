@@ -4,6 +4,7 @@ reverts are repeatable), refusals that change nothing, and the clear one-line er
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from rsdrill.platforms.ec2.fis import (
     FisExperiment,
     iso_duration,
     pause_volume_io,
+    ssm_network_degrade,
     stop_instances,
     volume_io_latency,
 )
@@ -351,5 +353,37 @@ def test_fis_template_for_a_paused_volume_as_the_fis_api_stores_it(
         assert target["resourceArns"] == [
             f"arn:aws:ec2:us-east-1:{instance.owner_id}:volume/{m.volume_id}"]  # fmt: skip
         assert template["tags"]["rsdrill:fis"] == fault.token
+    finally:
+        aws.fis("delete_experiment_template", id=template["id"])
+
+
+def test_fis_network_degrade_runs_awsfis_ssm_documents_as_the_fis_api_stores_them(
+    aws: Aws, member: Callable[..., Member]
+) -> None:
+    m = member()
+    instance = find_instance(aws, BY_TAG, m.host)
+    latency = ssm_network_degrade(aws, instance, duration_s=90, latency_s=0.2, loss=None,
+                                  interface="ens5")  # fmt: skip
+    assert latency.parameters["documentArn"] == (
+        "arn:aws:ssm:us-east-1::document/AWSFIS-Run-Network-Latency")  # fmt: skip
+    assert json.loads(latency.parameters["documentParameters"]) == {
+        "Interface": "ens5", "DurationSeconds": "90", "InstallDependencies": "True",
+        "DelayMilliseconds": "200"}  # fmt: skip
+    loss = ssm_network_degrade(aws, instance, duration_s=30, latency_s=None, loss=0.075,
+                               interface="eth0")  # fmt: skip
+    assert loss.parameters["documentArn"].endswith(":document/AWSFIS-Run-Network-Packet-Loss")
+    assert json.loads(loss.parameters["documentParameters"])["LossPercent"] == "7.5"
+    fault = FisExperiment(aws, instance, "network-degrade", latency,
+                          "arn:aws:iam::123456789012:role/fis")  # fmt: skip
+    stored = aws.fis("create_experiment_template", **fault.template_request())
+    template = stored["experimentTemplate"]
+    try:
+        action = template["actions"]["fault"]
+        assert action["actionId"] == "aws:ssm:send-command"
+        assert action["parameters"] == latency.parameters
+        assert action["parameters"]["duration"] == "PT90S"
+        target = template["targets"]["Instances"]
+        assert target["resourceType"] == "aws:ec2:instance"
+        assert target["resourceArns"] == [instance.arn(aws)]
     finally:
         aws.fis("delete_experiment_template", id=template["id"])

@@ -153,7 +153,45 @@ def test_pod_failure_io_and_network_chaos_round_trips(env: Env, tmp_path: Path) 
                 },
             },
         ),
-    ]
+        (
+            {"kind": "network-degrade", "between": "members", "latency": "50ms",
+             "jitter": "5ms", "loss": 0.05, "duplicate": 0.01, "corrupt": 0.02},
+            "NetworkChaos",
+            {
+                "action": "netem",
+                "direction": "both",
+                "delay": {"latency": "50ms", "jitter": "5ms"},
+                "loss": {"loss": "5"},
+                "duplicate": {"duplicate": "1"},
+                "corrupt": {"corrupt": "2"},
+                "target": {
+                    "mode": "all",
+                    "selector": {"pods": {env.namespace: ["mongo-1", "mongo-2"]}},
+                },
+            },
+        ),
+        (
+            # mongo-0 is the bridge: only mongo-1 and mongo-2 lose each other.
+            {"kind": "network-partition", "shape": "bridge"},
+            "NetworkChaos",
+            {
+                "action": "partition",
+                "direction": "both",
+                "selector": {"pods": {env.namespace: ["mongo-1"]}},
+                "target": {"mode": "all", "selector": {"pods": {env.namespace: ["mongo-2"]}}},
+            },
+        ),
+        (
+            {"kind": "network-degrade", "direction": "outbound", "bandwidth_mbit_s": 8},
+            "NetworkChaos",
+            {
+                "action": "bandwidth",
+                "direction": "to",
+                "bandwidth": {"rate": "8mbps", "limit": 20971520, "buffer": 10000},
+                "target": None,
+            },
+        ),
+    ]  # fmt: skip
     for extra, kind, expected in cases:
         fault = {"at": "1s", "duration": "30s", **extra}
         _, during = _round_trip(env, fault, tmp_path)

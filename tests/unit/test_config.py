@@ -36,5 +36,5 @@ def test_json_round_trip(tmp_path) -> None:
 
 
 def test_unknown_topology_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown topology 'rs5'"):
-        build_topology("rs5", port_base=28000)
+    with pytest.raises(ValueError, match="unknown topology 'rs7'"):
+        build_topology("rs7", port_base=28000)

@@ -63,6 +63,11 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
     ),
     "network-partition": ({}, {"isolate_from": "all"}),
     "mongodb-fail-command": ({"error_code": 6},),
+    "network-degrade": (
+        {"latency": "50ms"},
+        {"latency": "50ms", "direction": "outbound"},
+        {"latency": "50ms", "direction": "outbound", "engine": "fis"},
+    ),
 }
 # Every opt-in given: these tests are about what a platform accepts, not about the opt-ins.
 OPTED_IN = {"approximate": True, "one_way": True}
@@ -84,8 +89,8 @@ def test_a_field_of_another_kind_is_refused_naming_its_kinds() -> None:
     with pytest.raises(ExperimentError) as info:
         load_experiment_text(text, "exp.yaml", {})
     assert str(info.value) == (
-        "exp.yaml:4:47: faults[0].latency: `latency` applies to disk-fault and iops-throttle, "
-        "not host-freeze"
+        "exp.yaml:4:47: faults[0].latency: `latency` applies to disk-fault, iops-throttle and "
+        "network-degrade, not host-freeze"
     )
     # Reading it from a fault of another kind gives its default (nothing to check first).
     assert make_fault(at=1, kind="stepdown").latency is None
@@ -146,5 +151,5 @@ def test_the_kubernetes_default_engine_is_the_spec_s_first_way() -> None:
     for kind, spec in KINDS.items():
         ways = spec.platforms.get("kubernetes", ())
         if ways and ways[0].engine is not None:
-            limit = {"iops": 1} if kind == "iops-throttle" else {}
+            limit = {"iops-throttle": {"iops": 1}, "network-degrade": {"latency": 0.05}}.get(kind, {})
             assert engine_of(make_fault(at=1, kind=kind, duration=5, **limit)) == ways[0].engine

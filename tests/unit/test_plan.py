@@ -90,6 +90,23 @@ def test_freeze_is_sigstop_then_sigcont() -> None:
     assert (revert.at_s, revert.description) == (7.0, "resume it (SIGCONT)")
 
 
+def test_network_degrade_and_partition_shapes_in_words() -> None:
+    exp = experiment(
+        "  - {at: 3s, kind: network-degrade, between: members, latency: 40ms, loss: 0.05,"
+        " duration: 4s}\n"
+        "  - {at: 9s, kind: network-partition, shape: halves, flapping: 1s, duration: 4s}\n"
+    )
+    steps = [s for s in plan_experiment(exp) if s.action in ("inject", "revert")]
+    assert [s.description for s in steps] == [
+        "the primary at that moment (degrade its links to the other members (both ways): "
+        "+40ms, 5% loss for 4s)",
+        "restore the links on it",
+        "the primary at that moment (partition shape halves around it (member links, both "
+        "ways), cut and healed every 1s for 4s)",
+        "heal the partition on it",
+    ]
+
+
 def test_stepdown_is_not_reverted() -> None:
     exp = experiment("  - {at: 5s, kind: stepdown, duration: 30s, secondary_catch_up: 5s}\n")
     steps = plan_experiment(exp)

@@ -5,7 +5,7 @@ from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
 
 EC2_KINDS = ("host-kill", "host-freeze", "volume-detach", "iops-throttle", "disk-fault",
-             "network-partition")  # fmt: skip
+             "network-partition", "network-degrade")  # fmt: skip
 
 platform = PackagePlatform(
     "ec2",

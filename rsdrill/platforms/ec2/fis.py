@@ -5,11 +5,14 @@ deletes the template.
 
 Actions used: aws:ec2:stop-instances (host-kill, with startInstancesAfterDuration),
 aws:ebs:pause-volume-io (volume-detach: the volume stops answering without being detached),
-aws:ebs:volume-io-latency (iops-throttle and disk-fault with `latency`). FIS has no DryRun flag.
+aws:ebs:volume-io-latency (iops-throttle and disk-fault with `latency`), aws:ssm:send-command
+with AWS's AWSFIS-Run-Network-Latency or -Packet-Loss document (network-degrade: netem on the
+instance's interface, run by its SSM agent). FIS has no DryRun flag.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 from dataclasses import dataclass
@@ -81,6 +84,35 @@ def volume_io_latency(
         parameters |= {"writeIOPercentage": percent, "writeIOLatencyMilliseconds": latency_ms}
     return FisAction("aws:ebs:volume-io-latency", parameters, "aws:ec2:ebs-volume",
                      _volume_arn(aws, instance, volume_id), "Volumes")  # fmt: skip
+
+
+def ssm_network_degrade(
+    aws: Aws,
+    instance: Instance,
+    *,
+    duration_s: float,
+    latency_s: float | None,
+    loss: float | None,
+    interface: str,
+) -> FisAction:
+    """aws:ssm:send-command of AWSFIS-Run-Network-Latency (`latency_s`) or
+    AWSFIS-Run-Network-Packet-Loss (`loss`) on the instance's `interface`: netem on what it
+    sends, for the duration."""
+    seconds = str(max(1, math.ceil(duration_s)))
+    document_parameters = {"Interface": interface, "DurationSeconds": seconds,
+                           "InstallDependencies": "True"}  # fmt: skip
+    if latency_s is not None:
+        document = "AWSFIS-Run-Network-Latency"
+        document_parameters["DelayMilliseconds"] = str(max(1, round(latency_s * 1000)))
+    else:
+        assert loss is not None  # the ec2 check requires one of them
+        document = "AWSFIS-Run-Network-Packet-Loss"
+        document_parameters["LossPercent"] = f"{loss * 100:g}"
+    arn = f"arn:{aws.partition}:ssm:{aws.conn.region}::document/{document}"
+    parameters = {"documentArn": arn, "documentParameters": json.dumps(document_parameters),
+                  "duration": iso_duration(duration_s)}  # fmt: skip
+    return FisAction("aws:ssm:send-command", parameters, "aws:ec2:instance",
+                     instance.arn(aws), "Instances")  # fmt: skip
 
 
 class FisExperiment:

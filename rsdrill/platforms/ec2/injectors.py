@@ -74,6 +74,10 @@ def ec2_injector(
         elif fault.kind == "volume-detach":
             assert data is not None
             action = fis.pause_volume_io(aws, instance, data[0], duration)
+        elif fault.kind == "network-degrade":
+            action = fis.ssm_network_degrade(aws, instance, duration_s=duration,
+                                             latency_s=fault.latency, loss=fault.loss,
+                                             interface=options.interface)  # fmt: skip
         else:
             assert data is not None and fault.latency is not None
             operations = fault.operations if fault.kind == "disk-fault" else ("any",)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
 from rsdrill.experiment.kinds import COMMAND_KINDS
 
 if TYPE_CHECKING:
@@ -127,13 +127,25 @@ class Ec2Fault(Strict):
         description="iops-throttle: go ahead although AWS may refuse a second modification of "
         "the volume within 6 hours (the restore on revert is one)",
     )
+    interface: str = Field(
+        "eth0",
+        pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
+        description="network-degrade (engine fis): the instance's network interface netem shapes",
+    )
 
 
 ENGINES = ("api", "fis", "ssm")
 # What each engine can do on ec2 (stepdown is the runner's, on every platform).
 _KINDS = {
     "api": ("host-kill", "volume-detach", "iops-throttle", "network-partition", *COMMAND_KINDS),
-    "fis": ("host-kill", "volume-detach", "iops-throttle", "disk-fault", *COMMAND_KINDS),
+    "fis": (
+        "host-kill",
+        "volume-detach",
+        "iops-throttle",
+        "disk-fault",
+        "network-degrade",
+        *COMMAND_KINDS,
+    ),
     "ssm": ("iops-throttle", "host-freeze", *COMMAND_KINDS),
 }
 _WHY_NOT = {
@@ -187,6 +199,8 @@ def check_experiment(exp: Experiment) -> None:
             raise FieldProblem(("target", "ec2", "volume"),
                                f"faults[{i}] ({fault.kind}) needs the members' data volume: "
                                "target.ec2.volume with `device` or `tag`")  # fmt: skip
+        if fault.kind == "network-partition":
+            refuse_partition_shapes(i, fault, "ec2 swaps the instance's security groups")
         _check_kind(i, fault, engine, platform)
 
 
@@ -205,6 +219,8 @@ def _check_kind(i: int, fault: Fault, engine: str, platform: Ec2Platform) -> Non
             "accept_modification_limit",
             text=f"applies to iops-throttle, not {fault.kind}",
         )
+    if fault.kind != "network-degrade" and "interface" in given:
+        raise _problem(i, "ec2", "interface", text=f"applies to network-degrade, not {fault.kind}")
     if engine == "fis":
         _check_fis_duration(i, fault)
     if fault.kind == "host-kill":
@@ -221,6 +237,8 @@ def _check_kind(i: int, fault: Fault, engine: str, platform: Ec2Platform) -> Non
         if fault.path is not None:
             raise _problem(i, "path", text="aws:ebs:volume-io-latency acts on the whole volume: "
                            "drop `path`")  # fmt: skip
+    elif fault.kind == "network-degrade":
+        _check_degrade(i, fault)
     elif fault.kind == "network-partition":
         if fault.isolate_from == "clients":
             raise _problem(i, "isolate_from", text="on ec2 a partition cuts the member from the "
@@ -364,3 +382,21 @@ def plan_details(exp: Experiment) -> list[str]:
             needed += [a for a in iam_actions(fault) if a not in needed]
     lines.append(f"IAM actions needed: {', '.join(needed)}")
     return lines
+
+
+def _check_degrade(i: int, fault: Fault) -> None:
+    """FIS's SSM documents run netem on the instance's interface: one of latency or loss, on
+    everything it sends."""
+    for name in ("jitter", "bandwidth_mbit_s", "duplicate", "corrupt"):
+        if name in fault.model_fields_set:
+            raise _problem(i, name, text=f"{name} on ec2: FIS's AWSFIS-Run-Network documents "
+                           "give latency or packet loss only")  # fmt: skip
+    if fault.latency is not None and fault.loss is not None:
+        raise _problem(i, "loss", text="one FIS SSM document adds latency or loss, not both: "
+                       "split it into two faults")  # fmt: skip
+    if fault.between != "all":
+        raise _problem(i, "between", text="netem on the instance's interface shapes all its "
+                       "traffic: between all")  # fmt: skip
+    if fault.direction != "outbound":
+        raise _problem(i, "direction", text="netem on the instance's interface shapes what it "
+                       "sends: write direction: outbound")  # fmt: skip

@@ -35,6 +35,7 @@ SUPPORT: dict[str, dict[str, tuple[str, ...]]] = {
     # Mesh adds a latency per operation only.
     "iops-throttle": {"chaos-mesh": ("member",), "native": ("member",)},
     "network-partition": {"chaos-mesh": ("member",)},
+    "network-degrade": {"chaos-mesh": ("member",)},
 }
 
 # Chaos Mesh's IOChaos can add latency per operation; it has no bandwidth limit.
@@ -161,6 +162,8 @@ def check_experiment(exp: Experiment) -> None:
         if fault.kind not in SUPPORT:
             raise FieldProblem((*at, "kind"), f"{fault.kind} is not available on kubernetes "
                                "(rsdrill does not drive Chaos Mesh StressChaos yet)")  # fmt: skip
+        if fault.kind == "network-partition":
+            _check_partition_shape(fault, at)
         engines = SUPPORT[fault.kind]
         engine = engine_of(fault)
         if engine not in engines:
@@ -234,6 +237,8 @@ def _check_kind(fault: Fault, at: tuple[str | int, ...]) -> None:
             raise FieldProblem(
                 (*at, "iops"), "one IO limit on kubernetes: iops, read_iops or write_iops"
             )
+    if fault.kind == "network-degrade":
+        _check_degrade(fault, at)
     if fault.kind == "network-partition" and fault.isolate_from == "clients":
         raise FieldProblem(
             (*at, "isolate_from"),
@@ -260,3 +265,49 @@ def _check_options(fault: Fault, engine: str, at: tuple[str | int, ...]) -> None
                 f"`{name}` does not apply to "
                 f"{fault.kind} with engine {engine}, scope {fault.scope}",
             )
+
+
+def _check_degrade(fault: Fault, at: tuple[str | int, ...]) -> None:
+    """NetworkChaos shapes a pod's traffic with netem (or a bandwidth filter): toward the other
+    members' pods, or everything the pod sends; it cannot tell clients apart."""
+    if fault.between == "clients":
+        raise FieldProblem(
+            (*at, "between"),
+            "NetworkChaos shapes traffic to pods or to everything: use members or all",
+        )
+    if fault.between == "all" and fault.direction != "outbound":
+        raise FieldProblem(
+            (*at, "direction"),
+            "NetworkChaos without target pods shapes what the pod sends: write direction: "
+            "outbound (or between: members for inbound or both)",
+        )
+    netem = [n for n in ("latency", "loss", "duplicate", "corrupt") if n in fault.model_fields_set]
+    if fault.bandwidth_mbit_s is not None and netem:
+        raise FieldProblem(
+            (*at, "bandwidth_mbit_s"),
+            f"NetworkChaos applies a bandwidth limit or netem ({', '.join(netem)}), not both: "
+            "split it into two faults",
+        )
+
+
+def _check_partition_shape(fault: Fault, at: tuple[str | int, ...]) -> None:
+    """One NetworkChaos partition cuts its selected pods from its target pods: shapes one,
+    halves and bridge; a ring needs one per member and flapping a schedule of them."""
+    if fault.shape == "ring":
+        raise FieldProblem(
+            (*at, "shape"),
+            "shape ring on kubernetes: not available (one NetworkChaos cuts two sides); use "
+            "one, halves or bridge, or the sandbox or local platform",
+        )
+    if fault.flapping is not None:
+        raise FieldProblem(
+            (*at, "flapping"), "flapping on kubernetes: not available; use the sandbox or local"
+        )
+    if fault.shape != "one":
+        for name in ("isolate_from", "direction"):
+            if name in fault.model_fields_set:
+                raise FieldProblem(
+                    (*at, name),
+                    f"shape {fault.shape} cuts member links both ways: drop `{name}` (it "
+                    "applies to shape one)",
+                )

@@ -33,6 +33,7 @@ _CHAOS_MESH_TYPE = {
     "volume-detach": IO_CHAOS,
     "iops-throttle": IO_CHAOS,
     "network-partition": NETWORK_CHAOS,
+    "network-degrade": NETWORK_CHAOS,
 }
 
 

@@ -86,6 +86,7 @@ _SHORT_KIND = {
     "volume-detach": "detach",
     "iops-throttle": "iops",
     "network-partition": "partition",
+    "network-degrade": "degrade",
 }
 
 
@@ -136,10 +137,11 @@ def chaos_mesh_resource(
     name: str,
     *,
     block_chaos: bool = False,
+    side: list[PodRef] | None = None,
 ) -> tuple[ResourceType, dict[str, Any]]:
     """The Chaos Mesh object for `fault` on `pod` (`others`: the other members' pods, for a
-    partition)."""
-    spec: dict[str, Any] = {"mode": "all", "selector": {"pods": _pods([pod])}}
+    partition, or the far side of a partition shape whose near `side` holds more pods)."""
+    spec: dict[str, Any] = {"mode": "all", "selector": {"pods": _pods(side or [pod])}}
     if fault.duration is not None and fault.kind != "host-kill":
         spec["duration"] = _go_duration(fault.duration + SAFETY_MARGIN_S)
     rtype = IO_CHAOS
@@ -208,6 +210,11 @@ def chaos_mesh_resource(
             spec["target"] = {"mode": "all", "selector": {"pods": _pods(others)}}
         if fault.isolate_from == "all":
             spec["externalTargets"] = ["0.0.0.0/0"]
+    elif fault.kind == "network-degrade":
+        rtype = NETWORK_CHAOS
+        spec.update(network_degrade_spec(fault))
+        if fault.between == "members" and others:
+            spec["target"] = {"mode": "all", "selector": {"pods": _pods(others)}}
     else:
         raise ValueError(f"{fault.kind} has no Chaos Mesh resource")
     body = {
@@ -217,6 +224,37 @@ def chaos_mesh_resource(
         "spec": spec,
     }
     return rtype, body
+
+
+# Chaos Mesh's example figures for the token bucket: queue up to 20 MiB, bursts of 10 kB.
+_BANDWIDTH_LIMIT_BYTES = 20 * 1024 * 1024
+_BANDWIDTH_BUFFER_BYTES = 10_000
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:g}"
+
+
+def network_degrade_spec(fault: Fault) -> dict[str, Any]:
+    """NetworkChaos's action and its parameters for a network-degrade: a bandwidth limit, or
+    netem's delay (+ jitter), loss, duplicate and corrupt together."""
+    direction = {"direction": _DIRECTION[fault.direction]}
+    if fault.bandwidth_mbit_s is not None:
+        rate = {"rate": f"{fault.bandwidth_mbit_s:g}mbps", "limit": _BANDWIDTH_LIMIT_BYTES,
+                "buffer": _BANDWIDTH_BUFFER_BYTES}  # fmt: skip
+        return {"action": "bandwidth", "bandwidth": rate, **direction}
+    netem: dict[str, Any] = {}
+    if fault.latency is not None:
+        netem["delay"] = {"latency": _go_duration(fault.latency)}
+        if fault.jitter:
+            netem["delay"]["jitter"] = _go_duration(fault.jitter)
+    if fault.loss is not None:
+        netem["loss"] = {"loss": _percent(fault.loss)}
+    if fault.duplicate is not None:
+        netem["duplicate"] = {"duplicate": _percent(fault.duplicate)}
+    if fault.corrupt is not None:
+        netem["corrupt"] = {"corrupt": _percent(fault.corrupt)}
+    return {"action": "netem", **netem, **direction}
 
 
 def litmus_experiment_name(fault: Fault) -> str:

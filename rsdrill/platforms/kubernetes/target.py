@@ -34,6 +34,7 @@ from rsdrill.platforms.kubernetes.resources import (
     litmus_engine,
     resource_name,
 )
+from rsdrill.platforms.partition_shapes import PartitionShape, cut_pairs
 from rsdrill.platforms.remote import RemoteTarget
 
 # Faults confirmed from MongoDB's side (the member stops answering, restarts or steps down).
@@ -144,14 +145,34 @@ class KubernetesTarget(RemoteTarget):
         name = resource_name(fault.kind, pod.name)
         if engine == "litmus":
             return LitmusFault(at, litmus_engine(fault, pod, name))
-        others = self._other_pods(pods, host) if fault.kind == "network-partition" else []
+        links = fault.kind == "network-partition" or (
+            fault.kind == "network-degrade" and fault.between == "members"
+        )
+        others = self._other_pods(pods, host) if links else []
         block = (
             fault.kind == "iops-throttle"
             and self.block_chaos
             and ((fault.kubernetes or KubernetesFault()).block_chaos != "never")
         )
-        rtype, body = chaos_mesh_resource(fault, pod, others, self.k8s, name, block_chaos=block)
+        side = None
+        if fault.kind == "network-partition" and fault.shape != "one":
+            side, others = self._sides(pods, fault.shape, host)
+        rtype, body = chaos_mesh_resource(
+            fault, pod, others, self.k8s, name, block_chaos=block, side=side
+        )
         return ChaosMeshFault(at, rtype, body, confirm=fault.kind in _CONFIRMED)
+
+    def _sides(
+        self, pods: PodMap, shape: PartitionShape, host: str
+    ) -> tuple[list[PodRef], list[PodRef]]:
+        """The two sides' pods of a partition shape around `host` (halves, bridge)."""
+        pairs = cut_pairs(shape, host, self.members)
+        try:
+            near = [pods.pod(m) for m in dict.fromkeys(a for a, _ in pairs)]
+            far = [pods.pod(m) for m in dict.fromkeys(b for _, b in pairs)]
+        except (PodLookupError, KubeError) as exc:
+            raise InjectionError(f"kubernetes: partition shape {shape}: {exc}") from None
+        return near, far
 
     def _other_pods(self, pods: PodMap, host: str) -> list[PodRef]:
         others = []

@@ -15,6 +15,7 @@ from rsdrill.faultfs.mount import unmount_all
 from rsdrill.platforms.base import RevertAction, TargetError
 from rsdrill.platforms.machine.cgroup import leave
 from rsdrill.platforms.machine.clock import clock_reset
+from rsdrill.platforms.machine.degrade import undegrade
 from rsdrill.platforms.machine.disk_fill import free, unmount_small_disks
 from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
 from rsdrill.platforms.machine.network import heal
@@ -108,6 +109,7 @@ REVERT_ACTIONS: dict[str, RevertAction] = {
     "local-start": _local_start,
     "sandbox-down": _sandbox_down,
     "network-heal": heal,
+    "network-undegrade": undegrade,
     "faultfs-clear": faultfs_clear,
     "cgroup-leave": _cgroup_leave,
     "clock-reset": clock_reset,

@@ -29,6 +29,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
 from rsdrill.platforms.machine import conntrack, netcls
+from rsdrill.platforms.partition_shapes import PartitionShape, cut_pairs
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
@@ -93,24 +95,38 @@ class Cut:
 
     def ruleset(self, table: str) -> str:
         """The whole table, for `nft -f`."""
-        ports = _set((self.port, *self.peers))
-        classes = _set(netcls.class_id(p) for p in (self.port, *self.peers))
-        drops = "\n".join(f'    iif "lo" {rule}' for rule in self.drop_rules())
-        return (
-            f"table inet {table} {{\n"
-            "  chain classify {\n"
-            "    type filter hook output priority filter; policy accept;\n"
-            # Only the initiator's packets (to a member port) say who opened the connection:
-            # until it sends, what the member sends on it is unclassified and passes.
-            f'    oif "lo" tcp dport {ports} ct mark set {netcls.CLIENT_CLASS:#x}\n'
-            f'    oif "lo" tcp dport {ports} meta cgroup {classes} ct mark set meta cgroup\n'
-            "  }\n"
-            "  chain partition {\n"
-            "    type filter hook input priority filter; policy accept;\n"
-            f"{drops}\n"
-            "  }\n"
-            "}\n"
-        )
+        return ruleset(table, [self])
+
+
+def ruleset(table: str, cuts: list[Cut]) -> str:
+    """One table holding every cut of `cuts` (a partition shape cuts several members)."""
+    members = sorted({port for cut in cuts for port in (cut.port, *cut.peers)})
+    ports = _set(members)
+    classes = _set(netcls.class_id(p) for p in members)
+    drops = "\n".join(f'    iif "lo" {rule}' for cut in cuts for rule in cut.drop_rules())
+    return (
+        f"table inet {table} {{\n"
+        "  chain classify {\n"
+        "    type filter hook output priority filter; policy accept;\n"
+        # Only the initiator's packets (to a member port) say who opened the connection:
+        # until it sends, what the member sends on it is unclassified and passes.
+        f'    oif "lo" tcp dport {ports} ct mark set {netcls.CLIENT_CLASS:#x}\n'
+        f'    oif "lo" tcp dport {ports} meta cgroup {classes} ct mark set meta cgroup\n'
+        "  }\n"
+        "  chain partition {\n"
+        "    type filter hook input priority filter; policy accept;\n"
+        f"{drops}\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def shape_cuts(pairs: list[tuple[str, str]]) -> list[Cut]:
+    """One both-ways cut per member for the pairs it heads (each pair cut once)."""
+    peers: dict[str, list[int]] = {}
+    for a, b in pairs:
+        peers.setdefault(a, []).append(_port(b))
+    return [Cut(_port(a), tuple(ps), "members", "both") for a, ps in peers.items()]
 
 
 def _set(values: Any) -> str:
@@ -169,11 +185,17 @@ def ports_in_use() -> set[int]:
     for table in rsdrill_tables():
         for line in _nft(["list", "table", "inet", table]).splitlines():
             if "meta cgroup" in line:
-                classes = line.split("meta cgroup", 1)[1].split("ct mark", 1)[0]
-                # Only the numbers: a rule may compare (`!= N`) or go on (`redirect to :P`).
-                numbers = (t for t in classes.replace(",", " ").strip(" {}").split() if t.isdigit())
-                ports.update(int(c) & 0xFFFF for c in numbers)
+                ports.update(c & 0xFFFF for c in _classes_after(line, "meta cgroup"))
     return ports
+
+
+def _classes_after(line: str, key: str) -> list[int]:
+    """The class ids a listed rule compares `key` with: one value, or a `{ ... }` set (after an
+    optional `!=`), in nft's decimal listing."""
+    rest = line.split(key, 1)[1].strip().removeprefix("!=").strip()
+    if rest.startswith("{"):
+        return [int(c) for c in rest[1:].split("}", 1)[0].replace(",", " ").split()]
+    return [int(rest.split()[0])] if rest.split() and rest.split()[0].isdigit() else []
 
 
 def forget_marked_connections() -> None:
@@ -222,20 +244,39 @@ class NetworkPartition:
         *,
         isolate_from: IsolateFrom,
         direction: Direction,
+        shape: PartitionShape = "one",
+        flapping: float | None = None,
     ) -> None:
         self.hosts = hosts
         self.target = target
         self.members = members
         self.peers = [m for m in members if m != target]
         self.cut = Cut(_port(target), tuple(_port(p) for p in self.peers), isolate_from, direction)
+        self.shape = shape
+        self.pairs = cut_pairs(shape, target, members)
+        self.cuts = [self.cut] if shape == "one" else shape_cuts(self.pairs)
+        self.flapping = flapping
         self.table = f"{TABLE_PREFIX}{self.cut.port}-{secrets.token_hex(4)}"
+        self._stop = threading.Event()
+        # Flapping: held by each turn and by each check of `verify`, which judges the cut only
+        # while it is in force (a check may hold the next turn back by its own length).
+        self._turn = threading.Lock()
+        self._in_force = False
+        self._flapper: threading.Thread | None = None
 
     def describe(self) -> str:
+        flap = f", cut and healed every {self.flapping:g}s" if self.flapping else ""
+        if self.shape != "one":
+            pairs = ", ".join(f"{a}-{b}" for a, b in self.pairs)
+            return (
+                f"partition shape {self.shape} around {self.target}: cut {pairs} both ways"
+                f"{flap} (nftables table {self.table})"
+            )
         side = {"members": "the other members", "clients": "its clients",
                 "all": "the other members and its clients"}[self.cut.isolate_from]  # fmt: skip
         how = {"both": "both ways", "inbound": "inbound only (they cannot reach it)",
                "outbound": "outbound only (it cannot reach them)"}[self.cut.direction]  # fmt: skip
-        return f"partition {self.target} from {side}, {how} (nftables table {self.table})"
+        return f"partition {self.target} from {side}, {how}{flap} (nftables table {self.table})"
 
     def revert_action(self) -> dict[str, Any] | None:
         ports = [_port(m) for m in self.members]
@@ -258,11 +299,33 @@ class NetworkPartition:
                 netcls.place(pid, _port(host))
         except netcls.NetClsError as exc:
             raise InjectionError(f"network-partition {self.target}: {exc}") from exc
-        _nft(["-f", "-"], self.cut.ruleset(self.table))
+        self._cut()
+        self._in_force = True
+        if self.flapping:
+            self._flapper = threading.Thread(target=self._flap, name="flapping", daemon=True)
+            self._flapper.start()
+
+    def _cut(self) -> None:
+        _nft(["-f", "-"], ruleset(self.table, self.cuts))
         try:
             forget_marked_connections()
         except conntrack.ConntrackError as exc:
             raise InjectionError(f"network-partition {self.target}: {exc}") from exc
+
+    def _flap(self) -> None:
+        """Heal and cut again in turn until reverted (the member classes stay placed)."""
+        assert self.flapping is not None
+        while not self._stop.wait(self.flapping):
+            with self._turn:
+                try:
+                    if self._in_force:
+                        delete_table(self.table)
+                        forget_marked_connections()
+                    else:
+                        self._cut()
+                except (InjectionError, conntrack.ConntrackError):
+                    continue  # tried again at the next turn; revert deletes the table anyway
+                self._in_force = not self._in_force
 
     def verify(self, timeout_s: float) -> bool:
         """The member is unreachable from each side it is cut off from, reachable from the
@@ -270,13 +333,16 @@ class NetworkPartition:
         a peer's class."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if self._as_expected():
-                return True
+            with self._turn:
+                if self._in_force and self._as_expected():
+                    return True
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.1)
 
     def _as_expected(self) -> bool:
+        if self.shape != "one":
+            return self._shape_holds()
         clients_cut = self.cut.isolate_from in ("clients", "all")
         if connects(self.target) == clients_cut:
             return False
@@ -286,7 +352,22 @@ class NetworkPartition:
         members_cut = self.cut.isolate_from in ("members", "all")
         return connects_as(peer, self.target) != members_cut
 
+    def _shape_holds(self) -> bool:
+        """A cut pair cannot connect (either way); a pair the shape leaves can."""
+        running = [m for m in self.members if netcls.placed_pids(_port(m))]
+        cut = [(a, b) for a, b in self.pairs if a in running and b in running]
+        kept = [
+            (a, b) for a in running for b in running
+            if a < b and (a, b) not in self.pairs and (b, a) not in self.pairs
+        ]  # fmt: skip
+        if cut and (connects_as(*cut[0]) or connects_as(cut[0][1], cut[0][0])):
+            return False
+        return not kept or connects_as(*kept[0])
+
     def revert(self) -> None:
+        self._stop.set()
+        if self._flapper is not None:
+            self._flapper.join()
         try:
             heal(self.revert_action() or {})
         except TargetError as exc:
@@ -332,4 +413,5 @@ def connects_as(member: str, host: str, timeout_s: float = CONNECT_TIMEOUT_S) ->
 def network_partition(target: MachineTarget, fault: Fault, host: str) -> NetworkPartition:
     """network-partition of a member process: nftables rules on loopback."""
     return NetworkPartition(target.hosts, host, list(target.members),
-                            isolate_from=fault.isolate_from, direction=fault.direction)  # fmt: skip
+                            isolate_from=fault.isolate_from, direction=fault.direction,
+                            shape=fault.shape, flapping=fault.flapping)  # fmt: skip

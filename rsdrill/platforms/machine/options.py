@@ -45,6 +45,24 @@ def check_experiment(exp: Experiment) -> None:
                 f"scope {fault.scope} needs a platform with nodes or hosts "
                 f"(kubernetes, vsphere); on {exp.target.platform} a member is its host",
             )
+        if fault.kind == "network-degrade":
+            for name in ("duplicate", "corrupt"):
+                if name in fault.model_fields_set:
+                    raise FieldProblem(
+                        ("faults", i, name),
+                        f"{name} is not available on {exp.target.platform}: its links are TCP "
+                        "streams through a proxy, and TCP hands the application neither "
+                        "duplicated nor corrupted segments (a duplicate is dropped, a corrupted "
+                        "one resent: use `loss`)",
+                    )
+        if fault.kind == "network-partition" and fault.shape != "one":
+            for name in ("isolate_from", "direction"):
+                if name in fault.model_fields_set:
+                    raise FieldProblem(
+                        ("faults", i, name),
+                        f"shape {fault.shape} cuts member links both ways: drop `{name}` "
+                        "(it applies to shape one)",
+                    )
     _check_storage(exp)
 
 

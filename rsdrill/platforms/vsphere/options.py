@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
 from rsdrill.experiment.kinds import COMMAND_KINDS
 
 if TYPE_CHECKING:
@@ -143,6 +143,8 @@ _WHY_NOT = {
     "memory-pressure": "memory-pressure is not available on vSphere",
     "clock-skew": "clock-skew is not available on vSphere",
     "disk-fill": "disk-fill is not available on vSphere",
+    "network-degrade": "network-degrade is not available on vSphere: a VM's network adapter "
+    "has no latency, loss or rate setting; run it on the sandbox, local, Kubernetes or EC2",
 }
 _PER_DIRECTION = ("read_iops", "write_iops", "throughput_mb_s", "read_mb_s", "write_mb_s",
                   "latency")  # fmt: skip
@@ -192,6 +194,7 @@ def _check_kind(i: int, fault: Fault) -> None:
         if fault.direction != "both":
             raise _problem(i, "direction", text="a disconnected network adapter cuts both "
                            "directions: drop `direction`")  # fmt: skip
+        refuse_partition_shapes(i, fault, "vsphere disconnects one VM's network adapter")
     if fault.vsphere is None:
         return
     for name in sorted(fault.vsphere.model_fields_set):
