@@ -151,5 +151,6 @@ def test_the_kubernetes_default_engine_is_the_spec_s_first_way() -> None:
     for kind, spec in KINDS.items():
         ways = spec.platforms.get("kubernetes", ())
         if ways and ways[0].engine is not None:
-            limit = {"iops-throttle": {"iops": 1}, "network-degrade": {"latency": 0.05}}.get(kind, {})
+            needed = {"iops-throttle": {"iops": 1}, "network-degrade": {"latency": 0.05}}
+            limit = needed.get(kind, {})
             assert engine_of(make_fault(at=1, kind=kind, duration=5, **limit)) == ways[0].engine
