@@ -306,6 +306,11 @@ impl Shared {
             .ok_or(libc::EBADF)
     }
 
+    /// Whether `fh` was opened O_DIRECT (its reads and writes wait for the disk).
+    fn direct(&self, fh: u64) -> bool {
+        self.handle(fh).is_ok_and(|h| h.direct.is_some())
+    }
+
     /// Metadata operations fail only on a detached volume.
     fn metadata(&self) -> Result<(), i32> {
         if self.state.detached() {
@@ -950,7 +955,9 @@ impl Filesystem for FaultFs {
         reply: ReplyData,
     ) {
         let (started, ruled) = (Instant::now(), self.ruled());
-        self.run(ruled, move |s| {
+        // An O_DIRECT read waits for the disk: on a worker, so that reads overlap.
+        let may_block = ruled || self.shared.direct(fh);
+        self.run(may_block, move |s| {
             match s.read(fh, offset, size, ruled) {
                 Ok(data) => reply.data(&data),
                 Err(errno) => reply.error(errno),
@@ -979,10 +986,10 @@ impl Filesystem for FaultFs {
             }
             s.profile.served("write", started);
         };
-        if ruled {
+        if ruled || self.shared.direct(fh) {
             let data = data.to_vec();
             self.run(true, move |s| {
-                result(s, s.write(fh, offset, &data, true), reply)
+                result(s, s.write(fh, offset, &data, ruled), reply)
             });
         } else {
             let s = &self.shared;
