@@ -4,8 +4,14 @@ path (faultfs-rs), the same with passthrough for files opened while no rule is s
 Python layer (mfusepy), against the plain backing directory.
 
 A file on a faultfs mount (backing directory under /tmp) is hammered by a few threads with 4 KiB
-operations: writes (pwrite), reads (O_DIRECT pread, so that every read reaches the filesystem
-rather than the kernel's page cache), writes each followed by fsync. First with no rule and on
+operations: writes (pwrite), reads (O_DIRECT pread on both sides: the compiled layer opens the
+backing file O_DIRECT too, the Python layer drops O_DIRECT, so its figure is not like for like),
+buffered reads (pread: the plain directory's come from the page cache, faultfs's opens have none),
+writes each followed by fsync (of one shared file, then of a file per thread: the kernel's FUSE
+client holds a file's lock across an fsync, so one file's fsyncs reach the daemon one at a time).
+For the compiled layer, where a 4 KiB write's time goes: the client's mean time per write, the
+data path's handler time and its pwrite's (the `profile` in `status`); the rest is the kernel's
+FUSE round trip. First with no rule and on
 the plain backing directory (overhead: ops/s through faultfs vs plain; also the emulator's own
 workload: SQLite in WAL mode, synchronous=FULL, a commit every 50 inserts), then with write and read
 IOPS caps at 100 and 500 (measured vs configured), a bandwidth cap (MiB/s with 128 KiB writes),
@@ -47,15 +53,18 @@ CAP_TOLERANCE = 0.15
 LATENCY_TOLERANCE = 0.20
 
 
-def _drive(path: Path, kind: str, seconds: float, threads: int, block: int = BLOCK) -> list[float]:
-    """Durations of every operation `threads` threads complete within `seconds`."""
+def _drive(path: Path, kind: str, seconds: float, threads: int, block: int = BLOCK,
+           file_each: bool = False) -> list[float]:  # fmt: skip
+    """Durations of every operation `threads` threads complete within `seconds` (kind: write,
+    read (O_DIRECT), cached read, fsync); `file_each`: thread i uses `path`-i."""
     durations: list[float] = []
     lock = threading.Lock()
     deadline = time.monotonic() + seconds
 
     def worker(seed: int) -> None:
         direct = os.O_DIRECT if kind == "read" else 0
-        fd = os.open(path, os.O_RDWR | direct)
+        mine_path = path.with_name(f"{path.name}-{seed}") if file_each else path
+        fd = os.open(mine_path, os.O_RDWR | direct)
         buf = mmap.mmap(-1, block)
         buf.write(b"w" * block)
         offset = (seed * 7919 * block) % (FILE_BYTES - block)
@@ -63,7 +72,7 @@ def _drive(path: Path, kind: str, seconds: float, threads: int, block: int = BLO
         try:
             while time.monotonic() < deadline:
                 started = time.monotonic()
-                if kind == "read":
+                if kind in ("read", "cached read"):
                     os.preadv(fd, [buf], offset)
                 else:
                     os.pwrite(fd, buf, offset)
@@ -138,8 +147,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="faultfs-bench-") as tmp:
         backing = Path(tmp) / "backing"
         backing.mkdir()
-        with (backing / "file").open("wb") as out:
-            out.truncate(FILE_BYTES)
+        for name in ["file"] + [f"file-{i}" for i in range(args.threads)]:
+            with (backing / name).open("wb") as out:
+                out.truncate(FILE_BYTES)
         points: dict[str, Path] = {}
         try:
             for label, options in LAYERS:
@@ -210,21 +220,44 @@ def _row(name: str, plain: float, figures: dict[str, float], digits: int = 0) ->
     return f"  {name:<10}{plain:>10.{digits}f}{cells}"
 
 
+def _write_profile(backing: Path, point: Path, seconds: float, threads: int) -> None:
+    """Where a 4 KiB write's time goes on the compiled layer, with 1 and `threads` writers."""
+    print("\ncompiled layer, a 4 KiB write's time (us per write: client, data path's handler,")
+    print("its pwrite; the rest is the kernel's FUSE round trip and waiting for the file's lock)")
+    for n in sorted({1, threads}):
+        plain = _drive(backing / "file", "write", seconds, n)
+        before = request(point, {"op": "status"})["profile"]["write"]
+        durations = _drive(point / "file", "write", seconds, n)
+        after = request(point, {"op": "status"})["profile"]["write"]
+        served = after["served"] - before["served"]
+        handler, pwrite = (1e6 * (after[k] - before[k]) / served
+                           for k in ("handler_s", "syscall_s"))  # fmt: skip
+        client = 1e6 * statistics.fmean(durations)
+        print(
+            f"  {n} thread(s): plain {1e6 * statistics.fmean(plain):.1f}; faultfs client "
+            f"{client:.1f}, handler {handler:.1f} (pwrite {pwrite:.1f}), "
+            f"round trip {client - handler:.1f}"
+        )
+
+
 def run(backing: Path, points: dict[str, Path], seconds: float, threads: int) -> None:
     rate: Callable[[list[float]], float] = lambda ds: len(ds) / seconds  # noqa: E731
     print(f"faultfs I/O benchmark: {threads} threads, {seconds:g} s per figure, 4 KiB ops")
     print("\noverhead with no rule set (ops/s; ratio to plain)")
     print(f"  {'operation':<10}{'plain':>10}" + "".join(f"{label:>11}{'ratio':>7}"
                                                      for label, _ in LAYERS))  # fmt: skip
-    for kind in ("write", "read", "fsync"):
-        base = rate(_drive(backing / "file", kind, seconds, threads))
-        fused = {label: rate(_drive(points[label] / "file", kind, seconds, threads))
+    for kind, file_each in (("write", False), ("read", False), ("cached read", False),
+                            ("fsync", False), ("fsync", True)):  # fmt: skip
+        base = rate(_drive(backing / "file", kind, seconds, threads, file_each=file_each))
+        fused = {label: rate(_drive(points[label] / "file", kind, seconds, threads,
+                                    file_each=file_each))
                  for label, _ in LAYERS}  # fmt: skip
-        print(_row(kind, base, fused))
+        print(_row(kind.replace("cached", "buffered") + "/file" * file_each, base, fused))
     base = _sqlite_inserts_per_s(backing, seconds)
     fused = {label: _sqlite_inserts_per_s(points[label], seconds) for label, _ in LAYERS}
     print(_row("sqlite", base, fused))
     print("  (sqlite: WAL inserts/s, a commit every 50; an emulator member makes 10 commits/s)")
+    _write_profile(backing, points["compiled"], seconds, threads)
 
     print(f"\nIOPS caps (target ±{CAP_TOLERANCE:.0%}; measured ops/s, ratio to configured)")
     print(f"  {'cap':<22}{'configured':>11}" + "".join(f"{label:>11}{'ratio':>7}{'':>6}"

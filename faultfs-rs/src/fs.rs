@@ -13,6 +13,7 @@
 //! kernel offers no way to take that back, so such a file stays outside every rule set later
 //! until it is closed and opened again; `status` lists these files (`passthrough_open`).
 
+use crate::profile::Profile;
 use crate::rules::FaultState;
 use crate::sys;
 use crate::undo::UndoLog;
@@ -28,7 +29,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 // No attribute or name caching: after a power loss the files' sizes changed under the kernel,
 // and a detached volume must fail every lookup at once.
@@ -36,6 +37,10 @@ const TTL: Duration = Duration::ZERO;
 const ROOT: u64 = 1;
 const WORKERS: usize = 32;
 const MAX_WRITE: u32 = 1 << 20;
+// Not in fuser's constants (kernel 6.6+): an open served without the page cache may still be
+// mmapped; and such an open's writes that do not extend the file run in parallel.
+const FUSE_DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
+const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
 
 struct Node {
     path: Vec<u8>,
@@ -206,11 +211,25 @@ fn timespec(value: Option<TimeOrNow>) -> libc::timespec {
     }
 }
 
-/// An open file: the backing descriptor, its inode, and its kernel backing file if passed through.
+/// An open file: the backing descriptor, its inode, its kernel backing file if passed through,
+/// and for an O_DIRECT open a second descriptor with O_DIRECT that its reads and writes use (so
+/// they reach the disk as on the plain filesystem; the first one serves the rest: undo records,
+/// truncation, fsync).
 struct Handle {
     fd: OwnedFd,
     ino: u64,
     passthrough: Option<Arc<BackingId>>,
+    direct: Option<OwnedFd>,
+}
+
+/// The O_DIRECT twin of an open with `flags`: None when the open is not O_DIRECT, or when the
+/// backing filesystem refuses O_DIRECT (the file is served through its cache then).
+fn direct_twin(dir: i32, path: &[u8], flags: i32) -> Option<OwnedFd> {
+    if flags & libc::O_DIRECT == 0 {
+        return None;
+    }
+    let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_DIRECT;
+    sys::openat(dir, path, flags & keep, 0).ok()
 }
 
 /// How an inode's open files are served. The kernel allows one way per inode at a time (one
@@ -227,6 +246,7 @@ pub struct Shared {
     root: OwnedFd,
     pub state: FaultState,
     pub undo: Option<UndoLog>,
+    pub profile: Profile,
     inodes: Mutex<Inodes>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     io: Mutex<HashMap<u64, InodeIo>>,
@@ -238,6 +258,9 @@ type Job = Box<dyn FnOnce() + Send>;
 pub struct FaultFs {
     shared: Arc<Shared>,
     passthrough: bool,
+    /// How the daemon's own opens are served: without the page cache (every read() reaches
+    /// the rules, whenever the file was opened) where the kernel allows mmap of such files.
+    open_flags: u32,
     pool: Sender<Job>,
     /// Told once the kernel has agreed the session's terms: whether passthrough is on.
     on_ready: Option<Box<dyn FnOnce(bool) + Send>>,
@@ -250,6 +273,7 @@ impl Shared {
             root,
             state: FaultState::default(),
             undo,
+            profile: Profile::default(),
             inodes: Mutex::new(Inodes::new()),
             handles: Mutex::new(HashMap::new()),
             io: Mutex::new(HashMap::new()),
@@ -280,6 +304,11 @@ impl Shared {
             .get(&fh)
             .cloned()
             .ok_or(libc::EBADF)
+    }
+
+    /// Whether `fh` was opened O_DIRECT (its reads and writes wait for the disk).
+    fn direct(&self, fh: u64) -> bool {
+        self.handle(fh).is_ok_and(|h| h.direct.is_some())
     }
 
     /// Metadata operations fail only on a detached volume.
@@ -315,7 +344,7 @@ impl Shared {
 
     fn add_handle(
         &self,
-        fd: OwnedFd,
+        (fd, direct): (OwnedFd, Option<OwnedFd>),
         ino: u64,
         passthrough: Option<Arc<BackingId>>,
     ) -> (u64, Arc<Handle>) {
@@ -324,6 +353,7 @@ impl Shared {
             fd,
             ino,
             passthrough,
+            direct,
         });
         self.handles.lock().unwrap().insert(fh, handle.clone());
         (fh, handle)
@@ -400,16 +430,37 @@ impl Shared {
         } else {
             self.state.count("read");
         }
-        let mut buf = vec![0u8; size as usize];
-        let n = sys::pread(handle.fd.as_raw_fd(), &mut buf, offset as u64)
+        let size = size as usize;
+        let (mut buf, start) = match &handle.direct {
+            Some(_) => sys::aligned(size),
+            None => (vec![0u8; size], 0),
+        };
+        let fd = handle.direct.as_ref().unwrap_or(&handle.fd).as_raw_fd();
+        let target = &mut buf[start..start + size];
+        let n = self
+            .profile
+            .syscall("read", || sys::pread(fd, target, offset as u64))
             .map_err(|e| sys::errno(&e))?;
+        if start > 0 {
+            buf.drain(..start);
+        }
         buf.truncate(n);
         Ok(buf)
     }
 
     fn write(&self, fh: u64, offset: i64, data: &[u8], ruled: bool) -> Result<u32, i32> {
         let handle = self.handle(fh)?;
-        let fd = handle.fd.as_raw_fd();
+        let fd = handle.direct.as_ref().unwrap_or(&handle.fd).as_raw_fd();
+        // O_DIRECT needs an aligned buffer; the request's data sits behind its headers.
+        let copy = handle.direct.as_ref().map(|_| {
+            let (mut buf, start) = sys::aligned(data.len());
+            buf[start..start + data.len()].copy_from_slice(data);
+            (buf, start)
+        });
+        let data = match &copy {
+            Some((buf, start)) => &buf[*start..*start + data.len()],
+            None => data,
+        };
         if ruled || self.undo.is_some() {
             let path = self.path(handle.ino)?;
             if ruled {
@@ -421,14 +472,17 @@ impl Shared {
                 let mut records = undo.lock();
                 let end = offset as u64 + data.len() as u64;
                 records.before_change(&path, handle.fd.as_fd(), offset as u64, end);
-                return sys::pwrite(fd, data, offset as u64)
+                return self
+                    .profile
+                    .syscall("write", || sys::pwrite(fd, data, offset as u64))
                     .map(|n| n as u32)
                     .map_err(|e| sys::errno(&e));
             }
         } else {
             self.state.count("write");
         }
-        sys::pwrite(fd, data, offset as u64)
+        self.profile
+            .syscall("write", || sys::pwrite(fd, data, offset as u64))
             .map(|n| n as u32)
             .map_err(|e| sys::errno(&e))
     }
@@ -437,22 +491,23 @@ impl Shared {
         let handle = self.handle(fh)?;
         let path = self.path(handle.ino)?;
         self.admit("fsync", &path, 0)?;
-        sys::fsync(handle.fd.as_raw_fd(), datasync).map_err(|e| sys::errno(&e))?;
+        self.profile
+            .syscall("fsync", || sys::fsync(handle.fd.as_raw_fd(), datasync))
+            .map_err(|e| sys::errno(&e))?;
         if let Some(undo) = &self.undo {
             undo.lock().synced(&path);
         }
         Ok(())
     }
 
-    fn open(&self, ino: u64, flags: i32) -> Result<OwnedFd, i32> {
+    fn open(&self, ino: u64, flags: i32) -> Result<(OwnedFd, Option<OwnedFd>), i32> {
         self.metadata()?;
         let path = self.path(ino)?;
         self.admit("open", &path, 0)?;
-        // O_DIRECT already kept the kernel's cache out of it; our buffers are not aligned as
-        // the backing filesystem would demand.
+        let direct = direct_twin(self.dir(), &path, flags);
         let flags = flags & !(libc::O_DIRECT | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
         let open = || sys::openat(self.dir(), &path, flags, 0).map_err(|e| sys::errno(&e));
-        match &self.undo {
+        let fd = match &self.undo {
             Some(undo) if flags & libc::O_TRUNC != 0 => {
                 let mut records = undo.lock();
                 records.before_create(&path);
@@ -460,7 +515,8 @@ impl Shared {
                 open()
             }
             _ => open(),
-        }
+        }?;
+        Ok((fd, direct))
     }
 
     fn create(
@@ -471,17 +527,19 @@ impl Shared {
         flags: i32,
         uid: u32,
         gid: u32,
-    ) -> Result<(FileAttr, OwnedFd), i32> {
+    ) -> Result<(FileAttr, (OwnedFd, Option<OwnedFd>)), i32> {
         self.metadata()?;
         let path = self.child(parent, name)?;
         self.admit("open", &path, 0)?;
         if let Some(undo) = &self.undo {
             undo.lock().before_create(&path);
         }
+        let asked = flags;
         let flags = libc::O_CREAT | libc::O_RDWR | (flags & (libc::O_EXCL | libc::O_APPEND));
         let fd = sys::openat(self.dir(), &path, flags, mode).map_err(|e| sys::errno(&e))?;
         self.own(&path, uid, gid);
-        Ok((self.entry(&path)?, fd))
+        let direct = direct_twin(self.dir(), &path, asked & !libc::O_EXCL);
+        Ok((self.entry(&path)?, (fd, direct)))
     }
 
     fn truncate(&self, ino: u64, fh: Option<u64>, size: u64) -> Result<(), i32> {
@@ -546,6 +604,7 @@ impl FaultFs {
         FaultFs {
             shared,
             passthrough,
+            open_flags: 0,
             pool: tx,
             on_ready: Some(Box::new(on_ready)),
         }
@@ -584,6 +643,11 @@ impl Filesystem for FaultFs {
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.add_capabilities(consts::FUSE_PARALLEL_DIROPS);
+        if config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok() {
+            self.open_flags = consts::FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES;
+        } else {
+            eprintln!("faultfs: this kernel cannot mmap uncached files; reads may hit its cache");
+        }
         if self.passthrough {
             let granted = config.add_capabilities(consts::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok();
@@ -834,14 +898,15 @@ impl Filesystem for FaultFs {
         // A rule arriving later does not reach files already passed through: the kernel
         // cannot take a backing file back. They stay outside the rules until closed.
         let allowed = self.passthrough && !ruled;
+        let open_flags = self.open_flags;
         self.run(ruled, move |s| match s.open(ino, flags) {
-            Ok(fd) => {
+            Ok(fds) => {
                 let allowed = allowed && !s.state.any_rule();
-                let backing = s.io_mode(ino, allowed, || reply.open_backing(fd.as_fd()));
-                let (fh, handle) = s.add_handle(fd, ino, backing);
+                let backing = s.io_mode(ino, allowed, || reply.open_backing(fds.0.as_fd()));
+                let (fh, handle) = s.add_handle(fds, ino, backing);
                 match &handle.passthrough {
                     Some(backing) => reply.opened_passthrough(fh, 0, backing),
-                    None => reply.opened(fh, 0),
+                    None => reply.opened(fh, open_flags),
                 }
             }
             Err(errno) => reply.error(errno),
@@ -865,13 +930,13 @@ impl Filesystem for FaultFs {
         }
         let (uid, gid) = (req.uid(), req.gid());
         let name = name.to_owned();
-        let ruled = self.ruled();
+        let (ruled, open_flags) = (self.ruled(), self.open_flags);
         self.run(ruled, move |s| {
             match s.create(parent, &name, mode & !umask, flags, uid, gid) {
-                Ok((attr, fd)) => {
+                Ok((attr, fds)) => {
                     s.io_mode(attr.ino, false, || unreachable!());
-                    let (fh, _) = s.add_handle(fd, attr.ino, None);
-                    reply.created(&TTL, &attr, 0, fh, 0);
+                    let (fh, _) = s.add_handle(fds, attr.ino, None);
+                    reply.created(&TTL, &attr, 0, fh, open_flags);
                 }
                 Err(errno) => reply.error(errno),
             }
@@ -889,10 +954,15 @@ impl Filesystem for FaultFs {
         _lock_owner: Option<u64>,
         reply: ReplyData,
     ) {
-        let ruled = self.ruled();
-        self.run(ruled, move |s| match s.read(fh, offset, size, ruled) {
-            Ok(data) => reply.data(&data),
-            Err(errno) => reply.error(errno),
+        let (started, ruled) = (Instant::now(), self.ruled());
+        // An O_DIRECT read waits for the disk: on a worker, so that reads overlap.
+        let may_block = ruled || self.shared.direct(fh);
+        self.run(may_block, move |s| {
+            match s.read(fh, offset, size, ruled) {
+                Ok(data) => reply.data(&data),
+                Err(errno) => reply.error(errno),
+            }
+            s.profile.served("read", started);
         });
     }
 
@@ -908,18 +978,22 @@ impl Filesystem for FaultFs {
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
-        let ruled = self.ruled();
-        let result = |r: Result<u32, i32>, reply: ReplyWrite| match r {
-            Ok(n) => reply.written(n),
-            Err(errno) => reply.error(errno),
+        let (started, ruled) = (Instant::now(), self.ruled());
+        let result = move |s: &Shared, r: Result<u32, i32>, reply: ReplyWrite| {
+            match r {
+                Ok(n) => reply.written(n),
+                Err(errno) => reply.error(errno),
+            }
+            s.profile.served("write", started);
         };
-        if ruled {
+        if ruled || self.shared.direct(fh) {
             let data = data.to_vec();
             self.run(true, move |s| {
-                result(s.write(fh, offset, &data, true), reply)
+                result(s, s.write(fh, offset, &data, ruled), reply)
             });
         } else {
-            result(self.shared.write(fh, offset, data, false), reply);
+            let s = &self.shared;
+            result(s, s.write(fh, offset, data, false), reply);
         }
     }
 
@@ -950,7 +1024,11 @@ impl Filesystem for FaultFs {
     }
 
     fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, datasync: bool, reply: ReplyEmpty) {
-        self.run(true, move |s| reply_empty(reply, s.fsync(fh, datasync)));
+        let started = Instant::now();
+        self.run(true, move |s| {
+            reply_empty(reply, s.fsync(fh, datasync));
+            s.profile.served("fsync", started);
+        });
     }
 
     fn readdir(

@@ -8,6 +8,7 @@
 //! layer's mount dies with its daemon; SIGTERM/SIGINT unmount lazily (open files stay served).
 
 mod fs;
+mod profile;
 mod rules;
 mod sys;
 mod undo;
@@ -36,6 +37,7 @@ fn answer(shared: &Shared, request: &Value) -> Result<Value, String> {
             let mut status = state.snapshot();
             status["unsynced"] = shared.undo.as_ref().map_or(Value::Null, |u| u.pending());
             status["passthrough_open"] = json!(shared.passthrough_open());
+            status["profile"] = shared.profile.snapshot();
             Ok(status)
         }
         "power-loss" => match &shared.undo {

@@ -254,6 +254,8 @@ pub struct FaultState {
     changed: Condvar,
     /// Any rule set: the data path's fast check (no lock when nothing is set).
     active: AtomicBool,
+    /// Reads and writes no rule was set for, counted without the lock.
+    unruled: [AtomicU64; DATA_OPERATIONS.len()],
 }
 
 impl FaultState {
@@ -297,10 +299,11 @@ impl FaultState {
         self.any_rule() && self.inner.lock().unwrap().rules.iter().any(|a| a.detach)
     }
 
-    /// Count an operation that no rule was set for (the fast path).
+    /// Count a read or write that no rule was set for (the fast path: no lock, no allocation).
     pub fn count(&self, operation: &str) {
-        let mut inner = self.inner.lock().unwrap();
-        *inner.counters.entry(operation.to_owned()).or_default() += 1;
+        if let Some(i) = DATA_OPERATIONS.iter().position(|o| *o == operation) {
+            self.unruled[i].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Apply the rules to one operation: the errno to fail it with, or None to go ahead.
@@ -391,7 +394,14 @@ impl FaultState {
             .iter()
             .map(|a| (a.name.clone(), json!(a.hits)))
             .collect();
-        json!({"rules": rules, "rule_hits": hits, "counters": inner.counters})
+        let mut counters = inner.counters.clone();
+        for (operation, unruled) in DATA_OPERATIONS.iter().zip(&self.unruled) {
+            let n = unruled.load(Ordering::Relaxed);
+            if n > 0 {
+                *counters.entry((*operation).into()).or_default() += n;
+            }
+        }
+        json!({"rules": rules, "rule_hits": hits, "counters": counters})
     }
 
     pub fn rules(&self) -> Value {

@@ -55,6 +55,15 @@ pub fn pread(fd: i32, buf: &mut [u8], offset: u64) -> Result<usize> {
     check_size(unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset as i64) })
 }
 
+/// A buffer with `size` bytes at a 4 KiB-aligned start (the start's index returned), as
+/// O_DIRECT demands of the memory it reads into or writes from.
+pub fn aligned(size: usize) -> (Vec<u8>, usize) {
+    const ALIGN: usize = 4096;
+    let buf = vec![0u8; size + ALIGN];
+    let start = buf.as_ptr().align_offset(ALIGN);
+    (buf, start)
+}
+
 pub fn pwrite(fd: i32, buf: &[u8], offset: u64) -> Result<usize> {
     check_size(unsafe { libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), offset as i64) })
 }

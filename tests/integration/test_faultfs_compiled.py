@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import errno
 import importlib.util
+import mmap
 import os
+import time
 from collections.abc import Callable
 
 import pytest
@@ -105,6 +107,53 @@ def test_no_passthrough_where_unsynced_writes_are_tracked(faultfs: MakeMount) ->
         assert request(m.mountpoint, {"op": "status"})["unsynced"] == {"f": -1}
     finally:
         os.close(fd)
+
+
+@needs_compiled
+def test_read_rules_reach_pages_the_kernel_has_cached(faultfs: MakeMount) -> None:
+    """A page read before a rule was set sits in the kernel's page cache; a read rule must
+    still fault the next read of it through the same descriptor, and every read after."""
+    m = faultfs(separate=True)
+    (m.source / "data").write_bytes(b"cached" * 1000)
+    fd = os.open(m.mountpoint / "data", os.O_RDONLY)
+    try:
+        assert os.pread(fd, 6, 0) == b"cached"  # now in the page cache
+        set_rule(m, "slow", latency_s=0.05, operations=["read"])
+        for _ in range(3):  # each read, not only the first after the rule
+            started = time.monotonic()
+            assert os.pread(fd, 6, 0) == b"cached"
+            assert time.monotonic() - started >= 0.045
+        set_rule(m, "slow", errno="EIO", operations=["read"])
+        with pytest.raises(OSError) as failed:
+            os.pread(fd, 6, 0)
+        assert failed.value.errno == errno.EIO
+        request(m.mountpoint, {"op": "clear"})
+        assert os.pread(fd, 6, 0) == b"cached"
+    finally:
+        os.close(fd)
+
+
+@needs_compiled
+def test_o_direct_reaches_the_backing_file_as_o_direct(faultfs: MakeMount) -> None:
+    """O_DIRECT is honoured, not dropped: aligned reads and writes go through, and an unaligned
+    one fails with EINVAL as on the plain directory."""
+    m = faultfs(separate=True)
+    (m.source / "data").write_bytes(b"d" * 8192)
+    buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
+    buf.write(b"w" * 4096)
+    for directory in (m.source, m.mountpoint):
+        fd = os.open(directory / "data", os.O_RDWR | os.O_DIRECT)
+        try:
+            with pytest.raises(OSError) as unaligned:
+                os.pread(fd, 4096, 1)
+            assert unaligned.value.errno == errno.EINVAL, directory
+            assert os.pwritev(fd, [buf], 4096) == 4096
+            assert os.preadv(fd, [buf], 0) == 4096 and bytes(buf[:1]) == b"d"
+        finally:
+            os.close(fd)
+        buf.seek(0)
+        buf.write(b"w" * 4096)
+    assert (m.source / "data").read_bytes() == b"d" * 4096 + b"w" * 4096
 
 
 def test_the_python_layer_serves_where_nothing_is_built(
