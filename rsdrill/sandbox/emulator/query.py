@@ -462,11 +462,13 @@ def _compile_array_filters(array_filters: list[Any] | None) -> dict[str, Predica
         if identifier in compiled:
             raise QueryError(9, f"Found multiple array filters with the same top-level field "
                                 f"name {identifier}")  # fmt: skip
-        predicate = compile_filter(spec)
-        compiled[identifier] = lambda item, predicate=predicate, name=identifier: predicate(
-            {name: item}
-        )
+        compiled[identifier] = _element_filter(compile_filter(spec), identifier)
     return compiled
+
+
+def _element_filter(predicate: Predicate, identifier: str) -> Predicate:
+    """An array filter on one element: its fields are paths under the identifier."""
+    return lambda element: predicate({identifier: element})
 
 
 def _array_paths(
