@@ -107,7 +107,7 @@ class SandboxTarget:
         self.topology = config.topology
         self.directory = directory
         count = 1 if config.topology in ("rs1", "standalone") else 3
-        settings = {
+        settings: dict[str, Any] = {
             "election_timeout_ms": _ms(config.election_timeout),
             "heartbeat_interval_ms": _ms(config.heartbeat_interval),
         }
@@ -121,7 +121,7 @@ class SandboxTarget:
             config.topology,
             port_base=config.port_base or free_port_base(count),
             settings=Settings(**{k: v for k, v in settings.items() if v is not None}),
-            **options,  # type: ignore[arg-type]
+            **options,
         )
         self.members = [m.host for m in self.spec.members]
         self.uri = set_uri(self.spec)
@@ -153,7 +153,10 @@ class SandboxTarget:
 
     def _preload(self, megabytes: int) -> None:
         # Bulk data, not a workload: no retryable-write bookkeeping on the members.
-        with MongoClient(self.uri, serverSelectionTimeoutMS=30_000, retryWrites=False) as client:
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            self.uri, serverSelectionTimeoutMS=30_000, retryWrites=False
+        )
+        with client:
             coll = client[PRELOAD_DB].get_collection(
                 "preload", write_concern=WriteConcern("majority")
             )
