@@ -83,12 +83,24 @@ class ProcessHosts(Protocol):
 class RunTarget(Protocol):
     """A replica set an experiment runs against."""
 
-    platform: str
-    topology: str
-    uri: str
-    members: list[str]
-    # Whether the target stays as it is after the run (nothing to tear down once set up).
-    keep: bool
+    # Read-only to the runner: a target may hold narrower types (a Literal topology) or
+    # compute one (keep).
+    @property
+    def platform(self) -> str: ...
+
+    @property
+    def topology(self) -> str: ...
+
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def members(self) -> list[str]: ...
+
+    @property
+    def keep(self) -> bool:
+        """Whether the target stays as it is after the run (nothing to tear down once set up)."""
+        ...
 
     def setup(self) -> None: ...
 

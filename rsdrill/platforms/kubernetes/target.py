@@ -6,9 +6,10 @@ injected; `injector()` builds the engine's injector for one fault on one member.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.platforms.base import InjectionError, Injector, TargetError
+from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
 from rsdrill.platforms.kubernetes.engines import (
     ChaosMeshFault,
@@ -166,3 +167,8 @@ class KubernetesTarget(RemoteTarget):
 
 def make_target(exp: Experiment, out_dir: Path) -> KubernetesTarget:
     return KubernetesTarget(exp, out_dir)
+
+
+if TYPE_CHECKING:
+    # The runner takes it as a RunTarget: mypy checks here that it is one.
+    _RUN_TARGET: type[RunTarget] = KubernetesTarget

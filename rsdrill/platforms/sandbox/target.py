@@ -10,12 +10,12 @@ import os
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymongo import MongoClient, WriteConcern
 
 from rsdrill.experiment.schema import Experiment, Fault, Target
-from rsdrill.platforms.base import Injector, TargetError
+from rsdrill.platforms.base import Injector, RunTarget, TargetError
 from rsdrill.platforms.machine.disk import needs_faultfs
 from rsdrill.platforms.machine.network import rejoin_partition
 from rsdrill.platforms.sandbox.volumes import MemberVolumes
@@ -207,3 +207,8 @@ def _ms(seconds: float | None) -> int | None:
 def make_target(exp: Experiment, out_dir: Path) -> SandboxTarget:
     """The run's sandbox, built under `out_dir/sandbox` (on faultfs if its faults need it)."""
     return SandboxTarget(exp.target, out_dir / "sandbox", exp.faults)
+
+
+if TYPE_CHECKING:
+    # The runner takes it as a RunTarget: mypy checks here that it is one.
+    _RUN_TARGET: type[RunTarget] = SandboxTarget
