@@ -124,11 +124,19 @@ class Platform(Protocol):
     and everything else is imported when a method is called.
     """
 
-    name: str
-    # The model of `target.<name>` (None: the platform has no section of its own), and of a
-    # fault's `<name>` options.
-    options: type[BaseModel] | None
-    fault_options: type[BaseModel] | None
+    # Read-only, so that a frozen dataclass (PackagePlatform) is one.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def options(self) -> type[BaseModel] | None:
+        """The model of `target.<name>` (None: the platform has no section of its own)."""
+        ...
+
+    @property
+    def fault_options(self) -> type[BaseModel] | None:
+        """The model of a fault's `<name>` options (None: it has none)."""
+        ...
 
     def check_experiment(self, exp: Experiment) -> None:
         """Refuse (raise FieldProblem) what this platform cannot carry out, before any run."""
@@ -180,3 +188,9 @@ class PackagePlatform:
             return {}
         actions: Mapping[str, RevertAction] = importlib.import_module(self.actions).REVERT_ACTIONS
         return actions
+
+
+if TYPE_CHECKING:
+    # The built-in platforms' entry points are PackagePlatforms: mypy checks here that one is a
+    # Platform.
+    _PLATFORM: type[Platform] = PackagePlatform
