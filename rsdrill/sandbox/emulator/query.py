@@ -239,7 +239,7 @@ def _not_operand_test(argument: Any) -> ValuesTest:
     return _compile_condition(argument)
 
 
-def _make_regex(pattern: Any, options: Any) -> Regex:
+def _make_regex(pattern: Any, options: Any) -> Regex[str]:
     """The regex of a `{$regex, $options}` pair; `$options` overrides a regex's own flags."""
     if isinstance(pattern, (Regex, re.Pattern)):
         pattern, flags = pattern.pattern, _regex_letters(pattern.flags)
@@ -257,7 +257,7 @@ def _make_regex(pattern: Any, options: Any) -> Regex:
     return Regex(pattern, flags)
 
 
-def _regex_test(regex: Regex | re.Pattern[str]) -> ValuesTest:
+def _regex_test(regex: Regex[str] | re.Pattern[str]) -> ValuesTest:
     """Matches strings the regex finds a match in, and regex values equal to it."""
     if isinstance(regex, re.Pattern):
         compiled = regex
