@@ -49,7 +49,7 @@ __all__ = ["Duration", "FieldProblem", "Strict", "format_duration", "parse_durat
 # The platforms come from the registry (entry points): the model is built with one
 # `target.<name>` and one `faults[i].<name>` section per platform that has one.
 PLATFORM_NAMES: tuple[str, ...] = tuple(platforms())
-PlatformName = Literal[PLATFORM_NAMES]  # type: ignore[valid-type]
+PlatformName = Literal[PLATFORM_NAMES]  # type: ignore[valid-type]  # names known at run time
 MACHINE_PLATFORMS = ("sandbox", "local")
 # Platforms reached by a URI (the others build or find their members on this machine).
 REMOTE_PLATFORMS: tuple[str, ...] = tuple(n for n in PLATFORM_NAMES if n not in MACHINE_PLATFORMS)
@@ -316,7 +316,7 @@ class Restart(Strict):
     )
 
 
-FaultKind = Literal[KIND_NAMES]  # type: ignore[valid-type]
+FaultKind = Literal[KIND_NAMES]  # type: ignore[valid-type]  # names from kinds.py at run time
 DiskOperation = Literal["read", "write", "fsync", "open", "any"]
 _THROTTLE_FIELDS = KINDS["iops-throttle"].fields
 
