@@ -43,7 +43,7 @@ def aws_conversation(
     Raises AwsAuthError when the server refuses or the credentials cannot be had."""
     import pymongo_auth_aws
 
-    class Context(pymongo_auth_aws.AwsSaslContext):  # type: ignore[misc]
+    class Context(pymongo_auth_aws.AwsSaslContext):
         # pymongo-auth-aws leaves BSON to its caller.
         def binary_type(self) -> type[Binary]:
             return Binary

@@ -269,7 +269,9 @@ def _valid_target(target: str) -> bool:
 def _apply_target(document: Any, target: str) -> None:
     """Point the experiment document at `--rsdrill-target`."""
     section = document.get("target") if isinstance(document, dict) else None
-    platform = section.get("platform") if isinstance(section, dict) else None
+    if not isinstance(section, dict):
+        section = {}  # no target section: refused below, as its platform is none
+    platform = section.get("platform")
     if target.startswith(SANDBOX_PREFIX):
         if platform != "sandbox":
             raise _OverrideError(

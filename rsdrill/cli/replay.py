@@ -130,10 +130,13 @@ def _from_result(path: Path, target: Target | None) -> Timeline:
     except ValidationError as exc:
         exit_invalid(f"{path}: not an rsdrill result.json ({exc.error_count()} problems)")
     topology = result.target.topology
-    if target is None and topology not in ("rs1", "rs3", "psa"):
-        exit_invalid(f"{path}: topology {topology!r}: say which set to use (--topology)")
+    if target is None:
+        if topology not in ("rs1", "rs3", "psa"):
+            exit_invalid(f"{path}: topology {topology!r}: say which set to use (--topology)")
+        # A result's topology is any text: the model validates it.
+        target = Target.model_validate({"platform": "sandbox", "topology": topology})
     try:
-        return timeline_from_result(result, target or Target(platform="sandbox", topology=topology))
+        return timeline_from_result(result, target)
     except ReplayError as exc:
         exit_invalid(f"{path}: {exc}")
 

@@ -99,7 +99,7 @@ def _settings(
     catch_up_timeout: int | None = None,
 ) -> Settings:
     """Settings with MongoDB's defaults except where an option was given."""
-    given = {
+    given: dict[str, Any] = {
         "election_timeout_ms": election_timeout,
         "heartbeat_interval_ms": heartbeat_interval,
         "heartbeat_timeout_s": heartbeat_timeout,

@@ -63,7 +63,7 @@ def render(
     options = ScheduleOptions(cron=cron, namespace=namespace, name=name, storage=storage,
                               storage_class=storage_class, env_secret=env_secret,
                               time_zone=time_zone, fail_on_regression=fail_on_regression,
-                              **({"image": image} if image else {}))  # fmt: skip
+                              image=image or ScheduleOptions.image)  # fmt: skip
     try:
         objects = render_schedule(scheduled, options)
     except ScheduleError as exc:

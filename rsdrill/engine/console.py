@@ -14,7 +14,7 @@ import termios
 import threading
 import tty
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 KEYS_HELP = "keys: r revert the faults in force now, a abort the run"
 POLL_S = 0.1
@@ -26,7 +26,7 @@ class GameDayConsole:
     def __init__(self, fd: int, stream: TextIO) -> None:
         self.fd = fd
         self.stream = stream
-        self._saved: list[object] | None = None
+        self._saved: list[Any] | None = None
         self._on_key: Callable[[str], None] = lambda _key: None
         self._answer: str | None = None
         self._choices = ""

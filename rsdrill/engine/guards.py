@@ -289,7 +289,7 @@ def _entry_time(entry: dict[str, Any]) -> float:
 def member_problems(status: Mapping[str, Any], max_lag_s: float) -> list[str]:
     """What keeps the set from being ready, from the primary's replSetGetStatus (empty: ready)."""
     members = status.get("members") or []
-    me = next((m for m in members if m.get("self")), {})
+    me: Mapping[str, Any] = next((m for m in members if m.get("self")), {})
     primary_wall = me.get("lastAppliedWallTime")
     problems = []
     for m in members:
@@ -320,7 +320,7 @@ def secondary_lag_s(primary_wall: Any, secondary_wall: Any) -> float | None:
 def max_lag(status: Mapping[str, Any]) -> float:
     """The largest secondary lag in a replSetGetStatus (0 without secondaries)."""
     members = status.get("members") or []
-    me = next((m for m in members if m.get("self")), {})
+    me: Mapping[str, Any] = next((m for m in members if m.get("self")), {})
     lags = [
         secondary_lag_s(me.get("lastAppliedWallTime"), m.get("lastAppliedWallTime"))
         for m in members

@@ -55,6 +55,7 @@ from rsdrill.result import (
     RunClockInfo,
     ServerInfo,
     TargetInfo,
+    Verdict,
 )
 from rsdrill.states import HEALTHY, PRIMARY_LIKE
 from rsdrill.version import __version__
@@ -144,7 +145,8 @@ class Runner:
         console = self.options.console
         target: RunTarget | None = None
         probes = None
-        verdict, error = "error", None
+        verdict: Verdict = "error"
+        error: str | None = None
         metrics = Metrics()
         slo_results: list[Any] = []
         monitor: threading.Thread | None = None
@@ -251,7 +253,7 @@ class Runner:
 
     def _result(
         self,
-        verdict: str,
+        verdict: Verdict,
         error: str | None,
         started_wall: dt.datetime,
         target: RunTarget | None,
@@ -292,7 +294,7 @@ class Runner:
                          out_dir=self.options.out_dir)  # fmt: skip
         return result
 
-    def _judge(self, duration_s: float) -> tuple[Metrics, list[Any], str]:
+    def _judge(self, duration_s: float) -> tuple[Metrics, list[Any], Verdict]:
         from rsdrill.analysis.metrics import compute_metrics
         from rsdrill.analysis.slo import evaluate, verdict
 
@@ -598,7 +600,7 @@ class Runner:
     def _install_signal_handlers(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
             return {}
-        previous = {}
+        previous: dict[int, Any] = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, self._on_signal)
         return previous

@@ -80,9 +80,9 @@ def states_from_hellos(
     starting up) leaves the member unknown.
     """
     latest: dict[str, Op] = {}
-    for op in ops:
-        if op.op == "hello" and op.member in members and _describes_after(op, since_s):
-            latest[op.member] = op  # ops are in the order they ended: the last one wins
+    for answer in ops:
+        if answer.op == "hello" and answer.member in members and _describes_after(answer, since_s):
+            latest[answer.member] = answer  # ops are in the order they ended: the last one wins
     states = {}
     for host in members:
         op = latest.get(host)

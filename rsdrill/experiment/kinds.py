@@ -803,7 +803,7 @@ def faults_json(platform: str | None = None) -> dict[str, Any]:
             {
                 "kind": spec.kind,
                 "meaning": spec.meaning,
-                "fields": list(spec.fields),
+                "fields": list(spec.fields.model_fields),
                 "needs_duration": spec.needs_duration,
                 "platforms": {
                     (platform or column): [

@@ -281,6 +281,7 @@ class _Tree:
             elif isinstance(node, SequenceNode):
                 value = self._build_sequence(node, loc)
             else:
+                assert isinstance(node, ScalarNode)  # PyYAML composes no other kind of node
                 value = self._build_scalar(node, loc)
         finally:
             self._building.discard(key)
@@ -316,11 +317,12 @@ class _Tree:
         return {name: self.build(pair.value, (*loc, str(name))) for name, pair in pairs.items()}
 
     def _merge_sources(self, node: Node, loc: Loc) -> list[MappingNode]:
-        sources = node.value if isinstance(node, SequenceNode) else [node]
-        for source in sources:
+        sources: list[MappingNode] = []
+        for source in node.value if isinstance(node, SequenceNode) else [node]:
             if not isinstance(source, MappingNode):
                 raise self.error(source, loc, "`<<` merges only mappings")
             self.build(source, loc)
+            sources.append(source)
         return sources
 
     def _key(self, node: Node, loc: Loc) -> Any:

@@ -114,7 +114,9 @@ def _event(entry: Any, member: str | None, line: int, source: str) -> LogEvent |
     if not isinstance(entry, dict):
         return None
     msg = str(entry.get("msg", ""))
-    attr = entry.get("attr") if isinstance(entry.get("attr"), dict) else {}
+    attr = entry.get("attr")
+    if not isinstance(attr, dict):
+        attr = {}
     log_id = entry.get("id")
     kind: Kind | None = None
     host = str(entry.get("host") or member or "this member")

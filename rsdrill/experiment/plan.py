@@ -7,7 +7,9 @@ resolved by the runner at injection time, so the plan says "at that moment".
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rsdrill import registry
 from rsdrill.experiment.kinds import way_of
@@ -365,7 +367,7 @@ def _setting(value: float | None, default_s: float) -> str:
 
 def describe_probes(probes: Probes) -> list[str]:
     """One line per probe: what it does and how often, or "off"."""
-    described = {
+    described: dict[str, Callable[[Any], str]] = {
         "availability": _availability,
         "failover": _failover,
         "recovery": _recovery,

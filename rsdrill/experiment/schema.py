@@ -54,7 +54,7 @@ __all__ = ["Duration", "FieldProblem", "Restart", "Strict", "format_duration", "
 # The platforms come from the registry (entry points): the model is built with one
 # `target.<name>` and one `faults[i].<name>` section per platform that has one.
 PLATFORM_NAMES: tuple[str, ...] = tuple(platforms())
-PlatformName = Literal[PLATFORM_NAMES]  # type: ignore[valid-type]
+PlatformName = Literal[PLATFORM_NAMES]  # type: ignore[valid-type]  # names known at run time
 MACHINE_PLATFORMS = ("sandbox", "local")
 # Platforms reached by a URI (the others build or find their members on this machine).
 REMOTE_PLATFORMS: tuple[str, ...] = tuple(n for n in PLATFORM_NAMES if n not in MACHINE_PLATFORMS)
@@ -326,7 +326,7 @@ class SelectCount(Strict):
 Selection = Role | SelectMember | SelectCount
 
 
-FaultKind = Literal[KIND_NAMES]  # type: ignore[valid-type]
+FaultKind = Literal[KIND_NAMES]  # type: ignore[valid-type]  # names from kinds.py at run time
 
 
 class _FaultRules(Strict):
@@ -409,8 +409,8 @@ def _kind_model(kind: str) -> type[_FaultRules]:
     platforms' sections."""
     spec = KINDS[kind]
     fields: dict[str, Any] = {"kind": (Literal[kind], Field(description=spec.meaning))}
-    for model in (_FaultCommon, spec.fields):
-        for name, info in model.model_fields.items():
+    for source in (_FaultCommon, spec.fields):
+        for name, info in source.model_fields.items():
             if name != "kind":
                 fields[name] = (info.annotation, copy.copy(info))
     fields = {"at": fields.pop("at"), **fields}  # `at` first, then `kind`, as a file has them

@@ -23,7 +23,7 @@ baseline to compare against. `to_experiment()` makes the `Experiment` the runner
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import (
     BeforeValidator,
@@ -118,7 +118,11 @@ _EVENT_MODELS = tuple(
                  __module__=__name__)
     for model in FAULT_MODELS.values()
 )  # fmt: skip
-TimelineEvent = Annotated[Union[_EVENT_MODELS], Field(discriminator="kind")]  # noqa: UP007
+if TYPE_CHECKING:
+    # What type checkers see: every event model is an _Event (and its kind's fault model).
+    TimelineEvent = _Event
+else:
+    TimelineEvent = Annotated[Union[_EVENT_MODELS], Field(discriminator="kind")]  # noqa: UP007
 
 
 class Timeline(Strict):

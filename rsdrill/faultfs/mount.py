@@ -154,9 +154,9 @@ def _log_tail(path: Path) -> str:
 def detach(mountpoint: Path) -> None:
     """Unmount, lazily when busy; works for dead daemons' mounts too. No error if it fails."""
     fusermount = shutil.which("fusermount3") or shutil.which("fusermount")
-    attempts = [[fusermount, "-u", str(mountpoint)], [fusermount, "-u", "-z", str(mountpoint)]]
-    if fusermount is None:
-        attempts = []
+    attempts: list[list[str]] = []
+    if fusermount is not None:
+        attempts = [[fusermount, "-u", str(mountpoint)], [fusermount, "-u", "-z", str(mountpoint)]]
     attempts.append(["umount", "-l", str(mountpoint)])
     for argv in attempts:
         if not is_mounted(mountpoint):

@@ -34,7 +34,7 @@ def _stat_dict(st: os.stat_result) -> dict[str, Any]:
     return out
 
 
-class FaultOperations(mfusepy.Operations):  # type: ignore[misc]
+class FaultOperations(mfusepy.Operations):
     """Passthrough operations over `root_fd`, faulted by `state`, undoable through `undo`."""
 
     use_ns = True
@@ -129,7 +129,10 @@ class FaultOperations(mfusepy.Operations):  # type: ignore[misc]
 
     def utimens(self, path: str, times: tuple[int, int] | None = None) -> None:
         self._metadata(path)
-        os.utime(_rel(path), ns=times, dir_fd=self.root, follow_symlinks=False)
+        if times is None:  # no times given: both become now, as utimensat(2) with NULL
+            os.utime(_rel(path), dir_fd=self.root, follow_symlinks=False)
+        else:
+            os.utime(_rel(path), ns=times, dir_fd=self.root, follow_symlinks=False)
 
     def statfs(self, path: str) -> dict[str, int]:
         self._metadata(path)

@@ -100,12 +100,24 @@ class MachineTarget(Protocol):
 class RunTarget(Protocol):
     """A replica set an experiment runs against."""
 
-    platform: str
-    topology: str
-    uri: str
-    members: list[str]
-    # Whether the target stays as it is after the run (nothing to tear down once set up).
-    keep: bool
+    # Read-only to the runner: a target may hold narrower types (a Literal topology) or
+    # compute one (keep).
+    @property
+    def platform(self) -> str: ...
+
+    @property
+    def topology(self) -> str: ...
+
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def members(self) -> list[str]: ...
+
+    @property
+    def keep(self) -> bool:
+        """Whether the target stays as it is after the run (nothing to tear down once set up)."""
+        ...
 
     def setup(self) -> None: ...
 
@@ -128,13 +140,25 @@ class Platform(Protocol):
     and everything else is imported when a method is called.
     """
 
-    name: str
-    # The model of `target.<name>` (None: the platform has no section of its own), and of a
-    # fault's `<name>` options.
-    options: type[BaseModel] | None
-    fault_options: type[BaseModel] | None
-    # Fault kind → `module:function`, an `InjectorFactory` (imported only when a run needs it).
-    injectors: Mapping[str, str]
+    # Read-only, so that a frozen dataclass (PackagePlatform) is one.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def options(self) -> type[BaseModel] | None:
+        """The model of `target.<name>` (None: the platform has no section of its own)."""
+        ...
+
+    @property
+    def fault_options(self) -> type[BaseModel] | None:
+        """The model of a fault's `<name>` options (None: it has none)."""
+        ...
+
+    @property
+    def injectors(self) -> Mapping[str, str]:
+        """Fault kind → `module:function`, an `InjectorFactory` (imported only when a run
+        needs it)."""
+        ...
 
     def check_experiment(self, exp: Experiment) -> None:
         """Refuse (raise FieldProblem) what this platform cannot carry out, before any run."""
@@ -199,3 +223,9 @@ def injector_factory(platform: Platform, kind: str) -> InjectorFactory:
     every platform (stepdown), else the one the platform registered."""
     factory: InjectorFactory = _imported(KINDS[kind].injector or platform.injectors[kind])
     return factory
+
+
+if TYPE_CHECKING:
+    # The built-in platforms' entry points are PackagePlatforms: mypy checks here that one is a
+    # Platform.
+    _PLATFORM: type[Platform] = PackagePlatform

@@ -52,7 +52,8 @@ class ProbeSet:
 
     def prepare(self) -> None:
         """Create what the probes read, before the measured window opens."""
-        with MongoClient(self.uri, serverSelectionTimeoutMS=30_000) as client:
+        client: MongoClient[dict[str, Any]] = MongoClient(self.uri, serverSelectionTimeoutMS=30_000)
+        with client:
             client[PROBE_DB].get_collection(
                 f"{self.prefix}_read", write_concern=WriteConcern("majority")
             ).replace_one({"_id": 1}, {"_id": 1}, upsert=True)
@@ -99,9 +100,10 @@ class ProbeSet:
                 )  # fmt: skip
         if c.durability is not None:
             d = c.durability
-            a = c.availability
-            if (d.share_writes and writes is not None and a is not None
-                    and (a.write_concern, a.journal) == (d.write_concern, d.journal)):  # fmt: skip
+            avail = c.availability
+            if (d.share_writes and writes is not None and avail is not None
+                    and (avail.write_concern, avail.journal)
+                    == (d.write_concern, d.journal)):  # fmt: skip
                 # The same acknowledgement, so the same promise: no writes of its own.
                 self.ledger = writes
             else:
@@ -168,7 +170,10 @@ class ProbeSet:
     def _drop_probe_collections(self) -> None:
         try:
             # Bounded as a whole (timeoutMS): a set with no majority left would stall the drop.
-            with MongoClient(self.uri, serverSelectionTimeoutMS=5000, timeoutMS=10_000) as client:
+            client: MongoClient[dict[str, Any]] = MongoClient(
+                self.uri, serverSelectionTimeoutMS=5000, timeoutMS=10_000
+            )
+            with client:
                 db = client[PROBE_DB]
                 for name in db.list_collection_names():
                     if name.startswith(self.prefix):

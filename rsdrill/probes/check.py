@@ -120,7 +120,9 @@ def _command(argv: list[str], timeout_s: float) -> dict[str, Any]:
     return {"exit_status": 0}
 
 
-def _query(client: MongoClient[dict[str, Any]], check: QueryCheck, timeout_s: float) -> dict:
+def _query(
+    client: MongoClient[dict[str, Any]], check: QueryCheck, timeout_s: float
+) -> dict[str, Any]:
     collection = client[check.db][check.collection]
     count = collection.count_documents(check.filter, maxTimeMS=int(timeout_s * 1000))
     if count < check.min_count:

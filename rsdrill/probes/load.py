@@ -85,7 +85,8 @@ class LoadWorker(Probe):
 
 def preload(uri: str, collection: str, records: int, record_bytes: int) -> None:
     """Insert the records the workload reads and updates (majority-acknowledged)."""
-    with MongoClient(uri, serverSelectionTimeoutMS=30_000) as client:
+    client: MongoClient[dict[str, Any]] = MongoClient(uri, serverSelectionTimeoutMS=30_000)
+    with client:
         coll = client[PROBE_DB].get_collection(collection, write_concern=WriteConcern("majority"))
         coll.drop()
         pad = "x" * record_bytes

@@ -94,8 +94,8 @@ class RawWriteLoop(Probe):
             self.record("insert", member, t_start, outcome, {**detail, **(refusal or {})})
             return
         self._writable = None
-        member, outcome, why = failed
-        self.record("insert", member, t_start, outcome, {**detail, **why})
+        last_member, outcome, why = failed
+        self.record("insert", last_member, t_start, outcome, {**detail, **why})
 
     def next_wait_s(self) -> float:
         """Half the interval while no member answers at all (each down or silent): another try

@@ -76,7 +76,7 @@ class StatusPoller(MemberPoller):
         self.record("status", self.member, t_start, "ok", self._detail(status))
 
     def _detail(self, status: dict[str, Any]) -> dict[str, Any]:
-        me = next((m for m in status.get("members", []) if m.get("self")), {})
+        me: dict[str, Any] = next((m for m in status.get("members", []) if m.get("self")), {})
         detail: dict[str, Any] = {
             "state": own_state(status) or "UNKNOWN",
             "term": int(status.get("term", -1)),

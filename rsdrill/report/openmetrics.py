@@ -11,11 +11,12 @@ writes the text, so the exposition follows its format exactly.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rsdrill.errors import RsdrillError
 from rsdrill.hooks import hookimpl
@@ -259,13 +260,10 @@ def push(registry: CollectorRegistry, url: str, experiment: str, timeout_s: floa
     from prometheus_client.exposition import basic_auth_handler, default_handler
 
     parts = urlsplit(url)
-    handler = default_handler
+    handler: Callable[..., Callable[[], None]] = default_handler
     if parts.password is not None:  # user:password@ in the URL: basic auth, not in the host
-        user, password = unquote(parts.username or ""), unquote(parts.password)
-
-        def handler(**request: Any) -> Callable[[], None]:
-            return basic_auth_handler(**request, username=user, password=password)
-
+        handler = functools.partial(basic_auth_handler, username=unquote(parts.username or ""),
+                                    password=unquote(parts.password))  # fmt: skip
         url = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
     try:
         push_to_gateway(url, job="rsdrill", registry=registry, handler=handler,

@@ -49,7 +49,7 @@ def render_trend_svg(
     `standalone` adds the SVG namespace, which a `.svg` file needs and HTML does not.
     """
     experiments = list(dict.fromkeys(r.experiment for r in runs))
-    panels = []
+    panels: list[str] = []
     for experiment in experiments:
         mine = [r for r in runs if r.experiment == experiment]
         for metric in metrics:

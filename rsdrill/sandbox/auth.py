@@ -39,7 +39,7 @@ def create_auth(
     others = [{"user": name, "password": secrets.token_urlsafe(24), "roles": list(roles)}
               for name, roles in (users or {}).items()]  # fmt: skip
     iam = [{"user": arn, "roles": list(roles)} for arn, roles in (aws_users or {}).items()]
-    record = {"user": USER, "password": secrets.token_urlsafe(24),
+    record: dict[str, Any] = {"user": USER, "password": secrets.token_urlsafe(24),
               "salt": secrets.token_hex(16), "users": others, "aws_users": iam}  # fmt: skip
     path = directory / AUTH_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

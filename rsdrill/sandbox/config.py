@@ -10,6 +10,7 @@ import json
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 TOPOLOGIES = ("rs1", "rs3", "rs5", "psa", "standalone")
 # A member's storage: on disk (kept across a restart), or in memory (gone with the process,
@@ -140,7 +141,7 @@ def build_topology(
     set_name: str = "rs0",
     host: str = "127.0.0.1",
     settings: Settings | None = None,
-    **options: object,
+    **options: Any,
 ) -> ReplSetSpec:
     """rs1: one data member; rs3: three data members; rs5: five (for partition shapes, e.g.
     a ring); psa: primary, secondary, arbiter; standalone: one server without a replica set."""
@@ -173,7 +174,7 @@ def build_topology(
         topology=topology,
         members=members,
         settings=settings or Settings(),
-        **options,  # type: ignore[arg-type]
+        **options,
     )
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from rsdrill.faultfs.bucket import TokenBucket
+from rsdrill.faultfs.operations import FaultOperations
 from rsdrill.faultfs.rules import Rule, RuleError
 from rsdrill.faultfs.state import FaultState
 from rsdrill.faultfs.undo import UndoLog
@@ -91,3 +93,18 @@ def test_state_counts_what_each_rule_did() -> None:
     hits = state.snapshot()["rule_hits"]
     assert hits["journal"] == {"matched": 1, "failed": 1, "slowed": 0}
     assert hits["slow"] == {"matched": 1, "failed": 0, "slowed": 1}
+
+
+def test_utimens_sets_given_times_and_without_times_now(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x")
+    root = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        ops = FaultOperations(root, FaultState(), None)
+        ops.utimens("/f", (1_000_000_000, 2_000_000_000))
+        st = os.stat(tmp_path / "f")
+        assert (st.st_atime_ns, st.st_mtime_ns) == (1_000_000_000, 2_000_000_000)
+        before = time.time_ns()
+        ops.utimens("/f", None)  # what mfusepy passes when the kernel gives no times
+        assert os.stat(tmp_path / "f").st_mtime_ns >= before - 10_000_000  # coarse fs clocks
+    finally:
+        os.close(root)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from rsdrill.platforms.base import InjectionError
 
@@ -77,14 +77,18 @@ class Connection:
         return cls(**action["connection"])
 
 
+# The AWS services rsdrill calls (boto3's client() is typed per service name).
+Service = Literal["ec2", "fis", "ssm"]
+
+
 @dataclass
 class Aws:
     """EC2 (and FIS) clients for one connection; calls raise AwsError with a clear message."""
 
     conn: Connection
-    _clients: dict[str, Any] = field(default_factory=dict)
+    _clients: dict[Service, Any] = field(default_factory=dict)
 
-    def client(self, service: str) -> Any:
+    def client(self, service: Service) -> Any:
         if service not in self._clients:
             self._clients[service] = _make_client(self.conn, service)
         return self._clients[service]
@@ -95,9 +99,9 @@ class Aws:
     def fis(self, operation: str, **params: Any) -> dict[str, Any]:
         return self.call("fis", operation, **params)
 
-    def call(self, service: str, operation: str, **params: Any) -> dict[str, Any]:
+    def call(self, service: Service, operation: str, **params: Any) -> dict[str, Any]:
         with aws_errors(f"{service}:{_api_name(operation)}", self.conn):
-            return getattr(self.client(service), operation)(**params)  # type: ignore[no-any-return]
+            return getattr(self.client(service), operation)(**params)
 
     def dry_run(self, operation: str, **params: Any) -> str | None:
         """Ask EC2 whether the call would be allowed (DryRun): None if so, else the reason.
@@ -156,7 +160,7 @@ _CREDENTIAL_CODES = {
 }  # fmt: skip
 
 
-def _make_client(conn: Connection, service: str) -> Any:
+def _make_client(conn: Connection, service: Service) -> Any:
     try:
         import boto3
         from botocore.config import Config

@@ -116,4 +116,4 @@ def describe_volume(aws: Aws, volume_id: str) -> dict[str, Any]:
     volumes = aws.ec2("describe_volumes", VolumeIds=[volume_id])["Volumes"]
     if not volumes:
         raise AwsError(f"InvalidVolume.NotFound: {volume_id}", "InvalidVolume.NotFound")
-    return volumes[0]  # type: ignore[no-any-return]
+    return volumes[0]

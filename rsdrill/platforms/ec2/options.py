@@ -176,6 +176,7 @@ def check_experiment(exp: Experiment) -> None:
     """Refuse what EC2 cannot do, naming the field: unsupported kinds and engines, options of
     another kind, terminate without permission, volume faults without `target.ec2.volume`."""
     platform = exp.target.ec2
+    assert platform is not None  # the schema requires the section
     for i, fault in enumerate(exp.faults):
         engine = fault.engine or "api"
         if engine not in ENGINES:
@@ -366,6 +367,7 @@ def iam_actions(fault: Fault) -> tuple[str, ...]:
 def plan_details(exp: Experiment) -> list[str]:
     """How each fault is carried out on EC2 and the IAM actions the credentials need."""
     platform = exp.target.ec2
+    assert platform is not None  # the schema requires the section
     where = platform.endpoint_url or f"AWS {platform.region}"
     lines = [f"EC2 at {where}; members → instances by {platform.instances.by}; credentials "
              "from boto3's chain (checked with DryRun before anything is injected)"]  # fmt: skip

@@ -30,7 +30,7 @@ def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | N
         action = fault.ec2.action if fault.ec2 else "stop"
         if action != "stop":
             return [(f"{action}_instances", iid)]
-        calls = [("stop_instances", {**iid, "Force": True}), ("start_instances", iid)]
+        calls: list[Call] = [("stop_instances", {**iid, "Force": True}), ("start_instances", iid)]
         if fault.restart and fault.restart.volume == "wipe" and data:
             calls += [("create_volume", {"AvailabilityZone": instance.availability_zone,
                                          "Size": 1}),

@@ -6,9 +6,10 @@ map) when the run starts, and the credentials are checked (DryRun) before anythi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.platforms.base import Injector, TargetError
+from rsdrill.platforms.base import Injector, RunTarget, TargetError
 from rsdrill.platforms.ec2.injectors import Aws, AwsError, connection, ec2_injector, preflight
 from rsdrill.platforms.ec2.lookup import Instance, find_instance
 from rsdrill.platforms.remote import RemoteTarget
@@ -50,3 +51,8 @@ def instance_fault(target: Ec2Target, fault: Fault, host: str) -> Injector:
 
 def make_target(exp: Experiment, out_dir: Path) -> Ec2Target:
     return Ec2Target(exp, out_dir)
+
+
+if TYPE_CHECKING:
+    # The runner takes it as a RunTarget: mypy checks here that it is one.
+    _RUN_TARGET: type[RunTarget] = Ec2Target

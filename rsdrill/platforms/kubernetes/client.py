@@ -8,6 +8,7 @@ Tokens and keys stay inside the client configuration and never reach a message.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import re
@@ -327,7 +328,7 @@ class Kube:
 
     def pods(
         self, namespace: str | None, *, labels: str | None = None, fields: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:  # `list` in this class is Kube.list
         kwargs = {k: v for k, v in (("label_selector", labels), ("field_selector", fields)) if v}
         if namespace is None:
             answer = self.call(self.core.list_pod_for_all_namespaces, **kwargs)

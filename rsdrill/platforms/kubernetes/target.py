@@ -6,10 +6,11 @@ injected; `injector()` builds the engine's injector for one fault on one member.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rsdrill.experiment.kinds import COMMAND_KINDS
 from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.platforms.base import InjectionError, Injector, TargetError
+from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
 from rsdrill.platforms.kubernetes.engines import (
     ChaosMeshFault,
@@ -199,3 +200,8 @@ def pod_fault(target: KubernetesTarget, fault: Fault, host: str) -> Injector:
 
 def make_target(exp: Experiment, out_dir: Path) -> KubernetesTarget:
     return KubernetesTarget(exp, out_dir)
+
+
+if TYPE_CHECKING:
+    # The runner takes it as a RunTarget: mypy checks here that it is one.
+    _RUN_TARGET: type[RunTarget] = KubernetesTarget

@@ -4,9 +4,10 @@ wire-compatible server), each given with the command that starts it and its data
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rsdrill.experiment.schema import Experiment, Target
-from rsdrill.platforms.base import TargetError
+from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
 
 
@@ -44,3 +45,8 @@ class LocalTarget:
 def make_target(exp: Experiment, out_dir: Path) -> LocalTarget:
     """The members the experiment lists, restarted with their logs under `out_dir`."""
     return LocalTarget(exp.target, out_dir)
+
+
+if TYPE_CHECKING:
+    # The runner takes it as a RunTarget: mypy checks here that it is one.
+    _RUN_TARGET: type[RunTarget] = LocalTarget

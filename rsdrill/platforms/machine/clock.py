@@ -86,7 +86,7 @@ class ClockSkew:
 
 def clock_skew(target: MachineTarget, fault: Fault, host: str) -> Injector:
     """clock-skew of a member: the sandbox emulator's own clock (a local mongod has none to set)."""
-    if target.platform != "sandbox":
+    if getattr(target, "platform", None) != "sandbox":
         raise InjectionError("clock-skew needs the sandbox's own clock (libfaketime for a "
                              "local mongod is not wired in)")  # fmt: skip
     return ClockSkew(host, fault.clock_offset, fault.clock_drift)

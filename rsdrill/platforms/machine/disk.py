@@ -15,6 +15,7 @@ rule is set) clears that rule and restarts the member if the fault killed it, as
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ STORAGE_KINDS = ("disk-fault", "iops-throttle", "volume-detach")
 _MIB = 1024 * 1024
 
 
-def needs_faultfs(faults: tuple[Fault, ...] | list[Fault]) -> tuple[bool, bool]:
+def needs_faultfs(faults: Sequence[Fault]) -> tuple[bool, bool]:
     """(whether members must run on faultfs, whether unsynced writes must be tracked)."""
     power_loss = any(f.kind == "host-kill" and f.power_loss for f in faults)
     return power_loss or any(f.kind in STORAGE_KINDS for f in faults), power_loss

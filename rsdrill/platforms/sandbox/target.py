@@ -10,12 +10,12 @@ import os
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymongo import MongoClient, WriteConcern
 
 from rsdrill.experiment.schema import Experiment, Fault, Target
-from rsdrill.platforms.base import TargetError
+from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.machine.disk import needs_faultfs
 from rsdrill.platforms.machine.disk_fill import mount_small_disk, unmount_small_disks
 from rsdrill.platforms.machine.network import rejoin_partition
@@ -108,7 +108,7 @@ class SandboxTarget:
         self.topology = config.topology
         self.directory = directory
         count = 1 if config.topology in ("rs1", "standalone") else 3
-        settings = {
+        settings: dict[str, Any] = {
             "election_timeout_ms": _ms(config.election_timeout),
             "heartbeat_interval_ms": _ms(config.heartbeat_interval),
         }
@@ -122,7 +122,7 @@ class SandboxTarget:
             config.topology,
             port_base=config.port_base or free_port_base(count),
             settings=Settings(**{k: v for k, v in settings.items() if v is not None}),
-            **options,  # type: ignore[arg-type]
+            **options,
         )
         self.members = [m.host for m in self.spec.members]
         self.uri = set_uri(self.spec)
@@ -157,7 +157,10 @@ class SandboxTarget:
 
     def _preload(self, megabytes: int) -> None:
         # Bulk data, not a workload: no retryable-write bookkeeping on the members.
-        with MongoClient(self.uri, serverSelectionTimeoutMS=30_000, retryWrites=False) as client:
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            self.uri, serverSelectionTimeoutMS=30_000, retryWrites=False
+        )
+        with client:
             coll = client[PRELOAD_DB].get_collection(
                 "preload", write_concern=WriteConcern("majority")
             )
@@ -214,3 +217,8 @@ def _ms(seconds: float | None) -> int | None:
 def make_target(exp: Experiment, out_dir: Path) -> SandboxTarget:
     """The run's sandbox, built under `out_dir/sandbox` (on faultfs if its faults need it)."""
     return SandboxTarget(exp.target, out_dir / "sandbox", exp.faults)
+
+
+if TYPE_CHECKING:
+    # The runner takes it as a RunTarget: mypy checks here that it is one.
+    _RUN_TARGET: type[RunTarget] = SandboxTarget

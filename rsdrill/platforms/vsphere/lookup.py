@@ -46,7 +46,8 @@ def vm_object(client: Vsphere, ref: VmRef) -> Any:
 
     vm = vim.VirtualMachine(ref.moref, client.stub)
     try:
-        if vm.config.instanceUuid == ref.uuid:
+        config = vm.config  # None when vCenter cannot read the VM's configuration
+        if config is not None and config.instanceUuid == ref.uuid:
             return vm
     except vmodl.fault.ManagedObjectNotFound:
         pass

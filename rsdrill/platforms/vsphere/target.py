@@ -7,10 +7,11 @@ injected.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.platforms.base import Injector, TargetError
+from rsdrill.platforms.base import Injector, RunTarget, TargetError
 from rsdrill.platforms.remote import RemoteTarget
 from rsdrill.platforms.vsphere.injectors import Vsphere, VsphereError, connection, vsphere_injector
 from rsdrill.platforms.vsphere.lookup import find_member_vm
@@ -79,3 +80,8 @@ def vm_fault(target: VsphereTarget, fault: Fault, host: str) -> Injector:
 
 def make_target(exp: Experiment, out_dir: Path) -> VsphereTarget:
     return VsphereTarget(exp, out_dir)
+
+
+if TYPE_CHECKING:
+    # The runner takes it as a RunTarget: mypy checks here that it is one.
+    _RUN_TARGET: type[RunTarget] = VsphereTarget

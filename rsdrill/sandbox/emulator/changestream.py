@@ -284,7 +284,7 @@ def _command_events(
 def _expanded_event(o: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """(collection, event fields) of a catalog change shown only with showExpandedEvents."""
     if "create" in o:
-        description = {k: o[k] for k in ("viewOn", "pipeline") if k in o}
+        description: dict[str, Any] = {k: o[k] for k in ("viewOn", "pipeline") if k in o}
         if not description:
             description = {"idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"}}
         return o["create"], {"operationType": "create", "operationDescription": description}

@@ -9,7 +9,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from bson.binary import Binary
 from bson.int64 import Int64
@@ -384,7 +384,7 @@ async def _hello(cmds: Commands, req: Request) -> dict[str, Any]:
     if (tv is None) != (max_await is None):
         raise CommandError(31368, "hello needs both or neither of topologyVersion and "
                                   "maxAwaitTimeMS")  # fmt: skip
-    if tv is not None:
+    if tv is not None and max_await is not None:
         await _await_topology_change(node, tv, int(max_await))
     return hello_reply(node, req)
 
@@ -547,7 +547,7 @@ async def _users_info(cmds: Commands, req: Request) -> dict[str, Any]:
     """The users defined on this database (SCRAM users on admin, certificate users on
     $external), or the ones named; any logged-in user may ask (mongod: viewUser, or itself)."""
     asked = req.body.get("usersInfo")
-    names = {asked} if isinstance(asked, str) else None
+    names: set[str | None] | None = {asked} if isinstance(asked, str) else None
     if isinstance(asked, dict):
         names = {asked.get("user")}
     certificates = {CLIENT_SUBJECT, MEMBER_SUBJECT}
@@ -904,6 +904,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
             optime = node.write("d", ns, {"_id": target["_id"]},
                                 session=cmds.session_fields(session, 0, reply))  # fmt: skip
     elif target is None and body.get("upsert"):
+        assert update is not None  # given unless remove, checked above
         doc = pipeline.update_document(
             query.upsert_seed(q),
             update,
@@ -920,6 +921,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     elif target is None:
         reply = {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
     else:
+        assert update is not None  # given unless remove, checked above
         new = pipeline.update_document(
             target, update, array_filters=array_filters, variables=variables
         )
@@ -1138,8 +1140,8 @@ async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
     node = cmds.node
     if node.state is MemberState.SECONDARY and node.primary_host:
         # As mongod 5.0+: a secondary runs the pipeline, the primary writes its results.
-        stages = [{"$documents": {"$literal": docs}}, {output[0]: output[1]}]
-        forwarded: dict[str, Any] = {"aggregate": 1, "pipeline": stages, "cursor": {}}
+        forwarded_stages = [{"$documents": {"$literal": docs}}, {output[0]: output[1]}]
+        forwarded: dict[str, Any] = {"aggregate": 1, "pipeline": forwarded_stages, "cursor": {}}
         if "writeConcern" in req.body:
             forwarded["writeConcern"] = req.body["writeConcern"]
         try:
@@ -1241,7 +1243,8 @@ async def _get_more(cmds: Commands, req: Request) -> dict[str, Any]:
 
 @command("killCursors")
 async def _kill_cursors(cmds: Commands, req: Request) -> dict[str, Any]:
-    killed, missing = [], []
+    killed: list[Int64] = []
+    missing: list[Int64] = []
     for cid in req.body.get("cursors") or []:
         (killed if cmds.cursors.pop(int(cid), None) else missing).append(Int64(int(cid)))
     return {
@@ -1367,7 +1370,7 @@ async def _create_indexes(cmds: Commands, req: Request) -> dict[str, Any]:
         indexes.build_check(ns, spec, node.store.documents(ns), id_key)
         optime = node.write("c", f"{req.db}.$cmd", {"createIndexes": req.body["createIndexes"],
                                                     **spec})  # fmt: skip
-    reply = {
+    reply: dict[str, Any] = {
         "createdCollectionAutomatically": created,
         "numIndexesBefore": before,
         "numIndexesAfter": 1 + len(node.store.indexes(ns)),
@@ -1436,11 +1439,15 @@ async def _clock_skew(cmds: Commands, req: Request) -> dict[str, Any]:
     """rsdrill's clock-skew fault: this member's wall clock moved (see wallclock.py)."""
     _admin_only(req)
     offset, drift = req.body.get("rsdrillClockSkew"), req.body.get("drift", 0)
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (offset, drift)):
+    if not (_number(offset) and _number(drift)):
         raise CommandError(2, "rsdrillClockSkew takes the offset in seconds and a numeric drift")
     wallclock.set_skew(float(offset), float(drift))
     cmds.node.events.emit("clock_skew", offset_s=float(offset), drift=float(drift))
     return {"skewSeconds": wallclock.skew_s()}
+
+
+def _number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @command("replSetGetStatus")

@@ -38,8 +38,7 @@ def status_fields(node: Node) -> dict[str, Any]:
 def absorb(node: Node, doc: dict[str, Any], *, is_response: bool) -> None:
     """Update our view of the sender from its heartbeat (request or response)."""
     host = doc.get("from")
-    peer = node.peers.get(host) if isinstance(host, str) else None
-    if peer is None:
+    if not isinstance(host, str) or (peer := node.peers.get(host)) is None:
         return
     now = wallclock.now()
     peer.last_ok_mono = time.monotonic()

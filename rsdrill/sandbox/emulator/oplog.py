@@ -247,25 +247,26 @@ class Oplog:
     def entries_after(self, key: OpTime, max_bytes: int) -> list[dict[str, Any]]:
         """Entries newer than `key`, at least one if there is one, up to about max_bytes."""
         if (start := self._tail_index(key)) is not None:
-            out, total = [], 0
+            entries: list[dict[str, Any]] = []
+            total = 0
             for i in range(start + 1, len(self._tail_keys)):
-                if out and total + self._tail_sizes[i] > max_bytes:
+                if entries and total + self._tail_sizes[i] > max_bytes:
                     break
-                out.append(self._tail[i])
+                entries.append(self._tail[i])
                 total += self._tail_sizes[i]
-            return out
+            return entries
         rows = self.database.execute(
             "SELECT entry FROM oplog WHERE (t, secs, inc) > (?, ?, ?) ORDER BY t, secs, inc",
             (key.term, key.secs, key.inc),
         )
-        out: list[bytes] = []
+        encoded: list[bytes] = []
         total = 0
         for (data,) in rows:
-            if out and total + len(data) > max_bytes:
+            if encoded and total + len(data) > max_bytes:
                 break
-            out.append(data)
+            encoded.append(data)
             total += len(data)
-        return bson.decode_all(b"".join(out))
+        return bson.decode_all(b"".join(encoded))
 
     def keys_newest_first(self) -> list[OpTime]:
         rows = self.database.execute(

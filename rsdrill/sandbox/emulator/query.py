@@ -239,7 +239,7 @@ def _not_operand_test(argument: Any) -> ValuesTest:
     return _compile_condition(argument)
 
 
-def _make_regex(pattern: Any, options: Any) -> Regex:
+def _make_regex(pattern: Any, options: Any) -> Regex[str]:
     """The regex of a `{$regex, $options}` pair; `$options` overrides a regex's own flags."""
     if isinstance(pattern, (Regex, re.Pattern)):
         pattern, flags = pattern.pattern, _regex_letters(pattern.flags)
@@ -257,7 +257,7 @@ def _make_regex(pattern: Any, options: Any) -> Regex:
     return Regex(pattern, flags)
 
 
-def _regex_test(regex: Regex | re.Pattern[str]) -> ValuesTest:
+def _regex_test(regex: Regex[str] | re.Pattern[str]) -> ValuesTest:
     """Matches strings the regex finds a match in, and regex values equal to it."""
     if isinstance(regex, re.Pattern):
         compiled = regex
@@ -462,11 +462,13 @@ def _compile_array_filters(array_filters: list[Any] | None) -> dict[str, Predica
         if identifier in compiled:
             raise QueryError(9, f"Found multiple array filters with the same top-level field "
                                 f"name {identifier}")  # fmt: skip
-        predicate = compile_filter(spec)
-        compiled[identifier] = lambda item, predicate=predicate, name=identifier: predicate(
-            {name: item}
-        )
+        compiled[identifier] = _element_filter(compile_filter(spec), identifier)
     return compiled
+
+
+def _element_filter(predicate: Predicate, identifier: str) -> Predicate:
+    """An array filter on one element: its fields are paths under the identifier."""
+    return lambda element: predicate({identifier: element})
 
 
 def _array_paths(

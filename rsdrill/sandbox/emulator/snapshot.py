@@ -116,7 +116,7 @@ class SnapshotHistory:
 
     def changed_after(self, ns: str, key: bytes, ts: Stamp) -> bool:
         versions = self._changes.get(ns, {}).get(key)
-        return bool(versions) and versions[-1][0] > ts
+        return bool(versions and versions[-1][0] > ts)
 
     def keys_changed_after(self, ns: str, ts: Stamp) -> list[bytes]:
         return [k for k, v in self._changes.get(ns, {}).items() if v[-1][0] > ts]

@@ -183,7 +183,10 @@ class TransactionMember:
             if op == "d":
                 after = None
             elif op == "u" and updatediff.is_diff(o):
-                after = updatediff.apply(self.store.get(ns, doc_id), o["diff"])
+                current = self.store.get(ns, doc_id)
+                if current is None:  # the update found it in this transaction's snapshot
+                    raise CommandError(112, "Caused by :: Write conflict: the document is gone.")
+                after = updatediff.apply(current, o["diff"])
             else:
                 after = o
             txn.changes.setdefault(ns, {})[key] = after
