@@ -46,7 +46,7 @@ from rsdrill.platforms.base import (
     injector_factory,
 )
 from rsdrill.redact import redact_uri
-from rsdrill.report.notify import integrations
+from rsdrill.report.integrations import integrations
 from rsdrill.result import (
     EXIT_CODES,
     FaultResult,

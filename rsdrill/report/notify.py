@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from rsdrill.experiment.integrations import GrafanaSection, Notification
-    from rsdrill.experiment.schema import Experiment
     from rsdrill.history import FaultRecord, RunClock
     from rsdrill.result import Result
 
@@ -202,13 +201,3 @@ class GrafanaAnnotations:
         if clock is None or run_t_s is None:
             return int(time.time() * 1000)
         return int((clock.wall0 + run_t_s) * 1000)
-
-
-def integrations(experiment: Experiment, clock: Callable[[], RunClock | None]) -> list[object]:
-    """The plugins the experiment's `notify:` and `grafana:` sections ask for."""
-    plugins: list[object] = []
-    if experiment.notify:
-        plugins.append(Notifier(experiment.notify))
-    if experiment.grafana is not None:
-        plugins.append(GrafanaAnnotations(experiment.grafana, clock))
-    return plugins
