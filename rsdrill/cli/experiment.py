@@ -133,6 +133,14 @@ def experiment_json_schema() -> dict[str, Any]:
     # Listed for editors' completion; `recovery_s.<host:port>` stays allowed as an extra key.
     slo["properties"] = {name: slo["additionalProperties"] for name in metric_names()}
     generated["patternProperties"] = {f"^{EXTENSION_PREFIX}": {}}
+    # `faults` is a list or `{random: ...}`, which is drawn into the list before validation;
+    # `random_faults` is what the drawing leaves, not something a file says.
+    spec = generated["properties"].pop("random_faults")
+    listed = generated["properties"]["faults"]
+    random = {"type": "object", "properties": {"random": _nullable_removed(spec)},
+              "required": ["random"], "additionalProperties": False}  # fmt: skip
+    generated["properties"]["faults"] = {"description": listed.pop("description", ""),
+                                         "anyOf": [listed, random]}  # fmt: skip
     generated = _allow_references(generated)
     return {
         "$schema": JSON_SCHEMA_DIALECT,
@@ -141,6 +149,12 @@ def experiment_json_schema() -> dict[str, Any]:
         "description": "A chaos experiment on a MongoDB replica set: target, probes, faults, "
         "observation and SLOs. Top-level keys starting with x- are ignored (for YAML anchors).",
     }
+
+
+def _nullable_removed(node: dict[str, Any]) -> dict[str, Any]:
+    """A field's schema without the `null` pydantic adds for an optional field."""
+    options = [o for o in node.get("anyOf", []) if o.get("type") != "null"]
+    return options[0] if len(options) == 1 else node
 
 
 # A text holding a `${VAR}` (substituted when the file is loaded) may stand for any value.

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.experiment.kinds import KIND_NAMES
+
 INVALID_DIR = Path(__file__).parent.parent / "fixtures" / "invalid"
 INVALID = sorted(INVALID_DIR.glob("*.yaml"))
 # missing-env-var.yaml names this variable; it must not leak in from the caller's environment.
@@ -166,8 +168,7 @@ def test_every_file_is_checked_and_any_invalid_one_fails_the_run(tmp_path: Path)
     assert result.stderr.splitlines() == [
         f"{missing}:1:1: cannot read: No such file or directory",
         f"{invalid}:9:11: faults[0].kind: unknown value 'host-kil'; did you mean 'host-kill'? "
-        "(one of host-kill, host-freeze, stepdown, disk-fault, iops-throttle, volume-detach, "
-        "network-partition, data-loss)",
+        f"(one of {', '.join(KIND_NAMES)})",
     ]
 
 
