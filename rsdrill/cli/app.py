@@ -21,6 +21,7 @@ from rsdrill.cli import (
     schedule,
     soak,
 )
+from rsdrill.cli.interrupt import interrupt_raises
 from rsdrill.version import __version__
 
 app = typer.Typer(
@@ -53,8 +54,14 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+# Commands that build nothing until the runner takes SIGINT over: Ctrl-C before then ends them
+# at once (cli/interrupt.py); a KeyboardInterrupt could be dropped by a library while they load.
+QUIET_UNTIL_RUN = frozenset({"run", "replay"})
+
+
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -63,6 +70,8 @@ def _root(
     ] = False,
 ) -> None:
     """Chaos experiments for MongoDB replica sets, with failover and recovery measured."""
+    if ctx.invoked_subcommand not in QUIET_UNTIL_RUN:
+        interrupt_raises()
 
 
 if __name__ == "__main__":  # `python -m rsdrill.cli.app`, as `python -m rsdrill.cli`

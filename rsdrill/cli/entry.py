@@ -6,7 +6,6 @@ takes over, SIGINT ends the process quietly with status 130 (nothing has been in
 
 from __future__ import annotations
 
-import signal
 import sys
 
 from rsdrill.cli.interrupt import INTERRUPTED, exit_on_interrupt
@@ -14,11 +13,10 @@ from rsdrill.cli.interrupt import INTERRUPTED, exit_on_interrupt
 
 def main() -> None:
     """Run the CLI; an interrupt outside a run exits 130 with one line, not a traceback."""
-    interruptible = exit_on_interrupt()
+    # The quiet exit holds until the command starts: `run` and `replay` keep it until the
+    # runner's own handler is in place, the others go back to KeyboardInterrupt (app._root).
+    exit_on_interrupt()
     from rsdrill.cli.app import app
-
-    if interruptible:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     from rsdrill.cli.logs import rendered_to
 
     try:

@@ -30,3 +30,10 @@ def exit_on_interrupt() -> bool:
         return False
     signal.signal(signal.SIGINT, quiet_exit)
     return True
+
+
+def interrupt_raises() -> None:
+    """From here on Ctrl-C raises KeyboardInterrupt (commands that clean up after themselves),
+    where `exit_on_interrupt` had made it end the process."""
+    if signal.getsignal(signal.SIGINT) is quiet_exit:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

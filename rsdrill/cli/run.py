@@ -94,11 +94,11 @@ def run(
 ) -> None:
     """Run an experiment: exit 0 all SLOs held, 1 an SLO failed, 2 invalid input, 3 aborted,
     4 a platform or internal error."""
-    from rsdrill.experiment.loader import ExperimentError, load_experiment
-
     # Loading, checking and planning change nothing: Ctrl-C ends them at once, until the
     # runner puts its own handler (revert, then report) in place.
     exit_on_interrupt()
+    from rsdrill.experiment.loader import ExperimentError, load_experiment
+
     try:
         experiment = load_experiment(file)
     except ExperimentError as exc:
