@@ -221,12 +221,14 @@ def test_litmus_run_keeps_litmus_verdict_in_the_result(
 def test_check_names_what_a_restricted_service_account_may_not_do(
     kube: Kube, bound_set: BoundSet, tmp_path: Path
 ) -> None:
-    """`rsdrill check` against the real API server: with the restricted token the platform line
-    fails naming each RBAC refusal (exit 2); with the admin's every line holds (exit 0). Nothing
-    is created either way."""
+    """`rsdrill check` against the real API server: as a ServiceAccount whose Role may only read
+    pods, the platform line fails naming each RBAC refusal (exit 2); with the admin's every line
+    holds (exit 0). Nothing is created either way."""
     path = bound_set.experiment(kube, tmp_path)
     document = yaml.safe_load(path.read_text())
-    document["target"]["kubernetes"]["kubeconfig"] = str(kube.restricted)
+    document["target"]["kubernetes"]["kubeconfig"] = str(
+        _service_account_reading_pods(kube, bound_set.namespace)
+    )
     restricted = tmp_path / "restricted.yaml"
     restricted.write_text(yaml.safe_dump(document))
     check = _rsdrill("check", str(restricted), home=tmp_path / "home")
@@ -243,6 +245,28 @@ def test_check_names_what_a_restricted_service_account_may_not_do(
     assert {c["name"] for c in checks} >= {"connection string", "server version", "topology",
                                           "privileges", "platform kubernetes"}  # fmt: skip
     assert rsdrill_objects(kube.api, bound_set.namespace) == []
+
+
+def _service_account_reading_pods(kube: Kube, namespace: str) -> Path:
+    """A kubeconfig with the token of a real ServiceAccount whose Role may get and list pods in
+    `namespace` and nothing else."""
+    from kubernetes import client
+
+    core, rbac = client.CoreV1Api(kube.api), client.RbacAuthorizationV1Api(kube.api)
+    name = "rsdrill-reads-pods"
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    rbac.create_namespaced_role(namespace, {
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+    })  # fmt: skip
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        "roleRef": {"kind": "Role", "name": name, "apiGroup": "rbac.authorization.k8s.io"},
+    })  # fmt: skip
+    request = {"spec": {"expirationSeconds": 3600}}
+    token = core.create_namespaced_service_account_token(name, namespace, request).status.token
+    return kube.cluster.kubeconfig(f"{namespace}-{name}", token)
 
 
 # -- chaos for rsdrill on the Kubernetes path (the sandbox's is tests/e2e/test_chaos_of_rsdrill.py)
