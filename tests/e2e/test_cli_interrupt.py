@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import rsdrill
+
 EXPERIMENT = """\
 name: interrupt
 target: {platform: sandbox, topology: rs1}
@@ -38,7 +40,7 @@ def test_sigint_during_start_up_prints_no_traceback(tmp_path: Path, delay_s: flo
     time.sleep(delay_s)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    if "Fatal Python error: init_" in err or _in_the_launcher(err, script):
+    if "Fatal Python error: init_" in err or _before_rsdrill_took_over(err):
         return  # Python's start-up or the launcher's import was interrupted: no rsdrill code ran
     assert "Traceback" not in out + err, err
     # Killed by the signal before Python itself was up, interrupted before the run began
@@ -48,14 +50,17 @@ def test_sigint_during_start_up_prints_no_traceback(tmp_path: Path, delay_s: flo
         assert (tmp_path / "out" / "result.json").exists()
 
 
-def _in_the_launcher(err: str, script: str) -> bool:
-    """A KeyboardInterrupt raised before rsdrill's first line: every frame of the traceback is
-    the launcher pip wrote (its `from rsdrill.cli.entry import main`) or the import system."""
-    frames = re.findall(r'^\s*File "([^"]+)"', err, re.MULTILINE)
+def _before_rsdrill_took_over(err: str) -> bool:
+    """A KeyboardInterrupt raised before rsdrill's entry point could install its handler: Python's
+    own start-up (site and the .pth files it runs), the launcher pip wrote (its `from
+    rsdrill.cli.entry import main`), or the module-level imports that runs. No frame of the
+    traceback is inside a function of rsdrill's."""
+    frames = re.findall(r'^\s*File "([^"]+)", line \d+, in (\S+)', err, re.MULTILINE)
+    package = str(Path(rsdrill.__file__).parent)
     return (
         err.rstrip().endswith("KeyboardInterrupt")
         and bool(frames)
-        and all(f == script or f.startswith("<frozen ") for f in frames)
+        and not any(path.startswith(package) and fn != "<module>" for path, fn in frames)
     )
 
 
