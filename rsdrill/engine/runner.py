@@ -36,7 +36,7 @@ from rsdrill.engine.selection import (
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
 from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.kinds import approximation
-from rsdrill.experiment.schema import Experiment, Fault
+from rsdrill.experiment.schema import Experiment, Fault, SelectMember
 from rsdrill.history import FaultRecord, History, Op, RunClock
 from rsdrill.platforms.base import (
     InjectionError,
@@ -62,6 +62,10 @@ from rsdrill.version import __version__
 
 PREFLIGHT_TIMEOUT_S = 60.0
 VERIFY_TIMEOUT_S = 10.0
+# How long a fault waits for its `select:` role to exist (an election in progress has no primary):
+# MongoDB's default election timeout, its random offset and a new primary's drain.
+SELECT_WAIT_S = 15.0
+SELECT_POLL_S = 0.1
 MIN_OBSERVE_S = 2.0
 
 
@@ -127,7 +131,7 @@ class Runner:
         self._wake = threading.Event()
         self._revert_now = threading.Event()
         self._journal: Journal | None = None
-        self._confirm_delay_s = 0.0
+        self._slide_s = 0.0
         self._verdict_final = False
         # What the target's members said they are, for the result (None: none answered).
         self._deployment: Deployment | None = None
@@ -392,7 +396,7 @@ class Runner:
                 ):
                     break  # reverted early (game day), or never injected: nothing to wait for
                 # Time spent answering game-day questions slides the rest of the timeline.
-                at_s = action.at_s + self._confirm_delay_s
+                at_s = action.at_s + self._slide_s
                 if self.clock.now() >= at_s:
                     if action.what == "inject":
                         self._inject(action, target, journal)
@@ -405,8 +409,7 @@ class Runner:
 
     def _inject(self, action: Action, target: RunTarget, journal: Journal) -> None:
         fault = self.exp.faults[action.index]
-        states = self._roles_now(target)
-        hosts = resolve(fault.select, states)
+        states, hosts = self._select(fault, target)
         for host in hosts:
             self._check_abort()  # a `count:` fault stops between members too
             injector = _injector(fault, host, target)
@@ -435,6 +438,30 @@ class Runner:
                 )
             record.verified_at_s = round(self.clock.now(), 4)
             self.events.emit("fault_applied", fault=record)
+
+    def _select(self, fault: Fault, target: RunTarget) -> tuple[dict[str, str], list[str]]:
+        """The members `select:` names now. A role nobody holds yet (no primary while an
+        election runs, a secondary still down) is waited for, up to SELECT_WAIT_S, and the rest
+        of the timeline slides by the wait, as it does for a game-day question; a member named
+        by its address is not waited for."""
+        started = time.monotonic()
+        retried = False
+        while True:
+            states = self._roles_now(target)
+            try:
+                hosts = resolve(fault.select, states)
+            except SelectionError:
+                named = isinstance(fault.select, SelectMember)
+                if named or time.monotonic() - started >= SELECT_WAIT_S:
+                    raise
+                retried = True
+                self._sleep(SELECT_POLL_S)
+                continue
+            if retried:
+                waited = time.monotonic() - started
+                self._slide_s += waited
+                self.live.event(f"{fault.kind}: select {fault.select} matched after {waited:.1f}s")
+            return states, hosts
 
     def _run_step(self, index: int, target: RunTarget) -> None:
         """Run one of the user's steps to its end; the history records when and how it went."""
@@ -474,7 +501,7 @@ class Runner:
             "ysa",
             cancelled=self._abort,
         )
-        self._confirm_delay_s += time.monotonic() - asked_at
+        self._slide_s += time.monotonic() - asked_at
         if answer == "a" and not self._abort.is_set():
             self._abort_reason = "aborted from the keyboard"
             self._stop_run()

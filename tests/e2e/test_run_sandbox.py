@@ -71,6 +71,34 @@ def test_primary_kill_measures_failover_like_the_ground_truth(tmp_path: Path) ->
         assert (tmp_path / "out" / name).stat().st_size > 0
 
 
+def test_a_fault_on_the_primary_during_an_election_waits_for_the_new_one(tmp_path: Path) -> None:
+    """The second fault selects the primary 0.2 s after the first killed it, while the set has
+    none: it goes in on the member elected next, and the rest of the timeline slides by the
+    wait (its hold is as long as the file says)."""
+    result = _run(tmp_path, {
+        "name": "primary-during-election",
+        "target": {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s"},
+        "probes": {"failover": {"interval": "20ms"}},
+        "faults": [
+            {"at": "3s", "kind": "host-kill", "select": "primary", "duration": "6s"},
+            {"at": "3.2s", "kind": "host-freeze", "select": "primary", "duration": "1s"},
+        ],
+        "observe": {"after_revert": "10s"},
+        "guards": {"allow_quorum_loss": True},  # the new primary frozen while the old is down
+    })  # fmt: skip
+    assert result.verdict == "pass", result.error
+    killed, frozen = result.faults
+    assert frozen.target != killed.target
+    sandbox = tmp_path / "out" / "sandbox"
+    assert result.clock is not None
+    writable = first_after(sandbox, "writable", _kill_mono(result), other_than=killed.target)
+    assert writable is not None and writable["member"] == frozen.target, writable
+    elected_s = writable["t_mono"] - result.clock.t0_monotonic
+    assert frozen.injected_at_s is not None and frozen.reverted_at_s is not None
+    assert frozen.injected_at_s >= elected_s - 0.5, (frozen.injected_at_s, elected_s)
+    assert frozen.reverted_at_s - frozen.injected_at_s >= 0.9
+
+
 def test_failed_slo_gives_verdict_fail_and_exit_1(tmp_path: Path) -> None:
     result = _run(tmp_path, {
         "name": "impossible-slo",
