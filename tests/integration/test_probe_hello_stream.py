@@ -12,6 +12,7 @@ from rsdrill.history import History, Op, RunClock
 from rsdrill.probes.failover import HelloStream
 from rsdrill.probes.recovery import QUIET_INTERVALS, StatusPoller
 from rsdrill.sandbox.cluster import Sandbox, is_writable_primary
+from rsdrill.states import member_state
 
 INTERVAL_S = 0.02
 TIMEOUT_S = 0.25
@@ -133,6 +134,11 @@ def test_the_recovery_poller_asks_a_quiet_member_seldom_and_a_killed_one_every_i
 ) -> None:
     sandbox = replset("rs3")
     member = next(m for m in sandbox.spec.members if not is_writable_primary(m.host))
+    # A member still in its initial sync is not quiet: the test starts once it is SECONDARY.
+    deadline = time.monotonic() + 30
+    while member_state(member.host, 1.0) != "SECONDARY":
+        assert time.monotonic() < deadline, member_state(member.host, 1.0)
+        time.sleep(0.05)
     history, clock, streams = _watch(sandbox)
     stream = next(s for s in streams if s.member == member.host)
     poller = StatusPoller(history, clock, member=member.host, interval_s=0.1, timeout_s=0.5,
@@ -152,7 +158,9 @@ def test_the_recovery_poller_asks_a_quiet_member_seldom_and_a_killed_one_every_i
     quiet = [op for op in polls if op.t_start < killed_at]
     # Every 0.1 s would be 30; while the member streams unchanged, one per QUIET_INTERVALS.
     assert 2 <= len(quiet) <= 3.0 / (QUIET_INTERVALS * 0.1) + 2, len(quiet)
-    assert all(op.ok and op.detail["state"] == "SECONDARY" for op in quiet)
+    assert all(op.ok and op.detail["state"] == "SECONDARY" for op in quiet), [
+        (op.outcome, op.detail) for op in quiet
+    ]
     down = [op for op in polls if op.t_start >= killed_at]
     # The stream broke at once: from then on every interval (about 10 in 1 s), DOWN at once.
     assert len(down) >= 6 and not down[0].ok and down[0].t_end - killed_at < 0.3
