@@ -268,6 +268,38 @@ def test_ring_and_flapping_partitions_are_refused_when_loaded() -> None:
     assert load_experiment_text(K8S_PARTITION.format(extra="shape: halves"), "p.yaml")
 
 
+K8S_FAULT = """\
+name: k8s-gray
+target:
+  platform: kubernetes
+  uri: mongodb://db1:27017/?replicaSet=rs0
+  kubernetes: {{}}
+faults:
+  - {{at: 5s, kind: {kind}, duration: 20s{extra}}}
+"""
+
+
+def test_what_the_new_kinds_cannot_do_is_refused_when_loaded() -> None:
+    """TimeChaos has no drift; a stress is an approximation the fault must accept; disk-fill
+    is Litmus's. Each refused at its field (exit 2 from `rsdrill validate`)."""
+    cases = [
+        ("clock-skew", ", clock_drift: 0.1", "k.yaml:7:60: faults[0].clock_drift: Chaos Mesh "
+         "TimeChaos moves the clock by a fixed offset: drop `clock_drift`"),
+        ("cpu-starve", "", "k.yaml:7:20: faults[0].kind: an approximation (cpu-starve on "
+         "kubernetes (engine chaos-mesh): Chaos Mesh StressChaos"),
+        ("memory-pressure", "", "k.yaml:7:20: faults[0].kind: an approximation ("
+         "memory-pressure on kubernetes (engine chaos-mesh)"),
+        ("disk-fill", ", engine: chaos-mesh", "k.yaml:7:54: faults[0].engine: disk-fill with "
+         "engine chaos-mesh: not available (use litmus)"),
+    ]  # fmt: skip
+    for kind, extra, said in cases:
+        with pytest.raises(ExperimentError) as refused:
+            load_experiment_text(K8S_FAULT.format(kind=kind, extra=extra), "k.yaml")
+        assert str(refused.value).startswith(said), str(refused.value)
+    loaded = load_experiment_text(K8S_FAULT.format(kind="disk-fill", extra=", approximate: true"))
+    assert loaded.faults[0].kind == "disk-fill"
+
+
 def test_time_and_stress_chaos_round_trips(env: Env, tmp_path: Path) -> None:
     """clock-skew as a TimeChaos, cpu-starve and memory-pressure as StressChaos sized from the
     container's limits, each as the API server stored it (its CRD's defaults filled in)."""

@@ -129,8 +129,8 @@ class KubernetesFault(Strict):
     )
     litmus_experiment: str | None = Field(
         None,
-        description="litmus: the ChaosExperiment to run (default: pod-delete, or "
-        "node-drain for scope node)",
+        description="litmus: the ChaosExperiment to run (default: pod-delete, node-drain "
+        "for scope node, disk-fill for a disk-fill)",
     )
     chaos_service_account: str = Field(
         "rsdrill-litmus",
