@@ -487,7 +487,16 @@ KINDS: dict[str, KindSpec] = {
             fields=ClockSkewFields,
             fields_doc="`clock_offset` (seconds, may be negative), `clock_drift` (s per s)",
             needs_duration=True,
-            platforms={_MACHINE: (Way("sandbox: the emulator's clock; local: refused"),)},
+            platforms={
+                _MACHINE: (Way("sandbox: the emulator's clock; local: refused"),),
+                "kubernetes": (
+                    Way(
+                        "Chaos Mesh TimeChaos: CLOCK_REALTIME of the mongod container's "
+                        "processes moved by `clock_offset` (no drift)",
+                        engine="chaos-mesh",
+                    ),
+                ),
+            },
         ),
         KindSpec(
             "cpu-starve",
@@ -495,7 +504,27 @@ KINDS: dict[str, KindSpec] = {
             fields=CpuStarveFields,
             fields_doc="`cpu_share` (of one CPU, default 0.05)",
             needs_duration=True,
-            platforms={_MACHINE: (Way("cgroup v1 cpu.cfs_quota_us on the member's process"),)},
+            platforms={
+                _MACHINE: (Way("cgroup v1 cpu.cfs_quota_us on the member's process"),),
+                "kubernetes": (
+                    Way(
+                        "Chaos Mesh StressChaos: stress-ng CPU workers at full load in the "
+                        "member's container, ceil(1/cpu_share) - 1 per CPU of its limit (or of one "
+                        "CPU): a neighbour's load the scheduler shares with mongod, not a quota",
+                        "approximate",
+                        "chaos-mesh",
+                    ),
+                ),
+                "ec2": (
+                    Way(
+                        "FIS aws:ssm:send-command of AWSFIS-Run-CPU-Stress: stress-ng at full "
+                        "load, ceil(1/cpu_share) - 1 workers per vCPU of the instance type: a "
+                        "neighbour's load the scheduler shares with mongod, not a quota",
+                        "approximate",
+                        "fis",
+                    ),
+                ),
+            },
         ),
         KindSpec(
             "memory-pressure",
@@ -505,7 +534,26 @@ KINDS: dict[str, KindSpec] = {
             fields_doc="`memory_limit_mb` (default 1: the OOM killer at once)",
             needs_duration=True,
             platforms={
-                _MACHINE: (Way("cgroup v1 memory.limit_in_bytes; restart after the OOM kill"),)
+                _MACHINE: (Way("cgroup v1 memory.limit_in_bytes; restart after the OOM kill"),),
+                "kubernetes": (
+                    Way(
+                        "Chaos Mesh StressChaos: stress-ng in the member's container allocates "
+                        "its memory limit less `memory_limit_mb` (a container without a limit "
+                        "is refused): a neighbour's allocation, which the OOM killer may take "
+                        "instead of mongod",
+                        "approximate",
+                        "chaos-mesh",
+                    ),
+                ),
+                "ec2": (
+                    Way(
+                        "FIS aws:ssm:send-command of AWSFIS-Run-Memory-Stress: stress-ng takes "
+                        "the instance type's memory less `memory_limit_mb`, as a Percent of it: "
+                        "a neighbour's allocation, which the OOM killer may take instead of mongod",
+                        "approximate",
+                        "fis",
+                    ),
+                ),
             },
         ),
         KindSpec(
@@ -516,7 +564,25 @@ KINDS: dict[str, KindSpec] = {
             fields_doc="`fill_percent` (default 100: ENOSPC)",
             needs_duration=True,
             platforms={
-                _MACHINE: (Way("sandbox: a file on the member's own 64 MiB disk; local: refused"),)
+                _MACHINE: (Way("sandbox: a file on the member's own 64 MiB disk; local: refused"),),
+                "kubernetes": (
+                    Way(
+                        "Litmus disk-fill: the mongod container's ephemeral storage filled to "
+                        "`fill_percent` of its limit (FILL_PERCENTAGE), not the data volume; the "
+                        "kubelet evicts a pod past its limit",
+                        "approximate",
+                        "litmus",
+                    ),
+                ),
+                "ec2": (
+                    Way(
+                        "FIS aws:ssm:send-command of AWSFIS-Run-Disk-Fill: the instance's root "
+                        "volume filled to `fill_percent` (Percent), not the data volume unless "
+                        "the dbpath is on it",
+                        "approximate",
+                        "fis",
+                    ),
+                ),
             },
         ),
         KindSpec(

@@ -15,17 +15,25 @@ from rsdrill.experiment.schema import make_fault
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.ec2.fis import (
     FisExperiment,
+    InstanceSize,
+    instance_size,
     iso_duration,
     pause_volume_io,
     ssm_network_degrade,
     stop_instances,
     volume_io_latency,
 )
-from rsdrill.platforms.ec2.injectors import REVERT_ACTIONS, Aws, AwsError, preflight
+from rsdrill.platforms.ec2.injectors import REVERT_ACTIONS, Aws, AwsError, ec2_injector, preflight
 from rsdrill.platforms.ec2.instance import REPLACES_TAG, InstanceKill
 from rsdrill.platforms.ec2.lookup import find_data_volume, find_instance
 from rsdrill.platforms.ec2.network import SecurityGroupPartition
-from rsdrill.platforms.ec2.options import DataVolume, Ec2Fault, Ec2Platform, MemberInstances
+from rsdrill.platforms.ec2.options import (
+    DataVolume,
+    Ec2Fault,
+    Ec2Platform,
+    MemberInstances,
+    iam_actions,
+)
 from rsdrill.platforms.ec2.volume import IopsThrottle, VolumeDetach, modification_limit
 
 BY_TAG = MemberInstances(by="tag")
@@ -387,3 +395,56 @@ def test_fis_network_degrade_runs_awsfis_ssm_documents_as_the_fis_api_stores_the
         assert target["resourceArns"] == [instance.arn(aws)]
     finally:
         aws.fis("delete_experiment_template", id=template["id"])
+
+
+FIS_ROLE = "arn:aws:iam::123456789012:role/fis"
+
+
+def test_fis_stress_and_disk_fill_run_awsfis_ssm_documents_as_the_fis_api_stores_them(
+    aws: Aws, member: Callable[..., Member]
+) -> None:
+    """cpu-starve, memory-pressure and disk-fill (engine fis) through the platform's injector:
+    AWS's documents with their own parameter names, sized from the instance type (an
+    m5.large: 2 vCPUs, 8 GiB), in a template as FIS stores it."""
+    m = member()
+    instance = find_instance(aws, BY_TAG, m.host)
+    assert instance_size(aws, instance) == InstanceSize(vcpus=2, memory_mib=8192)
+    platform = Ec2Platform(region="us-east-1", instances=BY_TAG, fis_role_arn=FIS_ROLE)
+    cases = [
+        # 2 vCPUs x (ceil(1/0.25) - 1) workers at full load: a busy mongod thread keeps 1/4.
+        ({"kind": "cpu-starve", "cpu_share": 0.25}, "AWSFIS-Run-CPU-Stress",
+         {"CPU": "6", "LoadPercent": "100"}),
+        # 8192 MiB less 1024: 87.5 %, rounded down so the member keeps at least what it asked.
+        ({"kind": "memory-pressure", "memory_limit_mb": 1024}, "AWSFIS-Run-Memory-Stress",
+         {"Percent": "87", "Workers": "1"}),
+        ({"kind": "disk-fill", "fill_percent": 95}, "AWSFIS-Run-Disk-Fill", {"Percent": "95"}),
+    ]  # fmt: skip
+    for fields, document, parameters in cases:
+        fault = make_fault(at=1, engine="fis", duration=120, approximate=True, **fields)
+        injector = ec2_injector(aws, platform, fault, instance)
+        assert isinstance(injector, FisExperiment)
+        action = injector.action
+        assert action.parameters["documentArn"] == f"arn:aws:ssm:us-east-1::document/{document}"
+        assert json.loads(action.parameters["documentParameters"]) == {
+            **parameters, "DurationSeconds": "120", "InstallDependencies": "True"}  # fmt: skip
+        stored = aws.fis("create_experiment_template", **injector.template_request())
+        template = stored["experimentTemplate"]
+        try:
+            assert template["actions"]["fault"]["actionId"] == "aws:ssm:send-command"
+            assert template["actions"]["fault"]["parameters"] == {**action.parameters,
+                                                                  "duration": "PT2M"}  # fmt: skip
+            assert template["targets"]["Instances"]["resourceArns"] == [instance.arn(aws)]
+            assert template["tags"]["rsdrill:fis"] == injector.token
+        finally:
+            aws.fis("delete_experiment_template", id=template["id"])
+        sized = fields["kind"] != "disk-fill"
+        assert ("ec2:DescribeInstanceTypes" in iam_actions(fault)) == sized
+    # The credentials may describe the instance type (DryRun) before anything is injected.
+    stress = make_fault(at=1, kind="cpu-starve", engine="fis", duration=60, approximate=True)
+    assert preflight(aws, platform, (stress,), [instance]) == []
+    # All the memory left to the member: nothing for the stress to take, said before it runs.
+    greedy = make_fault(at=1, kind="memory-pressure", engine="fis", duration=60,
+                        memory_limit_mb=8150, approximate=True)  # fmt: skip
+    with pytest.raises(AwsError, match=r"memory_limit_mb 8150 leaves less than 1 % of the 8192 "
+                       r"MiB of m5\.large to take"):  # fmt: skip
+        ec2_injector(aws, platform, greedy, instance)

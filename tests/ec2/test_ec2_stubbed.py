@@ -30,7 +30,15 @@ from rsdrill.engine.journal import Journal
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.ec2 import client as aws_client
 from rsdrill.platforms.ec2.client import Connection
-from rsdrill.platforms.ec2.fis import FisExperiment, pause_volume_io, stop_instances
+from rsdrill.platforms.ec2.fis import (
+    FisExperiment,
+    instance_size,
+    pause_volume_io,
+    ssm_cpu_stress,
+    ssm_disk_fill,
+    ssm_memory_stress,
+    stop_instances,
+)
 from rsdrill.platforms.ec2.injectors import Aws, AwsError
 from rsdrill.platforms.ec2.lookup import Instance, find_instance
 from rsdrill.platforms.ec2.options import MemberInstances
@@ -60,6 +68,14 @@ def experiment(
     instance = find_instance(aws, MemberInstances(by="tag"), m.host)
     if kind == "host-kill":
         action = stop_instances(aws, instance, 90)
+    elif kind == "cpu-starve":
+        action = ssm_cpu_stress(aws, instance, instance_size(aws, instance), duration_s=30,
+                                cpu_share=0.05)  # fmt: skip
+    elif kind == "memory-pressure":
+        action = ssm_memory_stress(aws, instance, instance_size(aws, instance), duration_s=30,
+                                   memory_limit_mb=1)  # fmt: skip
+    elif kind == "disk-fill":
+        action = ssm_disk_fill(aws, instance, duration_s=30, fill_percent=100)
     else:
         action = pause_volume_io(aws, instance, m.volume_id, 30)
     return FisExperiment(aws, instance, kind, action, ROLE, **options)
@@ -126,6 +142,30 @@ def test_a_paused_volume_runs_its_whole_life(
     expect_state(stubber, "running")
     fault.inject()
     assert fault.verify(5.0)
+    expect_state(stubber, "running")
+    expect_stop(stubber)
+    expect_delete(stubber)
+    fault.revert()
+    assert fault.template_id is None
+
+
+@pytest.mark.parametrize("kind", ["cpu-starve", "memory-pressure", "disk-fill"])
+def test_a_stress_or_disk_fill_runs_its_whole_life(
+    aws: Aws, member: Callable[..., Member], fis: tuple[Any, Stubber], kind: str
+) -> None:
+    """The SSM document's experiment: created as built, started, running, stopped on revert
+    while it still runs (the document's own DurationSeconds would end it too), deleted."""
+    client, stubber = fis
+    fault = experiment(aws, member(), client, kind)
+    assert fault.action.action_id == "aws:ssm:send-command"
+    expect_create(stubber, fault, [{"source": "none"}])
+    expect_start(stubber, fault)
+    expect_state(stubber, "running")
+    fault.inject()
+    assert fault.verify(5.0)
+    assert fault.revert_action() == {"action": "ec2.stop-fis-experiment",
+                                     **aws.conn.to_action(), "token": fault.token,
+                                     "instance_id": None}  # fmt: skip
     expect_state(stubber, "running")
     expect_stop(stubber)
     expect_delete(stubber)

@@ -49,7 +49,8 @@ def kube() -> Iterator[Kube]:
         admin = cluster.kubeconfig("admin", ADMIN_TOKEN)
         api = api_client(admin)
         # BlockChaos is left out: tests install it where they need a cluster that has it.
-        apply_crds(api, chaos_mesh_crds("podchaos", "iochaos", "networkchaos") + litmus_crds())
+        kinds = ("podchaos", "iochaos", "networkchaos", "timechaos", "stresschaos")
+        apply_crds(api, chaos_mesh_crds(*kinds) + litmus_crds())
         yield Kube(cluster, admin, cluster.kubeconfig("restricted", RESTRICTED_TOKEN), api)
         api.close()
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 
 FINALIZER = "chaos-mesh/records"
 LITMUS_FINALIZER = "chaosengine.litmuschaos.io/finalizer"
-CHAOS_KINDS = ("podchaos", "iochaos", "networkchaos", "blockchaos")
+CHAOS_KINDS = ("podchaos", "iochaos", "networkchaos", "blockchaos", "timechaos", "stresschaos")
 TICK_S = 0.05
 
 
@@ -129,7 +129,7 @@ class ChaosMeshController(_Loop):
             }
             self._patch(plural, name, {"status": status})
             return
-        if item["spec"]["action"] == "pod-kill":
+        if item["spec"].get("action") == "pod-kill":  # TimeChaos and StressChaos have none
             for namespace, pod in pods:
                 self.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
         records = [

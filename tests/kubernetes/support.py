@@ -9,7 +9,7 @@ from typing import Any
 from rsdrill.experiment.schema import Experiment
 
 MANAGED = "app.kubernetes.io/managed-by=rsdrill"
-CHAOS_PLURALS = ("podchaos", "iochaos", "networkchaos", "blockchaos")
+CHAOS_PLURALS = ("podchaos", "iochaos", "networkchaos", "blockchaos", "timechaos", "stresschaos")
 
 
 def make_node(api: Any, name: str) -> None:
@@ -20,8 +20,15 @@ def make_node(api: Any, name: str) -> None:
     )
 
 
-def pod_manifest(name: str, node: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A StatefulSet-like mongod pod, bound to `node` as the scheduler would."""
+def pod_manifest(
+    name: str,
+    node: str,
+    labels: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A StatefulSet-like mongod pod, bound to `node` as the scheduler would (its mongod
+    container with these resource `limits`, if any)."""
+    resources = {"resources": {"limits": limits}} if limits else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -42,6 +49,7 @@ def pod_manifest(name: str, node: str, labels: dict[str, str] | None = None) -> 
                     "name": "mongod",
                     "image": "mongo:7.0",
                     "volumeMounts": [{"name": "data", "mountPath": "/data/db"}],
+                    **resources,
                 }
             ],
             "volumes": [{"name": "data", "emptyDir": {}}],
@@ -49,13 +57,15 @@ def pod_manifest(name: str, node: str, labels: dict[str, str] | None = None) -> 
     }
 
 
-def make_pod(api: Any, namespace: str, name: str, node: str) -> tuple[dict[str, Any], str]:
+def make_pod(
+    api: Any, namespace: str, name: str, node: str, limits: dict[str, str] | None = None
+) -> tuple[dict[str, Any], str]:
     """Create the pod, running and ready as its kubelet would report it; its manifest and uid.
     (A Pending pod would ignore PodDisruptionBudgets.)"""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
-    manifest = pod_manifest(name, node)
+    manifest = pod_manifest(name, node, limits=limits)
     created = core.create_namespaced_pod(namespace, manifest)
     mark_running(api, namespace, name)
     return manifest, created.metadata.uid

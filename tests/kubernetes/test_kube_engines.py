@@ -4,6 +4,7 @@ nothing is left behind. The same through the journal's revert actions (`rsdrill 
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,9 +13,16 @@ from typing import Any
 
 import pytest
 
+from rsdrill.cli.app import app
+from rsdrill.engine.journal import Journal
+from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.platforms.base import InjectionError, TargetError
 from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
+from rsdrill.platforms.kubernetes.client import ClusterAccess, KubeError
+from rsdrill.platforms.kubernetes.client import Kube as KubeClient
+from rsdrill.platforms.kubernetes.resources import CHAOS_ENGINE, MIB, STRESS_CHAOS, plan_details
 from rsdrill.platforms.kubernetes.target import KubernetesTarget, make_target
+from rsdrill.platforms.stress import MAX_STRESS_WORKERS
 from tests.kubernetes.cluster import apply_crds, chaos_mesh_crds
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
@@ -27,7 +35,12 @@ from tests.kubernetes.support import (
     rsdrill_objects,
 )
 
-LITMUS_EXPERIMENTS = ("pod-delete", "node-drain")
+LITMUS_EXPERIMENTS = ("pod-delete", "node-drain", "disk-fill")
+# The mongod containers of mongo-0 and mongo-1 have these limits (a StressChaos is sized from
+# them); mongo-2's has none. mongo-3 and mongo-4 make a five-member set for partition shapes.
+LIMITS = {"cpu": "1500m", "memory": "512Mi"}
+LIMITED = ("mongo-0", "mongo-1")
+PODS = 5
 
 
 @dataclass
@@ -38,10 +51,12 @@ class Env:
     chaos_mesh: ChaosMeshController
     kubelet: Kubelet
 
-    def target(self, faults: list[dict[str, Any]], tmp: Path, **platform: Any) -> KubernetesTarget:
+    def target(
+        self, faults: list[dict[str, Any]], tmp: Path, members: int = 3, **platform: Any
+    ) -> KubernetesTarget:
         exp = experiment(self.kube.admin, self.namespace, faults, **platform)
         target = make_target(exp, tmp)
-        target.members = [member(self.namespace, i) for i in range(3)]
+        target.members = [member(self.namespace, i) for i in range(members)]
         target.preflight()
         return target
 
@@ -54,11 +69,13 @@ class Env:
 @pytest.fixture(scope="module")
 def env(kube: Kube) -> Iterator[Env]:
     namespace = kube.namespace("engines")
-    nodes = [f"{namespace}-node-{i}" for i in range(3)]
+    nodes = [f"{namespace}-node-{i}" for i in range(PODS)]
     kubelet = Kubelet(kube.api, namespace, recreate_after_s=0.3)
     for i, node in enumerate(nodes):
         make_node(kube.api, node)
-        manifest, uid = make_pod(kube.api, namespace, f"mongo-{i}", node)
+        name = f"mongo-{i}"
+        limits = LIMITS if name in LIMITED else None
+        manifest, uid = make_pod(kube.api, namespace, name, node, limits)
         kubelet.adopt(manifest, uid)
     for name in LITMUS_EXPERIMENTS:
         install_litmus_experiment(kube.api, namespace, name)
@@ -73,10 +90,15 @@ def env(kube: Kube) -> Iterator[Env]:
 
 
 def _round_trip(
-    env: Env, fault: dict[str, Any], tmp: Path, host_index: int = 0, **platform: Any
+    env: Env,
+    fault: dict[str, Any],
+    tmp: Path,
+    host_index: int = 0,
+    members: int = 3,
+    **platform: Any,
 ) -> tuple[Any, list[tuple[str, str]]]:
     """Inject, verify, revert; the injector and what existed while the fault was in force."""
-    target = env.target([fault], tmp, **platform)
+    target = env.target([fault], tmp, members, **platform)
     injector = target.injector(target.faults[0], member(env.namespace, host_index))
     action = injector.revert_action()
     injector.inject()
@@ -200,6 +222,236 @@ def test_pod_failure_io_and_network_chaos_round_trips(env: Env, tmp_path: Path) 
         assert {k: spec.get(k) for k in expected} == expected, extra
         # Chaos Mesh recovers by itself well after rsdrill's revert time if rsdrill died.
         assert spec["duration"] == "150s", extra
+
+
+def test_network_partition_halves_cuts_the_minority_from_the_majority(
+    env: Env, tmp_path: Path
+) -> None:
+    """Five members: mongo-0 and the first other make the minority; NetworkChaos cuts the
+    one side (its selector) from the other (its target), both ways."""
+    fault = {"at": "1s", "duration": "30s", "kind": "network-partition", "shape": "halves"}
+    _, during = _round_trip(env, fault, tmp_path, members=5)
+    assert [k for k, _ in during] == ["NetworkChaos"]
+    spec = _spec_of(env, "NetworkChaos")
+    ns = env.namespace
+    assert spec["action"] == "partition" and spec["direction"] == "both"
+    assert spec["selector"] == {"pods": {ns: ["mongo-0", "mongo-1"]}}
+    far = {"pods": {ns: ["mongo-2", "mongo-3", "mongo-4"]}}
+    assert spec["target"] == {"mode": "all", "selector": far}
+
+
+K8S_PARTITION = """\
+name: k8s-partition
+target:
+  platform: kubernetes
+  uri: mongodb://db1:27017/?replicaSet=rs0
+  kubernetes: {{}}
+faults:
+  - {{at: 5s, kind: network-partition, duration: 20s, {extra}}}
+"""
+
+
+def test_ring_and_flapping_partitions_are_refused_when_loaded() -> None:
+    """One NetworkChaos cuts two sides: a ring (one per member) and flapping (a schedule of
+    them) are refused at their field, before anything connects to a cluster."""
+    for extra, field, said in [
+        ("shape: ring", "shape", "shape ring on kubernetes: not available"),
+        ("flapping: 5s", "flapping", "flapping on kubernetes: not available"),
+    ]:
+        text = K8S_PARTITION.format(extra=extra)
+        with pytest.raises(ExperimentError) as refused:
+            load_experiment_text(text, "partition.yaml")
+        column = text.splitlines()[6].index(extra) + len(f"{field}: ") + 1  # at its value
+        assert str(refused.value).startswith(
+            f"partition.yaml:7:{column}: faults[0].{field}: {said}"
+        ), str(refused.value)
+    assert load_experiment_text(K8S_PARTITION.format(extra="shape: halves"), "p.yaml")
+
+
+K8S_FAULT = """\
+name: k8s-gray
+target:
+  platform: kubernetes
+  uri: mongodb://db1:27017/?replicaSet=rs0
+  kubernetes: {{}}
+faults:
+  - {{at: 5s, kind: {kind}, duration: 20s{extra}}}
+"""
+
+
+def test_what_the_new_kinds_cannot_do_is_refused_when_loaded() -> None:
+    """TimeChaos has no drift; a stress is an approximation the fault must accept; disk-fill
+    is Litmus's. Each refused at its field (exit 2 from `rsdrill validate`)."""
+    cases = [
+        ("clock-skew", ", clock_drift: 0.1", "k.yaml:7:60: faults[0].clock_drift: Chaos Mesh "
+         "TimeChaos moves the clock by a fixed offset: drop `clock_drift`"),
+        ("cpu-starve", "", "k.yaml:7:20: faults[0].kind: an approximation (cpu-starve on "
+         "kubernetes (engine chaos-mesh): Chaos Mesh StressChaos"),
+        ("memory-pressure", "", "k.yaml:7:20: faults[0].kind: an approximation ("
+         "memory-pressure on kubernetes (engine chaos-mesh)"),
+        ("disk-fill", ", engine: chaos-mesh", "k.yaml:7:54: faults[0].engine: disk-fill with "
+         "engine chaos-mesh: not available (use litmus)"),
+    ]  # fmt: skip
+    for kind, extra, said in cases:
+        with pytest.raises(ExperimentError) as refused:
+            load_experiment_text(K8S_FAULT.format(kind=kind, extra=extra), "k.yaml")
+        assert str(refused.value).startswith(said), str(refused.value)
+    loaded = load_experiment_text(K8S_FAULT.format(kind="disk-fill", extra=", approximate: true"))
+    assert loaded.faults[0].kind == "disk-fill"
+
+
+def test_time_and_stress_chaos_round_trips(env: Env, tmp_path: Path) -> None:
+    """clock-skew as a TimeChaos, cpu-starve and memory-pressure as StressChaos sized from the
+    container's limits, each as the API server stored it (its CRD's defaults filled in)."""
+    cases = [
+        (0, {"kind": "clock-skew", "clock_offset": -90.5}, "TimeChaos",
+         {"timeOffset": "-90500ms", "clockIds": ["CLOCK_REALTIME"], "containerNames": ["mongod"]}),
+        # 1500m counts as 2 CPUs, each shared with 3 workers: a busy mongod thread keeps 1/4.
+        (0, {"kind": "cpu-starve", "cpu_share": 0.25}, "StressChaos",
+         {"stressors": {"cpu": {"workers": 6, "load": 100}}, "containerNames": ["mongod"]}),
+        # No CPU limit: one CPU's worth, 19 workers for the default 5 %.
+        (2, {"kind": "cpu-starve"}, "StressChaos",
+         {"stressors": {"cpu": {"workers": 19, "load": 100}}}),
+        # 512Mi less 64 MiB; oomScoreAdj is the CRD's default, filled in by the API server.
+        (1, {"kind": "memory-pressure", "memory_limit_mb": 64}, "StressChaos",
+         {"stressors": {"memory": {"workers": 1, "size": f"{448 * MIB}B", "oomScoreAdj": 0}}}),
+    ]  # fmt: skip
+    for host, extra, kind, expected in cases:
+        fault = {"at": "1s", "duration": "30s", **extra}
+        injector, during = _round_trip(env, fault, tmp_path, host_index=host)
+        assert [k for k, _ in during] == [kind], extra
+        spec = _spec_of(env, kind)
+        assert {k: spec.get(k) for k in expected} == expected, extra
+        assert spec["selector"] == {"pods": {env.namespace: [f"mongo-{host}"]}}, extra
+        assert spec["mode"] == "all" and spec["duration"] == "150s", extra
+        assert kind in injector.describe() and f"on pod mongo-{host}" in injector.describe()
+    assert injector.describe().endswith("(memory workers 1 size 469762048B) on pod mongo-1")
+
+
+def test_stress_workers_stop_at_stress_ng_s_bound_which_the_crd_enforces(
+    env: Env, tmp_path: Path
+) -> None:
+    fault = {"at": "1s", "duration": "30s", "kind": "cpu-starve", "cpu_share": 0.0001}
+    target = env.target([fault], tmp_path)
+    injector = target.injector(target.faults[0], member(env.namespace, 0))
+    assert "(cpu workers 8192 load 100)" in injector.describe()
+    assert injector.body["spec"]["stressors"]["cpu"]["workers"] == MAX_STRESS_WORKERS
+    # Uncapped, 2 CPUs x 9999 workers: the StressChaos CRD refuses it with its own message.
+    over = copy.deepcopy(injector.body)
+    over["metadata"]["name"] += "-over"
+    over["spec"]["stressors"]["cpu"]["workers"] = 19998
+    kube = KubeClient(ClusterAccess(str(env.kube.admin)))
+    try:
+        with pytest.raises(KubeError) as refused:
+            kube.create(STRESS_CHAOS, env.namespace, over)
+    finally:
+        kube.close()
+    assert refused.value.status == 422
+    assert "spec.stressors.cpu.workers: Invalid value: 19998" in str(refused.value)
+    assert "should be less than or equal to 8192" in str(refused.value)
+    injector.inject()
+    assert injector.verify(5.0)
+    injector.revert()
+    assert rsdrill_objects(env.kube.api, env.namespace) == []
+    target.teardown()
+
+
+def test_memory_pressure_needs_a_memory_limit_above_what_the_member_keeps(
+    env: Env, tmp_path: Path
+) -> None:
+    """Without a limit the stress would press the node's memory, not the member's: refused
+    when the injector is made, naming the member and pod; nothing is created."""
+    cases = [
+        (2, {}, "the container has no memory limit: stress would press the node's memory, not "
+         "the member's (set resources.limits.memory)"),
+        (0, {"memory_limit_mb": 512}, "memory_limit_mb 512 is not below the container's "
+         "memory limit (512 MiB): nothing to take"),
+    ]  # fmt: skip
+    for host, extra, said in cases:
+        fault = {"at": "1s", "duration": "30s", "kind": "memory-pressure", **extra}
+        target = env.target([fault], tmp_path)
+        with pytest.raises(InjectionError) as refused:
+            target.injector(target.faults[0], member(env.namespace, host))
+        where = f"{member(env.namespace, host)} (pod {env.namespace}/mongo-{host})"
+        assert str(refused.value) == f"memory-pressure of {where}: {said}"
+    assert rsdrill_objects(env.kube.api, env.namespace) == []
+
+
+def test_litmus_disk_fill_of_the_member_container(env: Env, tmp_path: Path) -> None:
+    fault = {"at": "1s", "kind": "disk-fill", "fill_percent": 80.4, "duration": "1s"}
+    target = env.target([fault], tmp_path)
+    injector = target.injector(target.faults[0], member(env.namespace, 1))
+    assert "(disk-fill) on pod mongo-1" in injector.describe()
+    experiment_spec = injector.body["spec"]["experiments"][0]
+    assert experiment_spec["name"] == "disk-fill"
+    env_vars = {e["name"]: e["value"] for e in experiment_spec["spec"]["components"]["env"]}
+    assert env_vars == {"TOTAL_CHAOS_DURATION": "1", "TARGET_PODS": "mongo-1",
+                        "TARGET_CONTAINER": "mongod", "FILL_PERCENTAGE": "80"}  # fmt: skip
+    # Litmus reads its env as strings: the ChaosEngine CRD refuses a number.
+    numeric = copy.deepcopy(injector.body)
+    numeric["metadata"]["name"] += "-numeric"
+    numeric["spec"]["experiments"][0]["spec"]["components"]["env"][-1]["value"] = 80
+    kube = KubeClient(ClusterAccess(str(env.kube.admin)))
+    try:
+        with pytest.raises(KubeError, match="value in body must be of type string"):
+            kube.create(CHAOS_ENGINE, env.namespace, numeric)
+    finally:
+        kube.close()
+    done, during = _round_trip(env, fault, tmp_path, host_index=1)
+    assert [k for k, _ in during] == ["ChaosEngine"]
+    assert done.report()["litmus"]["verdict"] == "Pass"
+
+
+def test_recover_deletes_leftover_time_stress_and_disk_fill_objects(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed with its TimeChaos, StressChaos and Litmus disk-fill in force: `rsdrill
+    recover` deletes each from the journal alone (after Chaos Mesh and Litmus let go)."""
+    from typer.testing import CliRunner
+
+    faults = [
+        {"at": "1s", "duration": "60s", "kind": "clock-skew"},
+        {"at": "1s", "duration": "60s", "kind": "cpu-starve"},
+        {"at": "1s", "duration": "60s", "kind": "memory-pressure"},
+        {"at": "1s", "duration": "60s", "kind": "disk-fill"},
+    ]
+    target = env.target(faults, tmp_path)
+    monkeypatch.setenv("RSDRILL_HOME", str(tmp_path / "home"))
+    journal = Journal.open_run("killed-k8s", "k8s-gray-faults")
+    for i, fault in enumerate(target.faults):
+        host = member(env.namespace, i % 2)
+        injector = target.injector(fault, host)
+        journal.write("intent", key=f"fault:{i}", kind=fault.kind, target=host,
+                      revert=injector.revert_action())  # fmt: skip
+        injector.inject()
+        journal.write("applied", key=f"fault:{i}")
+    journal.close()
+    target.teardown()
+    left = rsdrill_objects(env.kube.api, env.namespace)
+    assert sorted(k for k, _ in left) == ["ChaosEngine", "StressChaos", "StressChaos", "TimeChaos"]
+    # The journal's pid is this (living) process: --force says it is dead all the same.
+    recovered = CliRunner().invoke(app, ["recover", "--force"])
+    assert recovered.exit_code == 0, recovered.output
+    for kind, name in left:
+        assert f"{kind} {env.namespace}/{name} deleted (its fault recovered)" in recovered.output
+    assert rsdrill_objects(env.kube.api, env.namespace) == []
+    assert "nothing to recover" in CliRunner().invoke(app, ["recover"]).output
+
+
+def test_the_plan_shows_the_new_kinds_resources(env: Env) -> None:
+    """`rsdrill plan`'s YAML for them, before any pod is read: the memory size a placeholder."""
+    exp = experiment(env.kube.admin, env.namespace, [
+        {"at": "1s", "duration": "60s", "kind": "clock-skew", "clock_offset": 30},
+        {"at": "1s", "duration": "60s", "kind": "memory-pressure"},
+        {"at": "1s", "duration": "60s", "kind": "disk-fill"},
+    ])  # fmt: skip
+    plan = "\n".join(plan_details(exp))
+    assert "kind: TimeChaos" in plan and "timeOffset: 30s" in plan
+    assert "kind: StressChaos" in plan
+    assert f"size: <the container's memory limit less {MIB}B>" in plan
+    assert "sized from container mongod's limits in its pod" in plan
+    assert "kind: ChaosEngine" in plan and "- name: disk-fill" in plan
+    assert "name: FILL_PERCENTAGE\n" in plan
 
 
 def test_iops_throttle_uses_block_chaos_where_installed(env: Env, tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
 
 EC2_KINDS = ("host-kill", "host-freeze", "volume-detach", "iops-throttle", "disk-fault",
-             "network-partition", "network-degrade")  # fmt: skip
+             "network-partition", "network-degrade", "cpu-starve", "memory-pressure",
+             "disk-fill")  # fmt: skip
 
 platform = PackagePlatform(
     "ec2",

@@ -5,9 +5,11 @@ deletes the template.
 
 Actions used: aws:ec2:stop-instances (host-kill, with startInstancesAfterDuration),
 aws:ebs:pause-volume-io (volume-detach: the volume stops answering without being detached),
-aws:ebs:volume-io-latency (iops-throttle and disk-fault with `latency`), aws:ssm:send-command
-with AWS's AWSFIS-Run-Network-Latency or -Packet-Loss document (network-degrade: netem on the
-instance's interface, run by its SSM agent). FIS has no DryRun flag.
+aws:ebs:volume-io-latency (iops-throttle and disk-fault with `latency`), and
+aws:ssm:send-command of AWS's own documents, run by the instance's SSM agent:
+AWSFIS-Run-Network-Latency or -Packet-Loss (network-degrade: netem on the instance's
+interface), AWSFIS-Run-CPU-Stress and -Memory-Stress (cpu-starve, memory-pressure: stress-ng
+beside mongod) and AWSFIS-Run-Disk-Fill (disk-fill: the root volume). FIS has no DryRun flag.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from rsdrill.platforms.ec2.client import Aws, AwsError
 from rsdrill.platforms.ec2.instance import start_instance
 from rsdrill.platforms.ec2.lookup import Instance, describe_instance
+from rsdrill.platforms.stress import cpu_workers
 
 TOKEN_TAG = "rsdrill:fis"
 _ENDED = ("completed", "stopped", "failed", "cancelled")
@@ -86,6 +89,20 @@ def volume_io_latency(
                      _volume_arn(aws, instance, volume_id), "Volumes")  # fmt: skip
 
 
+def _send_command(
+    aws: Aws, instance: Instance, document: str, duration_s: float, **parameters: str
+) -> FisAction:
+    """aws:ssm:send-command of AWS's `document` on the instance for the duration (the
+    document's own DurationSeconds too), installing what it needs (stress-ng, tc...)."""
+    seconds = str(max(1, math.ceil(duration_s)))
+    document_parameters = {**parameters, "DurationSeconds": seconds, "InstallDependencies": "True"}
+    arn = f"arn:{aws.partition}:ssm:{aws.conn.region}::document/{document}"
+    action_parameters = {"documentArn": arn, "documentParameters": json.dumps(document_parameters),
+                         "duration": iso_duration(duration_s)}  # fmt: skip
+    return FisAction("aws:ssm:send-command", action_parameters, "aws:ec2:instance",
+                     instance.arn(aws), "Instances")  # fmt: skip
+
+
 def ssm_network_degrade(
     aws: Aws,
     instance: Instance,
@@ -95,24 +112,69 @@ def ssm_network_degrade(
     loss: float | None,
     interface: str,
 ) -> FisAction:
-    """aws:ssm:send-command of AWSFIS-Run-Network-Latency (`latency_s`) or
-    AWSFIS-Run-Network-Packet-Loss (`loss`) on the instance's `interface`: netem on what it
-    sends, for the duration."""
-    seconds = str(max(1, math.ceil(duration_s)))
-    document_parameters = {"Interface": interface, "DurationSeconds": seconds,
-                           "InstallDependencies": "True"}  # fmt: skip
+    """AWSFIS-Run-Network-Latency (`latency_s`) or AWSFIS-Run-Network-Packet-Loss (`loss`) on
+    the instance's `interface`: netem on what it sends, for the duration."""
     if latency_s is not None:
-        document = "AWSFIS-Run-Network-Latency"
-        document_parameters["DelayMilliseconds"] = str(max(1, round(latency_s * 1000)))
-    else:
-        assert loss is not None  # the ec2 check requires one of them
-        document = "AWSFIS-Run-Network-Packet-Loss"
-        document_parameters["LossPercent"] = f"{loss * 100:g}"
-    arn = f"arn:{aws.partition}:ssm:{aws.conn.region}::document/{document}"
-    parameters = {"documentArn": arn, "documentParameters": json.dumps(document_parameters),
-                  "duration": iso_duration(duration_s)}  # fmt: skip
-    return FisAction("aws:ssm:send-command", parameters, "aws:ec2:instance",
-                     instance.arn(aws), "Instances")  # fmt: skip
+        delay = str(max(1, round(latency_s * 1000)))
+        return _send_command(aws, instance, "AWSFIS-Run-Network-Latency", duration_s,
+                             Interface=interface, DelayMilliseconds=delay)  # fmt: skip
+    assert loss is not None  # the ec2 check requires one of them
+    return _send_command(aws, instance, "AWSFIS-Run-Network-Packet-Loss", duration_s,
+                         Interface=interface, LossPercent=f"{loss * 100:g}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class InstanceSize:
+    """What the instance's type offers, as EC2 describes it."""
+
+    vcpus: int
+    memory_mib: int
+
+
+def instance_size(aws: Aws, instance: Instance) -> InstanceSize:
+    """The vCPUs and memory of the instance's type (DescribeInstanceTypes)."""
+    found = aws.ec2("describe_instance_types", InstanceTypes=[instance.instance_type])
+    types = found.get("InstanceTypes") or []
+    if not types:
+        raise AwsError(f"InvalidInstanceType: EC2 does not describe instance type "
+                       f"{instance.instance_type!r} of {instance.id}",
+                       "InvalidInstanceType")  # fmt: skip
+    described = types[0]
+    return InstanceSize(int(described["VCpuInfo"]["DefaultVCpus"]),
+                        int(described["MemoryInfo"]["SizeInMiB"]))  # fmt: skip
+
+
+def ssm_cpu_stress(
+    aws: Aws, instance: Instance, size: InstanceSize, *, duration_s: float, cpu_share: float
+) -> FisAction:
+    """AWSFIS-Run-CPU-Stress: stress-ng workers at full load, as many per vCPU as leave a busy
+    mongod thread about `cpu_share` of a CPU (`cpu_workers`)."""
+    workers = cpu_workers(cpu_share, size.vcpus)
+    return _send_command(aws, instance, "AWSFIS-Run-CPU-Stress", duration_s, CPU=str(workers),
+                         LoadPercent="100")  # fmt: skip
+
+
+def ssm_memory_stress(
+    aws: Aws, instance: Instance, size: InstanceSize, *, duration_s: float, memory_limit_mb: float
+) -> FisAction:
+    """AWSFIS-Run-Memory-Stress: one stress-ng worker takes the instance's memory less
+    `memory_limit_mb`, as the document's Percent (a whole percentage) of its memory."""
+    percent = math.floor(100 * (1 - memory_limit_mb / size.memory_mib))
+    if percent < 1:
+        raise AwsError(f"InvalidParameter: memory_limit_mb {memory_limit_mb:g} leaves less than "
+                       f"1 % of the {size.memory_mib} MiB of {instance.instance_type} to take",
+                       "InvalidParameter")  # fmt: skip
+    return _send_command(aws, instance, "AWSFIS-Run-Memory-Stress", duration_s,
+                         Percent=str(percent), Workers="1")  # fmt: skip
+
+
+def ssm_disk_fill(
+    aws: Aws, instance: Instance, *, duration_s: float, fill_percent: float
+) -> FisAction:
+    """AWSFIS-Run-Disk-Fill: the instance's root volume filled to `fill_percent` (the
+    document's Percent, a whole percentage)."""
+    percent = str(max(1, round(fill_percent)))
+    return _send_command(aws, instance, "AWSFIS-Run-Disk-Fill", duration_s, Percent=percent)
 
 
 class FisExperiment:

@@ -78,6 +78,16 @@ def ec2_injector(
             action = fis.ssm_network_degrade(aws, instance, duration_s=duration,
                                              latency_s=fault.latency, loss=fault.loss,
                                              interface=options.interface)  # fmt: skip
+        elif fault.kind == "cpu-starve":
+            action = fis.ssm_cpu_stress(aws, instance, fis.instance_size(aws, instance),
+                                        duration_s=duration, cpu_share=fault.cpu_share)  # fmt: skip
+        elif fault.kind == "memory-pressure":
+            action = fis.ssm_memory_stress(aws, instance, fis.instance_size(aws, instance),
+                                           duration_s=duration,
+                                           memory_limit_mb=fault.memory_limit_mb)  # fmt: skip
+        elif fault.kind == "disk-fill":
+            action = fis.ssm_disk_fill(aws, instance, duration_s=duration,
+                                       fill_percent=fault.fill_percent)  # fmt: skip
         else:
             assert data is not None and fault.latency is not None
             operations = fault.operations if fault.kind == "disk-fault" else ("any",)

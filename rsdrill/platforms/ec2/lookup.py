@@ -28,6 +28,7 @@ class Instance:
     volumes: dict[str, str]
     subnet_id: str | None = None
     private_ip: str | None = None
+    instance_type: str = ""
 
     def arn(self, aws: Aws) -> str:
         return f"arn:{aws.partition}:ec2:{aws.conn.region}:{self.owner_id}:instance/{self.id}"
@@ -50,6 +51,7 @@ def _instance(reservation: dict[str, Any], raw: dict[str, Any], member: str) -> 
         },
         subnet_id=raw.get("SubnetId"),
         private_ip=raw.get("PrivateIpAddress"),
+        instance_type=raw.get("InstanceType", ""),
     )
 
 

@@ -144,6 +144,9 @@ _KINDS = {
         "iops-throttle",
         "disk-fault",
         "network-degrade",
+        "cpu-starve",
+        "memory-pressure",
+        "disk-fill",
         *COMMAND_KINDS,
     ),
     "ssm": ("iops-throttle", "host-freeze", *COMMAND_KINDS),
@@ -346,7 +349,11 @@ def iam_actions(fault: Fault) -> tuple[str, ...]:
         fis = ("fis:CreateExperimentTemplate", "fis:StartExperiment", "fis:GetExperiment",
                "fis:StopExperiment", "fis:DeleteExperimentTemplate", "fis:ListExperiments",
                "fis:ListExperimentTemplates", "fis:TagResource", "iam:PassRole")  # fmt: skip
-        return fis + (("ec2:StartInstances",) if fault.kind == "host-kill" else ())
+        own = {"host-kill": ("ec2:StartInstances",),
+               # The instance type's vCPUs and memory size the stress.
+               "cpu-starve": ("ec2:DescribeInstanceTypes",),
+               "memory-pressure": ("ec2:DescribeInstanceTypes",)}  # fmt: skip
+        return fis + own.get(fault.kind, ())
     if fault.kind == "host-kill":
         if options.action != "stop":
             return (f"ec2:{options.action.capitalize()}Instances",)

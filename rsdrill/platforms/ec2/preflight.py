@@ -24,7 +24,10 @@ def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | N
     if fault.engine == "ssm":
         return []
     if fault.engine == "fis":
-        # FIS has no DryRun; stopping instances is checked for the instance start on revert.
+        # FIS has no DryRun; stopping instances is checked for the instance start on revert,
+        # a stress for the instance type it is sized from.
+        if fault.kind in ("cpu-starve", "memory-pressure"):
+            return [("describe_instance_types", {"InstanceTypes": [instance.instance_type]})]
         return [("start_instances", iid)] if fault.kind == "host-kill" else []
     if fault.kind == "host-kill":
         action = fault.ec2.action if fault.ec2 else "stop"

@@ -24,8 +24,9 @@ import kubernetes.config as k8s_config
 import urllib3
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.utils import parse_quantity
 
-from rsdrill.platforms.kubernetes.resources import ResourceType
+from rsdrill.platforms.kubernetes.resources import ContainerLimits, ResourceType
 
 REQUEST_TIMEOUT_S = 10.0
 
@@ -104,6 +105,19 @@ def _exec_failure(status_text: str) -> tuple[str, int] | None:
         return f"exit status {code}", 0
     message = status.get("message") or f"exec failed ({status_text})"
     return str(message), int(status.get("code") or 0)
+
+
+def container_limits(pod: dict[str, Any], container: str) -> ContainerLimits:
+    """The CPU and memory limits of `container` as `pod` (the API's JSON) states them."""
+    for spec in (pod.get("spec") or {}).get("containers") or []:
+        if spec.get("name") == container:
+            limits = (spec.get("resources") or {}).get("limits") or {}
+            cpu, memory = limits.get("cpu"), limits.get("memory")
+            return ContainerLimits(
+                cpu=float(parse_quantity(cpu)) if cpu is not None else None,
+                memory_bytes=int(parse_quantity(memory)) if memory is not None else None,
+            )
+    raise KubeError(f"pod {pod['metadata']['name']} has no container {container}", 404)
 
 
 class Kube:

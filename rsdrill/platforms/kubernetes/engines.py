@@ -43,8 +43,10 @@ from rsdrill.platforms.kubernetes.resources import (
     CHAOS_ENGINE,
     CHAOS_EXPERIMENT,
     CHAOS_RESULT,
+    MIB,
     PodRef,
     ResourceType,
+    chaos_summary,
     litmus_experiment_name,
     litmus_result_name,
 )
@@ -157,7 +159,7 @@ class ChaosMeshFault(KubeFault):
     def describe(self) -> str:
         return (
             f"Chaos Mesh {self.rtype.kind} {self.pod.namespace}/{self.name} "
-            f"({self.body['spec']['action']}) on pod {self.pod.name}"
+            f"({chaos_summary(self.body)}) on pod {self.pod.name}"
         )
 
     def revert_action(self) -> dict[str, Any]:
@@ -443,9 +445,6 @@ class ExecFreeze(KubeFault):
 
     def report(self) -> dict[str, Any]:
         return {"frozen_pids": self.pids}
-
-
-MIB = 1024 * 1024
 
 
 class NodeAgentCap(KubeFault):

@@ -36,6 +36,12 @@ SUPPORT: dict[str, dict[str, tuple[str, ...]]] = {
     "iops-throttle": {"chaos-mesh": ("member",), "native": ("member",)},
     "network-partition": {"chaos-mesh": ("member",)},
     "network-degrade": {"chaos-mesh": ("member",)},
+    "clock-skew": {"chaos-mesh": ("member",)},
+    # StressChaos: a neighbour's load in the member's container, not a cgroup quota.
+    "cpu-starve": {"chaos-mesh": ("member",)},
+    "memory-pressure": {"chaos-mesh": ("member",)},
+    # Litmus disk-fill fills the container's ephemeral storage (its writable layer).
+    "disk-fill": {"litmus": ("member",)},
 }
 
 # Chaos Mesh's IOChaos can add latency per operation; it has no bandwidth limit.
@@ -123,8 +129,8 @@ class KubernetesFault(Strict):
     )
     litmus_experiment: str | None = Field(
         None,
-        description="litmus: the ChaosExperiment to run (default: pod-delete, or "
-        "node-drain for scope node)",
+        description="litmus: the ChaosExperiment to run (default: pod-delete, node-drain "
+        "for scope node, disk-fill for a disk-fill)",
     )
     chaos_service_account: str = Field(
         "rsdrill-litmus",
@@ -160,8 +166,7 @@ def check_experiment(exp: Experiment) -> None:
                 f"unknown engine {fault.engine!r} on kubernetes (one of {', '.join(ENGINES)})",
             )
         if fault.kind not in SUPPORT:
-            raise FieldProblem((*at, "kind"), f"{fault.kind} is not available on kubernetes "
-                               "(rsdrill does not drive Chaos Mesh StressChaos yet)")  # fmt: skip
+            raise FieldProblem((*at, "kind"), f"{fault.kind} is not available on kubernetes")
         if fault.kind == "network-partition":
             _check_partition_shape(fault, at)
         engines = SUPPORT[fault.kind]
@@ -239,6 +244,12 @@ def _check_kind(fault: Fault, at: tuple[str | int, ...]) -> None:
             )
     if fault.kind == "network-degrade":
         _check_degrade(fault, at)
+    if fault.kind == "clock-skew" and fault.clock_drift:
+        raise FieldProblem(
+            (*at, "clock_drift"),
+            "Chaos Mesh TimeChaos moves the clock by a fixed offset: drop `clock_drift` (the "
+            "sandbox drifts)",
+        )
     if fault.kind == "network-partition" and fault.isolate_from == "clients":
         raise FieldProblem(
             (*at, "isolate_from"),

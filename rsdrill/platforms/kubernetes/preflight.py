@@ -20,6 +20,8 @@ from rsdrill.platforms.kubernetes.resources import (
     IO_CHAOS,
     NETWORK_CHAOS,
     POD_CHAOS,
+    STRESS_CHAOS,
+    TIME_CHAOS,
     ResourceType,
 )
 
@@ -34,6 +36,9 @@ _CHAOS_MESH_TYPE = {
     "iops-throttle": IO_CHAOS,
     "network-partition": NETWORK_CHAOS,
     "network-degrade": NETWORK_CHAOS,
+    "clock-skew": TIME_CHAOS,
+    "cpu-starve": STRESS_CHAOS,
+    "memory-pressure": STRESS_CHAOS,
 }
 
 

@@ -20,6 +20,7 @@ from rsdrill.platforms.kubernetes.options import (
     KubernetesPlatform,
     engine_of,
 )
+from rsdrill.platforms.stress import cpu_workers
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -28,7 +29,11 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "rsdrill"}
 # Chaos Mesh also recovers the fault by itself this long after it should have been reverted:
 # a dead man's switch for a run that died before `rsdrill recover` was run.
 SAFETY_MARGIN_S = 120
-LITMUS_DEFAULT = {"member": "pod-delete", "node": "node-drain"}
+# Each kind's Litmus experiment by scope (a fault's `kubernetes.litmus_experiment` overrides it).
+LITMUS_DEFAULT = {
+    "host-kill": {"member": "pod-delete", "node": "node-drain"},
+    "disk-fill": {"member": "disk-fill"},
+}
 _DISK_METHODS = {"read": "read", "write": "write", "fsync": "fsync", "open": "open"}
 _DIRECTION = {"both": "both", "inbound": "from", "outbound": "to"}
 
@@ -54,6 +59,8 @@ POD_CHAOS = ResourceType("chaos-mesh.org", "v1alpha1", "podchaos", "PodChaos")
 IO_CHAOS = ResourceType("chaos-mesh.org", "v1alpha1", "iochaos", "IOChaos")
 NETWORK_CHAOS = ResourceType("chaos-mesh.org", "v1alpha1", "networkchaos", "NetworkChaos")
 BLOCK_CHAOS = ResourceType("chaos-mesh.org", "v1alpha1", "blockchaos", "BlockChaos")
+TIME_CHAOS = ResourceType("chaos-mesh.org", "v1alpha1", "timechaos", "TimeChaos")
+STRESS_CHAOS = ResourceType("chaos-mesh.org", "v1alpha1", "stresschaos", "StressChaos")
 CHAOS_ENGINE = ResourceType("litmuschaos.io", "v1alpha1", "chaosengines", "ChaosEngine")
 CHAOS_EXPERIMENT = ResourceType("litmuschaos.io", "v1alpha1", "chaosexperiments", "ChaosExperiment")
 CHAOS_RESULT = ResourceType("litmuschaos.io", "v1alpha1", "chaosresults", "ChaosResult")
@@ -66,6 +73,16 @@ class PodRef:
     namespace: str
     name: str
     node: str | None = None
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    """The mongod container's resource limits as its pod states them (None: no limit), read
+    when a StressChaos is injected: the stress runs in the container's cgroup, under them."""
+
+    cpu: float | None = None
+    """CPU cores."""
+    memory_bytes: int | None = None
 
 
 def pod_from_dns(host: str, default_namespace: str) -> PodRef | None:
@@ -87,6 +104,10 @@ _SHORT_KIND = {
     "iops-throttle": "iops",
     "network-partition": "partition",
     "network-degrade": "degrade",
+    "clock-skew": "clock",
+    "cpu-starve": "cpu",
+    "memory-pressure": "memory",
+    "disk-fill": "fill",
 }
 
 
@@ -102,6 +123,12 @@ def _go_duration(seconds: float) -> str:
     if seconds < 1:
         return f"{max(round(seconds * 1000), 1)}ms"
     return f"{math.ceil(seconds)}s"
+
+
+def _go_offset(seconds: float) -> str:
+    """A signed Go duration, exact to the millisecond: 60 → 60s, -1.5 → -1500ms."""
+    millis = round(seconds * 1000)
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
 
 
 def _meta(name: str, namespace: str, fault: Fault) -> dict[str, Any]:
@@ -138,9 +165,11 @@ def chaos_mesh_resource(
     *,
     block_chaos: bool = False,
     side: list[PodRef] | None = None,
+    limits: ContainerLimits | None = None,
 ) -> tuple[ResourceType, dict[str, Any]]:
     """The Chaos Mesh object for `fault` on `pod` (`others`: the other members' pods, for a
-    partition, or the far side of a partition shape whose near `side` holds more pods)."""
+    partition, or the far side of a partition shape whose near `side` holds more pods;
+    `limits`: the container's, which size a StressChaos; None in a plan)."""
     spec: dict[str, Any] = {"mode": "all", "selector": {"pods": _pods(side or [pod])}}
     if fault.duration is not None and fault.kind != "host-kill":
         spec["duration"] = _go_duration(fault.duration + SAFETY_MARGIN_S)
@@ -215,6 +244,14 @@ def chaos_mesh_resource(
         spec.update(network_degrade_spec(fault))
         if fault.between == "members" and others:
             spec["target"] = {"mode": "all", "selector": {"pods": _pods(others)}}
+    elif fault.kind == "clock-skew":
+        rtype = TIME_CHAOS
+        # The wall clock only, as the kind means: timers on CLOCK_MONOTONIC keep their pace.
+        spec.update(timeOffset=_go_offset(fault.clock_offset), clockIds=["CLOCK_REALTIME"],
+                    containerNames=containers)  # fmt: skip
+    elif fault.kind in ("cpu-starve", "memory-pressure"):
+        rtype = STRESS_CHAOS
+        spec.update(containerNames=containers, stressors=stressors(fault, limits))
     else:
         raise ValueError(f"{fault.kind} has no Chaos Mesh resource")
     body = {
@@ -224,6 +261,47 @@ def chaos_mesh_resource(
         "spec": spec,
     }
     return rtype, body
+
+
+MIB = 1024 * 1024
+
+
+def stressors(fault: Fault, limits: ContainerLimits | None) -> dict[str, Any]:
+    """StressChaos's stressors for a cpu-starve or memory-pressure of a container with these
+    `limits` (None: not read yet, as in a plan, where the memory size is a placeholder)."""
+    if fault.kind == "cpu-starve":
+        workers = cpu_workers(fault.cpu_share, limits.cpu if limits else None)
+        return {"cpu": {"workers": workers, "load": 100}}
+    keep = round(fault.memory_limit_mb * MIB)
+    if limits is None:
+        size = f"<the container's memory limit less {keep}B>"
+    elif limits.memory_bytes is None:
+        raise ValueError(
+            "the container has no memory limit: stress would press the node's memory, not "
+            "the member's (set resources.limits.memory)"
+        )
+    elif limits.memory_bytes <= keep:
+        raise ValueError(
+            f"memory_limit_mb {fault.memory_limit_mb:g} is not below the container's memory "
+            f"limit ({limits.memory_bytes / MIB:g} MiB): nothing to take"
+        )
+    else:
+        size = f"{limits.memory_bytes - keep}B"
+    return {"memory": {"workers": 1, "size": size}}
+
+
+def chaos_summary(body: dict[str, Any]) -> str:
+    """What a Chaos Mesh object does, in a few words (its action, or a TimeChaos's offset or a
+    StressChaos's stressors, which have none)."""
+    spec = body["spec"]
+    if "action" in spec:
+        return str(spec["action"])
+    if "timeOffset" in spec:
+        return f"timeOffset {spec['timeOffset']}"
+    return ", ".join(
+        f"{name} " + " ".join(f"{k} {v}" for k, v in stressor.items())
+        for name, stressor in spec["stressors"].items()
+    )
 
 
 # Chaos Mesh's example figures for the token bucket: queue up to 20 MiB, bursts of 10 kB.
@@ -259,18 +337,27 @@ def network_degrade_spec(fault: Fault) -> dict[str, Any]:
 
 def litmus_experiment_name(fault: Fault) -> str:
     options = fault.kubernetes or KubernetesFault()
-    return options.litmus_experiment or LITMUS_DEFAULT[fault.scope]
+    return options.litmus_experiment or LITMUS_DEFAULT[fault.kind][fault.scope]
 
 
-def litmus_engine(fault: Fault, pod: PodRef, name: str) -> dict[str, Any]:
-    """A ChaosEngine running the fault's Litmus experiment once on `pod` (or its node), with a
-    probe that the pod is back at the end (Litmus 3 requires a probe per experiment)."""
+def litmus_engine(fault: Fault, pod: PodRef, name: str, container: str) -> dict[str, Any]:
+    """A ChaosEngine running the fault's Litmus experiment once on `pod` (or its node; for a
+    disk-fill, on its `container`), with a probe that the pod is back at the end (Litmus 3
+    requires a probe per experiment)."""
     options = fault.kubernetes or KubernetesFault()
     experiment = litmus_experiment_name(fault)
     duration = str(math.ceil(fault.duration or 0) or 1)
     env = [{"name": "TOTAL_CHAOS_DURATION", "value": duration}]
     if fault.scope == "node":
         env.append({"name": "TARGET_NODE", "value": pod.node or ""})
+    elif fault.kind == "disk-fill":
+        # Litmus reads FILL_PERCENTAGE as a whole number: of the container's
+        # ephemeral-storage limit.
+        env += [
+            {"name": "TARGET_PODS", "value": pod.name},
+            {"name": "TARGET_CONTAINER", "value": container},
+            {"name": "FILL_PERCENTAGE", "value": str(max(1, round(fault.fill_percent)))},
+        ]
     else:
         # One kill: the interval is the whole duration.
         env += [
@@ -362,7 +449,7 @@ def plan_details(exp: Experiment) -> list[str]:
         # The run's name, untruncated: a placeholder pod would be cut short.
         name = f"rsdrill-{_SHORT_KIND[fault.kind]}-{pod.name}-<random>"
         if engine == "litmus":
-            body = litmus_engine(fault, pod, name)
+            body = litmus_engine(fault, pod, name, platform.container)
         else:
             others = [PodRef(pod.namespace, "<pods of the other members>")]
             block = (fault.kubernetes or KubernetesFault()).block_chaos == "always"
@@ -371,6 +458,11 @@ def plan_details(exp: Experiment) -> list[str]:
                 lines.append(
                     "# a BlockChaos delay instead where the cluster has that CRD "
                     "(block_chaos: auto)"
+                )
+            if fault.kind in ("cpu-starve", "memory-pressure"):
+                lines.append(
+                    f"# the stressors are sized from container {platform.container}'s "
+                    "limits in its pod when the fault is injected"
                 )
         lines += ["---", *to_yaml([body]).splitlines()]
     return lines

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rsdrill.experiment.kinds import COMMAND_KINDS
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
-from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
+from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError, container_limits
 from rsdrill.platforms.kubernetes.engines import (
     ChaosMeshFault,
     ExecFreeze,
@@ -30,6 +30,7 @@ from rsdrill.platforms.kubernetes.preflight import (
     needed_permissions,
 )
 from rsdrill.platforms.kubernetes.resources import (
+    ContainerLimits,
     PodRef,
     chaos_mesh_resource,
     litmus_engine,
@@ -40,6 +41,8 @@ from rsdrill.platforms.remote import RemoteTarget
 
 # Faults confirmed from MongoDB's side (the member stops answering, restarts or steps down).
 _CONFIRMED = ("host-kill", "host-freeze")
+# Faults whose StressChaos is sized from the member container's limits.
+_STRESSED = ("cpu-starve", "memory-pressure")
 
 
 class KubernetesTarget(RemoteTarget):
@@ -145,7 +148,7 @@ class KubernetesTarget(RemoteTarget):
             return NodeDrain(at) if fault.scope == "node" else PodDelete(at)
         name = resource_name(fault.kind, pod.name)
         if engine == "litmus":
-            return LitmusFault(at, litmus_engine(fault, pod, name))
+            return LitmusFault(at, litmus_engine(fault, pod, name, self.k8s.container))
         links = fault.kind == "network-partition" or (
             fault.kind == "network-degrade" and fault.between == "members"
         )
@@ -158,10 +161,26 @@ class KubernetesTarget(RemoteTarget):
         side = None
         if fault.kind == "network-partition" and fault.shape != "one":
             side, others = self._sides(pods, fault.shape, host)
-        rtype, body = chaos_mesh_resource(
-            fault, pod, others, self.k8s, name, block_chaos=block, side=side
-        )
+        limits = self._limits(pod) if fault.kind in _STRESSED else None
+        try:
+            rtype, body = chaos_mesh_resource(
+                fault, pod, others, self.k8s, name, block_chaos=block, side=side, limits=limits
+            )
+        except ValueError as exc:  # a StressChaos the container's limits cannot size
+            raise InjectionError(
+                f"{fault.kind} of {host} (pod {pod.namespace}/{pod.name}): {exc}"
+            ) from None
         return ChaosMeshFault(at, rtype, body, confirm=fault.kind in _CONFIRMED)
+
+    def _limits(self, pod: PodRef) -> ContainerLimits:
+        """The mongod container's limits, read now: a StressChaos runs under them."""
+        try:
+            found = self.kube.pod(pod.namespace, pod.name)
+            if found is None:
+                raise KubeError(f"pod {pod.namespace}/{pod.name} is gone", 404)
+            return container_limits(found, self.k8s.container)
+        except KubeError as exc:
+            raise InjectionError(f"kubernetes: {exc}") from None
 
     def _sides(
         self, pods: PodMap, shape: PartitionShape, host: str
