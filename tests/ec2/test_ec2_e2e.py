@@ -176,7 +176,7 @@ probes:
   lag: null
 faults:
   - {at: 2s, kind: volume-detach, select: secondary, duration: 3s}
-  - {at: 2s, kind: iops-throttle, select: primary, duration: 3s, iops: 3000,
+  - {at: 2s, kind: iops-throttle, engine: api, select: primary, duration: 3s, iops: 3000,
      throughput_mb_s: 125, one_way: true, ec2: {accept_modification_limit: true}}
   - {at: 6s, kind: network-partition, select: secondary, duration: 2s, isolate_from: all,
      approximate: true}

@@ -1,13 +1,14 @@
 """A pod's cgroup tree as kubelet's cgroupfs driver lays it out, made in this machine's cgroup v1
-blkio hierarchy for the node agent's tests, with a process in the container's cgroup; removed
-afterwards."""
+blkio hierarchy for the node agent's and the SSM cap's tests, with a process in the container's
+cgroup; removed afterwards. `write_seconds` measures direct writes from inside a cgroup."""
 
 from __future__ import annotations
 
 import secrets
 import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,8 @@ class PodCgroup:
 
 
 @contextmanager
-def pod_cgroup() -> Iterator[PodCgroup]:
+def pod_cgroup(command: Sequence[str] = ("sleep", "600")) -> Iterator[PodCgroup]:
+    """The tree, with `command` running in the container's cgroup."""
     if not (BLKIO / "blkio.throttle.write_iops_device").exists():
         raise RuntimeError(
             "the node agent's tests need the cgroup v1 blkio hierarchy at " + str(BLKIO)
@@ -33,7 +35,7 @@ def pod_cgroup() -> Iterator[PodCgroup]:
     pod_uid, container_id = str(uuid.uuid4()), secrets.token_hex(32)
     container = root / "kubepods" / "burstable" / f"pod{pod_uid}" / container_id
     container.mkdir(parents=True)
-    sleeper = subprocess.Popen(["sleep", "600"])
+    sleeper = subprocess.Popen(list(command))
     try:
         (container / "cgroup.procs").write_text(str(sleeper.pid))
         yield PodCgroup(root, container, pod_uid, container_id)
@@ -43,3 +45,27 @@ def pod_cgroup() -> Iterator[PodCgroup]:
         for directory in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
             directory.rmdir()
         root.rmdir()
+
+
+# Joins the cgroup, then writes N blocks of 4 KiB with O_DIRECT|O_DSYNC (each one a device
+# write, which blkio throttles); prints the seconds they took.
+_WRITER = """
+import mmap, os, sys, time
+open(sys.argv[1], "w").write(str(os.getpid()))
+fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_DIRECT | os.O_DSYNC, 0o600)
+block = mmap.mmap(-1, 4096)
+started = time.monotonic()
+for i in range(int(sys.argv[3])):
+    os.pwrite(fd, block, i * 4096)
+print(time.monotonic() - started)
+"""
+
+
+def write_seconds(cgroup: Path, directory: Path, writes: int) -> float:
+    """Seconds `writes` direct 4 KiB writes to a file in `directory` take from `cgroup`."""
+    done = subprocess.run(
+        [sys.executable, "-c", _WRITER, str(cgroup / "cgroup.procs"), str(directory / "data"),
+         str(writes)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return float(done.stdout)

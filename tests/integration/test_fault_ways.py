@@ -96,7 +96,7 @@ def test_a_one_way_fault_is_refused_unless_the_fault_accepts_it(tmp_path: Path) 
     path.write_text(text.replace(", one_way: true}", "}"))
     refused = rsdrill("validate", str(path))
     assert refused.returncode == 2
-    assert f"{path}:22:" in refused.stderr
+    assert f"{path}:23:" in refused.stderr
     assert "one-way: it cannot be undone (data-loss on sandbox" in refused.stderr
     assert "set `one_way: true`" in refused.stderr
 
