@@ -3,6 +3,8 @@ experiments aimed at them, and listings of what rsdrill created."""
 
 from __future__ import annotations
 
+import secrets
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +63,44 @@ def make_pod(api: Any, namespace: str, name: str, node: str) -> tuple[dict[str, 
     return manifest, created.metadata.uid
 
 
-def mark_running(api: Any, namespace: str, name: str) -> None:
+def mark_running(
+    api: Any,
+    namespace: str,
+    name: str,
+    *,
+    restarts: int = 0,
+    container_id: str | None = None,
+) -> None:
+    """Write the pod's status as its kubelet does, through the status subresource: Running and
+    Ready, each container running with its `restarts` and its id (`container_id`, or a new
+    one: a container just started)."""
     from kubernetes import client
 
-    now = "2026-01-01T00:00:00Z"
+    core = client.CoreV1Api(api)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    containers = core.read_namespaced_pod(name, namespace).spec.containers
+    statuses = [
+        {
+            "name": c.name,
+            "image": c.image,
+            "imageID": f"docker.io/library/{c.image}@sha256:{'0' * 64}",
+            "containerID": container_id or f"containerd://{secrets.token_hex(32)}",
+            "ready": True,
+            "started": True,
+            "restartCount": restarts,
+            "state": {"running": {"startedAt": now}},
+            **({"lastState": {"terminated": {"exitCode": 137, "reason": "Error"}}}
+               if restarts else {}),
+        }
+        for c in containers
+    ]  # fmt: skip
     status = {
         "phase": "Running",
         "startTime": now,
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+        "containerStatuses": statuses,
     }
-    client.CoreV1Api(api).patch_namespaced_pod_status(name, namespace, {"status": status})
+    core.patch_namespaced_pod_status(name, namespace, {"status": status})
 
 
 def install_litmus_experiment(api: Any, namespace: str, name: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +28,12 @@ from rsdrill.sandbox.config import Settings, build_topology
 from tests.harness.processes import kill_after_line
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
+from tests.kubernetes.controllers import (
+    ChaosMeshController,
+    ContainerRuntime,
+    Kubelet,
+    LitmusOperator,
+)
 from tests.kubernetes.support import (
     install_litmus_experiment,
     make_node,
@@ -334,7 +340,9 @@ def _comm_pid(init: int, name: str) -> int:
 @dataclass
 class ContainedSet:
     """An rs3 whose members live in containers (ContainedEngine), their pods on the real API
-    server on a node whose kubelet exec endpoint is tests/kubernetes/kubelet_exec."""
+    server on a node whose kubelet exec endpoint is tests/kubernetes/kubelet_exec; the
+    pods' container statuses are the ContainerRuntime's (a container whose process exits is
+    started again and its restart counted)."""
 
     sandbox: Any
     namespace: str
@@ -342,6 +350,7 @@ class ContainedSet:
     inits: dict[str, int]  # member → host PID of its container's init
     mongods: dict[str, int]  # member → host PID of its mongod
     uids: dict[str, str]  # pod → uid
+    container_ids: dict[str, str]  # pod → its container's id, as first published
 
     def experiment(self, kube: Kube, tmp: Path, faults: list[dict[str, Any]]) -> Path:
         document = yaml.safe_load(EXPERIMENT.read_text())
@@ -362,17 +371,27 @@ class ContainedSet:
         return Path(f"/proc/{self.mongods[host]}/stat").read_text().rsplit(") ", 1)[1].split()[0]
 
     def untouched(self, kube: Kube) -> None:
-        """Every member the same process, running; every pod the same, never restarted."""
-        from kubernetes import client
-
-        core = client.CoreV1Api(kube.api)
+        """Every member the same process, running; every pod as `pods_untouched` says."""
         for host, init in self.inits.items():
             assert _comm_pid(init, "mongod") == self.mongods[host], host
             assert self.state(host) in ("S", "R"), host
+        self.pods_untouched(kube)
+
+    def pods_untouched(self, kube: Kube) -> None:
+        """Every pod the same (uid), its one container the same (id), running, never
+        restarted (restartCount 0)."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(kube.api)
         for pod, uid in self.uids.items():
             found = core.read_namespaced_pod(pod, self.namespace)
-            assert found.metadata.uid == uid
-            assert all(s.restart_count == 0 for s in found.status.container_statuses or [])
+            assert found.metadata.uid == uid, pod
+            statuses = found.status.container_statuses or []
+            assert [s.name for s in statuses] == ["mongod"], f"{pod}: no container status"
+            [status] = statuses
+            assert status.restart_count == 0, f"{pod}: restarted {status.restart_count} times"
+            assert status.container_id == self.container_ids[pod], f"{pod}: another container"
+            assert status.state.running is not None, f"{pod}: {status.state}"
 
 
 @pytest.fixture
@@ -408,6 +427,22 @@ def contained_set(
         for pod in pods.values():
             make_pod(kube.api, namespace, pod, node)
         uids = {p: core.read_namespaced_pod(p, namespace).metadata.uid for p in pods.values()}
+        by_pod = {pod: spec.member(host) for host, pod in pods.items()}
+        runtime = ContainerRuntime(
+            kube.api,
+            namespace,
+            list(by_pod),
+            running=lambda pod: sandbox.pid(by_pod[pod]),
+            restart=lambda pod: sandbox.start(by_pod[pod]),
+        ).start()
+        deadline = time.monotonic() + 30
+        while len(runtime.published) < len(pods):
+            assert time.monotonic() < deadline and not runtime.errors, runtime.errors
+            time.sleep(0.05)
+        container_ids = {
+            p: core.read_namespaced_pod(p, namespace).status.container_statuses[0].container_id
+            for p in pods.values()
+        }
         certs = kube.cluster.directory / "certs"
         kubelet = subprocess.Popen(
             [str(BIN / "kubelet-exec"), "-listen", f"127.0.0.1:{port}",
@@ -416,10 +451,12 @@ def contained_set(
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
-            yield ContainedSet(sandbox, namespace, pods, inits, mongods, uids)
+            yield ContainedSet(sandbox, namespace, pods, inits, mongods, uids, container_ids)
         finally:
+            runtime.stop()  # before the members go down: it would start them again
             kubelet.terminate()
             kubelet.wait(timeout=10)
+        assert not runtime.errors, runtime.errors
     finally:
         sandbox.down(grace_s=2.0)
 
@@ -468,3 +505,29 @@ def test_a_run_killed_while_a_member_is_frozen_is_resumed_by_recover(
     pod = contained_set.pods[stopped[0]]
     assert f"SIGCONT sent to mongod (pid 2) in pod {contained_set.namespace}/{pod}" in said, said
     contained_set.untouched(kube)
+
+
+@pytest.mark.slow
+def test_a_restarted_container_is_counted_and_fails_the_pods_check(
+    kube: Kube, contained_set: ContainedSet
+) -> None:
+    """What the freeze tests check can fail: a member's container process killed (as an OOM
+    kill, or Chaos Mesh's pod-failure, would end it) is started again by the runtime, which
+    publishes restartCount 1 and a new containerID, and `pods_untouched` refuses it."""
+    from kubernetes import client
+
+    host, pod = next(iter(contained_set.pods.items()))
+    sandbox = contained_set.sandbox
+    os.killpg(sandbox.pid(sandbox.spec.member(host)), signal.SIGKILL)
+    core = client.CoreV1Api(kube.api)
+    deadline = time.monotonic() + 60
+    while True:
+        [status] = core.read_namespaced_pod(pod, contained_set.namespace).status.container_statuses
+        if status.restart_count == 1:
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    assert status.container_id != contained_set.container_ids[pod]
+    assert status.last_state.terminated is not None and status.state.running is not None
+    with pytest.raises(AssertionError, match=f"{pod}: restarted 1 times"):
+        contained_set.pods_untouched(kube)
