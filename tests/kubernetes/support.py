@@ -1,9 +1,16 @@
 """Building blocks for the Kubernetes tests: pods and nodes as the controllers would leave them,
-experiments aimed at them, and listings of what rsdrill created."""
+experiments aimed at them, listings of what rsdrill created, ServiceAccount tokens and the node
+agent as a process."""
 
 from __future__ import annotations
 
 import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -96,6 +103,7 @@ def mark_running(
     ]  # fmt: skip
     status = {
         "phase": "Running",
+        "hostIP": "127.0.0.1",  # the node's: where a node agent of it listens
         "startTime": now,
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
         "containerStatuses": statuses,
@@ -169,3 +177,77 @@ def rsdrill_objects(api: Any, namespace: str) -> list[tuple[str, str]]:
             raise
         found += [(item["kind"], item["metadata"]["name"]) for item in items]
     return found
+
+
+def service_account_token(api: Any, namespace: str, account: str) -> str:
+    """A token of a new ServiceAccount `account` (TokenRequest, an hour)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+    request = {"spec": {"expirationSeconds": 3600}}
+    answer = core.create_namespaced_service_account_token(account, namespace, request)
+    return str(answer.status.token)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_listening(port: int, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("the node agent did not listen")
+
+
+@contextmanager
+def node_agent(
+    kube: Any, namespace: str, cgroup_root: Path, state_dir: Path, allow: str
+) -> Iterator[str]:
+    """`python -m rsdrill.platforms.kubernetes.nodeagent` on a free loopback port, serving TLS
+    with the API server's certificate, under its own ServiceAccount `node-agent` of
+    `namespace` (allowed to create TokenReviews, nothing else), admitting the user `allow`
+    only, capping cgroups under `cgroup_root`: its URL."""
+    from kubernetes import client
+
+    from tests.kubernetes.cluster import REPO, env_without_kube
+
+    token = service_account_token(kube.api, namespace, "node-agent")
+    rbac = client.RbacAuthorizationV1Api(kube.api)
+    name = f"{namespace}-node-agent"
+    rbac.create_cluster_role({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+                   "verbs": ["create"]}],
+    })  # fmt: skip
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "node-agent", "namespace": namespace}],
+    })  # fmt: skip
+    kubeconfig = kube.cluster.kubeconfig(f"{namespace}-node-agent", token)
+    certs = kube.cluster.directory / "certs"
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rsdrill.platforms.kubernetes.nodeagent",
+         "--listen", f"127.0.0.1:{port}", "--allow", allow,
+         "--tls-cert", str(certs / "apiserver.crt"), "--tls-key", str(certs / "apiserver.key"),
+         "--cgroup-root", str(cgroup_root), "--state-dir", str(state_dir),
+         "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env=env_without_kube(),
+    )  # fmt: skip
+    try:
+        _wait_listening(port, process)
+        yield f"https://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
