@@ -32,7 +32,10 @@ NIGHTLY = {
     "rs3": [REPO / "experiments" / "k8s-rs3-pod-kill.yaml"],
 }
 NIGHTLY_ARGS = ["--cron", "0 2 * * *", "--namespace", "rsdrill", "--name", "rsdrill-nightly"]
-_FAULT_FIELDS = {"iops-throttle": {"write_iops": 100}}
+_FAULT_FIELDS = {
+    "iops-throttle": {"write_iops": 100},
+    "network-degrade": {"latency": "50ms", "direction": "outbound"},
+}
 
 
 def every_fault(
