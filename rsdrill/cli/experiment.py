@@ -95,7 +95,8 @@ def faults(
         typer.Option(
             "--platform",
             help="Only this platform's ways (sandbox, local, kubernetes, "
-            "ec2, vsphere): one row per way, with its engine and options.",
+            "ec2, vsphere): one row per way, with its engine, options and the "
+            "privileges it needs.",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the spec as JSON.")] = False,

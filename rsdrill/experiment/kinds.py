@@ -46,6 +46,12 @@ class Way:
     when: str | None = None
     """The fault options under which this way is taken (a key of `_CONDITIONS`); None: the
     engine's way when no other of its ways applies."""
+    privileges: tuple[str, ...] = ()
+    """What the identity rsdrill runs as must be allowed, to inject and to revert: Kubernetes
+    RBAC as `verbs resource[/subresource][.group]` (comma-separated verbs; in the target's
+    namespace unless it ends in ` cluster-wide`), AWS IAM actions, vSphere privileges. The
+    Kubernetes preflight, `rsdrill schedule render`'s Role and the EC2 and vSphere plans read
+    them from here."""
 
     def line(self, kind: str, platform: str) -> str:
         """This way as the table states it, for messages."""
@@ -66,6 +72,8 @@ _CONDITIONS: dict[str, Callable[[Any], bool]] = {
     "scope: node": lambda f: f.scope == "node",
     "ec2.action: terminate": lambda f: _option(f, "ec2", "action", "stop") == "terminate",
     "ec2.action: reboot": lambda f: _option(f, "ec2", "action", "stop") == "reboot",
+    "restart.volume: wipe": lambda f: bool(f.restart) and f.restart.volume == "wipe",
+    "vsphere.restart_on": lambda f: _option(f, "vsphere", "restart_on", "same") != "same",
     "isolate_from: members": lambda f: f.isolate_from == "members",
 }
 
@@ -385,6 +393,22 @@ else:
 
 _MACHINE = "sandbox"
 
+
+def _chaos_mesh(plural: str) -> tuple[str, ...]:
+    return (f"create,get,delete {plural}.chaos-mesh.org",)
+
+
+_LITMUS = ("create,get,patch,delete chaosengines.litmuschaos.io",
+           "get chaosexperiments.litmuschaos.io", "get chaosresults.litmuschaos.io")  # fmt: skip
+# A node drain: the node cordoned (patch) and every pod on it, in any namespace, evicted.
+_DRAIN = ("get,patch nodes cluster-wide", "list,get pods cluster-wide",
+          "create pods/eviction cluster-wide")  # fmt: skip
+_FIS = ("fis:CreateExperimentTemplate", "fis:StartExperiment", "fis:GetExperiment",
+        "fis:StopExperiment", "fis:DeleteExperimentTemplate", "fis:ListExperiments",
+        "fis:ListExperimentTemplates", "fis:TagResource", "iam:PassRole")  # fmt: skip
+_SSM = ("ssm:SendCommand", "ssm:GetCommandInvocation", "ssm:DescribeInstanceInformation")
+_VM_POWER = ("VirtualMachine.Interact.PowerOff", "VirtualMachine.Interact.PowerOn")
+
 KINDS: dict[str, KindSpec] = {
     spec.kind: spec
     for spec in (
@@ -405,16 +429,27 @@ KINDS: dict[str, KindSpec] = {
                         "one-way",
                         "native",
                         "scope: node, delete_node",
+                        (*_DRAIN, "delete nodes cluster-wide"),
                     ),
                     Way(
                         "node drain, uncordoned on revert (scope node, delete_node: false)",
                         engine="native",
                         when="scope: node",
+                        privileges=_DRAIN,
                     ),
-                    Way("pod delete", engine="native"),
-                    Way("Chaos Mesh PodChaos pod-kill", engine="chaos-mesh"),
-                    Way("Litmus node-drain (scope node)", engine="litmus", when="scope: node"),
-                    Way("Litmus pod-delete", engine="litmus"),
+                    Way("pod delete", engine="native", privileges=("delete pods",)),
+                    Way(
+                        "Chaos Mesh PodChaos pod-kill",
+                        engine="chaos-mesh",
+                        privileges=_chaos_mesh("podchaos"),
+                    ),
+                    Way(
+                        "Litmus node-drain (scope node)",
+                        engine="litmus",
+                        when="scope: node",
+                        privileges=_LITMUS,
+                    ),
+                    Way("Litmus pod-delete", engine="litmus", privileges=_LITMUS),
                 ),
                 "ec2": (
                     Way(
@@ -422,12 +457,51 @@ KINDS: dict[str, KindSpec] = {
                         "one-way",
                         "api",
                         "ec2.action: terminate",
+                        ("ec2:TerminateInstances",),
                     ),
-                    Way("reboot (ec2.action: reboot)", engine="api", when="ec2.action: reboot"),
-                    Way("stop (force), started on revert", engine="api"),
-                    Way("FIS aws:ec2:stop-instances", engine="fis"),
+                    Way(
+                        "reboot (ec2.action: reboot)",
+                        engine="api",
+                        when="ec2.action: reboot",
+                        privileges=("ec2:RebootInstances",),
+                    ),
+                    Way(
+                        "stop (force), started on a fresh empty volume made like the data "
+                        "volume, which is kept (restart.volume: wipe)",
+                        engine="api",
+                        when="restart.volume: wipe",
+                        privileges=(
+                            "ec2:StopInstances",
+                            "ec2:StartInstances",
+                            "ec2:CreateVolume",
+                            "ec2:CreateTags",
+                            "ec2:DetachVolume",
+                            "ec2:AttachVolume",
+                        ),
+                    ),
+                    Way(
+                        "stop (force), started on revert",
+                        engine="api",
+                        privileges=("ec2:StopInstances", "ec2:StartInstances"),
+                    ),
+                    Way(
+                        "FIS aws:ec2:stop-instances",
+                        engine="fis",
+                        privileges=(*_FIS, "ec2:StartInstances"),
+                    ),
                 ),
-                "vsphere": (Way("power off the VM, or every VM on its ESXi host (scope host)"),),
+                "vsphere": (
+                    Way(
+                        "power off the VM, or every VM on its ESXi host (scope host); powered "
+                        "on on another host (vsphere.restart_on)",
+                        when="vsphere.restart_on",
+                        privileges=(*_VM_POWER, "Resource.ColdMigrate"),
+                    ),
+                    Way(
+                        "power off the VM, or every VM on its ESXi host (scope host)",
+                        privileges=_VM_POWER,
+                    ),
+                ),
             },
         ),
         KindSpec(
@@ -440,17 +514,31 @@ KINDS: dict[str, KindSpec] = {
                     Way(
                         "SIGSTOP of mongod in its pod through pods/exec, then SIGCONT",
                         engine="native",
+                        privileges=("get,create pods/exec",),
                     ),
                     Way(
                         "Chaos Mesh pod-failure: the container restarts instead of freezing",
                         "approximate",
                         "chaos-mesh",
+                        privileges=_chaos_mesh("podchaos"),
                     ),
                 ),
                 "ec2": (
-                    Way("SIGSTOP of mongod via SSM Run Command, SIGCONT on revert", engine="ssm"),
+                    Way(
+                        "SIGSTOP of mongod via SSM Run Command, SIGCONT on revert",
+                        engine="ssm",
+                        privileges=_SSM,
+                    ),
                 ),
-                "vsphere": (Way("suspend the VM, then power it on"),),
+                "vsphere": (
+                    Way(
+                        "suspend the VM, then power it on",
+                        privileges=(
+                            "VirtualMachine.Interact.Suspend",
+                            "VirtualMachine.Interact.PowerOn",
+                        ),
+                    ),
+                ),
             },
         ),
         KindSpec(
@@ -494,6 +582,7 @@ KINDS: dict[str, KindSpec] = {
                         "Chaos Mesh TimeChaos: CLOCK_REALTIME of the mongod container's "
                         "processes moved by `clock_offset` (no drift)",
                         engine="chaos-mesh",
+                        privileges=_chaos_mesh("timechaos"),
                     ),
                 ),
             },
@@ -513,6 +602,7 @@ KINDS: dict[str, KindSpec] = {
                         "CPU): a neighbour's load the scheduler shares with mongod, not a quota",
                         "approximate",
                         "chaos-mesh",
+                        privileges=_chaos_mesh("stresschaos"),
                     ),
                 ),
                 "ec2": (
@@ -522,6 +612,8 @@ KINDS: dict[str, KindSpec] = {
                         "neighbour's load the scheduler shares with mongod, not a quota",
                         "approximate",
                         "fis",
+                        # The instance type's vCPUs size the stress.
+                        privileges=(*_FIS, "ec2:DescribeInstanceTypes"),
                     ),
                 ),
             },
@@ -543,6 +635,7 @@ KINDS: dict[str, KindSpec] = {
                         "instead of mongod",
                         "approximate",
                         "chaos-mesh",
+                        privileges=_chaos_mesh("stresschaos"),
                     ),
                 ),
                 "ec2": (
@@ -552,6 +645,8 @@ KINDS: dict[str, KindSpec] = {
                         "a neighbour's allocation, which the OOM killer may take instead of mongod",
                         "approximate",
                         "fis",
+                        # The instance type's memory sizes the stress.
+                        privileges=(*_FIS, "ec2:DescribeInstanceTypes"),
                     ),
                 ),
             },
@@ -572,6 +667,7 @@ KINDS: dict[str, KindSpec] = {
                         "kubelet evicts a pod past its limit",
                         "approximate",
                         "litmus",
+                        privileges=_LITMUS,
                     ),
                 ),
                 "ec2": (
@@ -581,6 +677,7 @@ KINDS: dict[str, KindSpec] = {
                         "the dbpath is on it",
                         "approximate",
                         "fis",
+                        privileges=_FIS,
                     ),
                 ),
             },
@@ -596,9 +693,17 @@ KINDS: dict[str, KindSpec] = {
             platforms={
                 _MACHINE: (Way("faultfs: an errno share and/or latency per operation"),),
                 "kubernetes": (
-                    Way("Chaos Mesh IOChaos: an errno or a latency", engine="chaos-mesh"),
+                    Way(
+                        "Chaos Mesh IOChaos: an errno or a latency",
+                        engine="chaos-mesh",
+                        privileges=_chaos_mesh("iochaos"),
+                    ),
                 ),
-                "ec2": (Way("FIS aws:ebs:volume-io-latency: latency only", engine="fis"),),
+                "ec2": (
+                    Way(
+                        "FIS aws:ebs:volume-io-latency: latency only", engine="fis", privileges=_FIS
+                    ),
+                ),
             },
         ),
         KindSpec(
@@ -617,32 +722,47 @@ KINDS: dict[str, KindSpec] = {
                         "operation, not a cap",
                         "approximate",
                         "chaos-mesh",
+                        # The one the cluster has (BlockChaos where installed).
+                        privileges=_chaos_mesh("blockchaos") + _chaos_mesh("iochaos"),
                     ),
                     Way(
                         "cgroup io.max / blkio.throttle of the member's container, set and "
-                        "restored by the opt-in node agent",
+                        "restored by the opt-in node agent (which admits the run's "
+                        "ServiceAccount by TokenReview)",
                         engine="native",
+                        privileges=("get pods",),
                     ),
                 ),
                 "ec2": (
                     Way(
-                        "modify_volume IOPS/throughput: AWS allows the restore only 6 h after "
-                        "(engine ssm caps exactly)",
-                        "one-way",
-                        "api",
-                    ),
-                    Way(
                         "cgroup io.max of mongod on its data disk via SSM Run Command (reads "
                         "and writes capped separately), lifted on revert",
                         engine="ssm",
+                        privileges=_SSM,
+                    ),
+                    Way(
+                        "modify_volume IOPS/throughput: AWS allows the restore only 6 h after "
+                        "(engine ssm, the default, caps exactly)",
+                        "one-way",
+                        "api",
+                        privileges=("ec2:ModifyVolume", "ec2:DescribeVolumesModifications"),
                     ),
                     Way(
                         "FIS aws:ebs:volume-io-latency: a latency per operation, not a cap",
                         "approximate",
                         "fis",
+                        privileges=_FIS,
                     ),
                 ),
-                "vsphere": (Way("the disk's storageIOAllocation.limit, restored exactly"),),
+                "vsphere": (
+                    Way(
+                        "the disk's storageIOAllocation.limit, restored exactly",
+                        privileges=(
+                            "VirtualMachine.Config.Resource",
+                            "VirtualMachine.Config.EditDevice",
+                        ),
+                    ),
+                ),
             },
         ),
         KindSpec(
@@ -652,13 +772,30 @@ KINDS: dict[str, KindSpec] = {
             platforms={
                 _MACHINE: (Way("faultfs: every operation fails"),),
                 "kubernetes": (
-                    Way("Chaos Mesh IOChaos: every operation fails", engine="chaos-mesh"),
+                    Way(
+                        "Chaos Mesh IOChaos: every operation fails",
+                        engine="chaos-mesh",
+                        privileges=_chaos_mesh("iochaos"),
+                    ),
                 ),
                 "ec2": (
-                    Way("force-detach, re-attached on revert", engine="api"),
-                    Way("FIS aws:ebs:pause-volume-io", engine="fis"),
+                    Way(
+                        "force-detach, re-attached on revert",
+                        engine="api",
+                        privileges=("ec2:DetachVolume", "ec2:AttachVolume"),
+                    ),
+                    Way("FIS aws:ebs:pause-volume-io", engine="fis", privileges=_FIS),
                 ),
-                "vsphere": (Way("remove the disk (its file kept) and add it back"),),
+                "vsphere": (
+                    Way(
+                        "remove the disk (its file kept) and add it back",
+                        privileges=(
+                            "VirtualMachine.Config.RemoveDisk",
+                            "VirtualMachine.Config.AddExistingDisk",
+                            "Datastore.Browse",
+                        ),
+                    ),
+                ),
             },
         ),
         KindSpec(
@@ -672,11 +809,19 @@ KINDS: dict[str, KindSpec] = {
             "both\\|inbound\\|outbound`",
             needs_duration=True,
             platforms={
-                _MACHINE: (Way("nftables on loopback; every shape, flapping"),),
+                _MACHINE: (
+                    Way(
+                        "nftables on loopback: established connections are cut too; every "
+                        "shape, flapping"
+                    ),
+                ),
                 "kubernetes": (
                     Way(
-                        "Chaos Mesh NetworkChaos partition (shapes one, halves, bridge)",
+                        "Chaos Mesh NetworkChaos partition, iptables DROP in the pod's network "
+                        "namespace: established connections are cut too (shapes one, halves, "
+                        "bridge)",
                         engine="chaos-mesh",
+                        privileges=_chaos_mesh("networkchaos"),
                     ),
                 ),
                 "ec2": (
@@ -685,15 +830,34 @@ KINDS: dict[str, KindSpec] = {
                         "established connections are cut too (isolate_from members)",
                         engine="api",
                         when="isolate_from: members",
+                        privileges=(
+                            "ec2:DescribeNetworkAcls",
+                            "ec2:CreateNetworkAclEntry",
+                            "ec2:DeleteNetworkAclEntry",
+                        ),
                     ),
                     Way(
                         "security groups swapped for a deny-all group: connections AWS already "
                         "tracks go on (isolate_from all)",
                         "approximate",
                         "api",
+                        privileges=(
+                            "ec2:CreateSecurityGroup",
+                            "ec2:CreateTags",
+                            "ec2:RevokeSecurityGroupEgress",
+                            "ec2:ModifyInstanceAttribute",
+                            "ec2:DescribeSecurityGroups",
+                            "ec2:DeleteSecurityGroup",
+                        ),
                     ),
                 ),
-                "vsphere": (Way("disconnect the NIC (isolate_from all, shape one)"),),
+                "vsphere": (
+                    Way(
+                        "disconnect the NIC: its link goes down, established connections are "
+                        "cut too (isolate_from all, shape one)",
+                        privileges=("VirtualMachine.Interact.DeviceConnection",),
+                    ),
+                ),
             },
         ),
         KindSpec(
@@ -718,6 +882,7 @@ KINDS: dict[str, KindSpec] = {
                         "Chaos Mesh NetworkChaos netem (delay, jitter, loss, duplicate, corrupt) "
                         "or bandwidth",
                         engine="chaos-mesh",
+                        privileges=_chaos_mesh("networkchaos"),
                     ),
                 ),
                 "ec2": (
@@ -725,6 +890,7 @@ KINDS: dict[str, KindSpec] = {
                         "FIS aws:ssm:send-command of AWSFIS-Run-Network-Latency or "
                         "-Packet-Loss (outbound, latency or loss)",
                         engine="fis",
+                        privileges=_FIS,
                     ),
                 ),
             },
@@ -789,6 +955,12 @@ def way_of(platform: str, fault: Any) -> Way | None:
     return None
 
 
+def privileges_of(platform: str, fault: Any) -> tuple[str, ...]:
+    """What injecting and reverting `fault` on `platform` needs (its way's `privileges`)."""
+    way = way_of(platform, fault)
+    return way.privileges if way is not None else ()
+
+
 def opt_in_problem(platform: str, fault: Any) -> str | None:
     """Why `fault` may not run on `platform` as written: its way is approximate or one-way and
     the fault does not say it accepts that; None when it may."""
@@ -842,17 +1014,20 @@ def support_table() -> str:
 
 
 def platform_table(platform: str) -> str:
-    """One platform's ways, one row each: kind, engine, when, what is done, support (Markdown)."""
+    """One platform's ways, one row each: kind, engine, when, what is done, support and the
+    privileges it needs (Markdown)."""
     column = platform_column(platform)
-    lines = ["| fault | engine | when | what is done | support |", "|---|---|---|---|---|"]
+    lines = ["| fault | engine | when | what is done | support | privileges |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for spec in KINDS.values():
         ways = spec.platforms.get(column, ())
         if not ways:
-            lines.append(f"| `{spec.kind}` | | | refused when loaded | |")
+            lines.append(f"| `{spec.kind}` | | | refused when loaded | | |")
         for way in ways:
             opt_in = f" (`{OPT_IN[way.support]}: true`)" if way.support in OPT_IN else ""
+            needs = "; ".join(f"`{p}`" for p in way.privileges)
             lines.append(f"| `{spec.kind}` | {way.engine or ''} | {way.when or ''} | "
-                         f"{way.how} | {way.support}{opt_in} |")  # fmt: skip
+                         f"{way.how} | {way.support}{opt_in} | {needs} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -874,7 +1049,7 @@ def faults_json(platform: str | None = None) -> dict[str, Any]:
                 "platforms": {
                     (platform or column): [
                         {"how": w.how, "support": w.support, "engine": w.engine, "when": w.when,
-                         "opt_in": OPT_IN.get(w.support)}
+                         "opt_in": OPT_IN.get(w.support), "privileges": list(w.privileges)}
                         for w in spec.platforms.get(column, ())
                     ]
                     for column in columns
@@ -895,6 +1070,14 @@ when the fault says `approximate: true`, and result.json records `"approximation
 fault. A way marked *one-way* cannot be undone within the run: it runs only with
 `one_way: true`, and `rsdrill plan` and `rsdrill check` mark it. Which way a fault takes
 follows from its platform, its `engine` and the options in the "when" column.
+
+The "privileges" column of each platform's table is what the identity rsdrill runs as needs to
+inject and revert that way (`rsdrill faults --platform P` prints it too): Kubernetes RBAC
+(`verbs resource[/subresource][.group]`, in the target's namespace unless marked
+cluster-wide; every run also gets its pods, and lists them with a `selector`), AWS IAM actions
+(every run also describes instances and volumes), vSphere privileges (every run also needs
+System.View and System.Read). The Kubernetes preflight and the Role `rsdrill schedule render`
+writes, and the IAM actions and vSphere privileges `rsdrill plan` lists, are read from it.
 """
 
 

@@ -332,7 +332,8 @@ def test_preflight_refuses_a_throttle_of_a_recently_modified_volume(
 ) -> None:
     m = member()
     platform = Ec2Platform(region="us-east-1", instances=BY_TAG, volume=AT_SDF)
-    throttle_fault = make_fault(at=1, kind="iops-throttle", duration=60, iops=3000)
+    throttle_fault = make_fault(at=1, kind="iops-throttle", engine="api", duration=60,
+                                iops=3000)  # fmt: skip
     instance = find_instance(aws, BY_TAG, m.host)
     assert preflight(aws, platform, (throttle_fault,), [instance]) == []
     ec2.modify_volume(VolumeId=m.volume_id, Iops=5000)
@@ -341,6 +342,39 @@ def test_preflight_refuses_a_throttle_of_a_recently_modified_volume(
     assert "faults[0].ec2.accept_modification_limit: true" in problem
     accepted = throttle_fault.model_copy(update={"ec2": Ec2Fault(accept_modification_limit=True)})
     assert preflight(aws, platform, (accepted,), [instance]) == []
+
+
+# One fault per way of the spec's ec2 column that makes EC2 calls of its own.
+SPEC_FAULTS = [
+    {"kind": "host-kill", "duration": 60},
+    {"kind": "host-kill", "restart": {"after": 60, "volume": "wipe"}},
+    {"kind": "host-kill", "restart": False, "one_way": True, "ec2": {"action": "terminate"}},
+    {"kind": "host-kill", "restart": False, "ec2": {"action": "reboot"}},
+    {"kind": "host-kill", "engine": "fis", "duration": 120},
+    {"kind": "volume-detach", "duration": 60},
+    {"kind": "iops-throttle", "engine": "api", "one_way": True, "iops": 3000, "duration": 60},
+    {"kind": "network-partition", "duration": 60},
+    {"kind": "network-partition", "isolate_from": "all", "approximate": True, "duration": 60},
+]
+
+
+@pytest.mark.parametrize("fields", SPEC_FAULTS, ids=lambda f: json.dumps(f))
+def test_the_preflight_dry_runs_only_actions_the_spec_names(
+    aws: Aws, member: Callable[..., Member], fields: dict[str, Any]
+) -> None:
+    """Each DryRun the preflight makes is an IAM action of the fault's way in the spec (the
+    plan's list): a call the spec forgot would be refused on AWS though the plan said nothing."""
+    from rsdrill.experiment.kinds import privileges_of
+    from rsdrill.platforms.ec2.preflight import _calls
+
+    m = member()
+    fault = make_fault(at=1, **fields)
+    instance = find_instance(aws, BY_TAG, m.host)
+    calls = _calls(aws, fault, instance, (m.volume_id, DATA_DEVICE))
+    actions = {"ec2:" + "".join(w.capitalize() for w in op.split("_")) for op, _ in calls}
+    named = set(privileges_of("ec2", fault))
+    assert actions <= named, f"DryRun of {actions - named}, not in the spec's {sorted(named)}"
+    assert calls or fault.engine == "fis"  # FIS has no DryRun
 
 
 def test_fis_template_for_a_paused_volume_as_the_fis_api_stores_it(

@@ -196,13 +196,16 @@ faults:
      "faults[0].ec2.allow_terminate", "the old spelling: write `one_way: true`"),
     ("    kind: host-kill\n    duration: 30s\n    one_way: true\n    ec2: {action: terminate}",
      "faults[0].restart", "cannot be restarted"),
-    ("    kind: iops-throttle\n    duration: 10s\n    iops: 100", "faults[0].kind",
-     "AWS allows the restore only 6 h after"),
+    ("    kind: iops-throttle\n    duration: 10s\n    iops: 100", "faults[0].iops",
+     "(engine ssm) caps reads and writes separately: give read_iops, write_iops, read_mb_s "
+     "and/or write_mb_s (no latency); or engine: api with one_way: true"),
+    ("    kind: iops-throttle\n    engine: api\n    duration: 10s\n    iops: 100",
+     "faults[0].kind", "AWS allows the restore only 6 h after"),
     ("    kind: host-freeze\n    duration: 10s", "faults[0].kind", "cannot pause an instance"),
     ("    kind: disk-fault\n    duration: 10s\n    latency: 50ms", "faults[0].kind",
      "needs engine: fis"),
-    ("    kind: iops-throttle\n    duration: 10s\n    read_iops: 100", "faults[0].read_iops",
-     "reads and writes together"),
+    ("    kind: iops-throttle\n    engine: api\n    duration: 10s\n    read_iops: 100",
+     "faults[0].read_iops", "reads and writes together"),
     ("    kind: network-partition\n    duration: 10s\n    isolate_from: clients",
      "faults[0].isolate_from", "use members or all"),
     ("    kind: disk-fault\n    engine: fis\n    duration: 10s\n    latency: 50ms",
@@ -232,8 +235,9 @@ def test_fis_needs_its_role_and_restarts_at_least_a_minute_later() -> None:
 
 @pytest.mark.parametrize("fault", [
     "    kind: host-kill\n    restart: {after: 60s, volume: wipe}",
-    "    kind: iops-throttle\n    duration: 10m\n    iops: 3000\n    one_way: true\n"
-    "    ec2: {accept_modification_limit: true}",
+    "    kind: iops-throttle\n    engine: api\n    duration: 10m\n    iops: 3000\n"
+    "    one_way: true\n    ec2: {accept_modification_limit: true}",
+    "    kind: iops-throttle\n    duration: 10m\n    write_iops: 50",
     "    kind: network-partition\n    duration: 10s\n    isolate_from: all\n"
     "    approximate: true",
     "    kind: network-partition\n    duration: 10s",

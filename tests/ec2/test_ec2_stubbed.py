@@ -42,7 +42,7 @@ from rsdrill.platforms.ec2.fis import (
 from rsdrill.platforms.ec2.injectors import Aws, AwsError
 from rsdrill.platforms.ec2.lookup import Instance, find_instance
 from rsdrill.platforms.ec2.options import MemberInstances
-from rsdrill.platforms.ec2.ssm import freeze_scripts
+from rsdrill.platforms.ec2.ssm import cgroup_io_scripts, freeze_scripts
 
 ROLE = "arn:aws:iam::123456789012:role/fis"
 ALARM = "arn:aws:cloudwatch:us-east-1:123456789012:alarm:rs-writes-failing"
@@ -415,8 +415,8 @@ def test_an_ssm_command_that_fails_says_why(ssm: tuple[Any, Stubber]) -> None:
 def test_ssm_iops_needs_separate_read_and_write_caps() -> None:
     from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 
-    with pytest.raises(ExperimentError, match=r"faults\[0\].iops: cgroup io.max caps reads and "
-                       "writes separately"):  # fmt: skip
+    with pytest.raises(ExperimentError, match=r"faults\[0\].iops: cgroup io.max \(engine ssm\) "
+                       "caps reads and writes separately"):  # fmt: skip
         load_experiment_text(SSM_FILE.format(fault="kind: iops-throttle, iops: 100"), "s.yaml")
     # Without engine ssm, a freeze is refused with the way to get one.
     with pytest.raises(ExperimentError, match="host-freeze on ec2 needs engine: ssm"):
@@ -463,6 +463,58 @@ def test_the_freeze_scripts_stop_and_continue_a_real_process(tmp_path: Path) -> 
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_cap_scripts_throttle_a_real_process_s_cgroup_and_lift_it(tmp_path: Path) -> None:
+    """The iops-throttle scripts run here as SSM runs them: the process (named as nothing else
+    on the machine) in a blkio cgroup of this machine (cgroup v1, as on Amazon Linux 2), the
+    cap on the disk holding dbpath; direct writes from that cgroup are capped, then free again
+    after the revert (which can be run twice)."""
+    from harness.cgroups import pod_cgroup, write_seconds
+
+    name = f"rsdcap{os.getpid() % 100000}"
+    shutil.copy("/bin/sleep", tmp_path / name)
+    scripts = cgroup_io_scripts(name, str(tmp_path), {"wiops": 20, "rbps": 1 << 20})
+
+    def sh(script: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+
+    with pod_cgroup([str(tmp_path / name), "600"]) as cgroup:
+        blkio = cgroup.container / "blkio.throttle.write_iops_device"
+        assert sh(scripts.check).returncode != 0  # not in force
+        injected = sh(scripts.inject)
+        assert injected.returncode == 0, injected.stderr
+        assert sh(scripts.check).returncode == 0
+        [(device, limit)] = [line.split() for line in blkio.read_text().splitlines()]
+        assert limit == "20" and Path(f"/sys/dev/block/{device}").exists()
+        read_bps = (cgroup.container / "blkio.throttle.read_bps_device").read_text().split()
+        assert read_bps == [device, str(1 << 20)]
+        # 40 writes at 20 a second: about 2 s (the kernel lets a first slice through).
+        capped = write_seconds(cgroup.container, tmp_path, 40)
+        assert capped >= 1.0, f"capped writes took {capped:.2f}s"
+        assert sh(scripts.revert).returncode == 0 and sh(scripts.revert).returncode == 0
+        assert sh(scripts.check).returncode != 0
+        assert blkio.read_text() == ""
+        free = write_seconds(cgroup.container, tmp_path, 40)
+        assert free < capped / 2, f"after the revert {free:.2f}s, capped {capped:.2f}s"
+
+
+def test_an_iops_throttle_that_names_no_engine_is_the_exact_ssm_cap() -> None:
+    from rsdrill.experiment.kinds import way_of
+    from rsdrill.experiment.loader import load_experiment_text
+    from rsdrill.platforms.ec2.injectors import ec2_injector
+    from rsdrill.platforms.ec2.ssm import SsmFault
+
+    text = SSM_FILE.format(fault="kind: iops-throttle, write_iops: 50")
+    exp = load_experiment_text(text.replace("engine: ssm, ", ""), "s.yaml")
+    fault = exp.faults[0]
+    way = way_of("ec2", fault)
+    assert fault.engine is None and way is not None
+    assert (way.engine, way.support) == ("ssm", "exact")
+    assert exp.target.ec2 is not None
+    injector = ec2_injector(Aws(Connection(REGION)), exp.target.ec2, fault, INSTANCE)
+    assert isinstance(injector, SsmFault)
+    assert 'echo "$dev wiops=50" > "$v2/io.max"' in injector.scripts.inject
 
 
 def test_preflight_refuses_an_instance_ssm_does_not_manage(ssm: tuple[Any, Stubber]) -> None:

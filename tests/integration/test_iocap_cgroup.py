@@ -7,30 +7,16 @@ before the cap come back exactly."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rsdrill.platforms.kubernetes import iocap
-from tests.harness.cgroups import PodCgroup
+from tests.harness.cgroups import PodCgroup, write_seconds
 from tests.harness.cgroups import pod_cgroup as made_pod_cgroup
 
 WRITES = 40
-# Joins the cgroup, then writes WRITES blocks of 4 KiB with O_DIRECT|O_DSYNC (each one a device
-# write, which blkio throttles); prints the seconds they took.
-_WRITER = """
-import mmap, os, sys, time
-open(sys.argv[1], "w").write(str(os.getpid()))
-fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_DIRECT | os.O_DSYNC, 0o600)
-block = mmap.mmap(-1, 4096)
-started = time.monotonic()
-for i in range(int(sys.argv[3])):
-    os.pwrite(fd, block, i * 4096)
-print(time.monotonic() - started)
-"""
 
 
 @pytest.fixture
@@ -40,12 +26,7 @@ def pod_cgroup() -> Iterator[PodCgroup]:
 
 
 def _write_seconds(cgroup: Path, tmp: Path) -> float:
-    done = subprocess.run(
-        [sys.executable, "-c", _WRITER, str(cgroup / "cgroup.procs"), str(tmp / "data"),
-         str(WRITES)],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    return float(done.stdout)
+    return write_seconds(cgroup, tmp, WRITES)
 
 
 def test_a_cap_throttles_the_containers_writes_and_clear_restores_the_limits(

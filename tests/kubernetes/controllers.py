@@ -10,6 +10,9 @@ Each is a thread polling the real API server and writing what the real controlle
 - `Kubelet`: finishes graceful deletions (no kubelet confirms them here) and, for pods bound to
   sandbox members, kills the member when its pod goes and restarts it when the pod is
   re-created; with `recreate_after_s` it also plays the StatefulSet controller.
+- `ContainerRuntime`: the kubelet's side of a pod whose container is a member process: its
+  container status (id, running, restartCount) published as the process changes, and a
+  container whose process exited started again (restartPolicy Always), the restart counted.
 """
 
 from __future__ import annotations
@@ -350,3 +353,44 @@ class Kubelet(_Loop):
             del self.gone_at[name]
             if self.on_back:
                 self.on_back(name)
+
+
+class ContainerRuntime(_Loop):
+    """Pods whose one container is a process here (`running(pod)`: its pid, None once it has
+    exited): publishes each pod's container status when its process changes (a containerID
+    of its own per process), and starts an exited container again (`restart(pod)`), counting
+    the restart in `restartCount` as the kubelet does."""
+
+    def __init__(
+        self,
+        api: Any,
+        namespace: str,
+        pods: list[str],
+        *,
+        running: Callable[[str], int | None],
+        restart: Callable[[str], None],
+    ) -> None:
+        from kubernetes import client
+
+        super().__init__("fake-container-runtime")
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.running = running
+        self.restart = restart
+        self.restarts = dict.fromkeys(pods, 0)
+        self.published: dict[str, int] = {}  # pod → the process its status names
+
+    def tick(self) -> None:
+        from tests.kubernetes.support import mark_running
+
+        for pod in self.restarts:
+            pid = self.running(pod)
+            if pid is None:
+                self.restart(pod)
+                self.restarts[pod] += 1
+                pid = self.running(pod)
+            if pid is not None and self.published.get(pod) != pid:
+                mark_running(self.core.api_client, self.namespace, pod,
+                             restarts=self.restarts[pod],
+                             container_id=f"containerd://{pid:064x}")  # fmt: skip
+                self.published[pod] = pid

@@ -1,8 +1,17 @@
 """Building blocks for the Kubernetes tests: pods and nodes as the controllers would leave them,
-experiments aimed at them, and listings of what rsdrill created."""
+experiments aimed at them, listings of what rsdrill created, ServiceAccount tokens and the node
+agent as a process."""
 
 from __future__ import annotations
 
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -71,16 +80,45 @@ def make_pod(
     return manifest, created.metadata.uid
 
 
-def mark_running(api: Any, namespace: str, name: str) -> None:
+def mark_running(
+    api: Any,
+    namespace: str,
+    name: str,
+    *,
+    restarts: int = 0,
+    container_id: str | None = None,
+) -> None:
+    """Write the pod's status as its kubelet does, through the status subresource: Running and
+    Ready, each container running with its `restarts` and its id (`container_id`, or a new
+    one: a container just started)."""
     from kubernetes import client
 
-    now = "2026-01-01T00:00:00Z"
+    core = client.CoreV1Api(api)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    containers = core.read_namespaced_pod(name, namespace).spec.containers
+    statuses = [
+        {
+            "name": c.name,
+            "image": c.image,
+            "imageID": f"docker.io/library/{c.image}@sha256:{'0' * 64}",
+            "containerID": container_id or f"containerd://{secrets.token_hex(32)}",
+            "ready": True,
+            "started": True,
+            "restartCount": restarts,
+            "state": {"running": {"startedAt": now}},
+            **({"lastState": {"terminated": {"exitCode": 137, "reason": "Error"}}}
+               if restarts else {}),
+        }
+        for c in containers
+    ]  # fmt: skip
     status = {
         "phase": "Running",
+        "hostIP": "127.0.0.1",  # the node's: where a node agent of it listens
         "startTime": now,
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+        "containerStatuses": statuses,
     }
-    client.CoreV1Api(api).patch_namespaced_pod_status(name, namespace, {"status": status})
+    core.patch_namespaced_pod_status(name, namespace, {"status": status})
 
 
 def install_litmus_experiment(api: Any, namespace: str, name: str) -> None:
@@ -149,3 +187,77 @@ def rsdrill_objects(api: Any, namespace: str) -> list[tuple[str, str]]:
             raise
         found += [(item["kind"], item["metadata"]["name"]) for item in items]
     return found
+
+
+def service_account_token(api: Any, namespace: str, account: str) -> str:
+    """A token of a new ServiceAccount `account` (TokenRequest, an hour)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+    request = {"spec": {"expirationSeconds": 3600}}
+    answer = core.create_namespaced_service_account_token(account, namespace, request)
+    return str(answer.status.token)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_listening(port: int, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("the node agent did not listen")
+
+
+@contextmanager
+def node_agent(
+    kube: Any, namespace: str, cgroup_root: Path, state_dir: Path, allow: str
+) -> Iterator[str]:
+    """`python -m rsdrill.platforms.kubernetes.nodeagent` on a free loopback port, serving TLS
+    with the API server's certificate, under its own ServiceAccount `node-agent` of
+    `namespace` (allowed to create TokenReviews, nothing else), admitting the user `allow`
+    only, capping cgroups under `cgroup_root`: its URL."""
+    from kubernetes import client
+
+    from tests.kubernetes.cluster import REPO, env_without_kube
+
+    token = service_account_token(kube.api, namespace, "node-agent")
+    rbac = client.RbacAuthorizationV1Api(kube.api)
+    name = f"{namespace}-node-agent"
+    rbac.create_cluster_role({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+                   "verbs": ["create"]}],
+    })  # fmt: skip
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "node-agent", "namespace": namespace}],
+    })  # fmt: skip
+    kubeconfig = kube.cluster.kubeconfig(f"{namespace}-node-agent", token)
+    certs = kube.cluster.directory / "certs"
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rsdrill.platforms.kubernetes.nodeagent",
+         "--listen", f"127.0.0.1:{port}", "--allow", allow,
+         "--tls-cert", str(certs / "apiserver.crt"), "--tls-key", str(certs / "apiserver.key"),
+         "--cgroup-root", str(cgroup_root), "--state-dir", str(state_dir),
+         "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env=env_without_kube(),
+    )  # fmt: skip
+    try:
+        _wait_listening(port, process)
+        yield f"https://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)

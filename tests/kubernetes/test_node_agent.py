@@ -5,10 +5,6 @@ ServiceAccount gets through; rsdrill's injector and its journaled revert drive i
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +16,15 @@ from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
 from rsdrill.platforms.kubernetes.nodeagent import AgentError, call
 from rsdrill.platforms.kubernetes.target import make_target
 from tests.harness.cgroups import PodCgroup, pod_cgroup
-from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.support import experiment, make_node, member, pod_manifest
+from tests.kubernetes.support import (
+    experiment,
+    make_node,
+    member,
+    node_agent,
+    pod_manifest,
+    service_account_token,
+)
 
 RESTRICTED_TOKEN = "rsdrill-test-restricted-token"  # tests/kubernetes/cluster.py's static user
 
@@ -35,16 +37,6 @@ class Agent:
     cgroup: PodCgroup
     tokens: dict[str, str]  # ServiceAccount → a token of it
     kubeconfigs: dict[str, Path]
-
-
-def _token(api: Any, namespace: str, account: str) -> str:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
-    request = {"spec": {"expirationSeconds": 3600}}
-    answer = core.create_namespaced_service_account_token(account, namespace, request)
-    return str(answer.status.token)
 
 
 def _grant(api: Any, namespace: str, account: str) -> None:
@@ -63,70 +55,21 @@ def _grant(api: Any, namespace: str, account: str) -> None:
     })  # fmt: skip
 
 
-def _agent_identity(api: Any, namespace: str) -> None:
-    from kubernetes import client
-
-    rbac = client.RbacAuthorizationV1Api(api)
-    name = f"{namespace}-node-agent"
-    rbac.create_cluster_role({
-        "metadata": {"name": name},
-        "rules": [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
-                   "verbs": ["create"]}],
-    })  # fmt: skip
-    rbac.create_cluster_role_binding({
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": "node-agent", "namespace": namespace}],
-    })  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_listening(port: int, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()[1]
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError("the node agent did not listen")
-
-
 @pytest.fixture
 def agent(kube: Kube, tmp_path: Path) -> Iterator[Agent]:
     namespace = kube.namespace("agent")
     tokens = {
-        name: _token(kube.api, namespace, name) for name in ("rsdrill", "other", "node-agent")
+        name: service_account_token(kube.api, namespace, name) for name in ("rsdrill", "other")
     }
     _grant(kube.api, namespace, "rsdrill")
-    _agent_identity(kube.api, namespace)
     kubeconfigs = {n: kube.cluster.kubeconfig(f"{namespace}-{n}", t) for n, t in tokens.items()}
-    certs = kube.cluster.directory / "certs"
-    port = _free_port()
-    with pod_cgroup() as cgroup:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "rsdrill.platforms.kubernetes.nodeagent",
-             "--listen", f"127.0.0.1:{port}",
-             "--allow", f"system:serviceaccount:{namespace}:rsdrill",
-             "--tls-cert", str(certs / "apiserver.crt"), "--tls-key", str(certs / "apiserver.key"),
-             "--cgroup-root", str(cgroup.root), "--state-dir", str(tmp_path / "state"),
-             "--kubeconfig", str(kubeconfigs["node-agent"])],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-            env=env_without_kube(),
-        )  # fmt: skip
-        try:
-            _wait_listening(port, process)
-            yield Agent(f"https://127.0.0.1:{port}", str(certs / "apiserver.crt"), namespace,
-                        cgroup, tokens, kubeconfigs)  # fmt: skip
-        finally:
-            process.terminate()
-            process.communicate(timeout=10)
+    ca_file = str(kube.cluster.directory / "certs" / "apiserver.crt")
+    allow = f"system:serviceaccount:{namespace}:rsdrill"
+    with (
+        pod_cgroup() as cgroup,
+        node_agent(kube, namespace, cgroup.root, tmp_path / "state", allow) as url,
+    ):
+        yield Agent(url, ca_file, namespace, cgroup, tokens, kubeconfigs)
 
 
 def _request(agent: Agent) -> dict[str, Any]:

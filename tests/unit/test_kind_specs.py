@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from rsdrill.experiment.kinds import (
+    COMMAND_KINDS,
     KIND_NAMES,
     KINDS,
     PLATFORM_COLUMNS,
@@ -53,6 +54,8 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"scope": "node", "kubernetes": {"delete_node": False}},
         {"ec2": {"action": "terminate"}, "restart": False},
         {"ec2": {"action": "reboot"}, "restart": False},
+        {"restart": {"volume": "wipe"}},
+        {"vsphere": {"restart_on": "other"}},
     ),
     "disk-fault": ({}, {"latency": "50ms", "errno": "none"}),
     "iops-throttle": (
@@ -154,3 +157,71 @@ def test_the_kubernetes_default_engine_is_the_spec_s_first_way() -> None:
             needed = {"iops-throttle": {"iops": 1}, "network-degrade": {"latency": 0.05}}
             limit = needed.get(kind, {})
             assert engine_of(make_fault(at=1, kind=kind, duration=5, **limit)) == ways[0].engine
+
+
+def test_the_ec2_default_engine_is_the_spec_s_first_way() -> None:
+    """Of every fault that loads on ec2 without an engine (iops-throttle: the exact SSM cap)."""
+    from rsdrill.platforms.ec2.options import engine_of
+
+    defaults = {}
+    for kind, spec in KINDS.items():
+        for exp in _loading(kind, "ec2"):
+            fault = exp.faults[0]
+            if fault.engine is None and kind not in COMMAND_KINDS:
+                defaults[kind] = engine_of(fault)
+                assert defaults[kind] == spec.platforms["ec2"][0].engine, kind
+    assert defaults["iops-throttle"] == "ssm" and defaults["host-kill"] == "api"
+
+
+PLATFORM_CALLS = ("kubernetes", "ec2", "vsphere")
+
+
+@pytest.mark.parametrize(
+    ("kind", "platform"),
+    [(k, p) for k, spec in KINDS.items() for p in spec.platforms if k not in COMMAND_KINDS],
+)
+def test_every_way_that_calls_a_platform_names_its_privileges(kind: str, platform: str) -> None:
+    for way in KINDS[kind].platforms[platform]:
+        assert bool(way.privileges) == (platform in PLATFORM_CALLS), way
+        assert len(set(way.privileges)) == len(way.privileges), way
+
+
+def test_kubernetes_privileges_are_rbac_on_resources_rsdrill_uses() -> None:
+    from rsdrill.platforms.kubernetes import resources
+    from rsdrill.platforms.kubernetes.preflight import rbac
+
+    types = {(t.plural, t.group) for t in vars(resources).values()
+             if isinstance(t, resources.ResourceType)}  # fmt: skip
+    core = {("pods", ""), ("pods", "exec"), ("pods", "eviction"), ("nodes", "")}
+    verbs = {"get", "list", "create", "patch", "delete"}
+    for spec in KINDS.values():
+        for way in spec.platforms.get("kubernetes", ()):
+            for privilege in way.privileges:
+                for p in rbac(privilege, "ns"):
+                    known = (p.resource, p.subresource) in core or (p.resource, p.group) in types
+                    assert known and p.verb in verbs, privilege
+                    assert (p.namespace is None) == privilege.endswith(" cluster-wide")
+
+
+def test_the_kubernetes_preflight_asks_for_the_way_s_privileges() -> None:
+    """needed_permissions reads the spec: each host-kill way's privileges after the pods' get;
+    an iops-throttle through Chaos Mesh asks for the chaos type the cluster has."""
+    from rsdrill.platforms.kubernetes.preflight import needed_permissions, rbac
+
+    ways = set()
+    for exp in _loading("host-kill", "kubernetes"):
+        fault, platform = exp.faults[0], exp.target.kubernetes
+        way = way_of("kubernetes", fault)
+        assert platform is not None and way is not None
+        ways.add(way)
+        from_spec = [p for text in way.privileges for p in rbac(text, platform.namespace)]
+        asked = needed_permissions(platform, [fault], block_chaos=False)
+        assert asked == [rbac("get pods", platform.namespace)[0], *dict.fromkeys(from_spec)]
+    assert len(ways) == len(KINDS["host-kill"].platforms["kubernetes"])
+    exp = next(e for e in _loading("iops-throttle", "kubernetes")
+               if e.faults[0].engine == "chaos-mesh" and e.faults[0].iops)  # fmt: skip
+    throttle, platform = exp.faults[0], exp.target.kubernetes
+    assert platform is not None
+    chaos = {b: {p.resource for p in needed_permissions(platform, [throttle], block_chaos=b)}
+             for b in (False, True)}  # fmt: skip
+    assert chaos == {False: {"pods", "iochaos"}, True: {"pods", "blockchaos"}}

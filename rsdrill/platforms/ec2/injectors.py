@@ -49,7 +49,12 @@ def ec2_injector(
     from rsdrill.platforms.ec2.instance import InstanceKill
     from rsdrill.platforms.ec2.lookup import find_data_volume
     from rsdrill.platforms.ec2.network import SecurityGroupPartition
-    from rsdrill.platforms.ec2.options import Ec2Fault, needs_data_volume, wipes_volume
+    from rsdrill.platforms.ec2.options import (
+        Ec2Fault,
+        engine_of,
+        needs_data_volume,
+        wipes_volume,
+    )
     from rsdrill.platforms.ec2.volume import IopsThrottle, VolumeDetach
 
     options = fault.ec2 or Ec2Fault()
@@ -58,7 +63,8 @@ def ec2_injector(
     if needs_data_volume(fault) and platform.volume is not None:
         data = find_data_volume(aws, platform.volume, instance)
     duration = fault.revert_after or fault.duration or 0.0
-    if fault.engine == "ssm":
+    engine = engine_of(fault)
+    if engine == "ssm":
         from rsdrill.platforms.ec2 import ssm
 
         if fault.kind == "host-freeze":
@@ -67,7 +73,7 @@ def ec2_injector(
             limits = ssm.io_max_limits(fault)
             scripts = ssm.cgroup_io_scripts(platform.process, platform.dbpath, limits)
         return ssm.SsmFault(aws, instance, fault.kind, scripts)
-    if fault.engine == "fis":
+    if engine == "fis":
         assert platform.fis_role_arn is not None  # check_experiment requires it
         if fault.kind == "host-kill":
             action = fis.stop_instances(aws, instance, duration)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from rsdrill.experiment.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
-from rsdrill.experiment.kinds import COMMAND_KINDS
+from rsdrill.experiment.kinds import COMMAND_KINDS, privileges_of
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -135,6 +135,9 @@ class Ec2Fault(Strict):
 
 
 ENGINES = ("api", "fis", "ssm")
+# The engine of a fault that names none: api, but an iops-throttle's exact, revertible cap
+# (ModifyVolume, api's, cannot be restored for 6 hours: it needs `engine: api` and `one_way`).
+_DEFAULT_ENGINE = {"iops-throttle": "ssm"}
 # What each engine can do on ec2 (stepdown is the runner's, on every platform).
 _KINDS = {
     "api": ("host-kill", "volume-detach", "iops-throttle", "network-partition", *COMMAND_KINDS),
@@ -163,6 +166,11 @@ def _problem(i: int, *at: str | int, text: str) -> FieldProblem:
     return FieldProblem(("faults", i, *at), text)
 
 
+def engine_of(fault: Fault) -> str:
+    """The fault's engine, or the default engine for its kind."""
+    return fault.engine or _DEFAULT_ENGINE.get(fault.kind, "api")
+
+
 def wipes_volume(fault: Fault) -> bool:
     """host-kill with `restart.volume: wipe`: the member comes back on a new, empty volume."""
     return bool(fault.kind == "host-kill" and fault.restart and fault.restart.volume == "wipe")
@@ -172,7 +180,7 @@ def needs_data_volume(fault: Fault) -> bool:
     """Whether the fault acts on the member's EBS data volume (a wipe replaces it); engine
     ssm finds the disk on the instance itself."""
     on_volume = fault.kind in ("volume-detach", "iops-throttle", "disk-fault")
-    return wipes_volume(fault) or (on_volume and fault.engine != "ssm")
+    return wipes_volume(fault) or (on_volume and engine_of(fault) != "ssm")
 
 
 def check_experiment(exp: Experiment) -> None:
@@ -181,7 +189,7 @@ def check_experiment(exp: Experiment) -> None:
     platform = exp.target.ec2
     assert platform is not None  # the schema requires the section
     for i, fault in enumerate(exp.faults):
-        engine = fault.engine or "api"
+        engine = engine_of(fault)
         if engine not in ENGINES:
             raise _problem(i, "engine", text=f"engine {engine!r} is not one of ec2's: "
                            f"{', '.join(ENGINES)}")  # fmt: skip
@@ -312,9 +320,14 @@ def _check_iops(i: int, fault: Fault, engine: str) -> None:
     if engine == "ssm":
         together = [f for f in ("iops", "throughput_mb_s", "latency") if getattr(fault, f)]
         if together or not split:
+            # Without an engine, say how to get the volume-wide limit instead.
+            api = ("" if fault.engine else "; or engine: api with one_way: true to lower the "
+                   "volume's provisioned IOPS (ModifyVolume: AWS allows the restore only 6 h "
+                   "later)")  # fmt: skip
             raise _problem(i, together[0] if together else "read_iops", text="cgroup io.max "
-                           "caps reads and writes separately: give read_iops, write_iops, "
-                           "read_mb_s and/or write_mb_s (no latency)")  # fmt: skip
+                           "(engine ssm) caps reads and writes separately: give read_iops, "
+                           f"write_iops, read_mb_s and/or write_mb_s (no latency){api}",
+                           )  # fmt: skip
         return
     if split:
         raise _problem(i, split[0], text="EBS limits reads and writes together: use iops / "
@@ -339,36 +352,9 @@ _DESCRIBE = ("ec2:DescribeInstances", "ec2:DescribeVolumes")
 
 
 def iam_actions(fault: Fault) -> tuple[str, ...]:
-    """The IAM actions injecting and reverting `fault` needs (beyond describing)."""
-    options = fault.ec2 or Ec2Fault()
-    if fault.kind in COMMAND_KINDS:
-        return ()
-    if fault.engine == "ssm":
-        return ("ssm:SendCommand", "ssm:GetCommandInvocation", "ssm:DescribeInstanceInformation")
-    if fault.engine == "fis":
-        fis = ("fis:CreateExperimentTemplate", "fis:StartExperiment", "fis:GetExperiment",
-               "fis:StopExperiment", "fis:DeleteExperimentTemplate", "fis:ListExperiments",
-               "fis:ListExperimentTemplates", "fis:TagResource", "iam:PassRole")  # fmt: skip
-        own = {"host-kill": ("ec2:StartInstances",),
-               # The instance type's vCPUs and memory size the stress.
-               "cpu-starve": ("ec2:DescribeInstanceTypes",),
-               "memory-pressure": ("ec2:DescribeInstanceTypes",)}  # fmt: skip
-        return fis + own.get(fault.kind, ())
-    if fault.kind == "host-kill":
-        if options.action != "stop":
-            return (f"ec2:{options.action.capitalize()}Instances",)
-        wipe = ("ec2:CreateVolume", "ec2:CreateTags", "ec2:DetachVolume", "ec2:AttachVolume")
-        restart_wipe = bool(fault.restart and fault.restart.volume == "wipe")
-        return ("ec2:StopInstances", "ec2:StartInstances", *(wipe if restart_wipe else ()))
-    return {
-        "volume-detach": ("ec2:DetachVolume", "ec2:AttachVolume"),
-        "iops-throttle": ("ec2:ModifyVolume", "ec2:DescribeVolumesModifications"),
-        "network-partition": ("ec2:CreateSecurityGroup", "ec2:CreateTags",
-                              "ec2:RevokeSecurityGroupEgress", "ec2:ModifyInstanceAttribute",
-                              "ec2:DescribeSecurityGroups", "ec2:DeleteSecurityGroup")
-        if fault.isolate_from == "all" else
-        ("ec2:DescribeNetworkAcls", "ec2:CreateNetworkAclEntry", "ec2:DeleteNetworkAclEntry"),
-    }.get(fault.kind, ())  # fmt: skip
+    """The IAM actions injecting and reverting `fault` needs (beyond describing): its way's
+    privileges in the spec."""
+    return privileges_of("ec2", fault)
 
 
 def plan_details(exp: Experiment) -> list[str]:
@@ -383,7 +369,7 @@ def plan_details(exp: Experiment) -> list[str]:
         actions = iam_actions(fault)
         if not actions:
             continue
-        engine = fault.engine or "api"
+        engine = engine_of(fault)
         lines.append(f"faults[{i}] {fault.kind} (engine {engine}): {', '.join(actions)}")
     # A matrix may vary the faults (volume: keep or wipe): every run's calls are needed.
     for _, variant in exp.variants():

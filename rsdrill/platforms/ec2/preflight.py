@@ -20,10 +20,13 @@ Call = tuple[str, dict[str, Any]]
 
 def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | None) -> list[Call]:
     """The EC2 calls (with DryRun) that injecting and reverting `fault` will make."""
+    from rsdrill.platforms.ec2.options import engine_of
+
     iid = {"InstanceIds": [instance.id]}
-    if fault.engine == "ssm":
+    engine = engine_of(fault)
+    if engine == "ssm":
         return []
-    if fault.engine == "fis":
+    if engine == "fis":
         # FIS has no DryRun; stopping instances is checked for the instance start on revert,
         # a stress for the instance type it is sized from.
         if fault.kind in ("cpu-starve", "memory-pressure"):
@@ -69,12 +72,12 @@ def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | N
 def problems(
     aws: Aws, platform: Ec2Platform, faults: tuple[Fault, ...], instances: list[Instance]
 ) -> list[str]:
-    from rsdrill.platforms.ec2.options import needs_data_volume
+    from rsdrill.platforms.ec2.options import engine_of, needs_data_volume
     from rsdrill.platforms.ec2.volume import modification_limit
 
     found: list[str] = []
     asked: set[tuple[str, str]] = set()
-    if any(f.engine == "ssm" for f in faults):
+    if any(engine_of(f) == "ssm" for f in faults if f.kind not in COMMAND_KINDS):
         from rsdrill.platforms.ec2.ssm import unmanaged
 
         # SSM has no DryRun: it is asked whether it can reach each instance at all.
@@ -94,7 +97,8 @@ def problems(
                 if refused:
                     found.append(f"{instance.member} ({instance.id}): {refused}")
             accepted = fault.ec2 is not None and fault.ec2.accept_modification_limit
-            if fault.kind == "iops-throttle" and fault.engine != "fis" and data and not accepted:
+            if fault.kind == "iops-throttle" and engine_of(fault) == "api" and data and \
+                    not accepted:  # fmt: skip
                 limit = modification_limit(aws, data[0])
                 if limit:
                     found.append(f"faults[{i}] iops-throttle on {instance.member}: {limit}; set "

@@ -9,13 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rsdrill.experiment.kinds import COMMAND_KINDS
+from rsdrill.experiment.kinds import COMMAND_KINDS, privileges_of
 from rsdrill.experiment.schema import Fault
-from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform, engine_of
+from rsdrill.platforms.kubernetes.options import KubernetesPlatform, engine_of
 from rsdrill.platforms.kubernetes.resources import (
     BLOCK_CHAOS,
     CHAOS_ENGINE,
-    CHAOS_EXPERIMENT,
     CHAOS_RESULT,
     IO_CHAOS,
     NETWORK_CHAOS,
@@ -64,46 +63,32 @@ def _custom(verbs: str, rtype: ResourceType, namespace: str) -> list[Permission]
     return [Permission(v, rtype.plural, rtype.group, namespace) for v in verbs.split()]
 
 
+def rbac(privilege: str, namespace: str) -> list[Permission]:
+    """The permissions a spec privilege names: `verbs resource[/subresource][.group]`, in
+    `namespace` unless it ends in ` cluster-wide` (rsdrill/experiment/kinds.py)."""
+    verbs, what, *where = privilege.split()
+    resource, _, group = what.partition(".")
+    resource, _, subresource = resource.partition("/")
+    scope = None if where == ["cluster-wide"] else namespace
+    return [Permission(verb, resource, group, scope, subresource) for verb in verbs.split(",")]
+
+
 def needed_permissions(
     platform: KubernetesPlatform, faults: Sequence[Fault], *, block_chaos: bool
 ) -> list[Permission]:
-    """Every API call the faults will make, as permissions (duplicates removed, in order)."""
+    """Every API call the faults will make, as permissions (duplicates removed, in order): the
+    pods looked up, then each fault's way's privileges from the spec."""
     ns = platform.namespace
     needed = [Permission("get", "pods", "", ns)]
     if platform.selector is not None:
         needed.append(Permission("list", "pods", "", ns))
+    # An iops-throttle through Chaos Mesh names BlockChaos and IOChaos: it uses the one the
+    # cluster has.
+    unused = (IO_CHAOS if block_chaos else BLOCK_CHAOS).plural
     for fault in faults:
-        if fault.kind in COMMAND_KINDS:
-            continue
-        engine = engine_of(fault)
-        options = fault.kubernetes or KubernetesFault()
-        if engine == "chaos-mesh":
-            rtype = _CHAOS_MESH_TYPE[fault.kind]
-            if fault.kind == "iops-throttle" and block_chaos:
-                rtype = BLOCK_CHAOS
-            needed += _custom("create get delete", rtype, ns)
-        elif engine == "litmus":
-            needed += _custom("create get patch delete", CHAOS_ENGINE, ns)
-            needed += _custom("get", CHAOS_EXPERIMENT, ns) + _custom("get", CHAOS_RESULT, ns)
-        elif fault.kind == "host-freeze":
-            # Websocket exec is a GET (verb get) on 1.31; SPDY, and newer servers, want create.
-            needed += [
-                Permission("get", "pods", "", ns, "exec"),
-                Permission("create", "pods", "", ns, "exec"),
-            ]
-        elif fault.scope == "node":
-            needed += [
-                Permission("get", "nodes"),
-                Permission("patch", "nodes"),
-                # The node's pods, in every namespace: listed, evicted, waited for.
-                Permission("list", "pods"),
-                Permission("get", "pods"),
-                Permission("create", "pods", subresource="eviction"),
-            ]
-            if options.delete_node:
-                needed.append(Permission("delete", "nodes"))
-        else:
-            needed.append(Permission("delete", "pods", "", ns))
+        for privilege in privileges_of("kubernetes", fault):
+            needed += [p for p in rbac(privilege, ns)
+                       if fault.kind != "iops-throttle" or p.resource != unused]  # fmt: skip
     return list(dict.fromkeys(needed))
 
 

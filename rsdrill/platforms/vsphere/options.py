@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, model_validator
 
 from rsdrill.experiment.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
-from rsdrill.experiment.kinds import COMMAND_KINDS
+from rsdrill.experiment.kinds import COMMAND_KINDS, privileges_of
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -211,22 +211,6 @@ def _check_kind(i: int, fault: Fault) -> None:
                        "on again")  # fmt: skip
 
 
-# What the vCenter user's role needs, besides System.View and System.Read (looking VMs up).
-def privileges(fault: Fault) -> tuple[str, ...]:
-    """The vSphere privileges one fault's inject and revert need."""
-    if fault.kind == "host-kill":
-        moves = fault.vsphere is not None and fault.vsphere.restart_on != "same"
-        return ("VirtualMachine.Interact.PowerOff", "VirtualMachine.Interact.PowerOn",
-                *(("Resource.ColdMigrate",) if moves else ()))  # fmt: skip
-    return {
-        "host-freeze": ("VirtualMachine.Interact.Suspend", "VirtualMachine.Interact.PowerOn"),
-        "volume-detach": ("VirtualMachine.Config.RemoveDisk",
-                          "VirtualMachine.Config.AddExistingDisk", "Datastore.Browse"),
-        "iops-throttle": ("VirtualMachine.Config.Resource", "VirtualMachine.Config.EditDevice"),
-        "network-partition": ("VirtualMachine.Interact.DeviceConnection",),
-    }.get(fault.kind, ())  # fmt: skip
-
-
 def plan_details(exp: Experiment) -> list[str]:
     """Where rsdrill connects, how members map to VMs, and the privileges the faults need."""
     platform = exp.target.vsphere
@@ -243,6 +227,6 @@ def plan_details(exp: Experiment) -> list[str]:
     needed = ["System.View", "System.Read"]
     for _, variant in exp.variants():
         for fault in variant.faults:
-            needed += [p for p in privileges(fault) if p not in needed]
+            needed += [p for p in privileges_of("vsphere", fault) if p not in needed]
     lines.append(f"privileges needed: {', '.join(needed)}")
     return lines
