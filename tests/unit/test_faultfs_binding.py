@@ -65,4 +65,3 @@ def test_nothing_but_the_python_layer_imports_mfusepy() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Commands:" in done.stdout
-
