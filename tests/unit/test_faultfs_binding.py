@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.engine.check import _fuse_check
 from rsdrill.faultfs.binding import EXTRA, MISSING, fuse_binding
+from rsdrill.faultfs.compiled import LAYER_ENV, compiled_binary
 from rsdrill.faultfs.mount import FaultFSError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,3 +67,17 @@ def test_nothing_but_the_python_layer_imports_mfusepy() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Commands:" in done.stdout
+
+
+def test_rsdrill_check_names_the_extra_for_the_python_layer_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`rsdrill check` of a storage-fault experiment: the Python layer without mfusepy is a
+    failed check saying what to install; the compiled layer needs no binding."""
+    monkeypatch.setitem(sys.modules, "mfusepy", None)
+    monkeypatch.setenv(LAYER_ENV, "python")
+    check = _fuse_check()
+    assert check.ok is False and MISSING.removeprefix("faultfs: ") in check.detail
+    if compiled_binary() is not None:
+        monkeypatch.setenv(LAYER_ENV, "compiled")
+        assert MISSING.removeprefix("faultfs: ") not in _fuse_check().detail
