@@ -6,15 +6,20 @@ verb), a PersistentVolumeClaim for results and run history, a ConfigMap holding 
 written, and a CronJob (concurrencyPolicy Forbid) running each file with `rsdrill run`, then
 `rsdrill history --fail-on-regression`. `${VAR}` references in the files become environment
 variables from a Secret the user creates, so no secret is ever written into these objects.
+With a Pushgateway URL (`metrics_push`) every run pushes its metrics there (`rsdrill run
+--metrics-push`); given as `${VAR}`, the URL too comes from the Secret at run time, and a run
+pushes only when the Secret has it.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Experiment
@@ -26,6 +31,7 @@ LABELS = {"app.kubernetes.io/name": "rsdrill", "app.kubernetes.io/managed-by": "
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*?/,\-]+$")
 _CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SECRET_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class ScheduleError(RsdrillError, ValueError):
@@ -53,6 +59,7 @@ class ScheduleOptions:
     env_secret: str = "rsdrill-env"
     time_zone: str | None = None
     fail_on_regression: bool = True
+    metrics_push: str | None = None  # a Pushgateway URL, or ${VAR}: the Secret's key VAR
     extra_labels: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -69,6 +76,25 @@ def check_cron(cron: str) -> None:
         )
 
 
+def check_push_url(url: str, env_secret: str) -> None:
+    """Refuse a Pushgateway URL that is not http(s), or whose password would be written into
+    the CronJob in the clear (`${VAR}` takes it from the Secret instead)."""
+    if _SECRET_REF.fullmatch(url):
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ScheduleError(
+            f"--metrics-push {url!r}: want a Pushgateway URL such as http://pushgateway:9091, "
+            "or ${VAR} to take it from the Secret"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ScheduleError(
+            "--metrics-push: the URL carries credentials, which would be written into the "
+            f"CronJob in the clear; pass '${{RSDRILL_METRICS_PUSH}}' and put the URL in the "
+            f"Secret {env_secret} under that key"
+        )
+
+
 def render_schedule(
     files: Sequence[ScheduledFile], options: ScheduleOptions
 ) -> list[dict[str, Any]]:
@@ -78,6 +104,8 @@ def render_schedule(
         raise ScheduleError(f"--name {options.name!r}: a DNS label of at most 52 characters")
     if not files:
         raise ScheduleError("no experiment files")
+    if options.metrics_push is not None:
+        check_push_url(options.metrics_push, options.env_secret)
     names = [f.name for f in files]
     if len(set(names)) != len(names):
         raise ScheduleError(f"two files share a name: {', '.join(names)}")
@@ -211,11 +239,12 @@ def job_script(files: Sequence[ScheduledFile], options: ScheduleOptions) -> str:
     directory, all recorded in one history), then the regression check."""
     history = f"{DATA_DIR}/history.db"
     lines = ["set -u", "status=0", "stamp=$(date -u +%Y%m%d-%H%M%S)"]
+    push = _push_arguments(options.metrics_push)
     for f in files:
         stem = f.name.rsplit(".", 1)[0]
         lines.append(
             f'rsdrill run "{EXPERIMENTS_DIR}/{f.name}" --no-live --yes '
-            f'--out "{DATA_DIR}/results/$stamp/{stem}" --history "{history}" '
+            f'--out "{DATA_DIR}/results/$stamp/{stem}" --history "{history}"{push} '
             "|| status=1"
         )
     if options.fail_on_regression:
@@ -224,8 +253,29 @@ def job_script(files: Sequence[ScheduledFile], options: ScheduleOptions) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _push_arguments(url: str | None) -> str:
+    """` --metrics-push URL` for each run's line; from `${VAR}`, only when VAR is set."""
+    if url is None:
+        return ""
+    reference = _SECRET_REF.fullmatch(url)
+    if reference is None:
+        return f" --metrics-push {shlex.quote(url)}"
+    name = reference.group(1)
+    return f' ${{{name}:+--metrics-push "${name}"}}'
+
+
+def _secret_names(files: Sequence[ScheduledFile], options: ScheduleOptions) -> list[str]:
+    """The environment variables the job takes from the Secret: the files' ${VAR}s and a
+    Pushgateway URL given as ${VAR}."""
+    names = {name for f in files for name in f.env}
+    reference = _SECRET_REF.fullmatch(options.metrics_push or "")
+    if reference is not None:
+        names.add(reference.group(1))
+    return sorted(names)
+
+
 def _cronjob(files: Sequence[ScheduledFile], options: ScheduleOptions, meta: Any) -> dict[str, Any]:
-    env_names = sorted({name for f in files for name in f.env})
+    env_names = _secret_names(files, options)
     env = [
         {
             "name": name,

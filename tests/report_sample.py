@@ -128,22 +128,25 @@ def _member_polls(member: str, t: float) -> list[Op]:
     ]
 
 
-def _lag_polls() -> list[Op]:
-    """The lag probe every 0.5 s: the restarted member lags up to 2.4 s while it catches up;
+def _lag_polls(peak_s: float) -> list[Op]:
+    """The lag probe every 0.5 s: the restarted member lags up to `peak_s` while it catches up;
     while it is down the primary reports no lag for it."""
     ops = []
+    scale = peak_s / 2.4
     for half in range(int(DURATION_S * 2)):
         t = half / 2
-        lags = {OTHER: 0.04}
+        lags = {OTHER: 0.04 * scale}
         if _state_at(KILLED, t) != "DOWN":
-            lags[KILLED] = round(2.4 * max(0.0, 1 - abs(t - 25) / 4) if t >= RESTART_S else 0.05, 3)
+            lag = 2.4 * max(0.0, 1 - abs(t - 25) / 4) if t >= RESTART_S else 0.05
+            lags[KILLED] = round(lag * scale, 6)
         detail = {"lag_s": lags}
         ops.append(Op("lag", "status", NEW_PRIMARY, t, t + 0.003, "ok", detail))
     return ops
 
 
-def sample_ops(load_ops: int = 6000, seed: int = 7) -> list[Op]:
-    """Every probe's attempts over the run, `load_ops` of them from the load generator."""
+def sample_ops(load_ops: int = 6000, seed: int = 7, lag_peak_s: float = 2.4) -> list[Op]:
+    """Every probe's attempts over the run, `load_ops` of them from the load generator; the
+    largest replication lag is `lag_peak_s`."""
     rng = random.Random(seed)
 
     def fast(t: float, outcome: str) -> float:
@@ -164,7 +167,7 @@ def sample_ops(load_ops: int = 6000, seed: int = 7) -> list[Op]:
         for tenth in range(0, int(DURATION_S * 10), 2):
             t = tenth / 10
             ops += _member_polls(member, t)
-    ops += _lag_polls()
+    ops += _lag_polls(lag_peak_s)
     for _ in range(load_ops):
         t = rng.uniform(0.0, DURATION_S - 0.5)
         kind = rng.choice(["read", "update", "update", "insert"])

@@ -17,6 +17,8 @@ def exit_invalid(message: str) -> NoReturn:
     raise typer.Exit(EXIT_INVALID)
 
 
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
 SeedOption = Annotated[
     int | None,
     typer.Option(

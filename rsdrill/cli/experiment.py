@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rsdrill.cli.errors import SeedOption, seeded
+from rsdrill.cli.errors import JsonOption, SeedOption, seeded
 
 if TYPE_CHECKING:
+    from rsdrill.experiment.loader import ExperimentError
     from rsdrill.experiment.schema import Experiment
 
 # The result CONTRACT's exit status for invalid input (rsdrill.result.EXIT_CODES["invalid"]),
@@ -35,6 +36,14 @@ def validate(
             help="Require every ${VAR} the files use to be set (as `rsdrill run` does).",
         ),
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one object per file (ok, its notes, or its problem's line, column, "
+            "field and message) as a JSON list; the exit status is the same.",
+        ),
+    ] = False,
 ) -> None:
     """Check experiment files: `FILE: ok`, or the file's first problem as FILE:LINE:COL.
 
@@ -43,29 +52,46 @@ def validate(
     import rsdrill
     from rsdrill.experiment.loader import check_experiment_file
 
-    invalid = False
+    checked: list[dict[str, Any]] = []
     for path in files:
+        notes: list[rsdrill.ExperimentError] = []
+        error: rsdrill.ExperimentError | None = None
         try:
             if strict:
                 rsdrill.load(path)
             else:
-                for note in check_experiment_file(path):
-                    typer.echo(f"note: {note}", err=True)
+                notes = check_experiment_file(path)
         except rsdrill.ExperimentError as exc:
-            typer.echo(str(exc), err=True)
-            invalid = True
-        else:
-            typer.echo(f"{path}: ok")
-    if invalid:
+            error = exc
+        checked.append(
+            {
+                "file": str(path),
+                "ok": error is None,
+                "notes": [_located(note) for note in notes],
+                "error": None if error is None else _located(error),
+            }
+        )
+        if as_json:
+            continue
+        for note in notes:
+            typer.echo(f"note: {note}", err=True)
+        typer.echo(f"{path}: ok" if error is None else str(error), err=error is not None)
+    if as_json:
+        typer.echo(json.dumps(checked, indent=2))
+    if not all(c["ok"] for c in checked):
         raise typer.Exit(EXIT_INVALID)
 
 
-def plan(file: FileArgument, seed: SeedOption = None) -> None:
+def plan(file: FileArgument, seed: SeedOption = None, as_json: JsonOption = False) -> None:
     """Show what an experiment will do, to which member and when (nothing is run)."""
     import rsdrill
-    from rsdrill.experiment.plan import ONE_WAY_MARK
+    from rsdrill.experiment.plan import ONE_WAY_MARK, plan_data
 
-    for line in rsdrill.plan(seeded(_load_or_exit(file), seed)).splitlines():
+    experiment = seeded(_load_or_exit(file), seed)
+    if as_json:
+        typer.echo(json.dumps(plan_data(experiment), indent=2))
+        return
+    for line in rsdrill.plan(experiment).splitlines():
         # typer.style's colour is dropped when stdout is not a terminal.
         typer.secho(line, fg="red" if ONE_WAY_MARK in line else None)
 
@@ -173,6 +199,17 @@ def _allow_references(node: Any) -> Any:
     if node.get("type") in ("integer", "number", "boolean"):
         return {"anyOf": [node, {"type": "string", "pattern": ENV_REFERENCE_PATTERN}]}
     return node
+
+
+def _located(problem: ExperimentError) -> dict[str, Any]:
+    """A problem (or note) of a file as `validate --json` gives it."""
+    return {
+        "line": problem.line,
+        "column": problem.col,
+        "field": problem.field,
+        "problem": problem.problem,
+        "message": str(problem),
+    }
 
 
 def _load_or_exit(path: Path) -> Experiment:

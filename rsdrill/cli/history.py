@@ -7,8 +7,9 @@ The store (and with it sqlite3 and pydantic) is imported inside the command so t
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -75,6 +76,14 @@ def history(
             "newest run's metrics, for a Prometheus scrape or textfile.",
         ),
     ] = "table",
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the runs shown, their metrics and the regressions as JSON (the table's "
+            "content; --fail-on-regression still sets the exit status).",
+        ),
+    ] = False,
 ) -> None:
     """Show recorded runs (time, verdict, key metrics) with regressions marked: a metric above the
     rolling median of the experiment's previous runs by more than k * MAD."""
@@ -85,6 +94,8 @@ def history(
     unknown = [m for m in names if not known_metric(m)]
     if unknown:
         exit_invalid(f"--metric: unknown metric {', '.join(map(repr, unknown))}")
+    if as_json and output_format != "table":
+        exit_invalid(f"--json and --format {output_format}: choose one")
     start = _parse_since(since) if since else None
     try:
         # The baseline reaches back before --since: only the display is limited to it.
@@ -103,25 +114,29 @@ def history(
         except openmetrics.MetricsExportError as exc:
             exit_invalid(str(exc))
         return
-    if not shown:
-        typer.echo(f"no runs recorded in {db}" + (" that match" if experiment or since else ""))
-        return
     shown_ids = {r.id for r in shown}
     found = [g for g in found if g.run.id in shown_ids]
     flagged = {(g.run.id, g.metric) for g in found}
-    typer.echo(_tables(shown, names, flagged), nl=False)
-    if found:
-        typer.echo(
-            f"\n! regression: more than {k:g} * 1.4826 * MAD above the median of the "
-            f"previous {window} runs"
-        )
-        for g in found:
-            typer.echo(f"  {_describe(g)}")
-    if chart is not None:
-        _write_chart(chart, shown, names, judged, flagged)
-        typer.echo(f"\nchart: {chart}")
     newest = {r.experiment: r for r in shown}  # oldest first, so the last one stays
     regressed = sorted({g.run.experiment for g in found if newest[g.run.experiment] is g.run})
+    if chart is not None and shown:
+        _write_chart(chart, shown, names, judged, flagged)
+    if as_json:
+        typer.echo(json.dumps(_history_json(shown, names, found, regressed, k, window), indent=2))
+    elif not shown:
+        typer.echo(f"no runs recorded in {db}" + (" that match" if experiment or since else ""))
+        return
+    else:
+        typer.echo(_tables(shown, names, flagged), nl=False)
+        if found:
+            typer.echo(
+                f"\n! regression: more than {k:g} * 1.4826 * MAD above the median of the "
+                f"previous {window} runs"
+            )
+            for g in found:
+                typer.echo(f"  {_describe(g)}")
+        if chart is not None:
+            typer.echo(f"\nchart: {chart}")
     if fail_on_regression and regressed:
         typer.echo(f"\nthe newest run regressed: {', '.join(regressed)}", err=True)
         raise typer.Exit(EXIT_REGRESSION)
@@ -161,6 +176,53 @@ def _tables(runs: list[Run], metrics: list[str], flagged: set[tuple[int, str]]) 
         )
         out.append("")
     return "\n".join(out)
+
+
+def _history_json(
+    runs: list[Run],
+    metrics: list[str],
+    found: list[Regression],
+    regressed: list[str],
+    k: float,
+    window: int,
+) -> dict[str, Any]:
+    """What the tables and the regression lines show, as data: each run with the metrics shown
+    (null: not measured) and the ones that regressed, each regression with its baseline."""
+    flagged: dict[int, list[str]] = {}
+    for g in found:
+        flagged.setdefault(g.run.id, []).append(g.metric)
+    return {
+        "metrics": metrics,
+        "k": k,
+        "window": window,
+        "runs": [
+            {
+                "id": run.id,
+                "experiment": run.experiment,
+                "started_at": run.started_at.isoformat(),
+                "verdict": run.verdict,
+                "duration_s": run.duration_s,
+                "out_dir": str(run.out_dir),
+                "metrics": {m: run.metrics.get(m) for m in metrics},
+                "regressed": flagged.get(run.id, []),
+            }
+            for run in runs
+        ],
+        "regressions": [
+            {
+                "run_id": g.run.id,
+                "experiment": g.run.experiment,
+                "metric": g.metric,
+                "value": g.value,
+                "threshold": g.baseline.threshold,
+                "median": g.baseline.median,
+                "mad": g.baseline.mad,
+                "baseline_runs": g.baseline.size,
+            }
+            for g in found
+        ],
+        "newest_regressed": regressed,
+    }
 
 
 def _describe(regression: Regression) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.errors import JsonOption, exit_invalid
 from rsdrill.sandbox.config import ReplSetSpec, Settings, build_topology
 
 if TYPE_CHECKING:
@@ -74,7 +74,6 @@ EngineOption = Annotated[
     EngineName,
     typer.Option(help="auto: a real mongod when one is on PATH, else the built-in emulator."),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 MemberArgument = Annotated[
     str, typer.Argument(help="host:port, a port, or primary / secondary / arbiter.")
 ]

@@ -49,6 +49,17 @@ def render(
     fail_on_regression: Annotated[
         bool, typer.Option(help="Fail the job when a metric regressed (rsdrill history).")
     ] = True,
+    metrics_push: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-push",
+            envvar="RSDRILL_METRICS_PUSH",
+            metavar="URL",
+            help="A Prometheus Pushgateway every run pushes its metrics to (rsdrill run "
+            "--metrics-push); '${VAR}' takes the URL from the Secret at run time, and a run "
+            "pushes only when it is there.",
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", dir_okay=False, help="Write here instead of stdout.")
     ] = None,
@@ -63,6 +74,7 @@ def render(
     options = ScheduleOptions(cron=cron, namespace=namespace, name=name, storage=storage,
                               storage_class=storage_class, env_secret=env_secret,
                               time_zone=time_zone, fail_on_regression=fail_on_regression,
+                              metrics_push=metrics_push or None,
                               image=image or ScheduleOptions.image)  # fmt: skip
     try:
         objects = render_schedule(scheduled, options)

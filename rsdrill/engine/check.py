@@ -310,18 +310,26 @@ def _local_tools(exp: Experiment) -> Iterator[Check]:
 
 
 def _fuse_check() -> Check:
+    from rsdrill.faultfs.binding import fuse_binding
+    from rsdrill.faultfs.compiled import choose_layer
+    from rsdrill.faultfs.mount import FaultFSError
+
     problems = []
     if not Path("/dev/fuse").exists():
         problems.append("/dev/fuse is missing")
     if shutil.which("fusermount3") is None and shutil.which("fusermount") is None:
         problems.append("fusermount3 is missing (apt-get install fuse3)")
+    layer = "python"
     try:
-        import mfusepy  # noqa: F401
-    except (ImportError, OSError) as exc:
-        problems.append(f"libfuse3 cannot be loaded ({exc}; apt-get install fuse3)")
+        layer = choose_layer()
+        # The compiled data path mounts through fusermount3 and needs no binding.
+        if layer == "python":
+            fuse_binding()
+    except (ValueError, FaultFSError) as exc:
+        problems.append(str(exc).removeprefix("faultfs: "))
     if problems:
         return Check("FUSE (storage faults)", False, "; ".join(problems))
-    return Check("FUSE (storage faults)", True, "/dev/fuse, fusermount3, libfuse3")
+    return Check("FUSE (storage faults)", True, f"/dev/fuse, fusermount3, faultfs {layer} layer")
 
 
 def _platform(exp: Experiment, options: ConnectOptions) -> Check:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rsdrill import registry
@@ -268,6 +268,28 @@ def render_plan(exp: Experiment) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plan_data(exp: Experiment) -> dict[str, Any]:
+    """The plan as data (`rsdrill plan --json`): what `render_plan` shows, the timeline as one
+    object per step, the probes by name; target and platform resources as lines of text."""
+    return {
+        "experiment": exp.name,
+        "description": exp.description,
+        "platform": exp.target.platform,
+        "topology": exp.target.topology,
+        "target": describe_target(exp.target),
+        "probes": probe_descriptions(exp.probes),
+        "seed": exp.random_faults.seed if exp.random_faults is not None else None,
+        "timeline": [
+            {**asdict(step), "one_way": ONE_WAY_MARK in step.description}
+            for step in plan_experiment(exp)
+        ],
+        "notes": _warnings(exp),
+        "slo": {metric: _condition(condition) for metric, condition in exp.slo.items()},
+        "matrix": _describe_matrix(exp) if exp.matrix is not None else None,
+        "resources": _platform_details(exp),
+    }
+
+
 def _platform_details(exp: Experiment) -> list[str]:
     """What a platform adds to the plan (e.g. the chaos resources it would create)."""
     return registry.platform(exp.target.platform).plan_details(exp)
@@ -367,7 +389,14 @@ def _setting(value: float | None, default_s: float) -> str:
 
 def describe_probes(probes: Probes) -> list[str]:
     """One line per probe: what it does and how often, or "off"."""
-    described: dict[str, Callable[[Any], str]] = {
+    described = probe_descriptions(probes)
+    width = max(map(len, described))
+    return [f"{name.ljust(width)}  {text}" for name, text in described.items()]
+
+
+def probe_descriptions(probes: Probes) -> dict[str, str]:
+    """Each probe's name → what it does and how often, or "off"."""
+    describers: dict[str, Callable[[Any], str]] = {
         "availability": _availability,
         "failover": _failover,
         "recovery": _recovery,
@@ -375,12 +404,10 @@ def describe_probes(probes: Probes) -> list[str]:
         "durability": _durability,
         "load": _load,
     }
-    width = max(map(len, described))
-    lines = []
-    for name, describe in described.items():
-        config = getattr(probes, name)
-        lines.append(f"{name.ljust(width)}  {describe(config) if config is not None else 'off'}")
-    return lines
+    return {
+        name: describe(config) if (config := getattr(probes, name)) is not None else "off"
+        for name, describe in describers.items()
+    }
 
 
 def _availability(p: AvailabilityProbe) -> str:

@@ -16,9 +16,17 @@ import threading
 import time
 from pathlib import Path
 
+from rsdrill.faultfs.binding import fuse_binding
 from rsdrill.faultfs.compiled import LAYERS, CompiledDataPath, choose_layer, compiled_binary
 from rsdrill.faultfs.control import ControlServer, socket_name
-from rsdrill.faultfs.mount import FSTYPE, MOUNT_TIMEOUT_S, STATE_FILE, detach, is_mounted
+from rsdrill.faultfs.mount import (
+    FSTYPE,
+    MOUNT_TIMEOUT_S,
+    STATE_FILE,
+    FaultFSError,
+    detach,
+    is_mounted,
+)
 from rsdrill.faultfs.state import FaultState
 from rsdrill.faultfs.undo import UndoLog
 
@@ -92,14 +100,10 @@ def _serve_compiled(args: argparse.Namespace, source: Path, mountpoint: Path,
 def _serve_python(args: argparse.Namespace, source: Path, mountpoint: Path,
                   info: dict[str, object]) -> None:  # fmt: skip
     try:
-        import mfusepy
-
-        from rsdrill.faultfs.operations import FaultOperations
-    except (ImportError, OSError) as exc:  # mfusepy raises OSError when libfuse is missing
-        raise SystemExit(
-            f"faultfs: {exc}: needs libfuse3 and fusermount3 (apt-get install fuse3) and the "
-            "mfusepy package (pip install mfusepy); .ci/install-faultfs installs both"
-        ) from exc
+        mfusepy = fuse_binding()
+    except FaultFSError as exc:  # the log's last line, which mount() shows
+        raise SystemExit(str(exc)) from exc
+    from rsdrill.faultfs.operations import FaultOperations
 
     # Opened before mounting: the backing directory stays reachable under the mount.
     root_fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY)

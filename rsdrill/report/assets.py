@@ -172,6 +172,20 @@ JS = r"""
     y += height + GAP;
     return { g: g, top: top, bottom: top + height };
   }
+  // A linear axis from 0 over `hi` (with room above it): ticks 0, s, 2s where s is 1, 2, 2.5 or
+  // 5 times a power of ten, each labelled with the decimals s needs, so a 2 ms lag reads 0,
+  // 0.002, 0.004 and not 0.00 three times.
+  function linearAxis(hi) {
+    const half = (hi > 0 ? hi * 1.1 : 1) / 2;
+    const power = Math.floor(Math.log10(half));
+    const [mantissa, extra] = [[1, 0], [2, 0], [2.5, 1], [5, 0], [10, 0]].find(
+      ([m]) => m * Math.pow(10, power) >= half);
+    const step = mantissa * Math.pow(10, power);
+    const digits = Math.max(0, extra - power - (mantissa === 10 ? 1 : 0));
+    const ticks = [0, step, 2 * step].map(
+      (v) => ({ v: v, label: v === 0 ? "0" : v.toFixed(digits) }));
+    return { top: 2 * step, ticks: ticks };
+  }
   function line(g, points, toY, attrs) {
     // Break the line where a series has no points for a while (an outage is a gap, not a slope);
     // "a while" is a few of the series' usual steps, or of the bucket width, whichever is longer.
@@ -218,11 +232,11 @@ JS = r"""
     const p = panel("replication lag (s, largest per interval)", 90, "lag");
     let hi = 0;
     for (const m of lagMembers) for (const pt of data.lag[m]) hi = Math.max(hi, pt[1]);
-    hi = hi > 0 ? hi * 1.1 : 1;
-    const ly = (v) => p.bottom - (v / hi) * (p.bottom - p.top);
-    for (const v of [0, hi / 2, hi]) {
-      el("line", { x1: LEFT, x2: W - RIGHT, y1: ly(v), y2: ly(v), class: "grid" }, p.g);
-      text(p.g, LEFT - 6, ly(v) + 3, v.toFixed(v < 10 ? 2 : 0), "tick", "end");
+    const axis = linearAxis(hi);
+    const ly = (v) => p.bottom - (v / axis.top) * (p.bottom - p.top);
+    for (const tick of axis.ticks) {
+      el("line", { x1: LEFT, x2: W - RIGHT, y1: ly(tick.v), y2: ly(tick.v), class: "grid" }, p.g);
+      text(p.g, LEFT - 6, ly(tick.v) + 3, tick.label, "tick", "end");
     }
     lagMembers.forEach((m, i) => {
       const g = el("g", { class: "lag-series", "data-member": m }, p.g);

@@ -126,7 +126,8 @@ def lag_series(ops: Iterable[Op], end: float) -> dict[str, list[list[float]]]:
                 member_buckets[b] = max(member_buckets.get(b, 0.0), float(lag))
     width = end / BUCKETS
     return {
-        member: [[_r((b + 0.5) * width), round(lag, 3)] for b, lag in sorted(points.items())]
+        # To 0.1 ms: a sub-millisecond lag is not drawn as none.
+        member: [[_r((b + 0.5) * width), round(lag, 4)] for b, lag in sorted(points.items())]
         for member, points in sorted(buckets.items())
     }
 

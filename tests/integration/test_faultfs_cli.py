@@ -10,7 +10,10 @@ import threading
 import time
 from pathlib import Path
 
-from rsdrill.faultfs.mount import daemon_pid, is_mounted, mount, unmount
+import pytest
+
+from rsdrill.faultfs.binding import MISSING
+from rsdrill.faultfs.mount import FaultFSError, daemon_pid, is_mounted, mount, unmount
 from tests.integration.support import wait_until
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
@@ -71,3 +74,20 @@ def test_busy_mount_is_detached_lazily_and_its_daemon_leaves_once_files_close(
     assert time.monotonic() - started < 10  # it left when the file closed, not at the deadline
     assert daemon_pid(m.mountpoint) is None
     assert (tmp_path / "vol" / "open-file").read_bytes() == b"still served"
+
+
+def test_without_mfusepy_the_python_layer_names_the_extra_in_one_line(
+    faultfs_tools: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's one line, as a mount shows it, where mfusepy is not installed (the
+    `faultfs` extra); nothing is left mounted."""
+    hidden = tmp_path / "site"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text("import sys\nsys.modules['mfusepy'] = None\n")
+    monkeypatch.setenv("PYTHONPATH", str(hidden))
+    (tmp_path / "vol").mkdir()
+    with pytest.raises(FaultFSError) as raised:
+        mount(tmp_path / "vol", tmp_path / "vol", tmp_path / "state", layer="python")
+    assert MISSING in str(raised.value)
+    assert (tmp_path / "state" / "faultfs.log").read_text().strip().splitlines()[-1] == MISSING
+    assert not is_mounted(tmp_path / "vol")

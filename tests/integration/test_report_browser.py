@@ -198,3 +198,58 @@ def test_chromium_runs_no_markup_from_a_hostile_name(tmp_path: Path) -> None:
     dom = rendered_dom(html_path, tmp_path / "profile")
     assert dom.root is not None and dom.root.get("data-rendered") == "true"
     assert not {"injected", "injected-script"} & dom.ids
+
+
+class LagTicks(HTMLParser):
+    """(y, label) of each tick label of the lag panel (`<g class="lag">`) in a rendered DOM."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ticks: list[tuple[float, str]] = []
+        self._depth = 0  # inside the lag panel: elements open
+        self._tick_y: float | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        if self._depth:
+            self._depth += 1
+            if tag == "text" and attributes.get("class") == "tick":
+                self._tick_y = float(attributes["y"] or "nan")
+        elif tag == "g" and attributes.get("class") == "lag":
+            self._depth = 1
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._depth:
+            return  # self-closing: no text, no depth
+        self.handle_starttag(tag, attrs)
+
+    def handle_data(self, data: str) -> None:
+        if self._tick_y is not None:
+            self.ticks.append((self._tick_y, data))
+            self._tick_y = None
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._depth:
+            self._depth -= 1
+
+
+@pytest.mark.parametrize("peak_s", [0.0004, 0.002, 2.4])
+def test_chromium_labels_the_lag_axis_for_small_lags_too(tmp_path: Path, peak_s: float) -> None:
+    """A lag of about 2 ms (or under one) gets labels as distinct as its ticks, each the value
+    at its height, and an axis that fits the data: not 0.00 three times."""
+    html_path = write_reports(
+        tmp_path / "out", sample_result(), sample_ops(500, lag_peak_s=peak_s)
+    )["html"]
+    dom = chromium(tmp_path / "profile", "--dump-dom", html_path.as_uri()).stdout
+    parsed = LagTicks()
+    parsed.feed(dom)
+    ticks = sorted(parsed.ticks, reverse=True)  # bottom (largest y) first
+    assert len(ticks) == 3, parsed.ticks
+    values = [float(label) for _, label in ticks]
+    assert len(set(values)) == 3 and values == sorted(values), ticks
+    assert values[0] == 0
+    top = values[-1]
+    assert peak_s <= top <= 3 * peak_s, f"axis to {top} for a peak of {peak_s}"
+    (y0, _), (y1, _), (y2, _) = ticks
+    # Linear: each label is the value at its grid line's height.
+    assert (y0 - y1) / (y0 - y2) == pytest.approx(values[1] / top, abs=0.01)

@@ -172,6 +172,57 @@ def test_every_file_is_checked_and_any_invalid_one_fails_the_run(tmp_path: Path)
     ]
 
 
+def test_validate_json_is_one_object_per_file_with_the_same_exit_status(
+    tmp_path: Path,
+) -> None:
+    valid = tmp_path / "valid.yaml"
+    valid.write_text(VALID)
+    noted = INVALID_DIR / "missing-env-var.yaml"
+    invalid = INVALID_DIR / "misspelt-kind.yaml"
+    result = rsdrill("validate", "--json", valid, noted, invalid)
+    assert result.returncode == 2 and result.stderr == ""
+    ok, with_note, bad = json.loads(result.stdout)
+    assert ok == {"file": str(valid), "ok": True, "notes": [], "error": None}
+    assert with_note["ok"] is True and with_note["error"] is None
+    (note,) = with_note["notes"]
+    assert note["line"] == int(expectation(noted, "expect-line"))
+    assert f"{UNSET_VARIABLE} not set" in note["problem"]
+    assert bad["ok"] is False
+    assert {k: bad["error"][k] for k in ("line", "column", "field")} == {
+        "line": 9, "column": 11, "field": "faults[0].kind",
+    }  # fmt: skip
+    assert bad["error"]["message"].startswith(f"{invalid}:9:11: faults[0].kind: unknown value")
+    assert rsdrill("validate", "--json", valid).returncode == 0
+
+
+def test_plan_json_is_the_plan_as_data(tmp_path: Path) -> None:
+    path = tmp_path / "valid.yaml"
+    path.write_text(VALID)
+    result = rsdrill("plan", "--json", path)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert (plan["experiment"], plan["platform"], plan["topology"]) == ("valid-minimal", "sandbox",
+                                                                          "rs3")  # fmt: skip
+    steps = [(s["at_s"], s["action"], s["kind"]) for s in plan["timeline"]]
+    assert steps[:3] == [(0.0, "observe", "steady-state"), (5.0, "inject", "host-kill"),
+                         (25.0, "revert", "host-kill")]  # fmt: skip
+    assert plan["timeline"][1]["description"] == "the primary at that moment (SIGKILL)"
+    assert not any(s["one_way"] for s in plan["timeline"])
+    assert plan["slo"] == {"write_unavailable_s": "<= 15"}
+    assert plan["probes"]["load"] == "off" and "every 20ms" in plan["probes"]["availability"]
+    assert rsdrill("plan", "--json", INVALID_DIR / "missing-target.yaml").stdout == ""
+
+
+def test_plan_json_marks_a_one_way_fault() -> None:
+    path = Path(__file__).parents[2] / "experiments" / "rs3-disaster-recovery-drill.yaml"
+    result = rsdrill("plan", "--json", path)
+    assert result.returncode == 0, result.stderr
+    marked = [
+        (s["action"], s["kind"]) for s in json.loads(result.stdout)["timeline"] if s["one_way"]
+    ]
+    assert marked == [("inject", "data-loss")]
+
+
 def test_plan_of_a_valid_file(tmp_path: Path) -> None:
     path = tmp_path / "valid.yaml"
     path.write_text(VALID)

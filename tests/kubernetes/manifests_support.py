@@ -31,7 +31,9 @@ NIGHTLY = {
     "rs1": [REPO / "experiments" / "k8s-rs1-pod-kill.yaml"],
     "rs3": [REPO / "experiments" / "k8s-rs3-pod-kill.yaml"],
 }
-NIGHTLY_ARGS = ["--cron", "0 2 * * *", "--namespace", "rsdrill", "--name", "rsdrill-nightly"]
+# The Pushgateway's URL comes from the Secret rsdrill-env, when it has one (scheduling.md).
+NIGHTLY_ARGS = ["--cron", "0 2 * * *", "--namespace", "rsdrill", "--name", "rsdrill-nightly",
+                "--metrics-push", "${RSDRILL_METRICS_PUSH}"]  # fmt: skip
 _FAULT_FIELDS: dict[str, dict[str, Any]] = {
     "iops-throttle": {"write_iops": 100},
     "network-degrade": {"latency": "50ms", "between": "members"},

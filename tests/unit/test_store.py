@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sqlite3
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -236,6 +237,41 @@ def test_history_command_metric_and_since_options(db: Path, tmp_path: Path) -> N
     assert lines[2].split() == ["2024-05-18", "02:00:00", "pass", "6.2", "2017"]
     assert invoke("history", "--db", str(db), "--metric", "nonsense")[0] == 2
     assert invoke("history", "--db", str(db), "--since", "yesterday")[0] == 2
+
+
+def test_history_json_has_the_tables_content_and_keeps_the_exit_status(
+    db: Path, tmp_path: Path
+) -> None:
+    results = nightly()
+    record_all(db, results[: OUTLIER_AT + 1], tmp_path)  # the outlier is the newest run
+    code, out, err = invoke("history", "--db", str(db), "--json", "--fail-on-regression",
+                            "--since", "2024-05-14")  # fmt: skip
+    assert code == 1 and "newest run regressed: rs3-primary-kill" in err
+    shown = json.loads(out)  # nothing but the JSON on stdout
+    assert shown["metrics"] == list(store.KEY_METRICS)
+    assert (shown["k"], shown["window"]) == (3.0, 10)
+    assert [r["started_at"] for r in shown["runs"]] == [
+        "2024-05-14T02:00:00+00:00", "2024-05-15T02:00:00+00:00",
+    ]  # fmt: skip
+    newest = shown["runs"][-1]
+    assert newest["verdict"] == "pass" and newest["metrics"]["write_unavailable_s"] == 25.3
+    assert newest["metrics"]["lost_acknowledged_writes"] == 0
+    assert newest["out_dir"] == str((tmp_path / f"run-{OUTLIER_AT}").resolve())
+    assert sorted(newest["regressed"]) == ["failover_s", "write_unavailable_s"]
+    assert shown["runs"][0]["regressed"] == []
+    (gap,) = [g for g in shown["regressions"] if g["metric"] == "write_unavailable_s"]
+    assert gap["run_id"] == newest["id"] and gap["value"] == 25.3
+    assert gap["median"] < gap["threshold"] < 25.3 and gap["baseline_runs"] == 10
+    assert shown["newest_regressed"] == ["rs3-primary-kill"]
+    # Same runs as the table, which says so in text.
+    assert "rs3-primary-kill: 2 runs, 2 regressions" in invoke(
+        "history", "--db", str(db), "--since", "2024-05-14")[1]  # fmt: skip
+    assert invoke("history", "--db", str(db), "--json", "--format", "openmetrics")[0] == 2
+
+
+def test_history_json_of_an_empty_history_is_an_empty_list(db: Path) -> None:
+    code, out, _ = invoke("history", "--db", str(db), "--json")
+    assert code == 0 and json.loads(out)["runs"] == []
 
 
 def test_history_command_on_an_empty_history(db: Path) -> None:
