@@ -5,6 +5,7 @@ timestamps stay monotonic."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,7 +39,9 @@ def test_the_members_clock_and_cluster_time_move_then_the_clock_comes_back(
         before = client.admin.command("ping")["$clusterTime"]["clusterTime"]
         assert abs(_skew_of(client)) < 2
         skew = ClockSkew(host, HOUR, 0.0)
+        assert not skew.verify(0.3)  # not injected: the clock is right, not an hour ahead
         skew.inject()
+        assert skew.verify(2.0)
         assert abs(_skew_of(client) - HOUR) < 2
         coll.insert_one({"during": True})
         entry = client.local.oplog.rs.find_one({"o.during": True})
@@ -56,6 +59,27 @@ def test_the_members_clock_and_cluster_time_move_then_the_clock_comes_back(
         coll.insert_one({"after": True})
         later = client.local.oplog.rs.find_one({"o.after": True})
         assert later is not None and later["ts"] > entry["ts"]  # never back in time
+
+
+def test_a_drifting_clock_gains_on_real_time_until_reverted(
+    sandbox_dir: Path, free_port_base: Callable[[int], int]
+) -> None:
+    """clock_drift: the member's clock gains `drift` seconds per second from the injection on
+    (here 0.5 s/s: about 1 s in 2 s), and verify follows the drift."""
+    sandbox = up(sandbox_dir, build_topology("rs1", port_base=free_port_base(1)),
+                 EmulatorEngine())  # fmt: skip
+    host = sandbox.spec.members[0].host
+    with MongoClient(sandbox.uri, directConnection=True) as client:
+        skew = ClockSkew(host, 0.0, 0.5)
+        skew.inject()
+        assert skew.verify(2.0)
+        first = _skew_of(client)
+        time.sleep(2.0)  # the drift under test is what 2 s of real time adds
+        gained = _skew_of(client) - first
+        assert 0.6 <= gained <= 1.4, gained
+        assert skew.verify(2.0)
+        skew.revert()
+        assert abs(_skew_of(client)) < 0.5
 
 
 def test_a_skewed_primary_neither_fails_over_nor_loses_writes(

@@ -7,6 +7,8 @@ mongod of `platform: local` would need libfaketime in its environment at start: 
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.connection import DirectConnection, WireClientError
@@ -16,6 +18,26 @@ if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
 
 TIMEOUT_S = 5.0
+# How far the member's clock may read from the skew asked for: a hello's round trip and the
+# emulator's millisecond clock, with room for a loaded machine.
+VERIFY_TOLERANCE_S = 1.0
+
+
+def clock_error(host: str, offset_s: float) -> float | None:
+    """How far `host`'s own clock (hello's localTime) is from real time + `offset_s`, in
+    seconds; None when it does not answer."""
+    conn = DirectConnection(host, 1.0)
+    try:
+        local = conn.hello().get("localTime")
+    except WireClientError:
+        return None
+    finally:
+        conn.close()
+    if not isinstance(local, dt.datetime):
+        return None
+    if local.tzinfo is None:  # BSON dates decode as naive UTC
+        local = local.replace(tzinfo=dt.UTC)
+    return local.timestamp() - time.time() - offset_s
 
 
 def _skew(host: str, offset_s: float, drift: float) -> float:
@@ -55,6 +77,7 @@ class ClockSkew:
         self.target = host
         self.offset_s = offset_s
         self.drift = drift
+        self._injected_at = 0.0
 
     def describe(self) -> str:
         drift = f", drifting {self.drift:+g} s/s" if self.drift else ""
@@ -64,11 +87,20 @@ class ClockSkew:
         return {"action": "clock-reset", "host": self.target}
 
     def inject(self) -> None:
+        self._injected_at = time.monotonic()
         _skew(self.target, self.offset_s, self.drift)
 
     def verify(self, timeout_s: float) -> bool:
-        """The member accepted the skew (its command answered ok)."""
-        return True
+        """The member's own clock reads real time + the offset (+ the drift so far)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            expected = self.offset_s + self.drift * (time.monotonic() - self._injected_at)
+            error = clock_error(self.target, expected)
+            if error is not None and abs(error) <= VERIFY_TOLERANCE_S:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
     def revert(self) -> None:
         try:
