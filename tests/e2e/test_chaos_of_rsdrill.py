@@ -147,16 +147,34 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
 
 
-def _cases(seed: int, count: int, phases: list[str], ports: Callable[[int], int]) -> list[Case]:
-    """`count` runs cycling through every fault kind and phase, delays and `keep` drawn."""
+# The phases in which the fault itself is in force: every kind is killed in each of them first.
+IN_FORCE = ("injected", "reverting")
+
+
+def _cases(
+    seed: int,
+    count: int,
+    phases: list[str],
+    ports: Callable[[int], int],
+    *,
+    in_force_first: bool = False,
+) -> list[Case]:
+    """`count` runs cycling through every fault kind and phase, delays and `keep` drawn. With
+    `in_force_first`, every kind is first disturbed while it is in force (IN_FORCE), then the
+    other phases take the rest in turn."""
     rng = random.Random(seed)
     faults = list(FAULTS)
+    pairs: list[tuple[str, str]] = []
+    if in_force_first:
+        pairs = [(f, p) for f in faults for p in phases if p in IN_FORCE]
+        phases = [p for p in phases if p not in IN_FORCE]
+    # Every (phase, fault) pair once before any repeats, whatever the two counts.
+    period = math.lcm(len(phases), len(faults))
+    pairs += [(faults[(i + i // period) % len(faults)], phases[i % len(phases)])
+              for i in range(max(count - len(pairs), 0))]  # fmt: skip
     cases = []
-    for i in range(count):
-        phase = phases[i % len(phases)]
+    for i, (fault, phase) in enumerate(pairs[:count]):
         _, low, high = PHASES[phase]
-        # Every (phase, fault) pair once before any repeats, whatever the two counts.
-        fault = faults[(i + i // math.lcm(len(phases), len(faults))) % len(faults)]
         keep = rng.random() < 0.5 and fault not in NOT_KEPT
         cases.append(Case(i, fault, keep, phase, rng.uniform(low, high), ports(3)))
     return cases
@@ -414,7 +432,7 @@ def test_sigkill_at_random_moments_then_recover_leaves_nothing(
             outcome.problems.append(f"second recover: {again.stdout}{again.stderr}")
         return outcome
 
-    cases = _cases(9, SIGKILL_RUNS, list(PHASES), free_port_base)
+    cases = _cases(9, SIGKILL_RUNS, list(PHASES), free_port_base, in_force_first=True)
     outcomes = _run_all(cases, tmp_path, one)
     assert not any(o.problems for o in outcomes), _report(outcomes)
     assert sum(o.signalled for o in outcomes) >= SIGKILL_RUNS - 2, _report(outcomes)
