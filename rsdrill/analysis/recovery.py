@@ -54,22 +54,75 @@ def recovery_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> dict[str, fl
     result: dict[str, float | None] = {}
     reverts = sorted((f.reverted_at_s, f.target) for f in faults if f.reverted_at_s is not None)
     for since, target in reverts:
-        mine = [op for op in polls if op.member == target]
-        # Up to the next fault on the member: an outage of its own is not this one's recovery.
-        until = min((f.injected_at_s for f in faults if f.target == target
-                     and f.injected_at_s is not None and f.injected_at_s > since),
-                    default=math.inf)  # fmt: skip
-        after = [op for op in mine if since < op.t_end <= until]
-        sick = [i for i, op in enumerate(after) if polled_state(op) not in HEALTHY]
-        start = sick[-1] + 1 if sick else 0
-        first = after[start] if start < len(after) else None
-        if first is None:
-            result[target] = None
-            continue
-        before = [op for op in mine if op.t_end <= first.t_start]
-        prev = before[-1] if before else None
-        result[target] = transition_time(prev, first, since) - since
+        healthy = _healthy_at(polls, faults, target, since)
+        result[target] = None if healthy is None else healthy - since
     return result
+
+
+def restart_phases(ops: Sequence[Op], faults: Sequence[FaultRecord], fault: FaultRecord, *,
+                   boot_s: float | None) -> dict[str, float | None]:  # fmt: skip
+    """The measured phases of a member's return after its host was lost and restarted as HA
+    restarts it (`faults[i].detail.ha`), from the fault's times and the recovery polls:
+
+    - `detect_s`: the failure (injection) → the host restarted (the revert: HA declared the
+      host failed and powered it on);
+    - `boot_s`: → mongod started. Where rsdrill itself waited the host's boot before starting
+      the member (`boot_s` given: sandbox, local) that wait; where the host boots by itself (a
+      VM) → the member's first answer: the boot, then mongod up to its listening socket;
+    - `member_start_s`: → the member healthy again, as `recovery_s` has it (its start-up and
+      recovery; in a one-member set, its election);
+    - `back_s`: the failure → healthy, their sum.
+
+    A moment the polls did not see leaves its phases (and `back_s`) None.
+    """
+    killed, restarted = fault.injected_at_s, fault.reverted_at_s
+    phases: dict[str, float | None] = dict.fromkeys(
+        ("detect_s", "boot_s", "member_start_s", "back_s")
+    )
+    if killed is None or restarted is None:
+        return phases
+    phases["detect_s"] = restarted - killed
+    polls = _polls(ops)
+    if boot_s is not None:
+        started: float | None = restarted + boot_s
+    else:
+        started = _first_answer(polls, fault.target, restarted)
+    healthy = _healthy_at(polls, faults, fault.target, restarted)
+    if started is not None:
+        phases["boot_s"] = boot_s if boot_s is not None else started - restarted
+    if started is not None and healthy is not None:
+        phases["member_start_s"] = max(healthy - started, 0.0)
+    if healthy is not None:
+        phases["back_s"] = healthy - killed
+    return phases
+
+
+def _healthy_at(polls: list[Op], faults: Sequence[FaultRecord], target: str,
+                since: float) -> float | None:  # fmt: skip
+    """When `target` was healthy again for good after `since` (see `recovery_s`)."""
+    mine = [op for op in polls if op.member == target]
+    # Up to the next fault on the member: an outage of its own is not this one's recovery.
+    until = min((f.injected_at_s for f in faults if f.target == target
+                 and f.injected_at_s is not None and f.injected_at_s > since),
+                default=math.inf)  # fmt: skip
+    after = [op for op in mine if since < op.t_end <= until]
+    sick = [i for i, op in enumerate(after) if polled_state(op) not in HEALTHY]
+    start = sick[-1] + 1 if sick else 0
+    if start >= len(after):
+        return None
+    first = after[start]
+    before = [op for op in mine if op.t_end <= first.t_start]
+    return transition_time(before[-1] if before else None, first, since)
+
+
+def _first_answer(polls: list[Op], target: str, since: float) -> float | None:
+    """When `target` first answered a poll after `since` (its mongod listening again)."""
+    mine = [op for op in polls if op.member == target]
+    first = next((op for op in mine if op.t_end > since and op.ok), None)
+    if first is None:
+        return None
+    before = [op for op in mine if op.t_end <= first.t_start]
+    return transition_time(before[-1] if before else None, first, since)
 
 
 # Fallback for servers that omit `tooStale` (compatible servers; MongoDB before 4.2): the

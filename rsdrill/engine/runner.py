@@ -300,10 +300,17 @@ class Runner:
 
     def _judge(self, duration_s: float) -> tuple[Metrics, list[Any], Verdict]:
         from rsdrill.analysis.metrics import compute_metrics
+        from rsdrill.analysis.recovery import restart_phases
         from rsdrill.analysis.slo import evaluate, verdict
 
-        metrics = compute_metrics(self.history.ops(), self.state.records, duration_s=duration_s,
+        ops = self.history.ops()
+        metrics = compute_metrics(ops, self.state.records, duration_s=duration_s,
                                   standalone=self._standalone)  # fmt: skip
+        for record in self.state.records:
+            ha = record.detail.get("ha")  # a host restarted as HA would: its phases, measured
+            if isinstance(ha, dict):
+                boot_s = ha["model"]["boot_s"]  # None: the host booted by itself (a VM)
+                ha.update(restart_phases(ops, self.state.records, record, boot_s=boot_s))
         results = evaluate(metrics, self.exp.slo)
         return metrics, results, verdict(results)
 

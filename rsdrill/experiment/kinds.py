@@ -121,14 +121,39 @@ class KindSpec:
 # -- host-kill -----------------------------------------------------------------------------------
 
 
+HA_DETECT_S = 15.0
+"""vSphere HA's host failure detection: a host that sends no heartbeat for 15 s and answers no
+ping is declared failed, and its VMs are restarted on other hosts (VMware's documentation: see
+docs/platforms/vsphere.md)."""
+HA_BOOT_S = 60.0
+"""The guest's boot, from power-on to mongod's start: an assumption (BIOS/EFI, the OS, its
+services), not a VMware figure."""
+
+
 class Restart(Strict):
     """host-kill: how the member comes back (as an HA restart would bring a host back)."""
 
+    model: Literal["delay", "ha"] = Field(
+        "delay",
+        description="delay: restart after `after` (or the fault's duration); ha: as vSphere HA "
+        "restarts a failed host's VM: the failure is detected after `detect`, the host boots "
+        "for `boot`, then the member starts; each phase is measured (faults[i].detail.ha)",
+    )
     after: Duration | None = Field(
         None, description="restart this long after the kill (default: the fault's duration)"
     )
     volume: Literal["keep", "wipe"] = Field(
         "keep", description="keep: restart on the data (catch up); wipe: full initial sync"
+    )
+    detect: Duration = Field(
+        HA_DETECT_S,
+        description="model ha: the time HA takes to declare the host failed and restart it "
+        "(default 15 s, vSphere HA's documented detection)",
+    )
+    boot: Duration = Field(
+        HA_BOOT_S,
+        description="model ha, sandbox and local: the host's boot before mongod starts "
+        "(default 60 s, an assumption); on vSphere the VM boots by itself",
     )
 
 
@@ -141,16 +166,53 @@ class HostKillFields(Strict):
     )
 
 
+_HA_ONLY = ("detect", "boot")
+
+
 def _host_kill_check(fault: Any) -> None:
-    if fault.restart and fault.restart.after is None and fault.duration is None:
+    restart = fault.restart
+    if not restart:
+        return
+    if restart.model == "ha":
+        if restart.after is not None:
+            raise FieldProblem(("restart", "after"), "model ha restarts the host `detect` after "
+                               "the failure (then it boots for `boot`): drop `after`")  # fmt: skip
+        if fault.duration is not None:
+            raise FieldProblem(("duration",), "model ha restarts the host `detect` after the "
+                               "failure: drop `duration`")  # fmt: skip
+        return
+    for name in _HA_ONLY:
+        if name in restart.model_fields_set:
+            raise FieldProblem(("restart", name), f"{name} applies to restart model ha: add "
+                               "`model: ha`, or drop it")  # fmt: skip
+    if restart.after is None and fault.duration is None:
         raise FieldProblem(
             ("duration",), "host-kill needs `duration` or `restart.after` (or restart: false)"
         )
 
 
+def ha_restart(fault: Any) -> Restart | None:
+    """The fault's restart if it follows vSphere HA's model (a host-kill with `model: ha`)."""
+    restart = fault.restart if fault.kind == "host-kill" else None
+    return restart if restart and restart.model == "ha" else None
+
+
+def ha_detail(restart: Restart, *, boot_waited: bool) -> dict[str, Any]:
+    """What an HA restart's injector reports (`faults[i].detail.ha`): the model it followed,
+    the boot None where the host boots by itself (a VM); the run's analysis adds the measured
+    phases."""
+    return {"model": {"detect_s": restart.detect,
+                      "boot_s": restart.boot if boot_waited else None}}  # fmt: skip
+
+
 def _host_kill_revert(fault: Any) -> float | None:
+    """The host comes back after `restart.after` or `duration`; with the HA model once HA has
+    detected the failure (its boot and the member's start follow)."""
     if fault.restart is False:
         return None
+    if fault.restart.model == "ha":
+        detect: float = fault.restart.detect
+        return detect
     after: float | None = fault.restart.after
     return after if after is not None else fault.duration
 
@@ -415,14 +477,21 @@ KINDS: dict[str, KindSpec] = {
         KindSpec(
             "host-kill",
             "the member's host is lost (SIGKILL, pod/instance/VM power-off); restarted after "
-            "`restart.after` or `duration`",
+            "`restart.after` or `duration`, or as vSphere HA would (`restart.model: ha`)",
             fields=HostKillFields,
-            fields_doc="`restart: {after, volume: keep\\|wipe}` or `false`; `power_loss: true` "
+            fields_doc="`restart: {after, volume: keep\\|wipe}` or `false`; `restart: {model: "
+            "ha, detect, boot}`: HA's detection, the host's boot, the member's start, each "
+            "measured; `power_loss: true` "
             "drops writes not yet fsynced; `scope: node\\|host` (Kubernetes node, ESXi host)",
             check=_host_kill_check,
             revert_after=_host_kill_revert,
             platforms={
-                _MACHINE: (Way("SIGKILL, restart after a delay, volume keep or wipe"),),
+                _MACHINE: (
+                    Way(
+                        "SIGKILL, restart after a delay, volume keep or wipe; with the HA model "
+                        "the process boots for `boot` before the member starts"
+                    ),
+                ),
                 "kubernetes": (
                     Way(
                         "node drain, then the Node object deleted (scope node)",

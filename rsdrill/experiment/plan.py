@@ -200,8 +200,16 @@ def _reversion(fault: Fault, platform: str) -> str:
         return f"resume {them}" + (" (SIGCONT)" if platform in ("sandbox", "local") else "")
     if fault.kind == "host-kill":
         if fault.restart and fault.restart.volume == "wipe":
-            return f"restart {them} on an empty data directory (full initial sync)"
-        return f"restart {them} on {'their' if them == 'them' else 'its'} kept data directory"
+            data = "an empty data directory (full initial sync)"
+        else:
+            data = f"{'their' if them == 'them' else 'its'} kept data directory"
+        restart = fault.restart
+        if restart and restart.model == "ha":
+            detected = f"HA restarts {them} (detected after {_secs(restart.detect)}): "
+            if platform in ("sandbox", "local"):
+                return f"{detected}boot {_secs(restart.boot)}, then the member starts on {data}"
+            return f"{detected}power on; the VM boots by itself, mongod starts on {data}"
+        return f"restart {them} on {data}"
     undo = {
         "disk-fault": "clear the disk fault",
         "iops-throttle": "lift the throttle",

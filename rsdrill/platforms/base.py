@@ -76,7 +76,10 @@ class ProcessHosts(Protocol):
 
     def cont(self, host: str) -> int: ...
 
-    def start(self, host: str, *, wipe: bool) -> None: ...
+    def start(self, host: str, *, wipe: bool, boot_s: float = 0.0) -> None:
+        """Start the member unless it runs; with `boot_s` its host boots that long first (the
+        call returns at once)."""
+        ...
 
     def wipe(self, host: str) -> None:
         """Empty the data directory of a member that is not running."""

@@ -13,7 +13,13 @@ from collections.abc import Sequence
 
 from rsdrill.history import Op
 from rsdrill.report.assets import CSS, JS
-from rsdrill.report.common import describe_server, fmt_number, scalar_metrics, slo_condition
+from rsdrill.report.common import (
+    describe_server,
+    fmt_number,
+    ha_restart_line,
+    scalar_metrics,
+    slo_condition,
+)
 from rsdrill.report.timeline import timeline_data
 from rsdrill.result import Result
 
@@ -93,7 +99,9 @@ def _faults_table(result: Result) -> str:
         "<tr><th>kind</th><th>target</th><th>injected (s)</th><th>verified (s)</th>"
         "<th>reverted (s)</th></tr>"
     )
-    return f'<table id="faults">{head}{rows}</table>'
+    restarts = "".join(f'<p class="note">{_e(line)}</p>'
+                       for line in map(ha_restart_line, result.faults) if line)  # fmt: skip
+    return f'<table id="faults">{head}{rows}</table>{restarts}'
 
 
 def render_html(result: Result, ops: Sequence[Op]) -> str:

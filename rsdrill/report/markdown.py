@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import re
 
-from rsdrill.report.common import describe_server, fmt_number, scalar_metrics, slo_condition
+from rsdrill.report.common import (
+    describe_server,
+    fmt_number,
+    ha_restart_line,
+    scalar_metrics,
+    slo_condition,
+)
 from rsdrill.result import Result
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark; these are the ones
@@ -85,6 +91,9 @@ def render_summary(result: Result, report_path: str) -> str:
             lines.append(
                 f"| {md_escape(fault.kind)} | {md_escape(fault.target)} | {injected} | {reverted} |"
             )
+        restarts = [line for line in map(ha_restart_line, result.faults) if line]
+        if restarts:
+            lines += ["", *(f"- {md_escape(line)}" for line in restarts)]
     else:
         lines.append("No faults were injected.")
     lines.append("")

@@ -252,6 +252,15 @@ def process_state(pid: int, port: int) -> str | None:
     return state
 
 
+def booting(argv: list[str], boot_s: float) -> list[str]:
+    """`argv` started `boot_s` later by the same process (a host booting before its mongod):
+    a shell sleeps, then becomes the member (exec keeps the pid, its session and cgroups, and
+    its command line names the member's port throughout)."""
+    if boot_s <= 0:
+        return argv
+    return ["sh", "-c", 'sleep "$0" && exec "$@"', f"{boot_s:.3f}", *argv]
+
+
 def _signal(pid: int, sig: int) -> None:
     """Signal the member's whole process group (each member leads its own session)."""
     with suppress(ProcessLookupError):
@@ -443,18 +452,21 @@ class Sandbox:
         _signal(pid, signal.SIGCONT)
         return pid
 
-    def start(self, member: MemberSpec, *, wipe: bool = False) -> int:
+    def start(self, member: MemberSpec, *, wipe: bool = False, boot_s: float = 0.0) -> int:
         """Restart a member that is not running: on its kept data, or empty (`wipe`: initial sync).
 
-        Returns once the new process answers hello; catching up or syncing goes on after.
+        Returns once the new process answers hello; catching up or syncing goes on after. With
+        `boot_s` the host boots first: the process sleeps that long before the member starts,
+        and this returns at once (nobody waits on a booting host).
         """
         running = self.pid(member)
         if running is not None:
             raise SandboxError(f"{member.host} is already running (pid {running})")
         if wipe:
             self.wipe(member)
-        pid = self._spawn(member, init=False)
-        self._wait_answering([member], time.monotonic() + START_TIMEOUT_S)
+        pid = self._spawn(member, init=False, boot_s=boot_s)
+        if boot_s <= 0:
+            self._wait_answering([member], time.monotonic() + START_TIMEOUT_S)
         return pid
 
     def wipe(self, member: MemberSpec) -> None:
@@ -464,12 +476,12 @@ class Sandbox:
             raise SandboxError(f"{member.host} is running (pid {running}): not wiping its data")
         empty_dir(member_dir(self.directory, member) / "data")
 
-    def _spawn(self, member: MemberSpec, *, init: bool) -> int:
+    def _spawn(self, member: MemberSpec, *, init: bool, boot_s: float = 0.0) -> int:
         directory = member_dir(self.directory, member)
         (directory / "data").mkdir(parents=True, exist_ok=True)
         with open(directory / "member.log", "ab") as log:
             process = subprocess.Popen(
-                self.engine.argv(self, member, init=init),
+                booting(self.engine.argv(self, member, init=init), boot_s),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

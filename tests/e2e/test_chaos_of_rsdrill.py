@@ -50,6 +50,9 @@ FAULTS = {
     "host-kill-keep": "{at: 1s, kind: host-kill, select: primary, duration: 1.5s}",
     "host-kill-wipe": "{at: 1s, kind: host-kill, select: secondary, duration: 1.5s,"
     " restart: {volume: wipe}}",
+    # Restarted as HA would: the host back after detection, booting while a kill lands.
+    "host-kill-ha": "{at: 1s, kind: host-kill, select: primary,"
+    " restart: {model: ha, detect: 1.5s, boot: 0.5s}}",
     "host-freeze": "{at: 1s, kind: host-freeze, select: primary, duration: 1.5s}",
     "stepdown": "{at: 1s, kind: stepdown, select: primary, duration: 1.5s, secondary_catch_up: 1s}",
     "network-partition": "{at: 1s, kind: network-partition, select: primary, duration: 1.5s}",

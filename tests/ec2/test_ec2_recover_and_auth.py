@@ -214,6 +214,8 @@ faults:
      "not one of ec2's"),
     ("    kind: volume-detach\n    duration: 10s\n    ec2: {accept_modification_limit: true}",
      "faults[0].ec2.accept_modification_limit", "applies to iops-throttle"),
+    ("    kind: host-kill\n    restart: {model: ha}", "faults[0].restart.model",
+     "model ha is vSphere HA's restart"),
 ])  # fmt: skip
 def test_what_ec2_cannot_do_is_refused_naming_the_field(fault: str, where: str, says: str) -> None:
     with pytest.raises(ExperimentError) as refused:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
+from rsdrill.analysis.recovery import member_states, recovery_s, restart_phases, too_stale
 from rsdrill.history import FaultRecord, Op
 
 A, B = "a:27017", "b:27017"
@@ -40,6 +40,39 @@ def kill_and_restart() -> list[Op]:
         status(B, 4.0, "PRIMARY"),
         status(B, 31.0, "PRIMARY"),
     ]
+
+
+def test_ha_phases_where_rsdrill_waited_the_boot_end_when_the_member_starts() -> None:
+    """Sandbox or local: the host was restarted at 20.0 and booted 8 s (rsdrill's wait), so the
+    member started at 28.0; healthy at 29.96 (the midpoint of its last RECOVERING and first
+    SECONDARY polls). Its first answer (21.0, during the boot here) does not matter."""
+    phases = restart_phases(kill_and_restart(), [fault(A, 5.0, 20.0)], fault(A, 5.0, 20.0),
+                            boot_s=8.0)  # fmt: skip
+    assert phases == {"detect_s": 15.0, "boot_s": 8.0, "member_start_s": pytest.approx(1.96),
+                      "back_s": pytest.approx(24.96)}  # fmt: skip
+    parts = phases["detect_s"], phases["boot_s"], phases["member_start_s"]
+    assert sum(p or 0 for p in parts) == pytest.approx(phases["back_s"])
+
+
+def test_ha_phases_where_the_host_booted_by_itself_end_its_boot_at_the_first_answer() -> None:
+    """A VM: powered on at 20.0; its mongod first answered between the unanswered poll of 20.1
+    and the STARTUP2 one of 21.0 (at 20.56); healthy at 29.96."""
+    record = fault(A, 5.0, 20.0)
+    phases = restart_phases(kill_and_restart(), [record], record, boot_s=None)
+    assert phases == {"detect_s": 15.0, "boot_s": pytest.approx(0.56),
+                      "member_start_s": pytest.approx(9.4),
+                      "back_s": pytest.approx(24.96)}  # fmt: skip
+
+
+def test_ha_phases_not_seen_are_none() -> None:
+    never_back = kill_and_restart()[:5]  # no answer after the restart
+    record = fault(A, 5.0, 20.0)
+    assert restart_phases(never_back, [record], record, boot_s=None) == {
+        "detect_s": 15.0, "boot_s": None, "member_start_s": None, "back_s": None}  # fmt: skip
+    assert restart_phases(never_back, [record], record, boot_s=3.0)["boot_s"] == 3.0
+    unreverted = fault(A, 5.0, None)
+    assert set(restart_phases(kill_and_restart(), [unreverted], unreverted,
+                              boot_s=3.0).values()) == {None}  # fmt: skip
 
 
 def test_member_states_record_changes_with_times_in_ms() -> None:

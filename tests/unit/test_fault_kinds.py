@@ -84,6 +84,26 @@ def test_every_new_kind_loads_and_plans() -> None:
             "faults[0].probability",
             "must be more than 0.0, not 0",
         ),
+        (
+            "{at: 1s, kind: host-kill, restart: {model: ha, after: 20s}}",
+            "faults[0].restart.after",
+            "model ha restarts the host `detect` after the failure",
+        ),
+        (
+            "{at: 1s, kind: host-kill, duration: 20s, restart: {model: ha}}",
+            "faults[0].duration",
+            "drop `duration`",
+        ),
+        (
+            "{at: 1s, kind: host-kill, duration: 20s, restart: {boot: 30s}}",
+            "faults[0].restart.boot",
+            "boot applies to restart model ha",
+        ),
+        (
+            "{at: 1s, kind: host-kill, restart: {model: ha, detect: soon}}",
+            "faults[0].restart.detect",
+            "soon",
+        ),
     ],
 )
 def test_kind_specific_mistakes_name_the_field(fault: str, field: str, problem: str) -> None:
@@ -140,3 +160,20 @@ def test_step_names_are_unique_and_data_loss_needs_a_restore() -> None:
     err = error_of("  - {at: 1s, kind: data-loss}\n")
     assert err.field == "faults[0].kind"
     assert "data-loss needs a step with `marks: restore`" in err.problem
+
+
+def test_the_ha_model_restarts_the_host_once_the_failure_is_detected() -> None:
+    """With `model: ha` the host is back `detect` after the failure (HA's documented 15 s by
+    default) and boots for `boot` (60 s by default, an assumption) before the member starts."""
+    exp = load("  - {at: 5s, kind: host-kill, restart: {model: ha}}\n"
+               "  - {at: 5s, kind: host-kill, select: secondary, restart: {model: ha, "
+               "detect: 30s, boot: 2m, volume: wipe}}\n")  # fmt: skip
+    default, tuned = exp.faults
+    assert default.restart and tuned.restart
+    assert (default.restart.detect, default.restart.boot, default.revert_after) == (15, 60, 15)
+    assert (tuned.restart.detect, tuned.restart.boot, tuned.revert_after) == (30, 120, 30)
+    plan = render_plan(exp)
+    assert "t+20.0s" in plan and "t+35.0s" in plan
+    assert ("HA restarts it (detected after 15s): boot 60s, then the member starts on its "
+            "kept data directory") in plan  # fmt: skip
+    assert "boot 120s, then the member starts on an empty data directory" in plan

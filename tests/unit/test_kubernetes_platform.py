@@ -63,6 +63,8 @@ def test_supported_faults_validate(fault: str) -> None:
         ("{at: 1s, kind: host-kill, duration: 5s, restart: {volume: wipe}}",
          "faults[0].restart.volume", "emptyDir"),
         ("{at: 1s, kind: host-kill, restart: false}", "faults[0].restart", "scale it down"),
+        ("{at: 1s, kind: host-kill, restart: {model: ha}}", "faults[0].restart.model",
+         "the StatefulSet restarts the pod"),
         ("{at: 1s, kind: host-kill, duration: 5s, kubernetes: {litmus_experiment: x}}",
          "faults[0].kubernetes.litmus_experiment", "does not apply"),
         ("{at: 1s, kind: stepdown, engine: native}", "faults[0].engine", "drop `engine`"),

@@ -285,3 +285,17 @@ def test_scalar_metrics_flatten_and_format() -> None:
         "0.123",
         "9.87",
     ]
+
+
+def test_an_ha_restart_shows_its_phases_in_the_summary_and_the_page(ops: list[Op]) -> None:
+    result = sample_result()
+    result.faults[0].detail["ha"] = {
+        "model": {"detect_s": 15.0, "boot_s": None}, "detect_s": 15.0, "boot_s": 4.25,
+        "member_start_s": 0.5, "back_s": 19.75}  # fmt: skip
+    line = (
+        f"host-kill on {KILLED}: detection 15 s + boot 4.25 s + member start 0.5 s = back "
+        "19.75 s after the failure (HA model: detect 15 s, the VM boots by itself)"
+    )
+    assert f"- {line}" in render_summary(result, "report.html")
+    assert line in render_html(result, ops)
+    assert "HA model" not in render_summary(sample_result(), "report.html")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment
 
 HEAD = """name: x
@@ -77,6 +78,8 @@ def test_every_vsphere_fault_loads_with_its_options() -> None:
          "faults[0].vsphere.restart_on", "never powers the VMs on again"),
         ("{at: 1s, kind: host-kill, duration: 5s, ec2: {action: stop}}", "faults[0].ec2",
          "ec2 options on a vsphere target"),
+        ("{at: 1s, kind: host-kill, restart: {model: ha, boot: 40s}}", "faults[0].restart.boot",
+         "a VM boots by itself"),
     ],
 )  # fmt: skip
 def test_what_vsphere_cannot_do_is_refused_naming_the_field(
@@ -138,8 +141,6 @@ def test_validating_needs_no_vsphere_library() -> None:
 
 
 def test_the_plan_names_the_connection_mapping_and_privileges_but_no_password() -> None:
-    from rsdrill.experiment.plan import render_plan
-
     exp = load(
         "  - {at: 1s, kind: host-kill, scope: host, restart: {after: 20s},"
         " vsphere: {restart_on: other}}\n"
@@ -181,3 +182,12 @@ def test_catalog_host_failures_load_as_the_reference_architecture_ran(
     assert fault.vsphere is not None and fault.vsphere.restart_on == "other"
     assert exp.probes.availability is not None
     assert (exp.probes.availability.write_concern, exp.probes.availability.journal) == (1, True)
+
+
+def test_the_ha_model_powers_the_vm_on_once_the_failure_is_detected() -> None:
+    exp = load("  - {at: 1s, kind: host-kill, scope: host, restart: {model: ha, detect: 20s},"
+               " vsphere: {restart_on: other}}\n")  # fmt: skip
+    assert exp.faults[0].revert_after == 20
+    plan = render_plan(exp)
+    assert ("HA restarts it (detected after 20s): power on; the VM boots by itself, mongod "
+            "starts on its kept data directory") in plan  # fmt: skip

@@ -298,6 +298,10 @@ def _check_host_kill(
     if "allow_terminate" in (fault.ec2.model_fields_set if fault.ec2 else ()):
         raise _problem(i, "ec2", "allow_terminate", text="the old spelling: write `one_way: "
                        "true` on the fault (every one-way fault needs it)")  # fmt: skip
+    if fault.restart and fault.restart.model == "ha":
+        raise _problem(i, "restart", "model", text="model ha is vSphere HA's restart (sandbox, "
+                       "local, vsphere); on ec2 set when the instance starts again with "
+                       "restart.after")  # fmt: skip
     if options.action == "terminate" and fault.restart is not False:
         raise _problem(i, "restart", text="a terminated instance cannot be restarted: "
                        "set restart: false")  # fmt: skip

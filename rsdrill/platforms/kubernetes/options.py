@@ -193,6 +193,12 @@ def _check_kind(fault: Fault, at: tuple[str | int, ...]) -> None:
             "member away",
         )
     if fault.kind == "host-kill" and fault.restart:
+        if fault.restart.model == "ha":
+            raise FieldProblem(
+                (*at, "restart", "model"),
+                "model ha is vSphere HA's restart (sandbox, local, vsphere); on kubernetes "
+                "the StatefulSet restarts the pod",
+            )
         if fault.restart.volume == "wipe":
             raise FieldProblem(
                 (*at, "restart", "volume"),

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rsdrill.experiment.kinds import ha_restart
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.rules import Rule, RuleError
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
@@ -26,6 +27,7 @@ from rsdrill.platforms.machine.actions import faultfs_clear
 from rsdrill.platforms.machine.process import HostKill
 
 if TYPE_CHECKING:
+    from rsdrill.experiment.kinds import Restart
     from rsdrill.experiment.schema import Fault
     from rsdrill.platforms.base import Injector, MachineTarget
 
@@ -154,8 +156,10 @@ class PowerLossKill(HostKill):
     fsync (the undo records of its faultfs mount) before it can be restarted."""
 
     def __init__(self, hosts: ProcessHosts, target: str, mountpoint: Path, *, restart: bool,
-                 wipe: bool, restart_action: dict[str, Any] | None) -> None:  # fmt: skip
-        super().__init__(hosts, target, restart=restart, wipe=wipe, restart_action=restart_action)
+                 wipe: bool, restart_action: dict[str, Any] | None,
+                 ha: Restart | None = None) -> None:  # fmt: skip
+        super().__init__(hosts, target, restart=restart, wipe=wipe, restart_action=restart_action,
+                         ha=ha)  # fmt: skip
         self.mountpoint = mountpoint
         self.undone: dict[str, int] = {}
 
@@ -171,7 +175,7 @@ class PowerLossKill(HostKill):
 
     def report(self) -> dict[str, Any]:
         """For the result: per file, the unsynced bytes dropped (-1: a new file removed)."""
-        return {"unsynced_dropped": self.undone}
+        return {**super().report(), "unsynced_dropped": self.undone}
 
 
 def _faultfs(target: MachineTarget, fault: Fault, host: str) -> Path:
@@ -198,7 +202,8 @@ def host_kill(target: MachineTarget, fault: Fault, host: str) -> Injector:
     restart = fault.restart is not False
     wipe = bool(fault.restart and fault.restart.volume == "wipe")
     action = target.hosts.restart_action(host, wipe=wipe)
+    ha = ha_restart(fault)
     if fault.power_loss:
         return PowerLossKill(target.hosts, host, _faultfs(target, fault, host), restart=restart,
-                             wipe=wipe, restart_action=action)  # fmt: skip
-    return HostKill(target.hosts, host, restart=restart, wipe=wipe, restart_action=action)
+                             wipe=wipe, restart_action=action, ha=ha)  # fmt: skip
+    return HostKill(target.hosts, host, restart=restart, wipe=wipe, restart_action=action, ha=ha)

@@ -15,6 +15,7 @@ from rsdrill.connection import DirectConnection, WireClientError
 from rsdrill.experiment.schema import LocalMember
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine.network import rejoin_partition
+from rsdrill.sandbox.cluster import booting
 
 START_TIMEOUT_S = 60.0
 
@@ -117,8 +118,9 @@ class LocalHosts:
             raise TargetError(f"{host} is running: not wiping its data")
         wipe_directory(Path(member.dbpath))
 
-    def start(self, host: str, *, wipe: bool) -> None:
-        """Start the member with its command unless it already answers (repeatable)."""
+    def start(self, host: str, *, wipe: bool, boot_s: float = 0.0) -> None:
+        """Start the member with its command unless it already answers (repeatable); with
+        `boot_s` the command runs that much later and this returns at once (a booting host)."""
         if answers_hello(host):
             return
         member = self.members[host]
@@ -127,10 +129,14 @@ class LocalHosts:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{host.replace(':', '_')}.log"
         with log.open("ab") as out:
-            subprocess.Popen(
-                shlex.split(member.start), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
+            process = subprocess.Popen(
+                booting(shlex.split(member.start), boot_s), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
+        if boot_s > 0:
+            # What the command starts (forked or not) inherits the booting process's class.
+            rejoin_partition(process.pid, int(host.rsplit(":", 1)[1]))
+            return
         deadline = time.monotonic() + START_TIMEOUT_S
         while not answers_hello(host):
             if time.monotonic() > deadline:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from rsdrill.experiment.kinds import ha_detail
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
 from rsdrill.platforms.machine.local_hosts import answers_hello
 
 if TYPE_CHECKING:
+    from rsdrill.experiment.kinds import Restart
     from rsdrill.experiment.schema import Fault
     from rsdrill.platforms.base import MachineTarget
 
@@ -37,17 +39,26 @@ class HostKill:
         restart: bool,
         wipe: bool,
         restart_action: dict[str, Any] | None,
+        ha: Restart | None = None,
     ) -> None:
         self.hosts = hosts
         self.target = target
         self.restart = restart
         self.wipe = wipe
         self._restart_action = restart_action
+        # The HA model: restarted `detect` after the kill, the process boots for `boot` before
+        # the member starts (the journal's restart action starts it at once: recover does not
+        # wait for a boot).
+        self.ha = ha
 
     def describe(self) -> str:
         if not self.restart:
             return f"SIGKILL {self.target}; it stays down"
         volume = "a wiped data directory (initial sync)" if self.wipe else "its kept data"
+        if self.ha is not None:
+            return (f"SIGKILL {self.target}; HA restarts its host {self.ha.detect:g}s later, "
+                    f"which boots for {self.ha.boot:g}s before the member starts on "
+                    f"{volume}")  # fmt: skip
         return f"SIGKILL {self.target}; later restart it on {volume}"
 
     def revert_action(self) -> dict[str, Any] | None:
@@ -63,10 +74,17 @@ class HostKill:
         return _wait(lambda: self.hosts.pid(self.target) is None, timeout_s)
 
     def revert(self) -> None:
+        boot_s = self.ha.boot if self.ha is not None else 0.0
         try:
-            self.hosts.start(self.target, wipe=self.wipe)
+            self.hosts.start(self.target, wipe=self.wipe, boot_s=boot_s)
         except (TargetError, OSError) as exc:
             raise InjectionError(f"restart {self.target}: {exc}") from exc
+
+    def report(self) -> dict[str, Any]:
+        """For the result: the HA model's figures (the analysis adds the measured phases)."""
+        if self.ha is None:
+            return {}
+        return {"ha": ha_detail(self.ha, boot_waited=True)}
 
 
 class HostFreeze:

@@ -53,11 +53,11 @@ class SandboxHosts:
     def cont(self, host: str) -> int:
         return self._do(self.sandbox.cont, host)
 
-    def start(self, host: str, *, wipe: bool) -> None:
+    def start(self, host: str, *, wipe: bool, boot_s: float = 0.0) -> None:
         """Restart the member unless it already runs (so a revert can be repeated)."""
         member = self.sandbox.spec.member(host)
         if self.sandbox.pid(member) is None:
-            pid = self._do(lambda m: self.sandbox.start(m, wipe=wipe), host)
+            pid = self._do(lambda m: self.sandbox.start(m, wipe=wipe, boot_s=boot_s), host)
             rejoin_partition(pid, member.port)
 
     def wipe(self, host: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rsdrill.experiment.kinds import ha_restart
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.vsphere.client import Connection, Vsphere, VsphereError
 from rsdrill.platforms.vsphere.disk import DiskDetach, IopsLimit, attach_disk, set_iops_limit
@@ -63,7 +64,7 @@ def vsphere_injector(client: Vsphere, platform: VspherePlatform, fault: Fault,
         refs = [ref, *(client.call("read a VM", VmRef.of, v) for v in vms[1:])]
         hosts = restart_hosts(client, esxi, len(refs), options.restart_on)
         return PowerOff(client, member, refs, hosts, restart=fault.restart is not False,
-                        failed_host=failed)  # fmt: skip
+                        failed_host=failed, ha=ha_restart(fault))  # fmt: skip
     if fault.kind == "host-freeze":
         return Suspend(client, member, ref)
     if fault.kind == "volume-detach":

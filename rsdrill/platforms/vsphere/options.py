@@ -181,6 +181,10 @@ def _check_kind(i: int, fault: Fault) -> None:
     if fault.kind == "host-kill" and fault.restart and fault.restart.volume == "wipe":
         raise _problem(i, "restart", "volume", text="a VM restarts on its own disks on vsphere: "
                        "volume wipe is not available")  # fmt: skip
+    if fault.kind == "host-kill" and fault.restart and "boot" in fault.restart.model_fields_set:
+        raise _problem(i, "restart", "boot", text="a VM boots by itself once HA (here rsdrill, "
+                       "`detect` after the failure) powers it on; its boot is measured "
+                       "(faults[i].detail.ha.boot_s): drop `boot`")  # fmt: skip
     if fault.kind == "iops-throttle":
         for name in _PER_DIRECTION:
             if name in fault.model_fields_set:

@@ -4,10 +4,14 @@ resumes a suspended VM and can place a VM on another host first, as vSphere HA w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rsdrill.experiment.kinds import ha_detail
 from rsdrill.platforms.vsphere.client import Vsphere, VsphereError
 from rsdrill.platforms.vsphere.lookup import VmRef, host_name, vm_object
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.kinds import Restart
 
 
 def power_states(client: Vsphere, refs: list[VmRef]) -> list[str]:
@@ -94,10 +98,13 @@ class PowerOff(_PowerFault):
     kind = "host-kill"
 
     def __init__(self, client: Vsphere, member: str, refs: list[VmRef], hosts: list[Any | None],
-                 *, restart: bool, failed_host: str | None) -> None:  # fmt: skip
+                 *, restart: bool, failed_host: str | None,
+                 ha: Restart | None = None) -> None:  # fmt: skip
         super().__init__(client, member, refs, hosts)
         self.restart = restart
         self.failed_host = failed_host
+        # The HA model: powered on `detect` after the failure; the guests boot by themselves.
+        self.ha = ha
 
     def describe(self) -> str:
         what = f"hard power-off of {self._names()}"
@@ -106,7 +113,8 @@ class PowerOff(_PowerFault):
         if not self.restart:
             return what + "; they stay off"
         places = {host_name(self.client, h) for h in self.hosts if h is not None}
-        return what + "; later power on" + (f" on {', '.join(sorted(places))}" if places else "")
+        when = f" {self.ha.detect:g}s later, as HA would," if self.ha is not None else " later"
+        return what + f";{when} power on" + (f" on {', '.join(sorted(places))}" if places else "")
 
     def revert_action(self) -> dict[str, Any] | None:
         return self.power_on_action() if self.restart else None
@@ -124,6 +132,10 @@ class PowerOff(_PowerFault):
 
     def revert(self) -> None:
         self.client.relogin_once(lambda: power_on(self.client, self.power_on_action()))
+
+    def report(self) -> dict[str, Any]:
+        """For the result: the HA model's figures (the analysis adds the measured phases)."""
+        return {} if self.ha is None else {"ha": ha_detail(self.ha, boot_waited=False)}
 
 
 class Suspend(_PowerFault):
