@@ -37,6 +37,7 @@ _DEFAULT_ELECTION_TIMEOUT_S = 10.0
 ONE_WAY_MARK = "ONE-WAY"
 """Marks a fault that cannot be undone in the plan's timeline (`rsdrill plan` shows it red)."""
 _DEFAULT_HEARTBEAT_INTERVAL_S = 2.0
+_DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
 _DEFAULT_OPLOG_MB = 192
 _DEFAULT_STEPDOWN_S = 60.0
 
@@ -376,7 +377,9 @@ def describe_target(target: Target) -> list[str]:
         "election timeout "
         + _setting(target.election_timeout, _DEFAULT_ELECTION_TIMEOUT_S)
         + ", heartbeat interval "
-        + _setting(target.heartbeat_interval, _DEFAULT_HEARTBEAT_INTERVAL_S),
+        + _setting(target.heartbeat_interval, _DEFAULT_HEARTBEAT_INTERVAL_S)
+        + ", heartbeat timeout "
+        + _setting(target.heartbeat_timeout, _DEFAULT_HEARTBEAT_TIMEOUT_S),
         f"oplog {target.oplog_size_mb or _DEFAULT_OPLOG_MB} MB"
         + (
             f", initial sync capped at {target.initial_sync_mb_per_s:g} MB/s"

@@ -92,6 +92,13 @@ class _Target(Strict):
     engine: Literal["auto", "emulator", "mongod"] = "auto"
     election_timeout: Duration | None = Field(None, description="electionTimeoutMillis (sandbox)")
     heartbeat_interval: Duration | None = Field(None, description="heartbeatIntervalMillis")
+    heartbeat_timeout: int | None = Field(
+        None,
+        ge=1,
+        description="heartbeatTimeoutSecs (sandbox): silence before a member is DOWN; an "
+        "arbiter refuses its vote while it still sees the primary, so it bounds a PSA "
+        "set's failover from below",
+    )
     oplog_size_mb: int | None = Field(None, gt=0)
     initial_sync_mb_per_s: float | None = Field(None, gt=0)
     port_base: int | None = Field(

@@ -8,7 +8,7 @@ member's process:
 |---|---|
 | poweredOff (a hard power-off, or its ESXi host failing) | SIGKILL |
 | suspended | SIGSTOP |
-| poweredOn again | restarted on its kept data (or SIGCONT after a suspend) |
+| poweredOn again | restarted on its kept data once booted (`boot_s`); SIGCONT after a suspend |
 | its data disk removed | SIGKILL: its data is unreachable (mongod aborts on its first I/O error) |
 | its data disk back (VM on) | restarted on its kept data |
 
@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.vcsim import Vcsim, connect
+from rsdrill.platforms.machine.local_hosts import answers_hello
 from rsdrill.sandbox.cluster import Sandbox, SandboxError
 
 _WAIT_S = 1  # each WaitForUpdatesEx returns after at most this long, to notice stop()
+_ANSWER_TIMEOUT_S = 30  # a booted member's start, at most
 
 
 @dataclass
@@ -48,11 +50,13 @@ class Event:
 @dataclass
 class VmBinding:
     """`vms`: VM managed-object id → member host:port; each VM's data disk is the one at unit
-    number 1 ("Hard disk 2")."""
+    number 1 ("Hard disk 2"). `boot_s`: a VM powered on boots this long before its member
+    starts (its process sleeps, then becomes the member: the sandbox's booting start)."""
 
     sim: Vcsim
     sandbox: Sandbox
     vms: dict[str, str]
+    boot_s: float = 0.0
     events: list[Event] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -144,11 +148,27 @@ class VmBinding:
             if self.sandbox.pid(member) is not None:
                 self.sandbox.kill(member)
         elif up and not was_up:
+            # A VM powered on boots first; a disk added back to a running VM does not.
+            boot_s = self.boot_s if bound.power == "poweredOff" else 0.0
             self._record(bound.member, "restart (VM on, data disk attached)")
             if self.sandbox.pid(member) is None:
-                self.sandbox.start(member)
-            self._record(bound.member, "answering")
+                self.sandbox.start(member, boot_s=boot_s)
+            if boot_s > 0:
+                threading.Thread(target=self._answering, args=(bound.member, boot_s),
+                                 daemon=True).start()  # fmt: skip
+            else:
+                self._record(bound.member, "answering")
         bound.power, bound.has_disk = power, has_disk
+
+    def _answering(self, member: str, boot_s: float) -> None:
+        """Record when a booting VM's member answers (the watch goes on meanwhile)."""
+        deadline = time.monotonic() + boot_s + _ANSWER_TIMEOUT_S
+        while not answers_hello(member, timeout_s=0.2):
+            if time.monotonic() > deadline or self._stop.is_set():
+                self.errors.append(f"{member}: not answering {boot_s:g}s after its VM booted")
+                return
+            time.sleep(0.02)
+        self._record(member, "answering")
 
     def _record(self, member: str, what: str) -> None:
         self.events.append(Event(time.monotonic(), member, what))

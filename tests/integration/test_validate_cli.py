@@ -105,7 +105,7 @@ def test_without_strict_only_an_unset_variable_is_a_note(
 
 
 def test_the_shipped_experiments_validate_in_an_empty_environment() -> None:
-    files = sorted((Path(__file__).parents[2] / "experiments").glob("*.yaml"))
+    files = sorted((Path(__file__).parents[2] / "experiments").rglob("*.yaml"))
     result = subprocess.run(
         [sys.executable, "-m", "rsdrill.cli", "validate", *map(str, files)],
         capture_output=True, text=True, timeout=120,
@@ -139,7 +139,7 @@ def test_the_schema_accepts_the_shipped_experiments() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     yaml = pytest.importorskip("yaml")
     validator = jsonschema.Draft202012Validator(json.loads(rsdrill("schema").stdout))
-    files = sorted((Path(__file__).parents[2] / "experiments").glob("*.yaml"))
+    files = sorted((Path(__file__).parents[2] / "experiments").rglob("*.yaml"))
     with_variables = 0
     for path in files:
         document = yaml.safe_load(path.read_text())

@@ -38,3 +38,19 @@ def test_json_round_trip(tmp_path) -> None:
 def test_unknown_topology_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown topology 'rs7'"):
         build_topology("rs7", port_base=28000)
+
+
+def test_an_experiments_timeouts_reach_the_sandboxs_config(tmp_path) -> None:
+    """`target.election_timeout` and `heartbeat_timeout` become the set's electionTimeoutMillis
+    and heartbeatTimeoutSecs (the PSA seeds lower both)."""
+    from rsdrill.experiment.loader import load_experiment_text
+    from rsdrill.platforms.sandbox.target import SandboxTarget
+
+    exp = load_experiment_text(
+        "name: x\ntarget: {platform: sandbox, topology: psa, election_timeout: 5s, "
+        "heartbeat_timeout: 5}\nfaults: [{at: 1s, kind: stepdown}]\n",
+        "x.yaml",
+        {},
+    )
+    target = SandboxTarget(exp.target, tmp_path)
+    assert target.spec.settings == Settings(election_timeout_ms=5000, heartbeat_timeout_s=5)

@@ -158,7 +158,7 @@ def test_the_plan_names_the_connection_mapping_and_privileges_but_no_password() 
 
 @pytest.mark.parametrize(
     ("name", "topology", "restart_s"),
-    [("vsphere-rs1-host-failure", "rs1", 20.0), ("vsphere-rs3-host-failure", "psa", 30.0)],
+    [("vsphere-rs1-host-failure", "rs1", 15.0), ("vsphere-rs3-host-failure", "psa", 15.0)],
 )
 def test_catalog_host_failures_load_as_the_reference_architecture_ran(
     name: str, topology: str, restart_s: float
@@ -180,6 +180,7 @@ def test_catalog_host_failures_load_as_the_reference_architecture_ran(
         restart_s,
     )
     assert fault.vsphere is not None and fault.vsphere.restart_on == "other"
+    assert fault.restart and fault.restart.model == "ha"  # HA's restart, its phases measured
     assert exp.probes.availability is not None
     assert (exp.probes.availability.write_concern, exp.probes.availability.journal) == (1, True)
 

@@ -111,6 +111,7 @@ class SandboxTarget:
         settings: dict[str, Any] = {
             "election_timeout_ms": _ms(config.election_timeout),
             "heartbeat_interval_ms": _ms(config.heartbeat_interval),
+            "heartbeat_timeout_s": config.heartbeat_timeout,
         }
         options: dict[str, Any] = {"storage": config.storage, "handshake": config.handshake,
                                    "tls": config.tls, "x509": config.auth == "x509"}  # fmt: skip
