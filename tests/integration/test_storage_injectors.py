@@ -66,7 +66,7 @@ class _OneProcess:
     def cont(self, host: str) -> int:
         raise NotImplementedError
 
-    def start(self, host: str, *, wipe: bool) -> None:
+    def start(self, host: str, *, wipe: bool, boot_s: float = 0.0) -> None:
         raise NotImplementedError
 
     def restart_action(self, host: str, *, wipe: bool) -> dict[str, object]:
