@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from pymongo import MongoClient
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.engine.actions import carry_out
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.loader import load_experiment
@@ -37,7 +38,7 @@ def test_the_members_clock_and_cluster_time_move_then_the_clock_comes_back(
         coll = client.db.c
         before = client.admin.command("ping")["$clusterTime"]["clusterTime"]
         assert abs(_skew_of(client)) < 2
-        skew = ClockSkew(host, HOUR, 0.0)
+        skew = ClockSkew(host, HOUR, 0.0, ConnectOptions())
         skew.inject()
         assert abs(_skew_of(client) - HOUR) < 2
         coll.insert_one({"during": True})

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient, WriteConcern
 
-from rsdrill.connection import DirectConnection
+from rsdrill.connection import ConnectOptions, DirectConnection
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.engine.selection import current_states
 from rsdrill.experiment.schema import Experiment
@@ -58,7 +58,7 @@ def _assert_all_running(sandbox_dir: Path) -> None:
 
 def _primary(sandbox_dir: Path) -> str:
     members = [m.host for m in ReplSetSpec.read(sandbox_dir).members]
-    states = current_states(members, timeout_s=1.0)
+    states = current_states(members, timeout_s=1.0, options=ConnectOptions())
     return next(h for h, s in states.items() if s == "PRIMARY")
 
 
@@ -89,7 +89,7 @@ def test_member_health_guard_refuses_a_lagging_secondary(tmp_path: Path, kept: P
         """Before the guards: the primary stops serving its oplog, then takes writes."""
         if phase != "guards":
             return
-        conn = DirectConnection(_primary(kept), 5.0)
+        conn = DirectConnection(_primary(kept), 5.0, ConnectOptions())
         try:
             failpoint = {"failCommands": ["rsdrillGetOplog"], "errorCode": 13436}
             reply = conn.command("admin", {"configureFailPoint": "failCommand",

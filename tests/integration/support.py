@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from rsdrill.connection import DirectConnection
+from rsdrill.connection import ConnectOptions, DirectConnection
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import MemberSpec
 
@@ -52,7 +52,7 @@ def writable_primary(sandbox: Sandbox) -> MemberSpec | None:
 def wire_command(host: str, command: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
     """Send one OP_MSG command on a fresh connection and return the reply body (no driver)."""
     body = {k: v for k, v in command.items() if k != "$db"}
-    conn = DirectConnection(host, timeout)
+    conn = DirectConnection(host, timeout, ConnectOptions())
     try:
         return conn.command(command.get("$db"), body)
     finally:

@@ -28,12 +28,17 @@ def _watch(sandbox: Sandbox) -> tuple[History, RunClock, list[HelloStream]]:
             interval_s=INTERVAL_S,
             timeout_s=TIMEOUT_S,
             max_await_s=MAX_AWAIT_S,
+            options=sandbox.connect_options,
         )
         for m in sandbox.spec.members
     ]
     for stream in streams:
         stream.start()
     return history, clock, streams
+
+
+def _is_primary(sandbox: Sandbox, host: str) -> bool:
+    return is_writable_primary(host, sandbox.connect_options)
 
 
 def _stop(streams: list[HelloStream]) -> None:
@@ -78,7 +83,7 @@ def test_a_change_is_pushed_and_a_kill_breaks_the_stream_at_once(
     replset: Callable[..., Sandbox],
 ) -> None:
     sandbox = replset("rs3")
-    primary = next(m for m in sandbox.spec.members if is_writable_primary(m.host))
+    primary = next(m for m in sandbox.spec.members if _is_primary(sandbox, m.host))
     others = [m.host for m in sandbox.spec.members if m != primary]
     history, clock, streams = _watch(sandbox)
     try:
@@ -86,8 +91,8 @@ def test_a_change_is_pushed_and_a_kill_breaks_the_stream_at_once(
         killed_at = clock.now()
         sandbox.kill(primary)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not is_writable_primary(others[0]):
-            if is_writable_primary(others[1]):
+        while time.monotonic() < deadline and not _is_primary(sandbox, others[0]):
+            if _is_primary(sandbox, others[1]):
                 break
             time.sleep(0.1)
         time.sleep(0.2)
@@ -132,11 +137,11 @@ def test_the_recovery_poller_asks_a_quiet_member_seldom_and_a_killed_one_every_i
     replset: Callable[..., Sandbox],
 ) -> None:
     sandbox = replset("rs3")
-    member = next(m for m in sandbox.spec.members if not is_writable_primary(m.host))
+    member = next(m for m in sandbox.spec.members if not _is_primary(sandbox, m.host))
     history, clock, streams = _watch(sandbox)
     stream = next(s for s in streams if s.member == member.host)
     poller = StatusPoller(history, clock, member=member.host, interval_s=0.1, timeout_s=0.5,
-                          watch=stream)  # fmt: skip
+                          options=sandbox.connect_options, watch=stream)  # fmt: skip
     poller.start()
     try:
         time.sleep(3.0)

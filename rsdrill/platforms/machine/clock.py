@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.platforms.base import InjectionError, Injector, MachineTarget, TargetError
 
 if TYPE_CHECKING:
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 TIMEOUT_S = 5.0
 
 
-def _skew(host: str, offset_s: float, drift: float) -> float:
-    conn = DirectConnection(host, TIMEOUT_S)
+def _skew(host: str, offset_s: float, drift: float, options: ConnectOptions) -> float:
+    conn = DirectConnection(host, TIMEOUT_S, options)
     try:
         reply = conn.command("admin", {"rsdrillClockSkew": offset_s, "drift": drift})
     except WireClientError as exc:
@@ -34,7 +34,9 @@ def _skew(host: str, offset_s: float, drift: float) -> float:
 def clock_reset(action: dict[str, Any]) -> str:
     """Revert action `clock-reset`: the member's clock back to real time."""
     host = action["host"]
-    conn = DirectConnection(host, 1.0)
+    # The journal holds no connection settings (no secret is ever written there).
+    plain = ConnectOptions()
+    conn = DirectConnection(host, 1.0, plain)
     try:
         conn.hello()
     except WireClientError:
@@ -42,7 +44,7 @@ def clock_reset(action: dict[str, Any]) -> str:
     finally:
         conn.close()
     try:
-        _skew(host, 0.0, 0.0)
+        _skew(host, 0.0, 0.0, plain)
     except InjectionError as exc:
         raise TargetError(str(exc)) from exc
     return f"{host}: clock back to real time"
@@ -51,10 +53,11 @@ def clock_reset(action: dict[str, Any]) -> str:
 class ClockSkew:
     kind = "clock-skew"
 
-    def __init__(self, host: str, offset_s: float, drift: float) -> None:
+    def __init__(self, host: str, offset_s: float, drift: float, options: ConnectOptions) -> None:
         self.target = host
         self.offset_s = offset_s
         self.drift = drift
+        self.options = options
 
     def describe(self) -> str:
         drift = f", drifting {self.drift:+g} s/s" if self.drift else ""
@@ -64,7 +67,7 @@ class ClockSkew:
         return {"action": "clock-reset", "host": self.target}
 
     def inject(self) -> None:
-        _skew(self.target, self.offset_s, self.drift)
+        _skew(self.target, self.offset_s, self.drift, self.options)
 
     def verify(self, timeout_s: float) -> bool:
         """The member accepted the skew (its command answered ok)."""
@@ -72,9 +75,9 @@ class ClockSkew:
 
     def revert(self) -> None:
         try:
-            _skew(self.target, 0.0, 0.0)
+            _skew(self.target, 0.0, 0.0, self.options)
         except InjectionError:
-            conn = DirectConnection(self.target, 1.0)
+            conn = DirectConnection(self.target, 1.0, self.options)
             try:
                 conn.hello()
             except WireClientError:
@@ -89,4 +92,4 @@ def clock_skew(target: MachineTarget, fault: Fault, host: str) -> Injector:
     if getattr(target, "platform", None) != "sandbox":
         raise InjectionError("clock-skew needs the sandbox's own clock (libfaketime for a "
                              "local mongod is not wired in)")  # fmt: skip
-    return ClockSkew(host, fault.clock_offset, fault.clock_drift)
+    return ClockSkew(host, fault.clock_offset, fault.clock_drift, target.connect_options)
