@@ -390,6 +390,8 @@ class Runner:
                     break  # reverted early (game day), or never injected: nothing to wait for
                 # Time spent answering game-day questions slides the rest of the timeline.
                 at_s = action.at_s + self._confirm_delay_s
+                if action.what == "revert":
+                    at_s = max(at_s, self._held_until(action.index))
                 if self.clock.now() >= at_s:
                     if action.what == "inject":
                         self._inject(action, target, journal)
@@ -399,6 +401,15 @@ class Runner:
                         self._revert_fault(action.index, journal)
                     break
                 self._sleep_until(at_s)
+
+    def _held_until(self, index: int) -> float:
+        """When fault `index` has been in force for its whole `revert_after`, counted from when
+        it went in: a fault injected late (its platform's lookups before the injection, a slow
+        API) is held as long as the experiment says, not cut short by its lateness."""
+        after = self.exp.faults[index].revert_after
+        injected = [r.injected_at_s for r in self.state.records
+                    if r.index == index and r.injected_at_s is not None]  # fmt: skip
+        return max(injected) + after if injected and after is not None else 0.0
 
     def _inject(self, action: Action, target: RunTarget, journal: Journal) -> None:
         fault = self.exp.faults[action.index]
