@@ -62,6 +62,12 @@ def _primary(sandbox_dir: Path) -> str:
     return next(h for h, s in states.items() if s == "PRIMARY")
 
 
+def _write_one(conn: DirectConnection) -> None:
+    reply = conn.command("guards_test", {"insert": "lag", "documents": [{}],
+                                         "writeConcern": {"w": 1}})  # fmt: skip
+    assert reply["ok"], reply
+
+
 def _pids(sandbox_dir: Path) -> dict[str, int | None]:
     return {s.name: s.pid for s in Sandbox(sandbox_dir).status()}
 
@@ -95,11 +101,11 @@ def test_member_health_guard_refuses_a_lagging_secondary(tmp_path: Path, kept: P
             reply = conn.command("admin", {"configureFailPoint": "failCommand",
                                            "mode": "alwaysOn", "data": failpoint})  # fmt: skip
             assert reply["ok"], reply
-            for _ in range(2):  # a fetch in flight may still carry the first write
-                reply = conn.command("guards_test", {"insert": "lag", "documents": [{}],
-                                                     "writeConcern": {"w": 1}})  # fmt: skip
-                assert reply["ok"], reply
-                time.sleep(1.5)
+            # Two writes 1.5 s apart: a fetch in flight may still carry the first, never the
+            # second, which the secondaries then lack by 1.5 s of its wall time.
+            _write_one(conn)
+            time.sleep(1.5)  # the time under test: the lag is the wall time between the writes
+            _write_one(conn)
         finally:
             conn.close()
 
