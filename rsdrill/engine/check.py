@@ -94,7 +94,7 @@ def _checks(exp: Experiment) -> Iterator[Check]:
     if not reached:
         return
     try:
-        deployment = inspect(reached[0], TIMEOUT_S, options)
+        deployment = inspect(reached[0], TIMEOUT_S, options=options)
     except WireClientError as exc:
         yield Check("deployment", False, str(exc))
         return
@@ -104,7 +104,7 @@ def _checks(exp: Experiment) -> Iterator[Check]:
     if any(f.kind == "mongodb-fail-command" for f in exp.faults):
         yield from _test_commands(reached, options)
     if exp.target.platform != "local":
-        yield _platform(exp, options)
+        yield _platform(exp)
 
 
 def _describe_connection(options: ConnectOptions, seeds: list[str]) -> str:
@@ -130,7 +130,7 @@ def _members(exp: Experiment, seeds: list[str], options: ConnectOptions) -> list
     from rsdrill.platforms.remote import discover_members
 
     try:
-        return discover_members(seeds, TIMEOUT_S, options)
+        return discover_members(seeds, TIMEOUT_S, options=options)
     except TargetError as exc:
         return Check("members", False, str(exc))
 
@@ -332,21 +332,18 @@ def _fuse_check() -> Check:
     return Check("FUSE (storage faults)", True, f"/dev/fuse, fusermount3, faultfs {layer} layer")
 
 
-def _platform(exp: Experiment, options: ConnectOptions) -> Check:
-    """The platform's own preflight (engines, permissions, member mapping), read-only."""
-    from rsdrill.connection import use_options
+def _platform(exp: Experiment) -> Check:
+    """The platform's own preflight (engines, permissions, member mapping), read-only; the
+    target reaches the members with its URI's own options (`RunTarget.connect_options`)."""
     from rsdrill.engine.runner import make_target
     from rsdrill.errors import GuardRefusal
 
     name = f"platform {exp.target.platform}"
     with tempfile.TemporaryDirectory(prefix="rsdrill-check-") as scratch:
-        use_options(options)
         try:
             make_target(exp, Path(scratch)).setup()
         except TargetError as exc:
             return Check(name, False, str(exc))
         except GuardRefusal as exc:  # the run refuses it too (exit 3); the platform is fine
             return Check(name, None, str(exc))
-        finally:
-            use_options(None)
     return Check(name, True, "every member maps to the platform; permissions allow the faults")

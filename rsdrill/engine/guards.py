@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.engine.selection import current_states
 from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import Experiment, Fault, SelectCount, SelectMember
@@ -374,6 +374,7 @@ def check_guards(
     exp: Experiment,
     members: list[str],
     *,
+    options: ConnectOptions,
     env: Mapping[str, str],
     assume_yes: bool,
     confirm: Callable[[str], bool] | None,
@@ -382,9 +383,10 @@ def check_guards(
 ) -> None:
     """Check every guard against the live replica set; GuardRefusal on the first refusal.
 
-    `note` receives one line per guard; `sleep` waits (and may raise to stop the run).
+    `options`: how to reach the members; `note` receives one line per guard; `sleep` waits
+    (and may raise to stop the run).
     """
-    states = current_states(members, timeout_s=1.0)
+    states = current_states(members, timeout_s=1.0, options=options)
     primary = next((h for h, s in states.items() if s in PRIMARY_LIKE), None)
     if primary is None:
         raise GuardRefusal("member health", f"no member is PRIMARY ({_describe(states)})")
@@ -392,7 +394,7 @@ def check_guards(
         _check_standalone(exp, primary, env=env, assume_yes=assume_yes, confirm=confirm,
                           note=note)  # fmt: skip
         return
-    conn = DirectConnection(primary, COMMAND_TIMEOUT_S)
+    conn = DirectConnection(primary, COMMAND_TIMEOUT_S, options)
     try:
         status = _command(conn, {"replSetGetStatus": 1})
         set_name = str(status.get("set", "?"))

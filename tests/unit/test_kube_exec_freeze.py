@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.loader import load_experiment_text
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, KubeError
@@ -100,7 +101,8 @@ def _injector(channel: ContainerExec) -> ExecFreeze:
     exp = load_experiment_text(EXPERIMENT, "k8s.yaml", {})
     kube = SimpleNamespace(access=ClusterAccess(kubeconfig="/k/config"))
     # No server listens on port 1: MongoDB's side reads "not answering", as a frozen member.
-    at = Placement(kube, KubernetesPlatform(namespace="db"), exp.faults[0], "127.0.0.1:1", POD)  # type: ignore[arg-type]
+    at = Placement(kube, KubernetesPlatform(namespace="db"), exp.faults[0], "127.0.0.1:1", POD,  # type: ignore[arg-type]
+                   ConnectOptions())  # fmt: skip
     return ExecFreeze(at, channel)
 
 

@@ -32,13 +32,11 @@ def test_rs1_host_failure_is_down_for_the_restart_delay_plus_the_restart(
     gap = run.result["metrics"]["write_unavailable_s"]
     assert run.member_restart_s is not None
     # The member died with its VM and answered again once the VM was powered on 20 s later
-    # (its kill lags the power-off by the watch's round trip: up to 3 s seen while the whole
-    # suite ran on two cores).
-    assert run.restart_after_s - 5 <= run.member_restart_s <= run.restart_after_s + 10
+    # (20 s after the power-off went in, however late vCenter's lookups let it go in).
+    assert run.restart_after_s <= run.member_restart_s <= run.restart_after_s + 10
     # No failover in rs=1: writes are back once the member is (plus the client's rediscovery).
     assert run.result["metrics"]["failover_s"] is None
-    # (The same watch lag: the member stops taking writes when it is killed.)
-    assert run.restart_after_s - 5 <= gap <= run.restart_after_s + 10
+    assert run.restart_after_s - 1 <= gap <= run.restart_after_s + 10
     assert run.member_restart_s - 1 <= gap <= run.member_restart_s + 5
     assert run.result["metrics"]["lost_acknowledged_writes"] == 0
 

@@ -138,7 +138,7 @@ class KubernetesTarget(RemoteTarget):
             pod = pods.pod(host)
         except (PodLookupError, KubeError) as exc:
             raise InjectionError(f"kubernetes: {exc}") from None
-        at = Placement(self.kube, self.k8s, fault, host, pod)
+        at = Placement(self.kube, self.k8s, fault, host, pod, self.connect_options)
         engine = engine_of(fault)
         if engine == "native" and fault.kind == "host-freeze":
             return ExecFreeze(at)
