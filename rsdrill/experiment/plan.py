@@ -191,6 +191,16 @@ def describe_fault(fault: Fault) -> str:
             f"degrade its links to {peers[fault.between]} ({arrow[fault.direction]}): "
             + ", ".join(shaped)
         )
+    if fault.kind == "clock-skew":
+        side = "ahead" if fault.clock_offset >= 0 else "behind"
+        drift = f", drifting {fault.clock_drift:+g} s/s" if fault.clock_drift else ""
+        return f"set its clock {_secs(abs(fault.clock_offset))} {side}{drift}"
+    if fault.kind == "cpu-starve":
+        return f"starve its CPU to {fault.cpu_share:.0%} of one CPU"
+    if fault.kind == "memory-pressure":
+        return f"let it allocate only {fault.memory_limit_mb:g} MB more"
+    if fault.kind == "disk-fill":
+        return f"fill its data disk to {fault.fill_percent:g}%"
     return fault.kind
 
 
@@ -209,6 +219,10 @@ def _reversion(fault: Fault, platform: str) -> str:
         "network-partition": "heal the partition",
         "mongodb-fail-command": "set the fail point off",
         "network-degrade": "restore the links",
+        "clock-skew": "set the clock right",
+        "cpu-starve": "end the CPU starvation",
+        "memory-pressure": "lift the memory limit",
+        "disk-fill": "free the disk",
     }
     return f"{undo[fault.kind]} on {them}"
 
