@@ -19,6 +19,7 @@ from rsdrill.experiment.kinds import (
     PLATFORM_COLUMNS,
     fault_table,
     kind_only_fields,
+    never_reverted,
     support_table,
     way_of,
 )
@@ -162,6 +163,12 @@ def test_every_fault_a_platform_accepts_is_planned_in_words(kind: str, platform:
         # Each step says what is done, not only the kind's name.
         assert all(s.description.strip() not in ("", kind) for s in steps)
         render_plan(exp)
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+def test_a_kind_words_its_revert_exactly_when_it_can_be_reverted(kind: str) -> None:
+    spec = KINDS[kind]
+    assert (spec.plan_revert is None) == (spec.revert_after is never_reverted)
 
 
 def test_the_kubernetes_default_engine_is_the_spec_s_first_way() -> None:
