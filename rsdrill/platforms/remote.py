@@ -58,7 +58,7 @@ def discover_members(
 
 class RemoteTarget:
     """Base of the platform targets: connection and member discovery; subclasses add the
-    platform client and `injector()`."""
+    platform client, which their kinds' injector factories use."""
 
     keep = True
 
