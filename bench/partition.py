@@ -40,7 +40,7 @@ def _wait(predicate: object, what: str) -> None:
 
 def _primary(sandbox: Sandbox) -> str | None:
     for member in sandbox.spec.members:
-        reply = hello(member.host)
+        reply = hello(member.host, options=sandbox.connect_options)
         if reply and reply.get("isWritablePrimary"):
             return member.host
     return None
@@ -74,7 +74,9 @@ def trial(sandbox: Sandbox) -> tuple[float, float, float, float, float]:
     stepdown = first_after(sandbox.directory, "stepdown", started, member=old)
     elected = first_after(sandbox.directory, "writable", started, other_than=old)
     assert stepdown is not None and elected is not None
-    _wait(lambda: member_state(old) == "SECONDARY" and _primary(sandbox), "the old primary back")
+    options = sandbox.connect_options
+    _wait(lambda: member_state(old, 1.0, options=options) == "SECONDARY" and _primary(sandbox),
+          "the old primary back")  # fmt: skip
     return (
         stepdown["t_mono"] - started,
         elected["t_mono"] - started,

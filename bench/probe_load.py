@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from rsdrill.connection import DirectConnection
+from rsdrill.connection import ConnectOptions, DirectConnection
 from rsdrill.experiment.schema import Probes
 from rsdrill.history import History, RunClock
 from rsdrill.probes import ProbeSet
@@ -34,7 +34,7 @@ def server_ops(members: list[str]) -> Counter[str]:
     """Every member's opcounters so far, summed over the members."""
     total: Counter[str] = Counter()
     for member in members:
-        conn = DirectConnection(member, 2.0)
+        conn = DirectConnection(member, 2.0, ConnectOptions())
         try:
             counters = conn.command("admin", {"serverStatus": 1})["opcounters"]
         finally:
@@ -66,7 +66,8 @@ def main() -> None:
         try:
             members = [m.host for m in sandbox.spec.members]
             history = History()
-            probes = ProbeSet(config, uri=sandbox.uri, members=members, history=history,
+            probes = ProbeSet(config, uri=sandbox.uri, members=members,
+                              options=sandbox.connect_options, history=history,
                               run_id="load")  # fmt: skip
             probes.prepare()
             time.sleep(2)  # let the set settle after the first writes

@@ -252,16 +252,6 @@ def _aws_settings(user: str | None, password: str | None, opts: dict[str, Any]) 
     return str(token) if token else None
 
 
-_default_options = ConnectOptions()
-
-
-def use_options(options: ConnectOptions | None) -> None:
-    """Every DirectConnection opened from now on without options of its own uses these (a run
-    sets its target's; None puts the plain defaults back when it ends)."""
-    global _default_options
-    _default_options = options or ConnectOptions()
-
-
 # Members that answered `hello` with CommandNotFound: they get `isMaster` from then on.
 _legacy_hello: set[str] = set()
 _legacy_lock = threading.Lock()
@@ -289,12 +279,15 @@ def _client_metadata(app_name: str) -> dict[str, Any]:
 
 
 class DirectConnection:
-    """One member; the socket is kept between commands and reopened after any failure."""
+    """One member; the socket is kept between commands and reopened after any failure.
 
-    def __init__(self, host: str, timeout_s: float, options: ConnectOptions | None = None) -> None:
+    `options` are always given: a run's connections use its target's (`RunTarget.connect_options`),
+    so nothing reaches a member with settings other than the run's."""
+
+    def __init__(self, host: str, timeout_s: float, options: ConnectOptions) -> None:
         self.host = host
         self.timeout_s = timeout_s
-        self.options = options or _default_options
+        self.options = options
         self._sock: socket.socket | None = None
         # The member's answer to this socket's handshake (hello or isMaster).
         self.handshake: dict[str, Any] = {}

@@ -81,7 +81,7 @@ def version_problem(version: str | None) -> str | None:
     return None
 
 
-def inspect(host: str, timeout_s: float = 5.0, options: ConnectOptions | None = None) -> Deployment:
+def inspect(host: str, timeout_s: float = 5.0, *, options: ConnectOptions) -> Deployment:
     """Ask one member; WireClientError when it does not answer (or refuses us)."""
     conn = DirectConnection(host, timeout_s, options)
     try:
@@ -110,12 +110,12 @@ def inspect(host: str, timeout_s: float = 5.0, options: ConnectOptions | None = 
 
 
 def inspect_any(
-    hosts: list[str], timeout_s: float = 5.0, options: ConnectOptions | None = None
+    hosts: list[str], timeout_s: float = 5.0, *, options: ConnectOptions
 ) -> Deployment | None:
     """The first member that answers, or None when none does."""
     for host in hosts:
         try:
-            return inspect(host, timeout_s, options)
+            return inspect(host, timeout_s, options=options)
         except WireClientError:
             continue
     return None

@@ -35,7 +35,7 @@ def member_state(
     host: str,
     timeout_s: float,
     *,
-    options: ConnectOptions | None = None,
+    options: ConnectOptions,
     unreachable: str = DOWN,
 ) -> str:
     """Ask `host` its own state (replSetGetStatus, else guessed from hello), `unreachable` when

@@ -8,8 +8,9 @@ injected, every fault in force is reverted, verdict aborted, exit 3).
 
 The metrics, evaluated at the moment `now` (seconds on the run's clock):
 
-- `no_primary_s`: the current stretch without a writable primary: `now` minus the end of the
-  last failover poll that found a member writable (the failover probe);
+- `no_primary_s`: the current stretch without a writable primary: 0 while some member's latest
+  failover answer says writable (its awaited hello pending), else `now` minus the end of the last
+  failover poll that found a member writable (the failover probe);
 - `write_unavailable_s`: the current stretch without a successful write: `now` minus the end
   of the last successful "write" op (the availability probe's writes);
 - `probe_error_rate`: the share of failed attempts of the client-side probes ("write", "read",
@@ -134,8 +135,20 @@ def current_gap(
 
 
 def no_primary_s(ops: Sequence[Op], now: float) -> float | None:
-    """The current stretch in which no failover poll found a writable member."""
-    return current_gap([op for op in ops if op.probe == "failover"], writable, now)
+    """The current stretch in which no failover poll found a writable member. A member whose
+    latest answer said writable is the primary still: its stream's next hello is pending, and
+    an awaited hello answers at once when the member changes (or breaks when it dies), so a
+    quiet primary is not a gap of max_await between its answers."""
+    polls = [op for op in ops if op.probe == "failover"]
+    latest: dict[str | None, Op] = {}
+    for op in polls:
+        if op.member not in latest or op.t_end >= latest[op.member].t_end:
+            latest[op.member] = op
+    if any(writable(op) for op in latest.values()):
+        return 0.0
+    # A stream broken by a connection error held its writable state until the break.
+    return current_gap(polls, lambda op: writable(op) or op.detail.get("held_writable") is True,
+                       now)  # fmt: skip
 
 
 def write_unavailable_s(ops: Sequence[Op], now: float) -> float | None:

@@ -55,6 +55,40 @@ MetricsPushOption = Annotated[
     ),
 ]
 
+NotifyOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--notify",
+        metavar="KIND=URL",
+        help="Also tell this place of the run's start and verdict, as a `notify:` entry of "
+        "the file would (KIND: webhook or slack; repeatable).",
+    ),
+]
+
+
+def with_notifications(experiment: Experiment, given: list[str]) -> Experiment:
+    """The experiment with `--notify KIND=URL` entries added to its `notify:` (exit 2 on one
+    that is not valid, naming it)."""
+    from pydantic import ValidationError
+
+    from rsdrill.experiment.integrations import Notification
+
+    added = []
+    for text in given:
+        kind, sep, url = text.partition("=")
+        if not sep or kind not in ("webhook", "slack"):
+            exit_invalid(
+                f"--notify {text}: give KIND=URL, KIND webhook or slack (PagerDuty needs "
+                "its routing key's variable: use `notify:` in the file)"
+            )
+        try:
+            added.append(Notification.model_validate({"kind": kind, "url": url}))
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            exit_invalid(f"--notify {kind}=...: {'.'.join(map(str, problem['loc']))}: "
+                         f"{problem['msg']}")  # fmt: skip
+    return experiment.model_copy(update={"notify": (*experiment.notify, *added)})
+
 
 def run(
     file: Annotated[Path, typer.Argument(help="The experiment file (YAML).")],
@@ -91,6 +125,7 @@ def run(
         ),
     ] = False,
     seed: SeedOption = None,
+    notify: NotifyOption = None,
 ) -> None:
     """Run an experiment: exit 0 all SLOs held, 1 an SLO failed, 2 invalid input, 3 aborted,
     4 a platform or internal error."""
@@ -104,6 +139,8 @@ def run(
     except ExperimentError as exc:
         exit_invalid(str(exc))
     experiment = seeded(experiment, seed)
+    if notify:
+        experiment = with_notifications(experiment, notify)
     refuse_unless_checked(experiment)
     out_dir = out or default_out_dir(experiment.name)
     options = run_options(experiment, out_dir, live, abort_on or [], yes)

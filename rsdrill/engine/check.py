@@ -25,15 +25,13 @@ from rsdrill.connection import (
     parse_uri,
 )
 from rsdrill.deployment import Deployment, inspect, version_problem
-from rsdrill.experiment.kinds import way_of
+from rsdrill.experiment.kinds import KINDS, way_of
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.base import TargetError
 from rsdrill.privileges import CLUSTER, granted
 from rsdrill.probes.availability import PROBE_DB
 
 TIMEOUT_S = 5.0
-# Faults that run through faultfs (FUSE) on the sandbox and local platforms.
-_FAULTFS_KINDS = ("disk-fault", "iops-throttle", "volume-detach")
 
 
 @dataclass(frozen=True)
@@ -94,17 +92,17 @@ def _checks(exp: Experiment) -> Iterator[Check]:
     if not reached:
         return
     try:
-        deployment = inspect(reached[0], TIMEOUT_S, options)
+        deployment = inspect(reached[0], TIMEOUT_S, options=options)
     except WireClientError as exc:
         yield Check("deployment", False, str(exc))
         return
     yield from _deployment(exp, deployment)
     yield from _slos(exp, deployment)
     yield from _privileges(exp, reached[0], options, deployment)
-    if any(f.kind == "mongodb-fail-command" for f in exp.faults):
+    if any(KINDS[f.kind].needs_test_commands for f in exp.faults):
         yield from _test_commands(reached, options)
     if exp.target.platform != "local":
-        yield _platform(exp, options)
+        yield _platform(exp)
 
 
 def _describe_connection(options: ConnectOptions, seeds: list[str]) -> str:
@@ -130,7 +128,7 @@ def _members(exp: Experiment, seeds: list[str], options: ConnectOptions) -> list
     from rsdrill.platforms.remote import discover_members
 
     try:
-        return discover_members(seeds, TIMEOUT_S, options)
+        return discover_members(seeds, TIMEOUT_S, options=options)
     except TargetError as exc:
         return Check("members", False, str(exc))
 
@@ -230,12 +228,10 @@ def needed_privileges(exp: Experiment, standalone: bool) -> list[Privilege]:
         ]  # fmt: skip
     needed.append(Privilege(CLUSTER, "serverStatus", "the result's storage engine",
                             "clusterMonitor", required=False))  # fmt: skip
-    if any(f.kind == "stepdown" for f in exp.faults):
-        needed.append(Privilege(CLUSTER, "replSetStateChange", "the stepdown fault",
-                                "clusterManager"))  # fmt: skip
-    if any(f.kind == "mongodb-fail-command" for f in exp.faults):
-        needed.append(Privilege(CLUSTER, "configureFailPoint", "the mongodb-fail-command fault",
-                                "hostManager"))  # fmt: skip
+    kinds = {f.kind for f in exp.faults}
+    needed += [Privilege(CLUSTER, action, f"the {spec.kind} fault", role)
+               for spec in KINDS.values() if spec.kind in kinds
+               for action, role in spec.server_privileges]  # fmt: skip
     return needed
 
 
@@ -295,8 +291,11 @@ def _local_tools(exp: Experiment) -> Iterator[Check]:
     """What this machine needs for the faults it will inject itself (sandbox, local)."""
     if exp.target.platform not in ("sandbox", "local"):
         return
-    kinds = {f.kind for f in exp.faults}
-    network = sorted(kinds & {"network-partition", "network-degrade"})
+    needs: dict[str, set[str]] = {}
+    for fault in exp.faults:
+        for tool in KINDS[fault.kind].tools(fault):
+            needs.setdefault(tool, set()).add(fault.kind)
+    network = sorted(needs.get("nftables", ()))
     if network:
         nft = shutil.which("nft", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
         if nft is None:
@@ -304,8 +303,7 @@ def _local_tools(exp: Experiment) -> Iterator[Check]:
                         "is missing: apt-get install nftables")  # fmt: skip
         else:
             yield Check("nftables", True, nft)
-    power_loss = any(f.kind == "host-kill" and f.power_loss for f in exp.faults)
-    if kinds & set(_FAULTFS_KINDS) or power_loss:
+    if "fuse" in needs:
         yield _fuse_check()
 
 
@@ -332,21 +330,18 @@ def _fuse_check() -> Check:
     return Check("FUSE (storage faults)", True, f"/dev/fuse, fusermount3, faultfs {layer} layer")
 
 
-def _platform(exp: Experiment, options: ConnectOptions) -> Check:
-    """The platform's own preflight (engines, permissions, member mapping), read-only."""
-    from rsdrill.connection import use_options
+def _platform(exp: Experiment) -> Check:
+    """The platform's own preflight (engines, permissions, member mapping), read-only; the
+    target reaches the members with its URI's own options (`RunTarget.connect_options`)."""
     from rsdrill.engine.runner import make_target
     from rsdrill.errors import GuardRefusal
 
     name = f"platform {exp.target.platform}"
     with tempfile.TemporaryDirectory(prefix="rsdrill-check-") as scratch:
-        use_options(options)
         try:
             make_target(exp, Path(scratch)).setup()
         except TargetError as exc:
             return Check(name, False, str(exc))
         except GuardRefusal as exc:  # the run refuses it too (exit 3); the platform is fine
             return Check(name, None, str(exc))
-        finally:
-            use_options(None)
     return Check(name, True, "every member maps to the platform; permissions allow the faults")

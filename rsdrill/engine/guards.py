@@ -50,9 +50,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.engine.selection import current_states
 from rsdrill.errors import GuardRefusal
+from rsdrill.experiment.kinds import KINDS, holds
 from rsdrill.experiment.schema import Experiment, Fault, SelectCount, SelectMember
 from rsdrill.states import HEALTHY, PRIMARY_LIKE, STANDALONE
 
@@ -78,24 +79,9 @@ class DownSpan:
 
 
 def takes_member_down(fault: Fault) -> bool:
-    """Whether the fault, while in force, takes its member out of the set's majority."""
-    if fault.kind in (
-        "stepdown",
-        "iops-throttle",
-        "mongodb-fail-command",
-        "cpu-starve",
-        "clock-skew",
-        "network-degrade",
-    ):
-        return False  # slowed or troubled, not gone
-    if fault.kind == "network-partition":
-        return fault.isolate_from != "clients"
-    if fault.kind == "disk-fill":
-        return fault.fill_percent >= 100  # full: ENOSPC ends the member
-    if fault.kind == "disk-fault":
-        failing = {"write", "fsync", "any"} & set(fault.operations)
-        return fault.errno != "none" and bool(failing)
-    return True
+    """Whether the fault, while in force, takes its member out of the set's majority (its
+    kind's `takes_member_down`)."""
+    return holds(KINDS[fault.kind].takes_member_down, fault)
 
 
 def down_spans(faults: Sequence[Fault]) -> list[DownSpan]:
@@ -196,14 +182,14 @@ class OplogWindow:
 def planned_outages(faults: Sequence[Fault]) -> list[tuple[int, float]]:
     """(fault index, seconds a member stays down) for each fault whose member must catch up
     from the oplog afterwards: every fault that takes a member down (inf when it never comes
-    back) but a host-kill restarting on an empty volume, which resyncs anyway; an arbiter has
-    no oplog."""
+    back) but one whose member comes back on rebuilt data (its kind's `rebuilds_data`: a
+    host-kill restarting on an empty volume resyncs anyway); an arbiter has no oplog."""
     outages = []
     for i, fault in enumerate(faults):
-        if not takes_member_down(fault) or fault.select == "arbiter" or fault.kind == "data-loss":
-            continue  # data-loss: a restore brings the data back, not the oplog
-        if fault.kind == "host-kill" and fault.restart and fault.restart.volume == "wipe":
+        if not takes_member_down(fault) or fault.select == "arbiter":
             continue
+        if holds(KINDS[fault.kind].rebuilds_data, fault):
+            continue  # a full initial sync or a restore, not the oplog, brings it back
         back = fault.revert_after
         outages.append((i, math.inf if back is None else back))
     return outages
@@ -374,6 +360,7 @@ def check_guards(
     exp: Experiment,
     members: list[str],
     *,
+    options: ConnectOptions,
     env: Mapping[str, str],
     assume_yes: bool,
     confirm: Callable[[str], bool] | None,
@@ -382,9 +369,10 @@ def check_guards(
 ) -> None:
     """Check every guard against the live replica set; GuardRefusal on the first refusal.
 
-    `note` receives one line per guard; `sleep` waits (and may raise to stop the run).
+    `options`: how to reach the members; `note` receives one line per guard; `sleep` waits
+    (and may raise to stop the run).
     """
-    states = current_states(members, timeout_s=1.0)
+    states = current_states(members, timeout_s=1.0, options=options)
     primary = next((h for h, s in states.items() if s in PRIMARY_LIKE), None)
     if primary is None:
         raise GuardRefusal("member health", f"no member is PRIMARY ({_describe(states)})")
@@ -392,7 +380,7 @@ def check_guards(
         _check_standalone(exp, primary, env=env, assume_yes=assume_yes, confirm=confirm,
                           note=note)  # fmt: skip
         return
-    conn = DirectConnection(primary, COMMAND_TIMEOUT_S)
+    conn = DirectConnection(primary, COMMAND_TIMEOUT_S, options)
     try:
         status = _command(conn, {"replSetGetStatus": 1})
         set_name = str(status.get("set", "?"))

@@ -19,7 +19,7 @@ from typing import Any
 
 from rsdrill import registry
 from rsdrill.analysis.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
-from rsdrill.connection import ConnectOptions, SettingsError, use_options
+from rsdrill.connection import SettingsError
 from rsdrill.deployment import Deployment, inspect_any
 from rsdrill.engine.console import GameDayConsole
 from rsdrill.engine.events import RunEvents
@@ -165,14 +165,10 @@ class Runner:
             resource = target.recover_action()
             if resource:
                 journal.write("resource", key="resource:target", revert=resource)
-            # rsdrill's own wire-level probes and checks reach members as the URI says (TLS,
-            # the login): the user's URI before setup (member discovery uses it), the sandbox's
-            # once it is built.
-            if self.exp.target.uri:
-                use_options(ConnectOptions.from_uri(self.exp.target.uri))
             target.setup()
-            use_options(ConnectOptions.from_uri(target.uri))
-            self._deployment = inspect_any(target.members)
+            # rsdrill's own wire-level probes, guards, selection and injectors reach members as
+            # the target's URI says (TLS, the login): everything below is given these.
+            self._deployment = inspect_any(target.members, options=target.connect_options)
             if resource and target.keep:
                 # A kept target is the user's once built: only a half-built one is undone.
                 journal.write("released", key="resource:target")
@@ -184,7 +180,8 @@ class Runner:
             from rsdrill.probes import ProbeSet
 
             probes = ProbeSet(self.exp.probes, uri=target.uri, members=target.members,
-                              history=self.history, run_id=self.run_id,
+                              options=target.connect_options, history=self.history,
+                              run_id=self.run_id,
                               standalone=self._standalone)  # fmt: skip
             probes.prepare()
             self._check_abort()
@@ -247,7 +244,6 @@ class Runner:
             if not revert_error:
                 journal.write("end", verdict=verdict)  # else `rsdrill recover` finishes it
             journal.close()
-            use_options(None)
             self.live.stop()
         try:
             return self._result(verdict, error, started_wall, target, metrics, slo_results)
@@ -334,7 +330,7 @@ class Runner:
         """
         deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
         while True:
-            states = current_states(target.members)
+            states = current_states(target.members, options=target.connect_options)
             unhealthy = {h: s for h, s in states.items() if s not in HEALTHY}
             primaries = [h for h, s in states.items() if s in PRIMARY_LIKE]
             if not unhealthy and len(primaries) == 1:
@@ -352,6 +348,7 @@ class Runner:
         check_guards(
             self.exp,
             target.members,
+            options=target.connect_options,
             env=os.environ,
             assume_yes=self.options.assume_yes,
             confirm=self._confirm if self.options.confirm else None,
@@ -404,6 +401,8 @@ class Runner:
                     break  # reverted early (game day), or never injected: nothing to wait for
                 # Time spent answering game-day questions slides the rest of the timeline.
                 at_s = action.at_s + self._slide_s
+                if action.what == "revert":
+                    at_s = max(at_s, self._held_until(action.index))
                 if self.clock.now() >= at_s:
                     if action.what == "inject":
                         self._inject(action, target, journal)
@@ -413,6 +412,15 @@ class Runner:
                         self._revert_fault(action.index, journal)
                     break
                 self._sleep_until(at_s)
+
+    def _held_until(self, index: int) -> float:
+        """When fault `index` has been in force for its whole `revert_after`, counted from when
+        it went in: a fault injected late (its platform's lookups before the injection, a slow
+        API) is held as long as the experiment says, not cut short by its lateness."""
+        after = self.exp.faults[index].revert_after
+        injected = [r.injected_at_s for r in self.state.records
+                    if r.index == index and r.injected_at_s is not None]  # fmt: skip
+        return max(injected) + after if injected and after is not None else 0.0
 
     def _inject(self, action: Action, target: RunTarget, journal: Journal) -> None:
         fault = self.exp.faults[action.index]
@@ -536,7 +544,7 @@ class Runner:
             )
             if states is not None:
                 return states
-        return current_states(target.members)
+        return current_states(target.members, options=target.connect_options)
 
     def _revert_fault(self, index: int, journal: Journal) -> None:
         for key in [k for k, a in self.state.applied.items() if a.record.index == index]:
@@ -585,7 +593,8 @@ class Runner:
         holds the recovery, not when a separate query sees it first. Without the recovery
         probe, the members are asked directly."""
         if self.exp.probes.recovery is None:
-            return list(current_states(target.members, timeout_s=0.5).values())
+            states = current_states(target.members, timeout_s=0.5, options=target.connect_options)
+            return list(states.values())
         from rsdrill.analysis.recovery import polled_state
 
         latest: dict[str, Op] = {}

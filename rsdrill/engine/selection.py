@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from rsdrill.connection import AccessRefused
+from rsdrill.connection import AccessRefused, ConnectOptions
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
 from rsdrill.history import Op
@@ -17,17 +17,20 @@ class SelectionError(RsdrillError):
     """The selection matches nothing in the live replica set; the fault is not injected."""
 
 
-def _state(host: str, timeout_s: float) -> str:
+def _state(host: str, timeout_s: float, options: ConnectOptions) -> str:
     try:
-        return member_state(host, timeout_s)
+        return member_state(host, timeout_s, options=options)
     except AccessRefused as exc:  # not down: unreachable with these settings, say so now
         raise TargetError(str(exc)) from None
 
 
-def current_states(members: list[str], timeout_s: float = 0.3) -> dict[str, str]:
+def current_states(
+    members: list[str], timeout_s: float = 0.3, *, options: ConnectOptions
+) -> dict[str, str]:
     """Each member's own state (PRIMARY, SECONDARY, ...), DOWN when it does not answer."""
     with ThreadPoolExecutor(max_workers=max(len(members), 1)) as pool:
-        return dict(zip(members, pool.map(lambda h: _state(h, timeout_s), members), strict=True))
+        states = pool.map(lambda h: _state(h, timeout_s, options), members)
+        return dict(zip(members, states, strict=True))
 
 
 def resolve(selection: Selection, states: dict[str, str]) -> list[str]:

@@ -4,8 +4,11 @@ it (exactly, approximately, or one way only).
 
 This is the single source of the fault kinds' names and own fields (`schema.py` builds one
 model per kind from the specs without naming any kind, so a field of another kind is refused),
-of `rsdrill faults`, of docs/faults.md and of the README's fault tables (tests fail when they
-differ), and of the opt-ins: `way_of` decides, per fault, which way a platform takes; a fault
+of what the rest of rsdrill needs to know of a kind (how `rsdrill plan` words it, whether the
+guards count its member as down, which tools of this machine and which server privileges it
+needs: no module outside this one and the platforms' injectors names a kind, a test holds them
+to it), of `rsdrill faults`, of docs/faults.md and of the README's fault tables (tests fail when
+they differ), and of the opt-ins: `way_of` decides, per fault, which way a platform takes; a fault
 whose way is approximate loads only with `approximate: true`, a one-way one only with
 `one_way: true`. A platform carries a kind out only if it registers an injector for it
 (`Platform.injectors`); whether it accepts the kind's options is decided by its own load-time
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.fields import format_duration as _secs
 
 Support = Literal["exact", "approximate", "one-way"]
 """exact: the fault itself; approximate: something close to it (said in the cell); one-way: it
@@ -64,6 +68,11 @@ def _option(fault: Any, section: str, name: str, default: Any) -> Any:
     return default if options is None else getattr(options, name)
 
 
+def _wiped_on_restart(fault: Any) -> bool:
+    """host-kill with `restart.volume: wipe`: the member comes back on an empty data volume."""
+    return bool(fault.restart) and fault.restart.volume == "wipe"
+
+
 # Conditions on a fault's options, by the words the tables show for them.
 _CONDITIONS: dict[str, Callable[[Any], bool]] = {
     "scope: node, delete_node": lambda f: (
@@ -72,7 +81,7 @@ _CONDITIONS: dict[str, Callable[[Any], bool]] = {
     "scope: node": lambda f: f.scope == "node",
     "ec2.action: terminate": lambda f: _option(f, "ec2", "action", "stop") == "terminate",
     "ec2.action: reboot": lambda f: _option(f, "ec2", "action", "stop") == "reboot",
-    "restart.volume: wipe": lambda f: bool(f.restart) and f.restart.volume == "wipe",
+    "restart.volume: wipe": _wiped_on_restart,
     "vsphere.restart_on": lambda f: _option(f, "vsphere", "restart_on", "same") != "same",
     "isolate_from: members": lambda f: f.isolate_from == "members",
 }
@@ -99,6 +108,45 @@ def never_reverted(fault: Any) -> None:
     return None
 
 
+FaultRule = bool | Callable[[Any], bool]
+"""Whether something holds of a fault: for every fault of the kind, or as its fields say."""
+
+
+def holds(rule: FaultRule, fault: Any) -> bool:
+    """Whether `rule` holds of `fault`."""
+    return rule(fault) if callable(rule) else rule
+
+
+Words = Callable[[Any, str], str]
+"""What `rsdrill plan` says a fault does when injected: (fault, platform) → words."""
+RevertWords = Callable[[Any, str, str], str]
+"""What `rsdrill plan` says its revert does: (fault, platform, "it" or "them") → words."""
+
+LocalTool = Literal["nftables", "fuse"]
+"""What the sandbox and local platforms need of this machine to inject a fault (`rsdrill check`
+looks for it): the `nft` command, or FUSE for faultfs."""
+
+
+def on_this_machine(platform: str) -> bool:
+    """Whether the platform's faults are injected here, on member processes (sandbox, local)."""
+    return platform_column(platform) == _MACHINE
+
+
+def _lasting(what: Callable[[Any], str]) -> Words:
+    """The words of a fault that holds for its `duration`: what it does, then for how long."""
+
+    def words(fault: Any, platform: str) -> str:
+        done = what(fault)
+        return done if fault.duration is None else f"{done} for {_secs(fault.duration)}"
+
+    return words
+
+
+def _undo(what: str) -> RevertWords:
+    """Revert words: `what`, on the member or members."""
+    return lambda fault, platform, them: f"{what} on {them}"
+
+
 @dataclass(frozen=True)
 class KindSpec:
     kind: str
@@ -116,6 +164,46 @@ class KindSpec:
     """Built-in platform ("sandbox" also stands for "local") → its ways, an engine's first way
     being its default and the platform's first way's engine the default engine; absent:
     refused."""
+    plan: Words = field(kw_only=True)
+    """What `rsdrill plan` says a fault of it does when injected (after the member)."""
+    plan_revert: RevertWords | None = field(default=None, kw_only=True)
+    """What `rsdrill plan` says its revert does (None: never reverted, `never_reverted`)."""
+    takes_member_down: FaultRule = field(default=True, kw_only=True)
+    """While in force, its member is out of the set's majority: the quorum guard counts it, and
+    the oplog-window guard bounds how long (False: slowed or troubled, not gone)."""
+    rebuilds_data: FaultRule = field(default=False, kw_only=True)
+    """Its member comes back on rebuilt data (a full initial sync, a restore), not by catching
+    up from the oplog: the oplog-window guard does not bound it."""
+    local_tools: tuple[LocalTool, ...] | Callable[[Any], tuple[LocalTool, ...]] = field(
+        default=(), kw_only=True
+    )
+    """What injecting it on the sandbox and local platforms needs of this machine."""
+    server_privileges: tuple[tuple[str, str], ...] = field(default=(), kw_only=True)
+    """(action on the cluster resource, the built-in role that grants it) its own command
+    needs of a server with access control (`rsdrill check` asks for them)."""
+    needs_test_commands: bool = field(default=False, kw_only=True)
+    """Its command exists only on a mongod started with enableTestCommands (`rsdrill check`
+    asks every member)."""
+    disaster: bool = field(default=False, kw_only=True)
+    """A disaster only a restore brings the set back from: loading needs a step with `marks:
+    restore`, the run records its time for the disaster-recovery metrics, a random schedule
+    never draws it."""
+    replica_set_only: str = field(default="", kw_only=True)
+    """Why a standalone server cannot take it (empty: it can); loading refuses it there."""
+    drawn: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
+    """What a fault of it drawn by its name alone (`faults: {random: {kinds: [name]}}`) is
+    given beyond its defaults, to do something."""
+    for_good: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
+    """The fields that keep a fault of it in force to the end of the run: a replay gives them
+    to a fault the original run never reverted (empty: a `duration` of None does)."""
+    unavailable: str = field(default="", kw_only=True)
+    """What loading says, after the kind's name, on a platform without an injector for it
+    (`{platform}` is replaced; empty: the generic `is not available on P (it has: ...)`)."""
+
+    def tools(self, fault: Any) -> tuple[LocalTool, ...]:
+        """What injecting `fault` here (sandbox, local) needs of this machine."""
+        tools = self.local_tools
+        return tools(fault) if callable(tools) else tools
 
 
 # -- host-kill -----------------------------------------------------------------------------------
@@ -217,6 +305,42 @@ def _host_kill_revert(fault: Any) -> float | None:
     return after if after is not None else fault.duration
 
 
+def _host_kill_words(fault: Any, platform: str) -> str:
+    if on_this_machine(platform):
+        how = "SIGKILL, unsynced writes lost" if fault.power_loss else "SIGKILL"
+    else:
+        how = f"{platform}: lose the host"
+    if fault.scope != "member":
+        how += f" (its whole {fault.scope})"
+    return how if fault.restart else f"{how}; never restarted"
+
+
+def _host_kill_revert_words(fault: Any, platform: str, them: str) -> str:
+    if _wiped_on_restart(fault):
+        data = "an empty data directory (full initial sync)"
+    else:
+        data = f"{'their' if them == 'them' else 'its'} kept data directory"
+    restart = fault.restart
+    if restart and restart.model == "ha":
+        detected = f"HA restarts {them} (detected after {_secs(restart.detect)}): "
+        if on_this_machine(platform):
+            return f"{detected}boot {_secs(restart.boot)}, then the member starts on {data}"
+        return f"{detected}power on; the VM boots by itself, mongod starts on {data}"
+    return f"restart {them} on {data}"
+
+
+# -- host-freeze ---------------------------------------------------------------------------------
+
+
+def _host_freeze_words(fault: Any, platform: str) -> str:
+    how = "SIGSTOP" if on_this_machine(platform) else f"{platform}: freeze"
+    return f"{how} for {_secs(fault.duration or 0.0)}"
+
+
+def _host_freeze_revert_words(fault: Any, platform: str, them: str) -> str:
+    return f"resume {them}" + (" (SIGCONT)" if on_this_machine(platform) else "")
+
+
 # -- stepdown ------------------------------------------------------------------------------------
 
 
@@ -231,6 +355,19 @@ def _stepdown_check(fault: Any) -> None:
             ("duration",),
             "stepdown: `duration` (the stepdown period) must be at least `secondary_catch_up`",
         )
+
+
+_DEFAULT_STEPDOWN_S = 60.0
+"""replSetStepDown's period when the fault gives no `duration` (MongoDB's default)."""
+
+
+def _stepdown_words(fault: Any, platform: str) -> str:
+    period = fault.duration if fault.duration is not None else _DEFAULT_STEPDOWN_S
+    force = ", force" if fault.force else ""
+    return (
+        f"replSetStepDown: not electable for {_secs(period)}, "
+        f"secondaries get {_secs(fault.secondary_catch_up)} to catch up{force}"
+    )
 
 
 # -- disk-fault, iops-throttle -------------------------------------------------------------------
@@ -271,6 +408,23 @@ def _disk_fault_check(fault: Any) -> None:
         raise FieldProblem(("errno",), "errno none and no latency: the fault does nothing")
 
 
+def _disk_fault_words(fault: Any) -> str:
+    parts = []
+    if fault.errno != "none":
+        share = "" if fault.probability == 1 else f"{fault.probability:.0%} of "
+        parts.append(f"{fault.errno} on {share}{'/'.join(fault.operations)}")
+    if fault.latency:
+        parts.append(f"+{_secs(fault.latency)} per {'/'.join(fault.operations)}")
+    where = f" of {fault.path}" if fault.path else ""
+    return f"disk fault: {', '.join(parts)}{where}"
+
+
+def _disk_fault_takes_member_down(fault: Any) -> bool:
+    # A member fails on a write or an fsync that fails; slow or failing reads leave it up.
+    failing = {"write", "fsync", "any"} & set(fault.operations)
+    return fault.errno != "none" and bool(failing)
+
+
 class IopsThrottleFields(Strict):
     latency: Duration | None = _latency()
     iops: int | None = Field(None, gt=0, description="iops-throttle: reads and writes together")
@@ -290,7 +444,28 @@ def _iops_throttle_check(fault: Any) -> None:
         )
 
 
-# -- network-partition ---------------------------------------------------------------------------
+def _iops_throttle_words(fault: Any) -> str:
+    limits = [
+        f"{label} {value:g}{unit}"
+        for label, value, unit in (
+            ("iops", fault.iops, ""),
+            ("read iops", fault.read_iops, ""),
+            ("write iops", fault.write_iops, ""),
+            ("throughput", fault.throughput_mb_s, " MiB/s"),
+            ("reads", fault.read_mb_s, " MiB/s"),
+            ("writes", fault.write_mb_s, " MiB/s"),
+        )
+        if value is not None
+    ]
+    if fault.latency:
+        limits.append(f"+{_secs(fault.latency)} per operation")
+    return f"throttle the disk: {', '.join(limits)}"
+
+
+# -- network-partition, network-degrade ----------------------------------------------------------
+
+_PEERS = {"members": "the other members", "clients": "clients", "all": "everyone"}
+_ARROW = {"both": "both ways", "inbound": "inbound only", "outbound": "outbound only"}
 
 
 class NetworkPartitionFields(Strict):
@@ -321,7 +496,11 @@ def _network_partition_check(fault: Any) -> None:
         raise FieldProblem(("flapping",), "flapping: the interval must fit twice into `duration`")
 
 
-# -- network-degrade -----------------------------------------------------------------------------
+def _network_partition_words(fault: Any) -> str:
+    flap = f", cut and healed every {_secs(fault.flapping)}" if fault.flapping else ""
+    if fault.shape != "one":
+        return f"partition shape {fault.shape} around it (member links, both ways){flap}"
+    return f"cut it off from {_PEERS[fault.isolate_from]} ({_ARROW[fault.direction]}){flap}"
 
 
 class NetworkDegradeFields(Strict):
@@ -365,6 +544,25 @@ def _network_degrade_check(fault: Any) -> None:
         raise FieldProblem(("jitter",), "jitter varies the latency: give `latency` too")
 
 
+def _network_degrade_words(fault: Any) -> str:
+    shaped = [
+        text
+        for text, given in (
+            (f"+{_secs(fault.latency or 0)}", fault.latency),
+            (f"± {_secs(fault.jitter or 0)}", fault.jitter),
+            (f"{(fault.loss or 0):.0%} loss", fault.loss),
+            (f"{fault.bandwidth_mbit_s or 0:g} Mbit/s", fault.bandwidth_mbit_s),
+            (f"{(fault.duplicate or 0):.0%} duplicated", fault.duplicate),
+            (f"{(fault.corrupt or 0):.0%} corrupted", fault.corrupt),
+        )
+        if given
+    ]
+    return (
+        f"degrade its links to {_PEERS[fault.between]} ({_ARROW[fault.direction]}): "
+        + ", ".join(shaped)
+    )
+
+
 # -- mongodb-fail-command ------------------------------------------------------------------------
 
 
@@ -401,6 +599,14 @@ def _fail_command_check(fault: Any) -> None:
                            "close_connection or block_time: it does nothing")  # fmt: skip
 
 
+def _fail_command_words(fault: Any) -> str:
+    how = [f"error {fault.error_code}"] if fault.error_code is not None else []
+    how += ["drop the connection"] if fault.close_connection else []
+    how += [f"hold {_secs(fault.block_time)}"] if fault.block_time is not None else []
+    times = f", {fault.times} times" if fault.times is not None else ""
+    return f"failCommand: {'/'.join(fault.commands)} → {', '.join(how)}{times}"
+
+
 # -- clock-skew, cpu-starve, memory-pressure, disk-fill ------------------------------------------
 
 
@@ -429,6 +635,12 @@ class DiskFillFields(Strict):
     fill_percent: float = Field(
         100.0, gt=0, le=100, description="disk-fill: how full the member's data disk gets"
     )
+
+
+def _clock_skew_words(fault: Any) -> str:
+    side = "ahead" if fault.clock_offset >= 0 else "behind"
+    drift = f", drifting {fault.clock_drift:+g} s/s" if fault.clock_drift else ""
+    return f"set its clock {_secs(abs(fault.clock_offset))} {side}{drift}"
 
 
 if TYPE_CHECKING:
@@ -485,6 +697,12 @@ KINDS: dict[str, KindSpec] = {
             "drops writes not yet fsynced; `scope: node\\|host` (Kubernetes node, ESXi host)",
             check=_host_kill_check,
             revert_after=_host_kill_revert,
+            plan=_host_kill_words,
+            plan_revert=_host_kill_revert_words,
+            rebuilds_data=_wiped_on_restart,
+            for_good={"restart": False},
+            # Its power loss goes through faultfs.
+            local_tools=lambda fault: ("fuse",) if fault.power_loss else (),
             platforms={
                 _MACHINE: (
                     Way(
@@ -577,6 +795,8 @@ KINDS: dict[str, KindSpec] = {
             "host-freeze",
             "the host freezes (SIGSTOP, pod failure, VM suspend) for `duration`",
             needs_duration=True,
+            plan=_host_freeze_words,
+            plan_revert=_host_freeze_revert_words,
             platforms={
                 _MACHINE: (Way("SIGSTOP, then SIGCONT"),),
                 "kubernetes": (
@@ -618,6 +838,11 @@ KINDS: dict[str, KindSpec] = {
             check=_stepdown_check,
             revert_after=never_reverted,
             injector="rsdrill.platforms.stepdown:stepdown_injector",
+            plan=_stepdown_words,
+            takes_member_down=False,
+            server_privileges=(("replSetStateChange", "clusterManager"),),
+            drawn={"secondary_catch_up": 1.0},
+            replica_set_only="a standalone server has no primary to step down",
             platforms={
                 platform: (Way("replSetStepDown"),)
                 for platform in (_MACHINE, "kubernetes", "ec2", "vsphere")
@@ -630,6 +855,12 @@ KINDS: dict[str, KindSpec] = {
             fields=FailCommandFields,
             check=_fail_command_check,
             injector="rsdrill.platforms.fail_command:fail_command_injector",
+            plan=_lasting(_fail_command_words),
+            plan_revert=_undo("set the fail point off"),
+            takes_member_down=False,
+            server_privileges=(("configureFailPoint", "hostManager"),),
+            needs_test_commands=True,
+            drawn={"commands": ["insert"], "error_code": 91},
             fields_doc="`commands` (names), `error_code`, `error_labels`, `close_connection`, "
             "`block_time` (blockConnection), `times`, `app_name`",
             platforms={
@@ -644,6 +875,9 @@ KINDS: dict[str, KindSpec] = {
             fields=ClockSkewFields,
             fields_doc="`clock_offset` (seconds, may be negative), `clock_drift` (s per s)",
             needs_duration=True,
+            plan=_lasting(_clock_skew_words),
+            plan_revert=_undo("set the clock right"),
+            takes_member_down=False,
             platforms={
                 _MACHINE: (Way("sandbox: the emulator's clock; local: refused"),),
                 "kubernetes": (
@@ -662,6 +896,9 @@ KINDS: dict[str, KindSpec] = {
             fields=CpuStarveFields,
             fields_doc="`cpu_share` (of one CPU, default 0.05)",
             needs_duration=True,
+            plan=_lasting(lambda fault: f"starve its CPU to {fault.cpu_share:.0%} of one CPU"),
+            plan_revert=_undo("end the CPU starvation"),
+            takes_member_down=False,
             platforms={
                 _MACHINE: (Way("cgroup v1 cpu.cfs_quota_us on the member's process"),),
                 "kubernetes": (
@@ -694,6 +931,8 @@ KINDS: dict[str, KindSpec] = {
             fields=MemoryPressureFields,
             fields_doc="`memory_limit_mb` (default 1: the OOM killer at once)",
             needs_duration=True,
+            plan=_lasting(lambda fault: f"let it allocate only {fault.memory_limit_mb:g} MB more"),
+            plan_revert=_undo("lift the memory limit"),
             platforms={
                 _MACHINE: (Way("cgroup v1 memory.limit_in_bytes; restart after the OOM kill"),),
                 "kubernetes": (
@@ -727,6 +966,10 @@ KINDS: dict[str, KindSpec] = {
             fields=DiskFillFields,
             fields_doc="`fill_percent` (default 100: ENOSPC)",
             needs_duration=True,
+            plan=_lasting(lambda fault: f"fill its data disk to {fault.fill_percent:g}%"),
+            plan_revert=_undo("free the disk"),
+            # Full: ENOSPC ends the member.
+            takes_member_down=lambda fault: fault.fill_percent >= 100,
             platforms={
                 _MACHINE: (Way("sandbox: a file on the member's own 64 MiB disk; local: refused"),),
                 "kubernetes": (
@@ -759,6 +1002,10 @@ KINDS: dict[str, KindSpec] = {
             fields_doc="`errno` (EIO, ENOSPC, ... or none), `operations` (read, write, fsync, "
             "open, any), `probability`, `path` (glob), `latency`",
             needs_duration=True,
+            plan=_lasting(_disk_fault_words),
+            plan_revert=_undo("clear the disk fault"),
+            takes_member_down=_disk_fault_takes_member_down,
+            local_tools=("fuse",),
             platforms={
                 _MACHINE: (Way("faultfs: an errno share and/or latency per operation"),),
                 "kubernetes": (
@@ -783,6 +1030,11 @@ KINDS: dict[str, KindSpec] = {
             fields_doc="`iops`, `read_iops`, `write_iops`, `throughput_mb_s`, `read_mb_s`, "
             "`write_mb_s`, `latency`",
             needs_duration=True,
+            plan=_lasting(_iops_throttle_words),
+            plan_revert=_undo("lift the throttle"),
+            takes_member_down=False,
+            local_tools=("fuse",),
+            drawn={"write_iops": 50},
             platforms={
                 _MACHINE: (Way("faultfs token buckets (IOPS, bandwidth) and latency"),),
                 "kubernetes": (
@@ -838,6 +1090,9 @@ KINDS: dict[str, KindSpec] = {
             "volume-detach",
             "the data volume vanishes for `duration` (every I/O fails), then comes back",
             needs_duration=True,
+            plan=_lasting(lambda fault: "detach its data volume"),
+            plan_revert=_undo("re-attach the volume"),
+            local_tools=("fuse",),
             platforms={
                 _MACHINE: (Way("faultfs: every operation fails"),),
                 "kubernetes": (
@@ -877,6 +1132,11 @@ KINDS: dict[str, KindSpec] = {
             "`isolate_from: members\\|clients\\|all`, `direction: "
             "both\\|inbound\\|outbound`",
             needs_duration=True,
+            plan=_lasting(_network_partition_words),
+            plan_revert=_undo("heal the partition"),
+            # Cut from clients alone, it stays in the set's majority.
+            takes_member_down=lambda fault: fault.isolate_from != "clients",
+            local_tools=("nftables",),
             platforms={
                 _MACHINE: (
                     Way(
@@ -939,6 +1199,10 @@ KINDS: dict[str, KindSpec] = {
             "`between: members\\|clients\\|all`, "
             "`direction: both\\|inbound\\|outbound`",
             needs_duration=True,
+            plan=_lasting(_network_degrade_words),
+            plan_revert=_undo("restore the links"),
+            takes_member_down=False,
+            local_tools=("nftables",),
             platforms={
                 _MACHINE: (
                     Way(
@@ -969,6 +1233,14 @@ KINDS: dict[str, KindSpec] = {
             "the host and its data are gone (sandbox, local); only a restore step brings them back",
             fields_doc='see "Disaster-recovery drills"',
             revert_after=never_reverted,
+            plan=lambda fault, platform: (
+                "SIGKILL, data directory emptied, no restart: the restore step brings it back"
+            ),
+            # A restore brings its data back, not the oplog.
+            rebuilds_data=True,
+            disaster=True,
+            unavailable="(a wiped data directory) is for sandbox and local targets; on "
+            "{platform}, destroy the volumes with a step of your own",
             platforms={_MACHINE: (Way("SIGKILL and the data directory wiped", "one-way"),)},
         ),
     )
@@ -976,9 +1248,9 @@ KINDS: dict[str, KindSpec] = {
 
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
 
-COMMAND_KINDS: tuple[str, ...] = ("stepdown", "mongodb-fail-command")
-"""Kinds carried out by a command to the member itself: the same on every platform, with no
-platform engine or API call."""
+COMMAND_KINDS: tuple[str, ...] = tuple(k for k, spec in KINDS.items() if spec.injector)
+"""Kinds carried out by a command to the member itself: the same on every platform (their one
+`injector`), with no platform engine or API call."""
 
 PLATFORM_COLUMNS: tuple[tuple[str, str], ...] = (
     (_MACHINE, "sandbox / local"),

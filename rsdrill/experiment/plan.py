@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rsdrill import registry
-from rsdrill.experiment.kinds import way_of
+from rsdrill.experiment.kinds import KINDS, way_of
 from rsdrill.experiment.schema import (
     SLO_PATTERN,
     AvailabilityProbe,
@@ -39,7 +39,6 @@ ONE_WAY_MARK = "ONE-WAY"
 _DEFAULT_HEARTBEAT_INTERVAL_S = 2.0
 _DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
 _DEFAULT_OPLOG_MB = 192
-_DEFAULT_STEPDOWN_S = 60.0
 
 _TOPOLOGY_MEMBERS = {"rs1": 1, "rs3": 3, "psa": 3, "standalone": 1}
 _TOPOLOGY_SHAPE = {
@@ -89,8 +88,9 @@ def plan_experiment(exp: Experiment) -> list[PlannedStep]:
 
 
 def _fault_steps(fault: Fault, platform: str) -> list[PlannedStep]:
+    spec = KINDS[fault.kind]
     selection = describe_selection(fault.select)
-    description = f"{selection} ({_injection(fault, platform)})"
+    description = f"{selection} ({spec.plan(fault, platform)})"
     way = way_of(platform, fault)
     if way is not None and way.support == "one-way":
         description += f" {ONE_WAY_MARK}: {way.how}, cannot be undone"
@@ -100,126 +100,17 @@ def _fault_steps(fault: Fault, platform: str) -> list[PlannedStep]:
     revert_after = fault.revert_after
     if revert_after is None:
         return [inject]
+    # Every kind that is reverted words its revert (tests/unit/test_kind_specs.py).
+    assert spec.plan_revert is not None
+    them = "them" if isinstance(fault.select, SelectCount) and fault.select.count > 1 else "it"
     revert = PlannedStep(
-        fault.at + revert_after, "revert", fault.kind, selection, _reversion(fault, platform)
+        fault.at + revert_after,
+        "revert",
+        fault.kind,
+        selection,
+        spec.plan_revert(fault, platform, them),
     )
     return [inject, revert]
-
-
-def _injection(fault: Fault, platform: str) -> str:
-    on_machine = platform in ("sandbox", "local")
-    if fault.kind == "host-kill":
-        if on_machine:
-            how = "SIGKILL, unsynced writes lost" if fault.power_loss else "SIGKILL"
-        else:
-            how = f"{platform}: lose the host"
-        if fault.scope != "member":
-            how += f" (its whole {fault.scope})"
-        return how if fault.restart else f"{how}; never restarted"
-    if fault.kind == "host-freeze":
-        how = "SIGSTOP" if on_machine else f"{platform}: freeze"
-        return f"{how} for {_secs(fault.duration or 0.0)}"
-    if fault.kind == "stepdown":
-        period = fault.duration if fault.duration is not None else _DEFAULT_STEPDOWN_S
-        force = ", force" if fault.force else ""
-        return (
-            f"replSetStepDown: not electable for {_secs(period)}, "
-            f"secondaries get {_secs(fault.secondary_catch_up)} to catch up{force}"
-        )
-    if fault.kind == "data-loss" or fault.duration is None:
-        return describe_fault(fault)
-    return f"{describe_fault(fault)} for {_secs(fault.duration or 0.0)}"
-
-
-def describe_fault(fault: Fault) -> str:
-    """What a storage or network fault does, in words."""
-    if fault.kind == "disk-fault":
-        parts = []
-        if fault.errno != "none":
-            share = "" if fault.probability == 1 else f"{fault.probability:.0%} of "
-            parts.append(f"{fault.errno} on {share}{'/'.join(fault.operations)}")
-        if fault.latency:
-            parts.append(f"+{_secs(fault.latency)} per {'/'.join(fault.operations)}")
-        where = f" of {fault.path}" if fault.path else ""
-        return f"disk fault: {', '.join(parts)}{where}"
-    if fault.kind == "iops-throttle":
-        limits = [
-            f"{label} {value:g}{unit}"
-            for label, value, unit in (
-                ("iops", fault.iops, ""),
-                ("read iops", fault.read_iops, ""),
-                ("write iops", fault.write_iops, ""),
-                ("throughput", fault.throughput_mb_s, " MiB/s"),
-                ("reads", fault.read_mb_s, " MiB/s"),
-                ("writes", fault.write_mb_s, " MiB/s"),
-            )
-            if value is not None
-        ]
-        if fault.latency:
-            limits.append(f"+{_secs(fault.latency)} per operation")
-        return f"throttle the disk: {', '.join(limits)}"
-    if fault.kind == "volume-detach":
-        return "detach its data volume"
-    if fault.kind == "data-loss":
-        return "SIGKILL, data directory emptied, no restart: the restore step brings it back"
-    peers = {"members": "the other members", "clients": "clients", "all": "everyone"}
-    arrow = {"both": "both ways", "inbound": "inbound only", "outbound": "outbound only"}
-    if fault.kind == "network-partition":
-        flap = f", cut and healed every {_secs(fault.flapping)}" if fault.flapping else ""
-        if fault.shape != "one":
-            return f"partition shape {fault.shape} around it (member links, both ways){flap}"
-        return f"cut it off from {peers[fault.isolate_from]} ({arrow[fault.direction]}){flap}"
-    if fault.kind == "mongodb-fail-command":
-        how = [f"error {fault.error_code}"] if fault.error_code is not None else []
-        how += ["drop the connection"] if fault.close_connection else []
-        how += [f"hold {_secs(fault.block_time)}"] if fault.block_time is not None else []
-        times = f", {fault.times} times" if fault.times is not None else ""
-        return f"failCommand: {'/'.join(fault.commands)} → {', '.join(how)}{times}"
-    if fault.kind == "network-degrade":
-        shaped = [
-            text
-            for text, given in (
-                (f"+{_secs(fault.latency or 0)}", fault.latency),
-                (f"± {_secs(fault.jitter or 0)}", fault.jitter),
-                (f"{(fault.loss or 0):.0%} loss", fault.loss),
-                (f"{fault.bandwidth_mbit_s or 0:g} Mbit/s", fault.bandwidth_mbit_s),
-                (f"{(fault.duplicate or 0):.0%} duplicated", fault.duplicate),
-                (f"{(fault.corrupt or 0):.0%} corrupted", fault.corrupt),
-            )
-            if given
-        ]
-        return (
-            f"degrade its links to {peers[fault.between]} ({arrow[fault.direction]}): "
-            + ", ".join(shaped)
-        )
-    return fault.kind
-
-
-def _reversion(fault: Fault, platform: str) -> str:
-    them = "them" if isinstance(fault.select, SelectCount) and fault.select.count > 1 else "it"
-    if fault.kind == "host-freeze":
-        return f"resume {them}" + (" (SIGCONT)" if platform in ("sandbox", "local") else "")
-    if fault.kind == "host-kill":
-        if fault.restart and fault.restart.volume == "wipe":
-            data = "an empty data directory (full initial sync)"
-        else:
-            data = f"{'their' if them == 'them' else 'its'} kept data directory"
-        restart = fault.restart
-        if restart and restart.model == "ha":
-            detected = f"HA restarts {them} (detected after {_secs(restart.detect)}): "
-            if platform in ("sandbox", "local"):
-                return f"{detected}boot {_secs(restart.boot)}, then the member starts on {data}"
-            return f"{detected}power on; the VM boots by itself, mongod starts on {data}"
-        return f"restart {them} on {data}"
-    undo = {
-        "disk-fault": "clear the disk fault",
-        "iops-throttle": "lift the throttle",
-        "volume-detach": "re-attach the volume",
-        "network-partition": "heal the partition",
-        "mongodb-fail-command": "set the fail point off",
-        "network-degrade": "restore the links",
-    }
-    return f"{undo[fault.kind]} on {them}"
 
 
 def _recovery_step(exp: Experiment, last_s: float) -> PlannedStep:

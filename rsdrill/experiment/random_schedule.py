@@ -16,16 +16,10 @@ from typing import Any
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from rsdrill.experiment.fields import Duration, FieldProblem, Strict
-from rsdrill.experiment.kinds import KIND_NAMES
+from rsdrill.experiment.kinds import KIND_NAMES, KINDS
 
-# What a kind needs beyond its defaults to do something when only its name is given.
-_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
-    "mongodb-fail-command": {"commands": ["insert"], "error_code": 91},
-    "iops-throttle": {"write_iops": 50},
-    "stepdown": {"secondary_catch_up": 1.0},
-}
-# Kinds a random schedule cannot draw: they need steps of the user's, or never end.
-_NOT_DRAWN = ("data-loss",)
+# Kinds a random schedule cannot draw: only a step of the user's brings the set back.
+_NOT_DRAWN = tuple(k for k, spec in KINDS.items() if spec.disaster)
 _GAP_S = 0.5
 
 
@@ -79,7 +73,8 @@ class RandomFaults(Strict):
         out = []
         for entry in self.kinds:
             if isinstance(entry, str):
-                out.append({"kind": entry, **_KIND_DEFAULTS.get(entry, {})})
+                drawn = KINDS[entry].drawn if entry in KINDS else {}
+                out.append({"kind": entry, **drawn})
             else:
                 out.append(dict(entry))
         return out

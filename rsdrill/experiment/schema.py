@@ -701,32 +701,33 @@ class Experiment(Strict):
             if name in names[:i]:
                 raise FieldProblem(("steps", i, "name"), f"another step is named {name!r}")
         for i, fault in enumerate(self.faults):
-            if fault.kind == "data-loss" and not any(s.marks == "restore" for s in self.steps):
+            if KINDS[fault.kind].disaster and not any(s.marks == "restore" for s in self.steps):
                 raise FieldProblem(
                     ("faults", i, "kind"),
-                    "data-loss needs a step with `marks: restore` (the set stays down otherwise)",
+                    f"{fault.kind} needs a step with `marks: restore` (the set stays down "
+                    "otherwise)",
                 )
         return self
 
     @model_validator(mode="after")
     def _platform_supports_faults(self) -> Experiment:
         platform = self.target.platform
+        carrier = registry.platform(platform)
+        # A platform carries a kind out only with an injector for it (what its check let by).
+        available = available_kinds(carrier.injectors)
         for i, fault in enumerate(self.faults):
             for section in _FAULT_SECTIONS:
                 if section != platform and getattr(fault, section) is not None:
                     raise FieldProblem(
                         ("faults", i, section), f"{section} options on a {platform} target"
                     )
-            if fault.kind == "data-loss" and platform in REMOTE_PLATFORMS:
+            unavailable = KINDS[fault.kind].unavailable
+            if unavailable and fault.kind not in available:
                 raise FieldProblem(
                     ("faults", i, "kind"),
-                    f"data-loss (a wiped data directory) is for sandbox and local targets; on "
-                    f"{platform}, destroy the volumes with a step of your own",
+                    f"{fault.kind} {unavailable.format(platform=platform)}",
                 )
-        carrier = registry.platform(platform)
         carrier.check_experiment(self)
-        # A platform carries a kind out only with an injector for it (what its check let by).
-        available = available_kinds(carrier.injectors)
         for i, fault in enumerate(self.faults):
             if fault.kind not in available:
                 raise FieldProblem(("faults", i, "kind"), f"{fault.kind} is not available on "
@@ -739,8 +740,8 @@ class Experiment(Strict):
         """What the run records: its probes' ops, `data-loss` faults and marked steps (the
         names of analysis/sources.py)."""
         records = self.probes.records()
-        if any(fault.kind == "data-loss" for fault in self.faults):
-            records.add("data-loss")
+        # A disaster's name is its record's (analysis/sources.py: the disaster-recovery ones).
+        records.update(fault.kind for fault in self.faults if KINDS[fault.kind].disaster)
         records.update(f"step:{step.marks}" for step in self.steps if step.marks != "none")
         return records
 
@@ -768,10 +769,10 @@ class Experiment(Strict):
                 raise FieldProblem(
                     ("faults", i, "select"), f"select arbiter, but {topology} has no arbiter"
                 )
-            if fault.kind == "stepdown" and topology == "standalone":
+            why = KINDS[fault.kind].replica_set_only
+            if why and topology == "standalone":
                 raise FieldProblem(
-                    ("faults", i, "kind"), "stepdown needs a replica set: a standalone server "
-                    "has no primary to step down"
+                    ("faults", i, "kind"), f"{fault.kind} needs a replica set: {why}"
                 )  # fmt: skip
             if sel == "secondary" and topology in ("rs1", "standalone"):
                 raise FieldProblem(

@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from rsdrill.errors import RsdrillError
+from rsdrill.experiment.kinds import KINDS, never_reverted
 from rsdrill.experiment.schema import (
     FAULT_MODELS,
     Duration,
@@ -225,9 +226,10 @@ def timeline_from_result(result: Result, target: Target) -> Timeline:
             if first.reverted_at_s is None
             else round(max(first.reverted_at_s - first.injected_at_s, 0.0), 3)
         )
-        if first.kind == "host-kill" and held is None:
-            event["restart"] = False  # the original run never restarted it
-        elif first.kind not in ("stepdown", "data-loss"):
+        spec = KINDS.get(first.kind)  # an unknown kind is refused below, naming it
+        if spec is not None and held is None and spec.for_good:
+            event.update(spec.for_good)  # the original run never reverted it
+        elif spec is None or spec.revert_after is not never_reverted:
             event["duration"] = held  # as long as it really lasted (a stepdown's is its period)
         events.append(event)
     if not events:

@@ -4,7 +4,8 @@ platform implements.
 - `Platform`: one entry of the `rsdrill.platforms` entry-point group (see `rsdrill/registry.py`):
   its name, the models of its `target.<name>` and `faults[i].<name>` sections, the load-time
   check of an experiment, what it adds to a plan, and the target a run uses.
-- `RunTarget`: a replica set an experiment runs against (members, setup, teardown).
+- `RunTarget`: a replica set an experiment runs against (members, how rsdrill's own connections
+  reach them, setup, teardown).
 - `InjectorFactory`: what a platform registers per fault kind in its `injectors` table: builds
   the injector for one fault on one member of its target. A kind missing from the table is
   refused when the experiment is loaded (`experiment/kinds.py: available_kinds`).
@@ -31,6 +32,7 @@ from rsdrill.experiment.kinds import KINDS
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from rsdrill.connection import ConnectOptions
     from rsdrill.experiment.schema import Experiment, Fault
 
 __all__ = [
@@ -95,6 +97,11 @@ class MachineTarget(Protocol):
     members: list[str]
     hosts: ProcessHosts
 
+    @property
+    def connect_options(self) -> ConnectOptions:
+        """How rsdrill's own connections reach the members (see `RunTarget`)."""
+        ...
+
     def faultfs_mountpoint(self, host: str) -> Path | None:
         """The faultfs mount over the member's data directory (None: not on faultfs)."""
         ...
@@ -116,6 +123,13 @@ class RunTarget(Protocol):
 
     @property
     def members(self) -> list[str]: ...
+
+    @property
+    def connect_options(self) -> ConnectOptions:
+        """How rsdrill's own connections (probes, guards, selection, injectors) reach the
+        members: the TLS, login and appName of `uri`. Final once `setup()` has returned; the
+        run passes it to everything it builds, there is no process-wide default."""
+        ...
 
     @property
     def keep(self) -> bool:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.connection import DirectConnection, WireClientError
-from rsdrill.platforms.base import InjectionError, TargetError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
+from rsdrill.platforms.base import InjectionError, RunTarget, TargetError
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
@@ -39,11 +39,13 @@ def fail_point_data(fault: Fault) -> dict[str, Any]:
     return data
 
 
-def _configure(host: str, mode: Any, data: dict[str, Any] | None = None) -> None:
+def _configure(
+    host: str, options: ConnectOptions, mode: Any, data: dict[str, Any] | None = None
+) -> None:
     body: dict[str, Any] = {"configureFailPoint": "failCommand", "mode": mode}
     if data is not None:
         body["data"] = data
-    conn = DirectConnection(host, TIMEOUT_S)
+    conn = DirectConnection(host, TIMEOUT_S, options)
     try:
         reply = conn.command("admin", body)
     except WireClientError as exc:
@@ -60,8 +62,9 @@ def _configure(host: str, mode: Any, data: dict[str, Any] | None = None) -> None
 class FailCommand:
     kind = KIND
 
-    def __init__(self, target: str, fault: Fault) -> None:
+    def __init__(self, target: str, fault: Fault, options: ConnectOptions) -> None:
         self.target = target
+        self.options = options
         self.data = fail_point_data(fault)
         self.mode: Any = {"times": fault.times} if fault.times is not None else "alwaysOn"
 
@@ -76,7 +79,7 @@ class FailCommand:
         return {"action": REVERT_ACTION, "host": self.target}
 
     def inject(self) -> None:
-        _configure(self.target, self.mode, self.data)
+        _configure(self.target, self.options, self.mode, self.data)
 
     def verify(self, timeout_s: float) -> bool:
         """The member accepted the fail point (configureFailPoint answered ok)."""
@@ -84,15 +87,15 @@ class FailCommand:
 
     def revert(self) -> None:
         try:
-            _configure(self.target, "off")
+            _configure(self.target, self.options, "off")
         except InjectionError:
-            if _unreachable(self.target):
+            if _unreachable(self.target, self.options):
                 return  # a member that is down (or restarted) holds no fail point
             raise
 
 
-def _unreachable(host: str) -> bool:
-    conn = DirectConnection(host, 1.0)
+def _unreachable(host: str, options: ConnectOptions) -> bool:
+    conn = DirectConnection(host, 1.0, options)
     try:
         conn.hello()
         return False
@@ -105,15 +108,17 @@ def _unreachable(host: str) -> bool:
 def fail_command_off(action: dict[str, Any]) -> str:
     """Revert action `fail-command-off`: the member's failCommand back to mode off."""
     host = action["host"]
-    if _unreachable(host):
+    # The journal holds no connection settings (no secret is ever written there).
+    plain = ConnectOptions()
+    if _unreachable(host, plain):
         return f"{host}: not reachable, no fail point survives a restart"
     try:
-        _configure(host, "off")
+        _configure(host, plain, "off")
     except InjectionError as exc:
         raise TargetError(str(exc)) from exc
     return f"{host}: failCommand off"
 
 
-def fail_command_injector(target: object, fault: Fault, host: str) -> FailCommand:
+def fail_command_injector(target: RunTarget, fault: Fault, host: str) -> FailCommand:
     """mongodb-fail-command on any platform: the same command to the member, whatever hosts it."""
-    return FailCommand(host, fault)
+    return FailCommand(host, fault, target.connect_options)

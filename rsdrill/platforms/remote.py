@@ -8,6 +8,7 @@ from pathlib import Path
 from rsdrill.connection import (
     ConnectOptions,
     DirectConnection,
+    ParsedUri,
     SettingsError,
     WireClientError,
     parse_uri,
@@ -20,16 +21,17 @@ from rsdrill.redact import redact_uri
 HELLO_TIMEOUT_S = 5.0
 
 
-def seeds_of(uri: str) -> list[str]:
-    """The host:port seeds of a connection string (`mongodb+srv://` resolved as drivers do)."""
+def target_uri(uri: str) -> ParsedUri:
+    """The seeds (`mongodb+srv://` resolved as drivers do) and options of the target's
+    connection string; TargetError naming what cannot be used."""
     try:
-        return parse_uri(uri).seeds
+        return parse_uri(uri)
     except SettingsError as exc:
         raise TargetError(f"target.uri {redact_uri(uri)}: {exc}") from None
 
 
 def discover_members(
-    seeds: list[str], timeout_s: float = HELLO_TIMEOUT_S, options: ConnectOptions | None = None
+    seeds: list[str], timeout_s: float = HELLO_TIMEOUT_S, *, options: ConnectOptions
 ) -> list[str]:
     """Every member (data-bearing, passive, arbiter) as the first seed that answers lists them;
     a standalone server is its own only member."""
@@ -56,7 +58,7 @@ def discover_members(
 
 class RemoteTarget:
     """Base of the platform targets: connection and member discovery; subclasses add the
-    platform client and `injector()`."""
+    platform client, which their kinds' injector factories use."""
 
     keep = True
 
@@ -68,10 +70,23 @@ class RemoteTarget:
         self.uri = exp.target.uri
         self.out_dir = out_dir
         self.members: list[str] = []
+        self._parsed: ParsedUri | None = None
+
+    def _target_uri(self) -> ParsedUri:
+        # Read once: a `mongodb+srv://` name is resolved once per run.
+        if self._parsed is None:
+            self._parsed = target_uri(self.uri)
+        return self._parsed
+
+    @property
+    def connect_options(self) -> ConnectOptions:
+        """The URI's TLS, login and appName (TargetError when the URI cannot be used)."""
+        return self._target_uri().options
 
     def setup(self) -> None:
         """Find the members; a set that cannot be reached is refused before anything else."""
-        self.members = discover_members(seeds_of(self.uri))
+        parsed = self._target_uri()
+        self.members = discover_members(parsed.seeds, options=parsed.options)
 
     def teardown(self) -> None:
         """Nothing: the set is the user's, and every fault was reverted already."""

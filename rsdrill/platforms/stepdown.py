@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.connection import DirectConnection, WireClientError
-from rsdrill.platforms.base import InjectionError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
+from rsdrill.platforms.base import InjectionError, RunTarget
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
@@ -16,8 +16,17 @@ if TYPE_CHECKING:
 class StepDown:
     kind = "stepdown"
 
-    def __init__(self, target: str, *, period_s: float, catch_up_s: float, force: bool) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        period_s: float,
+        catch_up_s: float,
+        force: bool,
+        options: ConnectOptions,
+    ) -> None:
         self.target = target
+        self.options = options
         self.period_s = period_s
         self.catch_up_s = catch_up_s
         self.force = force
@@ -32,7 +41,7 @@ class StepDown:
         return None
 
     def inject(self) -> None:
-        conn = DirectConnection(self.target, self.catch_up_s + 5)
+        conn = DirectConnection(self.target, self.catch_up_s + 5, self.options)
         try:
             reply = conn.command(
                 "admin",
@@ -51,7 +60,7 @@ class StepDown:
             raise InjectionError(f"replSetStepDown on {self.target}: {reply.get('errmsg')}")
 
     def verify(self, timeout_s: float) -> bool:
-        conn = DirectConnection(self.target, 1.0)
+        conn = DirectConnection(self.target, 1.0, self.options)
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
@@ -69,7 +78,7 @@ class StepDown:
         """Nothing: MongoDB itself lets the member stand again after the period."""
 
 
-def stepdown_injector(target: object, fault: Fault, host: str) -> StepDown:
+def stepdown_injector(target: RunTarget, fault: Fault, host: str) -> StepDown:
     """stepdown on any platform: the same command to the member, whatever hosts it."""
     return StepDown(host, period_s=fault.duration or 60.0, catch_up_s=fault.secondary_catch_up,
-                    force=fault.force)  # fmt: skip
+                    force=fault.force, options=target.connect_options)  # fmt: skip

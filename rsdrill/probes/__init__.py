@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import PyMongoError
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import PROBE_DB, ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
@@ -32,6 +33,7 @@ class ProbeSet:
         *,
         uri: str,
         members: list[str],
+        options: ConnectOptions,
         history: History,
         run_id: str,
         seed: int = 0,
@@ -40,6 +42,8 @@ class ProbeSet:
         self.config = config
         self.uri = uri
         self.members = members
+        # How the probes that ask members directly reach them (the target's TLS and login).
+        self.options = options
         self.history = history
         self.clock = RunClock.start()
         self.prefix = f"run_{run_id}"
@@ -89,7 +93,8 @@ class ProbeSet:
                         RawWriteLoop(self.history, self.clock, members=self.members,
                                      collection=f"{self.prefix}_raw_write",
                                      interval_s=a.interval, timeout_s=a.timeout,
-                                     w=a.write_concern, journal=a.journal, driver_writes=writes)
+                                     w=a.write_concern, journal=a.journal, options=self.options,
+                                     driver_writes=writes)
                     )  # fmt: skip
             if a.reads:
                 self.probes.append(
@@ -120,18 +125,20 @@ class ProbeSet:
                 stream = HelloStream(self.history, self.clock, member=member,
                                      interval_s=c.failover.interval,
                                      timeout_s=c.failover.timeout,
-                                     max_await_s=c.failover.max_await)  # fmt: skip
+                                     max_await_s=c.failover.max_await,
+                                     options=self.options)  # fmt: skip
                 self.probes.append(stream)
             if c.recovery is not None:
                 self.probes.append(
                     StatusPoller(self.history, self.clock, member=member,
                                  interval_s=c.recovery.interval, timeout_s=c.recovery.timeout,
-                                 watch=stream)
+                                 options=self.options, watch=stream)
                 )  # fmt: skip
         if c.lag is not None and not self.standalone:
             self.probes.append(
                 LagPoller(self.history, self.clock, members=self.members,
-                          interval_s=c.lag.interval, timeout_s=c.lag.timeout)
+                          interval_s=c.lag.interval, timeout_s=c.lag.timeout,
+                          options=self.options)
             )  # fmt: skip
         for name, check in c.checks.items():
             self.probes.append(CheckLoop(name, self.history, self.clock, check, self.uri))

@@ -20,7 +20,7 @@ from pymongo.errors import (
     WTimeoutError,
 )
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.history import History, Op, RunClock
 
 
@@ -150,11 +150,18 @@ class MemberPoller(Probe):
     command: dict[str, Any] = {}
 
     def __init__(
-        self, history: History, clock: RunClock, *, member: str, interval_s: float, timeout_s: float
+        self,
+        history: History,
+        clock: RunClock,
+        *,
+        member: str,
+        interval_s: float,
+        timeout_s: float,
+        options: ConnectOptions,
     ) -> None:
         super().__init__(history, clock, interval_s)
         self.member = member
-        self._conn = DirectConnection(member, timeout_s)
+        self._conn = DirectConnection(member, timeout_s, options)
 
     def tick(self) -> None:
         t_start = self.clock.now()

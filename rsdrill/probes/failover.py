@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.history import History, RunClock
 from rsdrill.probes.base import Probe
 
@@ -40,11 +40,12 @@ class HelloStream(Probe):
         interval_s: float,
         timeout_s: float,
         max_await_s: float,
+        options: ConnectOptions,
     ) -> None:
         super().__init__(history, clock, interval_s)
         self.member = member
         self.max_await_s = max_await_s
-        self._conn = DirectConnection(member, timeout_s)
+        self._conn = DirectConnection(member, timeout_s, options)
         # The member's last topologyVersion; None until a hello answered with one.
         self._topology: dict[str, Any] | None = None
         self._writable = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.history import History, RunClock
 from rsdrill.probes.base import Probe
 
@@ -21,9 +21,10 @@ class LagPoller(Probe):
         members: list[str],
         interval_s: float,
         timeout_s: float,
+        options: ConnectOptions,
     ) -> None:
         super().__init__(history, clock, interval_s)
-        self._conns = [DirectConnection(m, timeout_s) for m in members]
+        self._conns = [DirectConnection(m, timeout_s, options) for m in members]
 
     def tick(self) -> None:
         for conn in self._conns:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import PROBE_DB, WriteLoop
 from rsdrill.probes.base import Probe
@@ -51,11 +51,12 @@ class RawWriteLoop(Probe):
         timeout_s: float,
         w: int | str,
         journal: bool | None,
+        options: ConnectOptions,
         driver_writes: WriteLoop | None = None,
     ) -> None:
         super().__init__(history, clock, interval_s)
         self._driver_writes = driver_writes
-        self._conns = {member: DirectConnection(member, timeout_s) for member in members}
+        self._conns = {member: DirectConnection(member, timeout_s, options) for member in members}
         self._collection = collection
         self._write_concern: dict[str, Any] = {"w": w}
         if journal is not None:

@@ -8,6 +8,7 @@ import datetime as dt
 import math
 from typing import Any
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.history import History, RunClock
 from rsdrill.probes.base import MemberPoller
 from rsdrill.probes.failover import HelloStream
@@ -43,9 +44,11 @@ class StatusPoller(MemberPoller):
         member: str,
         interval_s: float,
         timeout_s: float,
+        options: ConnectOptions,
         watch: HelloStream | None = None,
     ) -> None:
-        super().__init__(history, clock, member=member, interval_s=interval_s, timeout_s=timeout_s)
+        super().__init__(history, clock, member=member, interval_s=interval_s, timeout_s=timeout_s,
+                         options=options)  # fmt: skip
         self._watch = watch
         self._seen_changes = -1
         self._asked_at = -math.inf

@@ -3,7 +3,7 @@ history's newest run per experiment (`rsdrill history --format openmetrics`).
 
 Names follow Prometheus' conventions: an `rsdrill_` prefix, base units (seconds, not the
 result's milliseconds), one family per idea with the variants as labels (failover phases,
-latency quantiles, members). Every sample carries the experiment's labels (experiment, platform,
+latency percentiles, members). Every sample carries the experiment's labels (experiment, platform,
 topology, faults) so a dashboard can select one drill. prometheus_client (the `metrics` extra)
 writes the text, so the exposition follows its format exactly.
 """
@@ -107,8 +107,9 @@ FAMILIES: dict[str, Family] = {
     ),
     "latency_ms": Family(
         "rsdrill_operation_latency_seconds",
-        "Latency of the load's operations (quantile 1 is the maximum).",
-        label="quantile",
+        "Latency of the load's operations at a percentile (p50, p95, p99) and the maximum.",
+        # Not `quantile`: Prometheus keeps that label for summaries (promtool says so).
+        label="percentile",
         scale=0.001,
     ),
     "degradation_s": Family(
@@ -124,7 +125,6 @@ FAMILIES: dict[str, Family] = {
         "rsdrill_lost_before_backup_writes", "Acknowledged writes the backup did not hold."
     ),
 }
-_QUANTILES = {"p50": "0.5", "p95": "0.95", "p99": "0.99", "max": "1"}
 # `probe.<check>.<figure>`: the user's own checks, labelled by check.
 CHECK_FAMILIES: dict[str, Family] = {
     "unavailable_s": Family(
@@ -156,7 +156,7 @@ def samples(flat: Iterable[tuple[str, float | None]]) -> Iterator[tuple[Family, 
             continue
         label = None
         if family.label is not None:
-            label = _QUANTILES.get(rest, rest) if head == "latency_ms" else rest.removesuffix("_s")
+            label = rest.removesuffix("_s")
         yield family, label, value * family.scale
 
 

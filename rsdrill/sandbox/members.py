@@ -44,10 +44,10 @@ def member_client(
 
 
 def hello(
-    host: str, timeout_s: float = QUERY_TIMEOUT_S, options: ConnectOptions | None = None
+    host: str, timeout_s: float = QUERY_TIMEOUT_S, *, options: ConnectOptions
 ) -> dict[str, Any] | None:
     """The member's hello (isMaster where it has none), or None when it does not answer."""
-    conn = DirectConnection(host, timeout_s, options or ConnectOptions())
+    conn = DirectConnection(host, timeout_s, options)
     try:
         return conn.hello()
     except WireClientError:
@@ -56,6 +56,6 @@ def hello(
         conn.close()
 
 
-def is_writable_primary(host: str, options: ConnectOptions | None = None) -> bool:
+def is_writable_primary(host: str, options: ConnectOptions) -> bool:
     reply = hello(host, options=options)
     return bool(reply and reply.get("isWritablePrimary"))

@@ -63,7 +63,8 @@ class MongodEngine:
                 client.admin.command("replSetInitiate", replset_config(spec))
         except PyMongoError as exc:
             raise SandboxError(f"replSetInitiate on {first.host} failed: {exc}", 4) from exc
-        while not any(is_writable_primary(m.host) for m in spec.data_bearing):
+        options = sandbox.connect_options
+        while not any(is_writable_primary(m.host, options) for m in spec.data_bearing):
             if time.monotonic() > deadline:
                 raise SandboxError("the mongod replica set elected no primary in time", 4)
             time.sleep(_POLL_S)

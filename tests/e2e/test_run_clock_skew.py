@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 from pymongo import MongoClient
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.engine.actions import carry_out
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.loader import load_experiment
@@ -38,7 +39,7 @@ def test_the_members_clock_and_cluster_time_move_then_the_clock_comes_back(
         coll = client.db.c
         before = client.admin.command("ping")["$clusterTime"]["clusterTime"]
         assert abs(_skew_of(client)) < 2
-        skew = ClockSkew(host, HOUR, 0.0)
+        skew = ClockSkew(host, HOUR, 0.0, ConnectOptions())
         assert not skew.verify(0.3)  # not injected: the clock is right, not an hour ahead
         skew.inject()
         assert skew.verify(2.0)
@@ -70,7 +71,7 @@ def test_a_drifting_clock_gains_on_real_time_until_reverted(
                  EmulatorEngine())  # fmt: skip
     host = sandbox.spec.members[0].host
     with MongoClient(sandbox.uri, directConnection=True) as client:
-        skew = ClockSkew(host, 0.0, 0.5)
+        skew = ClockSkew(host, 0.0, 0.5, ConnectOptions())
         skew.inject()
         assert skew.verify(2.0)
         first = _skew_of(client)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient, WriteConcern
 
-from rsdrill.connection import DirectConnection
+from rsdrill.connection import ConnectOptions, DirectConnection
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.engine.selection import current_states
 from rsdrill.experiment.schema import Experiment
@@ -58,8 +58,14 @@ def _assert_all_running(sandbox_dir: Path) -> None:
 
 def _primary(sandbox_dir: Path) -> str:
     members = [m.host for m in ReplSetSpec.read(sandbox_dir).members]
-    states = current_states(members, timeout_s=1.0)
+    states = current_states(members, timeout_s=1.0, options=ConnectOptions())
     return next(h for h, s in states.items() if s == "PRIMARY")
+
+
+def _write_one(conn: DirectConnection) -> None:
+    reply = conn.command("guards_test", {"insert": "lag", "documents": [{}],
+                                         "writeConcern": {"w": 1}})  # fmt: skip
+    assert reply["ok"], reply
 
 
 def _pids(sandbox_dir: Path) -> dict[str, int | None]:
@@ -89,17 +95,17 @@ def test_member_health_guard_refuses_a_lagging_secondary(tmp_path: Path, kept: P
         """Before the guards: the primary stops serving its oplog, then takes writes."""
         if phase != "guards":
             return
-        conn = DirectConnection(_primary(kept), 5.0)
+        conn = DirectConnection(_primary(kept), 5.0, ConnectOptions())
         try:
             failpoint = {"failCommands": ["rsdrillGetOplog"], "errorCode": 13436}
             reply = conn.command("admin", {"configureFailPoint": "failCommand",
                                            "mode": "alwaysOn", "data": failpoint})  # fmt: skip
             assert reply["ok"], reply
-            for _ in range(2):  # a fetch in flight may still carry the first write
-                reply = conn.command("guards_test", {"insert": "lag", "documents": [{}],
-                                                     "writeConcern": {"w": 1}})  # fmt: skip
-                assert reply["ok"], reply
-                time.sleep(1.5)
+            # Two writes 1.5 s apart: a fetch in flight may still carry the first, never the
+            # second, which the secondaries then lack by 1.5 s of its wall time.
+            _write_one(conn)
+            time.sleep(1.5)  # the time under test: the lag is the wall time between the writes
+            _write_one(conn)
         finally:
             conn.close()
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import bson
 import pytest
 
+from rsdrill.engine import runner
 from rsdrill.engine.journal import read_records
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
@@ -157,6 +159,37 @@ def test_rs1_kill_with_restart_delay(tmp_path: Path) -> None:
     gap = result.metrics.write_unavailable_s
     assert gap is not None and abs(gap - (delay + restart_time)) <= 0.5, (gap, restart_time)
     assert result.metrics.failover_s is None  # the same member came back: no failover
+
+
+def test_a_fault_injected_late_is_held_for_its_whole_restart_delay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A platform whose lookups before the injection are slow (vCenter under load) puts the
+    fault in late: the restart still comes `restart.after` after the kill, not at the
+    scheduled time (which would cut the outage short by the lateness)."""
+    late_s, delay = 1.5, 2.0
+    build = runner._injector
+
+    def slow_injector(*args: Any) -> Any:
+        time.sleep(late_s)  # the time under test: a platform's lookups before the injection
+        return build(*args)
+
+    monkeypatch.setattr(runner, "_injector", slow_injector)
+    result = _run(tmp_path, {
+        "name": "rs1-late-kill",
+        "target": {"platform": "sandbox", "topology": "rs1"},
+        "faults": [{"at": "1s", "kind": "host-kill", "restart": {"after": f"{delay}s"}}],
+        "observe": {"after_revert": "10s"},
+        "guards": {"allow_quorum_loss": True},
+    })  # fmt: skip
+    assert result.verdict == "pass", result.error
+    [fault] = result.faults
+    assert fault.injected_at_s is not None and fault.reverted_at_s is not None
+    assert fault.injected_at_s >= 1 + late_s
+    assert delay <= fault.reverted_at_s - fault.injected_at_s <= delay + 0.5, fault
+    back = first_after(tmp_path / "out" / "sandbox", "writable", _kill_mono(result),
+                       member=fault.target)  # fmt: skip
+    assert back is not None and back["t_mono"] - _kill_mono(result) >= delay
 
 
 def test_ledger_reports_exactly_the_rolled_back_writes(tmp_path: Path) -> None:

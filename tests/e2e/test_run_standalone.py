@@ -59,7 +59,7 @@ def _run(tmp_path: Path, spec: dict[str, Any]) -> Result:
 @pytest.mark.slow
 def test_a_standalone_kill_is_down_for_the_restart_delay_and_no_more(tmp_path: Path) -> None:
     result = _run(tmp_path, _spec())
-    assert result.verdict == "pass", result.error
+    assert result.verdict == "pass", (result.error, result.slo, result.metrics.acknowledged_writes)
     assert result.target.topology == "standalone"
     assert result.target.server is not None and result.target.server.topology == "standalone"
     m = result.metrics

@@ -129,9 +129,13 @@ def test_primary_iops_throttle_shows_in_latency_percentiles(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_throttled_secondary_lags_then_falls_off_a_small_oplog(tmp_path: Path) -> None:
     # This oplog holds less of these writes than the 18 s the throttle lasts: the lag grows
-    # until the member falls off, and the lag SLO (halved) fails on the way.
+    # until the member falls off, and the lag SLO (halved) fails on the way. 4 KB updates: each
+    # oplog entry carries the new field, so 4 MB are written over in seconds even on a loaded
+    # machine (with the catalog's 1 KB, a loaded CI wrote less than 4 MB in the 18 s); 500 of
+    # them, so the initial load (2 MB) leaves every member inside the oplog.
     spec = _catalog("secondary-iops-throttle", **{"target.oplog_size_mb": 4,
                     "faults.0.duration": "18s", "observe.after_revert": "2s",
+                    "probes.load.record_bytes": 4000, "probes.load.records": 500,
                     "slo.replication_lag_max_s": "<= 4"})  # fmt: skip
     result = _run(tmp_path, spec)
     throttled = result.faults[0].target

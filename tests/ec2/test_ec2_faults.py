@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from harness.injectors import instance_injector
 from harness.moto_ec2 import DATA_DEVICE, Member, data_volume_at, instance_of, volume_of
 
 from rsdrill.experiment.schema import make_fault
@@ -23,7 +24,7 @@ from rsdrill.platforms.ec2.fis import (
     stop_instances,
     volume_io_latency,
 )
-from rsdrill.platforms.ec2.injectors import REVERT_ACTIONS, Aws, AwsError, ec2_injector, preflight
+from rsdrill.platforms.ec2.injectors import REVERT_ACTIONS, Aws, AwsError, preflight
 from rsdrill.platforms.ec2.instance import REPLACES_TAG, InstanceKill
 from rsdrill.platforms.ec2.lookup import find_data_volume, find_instance
 from rsdrill.platforms.ec2.network import SecurityGroupPartition
@@ -455,7 +456,7 @@ def test_fis_stress_and_disk_fill_run_awsfis_ssm_documents_as_the_fis_api_stores
     ]  # fmt: skip
     for fields, document, parameters in cases:
         fault = make_fault(at=1, engine="fis", duration=120, approximate=True, **fields)
-        injector = ec2_injector(aws, platform, fault, instance)
+        injector = instance_injector(aws, platform, fault, instance)
         assert isinstance(injector, FisExperiment)
         action = injector.action
         assert action.parameters["documentArn"] == f"arn:aws:ssm:us-east-1::document/{document}"
@@ -481,4 +482,4 @@ def test_fis_stress_and_disk_fill_run_awsfis_ssm_documents_as_the_fis_api_stores
                         memory_limit_mb=8150, approximate=True)  # fmt: skip
     with pytest.raises(AwsError, match=r"memory_limit_mb 8150 leaves less than 1 % of the 8192 "
                        r"MiB of m5\.large to take"):  # fmt: skip
-        ec2_injector(aws, platform, greedy, instance)
+        instance_injector(aws, platform, greedy, instance)

@@ -22,6 +22,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
+from harness.injectors import instance_injector
 from harness.moto_ec2 import REGION, Member, instance_of
 from typer.testing import CliRunner
 
@@ -375,13 +376,12 @@ def expect_command(stubber: Stubber, script: Any, *statuses: str, stderr: str = 
 
 def ssm_fault(client: Any, fault: str) -> Any:
     from rsdrill.experiment.loader import load_experiment_text
-    from rsdrill.platforms.ec2.injectors import ec2_injector
 
     exp = load_experiment_text(SSM_FILE.format(fault=fault), "ssm.yaml")
     assert exp.target.ec2 is not None
     aws = Aws(Connection(REGION, poll_interval=0.01))
     aws._clients["ssm"] = client
-    return ec2_injector(aws, exp.target.ec2, exp.faults[0], INSTANCE)
+    return instance_injector(aws, exp.target.ec2, exp.faults[0], INSTANCE)
 
 
 def test_an_ssm_iops_cap_is_exact_and_lifted_on_revert(ssm: tuple[Any, Stubber]) -> None:
@@ -502,7 +502,6 @@ def test_the_cap_scripts_throttle_a_real_process_s_cgroup_and_lift_it(tmp_path: 
 def test_an_iops_throttle_that_names_no_engine_is_the_exact_ssm_cap() -> None:
     from rsdrill.experiment.kinds import way_of
     from rsdrill.experiment.loader import load_experiment_text
-    from rsdrill.platforms.ec2.injectors import ec2_injector
     from rsdrill.platforms.ec2.ssm import SsmFault
 
     text = SSM_FILE.format(fault="kind: iops-throttle, write_iops: 50")
@@ -512,7 +511,7 @@ def test_an_iops_throttle_that_names_no_engine_is_the_exact_ssm_cap() -> None:
     assert fault.engine is None and way is not None
     assert (way.engine, way.support) == ("ssm", "exact")
     assert exp.target.ec2 is not None
-    injector = ec2_injector(Aws(Connection(REGION)), exp.target.ec2, fault, INSTANCE)
+    injector = instance_injector(Aws(Connection(REGION)), exp.target.ec2, fault, INSTANCE)
     assert isinstance(injector, SsmFault)
     assert 'echo "$dev wiops=50" > "$v2/io.max"' in injector.scripts.inject
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from rsdrill.connection import DirectConnection
+from rsdrill.connection import ConnectOptions, DirectConnection
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import MemberSpec
 
@@ -49,10 +49,19 @@ def writable_primary(sandbox: Sandbox) -> MemberSpec | None:
     return None
 
 
+def ops_in_progress(host: str, **command: Any) -> list[dict[str, Any]]:
+    """The requests the member is answering now (`$currentOp`), those whose command document
+    has each of the given fields with the given value."""
+    reply = wire_command(host, {"aggregate": 1, "pipeline": [{"$currentOp": {}}], "cursor": {},
+                                "$db": "admin"})  # fmt: skip
+    ops: list[dict[str, Any]] = reply["cursor"]["firstBatch"]
+    return [op for op in ops if all(op["command"].get(k) == v for k, v in command.items())]
+
+
 def wire_command(host: str, command: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
     """Send one OP_MSG command on a fresh connection and return the reply body (no driver)."""
     body = {k: v for k, v in command.items() if k != "$db"}
-    conn = DirectConnection(host, timeout)
+    conn = DirectConnection(host, timeout, ConnectOptions())
     try:
         return conn.command(command.get("$db"), body)
     finally:

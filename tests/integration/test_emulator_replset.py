@@ -22,7 +22,7 @@ from bson.binary import Binary
 from bson.int64 import Int64
 from pymongo import WriteConcern, monitoring
 from pymongo.errors import PyMongoError, WriteConcernError
-from support import member_state, wait_until, wire_command, writable_primary
+from support import member_state, ops_in_progress, wait_until, wire_command, writable_primary
 
 from rsdrill.sandbox.config import member_dir
 from rsdrill.sandbox.emulator.events import read_events
@@ -182,7 +182,9 @@ def test_stepdown_hands_off_in_under_two_seconds(replset, client_for) -> None:
 
 
 def test_psa_majority_writes_stall_without_the_secondary(replset, client_for) -> None:
-    sandbox = replset("psa")
+    # MongoDB's default election timeout: with the fixture's 1 s, a loaded machine can delay the
+    # arbiter's heartbeats past it and the primary steps down (code 189), which is not this test.
+    sandbox = replset("psa", election_timeout_ms=10_000)
     primary = writable_primary(sandbox)
     assert primary is not None
     secondary = next(
@@ -307,7 +309,7 @@ def test_too_stale_member_stays_recovering_until_resynced(replset, client_for) -
         coll.insert_many([{"b": batch, "pad": "p" * 1000} for _ in range(100)])
     sandbox.start(lagging)
     wait_until(lambda: member_state(lagging.host) == "RECOVERING", 10, "RECOVERING")
-    time.sleep(3)
+    time.sleep(3)  # the time under test: the member stays RECOVERING, it does not resync itself
     assert member_state(lagging.host) == "RECOVERING"
     events = read_events(member_dir(sandbox.directory, lagging) / "events.jsonl")
     assert any(e["event"] == "too_stale" for e in events)
@@ -329,9 +331,10 @@ def test_rollback_saves_unreplicated_writes_and_removes_them(replset, client_for
     for m in others:
         sandbox.stop(m)
     # A fetch already waiting on the primary would still carry the next writes into the frozen
-    # secondaries' socket buffers; let it expire (its wait is a quarter of the election timeout)
-    # while staying inside the election timeout, after which the primary would step down.
-    time.sleep(0.8)
+    # secondaries' socket buffers: wait until the primary answers none ($currentOp). Its wait
+    # is a quarter of the election timeout, so this ends well inside the election timeout,
+    # after which the primary would step down.
+    wait_until(lambda: not ops_in_progress(old.host, rsdrillGetOplog=1), 1.5, "fetches to end")
     lost = [{"_id": f"lost-{i}", "v": i} for i in range(5)]
     # j:true so they survive the SIGKILL on the old primary's disk, to be rolled back later.
     direct = client_for(old.host).db.get_collection("c", write_concern=WriteConcern(w=1, j=True))

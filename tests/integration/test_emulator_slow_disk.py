@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pymongo import MongoClient, WriteConcern
 
-from rsdrill.connection import DirectConnection
+from rsdrill.connection import ConnectOptions, DirectConnection
 from rsdrill.faultfs.control import request
 from rsdrill.platforms.sandbox.volumes import MemberVolumes
 from rsdrill.sandbox.cluster import EmulatorEngine, up
@@ -44,7 +44,7 @@ def test_a_member_on_a_throttled_disk_still_answers_from_memory(
 
         writer = threading.Thread(target=journaled_writes)
         writer.start()
-        conn = DirectConnection(host, timeout_s=10.0)
+        conn = DirectConnection(host, 10.0, ConnectOptions())
         answers: list[float] = []
         try:
             while writer.is_alive():

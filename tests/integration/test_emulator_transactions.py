@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -17,7 +16,7 @@ from bson.int64 import Int64
 from pymongo import ReadPreference, WriteConcern
 from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
-from support import member_state, wait_until, wire_command, writable_primary
+from support import member_state, ops_in_progress, wait_until, wire_command, writable_primary
 
 from rsdrill.sandbox.config import member_dir
 from rsdrill.sandbox.emulator.events import read_events
@@ -144,7 +143,9 @@ def test_a_write_outside_waits_for_the_transaction_holding_its_document(
             )
         )
         waiting.start()
-        time.sleep(0.5)
+        # The write reached the member and waits there for the transaction's document.
+        host = sandbox.spec.members[0].host
+        wait_until(lambda: ops_in_progress(host, update="ledger"), 10, "the update to be held")
         assert waiting.is_alive() and not outside  # held by the transaction
         session.commit_transaction()
         waiting.join(10)
@@ -294,7 +295,8 @@ def test_rollback_undoes_a_transaction_as_a_unit(replset, client_for) -> None:
     others = [m for m in sandbox.spec.members if m.host != old.host]
     for m in others:
         sandbox.stop(m)
-    time.sleep(0.8)  # as in the plain rollback test: let a waiting oplog fetch expire
+    # As in the plain rollback test: no oplog fetch left waiting to carry the next writes.
+    wait_until(lambda: not ops_in_progress(old.host, rsdrillGetOplog=1), 1.5, "fetches to end")
     direct = client_for(old.host)
     ledger = direct.bank.get_collection("ledger", write_concern=WriteConcern(w=1, j=True))
     with direct.start_session() as session:

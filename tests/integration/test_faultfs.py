@@ -182,9 +182,13 @@ def test_detach_fails_everything_at_once_and_clear_releases_queued_operations(
             os.pwrite(fd, b"b", 0)
         finished.append(time.monotonic())
 
+    def delayed() -> int:
+        return int(request(m.mountpoint, {"op": "status"})["counters"].get("delayed", 0))
+
+    before = delayed()
     thread = threading.Thread(target=queued)
     thread.start()
-    time.sleep(0.3)
+    wait_until(lambda: delayed() > before, 5, "a write queued behind the cap")
     cleared_at = time.monotonic()
     request(m.mountpoint, {"op": "clear"})
     thread.join(5)

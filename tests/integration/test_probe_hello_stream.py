@@ -8,11 +8,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from support import wait_until
+
 from rsdrill.history import History, Op, RunClock
 from rsdrill.probes.failover import HelloStream
 from rsdrill.probes.recovery import QUIET_INTERVALS, StatusPoller
 from rsdrill.sandbox.cluster import Sandbox, is_writable_primary
-from rsdrill.states import member_state
 
 INTERVAL_S = 0.02
 TIMEOUT_S = 0.25
@@ -29,12 +30,22 @@ def _watch(sandbox: Sandbox) -> tuple[History, RunClock, list[HelloStream]]:
             interval_s=INTERVAL_S,
             timeout_s=TIMEOUT_S,
             max_await_s=MAX_AWAIT_S,
+            options=sandbox.connect_options,
         )
         for m in sandbox.spec.members
     ]
     for stream in streams:
         stream.start()
     return history, clock, streams
+
+
+def _is_primary(sandbox: Sandbox, host: str) -> bool:
+    return is_writable_primary(host, sandbox.connect_options)
+
+
+def _streaming(streams: list[HelloStream]) -> None:
+    """Wait until every member answered its first hello: each stream now awaits changes."""
+    wait_until(lambda: all(s.steady for s in streams), 10, "every member streaming")
 
 
 def _stop(streams: list[HelloStream]) -> None:
@@ -64,7 +75,7 @@ def test_a_quiet_set_costs_one_request_per_max_await(replset: Callable[..., Sand
     sandbox = replset("rs3")
     history, _, streams = _watch(sandbox)
     try:
-        time.sleep(3.0)
+        time.sleep(3.0)  # the time under test: what a quiet set costs over 3 s
     finally:
         _stop(streams)
     for member in sandbox.spec.members:
@@ -79,19 +90,21 @@ def test_a_change_is_pushed_and_a_kill_breaks_the_stream_at_once(
     replset: Callable[..., Sandbox],
 ) -> None:
     sandbox = replset("rs3")
-    primary = next(m for m in sandbox.spec.members if is_writable_primary(m.host))
+    primary = next(m for m in sandbox.spec.members if _is_primary(sandbox, m.host))
     others = [m.host for m in sandbox.spec.members if m != primary]
     history, clock, streams = _watch(sandbox)
     try:
-        time.sleep(1.0)
+        _streaming(streams)
         killed_at = clock.now()
         sandbox.kill(primary)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not is_writable_primary(others[0]):
-            if is_writable_primary(others[1]):
-                break
-            time.sleep(0.1)
-        time.sleep(0.2)
+        wait_until(
+            lambda: (
+                _first(history, primary.host, killed_at, lambda op: not op.ok)
+                and any(_first(history, h, killed_at, _writable) for h in others)
+            ),
+            15,
+            "the killed member's stream to break and a new primary's to push its change",
+        )
     finally:
         _stop(streams)
     broken = _first(history, primary.host, killed_at, lambda op: not op.ok)
@@ -115,10 +128,14 @@ def test_a_frozen_member_is_given_up_after_max_await_and_timeout(
     member = sandbox.spec.members[1]
     history, clock, streams = _watch(sandbox)
     try:
-        time.sleep(1.0)
+        _streaming(streams)
         frozen_at = clock.now()
         sandbox.stop(member)
-        time.sleep(MAX_AWAIT_S + TIMEOUT_S + 1.0)
+        wait_until(
+            lambda: _first(history, member.host, frozen_at, lambda op: op.outcome == "timeout"),
+            MAX_AWAIT_S + TIMEOUT_S + 5,
+            "the frozen member's stream to time out",
+        )
         sandbox.cont(member)
     finally:
         _stop(streams)
@@ -133,22 +150,18 @@ def test_the_recovery_poller_asks_a_quiet_member_seldom_and_a_killed_one_every_i
     replset: Callable[..., Sandbox],
 ) -> None:
     sandbox = replset("rs3")
-    member = next(m for m in sandbox.spec.members if not is_writable_primary(m.host))
-    # A member still in its initial sync is not quiet: the test starts once it is SECONDARY.
-    deadline = time.monotonic() + 30
-    while member_state(member.host, 1.0) != "SECONDARY":
-        assert time.monotonic() < deadline, member_state(member.host, 1.0)
-        time.sleep(0.05)
+    member = next(m for m in sandbox.spec.members if not _is_primary(sandbox, m.host))
     history, clock, streams = _watch(sandbox)
     stream = next(s for s in streams if s.member == member.host)
     poller = StatusPoller(history, clock, member=member.host, interval_s=0.1, timeout_s=0.5,
-                          watch=stream)  # fmt: skip
+                          options=sandbox.connect_options, watch=stream)  # fmt: skip
+    _streaming(streams)  # the member SECONDARY (a set just up may still be syncing it)
     poller.start()
     try:
-        time.sleep(3.0)
+        time.sleep(3.0)  # the time under test: how often a quiet member is asked over 3 s
         killed_at = clock.now()
         sandbox.kill(member)
-        time.sleep(1.0)
+        time.sleep(1.0)  # the time under test: how often a killed one is asked over 1 s
     finally:
         poller.stop()
         poller.join(2)

@@ -61,7 +61,7 @@ def test_users_info_lists_the_sandboxs_users(locked: Sandbox) -> None:
 
 def test_nothing_but_the_handshake_before_a_login(locked: Sandbox) -> None:
     host = locked.spec.members[1].host
-    conn = DirectConnection(host, 2.0)
+    conn = DirectConnection(host, 2.0, ConnectOptions())
     assert conn.command("admin", {"hello": 1})["setName"] == "rs0"
     refused = conn.command("admin", {"replSetGetStatus": 1})
     assert (refused["ok"], refused["code"]) == (0, 13)

@@ -14,7 +14,7 @@ from pymongo import MongoClient, WriteConcern
 from pymongo.errors import OperationFailure
 from pymongo.server_type import SERVER_TYPE
 
-from rsdrill.connection import DirectConnection, handshake_form
+from rsdrill.connection import ConnectOptions, DirectConnection, handshake_form
 from rsdrill.deployment import inspect
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
@@ -49,7 +49,7 @@ def test_pymongo_sees_a_standalone_server(
         with pytest.raises(OperationFailure) as w2:
             client.drill.get_collection("things", write_concern=WriteConcern(2)).insert_one({})
         assert w2.value.code == 2
-    facts = inspect(sandbox.spec.members[0].host)
+    facts = inspect(sandbox.spec.members[0].host, options=sandbox.connect_options)
     assert (facts.topology, facts.emulator, facts.storage_engine) == (
         "standalone",
         True,
@@ -90,14 +90,14 @@ def test_pymongo_and_rsdrill_reach_members_without_hello(
             client.admin.command("hello")
         assert refused.value.code == 59
     host = spec.members[1].host
-    conn = DirectConnection(host, 2.0)
+    conn = DirectConnection(host, 2.0, ConnectOptions())
     try:
         reply = conn.hello()
     finally:
         conn.close()
     assert reply["setName"] == "rs0" and "isWritablePrimary" in reply and "ismaster" in reply
     assert handshake_form(host) == "isMaster"
-    assert inspect(host).handshake == "isMaster"
+    assert inspect(host, options=ConnectOptions()).handshake == "isMaster"
 
 
 def test_memory_storage_is_for_a_standalone_only(tmp_path: Path) -> None:

@@ -224,16 +224,16 @@ def apply_crds(api: Any, paths: Iterable[Path]) -> None:
     from kubernetes.client.rest import ApiException
 
     ext = client.ApiextensionsV1Api(api)
-    names = []
-    for doc in load_documents(paths):
-        names.append(doc["metadata"]["name"])
+    docs = load_documents(paths)
+    for doc in docs:
         try:
             ext.create_custom_resource_definition(doc)
         except ApiException as exc:
             if exc.status != 409:
                 raise
     deadline = time.monotonic() + 30
-    for name in names:
+    for doc in docs:
+        name = doc["metadata"]["name"]
         while True:
             crd = ext.read_custom_resource_definition(name)
             conditions = {c.type: c.status for c in crd.status.conditions or []}
@@ -242,8 +242,28 @@ def apply_crds(api: Any, paths: Iterable[Path]) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"CRD {name} not established")
             time.sleep(0.1)
-    # Discovery of a new group lags its CRD's Established condition by a moment.
-    time.sleep(0.5)
+    # Discovery of a new group lags its CRD's Established condition by a moment: wait until
+    # it lists each CRD's resource (what rsdrill's preflight asks).
+    custom = client.CustomObjectsApi(api)
+    for doc in docs:
+        spec = doc["spec"]
+        for version in (v["name"] for v in spec["versions"] if v.get("served", True)):
+            while not _discovered(custom, spec["group"], version, spec["names"]["plural"]):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{spec['group']}/{version} does not list its CRD")
+                time.sleep(0.05)
+
+
+def _discovered(custom: Any, group: str, version: str, plural: str) -> bool:
+    from kubernetes.client.rest import ApiException
+
+    try:
+        listing = custom.get_api_resources(group, version)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return any(r.name == plural for r in listing.resources or [])
 
 
 def chaos_mesh_crds(*kinds: str) -> list[Path]:

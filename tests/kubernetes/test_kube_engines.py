@@ -23,6 +23,7 @@ from rsdrill.platforms.kubernetes.client import Kube as KubeClient
 from rsdrill.platforms.kubernetes.resources import CHAOS_ENGINE, MIB, STRESS_CHAOS, plan_details
 from rsdrill.platforms.kubernetes.target import KubernetesTarget, make_target
 from rsdrill.platforms.stress import MAX_STRESS_WORKERS
+from tests.harness.injectors import pod_injector
 from tests.kubernetes.cluster import apply_crds, chaos_mesh_crds
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
@@ -99,7 +100,7 @@ def _round_trip(
 ) -> tuple[Any, list[tuple[str, str]]]:
     """Inject, verify, revert; the injector and what existed while the fault was in force."""
     target = env.target([fault], tmp, members, **platform)
-    injector = target.injector(target.faults[0], member(env.namespace, host_index))
+    injector = pod_injector(target, target.faults[0], member(env.namespace, host_index))
     action = injector.revert_action()
     injector.inject()
     assert injector.verify(5.0), injector.describe()
@@ -333,7 +334,7 @@ def test_stress_workers_stop_at_stress_ng_s_bound_which_the_crd_enforces(
 ) -> None:
     fault = {"at": "1s", "duration": "30s", "kind": "cpu-starve", "cpu_share": 0.0001}
     target = env.target([fault], tmp_path)
-    injector = target.injector(target.faults[0], member(env.namespace, 0))
+    injector = pod_injector(target, target.faults[0], member(env.namespace, 0))
     assert "(cpu workers 8192 load 100)" in injector.describe()
     assert injector.body["spec"]["stressors"]["cpu"]["workers"] == MAX_STRESS_WORKERS
     # Uncapped, 2 CPUs x 9999 workers: the StressChaos CRD refuses it with its own message.
@@ -371,7 +372,7 @@ def test_memory_pressure_needs_a_memory_limit_above_what_the_member_keeps(
         fault = {"at": "1s", "duration": "30s", "kind": "memory-pressure", **extra}
         target = env.target([fault], tmp_path)
         with pytest.raises(InjectionError) as refused:
-            target.injector(target.faults[0], member(env.namespace, host))
+            pod_injector(target, target.faults[0], member(env.namespace, host))
         where = f"{member(env.namespace, host)} (pod {env.namespace}/mongo-{host})"
         assert str(refused.value) == f"memory-pressure of {where}: {said}"
     assert rsdrill_objects(env.kube.api, env.namespace) == []
@@ -380,7 +381,7 @@ def test_memory_pressure_needs_a_memory_limit_above_what_the_member_keeps(
 def test_litmus_disk_fill_of_the_member_container(env: Env, tmp_path: Path) -> None:
     fault = {"at": "1s", "kind": "disk-fill", "fill_percent": 80.4, "duration": "1s"}
     target = env.target([fault], tmp_path)
-    injector = target.injector(target.faults[0], member(env.namespace, 1))
+    injector = pod_injector(target, target.faults[0], member(env.namespace, 1))
     assert "(disk-fill) on pod mongo-1" in injector.describe()
     experiment_spec = injector.body["spec"]["experiments"][0]
     assert experiment_spec["name"] == "disk-fill"
@@ -420,7 +421,7 @@ def test_recover_deletes_leftover_time_stress_and_disk_fill_objects(
     journal = Journal.open_run("killed-k8s", "k8s-gray-faults")
     for i, fault in enumerate(target.faults):
         host = member(env.namespace, i % 2)
-        injector = target.injector(fault, host)
+        injector = pod_injector(target, fault, host)
         journal.write("intent", key=f"fault:{i}", kind=fault.kind, target=host,
                       revert=injector.revert_action())  # fmt: skip
         injector.inject()
@@ -496,7 +497,7 @@ def test_litmus_pod_delete_reads_the_verdict(env: Env, tmp_path: Path) -> None:
 def test_litmus_node_drain_names_the_node(env: Env, tmp_path: Path) -> None:
     fault = {"at": "1s", "kind": "host-kill", "engine": "litmus", "scope": "node", "duration": "1s"}
     target = env.target([fault], tmp_path)
-    injector = target.injector(target.faults[0], member(env.namespace, 1))
+    injector = pod_injector(target, target.faults[0], member(env.namespace, 1))
     assert "(node-drain) on node " + env.nodes[1] in injector.describe()
     experiment_spec = injector.body["spec"]["experiments"][0]
     assert experiment_spec["name"] == "node-drain"
@@ -515,7 +516,7 @@ def test_litmus_experiment_missing_is_named(env: Env, tmp_path: Path) -> None:
         "kubernetes": {"litmus_experiment": "pod-network-loss"},
     }
     target = env.target([fault], tmp_path)
-    injector = target.injector(target.faults[0], member(env.namespace, 0))
+    injector = pod_injector(target, target.faults[0], member(env.namespace, 0))
     with pytest.raises(InjectionError, match="experiment pod-network-loss is not installed"):
         injector.inject()
     assert rsdrill_objects(env.kube.api, env.namespace) == []
@@ -524,7 +525,7 @@ def test_litmus_experiment_missing_is_named(env: Env, tmp_path: Path) -> None:
 def test_chaos_mesh_reports_nothing_selected(env: Env, tmp_path: Path) -> None:
     freeze = {"at": "1s", "kind": "host-freeze", "engine": "chaos-mesh", "duration": "5s"}
     target = env.target([freeze], tmp_path)
-    injector = target.injector(target.faults[0], member(env.namespace, 0))
+    injector = pod_injector(target, target.faults[0], member(env.namespace, 0))
     # The pod goes between the lookup and the injection: Chaos Mesh selects nothing.
     env.core().delete_namespaced_pod("mongo-0", env.namespace, grace_period_seconds=0)
     injector.inject()
@@ -541,7 +542,7 @@ def test_member_without_pod_is_refused(env: Env, tmp_path: Path) -> None:
     freeze = {"at": "1s", "kind": "host-freeze", "duration": "5s"}
     target = env.target([freeze], tmp_path, selector="app=mongo")
     with pytest.raises(InjectionError, match="none of the pods matching app=mongo"):
-        target.injector(target.faults[0], "mongo-9.mongo.elsewhere.svc:27017")
+        pod_injector(target, target.faults[0], "mongo-9.mongo.elsewhere.svc:27017")
     # No member has a pod: refused before anything is injected.
     with pytest.raises(TargetError, match="selector app=cassandra matches no pod"):
         env.target([freeze], tmp_path, selector="app=cassandra")
@@ -578,7 +579,7 @@ def test_missing_crds_are_named_before_and_at_injection(env: Env, tmp_path: Path
     ext = client.ApiextensionsV1Api(env.kube.api)
     partition = {"at": "1s", "kind": "network-partition", "duration": "5s"}
     target = env.target([partition], tmp_path)  # NetworkChaos is installed: preflight passes
-    injector = target.injector(target.faults[0], member(env.namespace, 0))
+    injector = pod_injector(target, target.faults[0], member(env.namespace, 0))
     for crd in ("networkchaos.chaos-mesh.org", "blockchaos.chaos-mesh.org"):
         ext.delete_custom_resource_definition(crd)
     try:
@@ -640,7 +641,7 @@ def test_no_controller_means_not_injected_by_the_deadline(kube: Kube, tmp_path: 
         wait="1s",
     )
     target = make_target(exp, tmp_path)
-    injector = target.injector(target.faults[0], member(namespace, 0))
+    injector = pod_injector(target, target.faults[0], member(namespace, 0))
     injector.inject()
     started = time.monotonic()
     with pytest.raises(

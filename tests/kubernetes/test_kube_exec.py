@@ -20,6 +20,7 @@ from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
 from rsdrill.platforms.kubernetes.freeze import freeze_command
 from rsdrill.platforms.kubernetes.preflight import Permission, needed_permissions
 from rsdrill.platforms.kubernetes.target import make_target
+from tests.harness.injectors import pod_injector
 from tests.kubernetes.conftest import Kube as KubeFixture
 from tests.kubernetes.support import experiment, make_pod, member
 
@@ -126,7 +127,7 @@ def test_no_kubelet_to_reach_is_an_injection_error_naming_the_server_message(
     _node(kube, node, None)  # a node without addresses: no kubelet the server can dial
     make_pod(kube.api, namespace, "mongo-0", node)
     target = make_target(experiment(kube.admin, namespace, [FREEZE]), tmp_path)
-    injector = target.injector(target.faults[0], member(namespace, 0))
+    injector = pod_injector(target, target.faults[0], member(namespace, 0))
     assert injector.revert_action()["action"] == "kubernetes.exec-thaw"
     with pytest.raises(InjectionError) as refused:
         injector.inject()

@@ -13,6 +13,7 @@ import pytest
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
 from rsdrill.platforms.kubernetes.target import make_target
+from tests.harness.injectors import pod_injector
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import Kubelet
 from tests.kubernetes.support import experiment, make_node, make_pod, member
@@ -67,7 +68,7 @@ def test_a_blocking_budget_refuses_the_drain_and_the_node_is_uncordoned(
     _allow_disruptions(kube, namespace, 0)
     target = make_target(experiment(kube.admin, namespace, [NODE_KILL], wait="2s"), tmp_path)
     target.preflight()
-    injector = target.injector(target.faults[0], member(namespace, 0))
+    injector = pod_injector(target, target.faults[0], member(namespace, 0))
     action = injector.revert_action()
     assert action == {
         "action": "kubernetes.uncordon-node",
@@ -97,7 +98,7 @@ def test_drain_evicts_then_deletes_the_node(kube: Kube, tmp_path: Path) -> None:
     kubelet = Kubelet(kube.api, namespace).start()  # confirms the graceful deletions
     try:
         target = make_target(experiment(kube.admin, namespace, [NODE_KILL]), tmp_path)
-        injector = target.injector(target.faults[0], member(namespace, 0))
+        injector = pod_injector(target, target.faults[0], member(namespace, 0))
         action = injector.revert_action()
         injector.inject()
         assert injector.verify(5.0)
@@ -114,7 +115,7 @@ def test_drain_only_keeps_the_node_cordoned_until_revert(kube: Kube, tmp_path: P
     _allow_disruptions(kube, namespace, 2)
     fault = {**NODE_KILL, "kubernetes": {"delete_node": False, "grace_period": "0s"}}
     target = make_target(experiment(kube.admin, namespace, [fault]), tmp_path)
-    injector = target.injector(target.faults[0], member(namespace, 1))
+    injector = pod_injector(target, target.faults[0], member(namespace, 1))
     assert "keep it cordoned" in injector.describe()
     injector.inject()
     assert injector.verify(5.0)

@@ -14,6 +14,7 @@ import yaml
 from rsdrill.platforms.base import InjectionError, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube
 from rsdrill.platforms.kubernetes.target import make_target
+from tests.harness.injectors import pod_injector
 from tests.kubernetes.conftest import Kube as KubeFixture
 from tests.kubernetes.controllers import ChaosMeshController, Kubelet
 from tests.kubernetes.manifests_support import NODE_RBAC, RBAC, every_fault
@@ -82,7 +83,7 @@ def test_a_denied_verb_at_injection_names_it_and_creates_nothing(
     )
     target = make_target(experiment(kube.restricted, namespace, [CHAOS_MESH_KILL]), tmp_path)
     target.members = [member(namespace, i) for i in range(3)]
-    injector = target.injector(target.faults[0], member(namespace, 0))  # get pods is allowed
+    injector = pod_injector(target, target.faults[0], member(namespace, 0))  # get pods is allowed
     with pytest.raises(InjectionError) as denied:
         injector.inject()
     assert 'cannot create resource "podchaos" in API group "chaos-mesh.org"' in str(denied.value)
@@ -180,7 +181,7 @@ def test_service_account_round_trip(
         for fault, host in zip(
             target.faults, (member(namespace, 0), member(namespace, 3)), strict=True
         ):
-            injector = target.injector(fault, host)
+            injector = pod_injector(target, fault, host)
             injector.inject()
             assert injector.verify(5.0)
             injector.revert()

@@ -16,6 +16,7 @@ from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
 from rsdrill.platforms.kubernetes.nodeagent import AgentError, call
 from rsdrill.platforms.kubernetes.target import make_target
 from tests.harness.cgroups import PodCgroup, pod_cgroup
+from tests.harness.injectors import pod_injector
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.support import (
     experiment,
@@ -135,7 +136,7 @@ def test_the_injector_caps_through_the_agent_and_recover_restores(
     exp = experiment(agent.kubeconfigs["rsdrill"], agent.namespace, [fault], volume_path="/tmp",
                      node_agent=access)  # fmt: skip
     target = make_target(exp, tmp_path)
-    injector = target.injector(target.faults[0], member(agent.namespace, 0))
+    injector = pod_injector(target, target.faults[0], member(agent.namespace, 0))
     action = injector.revert_action()
     assert action["action"] == "kubernetes.node-agent-clear" and "token" not in str(action)
     injector.inject()

@@ -154,6 +154,25 @@ def test_no_primary_counts_from_the_last_writable_poll_of_any_member() -> None:
     assert no_primary_s([op("write", 0, 1)], now=2) is None
 
 
+def test_a_quiet_primary_between_its_awaited_answers_is_no_gap() -> None:
+    """The primary's stream answers once per max_await while nothing changes: its latest answer
+    said writable, so there is a primary however long ago that answer ended; once its stream
+    breaks (a kill), the gap counts from its last writable answer."""
+
+    def hello(member: str, t_start: float, t_end: float, writable: bool, ok: bool = True) -> Op:
+        return Op("failover", "hello", member, t_start, t_end, "ok" if ok else "error",
+                  {"writable": writable})  # fmt: skip
+
+    quiet = [hello("p:1", 0.0, 0.5, True), hello("s:2", 0.0, 0.5, False),
+             hello("s:2", 0.5, 1.0, False)]  # fmt: skip
+    assert no_primary_s(quiet, now=1.4) == 0.0
+    broken = [*quiet, hello("p:1", 0.5, 1.1, False, ok=False)]
+    assert no_primary_s(broken, now=1.4) == pytest.approx(0.9)
+    # A break that says the member held its writable state until then counts from the break.
+    held = [*quiet, Op("failover", "hello", "p:1", 0.5, 1.1, "error", {"held_writable": True})]
+    assert no_primary_s(held, now=1.4) == pytest.approx(0.3)
+
+
 def test_write_unavailable_counts_from_the_last_successful_write() -> None:
     ops = [op("write", 0, 1.0), op("ledger", 0, 1.9), op("write", 1.0, 1.25, ok=False)]
     assert write_unavailable_s(ops, now=2.0) == pytest.approx(1.0)

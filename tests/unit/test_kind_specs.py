@@ -19,10 +19,12 @@ from rsdrill.experiment.kinds import (
     PLATFORM_COLUMNS,
     fault_table,
     kind_only_fields,
+    never_reverted,
     support_table,
     way_of,
 )
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+from rsdrill.experiment.plan import plan_experiment, render_plan
 from rsdrill.experiment.schema import FAULT_MODELS, Experiment, make_fault
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -146,6 +148,27 @@ def test_every_way_in_the_spec_is_the_way_of_some_fault_a_platform_accepts(
 ) -> None:
     chosen = {way_of(platform, exp.faults[0]) for exp in _loading(kind, platform)}
     assert set(KINDS[kind].platforms[platform]) <= chosen
+
+
+@pytest.mark.parametrize(
+    ("kind", "platform"),
+    [(k, p) for k, spec in KINDS.items() for p in spec.platforms],
+)
+def test_every_fault_a_platform_accepts_is_planned_in_words(kind: str, platform: str) -> None:
+    loaded = _loading(kind, platform)
+    assert loaded
+    for exp in loaded:
+        steps = [s for s in plan_experiment(exp) if s.action in ("inject", "revert")]
+        assert steps[0].action == "inject" and steps[0].kind == kind
+        # Each step says what is done, not only the kind's name.
+        assert all(s.description.strip() not in ("", kind) for s in steps)
+        render_plan(exp)
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+def test_a_kind_words_its_revert_exactly_when_it_can_be_reverted(kind: str) -> None:
+    spec = KINDS[kind]
+    assert (spec.plan_revert is None) == (spec.revert_after is never_reverted)
 
 
 def test_the_kubernetes_default_engine_is_the_spec_s_first_way() -> None:

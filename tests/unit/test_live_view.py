@@ -25,7 +25,10 @@ def test_off_a_terminal_the_status_comes_as_lines_at_the_heartbeat() -> None:
     lines = _Lines()
     logger = logging.getLogger("rsdrill.run")
     logger.addHandler(lines)
-    level, logger.level = logger.level, logging.INFO
+    # setLevel, not `logger.level =`: the logger caches what it is enabled for, and a run earlier
+    # in this process (another test's) leaves it cached as not enabled for INFO.
+    level = logger.level
+    logger.setLevel(logging.INFO)
     try:
         view = LiveView(History(), stream, heartbeat_s=0.05)
         view.start()

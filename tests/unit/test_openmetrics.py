@@ -55,9 +55,11 @@ def test_a_result_as_openmetrics_parses_back_with_labels_and_base_units() -> Non
     assert _value(got, "rsdrill_write_unavailable_seconds", **common) == pytest.approx(10.02)
     assert _value(got, "rsdrill_failover_phase_seconds", phase="election") == pytest.approx(1.6)
     assert _value(got, "rsdrill_member_recovery_seconds", member=KILLED) == pytest.approx(7.0)
-    # milliseconds in result.json, seconds here; the maximum is quantile 1
-    assert _value(got, "rsdrill_operation_latency_seconds", quantile="0.99") == pytest.approx(0.048)
-    assert _value(got, "rsdrill_operation_latency_seconds", quantile="1") == pytest.approx(2.5)
+    # milliseconds in result.json, seconds here
+    assert _value(got, "rsdrill_operation_latency_seconds", percentile="p99") == pytest.approx(
+        0.048
+    )
+    assert _value(got, "rsdrill_operation_latency_seconds", percentile="max") == pytest.approx(2.5)
     assert _value(got, "rsdrill_run_passed") == 0  # one SLO failed
     assert _value(got, "rsdrill_run_exit_code") == 1
     assert _value(got, "rsdrill_run_info", verdict="fail", version="0.1.0") == 1

@@ -107,6 +107,27 @@ def test_network_degrade_and_partition_shapes_in_words() -> None:
     ]
 
 
+def test_clock_cpu_memory_and_disk_fill_in_words() -> None:
+    # These four crashed the plan (no revert words) before they had words of their own.
+    exp = experiment(
+        "  - {at: 3s, kind: clock-skew, clock_offset: -30, clock_drift: 0.1, duration: 4s}\n"
+        "  - {at: 9s, kind: cpu-starve, cpu_share: 0.1, duration: 4s}\n"
+        "  - {at: 15s, kind: memory-pressure, memory_limit_mb: 64, duration: 4s}\n"
+        "  - {at: 21s, kind: disk-fill, fill_percent: 95, duration: 4s}\n"
+    )
+    steps = [s for s in plan_experiment(exp) if s.action in ("inject", "revert")]
+    assert [s.description for s in steps] == [
+        "the primary at that moment (set its clock 30s behind, drifting +0.1 s/s for 4s)",
+        "set the clock right on it",
+        "the primary at that moment (starve its CPU to 10% of one CPU for 4s)",
+        "end the CPU starvation on it",
+        "the primary at that moment (let it allocate only 64 MB more for 4s)",
+        "lift the memory limit on it",
+        "the primary at that moment (fill its data disk to 95% for 4s)",
+        "free the disk on it",
+    ]
+
+
 def test_stepdown_is_not_reverted() -> None:
     exp = experiment("  - {at: 5s, kind: stepdown, duration: 30s, secondary_catch_up: 5s}\n")
     steps = plan_experiment(exp)

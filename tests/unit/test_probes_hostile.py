@@ -8,7 +8,7 @@ import time
 import pytest
 from hostile_servers import hostile_server, within
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
@@ -21,6 +21,8 @@ from rsdrill.probes.recovery import StatusPoller
 
 INTERVAL_S = 0.05
 TIMEOUT_S = 0.25
+# The hostile servers speak neither TLS nor a login.
+PLAIN = ConnectOptions()
 RUN_S = 1.0
 # stop() + join(): at most one attempt in flight (its timeout) plus scheduling slack.
 STOP_DEADLINE_S = 2.0
@@ -60,11 +62,18 @@ def _probes(host: str, history: History, clock: RunClock) -> list[Probe]:
             **common,
         ),
         RawWriteLoop(
-            history, clock, members=[host], collection="w", w="majority", journal=None, **common
+            history,
+            clock,
+            members=[host],
+            collection="w",
+            w="majority",
+            journal=None,
+            options=PLAIN,
+            **common,
         ),
-        HelloStream(history, clock, member=host, max_await_s=0.5, **common),
-        StatusPoller(history, clock, member=host, **common),
-        LagPoller(history, clock, members=[host], **common),
+        HelloStream(history, clock, member=host, max_await_s=0.5, options=PLAIN, **common),
+        StatusPoller(history, clock, member=host, options=PLAIN, **common),
+        LagPoller(history, clock, members=[host], options=PLAIN, **common),
         *load,
     ]
 
@@ -111,7 +120,7 @@ def test_ledger_readback_gives_up_at_its_deadline(kind: str) -> None:
 @pytest.mark.parametrize("kind", SERVERS)
 def test_direct_connection_has_one_deadline_per_command(kind: str) -> None:
     with hostile_server(kind) as host:
-        conn = DirectConnection(host, TIMEOUT_S)
+        conn = DirectConnection(host, TIMEOUT_S, PLAIN)
         for _ in range(3):
             with pytest.raises(WireClientError):
                 within(TIMEOUT_S + 0.5, lambda: conn.command("admin", {"hello": 1}))
@@ -123,7 +132,7 @@ def test_the_raw_writer_tries_twice_as_often_while_nothing_answers(kind: str) ->
     with hostile_server(kind) as host:
         raw = RawWriteLoop(History(), RunClock.start(), members=[host],
                            collection="w", interval_s=INTERVAL_S, timeout_s=TIMEOUT_S,
-                           w="majority", journal=None)  # fmt: skip
+                           w="majority", journal=None, options=PLAIN)  # fmt: skip
         assert raw.next_wait_s() == INTERVAL_S
         raw.tick()
         raw.close()
@@ -136,7 +145,7 @@ def test_a_server_that_does_not_hold_awaitable_hellos_is_polled_not_hammered() -
     history, clock = History(), RunClock.start()
     with hostile_server("impatient") as host:
         stream = HelloStream(history, clock, member=host, interval_s=INTERVAL_S,
-                             timeout_s=TIMEOUT_S, max_await_s=0.5)  # fmt: skip
+                             timeout_s=TIMEOUT_S, max_await_s=0.5, options=PLAIN)  # fmt: skip
         stream.start()
         time.sleep(RUN_S)
         stream.stop()

@@ -8,15 +8,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.injectors import vm_injector
 from harness.vcsim import Vcsim, create_vm, esxi_hosts, wait_task
 from harness.vsphere_binding import VmBinding
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.schema import make_fault
 from rsdrill.platforms.machine.local_hosts import answers_hello
-from rsdrill.platforms.vsphere.injectors import Vsphere, vsphere_injector
+from rsdrill.platforms.vsphere.injectors import Vsphere
 from rsdrill.platforms.vsphere.options import MemberVms, VspherePlatform
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
+
+# The sandbox members here use neither TLS nor a login.
+PLAIN = ConnectOptions()
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
@@ -39,21 +44,21 @@ def test_suspend_and_disk_removal_reach_the_bound_member(
     by_map = platform(vms=MemberVms(by="map", map={member.host: vm.name}))
     try:
         with VmBinding(sim, sandbox, {vm._moId: member.host}) as binding:
-            freeze = vsphere_injector(client, by_map, make_fault(at=0, kind="host-freeze",
-                                                            duration=1), member.host)  # fmt: skip
+            freeze = vm_injector(client, by_map, make_fault(at=0, kind="host-freeze",
+                                                       duration=1), member.host)  # fmt: skip
             freeze.inject()
-            assert wait_for(lambda: not answers_hello(member.host, timeout_s=0.2))
+            assert wait_for(lambda: not answers_hello(member.host, timeout_s=0.2, options=PLAIN))
             assert sandbox.pid(member) is not None  # frozen, not dead
             freeze.revert()
-            assert wait_for(lambda: answers_hello(member.host))
+            assert wait_for(lambda: answers_hello(member.host, options=PLAIN))
 
-            detach = vsphere_injector(client, by_map, make_fault(
+            detach = vm_injector(client, by_map, make_fault(
                 at=0, kind="volume-detach", duration=1, vsphere={"disk": "Hard disk 2"}
             ), member.host)  # fmt: skip
             detach.inject()
             assert wait_for(lambda: sandbox.pid(member) is None)
             detach.revert()
-            assert wait_for(lambda: answers_hello(member.host))
+            assert wait_for(lambda: answers_hello(member.host, options=PLAIN))
         assert binding.errors == []
         assert [e.what for e in binding.events] == [
             "SIGSTOP (VM suspended)", "SIGCONT (VM resumed)",

@@ -21,17 +21,13 @@ from typing import Any
 
 import pytest
 from conftest import PASSWORD_ENV, MemberVm
+from harness.injectors import vm_injector
 from harness.vcsim import Vcsim, datastore_files, esxi_hosts, wait_task
 
 from rsdrill.engine.journal import Journal
 from rsdrill.experiment.schema import Fault, make_fault
 from rsdrill.platforms.base import Injector, TargetError
-from rsdrill.platforms.vsphere.injectors import (
-    REVERT_ACTIONS,
-    Vsphere,
-    VsphereError,
-    vsphere_injector,
-)
+from rsdrill.platforms.vsphere.injectors import REVERT_ACTIONS, Vsphere, VsphereError
 from rsdrill.platforms.vsphere.options import MemberVms, VspherePlatform
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +44,7 @@ def fault(kind: str, **fields: Any) -> Fault:
 
 def injector(client: Vsphere, platform: VspherePlatform, member: str, kind: str,
              **fields: Any) -> Injector:  # fmt: skip
-    return vsphere_injector(client, platform, fault(kind, **fields), member)
+    return vm_injector(client, platform, fault(kind, **fields), member)
 
 
 def disk(vm: Any, unit: int) -> Any:

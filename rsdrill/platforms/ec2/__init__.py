@@ -4,10 +4,6 @@ boto3 is imported lazily, and only in this package."""
 from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
 
-EC2_KINDS = ("host-kill", "host-freeze", "volume-detach", "iops-throttle", "disk-fault",
-             "network-partition", "network-degrade", "cpu-starve", "memory-pressure",
-             "disk-fill")  # fmt: skip
-
 platform = PackagePlatform(
     "ec2",
     __name__,
@@ -16,5 +12,16 @@ platform = PackagePlatform(
     fault_options=Ec2Fault,
     planner=f"{__name__}.options",
     actions=f"{__name__}.injectors",
-    injectors=dict.fromkeys(EC2_KINDS, f"{__name__}.target:instance_fault"),
+    injectors={
+        "host-kill": f"{__name__}.injectors:host_kill",
+        "host-freeze": f"{__name__}.injectors:host_freeze",
+        "volume-detach": f"{__name__}.injectors:volume_detach",
+        "iops-throttle": f"{__name__}.injectors:iops_throttle",
+        "disk-fault": f"{__name__}.injectors:disk_fault",
+        "network-partition": f"{__name__}.injectors:network_partition",
+        "network-degrade": f"{__name__}.injectors:network_degrade",
+        "cpu-starve": f"{__name__}.injectors:cpu_starve",
+        "memory-pressure": f"{__name__}.injectors:memory_pressure",
+        "disk-fill": f"{__name__}.injectors:disk_fill",
+    },
 )

@@ -1,28 +1,38 @@
 """Faults on AWS EC2 and EBS (`platform: ec2`), through boto3 — imported lazily, and only in
 this package.
 
-`ec2_injector()` builds the injector for one fault on one member; `preflight()` asks EC2
-(DryRun) whether the credentials may make every call the experiment needs, before anything is
-injected; `REVERT_ACTIONS` carry out journaled revert actions from the journal alone (for
+One factory per fault kind (the platform's `injectors` table) builds the injector for one
+fault on one member's instance, by the fault's engine; `preflight()` asks EC2 (DryRun)
+whether the credentials may make every call the experiment needs, before anything is injected;
+`REVERT_ACTIONS` carry out journaled revert actions from the journal alone (for
 `rsdrill recover`). Actions carry only non-secret connection settings: credentials come from
 boto3's standard chain when the action is carried out.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.platforms.base import TargetError
+from rsdrill.platforms.ec2 import fis, ssm
+from rsdrill.platforms.ec2.acl import AclPartition
 from rsdrill.platforms.ec2.client import Aws, AwsError, Connection
+from rsdrill.platforms.ec2.instance import InstanceKill
+from rsdrill.platforms.ec2.lookup import Instance, find_data_volume
+from rsdrill.platforms.ec2.network import SecurityGroupPartition
+from rsdrill.platforms.ec2.options import Ec2Fault, engine_of, needs_data_volume, wipes_volume
+from rsdrill.platforms.ec2.volume import IopsThrottle, VolumeDetach
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
-    from rsdrill.platforms.base import Injector
-    from rsdrill.platforms.ec2.lookup import Instance
+    from rsdrill.platforms.base import Injector, InjectorFactory
     from rsdrill.platforms.ec2.options import Ec2Platform
+    from rsdrill.platforms.ec2.target import Ec2Target
 
-__all__ = ["REVERT_ACTIONS", "Aws", "AwsError", "Connection", "ec2_injector", "preflight"]
+__all__ = ["REVERT_ACTIONS", "Aws", "AwsError", "Connection", "preflight"]
 
 
 def connection(platform: Ec2Platform) -> Connection:
@@ -35,94 +45,151 @@ def connection(platform: Ec2Platform) -> Connection:
     )
 
 
-def ec2_injector(
-    aws: Aws,
-    platform: Ec2Platform,
-    fault: Fault,
-    instance: Instance,
-    peers: tuple[Instance, ...] = (),
-) -> Injector:
-    """The injector for `fault` on the member whose host is `instance` (`peers`: the other
-    members' instances, which a partition cuts it from)."""
-    from rsdrill.platforms.ec2 import fis
-    from rsdrill.platforms.ec2.acl import AclPartition
-    from rsdrill.platforms.ec2.instance import InstanceKill
-    from rsdrill.platforms.ec2.lookup import find_data_volume
-    from rsdrill.platforms.ec2.network import SecurityGroupPartition
-    from rsdrill.platforms.ec2.options import (
-        Ec2Fault,
-        engine_of,
-        needs_data_volume,
-        wipes_volume,
-    )
-    from rsdrill.platforms.ec2.volume import IopsThrottle, VolumeDetach
+@dataclass(frozen=True)
+class OnInstance:
+    """Where an EC2 fault lands: the member's instance as found when the fault is due, the
+    other members' instances (a partition cuts it from them) and the platform's section."""
 
+    aws: Aws
+    platform: Ec2Platform
+    instance: Instance
+    peers: tuple[Instance, ...]
+
+    def data_volume(self, fault: Fault) -> tuple[str, str] | None:
+        """(volume id, device) of the member's EBS data volume when the fault acts on it."""
+        if needs_data_volume(fault) and self.platform.volume is not None:
+            return find_data_volume(self.aws, self.platform.volume, self.instance)
+        return None
+
+    def fis(self, fault: Fault, action: fis.FisAction) -> Injector:
+        """`action` as a FIS experiment on the instance."""
+        assert self.platform.fis_role_arn is not None  # check_experiment requires it
+        return fis.FisExperiment(self.aws, self.instance, fault.kind, action,
+                                 self.platform.fis_role_arn,
+                                 stop_alarm_arn=self.platform.fis_stop_alarm_arn)  # fmt: skip
+
+
+def on_member_instance(build: Callable[[OnInstance, Fault], Injector]) -> InjectorFactory:
+    """The factory `(target, fault, host)` that builds with `build` on the member's instance,
+    looked up again now: its state and volumes may have changed since setup."""
+
+    @functools.wraps(build)
+    def factory(target: Ec2Target, fault: Fault, host: str) -> Injector:
+        peers = tuple(i for member, i in target.instances.items() if member != host)
+        return build(OnInstance(target.aws, target.ec2, target.instance(host), peers), fault)
+
+    return factory
+
+
+def _held(fault: Fault) -> float:
+    """How long a FIS action keeps the fault in force (FIS ends it by itself)."""
+    return fault.revert_after or fault.duration or 0.0
+
+
+@on_member_instance
+def host_kill(on: OnInstance, fault: Fault) -> Injector:
+    """Stop (force), reboot or terminate the instance; or FIS aws:ec2:stop-instances."""
+    data = on.data_volume(fault)
+    if engine_of(fault) == "fis":
+        return on.fis(fault, fis.stop_instances(on.aws, on.instance, _held(fault)))
     options = fault.ec2 or Ec2Fault()
-    wipe = wipes_volume(fault)
-    data = None
-    if needs_data_volume(fault) and platform.volume is not None:
-        data = find_data_volume(aws, platform.volume, instance)
-    duration = fault.revert_after or fault.duration or 0.0
+    return InstanceKill(on.aws, on.instance, action=options.action, force=options.force,
+                        one_way=fault.one_way,
+                        restart=fault.restart is not False,
+                        replace_volume=data if wipes_volume(fault) else None)  # fmt: skip
+
+
+@on_member_instance
+def host_freeze(on: OnInstance, fault: Fault) -> Injector:
+    """SIGSTOP of mongod through SSM Run Command."""
+    return ssm.SsmFault(on.aws, on.instance, fault.kind, ssm.freeze_scripts(on.platform.process))
+
+
+@on_member_instance
+def volume_detach(on: OnInstance, fault: Fault) -> Injector:
+    """Force-detach the data volume; or FIS aws:ebs:pause-volume-io."""
+    data = on.data_volume(fault)
+    assert data is not None  # check_experiment requires target.ec2.volume
+    if engine_of(fault) == "fis":
+        return on.fis(fault, fis.pause_volume_io(on.aws, on.instance, data[0], _held(fault)))
+    return VolumeDetach(on.aws, on.instance, *data)
+
+
+@on_member_instance
+def iops_throttle(on: OnInstance, fault: Fault) -> Injector:
+    """mongod's cgroup io.max through SSM; ModifyVolume (api); or FIS volume latency."""
     engine = engine_of(fault)
     if engine == "ssm":
-        from rsdrill.platforms.ec2 import ssm
-
-        if fault.kind == "host-freeze":
-            scripts = ssm.freeze_scripts(platform.process)
-        else:
-            limits = ssm.io_max_limits(fault)
-            scripts = ssm.cgroup_io_scripts(platform.process, platform.dbpath, limits)
-        return ssm.SsmFault(aws, instance, fault.kind, scripts)
+        limits = ssm.io_max_limits(fault)
+        scripts = ssm.cgroup_io_scripts(on.platform.process, on.platform.dbpath, limits)
+        return ssm.SsmFault(on.aws, on.instance, fault.kind, scripts)
     if engine == "fis":
-        assert platform.fis_role_arn is not None  # check_experiment requires it
-        if fault.kind == "host-kill":
-            action = fis.stop_instances(aws, instance, duration)
-        elif fault.kind == "volume-detach":
-            assert data is not None
-            action = fis.pause_volume_io(aws, instance, data[0], duration)
-        elif fault.kind == "network-degrade":
-            action = fis.ssm_network_degrade(aws, instance, duration_s=duration,
-                                             latency_s=fault.latency, loss=fault.loss,
-                                             interface=options.interface)  # fmt: skip
-        elif fault.kind == "cpu-starve":
-            action = fis.ssm_cpu_stress(aws, instance, fis.instance_size(aws, instance),
-                                        duration_s=duration, cpu_share=fault.cpu_share)  # fmt: skip
-        elif fault.kind == "memory-pressure":
-            action = fis.ssm_memory_stress(aws, instance, fis.instance_size(aws, instance),
-                                           duration_s=duration,
-                                           memory_limit_mb=fault.memory_limit_mb)  # fmt: skip
-        elif fault.kind == "disk-fill":
-            action = fis.ssm_disk_fill(aws, instance, duration_s=duration,
-                                       fill_percent=fault.fill_percent)  # fmt: skip
-        else:
-            assert data is not None and fault.latency is not None
-            operations = fault.operations if fault.kind == "disk-fault" else ("any",)
-            probability = fault.probability if fault.kind == "disk-fault" else 1.0
-            action = fis.volume_io_latency(aws, instance, data[0], duration_s=duration,
-                                           latency_s=fault.latency, probability=probability,
-                                           operations=operations)  # fmt: skip
-        return fis.FisExperiment(aws, instance, fault.kind, action, platform.fis_role_arn,
-                                 stop_alarm_arn=platform.fis_stop_alarm_arn)  # fmt: skip
-    if fault.kind == "host-kill":
-        return InstanceKill(aws, instance, action=options.action, force=options.force,
-                            one_way=fault.one_way,
-                            restart=fault.restart is not False,
-                            replace_volume=data if wipe else None)  # fmt: skip
-    if fault.kind == "volume-detach":
-        assert data is not None
-        return VolumeDetach(aws, instance, *data)
-    if fault.kind == "iops-throttle":
-        assert data is not None
-        return IopsThrottle(aws, instance, data[0], iops=fault.iops,
-                            throughput_mb_s=fault.throughput_mb_s,
-                            accept_modification_limit=options.accept_modification_limit,
-                            field="ec2.accept_modification_limit",
-                            one_way=fault.one_way)  # fmt: skip
-    if fault.kind == "network-partition" and fault.isolate_from == "members":
-        return AclPartition(aws, instance, peers)
-    if fault.kind == "network-partition":
-        return SecurityGroupPartition(aws, instance, outbound_too=fault.direction == "both")
-    raise AwsError(f"{fault.kind} is not available on ec2", "Unsupported")
+        return _volume_latency(on, fault, operations=("any",), probability=1.0)
+    data = on.data_volume(fault)
+    assert data is not None  # check_experiment requires target.ec2.volume
+    options = fault.ec2 or Ec2Fault()
+    return IopsThrottle(on.aws, on.instance, data[0], iops=fault.iops,
+                        throughput_mb_s=fault.throughput_mb_s,
+                        accept_modification_limit=options.accept_modification_limit,
+                        field="ec2.accept_modification_limit",
+                        one_way=fault.one_way)  # fmt: skip
+
+
+@on_member_instance
+def disk_fault(on: OnInstance, fault: Fault) -> Injector:
+    """FIS aws:ebs:volume-io-latency (EBS has no error injection)."""
+    return _volume_latency(on, fault, operations=fault.operations, probability=fault.probability)
+
+
+def _volume_latency(on: OnInstance, fault: Fault, *, operations: tuple[str, ...],
+                    probability: float) -> Injector:  # fmt: skip
+    data = on.data_volume(fault)
+    assert data is not None and fault.latency is not None  # check_experiment requires them
+    return on.fis(fault, fis.volume_io_latency(on.aws, on.instance, data[0],
+                                               duration_s=_held(fault), latency_s=fault.latency,
+                                               probability=probability,
+                                               operations=operations))  # fmt: skip
+
+
+@on_member_instance
+def network_partition(on: OnInstance, fault: Fault) -> Injector:
+    """Network ACL entries from the members; else a deny-all security group."""
+    if fault.isolate_from == "members":
+        return AclPartition(on.aws, on.instance, on.peers)
+    return SecurityGroupPartition(on.aws, on.instance, outbound_too=fault.direction == "both")
+
+
+@on_member_instance
+def network_degrade(on: OnInstance, fault: Fault) -> Injector:
+    """FIS AWSFIS-Run-Network-Latency or -Packet-Loss."""
+    options = fault.ec2 or Ec2Fault()
+    return on.fis(fault, fis.ssm_network_degrade(on.aws, on.instance, duration_s=_held(fault),
+                                                 latency_s=fault.latency, loss=fault.loss,
+                                                 interface=options.interface))  # fmt: skip
+
+
+@on_member_instance
+def cpu_starve(on: OnInstance, fault: Fault) -> Injector:
+    """FIS AWSFIS-Run-CPU-Stress, sized from the instance type."""
+    size = fis.instance_size(on.aws, on.instance)
+    return on.fis(fault, fis.ssm_cpu_stress(on.aws, on.instance, size, duration_s=_held(fault),
+                                            cpu_share=fault.cpu_share))  # fmt: skip
+
+
+@on_member_instance
+def memory_pressure(on: OnInstance, fault: Fault) -> Injector:
+    """FIS AWSFIS-Run-Memory-Stress, sized from the instance type."""
+    size = fis.instance_size(on.aws, on.instance)
+    return on.fis(fault, fis.ssm_memory_stress(on.aws, on.instance, size,
+                                               duration_s=_held(fault),
+                                               memory_limit_mb=fault.memory_limit_mb))  # fmt: skip
+
+
+@on_member_instance
+def disk_fill(on: OnInstance, fault: Fault) -> Injector:
+    """FIS AWSFIS-Run-Disk-Fill."""
+    return on.fis(fault, fis.ssm_disk_fill(on.aws, on.instance, duration_s=_held(fault),
+                                           fill_percent=fault.fill_percent))  # fmt: skip
 
 
 def preflight(aws: Aws, platform: Ec2Platform, faults: tuple[Fault, ...],

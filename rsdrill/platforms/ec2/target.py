@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.platforms.base import Injector, RunTarget, TargetError
-from rsdrill.platforms.ec2.injectors import Aws, AwsError, connection, ec2_injector, preflight
+from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.base import RunTarget, TargetError
+from rsdrill.platforms.ec2.injectors import Aws, AwsError, connection, preflight
 from rsdrill.platforms.ec2.lookup import Instance, find_instance
 from rsdrill.platforms.remote import RemoteTarget
 
@@ -40,13 +40,10 @@ class Ec2Target(RemoteTarget):
         if found:
             raise TargetError("ec2 preflight refused, nothing was injected: " + "; ".join(found))
 
-
-def instance_fault(target: Ec2Target, fault: Fault, host: str) -> Injector:
-    """The injector of `fault` on the instance of member `host` (every kind ec2 carries out)."""
-    # Looked up again: the instance's state and volumes may have changed since setup.
-    instance = find_instance(target.aws, target.ec2.instances, host)
-    peers = tuple(i for member, i in target.instances.items() if member != host)
-    return ec2_injector(target.aws, target.ec2, fault, instance, peers)
+    def instance(self, host: str) -> Instance:
+        """Member `host`'s instance as it is now (looked up again: its state and volumes may
+        have changed since setup)."""
+        return find_instance(self.aws, self.ec2.instances, host)
 
 
 def make_target(exp: Experiment, out_dir: Path) -> Ec2Target:

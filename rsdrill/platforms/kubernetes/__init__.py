@@ -3,7 +3,7 @@ calls. The `kubernetes` client package is imported by `client.py` only, and that
 when a run, a preflight or a revert needs the cluster: importing this package stays cheap."""
 
 from rsdrill.platforms.base import PackagePlatform
-from rsdrill.platforms.kubernetes.options import SUPPORT, KubernetesFault, KubernetesPlatform
+from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform
 
 platform = PackagePlatform(
     "kubernetes",
@@ -13,6 +13,18 @@ platform = PackagePlatform(
     fault_options=KubernetesFault,
     planner=f"{__name__}.resources",
     actions=f"{__name__}.actions",
-    # An engine's resource carries every kind out (see options.SUPPORT for which engine can).
-    injectors=dict.fromkeys(SUPPORT, f"{__name__}.target:pod_fault"),
+    # Each factory picks the fault's engine (options.SUPPORT: which engine can do which kind).
+    injectors={
+        "host-kill": f"{__name__}.injectors:host_kill",
+        "host-freeze": f"{__name__}.injectors:host_freeze",
+        "disk-fault": f"{__name__}.injectors:chaos_mesh_fault",
+        "volume-detach": f"{__name__}.injectors:chaos_mesh_fault",
+        "iops-throttle": f"{__name__}.injectors:iops_throttle",
+        "network-partition": f"{__name__}.injectors:network_partition",
+        "network-degrade": f"{__name__}.injectors:network_degrade",
+        "clock-skew": f"{__name__}.injectors:chaos_mesh_fault",
+        "cpu-starve": f"{__name__}.injectors:stress",
+        "memory-pressure": f"{__name__}.injectors:stress",
+        "disk-fill": f"{__name__}.injectors:disk_fill",
+    },
 )

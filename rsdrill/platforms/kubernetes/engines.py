@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.experiment.schema import Fault
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
@@ -75,12 +75,13 @@ def kube_errors(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 class MemberWatch:
     """MongoDB's side of a fault: did the member go away, restart or lose its primacy?"""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, options: ConnectOptions) -> None:
         self.host = host
+        self.options = options
         self.before: tuple[object, bool] | None = None
 
     def _hello(self) -> tuple[object, bool] | None:
-        conn = DirectConnection(self.host, HELLO_TIMEOUT_S)
+        conn = DirectConnection(self.host, HELLO_TIMEOUT_S, self.options)
         try:
             hello = conn.hello()
         except WireClientError:
@@ -118,6 +119,8 @@ class Placement:
     fault: Fault
     host: str
     pod: PodRef
+    # How rsdrill's own connections reach the member (the target's `connect_options`).
+    connect_options: ConnectOptions
 
 
 class KubeFault:
@@ -131,7 +134,7 @@ class KubeFault:
         self.kind = at.fault.kind
         self.target = at.host
         self.pod = at.pod
-        self.watch = MemberWatch(at.host) if confirm else None
+        self.watch = MemberWatch(at.host, at.connect_options) if confirm else None
 
     def _access(self) -> dict[str, Any]:
         return self.kube.access.as_action()

@@ -1,7 +1,7 @@
 """`platform: kubernetes`: a replica set whose members are pods. Members come from the set's
 own hello; each maps to its pod (explicit map, label selector or StatefulSet DNS names).
 `setup()` checks the engines' CRDs and every permission the faults need before anything is
-injected; `injector()` builds the engine's injector for one fault on one member."""
+injected; each kind's injector is built by its factory in `injectors.py`."""
 
 from __future__ import annotations
 
@@ -9,18 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill.experiment.kinds import COMMAND_KINDS
-from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.platforms.base import InjectionError, Injector, RunTarget, TargetError
-from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError, container_limits
-from rsdrill.platforms.kubernetes.engines import (
-    ChaosMeshFault,
-    ExecFreeze,
-    LitmusFault,
-    NodeAgentCap,
-    NodeDrain,
-    Placement,
-    PodDelete,
-)
+from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.base import RunTarget, TargetError
+from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
 from rsdrill.platforms.kubernetes.options import KubernetesFault, engine_of
 from rsdrill.platforms.kubernetes.pods import PodLookupError, PodMap
 from rsdrill.platforms.kubernetes.preflight import (
@@ -29,20 +20,7 @@ from rsdrill.platforms.kubernetes.preflight import (
     missing_permissions,
     needed_permissions,
 )
-from rsdrill.platforms.kubernetes.resources import (
-    ContainerLimits,
-    PodRef,
-    chaos_mesh_resource,
-    litmus_engine,
-    resource_name,
-)
-from rsdrill.platforms.partition_shapes import PartitionShape, cut_pairs
 from rsdrill.platforms.remote import RemoteTarget
-
-# Faults confirmed from MongoDB's side (the member stops answering, restarts or steps down).
-_CONFIRMED = ("host-kill", "host-freeze")
-# Faults whose StressChaos is sized from the member container's limits.
-_STRESSED = ("cpu-starve", "memory-pressure")
 
 
 class KubernetesTarget(RemoteTarget):
@@ -131,90 +109,6 @@ class KubernetesTarget(RemoteTarget):
         if self._kube is not None:
             self._kube.close()
             self._kube = None
-
-    def injector(self, fault: Fault, host: str) -> Injector:
-        pods = PodMap(self.kube, self.k8s)
-        try:
-            pod = pods.pod(host)
-        except (PodLookupError, KubeError) as exc:
-            raise InjectionError(f"kubernetes: {exc}") from None
-        at = Placement(self.kube, self.k8s, fault, host, pod)
-        engine = engine_of(fault)
-        if engine == "native" and fault.kind == "host-freeze":
-            return ExecFreeze(at)
-        if engine == "native" and fault.kind == "iops-throttle":
-            return NodeAgentCap(at)
-        if engine == "native":
-            return NodeDrain(at) if fault.scope == "node" else PodDelete(at)
-        name = resource_name(fault.kind, pod.name)
-        if engine == "litmus":
-            return LitmusFault(at, litmus_engine(fault, pod, name, self.k8s.container))
-        links = fault.kind == "network-partition" or (
-            fault.kind == "network-degrade" and fault.between == "members"
-        )
-        others = self._other_pods(pods, host) if links else []
-        block = (
-            fault.kind == "iops-throttle"
-            and self.block_chaos
-            and ((fault.kubernetes or KubernetesFault()).block_chaos != "never")
-        )
-        side = None
-        if fault.kind == "network-partition" and fault.shape != "one":
-            side, others = self._sides(pods, fault.shape, host)
-        limits = self._limits(pod) if fault.kind in _STRESSED else None
-        try:
-            rtype, body = chaos_mesh_resource(
-                fault, pod, others, self.k8s, name, block_chaos=block, side=side, limits=limits
-            )
-        except ValueError as exc:  # a StressChaos the container's limits cannot size
-            raise InjectionError(
-                f"{fault.kind} of {host} (pod {pod.namespace}/{pod.name}): {exc}"
-            ) from None
-        return ChaosMeshFault(at, rtype, body, confirm=fault.kind in _CONFIRMED)
-
-    def _limits(self, pod: PodRef) -> ContainerLimits:
-        """The mongod container's limits, read now: a StressChaos runs under them."""
-        try:
-            found = self.kube.pod(pod.namespace, pod.name)
-            if found is None:
-                raise KubeError(f"pod {pod.namespace}/{pod.name} is gone", 404)
-            return container_limits(found, self.k8s.container)
-        except KubeError as exc:
-            raise InjectionError(f"kubernetes: {exc}") from None
-
-    def _sides(
-        self, pods: PodMap, shape: PartitionShape, host: str
-    ) -> tuple[list[PodRef], list[PodRef]]:
-        """The two sides' pods of a partition shape around `host` (halves, bridge)."""
-        pairs = cut_pairs(shape, host, self.members)
-        try:
-            near = [pods.pod(m) for m in dict.fromkeys(a for a, _ in pairs)]
-            far = [pods.pod(m) for m in dict.fromkeys(b for _, b in pairs)]
-        except (PodLookupError, KubeError) as exc:
-            raise InjectionError(f"kubernetes: partition shape {shape}: {exc}") from None
-        return near, far
-
-    def _other_pods(self, pods: PodMap, host: str) -> list[PodRef]:
-        others = []
-        for member in self.members:
-            if member == host:
-                continue
-            try:
-                others.append(pods.pod(member))
-            except PodLookupError:
-                continue  # a member outside the cluster (an arbiter elsewhere) has no pod
-            except KubeError as exc:
-                raise InjectionError(f"kubernetes: {exc}") from None
-        if not others:
-            raise InjectionError(
-                f"network-partition of {host}: no other member has a pod to partition it from"
-            )
-        return others
-
-
-def pod_fault(target: KubernetesTarget, fault: Fault, host: str) -> Injector:
-    """The injector of `fault` on the pod (or node) of member `host`, by the fault's engine."""
-    return target.injector(fault, host)
 
 
 def make_target(exp: Experiment, out_dir: Path) -> KubernetesTarget:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.schema import Experiment, Target
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
@@ -20,10 +21,13 @@ class LocalTarget:
         self.topology = config.topology
         self.uri = config.uri or ""
         self.members = [m.host for m in config.members]
-        self.hosts = LocalHosts(config.members, directory / "local-logs")
+        # SettingsError when the URI's TLS files or login cannot be used: the run's error.
+        self.connect_options = ConnectOptions.from_uri(self.uri)
+        self.hosts = LocalHosts(config.members, directory / "local-logs", self.connect_options)
 
     def setup(self) -> None:
-        silent = [h for h in self.members if not answers_hello(h, timeout_s=2.0)]
+        silent = [h for h in self.members
+                  if not answers_hello(h, timeout_s=2.0, options=self.connect_options)]  # fmt: skip
         if silent:
             raise TargetError(f"local members not answering hello: {', '.join(silent)}")
 

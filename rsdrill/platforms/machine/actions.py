@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.schema import LocalMember
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mount import unmount_all
@@ -44,7 +45,10 @@ def _sandbox_start(action: dict[str, Any]) -> str:
 
 def _local_start(action: dict[str, Any]) -> str:
     host = action["host"]
-    if answers_hello(host):
+    # The journal holds no connection settings (no secret is ever written there): the member
+    # is asked with plain ones.
+    plain = ConnectOptions()
+    if answers_hello(host, options=plain):
         return f"{host}: already running"
     if has_masked_password(action["command"]):
         # The journal never holds a password: a command that had one cannot be rerun from it.
@@ -53,7 +57,7 @@ def _local_start(action: dict[str, Any]) -> str:
             f"yourself with the password in place: {action['command']}"
         )
     member = LocalMember(host=host, start=action["command"], dbpath=action.get("dbpath"))
-    LocalHosts((member,), Path(action["log_dir"])).start(host, wipe=bool(action.get("wipe")))
+    LocalHosts((member,), Path(action["log_dir"]), plain).start(host, wipe=bool(action.get("wipe")))
     return f"{host}: restarted with `{action['command']}`"
 
 

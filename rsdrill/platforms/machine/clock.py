@@ -11,7 +11,7 @@ import datetime as dt
 import time
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.platforms.base import InjectionError, Injector, MachineTarget, TargetError
 
 if TYPE_CHECKING:
@@ -23,10 +23,10 @@ TIMEOUT_S = 5.0
 VERIFY_TOLERANCE_S = 1.0
 
 
-def clock_error(host: str, offset_s: float) -> float | None:
+def clock_error(host: str, offset_s: float, options: ConnectOptions) -> float | None:
     """How far `host`'s own clock (hello's localTime) is from real time + `offset_s`, in
     seconds; None when it does not answer."""
-    conn = DirectConnection(host, 1.0)
+    conn = DirectConnection(host, 1.0, options)
     try:
         local = conn.hello().get("localTime")
     except WireClientError:
@@ -40,8 +40,8 @@ def clock_error(host: str, offset_s: float) -> float | None:
     return local.timestamp() - time.time() - offset_s
 
 
-def _skew(host: str, offset_s: float, drift: float) -> float:
-    conn = DirectConnection(host, TIMEOUT_S)
+def _skew(host: str, offset_s: float, drift: float, options: ConnectOptions) -> float:
+    conn = DirectConnection(host, TIMEOUT_S, options)
     try:
         reply = conn.command("admin", {"rsdrillClockSkew": offset_s, "drift": drift})
     except WireClientError as exc:
@@ -56,7 +56,9 @@ def _skew(host: str, offset_s: float, drift: float) -> float:
 def clock_reset(action: dict[str, Any]) -> str:
     """Revert action `clock-reset`: the member's clock back to real time."""
     host = action["host"]
-    conn = DirectConnection(host, 1.0)
+    # The journal holds no connection settings (no secret is ever written there).
+    plain = ConnectOptions()
+    conn = DirectConnection(host, 1.0, plain)
     try:
         conn.hello()
     except WireClientError:
@@ -64,7 +66,7 @@ def clock_reset(action: dict[str, Any]) -> str:
     finally:
         conn.close()
     try:
-        _skew(host, 0.0, 0.0)
+        _skew(host, 0.0, 0.0, plain)
     except InjectionError as exc:
         raise TargetError(str(exc)) from exc
     return f"{host}: clock back to real time"
@@ -73,11 +75,12 @@ def clock_reset(action: dict[str, Any]) -> str:
 class ClockSkew:
     kind = "clock-skew"
 
-    def __init__(self, host: str, offset_s: float, drift: float) -> None:
+    def __init__(self, host: str, offset_s: float, drift: float, options: ConnectOptions) -> None:
         self.target = host
         self.offset_s = offset_s
         self.drift = drift
         self._injected_at = 0.0
+        self.options = options
 
     def describe(self) -> str:
         drift = f", drifting {self.drift:+g} s/s" if self.drift else ""
@@ -88,14 +91,14 @@ class ClockSkew:
 
     def inject(self) -> None:
         self._injected_at = time.monotonic()
-        _skew(self.target, self.offset_s, self.drift)
+        _skew(self.target, self.offset_s, self.drift, self.options)
 
     def verify(self, timeout_s: float) -> bool:
         """The member's own clock reads real time + the offset (+ the drift so far)."""
         deadline = time.monotonic() + timeout_s
         while True:
             expected = self.offset_s + self.drift * (time.monotonic() - self._injected_at)
-            error = clock_error(self.target, expected)
+            error = clock_error(self.target, expected, self.options)
             if error is not None and abs(error) <= VERIFY_TOLERANCE_S:
                 return True
             if time.monotonic() >= deadline:
@@ -104,9 +107,9 @@ class ClockSkew:
 
     def revert(self) -> None:
         try:
-            _skew(self.target, 0.0, 0.0)
+            _skew(self.target, 0.0, 0.0, self.options)
         except InjectionError:
-            conn = DirectConnection(self.target, 1.0)
+            conn = DirectConnection(self.target, 1.0, self.options)
             try:
                 conn.hello()
             except WireClientError:
@@ -121,4 +124,4 @@ def clock_skew(target: MachineTarget, fault: Fault, host: str) -> Injector:
     if getattr(target, "platform", None) != "sandbox":
         raise InjectionError("clock-skew needs the sandbox's own clock (libfaketime for a "
                              "local mongod is not wired in)")  # fmt: skip
-    return ClockSkew(host, fault.clock_offset, fault.clock_drift)
+    return ClockSkew(host, fault.clock_offset, fault.clock_drift, target.connect_options)

@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rsdrill.connection import DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.experiment.schema import LocalMember
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine.network import rejoin_partition
@@ -48,8 +48,9 @@ def listening_pid(port: int) -> int | None:
     return None
 
 
-def answers_hello(host: str, timeout_s: float = 0.5) -> bool:
-    conn = DirectConnection(host, timeout_s)
+def answers_hello(host: str, timeout_s: float = 0.5, *, options: ConnectOptions) -> bool:
+    """Whether the member's process answers a handshake (with TLS when the set requires it)."""
+    conn = DirectConnection(host, timeout_s, options)
     try:
         return bool(conn.hello().get("ok"))
     except WireClientError:
@@ -61,9 +62,12 @@ def answers_hello(host: str, timeout_s: float = 0.5) -> bool:
 class LocalHosts:
     """Processes found by their listening port; restarted with the member's own command."""
 
-    def __init__(self, members: tuple[LocalMember, ...], log_dir: Path) -> None:
+    def __init__(
+        self, members: tuple[LocalMember, ...], log_dir: Path, options: ConnectOptions
+    ) -> None:
         self.members = {m.host: m for m in members}
         self.log_dir = log_dir
+        self.options = options
         # A stopped or killed member's pid, remembered: a SIGSTOPped one still holds its port,
         # a killed one no longer has any.
         self._pids: dict[str, int] = {}
@@ -121,7 +125,7 @@ class LocalHosts:
     def start(self, host: str, *, wipe: bool, boot_s: float = 0.0) -> None:
         """Start the member with its command unless it already answers (repeatable); with
         `boot_s` the command runs that much later and this returns at once (a booting host)."""
-        if answers_hello(host):
+        if answers_hello(host, options=self.options):
             return
         member = self.members[host]
         if wipe:
@@ -138,7 +142,7 @@ class LocalHosts:
             rejoin_partition(process.pid, int(host.rsplit(":", 1)[1]))
             return
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not answers_hello(host):
+        while not answers_hello(host, options=self.options):
             if time.monotonic() > deadline:
                 raise TargetError(
                     f"{host} did not answer within {START_TIMEOUT_S:.0f}s after "

@@ -12,6 +12,7 @@ from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
 from rsdrill.platforms.machine.local_hosts import answers_hello
 
 if TYPE_CHECKING:
+    from rsdrill.connection import ConnectOptions
     from rsdrill.experiment.kinds import Restart
     from rsdrill.experiment.schema import Fault
     from rsdrill.platforms.base import MachineTarget
@@ -92,9 +93,10 @@ class HostFreeze:
 
     kind = "host-freeze"
 
-    def __init__(self, hosts: ProcessHosts, target: str) -> None:
+    def __init__(self, hosts: ProcessHosts, target: str, options: ConnectOptions) -> None:
         self.hosts = hosts
         self.target = target
+        self.options = options
         self.pid: int | None = hosts.pid(target)
 
     def describe(self) -> str:
@@ -112,7 +114,9 @@ class HostFreeze:
             raise InjectionError(f"host-freeze {self.target}: {exc}") from exc
 
     def verify(self, timeout_s: float) -> bool:
-        return _wait(lambda: not answers_hello(self.target, timeout_s=0.2), timeout_s)
+        return _wait(
+            lambda: not answers_hello(self.target, timeout_s=0.2, options=self.options), timeout_s
+        )
 
     def revert(self) -> None:
         try:
@@ -123,4 +127,4 @@ class HostFreeze:
 
 def host_freeze(target: MachineTarget, fault: Fault, host: str) -> HostFreeze:
     """host-freeze on a member process: SIGSTOP, then SIGCONT."""
-    return HostFreeze(target.hosts, host)
+    return HostFreeze(target.hosts, host, target.connect_options)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pymongo import MongoClient, WriteConcern
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.schema import Experiment, Fault, Target
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.machine.disk import needs_faultfs
@@ -127,6 +128,8 @@ class SandboxTarget:
         )
         self.members = [m.host for m in self.spec.members]
         self.uri = set_uri(self.spec)
+        # The sandbox's TLS and login are known once it is built (`setup`).
+        self.connect_options = ConnectOptions.from_uri(self.uri)
         self._sandbox: Sandbox | None = None
         self.small_disks = any(f.kind == "disk-fill" for f in faults)
         on_faultfs, track_unsynced = needs_faultfs(faults)
@@ -153,6 +156,7 @@ class SandboxTarget:
         except SandboxError as exc:
             raise TargetError(f"sandbox: {exc}") from exc
         self.uri = self._sandbox.uri  # with the login, when the set requires one
+        self.connect_options = ConnectOptions.from_uri(self.uri)
         if self.config.data_mb:
             self._preload(self.config.data_mb)
 

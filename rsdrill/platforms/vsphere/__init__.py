@@ -12,8 +12,11 @@ platform = PackagePlatform(
     fault_options=VsphereFault,
     planner=f"{__name__}.options",
     actions=f"{__name__}.injectors",
-    injectors=dict.fromkeys(
-        ("host-kill", "host-freeze", "volume-detach", "iops-throttle", "network-partition"),
-        f"{__name__}.target:vm_fault",
-    ),
+    injectors={
+        "host-kill": f"{__name__}.injectors:host_kill",
+        "host-freeze": f"{__name__}.injectors:host_freeze",
+        "volume-detach": f"{__name__}.injectors:volume_detach",
+        "iops-throttle": f"{__name__}.injectors:iops_throttle",
+        "network-partition": f"{__name__}.injectors:network_partition",
+    },
 )

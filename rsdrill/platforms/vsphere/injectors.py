@@ -1,8 +1,10 @@
 """Faults on VMware vSphere VMs and ESXi hosts (`platform: vsphere`), through pyVmomi —
 imported lazily, and only in this package.
 
-`vsphere_injector()` builds the injector for one fault on one member; `REVERT_ACTIONS` carry
-out journaled revert actions from the journal alone (for `rsdrill recover`). Actions carry only
+One factory per fault kind (`host_kill`, `host_freeze`, `volume_detach`, `iops_throttle`,
+`network_partition`: the platform's `injectors` table) builds the injector for one fault on one
+member's VM; `REVERT_ACTIONS` carry out journaled revert actions from the journal alone (for
+`rsdrill recover`). Actions carry only
 non-secret settings (vCenter host, port, user, the NAME of the password's environment variable,
 TLS settings) and the VMs' managed-object ids and instance UUIDs; the password is read from the
 environment when an action is carried out.
@@ -10,7 +12,9 @@ environment when an action is carried out.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.experiment.kinds import ha_restart
@@ -31,11 +35,11 @@ from rsdrill.platforms.vsphere.power import PowerOff, Suspend, power_on, vms_on_
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
-    from rsdrill.platforms.base import Injector
+    from rsdrill.platforms.base import Injector, InjectorFactory
     from rsdrill.platforms.vsphere.options import VspherePlatform
+    from rsdrill.platforms.vsphere.target import VsphereTarget
 
-__all__ = ["REVERT_ACTIONS", "Connection", "Vsphere", "VsphereError", "connection",
-           "vsphere_injector"]  # fmt: skip
+__all__ = ["REVERT_ACTIONS", "Connection", "Vsphere", "VsphereError", "connection"]
 
 
 def connection(platform: VspherePlatform) -> Connection:
@@ -51,31 +55,75 @@ def connection(platform: VspherePlatform) -> Connection:
     )
 
 
-def vsphere_injector(client: Vsphere, platform: VspherePlatform, fault: Fault,
-                     member: str) -> Injector:  # fmt: skip
-    """The injector for `fault` on `member`, whose VM is looked up now (it may have moved)."""
-    options = fault.vsphere or VsphereFault()
-    vm = find_member_vm(client, platform.vms, member)
-    ref = client.call(f"read VM {member}", VmRef.of, vm)
-    if fault.kind == "host-kill":
-        esxi, on_host = vms_on_host(client, vm)
-        vms = on_host if fault.scope == "host" else [vm]
-        failed = host_name(client, esxi) if fault.scope == "host" else None
-        refs = [ref, *(client.call("read a VM", VmRef.of, v) for v in vms[1:])]
-        hosts = restart_hosts(client, esxi, len(refs), options.restart_on)
-        return PowerOff(client, member, refs, hosts, restart=fault.restart is not False,
-                        failed_host=failed, ha=ha_restart(fault))  # fmt: skip
-    if fault.kind == "host-freeze":
-        return Suspend(client, member, ref)
-    if fault.kind == "volume-detach":
-        return DiskDetach(client, member, ref, select_disk(client, vm, ref, options.disk))
-    if fault.kind == "iops-throttle":
-        assert fault.iops is not None  # check_experiment allows no other limit
-        return IopsLimit(client, member, ref, select_disk(client, vm, ref, options.disk),
-                         fault.iops)  # fmt: skip
-    if fault.kind == "network-partition":
-        return NicDisconnect(client, member, ref, select_nics(client, vm, ref, options.nic))
-    raise VsphereError(f"Unsupported: {fault.kind} is not available on vsphere", "Unsupported")
+@dataclass(frozen=True)
+class OnVm:
+    """Where a vSphere fault lands: the member's VM, as found when the fault is due."""
+
+    client: Vsphere
+    member: str
+    vm: Any
+    ref: VmRef
+    options: VsphereFault
+
+
+def on_member_vm(build: Callable[[OnVm, Fault], Injector]) -> InjectorFactory:
+    """The factory `(target, fault, host)` that builds with `build` on the member's VM, looked
+    up now: HA or DRS may have moved it since setup, and the session may have expired while the
+    probes ran (then it logs in again, once)."""
+
+    @functools.wraps(build)
+    def factory(target: VsphereTarget, fault: Fault, host: str) -> Injector:
+        client = target.client
+
+        def on_vm() -> Injector:
+            vm = find_member_vm(client, target.vsphere.vms, host)
+            ref = client.call(f"read VM {host}", VmRef.of, vm)
+            return build(OnVm(client, host, vm, ref, fault.vsphere or VsphereFault()), fault)
+
+        return client.relogin_once(on_vm)
+
+    return factory
+
+
+@on_member_vm
+def host_kill(on: OnVm, fault: Fault) -> Injector:
+    """Power off the VM, or every VM on its ESXi host (scope host)."""
+    client = on.client
+    esxi, on_host = vms_on_host(client, on.vm)
+    vms = on_host if fault.scope == "host" else [on.vm]
+    failed = host_name(client, esxi) if fault.scope == "host" else None
+    refs = [on.ref, *(client.call("read a VM", VmRef.of, v) for v in vms[1:])]
+    hosts = restart_hosts(client, esxi, len(refs), on.options.restart_on)
+    return PowerOff(client, on.member, refs, hosts, restart=fault.restart is not False,
+                    failed_host=failed, ha=ha_restart(fault))  # fmt: skip
+
+
+@on_member_vm
+def host_freeze(on: OnVm, fault: Fault) -> Injector:
+    """Suspend the VM."""
+    return Suspend(on.client, on.member, on.ref)
+
+
+@on_member_vm
+def volume_detach(on: OnVm, fault: Fault) -> Injector:
+    """Remove the data disk, its file kept."""
+    return DiskDetach(on.client, on.member, on.ref,
+                      select_disk(on.client, on.vm, on.ref, on.options.disk))  # fmt: skip
+
+
+@on_member_vm
+def iops_throttle(on: OnVm, fault: Fault) -> Injector:
+    """The data disk's storageIOAllocation.limit."""
+    assert fault.iops is not None  # check_experiment allows no other limit
+    disk = select_disk(on.client, on.vm, on.ref, on.options.disk)
+    return IopsLimit(on.client, on.member, on.ref, disk, fault.iops)
+
+
+@on_member_vm
+def network_partition(on: OnVm, fault: Fault) -> Injector:
+    """Disconnect the NICs."""
+    return NicDisconnect(on.client, on.member, on.ref,
+                         select_nics(on.client, on.vm, on.ref, on.options.nic))  # fmt: skip
 
 
 def _revert(handler: Callable[[Vsphere, dict[str, Any]], str]) -> Callable[[dict[str, Any]], str]:

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill.errors import GuardRefusal
-from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.platforms.base import Injector, RunTarget, TargetError
+from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.remote import RemoteTarget
-from rsdrill.platforms.vsphere.injectors import Vsphere, VsphereError, connection, vsphere_injector
+from rsdrill.platforms.vsphere.injectors import Vsphere, VsphereError, connection
 from rsdrill.platforms.vsphere.lookup import find_member_vm
 
 
@@ -67,15 +67,6 @@ class VsphereTarget(RemoteTarget):
 
     def teardown(self) -> None:
         self.client.close()
-
-
-def vm_fault(target: VsphereTarget, fault: Fault, host: str) -> Injector:
-    """The injector of `fault` on the VM of member `host` (every kind vsphere carries out)."""
-    # Looked up again: HA or DRS may have moved the VM since setup (and the session may
-    # have expired while the probes ran).
-    return target.client.relogin_once(
-        lambda: vsphere_injector(target.client, target.vsphere, fault, host)
-    )
 
 
 def make_target(exp: Experiment, out_dir: Path) -> VsphereTarget:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import os
 import random
 import time
@@ -138,6 +139,9 @@ class Commands:
         # The application each connection's handshake named (failCommand's appName filter).
         self.app_names: dict[int, str] = {}
         self.transactions = transactions.Transactions()
+        # The requests being answered now, by operation id: what `$currentOp` shows.
+        self.in_progress: dict[int, Request] = {}
+        self._op_ids = itertools.count(1)
 
     def forget(self, connection_id: int) -> None:
         """The connection closed: its login ends with it."""
@@ -150,7 +154,12 @@ class Commands:
         """The reply document for a request; errors become `{ok: 0, ...}`. A replica-set
         member's replies carry the cluster time, as mongod's do (`operationTime`, and
         `$clusterTime` with a zero signature, as a set without keys signs it)."""
-        reply = await self._run(req)
+        op_id = next(self._op_ids)
+        self.in_progress[op_id] = req
+        try:
+            reply = await self._run(req)
+        finally:
+            del self.in_progress[op_id]
         if req.name.lower() == "getmore" and reply.get("ok") == 0:
             cursor = self.cursors.get(int(req.body.get("getMore") or 0))
             if isinstance(cursor, changestream.ChangeStreamCursor):
@@ -1179,9 +1188,25 @@ def _source_documents(
         # The sandbox keeps no session cache: the session this command runs in is the one known.
         lsid = req.body.get("lsid")
         return [] if lsid is None else [{"_id": lsid, "lastUse": wallclock.now()}]
-    _admin_only(req)  # $currentOp: this operation is the only one the sandbox reports
-    return [{"type": "op", "active": True, "op": "command", "ns": f"{req.db}.$cmd",
-             "command": req.body}]  # fmt: skip
+    _admin_only(req)  # $currentOp: every request the member is answering now, this one too
+    return [_current_op(op_id, r) for op_id, r in cmds.in_progress.items()]
+
+
+# $currentOp's `op` of the commands mongod names apart (every other one is "command").
+_OP_KINDS = {"insert": "insert", "update": "update", "delete": "remove", "getmore": "getmore"}
+# Commands whose body carries a login's secrets: $currentOp shows their name only.
+_SECRET_COMMANDS = frozenset({"saslstart", "saslcontinue", "authenticate", "createuser",
+                              "updateuser"})  # fmt: skip
+
+
+def _current_op(op_id: int, req: Request) -> dict[str, Any]:
+    """A request in progress as mongod's $currentOp shows it (no lock or timing fields)."""
+    name = req.name.lower()
+    target = req.body.get("collection" if name == "getmore" else req.name)
+    ns = f"{req.db}.{target}" if isinstance(target, str) and target else f"{req.db}.$cmd"
+    body = {req.name: 1} if name in _SECRET_COMMANDS else req.body
+    return {"type": "op", "active": True, "opid": op_id, "connectionId": req.connection_id,
+            "op": _OP_KINDS.get(name, "command"), "ns": ns, "command": body}  # fmt: skip
 
 
 def _write_output(

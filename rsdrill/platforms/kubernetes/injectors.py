@@ -1,0 +1,192 @@
+"""Each fault kind's factory on Kubernetes (the platform's `injectors` table): the member's pod
+is looked up when the fault is due, then the fault's engine decides the injector (`engines.py`):
+a Chaos Mesh or LitmusChaos resource rsdrill creates and deletes, or plain API calls (native).
+Which kinds each engine carries out is `options.SUPPORT`, checked when the file is loaded."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rsdrill.platforms.base import InjectionError
+from rsdrill.platforms.kubernetes.client import KubeError, container_limits
+from rsdrill.platforms.kubernetes.engines import (
+    ChaosMeshFault,
+    ExecFreeze,
+    LitmusFault,
+    NodeAgentCap,
+    NodeDrain,
+    Placement,
+    PodDelete,
+)
+from rsdrill.platforms.kubernetes.options import KubernetesFault, engine_of
+from rsdrill.platforms.kubernetes.pods import PodLookupError, PodMap
+from rsdrill.platforms.kubernetes.resources import (
+    ContainerLimits,
+    PodRef,
+    chaos_mesh_resource,
+    litmus_engine,
+    resource_name,
+)
+from rsdrill.platforms.partition_shapes import cut_pairs
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Fault
+    from rsdrill.platforms.base import Injector, InjectorFactory
+    from rsdrill.platforms.kubernetes.target import KubernetesTarget
+
+
+@dataclass(frozen=True)
+class OnPod:
+    """Where a Kubernetes fault lands: the run's target, its pods, and the fault's placement
+    (the member and its pod as found when the fault is due)."""
+
+    target: KubernetesTarget
+    pods: PodMap
+    at: Placement
+
+
+def on_member_pod(build: Callable[[OnPod, Fault], Injector]) -> InjectorFactory:
+    """The factory `(target, fault, host)` that builds with `build` on the member's pod."""
+
+    @functools.wraps(build)
+    def factory(target: KubernetesTarget, fault: Fault, host: str) -> Injector:
+        pods = PodMap(target.kube, target.k8s)
+        try:
+            pod = pods.pod(host)
+        except (PodLookupError, KubeError) as exc:
+            raise InjectionError(f"kubernetes: {exc}") from None
+        at = Placement(target.kube, target.k8s, fault, host, pod, target.connect_options)
+        return build(OnPod(target, pods, at), fault)
+
+    return factory
+
+
+def _chaos_mesh(
+    on: OnPod,
+    *,
+    others: list[PodRef] | None = None,
+    side: list[PodRef] | None = None,
+    block_chaos: bool = False,
+    limits: ContainerLimits | None = None,
+    confirm: bool = False,
+) -> Injector:
+    """The fault as a Chaos Mesh resource; `confirm`: from MongoDB's side too (the member stops
+    answering or restarts)."""
+    fault, pod, host = on.at.fault, on.at.pod, on.at.host
+    name = resource_name(fault.kind, pod.name)
+    try:
+        rtype, body = chaos_mesh_resource(fault, pod, others or [], on.target.k8s, name,
+                                          block_chaos=block_chaos, side=side,
+                                          limits=limits)  # fmt: skip
+    except ValueError as exc:  # a StressChaos the container's limits cannot size
+        raise InjectionError(
+            f"{fault.kind} of {host} (pod {pod.namespace}/{pod.name}): {exc}"
+        ) from None
+    return ChaosMeshFault(on.at, rtype, body, confirm=confirm)
+
+
+def _litmus(on: OnPod) -> Injector:
+    """The fault as a LitmusChaos ChaosEngine."""
+    fault, pod = on.at.fault, on.at.pod
+    name = resource_name(fault.kind, pod.name)
+    return LitmusFault(on.at, litmus_engine(fault, pod, name, on.target.k8s.container))
+
+
+def _other_pods(on: OnPod) -> list[PodRef]:
+    """The other members' pods (a member outside the cluster, an arbiter elsewhere, has none)."""
+    others = []
+    for member in on.target.members:
+        if member == on.at.host:
+            continue
+        try:
+            others.append(on.pods.pod(member))
+        except PodLookupError:
+            continue
+        except KubeError as exc:
+            raise InjectionError(f"kubernetes: {exc}") from None
+    if not others:
+        raise InjectionError(
+            f"network-partition of {on.at.host}: no other member has a pod to partition it from"
+        )
+    return others
+
+
+@on_member_pod
+def host_kill(on: OnPod, fault: Fault) -> Injector:
+    """Pod delete or node drain (native), Litmus pod-delete or node-drain, Chaos Mesh pod-kill."""
+    engine = engine_of(fault)
+    if engine == "native":
+        return NodeDrain(on.at) if fault.scope == "node" else PodDelete(on.at)
+    if engine == "litmus":
+        return _litmus(on)
+    return _chaos_mesh(on, confirm=True)
+
+
+@on_member_pod
+def host_freeze(on: OnPod, fault: Fault) -> Injector:
+    """SIGSTOP through pods/exec (native), or Chaos Mesh pod-failure."""
+    if engine_of(fault) == "native":
+        return ExecFreeze(on.at)
+    return _chaos_mesh(on, confirm=True)
+
+
+@on_member_pod
+def iops_throttle(on: OnPod, fault: Fault) -> Injector:
+    """The node agent's cgroup cap (native), or Chaos Mesh BlockChaos / IOChaos latency."""
+    if engine_of(fault) == "native":
+        return NodeAgentCap(on.at)
+    wanted = (fault.kubernetes or KubernetesFault()).block_chaos != "never"
+    return _chaos_mesh(on, block_chaos=on.target.block_chaos and wanted)
+
+
+@on_member_pod
+def chaos_mesh_fault(on: OnPod, fault: Fault) -> Injector:
+    """A kind only Chaos Mesh carries out, on the member's pod alone (disk-fault and
+    volume-detach: IOChaos; clock-skew: TimeChaos)."""
+    return _chaos_mesh(on)
+
+
+@on_member_pod
+def network_partition(on: OnPod, fault: Fault) -> Injector:
+    """Chaos Mesh NetworkChaos partition from the other members, or between a shape's sides."""
+    others = _other_pods(on)
+    if fault.shape == "one":
+        return _chaos_mesh(on, others=others)
+    pairs = cut_pairs(fault.shape, on.at.host, on.target.members)
+    try:
+        near = [on.pods.pod(m) for m in dict.fromkeys(a for a, _ in pairs)]
+        far = [on.pods.pod(m) for m in dict.fromkeys(b for _, b in pairs)]
+    except (PodLookupError, KubeError) as exc:
+        raise InjectionError(f"kubernetes: partition shape {fault.shape}: {exc}") from None
+    return _chaos_mesh(on, others=far, side=near)
+
+
+@on_member_pod
+def network_degrade(on: OnPod, fault: Fault) -> Injector:
+    """Chaos Mesh NetworkChaos netem or bandwidth (towards the other members' pods only when
+    `between: members`)."""
+    return _chaos_mesh(on, others=_other_pods(on) if fault.between == "members" else None)
+
+
+@on_member_pod
+def stress(on: OnPod, fault: Fault) -> Injector:
+    """cpu-starve, memory-pressure: Chaos Mesh StressChaos, sized from the mongod container's
+    limits, read now (the stress runs under them)."""
+    pod = on.at.pod
+    try:
+        found = on.target.kube.pod(pod.namespace, pod.name)
+        if found is None:
+            raise KubeError(f"pod {pod.namespace}/{pod.name} is gone", 404)
+        limits = container_limits(found, on.target.k8s.container)
+    except KubeError as exc:
+        raise InjectionError(f"kubernetes: {exc}") from None
+    return _chaos_mesh(on, limits=limits)
+
+
+@on_member_pod
+def disk_fill(on: OnPod, fault: Fault) -> Injector:
+    """Litmus disk-fill."""
+    return _litmus(on)
