@@ -217,13 +217,16 @@ def test_pod_failure_io_and_network_chaos_round_trips(env: Env, tmp_path: Path) 
             # Inbound: netem on what the other members' pods send it (Chaos Mesh's `from`
             # shapes the target pods' egress towards the selected pod).
             {"kind": "network-degrade", "between": "members", "direction": "inbound",
-             "latency": "40ms", "reorder": 0.25, "kubernetes": {"network_interface": "eth1"}},
+             "latency": "1.5s", "jitter": 0.00025, "reorder": 0.25,
+             "kubernetes": {"network_interface": "eth1"}},
             "NetworkChaos",
             {
                 "action": "netem",
                 "direction": "from",
                 "device": "eth1",
-                "delay": {"latency": "40ms", "reorder": {"reorder": "25", "gap": 1}},
+                # Exact: a delay rounded to a whole second or millisecond is another fault.
+                "delay": {"latency": "1500ms", "jitter": "250us",
+                          "reorder": {"reorder": "25", "gap": 1}},
                 "selector": {"pods": {env.namespace: ["mongo-0"]}},
                 "target": {
                     "mode": "all",

@@ -127,10 +127,13 @@ def _go_duration(seconds: float) -> str:
     return f"{math.ceil(seconds)}s"
 
 
-def _go_offset(seconds: float) -> str:
-    """A signed Go duration, exact to the millisecond: 60 → 60s, -1.5 → -1500ms."""
-    millis = round(seconds * 1000)
-    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+def _go_exact(seconds: float) -> str:
+    """A signed Go duration, exact to the microsecond: 60 → 60s, -1.5 → -1500ms, 0.0015 →
+    1500us (a clock offset, a netem delay: rounding them would change the fault)."""
+    micros = round(seconds * 1_000_000)
+    if micros % 1_000_000 == 0:
+        return f"{micros // 1_000_000}s"
+    return f"{micros // 1000}ms" if micros % 1000 == 0 else f"{micros}us"
 
 
 def _meta(name: str, namespace: str, fault: Fault) -> dict[str, Any]:
@@ -249,7 +252,7 @@ def chaos_mesh_resource(
     elif fault.kind == "clock-skew":
         rtype = TIME_CHAOS
         # The wall clock only, as the kind means: timers on CLOCK_MONOTONIC keep their pace.
-        spec.update(timeOffset=_go_offset(fault.clock_offset), clockIds=["CLOCK_REALTIME"],
+        spec.update(timeOffset=_go_exact(fault.clock_offset), clockIds=["CLOCK_REALTIME"],
                     containerNames=containers)  # fmt: skip
     elif fault.kind in ("cpu-starve", "memory-pressure"):
         rtype = STRESS_CHAOS
@@ -328,9 +331,9 @@ def network_degrade_spec(fault: Fault) -> dict[str, Any]:
         return {"action": "bandwidth", "bandwidth": rate, **direction}
     netem: dict[str, Any] = {}
     if fault.latency is not None:
-        netem["delay"] = {"latency": _go_duration(fault.latency)}
+        netem["delay"] = {"latency": _go_exact(fault.latency)}
         if fault.jitter:
-            netem["delay"]["jitter"] = _go_duration(fault.jitter)
+            netem["delay"]["jitter"] = _go_exact(fault.jitter)
         if fault.reorder is not None:
             # gap 1: any packet may go ahead (netem never reorders with gap 0), as tc's default.
             netem["delay"]["reorder"] = {"reorder": _percent(fault.reorder), "gap": 1}
