@@ -475,7 +475,8 @@ class NetworkDegradeFields(Strict):
 
 def _network_degrade_check(fault: Any) -> None:
     given = fault.model_fields_set
-    if not given & {"latency", "loss", "bandwidth_mbit_s", "duplicate", "corrupt"}:
+    shapes = ("latency", "loss", "bandwidth_mbit_s", "duplicate", "corrupt")
+    if all(getattr(fault, name) is None for name in shapes):
         raise FieldProblem(("kind",), "network-degrade needs latency, loss, bandwidth_mbit_s, "
                            "duplicate or corrupt")  # fmt: skip
     if "jitter" in given and "latency" not in given:

@@ -873,6 +873,8 @@ def _degrade(platform: str, *fields: str) -> str:
          "duplication or corruption only (use engine chaos-mesh)"),
         ("kubernetes", ("engine: litmus", "bandwidth_mbit_s: 8", "direction: outbound"),
          "bandwidth_mbit_s", "bandwidth_mbit_s with engine litmus"),
+        ("kubernetes", ("engine: litmus", "latency: null", "direction: outbound"), "kind",
+         "network-degrade needs latency, loss, bandwidth_mbit_s, duplicate or corrupt"),
         ("kubernetes", ("engine: litmus", "loss: 0.1", "between: members", "direction: both"),
          "direction",
          "Litmus's pod-network experiments shape what the pod sends: write direction: outbound"),

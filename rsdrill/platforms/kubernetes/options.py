@@ -336,7 +336,7 @@ def _check_litmus_degrade(fault: Fault, at: tuple[str | int, ...]) -> None:
                 f"{name} with engine litmus: Litmus's pod-network experiments give latency, "
                 "loss, duplication or corruption only (use engine chaos-mesh)",
             )
-    shapes = [name for name in LITMUS_NETEM if name in given]
+    shapes = [name for name in LITMUS_NETEM if getattr(fault, name) is not None]
     if len(shapes) > 1:
         raise FieldProblem(
             (*at, shapes[1]),

@@ -348,7 +348,7 @@ def network_degrade_spec(fault: Fault) -> dict[str, Any]:
 
 def _litmus_netem_field(fault: Fault) -> str:
     """A network-degrade's one netem field on Litmus (the load-time check allows one)."""
-    return next(name for name in LITMUS_NETEM if name in fault.model_fields_set)
+    return next(name for name in LITMUS_NETEM if getattr(fault, name) is not None)
 
 
 def litmus_experiment_name(fault: Fault) -> str:
