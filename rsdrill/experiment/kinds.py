@@ -528,6 +528,13 @@ class NetworkDegradeFields(Strict):
     corrupt: float | None = Field(
         None, gt=0, lt=1, description="network-degrade (kubernetes): the share of packets corrupted"
     )
+    reorder: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="network-degrade (kubernetes, chaos-mesh): the share of packets sent at once, "
+        "ahead of those `latency` holds back",
+    )
     between: Literal["members", "clients", "all"] = Field(
         "all", description="network-degrade: which of the member's links are degraded"
     )
@@ -538,10 +545,16 @@ class NetworkDegradeFields(Strict):
 
 def _network_degrade_check(fault: Any) -> None:
     given = fault.model_fields_set
-    if not given & {"latency", "loss", "bandwidth_mbit_s"}:
-        raise FieldProblem(("kind",), "network-degrade needs latency, loss or bandwidth_mbit_s")
+    shapes = ("latency", "loss", "bandwidth_mbit_s", "duplicate", "corrupt")
+    if all(getattr(fault, name) is None for name in shapes):
+        raise FieldProblem(("kind",), "network-degrade needs latency, loss, bandwidth_mbit_s, "
+                           "duplicate or corrupt")  # fmt: skip
     if "jitter" in given and "latency" not in given:
         raise FieldProblem(("jitter",), "jitter varies the latency: give `latency` too")
+    # netem reorders by sending some packets at once while the rest wait `latency`.
+    if "reorder" in given and not fault.latency:
+        raise FieldProblem(("reorder",), "reorder sends some packets ahead of those `latency` "
+                           "delays: give a `latency` above 0")  # fmt: skip
 
 
 def _network_degrade_words(fault: Any) -> str:
@@ -554,6 +567,7 @@ def _network_degrade_words(fault: Any) -> str:
             (f"{fault.bandwidth_mbit_s or 0:g} Mbit/s", fault.bandwidth_mbit_s),
             (f"{(fault.duplicate or 0):.0%} duplicated", fault.duplicate),
             (f"{(fault.corrupt or 0):.0%} corrupted", fault.corrupt),
+            (f"{(fault.reorder or 0):.0%} reordered", fault.reorder),
         )
         if given
     ]
@@ -1195,8 +1209,8 @@ KINDS: dict[str, KindSpec] = {
             fields=NetworkDegradeFields,
             check=_network_degrade_check,
             fields_doc="`latency` (added to each degraded direction), `jitter`, `loss` (a share), "
-            "`bandwidth_mbit_s`, `duplicate`, `corrupt` (shares; Kubernetes), "
-            "`between: members\\|clients\\|all`, "
+            "`bandwidth_mbit_s`, `duplicate`, `corrupt`, `reorder` (shares; Kubernetes; "
+            "`reorder` needs `latency`), `between: members\\|clients\\|all`, "
             "`direction: both\\|inbound\\|outbound`",
             needs_duration=True,
             plan=_lasting(_network_degrade_words),
@@ -1207,21 +1221,37 @@ KINDS: dict[str, KindSpec] = {
                 _MACHINE: (
                     Way(
                         "a pacing TCP proxy per member link (nftables redirect); loss as "
-                        "TCP retransmission stalls"
+                        "TCP retransmission stalls; duplicate, corrupt and reorder refused (TCP "
+                        "hands the application in-order bytes only)"
                     ),
                 ),
                 "kubernetes": (
                     Way(
-                        "Chaos Mesh NetworkChaos netem (delay, jitter, loss, duplicate, corrupt) "
-                        "or bandwidth",
+                        "Chaos Mesh NetworkChaos netem (delay, jitter, reorder, loss, duplicate, "
+                        "corrupt) or bandwidth on what the member's pod sends (outbound: "
+                        "direction to), on what the other members' pods send it (inbound: from) "
+                        "or both, between members (they are its target) or all (what it sends, "
+                        "outbound only); between clients refused (a filter cannot leave the "
+                        "members out)",
                         engine="chaos-mesh",
                         privileges=_chaos_mesh("networkchaos"),
+                    ),
+                    Way(
+                        "Litmus pod-network-latency (with JITTER), -loss, -duplication or "
+                        "-corruption: one of them per fault, since each replaces the pod "
+                        "interface's root qdisc and two would undo each other; what the pod "
+                        "sends only (direction outbound), to the other members "
+                        "(DESTINATION_IPS / DESTINATION_HOSTS) or to everything; no reorder or "
+                        "bandwidth",
+                        engine="litmus",
+                        privileges=_LITMUS,
                     ),
                 ),
                 "ec2": (
                     Way(
                         "FIS aws:ssm:send-command of AWSFIS-Run-Network-Latency or "
-                        "-Packet-Loss (outbound, latency or loss)",
+                        "-Packet-Loss (outbound, latency or loss; no reorder: the documents "
+                        "have none)",
                         engine="fis",
                         privileges=_FIS,
                     ),

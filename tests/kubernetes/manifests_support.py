@@ -36,7 +36,7 @@ NIGHTLY_ARGS = ["--cron", "0 2 * * *", "--namespace", "rsdrill", "--name", "rsdr
                 "--metrics-push", "${RSDRILL_METRICS_PUSH}"]  # fmt: skip
 _FAULT_FIELDS: dict[str, dict[str, Any]] = {
     "iops-throttle": {"write_iops": 100},
-    "network-degrade": {"latency": "50ms", "between": "members"},
+    "network-degrade": {"latency": "50ms", "between": "members", "direction": "outbound"},
 }
 
 

@@ -121,10 +121,17 @@ def mark_running(
     core.patch_namespaced_pod_status(name, namespace, {"status": status})
 
 
-def install_litmus_experiment(api: Any, namespace: str, name: str) -> None:
+def install_litmus_experiment(
+    api: Any, namespace: str, name: str, env: tuple[str, ...] = ()
+) -> None:
     """The ChaosExperiment `name` in `namespace`, as installed from the ChaosHub (Litmus runs
-    only experiments installed in the engine's namespace)."""
+    only experiments installed in the engine's namespace), declaring the variables `env` (an
+    engine's variables override the experiment's of the same name)."""
     from kubernetes import client
+
+    definition: dict[str, Any] = {"scope": "Namespaced", "image": "litmuschaos/go-runner:3.0.0"}
+    if env:
+        definition["env"] = [{"name": variable, "value": ""} for variable in env]
 
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         "litmuschaos.io",
@@ -135,7 +142,7 @@ def install_litmus_experiment(api: Any, namespace: str, name: str) -> None:
             "apiVersion": "litmuschaos.io/v1alpha1",
             "kind": "ChaosExperiment",
             "metadata": {"name": name},
-            "spec": {"definition": {"scope": "Namespaced", "image": "litmuschaos/go-runner:3.0.0"}},
+            "spec": {"definition": definition},
         },
     )
 

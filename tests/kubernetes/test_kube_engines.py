@@ -20,7 +20,13 @@ from rsdrill.platforms.base import InjectionError, TargetError
 from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
 from rsdrill.platforms.kubernetes.client import ClusterAccess, KubeError
 from rsdrill.platforms.kubernetes.client import Kube as KubeClient
-from rsdrill.platforms.kubernetes.resources import CHAOS_ENGINE, MIB, STRESS_CHAOS, plan_details
+from rsdrill.platforms.kubernetes.resources import (
+    CHAOS_ENGINE,
+    CHAOS_EXPERIMENT,
+    MIB,
+    STRESS_CHAOS,
+    plan_details,
+)
 from rsdrill.platforms.kubernetes.target import KubernetesTarget, make_target
 from rsdrill.platforms.stress import MAX_STRESS_WORKERS
 from tests.harness.injectors import pod_injector
@@ -37,6 +43,18 @@ from tests.kubernetes.support import (
 )
 
 LITMUS_EXPERIMENTS = ("pod-delete", "node-drain", "disk-fill")
+# The pod-network experiments with the variables their ChaosExperiments declare in
+# litmuschaos/chaos-charts (faults/kubernetes/<name>/fault.yaml): what an engine may set.
+_NETWORK_ENV = ("TARGET_CONTAINER", "NETWORK_INTERFACE", "LIB_IMAGE", "TC_IMAGE",
+                "TOTAL_CHAOS_DURATION", "RAMP_TIME", "PODS_AFFECTED_PERC", "TARGET_PODS",
+                "CONTAINER_RUNTIME", "DEFAULT_HEALTH_CHECK", "DESTINATION_IPS",
+                "DESTINATION_HOSTS", "SOCKET_PATH", "NODE_LABEL", "SEQUENCE")  # fmt: skip
+LITMUS_NETWORK_ENV = {
+    "pod-network-latency": (*_NETWORK_ENV, "NETWORK_LATENCY", "JITTER"),
+    "pod-network-loss": (*_NETWORK_ENV, "NETWORK_PACKET_LOSS_PERCENTAGE"),
+    "pod-network-duplication": (*_NETWORK_ENV, "NETWORK_PACKET_DUPLICATION_PERCENTAGE"),
+    "pod-network-corruption": (*_NETWORK_ENV, "NETWORK_PACKET_CORRUPTION_PERCENTAGE"),
+}
 # The mongod containers of mongo-0 and mongo-1 have these limits (a StressChaos is sized from
 # them); mongo-2's has none. mongo-3 and mongo-4 make a five-member set for partition shapes.
 LIMITS = {"cpu": "1500m", "memory": "512Mi"}
@@ -80,6 +98,8 @@ def env(kube: Kube) -> Iterator[Env]:
         kubelet.adopt(manifest, uid)
     for name in LITMUS_EXPERIMENTS:
         install_litmus_experiment(kube.api, namespace, name)
+    for name, variables in LITMUS_NETWORK_ENV.items():
+        install_litmus_experiment(kube.api, namespace, name, variables)
     chaos_mesh = ChaosMeshController(kube.api, namespace)
     litmus = LitmusOperator(kube.api, namespace)
     loops = [chaos_mesh.start(), litmus.start(), kubelet.start()]
@@ -187,6 +207,44 @@ def test_pod_failure_io_and_network_chaos_round_trips(env: Env, tmp_path: Path) 
                 "loss": {"loss": "5"},
                 "duplicate": {"duplicate": "1"},
                 "corrupt": {"corrupt": "2"},
+                "target": {
+                    "mode": "all",
+                    "selector": {"pods": {env.namespace: ["mongo-1", "mongo-2"]}},
+                },
+            },
+        ),
+        (
+            # Inbound: netem on what the other members' pods send it (Chaos Mesh's `from`
+            # shapes the target pods' egress towards the selected pod).
+            {"kind": "network-degrade", "between": "members", "direction": "inbound",
+             "latency": "1.5s", "jitter": 0.00025, "reorder": 0.25,
+             "kubernetes": {"network_interface": "eth1"}},
+            "NetworkChaos",
+            {
+                "action": "netem",
+                "direction": "from",
+                "device": "eth1",
+                # Exact: a delay rounded to a whole second or millisecond is another fault.
+                "delay": {"latency": "1500ms", "jitter": "250us",
+                          "reorder": {"reorder": "25", "gap": 1}},
+                "selector": {"pods": {env.namespace: ["mongo-0"]}},
+                "target": {
+                    "mode": "all",
+                    "selector": {"pods": {env.namespace: ["mongo-1", "mongo-2"]}},
+                },
+            },
+        ),
+        (
+            # Outbound: what the member's pod sends its target pods.
+            {"kind": "network-degrade", "between": "members", "direction": "outbound",
+             "loss": 0.1},
+            "NetworkChaos",
+            {
+                "action": "netem",
+                "direction": "to",
+                "device": None,
+                "loss": {"loss": "10"},
+                "selector": {"pods": {env.namespace: ["mongo-0"]}},
                 "target": {
                     "mode": "all",
                     "selector": {"pods": {env.namespace: ["mongo-1", "mongo-2"]}},
@@ -403,6 +461,77 @@ def test_litmus_disk_fill_of_the_member_container(env: Env, tmp_path: Path) -> N
     assert done.report()["litmus"]["verdict"] == "Pass"
 
 
+@pytest.mark.parametrize(
+    ("shape", "experiment", "variables"),
+    [
+        ({"latency": "250ms", "jitter": "20ms"}, "pod-network-latency",
+         {"NETWORK_LATENCY": "250", "JITTER": "20"}),
+        ({"latency": "3ms"}, "pod-network-latency", {"NETWORK_LATENCY": "3", "JITTER": "0"}),
+        ({"loss": 0.05}, "pod-network-loss", {"NETWORK_PACKET_LOSS_PERCENTAGE": "5"}),
+        ({"duplicate": 0.125}, "pod-network-duplication",
+         {"NETWORK_PACKET_DUPLICATION_PERCENTAGE": "12.5"}),
+        ({"corrupt": 0.01}, "pod-network-corruption",
+         {"NETWORK_PACKET_CORRUPTION_PERCENTAGE": "1"}),
+    ],
+)  # fmt: skip
+def test_litmus_network_degrade_runs_the_pod_network_experiment_of_its_field(
+    env: Env, tmp_path: Path, shape: dict[str, Any], experiment: str, variables: dict[str, str]
+) -> None:
+    """One netem field, one Litmus experiment, on what the member's pod sends to everything
+    (between all): its variables are the ones the upstream ChaosExperiment declares, as
+    strings the ChaosEngine CRD accepts; the engine runs, its verdict is read, it is deleted."""
+    fault = {"at": "1s", "kind": "network-degrade", "engine": "litmus", "duration": "1s",
+             "direction": "outbound", **shape}  # fmt: skip
+    target = env.target([fault], tmp_path)
+    injector = pod_injector(target, target.faults[0], member(env.namespace, 2))
+    assert f"({experiment}) on pod mongo-2" in injector.describe()
+    run = injector.body["spec"]["experiments"][0]
+    assert run["name"] == experiment
+    sent = {e["name"]: e["value"] for e in run["spec"]["components"]["env"]}
+    assert sent == {"TOTAL_CHAOS_DURATION": "1", "TARGET_PODS": "mongo-2",
+                    "TARGET_CONTAINER": "mongod", "NETWORK_INTERFACE": "eth0",
+                    **variables}  # fmt: skip
+    installed = KubeClient(ClusterAccess(str(env.kube.admin)))
+    try:
+        declared = installed.get(CHAOS_EXPERIMENT, env.namespace, experiment)
+    finally:
+        installed.close()
+    assert declared is not None
+    assert set(sent) <= {e["name"] for e in declared["spec"]["definition"]["env"]}
+    done, during = _round_trip(env, fault, tmp_path, host_index=2)
+    assert [k for k, _ in during] == ["ChaosEngine"]
+    assert done.report()["litmus"]["verdict"] == "Pass"
+
+
+def test_litmus_network_degrade_between_members_names_the_other_members(
+    env: Env, tmp_path: Path
+) -> None:
+    """between: members limits the experiment to the other members' addresses, every other
+    member's (one outside the cluster too): IP addresses as DESTINATION_IPS, names as
+    DESTINATION_HOSTS (the experiment resolves them, as mongod does)."""
+    fault = {"at": "1s", "kind": "network-degrade", "engine": "litmus", "duration": "1s",
+             "direction": "outbound", "between": "members", "loss": 0.2,
+             "kubernetes": {"network_interface": "net1"}}  # fmt: skip
+    target = env.target([fault], tmp_path)
+    target.members = [*target.members, "10.9.8.7:27017"]
+    injector = pod_injector(target, target.faults[0], member(env.namespace, 1))
+    run = injector.body["spec"]["experiments"][0]
+    sent = {e["name"]: e["value"] for e in run["spec"]["components"]["env"]}
+    others = f"{member(env.namespace, 0)},{member(env.namespace, 2)}".replace(":27017", "")
+    assert (sent["NETWORK_INTERFACE"], sent["DESTINATION_IPS"], sent["DESTINATION_HOSTS"]) == (
+        "net1",
+        "10.9.8.7",
+        others,
+    )
+    injector.inject()
+    assert injector.verify(5.0), injector.describe()
+    injector.revert()
+    assert rsdrill_objects(env.kube.api, env.namespace) == []
+    alone = env.target([fault], tmp_path, members=1)
+    with pytest.raises(InjectionError, match="the set has no other member"):
+        pod_injector(alone, alone.faults[0], member(env.namespace, 0))
+
+
 def test_recover_deletes_leftover_time_stress_and_disk_fill_objects(
     env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -513,11 +642,11 @@ def test_litmus_experiment_missing_is_named(env: Env, tmp_path: Path) -> None:
         "kind": "host-kill",
         "engine": "litmus",
         "duration": "1s",
-        "kubernetes": {"litmus_experiment": "pod-network-loss"},
+        "kubernetes": {"litmus_experiment": "pod-network-partition"},
     }
     target = env.target([fault], tmp_path)
     injector = pod_injector(target, target.faults[0], member(env.namespace, 0))
-    with pytest.raises(InjectionError, match="experiment pod-network-loss is not installed"):
+    with pytest.raises(InjectionError, match="experiment pod-network-partition is not installed"):
         injector.inject()
     assert rsdrill_objects(env.kube.api, env.namespace) == []
 

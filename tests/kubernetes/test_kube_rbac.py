@@ -16,9 +16,17 @@ from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube
 from rsdrill.platforms.kubernetes.target import make_target
 from tests.harness.injectors import pod_injector
 from tests.kubernetes.conftest import Kube as KubeFixture
-from tests.kubernetes.controllers import ChaosMeshController, Kubelet
+from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
 from tests.kubernetes.manifests_support import NODE_RBAC, RBAC, every_fault
-from tests.kubernetes.support import experiment, make_node, make_pod, member, rsdrill_objects
+from tests.kubernetes.support import (
+    experiment,
+    install_litmus_experiment,
+    make_node,
+    make_pod,
+    member,
+    rsdrill_objects,
+    service_account_token,
+)
 
 CHAOS_MESH_KILL = {"at": "1s", "kind": "host-kill", "engine": "chaos-mesh", "duration": "5s"}
 
@@ -191,3 +199,64 @@ def test_service_account_round_trip(
         for loop in loops:
             loop.stop()
     assert not mesh.errors and not kubelet.errors
+
+
+def test_a_litmus_network_degrade_runs_with_the_permissions_its_way_names(
+    kube: KubeFixture, namespace: str, tmp_path: Path
+) -> None:
+    """A Role made from `needed_permissions` (the spec's privileges for the Litmus way, what
+    `rsdrill check` asks for) and nothing else: the preflight passes, and the engine is created,
+    followed, stopped and deleted, and deleted again from the journal's action alone."""
+    from kubernetes import client
+
+    from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
+    from rsdrill.platforms.kubernetes.preflight import needed_permissions
+
+    fault = {"at": "1s", "kind": "network-degrade", "engine": "litmus", "duration": "1s",
+             "direction": "outbound", "between": "members", "latency": "30ms"}  # fmt: skip
+    admin_exp = experiment(kube.admin, namespace, [fault])
+    assert admin_exp.target.kubernetes is not None
+    needed = needed_permissions(admin_exp.target.kubernetes, admin_exp.faults, block_chaos=False)
+    rules: dict[tuple[str, str], list[str]] = {}
+    for p in needed:
+        assert p.namespace == namespace, p  # nothing cluster-wide
+        what = f"{p.resource}/{p.subresource}" if p.subresource else p.resource
+        rules.setdefault((p.group, what), []).append(p.verb)
+    assert rules == {
+        ("", "pods"): ["get"],
+        ("litmuschaos.io", "chaosengines"): ["create", "get", "patch", "delete"],
+        ("litmuschaos.io", "chaosexperiments"): ["get"],
+        ("litmuschaos.io", "chaosresults"): ["get"],
+    }
+    rbac = client.RbacAuthorizationV1Api(kube.api)
+    rbac.create_namespaced_role(namespace, {
+        "metadata": {"name": "litmus-degrade"},
+        "rules": [{"apiGroups": [g], "resources": [r], "verbs": v} for (g, r), v in rules.items()],
+    })  # fmt: skip
+    token = service_account_token(kube.api, namespace, "litmus-degrade")
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "litmus-degrade"},
+        "subjects": [{"kind": "ServiceAccount", "name": "litmus-degrade", "namespace": namespace}],
+        "roleRef": {"kind": "Role", "name": "litmus-degrade",
+                    "apiGroup": "rbac.authorization.k8s.io"},
+    })  # fmt: skip
+    install_litmus_experiment(kube.api, namespace, "pod-network-latency")
+    operator = LitmusOperator(kube.api, namespace)
+    loop = operator.start()
+    try:
+        kubeconfig = kube.cluster.kubeconfig(f"litmus-degrade-{namespace}", token)
+        target = make_target(experiment(kubeconfig, namespace, [fault]), tmp_path)
+        target.members = [member(namespace, i) for i in range(3)]
+        target.preflight()  # every call allowed: no TargetError
+        injector = pod_injector(target, target.faults[0], member(namespace, 0))
+        action = injector.revert_action()
+        injector.inject()
+        assert injector.verify(5.0), injector.describe()
+        injector.revert()
+        assert injector.report()["litmus"]["verdict"] == "Pass"
+        assert rsdrill_objects(kube.api, namespace) == []
+        assert action is not None and REVERT_ACTIONS[action["action"]](action)
+        target.teardown()
+    finally:
+        loop.stop()
+    assert not operator.errors

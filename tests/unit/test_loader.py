@@ -821,3 +821,96 @@ def test_an_unknown_key_of_a_fault_is_matched_against_its_own_kind_only() -> Non
         replaced("kind: stepdown", "kind: host-kill\n    duration: 5s\n    restat: {}")
     )
     assert on_kill.problem == "unknown key; did you mean 'restart'?"
+
+
+# -- network-degrade: what each platform and engine can shape ------------------------------------
+
+_DEGRADE_TARGETS = {
+    "sandbox": "  platform: sandbox\n",
+    "kubernetes": "  platform: kubernetes\n  uri: mongodb://db1:27017/?replicaSet=rs0\n"
+    "  kubernetes: {}\n",
+    "ec2": "  platform: ec2\n  uri: mongodb://db1:27017/?replicaSet=rs0\n"
+    "  ec2: {region: us-east-1, volume: {device: /dev/xvdf}, "
+    "fis_role_arn: 'arn:aws:iam::123456789012:role/fis'}\n",
+}
+
+
+def _degrade(platform: str, *fields: str) -> str:
+    return (
+        f"name: degrade\ntarget:\n{_DEGRADE_TARGETS[platform]}faults:\n"
+        "  - at: 5s\n    kind: network-degrade\n    duration: 20s\n"
+        + "".join(f"    {f}\n" for f in fields)
+    )
+
+
+@pytest.mark.parametrize(
+    ("platform", "fields", "field", "problem"),
+    [
+        ("sandbox", ("loss: 0.1", "reorder: 0.1"), "reorder",
+         "reorder sends some packets ahead of those `latency` delays: give a `latency` above 0"),
+        ("kubernetes", ("latency: 0s", "reorder: 0.1", "between: members"), "reorder",
+         "reorder sends some packets ahead of those `latency` delays: give a `latency` above 0"),
+        ("sandbox", ("latency: 50ms", "reorder: 0.1"), "reorder",
+         "reorder is not available on sandbox: its links are TCP streams through a proxy, and "
+         "TCP puts segments back in order before the application reads them"),
+        ("ec2", ("engine: fis", "latency: 50ms", "direction: outbound", "reorder: 0.1"),
+         "reorder", "reorder on ec2: FIS's AWSFIS-Run-Network documents give latency or packet "
+         "loss only"),
+        ("kubernetes", ("latency: 50ms", "between: clients"), "between",
+         "on kubernetes a network-degrade shapes traffic to the other members' pods or to "
+         "everything: clients' addresses are not known"),
+        ("kubernetes", ("latency: 50ms", "direction: inbound"), "direction",
+         "NetworkChaos without target pods shapes what the pod sends: write direction: outbound"),
+        ("kubernetes", ("latency: 50ms", "reorder: 0.1", "bandwidth_mbit_s: 8",
+                        "direction: outbound"), "bandwidth_mbit_s",
+         "NetworkChaos applies a bandwidth limit or netem (latency, reorder), not both"),
+        ("kubernetes", ("engine: litmus", "latency: 50ms", "loss: 0.1", "direction: outbound"),
+         "loss", "one Litmus experiment per fault (latency, loss given): each replaces the pod "
+         "interface's root qdisc, so two at once undo each other"),
+        ("kubernetes", ("engine: litmus", "latency: 50ms", "reorder: 0.1",
+                        "direction: outbound"), "reorder",
+         "reorder with engine litmus: Litmus's pod-network experiments give latency, loss, "
+         "duplication or corruption only (use engine chaos-mesh)"),
+        ("kubernetes", ("engine: litmus", "bandwidth_mbit_s: 8", "direction: outbound"),
+         "bandwidth_mbit_s", "bandwidth_mbit_s with engine litmus"),
+        ("kubernetes", ("engine: litmus", "latency: null", "direction: outbound"), "kind",
+         "network-degrade needs latency, loss, bandwidth_mbit_s, duplicate or corrupt"),
+        ("kubernetes", ("engine: litmus", "loss: 0.1", "between: members", "direction: both"),
+         "direction",
+         "Litmus's pod-network experiments shape what the pod sends: write direction: outbound"),
+        ("kubernetes", ("engine: litmus", "latency: 1.5ms", "direction: outbound"), "latency",
+         "Litmus takes NETWORK_LATENCY in whole milliseconds"),
+        ("kubernetes", ("engine: litmus", "latency: 5ms", "jitter: 0.5ms",
+                        "direction: outbound"), "jitter",
+         "Litmus takes JITTER in whole milliseconds"),
+        ("kubernetes", ("engine: litmus", "loss: 0.1", "direction: outbound",
+                        "kubernetes: {litmus_experiment: pod-delete}"),
+         "kubernetes.litmus_experiment", "`litmus_experiment` does not apply to network-degrade"),
+    ],
+)  # fmt: skip
+def test_network_degrade_shapes_a_platform_cannot_make_are_refused_at_their_field(
+    platform: str, fields: tuple[str, ...], field: str, problem: str
+) -> None:
+    text = _degrade(platform, *fields)
+    err = error_of(text)
+    assert err.field == f"faults[0].{field}"
+    assert err.problem.startswith(problem), err.problem
+    name = field.rsplit(".", 1)[-1]
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if f"{name}:" in t)
+    assert err.line == line
+    assert err.col == text.splitlines()[line - 1].index(f"{name}:") + len(f"{name}: ") + 1
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        ("latency: 50ms", "jitter: 5ms", "reorder: 0.25", "between: members",
+         "direction: inbound"),
+        ("engine: litmus", "duplicate: 0.01", "direction: outbound"),
+        ("engine: litmus", "latency: 50ms", "jitter: 5ms", "between: members",
+         "direction: outbound", "kubernetes: {network_interface: eth1}"),
+    ],
+)  # fmt: skip
+def test_network_degrade_shapes_kubernetes_makes_are_loaded(fields: tuple[str, ...]) -> None:
+    fault = load(_degrade("kubernetes", *fields)).faults[0]
+    assert fault.kind == "network-degrade"

@@ -386,7 +386,7 @@ def plan_details(exp: Experiment) -> list[str]:
 def _check_degrade(i: int, fault: Fault) -> None:
     """FIS's SSM documents run netem on the instance's interface: one of latency or loss, on
     everything it sends."""
-    for name in ("jitter", "bandwidth_mbit_s", "duplicate", "corrupt"):
+    for name in ("jitter", "bandwidth_mbit_s", "duplicate", "corrupt", "reorder"):
         if name in fault.model_fields_set:
             raise _problem(i, name, text=f"{name} on ec2: FIS's AWSFIS-Run-Network documents "
                            "give latency or packet loss only")  # fmt: skip

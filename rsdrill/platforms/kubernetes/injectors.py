@@ -88,11 +88,13 @@ def _chaos_mesh(
     return ChaosMeshFault(on.at, rtype, body, confirm=confirm)
 
 
-def _litmus(on: OnPod) -> Injector:
-    """The fault as a LitmusChaos ChaosEngine."""
+def _litmus(on: OnPod, destinations: list[str] | None = None) -> Injector:
+    """The fault as a LitmusChaos ChaosEngine (`destinations`: the hosts a network-degrade is
+    limited to)."""
     fault, pod = on.at.fault, on.at.pod
     name = resource_name(fault.kind, pod.name)
-    return LitmusFault(on.at, litmus_engine(fault, pod, name, on.target.k8s.container))
+    body = litmus_engine(fault, pod, name, on.target.k8s.container, destinations)
+    return LitmusFault(on.at, body)
 
 
 def _other_pods(on: OnPod) -> list[PodRef]:
@@ -109,7 +111,7 @@ def _other_pods(on: OnPod) -> list[PodRef]:
             raise InjectionError(f"kubernetes: {exc}") from None
     if not others:
         raise InjectionError(
-            f"network-partition of {on.at.host}: no other member has a pod to partition it from"
+            f"{on.at.fault.kind} of {on.at.host}: no other member has a pod to aim it at"
         )
     return others
 
@@ -166,8 +168,16 @@ def network_partition(on: OnPod, fault: Fault) -> Injector:
 
 @on_member_pod
 def network_degrade(on: OnPod, fault: Fault) -> Injector:
-    """Chaos Mesh NetworkChaos netem or bandwidth (towards the other members' pods only when
-    `between: members`)."""
+    """Chaos Mesh NetworkChaos netem or bandwidth (its target: the other members' pods, when
+    `between: members`), or a Litmus pod-network experiment (limited to the other members'
+    addresses, every other member's, in a pod or not)."""
+    if engine_of(fault) == "litmus":
+        if fault.between == "all":
+            return _litmus(on)
+        others = [m for m in on.target.members if m != on.at.host]
+        if not others:  # without destinations Litmus would shape everything the pod sends
+            raise InjectionError(f"{fault.kind} of {on.at.host}: the set has no other member")
+        return _litmus(on, others)
     return _chaos_mesh(on, others=_other_pods(on) if fault.between == "members" else None)
 
 

@@ -35,7 +35,8 @@ SUPPORT: dict[str, dict[str, tuple[str, ...]]] = {
     # Mesh adds a latency per operation only.
     "iops-throttle": {"chaos-mesh": ("member",), "native": ("member",)},
     "network-partition": {"chaos-mesh": ("member",)},
-    "network-degrade": {"chaos-mesh": ("member",)},
+    # Litmus: one netem shape per fault, on what the pod sends.
+    "network-degrade": {"chaos-mesh": ("member",), "litmus": ("member",)},
     "clock-skew": {"chaos-mesh": ("member",)},
     # StressChaos: a neighbour's load in the member's container, not a cgroup quota.
     "cpu-starve": {"chaos-mesh": ("member",)},
@@ -130,11 +131,17 @@ class KubernetesFault(Strict):
     litmus_experiment: str | None = Field(
         None,
         description="litmus: the ChaosExperiment to run (default: pod-delete, node-drain "
-        "for scope node, disk-fill for a disk-fill)",
+        "for scope node, disk-fill for a disk-fill; a network-degrade's follows its field)",
     )
     chaos_service_account: str = Field(
         "rsdrill-litmus",
         description="litmus: the service account its experiment pods run as (manifests/litmus)",
+    )
+    network_interface: str = Field(
+        "eth0",
+        min_length=1,
+        description="network-degrade: the pod's interface netem shapes (Litmus's "
+        "NETWORK_INTERFACE, Chaos Mesh's device)",
     )
     block_chaos: Literal["auto", "always", "never"] = Field(
         "auto",
@@ -269,11 +276,13 @@ def _check_options(fault: Fault, engine: str, at: tuple[str | int, ...]) -> None
         return
     given = options.model_fields_set
     rules = {
-        "litmus_experiment": engine == "litmus",
+        # A network-degrade's experiment follows from its netem field.
+        "litmus_experiment": engine == "litmus" and fault.kind != "network-degrade",
         "chaos_service_account": engine == "litmus",
         "grace_period": fault.kind == "host-kill" and engine == "native",
         "delete_node": fault.kind == "host-kill" and fault.scope == "node",
         "block_chaos": fault.kind == "iops-throttle" and engine == "chaos-mesh",
+        "network_interface": fault.kind == "network-degrade",
     }
     for name, applies in rules.items():
         if name in given and not applies:
@@ -284,27 +293,77 @@ def _check_options(fault: Fault, engine: str, at: tuple[str | int, ...]) -> None
             )
 
 
+# A network-degrade's netem fields, each the one field of a Litmus experiment (and its env).
+LITMUS_NETEM: dict[str, tuple[str, str]] = {
+    "latency": ("pod-network-latency", "NETWORK_LATENCY"),
+    "loss": ("pod-network-loss", "NETWORK_PACKET_LOSS_PERCENTAGE"),
+    "duplicate": ("pod-network-duplication", "NETWORK_PACKET_DUPLICATION_PERCENTAGE"),
+    "corrupt": ("pod-network-corruption", "NETWORK_PACKET_CORRUPTION_PERCENTAGE"),
+}
+
+
 def _check_degrade(fault: Fault, at: tuple[str | int, ...]) -> None:
-    """NetworkChaos shapes a pod's traffic with netem (or a bandwidth filter): toward the other
-    members' pods, or everything the pod sends; it cannot tell clients apart."""
+    """Both engines shape a pod's egress with tc: Chaos Mesh the member's pod's (toward its
+    target pods, or everything) and, for `from`, the target pods' toward it; Litmus the
+    member's pod's only. Neither can tell clients apart: a tc filter matches the addresses
+    it is given and cannot leave the members out."""
     if fault.between == "clients":
         raise FieldProblem(
             (*at, "between"),
-            "NetworkChaos shapes traffic to pods or to everything: use members or all",
+            "on kubernetes a network-degrade shapes traffic to the other members' pods or to "
+            "everything: clients' addresses are not known and a filter cannot leave the "
+            "members out (use members or all)",
         )
+    if engine_of(fault) == "litmus":
+        _check_litmus_degrade(fault, at)
+        return
     if fault.between == "all" and fault.direction != "outbound":
         raise FieldProblem(
             (*at, "direction"),
             "NetworkChaos without target pods shapes what the pod sends: write direction: "
             "outbound (or between: members for inbound or both)",
         )
-    netem = [n for n in ("latency", "loss", "duplicate", "corrupt") if n in fault.model_fields_set]
+    netem = [n for n in ("latency", "loss", "duplicate", "corrupt", "reorder")
+             if n in fault.model_fields_set]  # fmt: skip
     if fault.bandwidth_mbit_s is not None and netem:
         raise FieldProblem(
             (*at, "bandwidth_mbit_s"),
             f"NetworkChaos applies a bandwidth limit or netem ({', '.join(netem)}), not both: "
             "split it into two faults",
         )
+
+
+def _check_litmus_degrade(fault: Fault, at: tuple[str | int, ...]) -> None:
+    given = fault.model_fields_set
+    for name in ("reorder", "bandwidth_mbit_s"):
+        if name in given:
+            raise FieldProblem(
+                (*at, name),
+                f"{name} with engine litmus: Litmus's pod-network experiments give latency, "
+                "loss, duplication or corruption only (use engine chaos-mesh)",
+            )
+    shapes = [name for name in LITMUS_NETEM if getattr(fault, name) is not None]
+    if len(shapes) > 1:
+        raise FieldProblem(
+            (*at, shapes[1]),
+            f"one Litmus experiment per fault ({', '.join(shapes)} given): each replaces the "
+            "pod interface's root qdisc, so two at once undo each other; split it into faults "
+            "at different times, or use engine chaos-mesh",
+        )
+    if fault.direction != "outbound":
+        raise FieldProblem(
+            (*at, "direction"),
+            "Litmus's pod-network experiments shape what the pod sends: write direction: "
+            "outbound (or engine chaos-mesh for inbound or both)",
+        )
+    for name in ("latency", "jitter"):
+        value = getattr(fault, name)
+        if value is not None and abs(value * 1000 - round(value * 1000)) > 1e-6:
+            raise FieldProblem(
+                (*at, name),
+                f"Litmus takes {'NETWORK_LATENCY' if name == 'latency' else 'JITTER'} in whole "
+                "milliseconds",
+            )
 
 
 def _check_partition_shape(fault: Fault, at: tuple[str | int, ...]) -> None:

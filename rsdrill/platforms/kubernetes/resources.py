@@ -6,6 +6,7 @@ can show them exactly as a run would create them.
 from __future__ import annotations
 
 import errno as errno_module
+import ipaddress
 import math
 import re
 import secrets
@@ -16,6 +17,7 @@ import yaml
 
 from rsdrill.experiment.kinds import COMMAND_KINDS
 from rsdrill.platforms.kubernetes.options import (
+    LITMUS_NETEM,
     KubernetesFault,
     KubernetesPlatform,
     engine_of,
@@ -125,10 +127,13 @@ def _go_duration(seconds: float) -> str:
     return f"{math.ceil(seconds)}s"
 
 
-def _go_offset(seconds: float) -> str:
-    """A signed Go duration, exact to the millisecond: 60 → 60s, -1.5 → -1500ms."""
-    millis = round(seconds * 1000)
-    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+def _go_exact(seconds: float) -> str:
+    """A signed Go duration, exact to the microsecond: 60 → 60s, -1.5 → -1500ms, 0.0015 →
+    1500us (a clock offset, a netem delay: rounding them would change the fault)."""
+    micros = round(seconds * 1_000_000)
+    if micros % 1_000_000 == 0:
+        return f"{micros // 1_000_000}s"
+    return f"{micros // 1000}ms" if micros % 1000 == 0 else f"{micros}us"
 
 
 def _meta(name: str, namespace: str, fault: Fault) -> dict[str, Any]:
@@ -247,7 +252,7 @@ def chaos_mesh_resource(
     elif fault.kind == "clock-skew":
         rtype = TIME_CHAOS
         # The wall clock only, as the kind means: timers on CLOCK_MONOTONIC keep their pace.
-        spec.update(timeOffset=_go_offset(fault.clock_offset), clockIds=["CLOCK_REALTIME"],
+        spec.update(timeOffset=_go_exact(fault.clock_offset), clockIds=["CLOCK_REALTIME"],
                     containerNames=containers)  # fmt: skip
     elif fault.kind in ("cpu-starve", "memory-pressure"):
         rtype = STRESS_CHAOS
@@ -315,17 +320,23 @@ def _percent(share: float) -> str:
 
 def network_degrade_spec(fault: Fault) -> dict[str, Any]:
     """NetworkChaos's action and its parameters for a network-degrade: a bandwidth limit, or
-    netem's delay (+ jitter), loss, duplicate and corrupt together."""
-    direction = {"direction": _DIRECTION[fault.direction]}
+    netem's delay (+ jitter, reorder), loss, duplicate and corrupt together."""
+    direction: dict[str, Any] = {"direction": _DIRECTION[fault.direction]}
+    options = fault.kubernetes
+    if options is not None and "network_interface" in options.model_fields_set:
+        direction["device"] = options.network_interface
     if fault.bandwidth_mbit_s is not None:
         rate = {"rate": f"{fault.bandwidth_mbit_s:g}mbps", "limit": _BANDWIDTH_LIMIT_BYTES,
                 "buffer": _BANDWIDTH_BUFFER_BYTES}  # fmt: skip
         return {"action": "bandwidth", "bandwidth": rate, **direction}
     netem: dict[str, Any] = {}
     if fault.latency is not None:
-        netem["delay"] = {"latency": _go_duration(fault.latency)}
+        netem["delay"] = {"latency": _go_exact(fault.latency)}
         if fault.jitter:
-            netem["delay"]["jitter"] = _go_duration(fault.jitter)
+            netem["delay"]["jitter"] = _go_exact(fault.jitter)
+        if fault.reorder is not None:
+            # gap 1: any packet may go ahead (netem never reorders with gap 0), as tc's default.
+            netem["delay"]["reorder"] = {"reorder": _percent(fault.reorder), "gap": 1}
     if fault.loss is not None:
         netem["loss"] = {"loss": _percent(fault.loss)}
     if fault.duplicate is not None:
@@ -335,21 +346,78 @@ def network_degrade_spec(fault: Fault) -> dict[str, Any]:
     return {"action": "netem", **netem, **direction}
 
 
+def _litmus_netem_field(fault: Fault) -> str:
+    """A network-degrade's one netem field on Litmus (the load-time check allows one)."""
+    return next(name for name in LITMUS_NETEM if getattr(fault, name) is not None)
+
+
 def litmus_experiment_name(fault: Fault) -> str:
+    if fault.kind == "network-degrade":
+        return LITMUS_NETEM[_litmus_netem_field(fault)][0]
     options = fault.kubernetes or KubernetesFault()
     return options.litmus_experiment or LITMUS_DEFAULT[fault.kind][fault.scope]
 
 
-def litmus_engine(fault: Fault, pod: PodRef, name: str, container: str) -> dict[str, Any]:
+def _millis(seconds: float | None) -> str:
+    return str(round((seconds or 0) * 1000))
+
+
+def litmus_network_env(fault: Fault, destinations: list[str]) -> list[dict[str, str]]:
+    """A network-degrade's env for its Litmus pod-network experiment: its one netem value,
+    the interface, and the addresses it is limited to (`destinations`, the other members'
+    hosts: IP addresses as DESTINATION_IPS, names as DESTINATION_HOSTS, which the experiment
+    resolves; none: everything the pod sends)."""
+    field = _litmus_netem_field(fault)
+    variable = LITMUS_NETEM[field][1]
+    if field == "latency":
+        # Whole milliseconds (checked when loaded).
+        env = [{"name": variable, "value": _millis(fault.latency)},
+               {"name": "JITTER", "value": _millis(fault.jitter)}]  # fmt: skip
+    else:
+        env = [{"name": variable, "value": _percent(getattr(fault, field))}]
+    options = fault.kubernetes or KubernetesFault()
+    env.append({"name": "NETWORK_INTERFACE", "value": options.network_interface})
+    if fault.between == "members":
+        addresses = [h.rsplit(":", 1)[0].strip("[]") for h in destinations]
+        ips = [a for a in addresses if _is_ip(a)]
+        hosts = [a for a in addresses if not _is_ip(a)]
+        env += [{"name": name, "value": ",".join(values)}
+                for name, values in (("DESTINATION_IPS", ips), ("DESTINATION_HOSTS", hosts))
+                if values]  # fmt: skip
+    return env
+
+
+def _is_ip(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
+
+
+def litmus_engine(
+    fault: Fault,
+    pod: PodRef,
+    name: str,
+    container: str,
+    destinations: list[str] | None = None,
+) -> dict[str, Any]:
     """A ChaosEngine running the fault's Litmus experiment once on `pod` (or its node; for a
-    disk-fill, on its `container`), with a probe that the pod is back at the end (Litmus 3
-    requires a probe per experiment)."""
+    disk-fill or a network-degrade, on its `container`; `destinations`: the other members'
+    hosts, for a network-degrade between members), with a probe that the pod is back at the
+    end (Litmus 3 requires a probe per experiment)."""
     options = fault.kubernetes or KubernetesFault()
     experiment = litmus_experiment_name(fault)
     duration = str(math.ceil(fault.duration or 0) or 1)
     env = [{"name": "TOTAL_CHAOS_DURATION", "value": duration}]
     if fault.scope == "node":
         env.append({"name": "TARGET_NODE", "value": pod.node or ""})
+    elif fault.kind == "network-degrade":
+        env += [
+            {"name": "TARGET_PODS", "value": pod.name},
+            {"name": "TARGET_CONTAINER", "value": container},
+            *litmus_network_env(fault, destinations or []),
+        ]
     elif fault.kind == "disk-fill":
         # Litmus reads FILL_PERCENTAGE as a whole number: of the container's
         # ephemeral-storage limit.
@@ -449,7 +517,8 @@ def plan_details(exp: Experiment) -> list[str]:
         # The run's name, untruncated: a placeholder pod would be cut short.
         name = f"rsdrill-{_SHORT_KIND[fault.kind]}-{pod.name}-<random>"
         if engine == "litmus":
-            body = litmus_engine(fault, pod, name, platform.container)
+            hosts = ["<the other members' hosts>"]
+            body = litmus_engine(fault, pod, name, platform.container, hosts)
         else:
             others = [PodRef(pod.namespace, "<pods of the other members>")]
             block = (fault.kubernetes or KubernetesFault()).block_chaos == "always"

@@ -55,6 +55,14 @@ def check_experiment(exp: Experiment) -> None:
                         "duplicated nor corrupted segments (a duplicate is dropped, a corrupted "
                         "one resent: use `loss`)",
                     )
+            if "reorder" in fault.model_fields_set:
+                raise FieldProblem(
+                    ("faults", i, "reorder"),
+                    f"reorder is not available on {exp.target.platform}: its links are TCP "
+                    "streams through a proxy, and TCP puts segments back in order before the "
+                    "application reads them (a reordered segment is only a late one: use "
+                    "`latency` with `jitter`)",
+                )
         if fault.kind == "network-partition" and fault.shape != "one":
             for name in ("isolate_from", "direction"):
                 if name in fault.model_fields_set:
