@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.vcsim import Vcsim, connect
+from rsdrill.connection import ConnectOptions
 from rsdrill.platforms.machine.local_hosts import answers_hello
 from rsdrill.sandbox.cluster import Sandbox, SandboxError
 
@@ -163,7 +164,7 @@ class VmBinding:
     def _answering(self, member: str, boot_s: float) -> None:
         """Record when a booting VM's member answers (the watch goes on meanwhile)."""
         deadline = time.monotonic() + boot_s + _ANSWER_TIMEOUT_S
-        while not answers_hello(member, timeout_s=0.2):
+        while not answers_hello(member, timeout_s=0.2, options=ConnectOptions()):
             if time.monotonic() > deadline or self._stop.is_set():
                 self.errors.append(f"{member}: not answering {boot_s:g}s after its VM booted")
                 return

@@ -337,7 +337,8 @@ def test_misspelt_key_inside_a_union() -> None:
             "kind: stepdown",
             "kind: host-kill\n    duration: 5s\n    restart: true",
             (8, 14, "faults[0].restart"),
-            "expected false or {after: ..., volume: ...}, not true",
+            "expected false or {model: ..., after: ..., volume: ..., detect: ..., boot: ...}, "
+            "not true",
         ),
         (
             "kind: stepdown",
