@@ -70,6 +70,8 @@ def serve(args: argparse.Namespace) -> None:
     info = {"pid": os.getpid(), "source": str(source), "mountpoint": str(mountpoint),
             "track_unsynced": bool(args.track_unsynced), "layer": layer,
             "socket": socket_name(mountpoint).decode()[1:], "mirror": args.mirror}  # fmt: skip
+    if args.mirror is not None:  # where the replicas' states are kept (recover reads it)
+        info["mirror_record"] = str(Path(args.state_dir, MIRROR_FILE).resolve())
     if layer == "compiled":
         _serve_compiled(args, source, mountpoint, info)
     else:
@@ -119,7 +121,7 @@ def _serve_python(args: argparse.Namespace, source: Path, mountpoint: Path,
         mirror_fd = os.open(args.mirror, os.O_RDONLY | os.O_DIRECTORY)
         backing = Backing({"a": root_fd, "b": mirror_fd},
                           {"a": str(source), "b": os.path.abspath(args.mirror)}, state,
-                          Path(args.state_dir) / MIRROR_FILE)  # fmt: skip
+                          Path(str(info["mirror_record"])))  # fmt: skip
     undo = UndoLog(root_fd) if args.track_unsynced else None
     ControlServer(mountpoint, state, undo, info, backing).start()
     _started(args, mountpoint, info)
