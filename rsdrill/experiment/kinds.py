@@ -947,9 +947,9 @@ KINDS: dict[str, KindSpec] = {
             platforms={
                 _MACHINE: (
                     Way(
-                        "faultfs on one copy of mirrored data (`replica`, sandbox with "
-                        "`target.sandbox.mirror`): masked by the other copy, resynced in the "
-                        "background on revert",
+                        "faultfs with `replica`: one of the two copies of a mirrored sandbox "
+                        "member's data (`target.sandbox.mirror`) fails, masked by the other, "
+                        "resynced in the background on revert",
                         when="replica",
                     ),
                     Way("faultfs: an errno share and/or latency per operation"),

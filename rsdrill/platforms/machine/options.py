@@ -26,8 +26,8 @@ def check_experiment(exp: Experiment) -> None:
             raise FieldProblem(("faults", i, "kind"), "disk-fill fills the sandbox members' own "
                                "disks; rsdrill will not fill a local member's")  # fmt: skip
         if fault.kind == "disk-fill" and _on_faultfs(exp):
-            raise FieldProblem(("faults", i, "kind"), "disk-fill and faults through faultfs "
-                               "cannot share a run (one data directory)")  # fmt: skip
+            raise FieldProblem(("faults", i, "kind"), "disk-fill and faults through faultfs or "
+                               "mirrored data cannot share a run (one data directory)")  # fmt: skip
         if fault.kind == "disk-fill" and exp.target.keep:
             raise FieldProblem(("target", "keep"), "disk-fill puts the members on disks of the "
                                "run's own: the sandbox cannot be kept")  # fmt: skip
