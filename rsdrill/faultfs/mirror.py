@@ -5,9 +5,10 @@ Every change goes to each replica in sync; reads come from the first one in sync
 whose operation fails (a rule naming it, or its own error) while the other's succeeds is
 marked degraded and left alone from then on: the mount serves from the other, the caller sees
 no error. Once no rule names a degraded replica any more, it is resynced from the one in sync
-in the background (`resync.py`): the whole tree, then what changed meanwhile, then, with
-changes held for a moment, the rest; the time it took, what it copied and how long changes
-were held are recorded. With one directory, an operation's error is the caller's.
+in the background (`resync.py`): the whole tree, then what changed meanwhile (the byte ranges
+written, whole paths for other changes), then, with changes held for a moment, the rest; the
+time it took, what it copied and how long changes were held are recorded. With one
+directory, an operation's error is the caller's.
 
 The replicas' states are kept in a file next to the mount's state, so that a replica left
 out of sync by a crash is resynced at the next mount, or offline by `resync_offline`.
@@ -25,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rsdrill.faultfs.resync import Copied, sync_path, sync_tree
+from rsdrill.faultfs.resync import Copied, Spans, sync_changes, sync_path, sync_tree
 from rsdrill.faultfs.state import FaultState
 
 MIRROR_FILE = "faultfs-mirror.json"
@@ -106,7 +107,7 @@ class Backing:
         self.gate = _Gate()
         self._lock = threading.Lock()
         self._handles: dict[int, _Handle] = {}
-        self._dirty: set[str] | None = None  # paths changed while a resync copies
+        self._dirty: dict[str, Spans] | None = None  # what changed while a resync copies
         self._resyncing: threading.Thread | None = None
         if record is not None and record.exists():
             saved = json.loads(record.read_text()).get("replicas", {})
@@ -140,7 +141,9 @@ class Backing:
     def change(self, paths: tuple[str, ...], fn: Callable[[int], T]) -> T:
         """A change of the tree (`fn(root)`), made in each replica in sync."""
         with self.gate.change():
-            return self._each(None, paths, 0, [(r, r.root) for r in self._in_sync()], fn)
+            result = self._each(None, paths, 0, [(r, r.root) for r in self._in_sync()], fn)
+            self._mark(paths)
+            return result
 
     def open(self, rel: str, flags: int, operation: str, fn: Callable[[int], int]) -> int:
         """Open (or create) `rel` in each replica in sync (`fn(root)` → descriptor); the
@@ -155,6 +158,8 @@ class Backing:
         with self.gate.change():
             targets = [(r, (r, r.root)) for r in self._in_sync()]
             fh = self._each(operation, (rel,), 0, targets, opened)
+            if flags & (os.O_CREAT | os.O_TRUNC):
+                self._mark((rel,))
             with self._lock:
                 self._handles[fh] = _Handle(rel, flags, fds)
         return fh
@@ -175,10 +180,16 @@ class Backing:
             return result
         raise failed[0][1] if failed else OSError(5, "no replica of the mirror is in sync")
 
-    def write(self, fh: int, operation: str, rel: str, nbytes: int, fn: Callable[[int], T]) -> T:
-        """A change through an open file (write, truncate, fsync ...), in each replica in sync."""
+    def write(self, fh: int, operation: str, rel: str, span: tuple[int, int] | None,
+              fn: Callable[[int], T]) -> T:  # fmt: skip
+        """A change through an open file in each replica in sync: the bytes of `span` (start,
+        end) written, or (None) nothing changed but their durability (fsync)."""
         with self.gate.change():
-            return self._each(operation, (rel,), nbytes, self._targets(fh), fn)
+            nbytes = 0 if span is None else span[1] - span[0]
+            result = self._each(operation, (), nbytes, self._targets(fh), fn, rel)
+            if span is not None:
+                self._mark((rel,), span)
+            return result
 
     def renamed(self, old: str, new: str) -> None:
         with self._lock:
@@ -212,20 +223,31 @@ class Backing:
         if failure is not None:
             raise OSError(failure, os.strerror(failure))
 
+    def _mark(self, paths: tuple[str, ...], span: tuple[int, int] | None = None) -> None:
+        """While a resync copies: what a change touched, a byte range of a file or (None)
+        whole paths."""
+        with self._lock:
+            if self._dirty is None:
+                return
+            for path in paths:
+                spans = self._dirty.setdefault(path, [] if span else None)
+                if spans is not None and span is not None:
+                    spans.append(span)
+                elif span is None:
+                    self._dirty[path] = None
+
     def _each(self, operation: str | None, paths: tuple[str, ...], nbytes: int,
-              targets: list[tuple[Replica, Any]], fn: Callable[[Any], T]) -> T:  # fmt: skip
+              targets: list[tuple[Replica, Any]], fn: Callable[[Any], T],
+              rel: str | None = None) -> T:  # fmt: skip
         """`fn` on each target; the first success (the failed replicas degraded), or the
         first error when every one failed (the operation's own error, the caller's)."""
         results: list[tuple[Replica, T | OSError]] = []
         for replica, arg in targets:
             try:
-                self._admit(replica, operation, paths[0], nbytes)
+                self._admit(replica, operation, rel or paths[0], nbytes)
                 results.append((replica, fn(arg)))
             except OSError as exc:
                 results.append((replica, exc))
-        with self._lock:
-            if self._dirty is not None:
-                self._dirty.update(paths)
         done = [value for _, value in results if not isinstance(value, OSError)]
         if not done:
             if not results:
@@ -267,23 +289,21 @@ class Backing:
         started = time.monotonic()
         copied = Copied()
         with self._lock:
-            replica.state, self._dirty = RESYNCING, set()
+            replica.state, self._dirty = RESYNCING, {}
         self._save()
         try:
             sync_path(source.root, replica.root, ".", copied)
             for _ in range(_LIVE_PASSES):
                 with self._lock:
-                    dirty, self._dirty = self._dirty or set(), set()
+                    dirty, self._dirty = self._dirty or {}, {}
                 if not dirty:
                     break
-                for rel in sorted(dirty):
-                    sync_path(source.root, replica.root, rel, copied)
+                sync_changes(source.root, replica.root, dirty, copied)
             with self.gate.hold():
                 held = time.monotonic()
                 with self._lock:
-                    dirty, self._dirty = self._dirty or set(), None
-                for rel in sorted(dirty):
-                    sync_path(source.root, replica.root, rel, copied)
+                    dirty, self._dirty = self._dirty or {}, None
+                sync_changes(source.root, replica.root, dirty, copied)
                 self._reopen(replica, source)
                 with self._lock:
                     replica.state = IN_SYNC

@@ -211,7 +211,7 @@ class FaultOperations(mfusepy.Operations):
                 os.chown(rel, *owner, dir_fd=root, follow_symlinks=False)
             return fd
 
-        return self.backing.open(rel, os.O_RDWR, "open", created)
+        return self.backing.open(rel, os.O_RDWR | os.O_CREAT, "open", created)
 
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
         self._admit("read", path, size)
@@ -228,7 +228,11 @@ class FaultOperations(mfusepy.Operations):
             if self.undo is not None:
                 self.undo.before_change(rel, fh, offset, offset + len(data))
             return self.backing.write(
-                fh, "write", rel, len(data), lambda fd: os.pwrite(fd, data, offset)
+                fh,
+                "write",
+                rel,
+                (offset, offset + len(data)),
+                lambda fd: os.pwrite(fd, data, offset),
             )
 
     def truncate(self, path: str, length: int, fh: int | None = None) -> None:
@@ -272,12 +276,15 @@ class FaultOperations(mfusepy.Operations):
         with self._changing():
             if self.undo is not None:
                 self.undo.before_change(rel, fh, offset, offset + size)
-            self.backing.write(fh, "write", rel, 0, lambda fd: os.posix_fallocate(fd, offset, size))
+            self.backing.write(
+                fh, "write", rel, (offset, offset + size),
+                lambda fd: os.posix_fallocate(fd, offset, size),
+            )  # fmt: skip
 
     def fsync(self, path: str, datasync: int, fh: int) -> None:
         self._admit("fsync", path)
         rel = self.backing.path(fh, _rel(path))
-        self.backing.write(fh, "fsync", rel, 0, os.fdatasync if datasync else os.fsync)
+        self.backing.write(fh, "fsync", rel, None, os.fdatasync if datasync else os.fsync)
         if self.undo is not None:
             self.undo.synced(rel)
 

@@ -4,7 +4,8 @@ when the mount is gone.
 
 Paths are relative to the two replicas' root descriptors. Files are copied in place (the
 descriptors a mount holds open on them stay valid), with their mode and owner; whatever the
-source no longer has is removed. Hard links are copied as separate files.
+source no longer has is removed. Hard links are copied as separate files. Once a file is
+copied, what is written to it later is copied by byte range (`sync_changes`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ import stat
 from dataclasses import dataclass
 
 _CHUNK = 1 << 20
+
+Spans = list[tuple[int, int]] | None
+"""What changed in one path: the byte ranges (start, end) written, or None for anything else
+(created, removed, renamed, truncated: the whole path is copied again)."""
 
 
 @dataclass
@@ -124,6 +129,54 @@ def _sync_children(source_root: int, target_root: int, rel: str, copied: Copied)
 
 def _join(rel: str, name: str) -> str:
     return name if rel == "." else f"{rel}/{name}"
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _copy_spans(source_root: int, target_root: int, rel: str, spans: list[tuple[int, int]],
+                copied: Copied) -> bool:  # fmt: skip
+    """Copy the byte ranges of a file both replicas have; False when one has it not."""
+    try:
+        src = os.open(rel, os.O_RDONLY, dir_fd=source_root)
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            dst = os.open(rel, os.O_WRONLY, dir_fd=target_root)
+        except FileNotFoundError:
+            return False
+        try:
+            for start, end in _merged(spans):
+                offset = start
+                while offset < end and (chunk := os.pread(src, min(_CHUNK, end - offset), offset)):
+                    os.pwrite(dst, chunk, offset)
+                    offset += len(chunk)
+                copied.bytes += offset - start
+            os.ftruncate(dst, os.fstat(src).st_size)
+            os.fsync(dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    copied.files += 1
+    return True
+
+
+def sync_changes(source_root: int, target_root: int, changes: dict[str, Spans],
+                 copied: Copied) -> None:  # fmt: skip
+    """Copy what changed in the source since the target last took it: each path's written
+    byte ranges, or the whole path (parents first)."""
+    for rel, spans in sorted(changes.items()):
+        if spans is None or not _copy_spans(source_root, target_root, rel, spans, copied):
+            sync_path(source_root, target_root, rel, copied)
 
 
 def sync_tree(source: str, target: str) -> Copied:

@@ -200,15 +200,18 @@ def test_both_replicas_failing_is_the_callers_error(mirrored: Mount) -> None:
     assert raised.value.errno in (5, 28)  # the first replica's, or b's once a is degraded
 
 
-def test_refusals(faultfs_tools: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("layer", ["python", "compiled"])
+def test_refusals(faultfs_tools: None, tmp_path: Path, layer: str) -> None:
     for name in ("one", "a", "b"):
         (tmp_path / name).mkdir()
-    single = mount(tmp_path / "one", tmp_path / "one", tmp_path / "one-state", layer="python")
+    # Either layer refuses a replica's rule on a mount with one backing directory.
+    single = mount(tmp_path / "one", tmp_path / "one", tmp_path / "one-state", layer=layer)
     try:
         with pytest.raises(ControlError, match="replica a: this mount has one backing"):
             set_rule(single, "r", errno="EIO", replica="a")
         with pytest.raises(ControlError, match="replica: 'c' is not one of a, b"):
             set_rule(single, "r", errno="EIO", replica="c")
+        assert request(single.mountpoint, {"op": "status"})["rules"] == {}
     finally:
         unmount(single.mountpoint)
     with pytest.raises(FaultFSError, match="a mirrored mount is served by the Python layer"):

@@ -90,9 +90,9 @@ def test_a_mirror_masks_a_failed_replica_and_resyncs_it(tmp_path: Path) -> None:
     backing = Backing(roots, {n: str(tmp_path / str(n)) for n in roots}, state, record)
     try:
         created = os.O_CREAT | os.O_RDWR
-        fh = backing.open("f", os.O_RDWR, "open", lambda root: os.open("f", created, dir_fd=root))
+        fh = backing.open("f", created, "open", lambda root: os.open("f", created, dir_fd=root))
         state.set_rule("fail-a", Rule(errno="EIO", operations=("write",), replica="a"))
-        assert backing.write(fh, "write", "f", 3, lambda fd: os.pwrite(fd, b"abc", 0)) == 3
+        assert backing.write(fh, "write", "f", (0, 3), lambda fd: os.pwrite(fd, b"abc", 0)) == 3
         assert backing.snapshot()["a"]["state"] == "degraded"
         assert (tmp_path / "b" / "f").read_bytes() == b"abc"
         assert (tmp_path / "a" / "f").read_bytes() == b""
@@ -105,7 +105,7 @@ def test_a_mirror_masks_a_failed_replica_and_resyncs_it(tmp_path: Path) -> None:
         (resync,) = backing.snapshot()["a"]["resyncs"]
         assert resync["from"] == "b" and resync["bytes"] == 3 and resync["files"] == 1
         # Both replicas written again, through the handle opened before the failure.
-        backing.write(fh, "write", "f", 1, lambda fd: os.pwrite(fd, b"Z", 0))
+        backing.write(fh, "write", "f", (0, 1), lambda fd: os.pwrite(fd, b"Z", 0))
         assert (tmp_path / "a" / "f").read_bytes() == (tmp_path / "b" / "f").read_bytes() == b"Zbc"
         assert '"in-sync"' in record.read_text()
         backing.release(fh)

@@ -8,6 +8,7 @@ import yaml
 
 from rsdrill.experiment.kinds import KINDS, holds
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment, Fault, make_fault
 from rsdrill.platforms.machine.disk import describe_rule, needs_faultfs, rule_for
 
@@ -118,3 +119,7 @@ def test_mirrored_sandbox_loads_and_puts_members_on_faultfs() -> None:
     exp = _load(MIRRORED + "faults:\n  - {at: 1s, kind: disk-fault, duration: 5s, replica: a}\n")
     assert exp.target.sandbox is not None and exp.target.sandbox.mirror
     assert exp.faults[0].replica == "a"
+    plan = render_plan(exp)
+    assert "each member's data on two copies (replicas a: data/, b: data-b/)" in plan
+    assert "disk fault on replica a of its mirrored data: EIO on write/fsync for 5s" in plan
+    assert "clear the disk fault, resync replica a from the other on it" in plan
