@@ -18,6 +18,7 @@ import pytest
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mirror import MIRROR_FILE, resync_offline
 from rsdrill.faultfs.mount import FaultFSError, Mount, faultfs_mounts, mount, unmount
+from rsdrill.platforms.machine.actions import faultfs_clear
 from tests.integration.faultfs_support import set_rule
 from tests.integration.support import wait_until
 
@@ -124,39 +125,39 @@ def test_resync_while_writes_go_on_ends_with_equal_replicas(
     mirrored: Mount, tmp_path: Path
 ) -> None:
     point = mirrored.mountpoint
-    for i in range(20):
-        write(point / f"file-{i}", os.urandom(200_000))
+    for i in range(20):  # 40 MB: the first pass takes a while, the writes go on meanwhile
+        write(point / f"file-{i}", os.urandom(2_000_000))
     set_rule(mirrored, "disk-a", errno="EIO", operations=["write"], replica="a")
     write(point / "file-0", b"degrades a")
     assert replicas(mirrored)["a"]["state"] == "degraded"
     stop = threading.Event()
-    written: list[int] = []
+    written = [0]
     failures: list[BaseException] = []
 
     def writer() -> None:
-        n = 0
         try:
             while not stop.is_set():
+                n = written[0]
                 write(point / f"file-{n % 20}", os.urandom(4096))
                 if n % 50 == 0:  # renames and removals too, as a database checkpoint does
                     (point / "tmp.turtle").write_bytes(os.urandom(100))
                     os.rename(point / "tmp.turtle", point / "turtle")
-                n += 1
+                written[0] = n + 1
         except BaseException as exc:
             failures.append(exc)
-        written.append(n)
 
     thread = threading.Thread(target=writer)
     thread.start()
     try:
+        wait_until(lambda: written[0] >= 5 or bool(failures), 30, "writes going on")
         request(point, {"op": "clear", "name": "disk-a"})
         wait_until(lambda: in_sync(mirrored, "a"), 60, "replica a resynced under writes")
-        stop.wait(0.3)  # writes to both replicas after the resync, too
+        after = written[0]  # then writes to both replicas, too
+        wait_until(lambda: written[0] >= after + 5 or bool(failures), 30, "writes after")
     finally:
         stop.set()
         thread.join(30)
     assert not failures, failures
-    assert written[0] > 20, written
     resync = replicas(mirrored)["a"]["resyncs"][0]
     assert resync["held_s"] < resync["seconds"] < 60, resync
     assert tree(tmp_path / "a") == tree(tmp_path / "b") == tree(point)
@@ -186,10 +187,18 @@ def test_a_replica_out_of_sync_at_a_crash_is_resynced_next_time(
     finally:
         unmount(m.mountpoint)
     assert tree(tmp_path / "a") != tree(tmp_path / "b")
-    (done,) = resync_offline(tmp_path / "state" / MIRROR_FILE)
-    assert done.startswith("replica b resynced from a")
+    # What `rsdrill recover` does with the journaled revert of that fault, the mount gone.
+    record = str(tmp_path / "state" / MIRROR_FILE)
+    action = {"action": "faultfs-clear", "host": "h", "mountpoint": str(m.mountpoint),
+              "rule": "disk-b", "restart": None,
+              "mirror": {"replica": "b", "record": record}}  # fmt: skip
+    done = faultfs_clear(action)
+    assert done.startswith("h: faultfs no longer mounted, nothing to clear; replica b resynced "
+                           "from a ("), done  # fmt: skip
+    assert done.endswith("bytes) (offline)"), done
     assert tree(tmp_path / "a") == tree(tmp_path / "b")
     assert resync_offline(tmp_path / "state" / MIRROR_FILE) == []  # idempotent
+    assert faultfs_clear(action).endswith("replica b in sync")
 
 
 def test_both_replicas_failing_is_the_callers_error(mirrored: Mount) -> None:
