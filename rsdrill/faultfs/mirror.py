@@ -275,7 +275,12 @@ class Backing:
         """Start resyncing a degraded replica that no rule names any more (one at a time)."""
         named = self.state.replicas_named()
         with self._lock:
-            if self._resyncing is not None and self._resyncing.is_alive():
+            running = self._resyncing
+            if (
+                running is not None
+                and running.is_alive()
+                and running is not threading.current_thread()
+            ):
                 return
             due = [r for r in self.replicas if r.state == DEGRADED and r.name not in named]
             if not due or not any(r.state == IN_SYNC for r in self.replicas):
