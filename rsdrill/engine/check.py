@@ -303,11 +303,13 @@ def _local_tools(exp: Experiment) -> Iterator[Check]:
                         "is missing: apt-get install nftables")  # fmt: skip
         else:
             yield Check("nftables", True, nft)
-    if "fuse" in needs:
-        yield _fuse_check()
+    # Mirrored members' data are on faultfs whatever the faults, served by the Python layer.
+    mirrored = exp.target.sandbox is not None and exp.target.sandbox.mirror
+    if "fuse" in needs or mirrored:
+        yield _fuse_check(mirrored)
 
 
-def _fuse_check() -> Check:
+def _fuse_check(mirrored: bool) -> Check:
     from rsdrill.faultfs.binding import fuse_binding
     from rsdrill.faultfs.compiled import choose_layer
     from rsdrill.faultfs.mount import FaultFSError
@@ -319,7 +321,7 @@ def _fuse_check() -> Check:
         problems.append("fusermount3 is missing (apt-get install fuse3)")
     layer = "python"
     try:
-        layer = choose_layer()
+        layer = choose_layer(mirrored=mirrored)
         # The compiled data path mounts through fusermount3 and needs no binding.
         if layer == "python":
             fuse_binding()

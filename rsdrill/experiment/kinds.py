@@ -84,6 +84,7 @@ _CONDITIONS: dict[str, Callable[[Any], bool]] = {
     "restart.volume: wipe": _wiped_on_restart,
     "vsphere.restart_on": lambda f: _option(f, "vsphere", "restart_on", "same") != "same",
     "isolate_from: members": lambda f: f.isolate_from == "members",
+    "replica": lambda f: getattr(f, "replica", None) is not None,
 }
 
 
@@ -401,6 +402,12 @@ class DiskFaultFields(Strict):
         "directory (e.g. journal/*)",
     )
     latency: Duration | None = _latency()
+    replica: Literal["a", "b"] | None = Field(
+        None,
+        description="disk-fault, sandbox with `target.sandbox.mirror`: fail only this copy of "
+        "the member's data (vSAN FTT=1's two copies); the other serves, and the failed one is "
+        "resynced from it on revert",
+    )
 
 
 def _disk_fault_check(fault: Any) -> None:
@@ -416,13 +423,20 @@ def _disk_fault_words(fault: Any) -> str:
     if fault.latency:
         parts.append(f"+{_secs(fault.latency)} per {'/'.join(fault.operations)}")
     where = f" of {fault.path}" if fault.path else ""
-    return f"disk fault: {', '.join(parts)}{where}"
+    copy = f" on replica {fault.replica} of its mirrored data" if fault.replica else ""
+    return f"disk fault{copy}: {', '.join(parts)}{where}"
+
+
+def _disk_fault_revert_words(fault: Any, platform: str, them: str) -> str:
+    resync = f", resync replica {fault.replica} from the other" if fault.replica else ""
+    return f"clear the disk fault{resync} on {them}"
 
 
 def _disk_fault_takes_member_down(fault: Any) -> bool:
-    # A member fails on a write or an fsync that fails; slow or failing reads leave it up.
+    # A member fails on a write or an fsync that fails; slow or failing reads leave it up. One
+    # copy of mirrored data failing does not reach the member: the other copy serves.
     failing = {"write", "fsync", "any"} & set(fault.operations)
-    return fault.errno != "none" and bool(failing)
+    return fault.errno != "none" and bool(failing) and fault.replica is None
 
 
 class IopsThrottleFields(Strict):
@@ -1014,14 +1028,23 @@ KINDS: dict[str, KindSpec] = {
             fields=DiskFaultFields,
             check=_disk_fault_check,
             fields_doc="`errno` (EIO, ENOSPC, ... or none), `operations` (read, write, fsync, "
-            "open, any), `probability`, `path` (glob), `latency`",
+            "open, any), `probability`, `path` (glob), `latency`; `replica` (a or b: one copy "
+            "of a sandbox member's mirrored data)",
             needs_duration=True,
             plan=_lasting(_disk_fault_words),
-            plan_revert=_undo("clear the disk fault"),
+            plan_revert=_disk_fault_revert_words,
             takes_member_down=_disk_fault_takes_member_down,
             local_tools=("fuse",),
             platforms={
-                _MACHINE: (Way("faultfs: an errno share and/or latency per operation"),),
+                _MACHINE: (
+                    Way(
+                        "faultfs with `replica`: one of the two copies of a mirrored sandbox "
+                        "member's data (`target.sandbox.mirror`) fails, masked by the other, "
+                        "resynced in the background on revert",
+                        when="replica",
+                    ),
+                    Way("faultfs: an errno share and/or latency per operation"),
+                ),
                 "kubernetes": (
                     Way(
                         "Chaos Mesh IOChaos: an errno or a latency",

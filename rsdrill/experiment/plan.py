@@ -280,6 +280,9 @@ def describe_target(target: Target) -> list[str]:
         + (f", {target.data_mb} MB of data preloaded" if target.data_mb else ""),
         "left running after the run" if target.keep else "torn down after the run",
     ]
+    if target.sandbox is not None and target.sandbox.mirror:
+        lines.append("each member's data on two copies (replicas a: data/, b: data-b/), "
+                     "mirrored through faultfs")  # fmt: skip
     return lines
 
 

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from rsdrill.experiment.kinds import AnyKindFields
     from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
     from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform
+    from rsdrill.platforms.sandbox.options import SandboxPlatform
     from rsdrill.platforms.vsphere.options import VsphereFault, VspherePlatform
 
 __all__ = ["Duration", "FieldProblem", "Restart", "Strict", "format_duration", "parse_duration"]
@@ -173,6 +174,7 @@ _TARGET_SECTIONS = {n: p.options for n, p in platforms().items() if p.options is
 if TYPE_CHECKING:
     # What type checkers see: the built-in platforms' sections (others are found by name).
     class Target(_Target):
+        sandbox: SandboxPlatform | None = None
         kubernetes: KubernetesPlatform | None = None
         ec2: Ec2Platform | None = None
         vsphere: VspherePlatform | None = None

@@ -1,4 +1,5 @@
-"""`python -m rsdrill.faultfs serve SOURCE MOUNTPOINT --state-dir D`: the mount's daemon.
+"""`python -m rsdrill.faultfs serve SOURCE MOUNTPOINT --state-dir D [--mirror DIR]`: the
+mount's daemon (with `--mirror`, SOURCE is replica a of a mirrored backing and DIR replica b).
 
 Runs in the foreground until unmounted (or SIGTERM/SIGINT, which unmount). Started by
 `mount.mount()`; not meant to be run by hand.
@@ -19,6 +20,7 @@ from pathlib import Path
 from rsdrill.faultfs.binding import fuse_binding
 from rsdrill.faultfs.compiled import LAYERS, CompiledDataPath, choose_layer, compiled_binary
 from rsdrill.faultfs.control import ControlServer, socket_name
+from rsdrill.faultfs.mirror import MIRROR_FILE, Backing
 from rsdrill.faultfs.mount import (
     FSTYPE,
     MOUNT_TIMEOUT_S,
@@ -56,15 +58,20 @@ def _watch_owner(owner_pid: int, mountpoint: Path) -> None:
 def serve(args: argparse.Namespace) -> None:
     source, mountpoint = Path(args.source), Path(args.mountpoint)
     try:
-        layer = choose_layer(args.layer)
+        layer = choose_layer(args.layer, mirrored=args.mirror is not None)
     except ValueError as exc:
         raise SystemExit(str(exc)) from exc
+    if args.mirror is not None and (args.track_unsynced or args.passthrough):
+        raise SystemExit("faultfs: a mirrored mount neither tracks unsynced writes nor passes "
+                         "files through")  # fmt: skip
     if layer == "python" and args.layer is None and compiled_binary() is None:
         print("faultfs: the compiled data path is not built (no cargo at install): serving "
               "with the Python layer (slower)", flush=True)  # fmt: skip
     info = {"pid": os.getpid(), "source": str(source), "mountpoint": str(mountpoint),
             "track_unsynced": bool(args.track_unsynced), "layer": layer,
-            "socket": socket_name(mountpoint).decode()[1:]}  # fmt: skip
+            "socket": socket_name(mountpoint).decode()[1:], "mirror": args.mirror}  # fmt: skip
+    if args.mirror is not None:  # where the replicas' states are kept (recover reads it)
+        info["mirror_record"] = str(Path(args.state_dir, MIRROR_FILE).resolve())
     if layer == "compiled":
         _serve_compiled(args, source, mountpoint, info)
     else:
@@ -108,11 +115,18 @@ def _serve_python(args: argparse.Namespace, source: Path, mountpoint: Path,
     # Opened before mounting: the backing directory stays reachable under the mount.
     root_fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY)
     state = FaultState()
+    if args.mirror is None:
+        backing = Backing({None: root_fd}, {None: str(source)}, state)
+    else:
+        mirror_fd = os.open(args.mirror, os.O_RDONLY | os.O_DIRECTORY)
+        backing = Backing({"a": root_fd, "b": mirror_fd},
+                          {"a": str(source), "b": os.path.abspath(args.mirror)}, state,
+                          Path(str(info["mirror_record"])))  # fmt: skip
     undo = UndoLog(root_fd) if args.track_unsynced else None
-    ControlServer(mountpoint, state, undo, info).start()
+    ControlServer(mountpoint, state, undo, info, backing).start()
     _started(args, mountpoint, info)
     mfusepy.FUSE(
-        FaultOperations(root_fd, state, undo),
+        FaultOperations(backing, state, undo),
         str(mountpoint),
         foreground=True,
         fsname=FSTYPE.removeprefix("fuse."),
@@ -136,6 +150,11 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--state-dir", required=True)
     run.add_argument("--owner-pid", type=int)
     run.add_argument("--layer", choices=LAYERS, help="compiled (default where built) or python")
+    run.add_argument(
+        "--mirror",
+        metavar="DIR",
+        help="mirror the backing: SOURCE is replica a, DIR replica b (Python layer only)",
+    )
     run.add_argument(
         "--passthrough",
         action="store_true",

@@ -43,14 +43,22 @@ def compiled_binary() -> Path | None:
     return Path(found) if found else None
 
 
-def choose_layer(requested: str | None = None) -> str:
+def choose_layer(requested: str | None = None, *, mirrored: bool = False) -> str:
     """`compiled` or `python`: the one asked for (argument, then the environment), else the
-    compiled layer where it is built. Asking for the compiled one where it is not built fails."""
+    compiled layer where it is built. Asking for the compiled one where it is not built fails,
+    and so does asking for it with a mirrored backing, which only the Python layer serves."""
     layer = requested or os.environ.get(LAYER_ENV) or None
     if layer is not None and layer not in LAYERS:
         raise ValueError(f"faultfs layer {layer!r}: choose from {', '.join(LAYERS)}")
+    if layer == "compiled" and mirrored:
+        raise ValueError(
+            "faultfs: the compiled layer has one backing directory; a mirrored mount is "
+            "served by the Python layer (drop the compiled layer)"
+        )
     if layer == "compiled" and compiled_binary() is None:
         raise ValueError("faultfs: the compiled layer is not built (needs cargo at install)")
+    if mirrored:
+        return "python"
     return layer or ("compiled" if compiled_binary() is not None else "python")
 
 

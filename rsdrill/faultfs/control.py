@@ -2,7 +2,8 @@
 
 One JSON object per line each way. Requests: `{"op": "ping"}`, `{"op": "set", "name": N,
 "rule": {...}}` (see `rules.Rule`), `{"op": "clear"}` or `{"op": "clear", "name": N}`,
-`{"op": "status"}`, `{"op": "power-loss"}`. Replies carry `"ok": true` or `"ok": false,
+`{"op": "status"}` (with a mirrored backing, its replicas' states under `replicas`),
+`{"op": "power-loss"}`. Replies carry `"ok": true` or `"ok": false,
 "error": "..."`. An abstract socket needs no file (no path-length limit, nothing stale left
 behind by a crashed daemon): it exists exactly while the daemon runs.
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rsdrill.faultfs.compiled import CompiledDataPath
+from rsdrill.faultfs.mirror import Backing
 from rsdrill.faultfs.rules import Rule
 from rsdrill.faultfs.state import FaultState
 from rsdrill.faultfs.undo import UndoLog
@@ -83,7 +85,8 @@ class ControlServer:
     """Serves the control requests of one mount from a background thread.
 
     `state` and `undo` are the Python layer's own, or the compiled data path standing in for
-    both (the requests, validation and replies are the same either way).
+    both (the requests, validation and replies are the same either way). `backing`: the
+    Python layer's, told when rules change (a mirror resyncs a replica no rule names any more).
     """
 
     def __init__(
@@ -92,17 +95,19 @@ class ControlServer:
         state: FaultState | CompiledDataPath,
         undo: UndoLog | CompiledDataPath | None,
         info: dict[str, Any],
+        backing: Backing | None = None,
     ) -> None:
         self.state = state
         self.undo = undo
         self.info = info
+        self.backing = backing
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(socket_name(mountpoint))
         self._sock.listen(16)
         self._handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "ping": lambda _: dict(self.info),
             "set": self._set,
-            "clear": lambda m: {"cleared": self.state.clear(m.get("name"))},
+            "clear": self._clear,
             "status": self._status,
             "power-loss": self._power_loss,
         }
@@ -144,12 +149,26 @@ class ControlServer:
 
     def _set(self, message: dict[str, Any]) -> dict[str, Any]:
         rule = Rule.from_dict(dict(message["rule"]))
+        if rule.replica is not None and (self.backing is None or not self.backing.mirrored):
+            raise ValueError(
+                f"replica {rule.replica}: this mount has one backing directory (replicas a "
+                "and b are a mirrored mount's: serve --mirror DIR)"
+            )
         self.state.set_rule(str(message["name"]), rule)
         return {"rules": self.state.rules()}
 
+    def _clear(self, message: dict[str, Any]) -> dict[str, Any]:
+        cleared = self.state.clear(message.get("name"))
+        if self.backing is not None:
+            self.backing.rules_changed()
+        return {"cleared": cleared}
+
     def _status(self, _: dict[str, Any]) -> dict[str, Any]:
         unsynced = self.undo.pending() if self.undo is not None else None
-        return {**self.info, **self.state.snapshot(), "unsynced": unsynced}
+        status = {**self.info, **self.state.snapshot(), "unsynced": unsynced}
+        if self.backing is not None and self.backing.mirrored:
+            status["replicas"] = self.backing.snapshot()
+        return status
 
     def _power_loss(self, _: dict[str, Any]) -> dict[str, Any]:
         if self.undo is None:

@@ -82,13 +82,16 @@ def mount(
     track_unsynced: bool = False,
     layer: str | None = None,
     passthrough: bool = False,
+    mirror: Path | None = None,
     timeout_s: float = MOUNT_TIMEOUT_S,
 ) -> Mount:
     """Mount the fault-injecting filesystem of `source` on `mountpoint` (may be the same).
 
     `layer`: `compiled` or `python` (default: compiled where built, see `compiled.py`).
     `passthrough` (compiled layer, not with `track_unsynced`): files opened while no rule is
-    set bypass the daemon until closed (docs/storage-faults.md).
+    set bypass the daemon until closed (docs/storage-faults.md). `mirror`: a second backing
+    directory, replica b of a mirrored backing whose replica a is `source` (Python layer only,
+    `mirror.py`).
 
     Returns once the mount answers on its control socket; raises FaultFSError otherwise
     (having stopped the daemon again).
@@ -113,6 +116,10 @@ def mount(
         argv += ["--layer", layer]
     if passthrough:
         argv.append("--passthrough")
+    if mirror is not None:
+        if not mirror.is_dir():
+            raise FaultFSError(f"faultfs: mirror {mirror} is not a directory")
+        argv += ["--mirror", os.path.abspath(mirror)]
     log_path = state_dir / LOG_FILE
     with log_path.open("ab") as log:
         process = subprocess.Popen(

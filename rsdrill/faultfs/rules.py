@@ -15,6 +15,8 @@ from typing import Any
 # fdatasync, `open` covers open and create; metadata operations are never faulted (except by
 # `detach`, which fails everything).
 OPERATIONS = ("read", "write", "fsync", "open")
+# The backing replicas of a mirrored mount (`mirror.py`) a rule can name.
+REPLICAS = ("a", "b")
 
 
 class RuleError(ValueError):
@@ -36,6 +38,8 @@ class Rule:
     `path` is a glob matched against the path relative to the mount's root (`journal/*`);
     None matches every file. Rates are per second; None means no cap. `iops` and
     `bytes_per_s` cap reads and writes together, the `read_`/`write_` ones each direction.
+    `replica` (a mirrored mount only): the rule acts on that backing replica's operations, not
+    on the mount's, so the mount masks it while the other replica is in sync.
     """
 
     errno: str | None = None
@@ -50,6 +54,7 @@ class Rule:
     read_bytes_per_s: float | None = None
     write_bytes_per_s: float | None = None
     detach: bool = False
+    replica: str | None = None
 
     def __post_init__(self) -> None:
         if self.errno is not None:
@@ -67,6 +72,11 @@ class Rule:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise RuleError(f"{name}: must be positive")
+        if self.replica is not None and self.replica not in REPLICAS:
+            raise RuleError(f"replica: {self.replica!r} is not one of {', '.join(REPLICAS)}")
+        if self.replica is not None and self.detach:
+            raise RuleError("replica: a replica's rule fails or slows its data operations; "
+                            "detach acts on the whole mount")  # fmt: skip
 
     @property
     def errno_value(self) -> int | None:

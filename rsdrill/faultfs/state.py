@@ -81,6 +81,11 @@ class FaultState:
             self._wake()
         return names
 
+    def replicas_named(self) -> set[str]:
+        """The mirror's replicas some rule acts on."""
+        with self._lock:
+            return {a.rule.replica for a in self._rules.values() if a.rule.replica is not None}
+
     def rules(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             return {name: active.rule.to_dict() for name, active in self._rules.items()}
@@ -88,7 +93,7 @@ class FaultState:
     @property
     def detached(self) -> bool:
         with self._lock:
-            return any(a.rule.detach for a in self._rules.values())
+            return any(a.rule.detach for a in self._rules.values() if a.rule.replica is None)
 
     def _wake(self) -> None:
         self._changed.set()
@@ -96,15 +101,19 @@ class FaultState:
 
     # -- the data path -----------------------------------------------------------------------
 
-    def admit(self, operation: str, path: str, nbytes: int = 0) -> int | None:
+    def admit(self, operation: str, path: str, nbytes: int = 0,
+              replica: str | None = None) -> int | None:  # fmt: skip
         """Apply the rules to one operation: the errno to fail it with, or None to go ahead.
 
+        `replica`: the operation on that backing replica of a mirrored mount, which only the
+        rules naming it act on (None: the mount's own operation, which only the others do).
         Sleeps first for latency and rate caps (outside the lock).
         """
         with self._lock:
-            actives = list(self._rules.values())
+            actives = [a for a in self._rules.values() if a.rule.replica == replica]
             changed = self._changed
-            self.counters[operation] += 1
+            if replica is None:
+                self.counters[operation] += 1
         if not actives:
             return None
         latency = queued = 0.0
@@ -130,13 +139,14 @@ class FaultState:
                 active.hits.update(matched=int(matched), failed=int(failed), slowed=int(delay > 0))
         wait = latency + queued
         if wait > 0:
-            self._count("delayed")
+            self._count("delayed" if replica is None else f"replica_{replica}_delayed")
             # Ends early when the rules change (a revert must not wait out a queue).
             changed.wait(wait)
             if self.detached:
                 return errno.EIO
         if failure is not None:
-            self._count(f"failed_{operation}")
+            where = "" if replica is None else f"replica_{replica}_"
+            self._count(f"{where}failed_{operation}")
         return failure
 
     def _count(self, name: str, active: _Active | None = None, hit: str = "") -> None:

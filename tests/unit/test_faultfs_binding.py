@@ -76,8 +76,13 @@ def test_rsdrill_check_names_the_extra_for_the_python_layer_only(
     failed check saying what to install; the compiled layer needs no binding."""
     monkeypatch.setitem(sys.modules, "mfusepy", None)
     monkeypatch.setenv(LAYER_ENV, "python")
-    check = _fuse_check()
+    check = _fuse_check(mirrored=False)
     assert check.ok is False and MISSING.removeprefix("faultfs: ") in check.detail
     if compiled_binary() is not None:
         monkeypatch.setenv(LAYER_ENV, "compiled")
-        assert MISSING.removeprefix("faultfs: ") not in _fuse_check().detail
+        assert MISSING.removeprefix("faultfs: ") not in _fuse_check(mirrored=False).detail
+        # Mirrored data are the Python layer's: asking for the compiled one is the problem.
+        mirrored = _fuse_check(mirrored=True)
+        assert mirrored.ok is False and "mirrored mount is served by the Python" in mirrored.detail
+    monkeypatch.delenv(LAYER_ENV)
+    assert MISSING.removeprefix("faultfs: ") in _fuse_check(mirrored=True).detail

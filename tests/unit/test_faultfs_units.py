@@ -1,4 +1,5 @@
-"""faultfs pieces without a mount: rules, the token bucket's pacing, undo records."""
+"""faultfs pieces without a mount: rules, the token bucket's pacing, undo records, a mirrored
+backing's degrading and resync."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rsdrill.faultfs.bucket import TokenBucket
+from rsdrill.faultfs.mirror import Backing
 from rsdrill.faultfs.operations import FaultOperations
 from rsdrill.faultfs.rules import Rule, RuleError
 from rsdrill.faultfs.state import FaultState
@@ -33,6 +35,8 @@ def test_rule_matching_by_operation_and_glob() -> None:
         ({"write_iops": 0}, "write_iops"),
         ({"latency_s": -1}, "latency_s"),
         ({"nope": 1}, "unknown rule field"),
+        ({"replica": "c"}, "replica: 'c' is not one of a, b"),
+        ({"replica": "a", "detach": True}, "detach acts on the whole mount"),
     ],
 )
 def test_rule_rejects_bad_fields_naming_them(raw: dict[str, object], message: str) -> None:
@@ -64,6 +68,50 @@ def test_state_fails_detached_and_errors_by_probability() -> None:
     assert state.admit("read", "f") == 5
     assert state.clear() == ["e", "d"]
     assert state.admit("write", "f") is None
+
+
+def test_replica_rules_act_on_that_replica_only() -> None:
+    state = FaultState()
+    state.set_rule("a", Rule(errno="EIO", operations=("any",), replica="a"))
+    assert state.admit("write", "f") is None  # the mount's own operation
+    assert state.admit("write", "f", replica="b") is None
+    assert state.admit("write", "f", replica="a") == 5
+    assert state.replicas_named() == {"a"}
+    assert state.counters["replica_a_failed_write"] == 1 and state.counters["write"] == 1
+
+
+def test_a_mirror_masks_a_failed_replica_and_resyncs_it(tmp_path: Path) -> None:
+    roots: dict[str | None, int] = {}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        roots[name] = os.open(tmp_path / name, os.O_RDONLY | os.O_DIRECTORY)
+    state = FaultState()
+    record = tmp_path / "mirror.json"
+    backing = Backing(roots, {n: str(tmp_path / str(n)) for n in roots}, state, record)
+    try:
+        created = os.O_CREAT | os.O_RDWR
+        fh = backing.open("f", created, "open", lambda root: os.open("f", created, dir_fd=root))
+        state.set_rule("fail-a", Rule(errno="EIO", operations=("write",), replica="a"))
+        assert backing.write(fh, "write", "f", (0, 3), lambda fd: os.pwrite(fd, b"abc", 0)) == 3
+        assert backing.snapshot()["a"]["state"] == "degraded"
+        assert (tmp_path / "b" / "f").read_bytes() == b"abc"
+        assert (tmp_path / "a" / "f").read_bytes() == b""
+        state.clear("fail-a")
+        backing.rules_changed()
+        deadline = time.monotonic() + 10
+        while backing.snapshot()["a"]["state"] != "in-sync" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (tmp_path / "a" / "f").read_bytes() == b"abc"
+        (resync,) = backing.snapshot()["a"]["resyncs"]
+        assert resync["from"] == "b" and resync["bytes"] == 3 and resync["files"] == 1
+        # Both replicas written again, through the handle opened before the failure.
+        backing.write(fh, "write", "f", (0, 1), lambda fd: os.pwrite(fd, b"Z", 0))
+        assert (tmp_path / "a" / "f").read_bytes() == (tmp_path / "b" / "f").read_bytes() == b"Zbc"
+        assert '"in-sync"' in record.read_text()
+        backing.release(fh)
+    finally:
+        for fd in roots.values():
+            os.close(fd)
 
 
 def test_undo_restores_the_synced_bytes_once_per_range(tmp_path: Path) -> None:
@@ -99,7 +147,8 @@ def test_utimens_sets_given_times_and_without_times_now(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x")
     root = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        ops = FaultOperations(root, FaultState(), None)
+        state = FaultState()
+        ops = FaultOperations(Backing({None: root}, {None: str(tmp_path)}, state), state, None)
         ops.utimens("/f", (1_000_000_000, 2_000_000_000))
         st = os.stat(tmp_path / "f")
         assert (st.st_atime_ns, st.st_mtime_ns) == (1_000_000_000, 2_000_000_000)

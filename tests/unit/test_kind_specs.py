@@ -59,7 +59,12 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"restart": {"volume": "wipe"}},
         {"vsphere": {"restart_on": "other"}},
     ),
-    "disk-fault": ({}, {"latency": "50ms", "errno": "none"}),
+    # `target` (merged into the platform's target): one copy of a mirrored sandbox's data.
+    "disk-fault": (
+        {},
+        {"latency": "50ms", "errno": "none"},
+        {"replica": "a", "target": {"sandbox": {"mirror": True}}},
+    ),
     "iops-throttle": (
         {"iops": 100},
         {"iops": 100, "ec2": {"accept_modification_limit": True}},
@@ -116,10 +121,12 @@ def _loading(kind: str, platform: str) -> list[Experiment]:
     for engine, options in itertools.product(
         (None, *ENGINES.get(platform, ())), VARIANTS.get(kind, ({},))
     ):
-        fault = {"at": 1, "kind": kind, "duration": 60, **options, **OPTED_IN}
+        fields = {k: v for k, v in options.items() if k != "target"}
+        fault = {"at": 1, "kind": kind, "duration": 60, **fields, **OPTED_IN}
         if engine is not None:
             fault["engine"] = engine
-        doc = {"name": "x", "target": TARGETS[platform], "faults": [fault], "steps": steps}
+        target = {**TARGETS[platform], **options.get("target", {})}
+        doc = {"name": "x", "target": target, "faults": [fault], "steps": steps}
         try:
             loaded.append(Experiment.model_validate(doc))
         except ValidationError:

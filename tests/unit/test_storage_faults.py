@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from rsdrill.experiment.kinds import KINDS, holds
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment, Fault, make_fault
 from rsdrill.platforms.machine.disk import describe_rule, needs_faultfs, rule_for
 
@@ -67,3 +69,57 @@ def test_local_members_must_name_their_faultfs_mount() -> None:
         _load(head + "faults:\n  - {at: 1s, kind: host-kill, duration: 5s, power_loss: true}\n")
     assert "members[1].faultfs" in str(caught.value) or "members.1.faultfs" in str(caught.value)
     assert _load(head + "faults:\n  - {at: 1s, kind: host-kill, duration: 5s}\n")
+
+
+def test_a_replica_fault_is_a_rule_on_that_copy_and_no_outage() -> None:
+    failing = fault("{at: 1s, kind: disk-fault, duration: 5s, replica: b, operations: [any]}")
+    assert rule_for(failing).replica == "b"
+    assert rule_for(fault("{at: 1s, kind: disk-fault, duration: 5s}")).replica is None
+    # The other copy serves: the guards do not count the member as down.
+    assert not holds(KINDS["disk-fault"].takes_member_down, failing)
+    whole = fault("{at: 1s, kind: disk-fault, duration: 5s}")
+    assert holds(KINDS["disk-fault"].takes_member_down, whole)
+
+
+MIRRORED = "name: x\ntarget: {platform: sandbox, sandbox: {mirror: true}}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [
+        ("name: x\ntarget: {platform: sandbox}\nfaults:\n"
+         "  - {at: 1s, kind: disk-fault, duration: 5s, replica: a}\n",
+         "exp.yaml:4:55: faults[0].replica",
+         "replica a is one copy of a sandbox member's mirrored data: add `sandbox: {mirror: "
+         "true}` to the target"),
+        (MIRRORED + "faults:\n  - {at: 1s, kind: host-kill, duration: 5s, power_loss: true}\n",
+         "exp.yaml:4:57: faults[0].power_loss", "mirrored data (target.sandbox.mirror)"),
+        ("name: x\ntarget: {platform: sandbox, keep: true, sandbox: {mirror: true}}\nfaults:\n"
+         "  - {at: 1s, kind: host-kill, duration: 5s}\n",
+         "exp.yaml:2:", "mirrored data put the members on faultfs"),
+        (MIRRORED + "faults:\n  - {at: 1s, kind: disk-fill, duration: 5s}\n",
+         "exp.yaml:4:20: faults[0].kind", "mirrored data cannot share a run"),
+        ("name: x\ntarget: {platform: kubernetes, uri: 'mongodb://h:1/', kubernetes: {}}\n"
+         "faults:\n  - {at: 1s, kind: disk-fault, duration: 5s, replica: a}\n",
+         "exp.yaml:4:55: faults[0].replica", "not rsdrill's to fail one by one"),
+        ("name: x\ntarget: {platform: local, sandbox: {mirror: true}}\nfaults: []\n",
+         "exp.yaml:2:27: target.sandbox", "a `sandbox` section, but the platform is local"),
+    ],
+)  # fmt: skip
+def test_mirrored_data_and_replica_faults_are_refused_where_they_cannot_be(
+    text: str, where: str, message: str
+) -> None:
+    with pytest.raises(ExperimentError) as caught:
+        _load(text)
+    assert str(caught.value).startswith(where), str(caught.value)
+    assert message in str(caught.value), str(caught.value)
+
+
+def test_mirrored_sandbox_loads_and_puts_members_on_faultfs() -> None:
+    exp = _load(MIRRORED + "faults:\n  - {at: 1s, kind: disk-fault, duration: 5s, replica: a}\n")
+    assert exp.target.sandbox is not None and exp.target.sandbox.mirror
+    assert exp.faults[0].replica == "a"
+    plan = render_plan(exp)
+    assert "each member's data on two copies (replicas a: data/, b: data-b/)" in plan
+    assert "disk fault on replica a of its mirrored data: EIO on write/fsync for 5s" in plan
+    assert "clear the disk fault, resync replica a from the other on it" in plan

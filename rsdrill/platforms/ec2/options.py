@@ -249,6 +249,9 @@ def _check_kind(i: int, fault: Fault, engine: str, platform: Ec2Platform) -> Non
         if fault.path is not None:
             raise _problem(i, "path", text="aws:ebs:volume-io-latency acts on the whole volume: "
                            "drop `path`")  # fmt: skip
+        if fault.replica is not None:
+            raise _problem(i, "replica", text="an EBS volume's copies are AWS's, not rsdrill's "
+                           "to fail one by one: drop `replica`")  # fmt: skip
     elif fault.kind == "network-degrade":
         _check_degrade(i, fault)
     elif fault.kind == "network-partition":

@@ -224,6 +224,12 @@ def _check_kind(fault: Fault, at: tuple[str | int, ...]) -> None:
         raise FieldProblem(
             (*at, "power_loss"), "power_loss needs the sandbox or local platform's storage layer"
         )
+    if fault.kind == "disk-fault" and fault.replica is not None:
+        raise FieldProblem(
+            (*at, "replica"),
+            "replica is one copy of a sandbox member's mirrored data; a volume's copies on "
+            "kubernetes are its storage's, not rsdrill's to fail one by one",
+        )
     if fault.kind == "disk-fault" and fault.errno != "none" and fault.latency is not None:
         raise FieldProblem(
             (*at, "latency"),

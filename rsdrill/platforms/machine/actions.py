@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.schema import LocalMember
 from rsdrill.faultfs.control import ControlError, request
+from rsdrill.faultfs.mirror import IN_SYNC, resync_offline
 from rsdrill.faultfs.mount import unmount_all
 from rsdrill.platforms.base import RevertAction, TargetError
 from rsdrill.platforms.machine.cgroup import leave
@@ -74,18 +76,45 @@ def _sandbox_down(action: dict[str, Any]) -> str:
     return done + (f"; unmounted {len(small)} member disk(s)" if small else "")
 
 
+# How long a revert waits for a copy of mirrored data to be resynced (the sandbox's data take
+# well under a second; the member is served all along, only the run's schedule waits).
+RESYNC_WAIT_S = 120.0
+
+
 def faultfs_clear(action: dict[str, Any]) -> str:
-    """Revert action `faultfs-clear`: drop the rule; restart the member if it died meanwhile."""
+    """Revert action `faultfs-clear`: drop the rule; restart the member if it died meanwhile.
+    A rule on one copy of mirrored data (`mirror`): wait for the mount to resync that copy, or
+    resync it here when the mount is gone."""
     host, mountpoint = action["host"], Path(action["mountpoint"])
     try:
         cleared = request(mountpoint, {"op": "clear", "name": action["rule"]})["cleared"]
         done = f"{host}: {action['rule']} cleared" if cleared else f"{host}: no rule to clear"
     except ControlError:
         done = f"{host}: faultfs no longer mounted, nothing to clear"
+    if action.get("mirror"):
+        done += f"; {_resynced(mountpoint, action['mirror'])}"
     restart = action.get("restart")
     if restart:  # restart actions do nothing when the member still runs
         done += f"; {REVERT_ACTIONS[restart['action']](restart)}"
     return done
+
+
+def _resynced(mountpoint: Path, mirror: dict[str, Any]) -> str:
+    """Wait for the mount to resync the cleared copy; resync it offline if the mount is gone."""
+    replica, deadline = mirror["replica"], time.monotonic() + RESYNC_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            state = request(mountpoint, {"op": "status"})["replicas"][replica]
+        except ControlError:
+            done = resync_offline(Path(mirror["record"]))
+            return "; ".join(done) + " (offline)" if done else f"replica {replica} in sync"
+        if state["state"] == IN_SYNC:
+            resync = (state["resyncs"] or [{}])[-1]
+            return f"replica {replica} in sync" + (
+                f" (resynced in {resync['seconds']:g} s)" if resync else ""
+            )
+        time.sleep(0.05)
+    return f"replica {replica} still resyncing after {RESYNC_WAIT_S:g} s (the mount goes on)"
 
 
 def _cgroup_leave(action: dict[str, Any]) -> str:

@@ -2,7 +2,8 @@
 fault-injecting filesystem mounted over a member's data directory (`rsdrill/faultfs/`):
 
 - disk-fault: an errno on a share of reads, writes, fsyncs or opens, optionally only for paths
-  matching a glob, and/or latency added to them;
+  matching a glob, and/or latency added to them; with `replica`, on one copy of a mirrored
+  sandbox member's data only (the mount masks it, and resyncs the copy on revert);
 - iops-throttle: IOPS and bandwidth caps (token buckets), separate for reads and writes;
 - volume-detach: every operation fails with EIO at once, as when the volume vanishes;
 - host-kill with `power_loss: true`: after the SIGKILL, writes not yet fsynced are dropped.
@@ -65,6 +66,7 @@ def rule_for(fault: Fault) -> Rule:
                 probability=fault.probability,
                 path=fault.path,
                 latency_s=latency,
+                replica=fault.replica,
             )
     except RuleError as exc:
         raise InjectionError(f"{fault.kind}: {exc}") from exc
@@ -100,26 +102,34 @@ class StorageFault:
     volume-detach)."""
 
     def __init__(self, kind: str, target: str, mountpoint: Path, rule: Rule,
-                 restart_action: dict[str, Any] | None) -> None:  # fmt: skip
+                 restart_action: dict[str, Any] | None,
+                 mirror_record: str | None = None) -> None:  # fmt: skip
         self.kind = kind
         self.target = target
         self.mountpoint = mountpoint
         self.rule = rule
         self.name = f"{kind}-{secrets.token_hex(4)}"
         self._restart_action = restart_action
+        self._mirror_record = mirror_record
         self._hits: dict[str, int] = {}
+        self._replica: dict[str, Any] = {}
 
     def describe(self) -> str:
-        return f"{self.kind} on {self.target} ({self.mountpoint}): {describe_rule(self.rule)}"
+        copy = f" replica {self.rule.replica}" if self.rule.replica else ""
+        return (f"{self.kind} on {self.target} ({self.mountpoint}{copy}): "
+                f"{describe_rule(self.rule)}")  # fmt: skip
 
     def revert_action(self) -> dict[str, Any] | None:
-        return {
+        action = {
             "action": "faultfs-clear",
             "host": self.target,
             "mountpoint": str(self.mountpoint),
             "rule": self.name,
             "restart": self._restart_action,
         }
+        if self.rule.replica is not None:  # resynced once cleared: waited for, also offline
+            action["mirror"] = {"replica": self.rule.replica, "record": self._mirror_record}
+        return action
 
     def inject(self) -> None:
         try:
@@ -145,10 +155,22 @@ class StorageFault:
             faultfs_clear(self.revert_action() or {})
         except TargetError as exc:
             raise InjectionError(str(exc)) from exc
+        if self.rule.replica is not None:
+            try:
+                replicas = request(self.mountpoint, {"op": "status"})["replicas"]
+                self._replica = {"name": self.rule.replica, **replicas[self.rule.replica]}
+            except ControlError:
+                self._replica = {"name": self.rule.replica, "state": "mount gone"}
 
     def report(self) -> dict[str, Any]:
-        """For the result: operations the rule matched, failed and slowed while it was set."""
-        return {"operations": self._hits}
+        """For the result: operations the rule matched, failed and slowed while it was set;
+        for one copy of mirrored data, that copy's state after the revert: when it was
+        degraded, and its resync (seconds, bytes and files copied, how long writes were held)."""
+        if not self._replica:
+            return {"operations": self._hits}
+        resyncs = self._replica.get("resyncs") or [None]
+        replica = {k: v for k, v in self._replica.items() if k != "resyncs"}
+        return {"operations": self._hits, "replica": {**replica, "resync": resyncs[-1]}}
 
 
 class PowerLossKill(HostKill):
@@ -190,10 +212,24 @@ def _faultfs(target: MachineTarget, fault: Fault, host: str) -> Path:
     return mountpoint
 
 
+def _mirror_record(mountpoint: Path, replica: str, host: str) -> str:
+    """Where the mirrored mount keeps its replicas' states (refused: a mount with one copy)."""
+    try:
+        record = request(mountpoint, {"op": "ping"}).get("mirror_record")
+    except ControlError as exc:
+        raise InjectionError(f"disk-fault {host}: {exc}") from exc
+    if not record:
+        raise InjectionError(f"disk-fault replica {replica} on {host}: its data directory is "
+                             "not mirrored (target.sandbox.mirror)")  # fmt: skip
+    return str(record)
+
+
 def storage_fault(target: MachineTarget, fault: Fault, host: str) -> StorageFault:
     """disk-fault, iops-throttle and volume-detach on a member process: a faultfs rule."""
-    return StorageFault(fault.kind, host, _faultfs(target, fault, host), rule_for(fault),
-                        target.hosts.restart_action(host, wipe=False))  # fmt: skip
+    mountpoint, rule = _faultfs(target, fault, host), rule_for(fault)
+    record = None if rule.replica is None else _mirror_record(mountpoint, rule.replica, host)
+    return StorageFault(fault.kind, host, mountpoint, rule,
+                        target.hosts.restart_action(host, wipe=False), record)  # fmt: skip
 
 
 def host_kill(target: MachineTarget, fault: Fault, host: str) -> Injector:

@@ -25,9 +25,9 @@ def check_experiment(exp: Experiment) -> None:
         if fault.kind == "disk-fill" and exp.target.platform == "local":
             raise FieldProblem(("faults", i, "kind"), "disk-fill fills the sandbox members' own "
                                "disks; rsdrill will not fill a local member's")  # fmt: skip
-        if fault.kind == "disk-fill" and needs_faultfs(exp.faults)[0]:
-            raise FieldProblem(("faults", i, "kind"), "disk-fill and faults through faultfs "
-                               "cannot share a run (one data directory)")  # fmt: skip
+        if fault.kind == "disk-fill" and _on_faultfs(exp):
+            raise FieldProblem(("faults", i, "kind"), "disk-fill and faults through faultfs or "
+                               "mirrored data cannot share a run (one data directory)")  # fmt: skip
         if fault.kind == "disk-fill" and exp.target.keep:
             raise FieldProblem(("target", "keep"), "disk-fill puts the members on disks of the "
                                "run's own: the sandbox cannot be kept")  # fmt: skip
@@ -74,19 +74,42 @@ def check_experiment(exp: Experiment) -> None:
     _check_storage(exp)
 
 
-def _check_storage(exp: Experiment) -> None:
-    """Storage faults and power_loss act through faultfs under the members' data: a sandbox
-    mounts it for the run only (so it cannot be kept), local members must name their mount."""
-    from rsdrill.platforms.machine.disk import needs_faultfs
+def _mirrored(exp: Experiment) -> bool:
+    """The sandbox keeps each member's data on two copies (`target.sandbox.mirror`)."""
+    return exp.target.sandbox is not None and exp.target.sandbox.mirror
 
-    on_faultfs, _ = needs_faultfs(exp.faults)
-    if not on_faultfs:
+
+def _on_faultfs(exp: Experiment) -> bool:
+    return needs_faultfs(exp.faults)[0] or _mirrored(exp)
+
+
+def _check_mirror(exp: Experiment) -> None:
+    """A disk-fault's `replica` is one copy of mirrored data: only a mirrored sandbox has them.
+    Mirrored data have no undo records, which power_loss needs."""
+    for i, fault in enumerate(exp.faults):
+        if fault.kind == "disk-fault" and fault.replica is not None and not _mirrored(exp):
+            where = ("add `sandbox: {mirror: true}` to the target" if exp.target.platform ==
+                     "sandbox" else "a local member's data directory has one copy")  # fmt: skip
+            raise FieldProblem(("faults", i, "replica"), f"replica {fault.replica} is one copy "
+                               f"of a sandbox member's mirrored data: {where}")  # fmt: skip
+        if fault.kind == "host-kill" and fault.power_loss and _mirrored(exp):
+            raise FieldProblem(("faults", i, "power_loss"), "power_loss drops the writes one "
+                               "data directory has not fsynced; mirrored data (target.sandbox."
+                               "mirror) keep no record of them")  # fmt: skip
+
+
+def _check_storage(exp: Experiment) -> None:
+    """Storage faults, power_loss and mirrored data act through faultfs under the members'
+    data: a sandbox mounts it for the run only (so it cannot be kept), local members must name
+    their mount."""
+    _check_mirror(exp)
+    if not _on_faultfs(exp):
         return
     if exp.target.platform == "sandbox" and exp.target.keep:
         raise FieldProblem(
             ("target", "keep"),
-            "storage faults and power_loss put the members on faultfs for the run only: "
-            "drop `keep`",
+            "storage faults, power_loss and mirrored data put the members on faultfs for the "
+            "run only: drop `keep`",
         )
     for i, member in enumerate(exp.target.members):
         if not member.faultfs:

@@ -3,10 +3,12 @@ processes on this machine, faulted as the local platform's members are."""
 
 from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.machine import INJECTORS
+from rsdrill.platforms.sandbox.options import SandboxPlatform
 
 platform = PackagePlatform(
     "sandbox",
     __name__,
     checks="rsdrill.platforms.machine.options",
+    options=SandboxPlatform,
     injectors=INJECTORS,
 )

@@ -104,7 +104,8 @@ class SandboxTarget:
     platform = "sandbox"
 
     def __init__(self, config: Target, directory: Path, faults: Sequence[Fault] = ()) -> None:
-        """`faults`: the experiment's; storage faults put the members' data on faultfs."""
+        """`faults`: the experiment's; storage faults put the members' data on faultfs (and
+        so does `target.sandbox.mirror`, mirrored)."""
         self.config = config
         self.topology = config.topology
         self.directory = directory
@@ -133,9 +134,10 @@ class SandboxTarget:
         self._sandbox: Sandbox | None = None
         self.small_disks = any(f.kind == "disk-fill" for f in faults)
         on_faultfs, track_unsynced = needs_faultfs(faults)
+        mirror = config.sandbox is not None and config.sandbox.mirror
         self.volumes = (
-            MemberVolumes(directory, self.spec, track_unsynced=track_unsynced)
-            if on_faultfs
+            MemberVolumes(directory, self.spec, track_unsynced=track_unsynced, mirror=mirror)
+            if on_faultfs or mirror
             else None
         )
 
@@ -185,6 +187,8 @@ class SandboxTarget:
             unmount_small_disks(self.directory)
         if self._sandbox is None or self.config.keep:
             return
+        if self.volumes is not None and self.volumes.mirror:
+            return  # both copies of mirrored data kept whole: they can be compared after
         # Keep each member's events, log and rollback files with the result; drop the bulk.
         for member in self.spec.members:
             for path in (member_dir(self.directory, member) / "data").glob(f"{DATABASE}*"):

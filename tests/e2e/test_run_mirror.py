@@ -1,0 +1,157 @@
+"""vSAN's capacity-disk failure, measured on the sandbox (experiments/vsan-disk-ftt1.yaml and
+vsan-disk-ftt0.yaml at test speed): with each member's data on two copies (FTT=1) one failing
+copy interrupts nothing and is resynced on revert, both copies equal afterwards; without the
+second copy (FTT=0) the same failure ends the member and writes stop. A SIGKILLed run's copy
+failure is cleared and resynced by `rsdrill recover`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rsdrill.faultfs.mirror import MIRROR_FILE
+from rsdrill.faultfs.mount import daemon_pid, faultfs_mounts, unmount_all
+from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.sandbox.groundtruth import first_after
+from tests.e2e.test_run_cli import _wait_for_text
+from tests.e2e.test_run_storage import _catalog, _injected_mono, _run
+from tests.integration.faultfs_support import ensure_faultfs_tools
+from tests.integration.support import wait_until
+
+# 1 s elections, a 4 s fault: the catalog's experiments at test speed.
+FAST = {"target.election_timeout": "1s", "faults.0.at": "3s", "faults.0.duration": "4s",
+        "observe.after_revert": "4s"}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def no_mount_left(tmp_path: Path) -> Iterator[None]:
+    ensure_faultfs_tools()
+    yield
+    left = faultfs_mounts(tmp_path)
+    unmount_all(tmp_path)
+    assert not left, f"faultfs mounts left behind: {left}"
+    assert all(daemon_pid(p) is None for p in left)
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        if path.is_file() else "dir"
+        for path in sorted(root.rglob("*"))
+    }  # fmt: skip
+
+
+def _experiment(name: str, topology: str, **changes: Any) -> dict[str, Any]:
+    spec = _catalog(name, **{**FAST, "target.topology": topology, **changes})
+    del spec["matrix"]
+    return spec
+
+
+def _writes(out: Path) -> list[dict[str, Any]]:
+    """The write probe's attempts, from the run's history."""
+    history = (out / "history.jsonl").read_text().splitlines()
+    return [op for op in map(json.loads, history) if op["probe"] == "write"]
+
+
+@pytest.mark.parametrize("topology", ["rs1", "rs3"])
+def test_ftt1_one_copy_failing_interrupts_nothing_and_is_resynced(
+    tmp_path: Path, topology: str
+) -> None:
+    result = _run(tmp_path, _experiment("vsan-disk-ftt1", topology))
+    assert result.verdict == "pass", (result.error, result.slo)
+    out = tmp_path / "out"
+    writes = _writes(out)
+    # No interruption, measured: not one write failed, and the longest window between two
+    # successful writes stays at the probe's floor (an interval and a write's latency).
+    assert len(writes) > 150 and all(op["outcome"] == "ok" for op in writes), len(writes)
+    m = result.metrics
+    assert m.write_unavailable_s is not None and m.write_unavailable_s <= 1.0, m
+    assert m.lost_acknowledged_writes == 0 and m.failover_s is None
+    primary = result.faults[0].target
+    assert [s for _, s in m.member_states[primary]] == ["PRIMARY"]
+    assert first_after(out / "sandbox", "fatal", 0, member=primary) is None
+    # The copy was degraded by its first failed operation, then resynced on revert.
+    detail = result.faults[0].detail
+    assert detail["operations"]["failed"] >= 1
+    replica = detail["replica"]
+    assert replica["name"] == "a" and replica["state"] == "in-sync", replica
+    assert replica["error"] == "Input/output error" and replica["degraded_at"] is not None
+    resync = replica["resync"]
+    assert resync["from"] == "b" and 0 < resync["seconds"] < 60 and resync["bytes"] > 0
+    assert resync["held_s"] <= resync["seconds"]
+    # Intact after the resync: the two copies of every member's data are the same files.
+    for member in (out / "sandbox" / "members").iterdir():
+        a, b = tree(member / "data"), tree(member / "data-b")
+        assert a == b and len(a) >= 2, (member, a, b)
+
+
+@pytest.mark.parametrize(("topology", "at_least_s"), [("rs1", 3.0), ("rs3", 1.0)])
+def test_ftt0_the_same_failure_ends_the_member(
+    tmp_path: Path, topology: str, at_least_s: float
+) -> None:
+    result = _run(tmp_path, _experiment("vsan-disk-ftt0", topology))
+    assert result.verdict == "fail", (result.error, result.slo)  # the <= 0.5 SLO, on purpose
+    m = result.metrics
+    # rs1: nothing serves until the revert restarts the member (the fault's 4 s); rs3: until
+    # the secondaries elect after their 1 s election timeout.
+    assert m.write_unavailable_s is not None and m.write_unavailable_s > at_least_s, m
+    assert any(op["outcome"] != "ok" for op in _writes(tmp_path / "out"))
+    victim = result.faults[0].target
+    fatal = first_after(tmp_path / "out" / "sandbox", "fatal", _injected_mono(result),
+                        member=victim)  # fmt: skip
+    assert fatal is not None and "disk I/O error" in fatal["error"], fatal
+    assert "replica" not in result.faults[0].detail
+    assert m.lost_acknowledged_writes == 0
+
+
+def test_recover_clears_and_resyncs_the_copy_of_a_killed_run(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    spec = _experiment("vsan-disk-ftt1", "rs1", **{"faults.0.duration": "120s",
+                       "target.port_base": free_port_base(1)})  # fmt: skip
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
+    cli = [sys.executable, "-m", "rsdrill.cli"]
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*cli, "run", str(path), "--out", str(out), "--no-live", "--no-history"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    try:
+        _wait_for_text(proc, "injected disk-fault", 90)
+        (member,) = (out / "sandbox" / "members").iterdir()
+        record = member / MIRROR_FILE
+        wait_until(lambda: '"degraded"' in record.read_text(), 10, "copy a degraded")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        journal = next((tmp_path / "home").rglob("*.jsonl")).read_text()
+        assert '"mirror": {"replica": "a"' in journal, journal  # journaled before it was set
+        recover = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
+                                 timeout=180)  # fmt: skip
+        assert recover.returncode == 0, recover.stdout + recover.stderr
+        assert "cleared; replica a " in recover.stdout, recover.stdout
+        assert "resynced" in recover.stdout, recover.stdout
+        assert not faultfs_mounts(out / "sandbox")
+        assert not Sandbox(out / "sandbox").running()
+        replicas = json.loads(record.read_text())["replicas"]
+        assert replicas["a"]["state"] == replicas["b"]["state"] == "in-sync", replicas
+        assert tree(member / "data") == tree(member / "data-b")
+        again = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
+                               timeout=60)  # fmt: skip
+        assert again.stdout.startswith("nothing to recover"), again.stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if (out / "sandbox" / "members").exists():
+            Sandbox(out / "sandbox").down()
