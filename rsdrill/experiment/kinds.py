@@ -898,8 +898,10 @@ KINDS: dict[str, KindSpec] = {
                         "sandbox: the emulator's clock; local: libfaketime (installed here, "
                         "else refused by `rsdrill check`): the run restarts each member under it "
                         "at offset 0, one at a time, then moves CLOCK_REALTIME only through its "
-                        "offset file (no `clock_drift`: libfaketime's rate counts from the "
-                        "process's start)"
+                        "offset file, within about 2 s (no `clock_drift`: libfaketime's rate "
+                        "counts from the process's start); libfaketime 0.9.10 ends timed waits "
+                        "on the monotonic clock at once while it leaves that clock alone, so a "
+                        "member under it spins in them and may answer late"
                     ),
                 ),
                 "kubernetes": (
