@@ -162,6 +162,7 @@ def test_local_members_run_under_libfaketime_and_the_skew_moves_their_own_clock(
     target.prepare()
     assert _pids(existing_set) == after
     with MongoClient(set_uri(existing_set), serverSelectionTimeoutMS=10_000) as client:
+        client.admin.command("ping")  # waits for the set's primary to be selected
         primary = client.primary
     assert primary is not None
     host = f"{primary[0]}:{primary[1]}"
