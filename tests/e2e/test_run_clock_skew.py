@@ -181,6 +181,16 @@ def test_local_members_run_under_libfaketime_and_the_skew_moves_their_own_clock(
         assert action is not None
         assert "clock back to real time" in carry_out(action)
         assert _settles(client, 0.0)
+    # A run that dies while restarting them: `rsdrill recover` starts the one left down, under
+    # libfaketime again, from the journaled resource action alone.
+    os.kill(after[host] or 0, signal.SIGKILL)
+    resource = target.recover_action()
+    assert resource is not None
+    done = carry_out(resource)
+    assert f"{host}: restarted" in done and "already running" in done, done
+    restarted = _pids(existing_set)[host]
+    assert restarted not in (None, after[host])
+    assert faketime.offset_file_of(restarted or 0) == target.hosts.clock_files[host]
 
 
 def _settles(client: MongoClient[dict[str, object]], skew_s: float) -> bool:
