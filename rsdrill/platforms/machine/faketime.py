@@ -4,15 +4,18 @@ A member started with libfaketime preloaded reads its clock offset from a file o
 at most a second old (`FAKETIME_CACHE_DURATION=1`): a change lands within about 2 s, which
 the fault's verification (the member's own hello) waits for and records. Re-reading the file
 on every read (`FAKETIME_NO_CACHE`) would land it at once, but costs each wall-clock read a
-file read (3.6 µs against 0.2 µs here), and emulated members under it stalled long enough to
-lose elections. Only CLOCK_REALTIME moves (`FAKETIME_DONT_FAKE_MONOTONIC`): elections,
-heartbeats and timeouts run on the monotonic clock, as after an NTP step. In that mode
-libfaketime 0.9.10 (Debian's) ends a pthread_cond_timedwait on a monotonic condition variable
-at once (fixed upstream after 0.9.10): a member spins in its timed waits (Python's GIL hand-off
-is one), so it may answer late while under libfaketime, skewed or not. Its rate option
-(`x1.5`) is not used: libfaketime counts it from the process's start, not from the injection,
-and keeps it after the file says `+0`, so a drift could neither start at the fault nor be set
-right without a restart.
+file read (about 5 µs against 0.3 µs: bench/faketime_cost.py), and emulated members under it
+stalled long enough to lose elections.
+
+Only CLOCK_REALTIME moves (`FAKETIME_DONT_FAKE_MONOTONIC`): elections, heartbeats and timeouts
+run on the monotonic clock, as after an NTP step. In that mode libfaketime 0.9.10 (Debian's)
+ends a pthread_cond_timedwait on a monotonic condition variable at once (0.00 ms of 5 ms in
+bench/faketime_cost.py; fixed upstream after 0.9.10): a member spins in its timed waits
+(Python's GIL hand-off is one), so it may answer late while under libfaketime, skewed or not.
+
+Its rate option (`x1.5`) is not used: libfaketime counts it from the process's start, not from
+the injection, and keeps it after the file says `+0`, so a drift could neither start at the
+fault nor be set right without a restart.
 """
 
 from __future__ import annotations
