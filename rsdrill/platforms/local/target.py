@@ -109,6 +109,23 @@ class LocalTarget:
         }
 
 
+def plan_details(exp: Experiment) -> list[str]:
+    """What a run changes on the members before its first fault, and the disks it fills."""
+    kinds = {f.kind for f in exp.faults}
+    lines = []
+    if "clock-skew" in kinds:
+        lines.append(
+            "clock-skew: before the first fault, each member not yet under libfaketime is "
+            "stopped (SIGTERM) and started again by its command under it, one at a time, the "
+            "primary last; it stays under it, at real time, after the run"
+        )
+    if "disk-fill" in kinds:
+        paths = ", ".join(m.dbpath or "(not given)" for m in exp.target.members)
+        lines.append(f"disk-fill: fills the filesystem mounted at the member's dbpath ({paths}); "
+                     "each must be a filesystem of its own")  # fmt: skip
+    return lines
+
+
 def make_target(exp: Experiment, out_dir: Path) -> LocalTarget:
     """The members the experiment lists, restarted with their logs under `out_dir`."""
     return LocalTarget(exp.target, out_dir, frozenset(f.kind for f in exp.faults))
