@@ -899,9 +899,7 @@ KINDS: dict[str, KindSpec] = {
                         "else refused by `rsdrill check`): the run restarts each member under it "
                         "at offset 0, one at a time, then moves CLOCK_REALTIME only through its "
                         "offset file, within about 2 s (no `clock_drift`: libfaketime's rate "
-                        "counts from the process's start); libfaketime 0.9.10 ends timed waits "
-                        "on the monotonic clock at once while it leaves that clock alone, so a "
-                        "member under it spins in them and may answer late"
+                        "counts from the process's start)"
                     ),
                 ),
                 "kubernetes": (

@@ -8,10 +8,12 @@ file read (about 5 µs against 0.3 µs: bench/faketime_cost.py), and emulated me
 stalled long enough to lose elections.
 
 Only CLOCK_REALTIME moves (`FAKETIME_DONT_FAKE_MONOTONIC`): elections, heartbeats and timeouts
-run on the monotonic clock, as after an NTP step. In that mode libfaketime 0.9.10 (Debian's)
-ends a pthread_cond_timedwait on a monotonic condition variable at once (0.00 ms of 5 ms in
-bench/faketime_cost.py; fixed upstream after 0.9.10): a member spins in its timed waits
-(Python's GIL hand-off is one), so it may answer late while under libfaketime, skewed or not.
+run on the monotonic clock, as after an NTP step. libfaketime's "monotonic fix" (on by default in
+0.9.10 for this glibc) rewrites the deadline of a pthread_cond_timedwait on a monotonic condition
+variable as if that clock were faked too; with it left alone the deadline lands in the past and
+the wait ends at once (0.00 ms of 5 ms in bench/faketime_cost.py), so a member would spin in its
+timed waits (Python's GIL hand-off is one). `FAKETIME_FORCE_MONOTONIC_FIX=0` turns the rewrite
+off: the wait takes its 5 ms again.
 
 Its rate option (`x1.5`) is not used: libfaketime counts it from the process's start, not from
 the injection, and keeps it after the file says `+0`, so a drift could neither start at the
@@ -52,6 +54,8 @@ def preload_env(offset_file: Path, lib: Path, base: dict[str, str]) -> dict[str,
         "FAKETIME_TIMESTAMP_FILE": str(offset_file),
         "FAKETIME_CACHE_DURATION": "1",
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        # The monotonic clock is not faked, so its timed waits must not be rewritten either.
+        "FAKETIME_FORCE_MONOTONIC_FIX": "0",
     }
 
 
