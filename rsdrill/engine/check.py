@@ -101,8 +101,7 @@ def _checks(exp: Experiment) -> Iterator[Check]:
     yield from _privileges(exp, reached[0], options, deployment)
     if any(KINDS[f.kind].needs_test_commands for f in exp.faults):
         yield from _test_commands(reached, options)
-    if exp.target.platform != "local":
-        yield _platform(exp)
+    yield _platform(exp)
 
 
 def _describe_connection(options: ConnectOptions, seeds: list[str]) -> str:

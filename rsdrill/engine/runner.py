@@ -166,6 +166,7 @@ class Runner:
             if resource:
                 journal.write("resource", key="resource:target", revert=resource)
             target.setup()
+            target.prepare()
             # rsdrill's own wire-level probes, guards, selection and injectors reach members as
             # the target's URI says (TLS, the login): everything below is given these.
             self._deployment = inspect_any(target.members, options=target.connect_options)

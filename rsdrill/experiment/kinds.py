@@ -907,7 +907,15 @@ KINDS: dict[str, KindSpec] = {
             plan_revert=_undo("set the clock right"),
             takes_member_down=False,
             platforms={
-                _MACHINE: (Way("sandbox: the emulator's clock; local: refused"),),
+                _MACHINE: (
+                    Way(
+                        "sandbox: the emulator's clock; local: libfaketime (installed here, "
+                        "else refused by `rsdrill check`): the run restarts each member under it "
+                        "at offset 0, one at a time, then moves CLOCK_REALTIME only through its "
+                        "offset file, within about 2 s (no `clock_drift`: libfaketime's rate "
+                        "counts from the process's start)"
+                    ),
+                ),
                 "kubernetes": (
                     Way(
                         "Chaos Mesh TimeChaos: CLOCK_REALTIME of the mongod container's "
@@ -999,7 +1007,14 @@ KINDS: dict[str, KindSpec] = {
             # Full: ENOSPC ends the member.
             takes_member_down=lambda fault: fault.fill_percent >= 100,
             platforms={
-                _MACHINE: (Way("sandbox: a file on the member's own 64 MiB disk; local: refused"),),
+                _MACHINE: (
+                    Way(
+                        "a real file on the member's own filesystem, freed on revert: sandbox, "
+                        "a 64 MiB tmpfs per member; local, the member's `dbpath`, which must be "
+                        "a filesystem of its own the user mounted and sized (tmpfs, loop "
+                        "device, volume; a shared disk or a FUSE mount is refused)"
+                    ),
+                ),
                 "kubernetes": (
                     Way(
                         "Litmus disk-fill: the mongod container's ephemeral storage filled to "

@@ -66,7 +66,11 @@ class LocalMember(Strict):
 
     host: str = Field(pattern=r"^[^:\s]+:\d+$", description="host:port the member listens on")
     start: str = Field(description="the shell command that starts the member (used to restart)")
-    dbpath: str | None = Field(None, description="its data directory (volume: wipe empties it)")
+    dbpath: str | None = Field(
+        None,
+        description="its data directory (volume: wipe empties it; disk-fill fills it, so it "
+        "must be a filesystem of its own: a tmpfs, loop device or volume mounted there)",
+    )
     faultfs: str | None = Field(
         None,
         description="the faultfs mount over its dbpath (`rsdrill faultfs mount`): needed for "

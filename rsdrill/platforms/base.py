@@ -136,7 +136,15 @@ class RunTarget(Protocol):
         """Whether the target stays as it is after the run (nothing to tear down once set up)."""
         ...
 
-    def setup(self) -> None: ...
+    def setup(self) -> None:
+        """Build or find the set and check it can be run against (`rsdrill check` calls it
+        too: off the sandbox it changes nothing)."""
+        ...
+
+    def prepare(self) -> None:
+        """What only a run changes on the members before its first fault, once `setup()` has
+        passed (local members restarted under libfaketime for clock-skew)."""
+        ...
 
     def teardown(self) -> None: ...
 

@@ -88,6 +88,9 @@ class RemoteTarget:
         parsed = self._target_uri()
         self.members = discover_members(parsed.seeds, options=parsed.options)
 
+    def prepare(self) -> None:
+        """Nothing: the platform's faults need no change to the members beforehand."""
+
     def teardown(self) -> None:
         """Nothing: the set is the user's, and every fault was reverted already."""
         return None

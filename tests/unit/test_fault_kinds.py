@@ -177,3 +177,21 @@ def test_the_ha_model_restarts_the_host_once_the_failure_is_detected() -> None:
     assert ("HA restarts it (detected after 15s): boot 60s, then the member starts on its "
             "kept data directory") in plan  # fmt: skip
     assert "boot 120s, then the member starts on an empty data directory" in plan
+
+
+LOCAL = (
+    "name: x\ntarget:\n  platform: local\n  uri: mongodb://127.0.0.1:1/\n  members:\n"
+    "    - {host: '127.0.0.1:1', start: 'mongod --port 1', dbpath: /data/m1}\n"
+    "    - {host: '127.0.0.1:2', start: 'mongod --port 2'}\nfaults:\n"
+)
+
+
+def test_local_disk_fill_needs_every_dbpath_and_local_clock_skew_refuses_drift() -> None:
+    err = error_of("  - {at: 1s, kind: disk-fill, duration: 5s}\n", LOCAL)
+    assert err.field == "target.members[1].dbpath"
+    assert "disk-fill: every member needs its `dbpath` (a filesystem of its own)" in err.problem
+    err = error_of("  - {at: 1s, kind: clock-skew, duration: 5s, clock_drift: 0.1}\n", LOCAL)
+    assert err.field == "faults[0].clock_drift"
+    assert "libfaketime's rate counts from the member's start" in err.problem
+    # Without drift, a local clock-skew loads (libfaketime is checked before the run).
+    assert load("  - {at: 1s, kind: clock-skew, duration: 5s, clock_offset: -30}\n", LOCAL)

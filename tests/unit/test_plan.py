@@ -241,6 +241,24 @@ target:
     assert "slo\n  none: the run reports its metrics and passes\n" in text
 
 
+def test_render_local_clock_skew_and_disk_fill_say_what_they_change_first() -> None:
+    header = """\
+name: local-plan
+target:
+  platform: local
+  uri: mongodb://127.0.0.1:27017/?replicaSet=rs0
+  members:
+    - {host: "127.0.0.1:27017", start: "mongod --port 27017", dbpath: /data/a}
+"""
+    faults = ("  - {at: 5s, kind: clock-skew, duration: 5s}\n"
+              "  - {at: 15s, kind: disk-fill, duration: 5s, fill_percent: 50}\n")  # fmt: skip
+    text = render_plan(experiment(faults, header=header))
+    assert "started again by its command under it, one at a time, the primary last" in text
+    assert "fills the filesystem mounted at the member's dbpath (/data/a)" in text
+    plain = render_plan(experiment("  - {at: 5s, kind: stepdown}\n", header=header))
+    assert "libfaketime" not in plain and "disk-fill" not in plain
+
+
 def test_render_notes_a_fault_before_the_steady_state() -> None:
     exp = experiment("  - {at: 1s, kind: stepdown}\n")
     assert "note: the first fault (t+1.0s) comes before 2s of steady state" in render_plan(exp)

@@ -7,5 +7,6 @@ platform = PackagePlatform(
     "local",
     __name__,
     checks="rsdrill.platforms.machine.options",
+    planner="rsdrill.platforms.local.target",
     injectors=INJECTORS,
 )

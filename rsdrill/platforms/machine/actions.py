@@ -20,6 +20,7 @@ from rsdrill.platforms.machine.cgroup import leave
 from rsdrill.platforms.machine.clock import clock_reset
 from rsdrill.platforms.machine.degrade import undegrade
 from rsdrill.platforms.machine.disk_fill import free, unmount_small_disks
+from rsdrill.platforms.machine.faketime import reset as faketime_reset
 from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
 from rsdrill.platforms.machine.network import heal
 from rsdrill.redact import has_masked_password
@@ -59,8 +60,17 @@ def _local_start(action: dict[str, Any]) -> str:
             f"yourself with the password in place: {action['command']}"
         )
     member = LocalMember(host=host, start=action["command"], dbpath=action.get("dbpath"))
-    LocalHosts((member,), Path(action["log_dir"]), plain).start(host, wipe=bool(action.get("wipe")))
+    # clock-skew runs: restarted under libfaketime, reading the same offset file.
+    clock = {host: Path(action["clock_file"])} if action.get("clock_file") else None
+    hosts = LocalHosts((member,), Path(action["log_dir"]), plain, clock)
+    hosts.start(host, wipe=bool(action.get("wipe")))
     return f"{host}: restarted with `{action['command']}`"
+
+
+def _local_start_each(action: dict[str, Any]) -> str:
+    """Resource action `local-start-each`: every member that does not answer started again
+    (a run died while restarting the members under libfaketime)."""
+    return "; ".join(_local_start(start) for start in action["starts"])
 
 
 def _sandbox_down(action: dict[str, Any]) -> str:
@@ -140,11 +150,13 @@ REVERT_ACTIONS: dict[str, RevertAction] = {
     "sigcont": _sigcont,
     "sandbox-start": _sandbox_start,
     "local-start": _local_start,
+    "local-start-each": _local_start_each,
     "sandbox-down": _sandbox_down,
     "network-heal": heal,
     "network-undegrade": undegrade,
     "faultfs-clear": faultfs_clear,
     "cgroup-leave": _cgroup_leave,
     "clock-reset": clock_reset,
+    "faketime-reset": faketime_reset,
     "disk-fill-free": _disk_fill_free,
 }

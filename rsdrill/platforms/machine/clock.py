@@ -1,18 +1,21 @@
-"""`clock-skew` on a sandbox member: its wall clock moved by `clock_offset` seconds (and
-`clock_drift` seconds per second) through the emulator's own control command, then set back.
+"""`clock-skew` on a sandbox or local member: its wall clock moved by `clock_offset` seconds,
+then set back. A sandbox member's through the emulator's own control command (with
+`clock_drift` seconds per second); a local member's through libfaketime, which the run started
+it under (`faketime.py`; no drift, refused at load).
 
-What the skew changes on the member is listed in `rsdrill/sandbox/emulator/wallclock.py`. A
-mongod of `platform: local` would need libfaketime in its environment at start: refused.
+What the skew changes on an emulated member is listed in `rsdrill/sandbox/emulator/wallclock.py`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.platforms.base import InjectionError, Injector, MachineTarget, TargetError
+from rsdrill.platforms.machine import faketime
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
@@ -119,9 +122,37 @@ class ClockSkew:
             raise
 
 
+class FaketimeClockSkew(ClockSkew):
+    """A local member's clock through the libfaketime offset file it was started with."""
+
+    def __init__(self, host: str, offset_s: float, offset_file: Path,
+                 options: ConnectOptions) -> None:  # fmt: skip
+        super().__init__(host, offset_s, 0.0, options)
+        self.offset_file = offset_file
+
+    def describe(self) -> str:
+        return f"{super().describe()} (libfaketime, {self.offset_file})"
+
+    def revert_action(self) -> dict[str, Any] | None:
+        return {"action": "faketime-reset", "host": self.target, "file": str(self.offset_file)}
+
+    def inject(self) -> None:
+        self._injected_at = time.monotonic()
+        try:
+            faketime.set_offset(self.offset_file, self.offset_s)
+        except OSError as exc:
+            raise InjectionError(f"clock-skew on {self.target}: {exc}") from exc
+
+    def revert(self) -> None:
+        faketime.set_offset(self.offset_file, 0.0)
+
+
 def clock_skew(target: MachineTarget, fault: Fault, host: str) -> Injector:
-    """clock-skew of a member: the sandbox emulator's own clock (a local mongod has none to set)."""
-    if getattr(target, "platform", None) != "sandbox":
-        raise InjectionError("clock-skew needs the sandbox's own clock (libfaketime for a "
-                             "local mongod is not wired in)")  # fmt: skip
-    return ClockSkew(host, fault.clock_offset, fault.clock_drift, target.connect_options)
+    """clock-skew of a member: the sandbox emulator's own clock, or libfaketime's offset file
+    of a local member (the run started it under libfaketime)."""
+    if getattr(target, "platform", None) == "sandbox":
+        return ClockSkew(host, fault.clock_offset, fault.clock_drift, target.connect_options)
+    offset_file = getattr(target.hosts, "clock_files", {}).get(host)
+    if offset_file is None:
+        raise InjectionError(f"clock-skew: {host} was not started under libfaketime")
+    return FaketimeClockSkew(host, fault.clock_offset, offset_file, target.connect_options)

@@ -1,13 +1,15 @@
-"""`disk-fill` on a sandbox member: its data filesystem filled to `fill_percent` by a file of
-rsdrill's, then freed.
+"""`disk-fill` on a sandbox or local member: its data filesystem filled to `fill_percent` by a
+real file of rsdrill's, then freed.
 
-The members of a run with disk-fill have their data directories on small filesystems of their
-own (a tmpfs of `DISK_MB` each, mounted over `data/` before they start), so filling one fills
-only that member's disk, as on a host whose volume runs full. Full (100 %), the member's next
-write or group commit fails with ENOSPC, and the emulator does what mongod does on a failed
-journal write: it logs it and exits (status 14, event `fatal`). Revert deletes the file and
-restarts the member on its data. `platform: local` is refused: its dbpath is on a disk of the
-user's that rsdrill will not fill.
+The sandbox members of a run with disk-fill have their data directories on small filesystems
+of their own (a tmpfs of `DISK_MB` each, mounted over `data/` before they start), so filling
+one fills only that member's disk, as on a host whose volume runs full. A local member's
+dbpath must be such a filesystem already (a tmpfs, loop device or volume mounted there, which
+the user sized): rsdrill fills no filesystem that is not the member's alone, and none that is
+a FUSE view of another (faultfs passes its free space through from the disk under it). Full
+(100 %), the member's next write or group commit fails with ENOSPC, and mongod (and the
+emulator) logs it and exits (status 14, the emulator's event `fatal`). Revert deletes the file
+and restarts the member on its data.
 """
 
 from __future__ import annotations
@@ -45,6 +47,22 @@ def small_disk_mounts(directory: Path) -> list[Path]:
         if source == _SOURCE and fstype == _FSTYPE and target.startswith(root + "/"):
             found.append(Path(target.replace("\\040", " ")))
     return found
+
+
+def own_disk_problem(dbpath: Path) -> str | None:
+    """Why `dbpath` is not a filesystem of its own that disk-fill may fill (None: it is)."""
+    path = Path(os.path.abspath(dbpath))
+    if not os.path.ismount(path):
+        return (f"{path} is not a mount point: put it on a filesystem of its own (e.g. "
+                f"`mount -t tmpfs -o size=1g tmpfs {path}` before the member starts)")  # fmt: skip
+    fstype = ""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        target, kind = line.split()[1:3]
+        if target.replace("\\040", " ") == str(path):
+            fstype = kind  # the last mount on a path is the one in force
+    if fstype.startswith("fuse"):
+        return f"{path} is a {fstype} mount, whose free space is that of the disk under it"
+    return None
 
 
 def mount_small_disk(data: Path) -> None:
@@ -136,9 +154,10 @@ class DiskFill:
 
 
 def disk_fill(target: MachineTarget, fault: Fault, host: str) -> Injector:
-    """disk-fill of a member's own small data disk (the sandbox gives it one for such runs)."""
+    """disk-fill of a member's own data disk (the sandbox gives it one for such runs; a local
+    member's dbpath is one)."""
     data = getattr(target, "small_disk", lambda _: None)(host)
     if data is None:
-        raise InjectionError("disk-fill needs the sandbox's members on disks of their own")
+        raise InjectionError(f"disk-fill: {host} has no data disk of its own")
     return DiskFill(target.hosts, host, data, fault.fill_percent,
                     target.hosts.restart_action(host, wipe=False))  # fmt: skip

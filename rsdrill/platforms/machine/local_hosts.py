@@ -1,5 +1,6 @@
 """The local platform's members as processes of this machine: found by port, signalled,
-restarted with the command the experiment gives, their data directories wiped."""
+restarted with the command the experiment gives (under libfaketime for a run that skews their
+clocks), their data directories wiped."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.experiment.schema import LocalMember
 from rsdrill.platforms.base import TargetError
+from rsdrill.platforms.machine import faketime
 from rsdrill.platforms.machine.network import rejoin_partition
 from rsdrill.sandbox.cluster import booting
 
@@ -63,11 +65,17 @@ class LocalHosts:
     """Processes found by their listening port; restarted with the member's own command."""
 
     def __init__(
-        self, members: tuple[LocalMember, ...], log_dir: Path, options: ConnectOptions
+        self,
+        members: tuple[LocalMember, ...],
+        log_dir: Path,
+        options: ConnectOptions,
+        clock_files: dict[str, Path] | None = None,
     ) -> None:
         self.members = {m.host: m for m in members}
         self.log_dir = log_dir
         self.options = options
+        # host → the libfaketime offset file it is (re)started with (clock-skew runs only).
+        self.clock_files = dict(clock_files or {})
         # A stopped or killed member's pid, remembered: a SIGSTOPped one still holds its port,
         # a killed one no longer has any.
         self._pids: dict[str, int] = {}
@@ -92,6 +100,19 @@ class LocalHosts:
             time.sleep(0.01)
         return pid
 
+    def terminate(self, host: str, timeout_s: float = START_TIMEOUT_S) -> None:
+        """SIGTERM: a clean shutdown (mongod steps down and closes its files); SIGKILL if it
+        has not let go of its port within `timeout_s`."""
+        port = int(host.rsplit(":", 1)[1])
+        pid = self._require(host)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while listening_pid(port) == pid:
+            if time.monotonic() > deadline:
+                self.kill(host)
+                return
+            time.sleep(0.05)
+
     def stop(self, host: str) -> int:
         pid = self._require(host)
         os.kill(pid, signal.SIGSTOP)
@@ -112,6 +133,7 @@ class LocalHosts:
             "dbpath": member.dbpath,
             "wipe": wipe,
             "log_dir": str(self.log_dir),
+            **({"clock_file": str(self.clock_files[host])} if host in self.clock_files else {}),
         }
 
     def wipe(self, host: str) -> None:
@@ -132,10 +154,17 @@ class LocalHosts:
             self.wipe(host)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{host.replace(':', '_')}.log"
+        env = None
+        if host in self.clock_files:
+            lib = faketime.library()
+            if lib is None:
+                raise TargetError(f"{host}: its clock is skewed through libfaketime, which is "
+                                  f"not installed ({faketime.INSTALL_HINT})")  # fmt: skip
+            env = faketime.preload_env(self.clock_files[host], lib, dict(os.environ))
         with log.open("ab") as out:
             process = subprocess.Popen(
                 booting(shlex.split(member.start), boot_s), stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env,
             )  # fmt: skip
         if boot_s > 0:
             # What the command starts (forked or not) inherits the booting process's class.

@@ -15,25 +15,25 @@ def check_experiment(exp: Experiment) -> None:
     """Faults here act on processes, files and loopback traffic: no platform engines, and
     only `scope: member`."""
     for i, fault in enumerate(exp.faults):
-        if fault.kind == "data-loss" and exp.target.platform == "local":
+        needs_dbpath = {"data-loss": "to wipe", "disk-fill": "(a filesystem of its own) to fill"}
+        if fault.kind in needs_dbpath and exp.target.platform == "local":
             for j, member in enumerate(exp.target.members):
                 if not member.dbpath:
                     raise FieldProblem(
                         ("target", "members", j, "dbpath"),
-                        f"faults[{i}] is a data-loss: every member needs its `dbpath` to wipe",
+                        f"faults[{i}] is a {fault.kind}: every member needs its `dbpath` "
+                        f"{needs_dbpath[fault.kind]}",
                     )
-        if fault.kind == "disk-fill" and exp.target.platform == "local":
-            raise FieldProblem(("faults", i, "kind"), "disk-fill fills the sandbox members' own "
-                               "disks; rsdrill will not fill a local member's")  # fmt: skip
         if fault.kind == "disk-fill" and _on_faultfs(exp):
             raise FieldProblem(("faults", i, "kind"), "disk-fill and faults through faultfs or "
                                "mirrored data cannot share a run (one data directory)")  # fmt: skip
         if fault.kind == "disk-fill" and exp.target.keep:
             raise FieldProblem(("target", "keep"), "disk-fill puts the members on disks of the "
                                "run's own: the sandbox cannot be kept")  # fmt: skip
-        if fault.kind == "clock-skew" and exp.target.platform == "local":
-            raise FieldProblem(("faults", i, "kind"), "clock-skew on a local mongod needs "
-                               "libfaketime, which rsdrill does not drive")  # fmt: skip
+        if fault.kind == "clock-skew" and exp.target.platform == "local" and fault.clock_drift:
+            raise FieldProblem(("faults", i, "clock_drift"), "clock_drift is not available on "
+                               "local: libfaketime's rate counts from the member's start, not "
+                               "the fault's, and stays after the offset is set back")  # fmt: skip
         if fault.engine is not None:
             raise FieldProblem(
                 ("faults", i, "engine"),

@@ -162,6 +162,9 @@ class SandboxTarget:
         if self.config.data_mb:
             self._preload(self.config.data_mb)
 
+    def prepare(self) -> None:
+        """Nothing: `setup` built the set as the run needs it."""
+
     def _preload(self, megabytes: int) -> None:
         # Bulk data, not a workload: no retryable-write bookkeeping on the members.
         client: MongoClient[dict[str, Any]] = MongoClient(
