@@ -11,6 +11,7 @@ the file is reported.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import types
@@ -391,7 +392,13 @@ class _BadReference(Exception):
 
 
 def _dotted(loc: Iterable[str | int]) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{_key(p)}" for p in loc).lstrip(".")
+
+
+def _key(name: str) -> str:
+    """A key as the message shows it: quoted and escaped when it is empty, has spaces at its
+    ends or characters that do not print (a newline would break the one-line message)."""
+    return name if name.isprintable() and name.strip() == name and name else json.dumps(name)
 
 
 # -- pydantic errors → located issues ------------------------------------------------------------

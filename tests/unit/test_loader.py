@@ -915,3 +915,9 @@ def test_network_degrade_shapes_a_platform_cannot_make_are_refused_at_their_fiel
 def test_network_degrade_shapes_kubernetes_makes_are_loaded(fields: tuple[str, ...]) -> None:
     fault = load(_degrade("kubernetes", *fields)).faults[0]
     assert fault.kind == "network-degrade"
+
+
+def test_a_key_that_does_not_print_is_quoted_so_the_message_stays_one_line() -> None:
+    # Found by the generated-documents test: a key "\n" broke the message over two lines.
+    err = error_of(MINIMAL + 'observe: {"\\n": 0, " a": 1}\n')
+    assert err.field == 'observe."\\n"' and "\n" not in str(err), str(err)
