@@ -274,7 +274,8 @@ def describe_target(target: Target) -> list[str]:
             if target.initial_sync_mb_per_s
             else ""
         )
-        + (f", {target.data_mb} MB of data preloaded" if target.data_mb else ""),
+        + (f", {target.data_mb} MB of data preloaded" if target.data_mb else "")
+        + (f", page cache {target.cache_mb} MB per member" if target.cache_mb else ""),
         "left running after the run" if target.keep else "torn down after the run",
     ]
     return lines

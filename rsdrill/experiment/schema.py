@@ -94,6 +94,12 @@ class _Target(Strict):
     heartbeat_interval: Duration | None = Field(None, description="heartbeatIntervalMillis")
     oplog_size_mb: int | None = Field(None, gt=0)
     initial_sync_mb_per_s: float | None = Field(None, gt=0)
+    cache_mb: int | None = Field(
+        None,
+        gt=0,
+        description="sandbox (emulator): each member's page cache, its working set in memory "
+        "(default 64); it starts empty, so a restarted member reads from disk until warm",
+    )
     port_base: int | None = Field(
         None, ge=1, le=65000, description="sandbox: first port (default: free ports are found)"
     )
