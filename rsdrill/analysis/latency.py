@@ -109,10 +109,10 @@ class Takeover:
 
     baseline_s: float
     """p99 of the reads that ended in the 5 s before the hand-over."""
-    first_read_s: float
-    """From the hand-over to the first read the member answered."""
+    writable_s: float
+    """From the hand-over to the member's first hello answer saying it is writable."""
     degraded_s: float
-    """From that read until the member's reads were back within 1.5 times the baseline."""
+    """From then until the member's reads were back within 1.5 times the baseline."""
 
 
 def takeover(ops: Sequence[Op], at: float, member: str) -> Takeover | None:
@@ -120,23 +120,29 @@ def takeover(ops: Sequence[Op], at: float, member: str) -> Takeover | None:
     a member whose cache is cold).
 
     Reads: the successful reads of `latency_source(ops)`. Baseline: p99 of those that ended in
-    the 5 s before `at`. The clock starts at the first read `member` answered after `at`, so the
-    hand-over's own pause (which reads queued through it show, warm heir or cold) is left out;
-    then `back_to_normal_s` over `member`'s reads that started at or after that moment, limit
-    1.5 times the baseline. None with fewer than 20 baseline reads or no read `member` answered.
+    the 5 s before `at`. The clock starts when the failover probe's hello stream first showed
+    `member` writable after `at`; reads that started before (queued through the hand-over, warm
+    heir or cold) are left out, and `back_to_normal_s` runs over `member`'s reads that started
+    from then on, limit 1.5 times the baseline. None with fewer than 20 baseline reads or no
+    writable answer of `member`.
     """
     reads = sorted((op for op in latency_source(ops) if op.op in READS), key=lambda o: o.t_end)
     before = sorted(
         op.t_end - op.t_start for op in reads if at - TAKEOVER_BASELINE_S <= op.t_end < at
     )
-    served = [op for op in reads if op.t_end > at and op.member == member]
-    if len(before) < BASELINE_MIN_OPS or not served:
+    writable = [
+        op.t_end
+        for op in ops
+        if op.probe == "failover" and op.member == member and op.ok and op.t_end > at
+        and op.detail.get("writable")
+    ]  # fmt: skip
+    if len(before) < BASELINE_MIN_OPS or not writable:
         return None
     baseline = percentile(before, 99)
-    start = served[0].t_end
-    after = [op for op in served if op.t_start >= start]
+    start = min(writable)
+    served = [op for op in reads if op.member == member and op.t_start >= start]
     return Takeover(
         baseline_s=baseline,
-        first_read_s=start - at,
-        degraded_s=back_to_normal_s(after, start, TOLERANCE * baseline),
+        writable_s=start - at,
+        degraded_s=back_to_normal_s(served, start, TOLERANCE * baseline),
     )
