@@ -1,8 +1,8 @@
 """A stepdown onto a cold secondary under an IOPS cap: how long reads stay degraded, by
 working-set size and by cap, beside a warm secondary (issue 21, Parse's cold secondary).
 
-Runs `experiments/parse-cold-secondary.yaml` (psa, page cache 32 MB per member, workload B:
-95 % reads over `records` uniform keys of 1000 B, the secondary restarted on its kept data at
+Runs `experiments/parse-cold-secondary.yaml` (psa, page cache 32 MB per member, workload C:
+reads only, of `records` uniform keys of 1000 B, the secondary restarted on its kept data at
 2 s so its cache starts empty, its volume capped at `read_iops` from 7 s, stepdown at 12 s)
 with three working-set sizes at one cap, three caps at one size, and the warm control: the
 same without the restart (the secondary wrote every record while replicating the preload),
@@ -14,8 +14,8 @@ probe's hello stream shows the heir writable (printed: stepdown → writable, th
 same warm or cold); from there, over the heir's reads that started from then on (reads queued
 through the hand-over are left out), 1 s windows every 0.25 s, and the period ends at the first
 window whose p99 is within 1.5x the baseline (`rsdrill.analysis.latency.takeover`). Also
-printed: the p99 of the heir's first second as primary and the read calls its cap slowed
-(cache misses, and the journal's checkpoints).
+printed: the p99 of the heir's first second as primary and the read calls its cap slowed (the
+cache's misses: with nothing written, no checkpoint reads the journal back).
 
 Usage: python bench/cold_cache.py [--sizes-mb 2,4,8] [--caps 25,50,100] [--size-mb 4]
        [--cap 50] (root: the members run on faultfs)

@@ -339,7 +339,7 @@ def _durability(p: DurabilityProbe) -> str:
 
 
 def _load(p: LoadProbe) -> str:
-    mix = "50/50 read/update" if p.workload == "a" else "95/5 read/update"
+    mix = {"a": "50/50 read/update", "b": "95/5 read/update", "c": "reads only"}[p.workload]
     return (
         f"workload {p.workload} ({mix}), {p.rate:g} ops/s on {p.threads} threads, "
         f"{p.records} records of {p.record_bytes} B, {p.distribution} keys, w:{p.write_concern}"

@@ -260,7 +260,9 @@ class DurabilityProbe(Strict):
 class LoadProbe(Strict):
     """A YCSB-like workload whose latencies the analyzers turn into percentiles."""
 
-    workload: Literal["a", "b"] = Field("a", description="a: 50/50 read/update; b: 95/5")
+    workload: Literal["a", "b", "c"] = Field(
+        "a", description="a: 50/50 read/update; b: 95/5; c: reads only"
+    )
     rate: float = Field(200, gt=0, description="operations per second, all threads together")
     threads: int = Field(4, ge=1, le=64)
     records: int = Field(1000, ge=1)
