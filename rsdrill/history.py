@@ -113,6 +113,12 @@ class History:
                 f.write(redact_uri(json.dumps(asdict(op), default=str)) + "\n")
 
     @classmethod
+    def read_jsonl(cls, path: Path) -> History:
+        """A history as `write_jsonl` wrote it, for re-analysis."""
+        with path.open() as lines:
+            return cls.from_ops(Op(**json.loads(line)) for line in lines)
+
+    @classmethod
     def from_ops(cls, ops: Iterable[Op]) -> History:
         history = cls()
         for op in ops:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rsdrill.history import FaultRecord, Op
 from rsdrill.result import Latency
@@ -22,6 +23,10 @@ STEP_S = 0.25
 WINDOW_MIN_OPS = 5
 TOLERANCE = 1.5
 """A window is back to normal when its p99 is at most this times the baseline p99."""
+TAKEOVER_BASELINE_S = 5.0
+"""`takeover`'s baseline: the reads that ended this long before the hand-over."""
+READS = ("read", "find")
+"""The reads among `latency_source`'s ops: the load's and the availability probe's."""
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -55,12 +60,9 @@ def degradation_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> float | N
     """`degradation_s`: how long after the faults latency stayed above normal.
 
     Baseline: p99 of `latency_source(ops)` ending before the first injection; None with fewer
-    than 20 such ops (or no injected fault). From the last revert (the last injection when
-    nothing was reverted), windows of 1 s start every 0.25 s; an op belongs to the window its
-    `t_end` falls in (start inclusive, end exclusive). The result is the offset of the first
-    window with at least 5 ops whose p99 is at most 1.5 times the baseline (0 when latency was
-    already normal), or, if none qualifies, the time from that revert to the last op's `t_end`
-    (0 when no op ended after it).
+    than 20 such ops (or no injected fault). Then `back_to_normal_s` from the last revert (the
+    last injection when nothing was reverted) with a limit of 1.5 times the baseline (0 when
+    latency was already normal).
     """
     injections = [f.injected_at_s for f in faults if f.injected_at_s is not None]
     if not injections:
@@ -73,7 +75,21 @@ def degradation_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> float | N
     limit = TOLERANCE * percentile(baseline_values, 99)
     reverts = [f.reverted_at_s for f in faults if f.reverted_at_s is not None]
     since = max(reverts) if reverts else max(injections)
+    return back_to_normal_s(source, since, limit)
+
+
+def back_to_normal_s(source: Sequence[Op], since: float, limit_s: float) -> float:
+    """How long after `since` latency stayed above `limit_s` (p99 of sliding windows).
+
+    `source`: successful ops sorted by `t_end`. Windows of 1 s start at `since` and every
+    0.25 s after it; an op belongs to the window its `t_end` falls in (start inclusive, end
+    exclusive). The result is the offset of the first window with at least 5 ops whose p99 is
+    at most `limit_s`, or, if none qualifies, the time from `since` to the last op's `t_end`
+    (0 when no op ended after it).
+    """
     ends = [op.t_end for op in source]
+    if not ends:
+        return 0.0
     last_end = ends[-1]
     step = 0
     while since + step * STEP_S <= last_end:
@@ -81,7 +97,52 @@ def degradation_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> float | N
         window = source[bisect_left(ends, start) : bisect_left(ends, start + WINDOW_S)]
         if len(window) >= WINDOW_MIN_OPS:
             p99 = percentile(sorted(op.t_end - op.t_start for op in window), 99)
-            if p99 <= limit:
+            if p99 <= limit_s:
                 return step * STEP_S
         step += 1
     return max(0.0, last_end - since)
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """How a member that took over the reads (a stepdown's heir) served them; see `takeover`."""
+
+    baseline_s: float
+    """p99 of the reads that ended in the 5 s before the hand-over."""
+    writable_s: float
+    """From the hand-over to the member's first hello answer saying it is writable."""
+    degraded_s: float
+    """From then until the member's reads were back within 1.5 times the baseline."""
+
+
+def takeover(ops: Sequence[Op], at: float, member: str) -> Takeover | None:
+    """How long `member`'s reads stayed slower than the set's before `at` (e.g. a stepdown onto
+    a member whose cache is cold).
+
+    Reads: the successful reads of `latency_source(ops)`. Baseline: p99 of those that ended in
+    the 5 s before `at`. The clock starts when the failover probe's hello stream first showed
+    `member` writable after `at`; reads that started before (queued through the hand-over, warm
+    heir or cold) are left out, and `back_to_normal_s` runs over `member`'s reads that started
+    from then on, limit 1.5 times the baseline. None with fewer than 20 baseline reads or no
+    writable answer of `member`.
+    """
+    reads = sorted((op for op in latency_source(ops) if op.op in READS), key=lambda o: o.t_end)
+    before = sorted(
+        op.t_end - op.t_start for op in reads if at - TAKEOVER_BASELINE_S <= op.t_end < at
+    )
+    writable = [
+        op.t_end
+        for op in ops
+        if op.probe == "failover" and op.member == member and op.ok and op.t_end > at
+        and op.detail.get("writable")
+    ]  # fmt: skip
+    if len(before) < BASELINE_MIN_OPS or not writable:
+        return None
+    baseline = percentile(before, 99)
+    start = min(writable)
+    served = [op for op in reads if op.member == member and op.t_start >= start]
+    return Takeover(
+        baseline_s=baseline,
+        writable_s=start - at,
+        degraded_s=back_to_normal_s(served, start, TOLERANCE * baseline),
+    )

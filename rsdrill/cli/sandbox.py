@@ -146,6 +146,12 @@ def up(
         float | None,
         typer.Option(min=0.001, help="Cap initial sync at this rate to emulate a slower network."),
     ] = None,
+    cache_mb: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Each member's page cache in MB, its working set in memory (default: 64)."
+        ),
+    ] = None,
     engine: EngineOption = EngineName.auto,
     storage: Annotated[
         Storage,
@@ -230,6 +236,8 @@ def up(
         options["oplog_size_bytes"] = oplog_size_mb * 1024 * 1024
     if initial_sync_mb_per_s is not None:
         options["initial_sync_bytes_per_s"] = int(initial_sync_mb_per_s * 1024 * 1024)
+    if cache_mb is not None:
+        options["cache_bytes"] = cache_mb * 1024 * 1024
     try:
         spec = build_topology(
             topology.value,

@@ -277,7 +277,8 @@ def describe_target(target: Target) -> list[str]:
             if target.initial_sync_mb_per_s
             else ""
         )
-        + (f", {target.data_mb} MB of data preloaded" if target.data_mb else ""),
+        + (f", {target.data_mb} MB of data preloaded" if target.data_mb else "")
+        + (f", page cache {target.cache_mb} MB per member" if target.cache_mb else ""),
         "left running after the run" if target.keep else "torn down after the run",
     ]
     if target.sandbox is not None and target.sandbox.mirror:
@@ -344,7 +345,7 @@ def _durability(p: DurabilityProbe) -> str:
 
 
 def _load(p: LoadProbe) -> str:
-    mix = "50/50 read/update" if p.workload == "a" else "95/5 read/update"
+    mix = {"a": "50/50 read/update", "b": "95/5 read/update", "c": "reads only"}[p.workload]
     return (
         f"workload {p.workload} ({mix}), {p.rate:g} ops/s on {p.threads} threads, "
         f"{p.records} records of {p.record_bytes} B, {p.distribution} keys, w:{p.write_concern}"

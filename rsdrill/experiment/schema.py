@@ -106,6 +106,12 @@ class _Target(Strict):
     )
     oplog_size_mb: int | None = Field(None, gt=0)
     initial_sync_mb_per_s: float | None = Field(None, gt=0)
+    cache_mb: int | None = Field(
+        None,
+        gt=0,
+        description="sandbox (emulator): each member's page cache, its working set in memory "
+        "(default 64); it starts empty, so a restarted member reads from disk until warm",
+    )
     port_base: int | None = Field(
         None, ge=1, le=65000, description="sandbox: first port (default: free ports are found)"
     )
@@ -267,7 +273,9 @@ class DurabilityProbe(Strict):
 class LoadProbe(Strict):
     """A YCSB-like workload whose latencies the analyzers turn into percentiles."""
 
-    workload: Literal["a", "b"] = Field("a", description="a: 50/50 read/update; b: 95/5")
+    workload: Literal["a", "b", "c"] = Field(
+        "a", description="a: 50/50 read/update; b: 95/5; c: reads only"
+    )
     rate: float = Field(200, gt=0, description="operations per second, all threads together")
     threads: int = Field(4, ge=1, le=64)
     records: int = Field(1000, ge=1)

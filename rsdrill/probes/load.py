@@ -1,5 +1,6 @@
-"""A YCSB-like workload (A: 50 % reads, 50 % updates; B: 95 % / 5 %) over zipfian keys, at a
-fixed rate; its latencies show degradation (IOPS ceilings, cold caches) that up/down cannot."""
+"""A YCSB-like workload (A: 50 % reads, 50 % updates; B: 95 % / 5 %; C: reads only) over
+zipfian keys, at a fixed rate; its latencies show degradation (IOPS ceilings, cold caches) that
+up/down cannot."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rsdrill.history import History, RunClock
 from rsdrill.probes.availability import PROBE_DB, probe_client
 from rsdrill.probes.base import Probe, ServedBy, classify, timed
 
-READ_SHARE = {"a": 0.5, "b": 0.95}
+READ_SHARE = {"a": 0.5, "b": 0.95, "c": 1.0}
 # YCSB's default skew: a few keys are hot, most are cold.
 ZIPF_THETA = 0.99
 

@@ -66,6 +66,9 @@ class ReplSetSpec:
     initial_sync_bytes_per_s: int | None = None
     # Milliseconds between group commits of the journal (MongoDB: 100 ms).
     journal_commit_interval_ms: int = 100
+    # Each member's page cache (its working set in memory, as WiredTiger's cache); None: the
+    # emulator's default, 64 MiB.
+    cache_bytes: int | None = None
     storage: str = "disk"
     handshake: str = "hello"
     # Members listen with TLS only (certificates under tls/ of the sandbox directory).

@@ -52,7 +52,15 @@ class MongodEngine:
             "--logappend",
             "--oplogSize",
             str(oplog_mb),
+            *self._cache(spec),
         ]
+
+    @staticmethod
+    def _cache(spec: ReplSetSpec) -> list[str]:
+        """WiredTiger's cache for the set's `cache_bytes` (mongod accepts 0.25 GB at least)."""
+        if spec.cache_bytes is None:
+            return []
+        return ["--wiredTigerCacheSizeGB", f"{max(0.25, spec.cache_bytes / 2**30):g}"]
 
     def initiate(self, sandbox: Sandbox, deadline: float) -> None:
         """replSetInitiate on the first member, then wait for any member to be writable."""

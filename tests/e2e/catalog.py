@@ -39,6 +39,18 @@ def catalog(name: str, fault_s: str = FAULT_S, **target: Any) -> dict[str, Any]:
     return document
 
 
+def changed(name: str, **changes: Any) -> dict[str, Any]:
+    """experiments/NAME.yaml with `changes` merged in (dotted keys, e.g. "faults.0.duration")."""
+    spec: dict[str, Any] = yaml.safe_load((REPO / "experiments" / f"{name}.yaml").read_text())
+    for dotted, value in changes.items():
+        *path, last = dotted.split(".")
+        node: Any = spec
+        for key in path:
+            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+        node[int(last) if isinstance(node, list) else last] = value
+    return spec
+
+
 def run_cli(tmp_path: Path, document: dict[str, Any], *args: str) -> tuple[int, str, Path]:
     """`rsdrill run` on `document`: exit status, output, and the output directory."""
     path = tmp_path / "experiment.json"

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
@@ -19,9 +18,8 @@ from rsdrill.result import Result
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology, member_dir
 from rsdrill.sandbox.groundtruth import all_events, first_after
+from tests.e2e.catalog import changed
 from tests.integration.faultfs_support import ensure_faultfs_tools
-
-CATALOG = Path(__file__).resolve().parents[2] / "experiments"
 
 
 @pytest.fixture(autouse=True)
@@ -33,18 +31,6 @@ def no_mount_left(tmp_path: Path) -> Iterator[None]:
     unmount_all(tmp_path)
     assert not left, f"faultfs mounts left behind: {left}"
     assert all(daemon_pid(p) is None for p in left)
-
-
-def _catalog(name: str, **changes: Any) -> dict[str, Any]:
-    """A catalog experiment with `changes` merged in (dotted keys, e.g. "faults.0.duration")."""
-    spec: dict[str, Any] = yaml.safe_load((CATALOG / f"{name}.yaml").read_text())
-    for dotted, value in changes.items():
-        *path, last = dotted.split(".")
-        node: Any = spec
-        for key in path:
-            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
-        node[int(last) if isinstance(node, list) else last] = value
-    return spec
 
 
 def _run(tmp_path: Path, spec: dict[str, Any]) -> Result:
@@ -66,7 +52,7 @@ FAST = {"target.election_timeout": "1s", "faults.0.duration": "4s", "observe.aft
 def test_storage_failure_kills_the_primary_like_mongod_and_the_set_fails_over(
     tmp_path: Path, name: str
 ) -> None:
-    spec = _catalog(name, **FAST)
+    spec = changed(name, **FAST)
     spec["slo"] = {"failover_s": "<= 4", "recovery_s.max": "<= 15",
                    "lost_acknowledged_writes": "== 0"}  # fmt: skip
     result = _run(tmp_path, spec)
@@ -89,7 +75,7 @@ def test_storage_failure_kills_the_primary_like_mongod_and_the_set_fails_over(
 
 
 def test_rs1_disk_fault_on_diagnostics_is_ridden_out(tmp_path: Path) -> None:
-    spec = _catalog("rs1-disk-fault-tolerated", **{"faults.0.duration": "4s",
+    spec = changed("rs1-disk-fault-tolerated", **{"faults.0.duration": "4s",
                     "faults.1.duration": "4s", "observe.after_revert": "2s"})  # fmt: skip
     result = _run(tmp_path, spec)
     assert result.verdict == "pass", (result.error, result.slo)
@@ -108,7 +94,7 @@ def test_rs1_disk_fault_on_diagnostics_is_ridden_out(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_primary_iops_throttle_shows_in_latency_percentiles(tmp_path: Path) -> None:
-    spec = _catalog("primary-iops-throttle", **{"target.election_timeout": "1s",
+    spec = changed("primary-iops-throttle", **{"target.election_timeout": "1s",
                     "faults.0.duration": "6s", "observe.after_revert": "4s"})  # fmt: skip
     result = _run(tmp_path, spec)
     assert result.verdict == "pass", (result.error, result.slo)
@@ -133,7 +119,7 @@ def test_throttled_secondary_lags_then_falls_off_a_small_oplog(tmp_path: Path) -
     # oplog entry carries the new field, so 4 MB are written over in seconds even on a loaded
     # machine (with the catalog's 1 KB, a loaded CI wrote less than 4 MB in the 18 s); 500 of
     # them, so the initial load (2 MB) leaves every member inside the oplog.
-    spec = _catalog("secondary-iops-throttle", **{"target.oplog_size_mb": 4,
+    spec = changed("secondary-iops-throttle", **{"target.oplog_size_mb": 4,
                     "faults.0.duration": "18s", "observe.after_revert": "2s",
                     "probes.load.record_bytes": 4000, "probes.load.records": 500,
                     "slo.replication_lag_max_s": "<= 4"})  # fmt: skip
@@ -153,7 +139,7 @@ def test_throttled_secondary_lags_then_falls_off_a_small_oplog(tmp_path: Path) -
 def test_power_loss_drops_unjournaled_acknowledged_writes_only(tmp_path: Path) -> None:
     lost = {}
     for journal in (False, True):
-        spec = _catalog("rs1-power-loss", **{"probes.durability.journal": journal,
+        spec = changed("rs1-power-loss", **{"probes.durability.journal": journal,
                         "faults.0.restart.after": "1s", "observe.after_revert": "3s"})  # fmt: skip
         del spec["matrix"]
         result = _run(tmp_path / f"j{journal}", spec)

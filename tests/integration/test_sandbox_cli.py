@@ -388,6 +388,7 @@ def test_up_records_every_setting_given(
         "--port-base", str(free_port_base(1)), "--engine", "emulator",
         "--election-timeout", "3000", "--heartbeat-interval", "500", "--heartbeat-timeout", "4",
         "--catch-up-timeout", "250", "--oplog-size-mb", "8", "--initial-sync-mb-per-s", "1.5",
+        "--cache-mb", "12",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     with MongoClient(
@@ -405,3 +406,4 @@ def test_up_records_every_setting_given(
     recorded = json.loads((sandbox_dir / "replset.json").read_text())
     assert recorded["oplog_size_bytes"] == 8 * 1024 * 1024
     assert recorded["initial_sync_bytes_per_s"] == int(1.5 * 1024 * 1024)
+    assert recorded["cache_bytes"] == 12 * 1024 * 1024

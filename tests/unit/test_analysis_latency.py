@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from rsdrill.analysis.latency import degradation_s, latency_ms, percentile
+from rsdrill.analysis.latency import (
+    STEP_S,
+    Takeover,
+    degradation_s,
+    latency_ms,
+    percentile,
+    takeover,
+)
 from rsdrill.history import FaultRecord, Op
 from rsdrill.result import Latency
 
@@ -120,3 +129,52 @@ def test_degradation_falls_back_to_write_and_read_ops() -> None:
     ops = [load(op.t_end, op.t_end - op.t_start, probe="write") for op in baseline()]
     ops += [load(20.1 + 0.1 * k, 0.010, probe="read") for k in range(10)]
     assert degradation_s(ops, [fault(5.0, 20.0)]) == 0.0
+
+
+B = "b:27017"
+
+
+def on(member: str, ops: list[Op]) -> list[Op]:
+    return [dataclasses.replace(op, member=member) for op in ops]
+
+
+def writable(member: str, t_end: float) -> Op:
+    """The failover probe's hello answer: `member` is writable."""
+    return Op("failover", "hello", member, t_end - 0.001, t_end, "ok", {"writable": True})
+
+
+BEFORE = every(0.0, 10.0, 0.01, 0.005)
+
+
+def test_a_warm_heir_is_degraded_for_no_time() -> None:
+    # Reads queued through the hand-over end slow on the heir: its pause, not its cache.
+    queued = on(B, [load(10.31, 0.3)] * 8)
+    after = on(B, every(10.32, 15.0, 0.01, 0.005))
+    taken = takeover([*BEFORE, writable(A, 5.0), writable(B, 10.3), *queued, *after], 10.0, B)
+    assert taken == Takeover(
+        baseline_s=pytest.approx(0.005), writable_s=pytest.approx(0.3), degraded_s=0.0
+    )
+
+
+def test_a_cold_heir_is_degraded_until_its_reads_are_fast_again() -> None:
+    cold = on(B, every(10.4, 13.0, 0.01, 0.2))  # started from 10.2 on
+    warm = on(B, every(13.0, 16.0, 0.01, 0.005))
+    taken = takeover([*BEFORE, writable(B, 10.2), *cold, *warm], 10.0, B)
+    assert taken is not None
+    # The first window holding no slow read starts at 13.0 s, 2.8 s after the heir was writable.
+    assert taken.degraded_s == pytest.approx(2.8, abs=STEP_S)
+    assert taken.writable_s == pytest.approx(0.2)
+
+
+def test_the_old_primary_s_reads_after_the_hand_over_do_not_count() -> None:
+    late_on_a = every(10.0, 12.0, 0.01, 0.5)  # not the heir's
+    heir = on(B, every(10.5, 12.0, 0.01, 0.005))
+    taken = takeover([*BEFORE, writable(B, 10.4), *late_on_a, *heir], 10.0, B)
+    assert taken is not None and taken.degraded_s == 0.0
+
+
+def test_takeover_needs_a_baseline_and_the_heir_writable() -> None:
+    heir = [writable(B, 10.1), *on(B, every(10.2, 11.0, 0.01, 0.005))]
+    assert takeover([*every(9.9, 10.0, 0.01, 0.005), *heir], 10.0, B) is None
+    assert takeover([*BEFORE, *heir[1:], writable(B, 9.0)], 10.0, B) is None
+    assert takeover([*BEFORE, *heir], 10.0, B) is not None

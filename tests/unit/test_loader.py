@@ -671,7 +671,7 @@ EXPERIMENTS = _doc({
         "availability": _maybe(_doc({"interval": _DURATION, "timeout": _DURATION,
                                      "write_concern": st.sampled_from(["majority", 1, 0, "x"])})),
         "durability": _maybe(st.one_of(st.none(), _doc({"write_concern": st.just("majority")}))),
-        "load": _maybe(_doc({"workload": st.sampled_from(["a", "b", "c"]),
+        "load": _maybe(_doc({"workload": st.sampled_from(["a", "b", "c", "z"]),
                              "rate": st.floats(), "threads": st.integers(-1, 100)})),
         "lag": _maybe(st.none()),
     })),

@@ -201,14 +201,14 @@ def test_render_shows_target_probes_timeline_and_slos() -> None:
         "probes:\n  lag: null\n  load: {rate: 50}\n"
         'slo:\n  write_unavailable_s: "<= 15"\n  failover_s: "  <  12.7 "\n',
         header=HEADER + "  election_timeout: 5s\n  heartbeat_timeout: 5\n  port_base: 28017\n"
-        "  data_mb: 64\n",
+        "  data_mb: 64\n  cache_mb: 16\n",
     )
     text = render_plan(exp)
     assert text.startswith("experiment plan-test\n  kill the primary, bring it back\n")
     assert "sandbox rs3: three data-bearing members, engine auto, ports 28017-28019" in text
     assert ("election timeout 5s, heartbeat interval 2s (MongoDB's default), heartbeat timeout "
             "5s") in text  # fmt: skip
-    assert "64 MB of data preloaded" in text
+    assert "64 MB of data preloaded, page cache 16 MB per member" in text
     assert "availability  writes and reads every 20ms, timeout 250ms, w:majority" in text
     assert "lag           off" in text
     assert "load          workload a (50/50 read/update), 50 ops/s on 4 threads" in text

@@ -121,6 +121,8 @@ class SandboxTarget:
             options["oplog_size_bytes"] = config.oplog_size_mb * 1024 * 1024
         if config.initial_sync_mb_per_s:
             options["initial_sync_bytes_per_s"] = int(config.initial_sync_mb_per_s * 1024 * 1024)
+        if config.cache_mb:
+            options["cache_bytes"] = config.cache_mb * 1024 * 1024
         self.spec = build_topology(
             config.topology,
             port_base=config.port_base or free_port_base(count),

@@ -116,7 +116,7 @@ class Node:
         self.me = spec.member(host)
         self.dir = member_dir(sandbox_dir, self.me)
         self._unsafe_majority_ack = os.environ.get(UNSAFE_MAJORITY_ACK_ENV) == "1"
-        self.database = Database(self.dir / "data")
+        self.database = Database(self.dir / "data", cache_bytes=spec.cache_bytes)
         self.fresh = not self.database.exists()
         self.database.open()
         self.events = EventLog(self.dir / "events.jsonl", host)

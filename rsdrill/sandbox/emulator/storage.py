@@ -7,6 +7,13 @@ inside one open transaction that is committed (and fsynced) by group commit ever
 interval, or at once for `j: true`; a SIGKILL loses what was not yet committed, as MongoDB's
 journal would, and never leaves documents, oplog and metadata out of step with each other.
 
+The member's working set in memory is SQLite's page cache (as WiredTiger's cache is mongod's):
+pages read or written recently, least recently used evicted first, bounded by `cache_bytes`.
+It starts empty with the process, and a secondary fills it only with what applying the oplog
+touches, so a member restarted, or one that served no reads, is cold: each read that misses is
+a read() of the data file (or of the write-ahead log), which on faultfs counts against an IOPS
+cap (its compiled layer keeps no kernel page cache).
+
 Storage errors (EIO, ENOSPC from the disk, e.g. through faultfs) split as in mongod: a failed
 read fails the operation that needed it (`StorageReadError`), while a failed write or commit
 (fsync) is fatal: the data on disk can no longer be trusted, so `on_fatal` ends the process.
@@ -23,6 +30,9 @@ from typing import Any, NoReturn
 import bson
 
 DATABASE = "member.sqlite"
+PAGE_BYTES = 16384
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+"""The page cache when the set's config names no size (`cache_mb`)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID;
@@ -51,8 +61,9 @@ class StorageReadError(Exception):
 class Database:
     """The member's SQLite file, always inside an open transaction between commits."""
 
-    def __init__(self, dbpath: Path) -> None:
+    def __init__(self, dbpath: Path, *, cache_bytes: int | None = None) -> None:
         self.dbpath = dbpath
+        self.cache_bytes = cache_bytes or DEFAULT_CACHE_BYTES
         self.path = dbpath / DATABASE
         self.conn: sqlite3.Connection | None = None
         self.dirty = False
@@ -83,9 +94,10 @@ class Database:
     def open(self) -> None:
         self.dbpath.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        # Large pages and cache: documents and oplog entries are kilobytes, written in bursts.
-        self.conn.execute("PRAGMA page_size=16384")
-        self.conn.execute("PRAGMA cache_size=-65536")
+        # Large pages: documents and oplog entries are kilobytes, written in bursts.
+        self.conn.execute(f"PRAGMA page_size={PAGE_BYTES}")
+        # A negative size is in KiB (a positive one would count pages).
+        self.conn.execute(f"PRAGMA cache_size=-{max(self.cache_bytes // 1024, 1)}")
         self.conn.execute("PRAGMA journal_mode=WAL")
         # FULL: a commit is on disk when it returns, which is what j:true promises.
         self.conn.execute("PRAGMA synchronous=FULL")
