@@ -124,8 +124,12 @@ def soak(
             for v in verdict.violations:
                 progress(f"  {v.invariant}: {v.detail}")
             break
-        if verdict.verdict not in ("error", "aborted"):
-            shutil.rmtree(run_dir, ignore_errors=True)  # the failing ones are kept to read
+        if verdict.verdict in ("error", "aborted"):
+            # Kept to read; the reason on the terminal, as a violation's is.
+            progress(f"  {verdict.verdict}: {verdict.error or 'no reason recorded'} "
+                     f"(kept in {run_dir})")  # fmt: skip
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
     if report.violating is not None:
         _shrink(exp.with_seed(report.violating.seed or 0), out_dir, report, recovery_slo_s,
                 attempts, progress)  # fmt: skip
