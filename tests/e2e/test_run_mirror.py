@@ -23,8 +23,9 @@ from rsdrill.faultfs.mirror import MIRROR_FILE
 from rsdrill.faultfs.mount import daemon_pid, faultfs_mounts, unmount_all
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.groundtruth import first_after
+from tests.e2e.catalog import changed
 from tests.e2e.test_run_cli import _wait_for_text
-from tests.e2e.test_run_storage import _catalog, _injected_mono, _run
+from tests.e2e.test_run_storage import _injected_mono, _run
 from tests.integration.faultfs_support import ensure_faultfs_tools
 from tests.integration.support import wait_until
 
@@ -52,7 +53,7 @@ def tree(root: Path) -> dict[str, str]:
 
 
 def _experiment(name: str, topology: str, **changes: Any) -> dict[str, Any]:
-    spec = _catalog(name, **{**FAST, "target.topology": topology, **changes})
+    spec = changed(name, **{**FAST, "target.topology": topology, **changes})
     del spec["matrix"]
     return spec
 
