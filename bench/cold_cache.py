@@ -1,7 +1,7 @@
 """A stepdown onto a cold secondary under an IOPS cap: how long reads stay degraded, by
 working-set size and by cap, beside a warm secondary (issue 21, Parse's cold secondary).
 
-Runs `experiments/parse-cold-secondary.yaml` (psa, page cache 32 MB per member, workload C:
+Runs `experiments/seeds/parse-cold-secondary.yaml` (psa, page cache 32 MB per member, workload C:
 reads only, of `records` uniform keys of 1000 B, the secondary restarted on its kept data at
 2 s so its cache starts empty, its volume capped at `read_iops` from 7 s, stepdown at 12 s)
 with three working-set sizes at one cap, three caps at one size, and the warm control: the
@@ -39,7 +39,9 @@ from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.loader import load_experiment_text
 from rsdrill.history import Op
 
-EXPERIMENT = Path(__file__).resolve().parents[1] / "experiments" / "parse-cold-secondary.yaml"
+EXPERIMENT = (
+    Path(__file__).resolve().parents[1] / "experiments" / "seeds" / "parse-cold-secondary.yaml"
+)
 RECORD_BYTES = 1000
 
 

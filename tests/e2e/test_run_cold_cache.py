@@ -1,4 +1,4 @@
-"""Parse's cold secondary on the sandbox (experiments/parse-cold-secondary.yaml): a stepdown onto
+"""Parse's cold secondary on the sandbox (experiments/seeds/parse-cold-secondary.yaml): a stepdown onto
 a secondary restarted with an empty page cache, its volume capped, keeps reads slow until the
 working set is read back; onto a warm secondary it does not. Timing figures: bench/cold_cache.py."""
 
@@ -33,7 +33,7 @@ def _stepdown_onto(tmp_path: Path, *, cold: bool) -> Takeover:
     # 4 MB at 50 read IOPS: the bench measured about 5 s of slow reads; the throttle holds
     # 12 s past the stepdown.
     spec: dict[str, Any] = changed(
-        "parse-cold-secondary", **{"faults.1.duration": "17s", "slo": {}}
+        "seeds/parse-cold-secondary", **{"faults.1.duration": "17s", "slo": {}}
     )
     if not cold:  # no restart: the secondary wrote every record while replicating the preload
         spec["faults"] = [f for f in spec["faults"] if f["kind"] != "host-kill"]
