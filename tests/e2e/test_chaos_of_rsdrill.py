@@ -421,6 +421,7 @@ def _report(outcomes: list[Outcome]) -> str:
     )
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_recover_leaves_nothing(
     tmp_path: Path, free_port_base: Callable[[int], int]
 ) -> None:
@@ -441,6 +442,7 @@ def test_sigkill_at_random_moments_then_recover_leaves_nothing(
     assert sum(o.signalled for o in outcomes) >= SIGKILL_RUNS - 2, _report(outcomes)
 
 
+@pytest.mark.slow
 def test_sigint_at_random_moments_aborts_and_leaves_nothing(
     tmp_path: Path, free_port_base: Callable[[int], int]
 ) -> None:

@@ -37,6 +37,7 @@ faults:
 """
 
 
+@pytest.mark.slow
 def test_a_broken_sandbox_is_found_and_shrunk_to_at_most_two_faults(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
