@@ -1,6 +1,7 @@
-"""Parse's cold secondary on the sandbox (experiments/seeds/parse-cold-secondary.yaml): a stepdown onto
-a secondary restarted with an empty page cache, its volume capped, keeps reads slow until the
-working set is read back; onto a warm secondary it does not. Timing figures: bench/cold_cache.py."""
+"""Parse's cold secondary on the sandbox (experiments/seeds/parse-cold-secondary.yaml): a
+stepdown onto a secondary restarted with an empty page cache, its volume capped, keeps reads slow
+until the working set is read back; onto a warm secondary it does not. Timing figures:
+bench/cold_cache.py."""
 
 from __future__ import annotations
 
