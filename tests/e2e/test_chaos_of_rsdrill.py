@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 from pymongo import MongoClient
-from pymongo.errors import OperationFailure
+from pymongo.errors import NotPrimaryError, OperationFailure
 
 from rsdrill.faultfs.mount import faultfs_mounts
 from rsdrill.platforms.machine import netcls
@@ -381,14 +381,29 @@ def _clock_skewed(sandbox: Sandbox) -> bool:
     return abs((local - dt.datetime.now(dt.UTC)).total_seconds()) > 60
 
 
+# An election the fault set going (a degraded or cut link) may still step the primary down as
+# the set turns healthy: these codes say so, a fail point left on keeps failing after it.
+_ELECTION_CODES = {189, 10107, 11602, 13435, 11600, 91}
+
+
 def _insert_fails(sandbox: Sandbox) -> int | None:
-    """The error code of an insert on the kept sandbox's primary (None: it succeeded)."""
+    """The error code of an insert on the kept sandbox's primary (None: it succeeded), tried
+    again through an election for up to HEALTHY_TIMEOUT_S."""
+    deadline = time.monotonic() + HEALTHY_TIMEOUT_S
     with MongoClient(sandbox.uri, serverSelectionTimeoutMS=10_000, retryWrites=False) as client:
-        try:
-            client.rsdrill_chaos.after.insert_one({})
-        except OperationFailure as exc:
-            return exc.code
-    return None
+        while True:
+            try:
+                client.rsdrill_chaos.after.insert_one({})
+                return None
+            except NotPrimaryError:
+                code = 10107
+            except OperationFailure as exc:
+                if exc.code not in _ELECTION_CODES:
+                    return exc.code
+                code = exc.code
+            if time.monotonic() > deadline:
+                return code
+            time.sleep(0.2)
 
 
 def _clean_up(work: Path) -> None:

@@ -6,11 +6,8 @@ restarts the member."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +18,7 @@ from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.loader import load_experiment
 from rsdrill.platforms.machine.cgroup import mount_of
 from rsdrill.sandbox.cluster import Sandbox
-from tests.e2e.test_run_cli import _wait_for_text
+from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
@@ -105,13 +102,8 @@ def test_recover_undoes_the_memory_pressure_of_a_killed_run(
         f"port_base: {base}}}\n"
         "faults:\n  - {at: 1s, kind: memory-pressure, select: primary, duration: 120s}\n"
     )
-    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
-    cli = [sys.executable, "-m", "rsdrill.cli"]
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [*cli, "run", str(path), "--out", str(out), "--no-live", "--no-history"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+    proc = _start(tmp_path, path)
     sandbox = Sandbox(out / "sandbox")
     try:
         _wait_for_text(proc, "injected memory-pressure", 90)
@@ -119,8 +111,7 @@ def test_recover_undoes_the_memory_pressure_of_a_killed_run(
         proc.wait(30)
         # Left behind by the killed run (the neighbour itself is OOM-killed once it is alone).
         assert _groups("memory", base)
-        recover = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
-                                 timeout=120)  # fmt: skip
+        recover = _recover(tmp_path)
         assert recover.returncode == 0, recover.stdout + recover.stderr
         assert "restarted" in recover.stdout, recover.stdout
         assert not _groups("memory", base)

@@ -38,10 +38,10 @@ def _start(tmp_path: Path, experiment: Path, *args: str) -> subprocess.Popen[str
     )  # fmt: skip
 
 
-def _recover(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _recover(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rsdrill.cli", "recover", *args],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip
 

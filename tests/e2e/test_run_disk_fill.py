@@ -26,7 +26,7 @@ from rsdrill.platforms.machine.disk_fill import FILLER, disk_fill, small_disk_mo
 from rsdrill.platforms.machine.local_hosts import answers_hello, listening_pid
 from rsdrill.sandbox.cluster import Sandbox
 from tests.e2e.local_set import local_target
-from tests.e2e.test_run_cli import _wait_for_text
+from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
 
 EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "primary-disk-fill.yaml"
 
@@ -62,20 +62,14 @@ def test_recover_frees_and_unmounts_the_disks_of_a_killed_run(
         "faults:\n  - {at: 1s, kind: disk-fill, select: secondary, fill_percent: 90, "
         "duration: 120s}\n"
     )
-    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
-    cli = [sys.executable, "-m", "rsdrill.cli"]
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [*cli, "run", str(path), "--out", str(out), "--no-live", "--no-history"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+    proc = _start(tmp_path, path)
     try:
         _wait_for_text(proc, "injected disk-fill", 90)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         assert len(small_disk_mounts(out / "sandbox")) == 3
-        recover = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
-                                 timeout=120)  # fmt: skip
+        recover = _recover(tmp_path)
         assert recover.returncode == 0, recover.stdout + recover.stderr
         assert "its disk freed" in recover.stdout, recover.stdout
         assert "unmounted 3 member disk(s)" in recover.stdout, recover.stdout

@@ -5,10 +5,7 @@ point is on and succeed once it is off, as the probes see it; after a SIGKILLed 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from pymongo.errors import OperationFailure
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.loader import load_experiment
 from rsdrill.sandbox.cluster import Sandbox
-from tests.e2e.test_run_cli import _wait_for_text
+from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
 
 EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "primary-fail-command.yaml"
 
@@ -75,21 +72,15 @@ def test_recover_turns_the_fail_point_of_a_killed_run_off(
         "faults:\n  - {at: 1s, kind: mongodb-fail-command, select: primary, "
         "commands: [insert], error_code: 8, duration: 120s}\n"
     )
-    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
-    cli = [sys.executable, "-m", "rsdrill.cli"]
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [*cli, "run", str(path), "--out", str(out), "--no-live", "--no-history"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+    proc = _start(tmp_path, path)
     sandbox = Sandbox(out / "sandbox")
     try:
         _wait_for_text(proc, "injected mongodb-fail-command", 90)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         assert _insert_code(sandbox.uri) == 8  # left on by the killed run
-        recover = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
-                                 timeout=60)  # fmt: skip
+        recover = _recover(tmp_path, timeout=60)
         assert recover.returncode == 0, recover.stdout + recover.stderr
         assert "failCommand off" in recover.stdout
         assert _insert_code(sandbox.uri) is None

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,7 @@ from rsdrill.faultfs.mount import daemon_pid, faultfs_mounts, unmount_all
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.groundtruth import first_after
 from tests.e2e.catalog import changed
-from tests.e2e.test_run_cli import _wait_for_text
+from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
 from tests.e2e.test_run_storage import _injected_mono, _run
 from tests.integration.faultfs_support import ensure_faultfs_tools
 from tests.integration.support import wait_until
@@ -122,13 +119,8 @@ def test_recover_clears_and_resyncs_the_copy_of_a_killed_run(
                        "target.port_base": free_port_base(1)})  # fmt: skip
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(spec))
-    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
-    cli = [sys.executable, "-m", "rsdrill.cli"]
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [*cli, "run", str(path), "--out", str(out), "--no-live", "--no-history"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+    proc = _start(tmp_path, path)
     try:
         _wait_for_text(proc, "injected disk-fault", 90)
         (member,) = (out / "sandbox" / "members").iterdir()
@@ -138,8 +130,7 @@ def test_recover_clears_and_resyncs_the_copy_of_a_killed_run(
         proc.wait(30)
         journal = next((tmp_path / "home").rglob("*.jsonl")).read_text()
         assert '"mirror": {"replica": "a"' in journal, journal  # journaled before it was set
-        recover = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
-                                 timeout=180)  # fmt: skip
+        recover = _recover(tmp_path, timeout=180)
         assert recover.returncode == 0, recover.stdout + recover.stderr
         assert "cleared; replica a " in recover.stdout, recover.stdout
         assert "resynced" in recover.stdout, recover.stdout
@@ -148,8 +139,7 @@ def test_recover_clears_and_resyncs_the_copy_of_a_killed_run(
         replicas = json.loads(record.read_text())["replicas"]
         assert replicas["a"]["state"] == replicas["b"]["state"] == "in-sync", replicas
         assert tree(member / "data") == tree(member / "data-b")
-        again = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
-                               timeout=60)  # fmt: skip
+        again = _recover(tmp_path, timeout=60)
         assert again.stdout.startswith("nothing to recover"), again.stdout
     finally:
         if proc.poll() is None:

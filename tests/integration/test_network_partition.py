@@ -16,12 +16,13 @@ import pytest
 from pymongo import MongoClient
 
 from rsdrill import wire
-from rsdrill.platforms.machine import netcls
+from rsdrill.platforms.machine import netcls, network
 from rsdrill.platforms.machine.network import (
     NetworkPartition,
     connects,
     connects_as,
     heal,
+    ports_in_use,
     rsdrill_tables,
 )
 from rsdrill.platforms.sandbox.target import SandboxHosts
@@ -297,3 +298,25 @@ def test_a_connection_opened_before_the_cut_gets_no_reply_until_healed(
         _ping(sock, 3)
         assert _reply_to(sock) == 3, "the connection is usable again"
     assert partition.table not in rsdrill_tables()
+
+
+def test_ports_in_use_reads_only_rsdrill_tables_in_one_listing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Another run's table may vanish between two nft calls (seen in CI: a heal failed with "No
+    # such file or directory"): here a table listed a moment ago is gone when it is read.
+    ours, theirs = f"rsdrill-ports-{time.time_ns()}", f"other-{time.time_ns()}"
+    gone = f"rsdrill-gone-{time.time_ns()}"
+    monkeypatch.setattr(network, "rsdrill_tables", lambda: [ours, gone])
+    script = "".join(
+        f"table inet {name} {{\n chain c {{\n  type filter hook output priority 0;\n"
+        f"  meta cgroup {classes} drop\n }}\n}}\n"
+        for name, classes in ((ours, "{ 1114113, 1114114 }"), (theirs, "1114115"))
+    )
+    subprocess.run(["nft", "-f", "-"], input=script, text=True, check=True, timeout=30)
+    try:
+        in_use = ports_in_use()
+    finally:
+        for name in (ours, theirs):
+            subprocess.run(["nft", "delete", "table", "inet", name], check=True, timeout=30)
+    assert {1, 2} <= in_use and 3 not in in_use, in_use

@@ -180,12 +180,17 @@ def delete_table(table: str) -> bool:
 
 
 def ports_in_use() -> set[int]:
-    """The member ports whose class some partition still reads (in its `meta cgroup` set)."""
+    """The member ports whose class some partition still reads (in its `meta cgroup` set).
+
+    One listing of every inet table: listing rsdrill's tables one by one raced with another
+    run deleting its own between the two calls (nft: No such file or directory)."""
     ports: set[int] = set()
-    for table in rsdrill_tables():
-        for line in _nft(["list", "table", "inet", table]).splitlines():
-            if "meta cgroup" in line:
-                ports.update(c & 0xFFFF for c in _classes_after(line, "meta cgroup"))
+    ours = False
+    for line in _nft(["list", "ruleset", "inet"]).splitlines():
+        if line.startswith("table inet "):
+            ours = line.split()[2].startswith(TABLE_PREFIX)
+        elif ours and "meta cgroup" in line:
+            ports.update(c & 0xFFFF for c in _classes_after(line, "meta cgroup"))
     return ports
 
 
