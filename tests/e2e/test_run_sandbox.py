@@ -16,6 +16,7 @@ from rsdrill.engine import runner
 from rsdrill.engine.journal import read_records
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
+from rsdrill.history import History
 from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.result import Result
 from rsdrill.sandbox.groundtruth import all_events, first_after
@@ -37,6 +38,13 @@ def _kill_mono(result: Result, index: int = 0) -> float:
     return result.clock.t0_monotonic + injected
 
 
+def _gap_around(out: Path, probes: set[str], at_s: float) -> float:
+    """The window without a successful op of `probes` that the run second `at_s` falls in."""
+    ops = History.read_jsonl(out / "history.jsonl").ops()
+    ok = sorted(op.t_end for op in ops if op.probe in probes and op.ok)
+    return min(t for t in ok if t > at_s) - max(t for t in ok if t <= at_s)
+
+
 def test_primary_kill_measures_failover_like_the_ground_truth(tmp_path: Path) -> None:
     result = _run(tmp_path, {
         "name": "fast-primary-kill",
@@ -54,10 +62,16 @@ def test_primary_kill_measures_failover_like_the_ground_truth(tmp_path: Path) ->
     truth = writable["t_mono"] - _kill_mono(result)
     m = result.metrics
     assert m.failover_s is not None and abs(m.failover_s - truth) < 0.1, (m.failover_s, truth)
-    assert m.write_unavailable_s is not None and truth <= m.write_unavailable_s <= truth + 0.5
+    # The metrics are the run's longest gaps; the kill's own is checked against the truth (on a
+    # loaded machine a stall elsewhere in the run may be longer, and then is the metric).
+    killed_at = result.faults[0].injected_at_s or 0.0
+    gap = _gap_around(tmp_path / "out", {"write"}, killed_at)
+    assert truth <= gap <= truth + 0.5, (gap, truth)
+    assert m.write_unavailable_s is not None and m.write_unavailable_s >= gap
     # The server's own gap (rsdrill's wire client): the election plus a majority commit.
-    raw = m.raw_write_unavailable_s
-    assert raw is not None and truth <= raw <= truth + 0.5, (raw, truth)
+    raw = _gap_around(tmp_path / "out", {"write", "raw_write"}, killed_at)
+    assert truth <= raw <= truth + 0.5, (raw, truth)
+    assert m.raw_write_unavailable_s is not None and m.raw_write_unavailable_s >= raw
     assert m.lost_acknowledged_writes == 0 and (m.acknowledged_writes or 0) > 50
     assert m.recovery_s[killed] is not None and m.recovery_s[killed] < 5
     states = [s for _, s in m.member_states[killed]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rsdrill.platforms.machine.netcls import CLIENT_CLASS, class_id
+from rsdrill.platforms.machine.netcls import class_id, client_mark
 from rsdrill.platforms.machine.network import Cut
 
 ME, A, B = 27017, 27018, 27019
@@ -18,8 +18,8 @@ PEERS = f"{{ {class_id(A):#x}, {class_id(B):#x} }}"
                                 f"tcp sport {{ {A}, {B} }} ct mark {class_id(ME):#x} drop"]),
         ("members", "outbound", [f"tcp sport {ME} ct mark {PEERS} drop",
                                  f"tcp dport {{ {A}, {B} }} ct mark {class_id(ME):#x} drop"]),
-        ("clients", "inbound", [f"tcp dport {ME} ct mark {CLIENT_CLASS:#x} drop"]),
-        ("clients", "outbound", [f"tcp sport {ME} ct mark {CLIENT_CLASS:#x} drop"]),
+        ("clients", "inbound", [f"tcp dport {ME} ct mark {client_mark(ME):#x} drop"]),
+        ("clients", "outbound", [f"tcp sport {ME} ct mark {client_mark(ME):#x} drop"]),
     ],
 )  # fmt: skip
 def test_each_direction_drops_only_its_packets(
@@ -46,7 +46,9 @@ def test_a_single_member_has_no_peers_to_be_cut_from() -> None:
 def test_the_table_classifies_every_member_port_and_drops_on_input_only() -> None:
     text = Cut(ME, (A, B), "members", "both").ruleset("rsdrill-test")
     assert text.startswith("table inet rsdrill-test {")
-    assert f'oif "lo" tcp dport {{ {ME}, {A}, {B} }} ct mark set {CLIENT_CLASS:#x}' in text
+    clients = ", ".join(f"{p} : {client_mark(p):#x}" for p in (ME, A, B))
+    marks = f"ct mark set tcp dport map {{ {clients} }}"
+    assert f'oif "lo" tcp dport {{ {ME}, {A}, {B} }} {marks}' in text
     # Never on what a member sends: before its initiator speaks, a connection has no class.
     assert "sport" not in text.split("chain partition")[0]
     assert "meta cgroup" in text and "ct mark set meta cgroup" in text

@@ -23,8 +23,9 @@ from pathlib import Path
 
 # "RD" in the high half; the low half is the member's port (a port is never 0).
 CLASS_BASE = 0x52440000
-# The class of every connection opened by a process that is not a member.
-CLIENT_CLASS = CLASS_BASE
+# A connection a process that is not a member opened to a member: "RC" and the member's port.
+# Per port, so that a partition forgets only its own members' connections (`client_mark`).
+CLIENT_BASE = 0x52430000
 OWN_MOUNT = Path("/run/rsdrill/net_cls")
 # Held while cgroups are created, filled or removed and the hierarchy (un)mounted: runs on the
 # same machine must not unmount it under each other.
@@ -36,11 +37,20 @@ class NetClsError(Exception):
     """The net_cls cgroups cannot be set up or released."""
 
 
-def class_id(port: int) -> int:
-    """The class id of the member listening on `port`."""
+def _port(port: int) -> int:
     if not 0 < port < 0x10000:
         raise NetClsError(f"port {port} is out of range")
-    return CLASS_BASE | port
+    return port
+
+
+def class_id(port: int) -> int:
+    """The class id of the member listening on `port`."""
+    return CLASS_BASE | _port(port)
+
+
+def client_mark(port: int) -> int:
+    """The conntrack mark of a client's connection to the member listening on `port`."""
+    return CLIENT_BASE | _port(port)
 
 
 def hierarchy() -> Path | None:

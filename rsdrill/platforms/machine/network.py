@@ -18,7 +18,9 @@ is applied, its acknowledgement never comes back).
 
 Each fault is one nftables table `rsdrill-<port>-<token>`, added and deleted atomically; its
 removal is journaled first (`network-heal`), so `rsdrill recover` deletes it after a crash. The
-conntrack entries the partitions marked are forgotten when one starts and when one ends.
+conntrack entries of the connections to its members are forgotten when one starts and when one
+ends, and only theirs (marks are per member port), so a partition of another set on this machine
+keeps its own.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -73,7 +76,7 @@ class Cut:
 
     def drop_rules(self) -> list[str]:
         """The input-side rules (nftables syntax), one per line."""
-        me, client = netcls.class_id(self.port), netcls.CLIENT_CLASS
+        me, client = netcls.class_id(self.port), netcls.client_mark(self.port)
         peers = _set(self.peers)
         peer_classes = _set(netcls.class_id(p) for p in self.peers)
         rules: list[str] = []
@@ -103,6 +106,7 @@ def ruleset(table: str, cuts: list[Cut]) -> str:
     members = sorted({port for cut in cuts for port in (cut.port, *cut.peers)})
     ports = _set(members)
     classes = _set(netcls.class_id(p) for p in members)
+    clients = ", ".join(f"{p} : {netcls.client_mark(p):#x}" for p in members)
     drops = "\n".join(f'    iif "lo" {rule}' for cut in cuts for rule in cut.drop_rules())
     return (
         f"table inet {table} {{\n"
@@ -110,7 +114,7 @@ def ruleset(table: str, cuts: list[Cut]) -> str:
         "    type filter hook output priority filter; policy accept;\n"
         # Only the initiator's packets (to a member port) say who opened the connection:
         # until it sends, what the member sends on it is unclassified and passes.
-        f'    oif "lo" tcp dport {ports} ct mark set {netcls.CLIENT_CLASS:#x}\n'
+        f'    oif "lo" tcp dport {ports} ct mark set tcp dport map {{ {clients} }}\n'
         f'    oif "lo" tcp dport {ports} meta cgroup {classes} ct mark set meta cgroup\n'
         "  }\n"
         "  chain partition {\n"
@@ -203,11 +207,13 @@ def _classes_after(line: str, key: str) -> list[int]:
     return [int(rest.split()[0])] if rest.split() and rest.split()[0].isdigit() else []
 
 
-def forget_marked_connections() -> None:
-    """Drop the conntrack entries of every connection a partition classified, so that none is
-    judged on a stale entry later (see `conntrack.py`); the next packet of each connection
-    starts a fresh one."""
-    conntrack.forget(netcls.CLASS_BASE, 0xFFFF0000)
+def forget_marked_connections(ports: Iterable[int]) -> None:
+    """Drop the conntrack entries of the connections that a partition classified to or from
+    the members on `ports`, so that none is judged on a stale entry later (see
+    `conntrack.py`); the next packet of each connection starts a fresh one."""
+    for port in ports:
+        conntrack.forget(netcls.class_id(port), 0xFFFFFFFF)
+        conntrack.forget(netcls.client_mark(port), 0xFFFFFFFF)
 
 
 def heal(action: dict[str, Any]) -> str:
@@ -218,9 +224,9 @@ def heal(action: dict[str, Any]) -> str:
     try:
         if delete_table(action["table"]):
             lines.append(f"deleted nftables table {action['table']}")
-        unused = set(action.get("ports", netcls.tagged_ports())) - ports_in_use()
-        lines += netcls.release(unused)
-        forget_marked_connections()
+        ports = set(action.get("ports", netcls.tagged_ports()))
+        lines += netcls.release(ports - ports_in_use())
+        forget_marked_connections(ports)
     except (InjectionError, netcls.NetClsError, conntrack.ConntrackError) as exc:
         raise TargetError(str(exc)) from exc
     what = "; ".join(lines) if lines else "nothing left to remove"
@@ -256,6 +262,7 @@ class NetworkPartition:
         self.target = target
         self.members = members
         self.peers = [m for m in members if m != target]
+        self.ports = [_port(m) for m in members]
         self.cut = Cut(_port(target), tuple(_port(p) for p in self.peers), isolate_from, direction)
         self.shape = shape
         self.pairs = cut_pairs(shape, target, members)
@@ -284,8 +291,12 @@ class NetworkPartition:
         return f"partition {self.target} from {side}, {how}{flap} (nftables table {self.table})"
 
     def revert_action(self) -> dict[str, Any] | None:
-        ports = [_port(m) for m in self.members]
-        return {"action": "network-heal", "table": self.table, "host": self.target, "ports": ports}
+        return {
+            "action": "network-heal",
+            "table": self.table,
+            "host": self.target,
+            "ports": self.ports,
+        }
 
     def inject(self) -> None:
         if _CONNTRACK_LOOSE.exists() and _CONNTRACK_LOOSE.read_text().strip() == "0":
@@ -313,7 +324,7 @@ class NetworkPartition:
     def _cut(self) -> None:
         _nft(["-f", "-"], ruleset(self.table, self.cuts))
         try:
-            forget_marked_connections()
+            forget_marked_connections(self.ports)
         except conntrack.ConntrackError as exc:
             raise InjectionError(f"network-partition {self.target}: {exc}") from exc
 
@@ -325,7 +336,7 @@ class NetworkPartition:
                 try:
                     if self._in_force:
                         delete_table(self.table)
-                        forget_marked_connections()
+                        forget_marked_connections(self.ports)
                     else:
                         self._cut()
                 except (InjectionError, conntrack.ConntrackError):
