@@ -9,7 +9,6 @@ import datetime as dt
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,7 @@ from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
 from tests.e2e.local_set import local_target, set_uri
-from tests.e2e.test_run_cli import _wait_for_text
+from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
 
 EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "primary-clock-skew.yaml"
 HOUR = 3600
@@ -205,17 +204,12 @@ def _settles(client: MongoClient[dict[str, object]], skew_s: float) -> bool:
 
 
 def test_recover_sets_a_local_members_clock_right_after_a_killed_run(
-    tmp_path: Path, existing_set: Path, libfaketime: None
+    tmp_path: Path, existing_set: Path, libfaketime: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(_local_skew(existing_set, duration="120s")))
-    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home"), "RSDRILL_ALLOW": "rs0"}
-    cli = [sys.executable, "-m", "rsdrill.cli"]
-    proc = subprocess.Popen(
-        [*cli, "run", str(path), "--out", str(tmp_path / "out"), "--no-live", "--no-history",
-         "--yes"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+    monkeypatch.setenv("RSDRILL_ALLOW", "rs0")  # the set's name: rsdrill may act on it
+    proc = _start(tmp_path, path, "--yes")
     try:
         seen = _wait_for_text(proc, "injected clock-skew", 120)
         proc.send_signal(signal.SIGKILL)
@@ -223,8 +217,7 @@ def test_recover_sets_a_local_members_clock_right_after_a_killed_run(
         host = seen.split("injected clock-skew on ", 1)[1].split()[0]
         with MongoClient(host, directConnection=True) as client:
             assert _settles(client, HOUR)  # the killed run's skew stays in force
-            recover = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
-                                     timeout=120)  # fmt: skip
+            recover = _recover(tmp_path)
             assert recover.returncode == 0, recover.stdout + recover.stderr
             assert "clock back to real time" in recover.stdout, recover.stdout
             assert _settles(client, 0.0)

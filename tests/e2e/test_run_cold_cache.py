@@ -6,7 +6,6 @@ bench/cold_cache.py."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +14,11 @@ import pytest
 from rsdrill.analysis.latency import Takeover, takeover
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
-from rsdrill.faultfs.mount import faultfs_mounts, unmount_all
 from rsdrill.history import History
 from tests.e2e.catalog import changed
-from tests.integration.faultfs_support import ensure_faultfs_tools
 
-
-@pytest.fixture(autouse=True)
-def no_mount_left(tmp_path: Path) -> Iterator[None]:
-    ensure_faultfs_tools()
-    yield
-    left = faultfs_mounts(tmp_path)
-    unmount_all(tmp_path)
-    assert not left, f"faultfs mounts left behind: {left}"
+pytest_plugins = ["tests.integration.faultfs_fixtures"]
+pytestmark = pytest.mark.usefixtures("no_faultfs_mount_left")
 
 
 def _stepdown_onto(tmp_path: Path, *, cold: bool) -> Takeover:

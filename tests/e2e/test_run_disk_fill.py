@@ -159,7 +159,7 @@ def test_local_disk_fill_refuses_a_dbpath_that_is_not_its_own_filesystem(
 
 
 def test_recover_frees_a_local_members_disk_after_a_killed_run(
-    tmp_path: Path, existing_set_on_own_disks: Path
+    tmp_path: Path, existing_set_on_own_disks: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     directory = existing_set_on_own_disks
     dbpaths = _dbpaths(directory)
@@ -169,21 +169,15 @@ def test_recover_frees_a_local_members_disk_after_a_killed_run(
         "faults": [{"at": "1s", "kind": "disk-fill", "select": "secondary", "fill_percent": 90,
                     "duration": "120s"}],
     }))  # fmt: skip
-    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home"), "RSDRILL_ALLOW": "rs0"}
-    cli = [sys.executable, "-m", "rsdrill.cli"]
-    proc = subprocess.Popen(
-        [*cli, "run", str(path), "--out", str(tmp_path / "out"), "--no-live", "--no-history",
-         "--yes"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+    monkeypatch.setenv("RSDRILL_ALLOW", "rs0")  # the set's name: rsdrill may act on it
+    proc = _start(tmp_path, path, "--yes")
     try:
         _wait_for_text(proc, "injected disk-fill", 90)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         (full,) = [h for h, p in dbpaths.items() if (p / FILLER).exists()]
         assert _used_percent(dbpaths[full]) >= 89
-        recover = subprocess.run([*cli, "recover"], capture_output=True, text=True, env=env,
-                                 timeout=120)  # fmt: skip
+        recover = _recover(tmp_path)
         assert recover.returncode == 0, recover.stdout + recover.stderr
         assert "its disk freed" in recover.stdout, recover.stdout
         assert not (dbpaths[full] / FILLER).exists()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +17,12 @@ import pytest
 import yaml
 
 from rsdrill.faultfs.mirror import MIRROR_FILE
-from rsdrill.faultfs.mount import daemon_pid, faultfs_mounts, unmount_all
+from rsdrill.faultfs.mount import faultfs_mounts
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.groundtruth import first_after
 from tests.e2e.catalog import changed
 from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
 from tests.e2e.test_run_storage import _injected_mono, _run
-from tests.integration.faultfs_support import ensure_faultfs_tools
 from tests.integration.support import wait_until
 
 # 1 s elections, a 4 s fault: the catalog's experiments at test speed.
@@ -31,14 +30,8 @@ FAST = {"target.election_timeout": "1s", "faults.0.at": "3s", "faults.0.duration
         "observe.after_revert": "4s"}  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def no_mount_left(tmp_path: Path) -> Iterator[None]:
-    ensure_faultfs_tools()
-    yield
-    left = faultfs_mounts(tmp_path)
-    unmount_all(tmp_path)
-    assert not left, f"faultfs mounts left behind: {left}"
-    assert all(daemon_pid(p) is None for p in left)
+pytest_plugins = ["tests.integration.faultfs_fixtures"]
+pytestmark = pytest.mark.usefixtures("no_faultfs_mount_left")
 
 
 def tree(root: Path) -> dict[str, str]:

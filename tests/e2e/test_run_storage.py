@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,24 +13,14 @@ import pytest
 
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
-from rsdrill.faultfs.mount import daemon_pid, faultfs_mounts, unmount_all
 from rsdrill.result import Result
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology, member_dir
 from rsdrill.sandbox.groundtruth import all_events, first_after
 from tests.e2e.catalog import changed
-from tests.integration.faultfs_support import ensure_faultfs_tools
 
-
-@pytest.fixture(autouse=True)
-def no_mount_left(tmp_path: Path) -> Iterator[None]:
-    """Tools installed first; after the test no faultfs mount or daemon may be left."""
-    ensure_faultfs_tools()
-    yield
-    left = faultfs_mounts(tmp_path)
-    unmount_all(tmp_path)
-    assert not left, f"faultfs mounts left behind: {left}"
-    assert all(daemon_pid(p) is None for p in left)
+pytest_plugins = ["tests.integration.faultfs_fixtures"]
+pytestmark = pytest.mark.usefixtures("no_faultfs_mount_left")
 
 
 def _run(tmp_path: Path, spec: dict[str, Any]) -> Result:

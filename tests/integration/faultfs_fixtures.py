@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rsdrill.faultfs.mount import Mount, faultfs_mounts, mount, unmount
+from rsdrill.faultfs.mount import Mount, daemon_pid, faultfs_mounts, mount, unmount, unmount_all
 from tests.integration.faultfs_support import ensure_faultfs_tools
 
 
@@ -36,3 +36,14 @@ def faultfs(faultfs_tools: None, tmp_path: Path) -> Iterator[Callable[..., Mount
         unmount(m.mountpoint)
     left = faultfs_mounts(tmp_path)
     assert not left, f"mounts left behind: {left}"
+
+
+@pytest.fixture
+def no_faultfs_mount_left(faultfs_tools: None, tmp_path: Path) -> Iterator[None]:
+    """For runs that mount faultfs themselves: after the test, none of their mounts or daemons
+    may be left (any that is gets unmounted, so that the next test starts clean)."""
+    yield
+    left = faultfs_mounts(tmp_path)
+    unmount_all(tmp_path)
+    assert not left, f"faultfs mounts left behind: {left}"
+    assert all(daemon_pid(p) is None for p in left)

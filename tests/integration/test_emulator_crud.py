@@ -125,3 +125,28 @@ def test_views_read_through_their_pipeline_and_refuse_writes(replset: Any, clien
     assert refused.value.code == 166
     db.big.drop()
     assert "big" not in db.list_collection_names()
+
+
+def test_opcounters_count_crud_by_kind_and_only_other_commands_as_command(
+    replset: Any, client_for: Any
+) -> None:
+    """As mongod: find, getMore, insert, update and delete raise their own counter only (their
+    shouldAffectCommandCounter is false); aggregate and serverStatus are commands, once each."""
+    rs1 = replset("rs1")
+    client = client_for(rs1.spec.members[0].host, heartbeatFrequencyMS=60_000)
+    coll = client.ops.c
+    coll.insert_one({"_id": 0})  # the connection's handshake and the collection, beforehand
+    before = client.admin.command("serverStatus")["opcounters"]
+    coll.insert_many([{"_id": 1}, {"_id": 2}, {"_id": 3}])
+    assert len(list(coll.find({}, batch_size=2))) == 4  # one find and one getMore
+    coll.find_one({"_id": 1})
+    coll.update_one({"_id": 1}, {"$set": {"a": 1}})
+    coll.delete_one({"_id": 2})
+    assert list(coll.aggregate([{"$count": "n"}])) == [{"n": 3}]
+    after = client.admin.command("serverStatus")["opcounters"]
+    delta = {key: after[key] - before[key] for key in before}
+    assert {k: delta[k] for k in ("insert", "query", "getmore", "update", "delete")} == {
+        "insert": 3, "query": 2, "getmore": 1, "update": 1, "delete": 1,
+    }, delta  # fmt: skip
+    # aggregate and this serverStatus; pymongo's monitor may send one hello meanwhile.
+    assert 2 <= delta["command"] <= 3, delta

@@ -100,6 +100,10 @@ _MEMORY_ONLY = frozenset(
     | {"rsdrillgetoplog", "rsdrillclockskew"}
 )
 
+# Counted by their own opcounter only, not as a command too (mongod's shouldAffectCommandCounter
+# is false for them): a CRUD-heavy client must not look like twice its load in serverStatus.
+_OWN_COUNTER = frozenset({"find", "getmore", "insert", "update", "delete", "bulkwrite"})
+
 Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]
 _HANDLERS: dict[str, Handler] = {}
 
@@ -192,7 +196,8 @@ class Commands:
             return CommandError(13, f"command {req.name} requires authentication").document()
         if self.node.requires_login and (refusal := self._unauthorized(req)) is not None:
             return refusal.document()
-        self.opcounters["command"] += 1
+        if req.name.lower() not in _OWN_COUNTER:
+            self.opcounters["command"] += 1
         if req.name.lower() not in _MEMORY_ONLY:
             await self.node.storage_idle()
         app = self._application_of(req)
@@ -1114,7 +1119,6 @@ async def _aggregate(cmds: Commands, req: Request) -> dict[str, Any]:
     and the cursor is empty."""
     cmds.check_readable(req)
     await cmds.majority_read_barrier(req)
-    cmds.opcounters["command"] += 1
     raw = req.body.get("pipeline")
     if not isinstance(raw, list):
         raise CommandError(14, "'pipeline' option must be specified as an array")
