@@ -1,13 +1,13 @@
 """The probes' own load on a quiet rs3 sandbox, counted on the server side.
 
-Brings up an rs3 sandbox, counts every member's commands (serverStatus opcounters.command: the
-emulator counts every request there once, CRUD included, and each CRUD command again under its
-kind) over a window with no probe running (the set's own traffic: heartbeats), then over a window
-with the probes running at their defaults (availability and failover every 20 ms), and prints
-the difference per second: the probes' load on the servers, with the replication their writes
-cause (each write is fetched by both secondaries). Per probe: the requests each one sent per
-second, from the history (each recorded op is one request to one server). `--probes` narrows the
-set (e.g. `availability,durability,failover`, the issue's target configuration).
+Brings up an rs3 sandbox, reads every member's serverStatus opcounters (counted as mongod does:
+a CRUD command under its kind only, a secondary's oplog fetch as a getmore) over a window with no
+probe running (the set's own traffic: heartbeats), then over a window with the probes running at
+their defaults (availability and failover every 20 ms), and prints the difference per second:
+the probes' requests as the servers counted them, and apart from them the replication their
+writes cause (getmore: each write fetched by the secondaries). Per probe: the requests each one
+sent per second, from the history (each recorded op is one request to one server). `--probes`
+narrows the set (e.g. `availability,durability,failover`, the issue's target configuration).
 
 Usage: python bench/probe_load.py [--seconds 20] [--port-base 30400] [--probes all]
 """
@@ -88,6 +88,10 @@ def main() -> None:
     for kind in sorted(loaded):
         line = f"{quiet[kind]:10.1f} {loaded[kind]:10.1f} {loaded[kind] - quiet[kind]:8.1f}"
         print(f"  {kind:30s} {line}")
+    delta = {kind: loaded[kind] - quiet[kind] for kind in loaded}
+    requests = sum(v for kind, v in delta.items() if kind != "getmore")
+    print(f"  {'probes, all but getmore':30s} {requests:31.1f}")
+    print(f"  {'replication, getmore':30s} {delta.get('getmore', 0.0):31.1f}")
     print("requests sent per second, per probe (from the history):")
     for name, n in sorted(counts.items()):
         print(f"  {name:30s} {n / span:8.1f}")

@@ -150,3 +150,20 @@ def test_opcounters_count_crud_by_kind_and_only_other_commands_as_command(
     }, delta  # fmt: skip
     # aggregate and this serverStatus; pymongo's monitor may send one hello meanwhile.
     assert 2 <= delta["command"] <= 3, delta
+
+
+def test_a_secondarys_oplog_fetches_count_as_getmores_on_its_source(
+    rs3: Sandbox, client_for: Any
+) -> None:
+    """mongod's secondaries fetch with getMores on the oplog cursor: the writes' replication
+    shows under getmore, not as commands."""
+    primary = wait_until(lambda: writable_primary(rs3), 10, "a primary")
+    on_primary = client_for(primary.host, heartbeatFrequencyMS=60_000)
+    coll = client_for(rs3, w="majority").ops.c
+    coll.insert_one({"_id": 0})
+    before = on_primary.admin.command("serverStatus")["opcounters"]
+    for n in range(1, 6):
+        coll.insert_one({"_id": n})  # acknowledged once a secondary has fetched it
+    after = on_primary.admin.command("serverStatus")["opcounters"]
+    assert after["insert"] - before["insert"] == 5
+    assert after["getmore"] - before["getmore"] >= 5, (before, after)

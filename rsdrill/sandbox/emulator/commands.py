@@ -102,7 +102,10 @@ _MEMORY_ONLY = frozenset(
 
 # Counted by their own opcounter only, not as a command too (mongod's shouldAffectCommandCounter
 # is false for them): a CRUD-heavy client must not look like twice its load in serverStatus.
-_OWN_COUNTER = frozenset({"find", "getmore", "insert", "update", "delete", "bulkwrite"})
+# A secondary's oplog fetch is a getMore on mongod's oplog cursor, and is counted as one.
+_OWN_COUNTER = frozenset(
+    {"find", "getmore", "insert", "update", "delete", "bulkwrite", "rsdrillgetoplog"}
+)
 
 Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]
 _HANDLERS: dict[str, Handler] = {}
@@ -1721,6 +1724,7 @@ async def _request_votes(cmds: Commands, req: Request) -> dict[str, Any]:
 
 @command("rsdrillGetOplog")
 async def _get_oplog(cmds: Commands, req: Request) -> dict[str, Any]:
+    cmds.opcounters["getmore"] += 1
     return await sync.handle_get_oplog(cmds.node, req.body)
 
 
