@@ -17,8 +17,8 @@ if it states a way for it and registers an injector for it (`Platform.ways`,
 `injector`); whether it accepts the kind's options is decided by its own load-time check. A test
 keeps the built-in platforms' ways true to both.
 
-Adding a kind: its fields model and check here, next to its `KindSpec`, then one injector per
-platform that supports it (see docs/architecture.md).
+Adding a kind: its fields model and check here, next to its `KindSpec`, then one injector and
+its ways per platform that supports it (see docs/architecture.md).
 """
 
 from __future__ import annotations
