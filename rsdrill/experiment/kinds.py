@@ -1,6 +1,7 @@
 """One spec per fault kind: its meaning, its own fields, their cross-field check, when a fault
-of it is reverted, whether it needs a `duration`, and what each built-in platform really does for
-it (exactly, approximately, or one way only).
+of it is reverted, whether it needs a `duration`, and how `rsdrill plan` words it. What a
+platform really does for a kind (exactly, approximately, or one way only) is the platform's own:
+its `ways` (`Platform.ways`, the `ways.py` of its package), read through the registry.
 
 This is the single source of the fault kinds' names and own fields (`schema.py` builds one
 model per kind from the specs without naming any kind, so a field of another kind is refused),
@@ -8,14 +9,16 @@ of what the rest of rsdrill needs to know of a kind (how `rsdrill plan` words it
 guards count its member as down, which tools of this machine and which server privileges it
 needs: no module outside this one and the platforms' injectors names a kind, a test holds them
 to it), of `rsdrill faults`, of docs/faults.md and of the README's fault tables (tests fail when
-they differ), and of the opt-ins: `way_of` decides, per fault, which way a platform takes; a fault
-whose way is approximate loads only with `approximate: true`, a one-way one only with
-`one_way: true`. A platform carries a kind out only if it registers an injector for it
-(`Platform.injectors`); whether it accepts the kind's options is decided by its own load-time
-check. A test keeps the `platforms` entries below true to both.
+they differ: their columns are the registered platforms'), and of the opt-ins: `way_of`
+decides, per fault, which way a platform takes; a fault whose way is approximate loads only with
+`approximate: true`, a one-way one only with `one_way: true`. A platform carries a kind out only
+if it states a way for it and registers an injector for it (`Platform.ways`,
+`Platform.injectors`), or if the kind is done the same on every platform (its spec's `way` and
+`injector`); whether it accepts the kind's options is decided by its own load-time check. A test
+keeps the built-in platforms' ways true to both.
 
-Adding a kind: its fields model and check here, next to its `KindSpec`, then one injector per
-platform that supports it (see docs/architecture.md).
+Adding a kind: its fields model and check here, next to its `KindSpec`, then one injector and
+its ways per platform that supports it (see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -27,8 +30,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
+from rsdrill import registry
 from rsdrill.experiment.fields import Duration, FieldProblem, Strict
 from rsdrill.experiment.fields import format_duration as _secs
+
+if TYPE_CHECKING:
+    from rsdrill.platforms.base import Platform
 
 Support = Literal["exact", "approximate", "one-way"]
 """exact: the fault itself; approximate: something close to it (said in the cell); one-way: it
@@ -40,16 +47,25 @@ OPT_IN: dict[Support, str] = {"approximate": "approximate", "one-way": "one_way"
 
 
 @dataclass(frozen=True)
+class When:
+    """The fault options under which a way is taken: in the words the tables show, and as a
+    test of a fault of the way's kind."""
+
+    words: str
+    applies: Callable[[Any], bool]
+
+
+@dataclass(frozen=True)
 class Way:
-    """One way a platform carries a kind out."""
+    """One way a platform carries a kind out (a platform's `ways`, or a kind's own `way`)."""
 
     how: str
     support: Support = "exact"
     engine: str | None = None
     """The fault's `engine` that takes this way (None: the platform has no engines)."""
-    when: str | None = None
-    """The fault options under which this way is taken (a key of `_CONDITIONS`); None: the
-    engine's way when no other of its ways applies."""
+    when: When | None = None
+    """The fault options under which this way is taken; None: the engine's way when no other
+    of its ways applies."""
     privileges: tuple[str, ...] = ()
     """What the identity rsdrill runs as must be allowed, to inject and to revert: Kubernetes
     RBAC as `verbs resource[/subresource][.group]` (comma-separated verbs; in the target's
@@ -63,29 +79,9 @@ class Way:
         return f"{kind} on {platform}{engine}: {self.how}{_MARKS[self.support]}"
 
 
-def _option(fault: Any, section: str, name: str, default: Any) -> Any:
-    options = getattr(fault, section, None)
-    return default if options is None else getattr(options, name)
-
-
 def _wiped_on_restart(fault: Any) -> bool:
     """host-kill with `restart.volume: wipe`: the member comes back on an empty data volume."""
     return bool(fault.restart) and fault.restart.volume == "wipe"
-
-
-# Conditions on a fault's options, by the words the tables show for them.
-_CONDITIONS: dict[str, Callable[[Any], bool]] = {
-    "scope: node, delete_node": lambda f: (
-        f.scope == "node" and _option(f, "kubernetes", "delete_node", True)
-    ),
-    "scope: node": lambda f: f.scope == "node",
-    "ec2.action: terminate": lambda f: _option(f, "ec2", "action", "stop") == "terminate",
-    "ec2.action: reboot": lambda f: _option(f, "ec2", "action", "stop") == "reboot",
-    "restart.volume: wipe": _wiped_on_restart,
-    "vsphere.restart_on": lambda f: _option(f, "vsphere", "restart_on", "same") != "same",
-    "isolate_from: members": lambda f: f.isolate_from == "members",
-    "replica": lambda f: getattr(f, "replica", None) is not None,
-}
 
 
 class NoFields(Strict):
@@ -130,7 +126,7 @@ looks for it): the `nft` command, or FUSE for faultfs."""
 
 def on_this_machine(platform: str) -> bool:
     """Whether the platform's faults are injected here, on member processes (sandbox, local)."""
-    return platform_column(platform) == _MACHINE
+    return platform in ("sandbox", "local")
 
 
 def _lasting(what: Callable[[Any], str]) -> Words:
@@ -161,10 +157,9 @@ class KindSpec:
     revert_after: RevertRule = after_duration
     injector: str | None = None
     """`module:function` of the one injector every platform uses (none: each platform's own)."""
-    platforms: dict[str, tuple[Way, ...]] = field(default_factory=dict)
-    """Built-in platform ("sandbox" also stands for "local") → its ways, an engine's first way
-    being its default and the platform's first way's engine the default engine; absent:
-    refused."""
+    way: Way | None = None
+    """The one way every platform carries it out by, with `injector` (None: each platform's
+    own `ways`)."""
     plan: Words = field(kw_only=True)
     """What `rsdrill plan` says a fault of it does when injected (after the member)."""
     plan_revert: RevertWords | None = field(default=None, kw_only=True)
@@ -693,24 +688,6 @@ else:
     AnyKindFields = Strict
 
 
-_MACHINE = "sandbox"
-
-
-def _chaos_mesh(plural: str) -> tuple[str, ...]:
-    return (f"create,get,delete {plural}.chaos-mesh.org",)
-
-
-_LITMUS = ("create,get,patch,delete chaosengines.litmuschaos.io",
-           "get chaosexperiments.litmuschaos.io", "get chaosresults.litmuschaos.io")  # fmt: skip
-# A node drain: the node cordoned (patch) and every pod on it, in any namespace, evicted.
-_DRAIN = ("get,patch nodes cluster-wide", "list,get pods cluster-wide",
-          "create pods/eviction cluster-wide")  # fmt: skip
-_FIS = ("fis:CreateExperimentTemplate", "fis:StartExperiment", "fis:GetExperiment",
-        "fis:StopExperiment", "fis:DeleteExperimentTemplate", "fis:ListExperiments",
-        "fis:ListExperimentTemplates", "fis:TagResource", "iam:PassRole")  # fmt: skip
-_SSM = ("ssm:SendCommand", "ssm:GetCommandInvocation", "ssm:DescribeInstanceInformation")
-_VM_POWER = ("VirtualMachine.Interact.PowerOff", "VirtualMachine.Interact.PowerOn")
-
 KINDS: dict[str, KindSpec] = {
     spec.kind: spec
     for spec in (
@@ -731,93 +708,6 @@ KINDS: dict[str, KindSpec] = {
             for_good={"restart": False},
             # Its power loss goes through faultfs.
             local_tools=lambda fault: ("fuse",) if fault.power_loss else (),
-            platforms={
-                _MACHINE: (
-                    Way(
-                        "SIGKILL, restart after a delay, volume keep or wipe; with the HA model "
-                        "the process boots for `boot` before the member starts"
-                    ),
-                ),
-                "kubernetes": (
-                    Way(
-                        "node drain, then the Node object deleted (scope node)",
-                        "one-way",
-                        "native",
-                        "scope: node, delete_node",
-                        (*_DRAIN, "delete nodes cluster-wide"),
-                    ),
-                    Way(
-                        "node drain, uncordoned on revert (scope node, delete_node: false)",
-                        engine="native",
-                        when="scope: node",
-                        privileges=_DRAIN,
-                    ),
-                    Way("pod delete", engine="native", privileges=("delete pods",)),
-                    Way(
-                        "Chaos Mesh PodChaos pod-kill",
-                        engine="chaos-mesh",
-                        privileges=_chaos_mesh("podchaos"),
-                    ),
-                    Way(
-                        "Litmus node-drain (scope node)",
-                        engine="litmus",
-                        when="scope: node",
-                        privileges=_LITMUS,
-                    ),
-                    Way("Litmus pod-delete", engine="litmus", privileges=_LITMUS),
-                ),
-                "ec2": (
-                    Way(
-                        "terminate (ec2.action: terminate)",
-                        "one-way",
-                        "api",
-                        "ec2.action: terminate",
-                        ("ec2:TerminateInstances",),
-                    ),
-                    Way(
-                        "reboot (ec2.action: reboot)",
-                        engine="api",
-                        when="ec2.action: reboot",
-                        privileges=("ec2:RebootInstances",),
-                    ),
-                    Way(
-                        "stop (force), started on a fresh empty volume made like the data "
-                        "volume, which is kept (restart.volume: wipe)",
-                        engine="api",
-                        when="restart.volume: wipe",
-                        privileges=(
-                            "ec2:StopInstances",
-                            "ec2:StartInstances",
-                            "ec2:CreateVolume",
-                            "ec2:CreateTags",
-                            "ec2:DetachVolume",
-                            "ec2:AttachVolume",
-                        ),
-                    ),
-                    Way(
-                        "stop (force), started on revert",
-                        engine="api",
-                        privileges=("ec2:StopInstances", "ec2:StartInstances"),
-                    ),
-                    Way(
-                        "FIS aws:ec2:stop-instances",
-                        engine="fis",
-                        privileges=(*_FIS, "ec2:StartInstances"),
-                    ),
-                ),
-                "vsphere": (
-                    Way(
-                        "power off the VM, or every VM on its ESXi host (scope host); powered "
-                        "on on another host (vsphere.restart_on)",
-                        when="vsphere.restart_on",
-                        privileges=(*_VM_POWER, "Resource.ColdMigrate"),
-                    ),
-                    Way(
-                        "power off the VM, or every VM on its ESXi host (scope host)",
-                        privileges=_VM_POWER,
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "host-freeze",
@@ -825,38 +715,6 @@ KINDS: dict[str, KindSpec] = {
             needs_duration=True,
             plan=_host_freeze_words,
             plan_revert=_host_freeze_revert_words,
-            platforms={
-                _MACHINE: (Way("SIGSTOP, then SIGCONT"),),
-                "kubernetes": (
-                    Way(
-                        "SIGSTOP of mongod in its pod through pods/exec, then SIGCONT",
-                        engine="native",
-                        privileges=("get,create pods/exec",),
-                    ),
-                    Way(
-                        "Chaos Mesh pod-failure: the container restarts instead of freezing",
-                        "approximate",
-                        "chaos-mesh",
-                        privileges=_chaos_mesh("podchaos"),
-                    ),
-                ),
-                "ec2": (
-                    Way(
-                        "SIGSTOP of mongod via SSM Run Command, SIGCONT on revert",
-                        engine="ssm",
-                        privileges=_SSM,
-                    ),
-                ),
-                "vsphere": (
-                    Way(
-                        "suspend the VM, then power it on",
-                        privileges=(
-                            "VirtualMachine.Interact.Suspend",
-                            "VirtualMachine.Interact.PowerOn",
-                        ),
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "stepdown",
@@ -866,15 +724,12 @@ KINDS: dict[str, KindSpec] = {
             check=_stepdown_check,
             revert_after=never_reverted,
             injector="rsdrill.platforms.stepdown:stepdown_injector",
+            way=Way("replSetStepDown"),
             plan=_stepdown_words,
             takes_member_down=False,
             server_privileges=(("replSetStateChange", "clusterManager"),),
             drawn={"secondary_catch_up": 1.0},
             replica_set_only="a standalone server has no primary to step down",
-            platforms={
-                platform: (Way("replSetStepDown"),)
-                for platform in (_MACHINE, "kubernetes", "ec2", "vsphere")
-            },
         ),
         KindSpec(
             "mongodb-fail-command",
@@ -883,6 +738,7 @@ KINDS: dict[str, KindSpec] = {
             fields=FailCommandFields,
             check=_fail_command_check,
             injector="rsdrill.platforms.fail_command:fail_command_injector",
+            way=Way("configureFailPoint failCommand, then mode off"),
             plan=_lasting(_fail_command_words),
             plan_revert=_undo("set the fail point off"),
             takes_member_down=False,
@@ -891,10 +747,6 @@ KINDS: dict[str, KindSpec] = {
             drawn={"commands": ["insert"], "error_code": 91},
             fields_doc="`commands` (names), `error_code`, `error_labels`, `close_connection`, "
             "`block_time` (blockConnection), `times`, `app_name`",
-            platforms={
-                platform: (Way("configureFailPoint failCommand, then mode off"),)
-                for platform in (_MACHINE, "kubernetes", "ec2", "vsphere")
-            },
         ),
         KindSpec(
             "clock-skew",
@@ -906,25 +758,6 @@ KINDS: dict[str, KindSpec] = {
             plan=_lasting(_clock_skew_words),
             plan_revert=_undo("set the clock right"),
             takes_member_down=False,
-            platforms={
-                _MACHINE: (
-                    Way(
-                        "sandbox: the emulator's clock; local: libfaketime (installed here, "
-                        "else refused by `rsdrill check`): the run restarts each member under it "
-                        "at offset 0, one at a time, then moves CLOCK_REALTIME only through its "
-                        "offset file, within about 2 s (no `clock_drift`: libfaketime's rate "
-                        "counts from the process's start)"
-                    ),
-                ),
-                "kubernetes": (
-                    Way(
-                        "Chaos Mesh TimeChaos: CLOCK_REALTIME of the mongod container's "
-                        "processes moved by `clock_offset` (no drift)",
-                        engine="chaos-mesh",
-                        privileges=_chaos_mesh("timechaos"),
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "cpu-starve",
@@ -935,30 +768,6 @@ KINDS: dict[str, KindSpec] = {
             plan=_lasting(lambda fault: f"starve its CPU to {fault.cpu_share:.0%} of one CPU"),
             plan_revert=_undo("end the CPU starvation"),
             takes_member_down=False,
-            platforms={
-                _MACHINE: (Way("cgroup v1 cpu.cfs_quota_us on the member's process"),),
-                "kubernetes": (
-                    Way(
-                        "Chaos Mesh StressChaos: stress-ng CPU workers at full load in the "
-                        "member's container, ceil(1/cpu_share) - 1 per CPU of its limit (or of one "
-                        "CPU): a neighbour's load the scheduler shares with mongod, not a quota",
-                        "approximate",
-                        "chaos-mesh",
-                        privileges=_chaos_mesh("stresschaos"),
-                    ),
-                ),
-                "ec2": (
-                    Way(
-                        "FIS aws:ssm:send-command of AWSFIS-Run-CPU-Stress: stress-ng at full "
-                        "load, ceil(1/cpu_share) - 1 workers per vCPU of the instance type: a "
-                        "neighbour's load the scheduler shares with mongod, not a quota",
-                        "approximate",
-                        "fis",
-                        # The instance type's vCPUs size the stress.
-                        privileges=(*_FIS, "ec2:DescribeInstanceTypes"),
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "memory-pressure",
@@ -969,31 +778,6 @@ KINDS: dict[str, KindSpec] = {
             needs_duration=True,
             plan=_lasting(lambda fault: f"let it allocate only {fault.memory_limit_mb:g} MB more"),
             plan_revert=_undo("lift the memory limit"),
-            platforms={
-                _MACHINE: (Way("cgroup v1 memory.limit_in_bytes; restart after the OOM kill"),),
-                "kubernetes": (
-                    Way(
-                        "Chaos Mesh StressChaos: stress-ng in the member's container allocates "
-                        "its memory limit less `memory_limit_mb` (a container without a limit "
-                        "is refused): a neighbour's allocation, which the OOM killer may take "
-                        "instead of mongod",
-                        "approximate",
-                        "chaos-mesh",
-                        privileges=_chaos_mesh("stresschaos"),
-                    ),
-                ),
-                "ec2": (
-                    Way(
-                        "FIS aws:ssm:send-command of AWSFIS-Run-Memory-Stress: stress-ng takes "
-                        "the instance type's memory less `memory_limit_mb`, as a Percent of it: "
-                        "a neighbour's allocation, which the OOM killer may take instead of mongod",
-                        "approximate",
-                        "fis",
-                        # The instance type's memory sizes the stress.
-                        privileges=(*_FIS, "ec2:DescribeInstanceTypes"),
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "disk-fill",
@@ -1006,36 +790,6 @@ KINDS: dict[str, KindSpec] = {
             plan_revert=_undo("free the disk"),
             # Full: ENOSPC ends the member.
             takes_member_down=lambda fault: fault.fill_percent >= 100,
-            platforms={
-                _MACHINE: (
-                    Way(
-                        "a real file on the member's own filesystem, freed on revert: sandbox, "
-                        "a 64 MiB tmpfs per member; local, the member's `dbpath`, which must be "
-                        "a filesystem of its own the user mounted and sized (tmpfs, loop "
-                        "device, volume; a shared disk or a FUSE mount is refused)"
-                    ),
-                ),
-                "kubernetes": (
-                    Way(
-                        "Litmus disk-fill: the mongod container's ephemeral storage filled to "
-                        "`fill_percent` of its limit (FILL_PERCENTAGE), not the data volume; the "
-                        "kubelet evicts a pod past its limit",
-                        "approximate",
-                        "litmus",
-                        privileges=_LITMUS,
-                    ),
-                ),
-                "ec2": (
-                    Way(
-                        "FIS aws:ssm:send-command of AWSFIS-Run-Disk-Fill: the instance's root "
-                        "volume filled to `fill_percent` (Percent), not the data volume unless "
-                        "the dbpath is on it",
-                        "approximate",
-                        "fis",
-                        privileges=_FIS,
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "disk-fault",
@@ -1050,29 +804,6 @@ KINDS: dict[str, KindSpec] = {
             plan_revert=_disk_fault_revert_words,
             takes_member_down=_disk_fault_takes_member_down,
             local_tools=("fuse",),
-            platforms={
-                _MACHINE: (
-                    Way(
-                        "faultfs with `replica`: one of the two copies of a mirrored sandbox "
-                        "member's data (`target.sandbox.mirror`) fails, masked by the other, "
-                        "resynced in the background on revert",
-                        when="replica",
-                    ),
-                    Way("faultfs: an errno share and/or latency per operation"),
-                ),
-                "kubernetes": (
-                    Way(
-                        "Chaos Mesh IOChaos: an errno or a latency",
-                        engine="chaos-mesh",
-                        privileges=_chaos_mesh("iochaos"),
-                    ),
-                ),
-                "ec2": (
-                    Way(
-                        "FIS aws:ebs:volume-io-latency: latency only", engine="fis", privileges=_FIS
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "iops-throttle",
@@ -1087,56 +818,6 @@ KINDS: dict[str, KindSpec] = {
             takes_member_down=False,
             local_tools=("fuse",),
             drawn={"write_iops": 50},
-            platforms={
-                _MACHINE: (Way("faultfs token buckets (IOPS, bandwidth) and latency"),),
-                "kubernetes": (
-                    Way(
-                        "Chaos Mesh BlockChaos delay, or IOChaos latency: a latency per "
-                        "operation, not a cap",
-                        "approximate",
-                        "chaos-mesh",
-                        # The one the cluster has (BlockChaos where installed).
-                        privileges=_chaos_mesh("blockchaos") + _chaos_mesh("iochaos"),
-                    ),
-                    Way(
-                        "cgroup io.max / blkio.throttle of the member's container, set and "
-                        "restored by the opt-in node agent (which admits the run's "
-                        "ServiceAccount by TokenReview)",
-                        engine="native",
-                        privileges=("get pods",),
-                    ),
-                ),
-                "ec2": (
-                    Way(
-                        "cgroup io.max of mongod on its data disk via SSM Run Command (reads "
-                        "and writes capped separately), lifted on revert",
-                        engine="ssm",
-                        privileges=_SSM,
-                    ),
-                    Way(
-                        "modify_volume IOPS/throughput: AWS allows the restore only 6 h after "
-                        "(engine ssm, the default, caps exactly)",
-                        "one-way",
-                        "api",
-                        privileges=("ec2:ModifyVolume", "ec2:DescribeVolumesModifications"),
-                    ),
-                    Way(
-                        "FIS aws:ebs:volume-io-latency: a latency per operation, not a cap",
-                        "approximate",
-                        "fis",
-                        privileges=_FIS,
-                    ),
-                ),
-                "vsphere": (
-                    Way(
-                        "the disk's storageIOAllocation.limit, restored exactly",
-                        privileges=(
-                            "VirtualMachine.Config.Resource",
-                            "VirtualMachine.Config.EditDevice",
-                        ),
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "volume-detach",
@@ -1145,34 +826,6 @@ KINDS: dict[str, KindSpec] = {
             plan=_lasting(lambda fault: "detach its data volume"),
             plan_revert=_undo("re-attach the volume"),
             local_tools=("fuse",),
-            platforms={
-                _MACHINE: (Way("faultfs: every operation fails"),),
-                "kubernetes": (
-                    Way(
-                        "Chaos Mesh IOChaos: every operation fails",
-                        engine="chaos-mesh",
-                        privileges=_chaos_mesh("iochaos"),
-                    ),
-                ),
-                "ec2": (
-                    Way(
-                        "force-detach, re-attached on revert",
-                        engine="api",
-                        privileges=("ec2:DetachVolume", "ec2:AttachVolume"),
-                    ),
-                    Way("FIS aws:ebs:pause-volume-io", engine="fis", privileges=_FIS),
-                ),
-                "vsphere": (
-                    Way(
-                        "remove the disk (its file kept) and add it back",
-                        privileges=(
-                            "VirtualMachine.Config.RemoveDisk",
-                            "VirtualMachine.Config.AddExistingDisk",
-                            "Datastore.Browse",
-                        ),
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "network-partition",
@@ -1189,57 +842,6 @@ KINDS: dict[str, KindSpec] = {
             # Cut from clients alone, it stays in the set's majority.
             takes_member_down=lambda fault: fault.isolate_from != "clients",
             local_tools=("nftables",),
-            platforms={
-                _MACHINE: (
-                    Way(
-                        "nftables on loopback: established connections are cut too; every "
-                        "shape, flapping"
-                    ),
-                ),
-                "kubernetes": (
-                    Way(
-                        "Chaos Mesh NetworkChaos partition, iptables DROP in the pod's network "
-                        "namespace: established connections are cut too (shapes one, halves, "
-                        "bridge)",
-                        engine="chaos-mesh",
-                        privileges=_chaos_mesh("networkchaos"),
-                    ),
-                ),
-                "ec2": (
-                    Way(
-                        "network ACL entries deny its address on the other members' subnets: "
-                        "established connections are cut too (isolate_from members)",
-                        engine="api",
-                        when="isolate_from: members",
-                        privileges=(
-                            "ec2:DescribeNetworkAcls",
-                            "ec2:CreateNetworkAclEntry",
-                            "ec2:DeleteNetworkAclEntry",
-                        ),
-                    ),
-                    Way(
-                        "security groups swapped for a deny-all group: connections AWS already "
-                        "tracks go on (isolate_from all)",
-                        "approximate",
-                        "api",
-                        privileges=(
-                            "ec2:CreateSecurityGroup",
-                            "ec2:CreateTags",
-                            "ec2:RevokeSecurityGroupEgress",
-                            "ec2:ModifyInstanceAttribute",
-                            "ec2:DescribeSecurityGroups",
-                            "ec2:DeleteSecurityGroup",
-                        ),
-                    ),
-                ),
-                "vsphere": (
-                    Way(
-                        "disconnect the NIC: its link goes down, established connections are "
-                        "cut too (isolate_from all, shape one)",
-                        privileges=("VirtualMachine.Interact.DeviceConnection",),
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "network-degrade",
@@ -1255,46 +857,6 @@ KINDS: dict[str, KindSpec] = {
             plan_revert=_undo("restore the links"),
             takes_member_down=False,
             local_tools=("nftables",),
-            platforms={
-                _MACHINE: (
-                    Way(
-                        "a pacing TCP proxy per member link (nftables redirect); loss as "
-                        "TCP retransmission stalls; duplicate, corrupt and reorder refused (TCP "
-                        "hands the application in-order bytes only)"
-                    ),
-                ),
-                "kubernetes": (
-                    Way(
-                        "Chaos Mesh NetworkChaos netem (delay, jitter, reorder, loss, duplicate, "
-                        "corrupt) or bandwidth on what the member's pod sends (outbound: "
-                        "direction to), on what the other members' pods send it (inbound: from) "
-                        "or both, between members (they are its target) or all (what it sends, "
-                        "outbound only); between clients refused (a filter cannot leave the "
-                        "members out)",
-                        engine="chaos-mesh",
-                        privileges=_chaos_mesh("networkchaos"),
-                    ),
-                    Way(
-                        "Litmus pod-network-latency (with JITTER), -loss, -duplication or "
-                        "-corruption: one of them per fault, since each replaces the pod "
-                        "interface's root qdisc and two would undo each other; what the pod "
-                        "sends only (direction outbound), to the other members "
-                        "(DESTINATION_IPS / DESTINATION_HOSTS) or to everything; no reorder or "
-                        "bandwidth",
-                        engine="litmus",
-                        privileges=_LITMUS,
-                    ),
-                ),
-                "ec2": (
-                    Way(
-                        "FIS aws:ssm:send-command of AWSFIS-Run-Network-Latency or "
-                        "-Packet-Loss (outbound, latency or loss; no reorder: the documents "
-                        "have none)",
-                        engine="fis",
-                        privileges=_FIS,
-                    ),
-                ),
-            },
         ),
         KindSpec(
             "data-loss",
@@ -1309,7 +871,6 @@ KINDS: dict[str, KindSpec] = {
             disaster=True,
             unavailable="(a wiped data directory) is for sandbox and local targets; on "
             "{platform}, destroy the volumes with a step of your own",
-            platforms={_MACHINE: (Way("SIGKILL and the data directory wiped", "one-way"),)},
         ),
     )
 }
@@ -1319,13 +880,6 @@ KIND_NAMES: tuple[str, ...] = tuple(KINDS)
 COMMAND_KINDS: tuple[str, ...] = tuple(k for k, spec in KINDS.items() if spec.injector)
 """Kinds carried out by a command to the member itself: the same on every platform (their one
 `injector`), with no platform engine or API call."""
-
-PLATFORM_COLUMNS: tuple[tuple[str, str], ...] = (
-    (_MACHINE, "sandbox / local"),
-    ("kubernetes", "Kubernetes"),
-    ("ec2", "EC2"),
-    ("vsphere", "vSphere"),
-)
 
 
 def kinds_with_field(name: str) -> tuple[str, ...]:
@@ -1338,28 +892,61 @@ def kind_only_fields() -> tuple[str, ...]:
     return tuple(dict.fromkeys(f for spec in KINDS.values() for f in spec.fields.model_fields))
 
 
-def available_kinds(injectors: Mapping[str, str]) -> tuple[str, ...]:
-    """The kinds a platform with these injectors carries out (with those that have one injector
-    for every platform)."""
-    return tuple(k for k, spec in KINDS.items() if spec.injector is not None or k in injectors)
+def ways_of(kind: str, platform: str) -> tuple[Way, ...]:
+    """The ways the registered `platform` carries `kind` out by, an engine's first way being
+    its default and the first way's engine the default engine: the kind's own `way` if it is
+    done the same on every platform, else the platform's (none: refused when loaded)."""
+    found = registry.platforms().get(platform)
+    if found is None:
+        return ()
+    spec = KINDS[kind]
+    return (spec.way,) if spec.way is not None else tuple(found.ways.get(kind, ()))
+
+
+def available_kinds(platform: str) -> tuple[str, ...]:
+    """The kinds `platform` carries out: those it has a way and an injector for, and those done
+    the same on every platform (their one way and injector)."""
+    injectors = registry.platform(platform).injectors
+    return tuple(
+        k
+        for k, spec in KINDS.items()
+        if ways_of(k, platform) and (spec.injector is not None or k in injectors)
+    )
+
+
+def _shares_column(one: Platform, other: Platform) -> bool:
+    return one.title == other.title and one.ways == other.ways
+
+
+def _columns() -> dict[str, Platform]:
+    """The tables' platform columns, each by the first registered platform in it: platforms
+    with the same title and ways share one (local the sandbox's)."""
+    columns: dict[str, Platform] = {}
+    for name, platform in registry.platforms().items():
+        if not any(_shares_column(platform, first) for first in columns.values()):
+            columns[name] = platform
+    return columns
 
 
 def platform_column(platform: str) -> str:
     """The column of the tables a platform's faults are in ("local" shares the sandbox's)."""
-    return _MACHINE if platform == "local" else platform
+    found = registry.platforms().get(platform)
+    if found is None:
+        return platform
+    return next(name for name, first in _columns().items() if _shares_column(found, first))
 
 
 def way_of(platform: str, fault: Any) -> Way | None:
     """The way `platform` carries `fault` out, from its kind, engine and options; None when
     the platform has none (its own check refuses the fault)."""
-    ways = KINDS[fault.kind].platforms.get(platform_column(platform), ())
+    ways = ways_of(fault.kind, platform)
     if not ways:
         return None
     engine = fault.engine or ways[0].engine
     for way in ways:
         if way.engine not in (None, engine):
             continue
-        if way.when is None or _CONDITIONS[way.when](fault):
+        if way.when is None or way.when.applies(fault):
             return way
     return None
 
@@ -1414,10 +1001,11 @@ def fault_table() -> str:
 
 def support_table() -> str:
     """The README's fault-by-platform table: what each platform really does (Markdown)."""
-    head = " | ".join(title for _, title in PLATFORM_COLUMNS)
-    lines = [f"| fault | {head} |", "|---" * (len(PLATFORM_COLUMNS) + 1) + "|"]
+    columns = _columns()
+    head = " | ".join(platform.title for platform in columns.values())
+    lines = [f"| fault | {head} |", "|---" * (len(columns) + 1) + "|"]
     for spec in KINDS.values():
-        cells = " | ".join(_cell(spec.platforms.get(p, ())) for p, _ in PLATFORM_COLUMNS)
+        cells = " | ".join(_cell(ways_of(spec.kind, column)) for column in columns)
         lines.append(f"| `{spec.kind}` | {cells} |")
     return "\n".join(lines) + "\n"
 
@@ -1425,29 +1013,29 @@ def support_table() -> str:
 def platform_table(platform: str) -> str:
     """One platform's ways, one row each: kind, engine, when, what is done, support and the
     privileges it needs (Markdown)."""
-    column = platform_column(platform)
     lines = ["| fault | engine | when | what is done | support | privileges |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for spec in KINDS.values():
-        ways = spec.platforms.get(column, ())
+        ways = ways_of(spec.kind, platform)
         if not ways:
             lines.append(f"| `{spec.kind}` | | | refused when loaded | | |")
         for way in ways:
             opt_in = f" (`{OPT_IN[way.support]}: true`)" if way.support in OPT_IN else ""
             needs = "; ".join(f"`{p}`" for p in way.privileges)
-            lines.append(f"| `{spec.kind}` | {way.engine or ''} | {way.when or ''} | "
+            when = way.when.words if way.when is not None else ""
+            lines.append(f"| `{spec.kind}` | {way.engine or ''} | {when} | "
                          f"{way.how} | {way.support}{opt_in} | {needs} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
 def platform_names() -> tuple[str, ...]:
-    """The platforms `rsdrill faults --platform` knows ("local" shares the sandbox's ways)."""
-    return (_MACHINE, "local", *(p for p, _ in PLATFORM_COLUMNS if p != _MACHINE))
+    """The platforms `rsdrill faults --platform` knows: the registered ones."""
+    return tuple(registry.platforms())
 
 
 def faults_json(platform: str | None = None) -> dict[str, Any]:
     """Every kind with its fields and, per platform (or only `platform`), its ways."""
-    columns = [platform_column(platform)] if platform else [p for p, _ in PLATFORM_COLUMNS]
+    columns = [platform] if platform else list(_columns())
     return {
         "kinds": [
             {
@@ -1457,9 +1045,10 @@ def faults_json(platform: str | None = None) -> dict[str, Any]:
                 "needs_duration": spec.needs_duration,
                 "platforms": {
                     (platform or column): [
-                        {"how": w.how, "support": w.support, "engine": w.engine, "when": w.when,
+                        {"how": w.how, "support": w.support, "engine": w.engine,
+                         "when": w.when.words if w.when is not None else None,
                          "opt_in": OPT_IN.get(w.support), "privileges": list(w.privileges)}
-                        for w in spec.platforms.get(column, ())
+                        for w in ways_of(spec.kind, column)
                     ]
                     for column in columns
                 },
@@ -1494,8 +1083,8 @@ def faults_doc() -> str:
     """docs/faults.md: both tables and one table per platform (Markdown)."""
     parts = [FAULTS_DOC_HEAD, "## Kinds\n", fault_table(), "## Fault by platform\n",
              support_table()]  # fmt: skip
-    for column, title in PLATFORM_COLUMNS:
-        parts += [f"## {title}\n", platform_table(column)]
+    for column, platform in _columns().items():
+        parts += [f"## {platform.title}\n", platform_table(column)]
     return "\n".join(parts)
 
 

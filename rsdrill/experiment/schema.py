@@ -727,8 +727,8 @@ class Experiment(Strict):
     def _platform_supports_faults(self) -> Experiment:
         platform = self.target.platform
         carrier = registry.platform(platform)
-        # A platform carries a kind out only with an injector for it (what its check let by).
-        available = available_kinds(carrier.injectors)
+        # A platform carries a kind out only with a way and an injector for it.
+        available = available_kinds(platform)
         for i, fault in enumerate(self.faults):
             for section in _FAULT_SECTIONS:
                 if section != platform and getattr(fault, section) is not None:

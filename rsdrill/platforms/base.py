@@ -2,13 +2,15 @@
 platform implements.
 
 - `Platform`: one entry of the `rsdrill.platforms` entry-point group (see `rsdrill/registry.py`):
-  its name, the models of its `target.<name>` and `faults[i].<name>` sections, the load-time
-  check of an experiment, what it adds to a plan, and the target a run uses.
+  its name, its column of the fault tables (`title`, and its `ways`: what it does for each kind
+  it carries out), the models of its `target.<name>` and `faults[i].<name>` sections, the
+  load-time check of an experiment, what it adds to a plan, and the target a run uses.
 - `RunTarget`: a replica set an experiment runs against (members, how rsdrill's own connections
   reach them, setup, teardown).
 - `InjectorFactory`: what a platform registers per fault kind in its `injectors` table: builds
-  the injector for one fault on one member of its target. A kind missing from the table is
-  refused when the experiment is loaded (`experiment/kinds.py: available_kinds`).
+  the injector for one fault on one member of its target. A kind missing from the table or
+  from its `ways` is refused when the experiment is loaded (`experiment/kinds.py:
+  available_kinds`).
 - `Injector`: one fault on one platform. `describe()` says what will happen (no side effects);
   `revert_action()` is written to the journal *before* `inject()` so that `rsdrill recover` can
   undo the fault if the run dies; `verify()` confirms the fault really landed before its clock
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rsdrill.errors import InjectionError, TargetError
-from rsdrill.experiment.kinds import KINDS
+from rsdrill.experiment.kinds import KINDS, Way
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -170,6 +172,21 @@ class Platform(Protocol):
     def name(self) -> str: ...
 
     @property
+    def title(self) -> str:
+        """The heading of its column in the fault tables (`rsdrill faults`, docs/faults.md);
+        platforms with the same title and ways share one (sandbox and local)."""
+        ...
+
+    @property
+    def ways(self) -> Mapping[str, tuple[Way, ...]]:
+        """Fault kind → the ways it carries the kind out by, as the tables state them: an
+        engine's first way is its default and the first way's engine the default engine; a way
+        with `when` is taken only under those options. A kind without a way here (or without an
+        injector) is refused when an experiment is loaded: a platform without ways carries out
+        only the kinds done the same on every platform (stepdown, mongodb-fail-command)."""
+        ...
+
+    @property
     def options(self) -> type[BaseModel] | None:
         """The model of `target.<name>` (None: the platform has no section of its own)."""
         ...
@@ -206,7 +223,8 @@ class Platform(Protocol):
 class PackagePlatform:
     """A `Platform` made of one package's modules, each imported only when needed: `checks`
     (`check_experiment`), `planner` (`plan_details`, if the plan shows more), `<package>.target`
-    (`make_target`) and, if it has journaled actions of its own, `actions` (`REVERT_ACTIONS`)."""
+    (`make_target`) and, if it has journaled actions of its own, `actions` (`REVERT_ACTIONS`).
+    Its `ways` and `title` are given as they are (the `WAYS` and `TITLE` of its `ways.py`)."""
 
     name: str
     package: str
@@ -216,6 +234,8 @@ class PackagePlatform:
     fault_options: type[BaseModel] | None = None
     actions: str | None = None
     injectors: Mapping[str, str] = field(default_factory=dict)
+    ways: Mapping[str, tuple[Way, ...]] = field(default_factory=dict)
+    title: str = field(kw_only=True)
 
     def check_experiment(self, exp: Experiment) -> None:
         importlib.import_module(self.checks).check_experiment(exp)

@@ -1,4 +1,5 @@
-"""What each platform really does for a fault, said from one spec (rsdrill/experiment/kinds.py):
+"""What each platform really does for a fault, said from its ways (rsdrill/experiment/kinds.py
+reads them from the registered platforms):
 `rsdrill faults` and docs/faults.md show it, loading refuses an approximated or one-way fault
 the file did not opt in to (FILE:LINE:COL, the table's line), and `rsdrill plan` and
 `rsdrill check` mark one-way faults (red in a terminal)."""
@@ -20,6 +21,7 @@ from rsdrill.experiment.kinds import (
     faults_json,
     platform_table,
     way_of,
+    ways_of,
 )
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 
@@ -83,7 +85,7 @@ def test_an_approximation_is_refused_at_load_unless_the_fault_accepts_it() -> No
     )
     accepted = load_experiment_text(K8S.format(extra="\n    approximate: true"))
     fault = accepted.faults[0]
-    assert way_of("kubernetes", fault) == KINDS["host-freeze"].platforms["kubernetes"][1]
+    assert way_of("kubernetes", fault) == ways_of("host-freeze", "kubernetes")[1]
     # the default way (engine native: SIGSTOP through pods/exec) is exact: no opt-in
     native = load_experiment_text(K8S.format(extra="").replace("    engine: chaos-mesh\n", ""))
     assert way_of("kubernetes", native.faults[0]).support == "exact"

@@ -1,9 +1,10 @@
 """A third-party platform, installed as a package with an `rsdrill.platforms` entry point, is
 a platform like the built-ins: its section is validated, its checks run, `rsdrill plan` shows
-what it would do."""
+what it would do, its ways are its column of the fault tables and decide which kinds load."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ TOY_PACKAGE = '''
 from pathlib import Path
 
 from rsdrill.experiment.fields import FieldProblem, Strict
+from rsdrill.experiment.kinds import Way
 
 
 class ToyOptions(Strict):
@@ -38,10 +40,13 @@ def power_cycle(target, fault, host):
 
 class ToyPlatform:
     name = "toy"
+    title = "Toy machines"
     options = ToyOptions
     fault_options = ToyFaultOptions
     # The kinds it carries out: any other (but stepdown, the same everywhere) is refused.
-    injectors = {"host-kill": "toyplatform:power_cycle"}
+    ways = {"host-kill": (Way("power-cycle the toy machine"),)}
+    # An injector without a way carries nothing out: volume-detach is refused too.
+    injectors = {"host-kill": "toyplatform:power_cycle", "volume-detach": "toyplatform:power_cycle"}
 
     def check_experiment(self, exp):
         for i, fault in enumerate(exp.faults):
@@ -88,14 +93,18 @@ def toy_site(tmp_path: Path) -> Path:
     return site
 
 
-def rsdrill(site: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+def _env(site: Path) -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def rsdrill(site: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rsdrill.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "PYTHONPATH": path},
+        env=_env(site),
     )
 
 
@@ -133,6 +142,40 @@ def test_a_kind_it_has_no_injector_for_is_refused_at_its_line(
     )
     path.write_text(EXPERIMENT.replace("kind: host-kill\n    duration: 20s", "kind: stepdown"))
     assert rsdrill(toy_site, "validate", path).returncode == 0
+
+
+def test_a_kind_it_has_no_way_for_is_refused_although_it_has_an_injector(
+    toy_site: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "toy.yaml"
+    path.write_text(EXPERIMENT.replace("kind: host-kill", "kind: volume-detach"))
+    result = rsdrill(toy_site, "validate", path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"{path}:8:11: faults[0].kind: volume-detach is not available on toy "
+        "(it has: host-kill, stepdown, mongodb-fail-command)"
+    )
+    path.write_text(EXPERIMENT)
+    assert rsdrill(toy_site, "validate", path).stdout == f"{path}: ok\n"
+
+
+def test_its_ways_are_its_column_of_the_fault_tables(toy_site: Path) -> None:
+    table = rsdrill(toy_site, "faults")
+    assert table.returncode == 0, table.stderr
+    rows = {line.split(" | ")[0]: line for line in table.stdout.splitlines()}
+    assert rows["| fault"].endswith(" | vSphere | Toy machines |")
+    assert rows["| `host-kill`"].endswith(" | power-cycle the toy machine |")
+    assert rows["| `stepdown`"].endswith(" | replSetStepDown | replSetStepDown |")
+    assert rows["| `volume-detach`"].endswith(" | refused when loaded |")
+    listed = json.loads(rsdrill(toy_site, "faults", "--platform", "toy", "--json").stdout)
+    kill = next(k for k in listed["kinds"] if k["kind"] == "host-kill")
+    assert [w["how"] for w in kill["platforms"]["toy"]] == ["power-cycle the toy machine"]
+    doc = subprocess.run([sys.executable, "-m", "rsdrill.experiment.kinds"], capture_output=True,
+                         text=True, timeout=60, env=_env(toy_site))  # fmt: skip
+    assert doc.returncode == 0, doc.stderr
+    toy_table = doc.stdout.split("## Toy machines\n", 1)[1]
+    assert "| `host-kill` |  |  | power-cycle the toy machine | exact |  |" in toy_table
+    assert "| `network-partition` | | | refused when loaded | | |" in toy_table
 
 
 def test_without_the_package_the_platform_is_unknown(tmp_path: Path) -> None:

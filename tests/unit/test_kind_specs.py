@@ -1,6 +1,7 @@
-"""The fault kinds' specs (rsdrill/experiment/kinds.py) are the one source: the model takes its
-kinds and kind-only fields from them, the README's tables are generated from them, and what
-they say each platform does is what the platforms' own load-time checks accept."""
+"""The fault kinds' specs (rsdrill/experiment/kinds.py) and the platforms' ways (each built-in
+platform's `ways.py`) are the one source: the model takes its kinds and kind-only fields from the
+specs, the README's tables are generated from both, and what a platform's ways say it does is
+what its own load-time checks accept."""
 
 from __future__ import annotations
 
@@ -12,22 +13,28 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from rsdrill import registry
 from rsdrill.experiment.kinds import (
     COMMAND_KINDS,
     KIND_NAMES,
     KINDS,
-    PLATFORM_COLUMNS,
     fault_table,
     kind_only_fields,
     never_reverted,
+    platform_column,
     support_table,
     way_of,
+    ways_of,
 )
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.plan import plan_experiment, render_plan
 from rsdrill.experiment.schema import FAULT_MODELS, Experiment, make_fault
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+# The built-in platforms' columns: local's is the sandbox's.
+COLUMNS = ("sandbox", "kubernetes", "ec2", "vsphere")
+# (kind, column) of every cell with a way.
+WAYS = [(k, p) for k in KINDS for p in COLUMNS if ways_of(k, p)]
 
 TARGETS: dict[str, dict[str, Any]] = {
     "sandbox": {"platform": "sandbox"},
@@ -139,28 +146,31 @@ def _accepted(kind: str, platform: str) -> bool:
     return bool(_loading(kind, platform))
 
 
-@pytest.mark.parametrize(
-    ("kind", "platform"), list(itertools.product(KINDS, [p for p, _ in PLATFORM_COLUMNS]))
-)
-def test_what_a_spec_says_a_platform_does_is_what_it_accepts(kind: str, platform: str) -> None:
-    assert _accepted(kind, platform) == (platform in KINDS[kind].platforms)
+@pytest.mark.parametrize(("kind", "platform"), list(itertools.product(KINDS, COLUMNS)))
+def test_what_a_platform_s_ways_say_it_does_is_what_it_accepts(kind: str, platform: str) -> None:
+    assert _accepted(kind, platform) == bool(ways_of(kind, platform))
 
 
-@pytest.mark.parametrize(
-    ("kind", "platform"),
-    [(k, p) for k, spec in KINDS.items() for p in spec.platforms],
-)
-def test_every_way_in_the_spec_is_the_way_of_some_fault_a_platform_accepts(
+def test_the_columns_are_the_registered_platforms_local_sharing_the_sandbox_s() -> None:
+    assert tuple(dict.fromkeys(platform_column(p) for p in registry.platforms())) == COLUMNS
+    assert platform_column("local") == "sandbox"
+    assert all(ways_of(k, "local") == ways_of(k, "sandbox") for k in KINDS)
+    # A kind done the same on every platform has its one way in its spec, not in a platform's.
+    for kind, spec in KINDS.items():
+        assert (spec.way is None) == (spec.injector is None), kind
+        if spec.way is not None:
+            assert not any(kind in p.ways for p in registry.platforms().values()), kind
+
+
+@pytest.mark.parametrize(("kind", "platform"), WAYS)
+def test_every_way_of_a_platform_is_the_way_of_some_fault_it_accepts(
     kind: str, platform: str
 ) -> None:
     chosen = {way_of(platform, exp.faults[0]) for exp in _loading(kind, platform)}
-    assert set(KINDS[kind].platforms[platform]) <= chosen
+    assert set(ways_of(kind, platform)) <= chosen
 
 
-@pytest.mark.parametrize(
-    ("kind", "platform"),
-    [(k, p) for k, spec in KINDS.items() for p in spec.platforms],
-)
+@pytest.mark.parametrize(("kind", "platform"), WAYS)
 def test_every_fault_a_platform_accepts_is_planned_in_words(kind: str, platform: str) -> None:
     loaded = _loading(kind, platform)
     assert loaded
@@ -181,8 +191,8 @@ def test_a_kind_words_its_revert_exactly_when_it_can_be_reverted(kind: str) -> N
 def test_the_kubernetes_default_engine_is_the_spec_s_first_way() -> None:
     from rsdrill.platforms.kubernetes.options import engine_of
 
-    for kind, spec in KINDS.items():
-        ways = spec.platforms.get("kubernetes", ())
+    for kind in KINDS:
+        ways = ways_of(kind, "kubernetes")
         if ways and ways[0].engine is not None:
             needed = {"iops-throttle": {"iops": 1}, "network-degrade": {"latency": 0.05}}
             limit = needed.get(kind, {})
@@ -194,24 +204,21 @@ def test_the_ec2_default_engine_is_the_spec_s_first_way() -> None:
     from rsdrill.platforms.ec2.options import engine_of
 
     defaults = {}
-    for kind, spec in KINDS.items():
+    for kind in KINDS:
         for exp in _loading(kind, "ec2"):
             fault = exp.faults[0]
             if fault.engine is None and kind not in COMMAND_KINDS:
                 defaults[kind] = engine_of(fault)
-                assert defaults[kind] == spec.platforms["ec2"][0].engine, kind
+                assert defaults[kind] == ways_of(kind, "ec2")[0].engine, kind
     assert defaults["iops-throttle"] == "ssm" and defaults["host-kill"] == "api"
 
 
 PLATFORM_CALLS = ("kubernetes", "ec2", "vsphere")
 
 
-@pytest.mark.parametrize(
-    ("kind", "platform"),
-    [(k, p) for k, spec in KINDS.items() for p in spec.platforms if k not in COMMAND_KINDS],
-)
+@pytest.mark.parametrize(("kind", "platform"), [(k, p) for k, p in WAYS if k not in COMMAND_KINDS])
 def test_every_way_that_calls_a_platform_names_its_privileges(kind: str, platform: str) -> None:
-    for way in KINDS[kind].platforms[platform]:
+    for way in ways_of(kind, platform):
         assert bool(way.privileges) == (platform in PLATFORM_CALLS), way
         assert len(set(way.privileges)) == len(way.privileges), way
 
@@ -224,8 +231,8 @@ def test_kubernetes_privileges_are_rbac_on_resources_rsdrill_uses() -> None:
              if isinstance(t, resources.ResourceType)}  # fmt: skip
     core = {("pods", ""), ("pods", "exec"), ("pods", "eviction"), ("nodes", "")}
     verbs = {"get", "list", "create", "patch", "delete"}
-    for spec in KINDS.values():
-        for way in spec.platforms.get("kubernetes", ()):
+    for kind in KINDS:
+        for way in ways_of(kind, "kubernetes"):
             for privilege in way.privileges:
                 for p in rbac(privilege, "ns"):
                     known = (p.resource, p.subresource) in core or (p.resource, p.group) in types
@@ -247,7 +254,7 @@ def test_the_kubernetes_preflight_asks_for_the_way_s_privileges() -> None:
         from_spec = [p for text in way.privileges for p in rbac(text, platform.namespace)]
         asked = needed_permissions(platform, [fault], block_chaos=False)
         assert asked == [rbac("get pods", platform.namespace)[0], *dict.fromkeys(from_spec)]
-    assert len(ways) == len(KINDS["host-kill"].platforms["kubernetes"])
+    assert len(ways) == len(ways_of("host-kill", "kubernetes"))
     exp = next(e for e in _loading("iops-throttle", "kubernetes")
                if e.faults[0].engine == "chaos-mesh" and e.faults[0].iops)  # fmt: skip
     throttle, platform = exp.faults[0], exp.target.kubernetes

@@ -3,6 +3,7 @@ boto3 is imported lazily, and only in this package."""
 
 from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
+from rsdrill.platforms.ec2.ways import TITLE, WAYS
 
 platform = PackagePlatform(
     "ec2",
@@ -24,4 +25,6 @@ platform = PackagePlatform(
         "memory-pressure": f"{__name__}.injectors:memory_pressure",
         "disk-fill": f"{__name__}.injectors:disk_fill",
     },
+    ways=WAYS,
+    title=TITLE,
 )

@@ -4,6 +4,7 @@ when a run, a preflight or a revert needs the cluster: importing this package st
 
 from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform
+from rsdrill.platforms.kubernetes.ways import TITLE, WAYS
 
 platform = PackagePlatform(
     "kubernetes",
@@ -27,4 +28,6 @@ platform = PackagePlatform(
         "memory-pressure": f"{__name__}.injectors:stress",
         "disk-fill": f"{__name__}.injectors:disk_fill",
     },
+    ways=WAYS,
+    title=TITLE,
 )

@@ -2,6 +2,7 @@
 
 from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.machine import INJECTORS
+from rsdrill.platforms.machine.ways import TITLE, WAYS
 
 platform = PackagePlatform(
     "local",
@@ -9,4 +10,6 @@ platform = PackagePlatform(
     checks="rsdrill.platforms.machine.options",
     planner="rsdrill.platforms.local.target",
     injectors=INJECTORS,
+    ways=WAYS,
+    title=TITLE,
 )

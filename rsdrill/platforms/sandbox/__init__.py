@@ -3,6 +3,7 @@ processes on this machine, faulted as the local platform's members are."""
 
 from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.machine import INJECTORS
+from rsdrill.platforms.machine.ways import TITLE, WAYS
 from rsdrill.platforms.sandbox.options import SandboxPlatform
 
 platform = PackagePlatform(
@@ -11,4 +12,6 @@ platform = PackagePlatform(
     checks="rsdrill.platforms.machine.options",
     options=SandboxPlatform,
     injectors=INJECTORS,
+    ways=WAYS,
+    title=TITLE,
 )

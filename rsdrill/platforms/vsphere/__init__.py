@@ -3,6 +3,7 @@ lazily, and only in this package."""
 
 from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.vsphere.options import VsphereFault, VspherePlatform
+from rsdrill.platforms.vsphere.ways import TITLE, WAYS
 
 platform = PackagePlatform(
     "vsphere",
@@ -19,4 +20,6 @@ platform = PackagePlatform(
         "iops-throttle": f"{__name__}.injectors:iops_throttle",
         "network-partition": f"{__name__}.injectors:network_partition",
     },
+    ways=WAYS,
+    title=TITLE,
 )
