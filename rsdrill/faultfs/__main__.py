@@ -37,14 +37,26 @@ from rsdrill.faultfs.undo import UndoLog
 _ORPHAN_GRACE_S = 30.0
 
 
-def _watch_owner(owner_pid: int, mountpoint: Path) -> None:
-    """Unmount (lazily) when the owner process exits; leave for good a little later."""
+def _watch_owner(owner_pid: int, mountpoint: Path, mirror: Backing | None = None) -> None:
+    """Unmount (lazily) when the owner process exits; leave for good a little later.
+
+    A `mirror`ed mount stays: its member goes on writing through it, and once detached the
+    files it opens next would be on copy a alone (the mount is over copy a's directory), out of
+    b's sight, and a later resync of a from b would overwrite them. Its rules are cleared
+    instead (the mirror masked them anyway) so that a failed copy resyncs now, online, and it
+    serves until unmounted (`rsdrill recover`: the members stopped first, then the mounts)."""
     try:
         pidfd = os.pidfd_open(owner_pid)
     except ProcessLookupError:
         pidfd = None
     if pidfd is not None:
         select.select([pidfd], [], [])
+    if mirror is not None:
+        mirror.state.clear()
+        mirror.rules_changed()
+        print(f"owner {owner_pid} is gone: rules cleared, {mountpoint} served until unmounted",
+              flush=True)  # fmt: skip
+        return
     print(f"owner {owner_pid} is gone: unmounting {mountpoint}", flush=True)
     # An owner killed while the mount was still being set up: wait for it to exist first.
     deadline = time.monotonic() + MOUNT_TIMEOUT_S
@@ -79,12 +91,13 @@ def serve(args: argparse.Namespace) -> None:
     print(f"unmounted {mountpoint}", flush=True)
 
 
-def _started(args: argparse.Namespace, mountpoint: Path, info: dict[str, object]) -> None:
+def _started(args: argparse.Namespace, mountpoint: Path, info: dict[str, object],
+             mirror: Backing | None = None) -> None:  # fmt: skip
     """The mount is up: record it, watch its owner."""
     (Path(args.state_dir) / STATE_FILE).write_text(json.dumps(info, indent=2) + "\n")
     if args.owner_pid:
-        threading.Thread(target=_watch_owner, args=(args.owner_pid, mountpoint), daemon=True,
-                         name="faultfs-owner").start()  # fmt: skip
+        threading.Thread(target=_watch_owner, args=(args.owner_pid, mountpoint, mirror),
+                         daemon=True, name="faultfs-owner").start()  # fmt: skip
     print(f"serving {args.source} on {mountpoint} ({info['layer']} layer)", flush=True)
 
 
@@ -124,7 +137,7 @@ def _serve_python(args: argparse.Namespace, source: Path, mountpoint: Path,
                           Path(str(info["mirror_record"])))  # fmt: skip
     undo = UndoLog(root_fd) if args.track_unsynced else None
     ControlServer(mountpoint, state, undo, info, backing).start()
-    _started(args, mountpoint, info)
+    _started(args, mountpoint, info, backing if backing.mirrored else None)
     mfusepy.FUSE(
         FaultOperations(backing, state, undo),
         str(mountpoint),

@@ -96,7 +96,11 @@ def test_ftt0_the_same_failure_ends_the_member(
     # rs1: nothing serves until the revert restarts the member (the fault's 4 s); rs3: until
     # the secondaries elect after their 1 s election timeout.
     assert m.write_unavailable_s is not None and m.write_unavailable_s > at_least_s, m
-    assert any(op["outcome"] != "ok" for op in _writes(tmp_path / "out"))
+    # rs1: writes fail until the restart. rs3: a write that waits in pymongo's server selection
+    # (up to the probe's 1 s timeout) through a ~1 s election succeeds on the new primary, so
+    # whether one fails depends on where the ticks fall (under load none did, gap 1.2 s).
+    if topology == "rs1":
+        assert any(op["outcome"] != "ok" for op in _writes(tmp_path / "out"))
     victim = result.faults[0].target
     fatal = first_after(tmp_path / "out" / "sandbox", "fatal", _injected_mono(result),
                         member=victim)  # fmt: skip
@@ -105,9 +109,12 @@ def test_ftt0_the_same_failure_ends_the_member(
     assert m.lost_acknowledged_writes == 0
 
 
-def test_recover_clears_and_resyncs_the_copy_of_a_killed_run(
+def test_a_killed_runs_copy_resyncs_online_and_recover_ends_it_with_equal_copies(
     tmp_path: Path, free_port_base: Callable[[int], int]
 ) -> None:
+    """The run dies with copy a failed: the member keeps running on the mount, which clears its
+    rules and resyncs a online (a detached mount would have let the member's next files land on
+    a alone); `rsdrill recover` stops the member, then unmounts: both copies equal."""
     spec = _experiment("vsan-disk-ftt1", "rs1", **{"faults.0.duration": "120s",
                        "target.port_base": free_port_base(1)})  # fmt: skip
     path = tmp_path / "exp.yaml"
@@ -123,10 +130,12 @@ def test_recover_clears_and_resyncs_the_copy_of_a_killed_run(
         proc.wait(30)
         journal = next((tmp_path / "home").rglob("*.jsonl")).read_text()
         assert '"mirror": {"replica": "a"' in journal, journal  # journaled before it was set
+        wait_until(lambda: '"degraded"' not in record.read_text(), 30, "copy a resynced")
+        assert faultfs_mounts(out / "sandbox"), "the member's mount stays while it runs"
         recover = _recover(tmp_path, timeout=180)
         assert recover.returncode == 0, recover.stdout + recover.stderr
-        assert "cleared; replica a " in recover.stdout, recover.stdout
-        assert "resynced" in recover.stdout, recover.stdout
+        assert "no rule to clear; replica a in sync" in recover.stdout, recover.stdout
+        assert "stopped 1 member process(es); unmounted 1 faultfs" in recover.stdout
         assert not faultfs_mounts(out / "sandbox")
         assert not Sandbox(out / "sandbox").running()
         replicas = json.loads(record.read_text())["replicas"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,14 @@ import pytest
 
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mirror import MIRROR_FILE, resync_offline
-from rsdrill.faultfs.mount import FaultFSError, Mount, faultfs_mounts, mount, unmount
+from rsdrill.faultfs.mount import (
+    FaultFSError,
+    Mount,
+    faultfs_mounts,
+    is_mounted,
+    mount,
+    unmount,
+)
 from rsdrill.platforms.machine.actions import faultfs_clear
 from tests.integration.faultfs_support import set_rule
 from tests.integration.support import wait_until
@@ -231,4 +240,33 @@ def test_refusals(faultfs_tools: None, tmp_path: Path, layer: str) -> None:
     with pytest.raises(FaultFSError, match="neither tracks unsynced writes"):
         mount(tmp_path / "a", tmp_path / "a", tmp_path / "s", mirror=tmp_path / "b",
               track_unsynced=True)  # fmt: skip
+    assert not faultfs_mounts(tmp_path)
+
+
+def test_an_owner_gone_clears_the_rules_and_keeps_serving_both_copies(
+    faultfs_tools: None, tmp_path: Path
+) -> None:
+    """A run killed mid-fault: the mount over replica a's own directory (as a sandbox member's)
+    is not detached, or the member's next new files would land on a alone; its rules go, the
+    failed copy resyncs online, and what is written after still reaches both copies."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        m = mount(tmp_path / "a", tmp_path / "a", tmp_path / "state", mirror=tmp_path / "b",
+                  owner_pid=owner.pid)  # fmt: skip
+        set_rule(m, "disk-a", errno="EIO", operations=["any"], replica="a")
+        write(m.mountpoint / "during", b"1" * 5000)
+        assert replicas(m)["a"]["state"] == "degraded"
+        owner.kill()
+        owner.wait()
+        wait_until(lambda: in_sync(m, "a"), 30, "replica a resynced once the owner was gone")
+        assert is_mounted(m.mountpoint)
+        assert request(m.mountpoint, {"op": "status"})["rules"] == {}
+        write(m.mountpoint / "after", b"2" * 5000)
+        assert (tmp_path / "b" / "after").read_bytes() == b"2" * 5000
+    finally:
+        owner.kill()
+        unmount(tmp_path / "a")
+    assert tree(tmp_path / "a") == tree(tmp_path / "b")
     assert not faultfs_mounts(tmp_path)
