@@ -23,6 +23,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,18 @@ _request_ids = itertools.count(1)
 class SettingsError(ValueError):
     """The connection string cannot be used: an unreadable CA file, a key that does not load,
     an SRV name that does not resolve, an auth mechanism rsdrill cannot speak. Nothing was sent."""
+
+
+class SecretNeeded(SettingsError):
+    """A journaled action's member needs a secret the journal never holds: the connection
+    string has to be given again (`rsdrill recover --uri`)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"reaching it needs {what}, which the journal never holds: give the connection "
+            "string again, `rsdrill recover --uri 'mongodb://USER:PASSWORD@HOST/?...'` (or "
+            "in $RSDRILL_RECOVER_URI)"
+        )
 
 
 class WireClientError(Exception):
@@ -134,6 +147,52 @@ class ConnectOptions:
         """The options of a connection string; SettingsError names what cannot be used."""
         return parse_uri(uri).options
 
+    def journaled(self) -> dict[str, Any]:
+        """These settings as a journaled revert action keeps them, for `rsdrill recover` to
+        reach the member again: TLS files and flags, the user and mechanism; a secret (a
+        password, a key file's password, an AWS token) is never written, only marked as used."""
+        saved: dict[str, Any] = {"app_name": self.app_name}
+        if self.tls is not None:
+            tls = self.tls
+            saved["tls"] = {
+                "ca_file": tls.ca_file,
+                "certificate_key_file": tls.certificate_key_file,
+                "certificate_key_password": bool(tls.certificate_key_password),
+                "allow_invalid_hostnames": tls.allow_invalid_hostnames,
+                "allow_invalid_certificates": tls.allow_invalid_certificates,
+            }
+        if self.credentials is not None:
+            c = self.credentials
+            saved["credentials"] = {
+                "user": c.user, "source": c.source, "mechanism": c.mechanism,
+                "password": bool(c.password), "token": bool(c.token),
+            }  # fmt: skip
+        return saved
+
+    @classmethod
+    def from_journal(cls, saved: Mapping[str, Any] | None, *, login: bool) -> ConnectOptions:
+        """The settings `journaled` kept (none: plain, as journals before them). `login`: the
+        action needs the login, not only the TLS handshake (hello answers without one); a login
+        whose secret the journal does not hold raises SecretNeeded."""
+        if not saved:
+            return cls()
+        tls = None
+        if saved.get("tls"):
+            t = saved["tls"]
+            if t.get("certificate_key_password"):
+                raise SecretNeeded("tlsCertificateKeyFilePassword")
+            tls = TlsSettings(t.get("ca_file"), t.get("certificate_key_file"), None,
+                              bool(t.get("allow_invalid_hostnames")),
+                              bool(t.get("allow_invalid_certificates")))  # fmt: skip
+        credentials = None
+        if login and saved.get("credentials"):
+            c = saved["credentials"]
+            if c.get("password") or c.get("token"):
+                raise SecretNeeded(f"the password of {c.get('user') or 'its user'}")
+            credentials = Credentials(c.get("user") or "", "", c.get("source") or "admin",
+                                      c.get("mechanism"))  # fmt: skip
+        return cls(credentials, tls, saved.get("app_name") or APP_NAME)
+
     def describe(self) -> dict[str, Any]:
         """What a result states about the connection (no secret)."""
         mechanism = None
@@ -144,6 +203,27 @@ class ConnectOptions:
             "tls_client_certificate": bool(self.tls and self.tls.certificate_key_file),
             "auth_mechanism": mechanism,
         }
+
+
+GIVEN_OPTIONS = "given_options"
+"""What `rsdrill recover --uri` adds to each action it carries out (never journaled): the
+settings to reach the members with, secrets included."""
+
+
+def action_options(action: Mapping[str, Any], *, login: bool) -> ConnectOptions:
+    """How a journaled revert action reaches its member: the settings given to `rsdrill
+    recover --uri`, else those journaled with it (`connect`, see `ConnectOptions.journaled`);
+    SecretNeeded when those had a secret and `login` asks for the login."""
+    given = action.get(GIVEN_OPTIONS)
+    if isinstance(given, ConnectOptions):
+        return given
+    return ConnectOptions.from_journal(action.get("connect"), login=login)
+
+
+def carried(inner: dict[str, Any], outer: Mapping[str, Any]) -> dict[str, Any]:
+    """An action nested in another (a restart within a revert), with the settings given to the
+    outer one."""
+    return {**inner, GIVEN_OPTIONS: outer[GIVEN_OPTIONS]} if GIVEN_OPTIONS in outer else inner
 
 
 @dataclass(frozen=True)

@@ -270,12 +270,30 @@ def recover(
     force: Annotated[
         bool, typer.Option(help="Also finish journals whose run still seems to be alive.")
     ] = False,
+    uri: Annotated[
+        str | None,
+        typer.Option(
+            "--uri",
+            envvar="RSDRILL_RECOVER_URI",
+            help="The set's connection string, password included, for reverts that must log "
+            "in (a fail point, a clock): the journal keeps its TLS settings but no secret. "
+            "Also read from $RSDRILL_RECOVER_URI (kept off the process list).",
+        ),
+    ] = None,
 ) -> None:
     """Revert whatever a dead run left behind (faults in force, its sandbox), from the journal.
     Running it again finds nothing to do."""
+    from rsdrill.connection import ConnectOptions, SettingsError
     from rsdrill.engine.actions import carry_out, describe
     from rsdrill.engine.journal import Journal, journal_dir, pending, process_alive
     from rsdrill.platforms.base import TargetError
+
+    given = None
+    if uri is not None:
+        try:
+            given = ConnectOptions.from_uri(uri)
+        except SettingsError as exc:
+            exit_invalid(f"--uri: {exc}")
 
     owed = pending()
     todo = [p for p in owed if force or not process_alive(p.pid)]
@@ -299,7 +317,7 @@ def recover(
                 typer.echo(f"  would {describe(action)}")
                 continue
             try:
-                typer.echo(f"  {carry_out(action)}")
+                typer.echo(f"  {carry_out(action, given)}")
                 assert journal is not None
                 journal.write("released" if key.startswith("resource:") else "reverted", key=key)
             except TargetError as exc:

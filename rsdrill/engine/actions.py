@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rsdrill import registry
+from rsdrill.connection import GIVEN_OPTIONS, ConnectOptions
 from rsdrill.engine.steps import stop_step
 from rsdrill.faultfs.mount import FaultFSError
 from rsdrill.platforms.base import RevertAction, TargetError
@@ -45,8 +46,12 @@ def describe(action: dict[str, Any]) -> str:
     return f"{action['action']} ({detail})"
 
 
-def carry_out(action: dict[str, Any]) -> str:
-    """Do one revert action; a line saying what was done. Raises TargetError on failure."""
+def carry_out(action: dict[str, Any], given: ConnectOptions | None = None) -> str:
+    """Do one revert action; a line saying what was done. Raises TargetError on failure.
+    `given`: the settings to reach the members with (`rsdrill recover --uri`), instead of
+    those journaled with the action, which hold no secret."""
+    if given is not None:
+        action = {**action, GIVEN_OPTIONS: given}
     name = str(action.get("action", ""))
     handler = ACTIONS.get(name) if "." not in name else _platform_action(name)
     if handler is None:

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
+from rsdrill.connection import (
+    ConnectOptions,
+    DirectConnection,
+    SettingsError,
+    WireClientError,
+    action_options,
+)
 from rsdrill.platforms.base import InjectionError, RunTarget, TargetError
 
 if TYPE_CHECKING:
@@ -76,7 +82,7 @@ class FailCommand:
         )
 
     def revert_action(self) -> dict[str, Any] | None:
-        return {"action": REVERT_ACTION, "host": self.target}
+        return {"action": REVERT_ACTION, "host": self.target, "connect": self.options.journaled()}
 
     def inject(self) -> None:
         _configure(self.target, self.options, self.mode, self.data)
@@ -108,14 +114,13 @@ def _unreachable(host: str, options: ConnectOptions) -> bool:
 def fail_command_off(action: dict[str, Any]) -> str:
     """Revert action `fail-command-off`: the member's failCommand back to mode off."""
     host = action["host"]
-    # The journal holds no connection settings (no secret is ever written there).
-    plain = ConnectOptions()
-    if _unreachable(host, plain):
-        return f"{host}: not reachable, no fail point survives a restart"
+    # With the journaled TLS settings: a member that would not talk plain is not a member down.
     try:
-        _configure(host, plain, "off")
-    except InjectionError as exc:
-        raise TargetError(str(exc)) from exc
+        if _unreachable(host, action_options(action, login=False)):
+            return f"{host}: not reachable, no fail point survives a restart"
+        _configure(host, action_options(action, login=True), "off")
+    except (InjectionError, SettingsError) as exc:
+        raise TargetError(f"{host}: failCommand may still be on: {exc}") from exc
     return f"{host}: failCommand off"
 
 

@@ -61,13 +61,17 @@ def _insert_code(uri: str) -> int | None:
     return None
 
 
+@pytest.mark.parametrize("security", ["", "tls: true, auth: x509, ", "tls: true, auth: scram, "])
 def test_recover_turns_the_fail_point_of_a_killed_run_off(
-    tmp_path: Path, free_port_base: Callable[[int], int]
+    tmp_path: Path, free_port_base: Callable[[int], int], security: str
 ) -> None:
+    """Also over TLS: the journal keeps the TLS settings (a member that will not talk plain is
+    not a member down, as recover once concluded, leaving the fail point on), never a password:
+    a SCRAM set's fail point needs the connection string again, and says so."""
     path = tmp_path / "exp.yaml"
     path.write_text(
         "name: fail-command-killed\n"
-        "target: {platform: sandbox, topology: rs3, keep: true, "
+        f"target: {{platform: sandbox, topology: rs3, keep: true, {security}"
         f"port_base: {free_port_base(3)}}}\n"
         "faults:\n  - {at: 1s, kind: mongodb-fail-command, select: primary, "
         "commands: [insert], error_code: 8, duration: 120s}\n"
@@ -80,9 +84,20 @@ def test_recover_turns_the_fail_point_of_a_killed_run_off(
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         assert _insert_code(sandbox.uri) == 8  # left on by the killed run
-        recover = _recover(tmp_path, timeout=60)
+        journal = next((tmp_path / "home").rglob("*.jsonl")).read_text()
+        login = sandbox.credentials
+        assert login is None or not login.password or login.password not in journal
+        if "scram" in security:
+            refused = _recover(tmp_path, timeout=60)
+            assert refused.returncode == 4, refused.stdout + refused.stderr
+            assert "failCommand may still be on" in refused.stderr, refused.stderr
+            assert "rsdrill recover --uri" in refused.stderr
+            assert _insert_code(sandbox.uri) == 8  # still on, and still owed
+            recover = _recover(tmp_path, "--uri", sandbox.uri, timeout=60)
+        else:
+            recover = _recover(tmp_path, timeout=60)
         assert recover.returncode == 0, recover.stdout + recover.stderr
-        assert "failCommand off" in recover.stdout
+        assert "failCommand off" in recover.stdout, recover.stdout
         assert _insert_code(sandbox.uri) is None
     finally:
         if proc.poll() is None:

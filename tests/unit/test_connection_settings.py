@@ -3,12 +3,20 @@ gets for one that cannot work (nothing is sent to any server in these tests)."""
 
 from __future__ import annotations
 
+import json
 import ssl
 from pathlib import Path
 
 import pytest
 
-from rsdrill.connection import ConnectOptions, SettingsError, parse_uri
+from rsdrill.connection import (
+    GIVEN_OPTIONS,
+    ConnectOptions,
+    SecretNeeded,
+    SettingsError,
+    action_options,
+    parse_uri,
+)
 from rsdrill.sandbox.certs import new_authority
 from rsdrill.scram import ScramError, mongo_password
 
@@ -149,3 +157,29 @@ def test_scram_sha_1_keeps_mongodbs_digest_of_the_raw_password() -> None:
     assert mongo_password("SCRAM-SHA-1", "u", "I\u00adX") != mongo_password(
         "SCRAM-SHA-1", "u", "IX"
     )
+
+
+def test_journaled_settings_keep_tls_and_the_user_never_a_secret(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(new_authority().pem())
+    scram = ConnectOptions.from_uri(f"mongodb://ops:s3cret-pw@h/?tls=true&tlsCAFile={ca}")
+    saved = json.loads(json.dumps(scram.journaled()))
+    assert "s3cret-pw" not in json.dumps(saved)
+    # The TLS handshake can be made again from it; the login cannot, and says what it needs.
+    plain_tls = ConnectOptions.from_journal(saved, login=False)
+    assert plain_tls.tls is not None and plain_tls.tls.ca_file == str(ca)
+    assert plain_tls.credentials is None
+    with pytest.raises(SecretNeeded, match=r"the password of ops.*rsdrill recover --uri"):
+        ConnectOptions.from_journal(saved, login=True)
+    # Given again (`rsdrill recover --uri`), those settings win.
+    action = {"connect": saved, GIVEN_OPTIONS: scram}
+    assert action_options(action, login=True) is scram
+    # x.509 holds no secret: the login is made from the journal alone.
+    x509 = ConnectOptions.from_uri(
+        f"mongodb://h/?tls=true&tlsCAFile={ca}&authMechanism=MONGODB-X509"
+    )
+    again = ConnectOptions.from_journal(json.loads(json.dumps(x509.journaled())), login=True)
+    assert again.credentials is not None and again.credentials.mechanism == "MONGODB-X509"
+    assert again.tls == x509.tls
+    # Journals written before the settings were: plain, as then.
+    assert ConnectOptions.from_journal(None, login=True) == ConnectOptions()

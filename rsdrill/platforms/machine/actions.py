@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rsdrill.connection import ConnectOptions
+from rsdrill.connection import SettingsError, action_options, carried
 from rsdrill.experiment.schema import LocalMember
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mirror import IN_SYNC, resync_offline
@@ -48,10 +48,12 @@ def _sandbox_start(action: dict[str, Any]) -> str:
 
 def _local_start(action: dict[str, Any]) -> str:
     host = action["host"]
-    # The journal holds no connection settings (no secret is ever written there): the member
-    # is asked with plain ones.
-    plain = ConnectOptions()
-    if answers_hello(host, options=plain):
+    # Asked with the journaled TLS settings (hello needs no login).
+    try:
+        options = action_options(action, login=False)
+    except SettingsError as exc:
+        raise TargetError(f"{host}: not restarted: {exc}") from exc
+    if answers_hello(host, options=options):
         return f"{host}: already running"
     if has_masked_password(action["command"]):
         # The journal never holds a password: a command that had one cannot be rerun from it.
@@ -62,7 +64,7 @@ def _local_start(action: dict[str, Any]) -> str:
     member = LocalMember(host=host, start=action["command"], dbpath=action.get("dbpath"))
     # clock-skew runs: restarted under libfaketime, reading the same offset file.
     clock = {host: Path(action["clock_file"])} if action.get("clock_file") else None
-    hosts = LocalHosts((member,), Path(action["log_dir"]), plain, clock)
+    hosts = LocalHosts((member,), Path(action["log_dir"]), options, clock)
     hosts.start(host, wipe=bool(action.get("wipe")))
     return f"{host}: restarted with `{action['command']}`"
 
@@ -70,7 +72,7 @@ def _local_start(action: dict[str, Any]) -> str:
 def _local_start_each(action: dict[str, Any]) -> str:
     """Resource action `local-start-each`: every member that does not answer started again
     (a run died while restarting the members under libfaketime)."""
-    return "; ".join(_local_start(start) for start in action["starts"])
+    return "; ".join(_local_start(carried(start, action)) for start in action["starts"])
 
 
 def _sandbox_down(action: dict[str, Any]) -> str:
@@ -105,7 +107,7 @@ def faultfs_clear(action: dict[str, Any]) -> str:
         done += f"; {_resynced(mountpoint, action['mirror'])}"
     restart = action.get("restart")
     if restart:  # restart actions do nothing when the member still runs
-        done += f"; {REVERT_ACTIONS[restart['action']](restart)}"
+        done += f"; {REVERT_ACTIONS[restart['action']](carried(restart, action))}"
     return done
 
 
@@ -133,7 +135,7 @@ def _cgroup_leave(action: dict[str, Any]) -> str:
     done = leave(action)
     restart = action.get("restart")
     if restart:  # restart actions do nothing when the member still runs
-        done += f"; {REVERT_ACTIONS[restart['action']](restart)}"
+        done += f"; {REVERT_ACTIONS[restart['action']](carried(restart, action))}"
     return done
 
 
@@ -142,7 +144,7 @@ def _disk_fill_free(action: dict[str, Any]) -> str:
     done = free(action)
     restart = action.get("restart")
     if restart:
-        done += f"; {REVERT_ACTIONS[restart['action']](restart)}"
+        done += f"; {REVERT_ACTIONS[restart['action']](carried(restart, action))}"
     return done
 
 

@@ -13,7 +13,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
+from rsdrill.connection import (
+    ConnectOptions,
+    DirectConnection,
+    SettingsError,
+    WireClientError,
+    action_options,
+)
 from rsdrill.platforms.base import InjectionError, Injector, MachineTarget, TargetError
 from rsdrill.platforms.machine import faketime
 
@@ -59,19 +65,17 @@ def _skew(host: str, offset_s: float, drift: float, options: ConnectOptions) -> 
 def clock_reset(action: dict[str, Any]) -> str:
     """Revert action `clock-reset`: the member's clock back to real time."""
     host = action["host"]
-    # The journal holds no connection settings (no secret is ever written there).
-    plain = ConnectOptions()
-    conn = DirectConnection(host, 1.0, plain)
     try:
-        conn.hello()
-    except WireClientError:
-        return f"{host}: not reachable (a restarted member's clock is real time)"
-    finally:
-        conn.close()
-    try:
-        _skew(host, 0.0, 0.0, plain)
-    except InjectionError as exc:
-        raise TargetError(str(exc)) from exc
+        conn = DirectConnection(host, 1.0, action_options(action, login=False))
+        try:
+            conn.hello()
+        except WireClientError:
+            return f"{host}: not reachable (a restarted member's clock is real time)"
+        finally:
+            conn.close()
+        _skew(host, 0.0, 0.0, action_options(action, login=True))
+    except (InjectionError, SettingsError) as exc:
+        raise TargetError(f"{host}: its clock may still be skewed: {exc}") from exc
     return f"{host}: clock back to real time"
 
 
@@ -90,7 +94,7 @@ class ClockSkew:
         return f"{self.target}'s clock {self.offset_s:+g}s{drift}"
 
     def revert_action(self) -> dict[str, Any] | None:
-        return {"action": "clock-reset", "host": self.target}
+        return {"action": "clock-reset", "host": self.target, "connect": self.options.journaled()}
 
     def inject(self) -> None:
         self._injected_at = time.monotonic()

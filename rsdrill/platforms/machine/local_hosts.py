@@ -134,6 +134,7 @@ class LocalHosts:
             "wipe": wipe,
             "log_dir": str(self.log_dir),
             **({"clock_file": str(self.clock_files[host])} if host in self.clock_files else {}),
+            "connect": self.options.journaled(),
         }
 
     def wipe(self, host: str) -> None:
