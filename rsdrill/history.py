@@ -40,13 +40,16 @@ class RunClock:
 
 CHECK_PREFIX = "check:"
 """The samples of the user's check `<name>` (`probes.checks`) are ops of probe `check:<name>`."""
+STALL_PROBE = "stall"
+"""The probe of rsdrill's own process: its ops are the process's stalls, not requests sent."""
 
 
 @dataclass(frozen=True, slots=True)
 class Op:
     """One probe attempt.
 
-    probe:   which probe ("write", "read", "ledger", "failover", "recovery", "lag", "load")
+    probe:   which probe ("write", "read", "ledger", "failover", "recovery", "lag", "load",
+             "stall": rsdrill's own process woke up late)
     op:      what it did ("insert", "find", "hello", "status", "read", "update", ...)
     member:  host:port that answered, when known
     outcome: "ok", "error" or "timeout"

@@ -107,7 +107,7 @@ class RunResult:
 
     def failure_message(self) -> str | None:
         """What `assert_slo` would say, or None when the verdict is pass."""
-        from rsdrill.report.common import fmt_number, slo_condition
+        from rsdrill.report.common import fmt_number, slo_condition, stall_line
 
         result = self.result
         if result.verdict == "pass":
@@ -126,6 +126,8 @@ class RunResult:
                 f"rsdrill experiment {result.experiment!r} ended {result.verdict}: "
                 f"{result.error or 'no error recorded'}"
             ]
+        if (stalled := stall_line(result.metrics)) is not None:
+            lines.append(stalled)
         lines.append(f"report: {self.report_path}")
         return "\n".join(lines)
 

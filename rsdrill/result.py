@@ -58,6 +58,24 @@ class CheckFigures(_Model):
     samples: int = 0
 
 
+class Stall(_Model):
+    """rsdrill's own process did not run: a wake-up of its stall probe came this late."""
+
+    at_s: float = Field(description="when the process should have woken up")
+    seconds: float
+
+
+class StalledGap(_Model):
+    """An availability gap (the window behind one of the `*_unavailable_s` metrics) during
+    which rsdrill's own process stalled: part of it may be this machine's, not the cluster's."""
+
+    metric: str = Field(description="write_unavailable_s, read_unavailable_s, ...")
+    start_s: float
+    end_s: float
+    stalled_s: float = Field(description="how much of the gap the stalls overlap")
+    stall_at_s: float = Field(description="the start of the longest stall overlapping the gap")
+
+
 class Metrics(_Model):
     write_unavailable_s: float | None = None
     read_unavailable_s: float | None = None
@@ -92,6 +110,11 @@ class Metrics(_Model):
     not_applicable: list[str] = Field(default_factory=list)
     # The user's own steady-state checks, by name (`probe.<name>.unavailable_s` in SLOs).
     probe: dict[str, CheckFigures] = Field(default_factory=dict)
+    # rsdrill's own process: its longest stall (0.0: none), the longest stalls, and the
+    # availability gaps they overlap (analysis.stall).
+    probe_stall_s: float | None = None
+    probe_stalls: list[Stall] = Field(default_factory=list)
+    probe_stalled_gaps: list[StalledGap] = Field(default_factory=list)
 
 
 class SloResult(_Model):

@@ -6,13 +6,16 @@ from collections.abc import Callable, Sequence
 
 from rsdrill.history import Op
 
+Window = tuple[float, float]
+"""(start, end) in seconds on the run's clock."""
 
-def longest_gap(
+
+def longest_window(
     attempts: Sequence[Op],
     succeeded: Callable[[Op], bool],
     held: Callable[[Op], bool] | None = None,
-) -> float | None:
-    """The longest window, in seconds, in which no attempt succeeded.
+) -> Window | None:
+    """The longest window in which no attempt succeeded, as (start, end).
 
     The windows are the gaps between the `t_end` of consecutive successful attempts (ordered by
     `t_end`), plus the open window from the last success to the end of the last attempt when
@@ -30,27 +33,43 @@ def longest_gap(
         + [(op.t_start, op.t_end) for op in attempts if held is not None and held(op)]
     )
     if not covered:
-        return last_end - min(op.t_start for op in attempts)
-    gaps, reached = [], covered[0][1]
+        return min(op.t_start for op in attempts), last_end
+    windows, reached = [], covered[0][1]
     for start, end in covered[1:]:
-        gaps.append(start - reached)
+        windows.append((reached, start))
         reached = max(reached, end)
-    return max([last_end - reached, *gaps])
+    return max([(reached, last_end), *windows], key=lambda w: w[1] - w[0])
+
+
+def longest_gap(
+    attempts: Sequence[Op],
+    succeeded: Callable[[Op], bool],
+    held: Callable[[Op], bool] | None = None,
+) -> float | None:
+    """The length, in seconds, of `longest_window`; None without attempts."""
+    window = longest_window(attempts, succeeded, held)
+    return None if window is None else window[1] - window[0]
+
+
+def unavailable_window(ops: Sequence[Op], probe: str) -> Window | None:
+    """The window behind `unavailable_s(ops, probe)`: (start, end), or None when that is None."""
+    if probe == "raw_write" and not any(op.probe == probe for op in ops):
+        return None
+    probes = {probe, "write"} if probe == "raw_write" else {probe}
+    return longest_window([op for op in ops if op.probe in probes], lambda op: op.ok)
 
 
 def unavailable_s(ops: Sequence[Op], probe: str) -> float | None:
     """`write_unavailable_s` (probe "write"), `read_unavailable_s` (probe "read") or
     `raw_write_unavailable_s` (probe "raw_write": the server's own gap, without the driver's).
 
-    The longest window without a successful operation of that probe (see `longest_gap`);
+    The longest window without a successful operation of that probe (see `longest_window`);
     None when the probe recorded nothing. For "raw_write" a write the availability probe got
     acknowledged is the server taking a write as well, so both probes' attempts count (the raw
     writer sends nothing while those succeed).
     """
-    if probe == "raw_write" and not any(op.probe == probe for op in ops):
-        return None
-    probes = {probe, "write"} if probe == "raw_write" else {probe}
-    return longest_gap([op for op in ops if op.probe in probes], lambda op: op.ok)
+    window = unavailable_window(ops, probe)
+    return None if window is None else window[1] - window[0]
 
 
 def driver_write_delay_s(ops: Sequence[Op]) -> float | None:

@@ -14,7 +14,8 @@ from rsdrill.analysis.lag import replication_lag_max_s
 from rsdrill.analysis.latency import degradation_s, latency_ms
 from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
 from rsdrill.analysis.slo import REPLICA_SET_ONLY
-from rsdrill.history import CHECK_PREFIX, FaultRecord, Op
+from rsdrill.analysis.stall import STALLS_KEPT, probe_stall_s, stalled_gaps, stalls
+from rsdrill.history import CHECK_PREFIX, STALL_PROBE, FaultRecord, Op
 from rsdrill.result import FailoverParts, Metrics
 
 
@@ -36,8 +37,11 @@ def compute_metrics(
     """
     failover = None if standalone else find_failover(ops, faults)
     ledger = durability(ops)
-    # The user's own checks ask their application, not the cluster: not the probes' load.
-    cluster_ops = [op for op in ops if not op.probe.startswith(CHECK_PREFIX)]
+    # The user's own checks ask their application, not the cluster, and a stall of this process
+    # sends nothing: neither is the probes' load.
+    cluster_ops = [
+        op for op in ops if not op.probe.startswith(CHECK_PREFIX) and op.probe != STALL_PROBE
+    ]
     drill = disaster_recovery(ops, faults)
     return Metrics(
         write_unavailable_s=unavailable_s(ops, "write"),
@@ -68,4 +72,7 @@ def compute_metrics(
         lost_before_backup=drill.lost_before_backup,
         not_applicable=list(REPLICA_SET_ONLY) if standalone else [],
         probe=checks(ops),
+        probe_stall_s=probe_stall_s(ops),
+        probe_stalls=stalls(ops)[:STALLS_KEPT],
+        probe_stalled_gaps=stalled_gaps(ops),
     )

@@ -42,6 +42,7 @@ _METRIC_NAMES: tuple[str, ...] = (
     "rpo_s",
     "restore_s",
     "lost_before_backup",
+    "probe_stall_s",
 )
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {

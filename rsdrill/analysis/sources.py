@@ -2,16 +2,17 @@
 when the experiment is loaded instead of coming out null (an SLO that fails for want of data).
 
 A run's history holds ops of named probes ("write", "raw_write", "read", "failover", "recovery",
-"lag", "ledger", "load", "step") and its fault timeline the faults' kinds. `records` below are those
-names: the probes' own, plus `data-loss` (such a fault was injected) and `step:backup` /
-`step:restore` (a step with those marks ran). The experiment says which it produces.
+"lag", "ledger", "load", "step", "stall") and its fault timeline the faults' kinds. `records`
+below are those names: the probes' own, plus `data-loss` (such a fault was injected) and
+`step:backup` / `step:restore` (a step with those marks ran). The experiment says which it
+produces.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rsdrill.history import CHECK_PREFIX
+from rsdrill.history import CHECK_PREFIX, STALL_PROBE
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ ANY_WRITES = _source("writes (probes.availability or probes.durability)", "write
 DATA_LOSS = _source("a data-loss fault (the disaster the drill recovers from)", "data-loss")
 BACKUP = _source("a step with `marks: backup`", "step:backup")
 RESTORE = _source("a step with `marks: restore`", "step:restore")
+STALL = _source("the probe of rsdrill's own process (always on)", STALL_PROBE)
 
 RECOVERY_PREFIX = "recovery_s."
 CHECK_METRIC_PREFIX = "probe."
@@ -74,6 +76,7 @@ SOURCES: dict[str, tuple[Source, ...]] = {
     "restore_s": (DATA_LOSS, RESTORE),
     "lost_before_backup": (DATA_LOSS, LEDGER, BACKUP),
     "probe_error_rate": (CLIENT_PROBES,),
+    "probe_stall_s": (STALL,),
 }
 """Metric → what it is computed from (each entry must be present). `recovery_s.<host:port>`
 is computed from what `recovery_s.max` is."""

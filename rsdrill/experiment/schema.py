@@ -39,6 +39,7 @@ from rsdrill.experiment.kinds import (
     opt_in_problem,
 )
 from rsdrill.experiment.random_schedule import RandomFaults
+from rsdrill.history import STALL_PROBE
 from rsdrill.registry import platforms
 
 if TYPE_CHECKING:
@@ -324,6 +325,8 @@ class Probes(Strict):
             "ledger": self.durability is not None,
             "load": self.load is not None,
             "register": self.consistency is not None,
+            # The probe of rsdrill's own process runs in every run.
+            STALL_PROBE: True,
         }
         return {name for name, on in made.items() if on} | {f"check:{n}" for n in self.checks}
 

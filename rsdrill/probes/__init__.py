@@ -19,6 +19,7 @@ from rsdrill.probes.load import build_load, preload
 from rsdrill.probes.raw_write import RawWriteLoop
 from rsdrill.probes.recovery import StatusPoller
 from rsdrill.probes.register import REGISTER_ID, RegisterReader, RegisterWriter
+from rsdrill.probes.stall import StallProbe
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Probes
@@ -79,6 +80,8 @@ class ProbeSet:
 
     def _build(self) -> None:
         c = self.config
+        # Always: whether this process ran is what every other probe's figures rest on.
+        self.probes.append(StallProbe(self.history, self.clock))
         writes: WriteLoop | None = None
         if c.availability is not None:
             a = c.availability

@@ -62,6 +62,7 @@ JS = r"""
     REMOVED: "#707070", DOWN: "url(#down-hatch)",
   };
   const SERIES_COLOR = { write: "#6a3d9a", read: "#1f78b4", load: "#b15928" };
+  const STALL_COLOR = "#57606a";
   const PALETTE = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02"];
 
   function el(tag, attrs, parent, tip) {
@@ -148,6 +149,19 @@ JS = r"""
       }
       y += ROW + GAP;
     }
+  }
+
+  // rsdrill's own process not running: no probe above could see anything then.
+  if (data.stalls.length) {
+    heading("rsdrill's own process stalled (its probes saw nothing)");
+    const g = lane("stall-lane", "data-lane", "this process",
+      "rsdrill's own process: its " + data.stalls.length + " longest stalls");
+    for (const [t0, t1] of data.stalls) {
+      rect(g, t0, t1, y, ROW, { class: "stall-span", "data-t0": t0, "data-t1": t1,
+        fill: STALL_COLOR }, "this process stalled " + secs(t1 - t0) + ": " + secs(t0) +
+        " \u2013 " + secs(t1));
+    }
+    y += ROW + GAP;
   }
 
   if (data.states.length) {
@@ -272,6 +286,12 @@ JS = r"""
     }
   }
 
+  // Stalls shade every row too: a gap inside one may be this machine's, not the cluster's.
+  for (const [t0, t1] of data.stalls) {
+    rect(back, t0, t1, bodyTop, bodyBottom - bodyTop, { class: "stall-band",
+      fill: STALL_COLOR, "fill-opacity": 0.12 });
+  }
+
   // Legend: only what this chart shows.
   y = bodyBottom + 40;
   const legend = el("g", { class: "legend" }, front);
@@ -290,6 +310,7 @@ JS = r"""
   if (data.faults.length) {
     swatch("fault injected \u2192 reverted", "#f8c9cf", { stroke: "#d7263d" });
   }
+  if (data.stalls.length) swatch("rsdrill stalled", STALL_COLOR);
   const seen = new Set();
   for (const laneData of data.states) for (const s of laneData.segments) seen.add(s[2]);
   for (const state of Object.keys(STATE_COLOR).concat([...seen])) {

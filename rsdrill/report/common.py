@@ -73,6 +73,34 @@ def slo_explanation(slo: SloResult) -> str:
     return f"{slo.metric} = {observed}; required {slo_condition(slo)}: {verb}"
 
 
+NOTABLE_STALL_S = 0.5
+"""From this long, a stall of rsdrill's own process is said after the verdict and in the reports."""
+
+
+def stall_line(metrics: Metrics) -> str | None:
+    """The longest stall of rsdrill's own process and the availability gaps it overlaps, in one
+    line; None when it was shorter than `NOTABLE_STALL_S`. `probes: this process stalled 2.1 s
+    at t=14.2 s; the write gap 13.9-16.2 s overlaps it: it may be this machine's, not the
+    cluster's`."""
+    if not metrics.probe_stalls or metrics.probe_stalls[0].seconds < NOTABLE_STALL_S:
+        return None
+    stall = metrics.probe_stalls[0]
+    line = f"probes: this process stalled {stall.seconds:.1f} s at t={stall.at_s:.1f} s; "
+    gaps = [
+        f"the {gap.metric.removesuffix('_unavailable_s').replace('_', ' ')} gap "
+        f"{gap.start_s:.1f}-{gap.end_s:.1f} s"
+        for gap in metrics.probe_stalled_gaps
+        # The gaps this stall overlaps (others may overlap shorter stalls only).
+        if gap.start_s < stall.at_s + stall.seconds and stall.at_s < gap.end_s
+    ]
+    if not gaps:
+        return line + "no availability gap overlaps it"
+    if len(gaps) == 1:
+        return line + f"{gaps[0]} overlaps it: it may be this machine's, not the cluster's"
+    listed = ", ".join(gaps[:-1]) + f" and {gaps[-1]}"
+    return line + f"{listed} overlap it: they may be this machine's, not the cluster's"
+
+
 def ha_restart_line(fault: FaultResult) -> str | None:
     """A host restarted as HA would, in one line: its phases as measured (None for any other
     fault). `host-kill on h:p: detection 15 s + boot 60.2 s + member start 0.8 s = back 76 s

@@ -19,6 +19,7 @@ from rsdrill.report.common import (
     ha_restart_line,
     scalar_metrics,
     slo_condition,
+    stall_line,
 )
 from rsdrill.report.timeline import timeline_data
 from rsdrill.result import Result
@@ -110,6 +111,10 @@ def render_html(result: Result, ops: Sequence[Op]) -> str:
     payload = {"result": json.loads(result.to_json())}
     payload["timeline"] = timeline_data(result, ops)
     error = f'<h2>Error</h2><pre class="error">{_e(result.error)}</pre>' if result.error else ""
+    stalled = stall_line(result.metrics)
+    stall = (
+        "" if stalled is None else f'<p class="note" id="stall"><strong>{_e(stalled)}</strong></p>'
+    )
     verdict = _e(result.verdict)
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -128,6 +133,7 @@ def render_html(result: Result, ops: Sequence[Op]) -> str:
 {error}
 <h2>SLOs</h2>
 {_slo_table(result)}
+{stall}
 <h2>Timeline</h2>
 <div class="chart">
 <svg id="timeline" role="img" viewBox="0 0 1200 40"

@@ -14,6 +14,7 @@ from rsdrill.report.common import (
     ha_restart_line,
     scalar_metrics,
     slo_condition,
+    stall_line,
 )
 from rsdrill.result import Result
 
@@ -67,6 +68,8 @@ def render_summary(result: Result, report_path: str) -> str:
             lines.append(f"| {_code(slo.metric)} | {condition} | {observed} | {outcome} |")
     else:
         lines.append("No SLOs in this experiment.")
+    if (stalled := stall_line(result.metrics)) is not None:
+        lines += ["", f"> **{md_escape(stalled)}**"]
     lines.append("")
 
     measured = [

@@ -124,6 +124,9 @@ FAMILIES: dict[str, Family] = {
     "lost_before_backup": Family(
         "rsdrill_lost_before_backup_writes", "Acknowledged writes the backup did not hold."
     ),
+    "probe_stall_s": Family(
+        "rsdrill_probe_stall_seconds", "Longest stall of rsdrill's own process (0: none)."
+    ),
 }
 # `probe.<check>.<figure>`: the user's own checks, labelled by check.
 CHECK_FAMILIES: dict[str, Family] = {

@@ -195,4 +195,6 @@ def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
             if any(op.ok for op in by_probe[probe])
         ],
         "lag": lag_series(by_probe["lag"], end),
+        # rsdrill's own process not running (its longest stalls, bounded by the result).
+        "stalls": [[_r(st.at_s), _r(st.at_s + st.seconds)] for st in result.metrics.probe_stalls],
     }

@@ -19,6 +19,7 @@ import pytest
 from report_sample import KILLED, MEMBERS, sample_ops, sample_result
 
 from rsdrill.report import write_reports
+from rsdrill.result import Stall
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RSDRILL_NO_BROWSER") == "1", reason="RSDRILL_NO_BROWSER=1"
@@ -198,6 +199,23 @@ def test_chromium_runs_no_markup_from_a_hostile_name(tmp_path: Path) -> None:
     dom = rendered_dom(html_path, tmp_path / "profile")
     assert dom.root is not None and dom.root.get("data-rendered") == "true"
     assert not {"injected", "injected-script"} & dom.ids
+
+
+def test_chromium_draws_the_stalls_of_this_process(tmp_path: Path) -> None:
+    result = sample_result()
+    result.metrics.probe_stalls = [Stall(at_s=14.2, seconds=2.1), Stall(at_s=3.0, seconds=0.25)]
+    html_path = write_reports(tmp_path / "out", result, sample_ops(500))["html"]
+    dom = rendered_dom(html_path, tmp_path / "profile")
+    assert dom.root is not None and dom.root.get("data-rendered") == "true"
+    (lane,) = dom.having("stall-lane")
+    assert lane.get("data-lane") == "this process"
+    spans = [(s.get("data-t0"), s.get("data-t1")) for s in dom.having("stall-span")]
+    assert spans == [("14.2", "16.3"), ("3", "3.25")]
+    assert len(dom.having("stall-band")) == 2
+    # None without a stall.
+    plain_path = write_reports(tmp_path / "plain", sample_result(), sample_ops(500))["html"]
+    plain = rendered_dom(plain_path, tmp_path / "profile2")
+    assert plain.root is not None and not plain.having("stall-lane")
 
 
 class LagTicks(HTMLParser):

@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsdrill.analysis.availability import driver_write_delay_s, longest_gap, unavailable_s
+from rsdrill.analysis.availability import (
+    driver_write_delay_s,
+    longest_gap,
+    longest_window,
+    unavailable_s,
+    unavailable_window,
+)
 from rsdrill.history import Op
 
 A = "a:27017"
@@ -25,6 +31,20 @@ def attempt(t_start: float, t_end: float, ok: bool = True, probe: str = "write")
 def test_no_ops_is_none() -> None:
     assert unavailable_s([], "write") is None
     assert unavailable_s([attempt(0.0, 0.1, probe="read")], "write") is None
+
+
+def test_the_window_is_where_the_longest_gap_lies() -> None:
+    ops = [attempt(0.0, 0.1), attempt(0.2, 0.3), attempt(0.4, 1.5, ok=False), attempt(2.0, 2.1),
+           attempt(2.2, 2.3), attempt(2.4, 2.9, ok=False)]  # fmt: skip
+    assert longest_window(ops, lambda op: op.ok) == pytest.approx((0.3, 2.1))
+    assert unavailable_window(ops, "write") == pytest.approx((0.3, 2.1))
+    assert longest_gap(ops, lambda op: op.ok) == pytest.approx(1.8)
+    # Still failing at the end: the open window is the longest.
+    ops.append(attempt(3.0, 5.0, ok=False))
+    assert longest_window(ops, lambda op: op.ok) == pytest.approx((2.3, 5.0))
+    # No success at all: the whole span.
+    assert longest_window(ops[2:3], lambda op: op.ok) == pytest.approx((0.4, 1.5))
+    assert unavailable_window(ops, "read") is None
 
 
 def test_the_driver_delay_is_the_application_gap_beyond_the_raw_gap() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from rsdrill.analysis.metrics import compute_metrics
 from rsdrill.history import FaultRecord, Op
-from rsdrill.result import FailoverParts, Latency, Metrics
+from rsdrill.result import FailoverParts, Latency, Metrics, Stall, StalledGap
 
 A, B, C = "a:27017", "b:27017", "c:27017"
 
@@ -97,7 +97,10 @@ def rs3_primary_kill() -> list[Op]:
 
 
 def test_rs3_primary_kill() -> None:
-    ops = rs3_primary_kill()
+    # rsdrill's own process stalled twice: 0.2 s before the fault, 1.5 s inside the write gap.
+    stalls = [Op("stall", "wake", None, 2.0, 2.2, "timeout", {"late_s": 0.2}),
+              Op("stall", "wake", None, 8.0, 9.5, "timeout", {"late_s": 1.5})]  # fmt: skip
+    ops = rs3_primary_kill() + stalls
     fault = FaultRecord(0, "host-kill", A, injected_at_s=5.0, verified_at_s=5.3, reverted_at_s=20.0)
     metrics = compute_metrics(ops, [fault], duration_s=30.0)
     expected = Metrics(
@@ -136,9 +139,21 @@ def test_rs3_primary_kill() -> None:
             "recovery": 87 / 30,
             "write": 290 / 30,
         },
+        # The stalls sent nothing: not in the probes' load above.
+        probe_stall_s=1.5,
+        probe_stalls=[Stall(at_s=8.0, seconds=1.5), Stall(at_s=2.0, seconds=0.2)],
+        probe_stalled_gaps=[
+            StalledGap(
+                metric="write_unavailable_s",
+                start_s=4.905,
+                end_s=15.305,
+                stalled_s=1.5,
+                stall_at_s=8.0,
+            ),
+        ],
     )
     assert flat(metrics.model_dump()) == pytest.approx(flat(expected.model_dump()))
-    assert len(ops) == 1852
+    assert len(ops) == 1854
 
 
 def rs1_restart() -> list[Op]:
@@ -186,5 +201,5 @@ def test_rs1_restart_has_no_failover_and_the_outage_is_the_restart() -> None:
 
 def test_an_empty_run_is_all_unknown() -> None:
     metrics = compute_metrics([], [], duration_s=10.0)
-    assert metrics == Metrics(probe_ops_per_s=0.0)
+    assert metrics == Metrics(probe_ops_per_s=0.0, probe_stall_s=0.0)
     assert compute_metrics([], [], duration_s=0.0).probe_ops_per_s is None

@@ -41,6 +41,7 @@ def test_metric_names_are_the_contract_names() -> None:
         "rpo_s",
         "restore_s",
         "lost_before_backup",
+        "probe_stall_s",
     ]
 
 

@@ -508,6 +508,16 @@ def test_unknown_slo_metric_lists_the_metrics() -> None:
     assert "latency_ms.p99" in err.problem
 
 
+def test_probe_stall_s_is_an_slo_metric_whatever_probes_are_on() -> None:
+    # The probe of rsdrill's own process runs in every run, so no probe setting unmeasures it.
+    text = (
+        MINIMAL + 'probes: {availability: null, failover: null}\nslo:\n  probe_stall_s: "< 0.5"\n'
+    )
+    assert load(text).slo == {"probe_stall_s": "< 0.5"}
+    err = error_of(MINIMAL + 'slo:\n  probe_stal_s: "< 0.5"\n')
+    assert err.problem == "unknown metric; did you mean 'probe_stall_s'?"
+
+
 # -- environment variables -----------------------------------------------------------------------
 
 

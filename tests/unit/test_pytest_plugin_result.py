@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from rsdrill.pytest_plugin import RunResult
-from rsdrill.result import EXIT_CODES, Latency, Metrics, Result, SloResult, TargetInfo
+from rsdrill.result import (
+    EXIT_CODES,
+    Latency,
+    Metrics,
+    Result,
+    SloResult,
+    Stall,
+    StalledGap,
+    TargetInfo,
+)
 
 
 def run_result(verdict: str, slo: list[SloResult], error: str | None = None) -> RunResult:
@@ -65,6 +74,22 @@ def test_assert_slo_names_each_failed_metric_threshold_observed_value_and_report
         "rsdrill experiment 'rs3-primary-kill': 2 of 3 SLOs failed\n"
         "  write_unavailable_s: observed 11.11, threshold <= 5\n"
         "  recovery_s.max: observed not measured, threshold <= 30\n"
+        "report: /results/run/report.html"
+    )
+
+
+def test_assert_slo_says_when_this_process_stalled_over_the_gap() -> None:
+    run = run_result("fail", [slo("write_unavailable_s", "<=", 5, 11.11, False)])
+    run.result.metrics.probe_stalls = [Stall(at_s=4.0, seconds=2.0)]
+    run.result.metrics.probe_stalled_gaps = [
+        StalledGap(metric="write_unavailable_s", start_s=3.5, end_s=14.61, stalled_s=2.0,
+                   stall_at_s=4.0),
+    ]  # fmt: skip
+    assert run.failure_message() == (
+        "rsdrill experiment 'rs3-primary-kill': 1 of 1 SLOs failed\n"
+        "  write_unavailable_s: observed 11.11, threshold <= 5\n"
+        "probes: this process stalled 2.0 s at t=4.0 s; the write gap 3.5-14.6 s overlaps it: "
+        "it may be this machine's, not the cluster's\n"
         "report: /results/run/report.html"
     )
 

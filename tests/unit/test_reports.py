@@ -18,7 +18,7 @@ from rsdrill.report.html import render_html
 from rsdrill.report.junit import render_junit
 from rsdrill.report.markdown import render_summary
 from rsdrill.report.timeline import MAX_RUNS, outcome_runs, timeline_data
-from rsdrill.result import FaultResult, Result
+from rsdrill.result import FaultResult, Result, Stall, StalledGap
 
 HOSTILE = "</script><script>alert('x')</script><img src=x onerror=alert(1)> & | `ok`"
 
@@ -299,3 +299,21 @@ def test_an_ha_restart_shows_its_phases_in_the_summary_and_the_page(ops: list[Op
     assert f"- {line}" in render_summary(result, "report.html")
     assert line in render_html(result, ops)
     assert "HA model" not in render_summary(sample_result(), "report.html")
+
+
+def test_a_stall_of_this_process_is_said_in_the_summary_and_the_page(ops: list[Op]) -> None:
+    result = sample_result()
+    result.metrics.probe_stalls = [Stall(at_s=14.2, seconds=2.1)]
+    result.metrics.probe_stalled_gaps = [
+        StalledGap(metric="write_unavailable_s", start_s=13.9, end_s=16.2, stalled_s=2.1,
+                   stall_at_s=14.2),
+    ]  # fmt: skip
+    line = (
+        "probes: this process stalled 2.1 s at t=14.2 s; the write gap 13.9-16.2 s overlaps it: "
+        "it may be this machine's, not the cluster's"
+    )
+    assert f"> **{line}**" in render_summary(result, "report.html")
+    assert line.replace("'", "&#x27;") in render_html(result, ops)
+    # Nothing is said of a process that did not stall.
+    assert "this process stalled" not in render_summary(sample_result(), "report.html")
+    assert 'id="stall"' not in render_html(sample_result(), ops)
