@@ -20,6 +20,7 @@ Needs network access to PyPI once (the sdist is cached under .cache/pymongo-sdis
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -81,18 +82,22 @@ class SuiteResult:
 
 
 def sdist(version: str) -> Path:
-    """pymongo's source tree for `version`, downloaded and unpacked once."""
+    """pymongo's source tree for `version`, downloaded and unpacked once. Runs at the same time
+    (the conformance tests on two workers of a fresh clone) take turns: the second finds the
+    tree the first unpacked, instead of unpacking over it ("File exists")."""
     root = CACHE / f"pymongo-{version}"
-    if (root / "test" / "__init__.py").exists():
-        return root
     CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-         f"pymongo=={version}", "-d", str(CACHE), "-q"],
-        check=True,
-    )  # fmt: skip
-    with tarfile.open(CACHE / f"pymongo-{version}.tar.gz") as archive:
-        archive.extractall(CACHE, filter="data")
+    with (CACHE / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / "test" / "__init__.py").exists():
+            return root
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+             f"pymongo=={version}", "-d", str(CACHE), "-q"],
+            check=True,
+        )  # fmt: skip
+        with tarfile.open(CACHE / f"pymongo-{version}.tar.gz") as archive:
+            archive.extractall(CACHE, filter="data")
     return root
 
 

@@ -38,11 +38,13 @@ def _kill_mono(result: Result, index: int = 0) -> float:
     return result.clock.t0_monotonic + injected
 
 
-def _gap_around(out: Path, probes: set[str], at_s: float) -> float:
-    """The window without a successful op of `probes` that the run second `at_s` falls in."""
-    ops = History.read_jsonl(out / "history.jsonl").ops()
-    ok = sorted(op.t_end for op in ops if op.probe in probes and op.ok)
-    return min(t for t in ok if t > at_s) - max(t for t in ok if t <= at_s)
+def _failover_gap(out: Path, probes: set[str], killed_at_s: float, killed: str) -> float:
+    """The window without a successful op of `probes` that the failover made: it ends at the
+    first success after the kill on another member (a reply the killed member sent just before
+    the kill may still be read after it) and starts at the success before that."""
+    ok = [o for o in History.read_jsonl(out / "history.jsonl").ops() if o.probe in probes and o.ok]
+    end = min(o.t_end for o in ok if o.t_end > killed_at_s and o.member != killed)
+    return end - max(o.t_end for o in ok if o.t_end < end)
 
 
 def test_primary_kill_measures_failover_like_the_ground_truth(tmp_path: Path) -> None:
@@ -65,11 +67,11 @@ def test_primary_kill_measures_failover_like_the_ground_truth(tmp_path: Path) ->
     # The metrics are the run's longest gaps; the kill's own is checked against the truth (on a
     # loaded machine a stall elsewhere in the run may be longer, and then is the metric).
     killed_at = result.faults[0].injected_at_s or 0.0
-    gap = _gap_around(tmp_path / "out", {"write"}, killed_at)
+    gap = _failover_gap(tmp_path / "out", {"write"}, killed_at, killed)
     assert truth <= gap <= truth + 0.5, (gap, truth)
     assert m.write_unavailable_s is not None and m.write_unavailable_s >= gap
     # The server's own gap (rsdrill's wire client): the election plus a majority commit.
-    raw = _gap_around(tmp_path / "out", {"write", "raw_write"}, killed_at)
+    raw = _failover_gap(tmp_path / "out", {"write", "raw_write"}, killed_at, killed)
     assert truth <= raw <= truth + 0.5, (raw, truth)
     assert m.raw_write_unavailable_s is not None and m.raw_write_unavailable_s >= raw
     assert m.lost_acknowledged_writes == 0 and (m.acknowledged_writes or 0) > 50
