@@ -69,12 +69,17 @@ def _status_of(observer: str, host: str) -> dict[str, Any]:
 
 
 def _marked_connections(ports: set[int]) -> list[str]:
-    """Conntrack records of connections to `ports` that carry a partition's mark."""
+    """Conntrack records of connections to `ports` that carry a partition's mark. A record has
+    two tuples, and which is "original" depends on who sent first when conntrack picked the
+    connection up (midstream, after a partition forgot it): the member port may be either
+    tuple's, as sport or dport."""
     marks = {netcls.class_id(p) for p in ports} | {netcls.client_mark(p) for p in ports}
     found = []
     for line in Path("/proc/net/nf_conntrack").read_text().splitlines():
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if int(fields.get("dport", 0)) in ports and int(fields.get("mark", 0)) in marks:
+        fields = [f.split("=", 1) for f in line.split() if "=" in f]
+        seen = {int(v) for k, v in fields if k in ("sport", "dport")}
+        mark = next((int(v) for k, v in fields if k == "mark"), 0)
+        if seen & ports and mark in marks:
             found.append(line)
     return found
 
