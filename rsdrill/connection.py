@@ -570,3 +570,14 @@ def _recv_exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
         chunks.append(chunk)
         n -= len(chunk)
     return b"".join(chunks)
+
+
+def answers_hello(host: str, timeout_s: float = 0.5, *, options: ConnectOptions) -> bool:
+    """Whether the member's process answers a handshake (with TLS when the set requires it)."""
+    conn = DirectConnection(host, timeout_s, options)
+    try:
+        return bool(conn.hello().get("ok"))
+    except WireClientError:
+        return False
+    finally:
+        conn.close()

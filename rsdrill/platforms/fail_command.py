@@ -16,6 +16,7 @@ from rsdrill.connection import (
     SettingsError,
     WireClientError,
     action_options,
+    answers_hello,
 )
 from rsdrill.platforms.base import InjectionError, RunTarget, TargetError
 
@@ -95,20 +96,9 @@ class FailCommand:
         try:
             _configure(self.target, self.options, "off")
         except InjectionError:
-            if _unreachable(self.target, self.options):
+            if not answers_hello(self.target, 1.0, options=self.options):
                 return  # a member that is down (or restarted) holds no fail point
             raise
-
-
-def _unreachable(host: str, options: ConnectOptions) -> bool:
-    conn = DirectConnection(host, 1.0, options)
-    try:
-        conn.hello()
-        return False
-    except WireClientError:
-        return True
-    finally:
-        conn.close()
 
 
 def fail_command_off(action: dict[str, Any]) -> str:
@@ -116,7 +106,7 @@ def fail_command_off(action: dict[str, Any]) -> str:
     host = action["host"]
     # With the journaled TLS settings: a member that would not talk plain is not a member down.
     try:
-        if _unreachable(host, action_options(action, login=False)):
+        if not answers_hello(host, 1.0, options=action_options(action, login=False)):
             return f"{host}: not reachable, no fail point survives a restart"
         _configure(host, action_options(action, login=True), "off")
     except (InjectionError, SettingsError) as exc:

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rsdrill.connection import ConnectOptions
+from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.engine.actions import carry_out
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.loader import load_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.local.target import make_target
 from rsdrill.platforms.machine.disk_fill import FILLER, disk_fill, small_disk_mounts
-from rsdrill.platforms.machine.local_hosts import answers_hello, listening_pid
+from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.sandbox.cluster import Sandbox
 from tests.e2e.local_set import local_target
 from tests.e2e.test_run_cli import _recover, _start, _wait_for_text

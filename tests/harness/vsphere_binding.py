@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.vcsim import Vcsim, connect
-from rsdrill.connection import ConnectOptions
-from rsdrill.platforms.machine.local_hosts import answers_hello
+from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.sandbox.cluster import Sandbox, SandboxError
 
 _WAIT_S = 1  # each WaitForUpdatesEx returns after at most this long, to notice stop()

@@ -12,9 +12,8 @@ from harness.injectors import vm_injector
 from harness.vcsim import Vcsim, create_vm, esxi_hosts, wait_task
 from harness.vsphere_binding import VmBinding
 
-from rsdrill.connection import ConnectOptions
+from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.experiment.schema import make_fault
-from rsdrill.platforms.machine.local_hosts import answers_hello
 from rsdrill.platforms.vsphere.injectors import Vsphere
 from rsdrill.platforms.vsphere.options import MemberVms, VspherePlatform
 from rsdrill.sandbox.cluster import EmulatorEngine, up

@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rsdrill.connection import ConnectOptions
+from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.experiment.schema import Experiment, Target
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.machine import faketime
 from rsdrill.platforms.machine.disk_fill import own_disk_problem
-from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
+from rsdrill.platforms.machine.local_hosts import LocalHosts
 from rsdrill.states import HEALTHY, PRIMARY_LIKE, member_state
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rsdrill.connection import SettingsError, action_options, carried
+from rsdrill.connection import SettingsError, action_options, answers_hello, carried
 from rsdrill.experiment.schema import LocalMember
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mirror import IN_SYNC, resync_offline
@@ -21,7 +21,7 @@ from rsdrill.platforms.machine.clock import clock_reset
 from rsdrill.platforms.machine.degrade import undegrade
 from rsdrill.platforms.machine.disk_fill import free, unmount_small_disks
 from rsdrill.platforms.machine.faketime import reset as faketime_reset
-from rsdrill.platforms.machine.local_hosts import LocalHosts, answers_hello
+from rsdrill.platforms.machine.local_hosts import LocalHosts
 from rsdrill.platforms.machine.network import heal
 from rsdrill.redact import has_masked_password
 from rsdrill.sandbox.cluster import Sandbox

@@ -19,6 +19,7 @@ from rsdrill.connection import (
     SettingsError,
     WireClientError,
     action_options,
+    answers_hello,
 )
 from rsdrill.platforms.base import InjectionError, Injector, MachineTarget, TargetError
 from rsdrill.platforms.machine import faketime
@@ -66,13 +67,8 @@ def clock_reset(action: dict[str, Any]) -> str:
     """Revert action `clock-reset`: the member's clock back to real time."""
     host = action["host"]
     try:
-        conn = DirectConnection(host, 1.0, action_options(action, login=False))
-        try:
-            conn.hello()
-        except WireClientError:
+        if not answers_hello(host, 1.0, options=action_options(action, login=False)):
             return f"{host}: not reachable (a restarted member's clock is real time)"
-        finally:
-            conn.close()
         _skew(host, 0.0, 0.0, action_options(action, login=True))
     except (InjectionError, SettingsError) as exc:
         raise TargetError(f"{host}: its clock may still be skewed: {exc}") from exc

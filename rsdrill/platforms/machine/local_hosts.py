@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
+from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.experiment.schema import LocalMember
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine import faketime
@@ -48,17 +48,6 @@ def listening_pid(port: int) -> int | None:
         except OSError:
             continue
     return None
-
-
-def answers_hello(host: str, timeout_s: float = 0.5, *, options: ConnectOptions) -> bool:
-    """Whether the member's process answers a handshake (with TLS when the set requires it)."""
-    conn = DirectConnection(host, timeout_s, options)
-    try:
-        return bool(conn.hello().get("ok"))
-    except WireClientError:
-        return False
-    finally:
-        conn.close()
 
 
 class LocalHosts:

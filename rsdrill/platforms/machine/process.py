@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from rsdrill.connection import answers_hello
 from rsdrill.experiment.kinds import ha_detail
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
-from rsdrill.platforms.machine.local_hosts import answers_hello
 
 if TYPE_CHECKING:
     from rsdrill.connection import ConnectOptions
