@@ -3,12 +3,14 @@ its caps and added latency hold, for each layer side by side in one run: the com
 path (faultfs-rs), the same with passthrough for files opened while no rule is set, and the
 Python layer (mfusepy), against the plain backing directory.
 
-A file on a faultfs mount (backing directory under /tmp) is hammered by a few threads with 4 KiB
-operations: writes (pwrite), reads (O_DIRECT pread on both sides: the compiled layer opens the
-backing file O_DIRECT too, the Python layer drops O_DIRECT, so its figure is not like for like),
-buffered reads (pread: the plain directory's come from the page cache, faultfs's opens have none),
-writes each followed by fsync (of one shared file, then of a file per thread: the kernel's FUSE
-client holds a file's lock across an fsync, so one file's fsyncs reach the daemon one at a time).
+A file on a faultfs mount (backing directory under /tmp) is hammered with 4 KiB operations by one
+thread and by a few: writes at sequential and at random offsets (pwrite), reads (O_DIRECT pread at
+random offsets on both sides: the compiled layer opens the backing file O_DIRECT too, the Python
+layer drops O_DIRECT, so its figure is not like for like), buffered reads (pread: the plain
+directory's come from the page cache, faultfs's opens have none), writes each followed by fsync
+(of one file, by one thread and by several: the kernel's FUSE client holds a file's lock across
+an fsync, so one file's fsyncs reach the daemon one at a time; then of a file per thread). Each
+row says whether each layer meets issue 18's target for it (`TARGETS`).
 For the compiled layer, where a 4 KiB write's time goes: the client's mean time per write, the
 data path's handler time and its pwrite's (the `profile` in `status`); the rest is the kernel's
 FUSE round trip. First with no rule and on
@@ -19,9 +21,10 @@ and added latency of 5 and 20 ms (median op time with the rule minus without). T
 within ±15 %, added latency within ±20 %. Caps and latency are measured on the compiled and the
 Python layer (passthrough files opened before a rule bypass it by design: docs/storage-faults.md).
 
-Last, the emulator's rs3 sandbox with its members' data directories on each layer (as a run with
-storage faults puts them; no passthrough, as there) vs a plain directory: inserts/s with
-w:majority from a few client threads.
+Last, an rs3 sandbox with its members' data directories on each layer vs a plain directory:
+inserts/s with w:majority from a few client threads; the emulator's members, and real mongod's
+when `mongod` is on PATH. A run with storage faults mounts without passthrough (a file open in
+passthrough would escape the faults); the passthrough figure is there for reference.
 
 Usage: python bench/faultfs_io.py [--seconds 5] [--threads 4] [--port-base 21500] (root; needs
 /dev/fuse; the compiled layer needs faultfs-rs built: pip install -e ., or .ci/install-faultfs)
@@ -32,6 +35,8 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
+import random
+import shutil
 import sqlite3
 import statistics
 import tempfile
@@ -44,8 +49,9 @@ from pymongo import MongoClient, WriteConcern
 
 from rsdrill.faultfs.control import request
 from rsdrill.faultfs.mount import mount, unmount, unmount_all
-from rsdrill.sandbox.cluster import EmulatorEngine, up
+from rsdrill.sandbox.cluster import EmulatorEngine, Engine, up
 from rsdrill.sandbox.config import build_topology, member_dir
+from rsdrill.sandbox.mongod import MongodEngine
 
 BLOCK = 4096
 FILE_BYTES = 64 * 1024 * 1024
@@ -54,12 +60,15 @@ LATENCY_TOLERANCE = 0.20
 
 
 def _drive(path: Path, kind: str, seconds: float, threads: int, block: int = BLOCK,
-           file_each: bool = False) -> list[float]:  # fmt: skip
+           file_each: bool = False, pattern: str = "random") -> list[float]:  # fmt: skip
     """Durations of every operation `threads` threads complete within `seconds` (kind: write,
-    read (O_DIRECT), cached read, fsync); `file_each`: thread i uses `path`-i."""
+    read (O_DIRECT), cached read, fsync (a write, then fsync)) at `pattern` offsets (random:
+    block-aligned, each thread its own seeded sequence; sequential: each thread from its own
+    part of the file onwards); `file_each`: thread i uses `path`-i."""
     durations: list[float] = []
     lock = threading.Lock()
     deadline = time.monotonic() + seconds
+    blocks = (FILE_BYTES - block) // block
 
     def worker(seed: int) -> None:
         direct = os.O_DIRECT if kind == "read" else 0
@@ -67,19 +76,20 @@ def _drive(path: Path, kind: str, seconds: float, threads: int, block: int = BLO
         fd = os.open(mine_path, os.O_RDWR | direct)
         buf = mmap.mmap(-1, block)
         buf.write(b"w" * block)
-        offset = (seed * 7919 * block) % (FILE_BYTES - block)
+        chooser = random.Random(seed)
+        index = seed * blocks // max(threads, 1)
         mine = []
         try:
             while time.monotonic() < deadline:
+                index = chooser.randrange(blocks) if pattern == "random" else (index + 1) % blocks
                 started = time.monotonic()
                 if kind in ("read", "cached read"):
-                    os.preadv(fd, [buf], offset)
+                    os.preadv(fd, [buf], index * block)
                 else:
-                    os.pwrite(fd, buf, offset)
+                    os.pwrite(fd, buf, index * block)
                     if kind == "fsync":
                         os.fsync(fd)
                 mine.append(time.monotonic() - started)
-                offset = (offset + 17 * block) % (FILE_BYTES - block)
         finally:
             os.close(fd)
         with lock:
@@ -135,6 +145,26 @@ LAYERS: tuple[tuple[str, dict[str, object]], ...] = (
     ("passthru", {"layer": "compiled", "passthrough": True}),
 )
 RULED_LAYERS = ("python", "compiled")
+# Issue 18's Done-when: ratios to the plain directory with no rule set.
+TARGETS = {"write": 0.5, "fsync": 0.6, "read": 0.6, "sqlite": 0.6, "rs3": 0.8}
+
+
+def _overhead_rows(threads: int) -> list[tuple[str, str, str, int, bool, str | None]]:
+    """(row name, kind, pattern, threads, a file per thread, target) of the overhead table."""
+    counts = sorted({1, threads})
+    rows: list[tuple[str, str, str, int, bool, str | None]] = [
+        (f"write {pattern} x{n}", "write", pattern, n, False, "write")
+        for pattern in ("sequential", "random")
+        for n in counts
+    ]
+    rows += [(f"O_DIRECT read random x{n}", "read", "random", n, False, "read") for n in counts]
+    rows.append((f"buffered read random x{threads}", "cached read", "random", threads, False,
+                 None))  # fmt: skip
+    rows += [(f"write+fsync one file x{n}", "fsync", "sequential", n, False, "fsync")
+             for n in counts]  # fmt: skip
+    rows.append((f"write+fsync file each x{threads}", "fsync", "sequential", threads, True,
+                 "fsync"))  # fmt: skip
+    return rows
 
 
 def main() -> None:
@@ -164,19 +194,19 @@ def main() -> None:
         _rs3(Path(tmp), args.port_base, seconds, threads)
 
 
-def _rs3_inserts_per_s(directory: Path, layer: str | None, port_base: int, seconds: float,
-                       threads: int) -> float:  # fmt: skip
-    """Inserts/s (w:majority) into an emulator rs3 whose members' data is on `layer` (None:
-    a plain directory)."""
+def _rs3_inserts_per_s(directory: Path, layer: dict[str, object] | None, engine: Engine,
+                       port_base: int, seconds: float, threads: int) -> float:  # fmt: skip
+    """Inserts/s (w:majority) into an rs3 of `engine` whose members' data is on a mount with
+    `layer`'s options (None: a plain directory)."""
     spec = build_topology("rs3", port_base=port_base)
 
     def mount_members() -> None:
         for member in spec.members:
             data = member_dir(directory, member) / "data"
             data.mkdir(parents=True, exist_ok=True)
-            mount(data, data, member_dir(directory, member), layer=layer)
+            mount(data, data, member_dir(directory, member), **layer)  # type: ignore[arg-type]
 
-    sandbox = up(directory, spec, EmulatorEngine(), mount_members if layer else None)
+    sandbox = up(directory, spec, engine, mount_members if layer else None)
     try:
         count = 0
         lock = threading.Lock()
@@ -205,19 +235,39 @@ def _rs3_inserts_per_s(directory: Path, layer: str | None, port_base: int, secon
 
 
 def _rs3(tmp: Path, port_base: int, seconds: float, threads: int) -> None:
-    print(f"\nemulator rs3, members' data on each layer: inserts/s (w:majority, {threads} clients)")
-    base = _rs3_inserts_per_s(tmp / "rs3-plain", None, port_base, seconds, threads)
-    line = f"  plain {base:.0f}"
-    for layer in RULED_LAYERS:
-        fused = _rs3_inserts_per_s(tmp / f"rs3-{layer}", layer, port_base, seconds, threads)
-        line += f"; {layer} {fused:.0f} (ratio {fused / base:.2f})"
-    print(line)
+    """The rs3 figures: the emulator's, and real mongod's when it is on PATH."""
+    engines: list[tuple[str, Engine]] = [("emulator", EmulatorEngine())]
+    if (mongod := shutil.which("mongod")) is not None:
+        engines.append(("mongod", MongodEngine(mongod)))
+    print(
+        f"\nrs3, members' data on each layer: inserts/s (w:majority, {threads} clients; target "
+        f"{TARGETS['rs3']:g}; passthru for reference: a run with storage faults does not use it)"
+    )
+    for name, engine in engines:
+        base = _rs3_inserts_per_s(tmp / f"rs3-{name}-plain", None, engine, port_base, seconds,
+                                  threads)  # fmt: skip
+        line = f"  {name:<9} plain {base:.0f}"
+        for label, options in LAYERS:
+            fused = _rs3_inserts_per_s(tmp / f"rs3-{name}-{label}", options, engine, port_base,
+                                       seconds, threads)  # fmt: skip
+            line += f"; {label} {fused:.0f} ({fused / base:.2f}{_mark(fused / base, 'rs3')})"
+        print(line)
 
 
-def _row(name: str, plain: float, figures: dict[str, float], digits: int = 0) -> str:
-    cells = "".join(f"{figures[label]:>11.{digits}f}{figures[label] / plain:>7.2f}"
-                    for label, _ in LAYERS)  # fmt: skip
-    return f"  {name:<10}{plain:>10.{digits}f}{cells}"
+def _mark(ratio: float, target: str | None) -> str:
+    """A ratio's verdict against the Done-when target of its row: ' ok', ' MISS' or ''."""
+    if target is None:
+        return ""
+    return " ok" if ratio >= TARGETS[target] else " MISS"
+
+
+def _row(name: str, plain: float, figures: dict[str, float], target: str | None) -> str:
+    cells = "".join(
+        f"{figures[label]:>11.0f}{figures[label] / plain:>6.2f}"
+        f"{_mark(figures[label] / plain, target):<5}"
+        for label, _ in LAYERS
+    )
+    return f"  {name:<26}{plain:>10.0f}{cells}"
 
 
 def _write_profile(backing: Path, point: Path, seconds: float, threads: int) -> None:
@@ -243,19 +293,19 @@ def _write_profile(backing: Path, point: Path, seconds: float, threads: int) -> 
 def run(backing: Path, points: dict[str, Path], seconds: float, threads: int) -> None:
     rate: Callable[[list[float]], float] = lambda ds: len(ds) / seconds  # noqa: E731
     print(f"faultfs I/O benchmark: {threads} threads, {seconds:g} s per figure, 4 KiB ops")
-    print("\noverhead with no rule set (ops/s; ratio to plain)")
-    print(f"  {'operation':<10}{'plain':>10}" + "".join(f"{label:>11}{'ratio':>7}"
+    print("\noverhead with no rule set (ops/s; ratio to plain; ok / MISS against the target)")
+    print(f"  {'operation':<26}{'plain':>10}" + "".join(f"{label:>11}{'ratio':>6}{'':<5}"
                                                      for label, _ in LAYERS))  # fmt: skip
-    for kind, file_each in (("write", False), ("read", False), ("cached read", False),
-                            ("fsync", False), ("fsync", True)):  # fmt: skip
-        base = rate(_drive(backing / "file", kind, seconds, threads, file_each=file_each))
-        fused = {label: rate(_drive(points[label] / "file", kind, seconds, threads,
-                                    file_each=file_each))
+    for name, kind, pattern, n, file_each, target in _overhead_rows(threads):
+        base = rate(_drive(backing / "file", kind, seconds, n, file_each=file_each,
+                           pattern=pattern))  # fmt: skip
+        fused = {label: rate(_drive(points[label] / "file", kind, seconds, n,
+                                    file_each=file_each, pattern=pattern))
                  for label, _ in LAYERS}  # fmt: skip
-        print(_row(kind.replace("cached", "buffered") + "/file" * file_each, base, fused))
+        print(_row(name, base, fused, target))
     base = _sqlite_inserts_per_s(backing, seconds)
     fused = {label: _sqlite_inserts_per_s(points[label], seconds) for label, _ in LAYERS}
-    print(_row("sqlite", base, fused))
+    print(_row("sqlite", base, fused, "sqlite"))
     print("  (sqlite: WAL inserts/s, a commit every 50; an emulator member makes 10 commits/s)")
     _write_profile(backing, points["compiled"], seconds, threads)
 
