@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from rsdrill.analysis.availability import unavailable_window
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
+from rsdrill.history import History
 from rsdrill.result import Result
 from rsdrill.sandbox.groundtruth import first_after
 
@@ -71,9 +73,20 @@ def test_a_standalone_kill_is_down_for_the_restart_delay_and_no_more(tmp_path: P
     down_s = back["t_mono"] - killed  # the restart delay plus the server's start time
     assert RESTART_S <= down_s <= RESTART_S + 5, down_s
     # The server's own gap, sampled by rsdrill's wire client (reconnects at once): issue 14's
-    # bound, [restart delay, restart delay + start time + 2 x probe interval], exactly.
+    # bound, [restart delay, restart delay + start time + 2 x probe interval], plus the time the
+    # two attempts at the gap's edges take themselves, which the intervals do not count: the one
+    # in flight at the kill (it fails) and the first after the restart (a new connection, its
+    # handshake and the write: 13.6 ms on a loaded machine, where the bound alone missed by 1 ms).
     raw = m.raw_write_unavailable_s
-    assert raw is not None and RESTART_S <= raw <= down_s + 2 * INTERVAL_S, (raw, down_s)
+    ops = History.read_jsonl(tmp_path / "out" / "history.jsonl").ops()
+    window = unavailable_window(ops, "raw_write")
+    assert raw is not None and window is not None
+    writes = [op for op in ops if op.probe in ("write", "raw_write")]
+    in_flight = min((op for op in writes if not op.ok and op.t_end > window[0]),
+                    key=lambda op: op.t_start)  # fmt: skip
+    first_back = next(op for op in writes if op.ok and op.t_end == window[1])
+    edges_s = sum(op.t_end - op.t_start for op in (in_flight, first_back))
+    assert RESTART_S <= raw <= down_s + 2 * INTERVAL_S + edges_s, (raw, down_s, edges_s)
     # What the application (pymongo) saw: at most its re-check period and two samples more.
     assert m.write_unavailable_s is not None and m.write_unavailable_s >= RESTART_S
     assert m.driver_write_delay_s == pytest.approx(m.write_unavailable_s - raw)
