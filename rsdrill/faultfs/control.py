@@ -1,8 +1,9 @@
 """The control channel: a Unix socket in the abstract namespace, named after the mount point.
 
 One JSON object per line each way. Requests: `{"op": "ping"}`, `{"op": "set", "name": N,
-"rule": {...}}` (see `rules.Rule`), `{"op": "clear"}` or `{"op": "clear", "name": N}`,
-`{"op": "status"}` (with a mirrored backing, its replicas' states under `replicas`),
+"rule": {...}}` (see `rules.Rule`; the reply's `unreached` lists the rule's files open in
+passthrough, which it misses until they are closed), `{"op": "clear"}` or `{"op": "clear",
+"name": N}`, `{"op": "status"}` (with a mirrored backing, its replicas' states under `replicas`),
 `{"op": "power-loss"}`. Replies carry `"ok": true` or `"ok": false,
 "error": "..."`. An abstract socket needs no file (no path-length limit, nothing stale left
 behind by a crashed daemon): it exists exactly while the daemon runs.
@@ -155,7 +156,10 @@ class ControlServer:
                 "and b are a mirrored mount's: serve --mirror DIR)"
             )
         self.state.set_rule(str(message["name"]), rule)
-        return {"rules": self.state.rules()}
+        # Files open in passthrough (compiled layer) stay outside the rule until closed: say
+        # which of its files those are now, so a caller can refuse a rule that misses them.
+        passed = self.state.snapshot().get("passthrough_open") or []
+        return {"rules": self.state.rules(), "unreached": [p for p in passed if rule.covers(p)]}
 
     def _clear(self, message: dict[str, Any]) -> dict[str, Any]:
         cleared = self.state.clear(message.get("name"))

@@ -86,6 +86,10 @@ class Rule:
         """True when `operation` on `path` (relative to the root) is one this rule targets."""
         if "any" not in self.operations and operation not in self.operations:
             return False
+        return self.covers(path)
+
+    def covers(self, path: str) -> bool:
+        """True when `path` (relative to the root) is one of the files this rule targets."""
         return self.path is None or fnmatch.fnmatchcase(path, self.path)
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,6 +16,9 @@ import pytest
 from rsdrill.faultfs.compiled import BINARY_ENV, compiled_binary
 from rsdrill.faultfs.control import request
 from rsdrill.faultfs.mount import Mount
+from rsdrill.faultfs.rules import Rule
+from rsdrill.platforms.base import InjectionError
+from rsdrill.platforms.machine.disk import StorageFault
 from tests.integration.faultfs_support import ROOT, set_rule
 from tests.integration.support import wait_until
 
@@ -53,7 +56,12 @@ def test_a_rule_arriving_while_a_file_is_open_in_passthrough(faultfs: MakeMount)
     first = os.open(m.mountpoint / "data", os.O_RDWR)
     try:
         assert _passed_through(m) == ["data"]
-        set_rule(m, "eio", errno="EIO", operations=["read", "write"])
+        # The reply names the files the rule misses; a rule for other files misses none.
+        assert set_rule(m, "elsewhere", errno="EIO", path="journal/*")["unreached"] == []
+        request(m.mountpoint, {"op": "clear", "name": "elsewhere"})
+        assert set_rule(m, "eio", errno="EIO", operations=["read", "write"])["unreached"] == [
+            "data"
+        ]
         assert os.pread(first, 6, 0) == b"before"  # outside the rule, as documented
         os.pwrite(first, b"during", 0)
         second = os.open(m.mountpoint / "data", os.O_RDONLY)  # while the first is still open
@@ -81,6 +89,28 @@ def test_a_rule_arriving_while_a_file_is_open_in_passthrough(faultfs: MakeMount)
         assert _passed_through(m) == ["data"]
     finally:
         os.close(fd)
+
+
+@needs_compiled
+def test_a_storage_fault_that_would_miss_a_passed_through_file_is_refused_and_cleared(
+    faultfs: MakeMount,
+) -> None:
+    m = faultfs(separate=True, passthrough=True)
+    (m.source / "data").write_bytes(b"x")
+    held = os.open(m.mountpoint / "data", os.O_RDWR)
+    try:
+        fault = StorageFault("disk-fault", "127.0.0.1:1", m.mountpoint,
+                             Rule(errno="EIO", operations=("write",)), None)  # fmt: skip
+        with pytest.raises(InjectionError, match="passes data straight to the disk"):
+            fault.inject()
+        assert request(m.mountpoint, {"op": "status"})["rules"] == {}
+        elsewhere = Rule(errno="EIO", operations=("write",), path="journal/*")
+        journal = StorageFault("disk-fault", "127.0.0.1:1", m.mountpoint, elsewhere, None)
+        journal.inject()
+        assert journal.verify(1.0)
+        journal.revert()
+    finally:
+        os.close(held)
 
 
 @needs_compiled

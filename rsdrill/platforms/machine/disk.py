@@ -133,9 +133,18 @@ class StorageFault:
 
     def inject(self) -> None:
         try:
-            request(self.mountpoint, {"op": "set", "name": self.name, "rule": self.rule.to_dict()})
+            message = {"op": "set", "name": self.name, "rule": self.rule.to_dict()}
+            unreached = request(self.mountpoint, message).get("unreached") or []
+            if unreached:  # a mount with passthrough: the fault would miss these files
+                request(self.mountpoint, {"op": "clear", "name": self.name})
         except ControlError as exc:
             raise InjectionError(f"{self.kind} {self.target}: {exc}") from exc
+        if unreached:
+            raise InjectionError(
+                f"{self.kind} {self.target}: {self.mountpoint} passes {', '.join(unreached)} "
+                "straight to the disk (FUSE passthrough, opened before the fault): the fault "
+                "could not reach them; mount it without passthrough"
+            )
 
     def verify(self, timeout_s: float) -> bool:
         """The daemon reports the rule active."""
