@@ -6,9 +6,11 @@ also run on vCenter's API: vcsim (govmomi's simulator, built by .ci/install-vcsi
 cluster of four ESXi hosts, the catalog's vSphere experiment (experiments/vsphere-*.yaml, the
 same HA model) and one VM per member on its own host, bound to a sandbox member by the test
 harness (tests/harness/vsphere_binding.py: a powered-off VM SIGKILLs its member; a powered-on
-one boots for the same assumed 60 s, then starts it). The capacity-disk rows run on the sandbox
-only, on mirrored storage (FTT=1: target.sandbox.mirror, one copy failed) and, as their control,
-without it (FTT=0).
+one boots for the same assumed 60 s, then starts it). The other shard's row runs two sets on
+the four hosts, the failed host holding one's primary and the other's secondary, the other
+watched by rsdrill's write probe (tests/harness/vsphere_reference.py: run_shared_host).
+The capacity-disk rows run on the sandbox only, on mirrored storage (FTT=1:
+target.sandbox.mirror, one copy failed) and, as their control, without it (FTT=0).
 
 The Parse seed (a stepdown onto a cold secondary) runs in this process, its degraded period
 measured as bench/cold_cache.py does, beside the same run onto a warm secondary.
@@ -39,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from harness.vcsim import Vcsim, vcsim
-from harness.vsphere_reference import run_catalog, vetoed_elections
+from harness.vsphere_reference import run_catalog, run_shared_host, vetoed_elections
 
 from bench.cold_cache import Point
 from bench.cold_cache import measure as measure_takeover
@@ -69,6 +71,8 @@ class Measured:
     result: dict[str, Any]
     vetoed: int
     failed_writes: int = 0
+    # The other shard's vcsim run: the failover of the set whose primary shared the host.
+    beside_failover_s: float | None = None
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -93,6 +97,9 @@ class VcsimRun:
     topology: str
     election_timeout_ms: int = 10_000
     heartbeat_timeout_s: int = 10
+    # Two sets on the hosts, the failed one holding the first's primary and this one's
+    # secondary: the row is the second set's.
+    shared_host: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,14 @@ def _why_rs3_fast_heartbeat(runs: list[Measured]) -> str:
             "under 10 s, as the report saw.")  # fmt: skip
 
 
+def _why_other_set(runs: list[Measured]) -> str:
+    failed = sum(r.failed_writes for r in runs)
+    return ("A host failure takes from each set only the member it held: this set lost its "
+            "secondary, kept its primary and, with the arbiter, a majority of votes, and took "
+            f"every w:1 write ({failed} failed in {len(runs)} runs); its figure is the write "
+            "probe's own floor (an interval plus a write), as in the FTT=1 rows.")  # fmt: skip
+
+
 def _why_disk(runs: list[Measured]) -> str:
     resync = [r.resync_s for r in runs if r.resync_s is not None]
     took = f" (resync {_median(resync):.2f} s here)" if resync else ""
@@ -183,6 +198,10 @@ ROWS = [
         "rs=3 (PSA), electionTimeoutMillis 5 s, heartbeatTimeoutSecs 3", "host power-off",
         "under 10 s", VcsimRun("psa", election_timeout_ms=5000, heartbeat_timeout_s=3),
         _why_rs3_fast_heartbeat),
+    Row("vsan-rs3-host-failure-other-set",
+        "rs=3 (PSA), another shard: its secondary on the failed host", "host power-off",
+        "none (only the shard whose primary was on the host)",
+        VcsimRun("psa", shared_host=True), _why_other_set),
     Row("vsan-rs3-capacity-disk-failure", "rs=3 (PSA), FTT=1", "capacity disk failure", "none",
         None, _why_disk),
     Row("vsan-rs3-capacity-disk-failure-ftt0", "rs=3 (PSA), FTT=0", "capacity disk failure",
@@ -211,11 +230,26 @@ def run_seed(seed: str, work: Path) -> Measured:
 
 
 def run_vcsim(how: VcsimRun, sim: Vcsim, work: Path) -> Measured:
+    if how.shared_host:
+        return run_other_set(sim, work)
     run = run_catalog(how.topology, sim, work, election_timeout_ms=how.election_timeout_ms,
                       heartbeat_timeout_s=how.heartbeat_timeout_s, boot_s=HA_BOOT_S)  # fmt: skip
     if run.exit_code not in (0, 1) or run.binding_errors:
         sys.exit(f"{how} on vcsim ended {run.exit_code}: {run.output}{run.binding_errors}")
     return Measured(run.result, run.vetoed_elections)
+
+
+def run_other_set(sim: Vcsim, work: Path) -> Measured:
+    """The other shard on vcsim: its write probe's figures, as a result's metrics (no
+    failover: it kept its primary), beside the failover of the set the host failure hit."""
+    run = run_shared_host(sim, work, boot_s=HA_BOOT_S)
+    failed, other = run.failed, run.other
+    if failed.exit_code not in (0, 1) or failed.binding_errors or other.binding_errors:
+        sys.exit(f"the shared host on vcsim ended {failed.exit_code}: {failed.output}"
+                 f"{failed.binding_errors}{other.binding_errors}")  # fmt: skip
+    metrics = {"write_unavailable_s": other.write_unavailable_s, "failover_s": None}
+    return Measured({"metrics": metrics, "faults": []}, 0, other.failed_writes,
+                    beside_failover_s=failed.result["metrics"]["failover_s"])  # fmt: skip
 
 
 def figure(runs: list[Measured]) -> str:
@@ -231,6 +265,11 @@ def figure(runs: list[Measured]) -> str:
         parts.append("HA: detection {} + boot {} + member start {}".format(
             *(f"{_median([p[k] for p in ha]):.1f} s"
               for k in ("detect_s", "boot_s", "member_start_s"))))  # fmt: skip
+    beside = [r.beside_failover_s for r in runs if r.beside_failover_s is not None]
+    if beside:
+        parts.append(_spread("meanwhile the set whose primary shared the host failed over in",
+                             beside))  # fmt: skip
+        parts.append(f"{sum(r.failed_writes for r in runs)} failed writes")
     return "; ".join(parts)
 
 
@@ -325,7 +364,10 @@ def page(command: str, sandbox: dict[str, list[Measured]], on_vcsim: dict[str, l
         "start and recovery are measured, never modelled. See docs/platforms/vsphere.md.",
         "",
         "The report's rs=3 row interrupted only the shard whose primary was on the failed "
-        "host; a seed runs one replica set: that shard.",
+        "host. A seed runs one replica set: the host-failure rows are that shard, the "
+        "other-shard row a set that had only its secondary there. On vcsim the other-shard "
+        "row is one power-off of a host holding both: the first set's primary and the second "
+        "set's secondary, the second set's writes measured by rsdrill's write probe.",
         "",
         "The capacity disk rows keep each member's data on two copies (`target.sandbox.mirror`, "
         "faultfs writing both, reading from one in sync) and fail copy a of the primary's "

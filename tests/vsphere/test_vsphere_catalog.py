@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from harness.vcsim import Vcsim
-from harness.vsphere_reference import HarnessRun, run_catalog
+from harness.vsphere_reference import HarnessRun, run_catalog, run_shared_host
 
 from rsdrill.experiment.kinds import HA_DETECT_S
 
@@ -73,3 +73,26 @@ def test_rs3_host_failure_is_an_election_sized_interruption(sim: Vcsim, tmp_path
     assert metrics["write_unavailable_s"] < ha["back_s"]
     assert run.member_restart_s is not None
     assert any(v is not None for v in metrics["recovery_s"].values())
+
+
+@pytest.mark.slow
+def test_a_host_failure_interrupts_only_the_set_whose_primary_was_on_it(
+    sim: Vcsim, tmp_path: Path
+) -> None:
+    # The vSAN report's rs=3 row: one ESXi host fails, holding set A's primary and set B's
+    # secondary (B's primary and arbiter elsewhere). Boot as in the test above.
+    run = run_shared_host(sim, tmp_path, boot_s=15.0)
+    check_clean(run.failed, sim, tmp_path / "out")
+    other = run.other
+    assert other.binding_errors == []
+    # The host failure took B's secondary with it (every VM on the host is powered off), and
+    # HA brought it back with A's old primary.
+    kills = [e for e in other.events if e.what.startswith("SIGKILL")]
+    assert [e.member for e in kills] == [other.secondary], other.events
+    assert any(e.member == other.secondary and e.what == "answering" for e in other.events)
+    # A was interrupted for an election; B, still holding its primary and a majority of
+    # votes, took every w:1 write meanwhile: its longest gap is the probe's own cadence.
+    assert run.failed.result["metrics"]["write_unavailable_s"] >= 6
+    assert other.acknowledged_writes > 1000
+    assert other.failed_writes == 0
+    assert other.write_unavailable_s is not None and other.write_unavailable_s < 1.0
