@@ -1,0 +1,147 @@
+"""rsdrill against FerretDB, a MongoDB-compatible server nobody here wrote (tests/harness/
+ferretdb.py): the catalog's rs=1 experiments on it as a `platform: local` standalone, through
+the real CLI. What it checks is rsdrill's side — the server found and described as what it is,
+the outage measured by its own events, faults reverted, the durability ledger counting what a
+real storage stack (SQLite's) lost at a power loss — and FerretDB's answers are what they are."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harness.ferretdb import CLAIMED_VERSION, FerretDB, ferretdb
+
+from rsdrill.connection import ConnectOptions, answers_hello
+from rsdrill.history import History
+from tests.e2e.catalog import REPO, catalog, result_of, run_cli
+
+pytest_plugins = ["tests.integration.faultfs_fixtures"]
+pytestmark = pytest.mark.usefixtures("no_faultfs_mount_left")
+
+
+def _on(server: FerretDB, name: str, **changes: Any) -> dict[str, Any]:
+    """Catalog experiment NAME aimed at `server` (compressed in time: a fault at 3 s, 4 s)."""
+    document = catalog(name, **server.target("rs1"))
+    document.update(changes)
+    return document
+
+
+def test_check_finds_a_standalone_of_the_version_it_claims(tmp_path: Path) -> None:
+    with ferretdb(tmp_path / "ferretdb") as server:
+        path = tmp_path / "exp.yaml"
+        path.write_text(yaml.safe_dump(_on(server, "rs1-host-kill")))
+        done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "check", str(path)],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"standalone, version {CLAIMED_VERSION}" in done.stdout
+        assert "rsdrill's emulator" not in done.stdout
+        # A metric only a replica set has cannot hold on it: refused before anything runs.
+        path.write_text(yaml.safe_dump(_on(server, "rs1-host-kill", slo={"failover_s": "<= 5"})))
+        done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "check", str(path)],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "failover_s" in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_host_kill_is_down_for_the_restart_and_the_result_says_what_was_measured(
+    tmp_path: Path,
+) -> None:
+    with ferretdb(tmp_path / "ferretdb") as server:
+        first_pid = server.pid()
+        code, output, out = run_cli(tmp_path, _on(server, "rs1-host-kill"), "--yes")
+        assert code == 0, output
+        result = result_of(out)
+        # Found as what it is, and said so: not rsdrill's emulator, its claimed version, no
+        # storage engine (FerretDB's serverStatus names none: null, not a guess).
+        assert result["target"]["topology"] == "standalone"
+        assert result["target"]["server"] == {
+            "topology": "standalone", "set_name": None, "version": CLAIMED_VERSION,
+            "handshake": "hello", "streaming_hello": False, "storage_engine": None,
+            "emulator": False, "tls": False, "auth_mechanism": None,
+        }  # fmt: skip
+        assert f"measured on: MongoDB {CLAIMED_VERSION}, standalone" in output
+        # Killed at the injection, restarted 4 s later by the member's own start command: the
+        # server's gap (rsdrill's wire writer) is the restart delay plus FerretDB's start.
+        [fault] = result["faults"]
+        assert fault["reverted_at_s"] - fault["injected_at_s"] == pytest.approx(4.0, abs=0.2)
+        metrics = result["metrics"]
+        assert 4.0 <= metrics["raw_write_unavailable_s"] <= 6.0, metrics
+        assert metrics["raw_write_unavailable_s"] <= metrics["write_unavailable_s"] <= 7.0
+        assert {"failover_s", "replication_lag_max_s"} <= set(metrics["not_applicable"])
+        assert metrics["lost_acknowledged_writes"] == 0 and metrics["acknowledged_writes"] > 50
+        states = [s for _, s in metrics["member_states"][server.host]]
+        assert states[0] == "STANDALONE" and "DOWN" in states and states[-1] == "STANDALONE"
+        # Nothing left behind: a new FerretDB process serves again.
+        assert server.pid() not in (None, first_pid)
+        assert answers_hello(server.host, timeout_s=2.0, options=ConnectOptions())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("synchronous", "loses"),
+                         [("full", False), ("normal", True), ("off", True)])  # fmt: skip
+def test_a_power_loss_loses_the_acknowledged_writes_sqlite_had_not_synced(
+    tmp_path: Path, synchronous: str, loses: bool
+) -> None:
+    # FerretDB acknowledges a write once SQLite has committed it; whether that commit reached
+    # the disk is SQLite's `synchronous` setting: FULL (its default) syncs the write-ahead log
+    # at every commit, NORMAL only at checkpoints, OFF never. faultfs's power loss drops every
+    # byte not fsynced, and the ledger reads back what the restarted server still has.
+    pragmas = f"_pragma=synchronous({synchronous})"
+    with ferretdb(tmp_path / "ferretdb", faultfs=True, sqlite_pragmas=pragmas) as server:
+        document = _on(server, "rs1-power-loss")
+        del document["matrix"]
+        document["probes"]["durability"]["journal"] = True
+        code, output, out = run_cli(tmp_path, document, "--yes")
+        result = result_of(out)
+        metrics = result["metrics"]
+        dropped = result["faults"][0]["detail"]["unsynced_dropped"]
+        if loses:
+            assert code == 1, output
+            assert metrics["lost_acknowledged_writes"] > 0, metrics
+            # They went with SQLite's write-ahead log, never synced: bytes dropped, or the whole
+            # file (-1) when not even its creation was.
+            assert dropped.get("rsdrill_probe.sqlite-wal", 0) != 0, dropped
+        else:
+            assert code == 0, output
+            assert metrics["lost_acknowledged_writes"] == 0
+            # Every commit fsynced its write-ahead log: at most the shared-memory index, which
+            # SQLite never syncs (it rebuilds it), is dropped.
+            assert set(dropped) <= {"rsdrill_probe.sqlite-shm"}, dropped
+        assert metrics["acknowledged_writes"] > 100
+
+
+@pytest.mark.slow
+def test_failing_disk_writes_stop_writes_for_the_fault_and_leave_reads_alone(
+    tmp_path: Path,
+) -> None:
+    # Unlike mongod, which aborts on its first failed write, FerretDB answers each write the
+    # disk refuses with an error and carries on: writes fail for exactly the fault's span.
+    with ferretdb(tmp_path / "ferretdb", faultfs=True) as server:
+        pid = server.pid()
+        document = _on(server, "rs1-host-kill")
+        document["faults"] = [{"at": "3s", "kind": "disk-fault", "errno": "EIO",
+                               "operations": ["write"], "duration": "4s"}]  # fmt: skip
+        document["slo"] = {"lost_acknowledged_writes": "== 0"}
+        code, output, out = run_cli(tmp_path, document, "--yes")
+        assert code == 0, output
+        result = result_of(out)
+        [fault] = result["faults"]
+        assert fault["detail"]["operations"]["failed"] > 0
+        metrics = result["metrics"]
+        assert 3.5 <= metrics["write_unavailable_s"] <= 5.0, metrics
+        assert metrics["read_unavailable_s"] < 1.0, metrics
+        # The writes that failed failed as the server's errors, not as a dead server's.
+        history = History.read_jsonl(out / "history.jsonl")
+        failed = [op for op in history.ops("write") if not op.ok]
+        assert failed and not any(op.detail.get("network") for op in failed)
+        assert server.pid() == pid  # the same process throughout
+        status = subprocess.run([sys.executable, "-m", "rsdrill.cli", "faultfs", "status",
+                                 str(server.dbpath)], capture_output=True, text=True,
+                                timeout=30, check=True)  # fmt: skip
+        assert not json.loads(status.stdout)["rules"], status.stdout  # reverted

@@ -1,0 +1,106 @@
+"""FerretDB on loopback: a MongoDB-compatible server nobody here wrote (Go, its data in SQLite
+files), as a `platform: local` member. Built by .ci/install-ferretdb (pinned version) into
+.cache/tools; started on a free port with its data directory under faultfs when asked, so that
+storage faults and power loss reach a real third-party storage stack; stopped after, whichever
+process then listens on its port (a run restarts it with the member's `start` command)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rsdrill.connection import ConnectOptions, answers_hello
+from rsdrill.faultfs.mount import mount, unmount
+from rsdrill.platforms.machine.local_hosts import listening_pid
+from rsdrill.platforms.sandbox.target import free_port_base
+from tests.harness.processes import stop
+
+ROOT = Path(__file__).resolve().parents[2]
+FERRETDB = ROOT / ".cache" / "tools" / "ferretdb"
+INSTALL = ROOT / ".ci" / "install-ferretdb"
+START_TIMEOUT_S = 30.0
+# The MongoDB version FerretDB v1.24 claims in buildInfo (its build/version/mongodb.txt).
+CLAIMED_VERSION = "7.0.42"
+
+
+@dataclass(frozen=True)
+class FerretDB:
+    host: str  # 127.0.0.1:PORT
+    start: str  # the shell command that starts it: the local member's `start`
+    dbpath: Path  # its SQLite files
+    faultfs: bool  # dbpath is a faultfs mount (tracking unsynced writes)
+
+    @property
+    def uri(self) -> str:
+        return f"mongodb://{self.host}/"
+
+    def target(self, topology: str = "standalone") -> dict[str, Any]:
+        """A `platform: local` target naming this server as its one member."""
+        member: dict[str, Any] = {"host": self.host, "start": self.start,
+                                  "dbpath": str(self.dbpath)}  # fmt: skip
+        if self.faultfs:
+            member["faultfs"] = str(self.dbpath)
+        return {"platform": "local", "topology": topology, "uri": self.uri, "members": [member]}
+
+    def pid(self) -> int | None:
+        return listening_pid(int(self.host.rsplit(":", 1)[1]))
+
+
+def ensure_ferretdb() -> Path:
+    """The FerretDB binary, built by .ci/install-ferretdb when missing (fails loudly, never
+    skips)."""
+    if not FERRETDB.exists():
+        done = subprocess.run([str(INSTALL)], capture_output=True, text=True, timeout=900)
+        if done.returncode != 0 or not FERRETDB.exists():
+            raise RuntimeError(f"{INSTALL} failed:\n{done.stdout}\n{done.stderr}")
+    return FERRETDB
+
+
+@contextmanager
+def ferretdb(directory: Path, *, faultfs: bool = False, sqlite_pragmas: str = "",
+             repl_set_name: str | None = None) -> Iterator[FerretDB]:  # fmt: skip
+    """FerretDB on 127.0.0.1 and a free port, its SQLite files in `directory`/data (under a
+    faultfs mount with `faultfs`), SQLite URI query `sqlite_pragmas` (e.g.
+    "_pragma=synchronous(off)"), claiming a one-member replica set with `repl_set_name`."""
+    binary = ensure_ferretdb()
+    port = free_port_base(1)
+    dbpath, state = directory / "data", directory / "state"
+    dbpath.mkdir(parents=True)
+    state.mkdir()
+    url = f"file:{dbpath}/" + (f"?{sqlite_pragmas}" if sqlite_pragmas else "")
+    args = [str(binary), "--handler=sqlite", f"--sqlite-url={url}", f"--state-dir={state}",
+            f"--listen-addr=127.0.0.1:{port}", "--debug-addr=-", "--telemetry=disable",
+            "--log-level=WARN"]  # fmt: skip
+    if repl_set_name:
+        args.append(f"--repl-set-name={repl_set_name}")
+    server = FerretDB(f"127.0.0.1:{port}", shlex.join(args), dbpath, faultfs)
+    with ExitStack() as stack:
+        if faultfs:
+            mount(dbpath, dbpath, directory / "faultfs-state", track_unsynced=True)
+            stack.callback(unmount, dbpath)
+        stack.callback(_stop_listener, server)
+        with (directory / "ferretdb.log").open("ab") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # fmt: skip
+        stack.callback(stop, proc)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not answers_hello(server.host, timeout_s=0.5, options=ConnectOptions()):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"FerretDB did not start (see {directory / 'ferretdb.log'})")
+            time.sleep(0.05)
+        yield server
+
+
+def _stop_listener(server: FerretDB) -> None:
+    """Whatever process serves the port now: the first one, or one a run restarted."""
+    pid = server.pid()
+    if pid is not None:
+        os.kill(pid, signal.SIGKILL)
