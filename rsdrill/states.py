@@ -16,19 +16,35 @@ DOWN = "DOWN"
 HEALTHY = frozenset({"PRIMARY", "SECONDARY", "ARBITER", STANDALONE})
 # Accepts writes (a PRIMARY still draining says so in hello, not in its state).
 PRIMARY_LIKE = frozenset({"PRIMARY", STANDALONE})
-# Codes a server answers replSetGetStatus with when it is not a replica-set member:
-# NoReplicationEnabled (mongod without --replSet), CommandNotFound (compatible servers).
-NOT_A_REPLICA_SET = frozenset({76, 59})
+# What mongod without --replSet answers replSetGetStatus with. Compatible servers that lack
+# the command answer CommandNotFound, and some still claim a replica set in hello (FerretDB's
+# --repl-set-name): their hello says what they are.
+NO_REPLICATION_ENABLED = 76
 
 
 def own_state(status: Mapping[str, Any]) -> str | None:
-    """The state a member's replSetGetStatus reply gives the member itself: STANDALONE without
-    a replica set, its stateStr, or None when it names no member as itself (not initiated yet,
-    still loading its config)."""
-    if status.get("code") in NOT_A_REPLICA_SET:
+    """The state a member's replSetGetStatus reply gives the member itself: STANDALONE for a
+    mongod without replication, its stateStr, or None when the reply names no member as
+    itself (not initiated yet, still loading its config, or no such command): then its hello
+    says (`hello_state`)."""
+    if status.get("code") == NO_REPLICATION_ENABLED:
         return STANDALONE
     me = next((m for m in status.get("members", []) if m.get("self")), None)
     return str(me["stateStr"]) if me is not None and "stateStr" in me else None
+
+
+def hello_state(hello: Mapping[str, Any]) -> str:
+    """The state a hello (or isMaster) reply implies: a replica-set member's role; STANDALONE
+    for a writable server that names no replica set and is not an uninitiated member of one;
+    STARTUP otherwise (starting, or waiting for rs.initiate())."""
+    writable = hello.get("isWritablePrimary") or hello.get("ismaster")
+    if hello.get("setName"):
+        if writable:
+            return "PRIMARY"
+        if hello.get("secondary"):
+            return "SECONDARY"
+        return "ARBITER" if hello.get("arbiterOnly") else "STARTUP"
+    return STANDALONE if writable and not hello.get("isreplicaset") else "STARTUP"
 
 
 def member_state(
@@ -38,22 +54,15 @@ def member_state(
     options: ConnectOptions,
     unreachable: str = DOWN,
 ) -> str:
-    """Ask `host` its own state (replSetGetStatus, else guessed from hello), `unreachable` when
-    it does not answer. `AccessRefused` is raised: a member that refuses these settings is up."""
+    """Ask `host` its own state (replSetGetStatus, else its hello), `unreachable` when it does
+    not answer. `AccessRefused` is raised: a member that refuses these settings is up."""
     conn = DirectConnection(host, timeout_s, options)
     try:
         state = own_state(conn.command("admin", {"replSetGetStatus": 1}))
-        reply = conn.hello() if state is None else {}
+        return state if state is not None else hello_state(conn.hello())
     except AccessRefused:
         raise
     except WireClientError:
         return unreachable
     finally:
         conn.close()
-    if state is not None:
-        return state
-    if reply.get("isWritablePrimary"):
-        return "PRIMARY"
-    if reply.get("secondary"):
-        return "SECONDARY"
-    return "ARBITER" if reply.get("arbiterOnly") else "STARTUP"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rsdrill.connection import (
+    COMMAND_NOT_FOUND,
     ConnectOptions,
     DirectConnection,
     SettingsError,
@@ -97,6 +98,8 @@ def _checks(exp: Experiment) -> Iterator[Check]:
         yield Check("deployment", False, str(exc))
         return
     yield from _deployment(exp, deployment)
+    if deployment.topology == "replica set":
+        yield from _status_unreadable(reached[0], options)
     yield from _slos(exp, deployment)
     yield from _privileges(exp, reached[0], options, deployment)
     if any(KINDS[f.kind].needs_test_commands for f in exp.faults):
@@ -169,6 +172,22 @@ def _deployment(exp: Experiment, deployment: Deployment) -> Iterator[Check]:
     else:
         yield Check("topology", True, deployment.topology
                     + (f" {deployment.set_name}" if deployment.set_name else ""))  # fmt: skip
+
+
+def _status_unreadable(host: str, options: ConnectOptions) -> Iterator[Check]:
+    """A warning for a server that claims a replica set in hello but has no replSetGetStatus
+    (a compatible server): the run reads its members' states from hello and measures less."""
+    conn = DirectConnection(host, TIMEOUT_S, options)
+    try:
+        code = conn.command("admin", {"replSetGetStatus": 1}).get("code")
+    except WireClientError:
+        return  # reachability was checked above; the run's guards will say more
+    finally:
+        conn.close()
+    if code == COMMAND_NOT_FOUND:
+        yield Check("replica-set status", None, f"{host} has no replSetGetStatus: members' "
+                    "states are read from hello; replication lag, the failover's phases and "
+                    "the oplog guard cannot be measured")  # fmt: skip
 
 
 def _test_commands(members: list[str], options: ConnectOptions) -> Iterator[Check]:

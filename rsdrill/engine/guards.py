@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
+from rsdrill.connection import COMMAND_NOT_FOUND, ConnectOptions, DirectConnection, WireClientError
 from rsdrill.engine.selection import current_states
 from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.kinds import KINDS, holds
@@ -382,7 +382,11 @@ def check_guards(
         return
     conn = DirectConnection(primary, COMMAND_TIMEOUT_S, options)
     try:
-        status = _command(conn, {"replSetGetStatus": 1})
+        status = _command(conn, {"replSetGetStatus": 1}, missing_ok=True)
+        if status.get("code") == COMMAND_NOT_FOUND:
+            _check_from_hello(exp, conn, states, env=env, assume_yes=assume_yes,
+                              confirm=confirm, note=note)  # fmt: skip
+            return
         set_name = str(status.get("set", "?"))
         _allow(exp, set_name, f"replica set {set_name!r} ({', '.join(members)})", env=env,
                assume_yes=assume_yes, confirm=confirm, note=note)  # fmt: skip
@@ -446,13 +450,52 @@ def _check_standalone(
     note("guard member health: ok (the standalone server answers and takes writes)")
 
 
-def _command(conn: DirectConnection, cmd: dict[str, Any]) -> dict[str, Any]:
-    """A command on the primary; a set whose state cannot be read cannot be vouched for."""
+def _check_from_hello(
+    exp: Experiment,
+    conn: DirectConnection,
+    states: Mapping[str, str],
+    *,
+    env: Mapping[str, str],
+    assume_yes: bool,
+    confirm: Callable[[str], bool] | None,
+    note: Callable[[str], None],
+) -> None:
+    """A replica set whose primary has no replSetGetStatus (a compatible server that claims
+    one in hello): its name and members from the primary's hello, each member's health from
+    its own; its votes, oplog and lag cannot be read, and the notes say so."""
+    try:
+        hello = conn.hello()
+    except WireClientError as exc:
+        raise GuardRefusal("member health", f"cannot run hello on the primary: {exc}") from exc
+    set_name = str(hello.get("setName", "?"))
+    _allow(exp, set_name, f"replica set {set_name!r} ({', '.join(states)})", env=env,
+           assume_yes=assume_yes, confirm=confirm, note=note)  # fmt: skip
+    voting = sum(len(hello.get(key, [])) for key in ("hosts", "passives", "arbiters"))
+    quorum = check_quorum(exp.faults, max(voting, 1), allowed=exp.guards.allow_quorum_loss)
+    note(f"guard quorum: {quorum}, counting every member the primary's hello lists (the "
+         "server has no replSetGetConfig to give their votes)")  # fmt: skip
+    oplog = check_oplog_window(exp.faults, None, allowed=exp.guards.allow_oplog_overrun,
+                               unknown="the server has no replSetGetStatus")  # fmt: skip
+    note(f"guard oplog window: {oplog}")
+    unhealthy = {h: s for h, s in states.items() if s not in HEALTHY}
+    if unhealthy:
+        raise GuardRefusal("member health", _describe(unhealthy))
+    note("guard member health: ok (every member healthy by its hello; no replSetGetStatus to "
+         "read lag from)")  # fmt: skip
+
+
+def _command(
+    conn: DirectConnection, cmd: dict[str, Any], *, missing_ok: bool = False
+) -> dict[str, Any]:
+    """A command on the primary; a set whose state cannot be read cannot be vouched for.
+    `missing_ok`: a server without the command (CommandNotFound) answers, not refuses."""
     name = next(iter(cmd))
     try:
         reply = conn.command("admin", cmd)
     except WireClientError as exc:
         raise GuardRefusal("member health", f"cannot run {name} on the primary: {exc}") from exc
+    if missing_ok and reply.get("code") == COMMAND_NOT_FOUND:
+        return reply
     if not reply.get("ok"):
         raise GuardRefusal(
             "member health", f"{name} on the primary {conn.host} failed: {reply.get('errmsg')}"

@@ -8,11 +8,16 @@ import datetime as dt
 import math
 from typing import Any
 
-from rsdrill.connection import ConnectOptions
+from rsdrill.connection import COMMAND_NOT_FOUND, ConnectOptions, WireClientError
 from rsdrill.history import History, RunClock
 from rsdrill.probes.base import MemberPoller
 from rsdrill.probes.failover import HelloStream
-from rsdrill.states import NOT_A_REPLICA_SET, STANDALONE, own_state
+from rsdrill.states import (
+    NO_REPLICATION_ENABLED,
+    STANDALONE,
+    hello_state,
+    own_state,
+)
 
 _ELECTION_DATES = {
     "called_s": "lastElectionDate",
@@ -64,8 +69,11 @@ class StatusPoller(MemberPoller):
         super().tick()
 
     def answered(self, t_start: float, status: dict[str, Any]) -> None:
-        if status.get("code") in NOT_A_REPLICA_SET:  # it answers, and has no replica set
+        if status.get("code") == NO_REPLICATION_ENABLED:  # it answers, and has no replica set
             self.record("status", self.member, t_start, "ok", {"state": STANDALONE})
+            return
+        if status.get("code") == COMMAND_NOT_FOUND:  # a compatible server: its hello says
+            self._hello_only(t_start)
             return
         if not status.get("ok"):
             self.record(
@@ -77,6 +85,15 @@ class StatusPoller(MemberPoller):
             )
             return
         self.record("status", self.member, t_start, "ok", self._detail(status))
+
+    def _hello_only(self, t_start: float) -> None:
+        try:
+            hello = self._conn.hello()
+        except WireClientError as exc:
+            outcome = "timeout" if exc.timeout else "error"
+            self.record("status", self.member, t_start, outcome, {"error": str(exc)})
+            return
+        self.record("status", self.member, t_start, "ok", {"state": hello_state(hello)})
 
     def _detail(self, status: dict[str, Any]) -> dict[str, Any]:
         me: dict[str, Any] = next((m for m in status.get("members", []) if m.get("self")), {})

@@ -83,6 +83,35 @@ def test_a_host_kill_is_down_for_the_restart_and_the_result_says_what_was_measur
 
 
 @pytest.mark.slow
+def test_a_replica_set_it_claims_without_replsetgetstatus_is_read_from_hello(
+    tmp_path: Path,
+) -> None:
+    # With --repl-set-name, FerretDB's hello claims a one-member replica set (drivers see a
+    # primary of rs0), while replSetGetStatus and replSetGetConfig are CommandNotFound.
+    with ferretdb(tmp_path / "ferretdb", repl_set_name="rs0") as server:
+        path = tmp_path / "exp.yaml"
+        path.write_text(yaml.safe_dump(_on(server, "rs1-host-kill")))
+        done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "check", str(path)],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "topology: replica set rs0" in done.stdout
+        assert "! replica-set status:" in done.stdout and "read from hello" in done.stdout
+        code, output, out = run_cli(tmp_path, _on(server, "rs1-host-kill"), "--yes")
+        assert code == 0, output
+        assert "counting every member the primary's hello lists" in output
+        result = result_of(out)
+        assert result["target"]["server"]["topology"] == "replica set"
+        assert result["target"]["server"]["set_name"] == "rs0"
+        metrics = result["metrics"]
+        # Its states as its hello gives them: a primary, down, a primary again (not a
+        # standalone, which is what a server without replSetGetStatus was taken for).
+        states = [s for _, s in metrics["member_states"][server.host]]
+        assert states[0] == "PRIMARY" and "DOWN" in states and states[-1] == "PRIMARY", states
+        assert metrics["recovery_s"][server.host] is not None
+        assert 4.0 <= metrics["raw_write_unavailable_s"] <= 6.0, metrics
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("synchronous", "loses"),
                          [("full", False), ("normal", True), ("off", True)])  # fmt: skip
 def test_a_power_loss_loses_the_acknowledged_writes_sqlite_had_not_synced(

@@ -37,10 +37,12 @@ class FerretDB:
     start: str  # the shell command that starts it: the local member's `start`
     dbpath: Path  # its SQLite files
     faultfs: bool  # dbpath is a faultfs mount (tracking unsynced writes)
+    repl_set_name: str | None  # the one-member replica set it claims in hello, if any
 
     @property
     def uri(self) -> str:
-        return f"mongodb://{self.host}/"
+        query = f"?replicaSet={self.repl_set_name}" if self.repl_set_name else ""
+        return f"mongodb://{self.host}/{query}"
 
     def target(self, topology: str = "standalone") -> dict[str, Any]:
         """A `platform: local` target naming this server as its one member."""
@@ -81,7 +83,7 @@ def ferretdb(directory: Path, *, faultfs: bool = False, sqlite_pragmas: str = ""
             "--log-level=WARN"]  # fmt: skip
     if repl_set_name:
         args.append(f"--repl-set-name={repl_set_name}")
-    server = FerretDB(f"127.0.0.1:{port}", shlex.join(args), dbpath, faultfs)
+    server = FerretDB(f"127.0.0.1:{port}", shlex.join(args), dbpath, faultfs, repl_set_name)
     with ExitStack() as stack:
         if faultfs:
             mount(dbpath, dbpath, directory / "faultfs-state", track_unsynced=True)
