@@ -82,6 +82,57 @@ def test_a_host_kill_is_down_for_the_restart_and_the_result_says_what_was_measur
         assert answers_hello(server.host, timeout_s=2.0, options=ConnectOptions())
 
 
+# A password SASLprep maps to another (the soft hyphen is mapped to nothing): the login
+# succeeds only if rsdrill's SCRAM applies SASLprep as FerretDB's does (NFKC alone keeps it).
+PASSWORD = "pa\u00adss-word"
+
+
+def _check(tmp_path: Path, document: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "check.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return subprocess.run([sys.executable, "-m", "rsdrill.cli", "check", str(path)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_tls_with_a_client_certificate_and_a_scram_login_from_another_tls_stack(
+    tmp_path: Path,
+) -> None:
+    # Go's TLS and FerretDB's SCRAM-SHA-256, certificates made by the openssl CLI: every
+    # socket rsdrill opens (pymongo's probes, its own wire pollers and guards) goes through
+    # them, and so does the member's restart.
+    with ferretdb(tmp_path / "ferretdb", tls=True, user=("ops", PASSWORD)) as server:
+        assert server.tls is not None
+        done = _check(tmp_path, _on(server, "rs1-host-kill"))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "TLS with a client certificate; login SCRAM as ops on admin" in done.stdout
+        assert f"reach {server.host}: answers hello, TLS, logged in" in done.stdout
+        # FerretDB has no roles: what the user may do is not listed, so not checked.
+        assert "! privileges: logged in as ops@admin" in done.stdout
+        # Refused, named, before anything runs: a certificate from another CA, a wrong password.
+        for uri, cause in ((server.uri_as(server.user, server.tls.stranger), "certificate"),
+                           (server.uri_as(("ops", "not-the-password")), "login")):  # fmt: skip
+            document = _on(server, "rs1-host-kill")
+            document["target"]["uri"] = uri
+            done = _check(tmp_path, document)
+            assert done.returncode == 2, done.stdout + done.stderr
+            [line] = [line for line in done.stdout.splitlines() if line.startswith("✘")]
+            assert server.host in line and "Traceback" not in done.stderr, line
+            assert cause in line.lower() or "tls" in line.lower(), line
+        code, output, out = run_cli(tmp_path, _on(server, "rs1-host-kill"), "--yes")
+        assert code == 0, output
+        result = result_of(out)
+        assert result["target"]["server"]["tls"] is True
+        assert result["target"]["server"]["auth_mechanism"].startswith("SCRAM")
+        assert 4.0 <= result["metrics"]["raw_write_unavailable_s"] <= 6.0, result["metrics"]
+        assert result["metrics"]["lost_acknowledged_writes"] == 0
+        encoded = server.uri.split("@")[0].split(":")[-1]
+        leaks = [p for p in [*out.rglob("*"), *(tmp_path / "home").rglob("*")]
+                 if p.is_file() and (PASSWORD in p.read_text(errors="replace")
+                                     or encoded in p.read_text(errors="replace"))]  # fmt: skip
+        assert not leaks and PASSWORD not in output and encoded not in output
+
+
 @pytest.mark.slow
 def test_a_replica_set_it_claims_without_replsetgetstatus_is_read_from_hello(
     tmp_path: Path,
