@@ -371,6 +371,8 @@ class DirectConnection:
         self._sock: socket.socket | None = None
         # The member's answer to this socket's handshake (hello or isMaster).
         self.handshake: dict[str, Any] = {}
+        # The mechanism this socket logged in with (SCRAM's as negotiated), None without one.
+        self.logged_in_with: str | None = None
 
     @property
     def credentials(self) -> Credentials | None:
@@ -483,12 +485,14 @@ class DirectConnection:
             if credentials.user:
                 cmd["user"] = credentials.user
             _check_login(self._exchange("$external", cmd, deadline))
+            self.logged_in_with = mechanism
             return
         if mechanism == "PLAIN":
             payload = f"\x00{credentials.user}\x00{credentials.password}".encode()
             cmd = {"saslStart": 1, "mechanism": "PLAIN", "payload": bson.Binary(payload),
                    "autoAuthorize": 1}  # fmt: skip
             _check_login(self._exchange(credentials.source, cmd, deadline))
+            self.logged_in_with = mechanism
             return
         if mechanism == aws_auth.MECHANISM:
             conversation = aws_auth.aws_conversation(credentials)
@@ -503,7 +507,7 @@ class DirectConnection:
             while True:
                 request = conversation.send(self._exchange(credentials.source, request, deadline))
         except StopIteration:
-            return
+            self.logged_in_with = mechanism
 
     def _exchange(self, db: str | None, cmd: dict[str, Any], deadline: float) -> dict[str, Any]:
         assert self._sock is not None

@@ -105,7 +105,7 @@ def inspect(host: str, timeout_s: float = 5.0, *, options: ConnectOptions) -> De
         storage_engine=engine,
         emulator=emulator,
         tls=described["tls"],
-        auth_mechanism=described["auth_mechanism"],
+        auth_mechanism=conn.logged_in_with or described["auth_mechanism"],
     )
 
 

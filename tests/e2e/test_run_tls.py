@@ -36,7 +36,7 @@ def test_catalog_experiments_over_tls(
     result = result_of(out)
     server = result["target"]["server"]
     assert server["tls"] is True and server["emulator"] is True
-    assert server["auth_mechanism"] == ("MONGODB-X509" if auth == "x509" else "SCRAM (negotiated)")
+    assert server["auth_mechanism"] == ("MONGODB-X509" if auth == "x509" else "SCRAM-SHA-256")
     assert server["topology"] == target.get("topology", "replica set")
     metrics = result["metrics"]
     assert metrics["lost_acknowledged_writes"] == 0 and metrics["acknowledged_writes"] > 0
