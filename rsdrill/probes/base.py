@@ -168,13 +168,17 @@ class MemberPoller(Probe):
         try:
             reply = self._conn.command("admin", self.command)
         except WireClientError as exc:
-            outcome = "timeout" if exc.timeout else "error"
-            self.record(self.op, self.member, t_start, outcome, {"error": str(exc)})
+            self.unanswered(t_start, exc)
             return
         self.answered(t_start, reply)
 
     def answered(self, t_start: float, reply: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def unanswered(self, t_start: float, exc: WireClientError) -> None:
+        """A command the member did not answer: an error or a timeout in the history."""
+        outcome = "timeout" if exc.timeout else "error"
+        self.record(self.op, self.member, t_start, outcome, {"error": str(exc)})
 
     def close(self) -> None:
         self._conn.close()

@@ -12,12 +12,7 @@ from rsdrill.connection import COMMAND_NOT_FOUND, ConnectOptions, WireClientErro
 from rsdrill.history import History, RunClock
 from rsdrill.probes.base import MemberPoller
 from rsdrill.probes.failover import HelloStream
-from rsdrill.states import (
-    NO_REPLICATION_ENABLED,
-    STANDALONE,
-    hello_state,
-    own_state,
-)
+from rsdrill.states import NO_REPLICATION_ENABLED, STANDALONE, hello_state, own_state
 
 _ELECTION_DATES = {
     "called_s": "lastElectionDate",
@@ -90,8 +85,7 @@ class StatusPoller(MemberPoller):
         try:
             hello = self._conn.hello()
         except WireClientError as exc:
-            outcome = "timeout" if exc.timeout else "error"
-            self.record("status", self.member, t_start, outcome, {"error": str(exc)})
+            self.unanswered(t_start, exc)
             return
         self.record("status", self.member, t_start, "ok", {"state": hello_state(hello)})
 
