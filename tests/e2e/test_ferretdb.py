@@ -7,18 +7,23 @@ real storage stack (SQLite's) lost at a power loss — and FerretDB's answers ar
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from harness.ferretdb import CLAIMED_VERSION, FerretDB, ferretdb
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
 
 from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.history import History
 from tests.e2e.catalog import REPO, catalog, result_of, run_cli
+from tests.harness.processes import kill_after_line
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
 pytestmark = pytest.mark.usefixtures("no_faultfs_mount_left")
@@ -225,3 +230,56 @@ def test_failing_disk_writes_stop_writes_for_the_fault_and_leave_reads_alone(
                                  str(server.dbpath)], capture_output=True, text=True,
                                 timeout=30, check=True)  # fmt: skip
         assert not json.loads(status.stdout)["rules"], status.stdout  # reverted
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [{"at": "2s", "kind": "host-kill", "duration": "60s"},
+     {"at": "2s", "kind": "disk-fault", "errno": "EIO", "operations": ["write"],
+      "duration": "60s"}],
+    ids=["host-kill", "disk-fault"],
+)  # fmt: skip
+def test_recover_reverts_what_a_killed_run_left_on_it(
+    tmp_path: Path, fault: dict[str, Any]
+) -> None:
+    # The run dies (SIGKILL) with its fault in force: FerretDB down, or its disk refusing
+    # writes. `rsdrill recover` reads the journal and undoes it: the member's own start
+    # command, the faultfs rule cleared.
+    with ferretdb(tmp_path / "ferretdb", faultfs=True) as server:
+        document = _on(server, "rs1-host-kill")
+        document["faults"] = [fault]
+        path = tmp_path / "exp.json"
+        path.write_text(json.dumps(document))
+        env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
+        run = subprocess.Popen(
+            [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(tmp_path / "out"),
+             "--no-live", "--no-history", "--yes"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env,
+        )  # fmt: skip
+        output = kill_after_line(run, "injected", 0.5)
+        assert "injected" in output, output
+        client = MongoClient(server.uri, serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
+        collection = client["rsdrill_recover"]["c"]
+
+        def writes() -> bool:
+            try:
+                collection.insert_one({})
+                return True
+            except PyMongoError:
+                return False
+
+        try:
+            assert not writes()  # left in force by the dead run
+            done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "recover"],
+                                  capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "Traceback" not in done.stderr
+            deadline = time.monotonic() + 20
+            while not writes():
+                assert time.monotonic() < deadline, "FerretDB still refuses writes"
+                time.sleep(0.1)
+            again = subprocess.run([sys.executable, "-m", "rsdrill.cli", "recover"],
+                                   capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+            assert again.stdout.startswith("nothing to recover"), again.stdout
+        finally:
+            client.close()
