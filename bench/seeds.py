@@ -160,9 +160,10 @@ def _why_rs3_fast_heartbeat(runs: list[Measured]) -> str:
 def _why_other_set(runs: list[Measured]) -> str:
     failed = sum(r.failed_writes for r in runs)
     return ("A host failure takes from each set only the member it held: this set lost its "
-            "secondary, kept its primary and, with the arbiter, a majority of votes, and took "
-            f"every w:1 write ({failed} failed in {len(runs)} runs); its figure is the write "
-            "probe's own floor (an interval plus a write), as in the FTT=1 rows.")  # fmt: skip
+            "secondary, kept its primary and, with the arbiter, a majority of votes, and no w:1 "
+            f"write failed ({failed} in {len(runs)} runs); its longest gap lies between two "
+            "acknowledged writes: the probe's own cadence on this shared machine, as in the "
+            "FTT=1 rows, not a refusal.")  # fmt: skip
 
 
 def _why_disk(runs: list[Measured]) -> str:
@@ -172,8 +173,9 @@ def _why_disk(runs: list[Measured]) -> str:
     return ("As vSAN with FTT=1, the member's data are on two copies: the failed copy's "
             "operations are served from the other, no write fails "
             f"({failed} failed in {len(runs)} runs), and the copy is resynced in the background "
-            f"on revert{took}; the figure is the write probe's own floor (an interval plus a "
-            "write), the longest window between two writes with or without a fault.")  # fmt: skip
+            f"on revert{took}; the figure is the longest window between two acknowledged "
+            "writes, none refused: the write probe's own cadence (an interval plus a write, "
+            "more when this shared machine delays a tick), with or without a fault.")  # fmt: skip
 
 
 def _why_disk_ftt0(runs: list[Measured]) -> str:
