@@ -18,7 +18,10 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration, not true/false")
     if isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past float's range: YAML reads `1000...0` as one
+            raise ValueError("too large for a duration") from None
     elif isinstance(value, str):
         text = value.strip().replace(" ", "")
         parts = _DURATION.findall(text)

@@ -392,7 +392,10 @@ def test_bad_durations_point_at_the_value(value: str) -> None:
     assert err.problem == f"{value!r} is not a duration like 20ms, 5s, 1m30s"
 
 
-@pytest.mark.parametrize(("value", "problem"), [(-3, "cannot be negative"), (".inf", "finite")])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(-3, "cannot be negative"), (".inf", "finite"), (10**400, "too large for a duration")],
+)
 def test_numeric_durations_must_be_finite_and_not_negative(value: object, problem: str) -> None:
     err = error_of(replaced("at: 5s", f"at: {value}"))
     assert err.field == "faults[0].at"
