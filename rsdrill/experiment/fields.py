@@ -7,7 +7,14 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+)
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -73,10 +80,38 @@ class FieldProblem(ValueError):
 
     def __init__(self, at: tuple[str | int, ...], problem: str, *, about_key: bool = False) -> None:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in at).lstrip(".")
-        super().__init__(f"{where}: {problem}")
+        super().__init__(f"{where}: {problem}" if where else problem)
         self.at = at
         self.problem = problem
         self.about_key = about_key
+
+
+def nested_problem(exc: ValidationError, given: Any) -> FieldProblem:
+    """The first error of a validation run inside a validator (a random schedule, a drawn
+    fault, a matrix variant), as a FieldProblem at the place in `given` (the value validated)
+    it is about, in words: a validator's own message without pydantic's "Value error, "
+    prefix, and an unknown or missing key said so. The loader words the file's own errors
+    itself; these reach it as one message."""
+    error = exc.errors(include_url=False)[0]
+    at: list[str | int] = []
+    value = given
+    for elem in error["loc"]:
+        # Elements that are not a key or an index of the input are a union's alternative or
+        # a validator's name: they name no place in the file.
+        indexed = isinstance(value, list | tuple) and isinstance(elem, int) and elem < len(value)
+        if indexed or (isinstance(value, dict) and elem in value):
+            value = value[elem]
+            at.append(elem)
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldProblem):
+        return FieldProblem((*at, *cause.at), cause.problem, about_key=cause.about_key)
+    if isinstance(cause, Exception):
+        return FieldProblem(tuple(at), str(cause))
+    if error["type"] == "extra_forbidden":
+        return FieldProblem(tuple(at), "unknown key", about_key=True)
+    if error["type"] == "missing":
+        return FieldProblem(tuple(at), f"required field `{error['loc'][-1]}` is missing")
+    return FieldProblem(tuple(at), str(error["msg"]))
 
 
 def refuse_partition_shapes(index: int, fault: Any, how: str) -> None:

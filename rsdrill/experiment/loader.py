@@ -438,7 +438,8 @@ class _Located:
     def field(self) -> Loc:
         """The location as the user names it: no union tags, no dict `[key]` markers."""
         return tuple(
-            s.elem if s.kind == "item" else str(s.elem)
+            # An index the schema's types do not follow (a random schedule's) is still one.
+            s.elem if s.kind == "item" or isinstance(s.elem, int) else str(s.elem)
             for s in self.steps
             if s.kind not in ("tag", "variant", "key")
         )

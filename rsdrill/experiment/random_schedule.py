@@ -15,7 +15,13 @@ from typing import Any
 
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.fields import (
+    Duration,
+    FieldProblem,
+    Strict,
+    nested_problem,
+    parse_duration,
+)
 from rsdrill.experiment.kinds import KIND_NAMES, KINDS
 
 # Kinds a random schedule cannot draw: only a step of the user's brings the set back.
@@ -55,17 +61,22 @@ class RandomFaults(Strict):
         if self.duration[0] > self.duration[1]:
             raise FieldProblem(("duration",), "write [shortest, longest]")
         for i, template in enumerate(self.templates()):
-            if template["kind"] not in KIND_NAMES or template["kind"] in _NOT_DRAWN:
+            kind = template.get("kind")
+            if not isinstance(kind, str) or kind not in KIND_NAMES or kind in _NOT_DRAWN:
                 drawable = ", ".join(k for k in KIND_NAMES if k not in _NOT_DRAWN)
-                raise FieldProblem(("kinds", i), f"{template['kind']!r} cannot be drawn "
-                                   f"(one of {drawable})")  # fmt: skip
+                what = "a template needs `kind`" if kind is None else f"{kind!r} cannot be drawn"
+                raise FieldProblem(("kinds", i), f"{what} (one of {drawable})")
             if make_fault is None:
                 continue
+            drawn = _fault(template, 0.0, self.duration[0], self.select[0])
             try:
-                make_fault(**_fault(template, 0.0, self.duration[0], self.select[0]))
+                make_fault(**drawn)
             except ValidationError as exc:
-                first = exc.errors()[0]["msg"]
-                raise FieldProblem(("kinds", i), f"as a drawn fault: {first}") from None
+                problem = nested_problem(exc, drawn)
+                # A field the template names is pointed at; one the drawing adds is not in it.
+                at = problem.at if problem.at[:1] and problem.at[0] in template else ()
+                raise FieldProblem(("kinds", i, *at), f"as a drawn fault: {problem.problem}",
+                                   about_key=problem.about_key and bool(at)) from None  # fmt: skip
         return self
 
     def templates(self) -> list[dict[str, Any]]:
@@ -101,7 +112,12 @@ def _fault(template: dict[str, Any], at: float, length: float, role: str) -> dic
     role = "primary" if template["kind"] == "stepdown" else role
     fault = {"at": at, "select": role, "duration": length, **template}
     if fault["kind"] == "stepdown":
-        fault["secondary_catch_up"] = min(float(fault.get("secondary_catch_up", 1.0)), length)
+        try:
+            catch_up = parse_duration(fault.get("secondary_catch_up", 1.0))
+        except ValueError:
+            pass  # left as written: validating the drawn fault says what is wrong with it
+        else:
+            fault["secondary_catch_up"] = min(catch_up, length)
     return fault
 
 
@@ -124,12 +140,9 @@ def expand(data: Any, make_fault: Callable[..., object], seed: int | None = None
     try:
         spec = RandomFaults.model_validate(faults["random"], context={"make_fault": make_fault})
     except ValidationError as exc:
-        error = exc.errors()[0]
-        at = ("faults", "random", *error["loc"])
-        problem = (error.get("ctx") or {}).get("error")
-        if isinstance(problem, FieldProblem):
-            raise FieldProblem((*at, *problem.at), problem.problem) from None
-        raise FieldProblem(at, error["msg"]) from None
+        problem = nested_problem(exc, faults["random"])
+        raise FieldProblem(("faults", "random", *problem.at), problem.problem,
+                           about_key=problem.about_key) from None  # fmt: skip
     chosen = seed if seed is not None else spec.seed if spec.seed is not None else seed_now()
     spec = spec.model_copy(update={"seed": chosen})
     return {**data, "faults": spec.draw(chosen), "random_faults": spec}

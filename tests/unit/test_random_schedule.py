@@ -88,3 +88,46 @@ def test_a_bad_random_spec_is_refused_at_its_line(change: str, message: str) -> 
     with pytest.raises(ExperimentError) as info:
         load_experiment_text((TEXT % 1).replace(change, message), "exp.yaml", {})
     assert info.value.field.startswith("faults.random")
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "message"),
+    [
+        # These raised KeyError, TypeError and OverflowError out of the loader (a traceback).
+        ("stepdown,", "faults.random.kinds[0]", "a template needs `kind`"),
+        ("stepdown,", "faults.random.kinds[0].secondary_catch_up",
+         "as a drawn fault: [1] is not a duration"),
+        ("stepdown,", "faults.random.kinds[0].secondary_catch_up",
+         "as a drawn fault: too large for a duration"),
+        # pydantic's own words were passed on ("Value error, ...", "Extra inputs are not
+        # permitted" without the key, a union's tag in the field).
+        ("stepdown,", "faults.random.kinds[0].zz", "as a drawn fault: unknown key"),
+        ("    count: 5\n", "faults.random.zz", "unknown key"),
+        ("within: 30s", "faults.random.within", "'5 parsecs' is not a duration like"),
+        ("[1s, 4s]", "faults.random.duration[1]", "'x' is not a duration like"),
+    ],
+    ids=["no-kind", "catch-up-list", "catch-up-huge", "template-unknown-key", "unknown-key",
+         "within-words", "duration-item"],
+)  # fmt: skip
+def test_a_bad_random_spec_is_one_worded_problem_at_its_field(
+    change: str, where: str, message: str
+) -> None:
+    replacement = {
+        "faults.random.kinds[0]": "{select: primary},",
+        "faults.random.kinds[0].secondary_catch_up": "{kind: stepdown, secondary_catch_up: "
+        + ("[1]" if "[1]" in message else "1" + "0" * 400)
+        + "},",
+        "faults.random.kinds[0].zz": "{kind: stepdown, zz: 1},",
+        "faults.random.zz": "    count: 5\n    zz: 1\n",
+        "faults.random.within": "within: 5 parsecs",
+        "faults.random.duration[1]": "[1s, x]",
+    }[where]
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text((TEXT % 1).replace(change, replacement), "exp.yaml", {})
+    assert info.value.field == where
+    assert info.value.problem.startswith(message), info.value.problem
+
+
+def test_a_template_may_give_its_catch_up_as_a_duration() -> None:
+    text = (TEXT % 1).replace("stepdown,", "{kind: stepdown, secondary_catch_up: 500ms},")
+    assert load_experiment_text(text, "exp.yaml", {}).faults
