@@ -28,6 +28,7 @@ from rsdrill.experiment.fields import (
     FieldProblem,
     Strict,
     format_duration,
+    nested_problem,
     parse_duration,
 )
 from rsdrill.experiment.integrations import GrafanaSection, Notification
@@ -685,23 +686,6 @@ class Experiment(Strict):
         return out
 
     @model_validator(mode="after")
-    def _matrix_variants_are_valid(self) -> Experiment:
-        if self.matrix is None:
-            return self
-        for name, values in self.matrix.parameters.items():
-            for value in values:
-                document = self.model_dump(mode="json", exclude={"matrix"}, exclude_defaults=True)
-                try:
-                    set_path(document, name, value)
-                    Experiment.model_validate(document)
-                except (ValueError, ValidationError) as exc:
-                    first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else exc
-                    raise FieldProblem(("matrix", "parameters", name),
-                                       f"value {value!r} does not make a valid experiment: "
-                                       f"{first}") from None  # fmt: skip
-        return self
-
-    @model_validator(mode="after")
     def _abort_conditions_are_measured(self) -> Experiment:
         from rsdrill.analysis.abort import parse_condition, unmeasurable
 
@@ -803,4 +787,23 @@ class Experiment(Strict):
                         f"select count {sel.count} ({sel.role}), but {topology} has "
                         f"{available} such member{'' if available == 1 else 's'}",
                     )
+        return self
+
+    # Last of the checks (pydantic runs them in this order): a problem of the file itself is
+    # reported at its own field, not as every matrix value's.
+    @model_validator(mode="after")
+    def _matrix_variants_are_valid(self) -> Experiment:
+        if self.matrix is None:
+            return self
+        for name, values in self.matrix.parameters.items():
+            for value in values:
+                document = self.model_dump(mode="json", exclude={"matrix"}, exclude_defaults=True)
+                try:
+                    set_path(document, name, value)
+                    Experiment.model_validate(document)
+                except ValueError as exc:  # a ValidationError, or set_path's: no such place
+                    why = nested_problem(exc, document) if isinstance(exc, ValidationError) else exc
+                    raise FieldProblem(("matrix", "parameters", name),
+                                       f"value {value!r} does not make a valid experiment: "
+                                       f"{why}") from None  # fmt: skip
         return self
