@@ -20,6 +20,19 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+# A message quotes the value it refuses; past this many characters, only its two ends.
+_QUOTED_MAX = 60
+
+
+def quoted(value: Any, *, quote: bool = True) -> str:
+    """`repr(value)` (or `str` without `quote`) for a message, cut in the middle when long:
+    a 5000-digit number or a page of text would drown the one line it is in."""
+    text = repr(value) if quote else str(value)
+    if len(text) <= _QUOTED_MAX:
+        return text
+    return f"{text[:40]}...{text[-12:]} ({len(text)} characters)"
+
+
 def parse_duration(value: Any) -> float:
     """`20ms`, `5s`, `1.5s`, `2m`, `1m30s`, `1h` or a number of seconds → seconds (>= 0)."""
     if isinstance(value, bool):
@@ -33,10 +46,10 @@ def parse_duration(value: Any) -> float:
         text = value.strip().replace(" ", "")
         parts = _DURATION.findall(text)
         if not parts or "".join(n + u for n, u in parts) != text:
-            raise ValueError(f"{value!r} is not a duration like 20ms, 5s, 1m30s")
+            raise ValueError(f"{quoted(value)} is not a duration like 20ms, 5s, 1m30s")
         seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
     else:
-        raise ValueError(f"{value!r} is not a duration like 20ms, 5s, 1m30s")
+        raise ValueError(f"{quoted(value)} is not a duration like 20ms, 5s, 1m30s")
     if not math.isfinite(seconds):
         raise ValueError("a duration must be finite")
     if seconds < 0:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rsdrill.errors import RsdrillError
+from rsdrill.experiment.fields import quoted
 from rsdrill.experiment.kinds import KINDS, kinds_with_field
 from rsdrill.experiment.schema import Experiment, FieldProblem
 from rsdrill.suggest import did_you_mean
@@ -349,7 +350,12 @@ class _Tree:
         except (ValueError, TypeError, OverflowError):
             # PyYAML's own constructors fail this way on e.g. `2024-13-45` or `!!int x`.
             kind = node.tag.rpartition(":")[2]
-            problem = f"{node.value!r} reads as a {kind} but is not a valid one (quote a text)"
+            problem = (
+                f"{quoted(node.value)} reads as a {kind} but is not a valid one (quote a text)"
+            )
+            if kind == "int" and re.fullmatch(r"[-+]?[0-9_]+", node.value):
+                # Python reads no more than 4300 digits into an int.
+                problem = f"a whole number of {len(node.value)} characters is too large"
             raise self.error(node, loc, problem) from None
 
     def _substitute(self, node: ScalarNode, loc: Loc) -> str:
@@ -737,8 +743,8 @@ def _alternatives_problem(given: Any, alternatives: Iterable[Any]) -> str:
         listed = f"(one of {', '.join(words)})"
         guess = did_you_mean(given, names)
         if guess:
-            return f"unknown value {given!r}; did you mean '{guess}'? {listed}"
-        return f"unknown value {given!r} {listed}"
+            return f"unknown value {quoted(given)}; did you mean '{guess}'? {listed}"
+        return f"unknown value {quoted(given)} {listed}"
     return f"expected {_one_of(words)}, not {_show(given)}"
 
 
@@ -764,9 +770,7 @@ def _show(value: Any, quote: bool = True) -> str:
         return "a mapping"
     if isinstance(value, list | tuple):
         return "a list"
-    if isinstance(value, str) and quote:
-        return repr(value)
-    return str(value)
+    return quoted(value, quote=quote and isinstance(value, str))
 
 
 def _pattern_problem(field: Loc, given: Any, fallback: str) -> str:

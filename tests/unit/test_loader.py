@@ -227,6 +227,23 @@ def test_invalid_timestamp_is_located() -> None:
     assert "reads as a timestamp" in err.problem
 
 
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        # Past Python's 4300 digits PyYAML cannot read the int: it is not an invalid one.
+        ("9" * 5000, "a whole number of 5000 characters is too large"),
+        # The value was quoted whole: a message of 5000 characters.
+        ("'" + "x" * 5000 + "'", "expected true or false, not 'xxxx"),
+        ("1" + "0" * 500, "must be at most 65000, not 10000"),
+    ],
+)
+def test_a_long_value_is_quoted_by_its_ends(value: str, problem: str) -> None:
+    field = "port_base" if value.startswith("1") else "keep"
+    err = error_of(replaced("  platform: sandbox", f"  platform: sandbox\n  {field}: {value}"))
+    assert err.problem.startswith(problem), err.problem
+    assert len(str(err)) < 200, str(err)
+
+
 def test_unsafe_tag_is_refused() -> None:
     err = error_of("name: !!python/object/apply:os.system [echo]\n")
     assert err.line == 1
