@@ -704,7 +704,8 @@ def _problem(e: _Located) -> str:
         return f"a key must be a text, not {_show(e.loc[-1])}"
     if any(step.kind == "key" for step in e.steps):
         return f"a key must be a text, not {_show(given)}"
-    if kind == "string_pattern_mismatch" or e.field[:1] == ("slo",):
+    # A condition of `slo:` (not `slo:` itself, a mapping) is worded as a pattern's.
+    if kind == "string_pattern_mismatch" or (e.field[:1] == ("slo",) and len(e.field) == 2):
         return _pattern_problem(e.field, given, str(e.error["msg"]))
     return _type_problem(e.error, given)
 
@@ -788,6 +789,7 @@ def _pattern_problem(field: Loc, given: Any, fallback: str) -> str:
 
 _EXPECTED = {
     "model_type": "a mapping",
+    "model_attributes_type": "a mapping",  # a discriminated union's (a fault's)
     "dict_type": "a mapping",
     "tuple_type": "a list",
     "list_type": "a list",

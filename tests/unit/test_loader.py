@@ -389,6 +389,12 @@ def test_write_concern_union_gives_one_message() -> None:
         ("  platform: sandbox", "  platform: sandbox\n  keep: maybe", (4, 9, "target.keep"),
          "expected true or false, not 'maybe'"),
         ("name: minimal", "name: 12", (1, 7, "name"), "expected a text, not 12"),
+        # pydantic's own words were passed on for these two: "Input should be a valid
+        # dictionary or object to extract fields from", and `slo` worded as one condition.
+        ("  - at: 5s\n    kind: stepdown", "  - [5s, stepdown]", (5, 5, "faults[0]"),
+         "expected a mapping, not a list"),
+        ("name: minimal", "name: minimal\nslo: [<= 5]", (2, 1, "slo"),
+         "expected a mapping, not a list"),
     ],
 )  # fmt: skip
 def test_type_and_range_errors(
