@@ -28,7 +28,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.fields import quoted
 from rsdrill.experiment.kinds import KINDS, kinds_with_field
-from rsdrill.experiment.schema import Experiment, FieldProblem
+from rsdrill.experiment.schema import DRAWN_FIELDS, FROM_FILE, Experiment, FieldProblem
 from rsdrill.suggest import did_you_mean
 
 Loc = tuple[str | int, ...]
@@ -117,7 +117,10 @@ def check_experiment_file(
         raise _first(tree.issues)
     unchecked = {(note.line, note.col) for note in tree.unset}
     try:
-        Experiment.model_validate({k: v for k, v in tree.data.items() if not _is_extension(k)})
+        Experiment.model_validate(
+            {k: v for k, v in tree.data.items() if not _is_extension(k)},
+            context={FROM_FILE: True},
+        )
     except ValidationError as exc:
         issues = [i for i in _validation_issues(tree, exc) if (i.line, i.col) not in unchecked]
         if issues:
@@ -153,7 +156,7 @@ def load_document_text(
         raise _first(tree.issues)
     data = {k: v for k, v in tree.data.items() if not _is_extension(k)}
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={FROM_FILE: True})
     except ValidationError as exc:
         raise _first(_validation_issues(tree, exc)) from None
 
@@ -723,7 +726,8 @@ def _variant(e: _Located) -> str | int | None:
 def _allowed_keys(e: _Located) -> list[str]:
     """The keys the mapping around an unknown key may have (a fault: those of its kind)."""
     parent = e.steps[-2].type_ if len(e.steps) > 1 else e.root
-    return _model_fields(parent) or list(e.root.model_fields)
+    names = _model_fields(parent) or list(e.root.model_fields)
+    return [name for name in names if name not in DRAWN_FIELDS]
 
 
 def _key_guess(e: _Located) -> str | None:

@@ -135,8 +135,12 @@ def expand(data: Any, make_fault: Callable[..., object], seed: int | None = None
     if not isinstance(data, dict):
         return data
     faults = data.get("faults")
-    if not (isinstance(faults, dict) and set(faults) == {"random"}):
+    if not (isinstance(faults, dict) and "random" in faults):
         return data
+    for key in faults:
+        if key != "random":
+            raise FieldProblem(("faults", key), "unknown key: `faults:` is a list of faults or "
+                               "{random: ...} alone", about_key=True)  # fmt: skip
     try:
         spec = RandomFaults.model_validate(faults["random"], context={"make_fault": make_fault})
     except ValidationError as exc:

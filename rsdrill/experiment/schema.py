@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     create_model,
     model_validator,
 )
@@ -617,14 +618,27 @@ def set_path(document: dict[str, Any], path: str, value: Any) -> None:
             raise ValueError(f"{path}: {'.'.join(parts[:i])} is not a mapping or a list")
 
 
+# The validation context's key saying the document is a file's (the loader sets it): a file
+# may not give the fields that loading fills in.
+FROM_FILE = "from_file"
+# Set from `faults: {random}` when it is drawn; a file never writes it.
+DRAWN_FIELDS = ("random_faults",)
+
+
 class Experiment(Strict):
     """One experiment file."""
 
     @model_validator(mode="before")
     @classmethod
-    def _draw_random_faults(cls, data: Any) -> Any:
+    def _draw_random_faults(cls, data: Any, info: ValidationInfo) -> Any:
         from rsdrill.experiment.random_schedule import expand
 
+        if (info.context or {}).get(FROM_FILE) and isinstance(data, dict):
+            for name in DRAWN_FIELDS:
+                if name in data:
+                    # Accepted, it stood beside a list of faults, and `--seed` replaced them.
+                    problem = "not a key of a file: a random schedule is `faults: {random: ...}`"
+                    raise FieldProblem((name,), problem, about_key=True)
         return expand(data, make_fault)
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

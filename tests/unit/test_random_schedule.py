@@ -131,3 +131,22 @@ def test_a_bad_random_spec_is_one_worded_problem_at_its_field(
 def test_a_template_may_give_its_catch_up_as_a_duration() -> None:
     text = (TEXT % 1).replace("stepdown,", "{kind: stepdown, secondary_catch_up: 500ms},")
     assert load_experiment_text(text, "exp.yaml", {}).faults
+
+
+def test_a_file_may_not_give_the_drawn_spec_itself() -> None:
+    # It was accepted beside a list of faults, offered in "allowed:", and `--seed` then drew a
+    # schedule in place of the file's faults.
+    text = "name: x\ntarget: {platform: sandbox}\nfaults: [{at: 1s, kind: stepdown}]\n"
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text(text + "random_faults: {kinds: [stepdown]}\n", "exp.yaml", {})
+    assert (info.value.line, info.value.field) == (4, "random_faults")
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text(text + "randm: 1\n", "exp.yaml", {})
+    assert "random_faults" not in info.value.problem
+
+
+def test_a_key_beside_random_is_named() -> None:
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text(TEXT % 1 + "  seed: 3\n", "exp.yaml", {})
+    assert (info.value.line, info.value.field) == (11, "faults.seed")
+    assert info.value.problem.startswith("unknown key")
