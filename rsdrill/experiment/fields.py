@@ -30,7 +30,8 @@ def quoted(value: Any, *, quote: bool = True) -> str:
     text = repr(value) if quote else str(value)
     if len(text) <= _QUOTED_MAX:
         return text
-    return f"{text[:40]}...{text[-12:]} ({len(text)} characters)"
+    length = len(value) if isinstance(value, str) else len(text)
+    return f"{text[:40]}...{text[-12:]} ({length} characters)"
 
 
 def parse_duration(value: Any) -> float:

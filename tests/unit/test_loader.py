@@ -241,6 +241,7 @@ def test_a_long_value_is_quoted_by_its_ends(value: str, problem: str) -> None:
     field = "port_base" if value.startswith("1") else "keep"
     err = error_of(replaced("  platform: sandbox", f"  platform: sandbox\n  {field}: {value}"))
     assert err.problem.startswith(problem), err.problem
+    assert f"{len(value.strip(chr(39)))} characters" in err.problem  # the value's, not its repr's
     assert len(str(err)) < 200, str(err)
 
 
