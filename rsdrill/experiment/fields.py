@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -78,6 +78,10 @@ Duration = Annotated[
         }
     ),
 ]
+
+
+# A member chosen by its role when the fault goes in (a fault's `select`, a random schedule's).
+Role = Literal["primary", "secondary", "arbiter"]
 
 
 class Strict(BaseModel):

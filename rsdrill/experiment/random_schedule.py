@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, ValidationInfo, model_validator
 from rsdrill.experiment.fields import (
     Duration,
     FieldProblem,
+    Role,
     Strict,
     nested_problem,
     parse_duration,
@@ -50,7 +51,7 @@ class RandomFaults(Strict):
     duration: tuple[Duration, Duration] = Field(
         (1.0, 5.0), description="[shortest, longest] fault (each one is drawn in between)"
     )
-    select: tuple[str, ...] = Field(
+    select: tuple[Role, ...] = Field(
         ("primary", "secondary"), min_length=1, description="roles to draw the member from"
     )
 

@@ -27,6 +27,7 @@ from rsdrill.experiment.checks import CheckName, CheckProbe
 from rsdrill.experiment.fields import (
     Duration,
     FieldProblem,
+    Role,
     Strict,
     format_duration,
     nested_problem,
@@ -334,8 +335,6 @@ class Probes(Strict):
 
 
 # -- faults --------------------------------------------------------------------------------------
-
-Role = Literal["primary", "secondary", "arbiter"]
 
 
 class SelectMember(Strict):

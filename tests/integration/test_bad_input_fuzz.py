@@ -393,6 +393,10 @@ REGRESSIONS: list[tuple[Case, str]] = [
     (Case("random-beside-key", edited("soak-rs3.yaml", "    duration: [1s, 2.5s]",
                                      "    duration: [1s, 2.5s]\n  zz: 1")),
      "faults.zz: unknown key"),
+    # Valid or not by the seed validate drew: only the first role was checked.
+    (Case("random-select-unknown-role", edited("soak-rs3.yaml", "    count: 2",
+                                               "    count: 2\n    select: [primary, nobody]")),
+     "faults.random.select[1]: Input should be 'primary', 'secondary' or 'arbiter'"),
     (Case("slo-a-list", edited("rs3-primary-kill.yaml", "slo:\n", "slo: [<= 5]\nx-slo:\n")),
      "slo: expected a mapping, not a list"),
 ]  # fmt: skip

@@ -150,3 +150,12 @@ def test_a_key_beside_random_is_named() -> None:
         load_experiment_text(TEXT % 1 + "  seed: 3\n", "exp.yaml", {})
     assert (info.value.line, info.value.field) == (11, "faults.seed")
     assert info.value.problem.startswith("unknown key")
+
+
+def test_every_role_to_draw_from_is_checked_whatever_the_seed() -> None:
+    # Only the first was (through a drawn fault): `[primary, nobody]` was valid or not
+    # depending on the seed that validate drew.
+    text = (TEXT % 1).replace("    count: 5\n", "    count: 5\n    select: [primary, nobody]\n")
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text(text, "exp.yaml", {})
+    assert info.value.field == "faults.random.select[1]"
