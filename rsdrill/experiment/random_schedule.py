@@ -128,11 +128,18 @@ def reseeded(document: dict[str, Any], spec: RandomFaults, seed: int) -> dict[st
     return {**document, "faults": {"random": {**random_doc, "seed": seed}}}
 
 
-def expand(data: Any, make_fault: Callable[..., object], seed: int | None = None) -> Any:
+def expand(
+    data: Any,
+    make_fault: Callable[..., object],
+    seed: int | None = None,
+    *,
+    check: Callable[[dict[str, Any]], object] | None = None,
+) -> Any:
     """An experiment document whose `faults: {random}` is replaced by the drawn faults, and
     the spec (its seed filled in) kept under `random_faults`. Other documents pass as they are.
     `make_fault` validates a fault (each template is checked as a drawn fault); `seed`
-    overrides the file's (`rsdrill run --seed`)."""
+    overrides the file's (`rsdrill run --seed`); `check` validates an experiment document, with
+    which every fault the spec can draw is checked in this experiment, whatever the seed."""
     if not isinstance(data, dict):
         return data
     faults = data.get("faults")
@@ -148,6 +155,37 @@ def expand(data: Any, make_fault: Callable[..., object], seed: int | None = None
         problem = nested_problem(exc, faults["random"])
         raise FieldProblem(("faults", "random", *problem.at), problem.problem,
                            about_key=problem.about_key) from None  # fmt: skip
+    if check is not None:
+        _refuse_undrawable(data, spec, check)
     chosen = seed if seed is not None else spec.seed if spec.seed is not None else seed_now()
     spec = spec.model_copy(update={"seed": chosen})
     return {**data, "faults": spec.draw(chosen), "random_faults": spec}
+
+
+def _refuse_undrawable(
+    data: dict[str, Any], spec: RandomFaults, check: Callable[[dict[str, Any]], object]
+) -> None:
+    """Each template drawn on each role, as the one fault of this experiment: a fault the
+    platform or the topology refuses is refused whatever the seed (without a seed in the file,
+    each load draws another, and validate said ok or not by chance)."""
+    # The matrix would check every variant again; its own values are checked on the drawing.
+    base = {key: value for key, value in data.items() if key != "matrix"}
+    for i, template in enumerate(spec.templates()):
+        for j, role in enumerate(spec.select):
+            document = {**base, "faults": [_fault(template, spec.start, spec.duration[0], role)]}
+            try:
+                check(document)
+            except ValidationError as exc:
+                problem = nested_problem(exc, document)
+                if problem.at[:2] != ("faults", 0):
+                    continue  # not about the fault: the file's own validation says it
+                field = problem.at[2:3]
+                if field == ("select",) and "select" not in template:
+                    at: tuple[str | int, ...] = ("select", j)  # the role drawn
+                elif isinstance(spec.kinds[i], dict) and field and field[0] in template:
+                    at = ("kinds", i, *problem.at[2:])  # the template's own field
+                else:
+                    at = ("kinds", i)
+                raise FieldProblem(
+                    ("faults", "random", *at), f"drawn for the {role}: {problem.problem}"
+                ) from None

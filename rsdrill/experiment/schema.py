@@ -638,7 +638,7 @@ class Experiment(Strict):
                     # Accepted, it stood beside a list of faults, and `--seed` replaced them.
                     problem = "not a key of a file: a random schedule is `faults: {random: ...}`"
                     raise FieldProblem((name,), problem, about_key=True)
-        return expand(data, make_fault)
+        return expand(data, make_fault, check=cls.model_validate)
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""

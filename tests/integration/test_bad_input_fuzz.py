@@ -397,6 +397,11 @@ REGRESSIONS: list[tuple[Case, str]] = [
     (Case("random-select-unknown-role", edited("soak-rs3.yaml", "    count: 2",
                                                "    count: 2\n    select: [primary, nobody]")),
      "faults.random.select[1]: Input should be 'primary', 'secondary' or 'arbiter'"),
+    # Valid or not by the seed validate drew: only the drawn faults met the topology.
+    (Case("random-role-the-topology-lacks",
+          edited("soak-rs3.yaml", "topology: rs3,", "topology: rs1,").replace(
+              b"    count: 2", b"    count: 2\n    select: [primary, secondary]")),
+     "faults.random.select[1]: drawn for the secondary: select secondary, but rs1 has no"),
     (Case("slo-a-list", edited("rs3-primary-kill.yaml", "slo:\n", "slo: [<= 5]\nx-slo:\n")),
      "slo: expected a mapping, not a list"),
 ]  # fmt: skip

@@ -159,3 +159,30 @@ def test_every_role_to_draw_from_is_checked_whatever_the_seed() -> None:
     with pytest.raises(ExperimentError) as info:
         load_experiment_text(text, "exp.yaml", {})
     assert info.value.field == "faults.random.select[1]"
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "problem"),
+    [
+        ("  platform: sandbox\n  topology: rs1", "faults.random.select[1]",
+         "drawn for the secondary: select secondary, but rs1 has no secondary"),
+        ("  platform: kubernetes\n  uri: mongodb://a:1/?replicaSet=rs0\n"
+         "  kubernetes: {namespace: x}\n  topology: rs3", "faults.random.kinds[1]",
+         "drawn for the primary: an approximation"),
+    ],
+    ids=["role-the-topology-lacks", "kind-the-platform-approximates"],
+)  # fmt: skip
+def test_what_a_seed_may_draw_is_refused_whatever_the_seed(
+    change: str, where: str, problem: str
+) -> None:
+    # Only the drawn faults were checked: without a seed in the file each load drew another,
+    # and validate said ok or refused by chance.
+    text = (
+        "name: random\ntarget:\n  platform: sandbox\n  topology: rs3\nfaults:\n  random:\n"
+        "    kinds: [stepdown, cpu-starve]\n    count: 1\n    select: [primary, secondary]\n"
+    ).replace("  platform: sandbox\n  topology: rs3", change)
+    for _ in range(3):
+        with pytest.raises(ExperimentError) as info:
+            load_experiment_text(text, "exp.yaml", {})
+        assert info.value.field == where
+        assert info.value.problem.startswith(problem), info.value.problem
