@@ -32,6 +32,15 @@ SEED = 20261126
 PER_FILE = 6
 # A variable no environment sets: a reference to it is a note for validate, an error for plan.
 UNSET = "RSDRILL_FUZZ_UNSET_VARIABLE"
+# The catalog's variables without a default, set so that plan reads every platform's files
+# (unset, plan would refuse them all for that).
+CATALOG_ENV = {
+    "RSDRILL_URI": "mongodb://db1:27017,db2:27017,db3:27017/?replicaSet=rs0",
+    "RSDRILL_EC2_URI": "mongodb://db1:27017,db2:27017,db3:27017/?replicaSet=rs0",
+    "MONGO_PASSWORD": "secret",
+    "VSPHERE_HOST": "vcenter.example",
+    "VSPHERE_USER": "rsdrill",
+}
 # Far more than any command here should take, far less than an alias bomb expanded would.
 SECONDS_PER_COMMAND = 5.0
 
@@ -271,7 +280,7 @@ NOT_A_MESSAGE = re.compile(
 
 def invoke(*args: str) -> Result:
     started = time.monotonic()
-    result = CliRunner().invoke(app, list(args), env={UNSET: None})
+    result = CliRunner().invoke(app, list(args), env={UNSET: None, **CATALOG_ENV})
     elapsed = time.monotonic() - started
     assert elapsed < SECONDS_PER_COMMAND, f"rsdrill {' '.join(args)} took {elapsed:.1f} s"
     return result
