@@ -106,10 +106,7 @@ def check_experiment_file(
     """Check the experiment file at `path` without needing its environment: a `${VAR}` left
     unset (no default) is kept as written and its value goes unchecked. Returns one note per
     such value; raises ExperimentError for any other problem, as `load_experiment` would."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ExperimentError(str(path), 1, 1, f"cannot read: {exc.strerror or exc}") from None
+    data = _read(path)
     text = _decode(data, str(path))
     tree = _Tree(text, str(path), os.environ if env is None else env, Experiment,
                  require_env=False)  # fmt: skip
@@ -130,10 +127,7 @@ def check_experiment_file(
 
 def load_document(model: type[Model], path: Path, env: Mapping[str, str] | None = None) -> Model:
     """Read and validate the file at `path` as a `model` document; see `load_experiment`."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ExperimentError(str(path), 1, 1, f"cannot read: {exc.strerror or exc}") from None
+    data = _read(path)
     return load_document_text(model, data, str(path), env)
 
 
@@ -159,6 +153,23 @@ def load_document_text(
         return model.model_validate(data, context={FROM_FILE: True})
     except ValidationError as exc:
         raise _first(_validation_issues(tree, exc)) from None
+
+
+# Far more than any experiment file; a device or a stream without end stops here.
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
+def _read(path: Path) -> bytes:
+    """The file's bytes (a pipe's too, as `<(...)` gives), at most MAX_FILE_BYTES of them."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ExperimentError(str(path), 1, 1, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ExperimentError(str(path), 1, 1, f"larger than {MAX_FILE_BYTES // 2**20} MiB: "
+                              "not an experiment file")  # fmt: skip
+    return data
 
 
 def _is_extension(key: Any) -> bool:

@@ -245,6 +245,13 @@ def test_a_long_value_is_quoted_by_its_ends(value: str, problem: str) -> None:
     assert len(str(err)) < 200, str(err)
 
 
+def test_a_file_without_end_is_refused_not_read_forever(tmp_path: Path) -> None:
+    (tmp_path / "zero.yaml").symlink_to("/dev/zero")
+    with pytest.raises(ExperimentError) as err:
+        load_experiment(tmp_path / "zero.yaml")
+    assert (err.value.line, err.value.problem) == (1, "larger than 16 MiB: not an experiment file")
+
+
 def test_unsafe_tag_is_refused() -> None:
     err = error_of("name: !!python/object/apply:os.system [echo]\n")
     assert err.line == 1
