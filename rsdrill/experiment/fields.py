@@ -5,12 +5,33 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+)
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+# A message quotes the value it refuses; past this many characters, only its two ends.
+_QUOTED_MAX = 60
+
+
+def quoted(value: Any, *, quote: bool = True) -> str:
+    """`repr(value)` (or `str` without `quote`) for a message, cut in the middle when long:
+    a 5000-digit number or a page of text would drown the one line it is in."""
+    text = repr(value) if quote else str(value)
+    if len(text) <= _QUOTED_MAX:
+        return text
+    length = len(value) if isinstance(value, str) else len(text)
+    return f"{text[:40]}...{text[-12:]} ({length} characters)"
 
 
 def parse_duration(value: Any) -> float:
@@ -18,15 +39,18 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration, not true/false")
     if isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past float's range: YAML reads `1000...0` as one
+            raise ValueError("too large for a duration") from None
     elif isinstance(value, str):
         text = value.strip().replace(" ", "")
         parts = _DURATION.findall(text)
         if not parts or "".join(n + u for n, u in parts) != text:
-            raise ValueError(f"{value!r} is not a duration like 20ms, 5s, 1m30s")
+            raise ValueError(f"{quoted(value)} is not a duration like 20ms, 5s, 1m30s")
         seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
     else:
-        raise ValueError(f"{value!r} is not a duration like 20ms, 5s, 1m30s")
+        raise ValueError(f"{quoted(value)} is not a duration like 20ms, 5s, 1m30s")
     if not math.isfinite(seconds):
         raise ValueError("a duration must be finite")
     if seconds < 0:
@@ -56,6 +80,10 @@ Duration = Annotated[
 ]
 
 
+# A member chosen by its role when the fault goes in (a fault's `select`, a random schedule's).
+Role = Literal["primary", "secondary", "arbiter"]
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -70,10 +98,38 @@ class FieldProblem(ValueError):
 
     def __init__(self, at: tuple[str | int, ...], problem: str, *, about_key: bool = False) -> None:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in at).lstrip(".")
-        super().__init__(f"{where}: {problem}")
+        super().__init__(f"{where}: {problem}" if where else problem)
         self.at = at
         self.problem = problem
         self.about_key = about_key
+
+
+def nested_problem(exc: ValidationError, given: Any) -> FieldProblem:
+    """The first error of a validation run inside a validator (a random schedule, a drawn
+    fault, a matrix variant), as a FieldProblem at the place in `given` (the value validated)
+    it is about, in words: a validator's own message without pydantic's "Value error, "
+    prefix, and an unknown or missing key said so. The loader words the file's own errors
+    itself; these reach it as one message."""
+    error = exc.errors(include_url=False)[0]
+    at: list[str | int] = []
+    value = given
+    for elem in error["loc"]:
+        # Elements that are not a key or an index of the input are a union's alternative or
+        # a validator's name: they name no place in the file.
+        indexed = isinstance(value, list | tuple) and isinstance(elem, int) and elem < len(value)
+        if indexed or (isinstance(value, dict) and elem in value):
+            value = value[elem]
+            at.append(elem)
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldProblem):
+        return FieldProblem((*at, *cause.at), cause.problem, about_key=cause.about_key)
+    if isinstance(cause, Exception):
+        return FieldProblem(tuple(at), str(cause))
+    if error["type"] == "extra_forbidden":
+        return FieldProblem(tuple(at), "unknown key", about_key=True)
+    if error["type"] == "missing":
+        return FieldProblem(tuple(at), f"required field `{error['loc'][-1]}` is missing")
+    return FieldProblem(tuple(at), str(error["msg"]))
 
 
 def refuse_partition_shapes(index: int, fault: Any, how: str) -> None:

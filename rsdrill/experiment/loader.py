@@ -26,8 +26,9 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rsdrill.errors import RsdrillError
+from rsdrill.experiment.fields import quoted
 from rsdrill.experiment.kinds import KINDS, kinds_with_field
-from rsdrill.experiment.schema import Experiment, FieldProblem
+from rsdrill.experiment.schema import DRAWN_FIELDS, FROM_FILE, Experiment, FieldProblem
 from rsdrill.suggest import did_you_mean
 
 Loc = tuple[str | int, ...]
@@ -105,10 +106,7 @@ def check_experiment_file(
     """Check the experiment file at `path` without needing its environment: a `${VAR}` left
     unset (no default) is kept as written and its value goes unchecked. Returns one note per
     such value; raises ExperimentError for any other problem, as `load_experiment` would."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ExperimentError(str(path), 1, 1, f"cannot read: {exc.strerror or exc}") from None
+    data = _read(path)
     text = _decode(data, str(path))
     tree = _Tree(text, str(path), os.environ if env is None else env, Experiment,
                  require_env=False)  # fmt: skip
@@ -116,7 +114,10 @@ def check_experiment_file(
         raise _first(tree.issues)
     unchecked = {(note.line, note.col) for note in tree.unset}
     try:
-        Experiment.model_validate({k: v for k, v in tree.data.items() if not _is_extension(k)})
+        Experiment.model_validate(
+            {k: v for k, v in tree.data.items() if not _is_extension(k)},
+            context={FROM_FILE: True},
+        )
     except ValidationError as exc:
         issues = [i for i in _validation_issues(tree, exc) if (i.line, i.col) not in unchecked]
         if issues:
@@ -126,10 +127,7 @@ def check_experiment_file(
 
 def load_document(model: type[Model], path: Path, env: Mapping[str, str] | None = None) -> Model:
     """Read and validate the file at `path` as a `model` document; see `load_experiment`."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ExperimentError(str(path), 1, 1, f"cannot read: {exc.strerror or exc}") from None
+    data = _read(path)
     return load_document_text(model, data, str(path), env)
 
 
@@ -152,9 +150,26 @@ def load_document_text(
         raise _first(tree.issues)
     data = {k: v for k, v in tree.data.items() if not _is_extension(k)}
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={FROM_FILE: True})
     except ValidationError as exc:
         raise _first(_validation_issues(tree, exc)) from None
+
+
+# Far more than any experiment file; a device or a stream without end stops here.
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
+def _read(path: Path) -> bytes:
+    """The file's bytes (a pipe's too, as `<(...)` gives), at most MAX_FILE_BYTES of them."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ExperimentError(str(path), 1, 1, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ExperimentError(str(path), 1, 1, f"larger than {MAX_FILE_BYTES // 2**20} MiB: "
+                              "not an experiment file")  # fmt: skip
+    return data
 
 
 def _is_extension(key: Any) -> bool:
@@ -349,7 +364,12 @@ class _Tree:
         except (ValueError, TypeError, OverflowError):
             # PyYAML's own constructors fail this way on e.g. `2024-13-45` or `!!int x`.
             kind = node.tag.rpartition(":")[2]
-            problem = f"{node.value!r} reads as a {kind} but is not a valid one (quote a text)"
+            problem = (
+                f"{quoted(node.value)} reads as a {kind} but is not a valid one (quote a text)"
+            )
+            if kind == "int" and re.fullmatch(r"[-+]?[0-9_]+", node.value):
+                # Python reads no more than 4300 digits into an int.
+                problem = f"a whole number of {len(node.value)} characters is too large"
             raise self.error(node, loc, problem) from None
 
     def _substitute(self, node: ScalarNode, loc: Loc) -> str:
@@ -438,7 +458,8 @@ class _Located:
     def field(self) -> Loc:
         """The location as the user names it: no union tags, no dict `[key]` markers."""
         return tuple(
-            s.elem if s.kind == "item" else str(s.elem)
+            # An index the schema's types do not follow (a random schedule's) is still one.
+            s.elem if s.kind == "item" or isinstance(s.elem, int) else str(s.elem)
             for s in self.steps
             if s.kind not in ("tag", "variant", "key")
         )
@@ -697,7 +718,8 @@ def _problem(e: _Located) -> str:
         return f"a key must be a text, not {_show(e.loc[-1])}"
     if any(step.kind == "key" for step in e.steps):
         return f"a key must be a text, not {_show(given)}"
-    if kind == "string_pattern_mismatch" or e.field[:1] == ("slo",):
+    # A condition of `slo:` (not `slo:` itself, a mapping) is worded as a pattern's.
+    if kind == "string_pattern_mismatch" or (e.field[:1] == ("slo",) and len(e.field) == 2):
         return _pattern_problem(e.field, given, str(e.error["msg"]))
     return _type_problem(e.error, given)
 
@@ -715,7 +737,8 @@ def _variant(e: _Located) -> str | int | None:
 def _allowed_keys(e: _Located) -> list[str]:
     """The keys the mapping around an unknown key may have (a fault: those of its kind)."""
     parent = e.steps[-2].type_ if len(e.steps) > 1 else e.root
-    return _model_fields(parent) or list(e.root.model_fields)
+    names = _model_fields(parent) or list(e.root.model_fields)
+    return [name for name in names if name not in DRAWN_FIELDS]
 
 
 def _key_guess(e: _Located) -> str | None:
@@ -736,8 +759,8 @@ def _alternatives_problem(given: Any, alternatives: Iterable[Any]) -> str:
         listed = f"(one of {', '.join(words)})"
         guess = did_you_mean(given, names)
         if guess:
-            return f"unknown value {given!r}; did you mean '{guess}'? {listed}"
-        return f"unknown value {given!r} {listed}"
+            return f"unknown value {quoted(given)}; did you mean '{guess}'? {listed}"
+        return f"unknown value {quoted(given)} {listed}"
     return f"expected {_one_of(words)}, not {_show(given)}"
 
 
@@ -763,9 +786,7 @@ def _show(value: Any, quote: bool = True) -> str:
         return "a mapping"
     if isinstance(value, list | tuple):
         return "a list"
-    if isinstance(value, str) and quote:
-        return repr(value)
-    return str(value)
+    return quoted(value, quote=quote and isinstance(value, str))
 
 
 def _pattern_problem(field: Loc, given: Any, fallback: str) -> str:
@@ -783,6 +804,7 @@ def _pattern_problem(field: Loc, given: Any, fallback: str) -> str:
 
 _EXPECTED = {
     "model_type": "a mapping",
+    "model_attributes_type": "a mapping",  # a discriminated union's (a fault's)
     "dict_type": "a mapping",
     "tuple_type": "a list",
     "list_type": "a list",

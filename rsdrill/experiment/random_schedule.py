@@ -15,7 +15,14 @@ from typing import Any
 
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.experiment.fields import (
+    Duration,
+    FieldProblem,
+    Role,
+    Strict,
+    nested_problem,
+    parse_duration,
+)
 from rsdrill.experiment.kinds import KIND_NAMES, KINDS
 
 # Kinds a random schedule cannot draw: only a step of the user's brings the set back.
@@ -44,7 +51,7 @@ class RandomFaults(Strict):
     duration: tuple[Duration, Duration] = Field(
         (1.0, 5.0), description="[shortest, longest] fault (each one is drawn in between)"
     )
-    select: tuple[str, ...] = Field(
+    select: tuple[Role, ...] = Field(
         ("primary", "secondary"), min_length=1, description="roles to draw the member from"
     )
 
@@ -55,17 +62,22 @@ class RandomFaults(Strict):
         if self.duration[0] > self.duration[1]:
             raise FieldProblem(("duration",), "write [shortest, longest]")
         for i, template in enumerate(self.templates()):
-            if template["kind"] not in KIND_NAMES or template["kind"] in _NOT_DRAWN:
+            kind = template.get("kind")
+            if not isinstance(kind, str) or kind not in KIND_NAMES or kind in _NOT_DRAWN:
                 drawable = ", ".join(k for k in KIND_NAMES if k not in _NOT_DRAWN)
-                raise FieldProblem(("kinds", i), f"{template['kind']!r} cannot be drawn "
-                                   f"(one of {drawable})")  # fmt: skip
+                what = "a template needs `kind`" if kind is None else f"{kind!r} cannot be drawn"
+                raise FieldProblem(("kinds", i), f"{what} (one of {drawable})")
             if make_fault is None:
                 continue
+            drawn = _fault(template, 0.0, self.duration[0], self.select[0])
             try:
-                make_fault(**_fault(template, 0.0, self.duration[0], self.select[0]))
+                make_fault(**drawn)
             except ValidationError as exc:
-                first = exc.errors()[0]["msg"]
-                raise FieldProblem(("kinds", i), f"as a drawn fault: {first}") from None
+                problem = nested_problem(exc, drawn)
+                # A field the template names is pointed at; one the drawing adds is not in it.
+                at = problem.at if problem.at[:1] and problem.at[0] in template else ()
+                raise FieldProblem(("kinds", i, *at), f"as a drawn fault: {problem.problem}",
+                                   about_key=problem.about_key and bool(at)) from None  # fmt: skip
         return self
 
     def templates(self) -> list[dict[str, Any]]:
@@ -101,7 +113,12 @@ def _fault(template: dict[str, Any], at: float, length: float, role: str) -> dic
     role = "primary" if template["kind"] == "stepdown" else role
     fault = {"at": at, "select": role, "duration": length, **template}
     if fault["kind"] == "stepdown":
-        fault["secondary_catch_up"] = min(float(fault.get("secondary_catch_up", 1.0)), length)
+        try:
+            catch_up = parse_duration(fault.get("secondary_catch_up", 1.0))
+        except ValueError:
+            pass  # left as written: validating the drawn fault says what is wrong with it
+        else:
+            fault["secondary_catch_up"] = min(catch_up, length)
     return fault
 
 
@@ -111,25 +128,64 @@ def reseeded(document: dict[str, Any], spec: RandomFaults, seed: int) -> dict[st
     return {**document, "faults": {"random": {**random_doc, "seed": seed}}}
 
 
-def expand(data: Any, make_fault: Callable[..., object], seed: int | None = None) -> Any:
+def expand(
+    data: Any,
+    make_fault: Callable[..., object],
+    seed: int | None = None,
+    *,
+    check: Callable[[dict[str, Any]], object] | None = None,
+) -> Any:
     """An experiment document whose `faults: {random}` is replaced by the drawn faults, and
     the spec (its seed filled in) kept under `random_faults`. Other documents pass as they are.
     `make_fault` validates a fault (each template is checked as a drawn fault); `seed`
-    overrides the file's (`rsdrill run --seed`)."""
+    overrides the file's (`rsdrill run --seed`); `check` validates an experiment document, with
+    which every fault the spec can draw is checked in this experiment, whatever the seed."""
     if not isinstance(data, dict):
         return data
     faults = data.get("faults")
-    if not (isinstance(faults, dict) and set(faults) == {"random"}):
+    if not (isinstance(faults, dict) and "random" in faults):
         return data
+    for key in faults:
+        if key != "random":
+            raise FieldProblem(("faults", key), "unknown key: `faults:` is a list of faults or "
+                               "{random: ...} alone", about_key=True)  # fmt: skip
     try:
         spec = RandomFaults.model_validate(faults["random"], context={"make_fault": make_fault})
     except ValidationError as exc:
-        error = exc.errors()[0]
-        at = ("faults", "random", *error["loc"])
-        problem = (error.get("ctx") or {}).get("error")
-        if isinstance(problem, FieldProblem):
-            raise FieldProblem((*at, *problem.at), problem.problem) from None
-        raise FieldProblem(at, error["msg"]) from None
+        problem = nested_problem(exc, faults["random"])
+        raise FieldProblem(("faults", "random", *problem.at), problem.problem,
+                           about_key=problem.about_key) from None  # fmt: skip
+    if check is not None:
+        _refuse_undrawable(data, spec, check)
     chosen = seed if seed is not None else spec.seed if spec.seed is not None else seed_now()
     spec = spec.model_copy(update={"seed": chosen})
     return {**data, "faults": spec.draw(chosen), "random_faults": spec}
+
+
+def _refuse_undrawable(
+    data: dict[str, Any], spec: RandomFaults, check: Callable[[dict[str, Any]], object]
+) -> None:
+    """Each template drawn on each role, as the one fault of this experiment: a fault the
+    platform or the topology refuses is refused whatever the seed (without a seed in the file,
+    each load draws another, and validate said ok or not by chance)."""
+    # The matrix would check every variant again; its own values are checked on the drawing.
+    base = {key: value for key, value in data.items() if key != "matrix"}
+    for i, template in enumerate(spec.templates()):
+        for j, role in enumerate(spec.select):
+            document = {**base, "faults": [_fault(template, spec.start, spec.duration[0], role)]}
+            try:
+                check(document)
+            except ValidationError as exc:
+                problem = nested_problem(exc, document)
+                if problem.at[:2] != ("faults", 0):
+                    continue  # not about the fault: the file's own validation says it
+                field = problem.at[2:3]
+                if field == ("select",) and "select" not in template:
+                    at: tuple[str | int, ...] = ("select", j)  # the role drawn
+                elif isinstance(spec.kinds[i], dict) and field and field[0] in template:
+                    at = ("kinds", i, *problem.at[2:])  # the template's own field
+                else:
+                    at = ("kinds", i)
+                raise FieldProblem(
+                    ("faults", "random", *at), f"drawn for the {role}: {problem.problem}"
+                ) from None

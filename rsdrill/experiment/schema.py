@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     create_model,
     model_validator,
 )
@@ -26,8 +27,10 @@ from rsdrill.experiment.checks import CheckName, CheckProbe
 from rsdrill.experiment.fields import (
     Duration,
     FieldProblem,
+    Role,
     Strict,
     format_duration,
+    nested_problem,
     parse_duration,
 )
 from rsdrill.experiment.integrations import GrafanaSection, Notification
@@ -333,8 +336,6 @@ class Probes(Strict):
 
 # -- faults --------------------------------------------------------------------------------------
 
-Role = Literal["primary", "secondary", "arbiter"]
-
 
 class SelectMember(Strict):
     member: str = Field(pattern=r"^[^:\s]+:\d+$")
@@ -616,15 +617,28 @@ def set_path(document: dict[str, Any], path: str, value: Any) -> None:
             raise ValueError(f"{path}: {'.'.join(parts[:i])} is not a mapping or a list")
 
 
+# The validation context's key saying the document is a file's (the loader sets it): a file
+# may not give the fields that loading fills in.
+FROM_FILE = "from_file"
+# Set from `faults: {random}` when it is drawn; a file never writes it.
+DRAWN_FIELDS = ("random_faults",)
+
+
 class Experiment(Strict):
     """One experiment file."""
 
     @model_validator(mode="before")
     @classmethod
-    def _draw_random_faults(cls, data: Any) -> Any:
+    def _draw_random_faults(cls, data: Any, info: ValidationInfo) -> Any:
         from rsdrill.experiment.random_schedule import expand
 
-        return expand(data, make_fault)
+        if (info.context or {}).get(FROM_FILE) and isinstance(data, dict):
+            for name in DRAWN_FIELDS:
+                if name in data:
+                    # Accepted, it stood beside a list of faults, and `--seed` replaced them.
+                    problem = "not a key of a file: a random schedule is `faults: {random: ...}`"
+                    raise FieldProblem((name,), problem, about_key=True)
+        return expand(data, make_fault, check=cls.model_validate)
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
@@ -683,23 +697,6 @@ class Experiment(Strict):
                 set_path(document, name, value)
             out.append((dict(zip(names, values, strict=True)), Experiment.model_validate(document)))
         return out
-
-    @model_validator(mode="after")
-    def _matrix_variants_are_valid(self) -> Experiment:
-        if self.matrix is None:
-            return self
-        for name, values in self.matrix.parameters.items():
-            for value in values:
-                document = self.model_dump(mode="json", exclude={"matrix"}, exclude_defaults=True)
-                try:
-                    set_path(document, name, value)
-                    Experiment.model_validate(document)
-                except (ValueError, ValidationError) as exc:
-                    first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else exc
-                    raise FieldProblem(("matrix", "parameters", name),
-                                       f"value {value!r} does not make a valid experiment: "
-                                       f"{first}") from None  # fmt: skip
-        return self
 
     @model_validator(mode="after")
     def _abort_conditions_are_measured(self) -> Experiment:
@@ -803,4 +800,23 @@ class Experiment(Strict):
                         f"select count {sel.count} ({sel.role}), but {topology} has "
                         f"{available} such member{'' if available == 1 else 's'}",
                     )
+        return self
+
+    # Last of the checks (pydantic runs them in this order): a problem of the file itself is
+    # reported at its own field, not as every matrix value's.
+    @model_validator(mode="after")
+    def _matrix_variants_are_valid(self) -> Experiment:
+        if self.matrix is None:
+            return self
+        for name, values in self.matrix.parameters.items():
+            for value in values:
+                document = self.model_dump(mode="json", exclude={"matrix"}, exclude_defaults=True)
+                try:
+                    set_path(document, name, value)
+                    Experiment.model_validate(document)
+                except ValueError as exc:  # a ValidationError, or set_path's: no such place
+                    why = nested_problem(exc, document) if isinstance(exc, ValidationError) else exc
+                    raise FieldProblem(("matrix", "parameters", name),
+                                       f"value {value!r} does not make a valid experiment: "
+                                       f"{why}") from None  # fmt: skip
         return self

@@ -227,6 +227,35 @@ def test_invalid_timestamp_is_located() -> None:
     assert "reads as a timestamp" in err.problem
 
 
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        # Past Python's 4300 digits PyYAML cannot read the int: it is not an invalid one.
+        ("9" * 5000, "a whole number of 5000 characters is too large"),
+        # The value was quoted whole: a message of 5000 characters.
+        ("'" + "x" * 5000 + "'", "expected true or false, not 'xxxx"),
+        ("1" + "0" * 500, "must be at most 65000, not 10000"),
+    ],
+)
+def test_a_long_value_is_quoted_by_its_ends(value: str, problem: str) -> None:
+    field = "port_base" if value.startswith("1") else "keep"
+    err = error_of(replaced("  platform: sandbox", f"  platform: sandbox\n  {field}: {value}"))
+    assert err.problem.startswith(problem), err.problem
+    assert f"{len(value.strip(chr(39)))} characters" in err.problem  # the value's, not its repr's
+    assert len(str(err)) < 200, str(err)
+
+
+def test_a_file_past_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
+    # A device without end (/dev/zero) was read until memory ran out; a sparse file past the
+    # limit stands for it, so that a regression fails instead of eating the machine's memory.
+    path = tmp_path / "big.yaml"
+    with path.open("wb") as file:
+        file.truncate(17 * 2**20)
+    with pytest.raises(ExperimentError) as err:
+        load_experiment(path)
+    assert (err.value.line, err.value.problem) == (1, "larger than 16 MiB: not an experiment file")
+
+
 def test_unsafe_tag_is_refused() -> None:
     err = error_of("name: !!python/object/apply:os.system [echo]\n")
     assert err.line == 1
@@ -372,6 +401,12 @@ def test_write_concern_union_gives_one_message() -> None:
         ("  platform: sandbox", "  platform: sandbox\n  keep: maybe", (4, 9, "target.keep"),
          "expected true or false, not 'maybe'"),
         ("name: minimal", "name: 12", (1, 7, "name"), "expected a text, not 12"),
+        # pydantic's own words were passed on for these two: "Input should be a valid
+        # dictionary or object to extract fields from", and `slo` worded as one condition.
+        ("  - at: 5s\n    kind: stepdown", "  - [5s, stepdown]", (5, 5, "faults[0]"),
+         "expected a mapping, not a list"),
+        ("name: minimal", "name: minimal\nslo: [<= 5]", (2, 1, "slo"),
+         "expected a mapping, not a list"),
     ],
 )  # fmt: skip
 def test_type_and_range_errors(
@@ -392,7 +427,10 @@ def test_bad_durations_point_at_the_value(value: str) -> None:
     assert err.problem == f"{value!r} is not a duration like 20ms, 5s, 1m30s"
 
 
-@pytest.mark.parametrize(("value", "problem"), [(-3, "cannot be negative"), (".inf", "finite")])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(-3, "cannot be negative"), (".inf", "finite"), (10**400, "too large for a duration")],
+)
 def test_numeric_durations_must_be_finite_and_not_negative(value: object, problem: str) -> None:
     err = error_of(replaced("at: 5s", f"at: {value}"))
     assert err.field == "faults[0].at"

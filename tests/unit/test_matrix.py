@@ -41,6 +41,25 @@ def test_a_value_that_breaks_the_experiment_is_an_error_at_its_line() -> None:
     assert err.value.line == 9 and "wiped" in str(err.value)
 
 
+def test_a_value_is_refused_in_words_naming_the_field_it_breaks() -> None:
+    bad = BASE.replace("[10, 40]", "[10, -4]")
+    with pytest.raises(ExperimentError) as err:
+        load_experiment_text(bad, "sweep.yaml", env={})
+    assert err.value.problem == ("value -4 does not make a valid experiment: target.data_mb: "
+                                 "Input should be greater than or equal to 0")  # fmt: skip
+
+
+def test_a_problem_of_the_file_itself_is_not_blamed_on_the_matrix() -> None:
+    # Every variant inherits it: it was reported as the first matrix value's, with pydantic's
+    # "Value error, " in the message.
+    bad = BASE.replace("restart: {after: 2s}}", "restart: {after: 2s}}\nslo: {failover_s: <= 9}")
+    bad = bad.replace("name: sweep", "name: sweep\nprobes: {failover: null}")
+    with pytest.raises(ExperimentError) as err:
+        load_experiment_text(bad, "sweep.yaml", env={})
+    assert err.value.field == "slo.failover_s"
+    assert "Value error" not in str(err.value)
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

@@ -88,3 +88,101 @@ def test_a_bad_random_spec_is_refused_at_its_line(change: str, message: str) -> 
     with pytest.raises(ExperimentError) as info:
         load_experiment_text((TEXT % 1).replace(change, message), "exp.yaml", {})
     assert info.value.field.startswith("faults.random")
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "message"),
+    [
+        # These raised KeyError, TypeError and OverflowError out of the loader (a traceback).
+        ("stepdown,", "faults.random.kinds[0]", "a template needs `kind`"),
+        ("stepdown,", "faults.random.kinds[0].secondary_catch_up",
+         "as a drawn fault: [1] is not a duration"),
+        ("stepdown,", "faults.random.kinds[0].secondary_catch_up",
+         "as a drawn fault: too large for a duration"),
+        # pydantic's own words were passed on ("Value error, ...", "Extra inputs are not
+        # permitted" without the key, a union's tag in the field).
+        ("stepdown,", "faults.random.kinds[0].zz", "as a drawn fault: unknown key"),
+        ("    count: 5\n", "faults.random.zz", "unknown key"),
+        ("within: 30s", "faults.random.within", "'5 parsecs' is not a duration like"),
+        ("[1s, 4s]", "faults.random.duration[1]", "'x' is not a duration like"),
+    ],
+    ids=["no-kind", "catch-up-list", "catch-up-huge", "template-unknown-key", "unknown-key",
+         "within-words", "duration-item"],
+)  # fmt: skip
+def test_a_bad_random_spec_is_one_worded_problem_at_its_field(
+    change: str, where: str, message: str
+) -> None:
+    replacement = {
+        "faults.random.kinds[0]": "{select: primary},",
+        "faults.random.kinds[0].secondary_catch_up": "{kind: stepdown, secondary_catch_up: "
+        + ("[1]" if "[1]" in message else "1" + "0" * 400)
+        + "},",
+        "faults.random.kinds[0].zz": "{kind: stepdown, zz: 1},",
+        "faults.random.zz": "    count: 5\n    zz: 1\n",
+        "faults.random.within": "within: 5 parsecs",
+        "faults.random.duration[1]": "[1s, x]",
+    }[where]
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text((TEXT % 1).replace(change, replacement), "exp.yaml", {})
+    assert info.value.field == where
+    assert info.value.problem.startswith(message), info.value.problem
+
+
+def test_a_template_may_give_its_catch_up_as_a_duration() -> None:
+    text = (TEXT % 1).replace("stepdown,", "{kind: stepdown, secondary_catch_up: 500ms},")
+    assert load_experiment_text(text, "exp.yaml", {}).faults
+
+
+def test_a_file_may_not_give_the_drawn_spec_itself() -> None:
+    # It was accepted beside a list of faults, offered in "allowed:", and `--seed` then drew a
+    # schedule in place of the file's faults.
+    text = "name: x\ntarget: {platform: sandbox}\nfaults: [{at: 1s, kind: stepdown}]\n"
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text(text + "random_faults: {kinds: [stepdown]}\n", "exp.yaml", {})
+    assert (info.value.line, info.value.field) == (4, "random_faults")
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text(text + "randm: 1\n", "exp.yaml", {})
+    assert "random_faults" not in info.value.problem
+
+
+def test_a_key_beside_random_is_named() -> None:
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text(TEXT % 1 + "  seed: 3\n", "exp.yaml", {})
+    assert (info.value.line, info.value.field) == (11, "faults.seed")
+    assert info.value.problem.startswith("unknown key")
+
+
+def test_every_role_to_draw_from_is_checked_whatever_the_seed() -> None:
+    # Only the first was (through a drawn fault): `[primary, nobody]` was valid or not
+    # depending on the seed that validate drew.
+    text = (TEXT % 1).replace("    count: 5\n", "    count: 5\n    select: [primary, nobody]\n")
+    with pytest.raises(ExperimentError) as info:
+        load_experiment_text(text, "exp.yaml", {})
+    assert info.value.field == "faults.random.select[1]"
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "problem"),
+    [
+        ("  platform: sandbox\n  topology: rs1", "faults.random.select[1]",
+         "drawn for the secondary: select secondary, but rs1 has no secondary"),
+        ("  platform: kubernetes\n  uri: mongodb://a:1/?replicaSet=rs0\n"
+         "  kubernetes: {namespace: x}\n  topology: rs3", "faults.random.kinds[1]",
+         "drawn for the primary: an approximation"),
+    ],
+    ids=["role-the-topology-lacks", "kind-the-platform-approximates"],
+)  # fmt: skip
+def test_what_a_seed_may_draw_is_refused_whatever_the_seed(
+    change: str, where: str, problem: str
+) -> None:
+    # Only the drawn faults were checked: without a seed in the file each load drew another,
+    # and validate said ok or refused by chance.
+    text = (
+        "name: random\ntarget:\n  platform: sandbox\n  topology: rs3\nfaults:\n  random:\n"
+        "    kinds: [stepdown, cpu-starve]\n    count: 1\n    select: [primary, secondary]\n"
+    ).replace("  platform: sandbox\n  topology: rs3", change)
+    for _ in range(3):
+        with pytest.raises(ExperimentError) as info:
+            load_experiment_text(text, "exp.yaml", {})
+        assert info.value.field == where
+        assert info.value.problem.startswith(problem), info.value.problem
