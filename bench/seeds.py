@@ -157,25 +157,30 @@ def _why_rs3_fast_heartbeat(runs: list[Measured]) -> str:
             "under 10 s, as the report saw.")  # fmt: skip
 
 
-def _why_other_set(runs: list[Measured]) -> str:
+def _failed(runs: list[Measured]) -> str:
+    """How many of the runs' writes failed, in words that do not claim none did when some did
+    (a write may time out when this shared machine stalls the probe: the row says so)."""
     failed = sum(r.failed_writes for r in runs)
+    said = "no write failed" if not failed else f"{failed} write{'s' * (failed > 1)} failed"
+    return f"{said} in {len(runs)} runs"
+
+
+def _why_other_set(runs: list[Measured]) -> str:
     return ("A host failure takes from each set only the member it held: this set lost its "
-            "secondary, kept its primary and, with the arbiter, a majority of votes, and no w:1 "
-            f"write failed ({failed} in {len(runs)} runs); its longest gap lies between two "
-            "acknowledged writes: the probe's own cadence on this shared machine, as in the "
-            "FTT=1 rows, not a refusal.")  # fmt: skip
+            "secondary and kept its primary and, with the arbiter, a majority of votes "
+            f"({_failed(runs)}); its figure is the longest window between two acknowledged "
+            "writes: the write probe's own cadence on this shared machine, as in the FTT=1 "
+            "rows.")  # fmt: skip
 
 
 def _why_disk(runs: list[Measured]) -> str:
     resync = [r.resync_s for r in runs if r.resync_s is not None]
     took = f" (resync {_median(resync):.2f} s here)" if resync else ""
-    failed = sum(r.failed_writes for r in runs)
     return ("As vSAN with FTT=1, the member's data are on two copies: the failed copy's "
-            "operations are served from the other, no write fails "
-            f"({failed} failed in {len(runs)} runs), and the copy is resynced in the background "
-            f"on revert{took}; the figure is the longest window between two acknowledged "
-            "writes, none refused: the write probe's own cadence (an interval plus a write, "
-            "more when this shared machine delays a tick), with or without a fault.")  # fmt: skip
+            f"operations are served from the other ({_failed(runs)}), and the copy is resynced "
+            f"in the background on revert{took}; the figure is the longest window between two "
+            "acknowledged writes: the write probe's own cadence (an interval plus a write, more "
+            "when this shared machine delays a tick), with or without a fault.")  # fmt: skip
 
 
 def _why_disk_ftt0(runs: list[Measured]) -> str:
