@@ -105,6 +105,10 @@ class _Applied:
 class _State:
     records: list[FaultRecord] = field(default_factory=list)
     applied: dict[str, _Applied] = field(default_factory=dict)
+    # When each fault's injection returned (run seconds), per fault index: what its hold
+    # counts from, so that it is in force for its whole duration however long the injection
+    # took (a local kill first finds the pid: over 0.1 s on a loaded machine).
+    in_force_s: dict[int, list[float]] = field(default_factory=dict)
 
 
 def make_target(exp: Experiment, out_dir: Path) -> RunTarget:
@@ -416,12 +420,12 @@ class Runner:
 
     def _held_until(self, index: int) -> float:
         """When fault `index` has been in force for its whole `revert_after`, counted from when
-        it went in: a fault injected late (its platform's lookups before the injection, a slow
-        API) is held as long as the experiment says, not cut short by its lateness."""
+        its injection returned: a fault injected late or slowly (its platform's lookups, a slow
+        API, the pid found before a kill) is held as long as the experiment says, not cut short
+        by its lateness."""
         after = self.exp.faults[index].revert_after
-        injected = [r.injected_at_s for r in self.state.records
-                    if r.index == index and r.injected_at_s is not None]  # fmt: skip
-        return max(injected) + after if injected and after is not None else 0.0
+        in_force = self.state.in_force_s.get(index)
+        return max(in_force) + after if in_force and after is not None else 0.0
 
     def _inject(self, action: Action, target: RunTarget, journal: Journal) -> None:
         fault = self.exp.faults[action.index]
@@ -446,6 +450,7 @@ class Runner:
                 self.state.applied[key] = _Applied(record, injector, key)
             record.injected_at_s = round(self.clock.now(), 4)
             injector.inject()
+            self.state.in_force_s.setdefault(action.index, []).append(self.clock.now())
             journal.write("applied", key=key)
             self.live.event(f"injected {fault.kind} on {host}")
             if not injector.verify(VERIFY_TIMEOUT_S):

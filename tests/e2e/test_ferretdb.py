@@ -74,7 +74,9 @@ def test_a_host_kill_is_down_for_the_restart_and_the_result_says_what_was_measur
         # Killed at the injection, restarted 4 s later by the member's own start command: the
         # server's gap (rsdrill's wire writer) is the restart delay plus FerretDB's start.
         [fault] = result["faults"]
-        assert fault["reverted_at_s"] - fault["injected_at_s"] == pytest.approx(4.0, abs=0.2)
+        # Held 4 s from when the kill had landed (inside the injection, before its check).
+        held = fault["reverted_at_s"] - fault["injected_at_s"]
+        assert 4.0 <= held <= fault["verified_at_s"] - fault["injected_at_s"] + 4.2, fault
         metrics = result["metrics"]
         assert 4.0 <= metrics["raw_write_unavailable_s"] <= 6.0, metrics
         assert metrics["raw_write_unavailable_s"] <= metrics["write_unavailable_s"] <= 7.0

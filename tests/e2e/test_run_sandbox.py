@@ -208,6 +208,46 @@ def test_a_fault_injected_late_is_held_for_its_whole_restart_delay(
     assert back is not None and back["t_mono"] - _kill_mono(result) >= delay
 
 
+def test_a_slow_injection_is_held_from_when_it_took_effect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An injection that takes a while before its kill lands (a local member's pid found by
+    scanning /proc: over 0.1 s on a loaded machine, which once left a 4 s restart delay 40 ms
+    short) still leaves the member down for the whole delay: the hold counts from when the
+    injection returned, not from when it began."""
+    slow_s, delay = 1.0, 2.0
+    build = runner._injector
+    killed: list[float] = []
+
+    def slow_injector(*args: Any) -> Any:
+        injector = build(*args)
+        inject = injector.inject
+
+        def slowly() -> None:
+            time.sleep(slow_s)  # the time under test: inside the injection, before the kill
+            inject()
+            killed.append(time.monotonic())
+
+        monkeypatch.setattr(injector, "inject", slowly)
+        return injector
+
+    monkeypatch.setattr(runner, "_injector", slow_injector)
+    result = _run(tmp_path, {
+        "name": "rs1-slow-kill",
+        "target": {"platform": "sandbox", "topology": "rs1"},
+        "faults": [{"at": "1s", "kind": "host-kill", "restart": {"after": f"{delay}s"}}],
+        "observe": {"after_revert": "10s"},
+        "guards": {"allow_quorum_loss": True},
+    })  # fmt: skip
+    assert result.verdict == "pass", result.error
+    [fault] = result.faults
+    assert fault.injected_at_s is not None and fault.reverted_at_s is not None
+    assert fault.reverted_at_s - fault.injected_at_s >= delay + slow_s, fault
+    [kill] = killed
+    back = first_after(tmp_path / "out" / "sandbox", "writable", kill, member=fault.target)
+    assert back is not None and back["t_mono"] - kill >= delay, (back, kill)
+
+
 def test_ledger_reports_exactly_the_rolled_back_writes(tmp_path: Path) -> None:
     result = _run(tmp_path, {
         "name": "rollback",
