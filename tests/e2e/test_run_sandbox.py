@@ -177,6 +177,19 @@ def test_rs1_kill_with_restart_delay(tmp_path: Path) -> None:
     assert result.metrics.failover_s is None  # the same member came back: no failover
 
 
+def _run_rs1_kill(tmp_path: Path, delay: float) -> Result:
+    """An rs1 member killed at 1 s and restarted `delay` seconds later, which must pass."""
+    result = _run(tmp_path, {
+        "name": "rs1-kill",
+        "target": {"platform": "sandbox", "topology": "rs1"},
+        "faults": [{"at": "1s", "kind": "host-kill", "restart": {"after": f"{delay}s"}}],
+        "observe": {"after_revert": "10s"},
+        "guards": {"allow_quorum_loss": True},
+    })  # fmt: skip
+    assert result.verdict == "pass", result.error
+    return result
+
+
 def test_a_fault_injected_late_is_held_for_its_whole_restart_delay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -191,14 +204,7 @@ def test_a_fault_injected_late_is_held_for_its_whole_restart_delay(
         return build(*args)
 
     monkeypatch.setattr(runner, "_injector", slow_injector)
-    result = _run(tmp_path, {
-        "name": "rs1-late-kill",
-        "target": {"platform": "sandbox", "topology": "rs1"},
-        "faults": [{"at": "1s", "kind": "host-kill", "restart": {"after": f"{delay}s"}}],
-        "observe": {"after_revert": "10s"},
-        "guards": {"allow_quorum_loss": True},
-    })  # fmt: skip
-    assert result.verdict == "pass", result.error
+    result = _run_rs1_kill(tmp_path, delay)
     [fault] = result.faults
     assert fault.injected_at_s is not None and fault.reverted_at_s is not None
     assert fault.injected_at_s >= 1 + late_s
@@ -232,14 +238,7 @@ def test_a_slow_injection_is_held_from_when_it_took_effect(
         return injector
 
     monkeypatch.setattr(runner, "_injector", slow_injector)
-    result = _run(tmp_path, {
-        "name": "rs1-slow-kill",
-        "target": {"platform": "sandbox", "topology": "rs1"},
-        "faults": [{"at": "1s", "kind": "host-kill", "restart": {"after": f"{delay}s"}}],
-        "observe": {"after_revert": "10s"},
-        "guards": {"allow_quorum_loss": True},
-    })  # fmt: skip
-    assert result.verdict == "pass", result.error
+    result = _run_rs1_kill(tmp_path, delay)
     [fault] = result.faults
     assert fault.injected_at_s is not None and fault.reverted_at_s is not None
     assert fault.reverted_at_s - fault.injected_at_s >= delay + slow_s, fault

@@ -22,7 +22,7 @@ from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.faultfs.mount import mount, unmount
 from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.platforms.sandbox.target import free_port_base
-from tests.harness.processes import stop
+from tests.harness.processes import ensure_built, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 FERRETDB = ROOT / ".cache" / "tools" / "ferretdb"
@@ -81,16 +81,6 @@ class FerretDB:
         return listening_pid(int(self.host.rsplit(":", 1)[1]))
 
 
-def ensure_ferretdb() -> Path:
-    """The FerretDB binary, built by .ci/install-ferretdb when missing (fails loudly, never
-    skips)."""
-    if not FERRETDB.exists():
-        done = subprocess.run([str(INSTALL)], capture_output=True, text=True, timeout=900)
-        if done.returncode != 0 or not FERRETDB.exists():
-            raise RuntimeError(f"{INSTALL} failed:\n{done.stdout}\n{done.stderr}")
-    return FERRETDB
-
-
 @contextmanager
 def ferretdb(directory: Path, *, faultfs: bool = False, sqlite_pragmas: str = "",
              repl_set_name: str | None = None, tls: bool = False,
@@ -100,7 +90,7 @@ def ferretdb(directory: Path, *, faultfs: bool = False, sqlite_pragmas: str = ""
     "_pragma=synchronous(off)"), claiming a one-member replica set with `repl_set_name`;
     `tls`: TLS only, with certificates made in `directory`/tls, clients' required; `user`:
     logins required (FerretDB's SCRAM-SHA-256 authentication), this user created at start."""
-    binary = ensure_ferretdb()
+    binary = ensure_built(FERRETDB, INSTALL)
     port = free_port_base(1)
     dbpath, state = directory / "data", directory / "state"
     dbpath.mkdir(parents=True)

@@ -1,10 +1,21 @@
-"""Stopping the simulators the harnesses start, and the runs the chaos tests kill."""
+"""The tools the harnesses build and start, stopping them, and the runs the chaos tests kill."""
 
 from __future__ import annotations
 
 import subprocess
 import threading
 import time
+from pathlib import Path
+
+
+def ensure_built(binary: Path, install: Path) -> Path:
+    """`binary`, built by its `install` script (.ci/install-*) when missing: fails loudly,
+    never skips."""
+    if not binary.exists():
+        done = subprocess.run([str(install)], capture_output=True, text=True, timeout=900)
+        if done.returncode != 0 or not binary.exists():
+            raise RuntimeError(f"{install} failed:\n{done.stdout}\n{done.stderr}")
+    return binary
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:

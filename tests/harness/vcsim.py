@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rsdrill.platforms.sandbox.target import free_port_base
-from tests.harness.processes import stop
+from tests.harness.processes import ensure_built, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 VCSIM = ROOT / ".cache" / "tools" / "vcsim"
@@ -39,21 +39,12 @@ class Vcsim:
     log: Path
 
 
-def ensure_vcsim() -> Path:
-    """The vcsim binary, built by .ci/install-vcsim when missing (fails loudly, never skips)."""
-    if not VCSIM.exists():
-        done = subprocess.run([str(INSTALL)], capture_output=True, text=True, timeout=900)
-        if done.returncode != 0 or not VCSIM.exists():
-            raise RuntimeError(f"{INSTALL} failed:\n{done.stdout}\n{done.stderr}")
-    return VCSIM
-
-
 @contextmanager
 def vcsim(log_path: Path, certificate: tuple[Path, Path] | None = None) -> Iterator[Vcsim]:
     """vcsim on 127.0.0.1 and a free port: one datacenter, one cluster of four ESXi hosts, no
     VMs (the tests make their own), a user and a fresh random password; TLS with its own
     self-signed certificate, or with `certificate` (cert and key files)."""
-    binary = ensure_vcsim()
+    binary = ensure_built(VCSIM, INSTALL)
     port = free_port_base(1)
     password = "pw-" + secrets.token_urlsafe(18)
     args = [str(binary), "-l", f"127.0.0.1:{port}", "-username", USER, "-password", password,
