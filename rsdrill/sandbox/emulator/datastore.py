@@ -58,9 +58,11 @@ class DataStore:
         out: list[bytes] = []
         total = 0
         position = after_rowid
+        # A range of the table's rowid b-tree: by the (ns, _id) index SQLite would read and sort
+        # the whole collection for every batch, blocking the source's loop for the lot.
         rows = self.database.execute(
-            "SELECT rowid, doc FROM docs WHERE ns = ? AND rowid > ? ORDER BY rowid",
-            (ns, after_rowid),
+            "SELECT rowid, doc FROM docs NOT INDEXED WHERE rowid > ? AND ns = ? ORDER BY rowid",
+            (after_rowid, ns),
         )
         for rowid, doc in rows:
             if out and total + len(doc) > max_bytes:
