@@ -18,6 +18,9 @@ from pydantic import (
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+# Longer than any run, soak or schedule step: past it a value is a typo, and sums of such values
+# (a fault's end, a plan's timeline) would reach infinity, which JSON cannot carry.
+MAX_DURATION_S = 365 * 24 * 3600.0
 
 
 # A message quotes the value it refuses; past this many characters, only its two ends.
@@ -55,6 +58,8 @@ def parse_duration(value: Any) -> float:
         raise ValueError("a duration must be finite")
     if seconds < 0:
         raise ValueError("a duration cannot be negative")
+    if seconds > MAX_DURATION_S:
+        raise ValueError("a duration must be at most 8760h (a year)")
     return seconds
 
 
@@ -72,9 +77,10 @@ Duration = Annotated[
         {
             "anyOf": [
                 {"type": "string", "pattern": r"^(\d+(\.\d+)?(ms|s|m|h))+$"},
-                {"type": "number", "minimum": 0},
+                {"type": "number", "minimum": 0, "maximum": MAX_DURATION_S},
             ],
-            "description": "a duration: 20ms, 5s, 1.5s, 2m, 1m30s, or a number of seconds",
+            "description": "a duration: 20ms, 5s, 1.5s, 2m, 1m30s, or a number of seconds"
+            " (at most 8760h, a year)",
         }
     ),
 ]

@@ -429,8 +429,9 @@ def test_bad_durations_point_at_the_value(value: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "problem"),
-    [(-3, "cannot be negative"), (".inf", "finite"), (10**400, "too large for a duration")],
-)
+    [(-3, "cannot be negative"), (".inf", "finite"), (10**400, "too large for a duration"),
+     ("1.0e+308", "at most 8760h (a year)"), ("8761h", "at most 8760h (a year)")],
+)  # fmt: skip
 def test_numeric_durations_must_be_finite_and_not_negative(value: object, problem: str) -> None:
     err = error_of(replaced("at: 5s", f"at: {value}"))
     assert err.field == "faults[0].at"
