@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pymongo import monitoring
 from pymongo.errors import OperationFailure
 from support import wait_until, writable_primary
 
@@ -81,3 +82,45 @@ def test_stream_survives_a_failover(replset: Any, client_for: Any) -> None:
         coll.insert_one({"_id": "after"})
         events = _next_events(stream, 1)
     assert [e["documentKey"]["_id"] for e in events] == ["after"]
+
+
+class _Commands(monitoring.CommandListener):
+    """The names of the commands a client started, in order."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.names.append(event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def test_a_streams_own_resumable_error_is_labeled_and_a_fail_commands_is_not(
+    replset: Any, client_for: Any
+) -> None:
+    # As the change-streams spec tests check on mongod: the getMore that fails once its cursor is
+    # found (failGetMoreAfterCursorCheckout) carries ResumableChangeStreamError for a resumable
+    # code, so pymongo resumes with a new aggregate; failCommand's error, raised before the
+    # cursor is known, has only the labels its data gives, so the same code ends the stream.
+    sandbox: Sandbox = replset("rs3")
+    listener = _Commands()
+    coll = client_for(sandbox, w="majority", event_listeners=[listener]).cs.resumable
+    admin = client_for(sandbox).admin
+    fail_point = {"mode": {"times": 1}, "data": {"errorCode": 189, "closeConnection": False}}
+    admin.command({"configureFailPoint": "failGetMoreAfterCursorCheckout", **fail_point})
+    with coll.watch(max_await_time_ms=200) as stream:
+        coll.insert_one({"_id": 1})
+        assert _next_events(stream, 1)[0]["documentKey"] == {"_id": 1}
+    assert listener.names.count("aggregate") == 2, listener.names  # resumed once
+    admin.command({"configureFailPoint": "failCommand", "mode": {"times": 1},
+                   "data": {"failCommands": ["getMore"], "errorCode": 6}})  # fmt: skip
+    with coll.watch(max_await_time_ms=200) as stream, pytest.raises(OperationFailure) as ended:
+        coll.insert_one({"_id": 2})
+        stream.try_next()  # the first getMore fails
+    assert (ended.value.code, ended.value.details["codeName"]) == (6, "HostUnreachable")
+    assert not ended.value.has_error_label("ResumableChangeStreamError")

@@ -42,7 +42,7 @@ from rsdrill.sandbox.emulator.errors import (
     CommandError,
     attach_topology_version,
 )
-from rsdrill.sandbox.emulator.failpoint import FailPoint
+from rsdrill.sandbox.emulator.failpoint import AFTER_CURSOR_CHECKOUT, CloseConnection, FailPoint
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
 from rsdrill.sandbox.emulator.peer import PeerError
@@ -167,10 +167,6 @@ class Commands:
             reply = await self._run(req)
         finally:
             del self.in_progress[op_id]
-        if req.name.lower() == "getmore" and reply.get("ok") == 0:
-            cursor = self.cursors.get(int(req.body.get("getMore") or 0))
-            if isinstance(cursor, changestream.ChangeStreamCursor):
-                changestream.label_resumable(reply)
         node = self.node
         attach_topology_version(reply, node.topology_version())
         if not node.spec.standalone and not node.is_arbiter:
@@ -205,8 +201,10 @@ class Commands:
             await self.node.storage_idle()
         app = self._application_of(req)
         fail = next(
-            (f for f in self.fail_points.values() if f.fires_for(req.name, req.body, app)), None
-        )
+            (f for f in self.fail_points.values()
+             if not f.at_cursor_checkout and f.fires_for(req.name, req.body, app)),
+            None,
+        )  # fmt: skip
         retryable = transactions.retryable_write(req)
         if (
             fail
@@ -216,7 +214,15 @@ class Commands:
             if fail.error_labels is None:
                 transactions.label_error(req, early)
             return early
+        cursor_id = req.body.get("getMore") if req.name.lower() == "getmore" else None
+        stream = isinstance(cursor_id, int) and isinstance(
+            self.cursors.get(cursor_id), changestream.ChangeStreamCursor
+        )
         reply = await self._execute(handler, req)
+        if stream and reply.get("ok") == 0:
+            # The stream's own error, raised once its cursor was found: a failCommand error
+            # (returned above) comes before that and is labeled only as its data says.
+            changestream.label_resumable(reply)
         if fail and fail.after_execution and (late := await fail.disrupt(retryable)) is not None:
             return late
         if fail and fail.write_concern_error:
@@ -1258,6 +1264,14 @@ async def _get_more(cmds: Commands, req: Request) -> dict[str, Any]:
     cursor = cmds.cursors.get(cursor_id)
     if cursor is None:
         raise CommandError(43, f"cursor id {cursor_id} not found")
+    fail = cmds.fail_points.get(AFTER_CURSOR_CHECKOUT)
+    app = cmds.app_names.get(req.connection_id)
+    if fail is not None and fail.fires_for(req.name, req.body, app):
+        del cmds.cursors[cursor_id]  # as on mongod: a getMore that fails kills its cursor
+        if fail.close_connection:
+            raise CloseConnection
+        raise CommandError(int(fail.error_code or 96),
+                           f"Failing command via '{AFTER_CURSOR_CHECKOUT}' failpoint")  # fmt: skip
     batch_size = req.body.get("batchSize")
     if isinstance(cursor, changestream.ChangeStreamCursor):
         size = int(batch_size) if batch_size else None

@@ -1,7 +1,10 @@
 """MongoDB's `failCommand` fail point: make chosen commands fail, hang or drop the connection;
-and `onPrimaryTransactionalWrite`, which disrupts retryable writes (commands with a
+`onPrimaryTransactionalWrite`, which disrupts retryable writes (commands with a
 txnNumber): with `failBeforeCommitExceptionCode` it fails them before anything is written,
-otherwise (`closeConnection`, the default) it drops the connection after the write is applied.
+otherwise (`closeConnection`, the default) it drops the connection after the write is applied;
+and `failGetMoreAfterCursorCheckout`, which fails a getMore once its cursor is found (the
+cursor dies with it), so the error is the cursor's own: a change stream's resumable one carries
+ResumableChangeStreamError, where failCommand's, raised before the cursor is known, does not.
 
 Configured with `{configureFailPoint: "failCommand", mode: "alwaysOn" | "off" | {times: N} |
 {skip: N} | {activationProbability: p}, data: {failCommands: [...], appName, errorCode,
@@ -30,7 +33,8 @@ class CloseConnection(Exception):
     """Drop the client's connection without answering."""
 
 
-NAMES = ("failCommand", "onPrimaryTransactionalWrite")
+AFTER_CURSOR_CHECKOUT = "failGetMoreAfterCursorCheckout"
+NAMES = ("failCommand", "onPrimaryTransactionalWrite", AFTER_CURSOR_CHECKOUT)
 _WRITES = frozenset({"insert", "update", "delete", "findandmodify"})
 
 
@@ -53,6 +57,8 @@ class FailPoint:
     skip: int = 0
     # The chance that it fires for a matching command (mode {activationProbability: p}).
     probability: float = 1.0
+    # Consulted by getMore once the cursor is found, not before any command runs.
+    at_cursor_checkout: bool = False
 
     @classmethod
     def from_command(cls, body: dict[str, Any]) -> FailPoint | None:
@@ -77,6 +83,16 @@ class FailPoint:
                 close_connection=code is None and bool(data.get("closeConnection", True)),
                 after_execution=code is None,
                 retryable_writes_only=True,
+                skip=skip,
+                probability=probability,
+            )
+        if name == AFTER_CURSOR_CHECKOUT:
+            return cls(
+                commands=frozenset({"getmore"}),
+                times=times,
+                error_code=int(data.get("errorCode", 96)),  # mongod's default: OperationFailed
+                close_connection=bool(data.get("closeConnection")),
+                at_cursor_checkout=True,
                 skip=skip,
                 probability=probability,
             )
