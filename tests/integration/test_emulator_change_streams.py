@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pymongo import monitoring
 from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
 from support import wait_until, writable_primary
 
 from rsdrill.sandbox.cluster import Sandbox
@@ -124,3 +125,41 @@ def test_a_streams_own_resumable_error_is_labeled_and_a_fail_commands_is_not(
         stream.try_next()  # the first getMore fails
     assert (ended.value.code, ended.value.details["codeName"]) == (6, "HostUnreachable")
     assert not ended.value.has_error_label("ResumableChangeStreamError")
+
+
+def test_batches_drops_and_invalidates_as_mongod_gives_them(replset: Any, client_for: Any) -> None:
+    sandbox: Sandbox = replset("rs3")
+    client = client_for(sandbox, w="majority")
+    db = client.cs_batches
+    # Small batches: each event once, however the batches cut them.
+    with db.items.watch(batch_size=2, max_await_time_ms=200) as stream:
+        db.items.insert_many([{"_id": i} for i in range(10)])
+        got = [e["documentKey"]["_id"] for e in _next_events(stream, 10)]
+        assert stream.try_next() is None
+    assert got == list(range(10))
+    # A database's drop: a drop per collection, then dropDatabase, then invalidate.
+    db.other.insert_one({"_id": 1})
+    with db.watch(max_await_time_ms=200) as stream:
+        client.drop_database(db.name)
+        events = _next_events(stream, 4)
+    kinds = [e["operationType"] for e in events]
+    assert kinds == ["drop", "drop", "dropDatabase", "invalidate"], kinds
+    assert {e["ns"]["coll"] for e in events[:2]} == {"items", "other"}
+    # An invalidate's token: resumeAfter refuses it, startAfter starts after it.
+    with db.items.watch(max_await_time_ms=200) as stream:
+        db.items.drop()
+        db.items.insert_one({"_id": "x"})
+        db.items.drop()
+        *_, invalidate = _next_events(stream, 3)
+    assert invalidate["operationType"] == "invalidate"
+    with pytest.raises(OperationFailure) as refused:
+        db.items.watch(resume_after=invalidate["_id"])
+    assert refused.value.code == 260
+    with db.items.watch(start_after=invalidate["_id"], max_await_time_ms=200) as stream:
+        db.items.insert_one({"_id": "after"})
+        assert _next_events(stream, 1)[0]["documentKey"] == {"_id": "after"}
+    # A stream reads majority-committed entries only, and says so to any other read concern.
+    local = db.get_collection("items", read_concern=ReadConcern("local"))
+    with pytest.raises(OperationFailure) as wrong:
+        local.watch()
+    assert wrong.value.code == 72

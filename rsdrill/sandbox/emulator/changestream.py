@@ -51,21 +51,28 @@ def label_resumable(reply: dict[str, Any]) -> None:
         del reply["errorLabels"]
 
 
-def resume_token(position: OpTime) -> dict[str, Any]:
+# Appended to the token of an invalidate event (mongod's `fromInvalidate`): it sorts after the
+# token of the drop that caused it, and only startAfter may start from it.
+_FROM_INVALIDATE = "01"
+
+
+def resume_token(position: OpTime, *, invalidate: bool = False) -> dict[str, Any]:
     """An opaque token for an oplog position; hex in time order, as mongod's compare."""
-    return {"_data": f"{position.secs:08X}{position.inc:08X}{position.term + 1:016X}"}
+    data = f"{position.secs:08X}{position.inc:08X}{position.term + 1:016X}"
+    return {"_data": data + _FROM_INVALIDATE if invalidate else data}
 
 
-def position_of(token: Any) -> OpTime:
-    """The oplog position a resume token names (InvalidResumeToken when it is not ours)."""
+def position_of(token: Any) -> tuple[OpTime, bool]:
+    """The oplog position a resume token names, and whether it is an invalidate event's
+    (InvalidResumeToken when it is not ours)."""
     data = token.get("_data") if isinstance(token, dict) else None
-    if not isinstance(data, str) or len(data) != 32:
+    if not isinstance(data, str) or len(data) < 32 or data[32:] not in ("", _FROM_INVALIDATE):
         raise CommandError(260, f"invalid resume token: {token!r}")
     try:
-        secs, inc, term = int(data[:8], 16), int(data[8:16], 16), int(data[16:], 16) - 1
+        secs, inc, term = int(data[:8], 16), int(data[8:16], 16), int(data[16:32], 16) - 1
     except ValueError:
         raise CommandError(260, f"invalid resume token: {token!r}") from None
-    return OpTime(term, secs, inc)
+    return OpTime(term, secs, inc), len(data) == 34
 
 
 @dataclass
@@ -123,7 +130,10 @@ def _start(node: Node, spec: dict[str, Any]) -> OpTime:
     """The position a new stream reads after: a resume token's, a time's, or now."""
     token = spec.get("resumeAfter", spec.get("startAfter"))
     if token is not None:
-        position = position_of(token)
+        position, from_invalidate = position_of(token)
+        if from_invalidate and "resumeAfter" in spec:
+            raise CommandError(260, "Attempting to resume a change stream using 'resumeAfter' is "
+                                    "not allowed from an invalidate notification.")  # fmt: skip
         if node.oplog.contains(position):
             return position
         if position < node.oplog.oldest:
@@ -197,15 +207,17 @@ def _collect(
                 return out
             cursor.position = position
             events = run_pipeline(_events(node, cursor, entry), cursor.pipeline)
-            if any(event.get("_id") != resume_token(position) for event in events):
+            tokens = (resume_token(position), resume_token(position, invalidate=True))
+            if any(event.get("_id") not in tokens for event in events):
                 raise CommandError(
                     _FATAL,
                     "Encountered an event whose _id field, which contains the resume token, "
                     "was modified by the pipeline",
                     labels=("NonResumableChangeStreamError",),
                 )
-            out += events[: limit - len(out)]
-            cursor.pending += events[limit - len(out) :]
+            room = limit - len(out)
+            out += events[:room]
+            cursor.pending += events[room:]
             if len(out) >= limit or cursor.invalidated:
                 return out
     return out
@@ -264,7 +276,7 @@ def _command_events(
         events = [base | {"operationType": "drop", "ns": {"db": db, "coll": o["drop"]}}]
         if cursor.coll is not None:
             cursor.invalidated = True
-            events.append(base | {"operationType": "invalidate"})
+            events.append(_invalidate(base))
         return events
     expanded = _expanded_event(o)
     if expanded is not None and cursor.show_expanded:
@@ -276,9 +288,15 @@ def _command_events(
         events = [base | {"operationType": "dropDatabase", "ns": {"db": db}}]
         if cursor.db is not None:
             cursor.invalidated = True
-            events.append(base | {"operationType": "invalidate"})
+            events.append(_invalidate(base))
         return events
     return []
+
+
+def _invalidate(base: dict[str, Any]) -> dict[str, Any]:
+    """The event that ends a collection's or database's stream, after its drop."""
+    token = {"_data": base["_id"]["_data"] + _FROM_INVALIDATE}
+    return base | {"_id": token, "operationType": "invalidate"}
 
 
 def _expanded_event(o: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:

@@ -1185,6 +1185,11 @@ def _open_change_stream(
 ) -> dict[str, Any]:
     node = cmds.node
     target = req.body["aggregate"]
+    level = (req.body.get("readConcern") or {}).get("level")
+    if level not in (None, "majority"):
+        # A stream reads majority-committed entries only; mongod refuses any other promise.
+        raise CommandError(72, f"$changeStream does not support read concern {level!r}: "
+                               "only 'majority' (the default)")  # fmt: skip
     stream = changestream.open_stream(node, req.db, target, spec, rest, ns)
     cursor_id = random.randint(1, 2**62)
     cmds.cursors[cursor_id] = stream
@@ -1380,8 +1385,16 @@ async def _drop(cmds: Commands, req: Request) -> dict[str, Any]:
 
 @command("dropDatabase")
 async def _drop_database(cmds: Commands, req: Request) -> dict[str, Any]:
-    cmds.node.require_writable()
-    optime = cmds.node.write("c", f"{req.db}.$cmd", {"dropDatabase": 1})
+    node = cmds.node
+    node.require_writable()
+    # As mongod (4.2+): each collection's drop is an entry of its own (so streams see a drop
+    # event per collection), then the database's, which takes the views with it.
+    prefix = f"{req.db}."
+    for ns in node.store.namespaces():
+        name = ns[len(prefix) :]
+        if ns.startswith(prefix) and not name.startswith("system.") and not node.store.view(ns):
+            node.write("c", f"{req.db}.$cmd", {"drop": name})
+    optime = node.write("c", f"{req.db}.$cmd", {"dropDatabase": 1})
     return await cmds.finish_write(req, {"dropped": req.db}, optime)
 
 
