@@ -9,7 +9,7 @@ import pytest
 from pymongo import monitoring
 from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
-from support import wait_until, writable_primary
+from support import member_state, wait_until, writable_primary
 
 from rsdrill.sandbox.cluster import Sandbox
 
@@ -163,3 +163,64 @@ def test_batches_drops_and_invalidates_as_mongod_gives_them(replset: Any, client
     with pytest.raises(OperationFailure) as wrong:
         local.watch()
     assert wrong.value.code == 72
+
+
+def test_pre_and_post_images_when_the_collection_keeps_them(replset: Any, client_for: Any) -> None:
+    sandbox: Sandbox = replset("rs3")
+    client = client_for(sandbox, w="majority")
+    db = client.cs_images
+    db.create_collection("kept", changeStreamPreAndPostImages={"enabled": True})
+    db.plain.insert_one({"_id": 1, "x": 0})
+    db.kept.insert_one({"_id": 1, "x": 0})
+    images = {"full_document": "whenAvailable", "full_document_before_change": "whenAvailable"}
+    with db.watch(max_await_time_ms=200, **images) as stream:
+        for coll in (db.plain, db.kept):
+            coll.update_one({"_id": 1}, {"$set": {"x": 1}})
+            coll.replace_one({"_id": 1}, {"x": 2})
+            coll.delete_one({"_id": 1})
+        plain, kept = _next_events(stream, 3), _next_events(stream, 3)
+    # The images as of each event, not the document now (updateLookup's).
+    assert [e.get("fullDocumentBeforeChange") for e in kept] == [
+        {"_id": 1, "x": 0}, {"_id": 1, "x": 1}, {"_id": 1, "x": 2}]  # fmt: skip
+    assert [e.get("fullDocument") for e in kept[:2]] == [{"_id": 1, "x": 1}, {"_id": 1, "x": 2}]
+    assert [e.get("fullDocumentBeforeChange", "absent") for e in plain] == [None, None, None]
+    assert plain[0]["fullDocument"] is None
+    # Off (the default): no field; required where none was kept: the stream fails.
+    with db.plain.watch(max_await_time_ms=200) as stream:
+        db.plain.insert_one({"_id": 2})
+        db.plain.delete_one({"_id": 2})
+        assert "fullDocumentBeforeChange" not in _next_events(stream, 2)[1]
+    with db.plain.watch(full_document_before_change="required", max_await_time_ms=200) as stream:
+        db.plain.insert_one({"_id": 3})
+        db.plain.delete_one({"_id": 3})
+        with pytest.raises(OperationFailure) as missing:
+            for _ in range(20):
+                stream.try_next()
+    assert missing.value.code == 47
+    # collMod turns them on for a collection that has none; the option replicates, so a
+    # secondary's copy keeps images too (a stream after a failover finds them).
+    with db.plain.watch(show_expanded_events=True, max_await_time_ms=200) as expanded:
+        db.command("collMod", "plain", changeStreamPreAndPostImages={"enabled": True})
+        [modify] = _next_events(expanded, 1)
+    assert modify["operationType"] == "modify"
+    assert modify["operationDescription"] == {"changeStreamPreAndPostImages": {"enabled": True}}
+    info = {c["name"]: c["options"] for c in db.list_collections()}
+    assert info["plain"] == {"changeStreamPreAndPostImages": {"enabled": True}}
+
+    def options_on(host: str) -> list[Any]:
+        listed = client_for(host).cs_images.list_collections(filter={"name": "plain"})
+        return [c["options"] for c in listed]
+
+    for member in sandbox.spec.members:
+        wait_until(lambda h=member.host: options_on(h) == [info["plain"]], 10, member.host)
+    # A member that starts empty copies the option with the collection (initial sync); the
+    # write after collMod keeps its entry out of the oplog the sync replays.
+    db.plain.insert_one({"_id": 4})
+    secondary = next(m for m in sandbox.spec.members if member_state(m.host) == "SECONDARY")
+    sandbox.kill(secondary)
+    sandbox.start(secondary, wipe=True)
+    wait_until(lambda: member_state(secondary.host) == "SECONDARY", 30, "the resynced member")
+    assert options_on(secondary.host) == [info["plain"]]
+    with pytest.raises(OperationFailure) as refused:
+        db.command("collMod", "plain", validator={"x": {"$gt": 0}})
+    assert refused.value.code == 72 and "validator" in str(refused.value)

@@ -36,6 +36,8 @@ _INTERNAL_DATABASES = frozenset({"admin", "config", "local"})
 DEFAULT_AWAIT_S = 1.0
 _SCAN_BYTES = 4 * 1024 * 1024
 _NOT_ALLOWED, _FATAL, _HISTORY_LOST = 20, 280, 286  # IllegalOperation, ChangeStream*Error
+_FULL_DOCUMENT = ("default", "updateLookup", "whenAvailable", "required")
+_BEFORE_CHANGE = ("off", "whenAvailable", "required")
 # Errors after which a client may resume a stream: mongod 4.4+ labels them on a stream's getMore.
 RESUMABLE_CODES = frozenset(
     {6, 7, 63, 89, 91, 133, 150, 189, 234, 262, 9001, 10107, 11600, 11602, 13388, 13435, 13436}
@@ -85,6 +87,7 @@ class ChangeStreamCursor:
     position: OpTime
     pipeline: list[Any]
     full_document: str = "default"
+    before_change: str = "off"  # fullDocumentBeforeChange
     show_expanded: bool = False  # create, createIndexes and dropIndexes events too
     invalidated: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)
@@ -115,13 +118,22 @@ def open_stream(
         watched_db, coll = db, None
     else:
         watched_db, coll = db, target
+    full_document = spec.get("fullDocument", "default")
+    if full_document not in _FULL_DOCUMENT:
+        raise CommandError(2, f"fullDocument must be one of {', '.join(_FULL_DOCUMENT)}, "
+                              f"not {full_document!r}")  # fmt: skip
+    before_change = spec.get("fullDocumentBeforeChange", "off")
+    if before_change not in _BEFORE_CHANGE:
+        raise CommandError(2, f"fullDocumentBeforeChange must be one of "
+                              f"{', '.join(_BEFORE_CHANGE)}, not {before_change!r}")  # fmt: skip
     return ChangeStreamCursor(
         ns=ns,
         db=watched_db,
         coll=coll,
         position=_start(node, spec),
         pipeline=rest,
-        full_document=str(spec.get("fullDocument", "default")),
+        full_document=full_document,
+        before_change=before_change,
         show_expanded=bool(spec.get("showExpandedEvents")),
     )
 
@@ -238,27 +250,46 @@ def _events(node: Node, cursor: ChangeStreamCursor, entry: dict[str, Any]) -> li
         doc = entry["o"]
         return [event | {"operationType": "insert", "fullDocument": doc,
                          "documentKey": {"_id": doc["_id"]}}]  # fmt: skip
+    # Kept at apply time for a collection with changeStreamPreAndPostImages enabled; looked up
+    # only by a stream that asks for them.
+    wanted = cursor.before_change != "off" or cursor.full_document in ("whenAvailable", "required")
+    ts = entry["ts"]
+    images = node.store.images(int(entry["t"]), ts.time, ts.inc) if wanted else None
+    pre, post = images if images is not None else (None, None)
     if op == "u":
         o, doc_id = entry["o"], entry["o2"]["_id"]
         key = {"documentKey": {"_id": doc_id}}
         if not is_diff(o):  # a replacement: the entry holds the document
-            return [event | {"operationType": "replace", "fullDocument": o} | key]
+            replace = event | {"operationType": "replace", "fullDocument": o} | key
+            return [_before_change(cursor, replace, pre)]
         description = describe(o["diff"])
         update = event | {"operationType": "update"} | key | {"updateDescription": description}
         if cursor.full_document == "updateLookup":
             update["fullDocument"] = node.store.get(ns, doc_id)
-        elif cursor.full_document == "whenAvailable":
-            update["fullDocument"] = None  # no post-images kept (changeStreamPreAndPostImages)
-        elif cursor.full_document == "required":
-            raise CommandError(
-                47,
-                "Change stream was configured to require a post-image for all update, delete "
-                "and replace events, but the post-image was not found for event",
-            )
-        return [update]
+        elif cursor.full_document in ("whenAvailable", "required"):
+            update["fullDocument"] = _image(post, cursor.full_document, "post")
+        return [_before_change(cursor, update, pre)]
     if op == "d":
-        return [event | {"operationType": "delete", "documentKey": {"_id": entry["o"]["_id"]}}]
+        delete = event | {"operationType": "delete", "documentKey": {"_id": entry["o"]["_id"]}}
+        return [_before_change(cursor, delete, pre)]
     return []
+
+
+def _before_change(cursor: ChangeStreamCursor, event: dict[str, Any], pre: Any) -> dict[str, Any]:
+    if cursor.before_change == "off":
+        return event
+    return event | {"fullDocumentBeforeChange": _image(pre, cursor.before_change, "pre")}
+
+
+def _image(image: Any, mode: str, which: str) -> Any:
+    """An event's pre- or post-image: None when none was kept, unless the stream requires it."""
+    if image is None and mode == "required":
+        raise CommandError(
+            47,
+            f"Change stream was configured to require a {which}-image for all update, delete "
+            f"and replace events, but the {which}-image was not found for event",
+        )
+    return image
 
 
 def _watched(cursor: ChangeStreamCursor, db: str, coll: str | None) -> bool:
@@ -313,4 +344,7 @@ def _expanded_event(o: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     if "dropIndexes" in o:
         dropped = {"indexes": [{"name": o["index"]}]}
         return o["dropIndexes"], {"operationType": "dropIndexes", "operationDescription": dropped}
+    if "collMod" in o:
+        changed = {k: v for k, v in o.items() if k != "collMod"}
+        return o["collMod"], {"operationType": "modify", "operationDescription": changed}
     return None

@@ -622,14 +622,19 @@ def _parameters(node: Node) -> dict[str, Any]:
     }
 
 
+# Fields a driver may add to any command, beside the command's own.
+_GENERIC_FIELDS = frozenset({"$db", "lsid", "$clusterTime", "$readPreference", "comment",
+                             "txnNumber", "writeConcern", "maxTimeMS", "apiVersion", "apiStrict",
+                             "apiDeprecationErrors"})  # fmt: skip
+
+
 @command("getParameter")
 async def _get_parameter(cmds: Commands, req: Request) -> dict[str, Any]:
     _admin_only(req)
     known = _parameters(cmds.node)
     if req.body.get("getParameter") == "*":
         return dict(known)
-    asked = [k for k in req.body if k not in ("getParameter", "$db", "lsid", "$clusterTime",
-                                               "$readPreference", "comment")]  # fmt: skip
+    asked = [k for k in req.body if k != "getParameter" and k not in _GENERIC_FIELDS]
     missing = [k for k in asked if k not in known]
     if missing or not asked:
         raise CommandError(72, "no option found to get")
@@ -1337,7 +1342,7 @@ def _collection_info(node: Node, db: str, name: str) -> dict[str, Any]:
     return {
         "name": name,
         "type": "collection",
-        "options": {},
+        "options": dict(node.store.options(f"{db}.{name}")),
         "info": {"readOnly": False},
         "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
     }
@@ -1368,7 +1373,38 @@ async def _create(cmds: Commands, req: Request) -> dict[str, Any]:
             if name in pipeline.OUTPUT_STAGES or name == "$changeStream":
                 raise CommandError(2, f"{name} cannot be used in a view definition")
         o |= {"viewOn": view_on, "pipeline": stages}
+    if "changeStreamPreAndPostImages" in req.body:
+        o["changeStreamPreAndPostImages"] = _pre_and_post_images(req.body)
     optime = cmds.node.write("c", f"{req.db}.$cmd", o)
+    return await cmds.finish_write(req, {}, optime)
+
+
+def _pre_and_post_images(body: dict[str, Any]) -> dict[str, bool]:
+    setting = body["changeStreamPreAndPostImages"]
+    if (
+        not isinstance(setting, dict)
+        or set(setting) != {"enabled"}
+        or not isinstance(setting["enabled"], bool)
+    ):
+        raise CommandError(2, "changeStreamPreAndPostImages must be {enabled: true|false}")
+    return {"enabled": setting["enabled"]}
+
+
+@command("collMod")
+async def _coll_mod(cmds: Commands, req: Request) -> dict[str, Any]:
+    """collMod's changeStreamPreAndPostImages; other options are refused by name, not ignored."""
+    ns = _ns(req)
+    node = cmds.node
+    node.require_writable()
+    if not node.store.exists(ns) or node.store.view(ns) is not None:
+        raise CommandError(26, f"ns does not exist: {ns}")
+    unknown = sorted(set(req.body) - {"collMod", "changeStreamPreAndPostImages"} - _GENERIC_FIELDS)
+    if unknown:
+        raise CommandError(72, f"collMod option {unknown[0]!r} is not supported by the sandbox")
+    o: dict[str, Any] = {"collMod": req.body["collMod"]}
+    if "changeStreamPreAndPostImages" in req.body:
+        o["changeStreamPreAndPostImages"] = _pre_and_post_images(req.body)
+    optime = node.write("c", f"{req.db}.$cmd", o)
     return await cmds.finish_write(req, {}, optime)
 
 

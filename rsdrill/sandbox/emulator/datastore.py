@@ -27,6 +27,11 @@ def id_key(value: Any) -> bytes:
     return bson.encode({"": value})
 
 
+def _option_fields(o: dict[str, Any]) -> dict[str, Any]:
+    """The collection options a create or collMod entry sets."""
+    return {k: o[k] for k in ("changeStreamPreAndPostImages",) if k in o}
+
+
 def session_key(lsid: dict[str, Any]) -> bytes:
     return bson.encode({"id": lsid.get("id"), "uid": lsid.get("uid")})
 
@@ -46,6 +51,8 @@ class DataStore:
         self._views: dict[str, dict[str, Any] | None] = {}
         # Unique indexes' keys by namespace, built when a write first asks, then kept current.
         self._unique: dict[str, list[UniqueKeys]] = {}
+        # Collection options (changeStreamPreAndPostImages) by namespace, read through.
+        self._options: dict[str, dict[str, Any]] = {}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -111,6 +118,26 @@ class DataStore:
             ).fetchone()
             self._views[ns] = None if row is None else bson.decode(row[0])
         return self._views[ns]
+
+    def options(self, ns: str) -> dict[str, Any]:
+        """The collection's options set by `create` or `collMod` (empty when none)."""
+        if ns not in self._options:
+            row = self.database.execute("SELECT doc FROM options WHERE ns = ?", (ns,)).fetchone()
+            self._options[ns] = {} if row is None else bson.decode(row[0])
+        return self._options[ns]
+
+    def images(self, term: int, secs: int, inc: int) -> tuple[Any, Any] | None:
+        """(pre-image, post-image) of the update, replacement or delete logged at that oplog
+        position, kept when its collection had changeStreamPreAndPostImages enabled; None
+        when none was kept."""
+        row = self.database.execute(
+            "SELECT pre, post FROM images WHERE t = ? AND secs = ? AND inc = ?", (term, secs, inc)
+        ).fetchone()
+        if row is None:
+            return None
+        pre, post = row
+        return (None if pre is None else bson.decode(pre),
+                None if post is None else bson.decode(post))  # fmt: skip
 
     def unique_keys(self, ns: str) -> list[UniqueKeys]:
         """The keys of the collection's unique indexes (an empty list when it has none)."""
@@ -185,8 +212,23 @@ class DataStore:
         self._indexes.pop(ns, None)
         self._unique.pop(ns, None)
 
+    def set_options(self, ns: str, options: dict[str, Any]) -> None:
+        self.database.write(
+            "INSERT OR REPLACE INTO options (ns, doc) VALUES (?, ?)", (ns, bson.encode(options))
+        )
+        self._options[ns] = dict(options)
+
+    def expire_images(self, term: int, secs: int, inc: int) -> None:
+        """Forget the images of entries before this position (the oplog's oldest): as mongod
+        expires pre-images with the oplog, no stream can be resumed from before it."""
+        self.database.write(
+            "DELETE FROM images WHERE (t, secs, inc) < (?, ?, ?)", (term, secs, inc)
+        )
+
     def drop(self, ns: str) -> None:
         self.database.write("DELETE FROM indexes WHERE ns = ?", (ns,))
+        self.database.write("DELETE FROM options WHERE ns = ?", (ns,))
+        self._options.pop(ns, None)
         self.database.write("DELETE FROM views WHERE ns = ?", (ns,))
         self._indexes.pop(ns, None)
         self._views.pop(ns, None)
@@ -201,9 +243,11 @@ class DataStore:
                 self.drop(ns)
 
     def clear(self) -> None:
-        for table in ("docs", "collections", "indexes", "views", "sessions", "statements"):
+        for table in ("docs", "collections", "indexes", "views", "options", "images", "sessions",
+                      "statements"):  # fmt: skip
             self.database.write(f"DELETE FROM {table}")
         self._created.clear()
+        self._options.clear()
         self._indexes.clear()
         self._views.clear()
         self._unique.clear()
@@ -213,14 +257,22 @@ class DataStore:
         """Apply one oplog entry; applying it again changes nothing."""
         op = entry["op"]
         ns = entry["ns"]
+        # Images are kept for entries of their own (a transaction's inner ones have no position).
+        imaged = op in ("u", "d") and "ts" in entry and self._images_enabled(ns)
+        before = self.get(ns, (entry["o2"] if op == "u" else entry["o"])["_id"]) if imaged else None
+        after: dict[str, Any] | None = None
         if op == "u" and updatediff.is_diff(entry["o"]):
-            current = self.get(ns, entry["o2"]["_id"])
+            current = before if imaged else self.get(ns, entry["o2"]["_id"])
             if current is not None:  # else deleted since: a later entry says so too
-                self.put(ns, updatediff.apply(current, entry["o"]["diff"]))
+                after = updatediff.apply(current, entry["o"]["diff"])
+                self.put(ns, after)
         elif op in ("i", "u"):
-            self.put(ns, entry["o"])
+            after = entry["o"]
+            self.put(ns, after)
         elif op == "d":
             self.remove(ns, entry["o"]["_id"])
+        if imaged:
+            self._keep_images(entry, before, after)
         elif op == "c":
             self._apply_command(ns.split(".", 1)[0], entry["o"])
         if "txnNumber" in entry:
@@ -228,12 +280,29 @@ class DataStore:
                 entry["lsid"], int(entry["txnNumber"]), int(entry.get("stmtId", 0)), entry["res"]
             )
 
+    def _images_enabled(self, ns: str) -> bool:
+        setting = self.options(ns).get("changeStreamPreAndPostImages")
+        return isinstance(setting, dict) and bool(setting.get("enabled"))
+
+    def _keep_images(self, entry: dict[str, Any], pre: Any, post: Any) -> None:
+        ts = entry["ts"]
+        self.database.write(
+            "INSERT OR REPLACE INTO images (t, secs, inc, pre, post) VALUES (?, ?, ?, ?, ?)",
+            (int(entry["t"]), ts.time, ts.inc, None if pre is None else bson.encode(pre),
+             None if post is None else bson.encode(post)),
+        )  # fmt: skip
+
     def _apply_command(self, db: str, o: dict[str, Any]) -> None:
         if "create" in o and "viewOn" in o:
             definition = {"viewOn": o["viewOn"], "pipeline": o.get("pipeline", [])}
             self.create_view(f"{db}.{o['create']}", definition)
         elif "create" in o:
             self.create(f"{db}.{o['create']}")
+            if "changeStreamPreAndPostImages" in o:
+                self.set_options(f"{db}.{o['create']}", _option_fields(o))
+        elif "collMod" in o:
+            ns = f"{db}.{o['collMod']}"
+            self.set_options(ns, self.options(ns) | _option_fields(o))
         elif "drop" in o:
             self.drop(f"{db}.{o['drop']}")
         elif "dropDatabase" in o:

@@ -267,7 +267,11 @@ class Node:
         """Apply an entry to data and oplog (durable at the next commit)."""
         self.history.before_apply(entry, self.store)
         self.store.apply(entry)
+        oldest = self.oplog.oldest
         self.oplog.append(entry)
+        if self.oplog.oldest != oldest:  # entries fell off: so do their change-stream images
+            now = self.oplog.oldest
+            self.store.expire_images(now.term, now.secs, now.inc)
         self.clock.observe(entry["ts"])
         self.new_entries.fire()
 

@@ -18,7 +18,7 @@ _READ = ["find", "listCollections", "listIndexes", "collStats", "dbStats", "kill
 _WRITE = ["insert", "update", "remove", "createCollection", "dropCollection", "createIndex",
           "dropIndex", "renameCollectionSameDB"]  # fmt: skip
 _DB_ADMIN = ["collStats", "dbStats", "listCollections", "listIndexes", "createCollection",
-             "createIndex", "dropCollection", "dropIndex", "dropDatabase"]  # fmt: skip
+             "createIndex", "dropCollection", "dropIndex", "dropDatabase", "collMod"]  # fmt: skip
 _MONITOR = ["serverStatus", "replSetGetStatus", "replSetGetConfig", "listDatabases",
             "getCmdLineOpts", "getParameter", "connPoolStats", "hostInfo", "top"]  # fmt: skip
 _MANAGER = ["replSetStateChange", "replSetConfigure", "replSetGetConfig", "replSetGetStatus",
@@ -69,6 +69,7 @@ _COLLECTION_ACTIONS = {
     "count": "find", "distinct": "find", "aggregate": "find", "findandmodify": "update",
     "create": "createCollection", "drop": "dropCollection", "createindexes": "createIndex",
     "dropindexes": "dropIndex", "listindexes": "listIndexes", "collstats": "collStats",
+    "collmod": "collMod",
 }  # fmt: skip
 _DATABASE_ACTIONS = {"listcollections": "listCollections", "dbstats": "dbStats",
                      "dropdatabase": "dropDatabase"}  # fmt: skip

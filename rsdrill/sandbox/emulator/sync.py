@@ -320,6 +320,8 @@ async def initial_sync(node: Node) -> None:
             node.store.add_index(ns, spec)
         if (view := begin_reply.get("views", {}).get(ns)) is not None:
             node.store.create_view(ns, view)
+        if options := begin_reply.get("options", {}).get(ns):
+            node.store.set_options(ns, options)
         position = 0
         while True:
             request = {"rsdrillClone": ns, "after": Int64(position), "maxBytes": CLONE_BATCH_BYTES}
@@ -384,6 +386,7 @@ async def handle_sync_begin(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
         "namespaces": names,
         "indexes": {ns: node.store.indexes(ns) for ns in names if node.store.indexes(ns)},
         "views": {ns: view for ns in names if (view := node.store.view(ns)) is not None},
+        "options": {ns: options for ns in names if (options := node.store.options(ns))},
         "totalSize": Int64(node.store.approx_size()),
         "ok": 1.0,
     }
