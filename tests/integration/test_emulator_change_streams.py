@@ -224,3 +224,26 @@ def test_pre_and_post_images_when_the_collection_keeps_them(replset: Any, client
     with pytest.raises(OperationFailure) as refused:
         db.command("collMod", "plain", validator={"x": {"$gt": 0}})
     assert refused.value.code == 72 and "validator" in str(refused.value)
+
+
+def test_a_transactions_writes_are_events_and_a_stream_resumes_inside_it(
+    replset: Any, client_for: Any
+) -> None:
+    sandbox: Sandbox = replset("rs3")
+    client = client_for(sandbox, w="majority")
+    coll = client.cs_txn.items
+    coll.insert_one({"_id": "before"})
+    with coll.watch(batch_size=1, max_await_time_ms=200) as stream:
+        with client.start_session() as session, session.start_transaction():
+            coll.insert_one({"_id": "a"}, session=session)
+            coll.update_one({"_id": "before"}, {"$set": {"x": 1}}, session=session)
+            coll.delete_one({"_id": "a"}, session=session)
+        events = _next_events(stream, 3)
+    assert [e["operationType"] for e in events] == ["insert", "update", "delete"]
+    assert len({e["_id"]["_data"] for e in events}) == 3
+    assert all("lsid" in e and e["txnNumber"] == events[0]["txnNumber"] for e in events)
+    # Resumed after the transaction's first event: its other two, once each.
+    with coll.watch(resume_after=events[0]["_id"], max_await_time_ms=200) as resumed:
+        rest = _next_events(resumed, 2)
+        assert resumed.try_next() is None
+    assert [e["_id"] for e in rest] == [e["_id"] for e in events[1:]]

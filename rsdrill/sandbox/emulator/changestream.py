@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
@@ -56,25 +56,47 @@ def label_resumable(reply: dict[str, Any]) -> None:
 # Appended to the token of an invalidate event (mongod's `fromInvalidate`): it sorts after the
 # token of the drop that caused it, and only startAfter may start from it.
 _FROM_INVALIDATE = "01"
+# Appended, with the operation's index (8 hex digits), to the token of an event of a committed
+# transaction (mongod's `txnOpIndex`): one oplog entry holds the whole transaction.
+_TXN_OP = "02"
 
 
-def resume_token(position: OpTime, *, invalidate: bool = False) -> dict[str, Any]:
+class ResumePoint(NamedTuple):
+    """Where a resume token stands: an oplog entry, and within a transaction's entry the
+    operation; `from_invalidate` for an invalidate event's token."""
+
+    position: OpTime
+    from_invalidate: bool = False
+    op_index: int | None = None
+
+
+def resume_token(
+    position: OpTime, *, invalidate: bool = False, op_index: int | None = None
+) -> dict[str, Any]:
     """An opaque token for an oplog position; hex in time order, as mongod's compare."""
     data = f"{position.secs:08X}{position.inc:08X}{position.term + 1:016X}"
-    return {"_data": data + _FROM_INVALIDATE if invalidate else data}
+    if invalidate:
+        data += _FROM_INVALIDATE
+    elif op_index is not None:
+        data += f"{_TXN_OP}{op_index:08X}"
+    return {"_data": data}
 
 
-def position_of(token: Any) -> tuple[OpTime, bool]:
-    """The oplog position a resume token names, and whether it is an invalidate event's
-    (InvalidResumeToken when it is not ours)."""
+def position_of(token: Any) -> ResumePoint:
+    """Where a resume token stands (InvalidResumeToken when it is not ours)."""
     data = token.get("_data") if isinstance(token, dict) else None
-    if not isinstance(data, str) or len(data) < 32 or data[32:] not in ("", _FROM_INVALIDATE):
+    if not isinstance(data, str) or len(data) not in (32, 34, 42):
         raise CommandError(260, f"invalid resume token: {token!r}")
+    suffix = data[32:]
     try:
         secs, inc, term = int(data[:8], 16), int(data[8:16], 16), int(data[16:32], 16) - 1
+        if suffix[:2] == _TXN_OP and len(suffix) == 10:
+            return ResumePoint(OpTime(term, secs, inc), op_index=int(suffix[2:], 16))
     except ValueError:
         raise CommandError(260, f"invalid resume token: {token!r}") from None
-    return OpTime(term, secs, inc), len(data) == 34
+    if suffix not in ("", _FROM_INVALIDATE):
+        raise CommandError(260, f"invalid resume token: {token!r}")
+    return ResumePoint(OpTime(term, secs, inc), from_invalidate=suffix == _FROM_INVALIDATE)
 
 
 @dataclass
@@ -91,6 +113,8 @@ class ChangeStreamCursor:
     show_expanded: bool = False  # create, createIndexes and dropIndexes events too
     invalidated: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)
+    # Resumed inside a transaction's entry (at `position`): the operation to go on from.
+    next_op: int | None = None
 
 
 def open_stream(
@@ -126,28 +150,31 @@ def open_stream(
     if before_change not in _BEFORE_CHANGE:
         raise CommandError(2, f"fullDocumentBeforeChange must be one of "
                               f"{', '.join(_BEFORE_CHANGE)}, not {before_change!r}")  # fmt: skip
+    start = _start(node, spec)
     return ChangeStreamCursor(
         ns=ns,
         db=watched_db,
         coll=coll,
-        position=_start(node, spec),
+        position=start.position,
         pipeline=rest,
         full_document=full_document,
         before_change=before_change,
         show_expanded=bool(spec.get("showExpandedEvents")),
+        next_op=None if start.op_index is None else start.op_index + 1,
     )
 
 
-def _start(node: Node, spec: dict[str, Any]) -> OpTime:
-    """The position a new stream reads after: a resume token's, a time's, or now."""
+def _start(node: Node, spec: dict[str, Any]) -> ResumePoint:
+    """Where a new stream reads after: a resume token's point, a time's, or now."""
     token = spec.get("resumeAfter", spec.get("startAfter"))
     if token is not None:
-        position, from_invalidate = position_of(token)
-        if from_invalidate and "resumeAfter" in spec:
+        point = position_of(token)
+        if point.from_invalidate and "resumeAfter" in spec:
             raise CommandError(260, "Attempting to resume a change stream using 'resumeAfter' is "
                                     "not allowed from an invalidate notification.")  # fmt: skip
+        position = point.position
         if node.oplog.contains(position):
-            return position
+            return point
         if position < node.oplog.oldest:
             raise CommandError(_HISTORY_LOST,
                                "the resume point may no longer be in the oplog")  # fmt: skip
@@ -155,8 +182,8 @@ def _start(node: Node, spec: dict[str, Any]) -> OpTime:
                            "cannot resume: the resume token was not found")  # fmt: skip
     at = spec.get("startAtOperationTime")
     if isinstance(at, Timestamp):
-        return _before(node, at)
-    return node.commit_point
+        return ResumePoint(_before(node, at))
+    return ResumePoint(node.commit_point)
 
 
 def _before(node: Node, at: Timestamp) -> OpTime:
@@ -191,11 +218,13 @@ async def next_batch(
 
 
 def reply(cursor_id: int, cursor: ChangeStreamCursor, batch: list[Any], first: bool) -> Any:
-    """The cursor reply, with the token a client resumes from when the batch is empty."""
+    """The cursor reply, with the token a client resumes from when the batch is empty (its
+    last event's when more of the same entry wait: resuming must not skip them)."""
+    token = batch[-1]["_id"] if batch and cursor.pending else resume_token(cursor.position)
     return {
         "cursor": {
             "firstBatch" if first else "nextBatch": batch,
-            "postBatchResumeToken": resume_token(cursor.position),
+            "postBatchResumeToken": token,
             "id": Int64(0 if cursor.invalidated and not cursor.pending else cursor_id),
             "ns": cursor.ns,
         }
@@ -208,6 +237,11 @@ def _collect(
     limit = batch_size if batch_size else 101
     out: list[dict[str, Any]] = cursor.pending[:limit]
     del cursor.pending[:limit]
+    if cursor.next_op is not None:  # resumed inside a transaction: the rest of its entry
+        first, cursor.next_op = cursor.next_op, None
+        entry = node.oplog.entry_at(cursor.position)
+        if entry is not None:
+            _take(cursor, _events(node, cursor, entry, first), out, limit)
     committed = node.commit_point
     while len(out) < limit and not cursor.invalidated and cursor.position < committed:
         entries = node.oplog.entries_after(cursor.position, _SCAN_BYTES)
@@ -218,30 +252,65 @@ def _collect(
             if position > committed:
                 return out
             cursor.position = position
-            events = run_pipeline(_events(node, cursor, entry), cursor.pipeline)
-            tokens = (resume_token(position), resume_token(position, invalidate=True))
-            if any(event.get("_id") not in tokens for event in events):
-                raise CommandError(
-                    _FATAL,
-                    "Encountered an event whose _id field, which contains the resume token, "
-                    "was modified by the pipeline",
-                    labels=("NonResumableChangeStreamError",),
-                )
-            room = limit - len(out)
-            out += events[:room]
-            cursor.pending += events[room:]
+            _take(cursor, _events(node, cursor, entry), out, limit)
             if len(out) >= limit or cursor.invalidated:
                 return out
     return out
 
 
-def _events(node: Node, cursor: ChangeStreamCursor, entry: dict[str, Any]) -> list[Any]:
-    """The change events one oplog entry means to this stream (none, one, or drop+invalidate)."""
+def _take(
+    cursor: ChangeStreamCursor, events: list[dict[str, Any]], out: list[Any], limit: int
+) -> None:
+    """One entry's events through the stream's pipeline, into the batch up to `limit`, the
+    rest held for the next one."""
+    tokens = [event["_id"] for event in events]
+    events = run_pipeline(events, cursor.pipeline)
+    if any(event.get("_id") not in tokens for event in events):
+        raise CommandError(
+            _FATAL,
+            "Encountered an event whose _id field, which contains the resume token, "
+            "was modified by the pipeline",
+            labels=("NonResumableChangeStreamError",),
+        )
+    room = limit - len(out)
+    out += events[:room]
+    cursor.pending += events[room:]
+
+
+def _events(
+    node: Node, cursor: ChangeStreamCursor, entry: dict[str, Any], first_op: int = 0
+) -> list[Any]:
+    """The change events one oplog entry means to this stream: none, one, drop+invalidate, or
+    one per operation of a committed transaction (from `first_op` on)."""
+    position = OpTime.of(entry)
+    if entry["op"] == "c" and "applyOps" in entry["o"]:
+        # mongod's events of a transaction carry its session and number.
+        session = {k: entry[k] for k in ("lsid", "txnNumber") if k in entry}
+        when = {"ts": entry["ts"], "wall": entry.get("wall")}
+        return [
+            event | session
+            for index, op in enumerate(entry["o"]["applyOps"])
+            if index >= first_op
+            for event in _op_events(
+                node, cursor, op | when, resume_token(position, op_index=index), None
+            )
+        ]
+    return _op_events(node, cursor, entry, resume_token(position), position)
+
+
+def _op_events(
+    node: Node,
+    cursor: ChangeStreamCursor,
+    entry: dict[str, Any],
+    token: dict[str, Any],
+    imaged_at: OpTime | None,
+) -> list[Any]:
+    """The events of one operation (an entry of its own, or one of a transaction's, which
+    has no images: `imaged_at` None)."""
     op, ns = entry["op"], entry["ns"]
     db, _, coll = ns.partition(".")
     if op == "n" or not _watched(cursor, db, coll if op != "c" else None):
         return []
-    token = resume_token(OpTime.of(entry))
     base = {"_id": token, "clusterTime": entry["ts"], "wallTime": entry.get("wall")}
     if op == "c":
         return _command_events(cursor, db, entry["o"], base)
@@ -253,8 +322,8 @@ def _events(node: Node, cursor: ChangeStreamCursor, entry: dict[str, Any]) -> li
     # Kept at apply time for a collection with changeStreamPreAndPostImages enabled; looked up
     # only by a stream that asks for them.
     wanted = cursor.before_change != "off" or cursor.full_document in ("whenAvailable", "required")
-    ts = entry["ts"]
-    images = node.store.images(int(entry["t"]), ts.time, ts.inc) if wanted else None
+    at = imaged_at
+    images = node.store.images(at.term, at.secs, at.inc) if wanted and at is not None else None
     pre, post = images if images is not None else (None, None)
     if op == "u":
         o, doc_id = entry["o"], entry["o2"]["_id"]
