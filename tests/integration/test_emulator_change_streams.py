@@ -247,3 +247,36 @@ def test_a_transactions_writes_are_events_and_a_stream_resumes_inside_it(
         rest = _next_events(resumed, 2)
         assert resumed.try_next() is None
     assert [e["_id"] for e in rest] == [e["_id"] for e in events[1:]]
+
+
+def test_a_rename_moves_the_collection_and_ends_its_stream(replset: Any, client_for: Any) -> None:
+    sandbox: Sandbox = replset("rs3")
+    client = client_for(sandbox, w="majority")
+    db = client.cs_rename
+    db.source.insert_many([{"_id": 1}, {"_id": 2}])
+    db.source.create_index("x")
+    db.target.insert_one({"_id": "old"})
+    with db.source.watch(max_await_time_ms=200) as stream, db.watch(max_await_time_ms=200) as whole:
+        with pytest.raises(OperationFailure) as exists:
+            db.source.rename("target")
+        assert exists.value.code == 48
+        db.source.rename("target", dropTarget=True)
+        rename, invalidate = _next_events(stream, 2)
+        [in_database] = _next_events(whole, 1)
+    assert rename["operationType"] == "rename" and invalidate["operationType"] == "invalidate"
+    assert (rename["ns"], rename["to"]) == (
+        {"db": "cs_rename", "coll": "source"}, {"db": "cs_rename", "coll": "target"})  # fmt: skip
+    assert in_database["operationType"] == "rename"  # a database's stream goes on
+    assert sorted(d["_id"] for d in db.target.find()) == [1, 2]
+    assert "x_1" in db.target.index_information()
+    assert "source" not in db.list_collection_names()
+    # Every member renamed it (the entry replicates).
+    for member in sandbox.spec.members:
+        wait_until(
+            lambda h=member.host: client_for(h).cs_rename.target.count_documents({}) == 2,
+            10,
+            member.host,
+        )
+    with pytest.raises(OperationFailure) as missing:
+        db.source.rename("other")
+    assert missing.value.code == 26

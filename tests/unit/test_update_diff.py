@@ -38,7 +38,8 @@ def test_a_one_field_update_of_a_large_document_is_a_small_entry() -> None:
 
 def test_update_descriptions_name_what_changed() -> None:
     assert describe(diff(OLD, NEW)) == {
-        "updatedFields": {"a.b": 5, "arr.1": {"y": 2}, "n": 1.0, "new": [1]},
+        # An array element that stays a document changes by a sub-diff, as in mongod's.
+        "updatedFields": {"a.b": 5, "arr.1.y": 2, "n": 1.0, "new": [1]},
         "removedFields": ["gone"],
         "truncatedArrays": [{"field": "arr", "newSize": 2}],
     }
@@ -47,3 +48,13 @@ def test_update_descriptions_name_what_changed() -> None:
         "removedFields": [],
         "truncatedArrays": [],
     }
+
+
+def test_ambiguous_paths_are_spelled_out_with_indices_as_integers() -> None:
+    old = {"_id": 1, "a": {"1": 1}, "b": [{"1": 1}], "c": {"x": 1}}
+    new = {"_id": 1, "a": {"1": 2}, "b": [{"1": 2}], "c": {"x": 2}}
+    description = describe(diff(old, new), disambiguate=True)
+    assert description["updatedFields"] == {"a.1": 2, "b.0.1": 2, "c.x": 2}
+    # c.x reads one way only; a.1 and b.0.1 could name array elements or fields.
+    assert description["disambiguatedPaths"] == {"a.1": ["a", "1"], "b.0.1": ["b", 0, "1"]}
+    assert "disambiguatedPaths" not in describe(diff(old, new))

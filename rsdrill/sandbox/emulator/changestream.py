@@ -331,7 +331,7 @@ def _op_events(
         if not is_diff(o):  # a replacement: the entry holds the document
             replace = event | {"operationType": "replace", "fullDocument": o} | key
             return [_before_change(cursor, replace, pre)]
-        description = describe(o["diff"])
+        description = describe(o["diff"], disambiguate=cursor.show_expanded)
         update = event | {"operationType": "update"} | key | {"updateDescription": description}
         if cursor.full_document == "updateLookup":
             update["fullDocument"] = node.store.get(ns, doc_id)
@@ -378,6 +378,19 @@ def _command_events(
             cursor.invalidated = True
             events.append(_invalidate(base))
         return events
+    if "renameCollection" in o:
+        source_db, _, source = o["renameCollection"].partition(".")
+        target_db, _, target = o["to"].partition(".")
+        if cursor.coll is not None and source != cursor.coll:
+            return []
+        rename = base | {"operationType": "rename", "ns": {"db": source_db, "coll": source},
+                         "to": {"db": target_db, "coll": target}}  # fmt: skip
+        if cursor.show_expanded:
+            rename["operationDescription"] = {"to": rename["to"], "dropTarget": o["dropTarget"]}
+        if cursor.coll is None:
+            return [rename]
+        cursor.invalidated = True  # a collection's stream ends with its name
+        return [rename, _invalidate(base)]
     expanded = _expanded_event(o)
     if expanded is not None and cursor.show_expanded:
         coll, event = expanded

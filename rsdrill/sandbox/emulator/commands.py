@@ -1419,6 +1419,35 @@ async def _drop(cmds: Commands, req: Request) -> dict[str, Any]:
     return await cmds.finish_write(req, {"ns": ns, "nIndexesWas": was}, optime)
 
 
+@command("renameCollection")
+async def _rename_collection(cmds: Commands, req: Request) -> dict[str, Any]:
+    """renameCollection (admin): `renameCollection: "db.from", to: "db.to"`, `dropTarget`."""
+    _admin_only(req)
+    node = cmds.node
+    node.require_writable()
+    names: list[str] = []
+    for name in ("renameCollection", "to"):
+        value = req.body.get(name)
+        if not isinstance(value, str) or "." not in value.strip(".") or value.endswith("."):
+            raise CommandError(73, f"Invalid {name} namespace: {value!r}")
+        names.append(value)
+    source, target = names
+    if source == target:
+        raise CommandError(20, "Can't rename a collection to itself")
+    if not node.store.exists(source):
+        raise CommandError(26, f"Source collection {source} does not exist")
+    _refuse_view(node, source)
+    drop_target = bool(req.body.get("dropTarget"))
+    if node.store.exists(target):
+        if not drop_target:
+            raise CommandError(48, "target namespace exists")
+        _refuse_view(node, target)
+    source_db = source.split(".", 1)[0]
+    o = {"renameCollection": source, "to": target, "stayTemp": False, "dropTarget": drop_target}
+    optime = node.write("c", f"{source_db}.$cmd", o)
+    return await cmds.finish_write(req, {}, optime)
+
+
 @command("dropDatabase")
 async def _drop_database(cmds: Commands, req: Request) -> dict[str, Any]:
     node = cmds.node

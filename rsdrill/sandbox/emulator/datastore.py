@@ -237,6 +237,19 @@ class DataStore:
         self.database.write("DELETE FROM collections WHERE ns = ?", (ns,))
         self._created.discard(ns)
 
+    def rename(self, source: str, target: str, *, drop_target: bool) -> None:
+        """Move a collection, its documents, indexes and options, to another namespace."""
+        if drop_target:
+            self.drop(target)
+        self.create(target)
+        for table in ("docs", "indexes", "options"):
+            self.database.write(f"UPDATE {table} SET ns = ? WHERE ns = ?", (target, source))
+        self.database.write("DELETE FROM collections WHERE ns = ?", (source,))
+        self._created.discard(source)
+        for cache in (self._indexes, self._views, self._unique, self._options):
+            cache.pop(source, None)
+            cache.pop(target, None)
+
     def drop_database(self, db: str) -> None:
         for ns in self.namespaces():
             if ns.split(".", 1)[0] == db:
@@ -300,6 +313,8 @@ class DataStore:
             self.create(f"{db}.{o['create']}")
             if "changeStreamPreAndPostImages" in o:
                 self.set_options(f"{db}.{o['create']}", _option_fields(o))
+        elif "renameCollection" in o:
+            self.rename(o["renameCollection"], o["to"], drop_target=bool(o.get("dropTarget")))
         elif "collMod" in o:
             ns = f"{db}.{o['collMod']}"
             self.set_options(ns, self.options(ns) | _option_fields(o))

@@ -90,6 +90,11 @@ def required(name: str, db: str, body: dict[str, Any]) -> tuple[str, str] | None
     """The (resource, action) command `name` on `db` needs; None when any logged-in user may
     run it (getMore, endSessions, ...)."""
     key = name.lower()
+    if key == "renamecollection":
+        # Run on admin, judged on the source's database (a move to another database needs
+        # more on mongod; the sandbox asks the same).
+        source = str(body.get(name) or "")
+        return f"{source.partition('.')[0]}.", "renameCollectionSameDB"
     if key in _COLLECTION_ACTIONS:
         return f"{db}.{body.get(name)}", _COLLECTION_ACTIONS[key]
     if key in _DATABASE_ACTIONS:

@@ -60,7 +60,17 @@ def _array_diff(old: list[Any], new: list[Any]) -> Document:
     if len(new) < len(old):
         out["l"] = len(new)
     for index, value in enumerate(new):
-        if index >= len(old) or not _same(old[index], value):
+        if index >= len(old) or _same(old[index], value):
+            if index >= len(old):
+                out[f"u{index}"] = value
+            continue
+        before = old[index]
+        # An element that stays a document or an array changes by a sub-diff, as in mongod's.
+        if isinstance(before, dict) and isinstance(value, dict):
+            out[f"s{index}"] = diff(before, value)
+        elif isinstance(before, list) and isinstance(value, list):
+            out[f"s{index}"] = _array_diff(before, value)
+        else:
             out[f"u{index}"] = value
     return out
 
@@ -86,36 +96,65 @@ def _apply_array(items: list[Any], delta: Document) -> list[Any]:
             index = int(name[1:])
             out.extend([None] * (index + 1 - len(out)))
             out[index] = value
+        elif name.startswith("s"):
+            index = int(name[1:])
+            element = out[index]
+            out[index] = _apply_array(element, value) if value.get("a") else apply(element, value)
     return out
 
 
-def describe(delta: Document, prefix: str = "") -> Document:
-    """The `updateDescription` of a change stream's `update` event for the diff."""
+def describe(delta: Document, *, disambiguate: bool = False) -> Document:
+    """The `updateDescription` of a change stream's `update` event for the diff; with
+    `disambiguate` (showExpandedEvents), `disambiguatedPaths` too: each path whose dotted form
+    could be read two ways (a field named like a number, or with a dot in its name) as its
+    parts, array indices as integers."""
     updated: Document = {}
     removed: list[str] = []
     truncated: list[Document] = []
-    _describe(delta, prefix, updated, removed, truncated)
-    return {"updatedFields": updated, "removedFields": removed, "truncatedArrays": truncated}
+    parts: dict[str, list[str | int]] = {}
+    _describe(delta, [], updated, removed, truncated, parts)
+    description = {"updatedFields": updated, "removedFields": removed, "truncatedArrays": truncated}
+    if disambiguate:
+        ambiguous = {
+            path: path_parts
+            for path, path_parts in parts.items()
+            if any(isinstance(p, str) and (p.isdigit() or "." in p) for p in path_parts)
+        }
+        if ambiguous:
+            description["disambiguatedPaths"] = ambiguous
+    return description
 
 
 def _describe(
-    delta: Document, prefix: str, updated: Document, removed: list[str], truncated: list[Document]
+    delta: Document,
+    at: list[str | int],
+    updated: Document,
+    removed: list[str],
+    truncated: list[Document],
+    parts: dict[str, list[str | int]],
 ) -> None:
-    removed += [f"{prefix}{key}" for key in delta.get("d", {})]
-    for section in ("u", "i"):
-        updated.update({f"{prefix}{key}": value for key, value in delta.get(section, {}).items()})
+    """A document's diff at path `at` (or, with `a`, an array's: its names are indices)."""
+
+    def dotted(path: list[str | int]) -> str:
+        parts[text := ".".join(str(p) for p in path)] = path
+        return text
+
+    array = bool(delta.get("a"))
+    if array:
+        if "l" in delta:
+            truncated.append({"field": dotted(at), "newSize": delta["l"]})
+        for key, value in delta.items():
+            if key.startswith("u"):
+                updated[dotted([*at, int(key[1:])])] = value
+    else:
+        removed += [dotted([*at, key]) for key in delta.get("d", {})]
+        for section in ("u", "i"):
+            for key, value in delta.get(section, {}).items():
+                updated[dotted([*at, key])] = value
     for name, sub in delta.items():
-        if not name.startswith("s"):
-            continue
-        path = f"{prefix}{name[1:]}"
-        if sub.get("a"):
-            if "l" in sub:
-                truncated.append({"field": path, "newSize": sub["l"]})
-            for key, value in sub.items():
-                if key.startswith("u"):
-                    updated[f"{path}.{key[1:]}"] = value
-        else:
-            _describe(sub, f"{path}.", updated, removed, truncated)
+        if name.startswith("s"):
+            step: str | int = int(name[1:]) if array else name[1:]
+            _describe(sub, [*at, step], updated, removed, truncated, parts)
 
 
 def _same(a: Any, b: Any) -> bool:
