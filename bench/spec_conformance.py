@@ -54,6 +54,13 @@ SUITES = {
     "survive_stepdown": "test/test_connections_survive_primary_stepdown_spec.py",
     "server_selection": "test/test_server_selection_in_window.py",
     "change_streams": "test/test_change_stream.py",
+    # Connection pools (CMAP: pool cleared on a network error or a state change), client-side
+    # operation timeouts (CSOT: blockConnection, maxTimeMS), read/write concern handling.
+    "connection_monitoring": "test/test_connection_monitoring.py",
+    "csot": "test/test_csot.py",
+    "read_write_concern": "test/test_read_write_concern_spec.py",
+    "command_monitoring": "test/test_command_monitoring.py",
+    "retryable_writes_prose": "test/test_retryable_writes.py",
 }
 SUITE_TIMEOUT_S = 1200
 TEST_TIMEOUT_S = 60

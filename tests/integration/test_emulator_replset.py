@@ -205,6 +205,36 @@ def test_psa_majority_writes_stall_without_the_secondary(replset, client_for) ->
     assert db.c.count_documents({}) == 3
 
 
+def test_stopped_replication_times_majority_writes_out_and_w_above_the_set_is_unsatisfiable(
+    replset, client_for
+) -> None:
+    # stopReplProducer (as pymongo's read/write concern spec tests use it on mongod): the
+    # secondaries stop fetching, heartbeats go on, so no election and no majority.
+    sandbox = replset("rs3", election_timeout_ms=10_000)
+    primary = writable_primary(sandbox)
+    assert primary is not None
+    secondaries = [m for m in sandbox.spec.members if m.host != primary.host]
+    for member in secondaries:
+        client_for(member.host).admin.command(
+            "configureFailPoint", "stopReplProducer", mode="alwaysOn"
+        )
+    db = client_for(sandbox).db
+    majority = db.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=500))
+    with pytest.raises(WriteConcernError) as timed_out:
+        majority.insert_one({"_id": "stalled"})
+    assert timed_out.value.code == 64
+    assert writable_primary(sandbox) == primary  # nobody called an election
+    for member in secondaries:
+        client_for(member.host).admin.command("configureFailPoint", "stopReplProducer", mode="off")
+    majority.insert_one({"_id": "flowing"})
+    # More members than the set has: the write is done, its write concern never can be.
+    four = db.get_collection("c", write_concern=WriteConcern(w=4, wtimeout=500))
+    with pytest.raises(WriteConcernError) as unsatisfiable:
+        four.insert_one({"_id": "w4"})
+    assert unsatisfiable.value.code == 100
+    assert db.c.find_one({"_id": "w4"}) == {"_id": "w4"}
+
+
 def test_rs1_restart_keeps_every_journaled_write(replset, client_for) -> None:
     sandbox = replset("rs1")
     coll = client_for(sandbox).db.get_collection("c", write_concern=WriteConcern(w=1, j=True))

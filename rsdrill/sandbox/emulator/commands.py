@@ -42,7 +42,12 @@ from rsdrill.sandbox.emulator.errors import (
     CommandError,
     attach_topology_version,
 )
-from rsdrill.sandbox.emulator.failpoint import AFTER_CURSOR_CHECKOUT, CloseConnection, FailPoint
+from rsdrill.sandbox.emulator.failpoint import (
+    AFTER_CURSOR_CHECKOUT,
+    STOP_REPLICATION,
+    CloseConnection,
+    FailPoint,
+)
 from rsdrill.sandbox.emulator.node import MemberState, Node
 from rsdrill.sandbox.emulator.oplog import NULL_OPTIME, OpTime
 from rsdrill.sandbox.emulator.peer import PeerError
@@ -987,6 +992,8 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
     node.require_writable()
     _refuse_view(node, ns)
     n, optime = 0, None
+    ordered = req.body.get("ordered", True)
+    errors: list[dict[str, Any]] = []
     variables = expressions.evaluate_let(req.body.get("let"))
     for i, spec in enumerate(req.body.get("deletes") or []):
         cmds.opcounters["delete"] += 1
@@ -995,7 +1002,13 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
         if previous is not None:
             n += previous["n"]
             continue
-        targets = _matching(node, ns, spec.get("q") or {}, variables, spec.get("collation"))
+        try:
+            targets = _matching(node, ns, spec.get("q") or {}, variables, spec.get("collation"))
+        except query.QueryError as exc:  # a statement's error, as update's: the reply is ok
+            errors.append({"index": i, "code": exc.code, "errmsg": str(exc)} | exc.details)
+            if ordered:
+                break
+            continue
         if spec.get("limit", 0) == 1:
             targets = targets[:1]
         for doc in targets:
@@ -1010,7 +1023,10 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
                 session=cmds.session_fields(session, stmt, {"n": 0}),
             )
         n += len(targets)
-    return await cmds.finish_write(req, {"n": n}, optime)
+    reply: dict[str, Any] = {"n": n}
+    if errors:
+        reply["writeErrors"] = errors
+    return await cmds.finish_write(req, reply, optime)
 
 
 def _matching(
@@ -1555,6 +1571,8 @@ async def _configure_fail_point(cmds: Commands, req: Request) -> dict[str, Any]:
         cmds.fail_points.pop(name, None)
     else:
         cmds.fail_points[name] = fail_point
+    if name == STOP_REPLICATION:
+        cmds.node.replication_stopped = fail_point is not None
     return {"count": 0}
 
 

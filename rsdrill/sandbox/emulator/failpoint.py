@@ -2,9 +2,10 @@
 `onPrimaryTransactionalWrite`, which disrupts retryable writes (commands with a
 txnNumber): with `failBeforeCommitExceptionCode` it fails them before anything is written,
 otherwise (`closeConnection`, the default) it drops the connection after the write is applied;
-and `failGetMoreAfterCursorCheckout`, which fails a getMore once its cursor is found (the
+`failGetMoreAfterCursorCheckout`, which fails a getMore once its cursor is found (the
 cursor dies with it), so the error is the cursor's own: a change stream's resumable one carries
-ResumableChangeStreamError, where failCommand's, raised before the cursor is known, does not.
+ResumableChangeStreamError, where failCommand's, raised before the cursor is known, does not;
+and `stopReplProducer`, which stops a secondary fetching the oplog while it is on.
 
 Configured with `{configureFailPoint: "failCommand", mode: "alwaysOn" | "off" | {times: N} |
 {skip: N} | {activationProbability: p}, data: {failCommands: [...], appName, errorCode,
@@ -34,7 +35,9 @@ class CloseConnection(Exception):
 
 
 AFTER_CURSOR_CHECKOUT = "failGetMoreAfterCursorCheckout"
-NAMES = ("failCommand", "onPrimaryTransactionalWrite", AFTER_CURSOR_CHECKOUT)
+# A secondary's oplog fetcher stops (heartbeats go on): writes waiting for it time out.
+STOP_REPLICATION = "stopReplProducer"
+NAMES = ("failCommand", "onPrimaryTransactionalWrite", AFTER_CURSOR_CHECKOUT, STOP_REPLICATION)
 _WRITES = frozenset({"insert", "update", "delete", "findandmodify"})
 
 
@@ -86,6 +89,8 @@ class FailPoint:
                 skip=skip,
                 probability=probability,
             )
+        if name == STOP_REPLICATION:  # no command fails: the member stops fetching
+            return cls(commands=frozenset(), times=times, skip=skip, probability=probability)
         if name == AFTER_CURSOR_CHECKOUT:
             return cls(
                 commands=frozenset({"getmore"}),

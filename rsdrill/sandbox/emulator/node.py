@@ -154,6 +154,8 @@ class Node:
         self.min_valid = NULL_OPTIME
         self.needs_initial_sync = False
         self.too_stale = False
+        # The stopReplProducer fail point is on: the oplog fetcher waits.
+        self.replication_stopped = False
         self._flushing = asyncio.Lock()
         self._storage_idle = asyncio.Event()
         self._storage_idle.set()
@@ -457,8 +459,9 @@ class Node:
         if isinstance(w, str) and w != "majority":
             raise CommandError(79, f"unrecognized write concern mode: {w}")
         if isinstance(w, int | float) and int(w) > len(self.spec.data_bearing):
-            raise CommandError(
-                100, f"Not enough data-bearing nodes to satisfy write concern w:{int(w)}"
+            # As mongod: the write is done, its write concern can never be.
+            return write_concern_error(
+                100, "Not enough data-bearing nodes", writeConcern=dict(write_concern)
             )
         j = bool(write_concern.get("j", w == "majority"))
         if j:

@@ -197,6 +197,9 @@ async def _fetch_step(node: Node) -> None:
     if node.too_stale:
         await asyncio.sleep(1.0)
         return
+    if node.replication_stopped:  # the stopReplProducer fail point
+        await asyncio.sleep(0.05)
+        return
     source = choose_source(node)
     if source is None:
         node.sync_source = ""
