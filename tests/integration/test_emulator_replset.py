@@ -21,7 +21,7 @@ import pytest
 from bson.binary import Binary
 from bson.int64 import Int64
 from pymongo import WriteConcern, monitoring
-from pymongo.errors import PyMongoError, WriteConcernError
+from pymongo.errors import ConnectionFailure, PyMongoError, WriteConcernError
 from support import member_state, ops_in_progress, wait_until, wire_command, writable_primary
 
 from rsdrill.sandbox.config import member_dir
@@ -233,6 +233,26 @@ def test_stopped_replication_times_majority_writes_out_and_w_above_the_set_is_un
         four.insert_one({"_id": "w4"})
     assert unsatisfiable.value.code == 100
     assert db.c.find_one({"_id": "w4"}) == {"_id": "w4"}
+
+
+def test_a_transactional_write_fail_point_spares_the_retry_of_what_was_applied(
+    replset, client_for
+) -> None:
+    # onPrimaryTransactionalWrite as mongod checks it, as each statement is written: a retry
+    # whose statements were applied writes nothing, so it is answered even with the point on.
+    sandbox = replset("rs3")
+    admin = client_for(sandbox).admin
+    admin.command("configureFailPoint", "onPrimaryTransactionalWrite", mode="alwaysOn")
+    coll = client_for(sandbox, retryWrites=True).db.retried
+    coll.insert_many([{"_id": 1}, {"_id": 2}])  # applied, reply lost, retry answered
+    assert coll.count_documents({}) == 2
+    # With a code it fails before committing and drops the connection: every attempt fails.
+    admin.command("configureFailPoint", "onPrimaryTransactionalWrite", mode="alwaysOn",
+                  data={"failBeforeCommitExceptionCode": 1})  # fmt: skip
+    with pytest.raises(ConnectionFailure):
+        coll.insert_one({"_id": 3})
+    admin.command("configureFailPoint", "onPrimaryTransactionalWrite", mode="off")
+    assert coll.count_documents({}) == 2
 
 
 def test_rs1_restart_keeps_every_journaled_write(replset, client_for) -> None:

@@ -207,7 +207,8 @@ class Commands:
         app = self._application_of(req)
         fail = next(
             (f for f in self.fail_points.values()
-             if not f.at_cursor_checkout and f.fires_for(req.name, req.body, app)),
+             if not f.at_cursor_checkout
+             and f.fires_for(req.name, req.body, app, self._new_statements(req))),
             None,
         )  # fmt: skip
         retryable = transactions.retryable_write(req)
@@ -249,6 +250,21 @@ class Commands:
         return reply
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _new_statements(self, req: Request) -> int:
+        """How many of a retryable write's statements are not applied yet (a retry's that
+        were, none); 1 for any other command."""
+        try:
+            session = self.session_of(req) if "txnNumber" in req.body else None
+        except CommandError:  # a stale txnNumber: the command's own handler refuses it
+            return 1
+        if session is None:
+            return 1
+        field = {"insert": "documents", "update": "updates", "delete": "deletes"}.get(
+            req.name.lower()
+        )
+        count = len(req.body.get(field) or []) if field else 1
+        return sum(1 for i in range(count) if self.done_before(session, _stmt_id(req, i)) is None)
 
     def _application_of(self, req: Request) -> str | None:
         """The application the connection's handshake named; noted before any fail point is

@@ -83,7 +83,9 @@ class FailPoint:
                 # Whatever the code: nothing was written, and drivers retry it (the retryable
                 # writes spec tests expect the retry), so the error carries the label.
                 error_labels=("RetryableWriteError",),
-                close_connection=code is None and bool(data.get("closeConnection", True)),
+                # As mongod: the connection is dropped unless the data says not to, with a code
+                # too (the write then fails before it commits, so its retry runs it again).
+                close_connection=bool(data.get("closeConnection", True)),
                 after_execution=code is None,
                 retryable_writes_only=True,
                 skip=skip,
@@ -118,18 +120,26 @@ class FailPoint:
             probability=probability,
         )
 
-    def fires_for(self, command: str, body: dict[str, Any], app_name: str | None) -> bool:
+    def fires_for(
+        self, command: str, body: dict[str, Any], app_name: str | None, statements: int = 1
+    ) -> bool:
         """True (and one use spent) when this command, from a connection of `app_name`,
-        should fail now."""
+        should fail now. `statements`: the retryable writes it would apply (a retry of
+        statements already applied applies none, so onPrimaryTransactionalWrite, which mongod
+        checks as each is written, neither fires nor counts it)."""
         if command.lower() not in self.commands or self.times == 0:
             return False
-        if self.retryable_writes_only and "txnNumber" not in body:
+        if self.retryable_writes_only and ("txnNumber" not in body or statements == 0):
             return False
         if self.app_name is not None and app_name != self.app_name:
             return False
         if self.skip:
-            self.skip -= 1
-            return False
+            # onPrimaryTransactionalWrite's skip counts documents written, failCommand's commands.
+            count = statements if self.retryable_writes_only else 1
+            if self.skip >= count:
+                self.skip -= count
+                return False
+            self.skip = 0
         if self.probability < 1.0 and random.random() >= self.probability:
             return False
         if self.times is not None:
