@@ -205,10 +205,12 @@ class Commands:
         if req.name.lower() not in _MEMORY_ONLY:
             await self.node.storage_idle()
         app = self._application_of(req)
+        # Counted once, and only when a fail point counts statements (it reads the store).
+        per_statement = any(f.retryable_writes_only for f in self.fail_points.values())
+        statements = self._new_statements(req) if per_statement else 1
         fail = next(
             (f for f in self.fail_points.values()
-             if not f.at_cursor_checkout
-             and f.fires_for(req.name, req.body, app, self._new_statements(req))),
+             if not f.at_cursor_checkout and f.fires_for(req.name, req.body, app, statements)),
             None,
         )  # fmt: skip
         retryable = transactions.retryable_write(req)
@@ -817,6 +819,11 @@ def _check_unique(node: Node, ns: str, doc: dict[str, Any]) -> None:
             raise error
 
 
+def _write_error(index: int, exc: query.QueryError) -> dict[str, Any]:
+    """A refused statement's entry in a write reply's `writeErrors`."""
+    return {"index": index, "code": exc.code, "errmsg": str(exc)} | exc.details
+
+
 @command("update")
 async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
     node = cmds.node
@@ -846,7 +853,7 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
         try:
             result, wrote = _update_one_spec(cmds, ns, spec, session, stmt, variables)
         except query.QueryError as exc:
-            errors.append({"index": i, "code": exc.code, "errmsg": str(exc)} | exc.details)
+            errors.append(_write_error(i, exc))
             if ordered:
                 break
             continue
@@ -1021,7 +1028,7 @@ async def _delete(cmds: Commands, req: Request) -> dict[str, Any]:
         try:
             targets = _matching(node, ns, spec.get("q") or {}, variables, spec.get("collation"))
         except query.QueryError as exc:  # a statement's error, as update's: the reply is ok
-            errors.append({"index": i, "code": exc.code, "errmsg": str(exc)} | exc.details)
+            errors.append(_write_error(i, exc))
             if ordered:
                 break
             continue
