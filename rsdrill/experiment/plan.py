@@ -278,7 +278,12 @@ def describe_target(target: Target) -> list[str]:
             else ""
         )
         + (f", {target.data_mb} MB of data preloaded" if target.data_mb else "")
-        + (f", page cache {target.cache_mb} MB per member" if target.cache_mb else ""),
+        + (f", page cache {target.cache_mb} MB per member" if target.cache_mb else "")
+        + (
+            f", journal committed every {target.journal_commit_interval * 1000:g} ms"
+            if target.journal_commit_interval is not None
+            else ""
+        ),
         "left running after the run" if target.keep else "torn down after the run",
     ]
     if target.sandbox is not None and target.sandbox.mirror:

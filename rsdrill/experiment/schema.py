@@ -116,6 +116,14 @@ class _Target(Strict):
         description="sandbox (emulator): each member's page cache, its working set in memory "
         "(default 64); it starts empty, so a restarted member reads from disk until warm",
     )
+    journal_commit_interval: Duration | None = Field(
+        None,
+        ge=0.001,
+        le=0.5,
+        description="sandbox: time between the journal's group commits (mongod's "
+        "commitIntervalMs, 1-500 ms, default 100 ms): writes acknowledged without j:true "
+        "within it are lost with the power",
+    )
     port_base: int | None = Field(
         None, ge=1, le=65000, description="sandbox: first port (default: free ports are found)"
     )
@@ -170,7 +178,7 @@ class _Target(Strict):
                 "platform sandbox builds its own set: drop `uri` and `members`",
             )
         if self.platform != "sandbox":
-            for name in ("storage", "handshake"):
+            for name in ("storage", "handshake", "journal_commit_interval"):
                 if name in self.model_fields_set:
                     raise FieldProblem((name,), f"`{name}` shapes a sandbox, not a {self.platform} "
                                        "target (rsdrill finds what the server does)")  # fmt: skip

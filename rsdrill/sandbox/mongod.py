@@ -52,6 +52,8 @@ class MongodEngine:
             "--logappend",
             "--oplogSize",
             str(oplog_mb),
+            "--journalCommitInterval",
+            str(spec.journal_commit_interval_ms),
             *self._cache(spec),
         ]
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from rsdrill.experiment.loader import load_experiment_text
+from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.plan import (
     PlannedStep,
     describe_selection,
@@ -16,6 +16,9 @@ from rsdrill.experiment.plan import (
     render_plan,
 )
 from rsdrill.experiment.schema import Experiment, SelectCount, SelectMember
+from rsdrill.platforms.sandbox.target import SandboxTarget
+from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.sandbox.mongod import MongodEngine
 
 HEADER = """\
 name: plan-test
@@ -284,3 +287,34 @@ def test_planning_touches_no_network_and_no_process(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(socket, "socket", refuse)
     monkeypatch.setattr(subprocess, "Popen", refuse)
     assert "inject" in render_plan(exp)
+
+
+def test_journal_commit_interval_reaches_the_plan_the_members_and_mongod(tmp_path) -> None:
+    exp = experiment("  - {at: 5s, kind: host-kill, duration: 2s}\n",
+                     header=HEADER + "  journal_commit_interval: 500ms\n")  # fmt: skip
+    assert "journal committed every 500 ms" in render_plan(exp)
+    target = SandboxTarget(exp.target, tmp_path)
+    assert target.spec.journal_commit_interval_ms == 500
+    sandbox = Sandbox(tmp_path)
+    target.spec.write(tmp_path)
+    argv = MongodEngine("mongod").argv(sandbox, target.spec.members[0], init=True)
+    assert argv[argv.index("--journalCommitInterval") + 1] == "500"
+    # Unset: MongoDB's 100 ms, said nowhere in the plan.
+    plain = experiment("  - {at: 5s, kind: host-kill, duration: 2s}\n")
+    assert "journal committed" not in render_plan(plain)
+    assert SandboxTarget(plain.target, tmp_path).spec.journal_commit_interval_ms == 100
+
+
+@pytest.mark.parametrize("value", ["0ms", "501ms", "1s"])
+def test_journal_commit_interval_outside_mongods_range_is_refused(value: str) -> None:
+    with pytest.raises(ExperimentError, match="journal_commit_interval"):
+        experiment("  - {at: 5s, kind: host-kill, duration: 2s}\n",
+                   header=HEADER + f"  journal_commit_interval: {value}\n")  # fmt: skip
+
+
+def test_journal_commit_interval_of_a_set_not_built_here_is_refused() -> None:
+    header = ("name: plan-test\ndescription: d\ntarget:\n  platform: local\n  topology: rs1\n"
+              "  uri: mongodb://127.0.0.1:27017/\n  journal_commit_interval: 200ms\n"
+              "  members: [{host: '127.0.0.1:27017', start: mongod}]\n")  # fmt: skip
+    with pytest.raises(ExperimentError, match=r"journal_commit_interval.*shapes a sandbox"):
+        experiment("  - {at: 5s, kind: host-kill, duration: 2s}\n", header=header)

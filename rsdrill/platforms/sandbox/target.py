@@ -123,6 +123,8 @@ class SandboxTarget:
             options["initial_sync_bytes_per_s"] = int(config.initial_sync_mb_per_s * 1024 * 1024)
         if config.cache_mb:
             options["cache_bytes"] = config.cache_mb * 1024 * 1024
+        if config.journal_commit_interval is not None:
+            options["journal_commit_interval_ms"] = _ms(config.journal_commit_interval)
         self.spec = build_topology(
             config.topology,
             port_base=config.port_base or free_port_base(count),
