@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pymongo.errors import DuplicateKeyError, OperationFailure
+from pymongo.errors import DuplicateKeyError, OperationFailure, WriteError
 from pymongo.read_concern import ReadConcern
 from support import wait_until, writable_primary
 
@@ -167,3 +167,55 @@ def test_a_secondarys_oplog_fetches_count_as_getmores_on_its_source(
     after = on_primary.admin.command("serverStatus")["opcounters"]
     assert after["insert"] - before["insert"] == 5
     assert after["getmore"] - before["getmore"] >= 5, (before, after)
+
+
+def test_a_validator_refuses_documents_it_does_not_match_as_mongod_does(
+    rs3: Sandbox, client_for: Any
+) -> None:
+    db = client_for(rs3, w="majority").valid
+    validator = {"age": {"$type": "int"}}
+    db.create_collection("people", validator=validator)
+    people = db.people
+    with pytest.raises(WriteError) as refused:
+        people.insert_one({"_id": 1, "age": "old"})
+    assert refused.value.code == 121
+    assert refused.value.details["errInfo"]["failingDocumentId"] == 1
+    people.insert_one({"_id": 2, "age": 40})
+    with pytest.raises(WriteError):
+        people.update_one({"_id": 2}, {"$set": {"age": "forty"}})
+    with pytest.raises(WriteError):
+        people.update_one({"_id": 9}, {"$set": {"age": "nine"}}, upsert=True)
+    with pytest.raises(OperationFailure) as modify:  # findAndModify: the command's error
+        people.find_one_and_update({"_id": 2}, {"$set": {"age": "forty"}})
+    assert modify.value.code == 121
+    people.insert_one({"_id": 3, "age": "old"}, bypass_document_validation=True)
+    assert people.count_documents({}) == 2
+    # moderate: a document that already failed may still change; a valid one may not fail.
+    db.command("collMod", "people", validationLevel="moderate")
+    people.update_one({"_id": 3}, {"$set": {"name": "x"}})
+    with pytest.raises(WriteError):
+        people.update_one({"_id": 2}, {"$set": {"age": "forty"}})
+    # warn: written (mongod logs a warning).
+    db.command("collMod", "people", validationAction="warn")
+    people.update_one({"_id": 2}, {"$set": {"age": "forty"}})
+    expected = {"validator": validator, "validationLevel": "moderate", "validationAction": "warn"}
+    assert next(db.list_collections(filter={"name": "people"}))["options"] == expected
+    # Replicated with the collection: a secondary has the same options.
+    primary = writable_primary(rs3)
+    assert primary is not None
+    secondary = next(m for m in rs3.spec.members if m.host != primary.host)
+    on_secondary = client_for(secondary.host, readPreference="secondaryPreferred").valid
+    wait_until(
+        lambda: (
+            next(on_secondary.list_collections(filter={"name": "people"}))["options"] == expected
+        ),
+        10,
+        "the validator on a secondary",
+    )
+    # Refused when set, not accepted and never enforced.
+    with pytest.raises(OperationFailure) as schema:
+        db.create_collection("schema", validator={"$jsonSchema": {"required": ["a"]}})
+    assert schema.value.code == 72
+    with pytest.raises(OperationFailure) as level:
+        db.command("collMod", "people", validationLevel="sometimes")
+    assert level.value.code == 2

@@ -21,7 +21,7 @@ import pytest
 from bson.binary import Binary
 from bson.int64 import Int64
 from pymongo import WriteConcern, monitoring
-from pymongo.errors import ConnectionFailure, PyMongoError, WriteConcernError
+from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError, WriteConcernError
 from support import member_state, ops_in_progress, wait_until, wire_command, writable_primary
 
 from rsdrill.sandbox.config import member_dir
@@ -208,6 +208,8 @@ def test_psa_majority_writes_stall_without_the_secondary(replset, client_for) ->
 def test_stopped_replication_times_majority_writes_out_and_w_above_the_set_is_unsatisfiable(
     replset, client_for
 ) -> None:
+    """Failed write commands too: as on mongod they wait for their write concern on the newest
+    write and report its error beside their own (drivers raise the write concern's first)."""
     # stopReplProducer (as pymongo's read/write concern spec tests use it on mongod): the
     # secondaries stop fetching, heartbeats go on, so no election and no majority.
     sandbox = replset("rs3", election_timeout_ms=10_000)
@@ -223,6 +225,10 @@ def test_stopped_replication_times_majority_writes_out_and_w_above_the_set_is_un
     with pytest.raises(WriteConcernError) as timed_out:
         majority.insert_one({"_id": "stalled"})
     assert timed_out.value.code == 64
+    db.get_collection("d", write_concern=WriteConcern(w=1)).insert_one({})
+    with pytest.raises(WriteConcernError) as failed_and_timed_out:
+        majority.rename("d")  # NamespaceExists, and the newest write is on no secondary
+    assert failed_and_timed_out.value.code == 64
     assert writable_primary(sandbox) == primary  # nobody called an election
     for member in secondaries:
         client_for(member.host).admin.command("configureFailPoint", "stopReplProducer", mode="off")
@@ -233,6 +239,17 @@ def test_stopped_replication_times_majority_writes_out_and_w_above_the_set_is_un
         four.insert_one({"_id": "w4"})
     assert unsatisfiable.value.code == 100
     assert db.c.find_one({"_id": "w4"}) == {"_id": "w4"}
+    with pytest.raises(WriteConcernError) as failed_unsatisfiable:
+        four.rename("d")
+    assert failed_unsatisfiable.value.code == 100
+    # A write concern that holds: the command's own error alone.
+    with pytest.raises(OperationFailure) as exists:
+        majority.rename("d")
+    assert exists.value.code == 48 and "writeConcernError" not in exists.value.details
+    # Not a write command: no wait, no writeConcernError.
+    with pytest.raises(OperationFailure) as unknown:
+        db.command("find", "c", filter={"$nope": 1}, writeConcern={"w": 4})
+    assert "writeConcernError" not in unknown.value.details
 
 
 def test_a_transactional_write_fail_point_spares_the_retry_of_what_was_applied(

@@ -33,6 +33,7 @@ from rsdrill.sandbox.emulator import (
     sync,
     transactions,
     updatediff,
+    validation,
     values,
     wallclock,
 )
@@ -110,6 +111,12 @@ _MEMORY_ONLY = frozenset(
 # A secondary's oplog fetch is a getMore on mongod's oplog cursor, and is counted as one.
 _OWN_COUNTER = frozenset(
     {"find", "getmore", "insert", "update", "delete", "bulkwrite", "rsdrillgetoplog"}
+)
+
+# Commands that take a write concern; as on mongod, they wait for it even when they fail.
+_WRITE_CONCERN_COMMANDS = frozenset(
+    {"insert", "update", "delete", "findandmodify", "create", "createindexes", "dropindexes"}
+    | {"drop", "dropdatabase", "renamecollection", "collmod"}
 )
 
 Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]
@@ -227,6 +234,8 @@ class Commands:
             self.cursors.get(cursor_id), changestream.ChangeStreamCursor
         )
         reply = await self._execute(handler, req)
+        if reply.get("ok") == 0 and _takes_write_concern(req):
+            await self._wait_after_failure(req, reply)
         if stream and reply.get("ok") == 0:
             # The stream's own error, raised once its cursor was found: a failCommand error
             # (returned above) comes before that and is labeled only as its data says.
@@ -250,6 +259,23 @@ class Commands:
         reply.setdefault("ok", 1.0)
         transactions.label_error(req, reply)
         return reply
+
+    async def _wait_after_failure(self, req: Request, reply: dict[str, Any]) -> None:
+        """mongod waits for a failed write command's write concern too, on the newest write
+        the member has (the client may have read it), and reports a writeConcernError beside
+        the command's error: drivers raise that first. Only for a write concern the command
+        names (the default's wait could outlast a fault the command failed in) and only on
+        the primary (elsewhere the command failed for not being it)."""
+        if "writeConcern" not in req.body or not self.node.writable:
+            return
+        try:
+            error = await self.node.wait_for_write_concern(
+                self.node.last_applied, req.body["writeConcern"]
+            )
+        except CommandError:  # a write concern refused as such: the command's error stands
+            return
+        if error is not None:
+            reply["writeConcernError"] = error
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -392,6 +418,19 @@ class Commands:
         if session is None:
             return None
         return {"lsid": session[0], "txnNumber": Int64(session[1]), "stmtId": stmt, "res": result}
+
+
+def _takes_write_concern(req: Request) -> bool:
+    """A write command, or an aggregation ending in $out or $merge; not inside a transaction
+    (its statements take none)."""
+    if transactions.in_transaction(req.body):
+        return False
+    name = req.name.lower()
+    if name == "aggregate":
+        stages = req.body.get("pipeline")
+        last = stages[-1] if isinstance(stages, list) and stages else None
+        return isinstance(last, dict) and any(k in pipeline.OUTPUT_STAGES for k in last)
+    return name in _WRITE_CONCERN_COMMANDS
 
 
 def label_retryable_write_concern_error(req: Request, reply: dict[str, Any]) -> None:
@@ -757,7 +796,7 @@ async def _insert(cmds: Commands, req: Request) -> dict[str, Any]:
             continue
         if "_id" not in doc:
             doc = {"_id": ObjectId(), **doc}
-        error = _insert_error(node, ns, doc)
+        error = _insert_error(node, ns, doc, bool(req.body.get("bypassDocumentValidation")))
         if error is not None:
             errors.append({"index": i, **error})
             if ordered:
@@ -790,7 +829,7 @@ def _refuse_view(node: Node, ns: str) -> None:
         raise CommandError(166, f"Namespace {ns} is a view, not a collection")
 
 
-def _insert_error(node: Node, ns: str, doc: dict[str, Any]) -> dict[str, Any] | None:
+def _insert_error(node: Node, ns: str, doc: dict[str, Any], bypass: bool) -> dict[str, Any] | None:
     """Why `doc` cannot be inserted (a write error's fields), or None."""
     doc_id = doc["_id"]
     if isinstance(doc_id, dict) and any(key.startswith("$") for key in doc_id):
@@ -806,10 +845,25 @@ def _insert_error(node: Node, ns: str, doc: dict[str, Any]) -> dict[str, Any] | 
             "keyValue": {"_id": doc_id},
         }
     try:
-        _check_unique(node, ns, doc)
+        _check_document(node, ns, doc, bypass=bypass)
     except query.QueryError as exc:
         return {"code": exc.code, "errmsg": str(exc), **exc.details}
     return None
+
+
+def _check_document(
+    node: Node,
+    ns: str,
+    new: dict[str, Any],
+    old: dict[str, Any] | None = None,
+    *,
+    bypass: bool = False,
+) -> None:
+    """A document about to be written (replacing `old`): the collection's validator, unless
+    the command bypasses it, then its unique indexes; a QueryError if either refuses it."""
+    if not bypass and (error := validation.failure(node.store.options(ns), new, old)):
+        raise error
+    _check_unique(node, ns, new)
 
 
 def _check_unique(node: Node, ns: str, doc: dict[str, Any]) -> None:
@@ -833,6 +887,7 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
     node.require_writable()
     _refuse_view(node, ns)
     variables = expressions.evaluate_let(req.body.get("let"))
+    bypass = bool(req.body.get("bypassDocumentValidation"))
     if any(isinstance(spec, dict) and "sort" in spec for spec in req.body.get("updates") or []):
         # An update's sort came with MongoDB 8.0; 7.0 refuses the command as it parses it.
         raise CommandError(40415, "BSON field 'update.updates.sort' is an unknown field.")
@@ -851,7 +906,7 @@ async def _update(cmds: Commands, req: Request) -> dict[str, Any]:
                 upserted.append({"index": i, "_id": previous["upserted"]})
             continue
         try:
-            result, wrote = _update_one_spec(cmds, ns, spec, session, stmt, variables)
+            result, wrote = _update_one_spec(cmds, ns, spec, session, stmt, variables, bypass)
         except query.QueryError as exc:
             errors.append(_write_error(i, exc))
             if ordered:
@@ -877,6 +932,7 @@ def _update_one_spec(
     session: Any,
     stmt: int,
     variables: dict[str, Any],
+    bypass: bool,
 ) -> tuple[dict[str, Any], OpTime | None]:
     node = cmds.node
     q, u = spec.get("q") or {}, spec.get("u") or {}
@@ -896,7 +952,7 @@ def _update_one_spec(
         if "_id" not in doc:
             doc = {"_id": ObjectId(), **doc}
         result = {"n": 1, "nModified": 0, "upserted": doc["_id"]}
-        _check_unique(node, ns, doc)
+        _check_document(node, ns, doc, bypass=bypass)
         optime = node.write("i", ns, doc, session=cmds.session_fields(session, stmt, result))
         return result, optime
     changed = 0
@@ -907,7 +963,7 @@ def _update_one_spec(
                 66, "Performing an update on the path '_id' would modify the immutable field '_id'"
             )
         if new != old or list(new) != list(old):
-            _check_unique(node, ns, new)
+            _check_document(node, ns, new, old, bypass=bypass)
             changed += 1
             result = {"n": 1, "nModified": 1}
             o, o2 = _update_entry(old, new, u)
@@ -972,7 +1028,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
             doc = {"_id": ObjectId(), **doc}
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": False, "upserted": doc["_id"]},
                  "value": shown(doc) if body.get("new") else None}  # fmt: skip
-        _check_unique(node, ns, doc)
+        _check_document(node, ns, doc, bypass=bool(body.get("bypassDocumentValidation")))
         optime = node.write("i", ns, doc, session=cmds.session_fields(session, 0, reply))
     elif target is None:
         reply = {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
@@ -984,7 +1040,8 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": True},
                  "value": shown(new if body.get("new") else target)}  # fmt: skip
         if new != target or list(new) != list(target):
-            _check_unique(node, ns, new)
+            _check_document(node, ns, new, target,
+                            bypass=bool(body.get("bypassDocumentValidation")))  # fmt: skip
             o, o2 = _update_entry(target, new, update)
             optime = node.write("u", ns, o, o2=o2, session=cmds.session_fields(session, 0, reply))
     if optime is None and session is not None:
@@ -1414,6 +1471,7 @@ async def _create(cmds: Commands, req: Request) -> dict[str, Any]:
         o |= {"viewOn": view_on, "pipeline": stages}
     if "changeStreamPreAndPostImages" in req.body:
         o["changeStreamPreAndPostImages"] = _pre_and_post_images(req.body)
+    o |= validation.options_of(req.body)
     optime = cmds.node.write("c", f"{req.db}.$cmd", o)
     return await cmds.finish_write(req, {}, optime)
 
@@ -1431,18 +1489,21 @@ def _pre_and_post_images(body: dict[str, Any]) -> dict[str, bool]:
 
 @command("collMod")
 async def _coll_mod(cmds: Commands, req: Request) -> dict[str, Any]:
-    """collMod's changeStreamPreAndPostImages; other options are refused by name, not ignored."""
+    """collMod's changeStreamPreAndPostImages and validation options; other options are
+    refused by name, not ignored."""
     ns = _ns(req)
     node = cmds.node
     node.require_writable()
     if not node.store.exists(ns) or node.store.view(ns) is not None:
         raise CommandError(26, f"ns does not exist: {ns}")
-    unknown = sorted(set(req.body) - {"collMod", "changeStreamPreAndPostImages"} - _GENERIC_FIELDS)
+    known = {"collMod", "changeStreamPreAndPostImages", *validation.OPTIONS}
+    unknown = sorted(set(req.body) - known - _GENERIC_FIELDS)
     if unknown:
         raise CommandError(72, f"collMod option {unknown[0]!r} is not supported by the sandbox")
     o: dict[str, Any] = {"collMod": req.body["collMod"]}
     if "changeStreamPreAndPostImages" in req.body:
         o["changeStreamPreAndPostImages"] = _pre_and_post_images(req.body)
+    o |= validation.options_of(req.body)
     optime = node.write("c", f"{req.db}.$cmd", o)
     return await cmds.finish_write(req, {}, optime)
 

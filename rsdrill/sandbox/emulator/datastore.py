@@ -13,7 +13,7 @@ import bson
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 
-from rsdrill.sandbox.emulator import updatediff
+from rsdrill.sandbox.emulator import updatediff, validation
 from rsdrill.sandbox.emulator.indexes import UniqueKeys
 from rsdrill.sandbox.emulator.storage import Database
 
@@ -29,7 +29,7 @@ def id_key(value: Any) -> bytes:
 
 def _option_fields(o: dict[str, Any]) -> dict[str, Any]:
     """The collection options a create or collMod entry sets."""
-    return {k: o[k] for k in ("changeStreamPreAndPostImages",) if k in o}
+    return {k: o[k] for k in ("changeStreamPreAndPostImages", *validation.OPTIONS) if k in o}
 
 
 def session_key(lsid: dict[str, Any]) -> bytes:
@@ -311,8 +311,8 @@ class DataStore:
             self.create_view(f"{db}.{o['create']}", definition)
         elif "create" in o:
             self.create(f"{db}.{o['create']}")
-            if "changeStreamPreAndPostImages" in o:
-                self.set_options(f"{db}.{o['create']}", _option_fields(o))
+            if options := _option_fields(o):
+                self.set_options(f"{db}.{o['create']}", options)
         elif "renameCollection" in o:
             self.rename(o["renameCollection"], o["to"], drop_target=bool(o.get("dropTarget")))
         elif "collMod" in o:
