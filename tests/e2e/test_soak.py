@@ -36,6 +36,11 @@ faults:
     select: [primary]
 """
 
+# Its first run partitions the primary for 2 s at 1 s (more than an election): the broken
+# sandbox loses writes there, so the correct one is tried on that schedule too, within its 3
+# runs (with seed 5 the first violation came on run 4).
+SEED = 22
+
 
 @pytest.mark.slow
 def test_a_broken_sandbox_is_found_and_shrunk_to_at_most_two_faults(
@@ -45,7 +50,7 @@ def test_a_broken_sandbox_is_found_and_shrunk_to_at_most_two_faults(
     lines: list[str] = []
     started = time.monotonic()
     report = soak(load_experiment_text(SOAK, "soak.yaml", {}), tmp_path, duration_s=600,
-                  max_runs=8, seed=5, progress=lines.append)  # fmt: skip
+                  max_runs=8, seed=SEED, progress=lines.append)  # fmt: skip
     found_s = time.monotonic() - started
     print("\n".join(lines))
     assert report.violating is not None, "\n".join(lines)
@@ -65,7 +70,7 @@ def test_the_correct_sandbox_breaks_nothing_on_the_same_seeds(tmp_path: Path) ->
     assert os.environ.get(UNSAFE_MAJORITY_ACK_ENV) is None
     lines: list[str] = []
     report = soak(load_experiment_text(SOAK, "soak.yaml", {}), tmp_path, duration_s=600,
-                  max_runs=3, seed=5, progress=lines.append)  # fmt: skip
+                  max_runs=3, seed=SEED, progress=lines.append)  # fmt: skip
     assert report.violating is None, "\n".join(lines)
     assert len(report.runs) == 3
     errors = [f"run {r.index}: {r.verdict}: {r.error}" for r in report.runs
