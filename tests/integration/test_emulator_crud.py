@@ -55,6 +55,15 @@ def test_unique_index_is_enforced_listed_replicated_and_dropped(
     with pytest.raises(OperationFailure) as missing:
         coll.drop_index("nope_1")
     assert missing.value.code == 27
+    # returnKey: each document as the key of the index the find reads; {} from a collection
+    # scan (no index on n).
+    coll.create_index("email")
+    assert list(coll.find({"email": "a@x"}, return_key=True)) == [{"email": "a@x"}] * 2
+    assert list(coll.find({}, sort=[("_id", 1)], limit=2, return_key=True)) == [
+        {"_id": 1},
+        {"_id": 2},
+    ]
+    assert list(coll.find({"n": 1}, return_key=True)) == [{}]
 
 
 def test_pipeline_updates_expr_let_and_array_filters(rs3: Sandbox, client_for: Any) -> None:

@@ -1192,9 +1192,30 @@ async def _find(cmds: Commands, req: Request) -> dict[str, Any]:
     cmds.opcounters["query"] += 1
     ns = _ns(req)
     docs = _filtered(cmds, req, ns)
+    if req.body.get("returnKey"):
+        index = _index_used(cmds.node, ns, req.body)
+        docs = [(indexes.key_value(index, d) or {}) if index else {} for d in docs]
     batch = req.body.get("batchSize")
     single = bool(req.body.get("singleBatch")) or int(req.body.get("limit") or 0) < 0
     return cmds.open_cursor(ns, docs, int(batch) if batch is not None else None, single)
+
+
+def _index_used(node: Node, ns: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The index a find would read, for `returnKey` (None: a collection scan, whose documents
+    have no key): the hinted one, else the first whose leading field the filter names, else
+    one whose fields lead with the sort's."""
+    candidates = [{"key": {"_id": 1}, "name": "_id_"}, *node.store.indexes(ns)]
+    hint = body.get("hint")
+    if hint:
+        return next((i for i in candidates if hint in (i["name"], i["key"])), None)
+    filt, sort = body.get("filter") or {}, list(body.get("sort") or {})
+    for index in candidates:
+        if next(iter(index["key"])) in filt:
+            return index
+    for index in candidates:
+        if sort and list(index["key"])[: len(sort)] == sort:
+            return index
+    return None
 
 
 @command("collStats")
