@@ -1001,6 +1001,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     q = body.get("query") or {}
     variables = expressions.evaluate_let(body.get("let"))
     array_filters = body.get("arrayFilters")
+    bypass = bool(body.get("bypassDocumentValidation"))
     found = _matching(node, ns, q, variables, body.get("collation"), body.get("sort"))
     target = found[0] if found else None
     fields = body.get("fields")
@@ -1028,7 +1029,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
             doc = {"_id": ObjectId(), **doc}
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": False, "upserted": doc["_id"]},
                  "value": shown(doc) if body.get("new") else None}  # fmt: skip
-        _check_document(node, ns, doc, bypass=bool(body.get("bypassDocumentValidation")))
+        _check_document(node, ns, doc, bypass=bypass)
         optime = node.write("i", ns, doc, session=cmds.session_fields(session, 0, reply))
     elif target is None:
         reply = {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
@@ -1040,8 +1041,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
         reply = {"lastErrorObject": {"n": 1, "updatedExisting": True},
                  "value": shown(new if body.get("new") else target)}  # fmt: skip
         if new != target or list(new) != list(target):
-            _check_document(node, ns, new, target,
-                            bypass=bool(body.get("bypassDocumentValidation")))  # fmt: skip
+            _check_document(node, ns, new, target, bypass=bypass)
             o, o2 = _update_entry(target, new, update)
             optime = node.write("u", ns, o, o2=o2, session=cmds.session_fields(session, 0, reply))
     if optime is None and session is not None:
