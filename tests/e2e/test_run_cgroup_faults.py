@@ -65,7 +65,7 @@ def test_a_starved_primary_answers_slowly_without_failing_over(
                                  if o["t_start"] > low and o["t_end"] < high)  # fmt: skip
 
     before = p50(0, fault.injected_at_s)
-    during = p50(fault.injected_at_s + 0.5, fault.reverted_at_s)
+    during = p50(fault.verified_at_s + 0.5, fault.reverted_at_s)  # the starvation in force
     after = p50(fault.reverted_at_s + 0.5, 1e9)
     print(f"write p50: before {before * 1000:.1f} ms, during {during * 1000:.1f} ms, "
           f"after {after * 1000:.1f} ms")  # fmt: skip

@@ -50,22 +50,27 @@ def _p50_ms(ops: list[dict[str, Any]]) -> float:
     return percentile(values, 50)
 
 
-def _fault_window(tmp_path: Path, name: str) -> tuple[list[dict[str, Any]], float, float]:
+def _fault_window(
+    tmp_path: Path, name: str
+) -> tuple[list[dict[str, Any]], float, float, float]:
+    """The run's writes, and when its fault was injected (stamped before the injection began),
+    verified in force, and reverted."""
     document = catalog(name, fault_s=f"{FAULT_S:g}s")
     code, output, out = run_cli(tmp_path, document)
     assert code == 0, output
     fault = result_of(out)["faults"][0]
     assert fault["kind"] == "network-degrade"
-    return _writes(out), fault["injected_at_s"], fault["reverted_at_s"]
+    times = fault["injected_at_s"], fault["verified_at_s"], fault["reverted_at_s"]
+    return _writes(out), *times
 
 
 @pytest.mark.slow
 def test_slow_link_raises_p50_write_latency_by_the_added_round_trip(tmp_path: Path) -> None:
-    writes, injected, reverted = _fault_window(tmp_path, "primary-slow-link")
+    writes, injected, in_force, reverted = _fault_window(tmp_path, "primary-slow-link")
     first = writes[0]["t_start"]  # the probes start once the sandbox is up
     before = _p50_ms(_window(writes, first + 0.5, injected))
     # From 1 s in: the pooled connection has been rerouted through the proxy.
-    during = _p50_ms(_window(writes, injected + 1.0, reverted))
+    during = _p50_ms(_window(writes, in_force + 1.0, reverted))
     added = 2 * 50.0  # the experiment's latency, each way
     assert 0.75 * added <= during - before <= 1.25 * added, (before, during)
     after = _p50_ms(_window(writes, reverted + 0.5, reverted + 10.0))
@@ -74,7 +79,7 @@ def test_slow_link_raises_p50_write_latency_by_the_added_round_trip(tmp_path: Pa
 
 @pytest.mark.slow
 def test_lossy_link_makes_writes_time_out(tmp_path: Path) -> None:
-    writes, injected, reverted = _fault_window(tmp_path, "primary-lossy-link")
+    writes, injected, _, reverted = _fault_window(tmp_path, "primary-lossy-link")
     steady = _window(writes, writes[0]["t_start"], injected)
     lossy = _window(writes, injected, reverted)
     timeouts_before = sum(op["outcome"] == "timeout" for op in steady)

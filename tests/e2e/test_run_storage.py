@@ -103,10 +103,11 @@ def test_primary_iops_throttle_shows_in_latency_percentiles(tmp_path: Path) -> N
     # group commit's write slots (0.6-1.0 s measured; 5 ms without the cap), or times out (1 s).
     # How many time out, and so write_unavailable_s, depends on how many load updates share the
     # commits (5.03 s with 8 load threads, 2.23 s with 1 on an idle machine; a starved CI 2.90 s).
-    injected, reverted = result.faults[0].injected_at_s, result.faults[0].reverted_at_s
-    assert injected is not None and reverted is not None
+    # From when the cap was verified in force (injected_at_s is stamped before it is set).
+    in_force, reverted = result.faults[0].verified_at_s, result.faults[0].reverted_at_s
+    assert in_force is not None and reverted is not None
     inside = [op for op in History.read_jsonl(tmp_path / "out" / "history.jsonl").ops("write")
-              if injected <= op.t_start and op.t_end <= reverted]  # fmt: skip
+              if in_force <= op.t_start and op.t_end <= reverted]  # fmt: skip
     assert len(inside) >= 3 and any(not op.ok for op in inside), inside
     assert all(op.t_end - op.t_start >= 0.2 for op in inside), inside
     assert result.metrics.write_unavailable_s is not None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import site
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +19,26 @@ def ensure_built(binary: Path, install: Path) -> Path:
         if done.returncode != 0 or not binary.exists():
             raise RuntimeError(f"{install} failed:\n{done.stdout}\n{done.stderr}")
     return binary
+
+
+def python_named(directory: Path, name: str) -> Path:
+    """This interpreter, run by a path whose last part is `name` (a process's comm is the name
+    of the file it was started from), with this interpreter's packages. A bare link outside a
+    virtualenv's bin/ finds no pyvenv.cfg and starts the base interpreter without them, so the
+    link gets an environment of its own whose site-packages adds this one's (.pth files
+    included: the editable install is one)."""
+    env = directory / f"{name}-env"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    packages = env / "lib" / version / "site-packages"
+    packages.mkdir(parents=True)
+    home = Path(os.path.realpath(sys.executable)).parent
+    (env / "pyvenv.cfg").write_text(f"home = {home}\ninclude-system-site-packages = false\n")
+    added = "; ".join(f"site.addsitedir({p!r})" for p in site.getsitepackages())
+    (packages / "outer.pth").write_text(f"import site; {added}\n")
+    link = env / "bin" / name
+    link.parent.mkdir()
+    link.symlink_to(sys.executable)
+    return link
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:

@@ -25,7 +25,7 @@ import yaml
 
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
-from tests.harness.processes import kill_after_line
+from tests.harness.processes import kill_after_line, python_named
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import (
@@ -281,13 +281,11 @@ def _service_account_reading_pods(kube: Kube, namespace: str) -> Path:
 
 class ContainedEngine(EmulatorEngine):
     """Each member in its own PID and mount namespaces, as in a container: a shell is the
-    namespace's init and the member runs as `mongod` (a symlink to Python: the process name
-    comes from the path run)."""
+    namespace's init and the member runs as `mongod` (this Python, with its packages, started
+    by a path named so)."""
 
     def __init__(self, directory: Path) -> None:
-        link = directory / "mongod"
-        link.symlink_to(sys.executable)
-        super().__init__(str(link))
+        super().__init__(str(python_named(directory, "mongod")))
 
     def argv(self, sandbox: Any, member: Any, *, init: bool) -> list[str]:
         inner = super().argv(sandbox, member, init=init)
