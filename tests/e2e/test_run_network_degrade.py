@@ -50,9 +50,7 @@ def _p50_ms(ops: list[dict[str, Any]]) -> float:
     return percentile(values, 50)
 
 
-def _fault_window(
-    tmp_path: Path, name: str
-) -> tuple[list[dict[str, Any]], float, float, float]:
+def _fault_window(tmp_path: Path, name: str) -> tuple[list[dict[str, Any]], float, float, float]:
     """The run's writes, and when its fault was injected (stamped before the injection began),
     verified in force, and reverted."""
     document = catalog(name, fault_s=f"{FAULT_S:g}s")
