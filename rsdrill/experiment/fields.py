@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     PlainSerializer,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
 )
 
@@ -22,6 +23,9 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 # (a fault's end, a plan's timeline) would reach infinity, which JSON cannot carry.
 MAX_DURATION_S = 365 * 24 * 3600.0
 
+
+# The validation context's key saying the document is a file's (the loader sets it).
+FROM_FILE = "from_file"
 
 # A message quotes the value it refuses; past this many characters, only its two ends.
 _QUOTED_MAX = 60
@@ -63,6 +67,18 @@ def parse_duration(value: Any) -> float:
     return seconds
 
 
+def _written_duration(value: Any, info: ValidationInfo) -> float:
+    """A duration field's value. In a file a number needs its unit: `interval: 20` meant 20 ms
+    as often as 20 s, and read as seconds it made a probe a thousand times coarser without a
+    word. From Python a number is seconds (0 needs no unit anywhere)."""
+    from_file = (info.context or {}).get(FROM_FILE)
+    if from_file and isinstance(value, int | float) and not isinstance(value, bool) and value:
+        number = str(value) if len(str(value)) <= 20 else "the number"
+        raise ValueError(f"{quoted(value, quote=False)} has no unit: write {number}s for seconds,"
+                         f" {number}ms for milliseconds")  # fmt: skip
+    return parse_duration(value)
+
+
 def format_duration(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1000:g}ms"
@@ -71,16 +87,16 @@ def format_duration(seconds: float) -> str:
 
 Duration = Annotated[
     float,
-    BeforeValidator(parse_duration),
+    BeforeValidator(_written_duration),
     PlainSerializer(format_duration, return_type=str),
     WithJsonSchema(
         {
             "anyOf": [
                 {"type": "string", "pattern": r"^(\d+(\.\d+)?(ms|s|m|h))+$"},
-                {"type": "number", "minimum": 0, "maximum": MAX_DURATION_S},
+                {"type": "integer", "minimum": 0, "maximum": 0},
             ],
-            "description": "a duration: 20ms, 5s, 1.5s, 2m, 1m30s, or a number of seconds"
-            " (at most 8760h, a year)",
+            "description": "a duration with its unit: 20ms, 5s, 1.5s, 2m, 1m30s (at most"
+            " 8760h, a year; from Python, a number of seconds)",
         }
     ),
 ]

@@ -111,15 +111,21 @@ class RandomFaults(Strict):
 def _fault(template: dict[str, Any], at: float, length: float, role: str) -> dict[str, Any]:
     # Only a primary can step down.
     role = "primary" if template["kind"] == "stepdown" else role
-    fault = {"at": at, "select": role, "duration": length, **template}
+    # Written with their unit, as a file must (the drawn faults are validated as the file's).
+    fault = {"at": _written(at), "select": role, "duration": _written(length), **template}
     if fault["kind"] == "stepdown":
         try:
-            catch_up = parse_duration(fault.get("secondary_catch_up", 1.0))
+            catch_up = parse_duration(fault.get("secondary_catch_up", "1s"))
         except ValueError:
             pass  # left as written: validating the drawn fault says what is wrong with it
         else:
-            fault["secondary_catch_up"] = min(catch_up, length)
+            fault["secondary_catch_up"] = _written(min(catch_up, length))
     return fault
+
+
+def _written(seconds: float) -> str:
+    """`seconds` as a duration with its unit, to the microsecond."""
+    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"
 
 
 def reseeded(document: dict[str, Any], spec: RandomFaults, seed: int) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pydantic import (
 from rsdrill import registry
 from rsdrill.experiment.checks import CheckName, CheckProbe
 from rsdrill.experiment.fields import (
+    FROM_FILE,
     Duration,
     FieldProblem,
     Role,
@@ -52,7 +53,15 @@ if TYPE_CHECKING:
     from rsdrill.platforms.sandbox.options import SandboxPlatform
     from rsdrill.platforms.vsphere.options import VsphereFault, VspherePlatform
 
-__all__ = ["Duration", "FieldProblem", "Restart", "Strict", "format_duration", "parse_duration"]
+__all__ = [
+    "FROM_FILE",
+    "Duration",
+    "FieldProblem",
+    "Restart",
+    "Strict",
+    "format_duration",
+    "parse_duration",
+]
 
 # -- target --------------------------------------------------------------------------------------
 
@@ -625,9 +634,7 @@ def set_path(document: dict[str, Any], path: str, value: Any) -> None:
             raise ValueError(f"{path}: {'.'.join(parts[:i])} is not a mapping or a list")
 
 
-# The validation context's key saying the document is a file's (the loader sets it): a file
-# may not give the fields that loading fills in.
-FROM_FILE = "from_file"
+# A file may not give the fields that loading fills in (FROM_FILE: the loader's context).
 # Set from `faults: {random}` when it is drawn; a file never writes it.
 DRAWN_FIELDS = ("random_faults",)
 

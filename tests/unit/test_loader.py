@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from rsdrill.experiment.loader import ExperimentError, load_experiment, load_experiment_text
 from rsdrill.experiment.plan import render_plan
+from rsdrill.experiment.fields import parse_duration
 from rsdrill.experiment.schema import Experiment, SelectCount, SelectMember
 
 MINIMAL = """\
@@ -429,13 +430,39 @@ def test_bad_durations_point_at_the_value(value: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "problem"),
-    [(-3, "cannot be negative"), (".inf", "finite"), (10**400, "too large for a duration"),
-     ("1.0e+308", "at most 8760h (a year)"), ("8761h", "at most 8760h (a year)")],
+    [(-3, "cannot be negative"), (float("inf"), "finite"), (10**400, "too large for a duration"),
+     (1.0e308, "at most 8760h (a year)"), ("8761h", "at most 8760h (a year)")],
 )  # fmt: skip
-def test_numeric_durations_must_be_finite_and_not_negative(value: object, problem: str) -> None:
+def test_durations_must_be_finite_and_not_negative(value: object, problem: str) -> None:
+    """From Python a number is seconds; it is bounded as a written duration is."""
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        parse_duration(value)
+
+
+def test_a_duration_past_a_year_in_a_file_points_at_it() -> None:
+    err = error_of(replaced("at: 5s", "at: 8761h"))
+    assert (err.field, err.problem) == ("faults[0].at", "a duration must be at most 8760h (a year)")
+
+
+@pytest.mark.parametrize("value", ["20", "0.5", "-3", ".inf", "1.0e+308", "1" + "0" * 400])
+def test_a_number_without_unit_in_a_file_is_refused(value: str) -> None:
+    """`interval: 20` meant 20 ms as often as 20 s: read as seconds, it made the probe a
+    thousand times coarser without a word. A file says which."""
     err = error_of(replaced("at: 5s", f"at: {value}"))
-    assert err.field == "faults[0].at"
-    assert problem in err.problem
+    assert (err.line, err.col, err.field) == (5, 9, "faults[0].at")
+    assert "has no unit: write " in err.problem, err.problem
+    assert len(err.problem) < 200, err.problem
+
+
+def test_the_probes_interval_in_bare_numbers_says_which_unit_to_write() -> None:
+    err = error_of(MINIMAL + "probes:\n  availability: {interval: 20}\n")
+    assert err.field == "probes.availability.interval"
+    assert err.problem == "20 has no unit: write 20s for seconds, 20ms for milliseconds"
+
+
+def test_zero_needs_no_unit_in_a_file() -> None:
+    experiment = load(replaced("at: 5s", "at: 0"))
+    assert experiment.faults[0].at == 0.0
 
 
 # -- required fields: the parent mapping ---------------------------------------------------------
