@@ -44,6 +44,14 @@ class Topology(StrEnum):
     standalone = "standalone"
 
 
+class ReplSetTopology(StrEnum):
+    """The topologies with a primary to kill (the demo's)."""
+
+    rs1 = "rs1"
+    rs3 = "rs3"
+    psa = "psa"
+
+
 class Storage(StrEnum):
     disk = "disk"
     memory = "memory"
@@ -121,7 +129,7 @@ def up(
             help="rs1: one member; rs3: three; psa: primary-secondary-arbiter; standalone: "
             "one server without a replica set."
         ),
-    ],
+    ] = Topology.rs3,
     directory: DirOption = DEFAULT_DIR,
     port_base: PortBaseOption = DEFAULT_PORT_BASE,
     election_timeout: ElectionTimeoutOption = None,
@@ -417,7 +425,9 @@ def restore(
 
 @app.command()
 def demo(
-    topology: Annotated[Topology, typer.Option(help="rs1, rs3 or psa.")] = Topology.rs3,
+    topology: Annotated[
+        ReplSetTopology, typer.Option(help="rs1: one member; rs3: three; psa: with an arbiter.")
+    ] = ReplSetTopology.rs3,
     election_timeout: ElectionTimeoutOption = None,
     directory: Annotated[
         Path | None,

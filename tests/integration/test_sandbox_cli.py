@@ -115,6 +115,16 @@ def test_up_rejects_an_unknown_topology(sandbox_dir: Path) -> None:
     assert not sandbox_dir.exists()
 
 
+def test_the_demo_offers_only_topologies_with_a_primary_to_kill(sandbox_dir: Path) -> None:
+    offered = CliRunner().invoke(app, ["sandbox", "demo", "--help"], terminal_width=200)
+    assert "<rs1|rs3|psa>" in offered.output, offered.output
+    refused = CliRunner().invoke(
+        app, ["sandbox", "demo", "--topology", "standalone", "--dir", str(sandbox_dir)]
+    )
+    assert refused.exit_code == 2 and "standalone" in refused.output, refused.output
+    assert not sandbox_dir.exists()
+
+
 def test_up_rejects_ports_beyond_65535(sandbox_dir: Path) -> None:
     result = CliRunner().invoke(
         app, ["sandbox", "up", "--topology", "rs3", "--dir", str(sandbox_dir),
@@ -280,6 +290,20 @@ def test_up_builds_each_topology(
     started = up(sandbox_dir, base, topology)
     assert [m["state"] for m in started["members"]] == states
     assert started["uri"] == f"mongodb://{','.join(hosts(base, len(states)))}/?replicaSet=rs0"
+
+
+def test_up_without_a_topology_starts_rs3(
+    free_port_base: Callable[[int], int], sandbox_dir: Path
+) -> None:
+    """As the README's `sandbox up --tls` writes it (it once said: Missing option)."""
+    base = free_port_base(3)
+    done = rsdrill("sandbox", "up", "--dir", str(sandbox_dir), "--port-base", str(base), "--json")
+    try:
+        assert done.returncode == 0, done.stderr
+        started = json.loads(done.stdout)
+        assert started["topology"] == "rs3" and len(started["members"]) == 3, started
+    finally:
+        rsdrill("sandbox", "down", "--dir", str(sandbox_dir))
 
 
 def test_start_wipe_resyncs_the_member_from_the_set(
