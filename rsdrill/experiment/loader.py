@@ -43,6 +43,7 @@ _STR_TAG = "tag:yaml.org,2002:str"
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
 
 # `$${` is a literal `${`; `${NAME}` and `${NAME:-default}` are substituted; any other `${` is
 # a mistake worth reporting rather than passing on to a connection string.
@@ -344,6 +345,10 @@ class _Tree:
     def _key(self, node: Node, loc: Loc) -> Any:
         if not isinstance(node, ScalarNode):
             raise self.error(node, loc, "a key must be a plain value, not a mapping or a list")
+        if node.tag == _BOOL_TAG and node.style is None:
+            # Every key of a file is a text: `on:` (a notification's events) is the word, not
+            # YAML 1.1's true, as in YAML 1.2 and CI files.
+            return node.value
         return self._construct_scalar(node, loc)
 
     def _build_sequence(self, node: SequenceNode, loc: Loc) -> list[Any]:

@@ -997,3 +997,19 @@ def test_a_key_that_does_not_print_is_quoted_so_the_message_stays_one_line() -> 
     # Found by the generated-documents test: a key "\n" broke the message over two lines.
     err = error_of(MINIMAL + 'observe: {"\\n": 0, " a": 1}\n')
     assert err.field == 'observe."\\n"' and "\n" not in str(err), str(err)
+
+
+# -- keys YAML 1.1 reads as booleans -------------------------------------------------------------
+
+
+def test_an_unquoted_on_key_is_the_word_not_true() -> None:
+    """The README's notification example writes `on: [fail, ...]` in a flow mapping, which
+    YAML 1.1 reads as the key true (refused once with `notify[1][1]: a key must be a text`)."""
+    experiment = load(MINIMAL + 'notify:\n  - {kind: slack, url: "https://x/y", on: [fail]}\n')
+    assert experiment.notify[0].on == ("fail",)
+
+
+def test_a_boolean_looking_unknown_key_is_named_as_written() -> None:
+    err = error_of(MINIMAL + 'notify:\n  - {kind: slack, url: "https://x/y", yes: 1}\n')
+    assert (err.line, err.col, err.field) == (8, 39, "notify[0].yes")
+    assert err.problem.startswith("unknown key"), err.problem
