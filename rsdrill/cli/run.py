@@ -147,8 +147,12 @@ def run(
     if interactive:
         options.console = _game_day_console(experiment)
     if metrics_file is not None or metrics_push is not None:
-        from rsdrill.report.openmetrics import MetricsExport
+        from rsdrill.report.openmetrics import MetricsExport, MetricsExportError, require_client
 
+        try:
+            require_client()  # asked for, so missing is bad input: before anything is run
+        except MetricsExportError as exc:
+            exit_invalid(str(exc))
         options.plugins = (*options.plugins, MetricsExport(metrics_file, metrics_push))
     if experiment.matrix is not None:
         _run_matrix(experiment, options)

@@ -224,7 +224,9 @@ class PackagePlatform:
     """A `Platform` made of one package's modules, each imported only when needed: `checks`
     (`check_experiment`), `planner` (`plan_details`, if the plan shows more), `<package>.target`
     (`make_target`) and, if it has journaled actions of its own, `actions` (`REVERT_ACTIONS`).
-    Its `ways` and `title` are given as they are (the `WAYS` and `TITLE` of its `ways.py`)."""
+    Its `ways` and `title` are given as they are (the `WAYS` and `TITLE` of its `ways.py`).
+    `sdk` names the modules its target needs and `extra` the pip extra that brings them: a run
+    or check without them stops in one line saying what to install."""
 
     name: str
     package: str
@@ -236,6 +238,8 @@ class PackagePlatform:
     injectors: Mapping[str, str] = field(default_factory=dict)
     ways: Mapping[str, tuple[Way, ...]] = field(default_factory=dict)
     title: str = field(kw_only=True)
+    sdk: tuple[str, ...] = field(default=(), kw_only=True)
+    extra: str | None = field(default=None, kw_only=True)
 
     def check_experiment(self, exp: Experiment) -> None:
         importlib.import_module(self.checks).check_experiment(exp)
@@ -246,10 +250,19 @@ class PackagePlatform:
         return list(importlib.import_module(self.planner).plan_details(exp))
 
     def make_target(self, exp: Experiment, out_dir: Path) -> RunTarget:
+        self._require_sdk()
         target: RunTarget = importlib.import_module(f"{self.package}.target").make_target(
             exp, out_dir
         )
         return target
+
+    def _require_sdk(self) -> None:
+        for module in self.sdk:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                raise TargetError(f"{self.name}: {module} is not installed: pip install "
+                                  f"'rsdrill[{self.extra or self.name}]'") from None  # fmt: skip
 
     def revert_actions(self) -> Mapping[str, RevertAction]:
         if self.actions is None:

@@ -207,6 +207,7 @@ def result_registry(result: Result) -> CollectorRegistry:
 
 def history_registry(runs: Iterable[Run]) -> CollectorRegistry:
     """Per experiment: runs recorded by verdict (a counter) and the newest run's metrics."""
+    registry, gauge = _registry()  # first: it says which extra to install when it is missing
     from prometheus_client.core import CounterMetricFamily
 
     newest: dict[str, Run] = {}
@@ -214,7 +215,6 @@ def history_registry(runs: Iterable[Run]) -> CollectorRegistry:
     for run in runs:
         newest[run.experiment] = run  # oldest first: the last one stays
         counts[(run.experiment, run.verdict)] = counts.get((run.experiment, run.verdict), 0) + 1
-    registry, gauge = _registry()
     runs_total = CounterMetricFamily(
         "rsdrill_runs", "Runs recorded in the history.", labels=["experiment", "verdict"]
     )
@@ -285,13 +285,20 @@ class _Fixed:
         return self._families
 
 
-def _registry() -> tuple[CollectorRegistry, _Gauge]:
+def require_client() -> None:
+    """Raise MetricsExportError, saying what to install, when prometheus_client is missing."""
     try:
-        from prometheus_client.core import CollectorRegistry
+        import prometheus_client  # noqa: F401
     except ImportError:
         raise MetricsExportError(
             "metrics need prometheus_client: pip install 'rsdrill[metrics]'"
         ) from None
+
+
+def _registry() -> tuple[CollectorRegistry, _Gauge]:
+    require_client()
+    from prometheus_client.core import CollectorRegistry
+
     registry = CollectorRegistry(auto_describe=True)
     gauge = _Gauge(registry)
     return registry, gauge

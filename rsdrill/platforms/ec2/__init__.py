@@ -27,4 +27,5 @@ platform = PackagePlatform(
     },
     ways=WAYS,
     title=TITLE,
+    sdk=("boto3",),
 )

@@ -30,4 +30,5 @@ platform = PackagePlatform(
     },
     ways=WAYS,
     title=TITLE,
+    sdk=("kubernetes.client",),
 )

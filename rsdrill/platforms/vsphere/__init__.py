@@ -22,4 +22,5 @@ platform = PackagePlatform(
     },
     ways=WAYS,
     title=TITLE,
+    sdk=("pyVmomi", "pyVim.connect"),
 )
