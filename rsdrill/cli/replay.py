@@ -83,6 +83,10 @@ def replay(
         first = exc.errors(include_url=False)[0]
         exit_invalid(f"replay: this target does not fit the timeline: {first['msg']}")
     experiment = plan.to_experiment()
+    if from_result is not None:
+        judged = ", ".join(f"{m} {c}" for m, c in experiment.slo.items())
+        typer.echo(f"judged by the original run's SLOs: {judged}" if judged
+                   else "the original run had no SLO: the replay reports its metrics only")  # fmt: skip
     refuse_unless_checked(experiment)
     out_dir = out or default_out_dir(experiment.name)
     out_dir.mkdir(parents=True, exist_ok=True)

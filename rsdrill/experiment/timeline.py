@@ -196,7 +196,8 @@ def timeline_from_result(result: Result, target: Target) -> Timeline:
     when it was injected (`detail.role`): the replay's set has other hosts. The members one
     `count:` fault took down (`detail.index` shared) become that count again. The fault's
     other options (a stepdown's period, a disk fault's errno, ...) come from `detail.options`;
-    a result without them (an older rsdrill) replays with the defaults.
+    a result without them (an older rsdrill) replays with the defaults. The run's SLOs come
+    along: a replay is judged as the run it repeats was.
     """
     groups: dict[object, list[FaultResult]] = {}
     for n, fault in enumerate(result.faults):
@@ -241,6 +242,7 @@ def timeline_from_result(result: Result, target: Target) -> Timeline:
             "target": target,
             "lead_in": 0,
             "events": events,
+            "slo": {slo.metric: f"{slo.op} {slo.threshold!r}" for slo in result.slo},
         }
     )
 

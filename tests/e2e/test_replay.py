@@ -28,6 +28,7 @@ events:
   - {{at: t+1s, kind: stepdown, select: primary, note: operator steps the primary down}}
   - {{at: t+6s, kind: host-kill, select: primary, duration: 3s, note: new primary's host lost}}
 observe: {{after_revert: 10s}}
+slo: {{lost_acknowledged_writes: "== 0"}}
 """
 TOLERANCE_S = 0.05
 
@@ -82,6 +83,12 @@ def test_replay_from_result_reproduces_the_fault_sequence(first_run: Path, tmp_p
         "--target-file", str(_fast_target_file(tmp_path)), "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Judged as the run it repeats was.
+    assert "judged by the original run's SLOs: lost_acknowledged_writes == 0.0" in proc.stdout
+    slo = json.loads((out / "result.json").read_text())["slo"]
+    assert [(s["metric"], s["op"], s["threshold"]) for s in slo] == [
+        ("lost_acknowledged_writes", "==", 0.0)
+    ]
     before, after = _faults(first_run), _faults(out)
     assert [(f["kind"], f["detail"]["role"]) for f in after] == [
         (f["kind"], f["detail"]["role"]) for f in before

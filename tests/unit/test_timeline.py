@@ -18,7 +18,7 @@ from rsdrill.experiment.timeline import (
     timeline_from_result,
 )
 from rsdrill.history import Op
-from rsdrill.result import FaultResult, Result, TargetInfo
+from rsdrill.result import FaultResult, Result, SloResult, TargetInfo
 
 INCIDENT = """\
 name: incident-42
@@ -150,6 +150,16 @@ def test_the_faults_options_come_back_with_them() -> None:
     assert (fault.duration, fault.errno, fault.operations, fault.path) == (
         5.0, "ENOSPC", ("fsync",), "journal/*",
     )  # fmt: skip
+
+
+def test_the_runs_slos_judge_its_replay() -> None:
+    result = _result(_fault("stepdown", "h:1", 3.0, None, role="PRIMARY", index=0))
+    result.slo = [
+        SloResult(metric="write_unavailable_s", op="<=", threshold=12.7, observed=3.0, passed=True),
+        SloResult(metric="recovery_s.max", op="<", threshold=30.0, observed=None, passed=False),
+    ]
+    experiment = timeline_from_result(result, SANDBOX).to_experiment()
+    assert experiment.slo == {"write_unavailable_s": "<= 12.7", "recovery_s.max": "< 30.0"}
 
 
 def test_members_of_one_count_fault_become_that_count_again() -> None:
