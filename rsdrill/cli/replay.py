@@ -85,8 +85,8 @@ def replay(
     experiment = plan.to_experiment()
     if from_result is not None:
         judged = ", ".join(f"{m} {c}" for m, c in experiment.slo.items())
-        typer.echo(f"judged by the original run's SLOs: {judged}" if judged
-                   else "the original run had no SLO: the replay reports its metrics only")  # fmt: skip
+        none = "the original run had no SLO: the replay reports its metrics only"
+        typer.echo(f"judged by the original run's SLOs: {judged}" if judged else none)
     refuse_unless_checked(experiment)
     out_dir = out or default_out_dir(experiment.name)
     out_dir.mkdir(parents=True, exist_ok=True)
