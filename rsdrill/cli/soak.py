@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -32,6 +33,12 @@ def soak(
     seed: Annotated[
         int | None, typer.Option("--seed", min=0, help="Seed of the run seeds (repeatable soak).")
     ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Also print each run's events (phases, guards, faults)."
+        ),
+    ] = False,
 ) -> None:
     """Run the experiment again and again with fresh seeds, checking every history for lost
     majority writes, two primaries in one term, slow recovery, non-monotonic reads and
@@ -53,8 +60,14 @@ def soak(
     if experiment.random_faults is None:
         exit_invalid(f"{file}: rsdrill soak needs `faults: {{random: ...}}` (each run draws "
                      "its own schedule)")  # fmt: skip
-    report = run_soak(experiment, out, duration_s=seconds, max_runs=max_runs,
-                      recovery_slo_s=recovery_slo, seed=seed, progress=typer.echo)  # fmt: skip
+    # One line a run: each run's events go to its events.log (kept with a violating run).
+    events = logging.getLogger("rsdrill.run")
+    events.propagate = verbose
+    try:
+        report = run_soak(experiment, out, duration_s=seconds, max_runs=max_runs,
+                          recovery_slo_s=recovery_slo, seed=seed, progress=typer.echo)  # fmt: skip
+    finally:
+        events.propagate = True
     typer.echo(f"{len(report.runs)} runs in {report.elapsed_s:.0f}s "
                f"({report.runs_per_hour:.0f} runs/h)")  # fmt: skip
     violating = report.violating

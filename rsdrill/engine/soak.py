@@ -10,13 +10,16 @@ fault's timing decides whether a race is hit.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import yaml
 
@@ -73,7 +76,7 @@ def run_checked(
     started = time.monotonic()
     runner = Runner(soak_experiment(exp), RunOptions(out_dir=out_dir, live=False, assume_yes=True))
     out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / "events.log").open("w") as events:  # the terminal shows soak progress
+    with (out_dir / "events.log").open("w") as events, _run_events_to(events):
         runner.live = LiveView(runner.history, stream=events)
         result = runner.run()
     violations = []
@@ -85,6 +88,26 @@ def run_checked(
         )  # fmt: skip
     return RunVerdict(index, seed, result.verdict, violations, time.monotonic() - started,
                       out_dir, result.error)  # fmt: skip
+
+
+@contextmanager
+def _run_events_to(stream: TextIO) -> Iterator[None]:
+    """A run's events (logger `rsdrill.run`: phases, guards, faults) also in its events.log,
+    with the run's clock; the terminal shows the soak's progress, one line a run."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(_EventLine())
+    logger = logging.getLogger("rsdrill.run")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+class _EventLine(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        t_s = getattr(record, "run_t_s", None)
+        return (f"t+{t_s:7.2f}s " if t_s is not None else "") + record.getMessage()
 
 
 def soak(

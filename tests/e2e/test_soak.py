@@ -99,6 +99,25 @@ def test_the_cli_prints_progress_and_the_replay_command(tmp_path: Path) -> None:
     assert "runs/h" in done.stdout
     assert f"replay: {UNSAFE_MAJORITY_ACK_ENV}=1 rsdrill run {path} --seed " in done.stdout
     assert "replay the shrunk schedule: " in done.stdout
+    # One line a run: the runs' own events (phases, guards, faults) are in their events.log.
+    assert "phase: " not in done.stdout + done.stderr, done.stdout + done.stderr
+    kept = list((tmp_path / "out").glob("run-*/events.log"))
+    assert kept and all("phase: faults" in log.read_text() for log in kept), kept
+
+
+def test_verbose_soak_prints_each_runs_events(tmp_path: Path) -> None:
+    path = tmp_path / "soak.yaml"
+    document = yaml.safe_load(SOAK)
+    document["faults"]["random"].update(kinds=["stepdown"], count=1, within="2s")
+    path.write_text(yaml.safe_dump(document))
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli", "soak", str(path), "--runs", "1", "-v",
+         "--out", str(tmp_path / "out"), "--seed", "1"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "phase: faults" in done.stderr and "injected stepdown" in done.stderr, done.stderr
+    assert "run 1 seed " in done.stdout
 
 
 def test_a_file_without_a_random_schedule_is_refused(tmp_path: Path) -> None:
