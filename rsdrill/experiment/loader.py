@@ -247,6 +247,11 @@ class _Tree:
             self.data: dict[Any, Any] = self.build(root, ())
         except RecursionError:
             raise self.error(root, None, "nested too deeply") from None
+        if model is Experiment and "events" in self.data and "faults" not in self.data:
+            # An incident timeline: its faults are `events:` at offsets.
+            problem = (f"this is an incident timeline (events:, not faults:): `rsdrill replay "
+                       f"{source_name}` runs it")  # fmt: skip
+            raise self.error(self.pairs(root)["events"].key, None, problem)
 
     def _compose(self) -> tuple[yaml.SafeLoader, Node]:
         try:

@@ -1013,3 +1013,12 @@ def test_a_boolean_looking_unknown_key_is_named_as_written() -> None:
     err = error_of(MINIMAL + 'notify:\n  - {kind: slack, url: "https://x/y", yes: 1}\n')
     assert (err.line, err.col, err.field) == (8, 39, "notify[0].yes")
     assert err.problem.startswith("unknown key"), err.problem
+
+
+def test_a_timeline_given_as_an_experiment_is_named_with_the_command_that_runs_it() -> None:
+    timeline = "name: incident\ntarget: {platform: sandbox}\nevents:\n  - {at: t+0, kind: stepdown}\n"
+    err = error_of(timeline)
+    assert (err.line, err.col) == (3, 1)
+    assert err.problem == (
+        "this is an incident timeline (events:, not faults:): `rsdrill replay exp.yaml` runs it"
+    )
