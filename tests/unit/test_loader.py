@@ -1016,7 +1016,9 @@ def test_a_boolean_looking_unknown_key_is_named_as_written() -> None:
 
 
 def test_a_timeline_given_as_an_experiment_is_named_with_the_command_that_runs_it() -> None:
-    timeline = "name: incident\ntarget: {platform: sandbox}\nevents:\n  - {at: t+0, kind: stepdown}\n"
+    timeline = (
+        "name: incident\ntarget: {platform: sandbox}\nevents:\n  - {at: t+0, kind: stepdown}\n"
+    )
     err = error_of(timeline)
     assert (err.line, err.col) == (3, 1)
     assert err.problem == (
