@@ -25,7 +25,9 @@ faults:
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.02, 0.05, 0.1, 0.2, 0.4])
 def test_sigint_during_start_up_prints_no_traceback(tmp_path: Path, delay_s: float) -> None:
-    script = shutil.which("rsdrill")
+    # This environment's script, not whichever comes first on PATH (a virtualenv run by its
+    # python without being activated would find the base interpreter's, another install).
+    script = shutil.which("rsdrill", path=str(Path(sys.executable).parent))
     assert script, "the rsdrill console script is installed with the package"
     experiment = tmp_path / "exp.yaml"
     experiment.write_text(EXPERIMENT)
