@@ -6,6 +6,7 @@ error, Ctrl-C, SIGTERM). A run that dies anyway leaves a journal for `rsdrill re
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import secrets
 import signal
@@ -59,6 +60,8 @@ from rsdrill.result import (
 )
 from rsdrill.states import HEALTHY, PRIMARY_LIKE
 from rsdrill.version import __version__
+
+_log = logging.getLogger(__name__)
 
 PREFLIGHT_TIMEOUT_S = 60.0
 VERIFY_TIMEOUT_S = 10.0
@@ -558,7 +561,11 @@ class Runner:
 
     def _revert(self, applied: _Applied, journal: Journal) -> None:
         applied.record.reverted_at_s = round(self.clock.now(), 4)
-        applied.injector.revert()
+        try:
+            applied.injector.revert()
+        except BaseException:
+            applied.record.reverted_at_s = None  # still in force: `recover` owes it
+            raise
         # An engine that judges its own fault (Litmus: verdict, probe success) says so here.
         report = getattr(applied.injector, "report", None)
         if report is not None:
@@ -568,15 +575,24 @@ class Runner:
         self.events.emit("fault_reverted", fault=applied.record)
 
     def _revert_all(self, journal: Journal) -> str | None:
-        """Revert everything still in force; the first failure's message, if any."""
+        """Revert everything still in force, whatever any one revert raises; the first
+        failure's message, if any (the failed fault stays in the journal for `recover`)."""
         self._reverting = True
         failure = None
-        for key in list(self.state.applied)[::-1]:
-            try:
-                self._revert(self.state.applied.pop(key), journal)
-            except (InjectionError, TargetError, OSError) as exc:
-                failure = failure or f"revert failed (run `rsdrill recover`): {exc}"
-        self._reverting = False
+        try:
+            for key in list(self.state.applied)[::-1]:
+                applied = self.state.applied.pop(key)
+                try:
+                    self._revert(applied, journal)
+                except (InjectionError, TargetError, OSError) as exc:
+                    failure = failure or f"revert failed (run `rsdrill recover`): {exc}"
+                except Exception as exc:  # a driver's, an SDK's or our own bug: still go on
+                    _log.error("reverting %s on %s failed", applied.record.kind,
+                               applied.record.target, exc_info=True)  # fmt: skip
+                    message = redact_uri(_internal(exc))
+                    failure = failure or f"revert failed (run `rsdrill recover`): {message}"
+        finally:
+            self._reverting = False
         return failure
 
     def _observe(self, target: RunTarget) -> None:
