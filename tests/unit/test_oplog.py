@@ -132,3 +132,54 @@ def test_the_in_memory_tail_answers_as_the_database_does(
 
 def _encoded(entries: list[dict | None]) -> list[bytes | None]:
     return [None if e is None else bson.encode(e) for e in entries]
+
+
+def _open_steps(database: Database, capacity: int) -> tuple[Oplog, int]:
+    """An Oplog opened on `database`, and the SQLite virtual-machine steps (in hundreds) it took."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    database.db.set_progress_handler(count, 100)
+    try:
+        return Oplog(capacity, database), steps
+    finally:
+        database.db.set_progress_handler(None, 0)
+
+
+@pytest.mark.parametrize("entries", [1000, 10000])
+def test_reopening_reads_the_stored_figures_not_the_whole_oplog(
+    tmp_path: Path, entries: int
+) -> None:
+    """A restart on a kept volume costs the same whatever the oplog holds (it scanned the whole
+    oplog for its count and bytes: 30 MB of data made a kept member's restart 1.1 s slower on a
+    busy CI machine); the figures are exact across appends, trims and a truncation."""
+    database = Database(tmp_path / "db")
+    database.open()
+    oplog = Oplog(entries * 60, database)
+    for i in range(1, entries + 200):  # past the capacity: trimmed from the oldest end
+        oplog.append(_entry(1, 10, i, pad=10))
+    oplog.truncate_after(OpTime(1, 10, entries + 150))
+    database.commit()
+    rows, size = database.execute("SELECT COUNT(*), SUM(LENGTH(entry)) FROM oplog").fetchone()
+    assert (len(oplog), oplog.size_bytes) == (rows, size) and rows < entries
+    database.close()
+    reopened = Database(tmp_path / "db")
+    reopened.open()
+    again, steps = _open_steps(reopened, entries * 60)
+    assert (len(again), again.size_bytes) == (rows, size)
+    assert steps < 20, steps  # the scan took 25 for 1000 entries, 280 for 10000; now 0
+
+
+def test_an_oplog_without_stored_figures_is_counted_once(tmp_path: Path) -> None:
+    database = Database(tmp_path / "db")
+    database.open()
+    oplog = Oplog(10**6, database)
+    for i in range(1, 6):
+        oplog.append(_entry(1, 10, i, pad=10))
+    database.commit()
+    database.execute("DELETE FROM meta WHERE key = 'oplog_size'")  # as written before them
+    assert Oplog(10**6, database).size_bytes == oplog.size_bytes and len(oplog) == 5

@@ -59,6 +59,9 @@ CREATE TABLE IF NOT EXISTS statements (
 """
 
 
+_SET_META = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
+
+
 class StorageReadError(Exception):
     """Reading the data files failed; the operation fails, the member lives on."""
 
@@ -77,6 +80,9 @@ class Database:
         self._txn = threading.Lock()
         # Called with a description when a write or commit fails; must not return.
         self.on_fatal: Callable[[str], NoReturn] | None = None
+        # Run in the transaction just before each COMMIT, the lock held (write with `db`):
+        # figures kept in memory reach the disk once a commit, with the rows they describe.
+        self.before_commit: list[Callable[[], None]] = []
 
     def _fatal(self, what: str, exc: sqlite3.Error) -> NoReturn:
         if self.on_fatal is not None:
@@ -145,6 +151,8 @@ class Database:
             if not self.dirty:
                 return
             try:
+                for hook in self.before_commit:
+                    hook()
                 self.db.execute("COMMIT")
                 self.db.execute("BEGIN")
             except sqlite3.OperationalError as exc:
@@ -163,11 +171,11 @@ class Database:
         return None if row is None else bson.decode(row[0])["v"]
 
     def set_meta(self, key: str, value: Any) -> None:
-        self.write(
-            "INSERT INTO meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, bson.encode({"v": value})),
-        )
+        self.write(_SET_META, (key, bson.encode({"v": value})))
+
+    def set_meta_before_commit(self, key: str, value: Any) -> None:
+        """`set_meta` from a `before_commit` hook (which runs with the lock held)."""
+        self.db.execute(_SET_META, (key, bson.encode({"v": value})))
 
     def size_bytes(self) -> int:
         """Bytes the database files take on disk."""
