@@ -19,6 +19,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -346,3 +347,30 @@ def test_the_yaml_scan_finds_the_examples_and_leaves_out_ci_files() -> None:
     assert {"README.md", "docs/platforms/ec2.md", "docs/storage-faults.md"} <= pages, pages
     names = {d.get("name") for _, d in YAML_EXAMPLES}
     assert "rs3-primary-kill" in names and "nightly chaos" not in names, names
+
+
+# -- what the Python examples import is installed, or the page says how -------------------------
+
+_DEPENDENCIES = {
+    re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0].lower().replace("-", "_")
+    for requirement in tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "dependencies"
+    ]
+}
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "python"], ids=str)
+def test_a_python_example_needs_only_what_pip_install_brings_or_the_page_names(
+    block: Block,
+) -> None:
+    """`pip install -e .` brings rsdrill's dependencies; anything else an example imports is
+    named with its `pip install` on the same page (the pytest section once did not say that
+    pytest is the reader's to install)."""
+    page = " ".join(block.path.read_text().split())
+    imported = re.findall(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", block.text, re.M)
+    missing = [
+        name for name in imported
+        if name not in sys.stdlib_module_names and name != "rsdrill"
+        and name.lower() not in _DEPENDENCIES and f"pip install {name}" not in page
+    ]  # fmt: skip
+    assert not missing, f"{block}: imports {missing}: say `pip install ...` on the page"
