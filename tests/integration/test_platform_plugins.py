@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -17,54 +18,12 @@ from rsdrill.registry import BUILTIN, GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TOY_PACKAGE = '''
-"""A toy platform: members on "toy" machines that it can only power-cycle."""
-
-from pathlib import Path
-
-from rsdrill.experiment.fields import FieldProblem, Strict
-from rsdrill.experiment.kinds import Way
-
-
-class ToyOptions(Strict):
-    cluster: str
-
-
-class ToyFaultOptions(Strict):
-    gentle: bool = False
-
-
-def power_cycle(target, fault, host):
-    raise NotImplementedError("a toy")
-
-
-class ToyPlatform:
-    name = "toy"
-    title = "Toy machines"
-    options = ToyOptions
-    fault_options = ToyFaultOptions
-    # The kinds it carries out: any other (but stepdown, the same everywhere) is refused.
-    ways = {"host-kill": (Way("power-cycle the toy machine"),)}
-    # An injector without a way carries nothing out: volume-detach is refused too.
-    injectors = {"host-kill": "toyplatform:power_cycle", "volume-detach": "toyplatform:power_cycle"}
-
-    def check_experiment(self, exp):
-        for i, fault in enumerate(exp.faults):
-            if fault.kind == "host-freeze":
-                raise FieldProblem(("faults", i, "kind"), "toy machines can only be power-cycled")
-
-    def plan_details(self, exp):
-        return [f"power-cycle a machine of cluster {exp.target.toy.cluster}"]
-
-    def make_target(self, exp, out_dir: Path):
-        raise NotImplementedError("a toy")
-
-    def revert_actions(self):
-        return {}
-
-
-platform = ToyPlatform()
-'''
+# The toy platform of docs/architecture.md, as the page shows it.
+TOY_PACKAGE = re.search(
+    r"```python\n((?:(?!```).)*class ToyPlatform(?:(?!```).)*)```",
+    (ROOT / "docs" / "architecture.md").read_text(),
+    re.S,
+).group(1)
 
 EXPERIMENT = """\
 name: toy-kill
