@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 PROJECT = "rsdrill"
 GROUP = "rsdrill.plugins"
 """The entry-point group plugins register under."""
+PROBE_GROUP = "rsdrill.probes"
+"""The entry-point group of the user's own steady-state checks (`probes.checks.<name>.plugin`)."""
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)

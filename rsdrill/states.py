@@ -6,9 +6,10 @@ to ask a member its state (`member_state`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rsdrill.connection import AccessRefused, ConnectOptions, DirectConnection, WireClientError
+if TYPE_CHECKING:
+    from rsdrill.connection import ConnectOptions
 
 STANDALONE = "STANDALONE"
 DOWN = "DOWN"
@@ -56,6 +57,9 @@ def member_state(
 ) -> str:
     """Ask `host` its own state (replSetGetStatus, else its hello), `unreachable` when it does
     not answer. `AccessRefused` is raised: a member that refuses these settings is up."""
+    # Here, not at the top: the vocabulary above is read where no driver is (`rsdrill validate`).
+    from rsdrill.connection import AccessRefused, DirectConnection, WireClientError
+
     conn = DirectConnection(host, timeout_s, options)
     try:
         state = own_state(conn.command("admin", {"replSetGetStatus": 1}))

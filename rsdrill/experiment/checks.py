@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from rsdrill.experiment.fields import Duration, FieldProblem, Strict
-from rsdrill.probes.check import PLUGIN_GROUP
+from rsdrill.hooks import PROBE_GROUP
 
 CheckName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")]
 
@@ -40,7 +40,7 @@ class CheckProbe(Strict):
         None, min_length=1, description="a program and its arguments; exit status 0 is healthy"
     )
     mongodb_query: QueryCheck | None = None
-    plugin: str | None = Field(None, description=f"an entry point of group {PLUGIN_GROUP}")
+    plugin: str | None = Field(None, description=f"an entry point of group {PROBE_GROUP}")
     interval: Duration = Field(0.1, gt=0)
     timeout: Duration = Field(1.0, gt=0)
 
@@ -56,7 +56,7 @@ class CheckProbe(Strict):
         if self.plugin is not None and self.plugin not in plugin_names():
             known = ", ".join(sorted(plugin_names())) or "none installed"
             raise FieldProblem(
-                ("plugin",), f"no {PLUGIN_GROUP} entry point {self.plugin!r} (known: {known})"
+                ("plugin",), f"no {PROBE_GROUP} entry point {self.plugin!r} (known: {known})"
             )
         return self
 
@@ -64,4 +64,4 @@ class CheckProbe(Strict):
 def plugin_names() -> set[str]:
     from importlib.metadata import entry_points
 
-    return {ep.name for ep in entry_points(group=PLUGIN_GROUP)}
+    return {ep.name for ep in entry_points(group=PROBE_GROUP)}

@@ -14,13 +14,13 @@ from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
 from rsdrill.history import CHECK_PREFIX, History, RunClock
+from rsdrill.hooks import PROBE_GROUP
 from rsdrill.probes.base import Probe, classify
 from rsdrill.redact import redact_uri
 
 if TYPE_CHECKING:
     from rsdrill.experiment.checks import CheckProbe, HttpCheck, QueryCheck
 
-PLUGIN_GROUP = "rsdrill.probes"
 """Entry-point group of check plugins: a callable taking no argument; truthy means healthy."""
 
 
@@ -133,7 +133,7 @@ def _query(
 def _plugin(name: str, timeout_s: float) -> Sample:
     from importlib.metadata import entry_points
 
-    (point,) = entry_points(group=PLUGIN_GROUP, name=name)  # checked when loaded
+    (point,) = entry_points(group=PROBE_GROUP, name=name)  # checked when loaded
     check: Callable[[], object] = point.load()
 
     def sample() -> dict[str, Any]:

@@ -10,7 +10,8 @@ from rsdrill.experiment.kinds import KINDS, holds
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment, Fault, make_fault
-from rsdrill.platforms.machine.disk import describe_rule, needs_faultfs, rule_for
+from rsdrill.platforms.machine.disk import describe_rule, rule_for
+from rsdrill.platforms.machine.options import needs_faultfs
 
 
 def fault(text: str) -> Fault:

@@ -16,7 +16,6 @@ rule is set) clears that rule and restarts the member if the fault killed it, as
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,14 +31,7 @@ if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
     from rsdrill.platforms.base import Injector, MachineTarget
 
-STORAGE_KINDS = ("disk-fault", "iops-throttle", "volume-detach")
 _MIB = 1024 * 1024
-
-
-def needs_faultfs(faults: Sequence[Fault]) -> tuple[bool, bool]:
-    """(whether members must run on faultfs, whether unsynced writes must be tracked)."""
-    power_loss = any(f.kind == "host-kill" and f.power_loss for f in faults)
-    return power_loss or any(f.kind in STORAGE_KINDS for f in faults), power_loss
 
 
 def rule_for(fault: Fault) -> Rule:

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rsdrill.experiment.fields import FieldProblem
-from rsdrill.platforms.machine.disk import needs_faultfs
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Experiment
+    from rsdrill.experiment.schema import Experiment, Fault
+
+# The kinds carried out by a faultfs rule under the member's data directory.
+STORAGE_KINDS = ("disk-fault", "iops-throttle", "volume-detach")
+
+
+def needs_faultfs(faults: Sequence[Fault]) -> tuple[bool, bool]:
+    """(whether members must run on faultfs, whether unsynced writes must be tracked)."""
+    power_loss = any(f.kind == "host-kill" and f.power_loss for f in faults)
+    return power_loss or any(f.kind in STORAGE_KINDS for f in faults), power_loss
 
 
 def check_experiment(exp: Experiment) -> None:

@@ -17,9 +17,9 @@ from pymongo import MongoClient, WriteConcern
 from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.schema import Experiment, Fault, Target
 from rsdrill.platforms.base import RunTarget, TargetError
-from rsdrill.platforms.machine.disk import needs_faultfs
 from rsdrill.platforms.machine.disk_fill import mount_small_disk, unmount_small_disks
 from rsdrill.platforms.machine.network import rejoin_partition
+from rsdrill.platforms.machine.options import needs_faultfs
 from rsdrill.platforms.sandbox.volumes import MemberVolumes
 from rsdrill.sandbox.cluster import (
     Sandbox,
