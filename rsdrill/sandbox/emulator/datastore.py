@@ -57,8 +57,12 @@ class DataStore:
     # -- reading ---------------------------------------------------------------------------
 
     def documents(self, ns: str) -> list[dict[str, Any]]:
+        return bson.decode_all(b"".join(self.raw_documents(ns)))
+
+    def raw_documents(self, ns: str) -> list[bytes]:
+        """The collection's documents as stored (BSON), in natural order."""
         rows = self.database.execute("SELECT doc FROM docs WHERE ns = ? ORDER BY rowid", (ns,))
-        return bson.decode_all(b"".join(row[0] for row in rows))
+        return [row[0] for row in rows]
 
     def scan(self, ns: str, after_rowid: int, max_bytes: int) -> tuple[list[bytes], int, bool]:
         """Raw documents after a position, about max_bytes of them: (docs, position, done)."""

@@ -14,7 +14,7 @@ from rsdrill.privileges import CLUSTER
 Privilege = dict[str, Any]
 
 _READ = ["find", "listCollections", "listIndexes", "collStats", "dbStats", "killCursors",
-         "changeStream"]  # fmt: skip
+         "changeStream", "dbHash"]  # fmt: skip
 _WRITE = ["insert", "update", "remove", "createCollection", "dropCollection", "createIndex",
           "dropIndex", "renameCollectionSameDB"]  # fmt: skip
 _DB_ADMIN = ["collStats", "dbStats", "listCollections", "listIndexes", "createCollection",
@@ -72,7 +72,7 @@ _COLLECTION_ACTIONS = {
     "collmod": "collMod",
 }  # fmt: skip
 _DATABASE_ACTIONS = {"listcollections": "listCollections", "dbstats": "dbStats",
-                     "dropdatabase": "dropDatabase"}  # fmt: skip
+                     "dropdatabase": "dropDatabase", "dbhash": "dbHash"}  # fmt: skip
 _CLUSTER_ACTIONS = {
     "replsetgetstatus": "replSetGetStatus", "replsetgetconfig": "replSetGetConfig",
     "replsetstepdown": "replSetStateChange", "replsetstepup": "replSetStateChange",

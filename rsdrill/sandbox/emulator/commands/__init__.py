@@ -7,6 +7,7 @@ from rsdrill.sandbox.emulator.commands import (  # noqa: F401 (their handlers re
     admin,
     catalog,
     handshake,
+    integrity,
     reads,
     replication,
     writes,
