@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from rsdrill.cli import (
+    audit,
     check,
     experiment,
     faultfs,
@@ -38,6 +39,7 @@ app.command()(experiment.schema)
 app.command()(experiment.faults)
 app.add_typer(sandbox.app, name="sandbox")
 app.command()(check.check)
+app.command()(audit.audit)
 app.command()(run.run)
 app.command()(run.recover)
 app.command()(soak.soak)

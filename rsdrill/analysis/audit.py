@@ -1,0 +1,57 @@
+"""Whether the members hold the same data: pure comparisons of what each member said.
+
+The reference is the primary. A member diverges on a collection when its dbHash digest differs
+from the primary's, or when one of the two lacks the collection; which documents differ comes
+from per-document digests of the two, compared by `_id`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# member → database → collection → MD5 hex digest, as dbHash answers.
+Hashes = Mapping[str, Mapping[str, Mapping[str, str]]]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """One member's copy of one collection differs from the primary's."""
+
+    member: str
+    database: str
+    collection: str
+    # A bounded sample of the `_id`s whose documents differ, are missing or are extra.
+    ids: tuple[Any, ...] = field(default=())
+
+
+def divergent(reference: str, hashes: Hashes) -> list[Divergence]:
+    """Every (member, database, collection) whose digest is not the reference member's."""
+    found = []
+    ours = hashes[reference]
+    for member in sorted(m for m in hashes if m != reference):
+        for database in sorted(set(ours) | set(hashes[member])):
+            mine = ours.get(database, {})
+            theirs = hashes[member].get(database, {})
+            for collection in sorted(set(mine) | set(theirs)):
+                if mine.get(collection) != theirs.get(collection):
+                    found.append(Divergence(member, database, collection))
+    return found
+
+
+def differing_ids(
+    reference: Sequence[tuple[Any, str]], other: Sequence[tuple[Any, str]], limit: int
+) -> tuple[Any, ...]:
+    """The `_id`s (at most `limit`, in the reference's order, then the other's extras) whose
+    document digest differs between two `(_id, digest)` listings, or that one lacks."""
+    theirs = {_key(doc_id): digest for doc_id, digest in other}
+    ours = {_key(doc_id) for doc_id, _ in reference}
+    ids = [doc_id for doc_id, digest in reference if theirs.get(_key(doc_id)) != digest]
+    ids += [doc_id for doc_id, _ in other if _key(doc_id) not in ours]
+    return tuple(ids[:limit])
+
+
+def _key(doc_id: Any) -> str:
+    # `_id`s of any BSON type (dicts included) as a hashable key; equal values, equal keys.
+    return repr(doc_id)

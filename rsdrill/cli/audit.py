@@ -1,0 +1,69 @@
+"""`rsdrill audit URI`: do the members hold the same data?"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rsdrill.cli.errors import JsonOption, exit_invalid
+
+EXIT_DIVERGENT = 1
+
+
+def audit(
+    uri: Annotated[str, typer.Argument(help="The replica set's connection string.", metavar="URI")],
+    database: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--db",
+            help="A database to compare (repeatable; default: every one "
+            "but admin, config and local).",
+        ),
+    ] = None,
+    catch_up: Annotated[
+        float,
+        typer.Option(
+            "--catch-up",
+            min=0,
+            help="Seconds to wait for every member to apply the primary's last write.",
+        ),
+    ] = 30.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Compare the members' data once each has applied the primary's last write (dbHash of
+    each database, then which documents differ). Exit 0: the same everywhere; 1: a member
+    differs or did not catch up; 2: a member could not be compared (nothing is then said
+    to be consistent)."""
+    import json
+
+    from rsdrill.connection import SettingsError, parse_uri
+    from rsdrill.engine.audit import AuditError
+    from rsdrill.engine.audit import audit as run_audit
+    from rsdrill.redact import redact_uri
+
+    try:
+        parsed = parse_uri(uri)
+        report = run_audit(parsed.seeds, parsed.options, databases=database, catch_up_s=catch_up)
+    except (SettingsError, AuditError) as exc:
+        exit_invalid(f"audit {redact_uri(uri)}: {redact_uri(str(exc))}")
+    if as_json:
+        typer.echo(json.dumps({
+            "consistent": report.consistent, "caught_up": report.caught_up,
+            "lag_s": round(report.lag_s, 3), "primary": report.primary,
+            "members": report.members, "databases": report.databases,
+            "divergences": [{"member": d.member, "database": d.database,
+                             "collection": d.collection, "ids": [repr(i) for i in d.ids]}
+                            for d in report.divergences],
+        }, indent=2))  # fmt: skip
+    else:
+        compared = f"{len(report.members)} members, databases {', '.join(report.databases)}"
+        if not report.caught_up:
+            typer.echo(f"not caught up: the members had not applied the primary's last write "
+                       f"within {report.lag_s:.1f}s; nothing compared ({compared})")  # fmt: skip
+        for d in report.divergences:
+            ids = ", ".join(repr(i) for i in d.ids) or "none listed"
+            typer.echo(f"divergent: {d.member} {d.database}.{d.collection} (_id {ids})")
+        if report.consistent:
+            typer.echo(f"consistent: {compared}, same dbHash as the primary {report.primary}")
+    raise typer.Exit(0 if report.consistent else EXIT_DIVERGENT)

@@ -1,0 +1,160 @@
+"""The data audit: do the members hold the same data once they have all applied the same writes?
+
+As MongoDB's own test runner checks after a fault: wait until every data-bearing member has
+applied the primary's last write (by the optimes the primary reports), then compare `dbHash` of
+each database on every member against the primary's; for a collection that differs, list which
+`_id`s differ. What could not be compared is said, never reported as consistent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import bson
+
+from rsdrill.analysis.audit import Divergence, differing_ids, divergent
+from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
+from rsdrill.errors import RsdrillError
+from rsdrill.platforms.remote import discover_members
+
+# Not the user's data, or not replicated: never audited.
+SYSTEM_DATABASES = ("admin", "config", "local")
+COMMAND_TIMEOUT_S = 30.0
+# How many differing `_id`s a divergence names.
+ID_SAMPLE = 10
+_DATA_BEARING = ("PRIMARY", "SECONDARY")
+# Reads a secondary answers (as a driver's direct connection asks).
+_ANY_MEMBER = {"$readPreference": {"mode": "secondaryPreferred"}}
+
+
+class AuditError(RsdrillError):
+    """The audit could not compare: a member unreachable or unable to run dbHash."""
+
+
+@dataclass
+class AuditReport:
+    primary: str
+    members: list[str]
+    databases: list[str]
+    caught_up: bool
+    # How long the members took to apply the primary's last write (up to the deadline).
+    lag_s: float
+    divergences: list[Divergence] = field(default_factory=list)
+
+    @property
+    def consistent(self) -> bool:
+        return self.caught_up and not self.divergences
+
+
+def audit(
+    seeds: Sequence[str],
+    options: ConnectOptions,
+    *,
+    databases: Sequence[str] | None = None,
+    catch_up_s: float = 30.0,
+) -> AuditReport:
+    """Audit the replica set the seeds reach; AuditError when a member cannot be compared."""
+    try:
+        hosts = discover_members(list(seeds), options=options)
+    except RsdrillError as exc:
+        raise AuditError(str(exc)) from None
+    with _Connections(options) as conns:
+        primary, members = _data_bearing(conns, hosts)
+        caught_up, lag_s = _wait_caught_up(conns, primary, members, catch_up_s)
+        listed = conns.command(primary, "admin", {"listDatabases": 1, "nameOnly": True})
+        names = list(databases) if databases else _user_databases(listed)
+        report = AuditReport(primary, members, names, caught_up, lag_s)
+        if not caught_up:
+            return report  # comparing members at different points would prove nothing
+        hashes = {m: {db: _db_hash(conns, m, db) for db in names} for m in members}
+        for found in divergent(primary, hashes):
+            ours, theirs = _digests(conns, primary, found), _digests(conns, found.member, found)
+            ids = differing_ids(ours, theirs, ID_SAMPLE)
+            report.divergences.append(
+                Divergence(found.member, found.database, found.collection, ids)
+            )
+        return report
+
+
+class _Connections:
+    """One connection per member, each command's failure an AuditError naming the member."""
+
+    def __init__(self, options: ConnectOptions) -> None:
+        self.options = options
+        self._open: dict[str, DirectConnection] = {}
+
+    def __enter__(self) -> _Connections:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for conn in self._open.values():
+            conn.close()
+
+    def command(self, host: str, db: str, body: dict[str, Any]) -> dict[str, Any]:
+        conn = self._open.setdefault(host, DirectConnection(host, COMMAND_TIMEOUT_S, self.options))
+        try:
+            reply = conn.command(db, body)
+        except WireClientError as exc:
+            raise AuditError(f"unreachable: {exc}") from None  # the error names the host
+        if not reply.get("ok"):
+            reason = reply.get("errmsg") or reply.get("codeName") or reply
+            raise AuditError(f"{host}: cannot run {next(iter(body))} on {db}: {reason}")
+        return reply
+
+
+def _data_bearing(conns: _Connections, hosts: list[str]) -> tuple[str, list[str]]:
+    """The primary and every data-bearing member, from a member's replSetGetStatus."""
+    status = conns.command(hosts[0], "admin", {"replSetGetStatus": 1})
+    states = {str(m["name"]): str(m.get("stateStr")) for m in status.get("members", [])}
+    primary = next((host for host, state in states.items() if state == "PRIMARY"), None)
+    if primary is None:
+        listed = ", ".join(f"{h} {s}" for h, s in states.items())
+        raise AuditError(f"no primary: members are {listed}")
+    down = [f"{h} ({s})" for h, s in states.items() if s not in (*_DATA_BEARING, "ARBITER")]
+    if down:
+        raise AuditError(f"cannot compare members that are not up: {', '.join(down)}")
+    return primary, [h for h, s in states.items() if s in _DATA_BEARING]
+
+
+def _wait_caught_up(
+    conns: _Connections, primary: str, members: list[str], deadline_s: float
+) -> tuple[bool, float]:
+    """Until every member's applied optime is the primary's own (as the primary reports them)."""
+    started = time.monotonic()
+    while True:
+        status = conns.command(primary, "admin", {"replSetGetStatus": 1})
+        optimes = {str(m["name"]): m.get("optime") for m in status.get("members", [])}
+        if all(optimes.get(m) == optimes.get(primary) for m in members):
+            return True, time.monotonic() - started
+        if time.monotonic() - started >= deadline_s:
+            return False, time.monotonic() - started
+        time.sleep(0.1)
+
+
+def _user_databases(reply: dict[str, Any]) -> list[str]:
+    names = (str(d["name"]) for d in reply.get("databases", []))
+    return sorted(name for name in names if name not in SYSTEM_DATABASES)
+
+
+def _db_hash(conns: _Connections, member: str, db: str) -> dict[str, str]:
+    return dict(conns.command(member, db, {"dbHash": 1, **_ANY_MEMBER}).get("collections", {}))
+
+
+def _digests(conns: _Connections, member: str, found: Divergence) -> list[tuple[Any, str]]:
+    """(_id, MD5 of its BSON) of every document of the collection on `member`, in `_id` order."""
+    body = {"find": found.collection, "sort": {"_id": 1}, "batchSize": 1000, **_ANY_MEMBER}
+    reply = conns.command(member, found.database, body)
+    out: list[tuple[Any, str]] = []
+    while True:
+        cursor = reply["cursor"]
+        batch = cursor.get("firstBatch", cursor.get("nextBatch", []))
+        out += [(doc["_id"], hashlib.md5(bson.encode(doc), usedforsecurity=False).hexdigest())
+                for doc in batch]  # fmt: skip
+        if not cursor.get("id"):
+            return out
+        more = {"getMore": cursor["id"], "collection": found.collection, **_ANY_MEMBER}
+        reply = conns.command(member, found.database, more)

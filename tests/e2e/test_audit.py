@@ -1,0 +1,97 @@
+"""`rsdrill audit URI` against a real sandbox rs3: consistent members pass; a secondary whose
+stored document was changed behind its back (while it was stopped) is named with the collection
+and the `_id`; a member that cannot be compared is one line and exit 2, never "consistent"."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import bson
+import pytest
+from pymongo import MongoClient
+
+from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
+from rsdrill.sandbox.config import Settings, build_topology, member_dir
+from rsdrill.sandbox.emulator.datastore import id_key
+from rsdrill.sandbox.emulator.storage import DATABASE
+
+
+def _audit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rsdrill.cli", "audit", *args],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+@pytest.fixture
+def rs3(sandbox_dir: Path, free_port_base: Any) -> Sandbox:
+    spec = build_topology("rs3", port_base=free_port_base(3),
+                          settings=Settings(election_timeout_ms=1000))  # fmt: skip
+    sandbox = up(sandbox_dir, spec, EmulatorEngine())
+    with MongoClient(sandbox.uri, w=3, serverSelectionTimeoutMS=20_000) as client:
+        client.shop.orders.insert_many([{"_id": i, "total": i * 10} for i in range(20)])
+        client.shop.users.insert_one({"_id": "ann"})
+    return sandbox
+
+
+def test_consistent_members_pass(rs3: Sandbox) -> None:
+    done = _audit(rs3.uri, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["consistent"] and report["databases"] == ["shop"], report
+    assert len(report["members"]) == 3 and report["divergences"] == []
+
+
+def test_a_document_changed_behind_a_members_back_is_named(rs3: Sandbox) -> None:
+    with MongoClient(rs3.uri, serverSelectionTimeoutMS=20_000) as client:
+        primary = client.admin.command("hello")["primary"]
+    secondary = next(m for m in rs3.spec.members if m.host != primary)
+    rs3.kill(secondary)
+    # The stored document of _id 7, rewritten in the stopped member's own database file.
+    data = sqlite3.connect(member_dir(rs3.directory, secondary) / "data" / DATABASE)
+    with data:
+        changed = data.execute(
+            "UPDATE docs SET doc = ? WHERE ns = ? AND k = ?",
+            (bson.encode({"_id": 7, "total": 71}), "shop.orders", id_key(7)),
+        )
+        assert changed.rowcount == 1
+    data.close()
+    rs3.start(secondary)
+    deadline = time.monotonic() + 30
+    while True:  # back as SECONDARY (the audit refuses members that are not up)
+        done = _audit(rs3.uri)
+        if done.returncode != 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [f"divergent: {secondary.host} shop.orders (_id 7)"]
+
+
+def test_a_member_that_is_down_is_one_line_and_exit_2(rs3: Sandbox) -> None:
+    with MongoClient(rs3.uri, serverSelectionTimeoutMS=20_000) as client:
+        primary = client.admin.command("hello")["primary"]
+    secondary = next(m for m in rs3.spec.members if m.host != primary)
+    rs3.kill(secondary)
+    deadline = time.monotonic() + 30
+    while True:  # until the primary's heartbeats see it down
+        done = _audit(rs3.uri, "--catch-up", "2")
+        if done.returncode == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+    # Named as not up once the primary's heartbeats say so, as unreachable before that.
+    assert secondary.host in done.stderr, done.stderr
+    assert "not up" in done.stderr or "unreachable" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_nothing_answering_is_one_line_and_exit_2(free_port_base: Any) -> None:
+    port = free_port_base(1)
+    done = _audit(f"mongodb://127.0.0.1:{port}/?replicaSet=rs0&connectTimeoutMS=500")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert f"127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
