@@ -115,6 +115,31 @@ class Metrics(_Model):
     probe_stall_s: float | None = None
     probe_stalls: list[Stall] = Field(default_factory=list)
     probe_stalled_gaps: list[StalledGap] = Field(default_factory=list)
+    # The data audit (experiment `audit:`): members whose data differs from the primary's (None:
+    # not compared), and how long they took to apply the primary's last write.
+    divergent_members: int | None = None
+    audit_lag_s: float | None = None
+
+
+class AuditDivergence(_Model):
+    member: str
+    database: str
+    collection: str
+    ids: list[str] = Field(default_factory=list, description="a sample of the _ids that differ")
+
+
+class AuditResult(_Model):
+    """The data audit after the run: dbHash of each audited database on every member against
+    the primary's, once every member had applied the primary's last write."""
+
+    consistent: bool | None = Field(None, description="None: not compared (see error)")
+    caught_up: bool | None = None
+    lag_s: float | None = None
+    primary: str | None = None
+    members: list[str] = Field(default_factory=list)
+    databases: list[str] = Field(default_factory=list)
+    divergences: list[AuditDivergence] = Field(default_factory=list)
+    error: str | None = Field(None, description="why the members could not be compared")
 
 
 class SloResult(_Model):
@@ -174,6 +199,7 @@ class Result(_Model):
         description="faults drawn from a seed: {seed, spec, faults}; `rsdrill run FILE --seed "
         "<seed>` draws the same faults",
     )
+    audit: AuditResult | None = Field(None, description="the data audit (experiment `audit:`)")
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)

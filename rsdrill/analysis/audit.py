@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsdrill.result import AuditResult
+
 # member → database → collection → MD5 hex digest, as dbHash answers.
 Hashes = Mapping[str, Mapping[str, Mapping[str, str]]]
 
@@ -50,6 +52,19 @@ def differing_ids(
     ids = [doc_id for doc_id, digest in reference if theirs.get(_key(doc_id)) != digest]
     ids += [doc_id for doc_id, _ in other if _key(doc_id) not in ours]
     return tuple(ids[:limit])
+
+
+def audit_figures(audit: AuditResult | None) -> tuple[int | None, float | None]:
+    """(divergent_members, audit_lag_s) of a run's audit: members are counted only when they
+    were compared (None otherwise: not caught up, or not comparable)."""
+    if audit is None:
+        return None, None
+    counted = (
+        None
+        if audit.consistent is None or not audit.caught_up
+        else len({d.member for d in audit.divergences})
+    )
+    return counted, audit.lag_s
 
 
 def _key(doc_id: Any) -> str:

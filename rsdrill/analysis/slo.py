@@ -43,6 +43,8 @@ _METRIC_NAMES: tuple[str, ...] = (
     "restore_s",
     "lost_before_backup",
     "probe_stall_s",
+    "divergent_members",
+    "audit_lag_s",
 )
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
@@ -69,6 +71,8 @@ REPLICA_SET_ONLY: tuple[str, ...] = (
     "failover_parts.election_s",
     "failover_parts.client_rediscovery_s",
     "replication_lag_max_s",
+    "divergent_members",
+    "audit_lag_s",
 )
 
 

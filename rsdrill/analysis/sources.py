@@ -47,6 +47,7 @@ DATA_LOSS = _source("a data-loss fault (the disaster the drill recovers from)", 
 BACKUP = _source("a step with `marks: backup`", "step:backup")
 RESTORE = _source("a step with `marks: restore`", "step:restore")
 STALL = _source("the probe of rsdrill's own process (always on)", STALL_PROBE)
+AUDIT = _source("the data audit (audit: quick or full)", "audit")
 
 RECOVERY_PREFIX = "recovery_s."
 CHECK_METRIC_PREFIX = "probe."
@@ -77,6 +78,8 @@ SOURCES: dict[str, tuple[Source, ...]] = {
     "lost_before_backup": (DATA_LOSS, LEDGER, BACKUP),
     "probe_error_rate": (CLIENT_PROBES,),
     "probe_stall_s": (STALL,),
+    "divergent_members": (AUDIT,),
+    "audit_lag_s": (AUDIT,),
 }
 """Metric → what it is computed from (each entry must be present). `recovery_s.<host:port>`
 is computed from what `recovery_s.max` is."""

@@ -196,13 +196,21 @@ def run_and_report(
         f"{experiment.name}: {result.verdict.upper()}"
         + (f" ({result.error})" if result.error else "")
     )
-    from rsdrill.report.common import describe_server, fmt_number, slo_title, stall_line
+    from rsdrill.report.common import (
+        audit_lines,
+        describe_server,
+        fmt_number,
+        slo_title,
+        stall_line,
+    )
 
     for slo in result.slo:
         mark = "ok  " if slo.passed else "FAIL"
         typer.echo(f"  {mark} {slo_title(slo)} (observed {fmt_number(slo.observed)})")
     if (stalled := stall_line(result.metrics)) is not None:
         typer.echo(stalled)
+    for line in audit_lines(result):
+        typer.echo(line)
     if result.target.server is not None:
         typer.echo(f"measured on: {describe_server(result.target.server)}")
     typer.echo(f"report: {out_dir / 'report.html'}")

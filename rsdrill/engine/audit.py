@@ -20,9 +20,12 @@ from rsdrill.analysis.audit import Divergence, differing_ids, divergent
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.errors import RsdrillError
 from rsdrill.platforms.remote import discover_members
+from rsdrill.result import AuditDivergence, AuditResult
 
 # Not the user's data, or not replicated: never audited.
 SYSTEM_DATABASES = ("admin", "config", "local")
+# The databases rsdrill itself writes (its probes', a sandbox's preloaded data).
+OWN_PREFIX = "rsdrill_"
 COMMAND_TIMEOUT_S = 30.0
 # How many differing `_id`s a divergence names.
 ID_SAMPLE = 10
@@ -55,9 +58,11 @@ def audit(
     options: ConnectOptions,
     *,
     databases: Sequence[str] | None = None,
+    own_only: bool = False,
     catch_up_s: float = 30.0,
 ) -> AuditReport:
-    """Audit the replica set the seeds reach; AuditError when a member cannot be compared."""
+    """Audit the replica set the seeds reach: `databases`, else every user database (those of
+    rsdrill's own, `rsdrill_*`, with `own_only`); AuditError when a member cannot be compared."""
     try:
         hosts = discover_members(list(seeds), options=options)
     except RsdrillError as exc:
@@ -66,7 +71,10 @@ def audit(
         primary, members = _data_bearing(conns, hosts)
         caught_up, lag_s = _wait_caught_up(conns, primary, members, catch_up_s)
         listed = conns.command(primary, "admin", {"listDatabases": 1, "nameOnly": True})
-        names = list(databases) if databases else _user_databases(listed)
+        names = list(databases) if databases else _user_databases(listed, own_only=own_only)
+        if not names:
+            which = f"named {OWN_PREFIX}*" if own_only else "other than admin, config and local"
+            raise AuditError(f"nothing to compare: the primary has no database {which}")
         report = AuditReport(primary, members, names, caught_up, lag_s)
         if not caught_up:
             return report  # comparing members at different points would prove nothing
@@ -135,9 +143,31 @@ def _wait_caught_up(
         time.sleep(0.1)
 
 
-def _user_databases(reply: dict[str, Any]) -> list[str]:
+def _user_databases(reply: dict[str, Any], *, own_only: bool) -> list[str]:
     names = (str(d["name"]) for d in reply.get("databases", []))
-    return sorted(name for name in names if name not in SYSTEM_DATABASES)
+    return sorted(name for name in names if name not in SYSTEM_DATABASES
+                  and (not own_only or name.startswith(OWN_PREFIX)))  # fmt: skip
+
+
+def to_result(report: AuditReport) -> AuditResult:
+    """The report as result.json carries it."""
+    return AuditResult(
+        consistent=report.consistent,
+        caught_up=report.caught_up,
+        lag_s=round(report.lag_s, 3),
+        primary=report.primary,
+        members=report.members,
+        databases=report.databases,
+        divergences=[
+            AuditDivergence(
+                member=d.member,
+                database=d.database,
+                collection=d.collection,
+                ids=[repr(i) for i in d.ids],
+            )
+            for d in report.divergences
+        ],
+    )
 
 
 def _db_hash(conns: _Connections, member: str, db: str) -> dict[str, str]:

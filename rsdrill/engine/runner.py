@@ -50,6 +50,7 @@ from rsdrill.redact import redact_uri
 from rsdrill.report.integrations import integrations
 from rsdrill.result import (
     EXIT_CODES,
+    AuditResult,
     FaultResult,
     Metrics,
     Result,
@@ -64,6 +65,8 @@ from rsdrill.version import __version__
 _log = logging.getLogger(__name__)
 
 PREFLIGHT_TIMEOUT_S = 60.0
+# How long the audit waits for the members to apply the primary's last write.
+AUDIT_CATCH_UP_S = 30.0
 VERIFY_TIMEOUT_S = 10.0
 # How long a fault waits for its `select:` role to exist (an election in progress has no primary):
 # MongoDB's default election timeout, its random offset and a new primary's drain.
@@ -142,6 +145,8 @@ class Runner:
         self._verdict_final = False
         # What the target's members said they are, for the result (None: none answered).
         self._deployment: Deployment | None = None
+        # The data audit after the run (experiment `audit:`), None when not run.
+        self._audit: AuditResult | None = None
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -223,11 +228,19 @@ class Runner:
             revert_error = self._revert_all(journal)
             if revert_error and verdict != "error":
                 verdict, error = "error", revert_error
+            auditing = self.exp.audit != "off" and target is not None and verdict == "pass"
             if probes is not None and probes.probes:
                 self._phase("analyze")
                 readback_s = (self.exp.probes.durability.readback_timeout
                               if self.exp.probes.durability else 0)  # fmt: skip
-                probes.stop(readback_timeout_s=readback_s)
+                probes.stop(readback_timeout_s=readback_s, drop=not auditing)
+            if auditing and target is not None:
+                # The probes stopped (nothing writes) with their data still there, every fault
+                # reverted: do the members hold the same data?
+                self._phase("audit")
+                self._audit = self._audited(target)
+                if probes is not None and probes.probes:
+                    probes.drop_probe_collections()
             duration = self.clock.now()
             if self.history.ops():
                 # Judging is pure, but a bug in it must not cost the teardown, the journal's
@@ -296,13 +309,31 @@ class Runner:
             clock=RunClockInfo(t0_monotonic=self.clock.mono0, t0_wall=self.clock.wall0),
             rsdrill_version=__version__,
             random_schedule=random_schedule(self.exp),
+            audit=self._audit,
         )
         self.events.emit("verdict", result=result)
         self.events.emit("run_finished", result=result, ops=self.history.ops(),
                          out_dir=self.options.out_dir)  # fmt: skip
         return result
 
+    def _audited(self, target: RunTarget) -> AuditResult:
+        """The audit's report; what kept it from comparing, as its error (never a pass)."""
+        from rsdrill.engine.audit import AuditError, audit, to_result
+
+        if self._standalone:
+            return AuditResult(error="a standalone server has no other member to compare")
+        try:
+            own_only = self.exp.audit == "quick"
+            report = audit(target.members, target.connect_options, own_only=own_only,
+                           catch_up_s=AUDIT_CATCH_UP_S)  # fmt: skip
+        except AuditError as exc:
+            return AuditResult(error=redact_uri(str(exc)))
+        except Exception as exc:  # the run's result and teardown come first
+            return AuditResult(error=redact_uri(_internal(exc)))
+        return to_result(report)
+
     def _judge(self, duration_s: float) -> tuple[Metrics, list[Any], Verdict]:
+        from rsdrill.analysis.audit import audit_figures
         from rsdrill.analysis.metrics import compute_metrics
         from rsdrill.analysis.recovery import restart_phases
         from rsdrill.analysis.slo import evaluate, verdict
@@ -310,6 +341,7 @@ class Runner:
         ops = self.history.ops()
         metrics = compute_metrics(ops, self.state.records, duration_s=duration_s,
                                   standalone=self._standalone)  # fmt: skip
+        metrics.divergent_members, metrics.audit_lag_s = audit_figures(self._audit)
         for record in self.state.records:
             ha = record.detail.get("ha")  # a host restarted as HA would: its phases, measured
             if isinstance(ha, dict):

@@ -670,6 +670,12 @@ class Experiment(Strict):
         "with its seed",
     )
     observe: Observe = Observe()
+    audit: Literal["off", "quick", "full"] = Field(
+        "off",
+        description="after the run, compare the members' data (dbHash, then which documents "
+        "differ): quick, the databases rsdrill wrote (rsdrill_*); full, every one but admin, "
+        "config and local",
+    )
     slo: SloConditions = Field(
         default_factory=dict,
         description='metric → condition, e.g. write_unavailable_s: "<= 15"',
@@ -772,6 +778,8 @@ class Experiment(Strict):
         # A disaster's name is its record's (analysis/sources.py: the disaster-recovery ones).
         records.update(fault.kind for fault in self.faults if KINDS[fault.kind].disaster)
         records.update(f"step:{step.marks}" for step in self.steps if step.marks != "none")
+        if self.audit != "off":
+            records.add("audit")
         return records
 
     @model_validator(mode="after")

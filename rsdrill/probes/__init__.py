@@ -163,8 +163,9 @@ class ProbeSet:
             self._clients.append(client)
             self.probes.extend(workers)
 
-    def stop(self, *, readback_timeout_s: float) -> None:
-        """Stop every probe, read the ledger back, release connections, drop probe data."""
+    def stop(self, *, readback_timeout_s: float, drop: bool = True) -> None:
+        """Stop every probe, read the ledger back, release connections, drop probe data
+        (unless `drop` is false: the data audit reads it first, then `drop_probe_collections`)."""
         for probe in self.probes:
             probe.stop()
         for probe in self.probes:
@@ -175,9 +176,10 @@ class ProbeSet:
             probe.close()
         for client in self._clients:
             client.close()
-        self._drop_probe_collections()
+        if drop:
+            self.drop_probe_collections()
 
-    def _drop_probe_collections(self) -> None:
+    def drop_probe_collections(self) -> None:
         try:
             # Bounded as a whole (timeoutMS): a set with no majority left would stall the drop.
             client: MongoClient[dict[str, Any]] = MongoClient(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rsdrill.result import FaultResult, Metrics, ServerInfo, SloResult
+from rsdrill.result import FaultResult, Metrics, Result, ServerInfo, SloResult
 
 # Which metrics are "scalar" is decided by value type, so a metric added to `Metrics` later shows up
 # in every report without touching this module; lists (member_states, lost seqs) are left to the
@@ -120,3 +120,23 @@ def ha_restart_line(fault: FaultResult) -> str | None:
         f"{fault.kind} on {fault.target}: {phases} = back "
         f"{fmt_number(ha.get('back_s'), 's')} after the failure (HA model: {modelled})"
     )
+
+
+def audit_lines(result: Result) -> list[str]:
+    """The data audit in a line, and a line per divergent member and collection (none when the
+    experiment did not ask for the audit)."""
+    audit = result.audit
+    if audit is None:
+        return []
+    if audit.error is not None:
+        return [f"audit: not compared: {audit.error}"]
+    if not audit.caught_up:
+        return [f"audit: not compared: the members had not applied the primary's last write "
+                f"within {fmt_number(audit.lag_s)} s"]  # fmt: skip
+    compared = f"{len(audit.members)} members, {', '.join(audit.databases) or 'no database'}"
+    if audit.consistent:
+        return [f"audit: consistent: {compared} (caught up in {fmt_number(audit.lag_s)} s)"]
+    return [f"audit: DIVERGENT: {compared}"] + [
+        f"  {d.member} {d.database}.{d.collection} (_id {', '.join(d.ids) or 'none listed'})"
+        for d in audit.divergences
+    ]

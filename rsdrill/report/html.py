@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from rsdrill.history import Op
 from rsdrill.report.assets import CSS, JS
 from rsdrill.report.common import (
+    audit_lines,
     describe_server,
     fmt_number,
     ha_restart_line,
@@ -115,6 +116,14 @@ def render_html(result: Result, ops: Sequence[Op]) -> str:
     stall = (
         "" if stalled is None else f'<p class="note" id="stall"><strong>{_e(stalled)}</strong></p>'
     )
+    audited = audit_lines(result)
+    audit = (
+        ""
+        if not audited
+        else '<h2>Data audit</h2><ul id="audit">'
+        + "".join(f"<li>{_e(line.strip())}</li>" for line in audited)
+        + "</ul>"
+    )
     verdict = _e(result.verdict)
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -134,6 +143,7 @@ def render_html(result: Result, ops: Sequence[Op]) -> str:
 <h2>SLOs</h2>
 {_slo_table(result)}
 {stall}
+{audit}
 <h2>Timeline</h2>
 <div class="chart">
 <svg id="timeline" role="img" viewBox="0 0 1200 40"

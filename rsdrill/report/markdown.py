@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from rsdrill.report.common import (
+    audit_lines,
     describe_server,
     fmt_number,
     ha_restart_line,
@@ -71,6 +72,8 @@ def render_summary(result: Result, report_path: str) -> str:
     if (stalled := stall_line(result.metrics)) is not None:
         lines += ["", f"> **{md_escape(stalled)}**"]
     lines.append("")
+    if audited := audit_lines(result):
+        lines += ["### Data audit", "", *(f"- {md_escape(line.strip())}" for line in audited), ""]
 
     measured = [
         (name, value) for name, value in scalar_metrics(result.metrics) if value is not None

@@ -1,0 +1,46 @@
+"""The audit's comparisons are pure: which member's collections differ from the primary's, which
+documents, and the figures a run's result carries."""
+
+from __future__ import annotations
+
+from rsdrill.analysis.audit import Divergence, audit_figures, differing_ids, divergent
+from rsdrill.result import AuditDivergence, AuditResult
+
+P, S1, S2 = "p:1", "s:2", "s:3"
+
+
+def test_a_member_differs_on_a_changed_missing_or_extra_collection() -> None:
+    hashes = {
+        P: {"shop": {"orders": "a", "users": "b"}},
+        S1: {"shop": {"orders": "a", "users": "b"}},
+        S2: {"shop": {"orders": "x", "extra": "c"}},
+    }
+    assert divergent(P, hashes) == [
+        Divergence(S2, "shop", "extra"),
+        Divergence(S2, "shop", "orders"),
+        Divergence(S2, "shop", "users"),
+    ]
+
+
+def test_a_database_only_one_side_has_differs_collection_by_collection() -> None:
+    assert divergent(P, {P: {"a": {"c": "1"}}, S1: {}}) == [Divergence(S1, "a", "c")]
+    assert divergent(P, {P: {}, S1: {"b": {"d": "1"}}}) == [Divergence(S1, "b", "d")]
+
+
+def test_the_ids_that_differ_are_changed_missing_then_extra_and_bounded() -> None:
+    ours = [(1, "a"), (2, "b"), (3, "c"), ({"k": 1}, "d")]
+    theirs = [(1, "a"), (2, "B"), ({"k": 1}, "d"), (9, "z")]
+    assert differing_ids(ours, theirs, limit=10) == (2, 3, 9)
+    assert differing_ids(ours, theirs, limit=2) == (2, 3)
+    assert differing_ids(ours, ours, limit=10) == ()
+
+
+def test_figures_count_members_only_when_compared() -> None:
+    divergence = AuditDivergence(member=S1, database="d", collection="c", ids=["1"])
+    compared = AuditResult(consistent=False, caught_up=True, lag_s=0.2,
+                           divergences=[divergence, divergence])  # fmt: skip
+    assert audit_figures(compared) == (1, 0.2)
+    assert audit_figures(AuditResult(consistent=True, caught_up=True, lag_s=0.1)) == (0, 0.1)
+    assert audit_figures(AuditResult(consistent=False, caught_up=False, lag_s=30.0)) == (None, 30.0)
+    assert audit_figures(AuditResult(error="down")) == (None, None)
+    assert audit_figures(None) == (None, None)
