@@ -73,9 +73,12 @@ def _written_duration(value: Any, info: ValidationInfo) -> float:
     word. From Python a number is seconds (0 needs no unit anywhere)."""
     from_file = (info.context or {}).get(FROM_FILE)
     if from_file and isinstance(value, int | float) and not isinstance(value, bool) and value:
-        number = str(value) if len(str(value)) <= 20 else "the number"
-        raise ValueError(f"{quoted(value, quote=False)} has no unit: write {number}s for seconds,"
-                         f" {number}ms for milliseconds")  # fmt: skip
+        number = quoted(value, quote=False)
+        if len(number) > 20:  # too long to repeat twice
+            raise ValueError(f"{number} has no unit: write it with s for seconds or ms for"
+                             " milliseconds")  # fmt: skip
+        raise ValueError(f"{number} has no unit: write {number}s for seconds, {number}ms for"
+                         " milliseconds")  # fmt: skip
     return parse_duration(value)
 
 

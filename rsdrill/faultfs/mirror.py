@@ -106,6 +106,8 @@ class Backing:
         self.record = record
         self.gate = _Gate()
         self._lock = threading.Lock()
+        # Saves one at a time: each writes the state as of its own snapshot, the newest last.
+        self._save_lock = threading.Lock()
         self._handles: dict[int, _Handle] = {}
         self._dirty: dict[str, Spans] | None = None  # what changed while a resync copies
         self._resyncing: threading.Thread | None = None
@@ -352,10 +354,18 @@ class Backing:
     def _save(self) -> None:
         if self.record is None or not self.mirrored:
             return
-        text = json.dumps({"replicas": self.snapshot()}, indent=2) + "\n"
-        temporary = self.record.with_suffix(".tmp")
-        temporary.write_text(text)
-        os.replace(temporary, self.record)
+        # The resync thread and the control thread both save: two writes into one temporary
+        # file left a record with another's tail after its end, which recover could not read.
+        with self._save_lock:
+            _write_record(self.record, self.snapshot())
+
+
+def _write_record(record: Path, replicas: dict[str, Any]) -> None:
+    """The record replaced whole (a reader sees the old one or the new one)."""
+    text = json.dumps({"replicas": replicas}, indent=2) + "\n"
+    temporary = record.with_name(f".{record.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, record)
 
 
 def resync_offline(record: Path) -> list[str]:
@@ -376,5 +386,5 @@ def resync_offline(record: Path) -> list[str]:
                                    "seconds": round(time.monotonic() - started, 4),
                                    **asdict(copied)})  # fmt: skip
         done.append(f"replica {name} resynced from {sources[0]} ({copied.bytes} bytes)")
-    record.write_text(json.dumps({"replicas": replicas}, indent=2) + "\n")
+    _write_record(record, replicas)
     return done

@@ -3,7 +3,9 @@ backing's degrading and resync."""
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -157,3 +159,40 @@ def test_utimens_sets_given_times_and_without_times_now(tmp_path: Path) -> None:
         assert os.stat(tmp_path / "f").st_mtime_ns >= before - 10_000_000  # coarse fs clocks
     finally:
         os.close(root)
+
+
+def test_the_mirror_record_stays_readable_while_threads_save_it(tmp_path: Path) -> None:
+    """The resync thread and the control thread both save the record: two writes into one
+    temporary file once left a record with another's tail after its end (CI: `rsdrill recover`
+    could not read it, JSONDecodeError: Extra data)."""
+    roots: dict[str | None, int] = {}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        roots[name] = os.open(tmp_path / name, os.O_RDONLY | os.O_DIRECTORY)
+    record = tmp_path / "mirror.json"
+    backing = Backing(roots, {n: str(tmp_path / str(n)) for n in roots}, FaultState(), record)
+    try:
+        replica = backing.replicas[0]
+        bad: list[str] = []
+
+        def save(n: int) -> None:
+            for i in range(200):
+                # Records of different lengths, as a replica's error comes and goes.
+                replica.error = "x" * ((n * 37 + i * 11) % 300) or None
+                try:
+                    backing._save()
+                    json.loads(record.read_text())
+                except (OSError, ValueError) as exc:  # a torn record, or its file taken away
+                    bad.append(f"{type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=save, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not bad, bad[:3]
+        assert json.loads(record.read_text())["replicas"].keys() == {"a", "b"}
+        assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+    finally:
+        for fd in roots.values():
+            os.close(fd)
