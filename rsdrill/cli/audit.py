@@ -57,7 +57,10 @@ def audit(
                             for d in report.divergences],
         }, indent=2))  # fmt: skip
     else:
-        compared = f"{len(report.members)} members, databases {', '.join(report.databases)}"
+        databases = ", ".join(report.databases)
+        compared = f"{len(report.members)} members, " + (
+            f"databases {databases}" if databases else "no user database on any of them"
+        )
         if not report.caught_up:
             typer.echo(f"not caught up: the members had not applied the primary's last write "
                        f"within {report.lag_s:.1f}s; nothing compared ({compared})")  # fmt: skip

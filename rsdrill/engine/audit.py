@@ -70,11 +70,11 @@ def audit(
     with _Connections(options) as conns:
         primary, members = _data_bearing(conns, hosts)
         caught_up, lag_s = _wait_caught_up(conns, primary, members, catch_up_s)
-        listed = conns.command(primary, "admin", {"listDatabases": 1, "nameOnly": True})
-        names = list(databases) if databases else _user_databases(listed, own_only=own_only)
-        if not names:
-            which = f"named {OWN_PREFIX}*" if own_only else "other than admin, config and local"
-            raise AuditError(f"nothing to compare: the primary has no database {which}")
+        # Every member's databases, not only the primary's: one only a secondary holds diverges.
+        asked = {"listDatabases": 1, "nameOnly": True, **_ANY_MEMBER}
+        listed = {m: _user_databases(conns.command(m, "admin", asked), own_only=own_only)
+                  for m in members}  # fmt: skip
+        names = list(databases) if databases else sorted(set().union(*listed.values()))
         report = AuditReport(primary, members, names, caught_up, lag_s)
         if not caught_up:
             return report  # comparing members at different points would prove nothing

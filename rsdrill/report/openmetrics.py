@@ -127,6 +127,12 @@ FAMILIES: dict[str, Family] = {
     "probe_stall_s": Family(
         "rsdrill_probe_stall_seconds", "Longest stall of rsdrill's own process (0: none)."
     ),
+    "divergent_members": Family(
+        "rsdrill_divergent_members", "Data audit: members whose data differs from the primary's."
+    ),
+    "audit_lag_s": Family(
+        "rsdrill_audit_lag_seconds", "Data audit: time for every member to apply the last write."
+    ),
 }
 # `probe.<check>.<figure>`: the user's own checks, labelled by check.
 CHECK_FAMILIES: dict[str, Family] = {

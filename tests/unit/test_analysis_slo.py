@@ -42,6 +42,8 @@ def test_metric_names_are_the_contract_names() -> None:
         "restore_s",
         "lost_before_backup",
         "probe_stall_s",
+        "divergent_members",
+        "audit_lag_s",
     ]
 
 
