@@ -375,3 +375,13 @@ def test_a_python_example_needs_only_what_pip_install_brings_or_the_page_names(
         and name.lower() not in _DEPENDENCIES and f"pip install {name}" not in page
     ]  # fmt: skip
     assert not missing, f"{block}: imports {missing}: say `pip install ...` on the page"
+
+
+def test_the_readmes_validate_command_covers_the_whole_catalog() -> None:
+    """`rsdrill validate experiments/*.yaml` once left out experiments/seeds/: the README's own
+    command must name every catalog file."""
+    readme = [b for b in SHELL_BLOCKS if b.page == "README.md"]
+    (command,) = [c for b in readme for _, c in _commands(b) if c.startswith("rsdrill validate ")]
+    named = {p for pattern in shlex.split(command)[2:] for p in REPO.glob(pattern)}
+    catalog = set((REPO / "experiments").rglob("*.yaml"))
+    assert catalog and catalog <= named, sorted(str(p) for p in catalog - named)
