@@ -21,6 +21,7 @@ from rsdrill.engine.journal import pending, read_records
 from rsdrill.engine.runner import RunOptions, run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.machine.local_hosts import listening_pid
+from rsdrill.sandbox.cluster import Sandbox
 
 ERRORS = [
     KeyError("a bug of rsdrill's own"),
@@ -67,6 +68,8 @@ def test_a_revert_raising_anything_leaves_the_rest_done(
         )  # fmt: skip
     finally:
         stop.cancel()
+        # Should the net fail (as before it held), no member is left behind, frozen or not.
+        Sandbox(tmp_path / "out" / "sandbox").down(grace_s=2.0)
     assert len(built) == 2
     # The run ends in error, saying which revert failed and that recover finishes it.
     assert (result.verdict, result.exit_code) == ("error", 4), result.error
