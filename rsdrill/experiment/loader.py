@@ -399,8 +399,10 @@ class _Tree:
                     unset.append(name)
                     return match.group(0)
                 if match.group("default") is None:
+                    # validate checks a file without it; plan, check and run read the value.
                     raise _BadReference(
-                        f"environment variable {name} is not set (or write ${{{name}:-default}})"
+                        f"environment variable {name} is not set: plan, check and run need its "
+                        f"value (or write ${{{name}:-default}})"
                     )
                 return match.group("default")
             return value

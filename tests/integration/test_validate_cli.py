@@ -145,6 +145,17 @@ def test_the_shipped_experiments_validate_in_an_empty_environment() -> None:
     assert strict.returncode == 2 and "is not set" in strict.stderr
 
 
+def test_plan_says_it_needs_the_value_validate_went_without() -> None:
+    """`validate` accepts a file whose `${VAR}` is unset (a note); `plan` refuses it, and says
+    why the two differ (it said only: is not set)."""
+    path = Path(__file__).parents[2] / "experiments" / "ec2-rs3-stop-primary.yaml"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    planned = subprocess.run([sys.executable, "-m", "rsdrill.cli", "plan", str(path)],
+                             capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert planned.returncode == 2, planned.stdout
+    assert "RSDRILL_EC2_URI is not set: plan, check and run need its value" in planned.stderr
+
+
 def test_an_unset_variable_does_not_hide_another_problem(tmp_path: Path) -> None:
     path = tmp_path / "two.yaml"
     path.write_text(
