@@ -35,10 +35,8 @@ def audit(
     each database, then which documents differ). Exit 0: the same everywhere; 1: a member
     differs or did not catch up; 2: a member could not be compared (nothing is then said
     to be consistent)."""
-    import json
-
     from rsdrill.connection import SettingsError, parse_uri
-    from rsdrill.engine.audit import AuditError
+    from rsdrill.engine.audit import AuditError, to_result
     from rsdrill.engine.audit import audit as run_audit
     from rsdrill.redact import redact_uri
 
@@ -47,15 +45,8 @@ def audit(
         report = run_audit(parsed.seeds, parsed.options, databases=database, catch_up_s=catch_up)
     except (SettingsError, AuditError) as exc:
         exit_invalid(f"audit {redact_uri(uri)}: {redact_uri(str(exc))}")
-    if as_json:
-        typer.echo(json.dumps({
-            "consistent": report.consistent, "caught_up": report.caught_up,
-            "lag_s": round(report.lag_s, 3), "primary": report.primary,
-            "members": report.members, "databases": report.databases,
-            "divergences": [{"member": d.member, "database": d.database,
-                             "collection": d.collection, "ids": [repr(i) for i in d.ids]}
-                            for d in report.divergences],
-        }, indent=2))  # fmt: skip
+    if as_json:  # as a run's result.json carries it
+        typer.echo(to_result(report).model_dump_json(indent=2))
     else:
         databases = ", ".join(report.databases)
         compared = f"{len(report.members)} members, " + (

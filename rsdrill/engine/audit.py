@@ -103,7 +103,9 @@ class _Connections:
             conn.close()
 
     def command(self, host: str, db: str, body: dict[str, Any]) -> dict[str, Any]:
-        conn = self._open.setdefault(host, DirectConnection(host, COMMAND_TIMEOUT_S, self.options))
+        conn = self._open.get(host)
+        if conn is None:  # one per member, made once (the catch-up wait polls the primary)
+            conn = self._open[host] = DirectConnection(host, COMMAND_TIMEOUT_S, self.options)
         try:
             reply = conn.command(db, body)
         except WireClientError as exc:
