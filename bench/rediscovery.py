@@ -13,7 +13,12 @@ event logs):
 - write: `writable` → the client's first acknowledged write after the fault;
 - awaited: whether the heartbeat that told the streaming client was an awaited one (pymongo's
   ServerHeartbeatSucceededEvent.awaited): the proof that it streamed;
-- detected (kill, freeze): fault → the client's monitor fails a check of the old primary.
+- detected (kill, freeze): fault → the client's monitor fails a check of the old primary;
+- elections, when more than one: the new primary was deposed before the clients found it (with
+  a 1 s election timeout and 2 s heartbeats, a primary whose only contact with a secondary is
+  heartbeats cannot keep a majority in sight: after a freeze the other secondary keeps fetching
+  from the frozen member until its fetch times out). Seen and write are then timed against the
+  primary that stands, from when it became writable, and the members' events are printed.
 
 What the SDAM spec leads one to expect: a streaming monitor learns of the new primary in about
 one round trip (the member answers the pending awaitable hello the moment its topologyVersion
@@ -121,6 +126,8 @@ class Trial:
     # Fault → the killed member marked Unknown.
     detected_s: dict[str, float | None] = field(default_factory=dict)
     stream_awaited: bool | None = None
+    # Primaries made writable while the clients looked (more than one: the new one was deposed).
+    elections: int = 1
 
 
 class Clients:
@@ -189,13 +196,14 @@ def _primary(sandbox: Sandbox) -> str | None:
     return None
 
 
-def _writable_event(sandbox: Sandbox, after: float) -> tuple[str, float] | None:
+def _writable_events(sandbox: Sandbox, after: float) -> list[tuple[float, str]]:
+    """Every `writable` event the members logged after `after`, oldest first."""
+    found = []
     for member in sandbox.spec.members:
         events = read_events(member_dir(sandbox.directory, member) / "events.jsonl")
-        times = [e["t_mono"] for e in events if e["event"] == "writable" and e["t_mono"] > after]
-        if times:
-            return member.host, min(times)
-    return None
+        found += [(e["t_mono"], member.host) for e in events
+                  if e["event"] == "writable" and e["t_mono"] > after]  # fmt: skip
+    return sorted(found)
 
 
 def one_trial(sandbox: Sandbox, clients: Clients, fault: str) -> Trial:
@@ -217,15 +225,20 @@ def one_trial(sandbox: Sandbox, clients: Clients, fault: str) -> Trial:
         sandbox.kill(member)
     else:
         sandbox.stop(member)  # SIGSTOP: no error, no reset; only timeouts tell
-    new, writable_at = _wait("the new primary's writable event",
-                             lambda: _writable_event(sandbox, started))  # fmt: skip
-    trial = Trial(fault, old, new, writable_at - started)
+    writable_at = _wait("the new primary's writable event",
+                        lambda: _writable_events(sandbox, started))[0][0]  # fmt: skip
+    trial = Trial(fault, old, "", writable_at - started)
     for mode, watcher in clients.watchers.items():
-        seen, awaited = _wait(f"the {mode} client to hear {new} is primary",
-                              lambda w=watcher: w.revealing_heartbeat(new, started))  # fmt: skip
-        wrote = _wait(f"a {mode} write", lambda w=watcher: w.first_write(writable_at))
-        trial.seen_s[mode] = seen - writable_at
-        trial.write_s[mode] = wrote - writable_at
+        try:
+            heard = _wait(f"the {mode} client to hear the new primary",
+                          lambda w=watcher: _heard(sandbox, w, started))  # fmt: skip
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}; {_story(sandbox, watcher, started)}") from None
+        new, since, seen, awaited = heard
+        wrote = _wait(f"a {mode} write", lambda w=watcher, t=since: w.first_write(t))
+        trial.new = new
+        trial.seen_s[mode] = seen - since
+        trial.write_s[mode] = wrote - since
         if mode == "stream":
             trial.stream_awaited = awaited
         if fault != "stepdown":
@@ -235,6 +248,9 @@ def one_trial(sandbox: Sandbox, clients: Clients, fault: str) -> Trial:
                 trial.detected_s[mode] = failed - started
             except TimeoutError:
                 trial.detected_s[mode] = None
+    trial.elections = len(_writable_events(sandbox, started))
+    if trial.elections > 1:
+        print(_story(sandbox, clients.watchers["poll"], started))
     if fault == "stepdown":
         # Eligible again at once: otherwise the next trial's election waits out the freeze.
         with MongoClient(old, directConnection=True) as client:
@@ -245,6 +261,38 @@ def one_trial(sandbox: Sandbox, clients: Clients, fault: str) -> Trial:
         sandbox.cont(member)
     _wait(f"{old} back as SECONDARY", lambda: _secondary(old))
     return trial
+
+
+def _heard(
+    sandbox: Sandbox, watcher: Watcher, after: float
+) -> tuple[str, float, float, bool] | None:
+    """The primary standing now, when it became writable, and when (and whether by an awaited
+    heartbeat) the client heard so. A second election after the fault (a loaded machine can
+    depose the new primary within a short election timeout) moves the target: the client is
+    timed against the primary it must find, from when that one became writable."""
+    events = _writable_events(sandbox, after)
+    if not events:
+        return None
+    since, host = events[-1]
+    heard = watcher.revealing_heartbeat(host, since)
+    return None if heard is None else (host, since, *heard)
+
+
+_EVENT_KEYS = {"t_mono", "t_wall", "member", "event"}
+
+
+def _story(sandbox: Sandbox, watcher: Watcher, after: float) -> str:
+    """What each member logged and what the client heard since `after`, for a trial that hung."""
+    lines = []
+    for member in sandbox.spec.members:
+        events = read_events(member_dir(sandbox.directory, member) / "events.jsonl")
+        lines += [f"{e['t_mono'] - after:8.3f} {member.host} {e['event']} "
+                  + " ".join(f"{k}={v}" for k, v in e.items() if k not in _EVENT_KEYS)
+                  for e in events if e["t_mono"] > after]  # fmt: skip
+    with watcher.lock:
+        lines += [f"{t - after:8.3f} client heard {m} writable={w} awaited={a}"
+                  for t, m, a, w in watcher.heartbeats if t > after][-30:]  # fmt: skip
+    return "since the fault:\n" + "\n".join(sorted(lines))
 
 
 def _secondary(host: str) -> bool:
@@ -285,7 +333,8 @@ def _row(n: int, t: Trial) -> str:
     return (f"{t.fault:8s} {n}: writable {t.writable_s:6.2f} s  "
             + "  ".join(f"seen[{m}] {_ms(t.seen_s[m])} ms  write[{m}] {_ms(t.write_s[m])} ms"
                         for m in MODES)
-            + f"  awaited {t.stream_awaited}{detected}")  # fmt: skip
+            + f"  awaited {t.stream_awaited}{detected}"
+            + (f"  ({t.elections} elections)" if t.elections > 1 else ""))  # fmt: skip
 
 
 def summary(rows: list[Trial]) -> list[str]:
