@@ -24,7 +24,7 @@ from pathlib import Path
 from pymongo import MongoClient
 
 from rsdrill.analysis.latency import percentile
-from rsdrill.experiment.fields import parse_duration
+from rsdrill.fields import parse_duration
 from rsdrill.platforms.machine.degrade import Degradation, NetworkDegrade
 from rsdrill.platforms.machine.proxy import Shape
 from rsdrill.platforms.sandbox.target import SandboxHosts, free_port_base

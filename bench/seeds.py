@@ -45,7 +45,7 @@ from harness.vsphere_reference import run_catalog, run_shared_host, vetoed_elect
 
 from bench.cold_cache import Point
 from bench.cold_cache import measure as measure_takeover
-from rsdrill.experiment.kinds import HA_BOOT_S, HA_DETECT_S
+from rsdrill.faults.host_kill import HA_BOOT_S, HA_DETECT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "experiments" / "seeds"

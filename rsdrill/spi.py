@@ -9,8 +9,8 @@ injectors (`InjectorFactory`) build an `Injector` for one fault on one member of
 change between releases; these change only with `SPI_VERSION`.
 """
 
-from rsdrill.experiment.fields import FieldProblem, Strict
-from rsdrill.experiment.kinds import Way, When
+from rsdrill.faults.spec import Way, When
+from rsdrill.fields import FieldProblem, Strict
 from rsdrill.hooks import RunEvents as RunEventSpecs
 from rsdrill.hooks import hookimpl
 from rsdrill.platforms.base import (

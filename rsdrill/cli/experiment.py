@@ -129,13 +129,8 @@ def faults(
 ) -> None:
     """List the fault kinds: what each does, its own fields, and what each platform does
     (exactly, approximately: needs `approximate: true`, or one way only: needs `one_way: true`)."""
-    from rsdrill.experiment.kinds import (
-        fault_table,
-        faults_json,
-        platform_names,
-        platform_table,
-        support_table,
-    )
+    from rsdrill.experiment.catalog import platform_names
+    from rsdrill.experiment.faultdocs import fault_table, faults_json, platform_table, support_table
 
     if platform is not None and platform not in platform_names():
         typer.echo(f"--platform: unknown platform {platform!r} (one of "

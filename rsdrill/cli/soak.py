@@ -46,8 +46,8 @@ def soak(
     print the replay command. Exit 0: nothing found; 1: a violation."""
     from rsdrill.engine.soak import replay_command
     from rsdrill.engine.soak import soak as run_soak
-    from rsdrill.experiment.fields import parse_duration
     from rsdrill.experiment.loader import ExperimentError, load_experiment
+    from rsdrill.fields import parse_duration
 
     try:
         seconds = parse_duration(duration)

@@ -26,8 +26,9 @@ from rsdrill.connection import (
     parse_uri,
 )
 from rsdrill.deployment import Deployment, inspect, version_problem
-from rsdrill.experiment.kinds import KINDS, way_of
+from rsdrill.experiment.catalog import way_of
 from rsdrill.experiment.schema import Experiment
+from rsdrill.faults import KINDS
 from rsdrill.platforms.base import TargetError
 from rsdrill.privileges import CLUSTER, granted
 from rsdrill.probes.availability import PROBE_DB
@@ -332,7 +333,7 @@ def _local_tools(exp: Experiment) -> Iterator[Check]:
         return
     needs: dict[str, set[str]] = {}
     for fault in exp.faults:
-        for tool in KINDS[fault.kind].tools(fault):
+        for tool in fault.local_tools():
             needs.setdefault(tool, set()).add(fault.kind)
     network = sorted(needs.get("nftables", ()))
     if network:

@@ -53,7 +53,6 @@ from typing import Any
 from rsdrill.connection import COMMAND_NOT_FOUND, ConnectOptions, DirectConnection, WireClientError
 from rsdrill.engine.selection import current_states
 from rsdrill.errors import GuardRefusal
-from rsdrill.experiment.kinds import KINDS, holds
 from rsdrill.experiment.schema import Experiment, Fault, SelectCount, SelectMember
 from rsdrill.states import HEALTHY, PRIMARY_LIKE, STANDALONE
 
@@ -78,17 +77,11 @@ class DownSpan:
     """The member named by a `member:` selection (the same member counts once)."""
 
 
-def takes_member_down(fault: Fault) -> bool:
-    """Whether the fault, while in force, takes its member out of the set's majority (its
-    kind's `takes_member_down`)."""
-    return holds(KINDS[fault.kind].takes_member_down, fault)
-
-
 def down_spans(faults: Sequence[Fault]) -> list[DownSpan]:
     """The faults that take members down, and when (in seconds from the probes' start)."""
     spans = []
     for i, fault in enumerate(faults):
-        if not takes_member_down(fault):
+        if not fault.takes_member_down():
             continue
         back = fault.revert_after
         end = math.inf if back is None else fault.at + back
@@ -186,9 +179,9 @@ def planned_outages(faults: Sequence[Fault]) -> list[tuple[int, float]]:
     host-kill restarting on an empty volume resyncs anyway); an arbiter has no oplog."""
     outages = []
     for i, fault in enumerate(faults):
-        if not takes_member_down(fault) or fault.select == "arbiter":
+        if not fault.takes_member_down() or fault.select == "arbiter":
             continue
-        if holds(KINDS[fault.kind].rebuilds_data, fault):
+        if fault.rebuilds_data():
             continue  # a full initial sync or a restore, not the oplog, brings it back
         back = fault.revert_after
         outages.append((i, math.inf if back is None else back))

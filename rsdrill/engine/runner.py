@@ -36,7 +36,7 @@ from rsdrill.engine.selection import (
 )
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
 from rsdrill.errors import GuardRefusal
-from rsdrill.experiment.kinds import approximation
+from rsdrill.experiment.catalog import approximation
 from rsdrill.experiment.schema import Experiment, Fault, SelectMember
 from rsdrill.history import FaultRecord, History, Op, RunClock
 from rsdrill.platforms.base import (

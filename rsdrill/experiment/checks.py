@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.fields import Duration, FieldProblem, Strict
 from rsdrill.hooks import PROBE_GROUP
 
 CheckName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")]

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict
+from rsdrill.fields import Duration, FieldProblem, Strict
 
 RunEvent = Literal["start", "pass", "fail", "aborted", "error"]
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"

@@ -26,9 +26,9 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rsdrill.errors import RsdrillError
-from rsdrill.experiment.fields import quoted
-from rsdrill.experiment.kinds import KINDS, kinds_with_field
 from rsdrill.experiment.schema import DRAWN_FIELDS, FROM_FILE, Experiment, FieldProblem
+from rsdrill.faults import KINDS, kinds_with_field
+from rsdrill.fields import quoted
 from rsdrill.suggest import did_you_mean
 
 Loc = tuple[str | int, ...]

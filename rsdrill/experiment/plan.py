@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rsdrill import registry
-from rsdrill.experiment.kinds import KINDS, way_of
+from rsdrill.experiment.catalog import way_of
 from rsdrill.experiment.schema import (
     SLO_PATTERN,
     AvailabilityProbe,
@@ -88,9 +88,8 @@ def plan_experiment(exp: Experiment) -> list[PlannedStep]:
 
 
 def _fault_steps(fault: Fault, platform: str) -> list[PlannedStep]:
-    spec = KINDS[fault.kind]
     selection = describe_selection(fault.select)
-    description = f"{selection} ({spec.plan(fault, platform)})"
+    description = f"{selection} ({fault.plan_words(platform)})"
     way = way_of(platform, fault)
     if way is not None and way.support == "one-way":
         description += f" {ONE_WAY_MARK}: {way.how}, cannot be undone"
@@ -100,15 +99,13 @@ def _fault_steps(fault: Fault, platform: str) -> list[PlannedStep]:
     revert_after = fault.revert_after
     if revert_after is None:
         return [inject]
-    # Every kind that is reverted words its revert (tests/unit/test_kind_specs.py).
-    assert spec.plan_revert is not None
     them = "them" if isinstance(fault.select, SelectCount) and fault.select.count > 1 else "it"
     revert = PlannedStep(
         fault.at + revert_after,
         "revert",
         fault.kind,
         selection,
-        spec.plan_revert(fault, platform, them),
+        fault.plan_revert_words(platform, them),
     )
     return [inject, revert]
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
-from rsdrill.experiment.fields import (
+from rsdrill.faults import KIND_NAMES, KINDS
+from rsdrill.fields import (
     Duration,
     FieldProblem,
     Role,
@@ -23,7 +24,6 @@ from rsdrill.experiment.fields import (
     nested_problem,
     parse_duration,
 )
-from rsdrill.experiment.kinds import KIND_NAMES, KINDS
 
 # Kinds a random schedule cannot draw: only a step of the user's brings the set back.
 _NOT_DRAWN = tuple(k for k, spec in KINDS.items() if spec.disaster)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, cast
 
 from pydantic import (
     AfterValidator,
@@ -23,41 +23,48 @@ from pydantic import (
 )
 
 from rsdrill import registry
+from rsdrill.experiment.catalog import available_kinds, opt_in_problem
 from rsdrill.experiment.checks import CheckName, CheckProbe
-from rsdrill.experiment.fields import (
+from rsdrill.experiment.integrations import GrafanaSection, Notification
+from rsdrill.experiment.random_schedule import RandomFaults
+from rsdrill.faults import (
+    FAULT_CLASSES,
+    KIND_NAMES,
+    KINDS,
+    FaultBase,
+    Restart,
+    SelectCount,
+    Selection,
+    SelectMember,
+)
+from rsdrill.fields import (
     FROM_FILE,
     Duration,
     FieldProblem,
-    Role,
     Strict,
     format_duration,
     nested_problem,
     parse_duration,
 )
-from rsdrill.experiment.integrations import GrafanaSection, Notification
-from rsdrill.experiment.kinds import (
-    KIND_NAMES,
-    KINDS,
-    Restart,
-    available_kinds,
-    opt_in_problem,
-)
-from rsdrill.experiment.random_schedule import RandomFaults
 from rsdrill.history import STALL_PROBE
 from rsdrill.registry import platforms
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.kinds import AnyKindFields
-    from rsdrill.platforms.ec2.options import Ec2Fault, Ec2Platform
-    from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform
+    from rsdrill.faults import Fault
+    from rsdrill.platforms.ec2.options import Ec2Platform
+    from rsdrill.platforms.kubernetes.options import KubernetesPlatform
     from rsdrill.platforms.sandbox.options import SandboxPlatform
-    from rsdrill.platforms.vsphere.options import VsphereFault, VspherePlatform
+    from rsdrill.platforms.vsphere.options import VspherePlatform
 
 __all__ = [
     "FROM_FILE",
     "Duration",
+    "Fault",
     "FieldProblem",
     "Restart",
+    "SelectCount",
+    "SelectMember",
+    "Selection",
     "Strict",
     "format_duration",
     "parse_duration",
@@ -354,130 +361,34 @@ class Probes(Strict):
 # -- faults --------------------------------------------------------------------------------------
 
 
-class SelectMember(Strict):
-    member: str = Field(pattern=r"^[^:\s]+:\d+$")
-
-
-class SelectCount(Strict):
-    count: int = Field(ge=1)
-    role: Literal["any", "secondary", "data"] = Field(
-        "any", description="any member, secondaries only, or data-bearing members"
-    )
-
-
-Selection = Role | SelectMember | SelectCount
-
-
-FaultKind = Literal[KIND_NAMES]  # type: ignore[valid-type]  # names from kinds.py at run time
-
-
-class _FaultRules(Strict):
-    """What the fault models share: the checks of their kind's spec, and when a fault is
-    reverted (see experiment/kinds.py).
-
-    A kind's model has only that kind's fields (another kind's is an unknown key), but reads
-    another kind's field as its default: code asking a question of any fault ("does it
-    restart?") need not ask its kind first.
-    """
-
-    if TYPE_CHECKING:  # the fields the rules read (every kind's model has them)
-        kind: str
-        duration: float | None
-    else:
-
-        def __getattr__(self, name: str) -> Any:
-            if name in _OTHER_KINDS_DEFAULTS:
-                return _OTHER_KINDS_DEFAULTS[name]
-            return super().__getattr__(name)
-
-    @model_validator(mode="after")
-    def _kind_fields(self) -> _FaultRules:
-        spec = KINDS[self.kind]
-        if spec.needs_duration and self.duration is None:
-            raise FieldProblem(
-                ("duration",), f"{self.kind} needs a `duration` (then it is reverted)"
-            )
-        if spec.check is not None:
-            spec.check(self)
-        return self
-
-    @property
-    def revert_after(self) -> float | None:
-        """Seconds from injection to revert, or None when the fault is not reverted."""
-        return KINDS[self.kind].revert_after(self)
-
-
-class _FaultCommon(_FaultRules):
-    """The fields every fault has, whatever its kind: the first fields of each kind's model."""
-
-    at: Duration = Field(description="when, from the start of the probes")
-    kind: FaultKind
-    select: Selection = "primary"
-    duration: Duration | None = Field(
-        None, description="how long the fault lasts before it is reverted"
-    )
-    engine: str | None = Field(
-        None,
-        description="the platform's fault engine (kubernetes: chaos-mesh, litmus, native; "
-        "ec2: api, fis); default: the platform's own API",
-    )
-    approximate: bool = Field(
-        False,
-        description="run it although the platform only approximates it (see `rsdrill faults`); "
-        "the result records the approximation",
-    )
-    one_way: bool = Field(
-        False,
-        description="run it although it cannot be undone within the run (instance terminate, "
-        "Node delete, EBS modify_volume, data-loss's wipe: see `rsdrill faults`)",
-    )
-    scope: Literal["member", "node", "host"] = Field(
-        "member",
-        description="member: its process/pod/instance/VM; node: its Kubernetes node; "
-        "host: every VM on its ESXi host",
-    )
-
+FaultKind = Literal[KIND_NAMES]  # type: ignore[valid-type]  # names from rsdrill.faults at run time
 
 _FAULT_SECTIONS = {n: p.fault_options for n, p in platforms().items() if p.fault_options}
-# The first kind's default of each kind's own field (what a fault of another kind reads).
-_OTHER_KINDS_DEFAULTS: dict[str, Any] = {}
-for _spec in KINDS.values():
-    for _name, _info in _spec.fields.model_fields.items():
-        _OTHER_KINDS_DEFAULTS.setdefault(_name, _info.get_default(call_default_factory=True))
 
 
-def _kind_model(kind: str) -> type[_FaultRules]:
-    """The model of one kind's faults: the common fields, its own (from its spec), the
-    platforms' sections."""
-    spec = KINDS[kind]
-    fields: dict[str, Any] = {"kind": (Literal[kind], Field(description=spec.meaning))}
-    for source in (_FaultCommon, spec.fields):
-        for name, info in source.model_fields.items():
-            if name != "kind":
-                fields[name] = (info.annotation, copy.copy(info))
-    fields = {"at": fields.pop("at"), **fields}  # `at` first, then `kind`, as a file has them
-    fields.update({name: (options | None, None) for name, options in _FAULT_SECTIONS.items()})
+def _kind_model(kind: str) -> type[FaultBase]:
+    """A kind's model as a file's faults are validated: its class (rsdrill/faults/) with one
+    section per registered platform that has fault options."""
+    cls = FAULT_CLASSES[kind]
     title = "".join(part.capitalize() for part in kind.split("-"))
-    model: type[_FaultRules] = create_model(
+    fields: dict[str, Any] = {
+        "kind": (Literal[kind], Field(description=cls.SPEC.meaning)),
+        **{name: (options | None, None) for name, options in _FAULT_SECTIONS.items()},
+    }
+    model = create_model(
         title if title.endswith("Fault") else f"{title}Fault",
-        __base__=_FaultRules,
-        __doc__=spec.meaning,
+        __base__=cls,
+        __doc__=cls.SPEC.meaning,
         __module__=__name__,
         **fields,
     )
-    return model
+    return cast("type[FaultBase]", model)  # a subclass of cls
 
 
-FAULT_MODELS: dict[str, type[_FaultRules]] = {kind: _kind_model(kind) for kind in KIND_NAMES}
+FAULT_MODELS: dict[str, type[FaultBase]] = {kind: _kind_model(kind) for kind in KIND_NAMES}
 """One model per fault kind, each with only the fields that apply to it."""
 
-if TYPE_CHECKING:
-
-    class Fault(_FaultCommon, AnyKindFields):
-        kubernetes: KubernetesFault | None = None
-        ec2: Ec2Fault | None = None
-        vsphere: VsphereFault | None = None
-else:
+if not TYPE_CHECKING:
     Fault = Annotated[Union[tuple(FAULT_MODELS.values())], Field(discriminator="kind")]  # noqa: UP007
 
 _FAULT_ADAPTER: TypeAdapter[Fault] = TypeAdapter(Fault)

@@ -36,7 +36,6 @@ from pydantic import (
 )
 
 from rsdrill.errors import RsdrillError
-from rsdrill.experiment.kinds import KINDS, never_reverted
 from rsdrill.experiment.schema import (
     FAULT_MODELS,
     Duration,
@@ -55,6 +54,7 @@ from rsdrill.experiment.schema import (
     make_fault,
     parse_duration,
 )
+from rsdrill.faults import KINDS
 from rsdrill.result import FaultResult, Result
 
 _OFFSET = re.compile(r"^[tT]\s*\+\s*(?P<rest>.+)$")
@@ -230,7 +230,7 @@ def timeline_from_result(result: Result, target: Target) -> Timeline:
         spec = KINDS.get(first.kind)  # an unknown kind is refused below, naming it
         if spec is not None and held is None and spec.for_good:
             event.update(spec.for_good)  # the original run never reverted it
-        elif spec is None or spec.revert_after is not never_reverted:
+        elif spec is None or spec.reverted:
             event["duration"] = held  # as long as it really lasted (a stepdown's is its period)
         events.append(event)
     if not events:

@@ -9,7 +9,7 @@ platform implements.
   reach them, setup, teardown).
 - `InjectorFactory`: what a platform registers per fault kind in its `injectors` table: builds
   the injector for one fault on one member of its target. A kind missing from the table or
-  from its `ways` is refused when the experiment is loaded (`experiment/kinds.py:
+  from its `ways` is refused when the experiment is loaded (`experiment/catalog.py:
   available_kinds`).
 - `Injector`: one fault on one platform. `describe()` says what will happen (no side effects);
   `revert_action()` is written to the journal *before* `inject()` so that `rsdrill recover` can
@@ -26,16 +26,17 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from rsdrill.errors import InjectionError, TargetError
-from rsdrill.experiment.kinds import KINDS, Way
+from rsdrill.faults import KINDS, Fault
+from rsdrill.faults.spec import Way
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from rsdrill.connection import ConnectOptions
-    from rsdrill.experiment.schema import Experiment, Fault
+    from rsdrill.experiment.schema import Experiment
 
 __all__ = [
     "InjectionError",
@@ -55,8 +56,15 @@ RevertAction = Callable[[dict[str, Any]], str]
 
 
 class Injector(Protocol):
-    kind: str
-    target: str
+    @property
+    def kind(self) -> str:
+        """The fault kind it injects."""
+        ...
+
+    @property
+    def target(self) -> str:
+        """The member (or what stands for it) it acts on, as messages name it."""
+        ...
 
     def describe(self) -> str: ...
 
@@ -156,8 +164,11 @@ class RunTarget(Protocol):
         ...
 
 
-InjectorFactory = Callable[[Any, "Fault", str], Injector]
-"""(the platform's run target, the fault, the member) → the injector of that fault there."""
+KindFault = TypeVar("KindFault", bound=Fault)
+
+InjectorFactory = Callable[[Any, KindFault, str], Injector]
+"""(the platform's run target, a fault of the kind it is registered for, the member) → the
+injector of that fault there: `InjectorFactory[HostKillFault]`."""
 
 
 class Platform(Protocol):
@@ -276,10 +287,11 @@ def _imported(reference: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
-def injector_factory(platform: Platform, kind: str) -> InjectorFactory:
+def injector_factory(platform: Platform, kind: str) -> InjectorFactory[Any]:
     """What builds a fault of `kind` on `platform`: the kind's own injector if one works on
-    every platform (stepdown), else the one the platform registered."""
-    factory: InjectorFactory = _imported(KINDS[kind].injector or platform.injectors[kind])
+    every platform (stepdown), else the one the platform registered (looked up by the kind's
+    name, so typed for any fault: the run passes it a fault of that kind only)."""
+    factory: InjectorFactory[Any] = _imported(KINDS[kind].injector or platform.injectors[kind])
     return factory
 
 

@@ -18,10 +18,11 @@ from rsdrill.connection import (
     action_options,
     answers_hello,
 )
+from rsdrill.faults import FailCommandFault
 from rsdrill.platforms.base import InjectionError, RunTarget, TargetError
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Fault
+    pass
 
 KIND = "mongodb-fail-command"
 REVERT_ACTION = "fail-command-off"
@@ -29,7 +30,7 @@ TIMEOUT_S = 5.0
 COMMAND_NOT_FOUND = 59
 
 
-def fail_point_data(fault: Fault) -> dict[str, Any]:
+def fail_point_data(fault: FailCommandFault) -> dict[str, Any]:
     """The `data` document of configureFailPoint failCommand for this fault."""
     data: dict[str, Any] = {"failCommands": list(fault.commands)}
     if fault.error_code is not None:
@@ -69,7 +70,7 @@ def _configure(
 class FailCommand:
     kind = KIND
 
-    def __init__(self, target: str, fault: Fault, options: ConnectOptions) -> None:
+    def __init__(self, target: str, fault: FailCommandFault, options: ConnectOptions) -> None:
         self.target = target
         self.options = options
         self.data = fail_point_data(fault)
@@ -114,6 +115,6 @@ def fail_command_off(action: dict[str, Any]) -> str:
     return f"{host}: failCommand off"
 
 
-def fail_command_injector(target: RunTarget, fault: Fault, host: str) -> FailCommand:
+def fail_command_injector(target: RunTarget, fault: FailCommandFault, host: str) -> FailCommand:
     """mongodb-fail-command on any platform: the same command to the member, whatever hosts it."""
     return FailCommand(host, fault, target.connect_options)

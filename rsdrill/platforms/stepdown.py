@@ -7,10 +7,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
+from rsdrill.faults import StepdownFault
 from rsdrill.platforms.base import InjectionError, RunTarget
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Fault
+    pass
 
 
 class StepDown:
@@ -78,7 +79,7 @@ class StepDown:
         """Nothing: MongoDB itself lets the member stand again after the period."""
 
 
-def stepdown_injector(target: RunTarget, fault: Fault, host: str) -> StepDown:
+def stepdown_injector(target: RunTarget, fault: StepdownFault, host: str) -> StepDown:
     """stepdown on any platform: the same command to the member, whatever hosts it."""
-    return StepDown(host, period_s=fault.duration or 60.0, catch_up_s=fault.secondary_catch_up,
+    return StepDown(host, period_s=fault.period, catch_up_s=fault.secondary_catch_up,
                     force=fault.force, options=target.connect_options)  # fmt: skip

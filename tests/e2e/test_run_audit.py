@@ -38,7 +38,7 @@ def test_a_primary_kill_leaves_the_members_consistent(tmp_path: Path) -> None:
 def test_an_slo_on_the_audit_without_it_is_refused_at_load() -> None:
     import pytest
 
-    from rsdrill.experiment.fields import FieldProblem  # noqa: F401 (raised through pydantic)
+    from rsdrill.fields import FieldProblem  # noqa: F401 (raised through pydantic)
 
     with pytest.raises(ValueError, match="the data audit"):
         Experiment.model_validate({

@@ -365,7 +365,7 @@ def test_the_preflight_dry_runs_only_actions_the_spec_names(
 ) -> None:
     """Each DryRun the preflight makes is an IAM action of the fault's way in the spec (the
     plan's list): a call the spec forgot would be refused on AWS though the plan said nothing."""
-    from rsdrill.experiment.kinds import privileges_of
+    from rsdrill.experiment.catalog import privileges_of
     from rsdrill.platforms.ec2.preflight import _calls
 
     m = member()

@@ -500,7 +500,7 @@ def test_the_cap_scripts_throttle_a_real_process_s_cgroup_and_lift_it(tmp_path: 
 
 
 def test_an_iops_throttle_that_names_no_engine_is_the_exact_ssm_cap() -> None:
-    from rsdrill.experiment.kinds import way_of
+    from rsdrill.experiment.catalog import way_of
     from rsdrill.experiment.loader import load_experiment_text
     from rsdrill.platforms.ec2.ssm import SsmFault
 

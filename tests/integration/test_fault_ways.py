@@ -1,4 +1,4 @@
-"""What each platform really does for a fault, said from its ways (rsdrill/experiment/kinds.py
+"""What each platform really does for a fault, said from its ways (rsdrill/experiment/catalog.py
 reads them from the registered platforms):
 `rsdrill faults` and docs/faults.md show it, loading refuses an approximated or one-way fault
 the file did not opt in to (FILE:LINE:COL, the table's line), and `rsdrill plan` and
@@ -15,15 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
-from rsdrill.experiment.kinds import (
-    KINDS,
-    faults_doc,
-    faults_json,
-    platform_table,
-    way_of,
-    ways_of,
-)
+from rsdrill.experiment.catalog import way_of, ways_of
+from rsdrill.experiment.faultdocs import faults_doc, faults_json, platform_table
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+from rsdrill.faults import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 DRILL = ROOT / "experiments" / "rs3-disaster-recovery-drill.yaml"
@@ -36,7 +31,7 @@ def rsdrill(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_docs_faults_md_is_the_generated_one() -> None:
     written = (ROOT / "docs" / "faults.md").read_text()
-    assert written == faults_doc(), "regenerate it: python -m rsdrill.experiment.kinds"
+    assert written == faults_doc(), "regenerate it: python -m rsdrill.experiment.faultdocs"
 
 
 def test_faults_for_one_platform_as_a_table_and_as_json() -> None:

@@ -118,8 +118,9 @@ def test_its_ways_are_its_column_of_the_fault_tables(toy_site: Path) -> None:
     listed = json.loads(rsdrill(toy_site, "faults", "--platform", "toy", "--json").stdout)
     kill = next(k for k in listed["kinds"] if k["kind"] == "host-kill")
     assert [w["how"] for w in kill["platforms"]["toy"]] == ["power-cycle the toy machine"]
-    doc = subprocess.run([sys.executable, "-m", "rsdrill.experiment.kinds"], capture_output=True,
-                         text=True, timeout=60, env=_env(toy_site))  # fmt: skip
+    doc = subprocess.run([sys.executable, "-m", "rsdrill.experiment.faultdocs"],
+                         capture_output=True, text=True, timeout=60,
+                         env=_env(toy_site))  # fmt: skip
     assert doc.returncode == 0, doc.stderr
     toy_table = doc.stdout.split("## Toy machines\n", 1)[1]
     assert "| `host-kill` |  |  | power-cycle the toy machine | exact |  |" in toy_table

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
-from rsdrill.experiment.kinds import KIND_NAMES
+from rsdrill.faults import KIND_NAMES
 
 INVALID_DIR = Path(__file__).parent.parent / "fixtures" / "invalid"
 INVALID = sorted(INVALID_DIR.glob("*.yaml"))
@@ -312,7 +312,8 @@ def test_command_module_imports_neither_pydantic_nor_yaml() -> None:
 
 
 def test_faults_lists_every_kind_from_its_spec() -> None:
-    from rsdrill.experiment.kinds import KINDS, fault_table, support_table
+    from rsdrill.experiment.faultdocs import fault_table, support_table
+    from rsdrill.faults import KINDS
 
     result = rsdrill("faults")
     assert result.returncode == 0, result.stderr

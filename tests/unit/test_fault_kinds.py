@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rsdrill.engine.actions import carry_out
-from rsdrill.engine.guards import max_concurrent_down, takes_member_down
+from rsdrill.engine.guards import max_concurrent_down
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment
@@ -127,7 +127,7 @@ def test_quorum_guard_counts_only_faults_that_take_a_member_out() -> None:
         "  - {at: 1s, kind: volume-detach, duration: 9s, select: {member: 'h:3'}}\n"
         "  - {at: 2s, kind: network-partition, duration: 9s, select: {member: 'h:2'}}\n"
     )
-    down = [takes_member_down(f) for f in exp.faults]
+    down = [f.takes_member_down() for f in exp.faults]
     assert down == [False, False, False, True, True]
     assert max_concurrent_down(exp.faults).members == 2
 

@@ -1,4 +1,4 @@
-"""Adding a fault kind is its spec (rsdrill/experiment/kinds.py) and one injector per platform
+"""Adding a fault kind is its module (rsdrill/faults/) and one injector per platform
 that carries it out: no other module compares a fault's kind to a kind's name or lists kinds by
 name. The platforms' own packages (their injectors, options checks and targets) and the modules
 of the kinds done the same on every platform (a spec's `injector`) may; every other exception
@@ -14,7 +14,7 @@ import pytest
 
 import rsdrill
 from rsdrill import registry
-from rsdrill.experiment.kinds import KIND_NAMES, KINDS
+from rsdrill.faults import KIND_NAMES, KINDS
 
 ROOT = Path(rsdrill.__file__).parent
 
@@ -58,7 +58,8 @@ def kinds_named(source: str) -> list[tuple[int, str]]:
 
 
 def _may_name_kinds(module: str) -> bool:
-    """kinds.py, a platform's own package, or the one injector of a kind (stepdown.py)."""
+    """A kind's own module, a platform's own package, or the one injector of a kind
+    (stepdown.py)."""
     parts = module.split("/")
     one_injector = {
         f"{spec.injector.partition(':')[0].removeprefix('rsdrill.').replace('.', '/')}.py"
@@ -66,7 +67,7 @@ def _may_name_kinds(module: str) -> bool:
         if spec.injector is not None
     }
     return (
-        module == "experiment/kinds.py"
+        parts[0] == "faults"
         or (parts[0] == "platforms" and len(parts) > 2)
         or module in one_injector
     )
@@ -112,7 +113,7 @@ def test_no_module_outside_the_specs_and_the_platforms_names_a_kind() -> None:
         for module, found in named.items()
     }  # fmt: skip
     assert {m: f for m, f in unexpected.items() if f} == {}, (
-        "take what these need to know of a kind from its spec (rsdrill/experiment/kinds.py)"
+        "take what these need to know of a kind from its model or spec (rsdrill/faults/)"
     )
     # An exception no longer needed is removed from the list.
     for module, (kinds, _why) in ALLOWED.items():

@@ -12,10 +12,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rsdrill.experiment.fields import parse_duration
 from rsdrill.experiment.loader import ExperimentError, load_experiment, load_experiment_text
 from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment, SelectCount, SelectMember
+from rsdrill.fields import parse_duration
 
 MINIMAL = """\
 name: minimal

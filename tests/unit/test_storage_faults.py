@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rsdrill.experiment.kinds import KINDS, holds
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment, Fault, make_fault
@@ -77,9 +76,9 @@ def test_a_replica_fault_is_a_rule_on_that_copy_and_no_outage() -> None:
     assert rule_for(failing).replica == "b"
     assert rule_for(fault("{at: 1s, kind: disk-fault, duration: 5s}")).replica is None
     # The other copy serves: the guards do not count the member as down.
-    assert not holds(KINDS["disk-fault"].takes_member_down, failing)
+    assert not failing.takes_member_down()
     whole = fault("{at: 1s, kind: disk-fault, duration: 5s}")
-    assert holds(KINDS["disk-fault"].takes_member_down, whole)
+    assert whole.takes_member_down()
 
 
 MIRRORED = "name: x\ntarget: {platform: sandbox, sandbox: {mirror: true}}\n"

@@ -12,7 +12,7 @@ import pytest
 from harness.vcsim import Vcsim
 from harness.vsphere_reference import HarnessRun, run_catalog, run_shared_host
 
-from rsdrill.experiment.kinds import HA_DETECT_S
+from rsdrill.faults.host_kill import HA_DETECT_S
 
 
 def check_clean(run: HarnessRun, sim: Vcsim, out: Path) -> None:

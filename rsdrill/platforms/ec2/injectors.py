@@ -28,7 +28,19 @@ from rsdrill.platforms.ec2.volume import IopsThrottle, VolumeDetach
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
-    from rsdrill.platforms.base import Injector, InjectorFactory
+    from rsdrill.faults import (
+        CpuStarveFault,
+        DiskFault,
+        DiskFillFault,
+        HostFreezeFault,
+        HostKillFault,
+        IopsThrottleFault,
+        MemoryPressureFault,
+        NetworkDegradeFault,
+        NetworkPartitionFault,
+        VolumeDetachFault,
+    )
+    from rsdrill.platforms.base import Injector, InjectorFactory, KindFault
     from rsdrill.platforms.ec2.options import Ec2Platform
     from rsdrill.platforms.ec2.target import Ec2Target
 
@@ -69,12 +81,14 @@ class OnInstance:
                                  stop_alarm_arn=self.platform.fis_stop_alarm_arn)  # fmt: skip
 
 
-def on_member_instance(build: Callable[[OnInstance, Fault], Injector]) -> InjectorFactory:
+def on_member_instance(
+    build: Callable[[OnInstance, KindFault], Injector],
+) -> InjectorFactory[KindFault]:
     """The factory `(target, fault, host)` that builds with `build` on the member's instance,
     looked up again now: its state and volumes may have changed since setup."""
 
     @functools.wraps(build)
-    def factory(target: Ec2Target, fault: Fault, host: str) -> Injector:
+    def factory(target: Ec2Target, fault: KindFault, host: str) -> Injector:
         peers = tuple(i for member, i in target.instances.items() if member != host)
         return build(OnInstance(target.aws, target.ec2, target.instance(host), peers), fault)
 
@@ -87,12 +101,12 @@ def _held(fault: Fault) -> float:
 
 
 @on_member_instance
-def host_kill(on: OnInstance, fault: Fault) -> Injector:
+def host_kill(on: OnInstance, fault: HostKillFault) -> Injector:
     """Stop (force), reboot or terminate the instance; or FIS aws:ec2:stop-instances."""
     data = on.data_volume(fault)
     if engine_of(fault) == "fis":
         return on.fis(fault, fis.stop_instances(on.aws, on.instance, _held(fault)))
-    options = fault.ec2 or Ec2Fault()
+    options = fault.section("ec2", Ec2Fault) or Ec2Fault()
     return InstanceKill(on.aws, on.instance, action=options.action, force=options.force,
                         one_way=fault.one_way,
                         restart=fault.restart is not False,
@@ -100,13 +114,13 @@ def host_kill(on: OnInstance, fault: Fault) -> Injector:
 
 
 @on_member_instance
-def host_freeze(on: OnInstance, fault: Fault) -> Injector:
+def host_freeze(on: OnInstance, fault: HostFreezeFault) -> Injector:
     """SIGSTOP of mongod through SSM Run Command."""
     return ssm.SsmFault(on.aws, on.instance, fault.kind, ssm.freeze_scripts(on.platform.process))
 
 
 @on_member_instance
-def volume_detach(on: OnInstance, fault: Fault) -> Injector:
+def volume_detach(on: OnInstance, fault: VolumeDetachFault) -> Injector:
     """Force-detach the data volume; or FIS aws:ebs:pause-volume-io."""
     data = on.data_volume(fault)
     assert data is not None  # check_experiment requires target.ec2.volume
@@ -116,7 +130,7 @@ def volume_detach(on: OnInstance, fault: Fault) -> Injector:
 
 
 @on_member_instance
-def iops_throttle(on: OnInstance, fault: Fault) -> Injector:
+def iops_throttle(on: OnInstance, fault: IopsThrottleFault) -> Injector:
     """mongod's cgroup io.max through SSM; ModifyVolume (api); or FIS volume latency."""
     engine = engine_of(fault)
     if engine == "ssm":
@@ -127,7 +141,7 @@ def iops_throttle(on: OnInstance, fault: Fault) -> Injector:
         return _volume_latency(on, fault, operations=("any",), probability=1.0)
     data = on.data_volume(fault)
     assert data is not None  # check_experiment requires target.ec2.volume
-    options = fault.ec2 or Ec2Fault()
+    options = fault.section("ec2", Ec2Fault) or Ec2Fault()
     return IopsThrottle(on.aws, on.instance, data[0], iops=fault.iops,
                         throughput_mb_s=fault.throughput_mb_s,
                         accept_modification_limit=options.accept_modification_limit,
@@ -136,12 +150,13 @@ def iops_throttle(on: OnInstance, fault: Fault) -> Injector:
 
 
 @on_member_instance
-def disk_fault(on: OnInstance, fault: Fault) -> Injector:
+def disk_fault(on: OnInstance, fault: DiskFault) -> Injector:
     """FIS aws:ebs:volume-io-latency (EBS has no error injection)."""
     return _volume_latency(on, fault, operations=fault.operations, probability=fault.probability)
 
 
-def _volume_latency(on: OnInstance, fault: Fault, *, operations: tuple[str, ...],
+def _volume_latency(on: OnInstance, fault: DiskFault | IopsThrottleFault, *,
+                    operations: tuple[str, ...],
                     probability: float) -> Injector:  # fmt: skip
     data = on.data_volume(fault)
     assert data is not None and fault.latency is not None  # check_experiment requires them
@@ -152,7 +167,7 @@ def _volume_latency(on: OnInstance, fault: Fault, *, operations: tuple[str, ...]
 
 
 @on_member_instance
-def network_partition(on: OnInstance, fault: Fault) -> Injector:
+def network_partition(on: OnInstance, fault: NetworkPartitionFault) -> Injector:
     """Network ACL entries from the members; else a deny-all security group."""
     if fault.isolate_from == "members":
         return AclPartition(on.aws, on.instance, on.peers)
@@ -160,16 +175,16 @@ def network_partition(on: OnInstance, fault: Fault) -> Injector:
 
 
 @on_member_instance
-def network_degrade(on: OnInstance, fault: Fault) -> Injector:
+def network_degrade(on: OnInstance, fault: NetworkDegradeFault) -> Injector:
     """FIS AWSFIS-Run-Network-Latency or -Packet-Loss."""
-    options = fault.ec2 or Ec2Fault()
+    options = fault.section("ec2", Ec2Fault) or Ec2Fault()
     return on.fis(fault, fis.ssm_network_degrade(on.aws, on.instance, duration_s=_held(fault),
                                                  latency_s=fault.latency, loss=fault.loss,
                                                  interface=options.interface))  # fmt: skip
 
 
 @on_member_instance
-def cpu_starve(on: OnInstance, fault: Fault) -> Injector:
+def cpu_starve(on: OnInstance, fault: CpuStarveFault) -> Injector:
     """FIS AWSFIS-Run-CPU-Stress, sized from the instance type."""
     size = fis.instance_size(on.aws, on.instance)
     return on.fis(fault, fis.ssm_cpu_stress(on.aws, on.instance, size, duration_s=_held(fault),
@@ -177,7 +192,7 @@ def cpu_starve(on: OnInstance, fault: Fault) -> Injector:
 
 
 @on_member_instance
-def memory_pressure(on: OnInstance, fault: Fault) -> Injector:
+def memory_pressure(on: OnInstance, fault: MemoryPressureFault) -> Injector:
     """FIS AWSFIS-Run-Memory-Stress, sized from the instance type."""
     size = fis.instance_size(on.aws, on.instance)
     return on.fis(fault, fis.ssm_memory_stress(on.aws, on.instance, size,
@@ -186,7 +201,7 @@ def memory_pressure(on: OnInstance, fault: Fault) -> Injector:
 
 
 @on_member_instance
-def disk_fill(on: OnInstance, fault: Fault) -> Injector:
+def disk_fill(on: OnInstance, fault: DiskFillFault) -> Injector:
     """FIS AWSFIS-Run-Disk-Fill."""
     return on.fis(fault, fis.ssm_disk_fill(on.aws, on.instance, duration_s=_held(fault),
                                            fill_percent=fault.fill_percent))  # fmt: skip

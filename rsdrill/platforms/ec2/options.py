@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
-from rsdrill.experiment.kinds import COMMAND_KINDS, privileges_of
+from rsdrill.experiment.catalog import privileges_of
+from rsdrill.faults import COMMAND_KINDS
+from rsdrill.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
+    from rsdrill.faults import HostKillFault, IopsThrottleFault, NetworkDegradeFault
 
 
 class MemberInstances(Strict):
@@ -217,8 +219,9 @@ def check_experiment(exp: Experiment) -> None:
 
 
 def _check_kind(i: int, fault: Fault, engine: str, platform: Ec2Platform) -> None:
-    options = fault.ec2 or Ec2Fault()
-    given = fault.ec2.model_fields_set if fault.ec2 else set()
+    section = fault.section("ec2", Ec2Fault)
+    options = section or Ec2Fault()
+    given = section.model_fields_set if section else set()
     host_kill_only = {"action", "force", "allow_terminate"} & given
     if fault.kind != "host-kill" and host_kill_only:
         raise _problem(
@@ -286,7 +289,7 @@ def _check_fis_duration(i: int, fault: Fault) -> None:
 
 
 def _check_host_kill(
-    i: int, fault: Fault, engine: str, options: Ec2Fault, platform: Ec2Platform
+    i: int, fault: HostKillFault, engine: str, options: Ec2Fault, platform: Ec2Platform
 ) -> None:
     if engine == "fis" and options.action != "stop":
         raise _problem(i, "ec2", "action", text="engine: fis stops instances "
@@ -298,7 +301,7 @@ def _check_host_kill(
             text="engine: fis restarts the instance "
             "(startInstancesAfterDuration): restart: false needs engine: api",
         )
-    if "allow_terminate" in (fault.ec2.model_fields_set if fault.ec2 else ()):
+    if "allow_terminate" in options.model_fields_set:
         raise _problem(i, "ec2", "allow_terminate", text="the old spelling: write `one_way: "
                        "true` on the fault (every one-way fault needs it)")  # fmt: skip
     if fault.restart and fault.restart.model == "ha":
@@ -321,7 +324,7 @@ def _check_host_kill(
                                "volume must say which volume holds the data")  # fmt: skip
 
 
-def _check_iops(i: int, fault: Fault, engine: str) -> None:
+def _check_iops(i: int, fault: IopsThrottleFault, engine: str) -> None:
     split = [f for f in ("read_iops", "write_iops", "read_mb_s", "write_mb_s")
              if getattr(fault, f) is not None]  # fmt: skip
     if engine == "ssm":
@@ -386,7 +389,7 @@ def plan_details(exp: Experiment) -> list[str]:
     return lines
 
 
-def _check_degrade(i: int, fault: Fault) -> None:
+def _check_degrade(i: int, fault: NetworkDegradeFault) -> None:
     """FIS's SSM documents run netem on the instance's interface: one of latency or loss, on
     everything it sends."""
     for name in ("jitter", "bandwidth_mbit_s", "duplicate", "corrupt", "reorder"):

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.experiment.kinds import COMMAND_KINDS
+from rsdrill.faults import COMMAND_KINDS
 from rsdrill.platforms.ec2.client import Aws
 from rsdrill.platforms.ec2.lookup import Instance, find_data_volume
+from rsdrill.platforms.ec2.options import Ec2Fault
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
@@ -33,7 +34,7 @@ def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | N
             return [("describe_instance_types", {"InstanceTypes": [instance.instance_type]})]
         return [("start_instances", iid)] if fault.kind == "host-kill" else []
     if fault.kind == "host-kill":
-        action = fault.ec2.action if fault.ec2 else "stop"
+        action = (fault.section("ec2", Ec2Fault) or Ec2Fault()).action
         if action != "stop":
             return [(f"{action}_instances", iid)]
         calls: list[Call] = [("stop_instances", {**iid, "Force": True}), ("start_instances", iid)]
@@ -96,7 +97,7 @@ def problems(
                 refused = aws.dry_run(operation, **params)
                 if refused:
                     found.append(f"{instance.member} ({instance.id}): {refused}")
-            accepted = fault.ec2 is not None and fault.ec2.accept_modification_limit
+            accepted = (fault.section("ec2", Ec2Fault) or Ec2Fault()).accept_modification_limit
             if fault.kind == "iops-throttle" and engine_of(fault) == "api" and data and \
                     not accepted:  # fmt: skip
                 limit = modification_limit(aws, data[0])

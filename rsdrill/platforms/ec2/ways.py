@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsdrill.experiment.kinds import Way, When
+from rsdrill.faults.spec import Way, When
 from rsdrill.platforms.ec2.options import Ec2Fault, wipes_volume
 
 TITLE = "EC2"
@@ -18,7 +18,7 @@ _SSM = ("ssm:SendCommand", "ssm:GetCommandInvocation", "ssm:DescribeInstanceInfo
 
 
 def _action(fault: Any) -> str:
-    options: Ec2Fault = fault.ec2 or Ec2Fault()
+    options: Ec2Fault = fault.section("ec2", Ec2Fault) or Ec2Fault()
     return options.action
 
 

@@ -130,7 +130,7 @@ class KubeFault:
         self.kube = at.kube
         self.platform = at.platform
         self.fault = at.fault
-        self.options = at.fault.kubernetes or KubernetesFault()
+        self.options = at.fault.section("kubernetes", KubernetesFault) or KubernetesFault()
         self.kind = at.fault.kind
         self.target = at.host
         self.pod = at.pod
@@ -476,6 +476,8 @@ class NodeAgentCap(KubeFault):
             )
         agent = at.platform.node_agent
         fault = at.fault
+        if fault.kind != "iops-throttle":
+            raise InjectionError(f"the node agent caps I/O: not a {fault.kind}")
         limits = {
             "riops": fault.read_iops,
             "wiops": fault.write_iops,

@@ -34,7 +34,8 @@ from rsdrill.platforms.partition_shapes import cut_pairs
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
-    from rsdrill.platforms.base import Injector, InjectorFactory
+    from rsdrill.faults import NetworkDegradeFault, NetworkPartitionFault
+    from rsdrill.platforms.base import Injector, InjectorFactory, KindFault
     from rsdrill.platforms.kubernetes.target import KubernetesTarget
 
 
@@ -48,11 +49,11 @@ class OnPod:
     at: Placement
 
 
-def on_member_pod(build: Callable[[OnPod, Fault], Injector]) -> InjectorFactory:
+def on_member_pod(build: Callable[[OnPod, KindFault], Injector]) -> InjectorFactory[KindFault]:
     """The factory `(target, fault, host)` that builds with `build` on the member's pod."""
 
     @functools.wraps(build)
-    def factory(target: KubernetesTarget, fault: Fault, host: str) -> Injector:
+    def factory(target: KubernetesTarget, fault: KindFault, host: str) -> Injector:
         pods = PodMap(target.kube, target.k8s)
         try:
             pod = pods.pod(host)
@@ -140,7 +141,9 @@ def iops_throttle(on: OnPod, fault: Fault) -> Injector:
     """The node agent's cgroup cap (native), or Chaos Mesh BlockChaos / IOChaos latency."""
     if engine_of(fault) == "native":
         return NodeAgentCap(on.at)
-    wanted = (fault.kubernetes or KubernetesFault()).block_chaos != "never"
+    wanted = (
+        fault.section("kubernetes", KubernetesFault) or KubernetesFault()
+    ).block_chaos != "never"
     return _chaos_mesh(on, block_chaos=on.target.block_chaos and wanted)
 
 
@@ -152,7 +155,7 @@ def chaos_mesh_fault(on: OnPod, fault: Fault) -> Injector:
 
 
 @on_member_pod
-def network_partition(on: OnPod, fault: Fault) -> Injector:
+def network_partition(on: OnPod, fault: NetworkPartitionFault) -> Injector:
     """Chaos Mesh NetworkChaos partition from the other members, or between a shape's sides."""
     others = _other_pods(on)
     if fault.shape == "one":
@@ -167,7 +170,7 @@ def network_partition(on: OnPod, fault: Fault) -> Injector:
 
 
 @on_member_pod
-def network_degrade(on: OnPod, fault: Fault) -> Injector:
+def network_degrade(on: OnPod, fault: NetworkDegradeFault) -> Injector:
     """Chaos Mesh NetworkChaos netem or bandwidth (its target: the other members' pods, when
     `between: members`), or a Litmus pod-network experiment (limited to the other members'
     addresses, every other member's, in a pod or not)."""

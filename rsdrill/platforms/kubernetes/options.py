@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict
-from rsdrill.experiment.kinds import COMMAND_KINDS
+from rsdrill.faults import COMMAND_KINDS
+from rsdrill.fields import Duration, FieldProblem, Strict
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
+    from rsdrill.faults import NetworkDegradeFault, NetworkPartitionFault
 
 ENGINES = ("chaos-mesh", "litmus", "native")
 
@@ -277,7 +278,7 @@ def _check_kind(fault: Fault, at: tuple[str | int, ...]) -> None:
 
 
 def _check_options(fault: Fault, engine: str, at: tuple[str | int, ...]) -> None:
-    options = fault.kubernetes
+    options = fault.section("kubernetes", KubernetesFault)
     if options is None:
         return
     given = options.model_fields_set
@@ -308,7 +309,7 @@ LITMUS_NETEM: dict[str, tuple[str, str]] = {
 }
 
 
-def _check_degrade(fault: Fault, at: tuple[str | int, ...]) -> None:
+def _check_degrade(fault: NetworkDegradeFault, at: tuple[str | int, ...]) -> None:
     """Both engines shape a pod's egress with tc: Chaos Mesh the member's pod's (toward its
     target pods, or everything) and, for `from`, the target pods' toward it; Litmus the
     member's pod's only. Neither can tell clients apart: a tc filter matches the addresses
@@ -339,7 +340,7 @@ def _check_degrade(fault: Fault, at: tuple[str | int, ...]) -> None:
         )
 
 
-def _check_litmus_degrade(fault: Fault, at: tuple[str | int, ...]) -> None:
+def _check_litmus_degrade(fault: NetworkDegradeFault, at: tuple[str | int, ...]) -> None:
     given = fault.model_fields_set
     for name in ("reorder", "bandwidth_mbit_s"):
         if name in given:
@@ -372,7 +373,7 @@ def _check_litmus_degrade(fault: Fault, at: tuple[str | int, ...]) -> None:
             )
 
 
-def _check_partition_shape(fault: Fault, at: tuple[str | int, ...]) -> None:
+def _check_partition_shape(fault: NetworkPartitionFault, at: tuple[str | int, ...]) -> None:
     """One NetworkChaos partition cuts its selected pods from its target pods: shapes one,
     halves and bridge; a ring needs one per member and flapping a schedule of them."""
     if fault.shape == "ring":

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rsdrill.experiment.kinds import COMMAND_KINDS, privileges_of
+from rsdrill.experiment.catalog import privileges_of
 from rsdrill.experiment.schema import Fault
+from rsdrill.faults import COMMAND_KINDS
 from rsdrill.platforms.kubernetes.options import KubernetesPlatform, engine_of
 from rsdrill.platforms.kubernetes.resources import (
     BLOCK_CHAOS,
@@ -65,7 +66,7 @@ def _custom(verbs: str, rtype: ResourceType, namespace: str) -> list[Permission]
 
 def rbac(privilege: str, namespace: str) -> list[Permission]:
     """The permissions a spec privilege names: `verbs resource[/subresource][.group]`, in
-    `namespace` unless it ends in ` cluster-wide` (rsdrill/experiment/kinds.py)."""
+    `namespace` unless it ends in ` cluster-wide` (rsdrill/faults/spec.py)."""
     verbs, what, *where = privilege.split()
     resource, _, group = what.partition(".")
     resource, _, subresource = resource.partition("/")

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from rsdrill.experiment.kinds import COMMAND_KINDS
+from rsdrill.faults import (
+    COMMAND_KINDS,
+    CpuStarveFault,
+    IopsThrottleFault,
+    MemoryPressureFault,
+    NetworkDegradeFault,
+)
 from rsdrill.platforms.kubernetes.options import (
     LITMUS_NETEM,
     KubernetesFault,
@@ -151,7 +157,7 @@ def _pods(refs: list[PodRef]) -> dict[str, list[str]]:
     return pods
 
 
-def iops_latency_s(fault: Fault) -> float:
+def iops_latency_s(fault: IopsThrottleFault) -> float:
     """The per-operation delay an iops-throttle stands for: its latency, or 1/IOPS (an
     operation may start only once the previous one's share of a second has passed)."""
     if fault.latency is not None:
@@ -271,7 +277,9 @@ def chaos_mesh_resource(
 MIB = 1024 * 1024
 
 
-def stressors(fault: Fault, limits: ContainerLimits | None) -> dict[str, Any]:
+def stressors(
+    fault: CpuStarveFault | MemoryPressureFault, limits: ContainerLimits | None
+) -> dict[str, Any]:
     """StressChaos's stressors for a cpu-starve or memory-pressure of a container with these
     `limits` (None: not read yet, as in a plan, where the memory size is a placeholder)."""
     if fault.kind == "cpu-starve":
@@ -318,11 +326,11 @@ def _percent(share: float) -> str:
     return f"{share * 100:g}"
 
 
-def network_degrade_spec(fault: Fault) -> dict[str, Any]:
+def network_degrade_spec(fault: NetworkDegradeFault) -> dict[str, Any]:
     """NetworkChaos's action and its parameters for a network-degrade: a bandwidth limit, or
     netem's delay (+ jitter, reorder), loss, duplicate and corrupt together."""
     direction: dict[str, Any] = {"direction": _DIRECTION[fault.direction]}
-    options = fault.kubernetes
+    options = fault.section("kubernetes", KubernetesFault)
     if options is not None and "network_interface" in options.model_fields_set:
         direction["device"] = options.network_interface
     if fault.bandwidth_mbit_s is not None:
@@ -354,7 +362,7 @@ def _litmus_netem_field(fault: Fault) -> str:
 def litmus_experiment_name(fault: Fault) -> str:
     if fault.kind == "network-degrade":
         return LITMUS_NETEM[_litmus_netem_field(fault)][0]
-    options = fault.kubernetes or KubernetesFault()
+    options = fault.section("kubernetes", KubernetesFault) or KubernetesFault()
     return options.litmus_experiment or LITMUS_DEFAULT[fault.kind][fault.scope]
 
 
@@ -362,7 +370,7 @@ def _millis(seconds: float | None) -> str:
     return str(round((seconds or 0) * 1000))
 
 
-def litmus_network_env(fault: Fault, destinations: list[str]) -> list[dict[str, str]]:
+def litmus_network_env(fault: NetworkDegradeFault, destinations: list[str]) -> list[dict[str, str]]:
     """A network-degrade's env for its Litmus pod-network experiment: its one netem value,
     the interface, and the addresses it is limited to (`destinations`, the other members'
     hosts: IP addresses as DESTINATION_IPS, names as DESTINATION_HOSTS, which the experiment
@@ -375,7 +383,7 @@ def litmus_network_env(fault: Fault, destinations: list[str]) -> list[dict[str, 
                {"name": "JITTER", "value": _millis(fault.jitter)}]  # fmt: skip
     else:
         env = [{"name": variable, "value": _percent(getattr(fault, field))}]
-    options = fault.kubernetes or KubernetesFault()
+    options = fault.section("kubernetes", KubernetesFault) or KubernetesFault()
     env.append({"name": "NETWORK_INTERFACE", "value": options.network_interface})
     if fault.between == "members":
         addresses = [h.rsplit(":", 1)[0].strip("[]") for h in destinations]
@@ -406,7 +414,7 @@ def litmus_engine(
     disk-fill or a network-degrade, on its `container`; `destinations`: the other members'
     hosts, for a network-degrade between members), with a probe that the pod is back at the
     end (Litmus 3 requires a probe per experiment)."""
-    options = fault.kubernetes or KubernetesFault()
+    options = fault.section("kubernetes", KubernetesFault) or KubernetesFault()
     experiment = litmus_experiment_name(fault)
     duration = str(math.ceil(fault.duration or 0) or 1)
     env = [{"name": "TOTAL_CHAOS_DURATION", "value": duration}]
@@ -521,7 +529,9 @@ def plan_details(exp: Experiment) -> list[str]:
             body = litmus_engine(fault, pod, name, platform.container, hosts)
         else:
             others = [PodRef(pod.namespace, "<pods of the other members>")]
-            block = (fault.kubernetes or KubernetesFault()).block_chaos == "always"
+            block = (
+                fault.section("kubernetes", KubernetesFault) or KubernetesFault()
+            ).block_chaos == "always"
             _, body = chaos_mesh_resource(fault, pod, others, platform, name, block_chaos=block)
             if fault.kind == "iops-throttle" and not block:
                 lines.append(
@@ -548,7 +558,7 @@ def _planned_pod(member: str | None, who: str, platform: KubernetesPlatform) -> 
 
 
 def _native_plan(fault: Fault, pod: PodRef, container: str) -> list[str]:
-    options = fault.kubernetes or KubernetesFault()
+    options = fault.section("kubernetes", KubernetesFault) or KubernetesFault()
     if fault.kind == "iops-throttle":
         return [
             f"# the node agent on the node of pod {pod.namespace}/{pod.name} caps container "

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rsdrill.experiment.kinds import COMMAND_KINDS
 from rsdrill.experiment.schema import Experiment
+from rsdrill.faults import COMMAND_KINDS
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
 from rsdrill.platforms.kubernetes.options import KubernetesFault, engine_of
@@ -91,7 +91,7 @@ class KubernetesTarget(RemoteTarget):
 
     def _wants_block_chaos(self) -> bool:
         modes = {
-            (f.kubernetes or KubernetesFault()).block_chaos
+            (f.section("kubernetes", KubernetesFault) or KubernetesFault()).block_chaos
             for f in self.faults
             if f.kind == "iops-throttle"
         }

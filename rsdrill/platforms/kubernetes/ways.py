@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsdrill.experiment.kinds import Way, When
+from rsdrill.faults.spec import Way, When
 from rsdrill.platforms.kubernetes.options import KubernetesFault
 
 TITLE = "Kubernetes"
@@ -28,7 +28,7 @@ def _on_node(fault: Any) -> bool:
 
 
 def _node_deleted(fault: Any) -> bool:
-    options: KubernetesFault = fault.kubernetes or KubernetesFault()
+    options: KubernetesFault = fault.section("kubernetes", KubernetesFault) or KubernetesFault()
     return _on_node(fault) and options.delete_node
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from rsdrill.platforms.base import InjectionError, Injector, MachineTarget, ProcessHosts
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Fault
+    from rsdrill.faults import CpuStarveFault, MemoryPressureFault
 
 PERIOD_US = 100_000
 CONTROLLERS = {"cpu-starve": "cpu", "memory-pressure": "memory"}
@@ -54,12 +54,12 @@ def cgroup_of(pid: int, controller: str) -> str:
     raise InjectionError(f"process {pid} is in no {controller} cgroup")
 
 
-def settings_for(kind: str, cpu_share: float, memory_limit_mb: float) -> dict[str, str]:
+def settings_for(fault: CpuStarveFault | MemoryPressureFault) -> dict[str, str]:
     """The cgroup files and values that make the fault."""
-    if kind == "cpu-starve":
-        quota = max(int(cpu_share * PERIOD_US), 1000)  # the kernel's floor is 1 ms
+    if fault.kind == "cpu-starve":
+        quota = max(int(fault.cpu_share * PERIOD_US), 1000)  # the kernel's floor is 1 ms
         return {"cpu.cfs_period_us": str(PERIOD_US), "cpu.cfs_quota_us": str(quota)}
-    return {"memory.limit_in_bytes": str(int(memory_limit_mb * 1024 * 1024))}
+    return {"memory.limit_in_bytes": str(int(fault.memory_limit_mb * 1024 * 1024))}
 
 
 # The neighbour: takes 1 MiB every 10 ms and keeps it, until it is killed.
@@ -197,8 +197,9 @@ class CgroupFault:
         self.hosts.start(self.target, wipe=False)
 
 
-def cgroup_fault(target: MachineTarget, fault: Fault, host: str) -> Injector:
+def cgroup_fault(
+    target: MachineTarget, fault: CpuStarveFault | MemoryPressureFault, host: str
+) -> Injector:
     """cpu-starve or memory-pressure of a member process, through a cgroup of its own."""
-    return CgroupFault(fault.kind, target.hosts, host,
-                       settings_for(fault.kind, fault.cpu_share, fault.memory_limit_mb),
+    return CgroupFault(fault.kind, target.hosts, host, settings_for(fault),
                        target.hosts.restart_action(host, wipe=False))  # fmt: skip

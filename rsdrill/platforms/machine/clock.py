@@ -25,7 +25,7 @@ from rsdrill.platforms.base import InjectionError, Injector, MachineTarget, Targ
 from rsdrill.platforms.machine import faketime
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Fault
+    from rsdrill.faults import ClockSkewFault
 
 TIMEOUT_S = 5.0
 # How far the member's clock may read from the skew asked for: a hello's round trip and the
@@ -147,7 +147,7 @@ class FaketimeClockSkew(ClockSkew):
         faketime.set_offset(self.offset_file, 0.0)
 
 
-def clock_skew(target: MachineTarget, fault: Fault, host: str) -> Injector:
+def clock_skew(target: MachineTarget, fault: ClockSkewFault, host: str) -> Injector:
     """clock-skew of a member: the sandbox emulator's own clock, or libfaketime's offset file
     of a local member (the run started it under libfaketime)."""
     if getattr(target, "platform", None) == "sandbox":

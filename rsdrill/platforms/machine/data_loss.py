@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Fault
+    from rsdrill.faults import DataLossFault
     from rsdrill.platforms.base import MachineTarget
 
 GONE_TIMEOUT_S = 10.0
@@ -52,6 +52,6 @@ class DataLoss:
         never calls this)."""
 
 
-def data_loss(target: MachineTarget, fault: Fault, host: str) -> DataLoss:
+def data_loss(target: MachineTarget, fault: DataLossFault, host: str) -> DataLoss:
     """data-loss on a member process: SIGKILL and its data directory emptied."""
     return DataLoss(target.hosts, host)

@@ -39,7 +39,7 @@ from rsdrill.platforms.machine.network import TABLE_PREFIX, Direction, _nft, _po
 from rsdrill.platforms.machine.proxy import MARK, Listener, Shape, config_json
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Fault
+    from rsdrill.faults import NetworkDegradeFault
     from rsdrill.platforms.base import Injector, MachineTarget
 
 Between = Literal["members", "clients", "all"]
@@ -262,7 +262,7 @@ class NetworkDegrade:
                 self._proxy.stdout.close()
 
 
-def network_degrade(target: MachineTarget, fault: Fault, host: str) -> Injector:
+def network_degrade(target: MachineTarget, fault: NetworkDegradeFault, host: str) -> Injector:
     """network-degrade of a member process: its links through a pacing proxy."""
     rate = fault.bandwidth_mbit_s
     shape = Shape(

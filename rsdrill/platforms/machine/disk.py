@@ -19,7 +19,6 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.experiment.kinds import ha_restart
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.rules import Rule, RuleError
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
@@ -27,8 +26,9 @@ from rsdrill.platforms.machine.actions import faultfs_clear
 from rsdrill.platforms.machine.process import HostKill
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.kinds import Restart
     from rsdrill.experiment.schema import Fault
+    from rsdrill.faults import HostKillFault
+    from rsdrill.faults.host_kill import Restart
     from rsdrill.platforms.base import Injector, MachineTarget
 
 _MIB = 1024 * 1024
@@ -36,14 +36,13 @@ _MIB = 1024 * 1024
 
 def rule_for(fault: Fault) -> Rule:
     """The faultfs rule that carries out a storage fault."""
-    latency = fault.latency or 0.0
     try:
         if fault.kind == "volume-detach":
             return Rule(detach=True)
         if fault.kind == "iops-throttle":
             return Rule(
                 operations=("any",),
-                latency_s=latency,
+                latency_s=fault.latency or 0.0,
                 iops=fault.iops,
                 read_iops=fault.read_iops,
                 write_iops=fault.write_iops,
@@ -57,7 +56,7 @@ def rule_for(fault: Fault) -> Rule:
                 operations=tuple(fault.operations),
                 probability=fault.probability,
                 path=fault.path,
-                latency_s=latency,
+                latency_s=fault.latency or 0.0,
                 replica=fault.replica,
             )
     except RuleError as exc:
@@ -233,13 +232,13 @@ def storage_fault(target: MachineTarget, fault: Fault, host: str) -> StorageFaul
                         target.hosts.restart_action(host, wipe=False), record)  # fmt: skip
 
 
-def host_kill(target: MachineTarget, fault: Fault, host: str) -> Injector:
+def host_kill(target: MachineTarget, fault: HostKillFault, host: str) -> Injector:
     """host-kill of a member process: SIGKILL, and with `power_loss` its unsynced writes
     dropped through faultfs (hence here, next to the other faultfs faults)."""
     restart = fault.restart is not False
-    wipe = bool(fault.restart and fault.restart.volume == "wipe")
+    wipe = fault.wiped_on_restart
     action = target.hosts.restart_action(host, wipe=wipe)
-    ha = ha_restart(fault)
+    ha = fault.ha_restart
     if fault.power_loss:
         return PowerLossKill(target.hosts, host, _faultfs(target, fault, host), restart=restart,
                              wipe=wipe, restart_action=action, ha=ha)  # fmt: skip

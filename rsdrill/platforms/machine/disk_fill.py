@@ -30,7 +30,7 @@ from rsdrill.platforms.base import (
 )
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Fault
+    from rsdrill.faults import DiskFillFault
 
 DISK_MB = 64
 FILLER = "rsdrill-disk-fill"
@@ -153,7 +153,7 @@ class DiskFill:
         self.hosts.start(self.target, wipe=False)  # it died of ENOSPC, as mongod does
 
 
-def disk_fill(target: MachineTarget, fault: Fault, host: str) -> Injector:
+def disk_fill(target: MachineTarget, fault: DiskFillFault, host: str) -> Injector:
     """disk-fill of a member's own data disk (the sandbox gives it one for such runs; a local
     member's dbpath is one)."""
     data = getattr(target, "small_disk", lambda _: None)(host)

@@ -43,7 +43,7 @@ from rsdrill.platforms.machine import conntrack, netcls
 from rsdrill.platforms.partition_shapes import PartitionShape, cut_pairs
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Fault
+    from rsdrill.faults import NetworkPartitionFault
     from rsdrill.platforms.base import MachineTarget
 
 TABLE_PREFIX = "rsdrill-"
@@ -426,7 +426,9 @@ def connects_as(member: str, host: str, timeout_s: float = CONNECT_TIMEOUT_S) ->
     return done.returncode == 0
 
 
-def network_partition(target: MachineTarget, fault: Fault, host: str) -> NetworkPartition:
+def network_partition(
+    target: MachineTarget, fault: NetworkPartitionFault, host: str
+) -> NetworkPartition:
     """network-partition of a member process: nftables rules on loopback."""
     return NetworkPartition(target.hosts, host, list(target.members),
                             isolate_from=fault.isolate_from, direction=fault.direction,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rsdrill.experiment.fields import FieldProblem
+from rsdrill.fields import FieldProblem
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault

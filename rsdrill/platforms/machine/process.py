@@ -8,13 +8,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.connection import answers_hello
-from rsdrill.experiment.kinds import ha_detail
+from rsdrill.faults.host_kill import ha_detail
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
 
 if TYPE_CHECKING:
     from rsdrill.connection import ConnectOptions
-    from rsdrill.experiment.kinds import Restart
-    from rsdrill.experiment.schema import Fault
+    from rsdrill.faults import HostFreezeFault
+    from rsdrill.faults.host_kill import Restart
     from rsdrill.platforms.base import MachineTarget
 
 
@@ -125,6 +125,6 @@ class HostFreeze:
             raise InjectionError(f"SIGCONT {self.target}: {exc}") from exc
 
 
-def host_freeze(target: MachineTarget, fault: Fault, host: str) -> HostFreeze:
+def host_freeze(target: MachineTarget, fault: HostFreezeFault, host: str) -> HostFreeze:
     """host-freeze on a member process: SIGSTOP, then SIGCONT."""
     return HostFreeze(target.hosts, host, target.connect_options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsdrill.experiment.kinds import Way, When
+from rsdrill.faults.spec import Way, When
 
 TITLE = "sandbox / local"
 """The heading of their column in the fault tables."""

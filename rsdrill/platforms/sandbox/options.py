@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from rsdrill.experiment.fields import Strict
+from rsdrill.fields import Strict
 
 
 class SandboxPlatform(Strict):

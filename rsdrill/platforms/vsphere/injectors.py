@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.experiment.kinds import ha_restart
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.vsphere.client import Connection, Vsphere, VsphereError
 from rsdrill.platforms.vsphere.disk import DiskDetach, IopsLimit, attach_disk, set_iops_limit
@@ -34,8 +33,14 @@ from rsdrill.platforms.vsphere.options import VsphereFault
 from rsdrill.platforms.vsphere.power import PowerOff, Suspend, power_on, vms_on_host
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Fault
-    from rsdrill.platforms.base import Injector, InjectorFactory
+    from rsdrill.faults import (
+        HostFreezeFault,
+        HostKillFault,
+        IopsThrottleFault,
+        NetworkPartitionFault,
+        VolumeDetachFault,
+    )
+    from rsdrill.platforms.base import Injector, InjectorFactory, KindFault
     from rsdrill.platforms.vsphere.options import VspherePlatform
     from rsdrill.platforms.vsphere.target import VsphereTarget
 
@@ -66,19 +71,24 @@ class OnVm:
     options: VsphereFault
 
 
-def on_member_vm(build: Callable[[OnVm, Fault], Injector]) -> InjectorFactory:
+def on_member_vm(build: Callable[[OnVm, KindFault], Injector]) -> InjectorFactory[KindFault]:
     """The factory `(target, fault, host)` that builds with `build` on the member's VM, looked
     up now: HA or DRS may have moved it since setup, and the session may have expired while the
     probes ran (then it logs in again, once)."""
 
     @functools.wraps(build)
-    def factory(target: VsphereTarget, fault: Fault, host: str) -> Injector:
+    def factory(target: VsphereTarget, fault: KindFault, host: str) -> Injector:
         client = target.client
 
         def on_vm() -> Injector:
             vm = find_member_vm(client, target.vsphere.vms, host)
             ref = client.call(f"read VM {host}", VmRef.of, vm)
-            return build(OnVm(client, host, vm, ref, fault.vsphere or VsphereFault()), fault)
+            return build(
+                OnVm(
+                    client, host, vm, ref, fault.section("vsphere", VsphereFault) or VsphereFault()
+                ),
+                fault,
+            )
 
         return client.relogin_once(on_vm)
 
@@ -86,7 +96,7 @@ def on_member_vm(build: Callable[[OnVm, Fault], Injector]) -> InjectorFactory:
 
 
 @on_member_vm
-def host_kill(on: OnVm, fault: Fault) -> Injector:
+def host_kill(on: OnVm, fault: HostKillFault) -> Injector:
     """Power off the VM, or every VM on its ESXi host (scope host)."""
     client = on.client
     esxi, on_host = vms_on_host(client, on.vm)
@@ -95,24 +105,24 @@ def host_kill(on: OnVm, fault: Fault) -> Injector:
     refs = [on.ref, *(client.call("read a VM", VmRef.of, v) for v in vms[1:])]
     hosts = restart_hosts(client, esxi, len(refs), on.options.restart_on)
     return PowerOff(client, on.member, refs, hosts, restart=fault.restart is not False,
-                    failed_host=failed, ha=ha_restart(fault))  # fmt: skip
+                    failed_host=failed, ha=fault.ha_restart)  # fmt: skip
 
 
 @on_member_vm
-def host_freeze(on: OnVm, fault: Fault) -> Injector:
+def host_freeze(on: OnVm, fault: HostFreezeFault) -> Injector:
     """Suspend the VM."""
     return Suspend(on.client, on.member, on.ref)
 
 
 @on_member_vm
-def volume_detach(on: OnVm, fault: Fault) -> Injector:
+def volume_detach(on: OnVm, fault: VolumeDetachFault) -> Injector:
     """Remove the data disk, its file kept."""
     return DiskDetach(on.client, on.member, on.ref,
                       select_disk(on.client, on.vm, on.ref, on.options.disk))  # fmt: skip
 
 
 @on_member_vm
-def iops_throttle(on: OnVm, fault: Fault) -> Injector:
+def iops_throttle(on: OnVm, fault: IopsThrottleFault) -> Injector:
     """The data disk's storageIOAllocation.limit."""
     assert fault.iops is not None  # check_experiment allows no other limit
     disk = select_disk(on.client, on.vm, on.ref, on.options.disk)
@@ -120,7 +130,7 @@ def iops_throttle(on: OnVm, fault: Fault) -> Injector:
 
 
 @on_member_vm
-def network_partition(on: OnVm, fault: Fault) -> Injector:
+def network_partition(on: OnVm, fault: NetworkPartitionFault) -> Injector:
     """Disconnect the NICs."""
     return NicDisconnect(on.client, on.member, on.ref,
                          select_nics(on.client, on.vm, on.ref, on.options.nic))  # fmt: skip

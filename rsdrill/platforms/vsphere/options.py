@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from rsdrill.experiment.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
-from rsdrill.experiment.kinds import COMMAND_KINDS, privileges_of
+from rsdrill.experiment.catalog import privileges_of
+from rsdrill.faults import COMMAND_KINDS
+from rsdrill.fields import Duration, FieldProblem, Strict, refuse_partition_shapes
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -199,9 +200,10 @@ def _check_kind(i: int, fault: Fault) -> None:
             raise _problem(i, "direction", text="a disconnected network adapter cuts both "
                            "directions: drop `direction`")  # fmt: skip
         refuse_partition_shapes(i, fault, "vsphere disconnects one VM's network adapter")
-    if fault.vsphere is None:
+    options = fault.section("vsphere", VsphereFault)
+    if options is None:
         return
-    for name in sorted(fault.vsphere.model_fields_set):
+    for name in sorted(options.model_fields_set):
         kinds = _OPTION_KINDS[name]
         if fault.kind not in kinds:
             raise _problem(i, "vsphere", name, text=f"applies to {' and '.join(kinds)}, "
@@ -209,7 +211,7 @@ def _check_kind(i: int, fault: Fault) -> None:
     if (
         fault.kind == "host-kill"
         and fault.restart is False
-        and ("restart_on" in fault.vsphere.model_fields_set)
+        and ("restart_on" in options.model_fields_set)
     ):
         raise _problem(i, "vsphere", "restart_on", text="restart: false never powers the VMs "
                        "on again")  # fmt: skip

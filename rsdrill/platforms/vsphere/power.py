@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.experiment.kinds import ha_detail
+from rsdrill.faults.host_kill import ha_detail
 from rsdrill.platforms.vsphere.client import Vsphere, VsphereError
 from rsdrill.platforms.vsphere.lookup import VmRef, host_name, vm_object
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.kinds import Restart
+    from rsdrill.faults.host_kill import Restart
 
 
 def power_states(client: Vsphere, refs: list[VmRef]) -> list[str]:

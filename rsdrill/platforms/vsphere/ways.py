@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsdrill.experiment.kinds import Way, When
+from rsdrill.faults.spec import Way, When
 from rsdrill.platforms.vsphere.options import VsphereFault
 
 TITLE = "vSphere"
@@ -15,7 +15,7 @@ _VM_POWER = ("VirtualMachine.Interact.PowerOff", "VirtualMachine.Interact.PowerO
 
 
 def _moved(fault: Any) -> bool:
-    options: VsphereFault = fault.vsphere or VsphereFault()
+    options: VsphereFault = fault.section("vsphere", VsphereFault) or VsphereFault()
     return options.restart_on != "same"
 
 

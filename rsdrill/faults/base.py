@@ -1,0 +1,113 @@
+"""What every fault has, whatever its kind, and the questions any fault answers.
+
+Each kind's model (a module of this package) subclasses `FaultBase`: its `kind` a literal, its
+own fields, and the answers that depend on them. A field of another kind is an unknown key in a
+file and a type error in code: read one only after narrowing (`fault.kind == "host-kill"`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, Literal, Self, TypeVar
+
+from pydantic import BaseModel, Field, model_validator
+
+from rsdrill.fields import Duration, FieldProblem, Role, Strict
+
+if TYPE_CHECKING:
+    from rsdrill.faults.spec import KindSpec, LocalTool
+
+
+Options = TypeVar("Options", bound=BaseModel)
+
+
+class SelectMember(Strict):
+    member: str = Field(pattern=r"^[^:\s]+:\d+$")
+
+
+class SelectCount(Strict):
+    count: int = Field(ge=1)
+    role: Literal["any", "secondary", "data"] = Field(
+        "any", description="any member, secondaries only, or data-bearing members"
+    )
+
+
+Selection = Role | SelectMember | SelectCount
+
+
+class FaultBase(Strict):
+    """The fields every fault has, whatever its kind (the first fields of each kind's model)."""
+
+    SPEC: ClassVar[KindSpec]
+
+    at: Duration = Field(description="when, from the start of the probes")
+    kind: str
+    select: Selection = "primary"
+    duration: Duration | None = Field(
+        None, description="how long the fault lasts before it is reverted"
+    )
+    engine: str | None = Field(
+        None,
+        description="the platform's fault engine (kubernetes: chaos-mesh, litmus, native; "
+        "ec2: api, fis); default: the platform's own API",
+    )
+    approximate: bool = Field(
+        False,
+        description="run it although the platform only approximates it (see `rsdrill faults`); "
+        "the result records the approximation",
+    )
+    one_way: bool = Field(
+        False,
+        description="run it although it cannot be undone within the run (instance terminate, "
+        "Node delete, EBS modify_volume, data-loss's wipe: see `rsdrill faults`)",
+    )
+    scope: Literal["member", "node", "host"] = Field(
+        "member",
+        description="member: its process/pod/instance/VM; node: its Kubernetes node; "
+        "host: every VM on its ESXi host",
+    )
+
+    @model_validator(mode="after")
+    def _kind_rules(self) -> Self:
+        if self.SPEC.needs_duration and self.duration is None:
+            raise FieldProblem(
+                ("duration",), f"{self.kind} needs a `duration` (then it is reverted)"
+            )
+        self.check()
+        return self
+
+    def check(self) -> None:
+        """The kind's check across the fault's fields: raises `FieldProblem` (located in it)."""
+
+    @property
+    def revert_after(self) -> float | None:
+        """Seconds from injection to revert, or None when the fault is not reverted."""
+        return self.duration if self.SPEC.reverted else None
+
+    def plan_words(self, platform: str) -> str:
+        """What `rsdrill plan` says the fault does when injected on `platform`."""
+        raise NotImplementedError(self.kind)
+
+    def plan_revert_words(self, platform: str, them: str) -> str:
+        """What `rsdrill plan` says its revert does ("it" or "them" for the member or members)."""
+        raise NotImplementedError(self.kind)
+
+    def takes_member_down(self) -> bool:
+        """While in force, its member is out of the set's majority: the quorum guard counts
+        it, and the oplog-window guard bounds how long (False: slowed or troubled, not gone)."""
+        return True
+
+    def rebuilds_data(self) -> bool:
+        """Its member comes back on rebuilt data (a full initial sync, a restore), not by
+        catching up from the oplog: the oplog-window guard does not bound it."""
+        return False
+
+    def local_tools(self) -> tuple[LocalTool, ...]:
+        """What injecting it on the sandbox and local platforms needs of this machine."""
+        return ()
+
+    def section(self, platform: str, model: type[Options]) -> Options | None:
+        """Its `platform` section (`faults[i].<platform>`) if the file gave one: the sections
+        are added to the models where the registered platforms are known (experiment/schema.py),
+        so a platform reads its own through here."""
+        found = getattr(self, platform, None)
+        return found if isinstance(found, model) else None

@@ -1,0 +1,26 @@
+"""host-freeze: the host stops (SIGSTOP, pod failure, VM suspend) for `duration`, then resumes."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from rsdrill.faults.base import FaultBase
+from rsdrill.faults.spec import KindSpec, on_this_machine
+from rsdrill.fields import format_duration
+
+
+class HostFreezeFault(FaultBase):
+    SPEC: ClassVar[KindSpec] = KindSpec(
+        "host-freeze",
+        "the host freezes (SIGSTOP, pod failure, VM suspend) for `duration`",
+        needs_duration=True,
+    )
+
+    kind: Literal["host-freeze"]
+
+    def plan_words(self, platform: str) -> str:
+        how = "SIGSTOP" if on_this_machine(platform) else f"{platform}: freeze"
+        return f"{how} for {format_duration(self.duration or 0.0)}"
+
+    def plan_revert_words(self, platform: str, them: str) -> str:
+        return f"resume {them}" + (" (SIGCONT)" if on_this_machine(platform) else "")
