@@ -15,6 +15,11 @@ so `rsdrill recover` runs it again from the journal alone (both scripts can be r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rsdrill.faults import IopsThrottleFault
+
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -101,7 +106,7 @@ def freeze_scripts(process: str) -> Scripts:
     )
 
 
-def io_max_limits(fault: Any) -> dict[str, int]:
+def io_max_limits(fault: IopsThrottleFault) -> dict[str, int]:
     """The fault's separate read/write caps as io.max keys (MiB/s as bytes per second)."""
     mib = 1024 * 1024
     limits = {"riops": fault.read_iops, "wiops": fault.write_iops,

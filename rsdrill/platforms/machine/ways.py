@@ -3,7 +3,11 @@ tables, "sandbox / local": both fault member processes of this machine the same 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rsdrill.faults import DiskFault
+
 
 from rsdrill.faults.spec import Way, When
 
@@ -11,7 +15,7 @@ TITLE = "sandbox / local"
 """The heading of their column in the fault tables."""
 
 
-def _one_copy(fault: Any) -> bool:
+def _one_copy(fault: DiskFault) -> bool:
     return fault.replica is not None
 
 
