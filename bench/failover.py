@@ -18,7 +18,7 @@ from pymongo.errors import PyMongoError
 
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology, member_dir
-from rsdrill.sandbox.emulator.events import read_events
+from rsdrill.sandbox.groundtruth import read_events
 
 
 def _writable_primary(hosts: list[str]) -> str | None:

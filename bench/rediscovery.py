@@ -52,7 +52,7 @@ from pymongo.errors import PyMongoError
 
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology, member_dir
-from rsdrill.sandbox.emulator.events import read_events
+from rsdrill.sandbox.groundtruth import read_events
 
 MODES = ("stream", "poll")
 FAULTS = ("stepdown", "kill", "freeze")

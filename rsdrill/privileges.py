@@ -1,7 +1,10 @@
 """MongoDB's privileges: an action on a resource, and whether a user's privileges grant it.
 
 One reading of MongoDB's resource documents for both sides: `rsdrill check` reads a real
-server's `connectionStatus` with it, and the sandbox enforces its users' roles with it.
+server's `connectionStatus` with it, and the sandbox enforces its users' roles with it. The
+built-in roles follow MongoDB's documentation for the actions that rsdrill, pymongo and the
+usual tools use; `root` is simplified to every action on every resource (MongoDB composes it
+from the *AnyDatabase and cluster roles).
 """
 
 from __future__ import annotations
@@ -40,3 +43,55 @@ def granted(privileges: Iterable[Mapping[str, Any]], resource: str, action: str)
         ):
             return True
     return False
+
+
+Privilege = dict[str, Any]
+
+_READ = ["find", "listCollections", "listIndexes", "collStats", "dbStats", "killCursors",
+         "changeStream", "dbHash"]  # fmt: skip
+_WRITE = ["insert", "update", "remove", "createCollection", "dropCollection", "createIndex",
+          "dropIndex", "renameCollectionSameDB"]  # fmt: skip
+_DB_ADMIN = ["collStats", "dbStats", "listCollections", "listIndexes", "createCollection",
+             "createIndex", "dropCollection", "dropIndex", "dropDatabase", "collMod"]  # fmt: skip
+_MONITOR = ["serverStatus", "replSetGetStatus", "replSetGetConfig", "listDatabases",
+            "getCmdLineOpts", "getParameter", "connPoolStats", "hostInfo", "top"]  # fmt: skip
+_MANAGER = ["replSetStateChange", "replSetConfigure", "replSetGetConfig", "replSetGetStatus",
+            "listDatabases"]  # fmt: skip
+
+
+def _on(db: str, actions: list[str], collection: str = "") -> Privilege:
+    return {"resource": {"db": db, "collection": collection}, "actions": list(actions)}
+
+
+def _cluster(actions: list[str]) -> Privilege:
+    return {"resource": {"cluster": True}, "actions": list(actions)}
+
+
+def role_privileges(role: str, db: str) -> list[Privilege]:
+    """The privileges of built-in role `role` held on database `db` (ValueError if unknown)."""
+    table: dict[str, list[Privilege]] = {
+        "read": [_on(db, _READ)],
+        "readWrite": [_on(db, _READ + _WRITE)],
+        "dbAdmin": [_on(db, _DB_ADMIN)],
+        "readAnyDatabase": [_on("", _READ), _cluster(["listDatabases"])],
+        "readWriteAnyDatabase": [_on("", _READ + _WRITE), _cluster(["listDatabases"])],
+        "clusterMonitor": [
+            _cluster(_MONITOR),
+            _on("", ["collStats", "dbStats"]),
+            _on("local", ["find"], "system.replset"),
+        ],
+        "clusterManager": [
+            _cluster(_MANAGER),
+            _on("local", ["find", "collStats", "dbStats", "killCursors"]),
+        ],
+        "hostManager": [_cluster(["shutdown", "configureFailPoint"])],
+        "clusterAdmin": [
+            _cluster(_MONITOR + _MANAGER + ["shutdown", "configureFailPoint"]),
+            _on("", ["collStats", "dbStats", "dropDatabase"]),
+            _on("local", ["find", "collStats", "killCursors"]),
+        ],
+        "root": [{"resource": {"anyResource": True}, "actions": ["anyAction"]}],
+    }
+    if role not in table:
+        raise ValueError(f"unknown built-in role {role!r}; the sandbox knows {', '.join(table)}")
+    return table[role]

@@ -1,4 +1,5 @@
-"""Fixtures shared by the suite: free ports, and sandbox directories that are always torn down."""
+"""Fixtures shared by the suite: free ports, sandbox directories that are always torn down, emulator
+replica sets and short-timeout clients."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import random
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pymongo import MongoClient
 
-from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
+from rsdrill.sandbox.config import Settings, build_topology
 
 # Below Linux's ephemeral range (32768+): a port found free here cannot be taken meanwhile by the
 # source port of some client connection before the member process binds it. Each xdist worker
@@ -34,7 +38,8 @@ _handed_out: set[int] = set(range(28017, 28020))
 TESTS = Path(__file__).resolve().parent
 # The quick tier (`pytest -m quick`, under a minute on 2 cores): every unit test, and the
 # integration tests that start no member process.
-QUICK = ("unit", "integration/test_platform_plugins.py", "integration/test_cli_startup.py")
+QUICK = ("unit", "emulator/unit", "integration/test_platform_plugins.py",
+         "integration/test_cli_startup.py")  # fmt: skip
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
@@ -96,3 +101,44 @@ def sandbox_dir(tmp_path: Path) -> Iterator[Path]:
     directory = tmp_path / "sandbox"
     yield directory
     Sandbox(directory).down(grace_s=2.0)
+
+
+@pytest.fixture
+def replset(sandbox_dir: Path, free_port_base: Callable[[int], int]) -> Callable[..., Sandbox]:
+    """Start an emulator replica set; fast elections unless the test asks for MongoDB's defaults."""
+
+    def make(topology: str = "rs3", election_timeout_ms: int = 1000, **options: Any) -> Sandbox:
+        spec = build_topology(
+            topology,
+            port_base=free_port_base(3),
+            settings=Settings(election_timeout_ms=election_timeout_ms),
+            **options,
+        )
+        return up(sandbox_dir, spec, EmulatorEngine())
+
+    return make
+
+
+@pytest.fixture
+def client_for() -> Iterator[Callable[..., MongoClient[Any]]]:
+    """MongoClients with short timeouts, all closed after the test."""
+    clients: list[MongoClient[Any]] = []
+
+    def make(target: Sandbox | str, **kwargs: Any) -> MongoClient[Any]:
+        options: dict[str, Any] = {
+            "serverSelectionTimeoutMS": 20_000,
+            "connectTimeoutMS": 1000,
+            "socketTimeoutMS": 5000,
+        }
+        if isinstance(target, str):
+            options["directConnection"] = True
+            uri = f"mongodb://{target}/"
+        else:
+            uri = target.uri
+        client: MongoClient[Any] = MongoClient(uri, **{**options, **kwargs})
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()

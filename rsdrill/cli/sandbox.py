@@ -286,8 +286,8 @@ def up(
 
 def _users(given: list[str], option: str = "--user") -> dict[str, list[str]]:
     """`--user NAME=ROLE,ROLE` options as name → roles; exit 2 on a malformed one."""
+    from rsdrill.privileges import role_privileges
     from rsdrill.sandbox.auth import parse_role
-    from rsdrill.sandbox.emulator.roles import privileges
 
     users: dict[str, list[str]] = {}
     for item in given:
@@ -296,7 +296,7 @@ def _users(given: list[str], option: str = "--user") -> dict[str, list[str]]:
             exit_invalid(f"rsdrill: {option} {item}: write NAME=ROLE[,ROLE...]")
         for role in roles.split(","):
             try:
-                privileges(*parse_role(role))
+                role_privileges(*parse_role(role))
             except ValueError as exc:
                 exit_invalid(f"rsdrill: {option} {item}: {exc}")
         users[name] = roles.split(",")

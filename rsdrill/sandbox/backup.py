@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rsdrill.sandbox.cluster import Sandbox, SandboxError
-from rsdrill.sandbox.config import MemberSpec, member_dir
-from rsdrill.sandbox.emulator.storage import DATABASE
+from rsdrill.sandbox.config import DATA_FILE, MemberSpec, member_dir
 from rsdrill.sandbox.members import QUERY_TIMEOUT_S
 from rsdrill.states import member_state
 
@@ -47,7 +46,7 @@ def take_backup(sandbox: Sandbox, destination: Path) -> Backup:
         key=lambda m: member_state(m.host, QUERY_TIMEOUT_S, options=options) != "SECONDARY",
     )
     destination.mkdir(parents=True, exist_ok=True)
-    target = destination / DATABASE
+    target = destination / DATA_FILE
     target.unlink(missing_ok=True)
     src = sqlite3.connect(f"file:{_database(sandbox, source)}?mode=ro", uri=True, timeout=30)
     dst = sqlite3.connect(target)
@@ -71,8 +70,8 @@ def restore_backup(sandbox: Sandbox, source: Path) -> list[str]:
     Every member must be stopped first (a restore replaces the whole set's data).
     """
     _require_emulator(sandbox)
-    if not (source / DATABASE).is_file():
-        raise SandboxError(f"{source} holds no backup (no {DATABASE}): take one with "
+    if not (source / DATA_FILE).is_file():
+        raise SandboxError(f"{source} holds no backup (no {DATA_FILE}): take one with "
                            "`rsdrill sandbox backup`")  # fmt: skip
     running = [m.host for m in sandbox.spec.members if sandbox.pid(m) is not None]
     if running:
@@ -82,7 +81,7 @@ def restore_backup(sandbox: Sandbox, source: Path) -> list[str]:
         if not member.arbiter_only:
             data = _database(sandbox, member)
             data.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source / DATABASE, data)
+            shutil.copyfile(source / DATA_FILE, data)
     started = []
     for member in sandbox.spec.members:
         sandbox.start(member)
@@ -91,7 +90,7 @@ def restore_backup(sandbox: Sandbox, source: Path) -> list[str]:
 
 
 def _database(sandbox: Sandbox, member: MemberSpec) -> Path:
-    return member_dir(sandbox.directory, member) / "data" / DATABASE
+    return member_dir(sandbox.directory, member) / "data" / DATA_FILE
 
 
 def _require_emulator(sandbox: Sandbox) -> None:

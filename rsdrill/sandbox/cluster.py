@@ -84,7 +84,7 @@ class Engine(Protocol):
 
 
 class EmulatorEngine:
-    """Members are `python -m rsdrill.sandbox.emulator` processes."""
+    """Members are `python -m rsdrill_emulator` processes."""
 
     name = "emulator"
 
@@ -92,7 +92,7 @@ class EmulatorEngine:
         self.executable = executable
 
     def argv(self, sandbox: Sandbox, member: MemberSpec, *, init: bool) -> list[str]:
-        argv = [self.executable, "-m", "rsdrill.sandbox.emulator"]
+        argv = [self.executable, "-m", "rsdrill_emulator"]
         argv += ["--dir", str(sandbox.directory), "--host", member.host]
         return [*argv, "--init"] if init else argv
 

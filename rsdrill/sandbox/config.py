@@ -181,6 +181,13 @@ def build_topology(
     )
 
 
+EVENTS_FILE = "events.jsonl"
+"""A member's own account of what happened to it, in its directory (rsdrill/sandbox/groundtruth.py
+reads it): JSON lines `{"t_mono", "t_wall", "member", "event", ...}`."""
+DATA_FILE = "member.sqlite"
+"""An emulated member's data, in its `data/` directory (SQLite; a physical backup copies it)."""
+
+
 def member_dir(sandbox_dir: Path, member: MemberSpec) -> Path:
     """Where one member keeps its data (`data/`), events (`events.jsonl`) and log."""
     return sandbox_dir / "members" / str(member.port)

@@ -3,17 +3,31 @@ against (tests and benchmarks)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from rsdrill.sandbox.emulator.events import read_events
+from rsdrill.sandbox.config import EVENTS_FILE
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """All events of one member's log, skipping a torn last line."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
 
 
 def all_events(sandbox_dir: Path) -> list[dict[str, Any]]:
     """Every member's events, merged in monotonic-time order."""
     merged = [
         event
-        for path in sorted(sandbox_dir.glob("members/*/events.jsonl"))
+        for path in sorted(sandbox_dir.glob(f"members/*/{EVENTS_FILE}"))
         for event in read_events(path)
     ]
     return sorted(merged, key=lambda e: e["t_mono"])

@@ -21,8 +21,7 @@ def local_target(directory: Path, uri: str | None = None) -> dict[str, Any]:
     members = [
         {
             "host": m.host,
-            "start": f"{sys.executable} -m rsdrill.sandbox.emulator --dir {directory} "
-            f"--host {m.host}",
+            "start": f"{sys.executable} -m rsdrill_emulator --dir {directory} --host {m.host}",
             "dbpath": str(member_dir(directory, m) / "data"),
         }
         for m in ReplSetSpec.read(directory).members

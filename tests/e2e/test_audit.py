@@ -17,9 +17,8 @@ import pytest
 from pymongo import MongoClient
 
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
-from rsdrill.sandbox.config import Settings, build_topology, member_dir
-from rsdrill.sandbox.emulator.datastore import id_key
-from rsdrill.sandbox.emulator.storage import DATABASE
+from rsdrill.sandbox.config import DATA_FILE, Settings, build_topology, member_dir
+from rsdrill_emulator.datastore import id_key
 
 
 def _audit(*args: str) -> subprocess.CompletedProcess[str]:
@@ -52,7 +51,7 @@ def test_a_document_changed_behind_a_members_back_is_named(rs3: Sandbox) -> None
     secondary = next(m for m in rs3.spec.members if m.host != primary)
     rs3.kill(secondary)
     # The stored document of _id 7, rewritten in the stopped member's own database file.
-    data = sqlite3.connect(member_dir(rs3.directory, secondary) / "data" / DATABASE)
+    data = sqlite3.connect(member_dir(rs3.directory, secondary) / "data" / DATA_FILE)
     with data:
         changed = data.execute(
             "UPDATE docs SET doc = ? WHERE ns = ? AND k = ?",

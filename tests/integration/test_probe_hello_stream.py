@@ -8,13 +8,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from support import wait_until
-
 from rsdrill.history import History, Op, RunClock
 from rsdrill.probes.failover import HelloStream
 from rsdrill.probes.recovery import QUIET_INTERVALS, StatusPoller
 from rsdrill.sandbox.cluster import Sandbox, is_writable_primary
 from rsdrill.sandbox.groundtruth import first_after
+from tests.harness.members import wait_until
 
 INTERVAL_S = 0.02
 TIMEOUT_S = 0.25

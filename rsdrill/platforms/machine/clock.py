@@ -3,7 +3,7 @@ then set back. A sandbox member's through the emulator's own control command (wi
 `clock_drift` seconds per second); a local member's through libfaketime, which the run started
 it under (`faketime.py`; no drift, refused at load).
 
-What the skew changes on an emulated member is listed in `rsdrill/sandbox/emulator/wallclock.py`.
+What the skew changes on an emulated member is listed in `rsdrill_emulator/wallclock.py`.
 """
 
 from __future__ import annotations

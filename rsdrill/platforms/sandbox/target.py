@@ -29,8 +29,7 @@ from rsdrill.sandbox.cluster import (
     set_uri,
     up,
 )
-from rsdrill.sandbox.config import MemberSpec, Settings, build_topology, member_dir
-from rsdrill.sandbox.emulator.storage import DATABASE
+from rsdrill.sandbox.config import DATA_FILE, MemberSpec, Settings, build_topology, member_dir
 
 PRELOAD_DB = "rsdrill_data"
 _PRELOAD_DOC_BYTES = 1000
@@ -198,7 +197,7 @@ class SandboxTarget:
             return  # both copies of mirrored data kept whole: they can be compared after
         # Keep each member's events, log and rollback files with the result; drop the bulk.
         for member in self.spec.members:
-            for path in (member_dir(self.directory, member) / "data").glob(f"{DATABASE}*"):
+            for path in (member_dir(self.directory, member) / "data").glob(f"{DATA_FILE}*"):
                 path.unlink()
 
     @property

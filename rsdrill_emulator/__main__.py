@@ -1,0 +1,77 @@
+"""`python -m rsdrill_emulator --dir D --host 127.0.0.1:P [--init]`: run one member."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+
+from rsdrill.sandbox.config import ReplSetSpec, empty_dir, member_dir
+from rsdrill_emulator import diagnostics, election, heartbeat, sync
+from rsdrill_emulator.commands import Commands, keep_cursors_bounded
+from rsdrill_emulator.node import Node
+from rsdrill_emulator.server import Server
+from rsdrill_emulator.storage import StorageReadError
+from rsdrill_emulator.tls import member_server_context
+
+
+async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
+    spec = ReplSetSpec.read(sandbox_dir)
+    if spec.storage == "memory":
+        # In-memory storage: whatever the last process held died with it.
+        empty_dir(member_dir(sandbox_dir, spec.member(host)) / "data")
+    node = Node(spec, host, sandbox_dir)
+    # A standalone server has nobody to sync from: an empty one starts as a new set of one.
+    node.boot(initiate=initiate or spec.standalone)
+    if spec.standalone:
+        # A standalone mongod takes writes from its first connection: with nobody to catch up
+        # from or to ask for votes, stand before listening (else its first clients would meet
+        # NotPrimary errors, which no standalone gives).
+        sync.maybe_finish_recovering(node, no_source=True)
+        if node.is_electable():
+            await election.run_election(node, reason="standalone", skip_dry_run=True)
+    commands = Commands(node)
+    name, port = host.rsplit(":", 1)
+    tls = (
+        member_server_context(sandbox_dir, require_client_certificate=spec.x509)
+        if spec.tls
+        else None
+    )
+    server = await Server(commands).serve(name, int(port), tls)
+    node.events.emit("listening", port=int(port), state=node.state.name)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(node.shutdown()))
+    tasks = [
+        node.journal_loop(),
+        heartbeat.liveness_loop(node),
+        election.election_timer_loop(node),
+        sync.fetcher_loop(node),
+        keep_cursors_bounded(commands),
+        diagnostics.capture_loop(node),
+        *(heartbeat.heartbeat_loop(node, peer) for peer in node.peers),
+    ]
+    async with server:
+        try:
+            await asyncio.gather(*tasks)
+        except StorageReadError as exc:  # in a background loop: nothing to answer, so fatal
+            node.fatal(str(exc))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rsdrill_emulator")
+    parser.add_argument("--dir", required=True, type=Path, help="the sandbox directory")
+    parser.add_argument("--host", required=True, help="this member's host:port")
+    parser.add_argument("--init", action="store_true", help="first boot of a new set")
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(run_member(args.dir, args.host, args.init))
+    except (OSError, sqlite3.Error, StorageReadError) as exc:  # e.g. its volume is unreadable
+        print(f"member {args.host}: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

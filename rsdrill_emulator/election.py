@@ -1,0 +1,193 @@
+"""Elections (MongoDB's protocol version 1, a Raft variant).
+
+The election timer fires electionTimeoutMillis plus up to 15 % after the last sign of a primary.
+A candidate first runs a dry run (no term change), then a real election in term + 1; voters grant
+one vote per term to a candidate at least as up to date as they are. The winner catches up to
+the freshest member it can see, drains, writes a new-term entry and only then accepts writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from typing import Any
+
+from bson.int64 import Int64
+
+from rsdrill_emulator import wallclock
+from rsdrill_emulator.node import MemberState, Node
+from rsdrill_emulator.oplog import OpTime
+from rsdrill_emulator.peer import PeerError
+from rsdrill_emulator.sync import catch_up
+
+
+async def election_timer_loop(node: Node) -> None:
+    """Stand for election when the timer expires and this member may stand."""
+    while True:
+        await asyncio.sleep(0.02)
+        if node.state is MemberState.PRIMARY or not node.is_electable():
+            continue
+        sole_voter = node.me.votes and not any(p.spec.votes for p in node.peers.values())
+        if sole_voter or time.monotonic() >= node.election_deadline:
+            await run_election(node, reason="single voter" if sole_voter else "election timeout")
+
+
+async def _collect_votes(
+    node: Node, request: dict[str, Any], timeout: float
+) -> tuple[int, int, list[dict[str, Any]]]:
+    """Ask every voting peer; return (votes incl. ours, highest term seen, replies)."""
+    voters = [h for h, p in node.peers.items() if p.spec.votes > 0]
+
+    async def ask(host: str) -> dict[str, Any] | None:
+        try:
+            reply = await node.peer_calls.call(
+                host, request, purpose=f"vote-{request['dryRun']}", timeout=timeout
+            )
+        except PeerError:
+            return None
+        node.peers[host].last_contact_mono = time.monotonic()
+        return reply
+
+    votes = node.me.votes
+    highest = node.term
+    replies: list[dict[str, Any]] = []
+    pending = {asyncio.ensure_future(ask(h)) for h in voters}
+    while pending and votes < node.spec.majority:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for fut in done:
+            reply = fut.result()
+            if not reply or not reply.get("ok"):
+                continue
+            replies.append(reply)
+            highest = max(highest, int(reply.get("term", 0)))
+            if reply.get("voteGranted"):
+                votes += 1
+    for fut in pending:
+        fut.cancel()
+    return votes, highest, replies
+
+
+async def run_election(node: Node, *, reason: str, skip_dry_run: bool = False) -> bool:
+    """Dry run, then a real election. True when this member won."""
+    timeout = node.spec.settings.election_timeout_ms / 1000
+    node.reset_election_timer()
+    base = {
+        "replSetRequestVotes": 1,
+        "setName": node.spec.set_name,
+        "candidateIndex": node.me.id,
+        "configVersion": 1,
+        "lastAppliedOpTime": node.last_applied.document(),
+    }
+    if not skip_dry_run:
+        votes, highest, _ = await _collect_votes(
+            node, {**base, "dryRun": True, "term": Int64(node.term)}, timeout
+        )
+        if highest > node.term:
+            node.observe_term(highest, "dry-run reply")
+        if votes < node.spec.majority or not node.is_electable():
+            node.events.emit("dry_run_lost", votes=votes, term=node.term)
+            return False
+    node.term += 1
+    node.voted = (node.term, node.me.id)
+    called = wallclock.now()
+    node.events.emit("election_called", term=node.term, reason=reason)
+    await node.persist_term()
+    term = node.term
+    votes, highest, replies = await _collect_votes(
+        node, {**base, "dryRun": False, "term": Int64(term)}, timeout
+    )
+    if highest > term:
+        node.observe_term(highest, "vote reply")
+    if node.term != term or votes < node.spec.majority or node.state is not MemberState.SECONDARY:
+        node.events.emit("election_lost", votes=votes, term=term)
+        node.reset_election_timer()
+        return False
+    await _become_primary(node, replies, reason, called)
+    return True
+
+
+async def _become_primary(
+    node: Node, replies: list[dict[str, Any]], reason: str, called: dt.datetime
+) -> None:
+    term = node.term
+    node.election_time = node.last_applied
+    node.election_metrics = {
+        "lastElectionReason": reason,
+        "lastElectionDate": called,  # when this member ran for election, as MongoDB records
+        "electionTerm": Int64(term),
+        "lastSeenOpTimeAtElection": node.last_applied.document(),
+        "numVotesNeeded": node.spec.majority,
+        "priorityAtElection": node.me.priority,
+        "electionTimeoutMillis": Int64(node.spec.settings.election_timeout_ms),
+    }
+    node.set_state(MemberState.PRIMARY, reason="won election")
+    node.set_primary_host(node.host)
+    node.events.emit("election_won", term=term)
+    freshest = max((OpTime.from_doc(r.get("lastAppliedOpTime")) for r in replies), default=None)
+    if freshest is not None and freshest > node.last_applied:
+        await catch_up(node, freshest)
+    if node.term != term or node.state is not MemberState.PRIMARY:
+        return
+    # Drained (entries are applied as they arrive); open the new term with its first entry.
+    node.writable = True
+    start = node.write_noop("new primary")
+    node.writable = False
+    node.term_start = start
+    node.election_metrics["newTermStartDate"] = wallclock.now()
+    node.writable = True
+    node.bump_topology()
+    node.events.emit("writable", term=term)
+    asyncio.get_running_loop().create_task(_await_majority_availability(node, start, term))
+
+
+async def _await_majority_availability(node: Node, start: OpTime, term: int) -> None:
+    while node.term == term and node.state is MemberState.PRIMARY:
+        if node.commit_point >= start:
+            assert node.election_metrics is not None
+            node.election_metrics["wMajorityWriteAvailabilityDate"] = wallclock.now()
+            node.events.emit("majority_writable", term=term)
+            return
+        await node.progress.wait(1.0)
+
+
+def _healthy_primary_at_least(node: Node, candidate: int) -> bool:
+    priority = next(m.priority for m in node.spec.members if m.id == candidate)
+    return any(
+        p.health and p.state is MemberState.PRIMARY and p.spec.priority >= priority
+        for p in node.peers.values()
+        if p.spec.id != candidate
+    )
+
+
+async def handle_request_votes(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
+    """The replSetRequestVotes command, from the voter's side."""
+    term = int(cmd["term"])
+    dry_run = bool(cmd.get("dryRun"))
+    candidate = int(cmd["candidateIndex"])
+    their_optime = OpTime.from_doc(cmd.get("lastAppliedOpTime"))
+    if not dry_run:
+        node.observe_term(term, f"candidate {candidate}")
+    reason = ""
+    if term < node.term:
+        reason = f"candidate's term ({term}) is lower than mine ({node.term})"
+    elif not node.is_arbiter and their_optime < node.last_applied:
+        reason = "candidate's data is staler than mine"
+    elif not dry_run and node.voted and node.voted[0] == term and node.voted[1] != candidate:
+        reason = f"already voted for another candidate in term {term}"
+    elif node.is_arbiter and _healthy_primary_at_least(node, candidate):
+        # MongoDB's one veto: an arbiter that sees a good primary keeps it.
+        reason = "can see a healthy primary of equal or greater priority"
+    granted = not reason
+    if granted and not dry_run:
+        node.voted = (term, candidate)
+        await node.persist_term()
+        node.reset_election_timer()
+    node.events.emit("vote", term=term, candidate=candidate, dry_run=dry_run, granted=granted)
+    return {
+        "term": Int64(node.term),
+        "voteGranted": granted,
+        "reason": reason,
+        "lastAppliedOpTime": node.last_applied.document(),
+        "ok": 1.0,
+    }

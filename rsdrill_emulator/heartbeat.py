@@ -1,0 +1,145 @@
+"""Heartbeats: every member asks every other one how it is, every heartbeatIntervalMillis.
+
+A peer is marked DOWN (health 0) once heartbeatTimeoutSecs pass without a good answer. A
+heartbeat from the primary of the current term resets the election timer; a primary that
+stops hearing from a voting majority steps down (see `liveness_loop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bson.int64 import Int64
+
+from rsdrill_emulator import wallclock
+from rsdrill_emulator.node import MemberState, Node
+from rsdrill_emulator.oplog import OpTime
+from rsdrill_emulator.peer import PeerError
+
+
+def status_fields(node: Node) -> dict[str, Any]:
+    """What a member says about itself in both heartbeat directions."""
+    return {
+        "from": node.host,
+        "term": Int64(node.term),
+        "state": int(node.state),
+        "applied": node.last_applied.document(),
+        "durable": node.last_durable.document(),
+        "appliedWall": node.last_applied_wall,
+        "primary": node.primary_host or "",
+        "commitPoint": node.commit_point.document(),
+        "syncSource": node.sync_source,
+        "electionTime": node.election_time.document() if node.election_time else None,
+    }
+
+
+def absorb(node: Node, doc: dict[str, Any], *, is_response: bool) -> None:
+    """Update our view of the sender from its heartbeat (request or response)."""
+    host = doc.get("from")
+    if not isinstance(host, str) or (peer := node.peers.get(host)) is None:
+        return
+    now = wallclock.now()
+    peer.last_ok_mono = time.monotonic()
+    if is_response:
+        peer.last_heartbeat = now
+    else:
+        peer.last_heartbeat_recv = now
+    term = int(doc["term"])
+    state = MemberState(int(doc["state"]))
+    was_healthy_state = (peer.health, peer.state)
+    peer.health = 1
+    peer.state = state
+    peer.term = term
+    peer.sync_source = doc.get("syncSource", "")
+    election_time = doc.get("electionTime")
+    peer.election_time = OpTime.from_doc(election_time) if election_time else None
+    node.note_position(
+        host,
+        OpTime.from_doc(doc["applied"]),
+        OpTime.from_doc(doc["durable"]),
+        applied_wall=doc.get("appliedWall"),
+        durable_wall=doc.get("appliedWall"),
+    )
+    node.observe_term(term, host)
+    if state is MemberState.PRIMARY and term >= node.term:
+        if node.state is MemberState.PRIMARY and node.host != host:
+            node.step_down(reason=f"{host} is primary in term {term}")
+        node.set_primary_host(host)
+        if term == node.term:
+            node.reset_election_timer()
+            node.learn_commit_point(OpTime.from_doc(doc["commitPoint"]))
+    elif node.primary_host == host:
+        node.set_primary_host(None)
+    if (peer.health, peer.state) != was_healthy_state:
+        node.bump_topology()
+
+
+def handle_heartbeat(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
+    """The replSetHeartbeat command: take in the sender's view, answer with ours."""
+    if cmd.get("replSetHeartbeat") != node.spec.set_name:
+        return {
+            "ok": 0.0,
+            "code": 93,
+            "codeName": "InvalidReplicaSetConfig",
+            "errmsg": "replica set names do not match",
+        }
+    absorb(node, cmd, is_response=False)
+    return {"setName": node.spec.set_name, **status_fields(node), "ok": 1.0}
+
+
+def mark_unreachable(node: Node, host: str) -> None:
+    peer = node.peers[host]
+    peer.last_heartbeat = wallclock.now()
+    timeout = node.spec.settings.heartbeat_timeout_s
+    if peer.health and (
+        peer.last_ok_mono is None or time.monotonic() - peer.last_ok_mono > timeout
+    ):
+        peer.health = 0
+        peer.state = MemberState.DOWN
+        node.events.emit("peer_down", peer=host)
+        if node.primary_host == host:
+            node.set_primary_host(None)
+        node.bump_topology()
+
+
+async def heartbeat_loop(node: Node, host: str) -> None:
+    """Heartbeat one peer forever, every interval (sooner when asked to)."""
+    interval = node.spec.settings.heartbeat_interval_ms / 1000
+    timeout = node.spec.settings.heartbeat_timeout_s
+    while True:
+        started = time.monotonic()
+        request = {"replSetHeartbeat": node.spec.set_name, **status_fields(node)}
+        try:
+            reply = await node.peer_calls.call(
+                host, request, purpose="heartbeat", timeout=min(timeout, interval * 2)
+            )
+            if reply.get("ok"):
+                node.peers[host].ping_ms = int((time.monotonic() - started) * 1000)
+                absorb(node, reply, is_response=True)
+            else:
+                mark_unreachable(node, host)
+        except PeerError:
+            mark_unreachable(node, host)
+        await node.heartbeat_now.wait(interval - (time.monotonic() - started))
+
+
+async def liveness_loop(node: Node) -> None:
+    """A primary that has not heard from a voting majority within electionTimeout steps down.
+
+    Checked every 5 % of the timeout (at most 0.1 s): MongoDB's liveness timeout fires when the
+    majority's last contact expires, so the step-down lags electionTimeout by at most that."""
+    window = node.spec.settings.election_timeout_ms / 1000
+    while True:
+        await asyncio.sleep(min(0.1, window / 20))
+        if node.state is not MemberState.PRIMARY:
+            continue
+        now = time.monotonic()
+        reachable = node.me.votes + sum(
+            p.spec.votes
+            for p in node.peers.values()
+            if p.last_contact_mono is not None and now - p.last_contact_mono <= window
+        )
+        if reachable < node.spec.majority:
+            node.step_down(reason="cannot see a majority of voting members")
