@@ -209,14 +209,17 @@ def test_the_dockerfile_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> No
         "from rsdrill import registry\n"
         "for name in registry.BUILTIN: registry.platform(name)\n"
         "print(importlib.util.find_spec('mfusepy') is None)\n"
+        # The sandbox's members: `rsdrill sandbox up` starts `python -m rsdrill_emulator`.
+        "print(importlib.util.find_spec('rsdrill_emulator') is not None)\n"
         "from importlib.metadata import metadata\n"
         "print(metadata('rsdrill').get_all('License-File'))\n"
     )
     done = subprocess.run([python, "-c", probe], capture_output=True, text=True, env=env,
                           timeout=120, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    no_fuse, licenses = done.stdout.splitlines()
+    no_fuse, emulator, licenses = done.stdout.splitlines()
     assert no_fuse == "True", "faultfs (FUSE) is not among the image's extras"
+    assert emulator == "True", "the image has no sandbox emulator (rsdrill_emulator)"
     assert licenses == "['LICENSE']", "the license file went into the metadata"
     done = subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True, env=env,
                           timeout=120)  # fmt: skip
