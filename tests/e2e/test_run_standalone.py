@@ -34,7 +34,9 @@ def _spec(storage: str = "disk", **extra: Any) -> dict[str, Any]:
         "target": {"platform": "sandbox", "topology": "standalone", "storage": storage},
         "probes": {
             "availability": {"interval": "20ms", "timeout": "250ms", "write_concern": "majority"},
-            "durability": {"write_concern": 1, "readback_timeout": "10s"},
+            # Journaled: a hard kill loses w:1 writes acknowledged since the last group commit
+            # (mongod's too: MongoDB documents it), which an SLO of zero lost cannot promise.
+            "durability": {"write_concern": 1, "journal": True, "readback_timeout": "10s"},
         },
         "faults": [
             {
