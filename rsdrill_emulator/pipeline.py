@@ -22,16 +22,9 @@ from rsdrill_emulator.expressions import (
     compile_expression,
     or_null,
 )
-from rsdrill_emulator.query import (
-    _check_id_kept,
-    _compile_projection,
-    _unset,
-    _update_path,
-    apply_update,
-    compile_filter,
-    id_first,
-    sort_documents,
-)
+from rsdrill_emulator.projection import _compile_projection, sort_documents
+from rsdrill_emulator.query import compile_filter
+from rsdrill_emulator.updates import _check_id_kept, _unset, _update_path, apply_update, id_first
 from rsdrill_emulator.values import (
     _BSON_KEY,
     QueryError,
@@ -440,7 +433,7 @@ def update_document(
     variables: Mapping[str, Any] | None = None,
 ) -> Document:
     """The document that results from applying a replacement, operator or pipeline `update`
-    to `doc` (see `query.apply_update`); `variables` are what a pipeline update's expressions
+    to `doc` (see `updates.apply_update`); `variables` are what a pipeline update's expressions
     see as `$$name` (a command's `let`)."""
     if not isinstance(update, list):
         return apply_update(doc, update, inserting=inserting, array_filters=array_filters)

@@ -7,6 +7,7 @@ from typing import Any
 
 from rsdrill_emulator import (
     pipeline,
+    projection,
     query,
     values,
 )
@@ -30,7 +31,7 @@ def _matching(
     `let`, for `$expr`."""
     with values.collation(collation):
         found = _scan(node, ns, query.compile_filter(filt, variables), filt)
-        return query.sort_documents(found, sort) if sort else found
+        return projection.sort_documents(found, sort) if sort else found
 
 
 def _collection(node: Node, ns: str) -> list[dict[str, Any]]:

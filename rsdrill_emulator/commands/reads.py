@@ -68,7 +68,7 @@ def _filtered(cmds: Commands, req: Request, ns: str) -> list[dict[str, Any]]:
         docs = docs[:limit]
     projection = req.body.get("projection")
     if projection:
-        docs = [query.project(d, projection) for d in docs]
+        docs = [projection.project(d, projection) for d in docs]
     return docs
 
 

@@ -9,8 +9,10 @@ from bson.objectid import ObjectId
 from rsdrill_emulator import (
     expressions,
     pipeline,
+    projection,
     query,
     updatediff,
+    updates,
     validation,
 )
 from rsdrill_emulator.commands.base import Request, _ns, _stmt_id, command
@@ -173,7 +175,7 @@ def _update_one_spec(
     optime = None
     if not targets and spec.get("upsert"):
         doc = pipeline.update_document(
-            query.upsert_seed(q),
+            updates.upsert_seed(q),
             u,
             inserting=True,
             array_filters=array_filters,
@@ -237,7 +239,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     fields = body.get("fields")
 
     def shown(doc: dict[str, Any] | None) -> dict[str, Any] | None:
-        return query.project(doc, fields) if doc is not None and fields else doc
+        return projection.project(doc, fields) if doc is not None and fields else doc
 
     optime = None
     if remove:
@@ -249,7 +251,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     elif target is None and body.get("upsert"):
         assert update is not None  # given unless remove, checked above
         doc = pipeline.update_document(
-            query.upsert_seed(q),
+            updates.upsert_seed(q),
             update,
             inserting=True,
             array_filters=array_filters,

@@ -25,14 +25,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rsdrill_emulator.pipeline import run_pipeline, update_document
-from rsdrill_emulator.query import (
-    apply_update,
-    compile_filter,
-    matches,
-    project,
-    sort_documents,
-    upsert_seed,
-)
+from rsdrill_emulator.projection import project, sort_documents
+from rsdrill_emulator.query import compile_filter, matches
+from rsdrill_emulator.updates import apply_update, upsert_seed
 from rsdrill_emulator.values import QueryError, collation, compare
 
 
