@@ -90,13 +90,14 @@ def render(
 
 def _load(path: Path) -> ScheduledFile:
     from rsdrill.cronjob import ScheduledFile
-    from rsdrill.experiment.loader import _ENV_REF, ExperimentError, load_experiment_text
+    from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+    from rsdrill.experiment.yamltree import ENV_REF
 
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         exit_invalid(f"{path}: {exc}")
-    references = [m for m in _ENV_REF.finditer(text) if m.group("name")]
+    references = [m for m in ENV_REF.finditer(text) if m.group("name")]
     env = {m.group("name"): _PLACEHOLDER for m in references if m.group("default") is None}
     try:
         experiment = load_experiment_text(text, str(path), env)
