@@ -23,8 +23,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from rsdrill.engine.runner import RunOptions, run_experiment
-from rsdrill.experiment.schema import AvailabilityProbe, Experiment, format_duration, parse_duration
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
+from rsdrill.experiment.probes import AvailabilityProbe
+from rsdrill.experiment.schema import Experiment, format_duration, parse_duration
 from rsdrill.sandbox.groundtruth import first_after
 
 

@@ -35,7 +35,8 @@ from typing import Any
 import yaml
 
 from rsdrill.analysis.latency import TAKEOVER_BASELINE_S, TOLERANCE, percentile, takeover
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.loader import load_experiment_text
 from rsdrill.history import Op
 

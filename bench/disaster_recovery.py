@@ -18,7 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.loader import load_experiment
 
 DRILL = Path(__file__).resolve().parents[1] / "experiments" / "rs3-disaster-recovery-drill.yaml"

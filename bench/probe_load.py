@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from rsdrill.connection import ConnectOptions, DirectConnection
-from rsdrill.experiment.schema import Probes
+from rsdrill.experiment.probes import Probes
 from rsdrill.history import History, RunClock
 from rsdrill.probes import ProbeSet
 from rsdrill.sandbox.cluster import EmulatorEngine, up

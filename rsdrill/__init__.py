@@ -103,7 +103,8 @@ def run(
     `plugins`: objects or modules with `@rsdrill.hooks.hookimpl` functions that see this run's
     events (those of the `rsdrill.plugins` entry points see them anyway).
     """
-    from rsdrill.engine.runner import RunOptions, run_experiment
+    from rsdrill.engine.options import RunOptions
+    from rsdrill.engine.runner import run_experiment
 
     options = RunOptions(
         out_dir=Path(out),

@@ -38,7 +38,7 @@ from rsdrill.history import Op
 from rsdrill.suggest import did_you_mean
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Probes
+    from rsdrill.experiment.probes import Probes
 
 CHECK_INTERVAL_S = 0.25
 """How often the runner evaluates the conditions."""

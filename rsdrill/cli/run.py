@@ -17,7 +17,7 @@ from rsdrill.cli.interrupt import exit_on_interrupt
 
 if TYPE_CHECKING:
     from rsdrill.engine.console import GameDayConsole
-    from rsdrill.engine.runner import RunOptions
+    from rsdrill.engine.options import RunOptions
     from rsdrill.experiment.schema import Experiment
 
 RESULTS_DIR = Path("rsdrill-results")
@@ -231,7 +231,7 @@ def run_options(
     import sys
 
     from rsdrill.analysis.abort import parse_condition, unmeasurable
-    from rsdrill.engine.runner import RunOptions
+    from rsdrill.engine.options import RunOptions
 
     for text in abort_on:
         try:

@@ -18,8 +18,10 @@ import bson
 
 from rsdrill.analysis.audit import Divergence, differing_ids, divergent
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
+from rsdrill.engine.outcome import internal_error
 from rsdrill.errors import RsdrillError
 from rsdrill.platforms.remote import discover_members
+from rsdrill.redact import redact_uri
 from rsdrill.result import AuditDivergence, AuditResult
 
 # Not the user's data, or not replicated: never audited.
@@ -190,3 +192,17 @@ def _digests(conns: _Connections, member: str, found: Divergence) -> list[tuple[
             return out
         more = {"getMore": cursor["id"], "collection": found.collection, **_ANY_MEMBER}
         reply = conns.command(member, found.database, more)
+
+
+def audit_result(
+    members: Sequence[str], options: ConnectOptions, *, quick: bool, catch_up_s: float
+) -> AuditResult:
+    """A run's audit step: the report as result.json carries it, or what kept the audit from
+    comparing as its error (never a pass); it never raises, as the run's teardown comes next."""
+    try:
+        report = audit(members, options, own_only=quick, catch_up_s=catch_up_s)
+    except AuditError as exc:
+        return AuditResult(error=redact_uri(str(exc)))
+    except Exception as exc:  # the run's result and teardown come first
+        return AuditResult(error=redact_uri(internal_error(exc)))
+    return to_result(report)

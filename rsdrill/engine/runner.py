@@ -12,8 +12,6 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -22,11 +20,13 @@ from rsdrill import registry
 from rsdrill.analysis.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.connection import SettingsError
 from rsdrill.deployment import Deployment, inspect_any
-from rsdrill.engine.console import GameDayConsole
+from rsdrill.engine.applied import Applied, RunState
 from rsdrill.engine.events import RunEvents
 from rsdrill.engine.guards import check_guards
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
+from rsdrill.engine.options import RunOptions, install_signal_handlers, restore_signal_handlers
+from rsdrill.engine.outcome import fault_options, fault_result, internal_error, random_schedule
 from rsdrill.engine.schedule import Action, build_schedule
 from rsdrill.engine.selection import (
     SelectionError,
@@ -51,7 +51,6 @@ from rsdrill.report.integrations import integrations
 from rsdrill.result import (
     EXIT_CODES,
     AuditResult,
-    FaultResult,
     Metrics,
     Result,
     RunClockInfo,
@@ -79,44 +78,6 @@ class Aborted(Exception):
     """SIGINT/SIGTERM (or an abort condition): stop injecting, revert, verdict aborted."""
 
 
-@dataclass
-class RunOptions:
-    out_dir: Path
-    live: bool = True
-    journal_dir: Path | None = None
-    # Test hook: called with each phase name as the run enters it.
-    on_phase: Callable[[str], None] | None = None
-    # Abort conditions on top of the experiment's `abort_on` (`--abort-on`), already valid.
-    abort_on: tuple[str, ...] = ()
-    # The allowlist guard: `--yes` skips the confirmation; `confirm` asks the user on a
-    # terminal (None: there is none to ask on).
-    assume_yes: bool = False
-    confirm: Callable[[str], bool] | None = None
-    # Game-day mode: confirm each fault on the terminal, revert early or abort on a key.
-    console: GameDayConsole | None = None
-    # Plugins of this run's events (rsdrill/hooks.py) besides the entry points' and the reports.
-    plugins: tuple[object, ...] = ()
-
-
-@dataclass
-class _Applied:
-    """A fault that is in force and must be reverted."""
-
-    record: FaultRecord
-    injector: Injector
-    key: str
-
-
-@dataclass
-class _State:
-    records: list[FaultRecord] = field(default_factory=list)
-    applied: dict[str, _Applied] = field(default_factory=dict)
-    # When each fault's injection returned (run seconds), per fault index: what its hold
-    # counts from, so that it is in force for its whole duration however long the injection
-    # took (a local kill first finds the pid: over 0.1 s on a loaded machine).
-    in_force_s: dict[int, list[float]] = field(default_factory=dict)
-
-
 def make_target(exp: Experiment, out_dir: Path) -> RunTarget:
     """The experiment's target, from its platform (which imports its SDK only now)."""
     return registry.platform(exp.target.platform).make_target(exp, out_dir)
@@ -129,7 +90,7 @@ class Runner:
         self.run_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
         self.history = History()
         self.clock = RunClock.start()
-        self.state = _State()
+        self.state = RunState()
         self.live = LiveView(self.history)
         self.events = RunEvents((*options.plugins, *integrations(experiment, lambda: self.clock)))
         self._abort = threading.Event()
@@ -153,7 +114,7 @@ class Runner:
     def run(self) -> Result:
         """Carry the experiment out; always returns a Result (reports written)."""
         # First of all: a signal from here on stops the run through its own handler.
-        previous = self._install_signal_handlers()
+        previous = install_signal_handlers(self._on_signal)
         self.options.out_dir.mkdir(parents=True, exist_ok=True)
         started_wall = dt.datetime.now(dt.UTC)
         journal = Journal.open_run(self.run_id, self.exp.name, self.options.journal_dir)
@@ -221,7 +182,7 @@ class Runner:
         except (TargetError, InjectionError, SelectionError, StepFailed, SettingsError) as exc:
             verdict, error = "error", redact_uri(str(exc))
         except Exception as exc:  # an internal error still reverts, reports and exits 4
-            verdict, error = "error", redact_uri(_internal(exc))
+            verdict, error = "error", redact_uri(internal_error(exc))
         finally:
             if console is not None:
                 console.stop()
@@ -256,7 +217,10 @@ class Runner:
                 except Exception as exc:
                     metrics, slo_results = Metrics(), []
                     if verdict != "error":
-                        verdict, error = "error", redact_uri(f"analysis failed: {_internal(exc)}")
+                        verdict, error = (
+                            "error",
+                            redact_uri(f"analysis failed: {internal_error(exc)}"),
+                        )
             if target is not None:
                 self._phase("teardown")
                 try:
@@ -265,7 +229,7 @@ class Runner:
                 except TargetError as exc:
                     verdict, error = "error", f"teardown: {exc}"
                 except Exception as exc:
-                    verdict, error = "error", redact_uri(f"teardown: {_internal(exc)}")
+                    verdict, error = "error", redact_uri(f"teardown: {internal_error(exc)}")
             if not revert_error:
                 journal.write("end", verdict=verdict)  # else `rsdrill recover` finishes it
             journal.close()
@@ -274,7 +238,7 @@ class Runner:
             return self._result(verdict, error, started_wall, target, metrics, slo_results)
         finally:
             # Until the result is written a signal is the run's, and changes nothing now.
-            self._restore_signal_handlers(previous)
+            restore_signal_handlers(previous)
 
     def _result(
         self,
@@ -306,7 +270,7 @@ class Runner:
                 members=target.members if target else [],
                 server=ServerInfo(**self._deployment.to_dict()) if self._deployment else None,
             ),
-            faults=[_fault_result(r) for r in self.state.records],
+            faults=[fault_result(r) for r in self.state.records],
             metrics=metrics,
             slo=slo_results,
             error=error,
@@ -322,19 +286,12 @@ class Runner:
 
     def _audited(self, target: RunTarget) -> AuditResult:
         """The audit's report; what kept it from comparing, as its error (never a pass)."""
-        from rsdrill.engine.audit import AuditError, audit, to_result
+        from rsdrill.engine.audit import audit_result
 
         if self._standalone:
             return AuditResult(error="a standalone server has no other member to compare")
-        try:
-            own_only = self.exp.audit == "quick"
-            report = audit(target.members, target.connect_options, own_only=own_only,
-                           catch_up_s=AUDIT_CATCH_UP_S)  # fmt: skip
-        except AuditError as exc:
-            return AuditResult(error=redact_uri(str(exc)))
-        except Exception as exc:  # the run's result and teardown come first
-            return AuditResult(error=redact_uri(_internal(exc)))
-        return to_result(report)
+        return audit_result(target.members, target.connect_options, quick=self.exp.audit == "quick",
+                            catch_up_s=AUDIT_CATCH_UP_S)  # fmt: skip
 
     def _judge(self, duration_s: float) -> tuple[Metrics, list[Any], Verdict]:
         from rsdrill.analysis.audit import audit_figures
@@ -486,7 +443,7 @@ class Runner:
             self.state.records.append(record)
             if injector.revert_action() is not None:
                 # Registered before the attempt: a half-applied fault is reverted too.
-                self.state.applied[key] = _Applied(record, injector, key)
+                self.state.applied[key] = Applied(record, injector, key)
             record.injected_at_s = round(self.clock.now(), 4)
             injector.inject()
             self.state.in_force_s.setdefault(action.index, []).append(self.clock.now())
@@ -595,7 +552,7 @@ class Runner:
         for key in [k for k, a in self.state.applied.items() if a.record.index == index]:
             self._revert(self.state.applied.pop(key), journal)
 
-    def _revert(self, applied: _Applied, journal: Journal) -> None:
+    def _revert(self, applied: Applied, journal: Journal) -> None:
         applied.record.reverted_at_s = round(self.clock.now(), 4)
         try:
             applied.injector.revert()
@@ -625,7 +582,7 @@ class Runner:
                 except Exception as exc:  # a driver's, an SDK's or our own bug: still go on
                     _log.error("reverting %s on %s failed", applied.record.kind,
                                applied.record.target, exc_info=True)  # fmt: skip
-                    message = redact_uri(_internal(exc))
+                    message = redact_uri(internal_error(exc))
                     failure = failure or f"revert failed (run `rsdrill recover`): {message}"
         finally:
             self._reverting = False
@@ -698,18 +655,6 @@ class Runner:
     def _sleep_until(self, at_s: float) -> None:
         self._sleep(at_s - self.clock.now())
 
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous: dict[int, Any] = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, self._on_signal)
-        return previous
-
-    def _restore_signal_handlers(self, previous: dict[int, Any]) -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._verdict_final:
             return
@@ -736,39 +681,6 @@ class Runner:
 
 def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
     return injector_factory(registry.platform(target.platform), fault.kind)(target, fault, host)
-
-
-def fault_options(fault: Fault) -> dict[str, Any]:
-    """What a fault was given beyond when and where (as in its file)."""
-    return fault.model_dump(mode="json", exclude={"at", "kind", "select"}, exclude_unset=True)
-
-
-def random_schedule(exp: Experiment) -> dict[str, Any] | None:
-    """The seed, spec and drawn faults of a random schedule, as the result records them."""
-    spec = exp.random_faults
-    if spec is None:
-        return None
-    return {
-        "seed": spec.seed,
-        "spec": spec.model_dump(mode="json", exclude={"seed"}),
-        "faults": [f.model_dump(mode="json", exclude_defaults=True) for f in exp.faults],
-    }
-
-
-def _internal(exc: Exception) -> str:
-    return f"internal error: {type(exc).__name__}: {exc}"
-
-
-def _fault_result(record: FaultRecord) -> FaultResult:
-    return FaultResult(
-        kind=record.kind,
-        target=record.target,
-        injected_at_s=record.injected_at_s,
-        reverted_at_s=record.reverted_at_s,
-        verified_at_s=record.verified_at_s,
-        approximation=record.approximation,
-        detail=record.detail,
-    )
 
 
 def run_experiment(experiment: Experiment, options: RunOptions) -> Result:

@@ -25,8 +25,10 @@ import yaml
 
 from rsdrill.analysis.invariants import Violation, check_invariants
 from rsdrill.engine.live import LiveView
-from rsdrill.engine.runner import Runner, RunOptions
-from rsdrill.experiment.schema import Experiment, Fault, RegisterProbe
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import Runner
+from rsdrill.experiment.probes import RegisterProbe
+from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.sandbox.config import UNSAFE_MAJORITY_ACK_ENV
 
 MIN_SHRUNK_DURATION_S = 0.5

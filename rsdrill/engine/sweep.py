@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment, MatrixTable, MatrixValue
 from rsdrill.result import EXIT_CODES, Result
 

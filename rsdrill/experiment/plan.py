@@ -13,17 +13,19 @@ from typing import Any
 
 from rsdrill import registry
 from rsdrill.experiment.catalog import way_of
-from rsdrill.experiment.schema import (
-    SLO_PATTERN,
+from rsdrill.experiment.probes import (
     AvailabilityProbe,
     DurabilityProbe,
-    Experiment,
     FailoverProbe,
-    Fault,
     LagProbe,
     LoadProbe,
     Probes,
     RecoveryProbe,
+)
+from rsdrill.experiment.schema import (
+    SLO_PATTERN,
+    Experiment,
+    Fault,
     SelectCount,
     Selection,
     SelectMember,

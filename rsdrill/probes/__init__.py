@@ -22,7 +22,7 @@ from rsdrill.probes.register import REGISTER_ID, RegisterReader, RegisterWriter
 from rsdrill.probes.stall import StallProbe
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.schema import Probes
+    from rsdrill.experiment.probes import Probes
 
 
 class ProbeSet:

@@ -18,7 +18,8 @@ from pymongo.errors import OperationFailure
 
 from rsdrill.engine import runner
 from rsdrill.engine.journal import pending, read_records
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.sandbox.cluster import Sandbox

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.loader import load_experiment
 from rsdrill.platforms.machine.cgroup import mount_of
 from rsdrill.sandbox.cluster import Sandbox

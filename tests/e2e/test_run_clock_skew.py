@@ -19,7 +19,8 @@ from pymongo import MongoClient
 
 from rsdrill.connection import ConnectOptions
 from rsdrill.engine.actions import carry_out
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.loader import load_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.base import TargetError

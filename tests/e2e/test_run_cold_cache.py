@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from rsdrill.analysis.latency import Takeover, takeover
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.history import History
 from tests.e2e.catalog import changed

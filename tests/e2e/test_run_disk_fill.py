@@ -18,7 +18,8 @@ import yaml
 
 from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.engine.actions import carry_out
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.loader import load_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.local.target import make_target

@@ -14,7 +14,8 @@ import yaml
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.loader import load_experiment
 from rsdrill.sandbox.cluster import Sandbox
 from tests.e2e.test_run_cli import _recover, _start, _wait_for_text

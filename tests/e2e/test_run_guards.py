@@ -19,7 +19,8 @@ import pytest
 from pymongo import MongoClient, WriteConcern
 
 from rsdrill.connection import ConnectOptions, DirectConnection
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.engine.selection import current_states
 from rsdrill.experiment.schema import Experiment
 from rsdrill.result import Result

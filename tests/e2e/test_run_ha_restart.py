@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.result import Result
 from rsdrill.sandbox.groundtruth import all_events

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.machine import netcls
 from rsdrill.platforms.machine.network import rsdrill_tables

@@ -14,7 +14,8 @@ import pytest
 
 from rsdrill.engine import runner
 from rsdrill.engine.journal import read_records
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.history import History
 from rsdrill.platforms.machine.local_hosts import listening_pid

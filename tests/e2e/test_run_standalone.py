@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from rsdrill.analysis.availability import unavailable_window
-from rsdrill.engine.runner import RunOptions, run_experiment
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.history import History
 from rsdrill.result import Result

@@ -18,7 +18,7 @@ from rsdrill.analysis.abort import (
     write_unavailable_s,
 )
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
-from rsdrill.experiment.schema import Probes
+from rsdrill.experiment.probes import Probes
 from rsdrill.history import Op
 
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
-from rsdrill.engine.runner import random_schedule
+from rsdrill.engine.outcome import random_schedule
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 
 TEXT = """\

@@ -1,0 +1,45 @@
+"""What a run's result records beyond its metrics: each fault as applied, the options it was
+given, a random schedule's draw, and an unexpected error in words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rsdrill.experiment.schema import Experiment, Fault
+from rsdrill.history import FaultRecord
+from rsdrill.result import FaultResult
+
+
+def fault_options(fault: Fault) -> dict[str, Any]:
+    """What a fault was given beyond when and where (as in its file)."""
+    return fault.model_dump(mode="json", exclude={"at", "kind", "select"}, exclude_unset=True)
+
+
+def random_schedule(exp: Experiment) -> dict[str, Any] | None:
+    """The seed, spec and drawn faults of a random schedule, as the result records them."""
+    spec = exp.random_faults
+    if spec is None:
+        return None
+    return {
+        "seed": spec.seed,
+        "spec": spec.model_dump(mode="json", exclude={"seed"}),
+        "faults": [f.model_dump(mode="json", exclude_defaults=True) for f in exp.faults],
+    }
+
+
+def internal_error(exc: Exception) -> str:
+    """What a result says of an exception nobody expected."""
+    return f"internal error: {type(exc).__name__}: {exc}"
+
+
+def fault_result(record: FaultRecord) -> FaultResult:
+    """A fault as result.json carries it."""
+    return FaultResult(
+        kind=record.kind,
+        target=record.target,
+        injected_at_s=record.injected_at_s,
+        reverted_at_s=record.reverted_at_s,
+        verified_at_s=record.verified_at_s,
+        approximation=record.approximation,
+        detail=record.detail,
+    )

@@ -1,0 +1,140 @@
+"""The `probes:` section of an experiment file: what each probe records, and how often."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from rsdrill.experiment.checks import CheckName, CheckProbe
+from rsdrill.fields import Duration, Strict
+from rsdrill.history import STALL_PROBE
+
+WriteConcernW = int | Literal["majority"]
+
+
+class AvailabilityProbe(Strict):
+    """A write loop and a read loop, each recording every attempt."""
+
+    interval: Duration = 0.02
+    timeout: Duration = Field(0.25, description="socket, connect and server-selection timeout")
+    write_concern: WriteConcernW = "majority"
+    journal: bool | None = None
+    retries: bool = Field(
+        False, description="pymongo's retryable writes/reads: off, or on as an application has them"
+    )
+    read_preference: Literal[
+        "primary", "primaryPreferred", "secondary", "secondaryPreferred", "nearest"
+    ] = "primary"
+    reads: bool = True
+    writes: bool = True
+    raw_writes: bool = Field(
+        True,
+        description="with writes: also write through rsdrill's own wire client, which "
+        "reconnects at once: the server's raw gap (raw_write_unavailable_s), without the "
+        "driver's rediscovery",
+    )
+
+
+class FailoverProbe(Strict):
+    """A direct connection to every member watching hello: who is primary, from when writable."""
+
+    interval: Duration = 0.02
+    timeout: Duration = 0.25
+    max_await: Duration = Field(
+        0.5,
+        description="awaitable hello: a member that is not changing answers this often (one "
+        "operation each); a frozen one is seen after max_await + timeout, a changed or killed "
+        "one at once",
+    )
+
+
+class RecoveryProbe(Strict):
+    """replSetGetStatus on every member: each member's state sequence with times."""
+
+    interval: Duration = 0.1
+    timeout: Duration = 0.5
+
+
+class LagProbe(Strict):
+    """Replication lag of each secondary, from the primary's replSetGetStatus."""
+
+    interval: Duration = 0.5
+    timeout: Duration = 0.5
+
+
+class DurabilityProbe(Strict):
+    """A ledger of acknowledged writes, read back after recovery (majority read concern)."""
+
+    interval: Duration = 0.05
+    timeout: Duration = 0.25
+    write_concern: WriteConcernW = "majority"
+    journal: bool | None = None
+    retries: bool = True
+    readback_timeout: Duration = 60.0
+    share_writes: bool = Field(
+        True,
+        description="with the availability probe writing with the same write_concern and "
+        "journal: its acknowledged inserts are the ledger (no writes of its own; interval, "
+        "timeout and retries are then the availability probe's)",
+    )
+
+
+class LoadProbe(Strict):
+    """A YCSB-like workload whose latencies the analyzers turn into percentiles."""
+
+    workload: Literal["a", "b", "c"] = Field(
+        "a", description="a: 50/50 read/update; b: 95/5; c: reads only"
+    )
+    rate: float = Field(200, gt=0, description="operations per second, all threads together")
+    threads: int = Field(4, ge=1, le=64)
+    records: int = Field(1000, ge=1)
+    record_bytes: int = Field(100, ge=1)
+    distribution: Literal["zipfian", "uniform"] = "zipfian"
+    timeout: Duration = 2.0
+    write_concern: WriteConcernW = 1
+
+
+class RegisterProbe(Strict):
+    """One document written 1, 2, 3, ... at w:majority and read at majority in a causal
+    session: the history `rsdrill soak` checks for linearizability and monotonic reads."""
+
+    interval: Duration = 0.05
+    timeout: Duration = 0.25
+
+
+class Probes(Strict):
+    availability: AvailabilityProbe | None = AvailabilityProbe()
+    failover: FailoverProbe | None = FailoverProbe()
+    recovery: RecoveryProbe | None = RecoveryProbe()
+    lag: LagProbe | None = LagProbe()
+    durability: DurabilityProbe | None = DurabilityProbe()
+    load: LoadProbe | None = None
+    checks: dict[CheckName, CheckProbe] = Field(
+        default_factory=dict,
+        description="steady-state checks of your own (HTTP, command, query, plugin), by name",
+    )
+    consistency: RegisterProbe | None = Field(
+        None, description="the register the soak checks (linearizability, monotonic reads)"
+    )
+
+    def records(self) -> set[str]:
+        """The names of the probes whose ops this configuration records (see
+        analysis/sources.py)."""
+        availability = self.availability
+        made = {
+            "write": availability is not None and availability.writes,
+            "read": availability is not None and availability.reads,
+            "raw_write": availability is not None
+            and availability.writes
+            and availability.raw_writes,
+            "failover": self.failover is not None,
+            "recovery": self.recovery is not None,
+            "lag": self.lag is not None,
+            "ledger": self.durability is not None,
+            "load": self.load is not None,
+            "register": self.consistency is not None,
+            # The probe of rsdrill's own process runs in every run.
+            STALL_PROBE: True,
+        }
+        return {name for name, on in made.items() if on} | {f"check:{n}" for n in self.checks}
