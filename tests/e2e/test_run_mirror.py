@@ -23,7 +23,7 @@ from rsdrill.sandbox.groundtruth import first_after
 from tests.e2e.catalog import changed
 from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
 from tests.e2e.test_run_storage import _injected_mono, _run
-from tests.integration.support import wait_until
+from tests.harness.members import wait_until
 
 # 1 s elections, a 4 s fault: the catalog's experiments at test speed.
 FAST = {"target.election_timeout": "1s", "faults.0.at": "3s", "faults.0.duration": "4s",

@@ -29,8 +29,8 @@ from rsdrill.faultfs.mount import (
     unmount,
     unmount_all,
 )
+from tests.harness.members import wait_until
 from tests.integration.faultfs_support import set_rule
-from tests.integration.support import wait_until
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
 

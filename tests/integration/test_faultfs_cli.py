@@ -14,7 +14,7 @@ import pytest
 
 from rsdrill.faultfs.binding import MISSING
 from rsdrill.faultfs.mount import FaultFSError, daemon_pid, is_mounted, mount, unmount
-from tests.integration.support import wait_until
+from tests.harness.members import wait_until
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
 

@@ -19,8 +19,8 @@ from rsdrill.faultfs.mount import Mount
 from rsdrill.faultfs.rules import Rule
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.machine.disk import StorageFault
+from tests.harness.members import wait_until
 from tests.integration.faultfs_support import ROOT, set_rule
-from tests.integration.support import wait_until
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
 

@@ -28,8 +28,8 @@ from rsdrill.faultfs.mount import (
     unmount,
 )
 from rsdrill.platforms.machine.actions import faultfs_clear
+from tests.harness.members import wait_until
 from tests.integration.faultfs_support import set_rule
-from tests.integration.support import wait_until
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
 

@@ -22,7 +22,7 @@ from rsdrill.platforms.machine.network import rsdrill_tables
 from rsdrill.platforms.machine.proxy import Shape
 from rsdrill.platforms.sandbox.target import SandboxHosts
 from rsdrill.sandbox.cluster import Sandbox
-from tests.integration.support import wait_until, writable_primary
+from tests.harness.members import wait_until, writable_primary
 
 INSTALL = Path(__file__).resolve().parents[2] / ".ci" / "install-netfilter"
 LATENCY_S = 0.05

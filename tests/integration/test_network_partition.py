@@ -27,7 +27,7 @@ from rsdrill.platforms.machine.network import (
 )
 from rsdrill.platforms.sandbox.target import SandboxHosts
 from rsdrill.sandbox.cluster import Sandbox
-from tests.integration.support import member_state, wait_until, writable_primary
+from tests.harness.members import member_state, wait_until, writable_primary
 
 INSTALL = Path(__file__).resolve().parents[2] / ".ci" / "install-netfilter"
 

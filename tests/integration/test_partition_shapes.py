@@ -17,7 +17,7 @@ from rsdrill.platforms.machine.network import NetworkPartition, connects_as, rsd
 from rsdrill.platforms.sandbox.target import SandboxHosts
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
-from tests.integration.support import member_state, wait_until, writable_primary
+from tests.harness.members import member_state, wait_until, writable_primary
 
 INSTALL = Path(__file__).resolve().parents[2] / ".ci" / "install-netfilter"
 

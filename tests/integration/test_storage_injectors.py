@@ -18,7 +18,7 @@ from rsdrill.engine.actions import carry_out
 from rsdrill.faultfs.mount import Mount, unmount
 from rsdrill.faultfs.rules import Rule
 from rsdrill.platforms.machine.disk import PowerLossKill, StorageFault
-from tests.integration.support import wait_until
+from tests.harness.members import wait_until
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
 
