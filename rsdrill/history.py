@@ -42,6 +42,8 @@ CHECK_PREFIX = "check:"
 """The samples of the user's check `<name>` (`probes.checks`) are ops of probe `check:<name>`."""
 STALL_PROBE = "stall"
 """The probe of rsdrill's own process: its ops are the process's stalls, not requests sent."""
+TXN_PROBE = "txn"
+"""The transactions probe (probes/transactions.py), whose history analysis/elle.py checks."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,6 +119,13 @@ class Metrics(_Model):
     # not compared), and how long they took to apply the primary's last write.
     divergent_members: int | None = None
     audit_lag_s: float | None = None
+    # The transactions probe (probes.transactions), checked as Elle checks list-append
+    # histories: how many transactions, the anomalies found (None: no such probe), their types
+    # and the shortest cycles, in words (analysis.elle).
+    transactions_checked: int | None = None
+    transaction_anomalies: int | None = None
+    transaction_anomaly_types: list[str] = Field(default_factory=list)
+    transaction_cycles: list[str] = Field(default_factory=list)
 
 
 class AuditDivergence(_Model):

@@ -31,6 +31,8 @@ from typing import Any, Literal, TypeAlias
 
 import networkx as nx
 
+from rsdrill.history import TXN_PROBE, Op
+
 Status = Literal["ok", "fail", "info"]
 # Transactions by id; each edge's `steps` holds the step that shows each of its relations.
 Graph: TypeAlias = "nx.DiGraph[int]"
@@ -88,6 +90,13 @@ class Cycle:
     """The transactions in cycle order, the first repeated at the end."""
     steps: tuple[Step, ...]
 
+    def words(self) -> str:
+        """The cycle as the transactions and the steps between them: `T12 -rw x-> T10 ...`."""
+        parts = [f"T{self.txns[0]}"]
+        for step, txn in zip(self.steps, self.txns[1:], strict=True):
+            parts.append(f"-{step.rel} {step.key}-> T{txn}")
+        return f"{self.type}: {' '.join(parts)}"
+
 
 @dataclass
 class ElleReport:
@@ -112,6 +121,41 @@ class ElleReport:
     @property
     def valid(self) -> bool:
         return not self.anomaly_types
+
+    def first_case(self, kind: str) -> str:
+        """The first case of a non-cycle anomaly, in words."""
+        cases = {"G1a": self.aborted_reads, "G1b": self.intermediate_reads,
+                 "incompatible-order": self.incompatible_orders,
+                 "duplicate-elements": self.duplicate_elements,
+                 "internal": self.internal}.get(kind) or [{}]  # fmt: skip
+        return f"{kind}: " + ", ".join(f"{k} {v}" for k, v in cases[0].items())
+
+    @property
+    def count(self) -> int:
+        """Every anomaly found: each cycle and each case of the others."""
+        return len(self.cycles) + sum(
+            len(cases) for cases in (self.aborted_reads, self.intermediate_reads,
+                                     self.incompatible_orders, self.duplicate_elements,
+                                     self.internal)
+        )  # fmt: skip
+
+
+def txns_from_ops(ops: Iterable[Op]) -> list[Txn]:
+    """The transactions probe's attempts (probe "txn", rsdrill/probes/transactions.py) as
+    transactions, in the order they began."""
+    txns = []
+    for i, op in enumerate(
+        sorted((o for o in ops if o.probe == TXN_PROBE), key=lambda o: o.t_start)
+    ):
+        mops: list[Mop] = []
+        for f, key, value in op.detail.get("mops", []):
+            if f == "append":
+                mops.append(Append(key, value))
+            else:
+                mops.append(Read(key, None if value is None else tuple(value)))
+        status = op.detail.get("status", "info")
+        txns.append(Txn(i, tuple(mops), status, op.detail.get("client", 0)))
+    return txns
 
 
 def check(txns: Sequence[Txn]) -> ElleReport:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rsdrill.analysis.recovery import polled_state
-from rsdrill.history import FaultRecord, Op
+from rsdrill.history import TXN_PROBE, FaultRecord, Op
 from rsdrill.states import HEALTHY
 
 
@@ -214,4 +214,20 @@ def check_invariants(
     if (stuck := linearizable(history)) is not None:
         found.append(Violation("linearizable", f"no linearization of the register reaches the "
                                f"read of {stuck.value} at t+{stuck.start:.3f}s"))  # fmt: skip
+    found += transaction_violations(ops)
+    return found
+
+
+def transaction_violations(ops: Sequence[Op]) -> list[Violation]:
+    """The transactions probe's anomalies (Elle's method), one violation per type, named by it
+    (G0, G1c, G-single, G2-item, G1a, G1b, ...), with its shortest cycle or its first case."""
+    if not any(op.probe == TXN_PROBE for op in ops):
+        return []
+    from rsdrill.analysis.elle import check, txns_from_ops  # networkx: only when asked
+
+    report = check(txns_from_ops(ops))
+    found = []
+    for kind in report.anomaly_types:
+        cycle = next((c for c in report.cycles if c.type == kind), None)
+        found.append(Violation(kind, cycle.words() if cycle else report.first_case(kind)))
     return found

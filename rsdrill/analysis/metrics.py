@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from rsdrill.analysis.availability import driver_write_delay_s, unavailable_s
 from rsdrill.analysis.checks import checks
@@ -15,7 +16,7 @@ from rsdrill.analysis.latency import degradation_s, latency_ms
 from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
 from rsdrill.analysis.slo import REPLICA_SET_ONLY
 from rsdrill.analysis.stall import STALLS_KEPT, probe_stall_s, stalled_gaps, stalls
-from rsdrill.history import CHECK_PREFIX, STALL_PROBE, FaultRecord, Op
+from rsdrill.history import CHECK_PREFIX, STALL_PROBE, TXN_PROBE, FaultRecord, Op
 from rsdrill.result import FailoverParts, Metrics
 
 
@@ -43,6 +44,7 @@ def compute_metrics(
         op for op in ops if not op.probe.startswith(CHECK_PREFIX) and op.probe != STALL_PROBE
     ]
     drill = disaster_recovery(ops, faults)
+    txn = transactions(ops)
     return Metrics(
         write_unavailable_s=unavailable_s(ops, "write"),
         read_unavailable_s=unavailable_s(ops, "read"),
@@ -75,4 +77,25 @@ def compute_metrics(
         probe_stall_s=probe_stall_s(ops),
         probe_stalls=stalls(ops)[:STALLS_KEPT],
         probe_stalled_gaps=stalled_gaps(ops),
+        **txn,
     )
+
+
+CYCLES_KEPT = 5
+
+
+def transactions(ops: Sequence[Op]) -> dict[str, Any]:
+    """The transactions probe's figures (none when it did not run): how many transactions,
+    every anomaly Elle's method finds (cycles and the rest), their types, the shortest cycles."""
+    if not any(op.probe == TXN_PROBE for op in ops):
+        return {}
+    from rsdrill.analysis.elle import check, txns_from_ops  # networkx: only when asked
+
+    txns = txns_from_ops(ops)
+    report = check(txns)
+    return {
+        "transactions_checked": len(txns),
+        "transaction_anomalies": report.count,
+        "transaction_anomaly_types": report.anomaly_types,
+        "transaction_cycles": [c.words() for c in report.cycles[:CYCLES_KEPT]],
+    }

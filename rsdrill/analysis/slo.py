@@ -45,6 +45,7 @@ _METRIC_NAMES: tuple[str, ...] = (
     "probe_stall_s",
     "divergent_members",
     "audit_lag_s",
+    "transaction_anomalies",
 )
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {

@@ -48,6 +48,7 @@ BACKUP = _source("a step with `marks: backup`", "step:backup")
 RESTORE = _source("a step with `marks: restore`", "step:restore")
 STALL = _source("the probe of rsdrill's own process (always on)", STALL_PROBE)
 AUDIT = _source("the data audit (audit: quick or full)", "audit")
+TRANSACTIONS = _source("the transactions probe (probes.transactions)", "txn")
 
 RECOVERY_PREFIX = "recovery_s."
 CHECK_METRIC_PREFIX = "probe."
@@ -80,6 +81,7 @@ SOURCES: dict[str, tuple[Source, ...]] = {
     "probe_stall_s": (STALL,),
     "divergent_members": (AUDIT,),
     "audit_lag_s": (AUDIT,),
+    "transaction_anomalies": (TRANSACTIONS,),
 }
 """Metric → what it is computed from (each entry must be present). `recovery_s.<host:port>`
 is computed from what `recovery_s.max` is."""

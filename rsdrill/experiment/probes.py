@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from rsdrill.experiment.checks import CheckName, CheckProbe
-from rsdrill.fields import Duration, Strict
+from rsdrill.fields import Duration, FieldProblem, Strict
 from rsdrill.history import STALL_PROBE
 
 WriteConcernW = int | Literal["majority"]
@@ -103,6 +104,37 @@ class RegisterProbe(Strict):
     timeout: Duration = 0.25
 
 
+def _txn_len(value: Any) -> Any:
+    """`1-4` (or one number) as the (shortest, longest) micro-ops a transaction has."""
+    if isinstance(value, int):
+        return (value, value)
+    if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*-\s*\d+\s*", value):
+        low, high = (int(part) for part in value.split("-"))
+        return (low, high)
+    return value
+
+
+class TransactionsProbe(Strict):
+    """Multi-document transactions for the anomaly checker (Elle's list-append workload):
+    snapshot reads, majority writes, several clients at once."""
+
+    workload: Literal["list-append"] = "list-append"
+    keys: int = Field(8, ge=1, le=10_000, description="the lists the transactions append to")
+    txn_len: Annotated[tuple[int, int], BeforeValidator(_txn_len)] = Field(
+        (1, 4), description="micro-ops per transaction: `1-4`, or one number"
+    )
+    clients: int = Field(2, ge=1, le=32, description="transactions run at once")
+    interval: Duration = 0.05
+    timeout: Duration = 1.0
+
+    @model_validator(mode="after")
+    def _lengths(self) -> TransactionsProbe:
+        low, high = self.txn_len
+        if not 1 <= low <= high <= 64:
+            raise FieldProblem(("txn_len",), "write it as LOW-HIGH with 1 <= LOW <= HIGH <= 64")
+        return self
+
+
 class Probes(Strict):
     availability: AvailabilityProbe | None = AvailabilityProbe()
     failover: FailoverProbe | None = FailoverProbe()
@@ -116,6 +148,9 @@ class Probes(Strict):
     )
     consistency: RegisterProbe | None = Field(
         None, description="the register the soak checks (linearizability, monotonic reads)"
+    )
+    transactions: TransactionsProbe | None = Field(
+        None, description="list-append transactions, checked for anomalies as Elle does"
     )
 
     def records(self) -> set[str]:
@@ -134,6 +169,7 @@ class Probes(Strict):
             "ledger": self.durability is not None,
             "load": self.load is not None,
             "register": self.consistency is not None,
+            "txn": self.transactions is not None,
             # The probe of rsdrill's own process runs in every run.
             STALL_PROBE: True,
         }

@@ -9,6 +9,7 @@ from pymongo.errors import PyMongoError
 
 from rsdrill.connection import ConnectOptions
 from rsdrill.history import History, RunClock
+from rsdrill.probes import transactions
 from rsdrill.probes.availability import PROBE_DB, ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
 from rsdrill.probes.check import CheckLoop
@@ -67,6 +68,8 @@ class ProbeSet:
                 client[PROBE_DB].get_collection(
                     f"{self.prefix}_register", write_concern=WriteConcern("majority")
                 ).replace_one({"_id": REGISTER_ID}, {"_id": REGISTER_ID, "v": 0}, upsert=True)
+        if self.config.transactions is not None:
+            transactions.prepare(self.uri, f"{self.prefix}_txn")
         if self.config.load is not None:
             load = self.config.load
             preload(self.uri, f"{self.prefix}_load", load.records, load.record_bytes)
@@ -151,6 +154,17 @@ class ProbeSet:
                 probe(self.history, self.clock, uri=self.uri, collection=f"{self.prefix}_register",
                       interval_s=r.interval, timeout_s=r.timeout)
                 for probe in (RegisterWriter, RegisterReader)
+            ]  # fmt: skip
+        if c.transactions is not None:
+            t = c.transactions
+            appends = transactions.Appends()
+            self.probes += [
+                transactions.ListAppendClient(
+                    self.history, self.clock, uri=self.uri, collection=f"{self.prefix}_txn",
+                    client_id=i, keys=t.keys, txn_len=t.txn_len, appends=appends,
+                    interval_s=t.interval, timeout_s=t.timeout, seed=self.seed,
+                )
+                for i in range(t.clients)
             ]  # fmt: skip
         if c.load is not None:
             ld = c.load

@@ -130,6 +130,10 @@ FAMILIES: dict[str, Family] = {
     "divergent_members": Family(
         "rsdrill_divergent_members", "Data audit: members whose data differs from the primary's."
     ),
+    "transaction_anomalies": Family(
+        "rsdrill_transaction_anomalies",
+        "Transactions probe: anomalies found in its list-append history (Elle's method).",
+    ),
     "audit_lag_s": Family(
         "rsdrill_audit_lag_seconds", "Data audit: time for every member to apply the last write."
     ),

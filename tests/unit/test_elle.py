@@ -12,10 +12,15 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsdrill.analysis.elle import Append, Read, Step, Txn, check
+from rsdrill.analysis.invariants import transaction_violations
+from rsdrill.analysis.metrics import compute_metrics
+from rsdrill.experiment.probes import TransactionsProbe
+from rsdrill.history import Op
 
 
 def txn(ident: int, text: str, status: str = "ok") -> Txn:
@@ -165,3 +170,36 @@ def test_property_read_skew_planted_in_any_serial_history_is_g_single(
     report = check([*txns, writer, reader])
     assert [c.type for c in report.cycles] == ["G-single"], report
     assert report.cycles[0].txns == (n + 1, n, n + 1)
+
+
+def _op(i: int, status: str, mops: list[list[object]]) -> Op:
+    return Op("txn", "txn", "h:1", float(i), float(i) + 0.01, "ok" if status == "ok" else "error",
+              {"status": status, "client": i % 2, "mops": mops})  # fmt: skip
+
+
+def test_the_transactions_probe_s_history_gives_its_metrics_and_soak_violations() -> None:
+    # Read skew, as the probe records it: T0 appends to keys 1 and 2; T1 sees only the first.
+    ops = [_op(0, "ok", [["append", 1, 10], ["append", 2, 20]]),
+           _op(1, "ok", [["r", 1, [10]], ["r", 2, []]]),
+           _op(2, "fail", [["append", 1, 30], ["r", 2, None]])]  # fmt: skip
+    m = compute_metrics(ops, [], duration_s=1.0)
+    assert m.transactions_checked == 3
+    assert m.transaction_anomalies == 1 and m.transaction_anomaly_types == ["G-single"]
+    assert m.transaction_cycles == ["G-single: T1 -rw 2-> T0 -wr 1-> T1"]
+    [violation] = transaction_violations(ops)
+    assert violation.invariant == "G-single"
+    # Without the probe: nothing measured, nothing claimed.
+    assert compute_metrics([], [], duration_s=1.0).transaction_anomalies is None
+
+
+@pytest.mark.parametrize(("given", "expected"), [("1-4", (1, 4)), (3, (3, 3)), ("2 - 6", (2, 6))])
+def test_txn_len_is_written_as_a_range_or_one_number(
+    given: object, expected: tuple[int, int]
+) -> None:
+    assert TransactionsProbe.model_validate({"txn_len": given}).txn_len == expected
+
+
+@pytest.mark.parametrize("given", ["4-1", "0-2", "x", "1-99"])
+def test_a_txn_len_that_is_no_range_is_refused(given: object) -> None:
+    with pytest.raises(ValueError, match=r"txn_len|tuple"):
+        TransactionsProbe.model_validate({"txn_len": given})
