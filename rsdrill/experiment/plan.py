@@ -21,6 +21,7 @@ from rsdrill.experiment.probes import (
     LoadProbe,
     Probes,
     RecoveryProbe,
+    TransactionsProbe,
 )
 from rsdrill.experiment.schema import (
     SLO_PATTERN,
@@ -314,10 +315,22 @@ def probe_descriptions(probes: Probes) -> dict[str, str]:
         "durability": _durability,
         "load": _load,
     }
-    return {
+    described = {
         name: describe(config) if (config := getattr(probes, name)) is not None else "off"
         for name, describe in describers.items()
     }
+    if probes.transactions is not None:  # opt-in: plans without it do not name it
+        described["transactions"] = _transactions(probes.transactions)
+    return described
+
+
+def _transactions(p: TransactionsProbe) -> str:
+    low, high = p.txn_len
+    return (
+        f"list-append transactions on {p.clients} clients, each every {_secs(p.interval)}: "
+        f"{low}-{high} micro-ops over {p.keys} keys, snapshot reads, majority writes; "
+        "checked for anomalies (G0, G1, G-single, G2)"
+    )
 
 
 def _availability(p: AvailabilityProbe) -> str:
