@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import bson
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
+from rsdrill.sandbox.config import UNSAFE_SNAPSHOT_ENV
 from rsdrill_emulator import query, updatediff
 from rsdrill_emulator.datastore import id_key, session_key
 from rsdrill_emulator.errors import (
@@ -49,6 +51,8 @@ Handler = Callable[[Any, "Request"], Awaitable[dict[str, Any]]]
 
 # mongod's transactionLifetimeLimitSeconds: an open transaction older than this is aborted.
 LIFETIME_S = 60.0
+# The deliberately broken server of the checker's tests: statements read the newest data.
+_UNSAFE_SNAPSHOT = os.environ.get(UNSAFE_SNAPSHOT_ENV) == "1"
 # The statement id a commit is recorded under in the session table (clients' ids are >= 0).
 COMMIT_STATEMENT = -1
 COMMIT_OR_ABORT = frozenset({"committransaction", "aborttransaction"})
@@ -300,8 +304,9 @@ class Transactions:
         self._check_alive(node, txn)
         try:
             node.history.want(node.last_applied.timestamp)
-            node.history.check(txn.read_at)
-            view = SnapshotView(node.store, node.history, txn.read_at, txn.changes, txn.created)
+            read_at = node.last_applied.timestamp if _UNSAFE_SNAPSHOT else txn.read_at
+            node.history.check(read_at)
+            view = SnapshotView(node.store, node.history, read_at, txn.changes, txn.created)
             member = TransactionMember(node, view, txn, self)
             reply = await handler(StatementCommands(cmds, member), req)
         except SnapshotTooOld as exc:

@@ -21,10 +21,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rsdrill.analysis.recovery import polled_state
 from rsdrill.history import TXN_PROBE, FaultRecord, Op
 from rsdrill.states import HEALTHY
+
+if TYPE_CHECKING:
+    from rsdrill.analysis.elle import Model
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ def check_invariants(
     *,
     lost_acknowledged: Sequence[int],
     recovery_slo_s: float,
+    transactions_model: Model = "snapshot-isolation",
 ) -> list[Violation]:
     """Every invariant the history breaks (empty: none)."""
     found = []
@@ -214,18 +219,20 @@ def check_invariants(
     if (stuck := linearizable(history)) is not None:
         found.append(Violation("linearizable", f"no linearization of the register reaches the "
                                f"read of {stuck.value} at t+{stuck.start:.3f}s"))  # fmt: skip
-    found += transaction_violations(ops)
+    found += transaction_violations(ops, transactions_model)
     return found
 
 
-def transaction_violations(ops: Sequence[Op]) -> list[Violation]:
+def transaction_violations(
+    ops: Sequence[Op], model: Model = "snapshot-isolation"
+) -> list[Violation]:
     """The transactions probe's anomalies (Elle's method), one violation per type, named by it
     (G0, G1c, G-single, G2-item, G1a, G1b, ...), with its shortest cycle or its first case."""
     if not any(op.probe == TXN_PROBE for op in ops):
         return []
     from rsdrill.analysis.elle import check, txns_from_ops  # networkx: only when asked
 
-    report = check(txns_from_ops(ops))
+    report = check(txns_from_ops(ops), model)
     found = []
     for kind in report.anomaly_types:
         cycle = next((c for c in report.cycles if c.type == kind), None)

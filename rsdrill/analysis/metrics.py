@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsdrill.analysis.availability import driver_write_delay_s, unavailable_s
 from rsdrill.analysis.checks import checks
@@ -19,6 +19,9 @@ from rsdrill.analysis.stall import STALLS_KEPT, probe_stall_s, stalled_gaps, sta
 from rsdrill.history import CHECK_PREFIX, STALL_PROBE, TXN_PROBE, FaultRecord, Op
 from rsdrill.result import FailoverParts, Metrics
 
+if TYPE_CHECKING:
+    from rsdrill.analysis.elle import Model
+
 
 def compute_metrics(
     ops: Sequence[Op],
@@ -26,6 +29,7 @@ def compute_metrics(
     *,
     duration_s: float,
     standalone: bool = False,
+    transactions_model: Model = "snapshot-isolation",
 ) -> Metrics:
     """Every metric of the result (CONTRACT) from the history; a pure function.
 
@@ -34,7 +38,9 @@ def compute_metrics(
     `probe_ops_per_s_by_probe` (the same per probe: each op is one request the probe sent, so
     this is its load on the cluster; empty when `duration_s` is not positive). Each metric's
     definition is in the docstring of the function computing it. For a `standalone` server the
-    replica-set metrics are null and listed in `not_applicable`.
+    replica-set metrics are null and listed in `not_applicable`. The transactions probe's
+    history is judged against `transactions_model` (what its experiment says the transactions
+    promise: analysis.elle.ALLOWED).
     """
     failover = None if standalone else find_failover(ops, faults)
     ledger = durability(ops)
@@ -44,7 +50,7 @@ def compute_metrics(
         op for op in ops if not op.probe.startswith(CHECK_PREFIX) and op.probe != STALL_PROBE
     ]
     drill = disaster_recovery(ops, faults)
-    txn = transactions(ops)
+    txn = transactions(ops, transactions_model)
     return Metrics(
         write_unavailable_s=unavailable_s(ops, "write"),
         read_unavailable_s=unavailable_s(ops, "read"),
@@ -84,15 +90,16 @@ def compute_metrics(
 CYCLES_KEPT = 5
 
 
-def transactions(ops: Sequence[Op]) -> dict[str, Any]:
+def transactions(ops: Sequence[Op], model: Model) -> dict[str, Any]:
     """The transactions probe's figures (none when it did not run): how many transactions,
-    every anomaly Elle's method finds (cycles and the rest), their types, the shortest cycles."""
+    every anomaly Elle's method finds that `model` forbids (cycles and the rest), their types,
+    the shortest cycles."""
     if not any(op.probe == TXN_PROBE for op in ops):
         return {}
     from rsdrill.analysis.elle import check, txns_from_ops  # networkx: only when asked
 
     txns = txns_from_ops(ops)
-    report = check(txns)
+    report = check(txns, model)
     return {
         "transactions_checked": len(txns),
         "transaction_anomalies": report.count,

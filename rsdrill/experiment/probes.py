@@ -124,6 +124,11 @@ class TransactionsProbe(Strict):
         (1, 4), description="micro-ops per transaction: `1-4`, or one number"
     )
     clients: int = Field(2, ge=1, le=32, description="transactions run at once")
+    model: Literal["snapshot-isolation", "serializable"] = Field(
+        "snapshot-isolation",
+        description="what the transactions promise: MongoDB's snapshot isolation allows write "
+        "skew (G2-item); serializable forbids it too",
+    )
     interval: Duration = 0.05
     timeout: Duration = 1.0
 

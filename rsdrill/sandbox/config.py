@@ -25,6 +25,10 @@ UNSAFE_MAJORITY_ACK_ENV = "RSDRILL_TEST_UNSAFE_MAJORITY_ACK"
 """Test-only: set to 1 in the environment members start with, they acknowledge w:majority once
 the write is durable on the primary alone, before any secondary has it: a deliberately broken
 server, which `rsdrill soak` must catch (such writes are lost when that primary fails)."""
+UNSAFE_SNAPSHOT_ENV = "RSDRILL_TEST_UNSAFE_SNAPSHOT"
+"""Test-only: set to 1 in the environment members start with, each statement of a transaction
+reads the newest data instead of the transaction's snapshot: a deliberately broken server whose
+read skew the transactional checker (analysis/elle.py) must find."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ from typing import Any
 
 from rsdrill_emulator import (
     pipeline,
-    projection,
     query,
     values,
 )
@@ -16,6 +15,7 @@ from rsdrill_emulator.errors import (
     CommandError,
 )
 from rsdrill_emulator.node import Node
+from rsdrill_emulator.projection import sort_documents
 
 
 def _matching(
@@ -31,7 +31,7 @@ def _matching(
     `let`, for `$expr`."""
     with values.collation(collation):
         found = _scan(node, ns, query.compile_filter(filt, variables), filt)
-        return projection.sort_documents(found, sort) if sort else found
+        return sort_documents(found, sort) if sort else found
 
 
 def _collection(node: Node, ns: str) -> list[dict[str, Any]]:

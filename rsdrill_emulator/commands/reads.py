@@ -28,6 +28,7 @@ from rsdrill_emulator.failpoint import (
 from rsdrill_emulator.node import MemberState, Node
 from rsdrill_emulator.oplog import NULL_OPTIME, OpTime
 from rsdrill_emulator.peer import PeerError
+from rsdrill_emulator.projection import project
 
 if TYPE_CHECKING:
     from rsdrill_emulator.commands.dispatcher import Commands
@@ -68,7 +69,7 @@ def _filtered(cmds: Commands, req: Request, ns: str) -> list[dict[str, Any]]:
         docs = docs[:limit]
     projection = req.body.get("projection")
     if projection:
-        docs = [projection.project(d, projection) for d in docs]
+        docs = [project(d, projection) for d in docs]
     return docs
 
 

@@ -9,10 +9,8 @@ from bson.objectid import ObjectId
 from rsdrill_emulator import (
     expressions,
     pipeline,
-    projection,
     query,
     updatediff,
-    updates,
     validation,
 )
 from rsdrill_emulator.commands.base import Request, _ns, _stmt_id, command
@@ -22,6 +20,8 @@ from rsdrill_emulator.errors import (
 )
 from rsdrill_emulator.node import Node
 from rsdrill_emulator.oplog import OpTime
+from rsdrill_emulator.projection import project
+from rsdrill_emulator.updates import upsert_seed
 
 if TYPE_CHECKING:
     from rsdrill_emulator.commands.dispatcher import Commands
@@ -175,7 +175,7 @@ def _update_one_spec(
     optime = None
     if not targets and spec.get("upsert"):
         doc = pipeline.update_document(
-            updates.upsert_seed(q),
+            upsert_seed(q),
             u,
             inserting=True,
             array_filters=array_filters,
@@ -239,7 +239,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     fields = body.get("fields")
 
     def shown(doc: dict[str, Any] | None) -> dict[str, Any] | None:
-        return projection.project(doc, fields) if doc is not None and fields else doc
+        return project(doc, fields) if doc is not None and fields else doc
 
     optime = None
     if remove:
@@ -251,7 +251,7 @@ async def _find_and_modify(cmds: Commands, req: Request) -> dict[str, Any]:
     elif target is None and body.get("upsert"):
         assert update is not None  # given unless remove, checked above
         doc = pipeline.update_document(
-            updates.upsert_seed(q),
+            upsert_seed(q),
             update,
             inserting=True,
             array_filters=array_filters,

@@ -89,6 +89,14 @@ def test_g2_item_a_pure_anti_dependency_cycle() -> None:
     assert cycle.steps == (Step("rw", "y", None, 1), Step("rw", "x", None, 1))
 
 
+def test_snapshot_isolation_allows_write_skew_and_nothing_else() -> None:
+    """MongoDB's transactions promise snapshot isolation: G2-item is allowed there, every other
+    cycle is not."""
+    assert check(history("ax1ry", "ay1rx"), "snapshot-isolation").valid
+    report = check(history("ax1ay1", "ax2ry", "rx12"), "snapshot-isolation")
+    assert report.anomaly_types == ["G-single"]
+
+
 def test_contradictory_read_orders_and_the_cycle_the_longest_one_shows() -> None:
     report = check(history("ax1ry1", "ax2", "ax3ay1", "rx13", "rx123"))
     assert report.anomaly_types == ["G1c", "incompatible-order"]
