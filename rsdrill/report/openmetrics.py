@@ -130,6 +130,9 @@ FAMILIES: dict[str, Family] = {
     "divergent_members": Family(
         "rsdrill_divergent_members", "Data audit: members whose data differs from the primary's."
     ),
+    "transactions_checked": Family(
+        "rsdrill_transactions_checked", "Transactions probe: transactions its checker read."
+    ),
     "transaction_anomalies": Family(
         "rsdrill_transaction_anomalies",
         "Transactions probe: anomalies found in its list-append history (Elle's method).",
