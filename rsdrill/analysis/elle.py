@@ -115,14 +115,17 @@ class ElleReport:
     internal: list[dict[str, Any]] = field(default_factory=list)
 
     @property
+    def cases(self) -> dict[str, list[dict[str, Any]]]:
+        """The anomalies that are not cycles, by name."""
+        return {"G1a": self.aborted_reads, "G1b": self.intermediate_reads,
+                "incompatible-order": self.incompatible_orders,
+                "duplicate-elements": self.duplicate_elements,
+                "internal": self.internal}  # fmt: skip
+
+    @property
     def anomaly_types(self) -> list[str]:
         found = {c.type for c in self.cycles}
-        for name, cases in (("G1a", self.aborted_reads), ("G1b", self.intermediate_reads),
-                            ("incompatible-order", self.incompatible_orders),
-                            ("duplicate-elements", self.duplicate_elements),
-                            ("internal", self.internal)):  # fmt: skip
-            if cases:
-                found.add(name)
+        found.update(name for name, cases in self.cases.items() if cases)
         return sorted(found)
 
     @property
@@ -131,20 +134,13 @@ class ElleReport:
 
     def first_case(self, kind: str) -> str:
         """The first case of a non-cycle anomaly, in words."""
-        cases = {"G1a": self.aborted_reads, "G1b": self.intermediate_reads,
-                 "incompatible-order": self.incompatible_orders,
-                 "duplicate-elements": self.duplicate_elements,
-                 "internal": self.internal}.get(kind) or [{}]  # fmt: skip
+        cases = self.cases.get(kind) or [{}]
         return f"{kind}: " + ", ".join(f"{k} {v}" for k, v in cases[0].items())
 
     @property
     def count(self) -> int:
         """Every anomaly found: each cycle and each case of the others."""
-        return len(self.cycles) + sum(
-            len(cases) for cases in (self.aborted_reads, self.intermediate_reads,
-                                     self.incompatible_orders, self.duplicate_elements,
-                                     self.internal)
-        )  # fmt: skip
+        return len(self.cycles) + sum(len(cases) for cases in self.cases.values())
 
 
 def txns_from_ops(ops: Iterable[Op]) -> list[Txn]:

@@ -300,11 +300,10 @@ class Runner:
         from rsdrill.analysis.slo import evaluate, verdict
 
         ops = self.history.ops()
-        txn = self.exp.probes.transactions
-        model = txn.model if txn else "snapshot-isolation"
-        metrics = compute_metrics(ops, self.state.records, duration_s=duration_s,
-                                  standalone=self._standalone,
-                                  transactions_model=model)  # fmt: skip
+        metrics = compute_metrics(
+            ops, self.state.records, duration_s=duration_s, standalone=self._standalone,
+            transactions_model=self.exp.probes.transactions_model,
+        )  # fmt: skip
         metrics.divergent_members, metrics.audit_lag_s = audit_figures(self._audit)
         for record in self.state.records:
             ha = record.detail.get("ha")  # a host restarted as HA would: its phases, measured

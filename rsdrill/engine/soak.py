@@ -82,13 +82,12 @@ def run_checked(
         runner.live = LiveView(runner.history, stream=events)
         result = runner.run()
     violations = []
-    txn = exp.probes.transactions
     if result.verdict in ("pass", "fail"):  # the run went through: its history is whole
         violations = check_invariants(
             runner.history.ops(), runner.state.records,
             lost_acknowledged=result.metrics.lost_acknowledged_seqs,
             recovery_slo_s=recovery_slo_s,
-            transactions_model=txn.model if txn else "snapshot-isolation",
+            transactions_model=exp.probes.transactions_model,
         )  # fmt: skip
     return RunVerdict(index, seed, result.verdict, violations, time.monotonic() - started,
                       out_dir, result.error)  # fmt: skip

@@ -158,6 +158,11 @@ class Probes(Strict):
         None, description="list-append transactions, checked for anomalies as Elle does"
     )
 
+    @property
+    def transactions_model(self) -> Literal["snapshot-isolation", "serializable"]:
+        """What the transactions probe's history is judged against (its default without it)."""
+        return self.transactions.model if self.transactions else "snapshot-isolation"
+
     def records(self) -> set[str]:
         """The names of the probes whose ops this configuration records (see
         analysis/sources.py)."""
