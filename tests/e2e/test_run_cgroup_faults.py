@@ -59,7 +59,9 @@ def test_a_starved_primary_answers_slowly_without_failing_over(
     result, ops = _run("primary-cpu-starve.yaml", tmp_path, base)
     assert result.verdict == "pass", result.error  # type: ignore[attr-defined]
     (fault,) = result.faults  # type: ignore[attr-defined]
-    writes = [o for o in ops if o["probe"] == "write" and o["outcome"] == "ok"]
+    # Every attempt counts, failed ones too: on a busy machine a starved member can miss the
+    # probe's 2 s timeout on every write, and a write that timed out took at least that long.
+    writes = [o for o in ops if o["probe"] == "write"]
 
     def p50(low: float, high: float) -> float:
         return statistics.median(o["t_end"] - o["t_start"] for o in writes
