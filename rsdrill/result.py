@@ -119,6 +119,10 @@ class Metrics(_Model):
     # not compared), and how long they took to apply the primary's last write.
     divergent_members: int | None = None
     audit_lag_s: float | None = None
+    # What the members' rollbacks took during the run (documents in their rollback files), and
+    # the probes' acknowledged writes among them (None: not known, see analysis.rollbacks).
+    rolled_back_writes: int | None = None
+    rolled_back_acknowledged_writes: int | None = None
     # The transactions probe (probes.transactions), checked as Elle checks list-append
     # histories: how many transactions, the anomalies found (None: no such probe), their types
     # and the shortest cycles, in words (analysis.elle).
@@ -135,6 +139,31 @@ class AuditDivergence(_Model):
     ids: list[str] = Field(default_factory=list, description="a sample of the _ids that differ")
 
 
+class RolledBackWrites(_Model):
+    probe: str
+    write_concern: str
+    seqs: list[int] = Field(description="the acknowledged writes (their seq) a rollback took")
+
+
+class AuditRollback(_Model):
+    """One member's rollbacks during the run, from its rollback id and its rollback files."""
+
+    member: str
+    rollbacks: int | None = Field(
+        None, description="how many (serverStatus repl.rbid's change); None: not read"
+    )
+    readable: bool = Field(
+        description="its rollback files could be read (sandbox and local platforms)"
+    )
+    namespaces: dict[str, int] = Field(
+        default_factory=dict, description="namespace → documents its rollbacks took"
+    )
+    files: list[str] = Field(default_factory=list)
+    acknowledged: list[RolledBackWrites] = Field(
+        default_factory=list, description="the probes' acknowledged writes among them"
+    )
+
+
 class AuditResult(_Model):
     """The data audit after the run: dbHash of each audited database on every member against
     the primary's, once every member had applied the primary's last write."""
@@ -146,6 +175,10 @@ class AuditResult(_Model):
     members: list[str] = Field(default_factory=list)
     databases: list[str] = Field(default_factory=list)
     divergences: list[AuditDivergence] = Field(default_factory=list)
+    rollbacks_accounted: bool = Field(
+        False, description="the members' rollbacks were read (a run's audit: since its start)"
+    )
+    rollbacks: list[AuditRollback] = Field(default_factory=list)
     error: str | None = Field(None, description="why the members could not be compared")
 
 

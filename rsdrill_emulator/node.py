@@ -158,6 +158,8 @@ class Node:
         # Raft rule forbids committing by counting replicas until the new term's first entry.
         self.term_start = NULL_OPTIME
         self.min_valid = NULL_OPTIME
+        # The rollback id (serverStatus repl.rbid): one more after each rollback, kept on disk.
+        self.rbid = 1
         self.needs_initial_sync = False
         self.too_stale = False
         # The stopReplProducer fail point is on: the oplog fetcher waits.
@@ -255,6 +257,7 @@ class Node:
         self.voted = (int(vote[0]), int(vote[1])) if vote else None
         self.needs_initial_sync = bool(self.database.get_meta("needs_initial_sync"))
         self.min_valid = OpTime.from_doc(self.database.get_meta("min_valid"))
+        self.rbid = int(self.database.get_meta("rbid") or 1)
         newest = self.oplog.newest_entry()
         if newest is not None:
             self.clock.observe(newest["ts"])

@@ -26,8 +26,8 @@ _CLUSTER_ACTIONS = {
     "getparameter": "getParameter",
 }  # fmt: skip
 # What members ask each other: only the members' own login (root here) may.
-_INTERNAL = {"replsetheartbeat", "replsetrequestvotes", "getoplog", "hasoplog", "syncbegin",
-             "clone"}  # fmt: skip
+_INTERNAL = {"replsetheartbeat", "replsetrequestvotes", "replsetgetrbid", "getoplog",
+             "hasoplog", "syncbegin", "clone"}  # fmt: skip
 
 
 def required(name: str, db: str, body: dict[str, Any]) -> tuple[str, str] | None:

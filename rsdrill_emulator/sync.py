@@ -419,6 +419,8 @@ async def rollback(node: Node, source: str) -> None:
         node.set_state(MemberState.RECOVERING, reason="rollback impossible")
         node.events.emit("too_stale", source=source)
         return
+    node.rbid += 1  # before any data changes, as mongod does: a reader comparing ids sees it
+    node.set_meta("rbid", node.rbid)
     divergent = node.oplog.truncate_after(common)
     node.history.forget()  # documents change below without entries: older versions are lost
     touched: dict[tuple[str, Any], Any] = {}

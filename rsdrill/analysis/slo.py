@@ -45,6 +45,8 @@ _METRIC_NAMES: tuple[str, ...] = (
     "probe_stall_s",
     "divergent_members",
     "audit_lag_s",
+    "rolled_back_writes",
+    "rolled_back_acknowledged_writes",
     "transaction_anomalies",
 )
 
@@ -74,6 +76,8 @@ REPLICA_SET_ONLY: tuple[str, ...] = (
     "replication_lag_max_s",
     "divergent_members",
     "audit_lag_s",
+    "rolled_back_writes",
+    "rolled_back_acknowledged_writes",
 )
 
 

@@ -81,6 +81,8 @@ SOURCES: dict[str, tuple[Source, ...]] = {
     "probe_stall_s": (STALL,),
     "divergent_members": (AUDIT,),
     "audit_lag_s": (AUDIT,),
+    "rolled_back_writes": (AUDIT,),
+    "rolled_back_acknowledged_writes": (AUDIT,),
     "transaction_anomalies": (TRANSACTIONS,),
 }
 """Metric → what it is computed from (each entry must be present). `recovery_s.<host:port>`

@@ -12,23 +12,38 @@ import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import bson
 
 from rsdrill.analysis.audit import Divergence, differing_ids, divergent
+from rsdrill.analysis.rollbacks import Writer, account
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.engine.outcome import internal_error
+from rsdrill.engine.rollbacks import (
+    RollbackWatch,
+    collection_uuids,
+    rollback_files,
+    rollback_ids,
+    writers_of,
+)
 from rsdrill.errors import RsdrillError
+from rsdrill.history import Op
+from rsdrill.platforms.base import RunTarget
 from rsdrill.platforms.remote import discover_members
 from rsdrill.redact import redact_uri
-from rsdrill.result import AuditDivergence, AuditResult
+from rsdrill.result import AuditDivergence, AuditResult, AuditRollback
+
+if TYPE_CHECKING:
+    from rsdrill.probes import ProbeSet
 
 # Not the user's data, or not replicated: never audited.
 SYSTEM_DATABASES = ("admin", "config", "local")
 # The databases rsdrill itself writes (its probes', a sandbox's preloaded data).
 OWN_PREFIX = "rsdrill_"
 COMMAND_TIMEOUT_S = 30.0
+# How long a run's audit waits for the members to apply the primary's last write.
+RUN_CATCH_UP_S = 30.0
 # How many differing `_id`s a divergence names.
 ID_SAMPLE = 10
 _DATA_BEARING = ("PRIMARY", "SECONDARY")
@@ -195,14 +210,64 @@ def _digests(conns: _Connections, member: str, found: Divergence) -> list[tuple[
 
 
 def audit_result(
-    members: Sequence[str], options: ConnectOptions, *, quick: bool, catch_up_s: float
+    members: Sequence[str],
+    options: ConnectOptions,
+    *,
+    quick: bool,
+    catch_up_s: float,
+    watch: RollbackWatch | None = None,
+    writers: Sequence[Writer] = (),
+    ops: Sequence[Op] = (),
 ) -> AuditResult:
     """A run's audit step: the report as result.json carries it, or what kept the audit from
-    comparing as its error (never a pass); it never raises, as the run's teardown comes next."""
+    comparing as its error (never a pass); with `watch`, the rollbacks since the run's start,
+    matched against the `writers`' acknowledged writes in `ops`. It never raises, as the run's
+    teardown comes next."""
     try:
-        report = audit(members, options, own_only=quick, catch_up_s=catch_up_s)
+        result = to_result(audit(members, options, own_only=quick, catch_up_s=catch_up_s))
     except AuditError as exc:
-        return AuditResult(error=redact_uri(str(exc)))
+        result = AuditResult(error=redact_uri(str(exc)))
     except Exception as exc:  # the run's result and teardown come first
-        return AuditResult(error=redact_uri(internal_error(exc)))
-    return to_result(report)
+        result = AuditResult(error=redact_uri(internal_error(exc)))
+    if watch is None:
+        return result
+    try:  # what the rollbacks took is worth knowing even when the members could not be compared
+        result.rollbacks = _rollbacks(result, members, options, watch, writers, ops)
+        result.rollbacks_accounted = True
+    except Exception as exc:
+        result.error = result.error or redact_uri(f"rollbacks: {internal_error(exc)}")
+    return result
+
+
+def _rollbacks(
+    compared: AuditResult,
+    members: Sequence[str],
+    options: ConnectOptions,
+    watch: RollbackWatch,
+    writers: Sequence[Writer],
+    ops: Sequence[Op],
+) -> list[AuditRollback]:
+    after = rollback_ids(members, options)
+    host = compared.primary or members[0]
+    names = collection_uuids(host, options, compared.databases)
+    files = {m: rollback_files(d, watch.since_wall, names) if d is not None else None
+             for m, d in watch.directories.items()}  # fmt: skip
+    return account(watch.ids, after, files, writers, ops)
+
+
+def run_audit(
+    target: RunTarget,
+    *,
+    quick: bool,
+    standalone: bool,
+    watch: RollbackWatch | None,
+    probes: ProbeSet | None,
+    ops: Sequence[Op],
+) -> AuditResult:
+    """A run's audit, once its faults are reverted and its probes stopped with their data."""
+    if standalone:
+        return AuditResult(error="a standalone server has no other member to compare")
+    return audit_result(target.members, target.connect_options, quick=quick,
+                        catch_up_s=RUN_CATCH_UP_S, watch=watch,
+                        writers=writers_of(probes.write_loops() if probes else []),
+                        ops=ops)  # fmt: skip

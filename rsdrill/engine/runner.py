@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsdrill import registry
 from rsdrill.analysis.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
@@ -61,11 +61,12 @@ from rsdrill.result import (
 from rsdrill.states import HEALTHY, PRIMARY_LIKE
 from rsdrill.version import __version__
 
+if TYPE_CHECKING:
+    from rsdrill.engine.rollbacks import RollbackWatch
+
 _log = logging.getLogger(__name__)
 
 PREFLIGHT_TIMEOUT_S = 60.0
-# How long the audit waits for the members to apply the primary's last write.
-AUDIT_CATCH_UP_S = 30.0
 VERIFY_TIMEOUT_S = 10.0
 # How long a fault waits for its `select:` role to exist (an election in progress has no primary):
 # MongoDB's default election timeout, its random offset and a new primary's drain.
@@ -108,6 +109,8 @@ class Runner:
         self._deployment: Deployment | None = None
         # The data audit after the run (experiment `audit:`), None when not run.
         self._audit: AuditResult | None = None
+        # What the members' rollbacks stood at before the faults (only for an audit).
+        self._rollback_watch: RollbackWatch | None = None
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -162,6 +165,10 @@ class Runner:
                               run_id=self.run_id,
                               standalone=self._standalone)  # fmt: skip
             probes.prepare()
+            if self.exp.audit != "off" and not self._standalone:
+                from rsdrill.engine.rollbacks import watch_rollbacks
+
+                self._rollback_watch = watch_rollbacks(target)
             self._check_abort()
             self.clock = RunClock.start()
             self.live.clock = self.clock
@@ -203,7 +210,12 @@ class Runner:
                 # The probes stopped (nothing writes) with their data still there, every fault
                 # reverted: do the members hold the same data?
                 self._phase("audit")
-                self._audit = self._audited(target)
+                from rsdrill.engine.audit import run_audit
+
+                self._audit = run_audit(
+                    target, quick=self.exp.audit == "quick", standalone=self._standalone,
+                    watch=self._rollback_watch, probes=probes, ops=self.history.ops(),
+                )  # fmt: skip
                 if probes is not None and probes.probes:
                     probes.drop_probe_collections()
             duration = self.clock.now()
@@ -284,19 +296,11 @@ class Runner:
                          out_dir=self.options.out_dir)  # fmt: skip
         return result
 
-    def _audited(self, target: RunTarget) -> AuditResult:
-        """The audit's report; what kept it from comparing, as its error (never a pass)."""
-        from rsdrill.engine.audit import audit_result
-
-        if self._standalone:
-            return AuditResult(error="a standalone server has no other member to compare")
-        return audit_result(target.members, target.connect_options, quick=self.exp.audit == "quick",
-                            catch_up_s=AUDIT_CATCH_UP_S)  # fmt: skip
-
     def _judge(self, duration_s: float) -> tuple[Metrics, list[Any], Verdict]:
         from rsdrill.analysis.audit import audit_figures
         from rsdrill.analysis.metrics import compute_metrics
         from rsdrill.analysis.recovery import restart_phases
+        from rsdrill.analysis.rollbacks import rollback_figures
         from rsdrill.analysis.slo import evaluate, verdict
 
         ops = self.history.ops()
@@ -305,6 +309,9 @@ class Runner:
             transactions_model=self.exp.probes.transactions_model,
         )  # fmt: skip
         metrics.divergent_members, metrics.audit_lag_s = audit_figures(self._audit)
+        metrics.rolled_back_writes, metrics.rolled_back_acknowledged_writes = rollback_figures(
+            self._audit
+        )
         for record in self.state.records:
             ha = record.detail.get("ha")  # a host restarted as HA would: its phases, measured
             if isinstance(ha, dict):

@@ -26,7 +26,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from rsdrill.errors import InjectionError, TargetError
 from rsdrill.faults import KINDS, Fault
@@ -46,6 +46,7 @@ __all__ = [
     "PackagePlatform",
     "Platform",
     "ProcessHosts",
+    "ReadableData",
     "RevertAction",
     "RunTarget",
     "TargetError",
@@ -114,6 +115,16 @@ class MachineTarget(Protocol):
 
     def faultfs_mountpoint(self, host: str) -> Path | None:
         """The faultfs mount over the member's data directory (None: not on faultfs)."""
+        ...
+
+
+@runtime_checkable
+class ReadableData(Protocol):
+    """A target whose members' data directories this machine can read (sandbox and local):
+    the audit reads the files their rollbacks wrote there."""
+
+    def data_directory(self, host: str) -> Path | None:
+        """The member's data directory (None: not known)."""
         ...
 
 

@@ -177,6 +177,10 @@ class ProbeSet:
             self._clients.append(client)
             self.probes.extend(workers)
 
+    def write_loops(self) -> list[WriteLoop]:
+        """The probes that insert `{_id: seq}` (the ledger too, when it writes on its own)."""
+        return [p for p in self.probes if isinstance(p, WriteLoop)]
+
     def stop(self, *, readback_timeout_s: float, drop: bool = True) -> None:
         """Stop every probe, read the ledger back, release connections, drop probe data
         (unless `drop` is false: the data audit reads it first, then `drop_probe_collections`)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rsdrill.result import FaultResult, Metrics, Result, ServerInfo, SloResult
+from rsdrill.result import AuditResult, FaultResult, Metrics, Result, ServerInfo, SloResult
 
 # Which metrics are "scalar" is decided by value type, so a metric added to `Metrics` later shows up
 # in every report without touching this module; lists (member_states, lost seqs) are left to the
@@ -123,11 +123,15 @@ def ha_restart_line(fault: FaultResult) -> str | None:
 
 
 def audit_lines(result: Result) -> list[str]:
-    """The data audit in a line, and a line per divergent member and collection (none when the
-    experiment did not ask for the audit)."""
+    """The data audit in a line, a line per divergent member and collection, then a line per
+    member that rolled back (none when the experiment did not ask for the audit)."""
     audit = result.audit
     if audit is None:
         return []
+    return _comparison_lines(audit) + _rollback_lines(audit)
+
+
+def _comparison_lines(audit: AuditResult) -> list[str]:
     if audit.error is not None:
         return [f"audit: not compared: {audit.error}"]
     if not audit.caught_up:
@@ -140,3 +144,27 @@ def audit_lines(result: Result) -> list[str]:
         f"  {d.member} {d.database}.{d.collection} (_id {', '.join(d.ids) or 'none listed'})"
         for d in audit.divergences
     ]
+
+
+def _rollback_lines(audit: AuditResult) -> list[str]:
+    if not audit.rollbacks_accounted:
+        return []
+    if not audit.rollbacks:
+        return ["rollbacks: none"]
+    lines = []
+    for r in audit.rollbacks:
+        times = "rolled back" if r.rollbacks is None else f"rolled back {r.rollbacks}x"
+        if not r.readable:
+            lines.append(f"rollbacks: {r.member} {times}; its rollback files are not readable "
+                         "from here (what they took is not known)")  # fmt: skip
+            continue
+        took = ", ".join(f"{n} from {ns}" for ns, n in sorted(r.namespaces.items())) or "nothing"
+        lines.append(f"rollbacks: {r.member} {times}, took {took}")
+        lines += [f"  ACKNOWLEDGED {w.write_concern} writes of probe {w.probe}: "
+                  f"{len(w.seqs)} (seq {_seq_sample(w.seqs)})" for w in r.acknowledged]  # fmt: skip
+    return lines
+
+
+def _seq_sample(seqs: list[int], limit: int = 10) -> str:
+    shown = ", ".join(map(str, seqs[:limit]))
+    return shown + (f", ... {len(seqs) - limit} more" if len(seqs) > limit else "")

@@ -140,6 +140,13 @@ FAMILIES: dict[str, Family] = {
     "audit_lag_s": Family(
         "rsdrill_audit_lag_seconds", "Data audit: time for every member to apply the last write."
     ),
+    "rolled_back_writes": Family(
+        "rsdrill_rolled_back_writes", "Data audit: documents the members' rollbacks took."
+    ),
+    "rolled_back_acknowledged_writes": Family(
+        "rsdrill_rolled_back_acknowledged_writes",
+        "Data audit: the probes' acknowledged writes among what the rollbacks took.",
+    ),
 }
 # `probe.<check>.<figure>`: the user's own checks, labelled by check.
 CHECK_FAMILIES: dict[str, Family] = {

@@ -136,7 +136,8 @@ async def _server_status(cmds: Commands, req: Request) -> dict[str, Any]:
         },
     }
     if not node.spec.standalone:
-        status["repl"] = hello_reply(node, Request(req.db, "hello", {}, True, req.connection_id))
+        repl = hello_reply(node, Request(req.db, "hello", {}, True, req.connection_id))
+        status["repl"] = {**repl, "rbid": node.rbid}  # what monitoring alerts on rollbacks read
     return status
 
 

@@ -256,6 +256,12 @@ async def _freeze(cmds: Commands, req: Request) -> dict[str, Any]:
     return {"info": "unfreezing"} if not secs else {}
 
 
+@command("replSetGetRBID")
+async def _rbid(cmds: Commands, req: Request) -> dict[str, Any]:
+    _admin_only(req)
+    return {"rbid": cmds.node.rbid}
+
+
 @command("replSetHeartbeat")
 async def _heartbeat(cmds: Commands, req: Request) -> dict[str, Any]:
     return heartbeat.handle_heartbeat(cmds.node, req.body)

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import bson
+
 from rsdrill.engine.options import RunOptions
 from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
+from rsdrill.result import Result
 
 
 def test_a_primary_kill_leaves_the_members_consistent(tmp_path: Path) -> None:
@@ -46,3 +49,63 @@ def test_an_slo_on_the_audit_without_it_is_refused_at_load() -> None:
             "name": "x", "target": {"platform": "sandbox"},
             "faults": [{"at": "1s", "kind": "stepdown"}], "slo": {"divergent_members": "== 0"},
         })  # fmt: skip
+
+
+def _partitioned_primary_kill(tmp_path: Path, w: int | str) -> Result:
+    """The two secondaries frozen while the primary takes writes it cannot replicate, then the
+    primary killed: the others elect a new primary, and the old one rolls its writes back when
+    it rejoins (journaled, so they survive its kill to be rolled back)."""
+    return run_experiment(
+        Experiment.model_validate({
+            "name": f"rollback-w{w}",
+            "target": {"platform": "sandbox", "topology": "rs3", "election_timeout": "2s"},
+            "probes": {"durability": {"write_concern": w, "journal": True, "interval": "20ms"}},
+            "faults": [
+                {"at": "2s", "kind": "host-freeze", "select": {"count": 2, "role": "secondary"},
+                 "duration": "2s"},
+                {"at": "3.5s", "kind": "host-kill", "select": "primary",
+                 "restart": {"after": "4s"}},
+            ],
+            "observe": {"after_revert": "20s"},
+            "guards": {"allow_quorum_loss": True},
+            "audit": "quick",
+        }),
+        RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path),
+    )  # fmt: skip
+
+
+def test_the_audit_names_the_acknowledged_w1_writes_a_rollback_took(tmp_path: Path) -> None:
+    result = _partitioned_primary_kill(tmp_path, 1)
+    assert result.verdict == "pass", result.error
+    audit, metrics = result.audit, result.metrics
+    assert audit is not None and audit.rollbacks_accounted, audit
+    old_primary = result.faults[-1].target
+    (rollback,) = audit.rollbacks
+    assert rollback.member == old_primary and rollback.rollbacks == 1 and rollback.readable
+    # The files as mongod writes them, read independently here with pymongo's bson.
+    in_files = {ns: len(bson.decode_all(Path(f).read_bytes()))
+                for f in rollback.files for ns in [Path(f).parent.name]}  # fmt: skip
+    assert rollback.namespaces == in_files and metrics.rolled_back_writes == sum(in_files.values())
+    (taken,) = rollback.acknowledged
+    assert taken.write_concern == "w:1, j:true" and taken.probe in ("ledger", "write")
+    # The same writes the ledger found missing after recovery: two analyses, one answer.
+    assert taken.seqs and taken.seqs == metrics.lost_acknowledged_seqs
+    assert metrics.rolled_back_acknowledged_writes == len(taken.seqs)
+    assert audit.consistent, audit  # after the rollback the members agree again
+    saved = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert saved["audit"]["rollbacks"][0]["acknowledged"][0]["seqs"] == taken.seqs
+    assert old_primary in (tmp_path / "out" / "summary.md").read_text().split("### Data audit")[1]
+
+
+def test_with_majority_writes_the_same_schedule_rolls_back_nothing_acknowledged(
+    tmp_path: Path,
+) -> None:
+    result = _partitioned_primary_kill(tmp_path, "majority")
+    assert result.verdict == "pass", result.error
+    audit, metrics = result.audit, result.metrics
+    assert audit is not None and audit.rollbacks_accounted, audit
+    (rollback,) = audit.rollbacks
+    # The old primary still rolled back what it had written alone; none was acknowledged.
+    assert rollback.rollbacks == 1 and metrics.rolled_back_writes
+    assert rollback.acknowledged == [] and metrics.rolled_back_acknowledged_writes == 0
+    assert metrics.lost_acknowledged_writes == 0

@@ -400,6 +400,7 @@ def test_rollback_saves_unreplicated_writes_and_removes_them(replset, client_for
     safe.insert_many([{"_id": f"safe-{i}"} for i in range(20)])
     old = writable_primary(sandbox)
     assert old is not None
+    rbids = {m.host: _rbid(client_for, m.host) for m in sandbox.spec.members}
     others = [m for m in sandbox.spec.members if m.host != old.host]
     for m in others:
         sandbox.stop(m)
@@ -429,6 +430,14 @@ def test_rollback_saves_unreplicated_writes_and_removes_them(replset, client_for
     assert fresh.db.c.count_documents({}) == 20
     on_old = client_for(old.host, readPreference="secondaryPreferred").db.c
     assert on_old.count_documents({}) == 20
+    # The rollback id, which monitoring reads to alert on rollbacks: one more on the member
+    # that rolled back (kept across its restart), the same on the others.
+    after = {m.host: _rbid(client_for, m.host) for m in sandbox.spec.members}
+    assert after == {h: rbid + (h == old.host) for h, rbid in rbids.items()}, (rbids, after)
+
+
+def _rbid(client_for, host: str) -> int:
+    return int(client_for(host).admin.command("serverStatus", repl=1)["repl"]["rbid"])
 
 
 def test_replset_get_status_has_mongodb_shape(replset, client_for) -> None:

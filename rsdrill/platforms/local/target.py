@@ -71,6 +71,10 @@ class LocalTarget:
             self.hosts.start(host, wipe=False)
             self._await_health(host)
 
+    def data_directory(self, host: str) -> Path | None:
+        member = next(m for m in self.config.members if m.host == host)
+        return Path(member.dbpath) if member.dbpath else None
+
     def _state(self, host: str) -> str:
         return member_state(host, 2.0, options=self.connect_options)
 

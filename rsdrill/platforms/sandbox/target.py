@@ -168,6 +168,9 @@ class SandboxTarget:
     def prepare(self) -> None:
         """Nothing: `setup` built the set as the run needs it."""
 
+    def data_directory(self, host: str) -> Path:
+        return member_dir(self.directory, self.spec.member(host)) / "data"
+
     def _preload(self, megabytes: int) -> None:
         # Bulk data, not a workload: no retryable-write bookkeeping on the members.
         client: MongoClient[dict[str, Any]] = MongoClient(

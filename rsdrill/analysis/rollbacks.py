@@ -1,0 +1,94 @@
+"""Rollback accounting: what each member's rollbacks took, matched against the probes' writes.
+
+mongod saves the documents a rollback undoes to `<dbpath>/rollback/…` files and counts its
+rollbacks in its rollback id (`serverStatus` `repl.rbid`). A probe writes `{_id: seq}` and
+records each acknowledged seq; a rolled-back document whose `_id` is such a seq is a write the
+probe saw acknowledged and the set then lost, at the probe's write concern (w:1 allows it,
+w:majority never should). Pure functions of what the members said and the run's history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rsdrill.history import Op
+from rsdrill.result import AuditResult, AuditRollback, RolledBackWrites
+
+
+@dataclass(frozen=True)
+class RollbackFile:
+    """One `removed.<time>.bson` file: the documents one rollback took from one collection."""
+
+    namespace: str
+    path: str
+    ids: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Writer:
+    """A probe that inserts `{_id: seq}` into one namespace and records the seq it sent."""
+
+    probe: str
+    namespace: str
+    write_concern: str
+
+
+def write_concern_words(document: Mapping[str, Any]) -> str:
+    """A write concern as a result says it: `w:1`, `w:majority, j:true`."""
+    return ", ".join(f"{k}:{str(v).lower() if isinstance(v, bool) else v}"
+                     for k, v in sorted(document.items(), key=lambda kv: kv[0] != "w"))  # fmt: skip
+
+
+def account(
+    before: Mapping[str, int | None],
+    after: Mapping[str, int | None],
+    files: Mapping[str, Sequence[RollbackFile] | None],
+    writers: Sequence[Writer],
+    ops: Sequence[Op],
+) -> list[AuditRollback]:
+    """Each member that rolled back during the run (its rollback id moved) or left rollback
+    files: how many rollbacks, the documents they took per namespace, and which of them were
+    acknowledged writes of a probe. `files[member]` None: its files are not readable here."""
+    acknowledged = {w.namespace: (w, _acknowledged_seqs(ops, w.probe)) for w in writers}
+    out = []
+    for member in sorted(set(before) | set(after) | set(files)):
+        start, end = before.get(member), after.get(member)
+        moved = None if start is None or end is None else end - start
+        found = files.get(member)
+        unknown = moved is None and found is None  # neither its id nor its files could be read
+        if not moved and not found and not unknown:
+            continue
+        entry = AuditRollback(member=member, rollbacks=moved, readable=found is not None)
+        for file in found or ():
+            entry.files.append(file.path)
+            entry.namespaces[file.namespace] = entry.namespaces.get(file.namespace, 0) + len(
+                file.ids
+            )
+            writer, seqs = acknowledged.get(file.namespace, (None, set()))
+            taken = sorted(i for i in file.ids if isinstance(i, int) and i in seqs)
+            if writer is not None and taken:
+                entry.acknowledged.append(
+                    RolledBackWrites(probe=writer.probe, write_concern=writer.write_concern,
+                                     seqs=taken)
+                )  # fmt: skip
+        out.append(entry)
+    return out
+
+
+def rollback_figures(audit: AuditResult | None) -> tuple[int | None, int | None]:
+    """(rolled_back_writes, rolled_back_acknowledged_writes) of a run's audit: None when not
+    known (no audit, or a member that rolled back, or may have, whose files could not be read)."""
+    if audit is None or not audit.rollbacks_accounted:
+        return None, None
+    if any(not r.readable for r in audit.rollbacks):
+        return None, None
+    documents = sum(sum(r.namespaces.values()) for r in audit.rollbacks)
+    taken = sum(len(w.seqs) for r in audit.rollbacks for w in r.acknowledged)
+    return documents, taken
+
+
+def _acknowledged_seqs(ops: Sequence[Op], probe: str) -> set[int]:
+    inserts = (op for op in ops if op.probe == probe and op.op == "insert" and op.ok)
+    return {int(op.detail["seq"]) for op in inserts if "seq" in op.detail}
