@@ -27,6 +27,7 @@ from rsdrill.sandbox.auth import ROOT, aws_users, read_auth, server_keys, user_r
 from rsdrill.sandbox.certs import CLIENT_SUBJECT, MEMBER_SUBJECT
 from rsdrill.sandbox.config import (
     EVENTS_FILE,
+    SKIP_OPLOG_ENTRY_ENV,
     UNSAFE_MAJORITY_ACK_ENV,
     MemberSpec,
     ReplSetSpec,
@@ -122,6 +123,9 @@ class Node:
         self.me = spec.member(host)
         self.dir = member_dir(sandbox_dir, self.me)
         self._unsafe_majority_ack = os.environ.get(UNSAFE_MAJORITY_ACK_ENV) == "1"
+        # Planted (test-only): the Nth insert applied as a secondary is left out of the data.
+        self._skip_insert = int(os.environ.get(SKIP_OPLOG_ENTRY_ENV) or 0)
+        self._replicated_inserts = 0
         self.database = Database(self.dir / "data", cache_bytes=spec.cache_bytes)
         self.fresh = not self.database.exists()
         self.database.open()
@@ -274,10 +278,12 @@ class Node:
 
     # -- durability ------------------------------------------------------------------------
 
-    def _record_op(self, entry: dict[str, Any]) -> None:
-        """Apply an entry to data and oplog (durable at the next commit)."""
-        self.history.before_apply(entry, self.store)
-        self.store.apply(entry)
+    def _record_op(self, entry: dict[str, Any], *, data: bool = True) -> None:
+        """Apply an entry to data and oplog (durable at the next commit); with `data` false
+        to the oplog only (the planted skip)."""
+        if data:
+            self.history.before_apply(entry, self.store)
+            self.store.apply(entry)
         oldest = self.oplog.oldest
         self.oplog.append(entry)
         if self.oplog.oldest != oldest:  # entries fell off: so do their change-stream images
@@ -384,6 +390,12 @@ class Node:
     # -- replication -----------------------------------------------------------------------
 
     def apply_replicated(self, entry: dict[str, Any]) -> None:
+        if self._skip_insert and entry.get("op") == "i":
+            self._replicated_inserts += 1
+            if self._replicated_inserts == self._skip_insert:
+                self.events.emit("planted_skip", ns=entry.get("ns"), id=repr(entry["o"].get("_id")))
+                self._record_op(entry, data=False)
+                return
         self._record_op(entry)
 
     def note_position(

@@ -9,7 +9,10 @@
 - `monotonic-reads`: a read of the register's causal session saw an older value than an earlier
   one (the writer sets 1, 2, 3, ... so the committed value only grows);
 - `linearizable`: the register's reads and writes admit no linearization (a single-register
-  model, as Jepsen's Knossos checks; searched with Wing & Gong's algorithm and Lowe's cache).
+  model, as Jepsen's Knossos checks; searched with Wing & Gong's algorithm and Lowe's cache);
+- `divergence` / `not-caught-up`: the run's data audit found a member whose data differs from
+  the primary's once all had applied the same writes, or members that never caught up;
+- the transactions probe's anomalies (G0, G1c, G-single, ...: `analysis.elle`).
 
 A failed write may or may not have taken effect: it is indeterminate (Jepsen's `info`), open
 until the end of the history. One whose value no read saw can always be placed last, so it is
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from rsdrill.analysis.recovery import polled_state
 from rsdrill.history import TXN_PROBE, FaultRecord, Op
+from rsdrill.result import AuditResult
 from rsdrill.states import HEALTHY
 
 if TYPE_CHECKING:
@@ -221,6 +225,24 @@ def check_invariants(
                                f"read of {stuck.value} at t+{stuck.start:.3f}s"))  # fmt: skip
     found += transaction_violations(ops, transactions_model)
     return found
+
+
+def audit_violations(audit: AuditResult | None) -> list[Violation]:
+    """The data audit's findings: members whose data differs from the primary's once all had
+    applied the same writes (`divergence`, one per member), or members that never caught up
+    (`not-caught-up`). An audit that could not compare breaks nothing it can show."""
+    if audit is None or audit.consistent is None:
+        return []
+    if not audit.caught_up:
+        return [Violation("not-caught-up", f"the members had not applied the primary's last "
+                          f"write after {audit.lag_s} s")]  # fmt: skip
+    found: dict[str, list[str]] = {}
+    for d in audit.divergences:
+        found.setdefault(d.member, []).append(
+            f"{d.database}.{d.collection} (_id {', '.join(d.ids) or 'none listed'})"
+        )
+    return [Violation("divergence", f"{member} differs from the primary {audit.primary}: "
+                      + "; ".join(where)) for member, where in found.items()]  # fmt: skip
 
 
 def transaction_violations(

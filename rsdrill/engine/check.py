@@ -245,8 +245,18 @@ def needed_privileges(exp: Experiment, standalone: bool) -> list[Privilege]:
             Privilege("local.oplog.rs", "find", "the oplog-window guard (skipped without it)",
                       "clusterManager or read@local", required=False),
         ]  # fmt: skip
-    needed.append(Privilege(CLUSTER, "serverStatus", "the result's storage engine",
-                            "clusterMonitor", required=False))  # fmt: skip
+    needed.append(Privilege(CLUSTER, "serverStatus", "the result's storage engine and the "
+                            "audit's rollback ids", "clusterMonitor",
+                            required=False))  # fmt: skip
+    if exp.audit != "off" and not standalone:
+        quick = exp.audit == "quick"
+        needed += [
+            Privilege(f"{PROBE_DB}." if quick else ".", "dbHash",
+                      "the data audit (audit: off skips it)",
+                      f"read@{PROBE_DB}" if quick else "readAnyDatabase", required=False),
+            Privilege(CLUSTER, "listDatabases", "the data audit (audit: off skips it)",
+                      "clusterMonitor", required=False),
+        ]  # fmt: skip
     kinds = {f.kind for f in exp.faults}
     needed += [Privilege(CLUSTER, action, f"the {spec.kind} fault", role)
                for spec in KINDS.values() if spec.kind in kinds

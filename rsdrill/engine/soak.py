@@ -23,13 +23,13 @@ from typing import TextIO
 
 import yaml
 
-from rsdrill.analysis.invariants import Violation, check_invariants
+from rsdrill.analysis.invariants import Violation, audit_violations, check_invariants
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.options import RunOptions
 from rsdrill.engine.runner import Runner
 from rsdrill.experiment.probes import RegisterProbe
 from rsdrill.experiment.schema import Experiment, Fault
-from rsdrill.sandbox.config import UNSAFE_MAJORITY_ACK_ENV
+from rsdrill.sandbox.config import PLANTED_ENVS
 
 MIN_SHRUNK_DURATION_S = 0.5
 DURATION_HALVINGS = 3
@@ -89,6 +89,7 @@ def run_checked(
             recovery_slo_s=recovery_slo_s,
             transactions_model=exp.probes.transactions_model,
         )  # fmt: skip
+        violations += audit_violations(result.audit)
     return RunVerdict(index, seed, result.verdict, violations, time.monotonic() - started,
                       out_dir, result.error)  # fmt: skip
 
@@ -220,7 +221,7 @@ def _shrink(
 
 
 def replay_command(file: Path, seed: int | None = None) -> str:
-    """The command that replays a run (with the test-only switch when it was on)."""
-    env = f"{UNSAFE_MAJORITY_ACK_ENV}=1 " if os.environ.get(UNSAFE_MAJORITY_ACK_ENV) == "1" else ""
+    """The command that replays a run (with the test-only switches that were on)."""
+    env = "".join(f"{name}={os.environ[name]} " for name in PLANTED_ENVS if os.environ.get(name))
     seeded = f" --seed {seed}" if seed is not None else ""
     return f"{env}rsdrill run {file}{seeded}"

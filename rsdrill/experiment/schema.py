@@ -449,10 +449,10 @@ class Experiment(Strict):
     )
     observe: Observe = Observe()
     audit: Literal["off", "quick", "full"] = Field(
-        "off",
+        "quick",
         description="after the run, compare the members' data (dbHash, then which documents "
-        "differ): quick, the databases rsdrill wrote (rsdrill_*); full, every one but admin, "
-        "config and local",
+        "differ) and account for their rollbacks: quick, the databases rsdrill wrote "
+        "(rsdrill_*); full, every one but admin, config and local",
     )
     slo: SloConditions = Field(
         default_factory=dict,

@@ -29,6 +29,12 @@ UNSAFE_SNAPSHOT_ENV = "RSDRILL_TEST_UNSAFE_SNAPSHOT"
 """Test-only: set to 1 in the environment members start with, each statement of a transaction
 reads the newest data instead of the transaction's snapshot: a deliberately broken server whose
 read skew the transactional checker (analysis/elle.py) must find."""
+SKIP_OPLOG_ENTRY_ENV = "RSDRILL_TEST_SKIP_OPLOG_ENTRY"
+"""Test-only: set to N in the environment members start with, each member's process leaves the
+Nth insert it applies as a secondary out of its data (the entry is in its oplog): a deliberately
+broken server whose divergence the data audit must find."""
+PLANTED_ENVS = (UNSAFE_MAJORITY_ACK_ENV, UNSAFE_SNAPSHOT_ENV, SKIP_OPLOG_ENTRY_ENV)
+"""Every test-only switch that breaks the emulator on purpose (a real mongod ignores them)."""
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,10 @@ def test_a_host_kill_is_down_for_the_restart_and_the_result_says_what_was_measur
         assert 4.0 <= held <= fault["verified_at_s"] - fault["injected_at_s"] + 4.2, fault
         metrics = result["metrics"]
         assert 4.0 <= metrics["raw_write_unavailable_s"] <= 6.0, metrics
+        # The audit (on by default) could compare nothing here, and says why: never consistent.
+        audit = result["audit"]
+        assert audit["consistent"] is None and "replSetGetStatus" in audit["error"], audit
+        assert metrics["divergent_members"] is None
         assert metrics["raw_write_unavailable_s"] <= metrics["write_unavailable_s"] <= 7.0
         assert {"failover_s", "replication_lag_max_s"} <= set(metrics["not_applicable"])
         assert metrics["lost_acknowledged_writes"] == 0 and metrics["acknowledged_writes"] > 50
@@ -167,6 +171,10 @@ def test_a_replica_set_it_claims_without_replsetgetstatus_is_read_from_hello(
         assert states[0] == "PRIMARY" and "DOWN" in states and states[-1] == "PRIMARY", states
         assert metrics["recovery_s"][server.host] is not None
         assert 4.0 <= metrics["raw_write_unavailable_s"] <= 6.0, metrics
+        # The audit (on by default) could compare nothing here, and says why: never consistent.
+        audit = result["audit"]
+        assert audit["consistent"] is None and "replSetGetStatus" in audit["error"], audit
+        assert metrics["divergent_members"] is None
 
 
 # A probe insert's commit in SQLite's write-ahead log: a frame (24-byte header, 4 KiB page)

@@ -1,6 +1,7 @@
-"""A run with `audit: quick` compares the members' data after the faults: a primary kill on the
-sandbox rs3 leaves them consistent, with the figures in result.json, the SLO, the terminal, the
-summary and the report."""
+"""A run's audit (`audit: quick`, the default) compares the members' data after the faults and
+accounts for their rollbacks: a primary kill on the sandbox rs3 leaves them consistent, with
+the figures in result.json, the SLO, the terminal, the summary and the report; a partitioned
+primary's rollback is named, with the acknowledged writes it took."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def test_an_slo_on_the_audit_without_it_is_refused_at_load() -> None:
     with pytest.raises(ValueError, match="the data audit"):
         Experiment.model_validate({
             "name": "x", "target": {"platform": "sandbox"},
-            "faults": [{"at": "1s", "kind": "stepdown"}], "slo": {"divergent_members": "== 0"},
+            "faults": [{"at": "1s", "kind": "stepdown"}], "audit": "off",
+            "slo": {"divergent_members": "== 0"},
         })  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """`rsdrill soak` on the sandbox: a deliberately broken sandbox (w:majority acknowledged before
-any secondary has the write) is caught and its schedule shrunk to at most 2 faults; the correct
-sandbox passes three seeded runs; the CLI prints progress and the replay command."""
+any secondary has the write) is caught and its schedule shrunk to at most 2 faults; one whose
+secondaries skip an oplog entry is caught by the data audit; the correct sandbox passes three
+seeded runs; the CLI prints progress and the replay command."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rsdrill.engine.soak import soak
+from rsdrill.engine.soak import replay_command, soak
 from rsdrill.experiment.loader import load_experiment, load_experiment_text
-from rsdrill.sandbox.config import UNSAFE_MAJORITY_ACK_ENV
+from rsdrill.sandbox.config import SKIP_OPLOG_ENTRY_ENV, UNSAFE_MAJORITY_ACK_ENV
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -67,6 +68,25 @@ def test_a_broken_sandbox_is_found_and_shrunk_to_at_most_two_faults(
     size = len(report.shrunk)
     print(f"found after {report.found_after_s:.0f}s ({len(report.runs)} runs); shrunk to "
           f"{size} fault(s) in {report.shrink_runs} runs; {found_s:.0f}s in all")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_secondary_that_skips_an_oplog_entry_is_found_by_the_audit_and_shrunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Planted: each member leaves the 30th insert it applies as a secondary out of its data
+    # (past the probes' set-up, inside the first seconds of writes at 50 per second).
+    monkeypatch.setenv(SKIP_OPLOG_ENTRY_ENV, "30")
+    lines: list[str] = []
+    report = soak(load_experiment_text(SOAK, "soak.yaml", {}), tmp_path, duration_s=600,
+                  max_runs=20, seed=CORRECT_SEED, progress=lines.append)  # fmt: skip
+    print("\n".join(lines))
+    assert report.violating is not None, "\n".join(lines)
+    [divergence] = [v for v in report.violating.violations if v.invariant == "divergence"][:1]
+    # The audit names the member, the probe's collection and the skipped document.
+    assert "rsdrill_probe.run_" in divergence.detail and "_write (_id " in divergence.detail
+    assert report.shrunk is not None and len(report.shrunk) == 1, report.shrunk
+    assert f"{SKIP_OPLOG_ENTRY_ENV}=30 rsdrill run" in replay_command(Path("x.yaml"))
 
 
 def test_the_correct_sandbox_breaks_nothing_on_seeded_runs(tmp_path: Path) -> None:
