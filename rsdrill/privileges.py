@@ -52,7 +52,8 @@ _READ = ["find", "listCollections", "listIndexes", "collStats", "dbStats", "kill
 _WRITE = ["insert", "update", "remove", "createCollection", "dropCollection", "createIndex",
           "dropIndex", "renameCollectionSameDB"]  # fmt: skip
 _DB_ADMIN = ["collStats", "dbStats", "listCollections", "listIndexes", "createCollection",
-             "createIndex", "dropCollection", "dropIndex", "dropDatabase", "collMod"]  # fmt: skip
+             "createIndex", "dropCollection", "dropIndex", "dropDatabase", "collMod",
+             "validate"]  # fmt: skip
 _MONITOR = ["serverStatus", "replSetGetStatus", "replSetGetConfig", "listDatabases",
             "getCmdLineOpts", "getParameter", "connPoolStats", "hostInfo", "top"]  # fmt: skip
 _MANAGER = ["replSetStateChange", "replSetConfigure", "replSetGetConfig", "replSetGetStatus",

@@ -119,6 +119,8 @@ class Metrics(_Model):
     # not compared), and how long they took to apply the primary's last write.
     divergent_members: int | None = None
     audit_lag_s: float | None = None
+    # Collections (per member) whose own `validate` found them not valid (None: not validated).
+    validate_errors: int | None = None
     # What the members' rollbacks took during the run (documents in their rollback files), and
     # the probes' acknowledged writes among them (None: not known, see analysis.rollbacks).
     rolled_back_writes: int | None = None
@@ -137,6 +139,13 @@ class AuditDivergence(_Model):
     database: str
     collection: str
     ids: list[str] = Field(default_factory=list, description="a sample of the _ids that differ")
+
+
+class AuditInvalid(_Model):
+    member: str
+    database: str
+    collection: str
+    errors: list[str] = Field(default_factory=list, description="as its validate said them")
 
 
 class RolledBackWrites(_Model):
@@ -175,6 +184,11 @@ class AuditResult(_Model):
     members: list[str] = Field(default_factory=list)
     databases: list[str] = Field(default_factory=list)
     divergences: list[AuditDivergence] = Field(default_factory=list)
+    validated: int | None = Field(
+        None, description="collections validated (validate, on every member); None: not run"
+    )
+    invalid: list[AuditInvalid] = Field(default_factory=list)
+    validate_error: str | None = Field(None, description="why validate could not be run")
     rollbacks_accounted: bool = Field(
         False, description="the members' rollbacks were read (a run's audit: since its start)"
     )

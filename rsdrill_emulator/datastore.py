@@ -64,6 +64,11 @@ class DataStore:
         rows = self.database.execute("SELECT doc FROM docs WHERE ns = ? ORDER BY rowid", (ns,))
         return [row[0] for row in rows]
 
+    def keyed_documents(self, ns: str) -> list[tuple[bytes, bytes]]:
+        """(the `_id` index's key, the document as stored) of every document (validate)."""
+        rows = self.database.execute("SELECT k, doc FROM docs WHERE ns = ? ORDER BY rowid", (ns,))
+        return [(bytes(row[0]), bytes(row[1])) for row in rows]
+
     def scan(self, ns: str, after_rowid: int, max_bytes: int) -> tuple[list[bytes], int, bool]:
         """Raw documents after a position, about max_bytes of them: (docs, position, done)."""
         out: list[bytes] = []

@@ -13,7 +13,7 @@ _COLLECTION_ACTIONS = {
     "count": "find", "distinct": "find", "aggregate": "find", "findandmodify": "update",
     "create": "createCollection", "drop": "dropCollection", "createindexes": "createIndex",
     "dropindexes": "dropIndex", "listindexes": "listIndexes", "collstats": "collStats",
-    "collmod": "collMod",
+    "collmod": "collMod", "validate": "validate",
 }  # fmt: skip
 _DATABASE_ACTIONS = {"listcollections": "listCollections", "dbstats": "dbStats",
                      "dropdatabase": "dropDatabase", "dbhash": "dbHash"}  # fmt: skip

@@ -28,6 +28,16 @@ class Divergence:
     ids: tuple[Any, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class Invalid:
+    """One member's copy of one collection that its own `validate` found not valid."""
+
+    member: str
+    database: str
+    collection: str
+    errors: tuple[str, ...] = field(default=())
+
+
 def divergent(reference: str, hashes: Hashes) -> list[Divergence]:
     """Every (member, database, collection) whose digest is not the reference member's."""
     found = []
@@ -54,17 +64,19 @@ def differing_ids(
     return tuple(ids[:limit])
 
 
-def audit_figures(audit: AuditResult | None) -> tuple[int | None, float | None]:
-    """(divergent_members, audit_lag_s) of a run's audit: members are counted only when they
-    were compared (None otherwise: not caught up, or not comparable)."""
+def audit_figures(audit: AuditResult | None) -> tuple[int | None, float | None, int | None]:
+    """(divergent_members, audit_lag_s, validate_errors) of a run's audit: members are counted
+    only when they were compared (None otherwise: not caught up, or not comparable), and
+    invalid collections only when every one was validated."""
     if audit is None:
-        return None, None
+        return None, None, None
     counted = (
         None
         if audit.consistent is None or not audit.caught_up
         else len({d.member for d in audit.divergences})
     )
-    return counted, audit.lag_s
+    invalid = None if audit.validated is None or audit.validate_error else len(audit.invalid)
+    return counted, audit.lag_s, invalid
 
 
 def _key(doc_id: Any) -> str:

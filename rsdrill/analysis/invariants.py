@@ -10,8 +10,9 @@
   one (the writer sets 1, 2, 3, ... so the committed value only grows);
 - `linearizable`: the register's reads and writes admit no linearization (a single-register
   model, as Jepsen's Knossos checks; searched with Wing & Gong's algorithm and Lowe's cache);
-- `divergence` / `not-caught-up`: the run's data audit found a member whose data differs from
-  the primary's once all had applied the same writes, or members that never caught up;
+- `divergence` / `invalid` / `not-caught-up`: the run's data audit found a member whose data
+  differs from the primary's once all had applied the same writes, a collection a member's
+  own validate found not valid, or members that never caught up;
 - the transactions probe's anomalies (G0, G1c, G-single, ...: `analysis.elle`).
 
 A failed write may or may not have taken effect: it is indeterminate (Jepsen's `info`), open
@@ -242,7 +243,10 @@ def audit_violations(audit: AuditResult | None) -> list[Violation]:
             f"{d.database}.{d.collection} (_id {', '.join(d.ids) or 'none listed'})"
         )
     return [Violation("divergence", f"{member} differs from the primary {audit.primary}: "
-                      + "; ".join(where)) for member, where in found.items()]  # fmt: skip
+                      + "; ".join(where)) for member, where in found.items()] + [
+        Violation("invalid", f"{i.member} {i.database}.{i.collection}: {'; '.join(i.errors)}")
+        for i in audit.invalid
+    ]  # fmt: skip
 
 
 def transaction_violations(

@@ -45,6 +45,7 @@ _METRIC_NAMES: tuple[str, ...] = (
     "probe_stall_s",
     "divergent_members",
     "audit_lag_s",
+    "validate_errors",
     "rolled_back_writes",
     "rolled_back_acknowledged_writes",
     "transaction_anomalies",

@@ -81,6 +81,7 @@ SOURCES: dict[str, tuple[Source, ...]] = {
     "probe_stall_s": (STALL,),
     "divergent_members": (AUDIT,),
     "audit_lag_s": (AUDIT,),
+    "validate_errors": (AUDIT,),
     "rolled_back_writes": (AUDIT,),
     "rolled_back_acknowledged_writes": (AUDIT,),
     "transaction_anomalies": (TRANSACTIONS,),

@@ -32,9 +32,10 @@ def audit(
     as_json: JsonOption = False,
 ) -> None:
     """Compare the members' data once each has applied the primary's last write (dbHash of
-    each database, then which documents differ). Exit 0: the same everywhere; 1: a member
-    differs or did not catch up; 2: a member could not be compared (nothing is then said
-    to be consistent)."""
+    each database, then which documents differ; validate of each collection on each member).
+    Exit 0: the same everywhere and valid; 1: a member differs, has a collection that is not
+    valid, or did not catch up; 2: a member could not be compared (nothing is then said to be
+    consistent)."""
     from rsdrill.connection import SettingsError, parse_uri
     from rsdrill.engine.audit import AuditError, to_result
     from rsdrill.engine.audit import audit as run_audit
@@ -58,6 +59,13 @@ def audit(
         for d in report.divergences:
             ids = ", ".join(repr(i) for i in d.ids) or "none listed"
             typer.echo(f"divergent: {d.member} {d.database}.{d.collection} (_id {ids})")
+        for i in report.invalid:
+            typer.echo(f"not valid: {i.member} {i.database}.{i.collection} "
+                       f"({'; '.join(i.errors) or 'no error given'})")  # fmt: skip
+        if report.validate_error:
+            typer.echo(f"validate not run everywhere: {redact_uri(report.validate_error)}")
         if report.consistent:
-            typer.echo(f"consistent: {compared}, same dbHash as the primary {report.primary}")
+            typer.echo(f"consistent: {compared}, same dbHash as the primary {report.primary}"
+                       + (f", {report.validated} collections valid"
+                          if report.validated is not None else ""))  # fmt: skip
     raise typer.Exit(0 if report.consistent else EXIT_DIVERGENT)

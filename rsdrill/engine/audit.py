@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import bson
 
-from rsdrill.analysis.audit import Divergence, differing_ids, divergent
+from rsdrill.analysis.audit import Divergence, Invalid, differing_ids, divergent
 from rsdrill.analysis.rollbacks import Writer, account
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.engine.outcome import internal_error
@@ -32,7 +32,7 @@ from rsdrill.history import Op
 from rsdrill.platforms.base import RunTarget
 from rsdrill.platforms.remote import discover_members
 from rsdrill.redact import redact_uri
-from rsdrill.result import AuditDivergence, AuditResult, AuditRollback
+from rsdrill.result import AuditDivergence, AuditInvalid, AuditResult, AuditRollback
 
 if TYPE_CHECKING:
     from rsdrill.probes import ProbeSet
@@ -64,10 +64,14 @@ class AuditReport:
     # How long the members took to apply the primary's last write (up to the deadline).
     lag_s: float
     divergences: list[Divergence] = field(default_factory=list)
+    # How many collections were validated, on every member together (None: none was).
+    validated: int | None = None
+    invalid: list[Invalid] = field(default_factory=list)
+    validate_error: str | None = None
 
     @property
     def consistent(self) -> bool:
-        return self.caught_up and not self.divergences
+        return self.caught_up and not self.divergences and not self.invalid
 
 
 def audit(
@@ -96,6 +100,7 @@ def audit(
         if not caught_up:
             return report  # comparing members at different points would prove nothing
         hashes = {m: {db: _db_hash(conns, m, db) for db in names} for m in members}
+        _validate_all(conns, report, hashes, background=not own_only)
         for found in divergent(primary, hashes):
             ours, theirs = _digests(conns, primary, found), _digests(conns, found.member, found)
             ids = differing_ids(ours, theirs, ID_SAMPLE)
@@ -162,6 +167,33 @@ def _wait_caught_up(
         time.sleep(0.1)
 
 
+def _validate_all(
+    conns: _Connections,
+    report: AuditReport,
+    hashes: dict[str, dict[str, dict[str, str]]],
+    *,
+    background: bool,
+) -> None:
+    """validate every collection dbHash listed, on each member; a member that cannot run it
+    (no `validate` action, a server without it) ends the validation, said as its error. A
+    user's collections are validated in the background (mongod 5.0+ then blocks no writes)."""
+    body: dict[str, Any] = {"background": True} if background else {}
+    validated = 0
+    for member, databases in hashes.items():
+        for db, collections in databases.items():
+            for coll in collections:
+                try:
+                    reply = conns.command(member, db, {"validate": coll, **body, **_ANY_MEMBER})
+                except AuditError as exc:
+                    report.validate_error = str(exc)
+                    return
+                validated += 1
+                if not reply.get("valid", True):
+                    errors = tuple(str(e) for e in reply.get("errors", []))
+                    report.invalid.append(Invalid(member, db, coll, errors))
+    report.validated = validated
+
+
 def _user_databases(reply: dict[str, Any], *, own_only: bool) -> list[str]:
     names = (str(d["name"]) for d in reply.get("databases", []))
     return sorted(name for name in names if name not in SYSTEM_DATABASES
@@ -186,6 +218,14 @@ def to_result(report: AuditReport) -> AuditResult:
             )
             for d in report.divergences
         ],
+        validated=report.validated,
+        invalid=[
+            AuditInvalid(
+                member=i.member, database=i.database, collection=i.collection, errors=list(i.errors)
+            )
+            for i in report.invalid
+        ],
+        validate_error=report.validate_error and redact_uri(report.validate_error),
     )
 
 

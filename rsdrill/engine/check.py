@@ -254,6 +254,9 @@ def needed_privileges(exp: Experiment, standalone: bool) -> list[Privilege]:
             Privilege(f"{PROBE_DB}." if quick else ".", "dbHash",
                       "the data audit (audit: off skips it)",
                       f"read@{PROBE_DB}" if quick else "readAnyDatabase", required=False),
+            Privilege(f"{PROBE_DB}." if quick else ".", "validate",
+                      "the data audit (audit: off skips it)",
+                      f"dbAdmin@{PROBE_DB}" if quick else "dbAdminAnyDatabase", required=False),
             Privilege(CLUSTER, "listDatabases", "the data audit (audit: off skips it)",
                       "clusterMonitor", required=False),
         ]  # fmt: skip

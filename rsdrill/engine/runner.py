@@ -308,7 +308,9 @@ class Runner:
             ops, self.state.records, duration_s=duration_s, standalone=self._standalone,
             transactions_model=self.exp.probes.transactions_model,
         )  # fmt: skip
-        metrics.divergent_members, metrics.audit_lag_s = audit_figures(self._audit)
+        metrics.divergent_members, metrics.audit_lag_s, metrics.validate_errors = audit_figures(
+            self._audit
+        )
         metrics.rolled_back_writes, metrics.rolled_back_acknowledged_writes = rollback_figures(
             self._audit
         )

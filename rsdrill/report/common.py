@@ -128,7 +128,7 @@ def audit_lines(result: Result) -> list[str]:
     audit = result.audit
     if audit is None:
         return []
-    return _comparison_lines(audit) + _rollback_lines(audit)
+    return _comparison_lines(audit) + _validate_lines(audit) + _rollback_lines(audit)
 
 
 def _comparison_lines(audit: AuditResult) -> list[str]:
@@ -140,10 +140,23 @@ def _comparison_lines(audit: AuditResult) -> list[str]:
     compared = f"{len(audit.members)} members, {', '.join(audit.databases) or 'no database'}"
     if audit.consistent:
         return [f"audit: consistent: {compared} (caught up in {fmt_number(audit.lag_s)} s)"]
+    if not audit.divergences:
+        return [f"audit: same data on {compared}, but not valid (below)"]
     return [f"audit: DIVERGENT: {compared}"] + [
         f"  {d.member} {d.database}.{d.collection} (_id {', '.join(d.ids) or 'none listed'})"
         for d in audit.divergences
     ]
+
+
+def _validate_lines(audit: AuditResult) -> list[str]:
+    if audit.validate_error:
+        return [f"validate: not run everywhere: {audit.validate_error}"]
+    if audit.validated is None:
+        return []
+    if not audit.invalid:
+        return [f"validate: {audit.validated} collections valid on every member"]
+    return [f"validate: NOT VALID: {i.member} {i.database}.{i.collection}: "
+            f"{'; '.join(i.errors) or 'no error given'}" for i in audit.invalid]  # fmt: skip
 
 
 def _rollback_lines(audit: AuditResult) -> list[str]:

@@ -140,6 +140,9 @@ FAMILIES: dict[str, Family] = {
     "audit_lag_s": Family(
         "rsdrill_audit_lag_seconds", "Data audit: time for every member to apply the last write."
     ),
+    "validate_errors": Family(
+        "rsdrill_validate_errors", "Data audit: collections a member's validate found not valid."
+    ),
     "rolled_back_writes": Family(
         "rsdrill_rolled_back_writes", "Data audit: documents the members' rollbacks took."
     ),

@@ -26,6 +26,16 @@ def _audit(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
+def _audit_when_up(sandbox: Sandbox) -> subprocess.CompletedProcess[str]:
+    """The audit once a restarted member is SECONDARY again (it refuses members not up)."""
+    deadline = time.monotonic() + 30
+    while True:
+        done = _audit(sandbox.uri)
+        if done.returncode != 2 or time.monotonic() > deadline:
+            return done
+        time.sleep(0.5)
+
+
 @pytest.fixture
 def rs3(sandbox_dir: Path, free_port_base: Any) -> Sandbox:
     spec = build_topology("rs3", port_base=free_port_base(3),
@@ -43,6 +53,8 @@ def test_consistent_members_pass(rs3: Sandbox) -> None:
     report = json.loads(done.stdout)
     assert report["consistent"] and report["databases"] == ["shop"], report
     assert len(report["members"]) == 3 and report["divergences"] == []
+    # validate on every member: shop.orders and shop.users, three times.
+    assert report["validated"] == 6 and report["invalid"] == [], report
 
 
 def test_a_document_changed_behind_a_members_back_is_named(rs3: Sandbox) -> None:
@@ -60,14 +72,28 @@ def test_a_document_changed_behind_a_members_back_is_named(rs3: Sandbox) -> None
         assert changed.rowcount == 1
     data.close()
     rs3.start(secondary)
-    deadline = time.monotonic() + 30
-    while True:  # back as SECONDARY (the audit refuses members that are not up)
-        done = _audit(rs3.uri)
-        if done.returncode != 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    done = _audit_when_up(rs3)
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.splitlines() == [f"divergent: {secondary.host} shop.orders (_id 7)"]
+
+
+def test_a_record_not_under_its_own_id_is_divergent_and_not_valid(rs3: Sandbox) -> None:
+    with MongoClient(rs3.uri, serverSelectionTimeoutMS=20_000) as client:
+        primary = client.admin.command("hello")["primary"]
+    secondary = next(m for m in rs3.spec.members if m.host != primary)
+    rs3.kill(secondary)
+    data = sqlite3.connect(member_dir(rs3.directory, secondary) / "data" / DATA_FILE)
+    with data:  # the record kept under _id 7's key now says _id 77
+        data.execute("UPDATE docs SET doc = ? WHERE ns = ? AND k = ?",
+                     (bson.encode({"_id": 77, "total": 70}), "shop.orders", id_key(7)))  # fmt: skip
+    data.close()
+    rs3.start(secondary)
+    done = _audit_when_up(rs3)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert f"divergent: {secondary.host} shop.orders (_id 7, 77)" in lines, lines
+    [invalid] = [line for line in lines if line.startswith("not valid: ")]
+    assert invalid.startswith(f"not valid: {secondary.host} shop.orders (") and "_id" in invalid
 
 
 def test_a_member_that_is_down_is_one_line_and_exit_2(rs3: Sandbox) -> None:

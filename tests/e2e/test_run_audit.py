@@ -24,7 +24,7 @@ def test_a_primary_kill_leaves_the_members_consistent(tmp_path: Path) -> None:
             "faults": [{"at": "2s", "kind": "host-kill", "select": "primary", "duration": "2s"}],
             "observe": {"after_revert": "10s"},
             "audit": "quick",
-            "slo": {"divergent_members": "== 0", "audit_lag_s": "< 30"},
+            "slo": {"divergent_members": "== 0", "audit_lag_s": "< 30", "validate_errors": "== 0"},
         }),
         RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path),
     )  # fmt: skip
@@ -34,6 +34,9 @@ def test_a_primary_kill_leaves_the_members_consistent(tmp_path: Path) -> None:
     assert audit.consistent and audit.caught_up and len(audit.members) == 3
     assert "rsdrill_probe" in audit.databases
     assert result.metrics.divergent_members == 0
+    # Every probe collection validated on every member, none found not valid.
+    assert audit.validated and audit.validated % 3 == 0 and audit.invalid == []
+    assert result.metrics.validate_errors == 0
     saved = json.loads((tmp_path / "out" / "result.json").read_text())
     assert saved["audit"]["consistent"] is True and saved["metrics"]["divergent_members"] == 0
     assert "### Data audit" in (tmp_path / "out" / "summary.md").read_text()

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import sqlite3
 from typing import Any
 
 import bson
 import pytest
 from bson import ObjectId
-from pymongo.errors import OperationFailure
+from pymongo.errors import CollectionInvalid, OperationFailure
 
 from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.sandbox.config import DATA_FILE, member_dir
+from rsdrill_emulator.datastore import id_key
 from tests.harness.members import wait_until
 
 # In BSON comparison order (numbers < strings < objects < arrays < ObjectId < booleans < dates):
@@ -81,3 +84,49 @@ def test_a_changed_document_changes_that_collection_only(rs3: Sandbox, client_fo
 def test_collections_must_be_names(rs3: Sandbox, client_for: Any) -> None:
     with pytest.raises(OperationFailure, match="collections entries have to be strings"):
         client_for(rs3).audit.command("dbHash", collections=[1])
+
+
+def test_validate_answers_as_mongod_and_pymongo_reads_it(rs3: Sandbox, client_for: Any) -> None:
+    db = client_for(rs3, w=3).audit
+    db.things.insert_many([{"_id": i} for i in range(7)])
+    db.things.create_index("n")
+    # pymongo's own reading of the reply (it raises CollectionInvalid for a reply not valid).
+    reply = db.validate_collection("things")
+    assert reply["valid"] is True and reply["ns"] == "audit.things"
+    assert reply["nrecords"] == 7 and reply["nIndexes"] == 2
+    assert reply["keysPerIndex"] == {"_id_": 7, "n_1": 7}
+    assert reply["errors"] == [] and reply["corruptRecords"] == []
+    with pytest.raises(OperationFailure) as missing:
+        db.validate_collection("nothing")
+    assert missing.value.code == 26  # NamespaceNotFound
+    db.command("create", "a_view", viewOn="things", pipeline=[])
+    with pytest.raises(OperationFailure) as view:
+        db.validate_collection("a_view")
+    assert view.value.code == 166  # CommandNotSupportedOnView
+
+
+def test_validate_finds_records_changed_in_a_stopped_members_storage(
+    rs3: Sandbox, client_for: Any
+) -> None:
+    client = client_for(rs3, w=3)
+    client.audit.things.insert_many([{"_id": i, "v": i} for i in range(5)])
+    primary = client.admin.command("hello")["primary"]
+    secondary = next(m for m in rs3.spec.members if m.host != primary)
+    rs3.kill(secondary)
+    data = sqlite3.connect(member_dir(rs3.directory, secondary) / "data" / DATA_FILE)
+    with data:
+        # One record cut short (not a whole BSON document), one whose `_id` is not its key.
+        data.execute("UPDATE docs SET doc = ? WHERE ns = ? AND k = ?",
+                     (bson.encode({"_id": 1})[:-3], "audit.things", id_key(1)))  # fmt: skip
+        data.execute("UPDATE docs SET doc = ? WHERE ns = ? AND k = ?",
+                     (bson.encode({"_id": 33, "v": 3}), "audit.things", id_key(3)))  # fmt: skip
+    data.close()
+    rs3.start(secondary)
+    direct = client_for(secondary.host, readPreference="secondaryPreferred").audit
+    with pytest.raises(CollectionInvalid):
+        direct.validate_collection("things")
+    reply = direct.command("validate", "things")
+    assert reply["valid"] is False and reply["corruptRecords"] == [1]
+    assert reply["nInvalidDocuments"] == 1 and len(reply["errors"]) == 2, reply
+    assert [e["recordId"] for e in reply["missingIndexEntries"]] == [3]
+    assert client_for(primary).audit.validate_collection("things")["valid"] is True

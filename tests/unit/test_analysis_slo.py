@@ -44,6 +44,7 @@ def test_metric_names_are_the_contract_names() -> None:
         "probe_stall_s",
         "divergent_members",
         "audit_lag_s",
+        "validate_errors",
         "rolled_back_writes",
         "rolled_back_acknowledged_writes",
         "transaction_anomalies",

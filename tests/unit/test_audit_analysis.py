@@ -4,7 +4,7 @@ documents, and the figures a run's result carries."""
 from __future__ import annotations
 
 from rsdrill.analysis.audit import Divergence, audit_figures, differing_ids, divergent
-from rsdrill.result import AuditDivergence, AuditResult
+from rsdrill.result import AuditDivergence, AuditInvalid, AuditResult
 
 P, S1, S2 = "p:1", "s:2", "s:3"
 
@@ -39,8 +39,16 @@ def test_figures_count_members_only_when_compared() -> None:
     divergence = AuditDivergence(member=S1, database="d", collection="c", ids=["1"])
     compared = AuditResult(consistent=False, caught_up=True, lag_s=0.2,
                            divergences=[divergence, divergence])  # fmt: skip
-    assert audit_figures(compared) == (1, 0.2)
-    assert audit_figures(AuditResult(consistent=True, caught_up=True, lag_s=0.1)) == (0, 0.1)
-    assert audit_figures(AuditResult(consistent=False, caught_up=False, lag_s=30.0)) == (None, 30.0)
-    assert audit_figures(AuditResult(error="down")) == (None, None)
-    assert audit_figures(None) == (None, None)
+    assert audit_figures(compared) == (1, 0.2, None)
+    validated = AuditResult(consistent=True, caught_up=True, lag_s=0.1, validated=6)
+    assert audit_figures(validated) == (0, 0.1, 0)
+    invalid = AuditInvalid(member=S1, database="db", collection="c", errors=["corrupt"])
+    found = validated.model_copy(update={"consistent": False, "invalid": [invalid]})
+    assert audit_figures(found) == (0, 0.1, 1)
+    # validate refused on one member: the count would say less than it knows.
+    refused = validated.model_copy(update={"validate_error": "h:1: not authorized"})
+    assert audit_figures(refused) == (0, 0.1, None)
+    not_caught_up = AuditResult(consistent=False, caught_up=False, lag_s=30.0)
+    assert audit_figures(not_caught_up) == (None, 30.0, None)
+    assert audit_figures(AuditResult(error="down")) == (None, None, None)
+    assert audit_figures(None) == (None, None, None)
