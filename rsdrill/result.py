@@ -139,6 +139,15 @@ class AuditDivergence(_Model):
     database: str
     collection: str
     ids: list[str] = Field(default_factory=list, description="a sample of the _ids that differ")
+    primary_count: int | None = Field(None, description="documents in the primary's copy")
+    member_count: int | None = Field(None, description="documents in the member's copy")
+
+
+class AuditOplogDifference(_Model):
+    member: str
+    ts: str = Field(description="the entry's timestamp, as Timestamp(seconds, increment)")
+    term: int | None = None
+    reason: Literal["missing", "extra", "differs"]
 
 
 class AuditInvalid(_Model):
@@ -184,6 +193,11 @@ class AuditResult(_Model):
     members: list[str] = Field(default_factory=list)
     databases: list[str] = Field(default_factory=list)
     divergences: list[AuditDivergence] = Field(default_factory=list)
+    oplog_compared: int | None = Field(
+        None, description="newest oplog entries read on each member and compared; None: not"
+    )
+    oplog_differences: list[AuditOplogDifference] = Field(default_factory=list)
+    oplog_error: str | None = Field(None, description="why the oplogs could not be compared")
     validated: int | None = Field(
         None, description="collections validated (validate, on every member); None: not run"
     )

@@ -284,6 +284,13 @@ class Oplog:
             total += len(data)
         return bson.decode_all(b"".join(encoded))
 
+    def newest_entries(self, count: int) -> list[dict[str, Any]]:
+        """The newest `count` entries, newest first (an index range: however long the oplog)."""
+        rows = self.database.execute(
+            "SELECT entry FROM oplog ORDER BY t DESC, secs DESC, inc DESC LIMIT ?", (count,)
+        ).fetchall()
+        return [bson.decode(row[0]) for row in rows]
+
     def keys_newest_first(self) -> list[OpTime]:
         rows = self.database.execute(
             "SELECT t, secs, inc FROM oplog ORDER BY t DESC, secs DESC, inc DESC"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from rsdrill.result import AuditResult
 
@@ -26,6 +26,8 @@ class Divergence:
     collection: str
     # A bounded sample of the `_id`s whose documents differ, are missing or are extra.
     ids: tuple[Any, ...] = field(default=())
+    # How many documents the primary's copy and the member's hold (None: not counted).
+    counts: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,47 @@ def differing_ids(
     ids = [doc_id for doc_id, digest in reference if theirs.get(_key(doc_id)) != digest]
     ids += [doc_id for doc_id, _ in other if _key(doc_id) not in ours]
     return tuple(ids[:limit])
+
+
+# One member's newest oplog entries, newest first: (timestamp, term, MD5 of the entry's BSON).
+OplogTail = Sequence[tuple[Any, int | None, str]]
+
+
+@dataclass(frozen=True)
+class OplogDifference:
+    """An entry in the window both oplog tails cover that one member lacks, has extra, or holds
+    in another form than the primary's."""
+
+    member: str
+    ts: Any
+    term: int | None
+    reason: Literal["missing", "extra", "differs"]
+
+
+def oplog_differences(reference: str, tails: Mapping[str, OplogTail]) -> list[OplogDifference]:
+    """Every member's oplog tail against the reference's, over the window both read: from the
+    later of the two tails' oldest entries to the earlier of their newest (a write after the
+    members caught up is not a difference): the same entries, byte for byte."""
+    ours = {(ts, term): digest for ts, term, digest in tails[reference]}
+    found = []
+    for member in sorted(m for m in tails if m != reference):
+        theirs = {(ts, term): digest for ts, term, digest in tails[member]}
+        if not ours or not theirs:
+            found += [OplogDifference(member, ts, term, "missing" if ours else "extra")
+                      for ts, term in (ours or theirs)]  # fmt: skip
+            continue
+        since = max(min(ts for ts, _ in ours), min(ts for ts, _ in theirs))
+        until = min(max(ts for ts, _ in ours), max(ts for ts, _ in theirs))
+        for ts, term in sorted(set(ours) | set(theirs), key=lambda key: key[0]):
+            if not since <= ts <= until:
+                continue
+            if (ts, term) not in theirs:
+                found.append(OplogDifference(member, ts, term, "missing"))
+            elif (ts, term) not in ours:
+                found.append(OplogDifference(member, ts, term, "extra"))
+            elif ours[(ts, term)] != theirs[(ts, term)]:
+                found.append(OplogDifference(member, ts, term, "differs"))
+    return found
 
 
 def audit_figures(audit: AuditResult | None) -> tuple[int | None, float | None, int | None]:

@@ -10,9 +10,10 @@
   one (the writer sets 1, 2, 3, ... so the committed value only grows);
 - `linearizable`: the register's reads and writes admit no linearization (a single-register
   model, as Jepsen's Knossos checks; searched with Wing & Gong's algorithm and Lowe's cache);
-- `divergence` / `invalid` / `not-caught-up`: the run's data audit found a member whose data
-  differs from the primary's once all had applied the same writes, a collection a member's
-  own validate found not valid, or members that never caught up;
+- `divergence` / `invalid` / `oplog-divergence` / `not-caught-up`: the run's data audit found a
+  member whose data differs from the primary's once all had applied the same writes, a
+  collection a member's own validate found not valid, an oplog entry not the primary's, or
+  members that never caught up;
 - the transactions probe's anomalies (G0, G1c, G-single, ...: `analysis.elle`).
 
 A failed write may or may not have taken effect: it is indeterminate (Jepsen's `info`), open
@@ -246,6 +247,9 @@ def audit_violations(audit: AuditResult | None) -> list[Violation]:
                       + "; ".join(where)) for member, where in found.items()] + [
         Violation("invalid", f"{i.member} {i.database}.{i.collection}: {'; '.join(i.errors)}")
         for i in audit.invalid
+    ] + [
+        Violation("oplog-divergence", f"{o.member} {o.ts} (term {o.term}): {o.reason}")
+        for o in audit.oplog_differences[:1]
     ]  # fmt: skip
 
 

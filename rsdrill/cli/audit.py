@@ -59,6 +59,10 @@ def audit(
         for d in report.divergences:
             ids = ", ".join(repr(i) for i in d.ids) or "none listed"
             typer.echo(f"divergent: {d.member} {d.database}.{d.collection} (_id {ids})")
+        for o in report.oplog_differences:
+            typer.echo(f"oplog differs: {o.member} {o.ts} (term {o.term}): {o.reason}")
+        if report.oplog_error:
+            typer.echo(f"oplog not compared: {redact_uri(report.oplog_error)}")
         for i in report.invalid:
             typer.echo(f"not valid: {i.member} {i.database}.{i.collection} "
                        f"({'; '.join(i.errors) or 'no error given'})")  # fmt: skip

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import bson
 
-from rsdrill.analysis.audit import Divergence, Invalid, differing_ids, divergent
+from rsdrill.analysis.audit import (
+    Divergence,
+    Invalid,
+    OplogDifference,
+    OplogTail,
+    differing_ids,
+    divergent,
+    oplog_differences,
+)
 from rsdrill.analysis.rollbacks import Writer, account
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.engine.outcome import internal_error
@@ -32,7 +40,13 @@ from rsdrill.history import Op
 from rsdrill.platforms.base import RunTarget
 from rsdrill.platforms.remote import discover_members
 from rsdrill.redact import redact_uri
-from rsdrill.result import AuditDivergence, AuditInvalid, AuditResult, AuditRollback
+from rsdrill.result import (
+    AuditDivergence,
+    AuditInvalid,
+    AuditOplogDifference,
+    AuditResult,
+    AuditRollback,
+)
 
 if TYPE_CHECKING:
     from rsdrill.probes import ProbeSet
@@ -46,6 +60,8 @@ COMMAND_TIMEOUT_S = 30.0
 RUN_CATCH_UP_S = 30.0
 # How many differing `_id`s a divergence names.
 ID_SAMPLE = 10
+# How many of each member's newest oplog entries are compared with the primary's.
+OPLOG_TAIL = 20
 _DATA_BEARING = ("PRIMARY", "SECONDARY")
 # Reads a secondary answers (as a driver's direct connection asks).
 _ANY_MEMBER = {"$readPreference": {"mode": "secondaryPreferred"}}
@@ -64,6 +80,10 @@ class AuditReport:
     # How long the members took to apply the primary's last write (up to the deadline).
     lag_s: float
     divergences: list[Divergence] = field(default_factory=list)
+    # How many of its newest oplog entries each member's were compared on (None: not compared).
+    oplog_compared: int | None = None
+    oplog_differences: list[OplogDifference] = field(default_factory=list)
+    oplog_error: str | None = None
     # How many collections were validated, on every member together (None: none was).
     validated: int | None = None
     invalid: list[Invalid] = field(default_factory=list)
@@ -71,7 +91,8 @@ class AuditReport:
 
     @property
     def consistent(self) -> bool:
-        return self.caught_up and not self.divergences and not self.invalid
+        return (self.caught_up and not self.divergences and not self.invalid
+                and not self.oplog_differences)  # fmt: skip
 
 
 def audit(
@@ -101,12 +122,14 @@ def audit(
             return report  # comparing members at different points would prove nothing
         hashes = {m: {db: _db_hash(conns, m, db) for db in names} for m in members}
         _validate_all(conns, report, hashes, background=not own_only)
+        _compare_oplogs(conns, report)
         for found in divergent(primary, hashes):
             ours, theirs = _digests(conns, primary, found), _digests(conns, found.member, found)
             ids = differing_ids(ours, theirs, ID_SAMPLE)
             report.divergences.append(
-                Divergence(found.member, found.database, found.collection, ids)
-            )
+                Divergence(found.member, found.database, found.collection, ids,
+                           (len(ours), len(theirs)))
+            )  # fmt: skip
         return report
 
 
@@ -194,6 +217,29 @@ def _validate_all(
     report.validated = validated
 
 
+def _compare_oplogs(conns: _Connections, report: AuditReport) -> None:
+    """Each member's newest OPLOG_TAIL entries against the primary's (reading the oplog needs
+    find on local.oplog.rs; a member that refuses it is said as the comparison's error)."""
+    body = {"find": "oplog.rs", "sort": {"$natural": -1}, "limit": OPLOG_TAIL, **_ANY_MEMBER}
+    tails: dict[str, OplogTail] = {}
+    for member in report.members:
+        try:
+            reply = conns.command(member, "local", body)
+        except AuditError as exc:
+            report.oplog_error = str(exc)
+            return
+        tails[member] = [
+            (
+                e.get("ts"),
+                e.get("t"),
+                hashlib.md5(bson.encode(e), usedforsecurity=False).hexdigest(),
+            )
+            for e in reply.get("cursor", {}).get("firstBatch", [])
+        ]
+    report.oplog_differences = oplog_differences(report.primary, tails)
+    report.oplog_compared = len(tails[report.primary])
+
+
 def _user_databases(reply: dict[str, Any], *, own_only: bool) -> list[str]:
     names = (str(d["name"]) for d in reply.get("databases", []))
     return sorted(name for name in names if name not in SYSTEM_DATABASES
@@ -215,9 +261,17 @@ def to_result(report: AuditReport) -> AuditResult:
                 database=d.database,
                 collection=d.collection,
                 ids=[repr(i) for i in d.ids],
+                primary_count=d.counts[0] if d.counts else None,
+                member_count=d.counts[1] if d.counts else None,
             )
             for d in report.divergences
         ],
+        oplog_compared=report.oplog_compared,
+        oplog_differences=[
+            AuditOplogDifference(member=o.member, ts=_words(o.ts), term=o.term, reason=o.reason)
+            for o in report.oplog_differences
+        ],
+        oplog_error=report.oplog_error and redact_uri(report.oplog_error),
         validated=report.validated,
         invalid=[
             AuditInvalid(
@@ -227,6 +281,16 @@ def to_result(report: AuditReport) -> AuditResult:
         ],
         validate_error=report.validate_error and redact_uri(report.validate_error),
     )
+
+
+def _md5(document: dict[str, Any]) -> str:
+    return hashlib.md5(bson.encode(document), usedforsecurity=False).hexdigest()
+
+
+def _words(ts: Any) -> str:
+    if isinstance(ts, bson.Timestamp):
+        return f"Timestamp({ts.time}, {ts.inc})"
+    return repr(ts)
 
 
 def _db_hash(conns: _Connections, member: str, db: str) -> dict[str, str]:
@@ -241,8 +305,7 @@ def _digests(conns: _Connections, member: str, found: Divergence) -> list[tuple[
     while True:
         cursor = reply["cursor"]
         batch = cursor.get("firstBatch", cursor.get("nextBatch", []))
-        out += [(doc["_id"], hashlib.md5(bson.encode(doc), usedforsecurity=False).hexdigest())
-                for doc in batch]  # fmt: skip
+        out += [(doc["_id"], _md5(doc)) for doc in batch]
         if not cursor.get("id"):
             return out
         more = {"getMore": cursor["id"], "collection": found.collection, **_ANY_MEMBER}

@@ -128,7 +128,8 @@ def audit_lines(result: Result) -> list[str]:
     audit = result.audit
     if audit is None:
         return []
-    return _comparison_lines(audit) + _validate_lines(audit) + _rollback_lines(audit)
+    return (_comparison_lines(audit) + _oplog_lines(audit) + _validate_lines(audit)
+            + _rollback_lines(audit))  # fmt: skip
 
 
 def _comparison_lines(audit: AuditResult) -> list[str]:
@@ -141,11 +142,24 @@ def _comparison_lines(audit: AuditResult) -> list[str]:
     if audit.consistent:
         return [f"audit: consistent: {compared} (caught up in {fmt_number(audit.lag_s)} s)"]
     if not audit.divergences:
-        return [f"audit: same data on {compared}, but not valid (below)"]
+        return [f"audit: same data on {compared}, but not consistent (below)"]
     return [f"audit: DIVERGENT: {compared}"] + [
-        f"  {d.member} {d.database}.{d.collection} (_id {', '.join(d.ids) or 'none listed'})"
+        f"  {d.member} {d.database}.{d.collection} (_id {', '.join(d.ids) or 'none listed'}"
+        + (f"; {d.member_count} documents, the primary {d.primary_count}"
+           if d.member_count != d.primary_count else "") + ")"
         for d in audit.divergences
-    ]
+    ]  # fmt: skip
+
+
+def _oplog_lines(audit: AuditResult) -> list[str]:
+    if audit.oplog_error:
+        return [f"oplog: not compared: {audit.oplog_error}"]
+    if audit.oplog_compared is None:
+        return []
+    if not audit.oplog_differences:
+        return [f"oplog: the newest {audit.oplog_compared} entries the same on every member"]
+    return [f"oplog: DIFFERS: {o.member} {o.ts} (term {o.term}): {o.reason}"
+            for o in audit.oplog_differences]  # fmt: skip
 
 
 def _validate_lines(audit: AuditResult) -> list[str]:

@@ -38,7 +38,8 @@ def _oplog_documents(node: Node, body: dict[str, Any]) -> list[dict[str, Any]]:
     """`local.oplog.rs` in natural (oplog) order, newest first with sort `{$natural: -1}`.
 
     Only `$natural` orders it. Tools read its first and last entries this way (the oplog
-    window of `db.getReplicationInfo()`); reading one end touches only that entry.
+    window of `db.getReplicationInfo()`), and the data audit its newest ones; reading one end
+    touches only the entries read.
     """
     sort = dict(body.get("sort") or {})
     if set(sort) - {"$natural"} or sort.get("$natural", 1) not in (1, -1):
@@ -46,9 +47,12 @@ def _oplog_documents(node: Node, body: dict[str, Any]) -> list[dict[str, Any]]:
     newest_first = sort.get("$natural", 1) == -1
     oplog = node.oplog
     filt = body.get("filter") or {}
-    if not filt and not body.get("skip") and abs(int(body.get("limit") or 0)) == 1:
+    limit = abs(int(body.get("limit") or 0))
+    if not filt and not body.get("skip") and limit == 1:
         entry = oplog.newest_entry() if newest_first else oplog.entry_at(oplog.oldest)
         return [] if entry is None else [entry]
+    if not filt and not body.get("skip") and limit and newest_first:
+        return oplog.newest_entries(limit)  # the oplog's tail, as the audit compares it
     predicate = query.compile_filter(filt)
     docs = [e for e in oplog.entries_after(NULL_OPTIME, max_bytes=1 << 62) if predicate(e)]
     return docs[::-1] if newest_first else docs

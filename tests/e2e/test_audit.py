@@ -1,6 +1,8 @@
 """`rsdrill audit URI` against a real sandbox rs3: consistent members pass; a secondary whose
 stored document was changed behind its back (while it was stopped) is named with the collection
-and the `_id`; a member that cannot be compared is one line and exit 2, never "consistent"."""
+and the `_id`, one whose record is not under its own `_id` is also not valid, one whose oplog
+entry was rewritten is named with the entry; a member that cannot be compared is one line and
+exit 2, never "consistent"."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ def test_consistent_members_pass(rs3: Sandbox) -> None:
     assert len(report["members"]) == 3 and report["divergences"] == []
     # validate on every member: shop.orders and shop.users, three times.
     assert report["validated"] == 6 and report["invalid"] == [], report
+    assert report["oplog_compared"] == 20 and report["oplog_differences"] == [], report
 
 
 def test_a_document_changed_behind_a_members_back_is_named(rs3: Sandbox) -> None:
@@ -94,6 +97,29 @@ def test_a_record_not_under_its_own_id_is_divergent_and_not_valid(rs3: Sandbox) 
     assert f"divergent: {secondary.host} shop.orders (_id 7, 77)" in lines, lines
     [invalid] = [line for line in lines if line.startswith("not valid: ")]
     assert invalid.startswith(f"not valid: {secondary.host} shop.orders (") and "_id" in invalid
+
+
+def test_an_oplog_entry_changed_behind_a_members_back_is_named(rs3: Sandbox) -> None:
+    with MongoClient(rs3.uri, serverSelectionTimeoutMS=20_000) as client:
+        primary = client.admin.command("hello")["primary"]
+    secondary = next(m for m in rs3.spec.members if m.host != primary)
+    rs3.kill(secondary)
+    data = sqlite3.connect(member_dir(rs3.directory, secondary) / "data" / DATA_FILE)
+    with data:  # the insert of user "ann" in its oplog now says another document: data alike
+        rows = data.execute("SELECT rowid, entry FROM oplog ORDER BY t DESC, secs DESC, inc DESC")
+        rowid, entry = next((r, bson.decode(e)) for r, e in rows
+                            if bson.decode(e).get("ns") == "shop.users")  # fmt: skip
+        entry["o"] = {"_id": "bob"}
+        data.execute("UPDATE oplog SET entry = ? WHERE rowid = ?", (bson.encode(entry), rowid))
+    data.close()
+    rs3.start(secondary)
+    done = _audit_when_up(rs3)
+    assert done.returncode == 1, done.stdout + done.stderr
+    ts = entry["ts"]
+    assert done.stdout.splitlines() == [
+        f"oplog differs: {secondary.host} Timestamp({ts.time}, {ts.inc}) (term {entry['t']}): "
+        "differs"
+    ], done.stdout
 
 
 def test_a_member_that_is_down_is_one_line_and_exit_2(rs3: Sandbox) -> None:

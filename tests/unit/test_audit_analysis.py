@@ -3,7 +3,15 @@ documents, and the figures a run's result carries."""
 
 from __future__ import annotations
 
-from rsdrill.analysis.audit import Divergence, audit_figures, differing_ids, divergent
+from bson import Timestamp
+
+from rsdrill.analysis.audit import (
+    Divergence,
+    audit_figures,
+    differing_ids,
+    divergent,
+    oplog_differences,
+)
 from rsdrill.result import AuditDivergence, AuditInvalid, AuditResult
 
 P, S1, S2 = "p:1", "s:2", "s:3"
@@ -52,3 +60,32 @@ def test_figures_count_members_only_when_compared() -> None:
     assert audit_figures(not_caught_up) == (None, 30.0, None)
     assert audit_figures(AuditResult(error="down")) == (None, None, None)
     assert audit_figures(None) == (None, None, None)
+
+
+def _tail(*entries: tuple[int, str]) -> list[tuple[Timestamp, int, str]]:
+    """Newest first, as the audit reads it: (seconds, digest) → (Timestamp, term 1, digest)."""
+    return [(Timestamp(secs, 1), 1, digest) for secs, digest in entries]
+
+
+def test_oplog_tails_are_compared_over_the_window_both_read() -> None:
+    primary = _tail((9, "i"), (8, "h"), (7, "g"), (6, "f"))
+    same_shorter = _tail((9, "i"), (8, "h"))  # a shorter tail: compared from its oldest (8)
+    assert oplog_differences(P, {P: primary, S1: same_shorter}) == []
+    changed = _tail((9, "i"), (8, "H"), (7, "g"))
+    lacking = _tail((9, "i"), (7, "g"), (6, "f"))
+    extra = [*_tail((9, "i")), (Timestamp(8, 2), 1, "x"), *_tail((8, "h"), (7, "g"))]
+    # Written after the members caught up: past the window both read, not a difference.
+    later = _tail((11, "k"), (10, "j"), (9, "i"), (8, "h"), (7, "g"))
+    found = oplog_differences(P, {P: primary, S1: changed, S2: lacking, "t:4": extra,
+                                  "u:5": later})  # fmt: skip
+    assert [(d.member, d.ts, d.reason) for d in found] == [
+        (S1, Timestamp(8, 1), "differs"), (S2, Timestamp(8, 1), "missing"),
+        ("t:4", Timestamp(8, 2), "extra"),
+    ]  # fmt: skip
+    # An entry in another term at the same moment is another entry.
+    other_term = [(Timestamp(9, 1), 2, "i"), *primary[1:]]
+    assert {d.reason for d in oplog_differences(P, {P: primary, S1: other_term})} == {
+        "missing",
+        "extra",
+    }
+    assert [d.reason for d in oplog_differences(P, {P: primary, S1: []})] == ["missing"] * 4
