@@ -132,6 +132,13 @@ class Metrics(_Model):
     transaction_anomalies: int | None = None
     transaction_anomaly_types: list[str] = Field(default_factory=list)
     transaction_cycles: list[str] = Field(default_factory=list)
+    # The causal probe (probes.causal): its reads checked, the violations of the causal
+    # guarantees (None: no such probe), their kinds and the first of each, in words
+    # (analysis.causal).
+    causal_reads_checked: int | None = None
+    causal_violations: int | None = None
+    causal_violation_types: list[str] = Field(default_factory=list)
+    causal_examples: list[str] = Field(default_factory=list)
 
 
 class AuditDivergence(_Model):

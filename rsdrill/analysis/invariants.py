@@ -14,7 +14,8 @@
   member whose data differs from the primary's once all had applied the same writes, a
   collection a member's own validate found not valid, an oplog entry not the primary's, or
   members that never caught up;
-- the transactions probe's anomalies (G0, G1c, G-single, ...: `analysis.elle`).
+- the transactions probe's anomalies (G0, G1c, G-single, ...: `analysis.elle`) and the causal
+  probe's violations (read-your-writes, monotonic-reads, ...: `analysis.causal`).
 
 A failed write may or may not have taken effect: it is indeterminate (Jepsen's `info`), open
 until the end of the history. One whose value no read saw can always be placed last, so it is
@@ -28,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rsdrill.analysis.causal import check as check_causal
 from rsdrill.analysis.recovery import polled_state
 from rsdrill.history import TXN_PROBE, FaultRecord, Op
 from rsdrill.result import AuditResult
@@ -226,6 +228,7 @@ def check_invariants(
         found.append(Violation("linearizable", f"no linearization of the register reaches the "
                                f"read of {stuck.value} at t+{stuck.start:.3f}s"))  # fmt: skip
     found += transaction_violations(ops, transactions_model)
+    found += [Violation(v.kind, v.words) for v in check_causal(ops).firsts()]
     return found
 
 

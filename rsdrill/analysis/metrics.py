@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.analysis.availability import driver_write_delay_s, unavailable_s
+from rsdrill.analysis.causal import check as check_causal
 from rsdrill.analysis.checks import checks
 from rsdrill.analysis.disaster_recovery import disaster_recovery
 from rsdrill.analysis.durability import durability
@@ -16,7 +17,7 @@ from rsdrill.analysis.latency import degradation_s, latency_ms
 from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
 from rsdrill.analysis.slo import REPLICA_SET_ONLY
 from rsdrill.analysis.stall import STALLS_KEPT, probe_stall_s, stalled_gaps, stalls
-from rsdrill.history import CHECK_PREFIX, STALL_PROBE, TXN_PROBE, FaultRecord, Op
+from rsdrill.history import CAUSAL_PROBE, CHECK_PREFIX, STALL_PROBE, TXN_PROBE, FaultRecord, Op
 from rsdrill.result import FailoverParts, Metrics
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def compute_metrics(
     ]
     drill = disaster_recovery(ops, faults)
     txn = transactions(ops, transactions_model)
+    sessions = causal_figures(ops)
     return Metrics(
         write_unavailable_s=unavailable_s(ops, "write"),
         read_unavailable_s=unavailable_s(ops, "read"),
@@ -84,6 +86,7 @@ def compute_metrics(
         probe_stalls=stalls(ops)[:STALLS_KEPT],
         probe_stalled_gaps=stalled_gaps(ops),
         **txn,
+        **sessions,
     )
 
 
@@ -105,4 +108,18 @@ def transactions(ops: Sequence[Op], model: Model) -> dict[str, Any]:
         "transaction_anomalies": report.count,
         "transaction_anomaly_types": report.anomaly_types,
         "transaction_cycles": [c.words() for c in report.cycles[:CYCLES_KEPT]],
+    }
+
+
+def causal_figures(ops: Sequence[Op]) -> dict[str, Any]:
+    """The causal probe's figures (none when it did not run): reads checked, violations of
+    the causal guarantees, their kinds and the first of each."""
+    if not any(op.probe == CAUSAL_PROBE for op in ops):
+        return {}
+    report = check_causal(ops)
+    return {
+        "causal_reads_checked": report.reads_checked,
+        "causal_violations": len(report.violations),
+        "causal_violation_types": report.kinds,
+        "causal_examples": [v.words for v in report.firsts()],
     }

@@ -49,6 +49,7 @@ _METRIC_NAMES: tuple[str, ...] = (
     "rolled_back_writes",
     "rolled_back_acknowledged_writes",
     "transaction_anomalies",
+    "causal_violations",
 )
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {

@@ -49,6 +49,7 @@ RESTORE = _source("a step with `marks: restore`", "step:restore")
 STALL = _source("the probe of rsdrill's own process (always on)", STALL_PROBE)
 AUDIT = _source("the data audit (audit: quick or full)", "audit")
 TRANSACTIONS = _source("the transactions probe (probes.transactions)", "txn")
+CAUSAL = _source("the causal probe (probes.causal)", "causal")
 
 RECOVERY_PREFIX = "recovery_s."
 CHECK_METRIC_PREFIX = "probe."
@@ -85,6 +86,7 @@ SOURCES: dict[str, tuple[Source, ...]] = {
     "rolled_back_writes": (AUDIT,),
     "rolled_back_acknowledged_writes": (AUDIT,),
     "transaction_anomalies": (TRANSACTIONS,),
+    "causal_violations": (CAUSAL,),
 }
 """Metric → what it is computed from (each entry must be present). `recovery_s.<host:port>`
 is computed from what `recovery_s.max` is."""

@@ -140,6 +140,25 @@ class TransactionsProbe(Strict):
         return self
 
 
+class CausalProbe(Strict):
+    """Causally consistent sessions, one per client, each writing its own document and reading
+    every client's: checked for read-your-writes, monotonic reads and writes, and writes that
+    follow reads (analysis/causal.py), across whatever the faults do."""
+
+    clients: int = Field(3, ge=2, le=16, description="sessions, each with its own document")
+    read_preference: Literal[
+        "primary", "primaryPreferred", "secondary", "secondaryPreferred", "nearest"
+    ] = Field("secondaryPreferred", description="where the reads go (a secondary tests most)")
+    read_concern: Literal["majority", "local"] = Field(
+        "majority", description="majority: what MongoDB's causal guarantees need"
+    )
+    write_concern: WriteConcernW = Field(
+        "majority", description="majority: what MongoDB's causal guarantees need"
+    )
+    interval: Duration = 0.05
+    timeout: Duration = 1.0
+
+
 class Probes(Strict):
     availability: AvailabilityProbe | None = AvailabilityProbe()
     failover: FailoverProbe | None = FailoverProbe()
@@ -156,6 +175,9 @@ class Probes(Strict):
     )
     transactions: TransactionsProbe | None = Field(
         None, description="list-append transactions, checked for anomalies as Elle does"
+    )
+    causal: CausalProbe | None = Field(
+        None, description="causally consistent sessions, checked for the causal guarantees"
     )
 
     @property
@@ -180,6 +202,7 @@ class Probes(Strict):
             "load": self.load is not None,
             "register": self.consistency is not None,
             "txn": self.transactions is not None,
+            "causal": self.causal is not None,
             # The probe of rsdrill's own process runs in every run.
             STALL_PROBE: True,
         }

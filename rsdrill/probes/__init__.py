@@ -9,7 +9,7 @@ from pymongo.errors import PyMongoError
 
 from rsdrill.connection import ConnectOptions
 from rsdrill.history import History, RunClock
-from rsdrill.probes import transactions
+from rsdrill.probes import causal, transactions
 from rsdrill.probes.availability import PROBE_DB, ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
 from rsdrill.probes.check import CheckLoop
@@ -70,6 +70,8 @@ class ProbeSet:
                 ).replace_one({"_id": REGISTER_ID}, {"_id": REGISTER_ID, "v": 0}, upsert=True)
         if self.config.transactions is not None:
             transactions.prepare(self.uri, f"{self.prefix}_txn")
+        if self.config.causal is not None:
+            causal.prepare(self.uri, f"{self.prefix}_causal", self.config.causal.clients)
         if self.config.load is not None:
             load = self.config.load
             preload(self.uri, f"{self.prefix}_load", load.records, load.record_bytes)
@@ -165,6 +167,17 @@ class ProbeSet:
                     interval_s=t.interval, timeout_s=t.timeout, seed=self.seed,
                 )
                 for i in range(t.clients)
+            ]  # fmt: skip
+        if c.causal is not None:
+            cs = c.causal
+            self.probes += [
+                causal.CausalClient(
+                    self.history, self.clock, uri=self.uri, collection=f"{self.prefix}_causal",
+                    client_id=i, clients=cs.clients, read_preference=cs.read_preference,
+                    read_concern=cs.read_concern, write_concern=cs.write_concern,
+                    interval_s=cs.interval, timeout_s=cs.timeout,
+                )
+                for i in range(cs.clients)
             ]  # fmt: skip
         if c.load is not None:
             ld = c.load

@@ -137,6 +137,12 @@ FAMILIES: dict[str, Family] = {
         "rsdrill_transaction_anomalies",
         "Transactions probe: anomalies found in its list-append history (Elle's method).",
     ),
+    "causal_reads_checked": Family(
+        "rsdrill_causal_reads_checked", "Causal probe: the sessions' reads its checker judged."
+    ),
+    "causal_violations": Family(
+        "rsdrill_causal_violations", "Causal probe: reads that broke a causal guarantee."
+    ),
     "audit_lag_s": Family(
         "rsdrill_audit_lag_seconds", "Data audit: time for every member to apply the last write."
     ),

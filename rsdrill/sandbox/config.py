@@ -33,7 +33,12 @@ SKIP_OPLOG_ENTRY_ENV = "RSDRILL_TEST_SKIP_OPLOG_ENTRY"
 """Test-only: set to N in the environment members start with, each member's process leaves the
 Nth insert it applies as a secondary out of its data (the entry is in its oplog): a deliberately
 broken server whose divergence the data audit must find."""
-PLANTED_ENVS = (UNSAFE_MAJORITY_ACK_ENV, UNSAFE_SNAPSHOT_ENV, SKIP_OPLOG_ENTRY_ENV)
+IGNORE_AFTER_CLUSTER_TIME_ENV = "RSDRILL_TEST_IGNORE_AFTER_CLUSTER_TIME"
+"""Test-only: set to 1 in the environment members start with, a read does not wait until the
+member has applied its causal session's afterClusterTime: a deliberately broken server whose
+stale reads the causal checker (analysis/causal.py) must find."""
+PLANTED_ENVS = (UNSAFE_MAJORITY_ACK_ENV, UNSAFE_SNAPSHOT_ENV, SKIP_OPLOG_ENTRY_ENV,
+                IGNORE_AFTER_CLUSTER_TIME_ENV)  # fmt: skip
 """Every test-only switch that breaks the emulator on purpose (a real mongod ignores them)."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import random
 import time
 from typing import Any
@@ -14,6 +15,7 @@ from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
 from rsdrill.privileges import granted, role_privileges
+from rsdrill.sandbox.config import IGNORE_AFTER_CLUSTER_TIME_ENV
 from rsdrill.scram import ScramServer
 from rsdrill_emulator import (
     aws_login,
@@ -47,6 +49,9 @@ from rsdrill_emulator.failpoint import (
 from rsdrill_emulator.node import MemberState, Node
 from rsdrill_emulator.oplog import OpTime
 from rsdrill_emulator.storage import StorageReadError
+
+# Planted (test-only): reads do not wait for their causal session's afterClusterTime.
+_IGNORE_AFTER_CLUSTER_TIME = os.environ.get(IGNORE_AFTER_CLUSTER_TIME_ENV) == "1"
 
 
 class Commands:
@@ -245,7 +250,7 @@ class Commands:
         level = concern.get("level")
         deadline = time.monotonic() + int(req.body.get("maxTimeMS", 0) or 10_000) / 1000
         after = concern.get("afterClusterTime")
-        if isinstance(after, Timestamp):
+        if isinstance(after, Timestamp) and not _IGNORE_AFTER_CLUSTER_TIME:
             while self.node.last_applied.timestamp < after:
                 if time.monotonic() > deadline:
                     raise CommandError(50, "operation exceeded time limit")

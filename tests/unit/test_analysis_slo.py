@@ -48,6 +48,7 @@ def test_metric_names_are_the_contract_names() -> None:
         "rolled_back_writes",
         "rolled_back_acknowledged_writes",
         "transaction_anomalies",
+        "causal_violations",
     ]
 
 
