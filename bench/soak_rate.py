@@ -1,9 +1,12 @@
-"""`rsdrill soak` throughput and search: runs per hour on the sandbox, and (with --broken) the
-time to find the test-only broken server (w:majority acknowledged before replication) and the
-size it is shrunk to.
+"""`rsdrill soak` throughput and search: runs per hour on the sandbox, and (with --planted) the
+time and runs to find a deliberately broken server and the size its schedule is shrunk to.
 
-Usage: python bench/soak_rate.py [--minutes 10] [--broken] [--file experiments/soak-rs3.yaml]
-       [--port-range 31000-32999] [--seed 1]
+Planted: majority-ack (w:majority acknowledged before replication), skip-oplog (each member
+leaves the 30th insert it applies as a secondary out of its data), snapshot (transactions read
+past their snapshot), after-cluster-time (reads do not wait for their causal session).
+
+Usage: python bench/soak_rate.py [--minutes 10] [--runs N] [--planted NAME]
+       [--file experiments/soak-rs3.yaml] [--port-range 31000-32999] [--seed 1]
 """
 
 from __future__ import annotations
@@ -16,36 +19,51 @@ from pathlib import Path
 
 from rsdrill.engine.soak import soak
 from rsdrill.experiment.loader import load_experiment
-from rsdrill.sandbox.config import UNSAFE_MAJORITY_ACK_ENV
+from rsdrill.sandbox.config import (
+    IGNORE_AFTER_CLUSTER_TIME_ENV,
+    PLANTED_ENVS,
+    SKIP_OPLOG_ENTRY_ENV,
+    UNSAFE_MAJORITY_ACK_ENV,
+    UNSAFE_SNAPSHOT_ENV,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RUNS_PER_HOUR = 200
+PLANTED = {
+    "majority-ack": (UNSAFE_MAJORITY_ACK_ENV, "1"),
+    "skip-oplog": (SKIP_OPLOG_ENTRY_ENV, "30"),
+    "snapshot": (UNSAFE_SNAPSHOT_ENV, "1"),
+    "after-cluster-time": (IGNORE_AFTER_CLUSTER_TIME_ENV, "1"),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--broken", action="store_true", help="the test-only broken sandbox")
+    parser.add_argument("--runs", type=int, default=None, help="stop after this many runs")
+    parser.add_argument("--planted", choices=sorted(PLANTED), help="a test-only broken sandbox")
     parser.add_argument("--file", type=Path, default=ROOT / "experiments" / "soak-rs3.yaml")
     parser.add_argument("--port-range", default=os.environ.get("RSDRILL_PORT_RANGE", ""))
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if args.port_range:
         os.environ["RSDRILL_PORT_RANGE"] = args.port_range
-    if args.broken:
-        os.environ[UNSAFE_MAJORITY_ACK_ENV] = "1"
-    else:
-        os.environ.pop(UNSAFE_MAJORITY_ACK_ENV, None)
+    for name in PLANTED_ENVS:
+        os.environ.pop(name, None)
+    if args.planted:
+        env, value = PLANTED[args.planted]
+        os.environ[env] = value
     experiment = load_experiment(args.file)
     load_before = os.getloadavg()[0]
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         report = soak(experiment, Path(tmp), duration_s=args.minutes * 60, seed=args.seed,
+                      max_runs=args.runs,
                       progress=lambda line: print(line, flush=True))  # fmt: skip
         total_s = time.monotonic() - started
     errors = sum(r.verdict in ("error", "aborted") for r in report.runs)
     run_s = sorted(r.seconds for r in report.runs)
-    kind = "broken" if args.broken else "correct"
+    kind = f"planted {args.planted}" if args.planted else "correct"
     print(f"\n{args.file.name}, {kind} sandbox, seed {args.seed}, "
           f"load average {load_before:.1f} → {os.getloadavg()[0]:.1f}")  # fmt: skip
     print(f"runs: {len(report.runs)} in {report.elapsed_s:.0f}s, {errors} ended in an error; "

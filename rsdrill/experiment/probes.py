@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from rsdrill.experiment.checks import CheckName, CheckProbe
 from rsdrill.fields import Duration, FieldProblem, Strict
@@ -120,9 +120,19 @@ class TransactionsProbe(Strict):
 
     workload: Literal["list-append"] = "list-append"
     keys: int = Field(8, ge=1, le=10_000, description="the lists the transactions append to")
-    txn_len: Annotated[tuple[int, int], BeforeValidator(_txn_len)] = Field(
-        (1, 4), description="micro-ops per transaction: `1-4`, or one number"
-    )
+    txn_len: Annotated[
+        tuple[int, int],
+        BeforeValidator(_txn_len),
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string", "pattern": r"^\s*\d+\s*-\s*\d+\s*$"},
+                    {"type": "integer", "minimum": 1},
+                    {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+                ]
+            }
+        ),
+    ] = Field((1, 4), description="micro-ops per transaction: `1-4`, or one number")
     clients: int = Field(2, ge=1, le=32, description="transactions run at once")
     model: Literal["snapshot-isolation", "serializable"] = Field(
         "snapshot-isolation",
