@@ -3,7 +3,8 @@ time and runs to find a deliberately broken server and the size its schedule is 
 
 Planted: majority-ack (w:majority acknowledged before replication), skip-oplog (each member
 leaves the 30th insert it applies as a secondary out of its data), snapshot (transactions read
-past their snapshot), after-cluster-time (reads do not wait for their causal session).
+past their snapshot), after-cluster-time (reads do not wait for their causal session),
+no-rollback-files (a rollback keeps no file: with a w:1 j:true ledger, an unaccounted loss).
 
 Usage: python bench/soak_rate.py [--minutes 10] [--runs N] [--planted NAME]
        [--file experiments/soak-rs3.yaml] [--port-range 31000-32999] [--seed 1]
@@ -21,6 +22,7 @@ from rsdrill.engine.soak import soak
 from rsdrill.experiment.loader import load_experiment
 from rsdrill.sandbox.config import (
     IGNORE_AFTER_CLUSTER_TIME_ENV,
+    NO_ROLLBACK_FILES_ENV,
     PLANTED_ENVS,
     SKIP_OPLOG_ENTRY_ENV,
     UNSAFE_MAJORITY_ACK_ENV,
@@ -34,6 +36,7 @@ PLANTED = {
     "skip-oplog": (SKIP_OPLOG_ENTRY_ENV, "30"),
     "snapshot": (UNSAFE_SNAPSHOT_ENV, "1"),
     "after-cluster-time": (IGNORE_AFTER_CLUSTER_TIME_ENV, "1"),
+    "no-rollback-files": (NO_ROLLBACK_FILES_ENV, "1"),
 }
 
 

@@ -44,6 +44,8 @@ STALL_PROBE = "stall"
 """The probe of rsdrill's own process: its ops are the process's stalls, not requests sent."""
 TXN_PROBE = "txn"
 """The transactions probe (probes/transactions.py), whose history analysis/elle.py checks."""
+LEDGER_PROBE = "ledger"
+"""The durability ledger's read-back (probes/durability.py): which acknowledged seqs are gone."""
 CAUSAL_PROBE = "causal"
 """The causal sessions probe (probes/causal.py), whose history analysis/causal.py checks."""
 

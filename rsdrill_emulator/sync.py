@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import bson
 from bson.binary import Binary
 from bson.int64 import Int64
 
+from rsdrill.sandbox.config import NO_ROLLBACK_FILES_ENV
 from rsdrill_emulator.datastore import id_key
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.node import MemberState, Node
@@ -486,6 +488,8 @@ async def _common_point(node: Node, source: str) -> OpTime | None:
 
 def _write_rollback_files(dbpath: Path, saved: dict[str, list[dict[str, Any]]]) -> list[Path]:
     """`<dbpath>/rollback/<ns>/removed.<time>.bson`, as MongoDB names them."""
+    if os.environ.get(NO_ROLLBACK_FILES_ENV) == "1":  # planted (test-only): the data is lost
+        return []
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M-%S.%f")
     paths = []
     for ns, docs in saved.items():

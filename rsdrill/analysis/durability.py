@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rsdrill.history import Op
+from rsdrill.history import LEDGER_PROBE, Op
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ def durability(ops: Sequence[Op]) -> Durability:
       []) when there is no readback or the last readback failed.
     """
     readbacks = sorted(
-        (op for op in ops if op.probe == "ledger" and op.op == "readback"), key=lambda o: o.t_end
+        (op for op in ops if op.probe == LEDGER_PROBE and op.op == "readback"),
+        key=lambda o: o.t_end,
     )
     inserts = ledger_inserts(ops)
     acknowledged = [op for op in inserts if op.ok]
@@ -47,8 +48,14 @@ def durability(ops: Sequence[Op]) -> Durability:
 def ledger_inserts(ops: Sequence[Op]) -> list[Op]:
     """The ledger's insert attempts: those of the probe the last readback names (`detail.of`),
     the "ledger" probe's own without one."""
-    readbacks = [op for op in ops if op.probe == "ledger" and op.op == "readback"]
+    readbacks = [op for op in ops if op.probe == LEDGER_PROBE and op.op == "readback"]
     source = (
-        max(readbacks, key=lambda o: o.t_end).detail.get("of", "ledger") if readbacks else "ledger"
+        max(readbacks, key=lambda o: o.t_end).detail.get("of", LEDGER_PROBE)
+        if readbacks
+        else LEDGER_PROBE
     )
     return [op for op in ops if op.probe == source and op.op == "insert"]
+
+
+def _readbacks(ops: Sequence[Op]) -> list[Op]:
+    return [op for op in ops if op.probe == LEDGER_PROBE and op.op == "readback"]

@@ -2,6 +2,8 @@
 
 - `lost-write`: an acknowledged w:majority write is missing after recovery (the durability
   probe's read-back, as `lost_acknowledged_writes`);
+- `unaccounted-loss`: an acknowledged write durable on the primary (j:true or w:majority) is
+  missing after recovery and in no member's rollback files (the audit's rollback accounting);
 - `two-primaries`: two members reported themselves writable primary under one electionId (one
   term); the failover probe's hellos;
 - `recovery`: a member not back to SECONDARY (or PRIMARY/ARBITER) within the SLO after its
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rsdrill.analysis.causal import check as check_causal
+from rsdrill.analysis.durability import durability, ledger_inserts
 from rsdrill.analysis.recovery import polled_state
 from rsdrill.history import TXN_PROBE, FaultRecord, Op
 from rsdrill.result import AuditResult
@@ -254,6 +257,32 @@ def audit_violations(audit: AuditResult | None) -> list[Violation]:
         Violation("oplog-divergence", f"{o.member} {o.ts} (term {o.term}): {o.reason}")
         for o in audit.oplog_differences[:1]
     ]  # fmt: skip
+
+
+def unaccounted_losses(ops: Sequence[Op], audit: AuditResult | None) -> list[Violation]:
+    """Acknowledged writes the ledger found missing after recovery that no member's rollback
+    files hold (`unaccounted-loss`), judged only when every member that rolled back could be
+    read. Meant for a ledger whose acknowledgement was durable on the primary (w:1 with j:true):
+    a rollback may take such a write, but only into a file."""
+    if (
+        audit is None
+        or not audit.rollbacks_accounted
+        or any(not r.readable for r in audit.rollbacks)
+    ):
+        return []
+    lost = durability(ops).lost_acknowledged_seqs
+    inserts = ledger_inserts(ops)
+    if not lost or not inserts:
+        return []
+    writer = inserts[0].probe
+    kept = {seq for r in audit.rollbacks for w in r.acknowledged if w.probe == writer
+            for seq in w.seqs}  # fmt: skip
+    gone = [seq for seq in lost if seq not in kept]
+    if not gone:
+        return []
+    shown = ", ".join(map(str, gone[:5]))
+    return [Violation("unaccounted-loss", f"{len(gone)} acknowledged write(s) missing after "
+                      f"recovery and in no rollback file (seq {shown})")]  # fmt: skip
 
 
 def transaction_violations(

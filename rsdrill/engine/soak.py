@@ -23,7 +23,12 @@ from typing import TextIO
 
 import yaml
 
-from rsdrill.analysis.invariants import Violation, audit_violations, check_invariants
+from rsdrill.analysis.invariants import (
+    Violation,
+    audit_violations,
+    check_invariants,
+    unaccounted_losses,
+)
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.options import RunOptions
 from rsdrill.engine.runner import Runner
@@ -83,13 +88,20 @@ def run_checked(
         result = runner.run()
     violations = []
     if result.verdict in ("pass", "fail"):  # the run went through: its history is whole
+        ops = runner.history.ops()
+        # What the ledger's acknowledgement promised: w:majority, that the write survives
+        # (lost-write); w:1 with j:true, that only a rollback takes it, into a file.
+        ledger = exp.probes.durability
+        majority = ledger is not None and ledger.write_concern == "majority"
         violations = check_invariants(
-            runner.history.ops(), runner.state.records,
-            lost_acknowledged=result.metrics.lost_acknowledged_seqs,
+            ops, runner.state.records,
+            lost_acknowledged=result.metrics.lost_acknowledged_seqs if majority else [],
             recovery_slo_s=recovery_slo_s,
             transactions_model=exp.probes.transactions_model,
         )  # fmt: skip
         violations += audit_violations(result.audit)
+        if ledger is not None and (majority or ledger.journal):
+            violations += unaccounted_losses(ops, result.audit)
     return RunVerdict(index, seed, result.verdict, violations, time.monotonic() - started,
                       out_dir, result.error)  # fmt: skip
 

@@ -8,10 +8,11 @@ import time
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 
+from rsdrill.history import LEDGER_PROBE
 from rsdrill.probes.availability import WriteLoop
 from rsdrill.probes.base import classify
 
-LEDGER = "ledger"
+LEDGER = LEDGER_PROBE
 
 
 def readback(ledger: WriteLoop, timeout_s: float) -> None:

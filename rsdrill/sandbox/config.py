@@ -37,8 +37,12 @@ IGNORE_AFTER_CLUSTER_TIME_ENV = "RSDRILL_TEST_IGNORE_AFTER_CLUSTER_TIME"
 """Test-only: set to 1 in the environment members start with, a read does not wait until the
 member has applied its causal session's afterClusterTime: a deliberately broken server whose
 stale reads the causal checker (analysis/causal.py) must find."""
+NO_ROLLBACK_FILES_ENV = "RSDRILL_TEST_NO_ROLLBACK_FILES"
+"""Test-only: set to 1 in the environment members start with, a rollback undoes its writes
+without saving them to rollback files: a deliberately broken server whose losses the audit's
+rollback accounting cannot account for, which the soak must find."""
 PLANTED_ENVS = (UNSAFE_MAJORITY_ACK_ENV, UNSAFE_SNAPSHOT_ENV, SKIP_OPLOG_ENTRY_ENV,
-                IGNORE_AFTER_CLUSTER_TIME_ENV)  # fmt: skip
+                IGNORE_AFTER_CLUSTER_TIME_ENV, NO_ROLLBACK_FILES_ENV)  # fmt: skip
 """Every test-only switch that breaks the emulator on purpose (a real mongod ignores them)."""
 
 

@@ -9,11 +9,15 @@ import json
 from pathlib import Path
 
 import bson
+import pytest
 
+from rsdrill.analysis.invariants import unaccounted_losses
 from rsdrill.engine.options import RunOptions
 from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
+from rsdrill.history import History
 from rsdrill.result import Result
+from rsdrill.sandbox.config import NO_ROLLBACK_FILES_ENV
 
 
 def test_a_primary_kill_leaves_the_members_consistent(tmp_path: Path) -> None:
@@ -44,8 +48,6 @@ def test_a_primary_kill_leaves_the_members_consistent(tmp_path: Path) -> None:
 
 
 def test_an_slo_on_the_audit_without_it_is_refused_at_load() -> None:
-    import pytest
-
     from rsdrill.fields import FieldProblem  # noqa: F401 (raised through pydantic)
 
     with pytest.raises(ValueError, match="the data audit"):
@@ -97,6 +99,9 @@ def test_the_audit_names_the_acknowledged_w1_writes_a_rollback_took(tmp_path: Pa
     assert taken.seqs and taken.seqs == metrics.lost_acknowledged_seqs
     assert metrics.rolled_back_acknowledged_writes == len(taken.seqs)
     assert audit.consistent, audit  # after the rollback the members agree again
+    # Every loss is accounted for by a rollback file: the soak's unaccounted-loss holds.
+    ops = History.read_jsonl(tmp_path / "out" / "history.jsonl").ops()
+    assert unaccounted_losses(ops, audit) == []
     saved = json.loads((tmp_path / "out" / "result.json").read_text())
     assert saved["audit"]["rollbacks"][0]["acknowledged"][0]["seqs"] == taken.seqs
     assert old_primary in (tmp_path / "out" / "summary.md").read_text().split("### Data audit")[1]
@@ -114,3 +119,20 @@ def test_with_majority_writes_the_same_schedule_rolls_back_nothing_acknowledged(
     assert rollback.rollbacks == 1 and metrics.rolled_back_writes
     assert rollback.acknowledged == [] and metrics.rolled_back_acknowledged_writes == 0
     assert metrics.lost_acknowledged_writes == 0
+
+
+def test_a_rollback_that_writes_no_file_is_an_unaccounted_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(NO_ROLLBACK_FILES_ENV, "1")  # planted: rollbacks save nothing
+    result = _partitioned_primary_kill(tmp_path, 1)
+    assert result.verdict == "pass", result.error
+    audit, metrics = result.audit, result.metrics
+    assert audit is not None
+    (rollback,) = audit.rollbacks
+    assert rollback.rollbacks == 1 and rollback.files == [] and metrics.rolled_back_writes == 0
+    assert metrics.lost_acknowledged_seqs, "the ledger lost nothing"
+    ops = History.read_jsonl(tmp_path / "out" / "history.jsonl").ops()
+    [violation] = unaccounted_losses(ops, audit)
+    assert violation.invariant == "unaccounted-loss"
+    assert f"{len(metrics.lost_acknowledged_seqs)} acknowledged write(s)" in violation.detail

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import bson
 
+from rsdrill.analysis.invariants import unaccounted_losses
 from rsdrill.analysis.rollbacks import (
     RollbackFile,
     Writer,
@@ -91,3 +92,24 @@ def test_a_file_that_is_not_bson_makes_the_member_unreadable(tmp_path: Path) -> 
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\x05\x00\x00")
     assert rollback_files(tmp_path, 0, {}) is None
+
+
+def test_a_loss_is_accounted_for_only_by_a_rollback_file_of_its_writer() -> None:
+    ops = [
+        _insert(1),
+        _insert(2),
+        _insert(3),
+        Op("ledger", "readback", None, 9.0, 9.1, "ok", {"missing": [2, 3], "of": "ledger"}),
+    ]
+    taken = account({A: 1}, {A: 2}, {A: [RollbackFile(LEDGER.namespace, "f", (2,))]},
+                    [LEDGER], ops)  # fmt: skip
+    audit = AuditResult(rollbacks_accounted=True, rollbacks=taken)
+    [violation] = unaccounted_losses(ops, audit)
+    assert violation.invariant == "unaccounted-loss" and "(seq 3)" in violation.detail
+    whole = account({A: 1}, {A: 2}, {A: [RollbackFile(LEDGER.namespace, "f", (2, 3))]},
+                    [LEDGER], ops)  # fmt: skip
+    assert unaccounted_losses(ops, AuditResult(rollbacks_accounted=True, rollbacks=whole)) == []
+    # Files that cannot be read, or no accounting: nothing can be said.
+    blind = account({A: 1}, {A: 2}, {A: None}, [LEDGER], ops)
+    assert unaccounted_losses(ops, AuditResult(rollbacks_accounted=True, rollbacks=blind)) == []
+    assert unaccounted_losses(ops, AuditResult()) == []
