@@ -41,6 +41,7 @@ EXPECTED = [
     T + "phase: observe",
     T + "phase: revert",
     T + "phase: analyze",
+    T + "phase: audit",
     T + "phase: teardown",
 ]
 

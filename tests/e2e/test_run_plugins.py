@@ -95,7 +95,10 @@ def test_an_entry_point_plugin_sees_every_event_in_order(tmp_path: Path) -> None
         *({"event": "phase", "name": n} for n in ("setup", "preflight", "guards", "faults")),
         {"event": "fault_applied", "kind": "host-freeze", "target": host},
         {"event": "fault_reverted", "kind": "host-freeze", "reverted": True},
-        *({"event": "phase", "name": n} for n in ("observe", "revert", "analyze", "teardown")),
+        *(
+            {"event": "phase", "name": n}
+            for n in ("observe", "revert", "analyze", "audit", "teardown")
+        ),
         {"event": "verdict", "verdict": "pass"},
     ]
     last = seen[-1]

@@ -53,9 +53,11 @@ def cgroup_version(root: Path) -> int:
 
 
 def find_cgroup(root: Path, pod_uid: str, container_id: str) -> Path:
-    """The container's cgroup under `root`: a directory naming the pod's UID (with dashes or, for
-    the systemd driver, underscores), and under it the one naming the container's ID."""
-    forms = (pod_uid, pod_uid.replace("-", "_"))
+    """The container's cgroup under `root`: a directory naming the pod's UID after `pod` (with
+    dashes or, for the systemd driver, underscores: `pod<uid>`, `kubepods-pod<uid>.slice`),
+    and under it the one naming the container's ID. `pod` first: a bare UID could be found
+    inside a container's ID."""
+    forms = (f"pod{pod_uid}", f"pod{pod_uid.replace('-', '_')}")
     for pod_dir in _dirs(root, _SEARCH_DEPTH):
         if any(form in pod_dir.name for form in forms):
             for candidate in _dirs(pod_dir, 2):
