@@ -5,9 +5,13 @@ and the proxy, and round trips are back to what they were."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,9 +21,15 @@ import pytest
 from pymongo import MongoClient, WriteConcern
 
 from rsdrill.platforms.machine import netcls
-from rsdrill.platforms.machine.degrade import Degradation, NetworkDegrade, proxy_pids, undegrade
+from rsdrill.platforms.machine.degrade import (
+    PROXY_MODULE,
+    Degradation,
+    NetworkDegrade,
+    proxy_pids,
+    undegrade,
+)
 from rsdrill.platforms.machine.network import rsdrill_tables
-from rsdrill.platforms.machine.proxy import Shape
+from rsdrill.platforms.machine.proxy import Listener, Shape, config_json
 from rsdrill.platforms.sandbox.target import SandboxHosts
 from rsdrill.sandbox.cluster import Sandbox
 from tests.harness.members import wait_until, writable_primary
@@ -146,3 +156,29 @@ def _succeeds(action: Callable[[], object]) -> bool:
     except Exception:  # any failure means "not yet"
         return False
     return True
+
+
+def test_the_proxy_stopped_during_a_handshake_delay_prints_no_traceback() -> None:
+    """A connection still in its shaped handshake delay when the proxy stops is closed quietly
+    (asyncio printed the handler's cancellation as 'Exception in callback ... CancelledError'
+    on rsdrill's terminal)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    config = config_json("test", [Listener(listener.getsockname()[1], Shape(latency_s=5.0), None)],
+                         seed=1)  # fmt: skip
+    proxy = subprocess.Popen([sys.executable, "-m", PROXY_MODULE, config], text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        assert proxy.stdout is not None
+        [port] = json.loads(proxy.stdout.readline())["ports"]
+        client = socket.create_connection(("127.0.0.1", port))
+        time.sleep(0.3)  # the time under test: the handler is inside its 5 s delay
+        proxy.send_signal(signal.SIGTERM)
+        _, stderr = proxy.communicate(timeout=10)
+        client.close()
+    finally:
+        proxy.kill()
+        listener.close()
+    assert proxy.returncode == 0, stderr
+    assert "Traceback" not in stderr and "Exception" not in stderr, stderr

@@ -156,7 +156,9 @@ def _handler(listener: Listener, rng: random.Random) -> Any:
             if handshake:
                 await asyncio.sleep(handshake)
             u_reader, u_writer = await _connect_upstream(listener.upstream_port)
-        except OSError:
+        except (OSError, asyncio.CancelledError):
+            # Cancelled: the proxy stopped during the handshake delay; a handler that raised it
+            # would make asyncio print a traceback (its connection callback reads the result).
             c_writer.close()
             return
         sock = c_writer.get_extra_info("socket")
