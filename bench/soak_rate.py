@@ -6,7 +6,7 @@ leaves the 30th insert it applies as a secondary out of its data), snapshot (tra
 past their snapshot), after-cluster-time (reads do not wait for their causal session),
 no-rollback-files (a rollback keeps no file: with a w:1 j:true ledger, an unaccounted loss).
 
-Usage: python bench/soak_rate.py [--minutes 10] [--runs N] [--planted NAME]
+Usage: python bench/soak_rate.py [--minutes 10] [--runs N] [--planted NAME] [--w1-ledger]
        [--file experiments/soak-rs3.yaml] [--port-range 31000-32999] [--seed 1]
 """
 
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rsdrill.engine.soak import soak
 from rsdrill.experiment.loader import load_experiment
+from rsdrill.experiment.probes import DurabilityProbe
 from rsdrill.sandbox.config import (
     IGNORE_AFTER_CLUSTER_TIME_ENV,
     NO_ROLLBACK_FILES_ENV,
@@ -45,6 +46,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=None, help="stop after this many runs")
     parser.add_argument("--planted", choices=sorted(PLANTED), help="a test-only broken sandbox")
+    parser.add_argument(
+        "--w1-ledger",
+        action="store_true",
+        help="a w:1 j:true ledger (unaccounted-loss: --planted no-rollback-files)",
+    )
     parser.add_argument("--file", type=Path, default=ROOT / "experiments" / "soak-rs3.yaml")
     parser.add_argument("--port-range", default=os.environ.get("RSDRILL_PORT_RANGE", ""))
     parser.add_argument("--seed", type=int, default=1)
@@ -57,6 +63,10 @@ def main() -> None:
         env, value = PLANTED[args.planted]
         os.environ[env] = value
     experiment = load_experiment(args.file)
+    if args.w1_ledger:
+        ledger = DurabilityProbe(write_concern=1, journal=True, share_writes=False)
+        probes = experiment.probes.model_copy(update={"durability": ledger})
+        experiment = experiment.model_copy(update={"probes": probes})
     load_before = os.getloadavg()[0]
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:

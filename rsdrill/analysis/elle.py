@@ -97,12 +97,16 @@ class Cycle:
     """The transactions in cycle order, the first repeated at the end."""
     steps: tuple[Step, ...]
 
-    def words(self) -> str:
-        """The cycle as the transactions and the steps between them: `T12 -rw x-> T10 ...`."""
+    def path(self) -> str:
+        """The transactions and the steps between them: `T12 -rw x-> T10 ...`."""
         parts = [f"T{self.txns[0]}"]
         for step, txn in zip(self.steps, self.txns[1:], strict=True):
             parts.append(f"-{step.rel} {step.key}-> T{txn}")
-        return f"{self.type}: {' '.join(parts)}"
+        return " ".join(parts)
+
+    def words(self) -> str:
+        """The cycle with its type: `G-single: T12 -rw x-> T10 ...`."""
+        return f"{self.type}: {self.path()}"
 
 
 @dataclass

@@ -298,5 +298,5 @@ def transaction_violations(
     found = []
     for kind in report.anomaly_types:
         cycle = next((c for c in report.cycles if c.type == kind), None)
-        found.append(Violation(kind, cycle.words() if cycle else report.first_case(kind)))
+        found.append(Violation(kind, cycle.path() if cycle else report.first_case(kind)))
     return found

@@ -196,6 +196,7 @@ def test_the_transactions_probe_s_history_gives_its_metrics_and_soak_violations(
     assert m.transaction_cycles == ["G-single: T1 -rw 2-> T0 -wr 1-> T1"]
     [violation] = transaction_violations(ops)
     assert violation.invariant == "G-single"
+    assert violation.detail == "T1 -rw 2-> T0 -wr 1-> T1"  # the type is the invariant's name
     # Without the probe: nothing measured, nothing claimed.
     assert compute_metrics([], [], duration_s=1.0).transaction_anomalies is None
 
