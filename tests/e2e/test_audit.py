@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,29 @@ import pytest
 from pymongo import MongoClient
 
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
-from rsdrill.sandbox.config import DATA_FILE, Settings, build_topology, member_dir
+from rsdrill.sandbox.config import DATA_FILE, MemberSpec, Settings, build_topology, member_dir
 from rsdrill_emulator.datastore import id_key
 
 
 def _audit(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rsdrill.cli", "audit", *args],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def _change_a_stopped_secondary(
+    sandbox: Sandbox, change: Callable[[sqlite3.Connection], object]
+) -> MemberSpec:
+    """A secondary stopped, `change` made in its own database file, the member restarted."""
+    with MongoClient(sandbox.uri, serverSelectionTimeoutMS=20_000) as client:
+        primary = client.admin.command("hello")["primary"]
+    secondary = next(m for m in sandbox.spec.members if m.host != primary)
+    sandbox.kill(secondary)
+    data = sqlite3.connect(member_dir(sandbox.directory, secondary) / "data" / DATA_FILE)
+    with data:
+        change(data)
+    data.close()
+    sandbox.start(secondary)
+    return secondary
 
 
 def _audit_when_up(sandbox: Sandbox) -> subprocess.CompletedProcess[str]:
@@ -61,36 +78,24 @@ def test_consistent_members_pass(rs3: Sandbox) -> None:
 
 
 def test_a_document_changed_behind_a_members_back_is_named(rs3: Sandbox) -> None:
-    with MongoClient(rs3.uri, serverSelectionTimeoutMS=20_000) as client:
-        primary = client.admin.command("hello")["primary"]
-    secondary = next(m for m in rs3.spec.members if m.host != primary)
-    rs3.kill(secondary)
-    # The stored document of _id 7, rewritten in the stopped member's own database file.
-    data = sqlite3.connect(member_dir(rs3.directory, secondary) / "data" / DATA_FILE)
-    with data:
+    def rewrite(data: sqlite3.Connection) -> None:  # the stored document of _id 7
         changed = data.execute(
             "UPDATE docs SET doc = ? WHERE ns = ? AND k = ?",
             (bson.encode({"_id": 7, "total": 71}), "shop.orders", id_key(7)),
         )
         assert changed.rowcount == 1
-    data.close()
-    rs3.start(secondary)
+
+    secondary = _change_a_stopped_secondary(rs3, rewrite)
     done = _audit_when_up(rs3)
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.splitlines() == [f"divergent: {secondary.host} shop.orders (_id 7)"]
 
 
 def test_a_record_not_under_its_own_id_is_divergent_and_not_valid(rs3: Sandbox) -> None:
-    with MongoClient(rs3.uri, serverSelectionTimeoutMS=20_000) as client:
-        primary = client.admin.command("hello")["primary"]
-    secondary = next(m for m in rs3.spec.members if m.host != primary)
-    rs3.kill(secondary)
-    data = sqlite3.connect(member_dir(rs3.directory, secondary) / "data" / DATA_FILE)
-    with data:  # the record kept under _id 7's key now says _id 77
-        data.execute("UPDATE docs SET doc = ? WHERE ns = ? AND k = ?",
-                     (bson.encode({"_id": 77, "total": 70}), "shop.orders", id_key(7)))  # fmt: skip
-    data.close()
-    rs3.start(secondary)
+    secondary = _change_a_stopped_secondary(rs3, lambda data: data.execute(
+        "UPDATE docs SET doc = ? WHERE ns = ? AND k = ?",  # the record under _id 7 says 77
+        (bson.encode({"_id": 77, "total": 70}), "shop.orders", id_key(7)),
+    ))  # fmt: skip
     done = _audit_when_up(rs3)
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
@@ -100,24 +105,22 @@ def test_a_record_not_under_its_own_id_is_divergent_and_not_valid(rs3: Sandbox) 
 
 
 def test_an_oplog_entry_changed_behind_a_members_back_is_named(rs3: Sandbox) -> None:
-    with MongoClient(rs3.uri, serverSelectionTimeoutMS=20_000) as client:
-        primary = client.admin.command("hello")["primary"]
-    secondary = next(m for m in rs3.spec.members if m.host != primary)
-    rs3.kill(secondary)
-    data = sqlite3.connect(member_dir(rs3.directory, secondary) / "data" / DATA_FILE)
-    with data:  # the insert of user "ann" in its oplog now says another document: data alike
+    rewritten: dict[str, Any] = {}
+
+    def rewrite(data: sqlite3.Connection) -> None:  # the insert of "ann" now says "bob"
         rows = data.execute("SELECT rowid, entry FROM oplog ORDER BY t DESC, secs DESC, inc DESC")
         rowid, entry = next((r, bson.decode(e)) for r, e in rows
                             if bson.decode(e).get("ns") == "shop.users")  # fmt: skip
         entry["o"] = {"_id": "bob"}
         data.execute("UPDATE oplog SET entry = ? WHERE rowid = ?", (bson.encode(entry), rowid))
-    data.close()
-    rs3.start(secondary)
+        rewritten.update(entry)
+
+    secondary = _change_a_stopped_secondary(rs3, rewrite)
     done = _audit_when_up(rs3)
     assert done.returncode == 1, done.stdout + done.stderr
-    ts = entry["ts"]
+    ts = rewritten["ts"]
     assert done.stdout.splitlines() == [
-        f"oplog differs: {secondary.host} Timestamp({ts.time}, {ts.inc}) (term {entry['t']}): "
+        f"oplog differs: {secondary.host} Timestamp({ts.time}, {ts.inc}) (term {rewritten['t']}): "
         "differs"
     ], done.stdout
 

@@ -18,6 +18,7 @@ from rsdrill.experiment.schema import Experiment
 from rsdrill.history import History
 from rsdrill.result import Result
 from rsdrill.sandbox.config import NO_ROLLBACK_FILES_ENV
+from rsdrill.sandbox.groundtruth import all_events
 
 
 def test_a_primary_kill_leaves_the_members_consistent(tmp_path: Path) -> None:
@@ -99,8 +100,20 @@ def test_the_audit_names_the_acknowledged_w1_writes_a_rollback_took(tmp_path: Pa
     assert taken.seqs and taken.seqs == metrics.lost_acknowledged_seqs
     assert metrics.rolled_back_acknowledged_writes == len(taken.seqs)
     assert audit.consistent, audit  # after the rollback the members agree again
-    # Every loss is accounted for by a rollback file: the soak's unaccounted-loss holds.
+    # Against the ground truth: the files the emulator says its rollback wrote, and the
+    # acknowledgements the probe recorded.
     ops = History.read_jsonl(tmp_path / "out" / "history.jsonl").ops()
+    rolled_back = {
+        doc["_id"]
+        for event in all_events(tmp_path / "out" / "sandbox")
+        if event["event"] == "rollback_end" and event["member"] == old_primary
+        for path in map(Path, event["files"]) if path.parent.name.endswith(f"_{taken.probe}")
+        for doc in bson.decode_all(path.read_bytes())
+    }  # fmt: skip
+    acknowledged = {op.detail["seq"] for op in ops
+                    if op.probe == taken.probe and op.op == "insert" and op.ok}  # fmt: skip
+    assert taken.seqs == sorted(rolled_back & acknowledged)
+    # Every loss is accounted for by a rollback file: the soak's unaccounted-loss holds.
     assert unaccounted_losses(ops, audit) == []
     saved = json.loads((tmp_path / "out" / "result.json").read_text())
     assert saved["audit"]["rollbacks"][0]["acknowledged"][0]["seqs"] == taken.seqs
