@@ -111,6 +111,8 @@ def audit(
         raise AuditError(str(exc)) from None
     with _Connections(options) as conns:
         primary, members = _data_bearing(conns, hosts)
+        if len(members) < 2:  # "consistent" would claim a comparison that never happened
+            raise AuditError(f"one data-bearing member ({primary}): nothing to compare it with")
         caught_up, lag_s = _wait_caught_up(conns, primary, members, catch_up_s)
         # Every member's databases, not only the primary's: one only a secondary holds diverges.
         asked = {"listDatabases": 1, "nameOnly": True, **_ANY_MEMBER}

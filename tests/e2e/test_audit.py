@@ -149,3 +149,14 @@ def test_nothing_answering_is_one_line_and_exit_2(free_port_base: Any) -> None:
     done = _audit(f"mongodb://127.0.0.1:{port}/?replicaSet=rs0&connectTimeoutMS=500")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert f"127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_single_member_is_never_called_consistent(sandbox_dir: Path, free_port_base: Any) -> None:
+    spec = build_topology("rs1", port_base=free_port_base(1), settings=Settings())
+    sandbox = up(sandbox_dir, spec, EmulatorEngine())
+    try:
+        done = _audit(sandbox.uri)
+    finally:
+        sandbox.down()
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    assert "nothing to compare it with" in done.stderr and len(done.stderr.splitlines()) == 1
