@@ -446,7 +446,14 @@ class Node:
             self.progress.fire()
 
     def learn_commit_point(self, point: OpTime) -> None:
-        """Secondary: the primary's commit point, capped at what we have applied ourselves."""
+        """Secondary: the primary's commit point, capped at what we have applied ourselves,
+        once our newest entry is of the point's term or of the primary's: then our log is the
+        primary's up to it. An entry of an older term may be on a branch the primary never had
+        (a deposed primary's last writes, fetched before it learned of the new term): capping
+        at it would call those committed, and majority reads would serve them (mongod's rule
+        too: the commit point is not advanced onto an older term's entry)."""
+        if self.last_applied.term not in (point.term, self.term):
+            return
         point = min(point, self.last_applied)
         if point > self.commit_point:
             self.commit_point = point
