@@ -6,7 +6,7 @@ leaves the 30th insert it applies as a secondary out of its data), snapshot (tra
 past their snapshot), after-cluster-time (reads do not wait for their causal session),
 no-rollback-files (a rollback keeps no file: with a w:1 j:true ledger, an unaccounted loss).
 
-Usage: python bench/soak_rate.py [--minutes 10] [--runs N] [--planted NAME] [--w1-ledger]
+Usage: python bench/soak_rate.py [--minutes 10] [--runs N] [--planted NAME] [--w1-ledger] [--keep DIR]
        [--file experiments/soak-rs3.yaml] [--port-range 31000-32999] [--seed 1]
 """
 
@@ -70,7 +70,9 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        report = soak(experiment, Path(tmp), duration_s=args.minutes * 60, seed=args.seed,
+        # --keep: the violating run's history, result and shrunk schedule outlive the bench.
+        where = args.keep or Path(tmp)
+        report = soak(experiment, where, duration_s=args.minutes * 60, seed=args.seed,
                       max_runs=args.runs,
                       progress=lambda line: print(line, flush=True))  # fmt: skip
         total_s = time.monotonic() - started
