@@ -6,8 +6,8 @@ leaves the 30th insert it applies as a secondary out of its data), snapshot (tra
 past their snapshot), after-cluster-time (reads do not wait for their causal session),
 no-rollback-files (a rollback keeps no file: with a w:1 j:true ledger, an unaccounted loss).
 
-Usage: python bench/soak_rate.py [--minutes 10] [--runs N] [--planted NAME] [--w1-ledger] [--keep DIR]
-       [--file experiments/soak-rs3.yaml] [--port-range 31000-32999] [--seed 1]
+Usage: python bench/soak_rate.py [--minutes 10] [--runs N] [--planted NAME] [--w1-ledger]
+       [--keep DIR] [--file experiments/soak-rs3.yaml] [--port-range 31000-32999] [--seed 1]
 """
 
 from __future__ import annotations
