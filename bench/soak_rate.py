@@ -51,6 +51,12 @@ def main() -> None:
         action="store_true",
         help="a w:1 j:true ledger (unaccounted-loss: --planted no-rollback-files)",
     )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="the soak's directory (kept: the violating run and shrunk.yaml)",
+    )
     parser.add_argument("--file", type=Path, default=ROOT / "experiments" / "soak-rs3.yaml")
     parser.add_argument("--port-range", default=os.environ.get("RSDRILL_PORT_RANGE", ""))
     parser.add_argument("--seed", type=int, default=1)
