@@ -45,6 +45,10 @@ async def handle_get_oplog(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
     after = OpTime.from_doc(cmd.get("after"))
     asker = cmd.get("from", "")
     if asker:
+        # The asker's term first: a primary deposed while it was frozen steps down here, before
+        # it could count the position of a member of the new term towards w:majority (as
+        # mongod's replSetUpdatePosition carries the term).
+        node.observe_term(int(cmd.get("term", 0)), asker)
         node.note_position(
             asker,
             OpTime.from_doc(cmd.get("applied")),
@@ -146,6 +150,7 @@ def _fetch_request(node: Node, after: OpTime, **extra: Any) -> dict[str, Any]:
     return {
         "rsdrillGetOplog": 1,
         "from": node.host,
+        "term": Int64(node.term),
         "after": after.document(),
         "applied": node.last_applied.document(),
         "durable": node.last_durable.document(),
