@@ -436,6 +436,53 @@ def test_rollback_saves_unreplicated_writes_and_removes_them(replset, client_for
     assert after == {h: rbid + (h == old.host) for h, rbid in rbids.items()}, (rbids, after)
 
 
+def test_a_fetch_of_a_newer_term_deposes_the_primary_before_its_position_counts(
+    replset, client_for
+) -> None:
+    # The soak's finding (seed 2, run 67): a primary frozen while the others elected, thawed,
+    # acknowledged at w:majority a write that a member of the new term had fetched from it, and
+    # the write was rolled back. The fetch is forged here so the order is certain: both
+    # secondaries frozen, a w:majority write waiting, then a fetch from one of them in the next
+    # term reporting the write applied. The primary must step down, not acknowledge.
+    sandbox = replset("rs3", election_timeout_ms=10_000)
+    old = writable_primary(sandbox)
+    assert old is not None
+    others = [m for m in sandbox.spec.members if m.host != old.host]
+    for m in others:
+        sandbox.stop(m)
+    wait_until(lambda: not ops_in_progress(old.host, rsdrillGetOplog=1), 5, "fetches to end")
+    coll = client_for(old.host, retryWrites=False).db.get_collection(
+        "c", write_concern=WriteConcern(w="majority", wtimeout=6000)
+    )
+    outcome: list[object] = []
+    writer = threading.Thread(target=lambda: _outcome(outcome, coll.insert_one, {"_id": "x"}))
+    writer.start()
+    on_old = client_for(old.host)
+    wait_until(lambda: on_old.db.c.find_one({"_id": "x"}), 5, "the write applied on the primary")
+    status = on_old.admin.command("replSetGetStatus")
+    me = next(m for m in status["members"] if m.get("self"))
+    term = int(me["optime"]["t"])
+    wire_command(old.host, {
+        "rsdrillGetOplog": 1, "$db": "admin", "from": others[0].host, "term": Int64(term + 1),
+        "after": me["optime"], "applied": me["optime"], "durable": me["optime"],
+    })  # fmt: skip
+    writer.join(10)
+    for m in others:
+        sandbox.cont(m)
+    assert outcome and isinstance(outcome[0], PyMongoError), outcome
+    events = read_events(member_dir(sandbox.directory, old) / "events.jsonl")
+    assert any(
+        e["event"] == "stepdown" and f"newer term {term + 1}" in e.get("reason", "") for e in events
+    ), [e for e in events if e["event"] == "stepdown"]
+
+
+def _outcome(out: list[object], call: Any, *args: Any) -> None:
+    try:
+        out.append(call(*args))
+    except PyMongoError as exc:
+        out.append(exc)
+
+
 def _rbid(client_for, host: str) -> int:
     return int(client_for(host).admin.command("serverStatus", repl=1)["repl"]["rbid"])
 
