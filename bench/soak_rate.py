@@ -92,6 +92,8 @@ def main() -> None:
     rate = report.runs_per_hour
     verdict = "PASS" if rate >= TARGET_RUNS_PER_HOUR else "FAIL"
     print(f"runs/hour: {rate:.0f} (target >= {TARGET_RUNS_PER_HOUR}): {verdict}")
+    if report.stopped_by is not None:
+        print(f"stopped by {report.stopped_by}")
     if report.violating is None:
         print("violations: none")
         return

@@ -22,11 +22,11 @@ import sqlite3
 import statistics
 from collections.abc import Iterable, Sequence
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill.errors import RsdrillError
+from rsdrill.runs import Baseline, Regression, Run
 
 if TYPE_CHECKING:
     from rsdrill.result import Metrics, Result
@@ -76,40 +76,6 @@ _BUSY_TIMEOUT_S = 30.0
 
 class StoreError(RsdrillError):
     """The history database cannot be opened, read or written."""
-
-
-@dataclass(frozen=True)
-class Run:
-    """One recorded run; `metrics` maps each scalar metric name to its value (None: unmeasured)."""
-
-    id: int
-    experiment: str
-    started_at: dt.datetime
-    verdict: str
-    duration_s: float
-    out_dir: Path
-    metrics: dict[str, float | None]
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """What a run's metric is judged against: the `size` previous values' median and MAD, and
-    `threshold` = median + k * max(1.4826 * MAD, floor)."""
-
-    median: float
-    mad: float
-    threshold: float
-    size: int
-
-
-@dataclass(frozen=True)
-class Regression:
-    """`run`'s `metric` was `value`, above its `baseline`'s threshold."""
-
-    run: Run
-    metric: str
-    value: float
-    baseline: Baseline
 
 
 def flat_metrics(metrics: Metrics) -> dict[str, float | None]:

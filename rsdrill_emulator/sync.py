@@ -162,9 +162,10 @@ def _fetch_request(node: Node, after: OpTime, **extra: Any) -> dict[str, Any]:
 
 async def fetch_once(node: Node, source: str, wait_s: float) -> dict[str, Any]:
     """One fetch round: ask, apply, journal; returns the source's reply."""
+    after = node.last_applied
     reply = await node.peer_calls.call(
         source,
-        _fetch_request(node, node.last_applied, maxWaitMS=int(wait_s * 1000)),
+        _fetch_request(node, after, maxWaitMS=int(wait_s * 1000)),
         purpose="fetch",
         timeout=wait_s + node.spec.settings.heartbeat_timeout_s,
     )
@@ -172,8 +173,11 @@ async def fetch_once(node: Node, source: str, wait_s: float) -> dict[str, Any]:
     if not reply.get("ok"):
         return reply
     await node.storage_idle()
-    if node.state is MemberState.PRIMARY:
-        # Elected while this fetch was in flight: the entries are ours or stale now.
+    if node.state is MemberState.PRIMARY or node.last_applied != after:
+        # Elected while this fetch was in flight (and maybe deposed again), or rolled back: the
+        # entries followed a position that is no longer our newest, so they would sit on top of
+        # entries the source does not have. The next fetch asks from where we are (mongod's
+        # fetcher checks each batch starts at its last fetched optime).
         return reply
     if apply_batch(node, reply.get("entries", [])):
         await node.flush()

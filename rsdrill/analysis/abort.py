@@ -28,7 +28,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from rsdrill.analysis.failover import writable
 from rsdrill.analysis.slo import compare
@@ -36,9 +35,6 @@ from rsdrill.analysis.slo import parse_condition as parse_comparison
 from rsdrill.analysis.sources import CLIENT_PROBES, missing_source
 from rsdrill.history import Op
 from rsdrill.suggest import did_you_mean
-
-if TYPE_CHECKING:
-    from rsdrill.experiment.probes import Probes
 
 CHECK_INTERVAL_S = 0.25
 """How often the runner evaluates the conditions."""
@@ -113,10 +109,10 @@ def parse_condition(text: str) -> Condition:
     return Condition(metric, op, threshold)
 
 
-def unmeasurable(metric: str, probes: Probes) -> str | None:
-    """Why `metric` cannot be measured with these probes (a condition on it could never hold);
-    None when it can."""
-    source = missing_source(metric, probes.records())
+def unmeasurable(metric: str, records: set[str] | frozenset[str]) -> str | None:
+    """Why `metric` cannot be measured by probes recording `records` (a condition on it could
+    never hold); None when it can."""
+    source = missing_source(metric, records)
     return None if source is None else f"{metric} is measured by {source.what}, which is off"
 
 

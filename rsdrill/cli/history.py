@@ -17,7 +17,7 @@ from rsdrill.cli.errors import exit_invalid
 from rsdrill.cli.run import HISTORY_DB
 
 if TYPE_CHECKING:
-    from rsdrill.store import Baseline, Regression, Run
+    from rsdrill.runs import Baseline, Regression, Run
 
 # Exit statuses beyond the result contract's: a regression, and a history that cannot be read.
 EXIT_REGRESSION = 1

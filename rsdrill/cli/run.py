@@ -235,7 +235,7 @@ def run_options(
 
     for text in abort_on:
         try:
-            problem = unmeasurable(parse_condition(text).metric, experiment.probes)
+            problem = unmeasurable(parse_condition(text).metric, experiment.probes.records())
         except ValueError as exc:
             problem = str(exc)
         if problem:

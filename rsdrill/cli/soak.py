@@ -43,11 +43,13 @@ def soak(
     """Run the experiment again and again with fresh seeds, checking every history for lost
     majority writes, two primaries in one term, slow recovery, non-monotonic reads and
     non-linearizable register operations; on the first violation, shrink the schedule and
-    print the replay command. Exit 0: nothing found; 1: a violation."""
+    print the replay command. Exit 0: nothing found; 1: a violation; 3: stopped by Ctrl-C or
+    SIGTERM (the run it came in reverted) before anything was found."""
     from rsdrill.engine.soak import replay_command
     from rsdrill.engine.soak import soak as run_soak
     from rsdrill.experiment.loader import ExperimentError, load_experiment
     from rsdrill.fields import parse_duration
+    from rsdrill.result import EXIT_CODES
 
     try:
         seconds = parse_duration(duration)
@@ -71,6 +73,9 @@ def soak(
     typer.echo(f"{len(report.runs)} runs in {report.elapsed_s:.0f}s "
                f"({report.runs_per_hour:.0f} runs/h)")  # fmt: skip
     violating = report.violating
+    if violating is None and report.stopped_by is not None:
+        typer.echo(f"stopped by {report.stopped_by}: no invariant broken in the runs before")
+        raise typer.Exit(EXIT_CODES["aborted"])
     if violating is None:
         typer.echo("no invariant broken")
         raise typer.Exit(0)

@@ -105,6 +105,9 @@ class Runner:
         self._journal: Journal | None = None
         self._slide_s = 0.0
         self._verdict_final = False
+        self.signalled: str | None = None
+        """The name of the first SIGINT/SIGTERM the run received, if any (a caller running many
+        runs, as the soak does, stops after this one)."""
         # What the target's members said they are, for the result (None: none answered).
         self._deployment: Deployment | None = None
         # The data audit after the run (experiment `audit:`), None when not run.
@@ -667,6 +670,7 @@ class Runner:
         self._sleep(at_s - self.clock.now())
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signalled = self.signalled or signal.Signals(signum).name
         if self._verdict_final:
             return
         if self._reverting or self._abort.is_set():

@@ -51,6 +51,8 @@ class RunVerdict:
     seconds: float
     out_dir: Path
     error: str | None = None
+    stopped_by: str | None = None
+    """The signal that ended the run (its history is cut short: not checked)."""
 
 
 @dataclass
@@ -62,6 +64,8 @@ class SoakReport:
     shrunk_file: Path | None = None
     shrink_runs: int = 0
     found_after_s: float | None = None
+    stopped_by: str | None = None
+    """SIGINT/SIGTERM: the soak ended after the run it came in (reverted), with no shrinking."""
 
     @property
     def runs_per_hour(self) -> float:
@@ -87,7 +91,7 @@ def run_checked(
         runner.live = LiveView(runner.history, stream=events)
         result = runner.run()
     violations = []
-    if result.verdict in ("pass", "fail"):  # the run went through: its history is whole
+    if runner.signalled is None and result.verdict in ("pass", "fail"):  # its history is whole
         ops = runner.history.ops()
         # What the ledger's acknowledgement promised: w:majority, that the write survives
         # (lost-write); w:1 with j:true, that only a rollback takes it, into a file.
@@ -103,7 +107,7 @@ def run_checked(
         if ledger is not None and (majority or ledger.journal):
             violations += unaccounted_losses(ops, result.audit)
     return RunVerdict(index, seed, result.verdict, violations, time.monotonic() - started,
-                      out_dir, result.error)  # fmt: skip
+                      out_dir, result.error, runner.signalled)  # fmt: skip
 
 
 @contextmanager
@@ -157,6 +161,10 @@ def soak(
         progress(f"run {index} seed {run_seed}: {note} ({verdict.seconds:.1f}s) | "
                  f"{index} runs, {violations} violating, {errors} errors, "
                  f"{report.runs_per_hour:.0f} runs/h")  # fmt: skip
+        if verdict.stopped_by is not None:
+            report.stopped_by = verdict.stopped_by
+            progress(f"  stopped by {verdict.stopped_by}; its faults reverted (kept in {run_dir})")
+            break
         if verdict.violations:
             report.violating = verdict
             report.found_after_s = report.elapsed_s
@@ -170,9 +178,17 @@ def soak(
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
     if report.violating is not None:
-        _shrink(exp.with_seed(report.violating.seed or 0), out_dir, report, recovery_slo_s,
-                attempts, progress)  # fmt: skip
+        try:
+            _shrink(exp.with_seed(report.violating.seed or 0), out_dir, report, recovery_slo_s,
+                    attempts, progress)  # fmt: skip
+        except _Stopped as stopped:
+            report.stopped_by = str(stopped)
+            progress(f"  stopped by {stopped} while shrinking; its faults reverted")
     return report
+
+
+class _Stopped(Exception):
+    """A shrinking run received SIGINT/SIGTERM: the soak ends there."""
 
 
 def _with_faults(exp: Experiment, faults: list[Fault]) -> Experiment:
@@ -197,6 +213,8 @@ def _shrink(
             verdict = run_checked(_with_faults(exp, faults), run_dir, report.shrink_runs, None,
                                   recovery_slo_s)  # fmt: skip
             shutil.rmtree(run_dir, ignore_errors=True)
+            if verdict.stopped_by is not None:
+                raise _Stopped(verdict.stopped_by)
             if {v.invariant for v in verdict.violations} & wanted:
                 return True
         return False

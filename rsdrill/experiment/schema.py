@@ -502,7 +502,7 @@ class Experiment(Strict):
         from rsdrill.analysis.abort import parse_condition, unmeasurable
 
         for i, text in enumerate(self.abort_on):
-            problem = unmeasurable(parse_condition(text).metric, self.probes)
+            problem = unmeasurable(parse_condition(text).metric, self.probes.records())
             if problem:
                 raise FieldProblem(("abort_on", i), problem)
         return self

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal, Self, TypeVar
 
 from pydantic import BaseModel, Field, model_validator
 
-from rsdrill.fields import Duration, FieldProblem, Role, Strict
+from rsdrill.fields import Duration, FieldProblem, Role, Strict, format_duration
 
 if TYPE_CHECKING:
     from rsdrill.faults.spec import KindSpec, LocalTool
@@ -86,6 +86,11 @@ class FaultBase(Strict):
     def plan_words(self, platform: str) -> str:
         """What `rsdrill plan` says the fault does when injected on `platform`."""
         raise NotImplementedError(self.kind)
+
+    def lasting(self, done: str) -> str:
+        """The plan words of a fault that holds for its `duration`: what it does, then for how
+        long."""
+        return done if self.duration is None else f"{done} for {format_duration(self.duration)}"
 
     def plan_revert_words(self, platform: str, them: str) -> str:
         """What `rsdrill plan` says its revert does ("it" or "them" for the member or members)."""

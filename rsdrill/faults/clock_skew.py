@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from rsdrill.faults.base import FaultBase
-from rsdrill.faults.spec import KindSpec, lasting
+from rsdrill.faults.spec import KindSpec
 from rsdrill.fields import format_duration
 
 
@@ -34,8 +34,8 @@ class ClockSkewFault(FaultBase):
     def plan_words(self, platform: str) -> str:
         side = "ahead" if self.clock_offset >= 0 else "behind"
         drift = f", drifting {self.clock_drift:+g} s/s" if self.clock_drift else ""
-        return lasting(
-            self, f"set its clock {format_duration(abs(self.clock_offset))} {side}{drift}"
+        return self.lasting(
+            f"set its clock {format_duration(abs(self.clock_offset))} {side}{drift}"
         )
 
     def plan_revert_words(self, platform: str, them: str) -> str:

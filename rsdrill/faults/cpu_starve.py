@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from rsdrill.faults.base import FaultBase
-from rsdrill.faults.spec import KindSpec, lasting
+from rsdrill.faults.spec import KindSpec
 
 
 class CpuStarveFault(FaultBase):
@@ -27,7 +27,7 @@ class CpuStarveFault(FaultBase):
         return False
 
     def plan_words(self, platform: str) -> str:
-        return lasting(self, f"starve its CPU to {self.cpu_share:.0%} of one CPU")
+        return self.lasting(f"starve its CPU to {self.cpu_share:.0%} of one CPU")
 
     def plan_revert_words(self, platform: str, them: str) -> str:
         return f"end the CPU starvation on {them}"

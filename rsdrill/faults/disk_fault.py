@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, Field
 
 from rsdrill.faults.base import FaultBase
-from rsdrill.faults.spec import KindSpec, LocalTool, lasting
+from rsdrill.faults.spec import KindSpec, LocalTool
 from rsdrill.fields import Duration, FieldProblem
 from rsdrill.fields import format_duration as _secs
 
@@ -81,7 +81,7 @@ class DiskFault(FaultBase):
             parts.append(f"+{_secs(self.latency)} per {'/'.join(self.operations)}")
         where = f" of {self.path}" if self.path else ""
         copy = f" on replica {self.replica} of its mirrored data" if self.replica else ""
-        return lasting(self, f"disk fault{copy}: {', '.join(parts)}{where}")
+        return self.lasting(f"disk fault{copy}: {', '.join(parts)}{where}")
 
     def plan_revert_words(self, platform: str, them: str) -> str:
         resync = f", resync replica {self.replica} from the other" if self.replica else ""

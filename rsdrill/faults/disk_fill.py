@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from rsdrill.faults.base import FaultBase
-from rsdrill.faults.spec import KindSpec, lasting
+from rsdrill.faults.spec import KindSpec
 
 
 class DiskFillFault(FaultBase):
@@ -28,7 +28,7 @@ class DiskFillFault(FaultBase):
         return self.fill_percent >= 100  # full: ENOSPC ends the member
 
     def plan_words(self, platform: str) -> str:
-        return lasting(self, f"fill its data disk to {self.fill_percent:g}%")
+        return self.lasting(f"fill its data disk to {self.fill_percent:g}%")
 
     def plan_revert_words(self, platform: str, them: str) -> str:
         return f"free the disk on {them}"

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field
 
 from rsdrill.faults.base import FaultBase
-from rsdrill.faults.spec import KindSpec, Way, lasting
+from rsdrill.faults.spec import KindSpec, Way
 from rsdrill.fields import Duration, FieldProblem
 from rsdrill.fields import format_duration as _secs
 
@@ -65,7 +65,7 @@ class FailCommandFault(FaultBase):
         how += ["drop the connection"] if self.close_connection else []
         how += [f"hold {_secs(self.block_time)}"] if self.block_time is not None else []
         times = f", {self.times} times" if self.times is not None else ""
-        return lasting(self, f"failCommand: {'/'.join(self.commands)} → {', '.join(how)}{times}")
+        return self.lasting(f"failCommand: {'/'.join(self.commands)} → {', '.join(how)}{times}")
 
     def plan_revert_words(self, platform: str, them: str) -> str:
         return f"set the fail point off on {them}"

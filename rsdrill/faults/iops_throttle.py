@@ -8,7 +8,7 @@ from pydantic import Field
 
 from rsdrill.faults.base import FaultBase
 from rsdrill.faults.disk_fault import latency_field
-from rsdrill.faults.spec import KindSpec, LocalTool, lasting
+from rsdrill.faults.spec import KindSpec, LocalTool
 from rsdrill.fields import Duration, FieldProblem
 from rsdrill.fields import format_duration as _secs
 
@@ -64,7 +64,7 @@ class IopsThrottleFault(FaultBase):
         ]
         if self.latency:
             limits.append(f"+{_secs(self.latency)} per operation")
-        return lasting(self, f"throttle the disk: {', '.join(limits)}")
+        return self.lasting(f"throttle the disk: {', '.join(limits)}")
 
     def plan_revert_words(self, platform: str, them: str) -> str:
         return f"lift the throttle on {them}"

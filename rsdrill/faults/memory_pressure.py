@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from rsdrill.faults.base import FaultBase
-from rsdrill.faults.spec import KindSpec, lasting
+from rsdrill.faults.spec import KindSpec
 
 
 class MemoryPressureFault(FaultBase):
@@ -25,7 +25,7 @@ class MemoryPressureFault(FaultBase):
     )
 
     def plan_words(self, platform: str) -> str:
-        return lasting(self, f"let it allocate only {self.memory_limit_mb:g} MB more")
+        return self.lasting(f"let it allocate only {self.memory_limit_mb:g} MB more")
 
     def plan_revert_words(self, platform: str, them: str) -> str:
         return f"lift the memory limit on {them}"

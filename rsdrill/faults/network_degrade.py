@@ -8,7 +8,7 @@ from pydantic import Field
 
 from rsdrill.faults.base import FaultBase
 from rsdrill.faults.network_partition import DIRECTION_WORDS, PEER_WORDS, Direction, Peers
-from rsdrill.faults.spec import KindSpec, LocalTool, lasting
+from rsdrill.faults.spec import KindSpec, LocalTool
 from rsdrill.fields import Duration, FieldProblem
 from rsdrill.fields import format_duration as _secs
 
@@ -98,8 +98,7 @@ class NetworkDegradeFault(FaultBase):
             )
             if given
         ]
-        return lasting(
-            self,
+        return self.lasting(
             f"degrade its links to {PEER_WORDS[self.between]} "
             f"({DIRECTION_WORDS[self.direction]}): " + ", ".join(shaped),
         )

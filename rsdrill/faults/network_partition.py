@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from rsdrill.faults.base import FaultBase
-from rsdrill.faults.spec import KindSpec, LocalTool, lasting
+from rsdrill.faults.spec import KindSpec, LocalTool
 from rsdrill.fields import Duration, FieldProblem
 from rsdrill.fields import format_duration as _secs
 
@@ -77,7 +77,7 @@ class NetworkPartitionFault(FaultBase):
         else:
             done = (f"cut it off from {PEER_WORDS[self.isolate_from]} "
                     f"({DIRECTION_WORDS[self.direction]}){flap}")  # fmt: skip
-        return lasting(self, done)
+        return self.lasting(done)
 
     def plan_revert_words(self, platform: str, them: str) -> str:
         return f"heal the partition on {them}"

@@ -10,12 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
-from rsdrill.fields import format_duration
-
-if TYPE_CHECKING:
-    from rsdrill.faults.base import FaultBase
+from typing import Any, Literal
 
 Support = Literal["exact", "approximate", "one-way"]
 """exact: the fault itself; approximate: something close to it (said in the cell); one-way: it
@@ -109,8 +104,3 @@ class KindSpec:
 def on_this_machine(platform: str) -> bool:
     """Whether the platform's faults are injected here, on member processes (sandbox, local)."""
     return platform in ("sandbox", "local")
-
-
-def lasting(fault: FaultBase, done: str) -> str:
-    """The words of a fault that holds for its `duration`: what it does, then for how long."""
-    return done if fault.duration is None else f"{done} for {format_duration(fault.duration)}"

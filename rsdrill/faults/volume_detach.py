@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from rsdrill.faults.base import FaultBase
-from rsdrill.faults.spec import KindSpec, LocalTool, lasting
+from rsdrill.faults.spec import KindSpec, LocalTool
 
 
 class VolumeDetachFault(FaultBase):
@@ -21,7 +21,7 @@ class VolumeDetachFault(FaultBase):
         return ("fuse",)
 
     def plan_words(self, platform: str) -> str:
-        return lasting(self, "detach its data volume")
+        return self.lasting("detach its data volume")
 
     def plan_revert_words(self, platform: str, them: str) -> str:
         return f"re-attach the volume on {them}"

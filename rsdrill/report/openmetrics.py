@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from rsdrill.history import Op
     from rsdrill.result import Result
-    from rsdrill.store import Run
+    from rsdrill.runs import Run
 
 _log = logging.getLogger("rsdrill.metrics")
 

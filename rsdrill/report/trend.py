@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rsdrill.report.common import fmt_number
 
 if TYPE_CHECKING:
-    from rsdrill.store import Baseline, Run
+    from rsdrill.runs import Baseline, Run
 
 WIDTH = 760
 PANEL_H = 170

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote
 
 from rsdrill.connection import (
@@ -39,6 +39,7 @@ from rsdrill.procstat import stat_fields
 from rsdrill.sandbox.auth import AUTH_FILE, create_auth, read_auth
 from rsdrill.sandbox.certs import TLS_DIR, make_tls_files, tls_files
 from rsdrill.sandbox.config import CONFIG_FILE, MemberSpec, ReplSetSpec, empty_dir, member_dir
+from rsdrill.sandbox.engine import Engine, Layout
 from rsdrill.sandbox.errors import SandboxError
 from rsdrill.sandbox.members import QUERY_TIMEOUT_S, hello, is_writable_primary
 from rsdrill.scram import Credentials
@@ -68,21 +69,6 @@ class MemberStatus:
         return asdict(self)
 
 
-class Engine(Protocol):
-    """What starts member processes and turns them into a replica set with a primary."""
-
-    name: str
-    executable: str
-
-    def argv(self, sandbox: Sandbox, member: MemberSpec, *, init: bool) -> list[str]:
-        """The command line of one member process."""
-        ...
-
-    def initiate(self, sandbox: Sandbox, deadline: float) -> None:
-        """Make the freshly started set have a writable primary before `deadline` (monotonic)."""
-        ...
-
-
 class EmulatorEngine:
     """Members are `python -m rsdrill_emulator` processes."""
 
@@ -91,12 +77,12 @@ class EmulatorEngine:
     def __init__(self, executable: str = sys.executable) -> None:
         self.executable = executable
 
-    def argv(self, sandbox: Sandbox, member: MemberSpec, *, init: bool) -> list[str]:
+    def argv(self, sandbox: Layout, member: MemberSpec, *, init: bool) -> list[str]:
         argv = [self.executable, "-m", "rsdrill_emulator"]
         argv += ["--dir", str(sandbox.directory), "--host", member.host]
         return [*argv, "--init"] if init else argv
 
-    def initiate(self, sandbox: Sandbox, deadline: float) -> None:
+    def initiate(self, sandbox: Layout, deadline: float) -> None:
         """Step the first member up so the set has a primary without waiting out an election."""
         first = sandbox.spec.members[0]
         election_timeout_s = sandbox.spec.settings.election_timeout_ms / 1000

@@ -18,7 +18,7 @@ from rsdrill.sandbox.errors import SandboxError
 from rsdrill.sandbox.members import is_writable_primary, member_client
 
 if TYPE_CHECKING:
-    from rsdrill.sandbox.cluster import Sandbox
+    from rsdrill.sandbox.engine import Layout
 
 _POLL_S = 0.05
 
@@ -31,7 +31,7 @@ class MongodEngine:
     def __init__(self, executable: str) -> None:
         self.executable = executable
 
-    def argv(self, sandbox: Sandbox, member: MemberSpec, *, init: bool) -> list[str]:
+    def argv(self, sandbox: Layout, member: MemberSpec, *, init: bool) -> list[str]:
         """mongod's command line; `init` changes nothing: replSetInitiate does the first boot."""
         spec = sandbox.spec
         directory = member_dir(sandbox.directory, member)
@@ -64,7 +64,7 @@ class MongodEngine:
             return []
         return ["--wiredTigerCacheSizeGB", f"{max(0.25, spec.cache_bytes / 2**30):g}"]
 
-    def initiate(self, sandbox: Sandbox, deadline: float) -> None:
+    def initiate(self, sandbox: Layout, deadline: float) -> None:
         """replSetInitiate on the first member, then wait for any member to be writable."""
         spec = sandbox.spec
         first = spec.members[0]

@@ -6,6 +6,7 @@ seeded runs; the CLI prints progress and the replay command."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -123,6 +124,38 @@ def test_the_cli_prints_progress_and_the_replay_command(tmp_path: Path) -> None:
     assert "phase: " not in done.stdout + done.stderr, done.stdout + done.stderr
     kept = list((tmp_path / "out").glob("run-*/events.log"))
     assert kept and all("phase: faults" in log.read_text() for log in kept), kept
+
+
+def test_sigterm_ends_the_soak_after_reverting_the_run_it_came_in(tmp_path: Path) -> None:
+    # Not a violation to shrink: the run's faults are reverted, its history is not judged, no
+    # other run starts, and the status says aborted.
+    path = tmp_path / "soak.yaml"
+    document = yaml.safe_load(SOAK)
+    document["faults"]["random"].update(kinds=["host-freeze"], count=1, within="2s",
+                                        duration=["20s", "20s"])  # fmt: skip
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rsdrill.cli", "soak", str(path), "--runs", "5",
+         "--out", str(out), "--seed", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        events = out / "run-00001" / "events.log"
+        deadline = time.monotonic() + 120
+        while not (events.exists() and "injected host-freeze" in events.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "no fault injected"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, stdout + stderr
+    assert "stopped by SIGTERM" in stdout and "run 2 seed" not in stdout, stdout
+    assert "Traceback" not in stderr, stderr
+    assert "reverted host-freeze" in events.read_text()
+    left = subprocess.run(["pgrep", "-f", f"rsdrill_emulator --dir {out}"], capture_output=True)
+    assert left.returncode == 1, left.stdout
 
 
 def test_verbose_soak_prints_each_runs_events(tmp_path: Path) -> None:

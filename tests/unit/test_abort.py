@@ -78,17 +78,17 @@ def test_a_condition_never_holds_on_an_unknown_value() -> None:
 
 
 def test_a_metric_without_its_probe_is_unmeasurable() -> None:
-    assert unmeasurable("no_primary_s", Probes()) is None
-    assert unmeasurable("no_primary_s", Probes(failover=None)) == (
+    assert unmeasurable("no_primary_s", Probes().records()) is None
+    assert unmeasurable("no_primary_s", Probes(failover=None).records()) == (
         "no_primary_s is measured by the failover probe (probes.failover), which is off"
     )
     no_writes = Probes(availability={"writes": False})
-    assert unmeasurable("write_unavailable_s", no_writes) is not None
-    assert unmeasurable("probe_error_rate", no_writes) is None
+    assert unmeasurable("write_unavailable_s", no_writes.records()) is not None
+    assert unmeasurable("probe_error_rate", no_writes.records()) is None
     bare = Probes(availability=None, durability=None)
-    assert unmeasurable("probe_error_rate", bare) is not None
+    assert unmeasurable("probe_error_rate", bare.records()) is not None
     with_load = Probes(availability=None, durability=None, load={})
-    assert unmeasurable("probe_error_rate", with_load) is None
+    assert unmeasurable("probe_error_rate", with_load.records()) is None
 
 
 def test_the_experiment_file_points_at_a_bad_condition() -> None:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from rsdrill import store
 from rsdrill.cli.app import app
 from rsdrill.result import EXIT_CODES, Latency, Metrics, Result, TargetInfo
+from rsdrill.runs import Run
 
 T0 = dt.datetime(2024, 5, 1, 2, 0, tzinfo=dt.UTC)
 # Nightly write gaps of a healthy set: a spread of a few hundred milliseconds around 11 s.
@@ -180,7 +181,7 @@ def test_runs_need_a_baseline_and_only_whole_runs_count(db: Path, tmp_path: Path
 def test_window_and_k_are_respected() -> None:
     values = [10, 12, 14, 16, 18, 10, 12, 14, 16, 18, 21]
     runs = [
-        store.Run(i, "x", T0 + dt.timedelta(days=i), "pass", 1.0, Path("."), {"m": v})
+        Run(i, "x", T0 + dt.timedelta(days=i), "pass", 1.0, Path("."), {"m": v})
         for i, v in enumerate(values)
     ]
     # The last run's baseline: median 14, MAD 2, so the threshold is 14 + k * 1.4826 * 2.

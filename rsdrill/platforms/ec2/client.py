@@ -14,9 +14,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rsdrill.platforms.base import InjectionError
+
+if TYPE_CHECKING:
+    from rsdrill.platforms.ec2.options import Ec2Platform
 
 # Retries of throttled calls (RequestLimitExceeded, Throttling...), with backoff; adaptive mode
 # also paces the client itself once AWS starts throttling it.
@@ -225,3 +228,13 @@ def aws_errors(what: str, conn: Connection) -> Iterator[None]:
                        "EndpointConnectionError") from None  # fmt: skip
     except BotoCoreError as exc:
         raise AwsError(f"{type(exc).__name__}: {what}: {exc}", type(exc).__name__) from None
+
+
+def connection(platform: Ec2Platform) -> Connection:
+    return Connection(
+        region=platform.region,
+        profile=platform.profile,
+        endpoint_url=platform.endpoint_url,
+        poll_interval=platform.poll_interval,
+        wait_timeout=platform.wait_timeout,
+    )

@@ -47,16 +47,6 @@ if TYPE_CHECKING:
 __all__ = ["REVERT_ACTIONS", "Aws", "AwsError", "Connection", "preflight"]
 
 
-def connection(platform: Ec2Platform) -> Connection:
-    return Connection(
-        region=platform.region,
-        profile=platform.profile,
-        endpoint_url=platform.endpoint_url,
-        poll_interval=platform.poll_interval,
-        wait_timeout=platform.wait_timeout,
-    )
-
-
 @dataclass(frozen=True)
 class OnInstance:
     """Where an EC2 fault lands: the member's instance as found when the fault is due, the

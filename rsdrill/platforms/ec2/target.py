@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.base import RunTarget, TargetError
-from rsdrill.platforms.ec2.injectors import Aws, AwsError, connection, preflight
+from rsdrill.platforms.ec2.client import Aws, AwsError, connection
 from rsdrill.platforms.ec2.lookup import Instance, find_instance
+from rsdrill.platforms.ec2.preflight import problems
 from rsdrill.platforms.remote import RemoteTarget
 
 
@@ -34,7 +35,7 @@ class Ec2Target(RemoteTarget):
             mapped = [m for m in self.members if m in self.ec2.instances.map]
         try:
             self.instances = {m: find_instance(self.aws, self.ec2.instances, m) for m in mapped}
-            found = preflight(self.aws, self.ec2, self.faults, list(self.instances.values()))
+            found = problems(self.aws, self.ec2, self.faults, list(self.instances.values()))
         except AwsError as exc:
             raise TargetError(f"ec2: {exc}") from None
         if found:

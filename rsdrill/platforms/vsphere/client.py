@@ -15,10 +15,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.vsphere.options import DEFAULT_PASSWORD_VARIABLES
+
+if TYPE_CHECKING:
+    from rsdrill.platforms.vsphere.options import VspherePlatform
 
 # A socket that hears nothing for this long is given up (vCenter answers calls in seconds;
 # tasks are polled, not waited on by one long call).
@@ -320,3 +323,16 @@ def _scrub(text: str, conn: Connection) -> str:
     if source and len(source[1]) >= _MIN_SCRUBBED:
         return text.replace(source[1], "***")
     return text
+
+
+def connection(platform: VspherePlatform) -> Connection:
+    return Connection(
+        host=platform.host,
+        user=platform.user,
+        port=platform.port,
+        password_env=platform.password_env,
+        insecure=platform.insecure,
+        ca_file=platform.ca_file,
+        datacenter=platform.datacenter,
+        task_timeout=platform.task_timeout,
+    )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.platforms.base import TargetError
-from rsdrill.platforms.vsphere.client import Connection, Vsphere, VsphereError
+from rsdrill.platforms.vsphere.client import Connection, Vsphere, VsphereError, connection
 from rsdrill.platforms.vsphere.disk import DiskDetach, IopsLimit, attach_disk, set_iops_limit
 from rsdrill.platforms.vsphere.lookup import (
     VmRef,
@@ -41,23 +41,9 @@ if TYPE_CHECKING:
         VolumeDetachFault,
     )
     from rsdrill.platforms.base import Injector, InjectorFactory, KindFault
-    from rsdrill.platforms.vsphere.options import VspherePlatform
     from rsdrill.platforms.vsphere.target import VsphereTarget
 
 __all__ = ["REVERT_ACTIONS", "Connection", "Vsphere", "VsphereError", "connection"]
-
-
-def connection(platform: VspherePlatform) -> Connection:
-    return Connection(
-        host=platform.host,
-        user=platform.user,
-        port=platform.port,
-        password_env=platform.password_env,
-        insecure=platform.insecure,
-        ca_file=platform.ca_file,
-        datacenter=platform.datacenter,
-        task_timeout=platform.task_timeout,
-    )
 
 
 @dataclass(frozen=True)

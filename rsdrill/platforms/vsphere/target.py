@@ -13,7 +13,7 @@ from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.remote import RemoteTarget
-from rsdrill.platforms.vsphere.injectors import Vsphere, VsphereError, connection
+from rsdrill.platforms.vsphere.client import Vsphere, VsphereError, connection
 from rsdrill.platforms.vsphere.lookup import find_member_vm
 
 
