@@ -7,9 +7,11 @@ with the write and a retry on a new primary is answered instead of applied again
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import bson
+from bson.binary import Binary
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 
@@ -36,6 +38,12 @@ def session_key(lsid: dict[str, Any]) -> bytes:
     return bson.encode({"id": lsid.get("id"), "uid": lsid.get("uid")})
 
 
+def entry_uuid(entry: dict[str, Any]) -> uuid.UUID | None:
+    """The collection UUID an oplog entry carries (`ui`), if it carries one."""
+    ui = entry.get("ui")
+    return ui.as_uuid() if isinstance(ui, Binary) else None
+
+
 class DataStore:
     """Collections by namespace (`db.coll`); documents in the order they were inserted."""
 
@@ -53,6 +61,12 @@ class DataStore:
         self._unique: dict[str, list[UniqueKeys]] = {}
         # Collection options (changeStreamPreAndPostImages) by namespace, read through.
         self._options: dict[str, dict[str, Any]] = {}
+        # Each collection's UUID, as mongod's catalog holds it: given by the primary that
+        # created the collection and carried by the oplog (`ui`), so every member has the same.
+        self._uuids: dict[str, uuid.UUID] = {
+            ns: uuid.UUID(bytes=bytes(raw))
+            for ns, raw in self.database.execute("SELECT ns, uuid FROM uuids")
+        }
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -103,6 +117,10 @@ class DataStore:
             self.database.execute("SELECT 1 FROM collections WHERE ns = ?", (ns,)).fetchone()
             is not None
         )
+
+    def uuid_of(self, ns: str) -> uuid.UUID | None:
+        """The collection's UUID; None for a view or a namespace that does not exist."""
+        return self._uuids.get(ns)
 
     def namespaces(self) -> list[str]:
         return [row[0] for row in self.database.execute("SELECT ns FROM collections")]
@@ -165,10 +183,18 @@ class DataStore:
 
     # -- changing --------------------------------------------------------------------------
 
-    def create(self, ns: str) -> None:
+    def create(self, ns: str, ui: uuid.UUID | None = None, *, view: bool = False) -> None:
+        """Make the collection (or view) exist; a collection gets the UUID `ui` if it has none
+        yet (a new one when none is given: an entry written before entries carried them)."""
         if ns not in self._created:
             self.database.write("INSERT OR IGNORE INTO collections (ns) VALUES (?)", (ns,))
             self._created.add(ns)
+        if not view and ns not in self._uuids:
+            self._set_uuid(ns, ui or uuid.uuid4())
+
+    def _set_uuid(self, ns: str, ui: uuid.UUID) -> None:
+        self.database.write("INSERT OR REPLACE INTO uuids (ns, uuid) VALUES (?, ?)", (ns, ui.bytes))
+        self._uuids[ns] = ui
 
     def put(self, ns: str, doc: dict[str, Any]) -> None:
         """Insert or replace by `_id`; a replaced document keeps its place in natural order."""
@@ -200,7 +226,7 @@ class DataStore:
             keys.remove(key)
 
     def create_view(self, ns: str, definition: dict[str, Any]) -> None:
-        self.create(ns)
+        self.create(ns, view=True)
         self.database.write(
             "INSERT OR REPLACE INTO views (ns, definition) VALUES (?, ?)",
             (ns, bson.encode(definition)),
@@ -245,16 +271,21 @@ class DataStore:
         self.database.write("DELETE FROM docs WHERE ns = ?", (ns,))
         self.database.write("DELETE FROM collections WHERE ns = ?", (ns,))
         self._created.discard(ns)
+        self.database.write("DELETE FROM uuids WHERE ns = ?", (ns,))
+        self._uuids.pop(ns, None)
 
     def rename(self, source: str, target: str, *, drop_target: bool) -> None:
         """Move a collection, its documents, indexes and options, to another namespace."""
         if drop_target:
             self.drop(target)
-        self.create(target)
+        # The collection keeps its UUID, as mongod's rename within a database does.
+        self.create(target, self._uuids.get(source))
         for table in ("docs", "indexes", "options"):
             self.database.write(f"UPDATE {table} SET ns = ? WHERE ns = ?", (target, source))
         self.database.write("DELETE FROM collections WHERE ns = ?", (source,))
         self._created.discard(source)
+        self.database.write("DELETE FROM uuids WHERE ns = ?", (source,))
+        self._uuids.pop(source, None)
         for cache in (self._indexes, self._views, self._unique, self._options):
             cache.pop(source, None)
             cache.pop(target, None)
@@ -265,10 +296,11 @@ class DataStore:
                 self.drop(ns)
 
     def clear(self) -> None:
-        for table in ("docs", "collections", "indexes", "views", "options", "images", "sessions",
-                      "statements"):  # fmt: skip
+        for table in ("docs", "collections", "uuids", "indexes", "views", "options", "images",
+                      "sessions", "statements"):  # fmt: skip
             self.database.write(f"DELETE FROM {table}")
         self._created.clear()
+        self._uuids.clear()
         self._options.clear()
         self._indexes.clear()
         self._views.clear()
@@ -279,6 +311,8 @@ class DataStore:
         """Apply one oplog entry; applying it again changes nothing."""
         op = entry["op"]
         ns = entry["ns"]
+        if op in ("i", "u", "d"):
+            self.create(ns, entry_uuid(entry))
         # Images are kept for entries of their own (a transaction's inner ones have no position).
         imaged = op in ("u", "d") and "ts" in entry and self._images_enabled(ns)
         before = self.get(ns, (entry["o2"] if op == "u" else entry["o"])["_id"]) if imaged else None
@@ -296,7 +330,7 @@ class DataStore:
         if imaged:
             self._keep_images(entry, before, after)
         elif op == "c":
-            self._apply_command(ns.split(".", 1)[0], entry["o"])
+            self._apply_command(ns.split(".", 1)[0], entry["o"], entry_uuid(entry))
         if "txnNumber" in entry:
             self.record_statement(
                 entry["lsid"], int(entry["txnNumber"]), int(entry.get("stmtId", 0)), entry["res"]
@@ -314,12 +348,12 @@ class DataStore:
              None if post is None else bson.encode(post)),
         )  # fmt: skip
 
-    def _apply_command(self, db: str, o: dict[str, Any]) -> None:
+    def _apply_command(self, db: str, o: dict[str, Any], ui: uuid.UUID | None) -> None:
         if "create" in o and "viewOn" in o:
             definition = {"viewOn": o["viewOn"], "pipeline": o.get("pipeline", [])}
             self.create_view(f"{db}.{o['create']}", definition)
         elif "create" in o:
-            self.create(f"{db}.{o['create']}")
+            self.create(f"{db}.{o['create']}", ui)
             if options := _option_fields(o):
                 self.set_options(f"{db}.{o['create']}", options)
         elif "renameCollection" in o:
@@ -336,6 +370,7 @@ class DataStore:
                 self.apply(inner)
         elif "createIndexes" in o:
             spec = {key: value for key, value in o.items() if key != "createIndexes"}
+            self.create(f"{db}.{o['createIndexes']}", ui)
             self.add_index(f"{db}.{o['createIndexes']}", spec)
         elif "dropIndexes" in o:
             self.drop_index(f"{db}.{o['dropIndexes']}", o["index"])

@@ -16,10 +16,12 @@ import os
 import random
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from bson.binary import Binary
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
@@ -43,6 +45,7 @@ from rsdrill_emulator.oplog import (
     TimestampClock,
     initiate_entry,
     make_entry,
+    operations,
 )
 from rsdrill_emulator.peer import Peers
 from rsdrill_emulator.snapshot import SnapshotHistory
@@ -378,9 +381,26 @@ class Node:
         """Create, apply and journal a new oplog entry in the current term."""
         self.require_writable()
         entry = make_entry(op, ns, o, ts=self.clock.next(), term=self.term, o2=o2, session=session)
+        self._name_collections(entry)
         self._record_op(entry)
         self.advance_commit_point()
         return OpTime.of(entry)
+
+    def _name_collections(self, entry: dict[str, Any]) -> None:
+        """Each operation names its collection's UUID (`ui`), a new one for a collection it
+        creates, as mongod's oplog entries do: applying them gives every member the same."""
+        new: dict[str, uuid.UUID] = {}
+        for op in operations(entry):
+            if op["op"] in ("i", "u", "d"):
+                ns = op["ns"]
+                found = self.store.uuid_of(ns) or new.setdefault(ns, uuid.uuid4())
+                op["ui"] = Binary.from_uuid(found)
+            elif op["op"] == "c" and "viewOn" not in op["o"]:
+                # create, and createIndexes on a collection it creates, name the new one
+                name = op["o"].get("create") or op["o"].get("createIndexes")
+                if isinstance(name, str):
+                    ns = f"{op['ns'].split('.', 1)[0]}.{name}"
+                    op["ui"] = Binary.from_uuid(self.store.uuid_of(ns) or uuid.uuid4())
 
     def write_noop(self, message: str) -> OpTime:
         entry = make_entry("n", "", {"msg": message}, ts=self.clock.next(), term=self.term)

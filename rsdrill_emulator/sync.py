@@ -328,11 +328,14 @@ async def initial_sync(node: Node) -> None:
         "syncSource": source,
     }
     rate = node.spec.initial_sync_bytes_per_s
+    uuids = begin_reply.get("uuids", {})
     for ns in begin_reply["namespaces"]:
-        node.store.create(ns)
+        if (view := begin_reply.get("views", {}).get(ns)) is None:
+            ui = uuids.get(ns)
+            node.store.create(ns, ui.as_uuid() if isinstance(ui, Binary) else None)
         for spec in begin_reply.get("indexes", {}).get(ns, []):
             node.store.add_index(ns, spec)
-        if (view := begin_reply.get("views", {}).get(ns)) is not None:
+        if view is not None:
             node.store.create_view(ns, view)
         if options := begin_reply.get("options", {}).get(ns):
             node.store.set_options(ns, options)
@@ -401,6 +404,7 @@ async def handle_sync_begin(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
         "indexes": {ns: node.store.indexes(ns) for ns in names if node.store.indexes(ns)},
         "views": {ns: view for ns in names if (view := node.store.view(ns)) is not None},
         "options": {ns: options for ns in names if (options := node.store.options(ns))},
+        "uuids": {ns: Binary.from_uuid(ui) for ns in names if (ui := node.store.uuid_of(ns))},
         "totalSize": Int64(node.store.approx_size()),
         "ok": 1.0,
     }
@@ -460,7 +464,8 @@ async def rollback(node: Node, source: str) -> None:
             node.store.remove(ns, doc_id)
         else:
             node.store.put(ns, theirs)
-    files = _write_rollback_files(node.database.dbpath, saved)
+    folders = {ns: str(ui) for ns in saved if (ui := node.store.uuid_of(ns)) is not None}
+    files = _write_rollback_files(node.database.dbpath, saved, folders)
     status = _ok(
         await node.peer_calls.call(source, {"rsdrillSyncBegin": 1}, purpose="rollback", timeout=30),
         source,
@@ -475,6 +480,8 @@ async def rollback(node: Node, source: str) -> None:
         undone_entries=len(divergent),
         documents=sum(len(v) for v in saved.values()),
         files=[str(f) for f in files],
+        # As mongod logs each rollback file with its collection's namespace and UUID.
+        namespaces={str(f): ns for f, ns in files.items()},
     )
     node.set_state(MemberState.RECOVERING, reason="rollback done")
 
@@ -495,16 +502,20 @@ async def _common_point(node: Node, source: str) -> OpTime | None:
     return None
 
 
-def _write_rollback_files(dbpath: Path, saved: dict[str, list[dict[str, Any]]]) -> list[Path]:
-    """`<dbpath>/rollback/<ns>/removed.<time>.bson`, as MongoDB names them."""
+def _write_rollback_files(
+    dbpath: Path, saved: dict[str, list[dict[str, Any]]], folders: dict[str, str]
+) -> dict[Path, str]:
+    """`<dbpath>/rollback/<collection UUID>/removed.<time>.bson`, as mongod 4.4+ names them
+    (`folders`: namespace → UUID; a collection without one is named by its namespace, as
+    before 4.4)."""
     if os.environ.get(NO_ROLLBACK_FILES_ENV) == "1":  # planted (test-only): the data is lost
-        return []
+        return {}
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M-%S.%f")
-    paths = []
+    paths = {}
     for ns, docs in saved.items():
-        folder = dbpath / "rollback" / ns
+        folder = dbpath / "rollback" / folders.get(ns, ns)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"removed.{stamp}.bson"
         path.write_bytes(b"".join(bson.encode(d) for d in docs))
-        paths.append(path)
+        paths[path] = ns
     return paths

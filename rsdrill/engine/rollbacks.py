@@ -81,7 +81,7 @@ def collection_uuids(
     host: str, options: ConnectOptions, databases: Iterable[str]
 ) -> dict[str, str]:
     """UUID (as mongod names a rollback folder) → namespace, of the collections `host` lists
-    in `databases`; empty where it gives none (the sandbox names folders by namespace)."""
+    in `databases`; empty where it gives none (mongod before 4.4 names folders by namespace)."""
     conn = DirectConnection(host, TIMEOUT_S, options)
     names: dict[str, str] = {}
     try:

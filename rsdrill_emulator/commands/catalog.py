@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
+
+from bson.binary import Binary
 
 from rsdrill_emulator import (
     indexes,
@@ -57,9 +60,13 @@ def _collection_info(node: Node, db: str, name: str) -> dict[str, Any]:
         "name": name,
         "type": "collection",
         "options": dict(node.store.options(f"{db}.{name}")),
-        "info": {"readOnly": False},
+        "info": {"readOnly": False, **_uuid_info(node.store.uuid_of(f"{db}.{name}"))},
         "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
     }
+
+
+def _uuid_info(ui: uuid.UUID | None) -> dict[str, Any]:
+    return {} if ui is None else {"uuid": Binary.from_uuid(ui)}
 
 
 @command("listIndexes")

@@ -3,7 +3,7 @@
 As mongod computes it: per collection, the MD5 of its documents' BSON as stored, in `_id` order
 (the `_id` index's, BSON comparison order); for the database, the MD5 of the collections'
 hex digests in name order. Collections that are not replicated (the `local` database's) and
-views are left out. The emulator keeps no collection UUIDs: `uuids` is empty.
+views are left out; `uuids` names each collection's UUID (the same on every member).
 
 validate reads every stored document of a collection, as mongod's does: a record that is not a
 whole BSON document is corrupt, one without `_id` or whose `_id` is not the key the `_id`
@@ -18,6 +18,7 @@ from functools import cmp_to_key
 from typing import TYPE_CHECKING, Any
 
 import bson
+from bson.binary import Binary
 from bson.errors import InvalidBSON
 
 from rsdrill_emulator import values
@@ -60,7 +61,9 @@ async def _db_hash(cmds: Commands, req: Request) -> dict[str, Any]:
         "host": cmds.node.me.host,
         "collections": hashes,
         "capped": [],
-        "uuids": {},
+        "uuids": {
+            name: Binary.from_uuid(ui) for name in names if (ui := store.uuid_of(prefix + name))
+        },
         "md5": whole.hexdigest(),
         "timeMillis": int((time.monotonic() - started) * 1000),
     }

@@ -6,6 +6,7 @@ primary's rollback is named, with the acknowledged writes it took."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import bson
@@ -90,9 +91,14 @@ def test_the_audit_names_the_acknowledged_w1_writes_a_rollback_took(tmp_path: Pa
     old_primary = result.faults[-1].target
     (rollback,) = audit.rollbacks
     assert rollback.member == old_primary and rollback.rollbacks == 1 and rollback.readable
-    # The files as mongod writes them, read independently here with pymongo's bson.
-    in_files = {ns: len(bson.decode_all(Path(f).read_bytes()))
-                for f in rollback.files for ns in [Path(f).parent.name]}  # fmt: skip
+    # The files as mongod writes them (a folder per collection UUID), read independently here
+    # with pymongo's bson, each named by the namespace the emulator logged for it.
+    logged = {path: ns
+              for event in all_events(tmp_path / "out" / "sandbox")
+              if event["event"] == "rollback_end" and event["member"] == old_primary
+              for path, ns in event["namespaces"].items()}  # fmt: skip
+    assert all(uuid.UUID(Path(f).parent.name) for f in rollback.files), rollback.files
+    in_files = {logged[f]: len(bson.decode_all(Path(f).read_bytes())) for f in rollback.files}
     assert rollback.namespaces == in_files and metrics.rolled_back_writes == sum(in_files.values())
     (taken,) = rollback.acknowledged
     assert taken.write_concern == "w:1, j:true" and taken.probe in ("ledger", "write")
@@ -107,8 +113,8 @@ def test_the_audit_names_the_acknowledged_w1_writes_a_rollback_took(tmp_path: Pa
         doc["_id"]
         for event in all_events(tmp_path / "out" / "sandbox")
         if event["event"] == "rollback_end" and event["member"] == old_primary
-        for path in map(Path, event["files"]) if path.parent.name.endswith(f"_{taken.probe}")
-        for doc in bson.decode_all(path.read_bytes())
+        for path, ns in event["namespaces"].items() if ns.endswith(f"_{taken.probe}")
+        for doc in bson.decode_all(Path(path).read_bytes())
     }  # fmt: skip
     acknowledged = {op.detail["seq"] for op in ops
                     if op.probe == taken.probe and op.op == "insert" and op.ok}  # fmt: skip

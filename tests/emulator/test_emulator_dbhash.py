@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import sqlite3
+import uuid
 from typing import Any
 
 import bson
@@ -18,7 +19,7 @@ from pymongo.errors import CollectionInvalid, OperationFailure
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import DATA_FILE, member_dir
 from rsdrill_emulator.datastore import id_key
-from tests.harness.members import wait_until
+from tests.harness.members import member_state, wait_until
 
 # In BSON comparison order (numbers < strings < objects < arrays < ObjectId < booleans < dates):
 # the order mongod's `_id` index walks, written out here, not asked of the server.
@@ -67,6 +68,39 @@ def test_db_hash_is_mongods_on_every_member(rs3: Sandbox, client_for: Any) -> No
         assert set(reply) >= {"collections", "capped", "uuids", "md5", "timeMillis"}
     only = client.audit.command("dbHash", collections=["zebra"])
     assert only["collections"] == {"zebra": expected["zebra"]}
+
+
+def _uuids(client: Any, db: str) -> dict[str, Any]:
+    # Binary subtype 4 as pymongo reads it by default (no uuidRepresentation set).
+    return {c["name"]: c["info"]["uuid"].as_uuid() for c in client[db].list_collections()
+            if c["type"] == "collection"}  # fmt: skip
+
+
+def test_collection_uuids_are_the_primarys_on_every_member(rs3: Sandbox, client_for: Any) -> None:
+    # As mongod's: given where a collection is created, carried by the oplog, so a secondary,
+    # and a member that syncs from scratch, hold the same; dbHash names them; a rename keeps it.
+    client = client_for(rs3, w=3)
+    db = client.audit
+    db.implicit.insert_one({"_id": 1})
+    db.create_collection("explicit")
+    db.by_index.create_index("k")  # createIndexes creates the collection
+    db.command("create", "a_view", viewOn="implicit", pipeline=[])
+    db.to_rename.insert_one({"_id": 1})
+    before = _uuids(client, "audit")
+    db.to_rename.rename("renamed")
+    on_primary = _uuids(client, "audit")
+    assert set(on_primary) == {"implicit", "explicit", "by_index", "renamed"}, on_primary
+    assert all(isinstance(u, uuid.UUID) for u in on_primary.values())
+    assert len(set(on_primary.values())) == 4 and on_primary["renamed"] == before["to_rename"]
+    member = rs3.spec.members[-1]
+    for m in rs3.spec.members:
+        wait_until(lambda h=m.host: _uuids(client_for(h), "audit") == on_primary, 10, m.host)
+        named = client_for(m.host).audit.command("dbHash")["uuids"]
+        assert {name: u.as_uuid() for name, u in named.items()} == on_primary
+    rs3.kill(member)
+    rs3.start(member, wipe=True)  # an initial sync: the clone carries them too
+    wait_until(lambda: member_state(member.host) == "SECONDARY", 60, "SECONDARY after resync")
+    assert _uuids(client_for(member.host), "audit") == on_primary
 
 
 def test_a_changed_document_changes_that_collection_only(rs3: Sandbox, client_for: Any) -> None:

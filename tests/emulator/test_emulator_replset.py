@@ -422,7 +422,9 @@ def test_rollback_saves_unreplicated_writes_and_removes_them(replset, client_for
     events = read_events(member_dir(sandbox.directory, old) / "events.jsonl")
     assert any(e["event"] == "state" and e["state"] == "ROLLBACK" for e in events)
     files = list((member_dir(sandbox.directory, old) / "data" / "rollback").rglob("*.bson"))
-    assert len(files) == 1 and files[0].parent.name == "db.c"
+    # Named by the collection's UUID (mongod 4.4+), the same on every member.
+    uuids = {str(_collection_uuid(client_for(m.host), "db", "c")) for m in sandbox.spec.members}
+    assert len(files) == 1 and {files[0].parent.name} == uuids, (files, uuids)
     saved = bson.decode_all(files[0].read_bytes())
     assert sorted(saved, key=lambda d: d["_id"]) == lost
     fresh = client_for(sandbox)
@@ -481,6 +483,11 @@ def _outcome(out: list[object], call: Any, *args: Any) -> None:
         out.append(call(*args))
     except PyMongoError as exc:
         out.append(exc)
+
+
+def _collection_uuid(client: Any, db: str, name: str) -> Any:
+    (info,) = client[db].list_collections(filter={"name": name})
+    return info["info"]["uuid"].as_uuid()
 
 
 def _rbid(client_for, host: str) -> int:
