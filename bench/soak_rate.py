@@ -6,7 +6,7 @@ leaves the 30th insert it applies as a secondary out of its data), snapshot (tra
 past their snapshot), after-cluster-time (reads do not wait for their causal session),
 no-rollback-files (a rollback keeps no file: with a w:1 j:true ledger, an unaccounted loss).
 
-Usage: python bench/soak_rate.py [--minutes 10] [--runs N] [--planted NAME] [--w1-ledger]
+Usage: python bench/soak_rate.py [--minutes M] [--runs N] [--planted NAME] [--w1-ledger]
        [--keep DIR] [--file experiments/soak-rs3.yaml] [--port-range 31000-32999] [--seed 1]
 """
 
@@ -43,7 +43,12 @@ PLANTED = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="stop after this long (default: 10, or none with --runs)",
+    )
     parser.add_argument("--runs", type=int, default=None, help="stop after this many runs")
     parser.add_argument("--planted", choices=sorted(PLANTED), help="a test-only broken sandbox")
     parser.add_argument(
@@ -61,6 +66,9 @@ def main() -> None:
     parser.add_argument("--port-range", default=os.environ.get("RSDRILL_PORT_RANGE", ""))
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    # --runs alone means that many runs, however long they take (a silent 10-minute cap once
+    # ended a 200-run soak at run 62).
+    minutes = args.minutes if args.minutes is not None else (float("inf") if args.runs else 10.0)
     if args.port_range:
         os.environ["RSDRILL_PORT_RANGE"] = args.port_range
     for name in PLANTED_ENVS:
@@ -78,7 +86,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # --keep: the violating run's history, result and shrunk schedule outlive the bench.
         where = args.keep or Path(tmp)
-        report = soak(experiment, where, duration_s=args.minutes * 60, seed=args.seed,
+        report = soak(experiment, where, duration_s=minutes * 60, seed=args.seed,
                       max_runs=args.runs,
                       progress=lambda line: print(line, flush=True))  # fmt: skip
         total_s = time.monotonic() - started
