@@ -14,8 +14,11 @@ from rsdrill.cli.errors import exit_invalid
 def soak(
     file: Annotated[Path, typer.Argument(help="The experiment file, with faults: {random}.")],
     duration: Annotated[
-        str, typer.Option("--duration", help="How long to soak, e.g. 30m, 1h.")
-    ] = "1h",
+        str | None,
+        typer.Option(
+            "--duration", help="How long to soak, e.g. 30m, 1h (default 1h; none with --runs)."
+        ),
+    ] = None,
     out: Annotated[
         Path, typer.Option("--out", help="Where the violating run and shrunk schedule go.")
     ] = Path("rsdrill-results/soak"),
@@ -52,7 +55,9 @@ def soak(
     from rsdrill.result import EXIT_CODES
 
     try:
-        seconds = parse_duration(duration)
+        # --runs alone means that many runs, however long they take.
+        seconds = (parse_duration(duration) if duration is not None
+                   else float("inf") if max_runs is not None else 3600.0)  # fmt: skip
     except ValueError as exc:
         exit_invalid(f"--duration {duration!r}: {exc}")
     try:
