@@ -13,7 +13,7 @@ import functools
 import logging
 from importlib import import_module
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, cast
 
 from rsdrill.errors import PlatformLoadError
 
@@ -63,3 +63,26 @@ def platforms() -> dict[str, Platform]:
 def platform(name: str) -> Platform:
     """The platform called `name` (the experiment model only lets known names through)."""
     return platforms()[name]
+
+
+MemberSource = Literal["built", "listed", "discovered"]
+"""Where a platform's members come from: `built` by the run itself (no `uri`, no `members`),
+`listed` in the experiment file (`members` beside `uri`), or `discovered` from the set its `uri`
+reaches. Shared code asks this, never a platform's name."""
+
+
+def member_source(name: str) -> MemberSource:
+    """Platform `name`'s `member_source`; `discovered` for one that does not say (an optional
+    attribute: a platform written before it existed is reached by its URI)."""
+    source = getattr(platform(name), "member_source", "discovered")
+    if source not in ("built", "listed", "discovered"):
+        raise PlatformLoadError(f"platform {name}: member_source {source!r} is not one of "
+                                "built, listed, discovered")  # fmt: skip
+    return cast("MemberSource", source)
+
+
+def on_this_machine(name: str) -> bool:
+    """Whether platform `name` faults processes on this machine (signals, faultfs, nftables):
+    what the plan calls SIGSTOP, and what local tools `rsdrill check` looks for. Optional
+    attribute, False when a platform does not say."""
+    return bool(getattr(platform(name), "on_this_machine", False))

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rsdrill import registry
 from rsdrill.connection import (
     COMMAND_NOT_FOUND,
     ConnectOptions,
@@ -71,8 +72,8 @@ def check_experiment(exp: Experiment) -> list[Check]:
 def _checks(exp: Experiment) -> Iterator[Check]:
     yield from _local_tools(exp)
     yield from _fault_ways(exp)
-    if exp.target.platform == "sandbox":
-        yield Check("target", True, "a sandbox the run builds itself")
+    if registry.member_source(exp.target.platform) == "built":
+        yield Check("target", True, f"a {exp.target.platform} the run builds itself")
         return
     assert exp.target.uri is not None  # the schema requires it off the sandbox
     try:
@@ -126,7 +127,7 @@ def _describe_connection(options: ConnectOptions, seeds: list[str]) -> str:
 
 def _members(exp: Experiment, seeds: list[str], options: ConnectOptions) -> list[str] | Check:
     """The members to reach: a local target names them; elsewhere the set lists them."""
-    if exp.target.platform == "local":
+    if registry.member_source(exp.target.platform) == "listed":
         return [m.host for m in exp.target.members]
     from rsdrill.platforms.remote import discover_members
 
@@ -342,7 +343,7 @@ def _fault_ways(exp: Experiment) -> Iterator[Check]:
 
 def _local_tools(exp: Experiment) -> Iterator[Check]:
     """What this machine needs for the faults it will inject itself (sandbox, local)."""
-    if exp.target.platform not in ("sandbox", "local"):
+    if not registry.on_this_machine(exp.target.platform):
         return
     needs: dict[str, set[str]] = {}
     for fault in exp.faults:

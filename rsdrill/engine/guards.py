@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rsdrill import registry
 from rsdrill.connection import COMMAND_NOT_FOUND, ConnectOptions, DirectConnection, WireClientError
 from rsdrill.engine.selection import current_states
 from rsdrill.errors import GuardRefusal
@@ -415,8 +416,8 @@ def _allow(
     confirm: Callable[[str], bool] | None,
     note: Callable[[str], None],
 ) -> None:
-    if exp.target.platform == "sandbox":
-        note("guard allowlist: ok (a sandbox built by this run)")
+    if registry.member_source(exp.target.platform) == "built":
+        note(f"guard allowlist: ok (a {exp.target.platform} built by this run)")
         return
     question = f"Run experiment {exp.name!r} against {what}: {_fault_summary(exp.faults)}?"
     allowed = check_allowlist(name, env.get(ALLOW_ENV), assume_yes=assume_yes, confirm=confirm,

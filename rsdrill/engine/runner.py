@@ -497,7 +497,8 @@ class Runner:
     def _run_step(self, index: int, target: RunTarget) -> None:
         """Run one of the user's steps to its end; the history records when and how it went."""
         step = self.exp.steps[index]
-        sandbox = getattr(target, "directory", None) if target.platform == "sandbox" else None
+        built = registry.member_source(target.platform) == "built"
+        sandbox = getattr(target, "directory", None) if built else None
         env = step_environment(target.uri, self.options.out_dir, sandbox)
         self.live.event(f"step {step.name}: {step.run}")
         t_start = self.clock.now()

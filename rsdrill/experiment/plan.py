@@ -246,14 +246,16 @@ def _warnings(exp: Experiment) -> list[str]:
 
 def describe_target(target: Target) -> list[str]:
     """Where the replica set is and how it is set up, one line per fact."""
-    if target.platform == "local":
-        lines = [f"local processes, {target.topology} expected; uri {redact_uri(target.uri or '')}"]
+    source = registry.member_source(target.platform)
+    if source == "listed":
+        lines = [f"{target.platform} processes, {target.topology} expected; "
+                 f"uri {redact_uri(target.uri or '')}"]  # fmt: skip
         for m in target.members:
             lines.append(
                 f"member {m.host}: started by `{m.start}`, data in {m.dbpath or '(not given)'}"
             )
         return lines
-    if target.platform != "sandbox":
+    if source == "discovered":
         return [f"a {target.platform} replica set, {target.topology} expected; "
                 f"uri {redact_uri(target.uri or '')}"]  # fmt: skip
     count = _TOPOLOGY_MEMBERS[target.topology]
@@ -263,7 +265,7 @@ def describe_target(target: Target) -> list[str]:
         else "free ports found at run time"
     )
     lines = [
-        f"sandbox {target.topology}: {_TOPOLOGY_SHAPE[target.topology]}, "
+        f"{target.platform} {target.topology}: {_TOPOLOGY_SHAPE[target.topology]}, "
         f"engine {target.engine}, {ports}",
         "election timeout "
         + _setting(target.election_timeout, _DEFAULT_ELECTION_TIMEOUT_S)

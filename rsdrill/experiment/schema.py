@@ -46,7 +46,7 @@ from rsdrill.fields import (
     nested_problem,
     parse_duration,
 )
-from rsdrill.registry import platforms
+from rsdrill.registry import member_source, platforms
 
 if TYPE_CHECKING:
     from rsdrill.faults import Fault
@@ -75,9 +75,6 @@ __all__ = [
 # `target.<name>` and one `faults[i].<name>` section per platform that has one.
 PLATFORM_NAMES: tuple[str, ...] = tuple(platforms())
 PlatformName = Literal[PLATFORM_NAMES]  # type: ignore[valid-type]  # names known at run time
-MACHINE_PLATFORMS = ("sandbox", "local")
-# Platforms reached by a URI (the others build or find their members on this machine).
-REMOTE_PLATFORMS: tuple[str, ...] = tuple(n for n in PLATFORM_NAMES if n not in MACHINE_PLATFORMS)
 
 
 class LocalMember(Strict):
@@ -169,7 +166,10 @@ class _Target(Strict):
                 raise FieldProblem(
                     (section,), f"a `{section}` section, but the platform is {self.platform}"
                 )
-        if self.platform in REMOTE_PLATFORMS:
+        source = member_source(self.platform)
+        built = [n for n in PLATFORM_NAMES if member_source(n) == "built"]
+        listed = [n for n in PLATFORM_NAMES if member_source(n) == "listed"]
+        if source == "discovered":
             if self.platform in _TARGET_SECTIONS and getattr(self, self.platform) is None:
                 raise FieldProblem(
                     (self.platform,),
@@ -179,27 +179,28 @@ class _Target(Strict):
             if not self.uri:
                 raise FieldProblem(("uri",), f"platform {self.platform} needs `uri`")
             if self.members:
-                raise FieldProblem(("members",), "`members` is for platform local")
-        elif self.platform == "local":
+                raise FieldProblem(("members",), f"`members` is for platform {' or '.join(listed)}")
+        elif source == "listed":
             if not self.members:
                 raise FieldProblem(
-                    ("members",), "platform local needs `members` (host, start, dbpath)"
+                    ("members",), f"platform {self.platform} needs `members` (host, start, dbpath)"
                 )
             if not self.uri:
-                raise FieldProblem(("uri",), "platform local needs `uri`")
+                raise FieldProblem(("uri",), f"platform {self.platform} needs `uri`")
         elif self.members or self.uri:
             raise FieldProblem(
                 ("members" if self.members else "uri",),
-                "platform sandbox builds its own set: drop `uri` and `members`",
+                f"platform {self.platform} builds its own set: drop `uri` and `members`",
             )
-        if self.platform != "sandbox":
+        if source != "built":
             for name in ("storage", "handshake", "journal_commit_interval"):
                 if name in self.model_fields_set:
-                    raise FieldProblem((name,), f"`{name}` shapes a sandbox, not a {self.platform} "
-                                       "target (rsdrill finds what the server does)")  # fmt: skip
-        if self.platform != "sandbox" and "tls" in self.model_fields_set:
-            raise FieldProblem(("tls",), "`tls` shapes a sandbox: put tls=true and the TLS "
-                               "files in `uri` for a set of your own")  # fmt: skip
+                    raise FieldProblem((name,), f"`{name}` shapes a {' or '.join(built)}, not a "
+                                       f"{self.platform} target (rsdrill finds what the server "
+                                       "does)")  # fmt: skip
+        if source != "built" and "tls" in self.model_fields_set:
+            raise FieldProblem(("tls",), f"`tls` shapes a {' or '.join(built)}: put tls=true and "
+                               "the TLS files in `uri` for a set of your own")  # fmt: skip
         if self.auth == "x509" and not self.tls:
             raise FieldProblem(("auth",), "x509 logins need TLS: add `tls: true`")
         if self.storage == "memory" and self.topology != "standalone":
@@ -580,7 +581,8 @@ class Experiment(Strict):
         topology = self.target.topology
         for i, fault in enumerate(self.faults):
             sel = fault.select
-            if sel == "arbiter" and topology != "psa" and self.target.platform == "sandbox":
+            if (sel == "arbiter" and topology != "psa"
+                    and member_source(self.target.platform) == "built"):  # fmt: skip
                 raise FieldProblem(
                     ("faults", i, "select"), f"select arbiter, but {topology} has no arbiter"
                 )

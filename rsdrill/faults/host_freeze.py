@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+from rsdrill import registry
 from rsdrill.faults.base import FaultBase
-from rsdrill.faults.spec import KindSpec, on_this_machine
+from rsdrill.faults.spec import KindSpec
 from rsdrill.fields import format_duration
 
 
@@ -19,8 +20,8 @@ class HostFreezeFault(FaultBase):
     kind: Literal["host-freeze"]
 
     def plan_words(self, platform: str) -> str:
-        how = "SIGSTOP" if on_this_machine(platform) else f"{platform}: freeze"
+        how = "SIGSTOP" if registry.on_this_machine(platform) else f"{platform}: freeze"
         return f"{how} for {format_duration(self.duration or 0.0)}"
 
     def plan_revert_words(self, platform: str, them: str) -> str:
-        return f"resume {them}" + (" (SIGCONT)" if on_this_machine(platform) else "")
+        return f"resume {them}" + (" (SIGCONT)" if registry.on_this_machine(platform) else "")

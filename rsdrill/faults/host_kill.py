@@ -6,8 +6,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from rsdrill import registry
 from rsdrill.faults.base import FaultBase
-from rsdrill.faults.spec import KindSpec, LocalTool, on_this_machine
+from rsdrill.faults.spec import KindSpec, LocalTool
 from rsdrill.fields import Duration, FieldProblem, Strict
 from rsdrill.fields import format_duration as _secs
 
@@ -122,7 +123,7 @@ class HostKillFault(FaultBase):
         return ("fuse",) if self.power_loss else ()  # its power loss goes through faultfs
 
     def plan_words(self, platform: str) -> str:
-        if on_this_machine(platform):
+        if registry.on_this_machine(platform):
             how = "SIGKILL, unsynced writes lost" if self.power_loss else "SIGKILL"
         else:
             how = f"{platform}: lose the host"
@@ -138,7 +139,7 @@ class HostKillFault(FaultBase):
         restart = self.ha_restart
         if restart is not None:
             detected = f"HA restarts {them} (detected after {_secs(restart.detect)}): "
-            if on_this_machine(platform):
+            if registry.on_this_machine(platform):
                 return f"{detected}boot {_secs(restart.boot)}, then the member starts on {data}"
             return f"{detected}power on; the VM boots by itself, mongod starts on {data}"
         return f"restart {them} on {data}"

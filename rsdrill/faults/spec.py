@@ -99,8 +99,3 @@ class KindSpec:
     unavailable: str = field(default="", kw_only=True)
     """What loading says, after the kind's name, on a platform without an injector for it
     (`{platform}` is replaced; empty: the generic `is not available on P (it has: ...)`)."""
-
-
-def on_this_machine(platform: str) -> bool:
-    """Whether the platform's faults are injected here, on member processes (sandbox, local)."""
-    return platform in ("sandbox", "local")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from rsdrill.errors import InjectionError, TargetError
 from rsdrill.faults import KINDS, Fault
 from rsdrill.faults.spec import Way
+from rsdrill.registry import MemberSource
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -262,6 +263,10 @@ class PackagePlatform:
     title: str = field(kw_only=True)
     sdk: tuple[str, ...] = field(default=(), kw_only=True)
     extra: str | None = field(default=None, kw_only=True)
+    member_source: MemberSource = field(default="discovered", kw_only=True)
+    """See `rsdrill.registry.member_source`."""
+    on_this_machine: bool = field(default=False, kw_only=True)
+    """See `rsdrill.registry.on_this_machine`."""
 
     def check_experiment(self, exp: Experiment) -> None:
         importlib.import_module(self.checks).check_experiment(exp)

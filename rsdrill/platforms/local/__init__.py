@@ -12,4 +12,6 @@ platform = PackagePlatform(
     injectors=INJECTORS,
     ways=WAYS,
     title=TITLE,
+    member_source="listed",
+    on_this_machine=True,
 )

@@ -14,4 +14,6 @@ platform = PackagePlatform(
     injectors=INJECTORS,
     ways=WAYS,
     title=TITLE,
+    member_source="built",
+    on_this_machine=True,
 )
