@@ -25,7 +25,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import bson
 from bson.int64 import Int64
@@ -42,12 +42,26 @@ from rsdrill_emulator.errors import (
 from rsdrill_emulator.snapshot import SnapshotTooOld, SnapshotView, stamp
 
 if TYPE_CHECKING:
-    from rsdrill_emulator.commands import Commands, Request
     from rsdrill_emulator.node import Node
     from rsdrill_emulator.oplog import OpTime
+    from rsdrill_emulator.request import Request
 
 Document = dict[str, Any]
 Handler = Callable[[Any, "Request"], Awaitable[dict[str, Any]]]
+
+
+class Commands(Protocol):
+    """What a transaction needs of the command dispatcher that runs its statements (the
+    dispatcher, `commands.Commands`, is one; so is `StatementCommands`, which wraps it)."""
+
+    node: Node
+
+    async def finish_write(
+        self, req: Request, reply: dict[str, Any], optime: OpTime | None
+    ) -> dict[str, Any]: ...
+
+    async def majority_read_barrier(self, req: Request) -> None: ...
+
 
 # mongod's transactionLifetimeLimitSeconds: an open transaction older than this is aborted.
 LIFETIME_S = 60.0

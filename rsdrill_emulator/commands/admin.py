@@ -16,9 +16,9 @@ from rsdrill_emulator.commands.base import (
     Request,
     _admin_only,
     claimed,
-    command,
     storage_engine,
 )
+from rsdrill_emulator.commands.dispatcher import command
 from rsdrill_emulator.commands.handshake import hello_reply
 from rsdrill_emulator.errors import (
     CommandError,

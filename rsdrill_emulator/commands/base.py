@@ -3,18 +3,14 @@ registry the `@command` handlers put themselves in."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rsdrill.sandbox.config import ReplSetSpec
 from rsdrill_emulator.errors import (
     CommandError,
 )
-
-if TYPE_CHECKING:
-    from rsdrill_emulator.commands.dispatcher import Commands
-
+from rsdrill_emulator.request import Request
 
 MAX_BATCH_BYTES = 16 * 1024 * 1024
 DEFAULT_BATCH = 101
@@ -32,17 +28,6 @@ class ServerVersion:
 CURRENT = ServerVersion("7.0.0", (7, 0, 0, 0), 21)
 LEGACY = ServerVersion("4.4.1", (4, 4, 1, 0), 9)
 OPLOG_NS = "local.oplog.rs"
-
-
-@dataclass
-class Request:
-    """One command as the dispatcher sees it."""
-
-    db: str
-    name: str
-    body: dict[str, Any]
-    secondary_ok: bool
-    connection_id: int
 
 
 @dataclass
@@ -79,18 +64,6 @@ _WRITE_CONCERN_COMMANDS = frozenset(
     {"insert", "update", "delete", "findandmodify", "create", "createindexes", "dropindexes"}
     | {"drop", "dropdatabase", "renamecollection", "collmod"}
 )
-
-Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]
-_HANDLERS: dict[str, Handler] = {}
-
-
-def command(*names: str) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for name in names:
-            _HANDLERS[name.lower()] = fn
-        return fn
-
-    return register
 
 
 def _ns(req: Request, key: str | None = None) -> str:

@@ -18,8 +18,8 @@ from rsdrill_emulator.commands.base import (
     Request,
     _admin_only,
     _ns,
-    command,
 )
+from rsdrill_emulator.commands.dispatcher import command
 from rsdrill_emulator.commands.documents import _refuse_view
 from rsdrill_emulator.datastore import id_key
 from rsdrill_emulator.errors import (

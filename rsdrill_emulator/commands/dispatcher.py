@@ -8,6 +8,7 @@ import itertools
 import os
 import random
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bson.binary import Binary
@@ -26,7 +27,6 @@ from rsdrill_emulator import (
     transactions,
 )
 from rsdrill_emulator.commands.base import (
-    _HANDLERS,
     _MEMORY_ONLY,
     _OPEN_COMMANDS,
     _OWN_COUNTER,
@@ -34,7 +34,6 @@ from rsdrill_emulator.commands.base import (
     DEFAULT_BATCH,
     MAX_BATCH_BYTES,
     Cursor,
-    Handler,
     Request,
     _stmt_id,
 )
@@ -52,6 +51,22 @@ from rsdrill_emulator.storage import StorageReadError
 
 # Planted (test-only): reads do not wait for their causal session's afterClusterTime.
 _IGNORE_AFTER_CLUSTER_TIME = os.environ.get(IGNORE_AFTER_CLUSTER_TIME_ENV) == "1"
+
+
+Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]
+_HANDLERS: dict[str, Handler] = {}
+
+
+def command(*names: str) -> Callable[[Handler], Handler]:
+    """Register a handler for these command names (each family module's handlers do, when
+    `rsdrill_emulator.commands` imports it)."""
+
+    def register(fn: Handler) -> Handler:
+        for name in names:
+            _HANDLERS[name.lower()] = fn
+        return fn
+
+    return register
 
 
 class Commands:

@@ -12,7 +12,8 @@ from rsdrill_emulator import (
     aws_login,
     wallclock,
 )
-from rsdrill_emulator.commands.base import Request, claimed, command
+from rsdrill_emulator.commands.base import Request, claimed
+from rsdrill_emulator.commands.dispatcher import command
 from rsdrill_emulator.errors import (
     CommandError,
 )

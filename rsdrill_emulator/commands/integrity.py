@@ -22,7 +22,8 @@ from bson.binary import Binary
 from bson.errors import InvalidBSON
 
 from rsdrill_emulator import values
-from rsdrill_emulator.commands.base import Request, command
+from rsdrill_emulator.commands.base import Request
+from rsdrill_emulator.commands.dispatcher import command
 from rsdrill_emulator.datastore import id_key
 from rsdrill_emulator.errors import CommandError
 

@@ -16,7 +16,8 @@ from rsdrill_emulator import (
     query,
     wallclock,
 )
-from rsdrill_emulator.commands.base import OPLOG_NS, Request, _admin_only, _ns, command
+from rsdrill_emulator.commands.base import OPLOG_NS, Request, _admin_only, _ns
+from rsdrill_emulator.commands.dispatcher import command
 from rsdrill_emulator.commands.documents import _check_unique, _collection, _matching
 from rsdrill_emulator.errors import (
     CommandError,

@@ -15,7 +15,8 @@ from rsdrill_emulator import (
     sync,
     wallclock,
 )
-from rsdrill_emulator.commands.base import Request, _admin_only, command
+from rsdrill_emulator.commands.base import Request, _admin_only
+from rsdrill_emulator.commands.dispatcher import command
 from rsdrill_emulator.errors import (
     CommandError,
 )

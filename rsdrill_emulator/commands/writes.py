@@ -13,7 +13,8 @@ from rsdrill_emulator import (
     updatediff,
     validation,
 )
-from rsdrill_emulator.commands.base import Request, _ns, _stmt_id, command
+from rsdrill_emulator.commands.base import Request, _ns, _stmt_id
+from rsdrill_emulator.commands.dispatcher import command
 from rsdrill_emulator.commands.documents import _check_unique, _matching, _refuse_view
 from rsdrill_emulator.errors import (
     CommandError,
