@@ -13,8 +13,8 @@ from rsdrill.connection import GIVEN_OPTIONS, ConnectOptions
 from rsdrill.engine.steps import stop_step
 from rsdrill.faultfs.mount import FaultFSError
 from rsdrill.platforms.base import RevertAction, TargetError
-from rsdrill.platforms.fail_command import REVERT_ACTION as FAIL_COMMAND_OFF
-from rsdrill.platforms.fail_command import fail_command_off
+from rsdrill.platforms.command.fail_command import REVERT_ACTION as FAIL_COMMAND_OFF
+from rsdrill.platforms.command.fail_command import fail_command_off
 from rsdrill.platforms.machine.actions import REVERT_ACTIONS as MACHINE_ACTIONS
 from rsdrill.sandbox.errors import SandboxError
 

@@ -38,7 +38,7 @@ def available_kinds(platform: str) -> tuple[str, ...]:
     return tuple(
         k
         for k, spec in KINDS.items()
-        if ways_of(k, platform) and (spec.injector is not None or k in injectors)
+        if ways_of(k, platform) and (spec.way is not None or k in injectors)
     )
 
 

@@ -53,7 +53,7 @@ FAULT_CLASSES: dict[str, type[FaultBase]] = {cls.SPEC.kind: cls for cls in typin
 KINDS: dict[str, KindSpec] = {kind: cls.SPEC for kind, cls in FAULT_CLASSES.items()}
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
 
-COMMAND_KINDS: tuple[str, ...] = tuple(k for k, spec in KINDS.items() if spec.injector)
+COMMAND_KINDS: tuple[str, ...] = tuple(k for k, spec in KINDS.items() if spec.way is not None)
 """Kinds carried out by a command to the member itself: the same on every platform (their one
 `injector`), with no platform engine or API call."""
 

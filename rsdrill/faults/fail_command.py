@@ -19,7 +19,6 @@ class FailCommandFault(FaultBase):
         "commands), then mode off (any platform; a real mongod needs enableTestCommands)",
         fields_doc="`commands` (names), `error_code`, `error_labels`, `close_connection`, "
         "`block_time` (blockConnection), `times`, `app_name`",
-        injector="rsdrill.platforms.fail_command:fail_command_injector",
         way=Way("configureFailPoint failCommand, then mode off"),
         server_privileges=(("configureFailPoint", "hostManager"),),
         needs_test_commands=True,

@@ -73,11 +73,9 @@ class KindSpec:
     """Lasts until reverted: without a `duration` it would outlive the run."""
     reverted: bool = True
     """False: nothing to revert (a stepdown ends by itself; lost data comes back by a restore)."""
-    injector: str | None = None
-    """`module:function` of the one injector every platform uses (none: each platform's own)."""
     way: Way | None = None
-    """The one way every platform carries it out by, with `injector` (None: each platform's
-    own `ways`)."""
+    """The one way every platform carries it out by, through the server (its injector is in
+    `rsdrill.platforms.command`); None: each platform's own `ways`."""
     server_privileges: tuple[tuple[str, str], ...] = field(default=(), kw_only=True)
     """(action on the cluster resource, the built-in role that grants it) its own command
     needs of a server with access control (`rsdrill check` asks for them)."""

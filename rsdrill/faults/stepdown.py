@@ -21,7 +21,6 @@ class StepdownFault(FaultBase):
         "`replSetStepDown` on the primary (any platform)",
         fields_doc="`duration` (the stepdown period), `secondary_catch_up`, `force`",
         reverted=False,
-        injector="rsdrill.platforms.stepdown:stepdown_injector",
         way=Way("replSetStepDown"),
         server_privileges=(("replSetStateChange", "clusterManager"),),
         drawn={"secondary_catch_up": 1.0},

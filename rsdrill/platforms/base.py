@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from rsdrill.errors import InjectionError, TargetError
-from rsdrill.faults import KINDS, Fault
+from rsdrill.faults import FAULT_CLASSES, Fault
 from rsdrill.faults.spec import Way
 from rsdrill.registry import MemberSource
 
@@ -303,11 +303,24 @@ def _imported(reference: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
+COMMAND_INJECTORS: dict[str, str] = {
+    kind: f"rsdrill.platforms.command.{cls.__module__.rpartition('.')[2]}:injector"
+    for kind, cls in FAULT_CLASSES.items()
+    if cls.SPEC.way is not None
+}
+"""The kinds done the same way on every platform → `module:function`, the `InjectorFactory`
+every platform uses for them: `injector` of the module of `platforms/command/` named as the
+kind's own module of `rsdrill/faults/`."""
+
+
 def injector_factory(platform: Platform, kind: str) -> InjectorFactory[Any]:
     """What builds a fault of `kind` on `platform`: the kind's own injector if one works on
-    every platform (stepdown), else the one the platform registered (looked up by the kind's
-    name, so typed for any fault: the run passes it a fault of that kind only)."""
-    factory: InjectorFactory[Any] = _imported(KINDS[kind].injector or platform.injectors[kind])
+    every platform (stepdown: `platforms/command/`), else the one the platform registered
+    (looked up by the kind's name, so typed for any fault: the run passes it a fault of that
+    kind only)."""
+    factory: InjectorFactory[Any] = _imported(
+        COMMAND_INJECTORS.get(kind) or platform.injectors[kind]
+    )
     return factory
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import rsdrill
 from rsdrill import registry
-from rsdrill.faults import KIND_NAMES, KINDS
+from rsdrill.faults import KIND_NAMES
 
 ROOT = Path(rsdrill.__file__).parent
 
@@ -58,19 +58,10 @@ def kinds_named(source: str) -> list[tuple[int, str]]:
 
 
 def _may_name_kinds(module: str) -> bool:
-    """A kind's own module, a platform's own package, or the one injector of a kind
-    (stepdown.py)."""
+    """A kind's own module, or a platform's own package (`platforms/command/` is the one of
+    the kinds done the same on every platform)."""
     parts = module.split("/")
-    one_injector = {
-        f"{spec.injector.partition(':')[0].removeprefix('rsdrill.').replace('.', '/')}.py"
-        for spec in KINDS.values()
-        if spec.injector is not None
-    }
-    return (
-        parts[0] == "faults"
-        or (parts[0] == "platforms" and len(parts) > 2)
-        or module in one_injector
-    )
+    return parts[0] == "faults" or (parts[0] == "platforms" and len(parts) > 2)
 
 
 def _scanned() -> dict[str, list[tuple[int, str]]]:
@@ -102,7 +93,8 @@ def test_the_scan_covers_the_modules_that_used_to_name_kinds() -> None:
     assert all(module in scanned for module in once_named)
     assert not _may_name_kinds("engine/runner.py")
     assert _may_name_kinds("platforms/ec2/injectors.py")
-    assert _may_name_kinds("platforms/stepdown.py")
+    assert _may_name_kinds("platforms/command/stepdown.py")
+    assert not _may_name_kinds("platforms/base.py")
 
 
 def test_no_module_outside_the_specs_and_the_platforms_names_a_kind() -> None:

@@ -79,7 +79,7 @@ class StepDown:
         """Nothing: MongoDB itself lets the member stand again after the period."""
 
 
-def stepdown_injector(target: RunTarget, fault: StepdownFault, host: str) -> StepDown:
+def injector(target: RunTarget, fault: StepdownFault, host: str) -> StepDown:
     """stepdown on any platform: the same command to the member, whatever hosts it."""
     return StepDown(host, period_s=fault.period, catch_up_s=fault.secondary_catch_up,
                     force=fault.force, options=target.connect_options)  # fmt: skip

@@ -115,6 +115,6 @@ def fail_command_off(action: dict[str, Any]) -> str:
     return f"{host}: failCommand off"
 
 
-def fail_command_injector(target: RunTarget, fault: FailCommandFault, host: str) -> FailCommand:
+def injector(target: RunTarget, fault: FailCommandFault, host: str) -> FailCommand:
     """mongodb-fail-command on any platform: the same command to the member, whatever hosts it."""
     return FailCommand(host, fault, target.connect_options)
