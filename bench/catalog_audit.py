@@ -59,7 +59,7 @@ def main() -> None:
     lines = [f"{'experiment':34} {'verdict':7} {'audit':12} {'valid':>5} {'oplog':>5} "
              f"{'lag s':>6} {'rolled back':>11} {'run s':>6}"]  # fmt: skip
     print(lines[0], flush=True)
-    failures = 0
+    verdicts: list[str] = []
     for name in args.only or sandbox_catalog():
         started = time.monotonic()
         with tempfile.TemporaryDirectory() as tmp:
@@ -72,7 +72,7 @@ def main() -> None:
             verdict = "error"
         else:
             verdict = "consistent" if audit.consistent else "DIVERGENT"
-        failures += verdict != "consistent"
+        verdicts.append(verdict)
         rolled = "n/a" if m.rolled_back_writes is None else str(m.rolled_back_writes)
         validated = audit.validated if audit and audit.validated is not None else "-"
         compared = audit.oplog_compared if audit and audit.oplog_compared is not None else "-"
@@ -85,7 +85,10 @@ def main() -> None:
             line += f"  (run: {result.error})"
         print(line, flush=True)
         lines.append(line)
-    summary = f"\n{len(lines) - 1} experiments, {failures} not consistent"
+    # An audit error (one data-bearing member: nothing to compare) is no verdict of consistency.
+    summary = (f"\n{len(verdicts)} experiments: {verdicts.count('consistent')} consistent, "
+               f"{verdicts.count('DIVERGENT')} divergent, {verdicts.count('error')} not compared "
+               f"(audit error), {verdicts.count('not run')} not audited")  # fmt: skip
     print(summary)
     if args.out:
         args.out.write_text("\n".join(lines) + summary + "\n")
