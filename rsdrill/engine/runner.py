@@ -105,9 +105,8 @@ class Runner:
         self._journal: Journal | None = None
         self._slide_s = 0.0
         self._verdict_final = False
+        # The first SIGINT/SIGTERM's name: a caller of many runs (the soak) stops after this one.
         self.signalled: str | None = None
-        """The name of the first SIGINT/SIGTERM the run received, if any (a caller running many
-        runs, as the soak does, stops after this one)."""
         # What the target's members said they are, for the result (None: none answered).
         self._deployment: Deployment | None = None
         # The data audit after the run (experiment `audit:`), None when not run.
@@ -497,9 +496,7 @@ class Runner:
     def _run_step(self, index: int, target: RunTarget) -> None:
         """Run one of the user's steps to its end; the history records when and how it went."""
         step = self.exp.steps[index]
-        built = registry.member_source(target.platform) == "built"
-        sandbox = getattr(target, "directory", None) if built else None
-        env = step_environment(target.uri, self.options.out_dir, sandbox)
+        env = step_environment(target, self.options.out_dir)
         self.live.event(f"step {step.name}: {step.run}")
         t_start = self.clock.now()
         detail: dict[str, Any] = {"marks": step.marks, "index": index}

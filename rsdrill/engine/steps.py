@@ -11,11 +11,16 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from rsdrill import registry
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Step
 from rsdrill.procstat import stat_fields
 from rsdrill.redact import redact_uri
+
+if TYPE_CHECKING:
+    from rsdrill.platforms.base import RunTarget
 
 POLL_S = 0.1
 KILL_GRACE_S = 5.0
@@ -25,13 +30,15 @@ class StepFailed(RsdrillError):
     """A step exited non-zero or outlasted its timeout; the run ends with an error."""
 
 
-def step_environment(uri: str, out_dir: Path, sandbox_dir: Path | None) -> dict[str, str]:
+def step_environment(target: RunTarget, out_dir: Path) -> dict[str, str]:
     """What a step's command finds in its environment besides the run's own: the target and
-    the output directory, and this installation's `rsdrill` first on PATH."""
+    the output directory (and the directory of a set the run built), and this installation's
+    `rsdrill` first on PATH."""
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    env = {"RSDRILL_URI": uri, "RSDRILL_OUT": str(out_dir.resolve()), "PATH": path}
-    if sandbox_dir is not None:
-        env["RSDRILL_SANDBOX"] = str(sandbox_dir.resolve())
+    env = {"RSDRILL_URI": target.uri, "RSDRILL_OUT": str(out_dir.resolve()), "PATH": path}
+    built = getattr(target, "directory", None)
+    if built is not None and registry.member_source(target.platform) == "built":
+        env["RSDRILL_SANDBOX"] = str(Path(built).resolve())
     return env
 
 
