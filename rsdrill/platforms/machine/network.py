@@ -25,6 +25,7 @@ keeps its own.
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import shutil
@@ -318,7 +319,9 @@ class NetworkPartition:
         self._cut()
         self._in_force = True
         if self.flapping:
-            self._flapper = threading.Thread(target=self._flap, name="flapping", daemon=True)
+            self._flapper = threading.Thread(
+                target=self._flap, args=(time.monotonic(),), name="flapping", daemon=True
+            )
             self._flapper.start()
 
     def _cut(self) -> None:
@@ -328,10 +331,14 @@ class NetworkPartition:
         except conntrack.ConntrackError as exc:
             raise InjectionError(f"network-partition {self.target}: {exc}") from exc
 
-    def _flap(self) -> None:
-        """Heal and cut again in turn until reverted (the member classes stay placed)."""
+    def _flap(self, cut_at: float) -> None:
+        """Heal and cut again in turn until reverted (the member classes stay placed), each turn
+        `flapping` seconds after the first cut's: a turn's own work (nft, conntrack: a tenth of
+        a second on a busy machine) does not push the later turns back."""
         assert self.flapping is not None
-        while not self._stop.wait(self.flapping):
+        for turn in itertools.count(1):
+            if self._stop.wait(max(0.0, cut_at + turn * self.flapping - time.monotonic())):
+                return
             with self._turn:
                 try:
                     if self._in_force:
