@@ -26,8 +26,8 @@ from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError, Wr
 from rsdrill.sandbox.config import member_dir
 from rsdrill.sandbox.groundtruth import read_events
 from tests.harness.members import (
+    freeze_others,
     member_state,
-    ops_in_progress,
     wait_until,
     wire_command,
     writable_primary,
@@ -401,14 +401,7 @@ def test_rollback_saves_unreplicated_writes_and_removes_them(replset, client_for
     old = writable_primary(sandbox)
     assert old is not None
     rbids = {m.host: _rbid(client_for, m.host) for m in sandbox.spec.members}
-    others = [m for m in sandbox.spec.members if m.host != old.host]
-    for m in others:
-        sandbox.stop(m)
-    # A fetch already waiting on the primary would still carry the next writes into the frozen
-    # secondaries' socket buffers: wait until the primary answers none ($currentOp). Its wait
-    # is a quarter of the election timeout, so this ends well inside the election timeout,
-    # after which the primary would step down.
-    wait_until(lambda: not ops_in_progress(old.host, rsdrillGetOplog=1), 1.5, "fetches to end")
+    others = freeze_others(sandbox, old, 1.5)
     lost = [{"_id": f"lost-{i}", "v": i} for i in range(5)]
     # j:true so they survive the SIGKILL on the old primary's disk, to be rolled back later.
     direct = client_for(old.host).db.get_collection("c", write_concern=WriteConcern(w=1, j=True))
@@ -449,10 +442,7 @@ def test_a_fetch_of_a_newer_term_deposes_the_primary_before_its_position_counts(
     sandbox = replset("rs3", election_timeout_ms=10_000)
     old = writable_primary(sandbox)
     assert old is not None
-    others = [m for m in sandbox.spec.members if m.host != old.host]
-    for m in others:
-        sandbox.stop(m)
-    wait_until(lambda: not ops_in_progress(old.host, rsdrillGetOplog=1), 5, "fetches to end")
+    others = freeze_others(sandbox, old, 5)
     coll = client_for(old.host, retryWrites=False).db.get_collection(
         "c", write_concern=WriteConcern(w="majority", wtimeout=6000)
     )

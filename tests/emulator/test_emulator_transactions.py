@@ -20,6 +20,7 @@ from pymongo.read_concern import ReadConcern
 from rsdrill.sandbox.config import member_dir
 from rsdrill.sandbox.groundtruth import read_events
 from tests.harness.members import (
+    freeze_others,
     member_state,
     ops_in_progress,
     wait_until,
@@ -298,11 +299,7 @@ def test_rollback_undoes_a_transaction_as_a_unit(replset, client_for) -> None:
     _ledger(client).insert_many([{"_id": f"safe-{i}"} for i in range(3)])
     old = writable_primary(sandbox)
     assert old is not None
-    others = [m for m in sandbox.spec.members if m.host != old.host]
-    for m in others:
-        sandbox.stop(m)
-    # As in the plain rollback test: no oplog fetch left waiting to carry the next writes.
-    wait_until(lambda: not ops_in_progress(old.host, rsdrillGetOplog=1), 1.5, "fetches to end")
+    others = freeze_others(sandbox, old, 1.5)
     direct = client_for(old.host)
     ledger = direct.bank.get_collection("ledger", write_concern=WriteConcern(w=1, j=True))
     with direct.start_session() as session:

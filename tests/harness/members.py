@@ -49,6 +49,18 @@ def writable_primary(sandbox: Sandbox) -> MemberSpec | None:
     return None
 
 
+def freeze_others(sandbox: Sandbox, primary: MemberSpec, timeout: float) -> list[MemberSpec]:
+    """SIGSTOP every member but `primary`, then wait until the primary answers no oplog fetch:
+    one already waiting would still carry the next writes into the frozen members' socket
+    buffers. A fetch waits a quarter of the election timeout, so this ends well inside it."""
+    others = [m for m in sandbox.spec.members if m.host != primary.host]
+    for m in others:
+        sandbox.stop(m)
+    wait_until(lambda: not ops_in_progress(primary.host, rsdrillGetOplog=1), timeout,
+               "fetches to end")  # fmt: skip
+    return others
+
+
 def ops_in_progress(host: str, **command: Any) -> list[dict[str, Any]]:
     """The requests the member is answering now (`$currentOp`), those whose command document
     has each of the given fields with the given value."""
