@@ -167,8 +167,6 @@ class _Target(Strict):
                     (section,), f"a `{section}` section, but the platform is {self.platform}"
                 )
         source = member_source(self.platform)
-        built = [n for n in PLATFORM_NAMES if member_source(n) == "built"]
-        listed = [n for n in PLATFORM_NAMES if member_source(n) == "listed"]
         if source == "discovered":
             if self.platform in _TARGET_SECTIONS and getattr(self, self.platform) is None:
                 raise FieldProblem(
@@ -179,7 +177,7 @@ class _Target(Strict):
             if not self.uri:
                 raise FieldProblem(("uri",), f"platform {self.platform} needs `uri`")
             if self.members:
-                raise FieldProblem(("members",), f"`members` is for platform {' or '.join(listed)}")
+                raise FieldProblem(("members",), f"`members` is for platform {_named('listed')}")
         elif source == "listed":
             if not self.members:
                 raise FieldProblem(
@@ -195,17 +193,22 @@ class _Target(Strict):
         if source != "built":
             for name in ("storage", "handshake", "journal_commit_interval"):
                 if name in self.model_fields_set:
-                    raise FieldProblem((name,), f"`{name}` shapes a {' or '.join(built)}, not a "
+                    raise FieldProblem((name,), f"`{name}` shapes a {_named('built')}, not a "
                                        f"{self.platform} target (rsdrill finds what the server "
                                        "does)")  # fmt: skip
         if source != "built" and "tls" in self.model_fields_set:
-            raise FieldProblem(("tls",), f"`tls` shapes a {' or '.join(built)}: put tls=true and "
+            raise FieldProblem(("tls",), f"`tls` shapes a {_named('built')}: put tls=true and "
                                "the TLS files in `uri` for a set of your own")  # fmt: skip
         if self.auth == "x509" and not self.tls:
             raise FieldProblem(("auth",), "x509 logins need TLS: add `tls: true`")
         if self.storage == "memory" and self.topology != "standalone":
             raise FieldProblem(("storage",), "in-memory storage is for topology: standalone")
         return self
+
+
+def _named(source: str) -> str:
+    """The platforms whose members come from `source`, for a message ("sandbox")."""
+    return " or ".join(n for n in PLATFORM_NAMES if member_source(n) == source)
 
 
 _TARGET_SECTIONS = {n: p.options for n, p in platforms().items() if p.options is not None}

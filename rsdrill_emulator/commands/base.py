@@ -1,5 +1,6 @@
-"""What every command module shares: the request, the cursor, the versions claimed, and the
-registry the `@command` handlers put themselves in."""
+"""What every command module shares: the cursor, the versions claimed, the command sets the
+dispatcher treats alike, namespace and statement helpers (the request is `request.py`, the
+`@command` registry `dispatcher.py`)."""
 
 from __future__ import annotations
 
