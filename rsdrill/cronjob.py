@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.kubernetes.options import KubernetesPlatform
 from rsdrill.version import __version__
 
 EXPERIMENTS_DIR = "/etc/rsdrill/experiments"
@@ -110,7 +111,7 @@ def render_schedule(
     if len(set(names)) != len(names):
         raise ScheduleError(f"two files share a name: {', '.join(names)}")
     for f in files:
-        platform = f.experiment.target.kubernetes
+        platform = f.experiment.target.section("kubernetes", KubernetesPlatform)
         if f.experiment.target.platform != "kubernetes" or platform is None:
             raise ScheduleError(
                 f"{f.name}: target.platform is {f.experiment.target.platform}; "
@@ -161,7 +162,7 @@ def role_rules(
 
     grouped: dict[str | None, dict[tuple[str, str], list[str]]] = defaultdict(dict)
     for exp in experiments:
-        platform = exp.target.kubernetes
+        platform = exp.target.section("kubernetes", KubernetesPlatform)
         assert platform is not None
         # Both ways an iops-throttle may go (BlockChaos where installed, IOChaos otherwise).
         for block_chaos in (False, True):

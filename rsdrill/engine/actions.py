@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsdrill import registry
 from rsdrill.connection import GIVEN_OPTIONS, ConnectOptions
 from rsdrill.engine.steps import stop_step
 from rsdrill.faultfs.mount import FaultFSError
-from rsdrill.platforms.base import RevertAction, TargetError
+from rsdrill.platforms.base import RevertAction, TargetError, platforms
 from rsdrill.platforms.command.fail_command import REVERT_ACTION as FAIL_COMMAND_OFF
 from rsdrill.platforms.command.fail_command import fail_command_off
 from rsdrill.platforms.machine.actions import REVERT_ACTIONS as MACHINE_ACTIONS
@@ -31,11 +30,11 @@ def _platform_action(name: str) -> RevertAction | None:
     platform = name.split(".", 1)[0]
     if not platform.isidentifier():
         return None
-    if platform not in registry.platforms():
+    if platform not in platforms():
         # A journal written where a third-party platform was installed, read where it is not.
         raise TargetError(f"{name}: cannot load the {platform} platform: it is not installed")
     try:
-        handlers = registry.platform(platform).revert_actions()
+        handlers = platforms()[platform].revert_actions()
     except ModuleNotFoundError as exc:
         raise TargetError(f"{name}: cannot load the {platform} platform: {exc}") from exc
     return handlers.get(name)

@@ -31,6 +31,7 @@ from rsdrill.experiment.catalog import way_of
 from rsdrill.experiment.schema import Experiment
 from rsdrill.faults import KINDS
 from rsdrill.platforms.base import TargetError
+from rsdrill.platforms.machine.mirror import mirrored
 from rsdrill.privileges import CLUSTER, granted
 from rsdrill.probes.availability import PROBE_DB
 
@@ -358,9 +359,9 @@ def _local_tools(exp: Experiment) -> Iterator[Check]:
         else:
             yield Check("nftables", True, nft)
     # Mirrored members' data are on faultfs whatever the faults, served by the Python layer.
-    mirrored = exp.target.sandbox is not None and exp.target.sandbox.mirror
-    if "fuse" in needs or mirrored:
-        yield _fuse_check(mirrored)
+    on_copies = mirrored(exp.target)
+    if "fuse" in needs or on_copies:
+        yield _fuse_check(on_copies)
 
 
 def _fuse_check(mirrored: bool) -> Check:

@@ -16,7 +16,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from rsdrill import registry
 from rsdrill.analysis.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.connection import SettingsError
 from rsdrill.deployment import Deployment, inspect_any
@@ -45,6 +44,7 @@ from rsdrill.platforms.base import (
     RunTarget,
     TargetError,
     injector_factory,
+    platform,
 )
 from rsdrill.redact import redact_uri
 from rsdrill.report.integrations import integrations
@@ -81,7 +81,7 @@ class Aborted(Exception):
 
 def make_target(exp: Experiment, out_dir: Path) -> RunTarget:
     """The experiment's target, from its platform (which imports its SDK only now)."""
-    return registry.platform(exp.target.platform).make_target(exp, out_dir)
+    return platform(exp.target.platform).make_target(exp, out_dir)
 
 
 class Runner:
@@ -148,7 +148,7 @@ class Runner:
             # Every fault's injector imported now, before the clock: at the fault's moment the
             # import of its modules made the first fault 25 ms late.
             for fault in self.exp.faults:
-                injector_factory(registry.platform(target.platform), fault.kind)
+                injector_factory(platform(target.platform), fault.kind)
             # rsdrill's own wire-level probes, guards, selection and injectors reach members as
             # the target's URI says (TLS, the login): everything below is given these.
             self._deployment = inspect_any(target.members, options=target.connect_options)
@@ -693,7 +693,7 @@ class Runner:
 
 
 def _injector(fault: Fault, host: str, target: RunTarget) -> Injector:
-    return injector_factory(registry.platform(target.platform), fault.kind)(target, fault, host)
+    return injector_factory(platform(target.platform), fault.kind)(target, fault, host)
 
 
 def run_experiment(experiment: Experiment, options: RunOptions) -> Result:

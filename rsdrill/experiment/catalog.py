@@ -9,22 +9,68 @@ injector for it, or if the kind is done the same on every platform.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol, cast
 
 from rsdrill import registry
 from rsdrill.faults import KINDS
 from rsdrill.faults.spec import OPT_IN, Way
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from rsdrill.faults import Fault
-    from rsdrill.platforms.base import Platform
+
+
+class PlatformModel(Protocol):
+    """What the experiment model reads of a platform (all of it data; the whole interface is
+    `platforms/base.py: Platform`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def title(self) -> str:
+        """The heading of its column in the fault tables (`rsdrill faults`, docs/faults.md);
+        platforms with the same title and ways share one (sandbox and local)."""
+        ...
+
+    @property
+    def ways(self) -> Mapping[str, tuple[Way, ...]]:
+        """Fault kind → the ways it carries the kind out by, as the tables state them: an
+        engine's first way is its default and the first way's engine the default engine; a way
+        with `when` is taken only under those options. A kind without a way here (or without an
+        injector) is refused when an experiment is loaded: a platform without ways carries out
+        only the kinds done the same on every platform (stepdown, mongodb-fail-command)."""
+        ...
+
+    @property
+    def options(self) -> type[BaseModel] | None:
+        """The model of `target.<name>` (None: the platform has no section of its own)."""
+        ...
+
+    @property
+    def fault_options(self) -> type[BaseModel] | None:
+        """The model of a fault's `<name>` options (None: it has none)."""
+        ...
+
+    @property
+    def injectors(self) -> Mapping[str, str]:
+        """Fault kind → `module:function`, an `InjectorFactory` (imported only when a run
+        needs it)."""
+        ...
+
+
+def described() -> dict[str, PlatformModel]:
+    """Every registered platform (the registry's order) as the experiment model reads it."""
+    return cast("dict[str, PlatformModel]", registry.platforms())
 
 
 def ways_of(kind: str, platform: str) -> tuple[Way, ...]:
     """The ways the registered `platform` carries `kind` out by, an engine's first way being
     its default and the first way's engine the default engine: the kind's own `way` if it is
     done the same on every platform, else the platform's (none: refused when loaded)."""
-    found = registry.platforms().get(platform)
+    found = described().get(platform)
     if found is None:
         return ()
     spec = KINDS[kind]
@@ -34,7 +80,7 @@ def ways_of(kind: str, platform: str) -> tuple[Way, ...]:
 def available_kinds(platform: str) -> tuple[str, ...]:
     """The kinds `platform` carries out: those it has a way and an injector for, and those done
     the same on every platform (their one way and injector)."""
-    injectors = registry.platform(platform).injectors
+    injectors = described()[platform].injectors
     return tuple(
         k
         for k, spec in KINDS.items()
@@ -42,15 +88,15 @@ def available_kinds(platform: str) -> tuple[str, ...]:
     )
 
 
-def _shares_column(one: Platform, other: Platform) -> bool:
+def _shares_column(one: PlatformModel, other: PlatformModel) -> bool:
     return one.title == other.title and one.ways == other.ways
 
 
-def columns() -> dict[str, Platform]:
+def columns() -> dict[str, PlatformModel]:
     """The tables' platform columns, each by the first registered platform in it: platforms
     with the same title and ways share one (local the sandbox's)."""
-    found: dict[str, Platform] = {}
-    for name, platform in registry.platforms().items():
+    found: dict[str, PlatformModel] = {}
+    for name, platform in described().items():
         if not any(_shares_column(platform, first) for first in found.values()):
             found[name] = platform
     return found
@@ -58,7 +104,7 @@ def columns() -> dict[str, Platform]:
 
 def platform_column(platform: str) -> str:
     """The column of the tables a platform's faults are in ("local" shares the sandbox's)."""
-    found = registry.platforms().get(platform)
+    found = described().get(platform)
     if found is None:
         return platform
     return next(name for name, first in columns().items() if _shares_column(found, first))
@@ -116,4 +162,4 @@ def is_one_way(platform: str, fault: Fault) -> bool:
 
 def platform_names() -> tuple[str, ...]:
     """The platforms `rsdrill faults --platform` knows: the registered ones."""
-    return tuple(registry.platforms())
+    return tuple(described())

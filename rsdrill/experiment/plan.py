@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 from rsdrill import registry
 from rsdrill.experiment.catalog import way_of
@@ -190,9 +190,17 @@ def plan_data(exp: Experiment) -> dict[str, Any]:
     }
 
 
+class PlatformPlan(Protocol):
+    """What the plan asks of a platform (the whole interface is `platforms/base.py: Platform`)."""
+
+    def plan_details(self, exp: Experiment) -> list[str]:
+        """Lines the plan shows about what the platform will create (may be empty)."""
+        ...
+
+
 def _platform_details(exp: Experiment) -> list[str]:
     """What a platform adds to the plan (e.g. the chaos resources it would create)."""
-    return registry.platform(exp.target.platform).plan_details(exp)
+    return cast("PlatformPlan", registry.platform(exp.target.platform)).plan_details(exp)
 
 
 def _describe_matrix(exp: Experiment) -> list[str]:
@@ -288,9 +296,6 @@ def describe_target(target: Target) -> list[str]:
         ),
         "left running after the run" if target.keep else "torn down after the run",
     ]
-    if target.sandbox is not None and target.sandbox.mirror:
-        lines.append("each member's data on two copies (replicas a: data/, b: data-b/), "
-                     "mirrored through faultfs")  # fmt: skip
     return lines
 
 

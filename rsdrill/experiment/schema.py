@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar, Union, cast
 
 from pydantic import (
     AfterValidator,
+    BaseModel,
     Field,
     TypeAdapter,
     ValidationError,
@@ -23,7 +24,7 @@ from pydantic import (
 )
 
 from rsdrill import registry
-from rsdrill.experiment.catalog import available_kinds, opt_in_problem
+from rsdrill.experiment.catalog import available_kinds, described, opt_in_problem
 from rsdrill.experiment.integrations import GrafanaSection, Notification
 from rsdrill.experiment.probes import Probes
 from rsdrill.experiment.random_schedule import RandomFaults
@@ -46,14 +47,10 @@ from rsdrill.fields import (
     nested_problem,
     parse_duration,
 )
-from rsdrill.registry import member_source, platforms
+from rsdrill.registry import member_source
 
 if TYPE_CHECKING:
     from rsdrill.faults import Fault
-    from rsdrill.platforms.ec2.options import Ec2Platform
-    from rsdrill.platforms.kubernetes.options import KubernetesPlatform
-    from rsdrill.platforms.sandbox.options import SandboxPlatform
-    from rsdrill.platforms.vsphere.options import VspherePlatform
 
 __all__ = [
     "FROM_FILE",
@@ -73,7 +70,7 @@ __all__ = [
 
 # The platforms come from the registry (entry points): the model is built with one
 # `target.<name>` and one `faults[i].<name>` section per platform that has one.
-PLATFORM_NAMES: tuple[str, ...] = tuple(platforms())
+PLATFORM_NAMES: tuple[str, ...] = tuple(described())
 PlatformName = Literal[PLATFORM_NAMES]  # type: ignore[valid-type]  # names known at run time
 
 
@@ -92,6 +89,18 @@ class LocalMember(Strict):
         description="the faultfs mount over its dbpath (`rsdrill faultfs mount`): needed for "
         "disk-fault, iops-throttle, volume-detach and power_loss",
     )
+
+
+Options = TypeVar("Options", bound=BaseModel)
+
+
+class PlatformChecks(Protocol):
+    """What the model asks of a platform once a file is read (the whole interface is
+    `platforms/base.py: Platform`)."""
+
+    def check_experiment(self, exp: Experiment) -> None:
+        """Refuse (raise FieldProblem) what this platform cannot carry out, before any run."""
+        ...
 
 
 class _Target(Strict):
@@ -159,6 +168,13 @@ class _Target(Strict):
         description="sandbox: legacy members answer only isMaster (servers before 4.4.2)",
     )
 
+    def section(self, platform: str, model: type[Options]) -> Options | None:
+        """Its `platform` section (`target.<platform>`) if the file gave one: the sections are
+        added to the model where the registered platforms are known (below), so a platform
+        reads its own through here."""
+        found = getattr(self, platform, None)
+        return found if isinstance(found, model) else None
+
     @model_validator(mode="after")
     def _platform_fields(self) -> _Target:
         for section in _TARGET_SECTIONS:
@@ -211,14 +227,10 @@ def _named(source: str) -> str:
     return " or ".join(n for n in PLATFORM_NAMES if member_source(n) == source)
 
 
-_TARGET_SECTIONS = {n: p.options for n, p in platforms().items() if p.options is not None}
+_TARGET_SECTIONS = {n: p.options for n, p in described().items() if p.options is not None}
 if TYPE_CHECKING:
-    # What type checkers see: the built-in platforms' sections (others are found by name).
-    class Target(_Target):
-        sandbox: SandboxPlatform | None = None
-        kubernetes: KubernetesPlatform | None = None
-        ec2: Ec2Platform | None = None
-        vsphere: VspherePlatform | None = None
+    # A platform reads its own section through `Target.section`: shared code names none.
+    Target = _Target
 else:
     Target = create_model(
         "Target",
@@ -234,7 +246,7 @@ else:
 
 FaultKind = Literal[KIND_NAMES]  # type: ignore[valid-type]  # names from rsdrill.faults at run time
 
-_FAULT_SECTIONS = {n: p.fault_options for n, p in platforms().items() if p.fault_options}
+_FAULT_SECTIONS = {n: p.fault_options for n, p in described().items() if p.fault_options}
 
 
 def _kind_model(kind: str) -> type[FaultBase]:
@@ -529,7 +541,7 @@ class Experiment(Strict):
     @model_validator(mode="after")
     def _platform_supports_faults(self) -> Experiment:
         platform = self.target.platform
-        carrier = registry.platform(platform)
+        carrier = cast("PlatformChecks", registry.platform(platform))
         # A platform carries a kind out only with a way and an injector for it.
         available = available_kinds(platform)
         for i, fault in enumerate(self.faults):

@@ -26,9 +26,11 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
+from rsdrill import registry
 from rsdrill.errors import InjectionError, TargetError
+from rsdrill.experiment.catalog import PlatformModel
 from rsdrill.faults import FAULT_CLASSES, Fault
 from rsdrill.faults.spec import Way
 from rsdrill.registry import MemberSource
@@ -37,7 +39,8 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from rsdrill.connection import ConnectOptions
-    from rsdrill.experiment.schema import Experiment
+    from rsdrill.experiment.plan import PlatformPlan
+    from rsdrill.experiment.schema import Experiment, PlatformChecks
 
 __all__ = [
     "InjectionError",
@@ -183,47 +186,13 @@ InjectorFactory = Callable[[Any, KindFault, str], Injector]
 injector of that fault there: `InjectorFactory[HostKillFault]`."""
 
 
-class Platform(Protocol):
-    """A platform as the experiment model and the runner use it.
+class Platform(PlatformModel, Protocol):
+    """A platform as the experiment model and the runner use it: what the model reads of it
+    (`PlatformModel`), asks of it once a file is read and shows in a plan, and what a run uses.
 
     Loading its entry point must stay cheap (no SDK import): the models are pydantic classes,
     and everything else is imported when a method is called.
     """
-
-    # Read-only, so that a frozen dataclass (PackagePlatform) is one.
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def title(self) -> str:
-        """The heading of its column in the fault tables (`rsdrill faults`, docs/faults.md);
-        platforms with the same title and ways share one (sandbox and local)."""
-        ...
-
-    @property
-    def ways(self) -> Mapping[str, tuple[Way, ...]]:
-        """Fault kind → the ways it carries the kind out by, as the tables state them: an
-        engine's first way is its default and the first way's engine the default engine; a way
-        with `when` is taken only under those options. A kind without a way here (or without an
-        injector) is refused when an experiment is loaded: a platform without ways carries out
-        only the kinds done the same on every platform (stepdown, mongodb-fail-command)."""
-        ...
-
-    @property
-    def options(self) -> type[BaseModel] | None:
-        """The model of `target.<name>` (None: the platform has no section of its own)."""
-        ...
-
-    @property
-    def fault_options(self) -> type[BaseModel] | None:
-        """The model of a fault's `<name>` options (None: it has none)."""
-        ...
-
-    @property
-    def injectors(self) -> Mapping[str, str]:
-        """Fault kind → `module:function`, an `InjectorFactory` (imported only when a run
-        needs it)."""
-        ...
 
     def check_experiment(self, exp: Experiment) -> None:
         """Refuse (raise FieldProblem) what this platform cannot carry out, before any run."""
@@ -313,6 +282,17 @@ every platform uses for them: `injector` of the module of `platforms/command/` n
 kind's own module of `rsdrill/faults/`."""
 
 
+def platform(name: str) -> Platform:
+    """The registered platform called `name` as the engine uses it (the registry, below every
+    layer that uses one, knows it by name only)."""
+    return cast("Platform", registry.platform(name))
+
+
+def platforms() -> dict[str, Platform]:
+    """Every registered platform (the registry's order) as the engine uses it."""
+    return cast("dict[str, Platform]", registry.platforms())
+
+
 def injector_factory(platform: Platform, kind: str) -> InjectorFactory[Any]:
     """What builds a fault of `kind` on `platform`: the kind's own injector if one works on
     every platform (stepdown: `platforms/command/`), else the one the platform registered
@@ -328,3 +308,7 @@ if TYPE_CHECKING:
     # The built-in platforms' entry points are PackagePlatforms: mypy checks here that one is a
     # Platform.
     _PLATFORM: type[Platform] = PackagePlatform
+
+    def _views(p: Platform) -> tuple[PlatformChecks, PlatformPlan]:
+        """The model's own views of a platform (schema.py, plan.py) are parts of this one."""
+        return p, p

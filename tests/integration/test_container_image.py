@@ -207,7 +207,7 @@ def test_the_dockerfile_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> No
         "import importlib, importlib.util, sys\n"
         f"for name in {sorted(EXTRA_MODULES.values())!r}: importlib.import_module(name)\n"
         "from rsdrill import registry\n"
-        "for name in registry.BUILTIN: registry.platform(name)\n"
+        "for name in registry.built_in(): registry.platform(name)\n"
         "print(importlib.util.find_spec('mfusepy') is None)\n"
         # The sandbox's members: `rsdrill sandbox up` starts `python -m rsdrill_emulator`.
         "print(importlib.util.find_spec('rsdrill_emulator') is not None)\n"

@@ -112,7 +112,7 @@ def test_no_module_outside_the_specs_and_the_platforms_names_a_kind() -> None:
         assert kinds == {kind for _, kind in named.get(module, [])}, module
 
 
-@pytest.mark.parametrize("platform", registry.BUILTIN)
+@pytest.mark.parametrize("platform", registry.built_in())
 def test_every_factory_in_a_platform_s_injectors_table_is_importable(platform: str) -> None:
     for kind, reference in registry.platform(platform).injectors.items():
         assert kind in KIND_NAMES

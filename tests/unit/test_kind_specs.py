@@ -33,7 +33,7 @@ from rsdrill.platforms.base import COMMAND_INJECTORS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # The built-in platforms' columns: local's is the sandbox's.
-COLUMNS = ("sandbox", "kubernetes", "ec2", "vsphere")
+COLUMNS = ("sandbox", "ec2", "kubernetes", "vsphere")
 # (kind, column) of every cell with a way.
 WAYS = [(k, p) for k in KINDS for p in COLUMNS if ways_of(k, p)]
 

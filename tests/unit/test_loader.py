@@ -319,13 +319,13 @@ def test_misspelt_key_inside_a_union() -> None:
             "platform: sandbx",
             (3, 13, "target.platform"),
             "unknown value 'sandbx'; did you mean 'sandbox'? "
-            "(one of sandbox, local, kubernetes, ec2, vsphere)",
+            "(one of sandbox, local, ec2, kubernetes, vsphere)",
         ),
         (
             "platform: sandbox",
             "platform: openstack",
             (3, 13, "target.platform"),
-            "unknown value 'openstack' (one of sandbox, local, kubernetes, ec2, vsphere)",
+            "unknown value 'openstack' (one of sandbox, local, ec2, kubernetes, vsphere)",
         ),
         (
             "kind: stepdown",
@@ -892,7 +892,7 @@ def test_an_unknown_key_of_a_fault_is_matched_against_its_own_kind_only() -> Non
     on_stepdown = error_of(replaced("kind: stepdown", "kind: stepdown\n    restat: {}"))
     assert on_stepdown.problem == (
         "unknown key (allowed: at, kind, select, duration, engine, approximate, one_way, scope, "
-        "secondary_catch_up, force, kubernetes, ec2, vsphere)"
+        "secondary_catch_up, force, ec2, kubernetes, vsphere)"
     )
     on_kill = error_of(
         replaced("kind: stepdown", "kind: host-kill\n    duration: 5s\n    restat: {}")

@@ -12,7 +12,7 @@ import rsdrill
 from rsdrill import registry
 
 ROOT = Path(rsdrill.__file__).parent
-NAMES = frozenset(registry.BUILTIN)
+NAMES = frozenset(registry.built_in())
 
 ALLOWED: dict[str, tuple[set[str], str]] = {
     "cronjob.py": (

@@ -188,7 +188,7 @@ def needs_data_volume(fault: Fault) -> bool:
 def check_experiment(exp: Experiment) -> None:
     """Refuse what EC2 cannot do, naming the field: unsupported kinds and engines, options of
     another kind, terminate without permission, volume faults without `target.ec2.volume`."""
-    platform = exp.target.ec2
+    platform = exp.target.section("ec2", Ec2Platform)
     assert platform is not None  # the schema requires the section
     for i, fault in enumerate(exp.faults):
         engine = engine_of(fault)
@@ -369,7 +369,7 @@ def iam_actions(fault: Fault) -> tuple[str, ...]:
 
 def plan_details(exp: Experiment) -> list[str]:
     """How each fault is carried out on EC2 and the IAM actions the credentials need."""
-    platform = exp.target.ec2
+    platform = exp.target.section("ec2", Ec2Platform)
     assert platform is not None  # the schema requires the section
     where = platform.endpoint_url or f"AWS {platform.region}"
     lines = [f"EC2 at {where}; members → instances by {platform.instances.by}; credentials "

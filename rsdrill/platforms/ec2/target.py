@@ -12,6 +12,7 @@ from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.ec2.client import Aws, AwsError, connection
 from rsdrill.platforms.ec2.lookup import Instance, find_instance
+from rsdrill.platforms.ec2.options import Ec2Platform
 from rsdrill.platforms.ec2.preflight import problems
 from rsdrill.platforms.remote import RemoteTarget
 
@@ -19,8 +20,9 @@ from rsdrill.platforms.remote import RemoteTarget
 class Ec2Target(RemoteTarget):
     def __init__(self, exp: Experiment, out_dir: Path) -> None:
         super().__init__(exp, out_dir)
-        assert exp.target.ec2 is not None  # the schema requires the section
-        self.ec2 = exp.target.ec2
+        section = exp.target.section("ec2", Ec2Platform)
+        assert section is not None  # the schema requires the section
+        self.ec2 = section
         self.faults = exp.faults
         self.aws = Aws(connection(self.ec2))
         self.instances: dict[str, Instance] = {}

@@ -507,7 +507,7 @@ def plan_details(exp: Experiment) -> list[str]:
     from rsdrill.experiment.plan import describe_selection
     from rsdrill.experiment.schema import SelectMember
 
-    platform = exp.target.kubernetes
+    platform = exp.target.section("kubernetes", KubernetesPlatform)
     assert platform is not None
     lines: list[str] = []
     for i, fault in enumerate(exp.faults):

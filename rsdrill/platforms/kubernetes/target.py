@@ -12,7 +12,7 @@ from rsdrill.experiment.schema import Experiment
 from rsdrill.faults import COMMAND_KINDS
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
-from rsdrill.platforms.kubernetes.options import KubernetesFault, engine_of
+from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform, engine_of
 from rsdrill.platforms.kubernetes.pods import PodLookupError, PodMap
 from rsdrill.platforms.kubernetes.preflight import (
     block_chaos_available,
@@ -26,8 +26,9 @@ from rsdrill.platforms.remote import RemoteTarget
 class KubernetesTarget(RemoteTarget):
     def __init__(self, exp: Experiment, out_dir: Path) -> None:
         super().__init__(exp, out_dir)
-        assert exp.target.kubernetes is not None  # the schema requires the section
-        self.k8s = exp.target.kubernetes
+        section = exp.target.section("kubernetes", KubernetesPlatform)
+        assert section is not None  # the schema requires the section
+        self.k8s = section
         self.faults = exp.faults
         self.access = ClusterAccess(self.k8s.kubeconfig, self.k8s.context, self.k8s.in_cluster)
         self._kube: Kube | None = None

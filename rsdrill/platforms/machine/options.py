@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rsdrill.fields import FieldProblem
+from rsdrill.platforms.machine.mirror import mirrored
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
@@ -83,25 +84,20 @@ def check_experiment(exp: Experiment) -> None:
     _check_storage(exp)
 
 
-def _mirrored(exp: Experiment) -> bool:
-    """The sandbox keeps each member's data on two copies (`target.sandbox.mirror`)."""
-    return exp.target.sandbox is not None and exp.target.sandbox.mirror
-
-
 def _on_faultfs(exp: Experiment) -> bool:
-    return needs_faultfs(exp.faults)[0] or _mirrored(exp)
+    return needs_faultfs(exp.faults)[0] or mirrored(exp.target)
 
 
 def _check_mirror(exp: Experiment) -> None:
     """A disk-fault's `replica` is one copy of mirrored data: only a mirrored sandbox has them.
     Mirrored data have no undo records, which power_loss needs."""
     for i, fault in enumerate(exp.faults):
-        if fault.kind == "disk-fault" and fault.replica is not None and not _mirrored(exp):
+        if fault.kind == "disk-fault" and fault.replica is not None and not mirrored(exp.target):
             where = ("add `sandbox: {mirror: true}` to the target" if exp.target.platform ==
                      "sandbox" else "a local member's data directory has one copy")  # fmt: skip
             raise FieldProblem(("faults", i, "replica"), f"replica {fault.replica} is one copy "
                                f"of a sandbox member's mirrored data: {where}")  # fmt: skip
-        if fault.kind == "host-kill" and fault.power_loss and _mirrored(exp):
+        if fault.kind == "host-kill" and fault.power_loss and mirrored(exp.target):
             raise FieldProblem(("faults", i, "power_loss"), "power_loss drops the writes one "
                                "data directory has not fsynced; mirrored data (target.sandbox."
                                "mirror) keep no record of them")  # fmt: skip

@@ -3,13 +3,14 @@ processes on this machine, faulted as the local platform's members are."""
 
 from rsdrill.platforms.base import PackagePlatform
 from rsdrill.platforms.machine import INJECTORS
+from rsdrill.platforms.machine.mirror import SandboxPlatform
 from rsdrill.platforms.machine.ways import TITLE, WAYS
-from rsdrill.platforms.sandbox.options import SandboxPlatform
 
 platform = PackagePlatform(
     "sandbox",
     __name__,
     checks="rsdrill.platforms.machine.options",
+    planner="rsdrill.platforms.machine.mirror",
     options=SandboxPlatform,
     injectors=INJECTORS,
     ways=WAYS,

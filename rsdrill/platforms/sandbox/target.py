@@ -18,6 +18,7 @@ from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.schema import Experiment, Fault, Target
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.machine.disk_fill import mount_small_disk, unmount_small_disks
+from rsdrill.platforms.machine.mirror import mirrored
 from rsdrill.platforms.machine.network import rejoin_partition
 from rsdrill.platforms.machine.options import needs_faultfs
 from rsdrill.platforms.sandbox.volumes import MemberVolumes
@@ -137,7 +138,7 @@ class SandboxTarget:
         self._sandbox: Sandbox | None = None
         self.small_disks = any(f.kind == "disk-fill" for f in faults)
         on_faultfs, track_unsynced = needs_faultfs(faults)
-        mirror = config.sandbox is not None and config.sandbox.mirror
+        mirror = mirrored(config)
         self.volumes = (
             MemberVolumes(directory, self.spec, track_unsynced=track_unsynced, mirror=mirror)
             if on_faultfs or mirror

@@ -219,7 +219,7 @@ def _check_kind(i: int, fault: Fault) -> None:
 
 def plan_details(exp: Experiment) -> list[str]:
     """Where rsdrill connects, how members map to VMs, and the privileges the faults need."""
-    platform = exp.target.vsphere
+    platform = exp.target.section("vsphere", VspherePlatform)
     assert platform is not None  # the schema requires the section
     tls = ("TLS NOT verified (insecure: true)" if platform.insecure
            else f"TLS verified against {platform.ca_file or 'the system CAs'}")  # fmt: skip

@@ -15,13 +15,15 @@ from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.remote import RemoteTarget
 from rsdrill.platforms.vsphere.client import Vsphere, VsphereError, connection
 from rsdrill.platforms.vsphere.lookup import find_member_vm
+from rsdrill.platforms.vsphere.options import VspherePlatform
 
 
 class VsphereTarget(RemoteTarget):
     def __init__(self, exp: Experiment, out_dir: Path) -> None:
         super().__init__(exp, out_dir)
-        assert exp.target.vsphere is not None  # the schema requires the section
-        self.vsphere = exp.target.vsphere
+        section = exp.target.section("vsphere", VspherePlatform)
+        assert section is not None  # the schema requires the section
+        self.vsphere = section
         self.faults = exp.faults
         self.guards = exp.guards
         self.client = Vsphere(connection(self.vsphere))
