@@ -5,7 +5,7 @@ installed pymongo (downloaded once with `pip download --no-binary`), against a f
 and prints per suite: collected, ran, passed, failed, skipped (with why), and the most common
 causes of failure. Writes the same as JSON.
 
-    python bench/spec_conformance.py [--topology rs3] [--suites crud,retryable_writes]
+    python bench/spec_conformance.py [--topology rs3|sharded] [--suites crud,retryable_writes]
                                      [--out conformance.json] [--jobs 2] [--auth]
                                      [--expect FILE] [--write-expected FILE]
 
@@ -63,6 +63,9 @@ SUITES = {
     "retryable_writes_prose": "test/test_retryable_writes.py",
 }
 SUITE_TIMEOUT_S = 1200
+# Ports each suite's sandbox takes: a replica set's members, or a sharded cluster's config
+# servers, two shards of three and two routers.
+SPAN = {"rs1": 3, "rs3": 3, "standalone": 3, "sharded": 3 + 2 * 3 + 2}
 TEST_TIMEOUT_S = 60
 
 
@@ -182,6 +185,8 @@ def run_on_own_sandbox(
     from rsdrill.sandbox.cluster import Sandbox, choose_engine, up
     from rsdrill.sandbox.config import build_topology
 
+    if topology == "sharded":
+        return _run_on_sharded(name, source, port_base, work, tests)
     engine, _ = choose_engine("emulator")
     directory = work / f"sandbox-{name}"
     sandbox = up(directory, build_topology(topology, port_base=port_base), engine, auth=auth)
@@ -195,9 +200,25 @@ def run_on_own_sandbox(
         Sandbox(directory).down(grace_s=2.0)
 
 
+def _run_on_sharded(
+    name: str, source: Path, port_base: int, work: Path, tests: list[str] | None
+) -> SuiteResult:
+    """A suite against a sharded sandbox of its own, through its first router: pymongo's
+    harness finds the second on the next port, as its `useMultipleMongoses` tests want."""
+    from rsdrill.sandbox.sharded import up_sharded
+
+    cluster = up_sharded(work / f"sharded-{name}", port_base=port_base)
+    try:
+        address, port = cluster.spec.routers[0].rsplit(":", 1)
+        return run_suite(name, source, address, int(port), work, tests)
+    finally:
+        cluster.down(grace_s=2.0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--topology", default="rs3", choices=["rs1", "rs3", "standalone"])
+    parser.add_argument("--topology", default="rs3",
+                        choices=["rs1", "rs3", "standalone", "sharded"])  # fmt: skip
     parser.add_argument("--suites", default=",".join(SUITES))
     parser.add_argument("--port-base", type=int, default=29500)
     parser.add_argument("--auth", action="store_true", help="sandboxes that require a login")
@@ -216,7 +237,8 @@ def main() -> None:
         with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
             results = list(pool.map(
                 lambda i_n: run_on_own_sandbox(i_n[1], source, args.topology,
-                                               args.port_base + 3 * i_n[0], work,
+                                               args.port_base + SPAN[args.topology] * i_n[0],
+                                               work,
                                                auth=args.auth),
                 enumerate(names),
             ))  # fmt: skip

@@ -1,4 +1,5 @@
-"""`python -m rsdrill_emulator --dir D --host 127.0.0.1:P [--init]`: run one member."""
+"""`python -m rsdrill_emulator --dir D --host 127.0.0.1:P [--init]`: run one member;
+`--router`: one router of the sharded cluster in D (see `rsdrill_emulator/router/`)."""
 
 from __future__ import annotations
 
@@ -65,9 +66,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", required=True, type=Path, help="the sandbox directory")
     parser.add_argument("--host", required=True, help="this member's host:port")
     parser.add_argument("--init", action="store_true", help="first boot of a new set")
+    parser.add_argument("--router", action="store_true", help="a router of the cluster in --dir")
     args = parser.parse_args(argv)
     try:
-        asyncio.run(run_member(args.dir, args.host, args.init))
+        if args.router:
+            from rsdrill_emulator.router import run_router
+
+            asyncio.run(run_router(args.dir, args.host))
+        else:
+            asyncio.run(run_member(args.dir, args.host, args.init))
     except (OSError, sqlite3.Error, StorageReadError) as exc:  # e.g. its volume is unreadable
         print(f"member {args.host}: {exc}", file=sys.stderr)
         sys.exit(1)

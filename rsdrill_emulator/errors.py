@@ -91,11 +91,19 @@ NOT_PRIMARY_CODES = frozenset({189, 10058, 10107, 11602, 13435, 13436})
 class CommandError(Exception):
     """A command failed; rendered as `{ok: 0, errmsg, code, codeName, errorLabels}`."""
 
-    def __init__(self, code: int, message: str, *, labels: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        *,
+        labels: tuple[str, ...] = (),
+        info: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.labels = labels
+        self.info = info or {}
 
     @property
     def code_name(self) -> str:
@@ -107,6 +115,7 @@ class CommandError(Exception):
             "errmsg": self.message,
             "code": self.code,
             "codeName": self.code_name,
+            **self.info,
         }
         labels = list(self.labels)
         if retryable_write and self.code in RETRYABLE_WRITE_CODES:

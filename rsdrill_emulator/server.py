@@ -10,24 +10,35 @@ import asyncio
 import itertools
 import ssl
 import traceback
-from typing import Any
+from typing import Any, Protocol
 
 import bson
 
 from rsdrill import wire
 from rsdrill.sandbox.certs import rfc2253_subject
-from rsdrill_emulator.commands import Commands, Request
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.failpoint import CloseConnection
+from rsdrill_emulator.request import Request
 
 _reply_ids = itertools.count(1)
 _connection_ids = itertools.count(1)
 
 
-class Server:
-    """Accepts clients and hands their commands to `Commands`."""
+class Handles(Protocol):
+    """What answers a server's commands: a member's `Commands`, or a router."""
 
-    def __init__(self, commands: Commands) -> None:
+    connections: int
+    certificate_subjects: dict[int, str]
+
+    def forget(self, connection_id: int) -> None: ...
+
+    async def run(self, req: Request) -> dict[str, Any]: ...
+
+
+class Server:
+    """Accepts clients and hands their commands to a member's `Commands` or a router."""
+
+    def __init__(self, commands: Handles) -> None:
         self.commands = commands
 
     async def serve(

@@ -32,8 +32,9 @@ _SLICE = (_RANGE_HIGH - _RANGE_LOW) // _WORKERS
 _PORT_LOW = _RANGE_LOW + _WORKER * _SLICE
 _PORT_HIGH = _PORT_LOW + _SLICE
 os.environ["RSDRILL_PORT_RANGE"] = f"{_PORT_LOW}-{_PORT_HIGH}"
-# The README's own sandbox ports (tests/integration/test_docs.py runs its commands as written).
-_handed_out: set[int] = set(range(28017, 28020))
+# The docs' own sandbox ports (tests/integration/test_docs.py runs their commands as written):
+# the README's replica set, and docs/sharding.md's cluster of 3 + 2 x 3 members and 2 routers.
+_handed_out: set[int] = set(range(28017, 28017 + 11))
 
 TESTS = Path(__file__).resolve().parent
 # The quick tier (`pytest -m quick`, under a minute on 2 cores): every unit test, and the

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -15,6 +17,18 @@ EXIT_INVALID = 2
 def exit_invalid(message: str) -> NoReturn:
     typer.echo(message, err=True)
     raise typer.Exit(EXIT_INVALID)
+
+
+@contextmanager
+def sandbox_errors() -> Iterator[None]:
+    """Turn the sandbox launcher's errors into one line on stderr and its exit status."""
+    from rsdrill.sandbox.errors import SandboxError
+
+    try:
+        yield
+    except SandboxError as exc:
+        typer.echo(f"rsdrill: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]

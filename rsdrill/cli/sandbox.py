@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rsdrill.cli.errors import JsonOption, exit_invalid
+from rsdrill.cli.errors import JsonOption, exit_invalid, sandbox_errors
 from rsdrill.sandbox.config import ReplSetSpec, Settings, build_topology
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ class Topology(StrEnum):
     rs3 = "rs3"
     psa = "psa"
     standalone = "standalone"
+    sharded = "sharded"
 
 
 class ReplSetTopology(StrEnum):
@@ -87,18 +88,6 @@ MemberArgument = Annotated[
 ]
 
 
-@contextmanager
-def _reported() -> Iterator[None]:
-    """Turn the launcher's errors into one line on stderr and its exit status."""
-    from rsdrill.sandbox.cluster import SandboxError
-
-    try:
-        yield
-    except SandboxError as exc:
-        typer.echo(f"rsdrill: {exc}", err=True)
-        raise typer.Exit(exc.exit_code) from None
-
-
 def _settings(
     election_timeout: int | None,
     heartbeat_interval: int | None,
@@ -127,9 +116,15 @@ def up(
         Topology,
         typer.Option(
             help="rs1: one member; rs3: three; psa: primary-secondary-arbiter; standalone: "
-            "one server without a replica set."
+            "one server without a replica set; sharded: routers, a config server set and "
+            "shards (--shards, --shard-topology, --mongos)."
         ),
     ] = Topology.rs3,
+    shards: Annotated[int, typer.Option(min=1, help="sharded: how many shards (default: 2).")] = 2,
+    shard_topology: Annotated[
+        ReplSetTopology, typer.Option(help="sharded: each shard's replica set (default: rs3).")
+    ] = ReplSetTopology.rs3,
+    mongos: Annotated[int, typer.Option(min=1, help="sharded: how many routers (default: 2).")] = 2,
     directory: DirOption = DEFAULT_DIR,
     port_base: PortBaseOption = DEFAULT_PORT_BASE,
     election_timeout: ElectionTimeoutOption = None,
@@ -236,6 +231,28 @@ def up(
 
     if auth and x509:
         exit_invalid("rsdrill: choose one login: --auth (SCRAM) or --x509 (certificates)")
+    settings = _settings(election_timeout, heartbeat_interval, heartbeat_timeout, catch_up_timeout)
+    if topology is Topology.sharded:
+        given = {
+            "--auth": auth,
+            "--tls": tls,
+            "--user": user,
+            "--aws-user": aws_user,
+            "--storage": storage is not Storage.disk,
+            "--engine": engine.value == "mongod",
+            "--handshake": handshake is not Handshake.hello,
+        }
+        if refused := [option for option, on in given.items() if on]:
+            exit_invalid(
+                f"rsdrill: {', '.join(refused)}: not for a sharded sandbox yet (its routers "
+                "take no login or TLS, and run on the emulator)"
+            )
+        from rsdrill.cli.sharded import up_sharded_command
+
+        up_sharded_command(
+            directory, port_base, settings, (shards, shard_topology.value, mongos), as_json
+        )
+        return
     users = _users(user or [])
     aws_users = _users(aws_user or [], option="--aws-user")
     options: dict[str, Any] = {"storage": storage.value, "handshake": handshake.value,
@@ -250,14 +267,12 @@ def up(
         spec = build_topology(
             topology.value,
             port_base=port_base,
-            settings=_settings(
-                election_timeout, heartbeat_interval, heartbeat_timeout, catch_up_timeout
-            ),
+            settings=settings,
             **options,
         )
     except ValueError as exc:
         exit_invalid(f"rsdrill: {exc}")
-    with _reported():
+    with sandbox_errors():
         chosen, why = cluster.choose_engine(engine.value)
         started = time.monotonic()
         sandbox = cluster.up(directory, spec, chosen, auth=auth, users=users, aws_users=aws_users)
@@ -305,12 +320,19 @@ def _users(given: list[str], option: str = "--user") -> dict[str, list[str]]:
 
 @app.command()
 def status(directory: DirOption = DEFAULT_DIR, as_json: JsonOption = False) -> None:
-    """List the members with their pid and state (DOWN: not running; STOPPED: SIGSTOPped)."""
+    """List the members with their pid and state (DOWN: not running; STOPPED: SIGSTOPped);
+    a sharded sandbox's routers and each of its replica sets."""
     from rsdrill.redact import redact_uri
     from rsdrill.sandbox.cluster import Sandbox
+    from rsdrill.sandbox.config import CLUSTER_FILE
 
+    if (directory / CLUSTER_FILE).exists():
+        from rsdrill.cli.sharded import status_sharded_command
+
+        status_sharded_command(directory, as_json)
+        return
     sandbox = Sandbox(directory)
-    with _reported():
+    with sandbox_errors():
         statuses = sandbox.status()
     if as_json:
         report = {
@@ -329,11 +351,16 @@ def status(directory: DirOption = DEFAULT_DIR, as_json: JsonOption = False) -> N
 
 @app.command()
 def down(directory: DirOption = DEFAULT_DIR) -> None:
-    """Stop every member process of the sandbox and check that none is left running."""
+    """Stop every member process of the sandbox (and a sharded one's routers) and check that
+    none is left running."""
     from rsdrill.sandbox.cluster import Sandbox
+    from rsdrill.sandbox.config import CLUSTER_FILE
+    from rsdrill.sandbox.sharded import ShardedSandbox
 
-    sandbox = Sandbox(directory)
-    with _reported():
+    sandbox = (
+        ShardedSandbox(directory) if (directory / CLUSTER_FILE).exists() else Sandbox(directory)
+    )
+    with sandbox_errors():
         pids = sandbox.down()
     if pids:
         listed = ", ".join(str(p) for p in pids)
@@ -350,7 +377,7 @@ def _act_on_member(directory: Path, ref: str, action: Callable[[Sandbox, Any], s
     from rsdrill.sandbox.cluster import Sandbox
 
     sandbox = Sandbox(directory)
-    with _reported():
+    with sandbox_errors():
         member = sandbox.resolve(ref)
         typer.echo(action(sandbox, member))
 
@@ -403,7 +430,7 @@ def backup(
     from rsdrill.sandbox.backup import take_backup
     from rsdrill.sandbox.cluster import Sandbox
 
-    with _reported():
+    with sandbox_errors():
         done = take_backup(Sandbox(directory), to)
     typer.echo(f"backed up {done.source} to {done.path} at {done.taken_at}")
 
@@ -418,7 +445,7 @@ def restore(
     from rsdrill.sandbox.backup import restore_backup
     from rsdrill.sandbox.cluster import Sandbox
 
-    with _reported():
+    with sandbox_errors():
         started = restore_backup(Sandbox(directory), source)
     typer.echo(f"restored {source} onto {', '.join(started)}")
 
@@ -446,7 +473,7 @@ def demo(
     spec = build_topology(
         topology.value, port_base=port_base, settings=_settings(election_timeout, None)
     )
-    with _reported(), _demo_directory(directory) as where:
+    with sandbox_errors(), _demo_directory(directory) as where:
         chosen, why = cluster.choose_engine(engine.value)
         typer.echo(
             f"{spec.topology}, electionTimeoutMillis {spec.settings.election_timeout_ms}, "

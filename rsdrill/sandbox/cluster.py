@@ -82,6 +82,12 @@ class EmulatorEngine:
         argv += ["--dir", str(sandbox.directory), "--host", member.host]
         return [*argv, "--init"] if init else argv
 
+    def router_argv(self, directory: Path, host: str) -> list[str]:
+        """A router of the sharded sandbox in `directory` (its pid file in `routers/<port>/`,
+        beside which `wait_gone` finds its port)."""
+        return [self.executable, "-m", "rsdrill_emulator", "--dir", str(directory),
+                "--host", host, "--router"]  # fmt: skip
+
     def initiate(self, sandbox: Layout, deadline: float) -> None:
         """Step the first member up so the set has a primary without waiting out an election."""
         first = sandbox.spec.members[0]
@@ -238,6 +244,21 @@ def process_state(pid: int, port: int) -> str | None:
     return state
 
 
+def spawn(argv: list[str], log_path: Path, pid_path: Path) -> int:
+    """Start a member or router process in a session of its own (signalled as a group), its
+    output appended to `log_path`, its pid recorded in `pid_path`."""
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    pid_path.write_text(f"{process.pid}\n")
+    return process.pid
+
+
 def booting(argv: list[str], boot_s: float) -> list[str]:
     """`argv` started `boot_s` later by the same process (a host booting before its mongod):
     a shell sleeps, then becomes the member (exec keeps the pid, its session and cgroups, and
@@ -247,7 +268,7 @@ def booting(argv: list[str], boot_s: float) -> list[str]:
     return ["sh", "-c", 'sleep "$0" && exec "$@"', f"{boot_s:.3f}", *argv]
 
 
-def _signal(pid: int, sig: int) -> None:
+def signal_process(pid: int, sig: int) -> None:
     """Signal the member's whole process group (each member leads its own session)."""
     with suppress(ProcessLookupError):
         if os.getpgid(pid) == pid:
@@ -415,8 +436,8 @@ class Sandbox:
     def kill(self, member: MemberSpec) -> int:
         """SIGKILL the member and wait until it is gone; returns the pid it had."""
         pid = self._require_pid(member)
-        _signal(pid, signal.SIGKILL)
-        if _wait_gone({self._pid_path(member): pid}, time.monotonic() + 5):
+        signal_process(pid, signal.SIGKILL)
+        if wait_gone({self._pid_path(member): pid}, time.monotonic() + 5):
             raise SandboxError(f"{member.host} (pid {pid}) survived SIGKILL", exit_code=4)
         self._pid_path(member).unlink(missing_ok=True)
         return pid
@@ -424,7 +445,7 @@ class Sandbox:
     def stop(self, member: MemberSpec) -> int:
         """SIGSTOP the member (a frozen host: the port stays open, nothing answers)."""
         pid = self._require_pid(member)
-        _signal(pid, signal.SIGSTOP)
+        signal_process(pid, signal.SIGSTOP)
         deadline = time.monotonic() + 5
         while process_state(pid, member.port) != "T":
             if time.monotonic() > deadline:
@@ -435,7 +456,7 @@ class Sandbox:
     def cont(self, member: MemberSpec) -> int:
         """SIGCONT a stopped member."""
         pid = self._require_pid(member)
-        _signal(pid, signal.SIGCONT)
+        signal_process(pid, signal.SIGCONT)
         return pid
 
     def start(self, member: MemberSpec, *, wipe: bool = False, boot_s: float = 0.0) -> int:
@@ -465,16 +486,8 @@ class Sandbox:
     def _spawn(self, member: MemberSpec, *, init: bool, boot_s: float = 0.0) -> int:
         directory = member_dir(self.directory, member)
         (directory / "data").mkdir(parents=True, exist_ok=True)
-        with open(directory / "member.log", "ab") as log:
-            process = subprocess.Popen(
-                booting(self.engine.argv(self, member, init=init), boot_s),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self._pid_path(member).write_text(f"{process.pid}\n")
-        return process.pid
+        argv = booting(self.engine.argv(self, member, init=init), boot_s)
+        return spawn(argv, directory / "member.log", self._pid_path(member))
 
     def _wait_answering(self, members: Iterable[MemberSpec], deadline: float) -> None:
         pending = list(members)
@@ -509,16 +522,16 @@ class Sandbox:
         """
         live = self.running()
         for pid in live.values():
-            _signal(pid, signal.SIGCONT)
+            signal_process(pid, signal.SIGCONT)
         with ThreadPoolExecutor(max_workers=max(len(live), 1)) as pool:
             options = self.connect_options if self.exists() else ConnectOptions()
             hosts = [self._host_of(path) for path in live]
             list(pool.map(lambda host: _ask_shutdown(host, options), hosts))
-        remaining = _wait_gone(live, time.monotonic() + grace_s)
+        remaining = wait_gone(live, time.monotonic() + grace_s)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in remaining.values():
-                _signal(pid, sig)
-            remaining = _wait_gone(remaining, time.monotonic() + grace_s)
+                signal_process(pid, sig)
+            remaining = wait_gone(remaining, time.monotonic() + grace_s)
         if remaining:
             pids = ", ".join(str(p) for p in remaining.values())
             raise SandboxError(f"member processes survived SIGKILL: {pids}", exit_code=4)
@@ -545,7 +558,7 @@ def _ask_shutdown(host: str, options: ConnectOptions) -> None:
         conn.close()
 
 
-def _wait_gone(pids: dict[Path, int], deadline: float) -> dict[Path, int]:
+def wait_gone(pids: dict[Path, int], deadline: float) -> dict[Path, int]:
     """Wait until the processes exit or `deadline` passes; returns those still running."""
     while True:
         remaining = {

@@ -219,3 +219,44 @@ def empty_dir(directory: Path) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+CLUSTER_FILE = "sharded.json"
+"""A sharded sandbox's layout, at the top of its directory (`ClusterSpec`)."""
+CONFIG_SET = "configRS"
+"""The config server replica set's name (and its directory's)."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A sharded cluster in one directory: the config server replica set and each shard are
+    sandboxes of their own in subdirectories named after their sets (`configRS/`, `shard0/`,
+    …), the routers' own directories under `routers/<port>/`."""
+
+    shards: tuple[str, ...]
+    routers: tuple[str, ...]
+    balancer: bool = True
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        """Every replica set's name, the config servers' first."""
+        return (CONFIG_SET, *self.shards)
+
+    def set_dir(self, directory: Path, name: str) -> Path:
+        return directory / name
+
+    def set_spec(self, directory: Path, name: str) -> ReplSetSpec:
+        return ReplSetSpec.read(self.set_dir(directory, name))
+
+    def router_dir(self, directory: Path, host: str) -> Path:
+        return directory / "routers" / host.rsplit(":", 1)[1]
+
+    def write(self, directory: Path) -> Path:
+        path = directory / CLUSTER_FILE
+        path.write_text(json.dumps(asdict(self), indent=2))
+        return path
+
+    @classmethod
+    def read(cls, directory: Path) -> ClusterSpec:
+        raw = json.loads((directory / CLUSTER_FILE).read_text())
+        return cls(tuple(raw["shards"]), tuple(raw["routers"]), bool(raw.get("balancer", True)))

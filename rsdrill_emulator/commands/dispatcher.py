@@ -26,6 +26,7 @@ from rsdrill_emulator import (
     roles,
     transactions,
 )
+from rsdrill_emulator.commands import shardversion
 from rsdrill_emulator.commands.base import (
     _MEMORY_ONLY,
     _OPEN_COMMANDS,
@@ -37,6 +38,7 @@ from rsdrill_emulator.commands.base import (
     Request,
     _stmt_id,
 )
+from rsdrill_emulator.commands.documents import OWNED
 from rsdrill_emulator.errors import (
     RETRYABLE_WRITE_CODES,
     CommandError,
@@ -105,9 +107,11 @@ class Commands:
         `$clusterTime` with a zero signature, as a set without keys signs it)."""
         op_id = next(self._op_ids)
         self.in_progress[op_id] = req
+        owned = OWNED.set(None)
         try:
             reply = await self._run(req)
         finally:
+            OWNED.reset(owned)
             del self.in_progress[op_id]
         node = self.node
         attach_topology_version(reply, node.topology_version())
@@ -137,6 +141,14 @@ class Commands:
             return CommandError(13, f"command {req.name} requires authentication").document()
         if self.node.requires_login and (refusal := self._unauthorized(req)) is not None:
             return refusal.document()
+        if shardversion.versioned(req):
+            cached = await self._shard_record(req)
+            stale = shardversion.stale_config(req, cached, self.node.spec.set_name)
+            if stale is not None:
+                return stale.document()
+            belongs = shardversion.owned(cached)
+            if belongs is not None:
+                OWNED.set((shardversion.namespace(req), belongs))
         if req.name.lower() not in _OWN_COUNTER:
             self.opcounters["command"] += 1
         if req.name.lower() not in _MEMORY_ONLY:
@@ -176,6 +188,17 @@ class Commands:
             reply["writeConcernError"] = dict(fail.write_concern_error)
             label_retryable_write_concern_error(req, reply)
         return reply
+
+    async def _shard_record(self, req: Request) -> dict[str, Any] | None:
+        """The shard's record of the request's collection, once no migration of it is in its
+        critical section (or after waiting CRITICAL_SECTION_WAIT_S for that)."""
+        ns = shardversion.namespace(req)
+        deadline = time.monotonic() + shardversion.CRITICAL_SECTION_WAIT_S
+        while True:
+            cached = self.node.store.get(shardversion.CACHE_NS, ns)
+            if not shardversion.in_critical_section(cached) or time.monotonic() > deadline:
+                return cached
+            await asyncio.sleep(0.02)
 
     async def _execute(self, handler: Handler, req: Request) -> dict[str, Any]:
         try:

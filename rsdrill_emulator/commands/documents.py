@@ -3,6 +3,8 @@ target, unique keys checked."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from rsdrill_emulator import (
@@ -16,6 +18,13 @@ from rsdrill_emulator.errors import (
 )
 from rsdrill_emulator.node import Node
 from rsdrill_emulator.projection import sort_documents
+
+OWNED: ContextVar[tuple[str, Callable[[dict[str, Any]], bool]] | None] = ContextVar(
+    "owned", default=None
+)
+"""For a router's versioned command on a sharded collection: the collection, and whether a
+document of it is one this shard owns (commands/shardversion.py); the others are orphans it
+neither reads nor writes. Set for the request only (`Commands.run`)."""
 
 
 def _matching(
@@ -38,7 +47,7 @@ def _collection(node: Node, ns: str) -> list[dict[str, Any]]:
     """A collection's documents, or what a view's pipeline makes of its source's."""
     view = node.store.view(ns)
     if view is None:
-        return node.store.documents(ns)
+        return _owned(ns, node.store.documents(ns))
     source = f"{ns.split('.', 1)[0]}.{view['viewOn']}"
     return pipeline.run_pipeline(_collection(node, source), view["pipeline"])
 
@@ -51,8 +60,15 @@ def _scan(
     doc_id = filt.get("_id")
     if "_id" in filt and not isinstance(doc_id, dict | list):
         found = node.store.get(ns, doc_id)
-        return [found] if found is not None and predicate(found) else []
-    return [d for d in node.store.documents(ns) if predicate(d)]
+        return _owned(ns, [found] if found is not None and predicate(found) else [])
+    return _owned(ns, [d for d in node.store.documents(ns) if predicate(d)])
+
+
+def _owned(ns: str, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    owned = OWNED.get()
+    if owned is None or owned[0] != ns:
+        return docs
+    return [d for d in docs if owned[1](d)]
 
 
 def _refuse_view(node: Node, ns: str) -> None:

@@ -1,0 +1,341 @@
+"""The router's reads and writes: each sent to the shard that owns what it touches (an
+unsharded collection lives on its database's primary shard), or to every shard that owns a
+chunk when the filter does not pin the shard key, with the replies merged as mongos merges
+them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from bson.int64 import Int64
+
+from rsdrill.sandbox.config import CONFIG_SET
+from rsdrill_emulator.errors import CommandError
+from rsdrill_emulator.peer import PeerError
+from rsdrill_emulator.pipeline import run_pipeline
+from rsdrill_emulator.projection import sort_documents
+from rsdrill_emulator.request import Request
+from rsdrill_emulator.router.catalog import drain
+from rsdrill_emulator.router.router import (
+    STALE_RETRIES,
+    MergedCursor,
+    RemoteCursor,
+    Router,
+    StaleRouting,
+    command,
+)
+from rsdrill_emulator.router.routing import CollectionRoute
+
+_CONFIG_SERVER_DATABASES = frozenset({"config", "admin"})
+# Stages a shard can run on its own part of the data, leaving the merge a concatenation.
+_PER_DOCUMENT_STAGES = frozenset(
+    {"$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith"}
+)
+
+
+def _ns(req: Request) -> str:
+    return f"{req.db}.{req.body[req.name]}"
+
+
+async def _owner_of_unsharded(router: Router, db: str, *, create: bool) -> str | None:
+    return await router.catalog.database_primary(db, create=create)
+
+
+async def _targets(
+    router: Router, req: Request, query: dict[str, Any] | None, *, create: bool = False
+) -> tuple[CollectionRoute | None, list[str]]:
+    """The collection's route (None: unsharded) and the shards a filter reaches (the
+    `config` and `admin` databases live on the config servers)."""
+    if req.db in _CONFIG_SERVER_DATABASES:
+        return None, [CONFIG_SET]
+    route = router.catalog.table.collections.get(_ns(req))
+    if route is None:
+        primary = await _owner_of_unsharded(router, req.db, create=create)
+        return None, [primary] if primary is not None else []
+    return route, route.shards_for_filter(query or {})
+
+
+async def _shards(
+    router: Router, req: Request, query: dict[str, Any] | None, *, create: bool = False
+) -> list[str]:
+    return (await _targets(router, req, query, create=create))[1]
+
+
+# -- writes ----------------------------------------------------------------------------------
+
+
+def _merge_write(total: dict[str, Any], reply: dict[str, Any], indexes: list[int]) -> None:
+    """Add one shard's write reply to the client's, its statement indexes mapped back."""
+    if not reply.get("ok"):
+        raise CommandError(int(reply.get("code") or 1), str(reply.get("errmsg")),
+                           labels=tuple(reply.get("errorLabels", ())))  # fmt: skip
+    for name in ("n", "nModified"):
+        if name in reply:
+            total[name] = total.get(name, 0) + int(reply[name])
+    for error in reply.get("writeErrors", []):
+        total.setdefault("writeErrors", []).append({**error, "index": indexes[error["index"]]})
+    for upserted in reply.get("upserted", []):
+        total.setdefault("upserted", []).append({**upserted, "index": indexes[upserted["index"]]})
+    if "writeConcernError" in reply and "writeConcernError" not in total:
+        total["writeConcernError"] = reply["writeConcernError"]
+    for label in reply.get("errorLabels", []):
+        if label not in total.setdefault("errorLabels", []):
+            total["errorLabels"].append(label)
+
+
+async def _write_part(
+    router: Router, req: Request, key: str, shard: str, indexes: list[int]
+) -> dict[str, Any]:
+    """Some of the statements (`indexes`) on one shard, with their statement ids."""
+    statements = req.body[key]
+    body = {**req.body, key: [statements[i] for i in indexes]}
+    if "txnNumber" in req.body:
+        given = req.body.get("stmtIds")
+        body["stmtIds"] = [int(given[i]) if given else i for i in indexes]
+    return (await router.send(shard, req.db, body, ns=_ns(req)))[1]
+
+
+async def _owners(router: Router, req: Request, key: str, pending: list[int]) -> list[str]:
+    """The shard each pending statement goes to on the current table: an insert's by its
+    document's key, anything on an unsharded collection to the database's primary shard."""
+    route, shards = await _targets(router, req, None, create=True)
+    if route is None or key != "documents":
+        return [shards[0]] * len(pending)
+    return [route.shard_of_document(req.body[key][i]) for i in pending]
+
+
+async def _write_in_order(router: Router, req: Request, key: str) -> dict[str, Any]:
+    """Statements in order, each run of consecutive ones bound for one shard in one command;
+    an ordered write stops at its first error, as mongos's batch writer does. A run a shard
+    finds stale is routed again on a refreshed table, with what follows it."""
+    ordered = req.body.get("ordered", True)
+    total: dict[str, Any] = {"n": 0}
+    pending = list(range(len(req.body.get(key, []))))
+    stale = 0
+    while pending:
+        owners = await _owners(router, req, key, pending)
+        run = pending[: next((k for k, o in enumerate(owners) if o != owners[0]), len(owners))]
+        try:
+            reply = await _write_part(router, req, key, owners[0], run)
+        except StaleRouting:
+            stale += 1
+            if stale > STALE_RETRIES:
+                raise
+            await router.refreshed(stale)
+            continue
+        _merge_write(total, reply, run)
+        pending = pending[len(run) :]
+        if ordered and total.get("writeErrors"):
+            break
+    return total
+
+
+@command("insert")
+async def _insert(router: Router, req: Request) -> dict[str, Any]:
+    return await _write_in_order(router, req, "documents")
+
+
+async def _by_statement(
+    router: Router, req: Request, key: str, single: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """update / delete: on an unsharded collection as one command; on a sharded one, each
+    statement on the shards its filter reaches (a single-document one that reaches several is
+    tried on each in turn until one matches), again on the shards not yet done when one finds
+    the router stale."""
+    route, _ = await _targets(router, req, None, create=True)
+    if route is None:
+        total = await _write_in_order(router, req, key)
+    else:
+        total = {"n": 0}
+        for i, statement in enumerate(req.body.get(key, [])):
+            await _statement_on_shards(router, req, key, i, single(statement), total)
+            if req.body.get("ordered", True) and total.get("writeErrors"):
+                break
+    if key == "updates":
+        total.setdefault("nModified", 0)
+    return total
+
+
+async def _statement_on_shards(
+    router: Router, req: Request, key: str, i: int, single: bool, total: dict[str, Any]
+) -> None:
+    done: set[str] = set()
+    stale = 0
+    while True:
+        route = router.catalog.table.collections.get(_ns(req))
+        query = req.body[key][i].get("q") or {}
+        shards = route.shards_for_filter(query) if route is not None else \
+            await _shards(router, req, query, create=True)  # fmt: skip
+        try:
+            for shard in [s for s in shards if s not in done]:
+                reply = await _write_part(router, req, key, shard, [i])
+                done.add(shard)
+                _merge_write(total, reply, [i])
+                if single and reply.get("n"):
+                    return
+            return
+        except StaleRouting:
+            stale += 1
+            if stale > STALE_RETRIES:
+                raise
+            await router.refreshed(stale)
+
+
+@command("update")
+async def _update(router: Router, req: Request) -> dict[str, Any]:
+    return await _by_statement(router, req, "updates", lambda s: not s.get("multi"))
+
+
+@command("delete")
+async def _delete(router: Router, req: Request) -> dict[str, Any]:
+    return await _by_statement(router, req, "deletes", lambda s: s.get("limit") == 1)
+
+
+@command("findAndModify", "findandmodify")
+async def _find_and_modify(router: Router, req: Request) -> dict[str, Any]:
+    shards = await _shards(router, req, req.body.get("query"), create=True)
+    reply: dict[str, Any] = {}
+    for shard in shards:
+        _, reply = await router.send(shard, req.db, req.body, ns=_ns(req))
+        if not reply.get("ok") or (reply.get("lastErrorObject") or {}).get("n"):
+            break
+    return reply
+
+
+# -- reads -----------------------------------------------------------------------------------
+
+
+async def _one_shard(router: Router, shard: str, req: Request) -> dict[str, Any]:
+    host, reply = await router.send(shard, req.db, req.body, read=True, ns=_ns(req))
+    router.remote_cursor(shard, host, req.db, reply)
+    return reply
+
+
+async def _gather(
+    router: Router, shards: list[str], req: Request, body: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every document a cursor command returns on each shard, the shards asked at once."""
+
+    async def one(shard: str) -> list[dict[str, Any]]:
+        host, reply = await router.send(shard, req.db, body, read=True, ns=_ns(req))
+        if not reply.get("ok"):
+            raise CommandError(int(reply.get("code") or 1), str(reply.get("errmsg")))
+        return await drain(router.shard(shard), host, req.db, reply)
+
+    parts = await asyncio.gather(*(one(s) for s in shards))
+    return [doc for part in parts for doc in part]
+
+
+@command("find")
+async def _find(router: Router, req: Request) -> dict[str, Any]:
+    shards = await _shards(router, req, req.body.get("filter"))
+    if not shards:
+        return router.merged_cursor(_ns(req), [], req.body.get("batchSize"))
+    if len(shards) == 1:
+        return await _one_shard(router, shards[0], req)
+    skip, limit = int(req.body.get("skip", 0)), int(req.body.get("limit", 0))
+    body = {k: v for k, v in req.body.items() if k not in ("skip", "limit", "batchSize")}
+    if limit:
+        body["limit"] = skip + limit
+    docs = await _gather(router, shards, req, body)
+    if req.body.get("sort"):
+        docs = sort_documents(docs, req.body["sort"])
+    docs = docs[skip:]
+    if limit:
+        docs = docs[:limit]
+    return router.merged_cursor(_ns(req), docs, req.body.get("batchSize"))
+
+
+@command("aggregate")
+async def _aggregate(router: Router, req: Request) -> dict[str, Any]:
+    pipeline = list(req.body.get("pipeline", []))
+    first_match = pipeline[0].get("$match") if pipeline and "$match" in pipeline[0] else None
+    if not isinstance(req.body.get("aggregate"), str):
+        raise CommandError(263, "collection-less aggregations are not routed by the sandbox yet")
+    shards = await _shards(router, req, first_match)
+    if len(shards) <= 1:
+        if not shards:
+            return router.merged_cursor(_ns(req), [], None)
+        return await _one_shard(router, shards[0], req)
+    if any(next(iter(stage)) in ("$out", "$merge", "$changeStream") for stage in pipeline):
+        raise CommandError(263, "$out, $merge and change streams on a sharded collection are "
+                           "not routed by the sandbox yet")  # fmt: skip
+    split = next((i for i, s in enumerate(pipeline) if next(iter(s)) not in _PER_DOCUMENT_STAGES),
+                 len(pipeline))  # fmt: skip
+    body = {**req.body, "pipeline": pipeline[:split], "cursor": {}}
+    docs = run_pipeline(await _gather(router, shards, req, body), pipeline[split:],
+                        req.body.get("let"))  # fmt: skip
+    return router.merged_cursor(_ns(req), docs, (req.body.get("cursor") or {}).get("batchSize"))
+
+
+@command("count")
+async def _count(router: Router, req: Request) -> dict[str, Any]:
+    shards = await _shards(router, req, req.body.get("query"))
+    if len(shards) == 1:
+        return (await router.send(shards[0], req.db, req.body, read=True, ns=_ns(req)))[1]
+    total = 0
+    for shard in shards:
+        _, reply = await router.send(shard, req.db, req.body, read=True, ns=_ns(req))
+        if not reply.get("ok"):
+            return reply
+        total += int(reply.get("n", 0))
+    return {"n": total}
+
+
+@command("distinct")
+async def _distinct(router: Router, req: Request) -> dict[str, Any]:
+    shards = await _shards(router, req, req.body.get("query"))
+    values: list[Any] = []
+    for shard in shards:
+        _, reply = await router.send(shard, req.db, req.body, read=True, ns=_ns(req))
+        if not reply.get("ok"):
+            return reply
+        values += [v for v in reply.get("values", []) if v not in values]
+    return {"values": values}
+
+
+@command("getMore", "getmore")
+async def _get_more(router: Router, req: Request) -> dict[str, Any]:
+    cursor_id = int(req.body["getMore"])
+    cursor = router.cursors.get(cursor_id)
+    if cursor is None:
+        raise CommandError(43, f"cursor id {cursor_id} not found")
+    if isinstance(cursor, MergedCursor):
+        size = int(req.body.get("batchSize") or len(cursor.docs))
+        batch = cursor.docs[cursor.position : cursor.position + size]
+        cursor.position += len(batch)
+        done = cursor.position >= len(cursor.docs)
+        if done:
+            del router.cursors[cursor_id]
+        return {"cursor": {"id": Int64(0 if done else cursor_id), "ns": cursor.ns,
+                           "nextBatch": batch}}  # fmt: skip
+    body = {**req.body, "getMore": Int64(cursor.cursor_id)}
+    body = {k: v for k, v in body.items() if k not in ("$db", "$clusterTime", "$readPreference")}
+    reply = await router.shard(cursor.shard).run_on(cursor.host, req.db, body)
+    router.gossip(reply)
+    answer = reply.get("cursor")
+    if not reply.get("ok") or not isinstance(answer, dict) or not answer.get("id"):
+        del router.cursors[cursor_id]
+    else:
+        answer["id"] = Int64(cursor_id)
+    return reply
+
+
+@command("killCursors", "killcursors")
+async def _kill_cursors(router: Router, req: Request) -> dict[str, Any]:
+    killed, not_found = [], []
+    for cursor_id in req.body.get("cursors", []):
+        cursor = router.cursors.pop(int(cursor_id), None)
+        if cursor is None:
+            not_found.append(cursor_id)
+            continue
+        killed.append(cursor_id)
+        if isinstance(cursor, RemoteCursor):
+            kill = {"killCursors": cursor.collection, "cursors": [Int64(cursor.cursor_id)]}
+            with contextlib.suppress(PeerError):  # the member is gone, and its cursor with it
+                await router.shard(cursor.shard).run_on(cursor.host, cursor.db, kill)
+    return {"cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": [],
+            "cursorsUnknown": []}  # fmt: skip

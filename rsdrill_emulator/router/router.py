@@ -1,0 +1,261 @@
+"""A router (mongos) of the sandbox's sharded cluster: clients' commands in, each sent on to
+the shards that hold what it touches, as the routing table cached from the config servers
+says, and the shards' replies merged back.
+
+What a client can tell apart from mongos is kept: hello answers `msg: "isdbgrid"`, a command
+meets the shard primary the router knows (retried on the next primary for retryable writes
+and reads, as mongos does), cursors are the router's own. What is not there yet is said where
+a command meets it: a transaction may touch one shard only (no two-phase commit yet).
+
+Every command on a collection carries the router's shard version for it; a shard that holds
+another answers StaleConfig, and the router refreshes its table from the config servers and
+sends it again where the new table says (`StaleRouting`), as mongos does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bson.int64 import Int64
+from bson.objectid import ObjectId
+
+from rsdrill.sandbox.config import CONFIG_SET, ClusterSpec, ReplSetSpec
+from rsdrill_emulator.commands.shardversion import STALE_CONFIG, UNSHARDED
+from rsdrill_emulator.errors import CommandError
+from rsdrill_emulator.failpoint import FailPoint
+from rsdrill_emulator.request import Request
+from rsdrill_emulator.router.catalog import Catalog
+from rsdrill_emulator.router.sets import ReplicaSet
+
+Handler = Callable[["Router", Request], Awaitable[dict[str, Any]]]
+HANDLERS: dict[str, Handler] = {}
+_FORWARD_DROPPED = frozenset({"$db", "$clusterTime", "$readPreference"})
+_TRANSACTIONS_KEPT = 10_000
+STALE_RETRIES = 10
+"""How often a command is routed again after StaleConfig (mongos's kMaxNumStaleVersionRetries)."""
+_CONFIG_SERVER_DATABASES = frozenset({"config", "admin"})
+
+
+class StaleRouting(Exception):
+    """A shard answered StaleConfig: the command did nothing there; route it again."""
+
+    def __init__(self, reply: dict[str, Any]) -> None:
+        super().__init__(reply.get("errmsg"))
+        self.reply = reply
+
+
+def command(*names: str) -> Callable[[Handler], Handler]:
+    """Register a router handler for these command names."""
+
+    def register(fn: Handler) -> Handler:
+        for name in names:
+            HANDLERS[name.lower()] = fn
+        return fn
+
+    return register
+
+
+@dataclass
+class RemoteCursor:
+    """A cursor one shard member holds, handed to the client under the router's own id."""
+
+    shard: str
+    host: str
+    cursor_id: int
+    db: str
+    collection: str
+
+
+@dataclass
+class MergedCursor:
+    """Documents merged from several shards, served by the router batch by batch."""
+
+    ns: str
+    docs: list[dict[str, Any]]
+    position: int = 0
+
+
+@dataclass
+class Router:
+    """One router process's state: the sets it reaches, its routing table, its cursors and the
+    shard each open transaction runs on."""
+
+    directory: Path
+    host: str
+    cluster: ClusterSpec
+    config: ReplicaSet
+    shards: dict[str, ReplicaSet]
+    catalog: Catalog
+    process_id: ObjectId = field(default_factory=ObjectId)
+    cluster_time: dict[str, Any] | None = None
+    cursors: dict[int, RemoteCursor | MergedCursor] = field(default_factory=dict)
+    transactions: dict[tuple[bytes, int], str] = field(default_factory=dict)
+    connections: int = 0
+    certificate_subjects: dict[int, str] = field(default_factory=dict)
+    fail_points: dict[str, FailPoint] = field(default_factory=dict)
+    app_names: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, directory: Path, host: str) -> Router:
+        cluster = ClusterSpec.read(directory)
+
+        def replica_set(name: str) -> ReplicaSet:
+            spec: ReplSetSpec = cluster.set_spec(directory, name)
+            return ReplicaSet(name, [m.host for m in spec.members])
+
+        config = replica_set(CONFIG_SET)
+        shards = {name: replica_set(name) for name in cluster.shards}
+        return cls(directory, host, cluster, config, shards, Catalog(config))
+
+    def forget(self, connection_id: int) -> None:
+        self.certificate_subjects.pop(connection_id, None)
+        self.app_names.pop(connection_id, None)
+
+    async def run(self, req: Request) -> dict[str, Any]:
+        handler = HANDLERS.get(req.name.lower())
+        retryable = _retryable_write(req.body)
+        fail = self._fail_point(req)
+        if fail and not fail.after_execution and (early := await fail.disrupt(retryable)):
+            return self._stamped(early)
+        try:
+            if handler is None:
+                raise CommandError(59, f"no such command: '{req.name}'")
+            reply = await self._routed(handler, req)
+        except CommandError as exc:
+            reply = exc.document(retryable_write=retryable)
+        reply.setdefault("ok", 1.0)
+        if fail and fail.after_execution and (late := await fail.disrupt(retryable)):
+            return self._stamped(late)
+        if fail and fail.write_concern_error:
+            reply["writeConcernError"] = dict(fail.write_concern_error)
+        return self._stamped(reply)
+
+    def _fail_point(self, req: Request) -> FailPoint | None:
+        """The router's own failCommand, if it fires for this command (mongos has one too:
+        the specification tests set it on each router)."""
+        if req.name.lower() in ("hello", "ismaster"):
+            app = ((req.body.get("client") or {}).get("application") or {}).get("name")
+            if isinstance(app, str):
+                self.app_names[req.connection_id] = app
+        app_name = self.app_names.get(req.connection_id)
+        return next((f for f in self.fail_points.values()
+                     if f.fires_for(req.name, req.body, app_name)), None)  # fmt: skip
+
+    def _stamped(self, reply: dict[str, Any]) -> dict[str, Any]:
+        if self.cluster_time is not None:
+            reply["$clusterTime"] = self.cluster_time
+        return reply
+
+    async def _routed(self, handler: Handler, req: Request) -> dict[str, Any]:
+        """The handler's reply, run again on a fresh routing table each time a shard found
+        the router's stale (a write handler retries its own remaining statements, so what
+        reaches here did nothing yet)."""
+        for attempt in range(STALE_RETRIES):
+            try:
+                return await handler(self, req)
+            except StaleRouting:
+                await self.refreshed(attempt)
+        return await handler(self, req)
+
+    async def refreshed(self, attempt: int) -> None:
+        """After StaleConfig: the table reloaded, after a pause growing with each attempt
+        (the shard may not have its own record of a change the config servers have yet)."""
+        await asyncio.sleep(0.01 * attempt)
+        await self.catalog.refresh()
+
+    # -- sending on --------------------------------------------------------------------------
+
+    def shard(self, name: str) -> ReplicaSet:
+        """A shard's set by its name (the config servers' by theirs: they hold `config`)."""
+        found = self.config if name == CONFIG_SET else self.shards.get(name)
+        if found is None:
+            raise CommandError(70, f"shard {name} is not one of {', '.join(self.shards)}")
+        return found
+
+    async def send(
+        self, shard: str, db: str, body: dict[str, Any], *, read: bool = False, ns: str = ""
+    ) -> tuple[str, dict[str, Any]]:
+        """Run a client's command (its session and transaction fields kept) on a shard's
+        primary; returns the member that answered and its reply. With `ns`, the command
+        carries the router's shard version of that collection, and StaleConfig raises
+        StaleRouting."""
+        key = transaction_key(body)
+        if key is not None:
+            owner = self.transactions.setdefault(key, shard)
+            if owner != shard:
+                raise CommandError(
+                    263,
+                    f"this transaction already runs on shard {owner}; the sandbox's routers "
+                    "do not commit one across shards yet",
+                )
+            if len(self.transactions) > _TRANSACTIONS_KEPT:
+                self.transactions.pop(next(iter(self.transactions)))
+        retry = key is None and (read or _retryable_write(body))
+        sent = {k: v for k, v in body.items() if k not in _FORWARD_DROPPED}
+        if ns and db not in _CONFIG_SERVER_DATABASES:
+            route = self.catalog.table.collections.get(ns)
+            sent["shardVersion"] = route.shard_version() if route is not None else UNSHARDED
+        host, reply = await self.shard(shard).on_primary(db, sent, retry=retry)
+        self.gossip(reply)
+        if key is not None:
+            # As mongos: the driver keeps it and sends it with a commit retried elsewhere.
+            reply["recoveryToken"] = {"recoveryShardId": shard}
+        if reply.get("code") == STALE_CONFIG and not reply.get("ok"):
+            raise StaleRouting(reply)
+        return host, reply
+
+    def gossip(self, reply: dict[str, Any]) -> None:
+        """Keep the newest cluster time a shard or config server has shown."""
+        seen = reply.get("$clusterTime")
+        if seen is None:
+            return
+        if self.cluster_time is None or seen["clusterTime"] > self.cluster_time["clusterTime"]:
+            self.cluster_time = seen
+
+    # -- cursors -----------------------------------------------------------------------------
+
+    def new_cursor_id(self) -> int:
+        while True:
+            cursor_id = random.randint(1, 2**62)
+            if cursor_id not in self.cursors:
+                return cursor_id
+
+    def remote_cursor(self, shard: str, host: str, db: str, reply: dict[str, Any]) -> None:
+        """Hand the client a shard's open cursor under an id of the router's own."""
+        cursor = reply.get("cursor")
+        if not reply.get("ok") or not isinstance(cursor, dict) or not cursor.get("id"):
+            return
+        collection = str(cursor.get("ns", "")).partition(".")[2]
+        own = self.new_cursor_id()
+        self.cursors[own] = RemoteCursor(shard, host, int(cursor["id"]), db, collection)
+        cursor["id"] = Int64(own)
+
+    def merged_cursor(
+        self, ns: str, docs: list[dict[str, Any]], batch_size: int | None, first: bool = True
+    ) -> dict[str, Any]:
+        """Serve merged documents as a cursor reply (`firstBatch`), keeping the rest."""
+        size = 101 if batch_size is None else batch_size
+        batch, rest = (docs, []) if size == 0 and not first else (docs[:size], docs[size:])
+        if size == 0 and first:
+            batch, rest = [], docs
+        cursor_id = 0
+        if rest:
+            cursor_id = self.new_cursor_id()
+            self.cursors[cursor_id] = MergedCursor(ns, rest)
+        return {"cursor": {"id": Int64(cursor_id), "ns": ns, "firstBatch": batch}, "ok": 1.0}
+
+
+def transaction_key(body: dict[str, Any]) -> tuple[bytes, int] | None:
+    """(session id, txnNumber) of a command inside a multi-document transaction."""
+    if body.get("autocommit") is not False or "lsid" not in body:
+        return None
+    return bytes(body["lsid"]["id"]), int(body.get("txnNumber", 0))
+
+
+def _retryable_write(body: dict[str, Any]) -> bool:
+    return "txnNumber" in body and "autocommit" not in body

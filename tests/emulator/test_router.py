@@ -1,0 +1,360 @@
+"""The sharded sandbox through its routers, as pymongo sees it: a Sharded topology of two
+routers, databases placed on a primary shard, hashed collections spread over the shards by
+MongoDB's own hash, reads merged from every shard, and each shard checked directly (a shard
+primary's own count, not the router's word)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
+from pymongo import ASCENDING, MongoClient
+from pymongo.errors import OperationFailure, PyMongoError
+
+from rsdrill.sandbox.config import CONFIG_SET, Settings
+from rsdrill.sandbox.sharded import ShardedSandbox, up_sharded
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, free_port_base: Callable[[int], int]
+) -> Iterator[ShardedSandbox]:
+    directory = tmp_path_factory.mktemp("sharded")
+    sandbox = up_sharded(
+        directory,
+        port_base=free_port_base(3 + 2 * 3 + 2),
+        settings=Settings(election_timeout_ms=1000),
+    )
+    try:
+        yield sandbox
+    finally:
+        sandbox.down(grace_s=2.0)
+        assert not any(s.running() for s in ShardedSandbox(directory).sets.values())
+
+
+@pytest.fixture(scope="module")
+def client(cluster: ShardedSandbox) -> Iterator[MongoClient[dict[str, Any]]]:
+    with MongoClient(cluster.uri, serverSelectionTimeoutMS=20_000) as c:
+        yield c
+
+
+def shard_primary(cluster: ShardedSandbox, name: str) -> MongoClient[dict[str, Any]]:
+    sandbox = cluster.sets[name]
+    return MongoClient(sandbox.uri, serverSelectionTimeoutMS=20_000)
+
+
+def test_pymongo_sees_a_sharded_topology_of_both_routers(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    client.admin.command("ping")
+    client["probe"]["t"].insert_one({"x": 1})
+    description = client.topology_description
+    assert description.topology_type_name == "Sharded"
+    routers = {f"{h}:{p}" for (h, p), s in description.server_descriptions().items()
+               if s.server_type_name == "Mongos"}  # fmt: skip
+    assert routers == set(cluster.spec.routers)
+
+
+def test_list_shards_names_every_shard_and_its_members(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    shards = client.admin.command("listShards")["shards"]
+    assert [s["_id"] for s in shards] == list(cluster.spec.shards)
+    for shard in shards:
+        hosts = [m.host for m in cluster.sets[shard["_id"]].spec.members]
+        assert shard["host"] == f"{shard['_id']}/{','.join(hosts)}"
+
+
+def test_an_unsharded_collection_lives_on_its_database_s_primary_shard(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    client["plain"]["docs"].insert_many([{"_id": i} for i in range(20)])
+    primary = client["config"]["databases"].find_one({"_id": "plain"})
+    assert primary is not None and primary["primary"] in cluster.spec.shards
+    for name in cluster.spec.shards:
+        with shard_primary(cluster, name) as direct:
+            held = direct["plain"]["docs"].count_documents({})
+        assert held == (20 if name == primary["primary"] else 0), name
+    assert client["plain"]["docs"].count_documents({}) == 20
+
+
+def test_a_hashed_collection_spreads_over_the_shards_by_mongodb_s_hash(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    client.admin.command("shardCollection", "app.users", key={"uid": "hashed"})
+    users = client["app"]["users"]
+    users.insert_many([{"uid": i, "n": i} for i in range(200)])
+    chunks = list(client["config"]["chunks"].find({}))
+    assert len(chunks) == 2 * len(cluster.spec.shards)  # MongoDB 7.0's initial split
+    held = {}
+    for name in cluster.spec.shards:
+        with shard_primary(cluster, name) as direct:
+            held[name] = direct["app"]["users"].count_documents({})
+    assert sum(held.values()) == 200 and all(held.values()), held
+    # Each document on the shard whose chunk holds its key's hash ($toHashedIndexKey, run by
+    # the shard itself is not there yet: the chunk bounds decide).
+    assert users.count_documents({}) == 200
+    assert users.find_one({"uid": 7}, {"_id": 0}) == {"uid": 7, "n": 7}
+
+
+def test_a_scatter_gather_read_is_sorted_and_limited_across_shards(
+    client: MongoClient[dict[str, Any]],
+) -> None:
+    users = client["app"]["users"]
+    if users.count_documents({}) < 200:
+        client.admin.command("shardCollection", "app.users", key={"uid": "hashed"})
+        users.insert_many([{"uid": i, "n": i} for i in range(200)])
+    top = [d["n"] for d in users.find({"n": {"$gte": 50}}).sort("n", ASCENDING).limit(5)]
+    assert top == [50, 51, 52, 53, 54]
+    everything = [d["n"] for d in users.find({}, batch_size=7).sort("n", -1)]
+    assert everything == list(range(199, -1, -1))
+    pipeline = [{"$match": {"n": {"$lt": 10}}}, {"$group": {"_id": None, "total": {"$sum": "$n"}}}]
+    grouped = list(users.aggregate(pipeline))
+    assert grouped[0]["total"] == 45
+
+
+def test_updates_and_deletes_reach_the_shards_that_hold_the_documents(
+    client: MongoClient[dict[str, Any]],
+) -> None:
+    orders = client["app"]["orders"]
+    client.admin.command("shardCollection", "app.orders", key={"oid": "hashed"})
+    orders.insert_many([{"oid": i, "state": "new"} for i in range(50)])
+    assert orders.update_many({}, {"$set": {"state": "paid"}}).modified_count == 50
+    assert orders.update_one({"oid": 3}, {"$set": {"state": "sent"}}).modified_count == 1
+    assert orders.delete_one({"state": "paid"}).deleted_count == 1
+    assert orders.count_documents({"state": "paid"}) == 48
+    assert orders.find_one_and_update({"oid": 3}, {"$set": {"state": "done"}})["state"] == "sent"
+
+
+def test_a_shard_answers_stale_config_to_a_router_that_takes_a_sharded_collection_for_unsharded(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    client.admin.command("shardCollection", "app.versioned", key={"v": "hashed"})
+    unsharded = {"e": ObjectId(bytes(12)), "t": Timestamp(0, 0), "v": Timestamp(0, 0)}
+    insert = {"insert": "versioned", "documents": [{"v": 1}], "shardVersion": unsharded}
+    for name in cluster.spec.shards:
+        with shard_primary(cluster, name) as direct:
+            with pytest.raises(OperationFailure) as info:
+                direct["app"].command(insert)
+            # Without a version (a client of the shard itself) nothing is checked, as on mongod.
+            direct["app"]["versioned"].insert_one({"v": 2, "direct": True})
+        assert info.value.code == 13388, info.value.details
+        details = info.value.details or {}
+        assert details["ns"] == "app.versioned" and details["shardId"] == name
+        assert details["vReceived"] == unsharded and details["vWanted"]["e"] != unsharded["e"]
+    # Through a router the insert lands (the routers route it by the table).
+    client["app"]["versioned"].insert_one({"v": 1})
+    assert client["app"]["versioned"].count_documents({"direct": {"$exists": False}}) == 1
+
+
+def test_an_orphan_on_a_shard_is_neither_read_nor_written_through_the_routers(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    """A document on a shard outside the ranges it owns (what a migration leaves behind, or
+    copies before its commit) is filtered out of a router's reads and writes there."""
+    client.admin.command("shardCollection", "app.orphans", key={"k": "hashed"})
+    orphans = client["app"]["orphans"]
+    orphans.insert_many([{"k": i} for i in range(20)])
+    stray = _owned_key(client, "app.orphans", "shard1")
+    with shard_primary(cluster, "shard0") as direct:
+        direct["app"]["orphans"].insert_one({"k": stray, "orphan": True})
+        assert orphans.count_documents({}) == 20
+        assert orphans.find_one({"orphan": True}) is None
+        assert len(list(orphans.find({}))) == 20
+        assert orphans.update_many({}, {"$set": {"seen": 1}}).modified_count == 20
+        assert direct["app"]["orphans"].find_one({"orphan": True}, {"_id": 0}) == {
+            "k": stray, "orphan": True}  # fmt: skip
+
+
+def _chunks_of(client: MongoClient[dict[str, Any]], ns: str) -> list[dict[str, Any]]:
+    uuid = client["config"]["collections"].find_one({"_id": ns})["uuid"]
+    return list(client["config"]["chunks"].find({"uuid": uuid}))
+
+
+def test_a_moved_chunk_takes_its_documents_and_every_router_follows(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    client.admin.command("shardCollection", "app.moved", key={"k": "hashed"})
+    moved = client["app"]["moved"]
+    moved.insert_many([{"k": i} for i in range(100)])
+    chunk = next(c for c in _chunks_of(client, "app.moved") if c["shard"] == "shard0")
+    before = {}
+    for name in cluster.spec.shards:
+        with shard_primary(cluster, name) as direct:
+            before[name] = direct["app"]["moved"].count_documents({})
+    client.admin.command("moveChunk", "app.moved", bounds=[chunk["min"], chunk["max"]],
+                         to="shard1")  # fmt: skip
+    after_chunk = next(c for c in _chunks_of(client, "app.moved") if c["min"] == chunk["min"])
+    assert after_chunk["shard"] == "shard1"
+    assert after_chunk["lastmod"].time == chunk["lastmod"].time + 1  # a new major version
+    after = {}
+    for name in cluster.spec.shards:
+        with shard_primary(cluster, name) as direct:
+            after[name] = direct["app"]["moved"].count_documents({})
+    assert after["shard0"] < before["shard0"] and after["shard1"] > before["shard1"]
+    assert sum(after.values()) == 100  # the donor's copies deleted
+    # Both routers (one of them stale until a shard says so) find every document once.
+    for router in cluster.spec.routers:
+        with MongoClient(router, serverSelectionTimeoutMS=20_000) as one:
+            keys = sorted(d["k"] for d in one["app"]["moved"].find({}, {"_id": 0}))
+            assert keys == list(range(100)), router
+            assert all(one["app"]["moved"].find_one({"k": i}) for i in range(0, 100, 7))
+
+
+def test_writes_during_a_migration_are_neither_lost_nor_duplicated(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    """Inserts and updates through both routers all the while a chunk moves: every
+    acknowledged insert is there exactly once afterwards, with its last acknowledged update."""
+    client.admin.command("shardCollection", "app.busy", key={"k": "hashed"})
+    busy = client["app"]["busy"]
+    busy.insert_many([{"k": i, "v": 0} for i in range(50)])
+    chunk = next(c for c in _chunks_of(client, "app.busy") if c["shard"] == "shard0")
+    acknowledged: list[int] = []
+    updated: dict[int, int] = {}
+    stop = threading.Event()
+    counting = threading.Lock()
+
+    failed: list[BaseException] = []
+
+    def write(router: str, first: int) -> None:
+        try:
+            write_until_stopped(router, first)
+        except PyMongoError as exc:  # the test fails on it below
+            failed.append(exc)
+
+    def write_until_stopped(router: str, first: int) -> None:
+        with MongoClient(router, serverSelectionTimeoutMS=20_000) as own:
+            coll = own["app"]["busy"]
+            n = first
+            while not stop.is_set():
+                coll.insert_one({"k": n, "v": 0})
+                acknowledged.append(n)
+                target = n % 50
+                coll.update_one({"k": target}, {"$inc": {"v": 1}})
+                with counting:
+                    updated[target] = updated.get(target, 0) + 1
+                n += 2
+
+    writers = [threading.Thread(target=write, args=(r, 1000 + i))
+               for i, r in enumerate(cluster.spec.routers)]  # fmt: skip
+    for writer in writers:
+        writer.start()
+    time.sleep(0.3)
+    client.admin.command("moveChunk", "app.busy", bounds=[chunk["min"], chunk["max"]],
+                         to="shard1")  # fmt: skip
+    time.sleep(0.3)
+    stop.set()
+    for writer in writers:
+        writer.join()
+    assert not failed, failed
+    found = [d["k"] for d in busy.find({"k": {"$gte": 1000}})]
+    assert sorted(found) == sorted(acknowledged)  # none lost, none twice
+    values = {d["k"]: d["v"] for d in busy.find({"k": {"$lt": 50}})}
+    assert values == {k: updated.get(k, 0) for k in range(50)}
+
+
+def test_a_key_pattern_that_mongodb_refuses_is_refused(
+    client: MongoClient[dict[str, Any]],
+) -> None:
+    with pytest.raises(OperationFailure, match="each field is 1 or"):
+        client.admin.command("shardCollection", "app.bad", key={"k": -1})
+
+
+def test_the_config_database_is_read_from_the_config_servers(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    via_router = sorted(s["_id"] for s in client["config"]["shards"].find())
+    with shard_primary(cluster, CONFIG_SET) as direct:
+        on_config = sorted(s["_id"] for s in direct["config"]["shards"].find())
+    assert via_router == on_config == sorted(cluster.spec.shards)
+
+
+def test_a_shard_s_directory_is_a_sandbox_of_its_own(cluster: ShardedSandbox) -> None:
+    for name, sandbox in cluster.sets.items():
+        assert sandbox.directory == Path(cluster.directory / name)
+        assert sandbox.spec.set_name == name
+        assert len(sandbox.running()) == 3
+
+
+def _owned_key(client: MongoClient[dict[str, Any]], ns: str, shard: str) -> int:
+    """A value of `k` whose hash falls in a chunk `shard` owns (config.chunks, MongoDB's hash)."""
+    from rsdrill_emulator.shardkey import hash64
+
+    uuid = client["config"]["collections"].find_one({"_id": ns})["uuid"]
+    chunks = list(client["config"]["chunks"].find({"uuid": uuid, "shard": shard}))
+
+    def owned(h: int) -> bool:
+        def above(bound: Any) -> bool:
+            return not isinstance(bound, int) or h >= bound
+
+        def below(bound: Any) -> bool:
+            return not isinstance(bound, int) or h < bound
+
+        return any(above(c["min"]["k"]) and below(c["max"]["k"]) for c in chunks)
+
+    return next(k for k in range(1000) if owned(hash64(k)))
+
+
+def _longest_gap(times: list[float]) -> float:
+    return max((b - a for a, b in itertools.pairwise(times)), default=float("inf"))
+
+
+def test_a_shard_primary_killed_interrupts_that_shard_only(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    """Writes to a key of each shard through the routers, every 20 ms: killing one shard's
+    primary stops its writes for an election; the other shard's go on."""
+    cluster = up_sharded(
+        tmp_path / "sharded",
+        port_base=free_port_base(3 + 2 * 3 + 2),
+        settings=Settings(election_timeout_ms=1000),
+    )
+    try:
+        with MongoClient(cluster.uri, serverSelectionTimeoutMS=20_000) as client:
+            client.admin.command("shardCollection", "app.ledger", key={"k": "hashed"})
+            keys = {s: _owned_key(client, "app.ledger", s) for s in cluster.spec.shards}
+            ledger = client["app"].get_collection("ledger")
+            acknowledged: dict[str, list[float]] = {s: [] for s in keys}
+            stop = threading.Event()
+
+            def write(shard: str) -> None:
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    try:
+                        ledger.insert_one({"k": keys[shard], "n": n})
+                        acknowledged[shard].append(time.monotonic())
+                    except PyMongoError:  # an interrupted write: the gap shows it
+                        pass
+                    time.sleep(0.02)
+
+            writers = [threading.Thread(target=write, args=(s,)) for s in keys]
+            for writer in writers:
+                writer.start()
+            time.sleep(1.5)
+            victim = cluster.sets["shard0"]
+            killed_at = time.monotonic()
+            victim.kill(victim.resolve("primary"))
+            time.sleep(6.0)
+            stop.set()
+            for writer in writers:
+                writer.join()
+        after = {s: [t for t in times if t > killed_at - 0.5] for s, times in acknowledged.items()}
+        # The other shard: no gap longer than a loaded machine's hiccup (bench/ has the figure).
+        assert _longest_gap(after["shard1"]) < 1.0, after["shard1"]
+        # The killed one's primary: an election (1 s timeout here), then writes again.
+        gap = _longest_gap(after["shard0"])
+        assert 0.5 < gap < 5.0, gap
+        assert after["shard0"][-1] > killed_at + gap
+    finally:
+        cluster.down(grace_s=2.0)
