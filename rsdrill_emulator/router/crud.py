@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bson.int64 import Int64
 
 from rsdrill.sandbox.config import CONFIG_SET
+from rsdrill_emulator.commands.shardversion import UNSHARDED
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.peer import PeerError
 from rsdrill_emulator.pipeline import run_pipeline
@@ -40,28 +42,32 @@ def _ns(req: Request) -> str:
     return f"{req.db}.{req.body[req.name]}"
 
 
-async def _owner_of_unsharded(router: Router, db: str, *, create: bool) -> str | None:
-    return await router.catalog.database_primary(db, create=create)
+@dataclass(frozen=True)
+class Targets:
+    """Where a command goes, worked out on one routing table, and that table's shard version
+    of the collection, sent with it (None: not versioned, the config servers' databases)."""
+
+    route: CollectionRoute | None
+    shards: list[str]
+    version: dict[str, Any] | None
 
 
 async def _targets(
     router: Router, req: Request, query: dict[str, Any] | None, *, create: bool = False
-) -> tuple[CollectionRoute | None, list[str]]:
+) -> Targets:
     """The collection's route (None: unsharded) and the shards a filter reaches (the
     `config` and `admin` databases live on the config servers)."""
     if req.db in _CONFIG_SERVER_DATABASES:
-        return None, [CONFIG_SET]
+        return Targets(None, [CONFIG_SET], None)
     route = router.catalog.table.collections.get(_ns(req))
     if route is None:
-        primary = await _owner_of_unsharded(router, req.db, create=create)
-        return None, [primary] if primary is not None else []
-    return route, route.shards_for_filter(query or {})
-
-
-async def _shards(
-    router: Router, req: Request, query: dict[str, Any] | None, *, create: bool = False
-) -> list[str]:
-    return (await _targets(router, req, query, create=create))[1]
+        primary = await router.catalog.database_primary(req.db, create=create)
+        # Finding the database may have reloaded the table: the version sent must be that
+        # of the table the targets came from.
+        route = router.catalog.table.collections.get(_ns(req))
+        if route is None:
+            return Targets(None, [primary] if primary is not None else [], UNSHARDED)
+    return Targets(route, route.shards_for_filter(query or {}), route.shard_version())
 
 
 # -- writes ----------------------------------------------------------------------------------
@@ -87,39 +93,41 @@ def _merge_write(total: dict[str, Any], reply: dict[str, Any], indexes: list[int
 
 
 async def _write_part(
-    router: Router, req: Request, key: str, shard: str, indexes: list[int]
+    router: Router, req: Request, key: str, target: tuple[str, Targets], indexes: list[int]
 ) -> dict[str, Any]:
-    """Some of the statements (`indexes`) on one shard, with their statement ids."""
+    """Some of the statements (`indexes`) on one shard of `target`, with their statement ids."""
+    shard, targets = target
     statements = req.body[key]
     body = {**req.body, key: [statements[i] for i in indexes]}
     if "txnNumber" in req.body:
         given = req.body.get("stmtIds")
         body["stmtIds"] = [int(given[i]) if given else i for i in indexes]
-    return (await router.send(shard, req.db, body, ns=_ns(req)))[1]
+    return (await router.send(shard, req.db, body, version=targets.version))[1]
 
 
-async def _owners(router: Router, req: Request, key: str, pending: list[int]) -> list[str]:
-    """The shard each pending statement goes to on the current table: an insert's by its
-    document's key, anything on an unsharded collection to the database's primary shard."""
-    route, shards = await _targets(router, req, None, create=True)
-    if route is None or key != "documents":
-        return [shards[0]] * len(pending)
-    return [route.shard_of_document(req.body[key][i]) for i in pending]
+async def _owners(router: Router, req: Request, pending: list[int]) -> tuple[list[str], Targets]:
+    """The shard each pending insert goes to on the current table: by its document's key, or
+    to the database's primary shard for an unsharded collection."""
+    targets = await _targets(router, req, None, create=True)
+    if targets.route is None:
+        return [targets.shards[0]] * len(pending), targets
+    return [targets.route.shard_of_document(req.body["documents"][i]) for i in pending], targets
 
 
-async def _write_in_order(router: Router, req: Request, key: str) -> dict[str, Any]:
-    """Statements in order, each run of consecutive ones bound for one shard in one command;
-    an ordered write stops at its first error, as mongos's batch writer does. A run a shard
+async def _insert_in_order(router: Router, req: Request) -> dict[str, Any]:
+    """Documents in order, each run of consecutive ones bound for one shard in one command;
+    an ordered insert stops at its first error, as mongos's batch writer does. A run a shard
     finds stale is routed again on a refreshed table, with what follows it."""
+    key = "documents"
     ordered = req.body.get("ordered", True)
     total: dict[str, Any] = {"n": 0}
     pending = list(range(len(req.body.get(key, []))))
     stale = 0
     while pending:
-        owners = await _owners(router, req, key, pending)
+        owners, targets = await _owners(router, req, pending)
         run = pending[: next((k for k, o in enumerate(owners) if o != owners[0]), len(owners))]
         try:
-            reply = await _write_part(router, req, key, owners[0], run)
+            reply = await _write_part(router, req, key, (owners[0], targets), run)
         except StaleRouting:
             stale += 1
             if stale > STALE_RETRIES:
@@ -135,7 +143,7 @@ async def _write_in_order(router: Router, req: Request, key: str) -> dict[str, A
 
 @command("insert")
 async def _insert(router: Router, req: Request) -> dict[str, Any]:
-    return await _write_in_order(router, req, "documents")
+    return await _insert_in_order(router, req)
 
 
 async def _by_statement(
@@ -145,10 +153,8 @@ async def _by_statement(
     statement on the shards its filter reaches (a single-document one that reaches several is
     tried on each in turn until one matches), again on the shards not yet done when one finds
     the router stale."""
-    route, _ = await _targets(router, req, None, create=True)
-    if route is None:
-        total = await _write_in_order(router, req, key)
-    else:
+    total = await _on_unsharded(router, req, key)
+    if total is None:
         total = {"n": 0}
         for i, statement in enumerate(req.body.get(key, [])):
             await _statement_on_shards(router, req, key, i, single(statement), total)
@@ -159,19 +165,40 @@ async def _by_statement(
     return total
 
 
+async def _on_unsharded(router: Router, req: Request, key: str) -> dict[str, Any] | None:
+    """Every statement in one command on the database's primary shard while the collection
+    is unsharded; None once the table says it is sharded (a shard's StaleConfig refused the
+    command before it wrote anything)."""
+    everything = list(range(len(req.body.get(key, []))))
+    for attempt in range(1, STALE_RETRIES + 2):
+        targets = await _targets(router, req, None, create=True)
+        if targets.route is not None:
+            return None
+        total: dict[str, Any] = {"n": 0}
+        if not targets.shards:
+            return total
+        try:
+            reply = await _write_part(router, req, key, (targets.shards[0], targets), everything)
+        except StaleRouting:
+            if attempt > STALE_RETRIES:
+                raise
+            await router.refreshed(attempt)
+            continue
+        _merge_write(total, reply, everything)
+        return total
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 async def _statement_on_shards(
     router: Router, req: Request, key: str, i: int, single: bool, total: dict[str, Any]
 ) -> None:
     done: set[str] = set()
     stale = 0
     while True:
-        route = router.catalog.table.collections.get(_ns(req))
-        query = req.body[key][i].get("q") or {}
-        shards = route.shards_for_filter(query) if route is not None else \
-            await _shards(router, req, query, create=True)  # fmt: skip
+        targets = await _targets(router, req, req.body[key][i].get("q") or {}, create=True)
         try:
-            for shard in [s for s in shards if s not in done]:
-                reply = await _write_part(router, req, key, shard, [i])
+            for shard in [s for s in targets.shards if s not in done]:
+                reply = await _write_part(router, req, key, (shard, targets), [i])
                 done.add(shard)
                 _merge_write(total, reply, [i])
                 if single and reply.get("n"):
@@ -196,10 +223,10 @@ async def _delete(router: Router, req: Request) -> dict[str, Any]:
 
 @command("findAndModify", "findandmodify")
 async def _find_and_modify(router: Router, req: Request) -> dict[str, Any]:
-    shards = await _shards(router, req, req.body.get("query"), create=True)
+    targets = await _targets(router, req, req.body.get("query"), create=True)
     reply: dict[str, Any] = {}
-    for shard in shards:
-        _, reply = await router.send(shard, req.db, req.body, ns=_ns(req))
+    for shard in targets.shards:
+        _, reply = await router.send(shard, req.db, req.body, version=targets.version)
         if not reply.get("ok") or (reply.get("lastErrorObject") or {}).get("n"):
             break
     return reply
@@ -208,39 +235,40 @@ async def _find_and_modify(router: Router, req: Request) -> dict[str, Any]:
 # -- reads -----------------------------------------------------------------------------------
 
 
-async def _one_shard(router: Router, shard: str, req: Request) -> dict[str, Any]:
-    host, reply = await router.send(shard, req.db, req.body, read=True, ns=_ns(req))
+async def _one_shard(router: Router, targets: Targets, req: Request) -> dict[str, Any]:
+    shard = targets.shards[0]
+    host, reply = await router.send(shard, req.db, req.body, read=True, version=targets.version)
     router.remote_cursor(shard, host, req.db, reply)
     return reply
 
 
 async def _gather(
-    router: Router, shards: list[str], req: Request, body: dict[str, Any]
+    router: Router, targets: Targets, req: Request, body: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Every document a cursor command returns on each shard, the shards asked at once."""
 
     async def one(shard: str) -> list[dict[str, Any]]:
-        host, reply = await router.send(shard, req.db, body, read=True, ns=_ns(req))
+        host, reply = await router.send(shard, req.db, body, read=True, version=targets.version)
         if not reply.get("ok"):
             raise CommandError(int(reply.get("code") or 1), str(reply.get("errmsg")))
         return await drain(router.shard(shard), host, req.db, reply)
 
-    parts = await asyncio.gather(*(one(s) for s in shards))
+    parts = await asyncio.gather(*(one(s) for s in targets.shards))
     return [doc for part in parts for doc in part]
 
 
 @command("find")
 async def _find(router: Router, req: Request) -> dict[str, Any]:
-    shards = await _shards(router, req, req.body.get("filter"))
-    if not shards:
+    targets = await _targets(router, req, req.body.get("filter"))
+    if not targets.shards:
         return router.merged_cursor(_ns(req), [], req.body.get("batchSize"))
-    if len(shards) == 1:
-        return await _one_shard(router, shards[0], req)
+    if len(targets.shards) == 1:
+        return await _one_shard(router, targets, req)
     skip, limit = int(req.body.get("skip", 0)), int(req.body.get("limit", 0))
     body = {k: v for k, v in req.body.items() if k not in ("skip", "limit", "batchSize")}
     if limit:
         body["limit"] = skip + limit
-    docs = await _gather(router, shards, req, body)
+    docs = await _gather(router, targets, req, body)
     if req.body.get("sort"):
         docs = sort_documents(docs, req.body["sort"])
     docs = docs[skip:]
@@ -255,30 +283,30 @@ async def _aggregate(router: Router, req: Request) -> dict[str, Any]:
     first_match = pipeline[0].get("$match") if pipeline and "$match" in pipeline[0] else None
     if not isinstance(req.body.get("aggregate"), str):
         raise CommandError(263, "collection-less aggregations are not routed by the sandbox yet")
-    shards = await _shards(router, req, first_match)
-    if len(shards) <= 1:
-        if not shards:
+    targets = await _targets(router, req, first_match)
+    if len(targets.shards) <= 1:
+        if not targets.shards:
             return router.merged_cursor(_ns(req), [], None)
-        return await _one_shard(router, shards[0], req)
+        return await _one_shard(router, targets, req)
     if any(next(iter(stage)) in ("$out", "$merge", "$changeStream") for stage in pipeline):
         raise CommandError(263, "$out, $merge and change streams on a sharded collection are "
                            "not routed by the sandbox yet")  # fmt: skip
     split = next((i for i, s in enumerate(pipeline) if next(iter(s)) not in _PER_DOCUMENT_STAGES),
                  len(pipeline))  # fmt: skip
     body = {**req.body, "pipeline": pipeline[:split], "cursor": {}}
-    docs = run_pipeline(await _gather(router, shards, req, body), pipeline[split:],
+    docs = run_pipeline(await _gather(router, targets, req, body), pipeline[split:],
                         req.body.get("let"))  # fmt: skip
     return router.merged_cursor(_ns(req), docs, (req.body.get("cursor") or {}).get("batchSize"))
 
 
 @command("count")
 async def _count(router: Router, req: Request) -> dict[str, Any]:
-    shards = await _shards(router, req, req.body.get("query"))
-    if len(shards) == 1:
-        return (await router.send(shards[0], req.db, req.body, read=True, ns=_ns(req)))[1]
+    targets = await _targets(router, req, req.body.get("query"))
     total = 0
-    for shard in shards:
-        _, reply = await router.send(shard, req.db, req.body, read=True, ns=_ns(req))
+    for shard in targets.shards:
+        _, reply = await router.send(shard, req.db, req.body, read=True, version=targets.version)
+        if len(targets.shards) == 1:
+            return reply
         if not reply.get("ok"):
             return reply
         total += int(reply.get("n", 0))
@@ -287,10 +315,10 @@ async def _count(router: Router, req: Request) -> dict[str, Any]:
 
 @command("distinct")
 async def _distinct(router: Router, req: Request) -> dict[str, Any]:
-    shards = await _shards(router, req, req.body.get("query"))
+    targets = await _targets(router, req, req.body.get("query"))
     values: list[Any] = []
-    for shard in shards:
-        _, reply = await router.send(shard, req.db, req.body, read=True, ns=_ns(req))
+    for shard in targets.shards:
+        _, reply = await router.send(shard, req.db, req.body, read=True, version=targets.version)
         if not reply.get("ok"):
             return reply
         values += [v for v in reply.get("values", []) if v not in values]

@@ -25,7 +25,7 @@ from bson.int64 import Int64
 from bson.objectid import ObjectId
 
 from rsdrill.sandbox.config import CONFIG_SET, ClusterSpec, ReplSetSpec
-from rsdrill_emulator.commands.shardversion import STALE_CONFIG, UNSHARDED
+from rsdrill_emulator.commands.shardversion import STALE_CONFIG
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.failpoint import FailPoint
 from rsdrill_emulator.request import Request
@@ -38,7 +38,6 @@ _FORWARD_DROPPED = frozenset({"$db", "$clusterTime", "$readPreference"})
 _TRANSACTIONS_KEPT = 10_000
 STALE_RETRIES = 10
 """How often a command is routed again after StaleConfig (mongos's kMaxNumStaleVersionRetries)."""
-_CONFIG_SERVER_DATABASES = frozenset({"config", "admin"})
 
 
 class StaleRouting(Exception):
@@ -178,12 +177,17 @@ class Router:
         return found
 
     async def send(
-        self, shard: str, db: str, body: dict[str, Any], *, read: bool = False, ns: str = ""
+        self,
+        shard: str,
+        db: str,
+        body: dict[str, Any],
+        *,
+        read: bool = False,
+        version: dict[str, Any] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """Run a client's command (its session and transaction fields kept) on a shard's
-        primary; returns the member that answered and its reply. With `ns`, the command
-        carries the router's shard version of that collection, and StaleConfig raises
-        StaleRouting."""
+        primary; returns the member that answered and its reply. With `version` (the shard
+        version of the table the command was routed by), StaleConfig raises StaleRouting."""
         key = transaction_key(body)
         if key is not None:
             owner = self.transactions.setdefault(key, shard)
@@ -197,9 +201,8 @@ class Router:
                 self.transactions.pop(next(iter(self.transactions)))
         retry = key is None and (read or _retryable_write(body))
         sent = {k: v for k, v in body.items() if k not in _FORWARD_DROPPED}
-        if ns and db not in _CONFIG_SERVER_DATABASES:
-            route = self.catalog.table.collections.get(ns)
-            sent["shardVersion"] = route.shard_version() if route is not None else UNSHARDED
+        if version is not None:
+            sent["shardVersion"] = version
         host, reply = await self.shard(shard).on_primary(db, sent, retry=retry)
         self.gossip(reply)
         if key is not None:
