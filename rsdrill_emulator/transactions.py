@@ -117,7 +117,8 @@ def label_error(req: Request, reply: dict[str, Any]) -> None:
         transient = code in _TRANSIENT or code == NO_SUCH_TRANSACTION
         transient = transient or code in RETRYABLE_WRITE_CODES
     if transient:
-        labels = [x for x in reply.get("errorLabels", []) if x != "RetryableWriteError"]
+        dropped = ("RetryableWriteError", "TransientTransactionError")  # the latter kept once
+        labels = [x for x in reply.get("errorLabels", []) if x not in dropped]
         reply["errorLabels"] = [*labels, "TransientTransactionError"]
 
 

@@ -289,6 +289,12 @@ class Commands:
         deadline = time.monotonic() + int(req.body.get("maxTimeMS", 0) or 10_000) / 1000
         after = concern.get("afterClusterTime")
         if isinstance(after, Timestamp) and not _IGNORE_AFTER_CLUSTER_TIME:
+            node = self.node
+            if node.last_applied.timestamp < after and node.writable:
+                # A time another shard gave the client: a primary behind it writes a no-op past
+                # it (as mongod's appendOplogNote) rather than wait for a write that may not come.
+                node.clock.observe(after)
+                node.write_noop("advancing to a causal read's afterClusterTime")
             while self.node.last_applied.timestamp < after:
                 if time.monotonic() > deadline:
                     raise CommandError(50, "operation exceeded time limit")

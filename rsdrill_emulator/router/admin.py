@@ -101,8 +101,8 @@ async def _server_status(router: Router, req: Request) -> dict[str, Any]:
             "connections": {"current": router.connections}}  # fmt: skip
 
 
-@command("endSessions", "endsessions", "killSessions", "killsessions", "refreshSessions",
-         "refreshsessions")  # fmt: skip
+@command("endSessions", "endsessions", "killSessions", "killsessions", "killAllSessions",
+         "killallsessions", "refreshSessions", "refreshsessions")  # fmt: skip
 async def _sessions(router: Router, req: Request) -> dict[str, Any]:
     for shard in router.shards:
         await router.send(shard, req.db, req.body)

@@ -14,6 +14,7 @@ from typing import Any
 from bson.int64 import Int64
 
 from rsdrill.sandbox.config import CONFIG_SET
+from rsdrill_emulator import wallclock
 from rsdrill_emulator.commands.shardversion import UNSHARDED
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.peer import PeerError
@@ -87,6 +88,8 @@ def _merge_write(total: dict[str, Any], reply: dict[str, Any], indexes: list[int
         total.setdefault("upserted", []).append({**upserted, "index": indexes[upserted["index"]]})
     if "writeConcernError" in reply and "writeConcernError" not in total:
         total["writeConcernError"] = reply["writeConcernError"]
+    if "recoveryToken" in reply:  # inside a transaction: the driver keeps it for its commit
+        total["recoveryToken"] = reply["recoveryToken"]
     for label in reply.get("errorLabels", []):
         if label not in total.setdefault("errorLabels", []):
             total["errorLabels"].append(label)
@@ -282,7 +285,7 @@ async def _aggregate(router: Router, req: Request) -> dict[str, Any]:
     pipeline = list(req.body.get("pipeline", []))
     first_match = pipeline[0].get("$match") if pipeline and "$match" in pipeline[0] else None
     if not isinstance(req.body.get("aggregate"), str):
-        raise CommandError(263, "collection-less aggregations are not routed by the sandbox yet")
+        return _router_aggregate(router, req, pipeline)
     targets = await _targets(router, req, first_match)
     if len(targets.shards) <= 1:
         if not targets.shards:
@@ -297,6 +300,19 @@ async def _aggregate(router: Router, req: Request) -> dict[str, Any]:
     docs = run_pipeline(await _gather(router, targets, req, body), pipeline[split:],
                         req.body.get("let"))  # fmt: skip
     return router.merged_cursor(_ns(req), docs, (req.body.get("cursor") or {}).get("batchSize"))
+
+
+def _router_aggregate(router: Router, req: Request, pipeline: list[Any]) -> dict[str, Any]:
+    """A collection-less aggregation the router answers itself: `$listLocalSessions`, its own
+    sessions (the one this command runs in: a router keeps no session cache here)."""
+    if not pipeline or next(iter(pipeline[0])) != "$listLocalSessions":
+        raise CommandError(263, "collection-less aggregations other than $listLocalSessions are "
+                           "not routed by the sandbox yet")  # fmt: skip
+    lsid = req.body.get("lsid")
+    sessions = [] if lsid is None else [{"_id": lsid, "lastUse": wallclock.now()}]
+    docs = run_pipeline(sessions, pipeline[1:], req.body.get("let"))
+    batch = (req.body.get("cursor") or {}).get("batchSize")
+    return router.merged_cursor(f"{req.db}.$cmd.aggregate", docs, batch)
 
 
 @command("count")

@@ -25,6 +25,8 @@ from bson.int64 import Int64
 from bson.objectid import ObjectId
 
 from rsdrill.sandbox.config import CONFIG_SET, ClusterSpec, ReplSetSpec
+from rsdrill_emulator import transactions
+from rsdrill_emulator.commands.dispatcher import label_retryable_write_concern_error
 from rsdrill_emulator.commands.shardversion import STALE_CONFIG
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.failpoint import FailPoint
@@ -120,6 +122,8 @@ class Router:
         retryable = _retryable_write(req.body)
         fail = self._fail_point(req)
         if fail and not fail.after_execution and (early := await fail.disrupt(retryable)):
+            if fail.error_labels is None:  # the labels mongos would give the error itself
+                transactions.label_error(req, early)
             return self._stamped(early)
         try:
             if handler is None:
@@ -128,10 +132,12 @@ class Router:
         except CommandError as exc:
             reply = exc.document(retryable_write=retryable)
         reply.setdefault("ok", 1.0)
+        transactions.label_error(req, reply)
         if fail and fail.after_execution and (late := await fail.disrupt(retryable)):
             return self._stamped(late)
         if fail and fail.write_concern_error:
             reply["writeConcernError"] = dict(fail.write_concern_error)
+            label_retryable_write_concern_error(req, reply)
         return self._stamped(reply)
 
     def _fail_point(self, req: Request) -> FailPoint | None:
@@ -146,8 +152,11 @@ class Router:
                      if f.fires_for(req.name, req.body, app_name)), None)  # fmt: skip
 
     def _stamped(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """The newest cluster time the router has seen, on every reply; a reply the router
+        made itself (merged, or its own command's) gets it as its operationTime too."""
         if self.cluster_time is not None:
             reply["$clusterTime"] = self.cluster_time
+            reply.setdefault("operationTime", self.cluster_time["clusterTime"])
         return reply
 
     async def _routed(self, handler: Handler, req: Request) -> dict[str, Any]:

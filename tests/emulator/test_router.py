@@ -263,6 +263,26 @@ def test_writes_during_a_migration_are_neither_lost_nor_duplicated(
     assert values == {k: updated.get(k, 0) for k in range(50)}
 
 
+def test_a_causal_read_on_a_shard_behind_another_s_time_is_answered_at_once(
+    client: MongoClient[dict[str, Any]],
+) -> None:
+    """A causally consistent session writes on shard1 a second after shard0's last write, then
+    reads on shard0: shard0's primary is behind the session's afterClusterTime and writes a
+    no-op past it (as mongod does) instead of waiting for a write that may never come."""
+    client.admin.command("shardCollection", "app.causal", key={"k": "hashed"})
+    causal = client["app"]["causal"]
+    keys = {s: _owned_key(client, "app.causal", s) for s in ("shard0", "shard1")}
+    causal.insert_one({"k": keys["shard0"]})
+    time.sleep(1.1)  # shard1's next timestamp is in a later second than shard0's last
+    with client.start_session(causal_consistency=True) as session:
+        causal.insert_one({"k": keys["shard1"]}, session=session)
+        started = time.monotonic()
+        found = causal.find_one({"k": keys["shard0"]}, session=session)
+        took = time.monotonic() - started
+    assert found is not None
+    assert took < 5.0, took  # a wait for shard0's next write would run to maxTimeMS (10 s)
+
+
 def test_a_key_pattern_that_mongodb_refuses_is_refused(
     client: MongoClient[dict[str, Any]],
 ) -> None:
