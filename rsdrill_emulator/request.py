@@ -16,3 +16,10 @@ class Request:
     body: dict[str, Any]
     secondary_ok: bool
     connection_id: int
+
+    def handshake_application(self) -> str | None:
+        """The application a hello/isMaster handshake names (`client.application.name`)."""
+        if self.name.lower() not in ("hello", "ismaster"):
+            return None
+        app = ((self.body.get("client") or {}).get("application") or {}).get("name")
+        return app if isinstance(app, str) else None

@@ -36,6 +36,7 @@ from rsdrill_emulator.commands.base import (
     MAX_BATCH_BYTES,
     Cursor,
     Request,
+    _ns,
     _stmt_id,
 )
 from rsdrill_emulator.commands.documents import OWNED
@@ -148,7 +149,7 @@ class Commands:
                 return stale.document()
             belongs = shardversion.owned(cached)
             if belongs is not None:
-                OWNED.set((shardversion.namespace(req), belongs))
+                OWNED.set((_ns(req), belongs))
         if req.name.lower() not in _OWN_COUNTER:
             self.opcounters["command"] += 1
         if req.name.lower() not in _MEMORY_ONLY:
@@ -192,7 +193,7 @@ class Commands:
     async def _shard_record(self, req: Request) -> dict[str, Any] | None:
         """The shard's record of the request's collection, once no migration of it is in its
         critical section (or after waiting CRITICAL_SECTION_WAIT_S for that)."""
-        ns = shardversion.namespace(req)
+        ns = _ns(req)
         deadline = time.monotonic() + shardversion.CRITICAL_SECTION_WAIT_S
         while True:
             cached = self.node.store.get(shardversion.CACHE_NS, ns)
@@ -250,10 +251,8 @@ class Commands:
     def _application_of(self, req: Request) -> str | None:
         """The application the connection's handshake named; noted before any fail point is
         consulted, so that failCommand's appName catches the handshake itself (as on mongod)."""
-        if req.name.lower() in ("hello", "ismaster"):
-            app = ((req.body.get("client") or {}).get("application") or {}).get("name")
-            if isinstance(app, str):
-                self.app_names[req.connection_id] = app
+        if (app := req.handshake_application()) is not None:
+            self.app_names[req.connection_id] = app
         return self.app_names.get(req.connection_id)
 
     def privileges_of(self, connection_id: int) -> list[dict[str, Any]]:

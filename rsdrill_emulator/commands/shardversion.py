@@ -21,6 +21,7 @@ from typing import Any
 from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
+from rsdrill_emulator.commands.base import _ns
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.request import Request
 from rsdrill_emulator.shardkey import document_key, in_range
@@ -61,7 +62,7 @@ def stale_config(req: Request, cached: dict[str, Any] | None, shard: str) -> Com
     wanted = _version_of(cached)
     if _same(received, wanted) and not in_critical_section(cached):
         return None
-    ns = namespace(req)
+    ns = _ns(req)
     return CommandError(STALE_CONFIG, f"version mismatch detected for {ns}",
                         info={"ns": ns, "vReceived": received, "vWanted": wanted,
                               "shardId": shard})  # fmt: skip
@@ -74,10 +75,6 @@ def in_critical_section(cached: dict[str, Any] | None) -> bool:
 
 
 CRITICAL_SECTION_WAIT_S = 15.0
-
-
-def namespace(req: Request) -> str:
-    return f"{req.db}.{req.body[req.name]}"
 
 
 def owned(cached: dict[str, Any] | None) -> Callable[[dict[str, Any]], bool] | None:

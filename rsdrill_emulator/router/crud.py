@@ -15,6 +15,7 @@ from bson.int64 import Int64
 
 from rsdrill.sandbox.config import CONFIG_SET
 from rsdrill_emulator import wallclock
+from rsdrill_emulator.commands.base import _ns
 from rsdrill_emulator.commands.shardversion import UNSHARDED
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.peer import PeerError
@@ -37,10 +38,6 @@ _CONFIG_SERVER_DATABASES = frozenset({"config", "admin"})
 _PER_DOCUMENT_STAGES = frozenset(
     {"$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith"}
 )
-
-
-def _ns(req: Request) -> str:
-    return f"{req.db}.{req.body[req.name]}"
 
 
 @dataclass(frozen=True)

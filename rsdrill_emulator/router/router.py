@@ -86,9 +86,7 @@ class Router:
     """One router process's state: the sets it reaches, its routing table, its cursors and the
     shard each open transaction runs on."""
 
-    directory: Path
     host: str
-    cluster: ClusterSpec
     config: ReplicaSet
     shards: dict[str, ReplicaSet]
     catalog: Catalog
@@ -111,7 +109,7 @@ class Router:
 
         config = replica_set(CONFIG_SET)
         shards = {name: replica_set(name) for name in cluster.shards}
-        return cls(directory, host, cluster, config, shards, Catalog(config))
+        return cls(host, config, shards, Catalog(config))
 
     def forget(self, connection_id: int) -> None:
         self.certificate_subjects.pop(connection_id, None)
@@ -143,10 +141,8 @@ class Router:
     def _fail_point(self, req: Request) -> FailPoint | None:
         """The router's own failCommand, if it fires for this command (mongos has one too:
         the specification tests set it on each router)."""
-        if req.name.lower() in ("hello", "ismaster"):
-            app = ((req.body.get("client") or {}).get("application") or {}).get("name")
-            if isinstance(app, str):
-                self.app_names[req.connection_id] = app
+        if (app := req.handshake_application()) is not None:
+            self.app_names[req.connection_id] = app
         app_name = self.app_names.get(req.connection_id)
         return next((f for f in self.fail_points.values()
                      if f.fires_for(req.name, req.body, app_name)), None)  # fmt: skip
@@ -248,13 +244,12 @@ class Router:
         cursor["id"] = Int64(own)
 
     def merged_cursor(
-        self, ns: str, docs: list[dict[str, Any]], batch_size: int | None, first: bool = True
+        self, ns: str, docs: list[dict[str, Any]], batch_size: int | None
     ) -> dict[str, Any]:
-        """Serve merged documents as a cursor reply (`firstBatch`), keeping the rest."""
+        """Serve merged documents as a cursor reply (`firstBatch`; 101 by default, none with
+        batchSize 0), keeping the rest."""
         size = 101 if batch_size is None else batch_size
-        batch, rest = (docs, []) if size == 0 and not first else (docs[:size], docs[size:])
-        if size == 0 and first:
-            batch, rest = [], docs
+        batch, rest = docs[:size], docs[size:]
         cursor_id = 0
         if rest:
             cursor_id = self.new_cursor_id()

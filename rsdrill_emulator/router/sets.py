@@ -34,7 +34,6 @@ class ReplicaSet:
         self.name = name
         self.hosts = list(hosts)
         self.primary: str | None = None
-        self.term_seen: tuple[Any, ...] = ()
         self._idle: dict[str, list[PeerConnection]] = {h: [] for h in hosts}
         self._changed = asyncio.Event()
         self._check_now = asyncio.Event()
