@@ -47,6 +47,14 @@ TXN_PROBE = "txn"
 LEDGER_PROBE = "ledger"
 """The durability ledger's read-back (probes/durability.py): which acknowledged seqs are gone."""
 CAUSAL_PROBE = "causal"
+SHARD_WRITE_PREFIX = "shard-write:"
+
+
+def shard_write_probe(shard: str) -> str:
+    """The name of a sharded target's write probe of one shard (its ops' `probe`)."""
+    return f"{SHARD_WRITE_PREFIX}{shard}"
+
+
 """The causal sessions probe (probes/causal.py), whose history analysis/causal.py checks."""
 
 

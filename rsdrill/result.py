@@ -76,6 +76,26 @@ class StalledGap(_Model):
     stall_at_s: float = Field(description="the start of the longest stall overlapping the gap")
 
 
+class SetFigures(_Model):
+    """One replica set of a sharded target (analysis.sharded)."""
+
+    write_unavailable_s: float | None = Field(
+        None, description="the longest gap of its shard's write probe through the routers"
+    )
+    writes: int = Field(0, description="its shard's write probe's attempts")
+    failed_writes: int = Field(0, description="… that failed")
+    failover_s: float | None = None
+    new_primary: str | None = None
+    detection_s: float | None = None
+    election_s: float | None = None
+    mongos_retarget_s: float | None = Field(
+        None,
+        description="from the new primary writable to the first write through a router "
+        "acknowledged after it",
+    )
+    no_primary_s: float | None = None
+
+
 class Metrics(_Model):
     write_unavailable_s: float | None = None
     read_unavailable_s: float | None = None
@@ -139,6 +159,10 @@ class Metrics(_Model):
     causal_violations: int | None = None
     causal_violation_types: list[str] = Field(default_factory=list)
     causal_examples: list[str] = Field(default_factory=list)
+    # A sharded target: each shard's figures by its name, and the config servers' (their
+    # writes are the cluster's metadata: no write probe of theirs).
+    shards: dict[str, SetFigures] = Field(default_factory=dict)
+    config_servers: SetFigures | None = None
 
 
 class AuditDivergence(_Model):

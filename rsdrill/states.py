@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 
 STANDALONE = "STANDALONE"
 DOWN = "DOWN"
+# A router (mongos) of a sharded cluster that answers; it has no replica-set state.
+ROUTER = "ROUTER"
 # Serving its role again: what recovery waits for and the preflight wants of every member.
 HEALTHY = frozenset({"PRIMARY", "SECONDARY", "ARBITER", STANDALONE})
 # Accepts writes (a PRIMARY still draining says so in hello, not in its state).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.analysis.availability import driver_write_delay_s, unavailable_s
@@ -15,9 +15,11 @@ from rsdrill.analysis.failover import failover_parts, find_failover, no_primary_
 from rsdrill.analysis.lag import replication_lag_max_s
 from rsdrill.analysis.latency import degradation_s, latency_ms
 from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
+from rsdrill.analysis.sharded import first_failover, longest_no_primary_s, set_figures
 from rsdrill.analysis.slo import REPLICA_SET_ONLY
 from rsdrill.analysis.stall import STALLS_KEPT, probe_stall_s, stalled_gaps, stalls
 from rsdrill.history import CAUSAL_PROBE, CHECK_PREFIX, STALL_PROBE, TXN_PROBE, FaultRecord, Op
+from rsdrill.layout import CONFIG
 from rsdrill.result import FailoverParts, Metrics
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ def compute_metrics(
     duration_s: float,
     standalone: bool = False,
     transactions_model: Model = "snapshot-isolation",
+    sets: Mapping[str, Sequence[str]] | None = None,
 ) -> Metrics:
     """Every metric of the result (CONTRACT) from the history; a pure function.
 
@@ -41,9 +44,17 @@ def compute_metrics(
     definition is in the docstring of the function computing it. For a `standalone` server the
     replica-set metrics are null and listed in `not_applicable`. The transactions probe's
     history is judged against `transactions_model` (what its experiment says the transactions
-    promise: analysis.elle.ALLOWED).
+    promise: analysis.elle.ALLOWED). A sharded target's replica sets (`sets`, by name) are
+    judged each on its own (analysis.sharded: `shards`, `config_servers`); the cluster's
+    `failover_s` and its parts are then the first failover of any of them, `no_primary_s` the
+    longest window in which one of them had no primary.
     """
-    failover = None if standalone else find_failover(ops, faults)
+    failover_ops: Sequence[Op] = ops
+    if sets:
+        first = first_failover(ops, faults, sets)
+        failover_ops, failover = first if first else (ops, None)
+    else:
+        failover = None if standalone else find_failover(ops, faults)
     ledger = durability(ops)
     # The user's own checks ask their application, not the cluster, and a stall of this process
     # sends nothing: neither is the probes' load.
@@ -59,7 +70,7 @@ def compute_metrics(
         raw_write_unavailable_s=unavailable_s(ops, "raw_write"),
         driver_write_delay_s=driver_write_delay_s(ops),
         failover_s=failover.seconds if failover else None,
-        failover_parts=failover_parts(ops, failover) if failover else FailoverParts(),
+        failover_parts=failover_parts(failover_ops, failover) if failover else FailoverParts(),
         recovery_s=recovery_s(ops, faults),
         member_states=member_states(ops),
         replication_lag_max_s=None if standalone else replication_lag_max_s(ops),
@@ -68,7 +79,7 @@ def compute_metrics(
         lost_acknowledged_seqs=ledger.lost_acknowledged_seqs,
         latency_ms=latency_ms(ops),
         degradation_s=degradation_s(ops, faults),
-        no_primary_s=no_primary_s(ops),
+        no_primary_s=longest_no_primary_s(ops, sets) if sets else no_primary_s(ops),
         probe_ops_per_s=len(cluster_ops) / duration_s if duration_s > 0 else None,
         probe_ops_per_s_by_probe=(
             {n: k / duration_s for n, k in sorted(Counter(op.probe for op in cluster_ops).items())}
@@ -87,7 +98,18 @@ def compute_metrics(
         probe_stalled_gaps=stalled_gaps(ops),
         **txn,
         **sessions,
+        **sharded(ops, faults, sets),
     )
+
+
+def sharded(
+    ops: Sequence[Op], faults: Sequence[FaultRecord], sets: Mapping[str, Sequence[str]] | None
+) -> dict[str, Any]:
+    """A sharded target's per-set figures (none for a replica set)."""
+    if not sets:
+        return {}
+    figures = set_figures(ops, faults, sets)
+    return {"config_servers": figures.pop(CONFIG, None), "shards": figures}
 
 
 CYCLES_KEPT = 5

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from rsdrill.analysis.sources import CHECK_METRIC_PREFIX, RECOVERY_PREFIX
-from rsdrill.result import CheckFigures, Metrics, SloResult
+from rsdrill.result import CheckFigures, Metrics, SetFigures, SloResult
 from rsdrill.suggest import did_you_mean
 
 _METRIC_NAMES: tuple[str, ...] = (
@@ -69,6 +69,12 @@ _CHECK_METRIC = re.compile(
 )
 
 
+# A sharded target's figures of one set: `shards.<name>.<figure>`, `config_servers.<figure>`.
+SET_METRIC = re.compile(
+    rf"^(?:shards\.([A-Za-z0-9_-]+)|config_servers)\.({'|'.join(SetFigures.model_fields)})$"
+)
+
+
 # What a server without a replica set cannot have: no failover, no election, no replication.
 REPLICA_SET_ONLY: tuple[str, ...] = (
     "failover_s",
@@ -98,7 +104,7 @@ def metric_names() -> list[str]:
 def known_metric(name: str) -> bool:
     """True if `name` is one of `metric_names()`, `recovery_s.<host:port>` for any member, or
     `probe.<check>.<figure>` for a check of the user's own."""
-    if name in _METRIC_NAMES or _CHECK_METRIC.match(name):
+    if name in _METRIC_NAMES or _CHECK_METRIC.match(name) or SET_METRIC.match(name):
         return True
     member = name.removeprefix(RECOVERY_PREFIX)
     return member != name and _MEMBER.match(member) is not None
@@ -114,7 +120,8 @@ def unknown_metric_problem(name: str) -> str | None:
     figures = "|".join(CheckFigures.model_fields)
     return (
         f"unknown metric (one of {', '.join(_METRIC_NAMES)}, recovery_s.<host:port>, "
-        f"{CHECK_METRIC_PREFIX}<check>.{figures})"
+        f"{CHECK_METRIC_PREFIX}<check>.{figures}, shards.<shard>.<figure>, "
+        "config_servers.<figure>)"
     )
 
 
@@ -166,6 +173,11 @@ def observed_value(metrics: Metrics, name: str) -> float | None:
         figures = metrics.probe.get(check)
         found = None if figures is None else getattr(figures, figure)
         return None if found is None else float(found)
+    if (found := SET_METRIC.match(name)) is not None:
+        shard, figure = found.groups()
+        of_set = metrics.config_servers if shard is None else metrics.shards.get(shard)
+        measured = None if of_set is None else getattr(of_set, figure)
+        return None if measured is None else float(measured)
     value: Any = metrics
     for part in name.split("."):
         value = getattr(value, part)

@@ -92,9 +92,26 @@ SOURCES: dict[str, tuple[Source, ...]] = {
 is computed from what `recovery_s.max` is."""
 
 
+# A sharded target's figure of one set (`shards.<name>.<figure>`, `config_servers.<figure>`)
+# is measured from what the cluster's metric of the same kind is.
+SET_FIGURE_SOURCES = {
+    "write_unavailable_s": "write_unavailable_s",
+    "writes": "write_unavailable_s",
+    "failed_writes": "write_unavailable_s",
+    "failover_s": "failover_s",
+    "new_primary": "failover_s",
+    "detection_s": "failover_parts.detection_s",
+    "election_s": "failover_parts.election_s",
+    "mongos_retarget_s": "failover_parts.client_rediscovery_s",
+    "no_primary_s": "no_primary_s",
+}
+
+
 def missing_source(metric: str, records: set[str] | frozenset[str]) -> Source | None:
     """The first source of `metric` that none of `records` provides; None when it is measured
     (or the metric is not one of `SOURCES`)."""
+    if metric.startswith(("shards.", "config_servers.")):
+        metric = SET_FIGURE_SOURCES.get(metric.rpartition(".")[2], metric)
     if metric.startswith(CHECK_METRIC_PREFIX):
         check = metric.removeprefix(CHECK_METRIC_PREFIX).rsplit(".", 1)[0]
         source = _source(f"the check probes.checks.{check}", f"{CHECK_PREFIX}{check}")

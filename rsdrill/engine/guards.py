@@ -518,3 +518,34 @@ def _describe(states: Mapping[str, str]) -> str:
 
 def _secs(seconds: float) -> str:
     return "never" if math.isinf(seconds) else f"{seconds:g}s"
+
+
+def wait_healthy(
+    members: list[str],
+    sets: Mapping[str, list[str]],
+    *,
+    options: ConnectOptions,
+    timeout_s: float,
+    sleep: Callable[[float], None],
+) -> None:
+    """Every member healthy and each replica set with one primary before anything is broken.
+
+    A set just started (or catching up) gets `timeout_s` to settle; one that does not is
+    refused by the member-health guard.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = current_states(members, options=options)
+        unhealthy = {h: s for h, s in states.items() if s not in HEALTHY}
+        if not unhealthy and all(
+            sum(states[h] in PRIMARY_LIKE for h in hosts) == 1 for hosts in sets.values()
+        ):
+            return
+        if time.monotonic() > deadline:
+            which = "each replica set" if len(sets) > 1 else "the set"
+            raise GuardRefusal(
+                "member health",
+                f"after {timeout_s:.0f}s {which} still does not have every member PRIMARY, "
+                f"SECONDARY or ARBITER and one primary ({_describe(states)})",
+            )
+        sleep(0.25)

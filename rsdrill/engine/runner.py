@@ -12,6 +12,7 @@ import secrets
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from rsdrill.connection import SettingsError
 from rsdrill.deployment import Deployment, inspect_any
 from rsdrill.engine.applied import Applied, RunState
 from rsdrill.engine.events import RunEvents
-from rsdrill.engine.guards import check_guards
+from rsdrill.engine.guards import check_guards, wait_healthy
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.options import RunOptions, install_signal_handlers, restore_signal_handlers
@@ -30,7 +31,12 @@ from rsdrill.engine.schedule import Action, build_schedule
 from rsdrill.engine.selection import (
     SelectionError,
     current_states,
+    lands_in,
+    layout_of,
+    recovered,
+    replica_sets,
     resolve,
+    router_states,
     states_from_hellos,
 )
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
@@ -38,6 +44,7 @@ from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.catalog import approximation
 from rsdrill.experiment.schema import Experiment, Fault, SelectMember
 from rsdrill.history import FaultRecord, History, Op, RunClock
+from rsdrill.layout import ShardedLayout
 from rsdrill.platforms.base import (
     InjectionError,
     Injector,
@@ -58,7 +65,6 @@ from rsdrill.result import (
     TargetInfo,
     Verdict,
 )
-from rsdrill.states import HEALTHY, PRIMARY_LIKE
 from rsdrill.version import __version__
 
 if TYPE_CHECKING:
@@ -113,6 +119,8 @@ class Runner:
         self._audit: AuditResult | None = None
         # What the members' rollbacks stood at before the faults (only for an audit).
         self._rollback_watch: RollbackWatch | None = None
+        # A sharded target's sets and routers.
+        self._layout: ShardedLayout | None = None
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -140,6 +148,7 @@ class Runner:
             self._phase("setup")
             self._check_abort()
             target = make_target(self.exp, self.options.out_dir)
+            self._layout = layout_of(target)
             resource = target.recover_action()
             if resource:
                 journal.write("resource", key="resource:target", revert=resource)
@@ -151,7 +160,9 @@ class Runner:
                 injector_factory(platform(target.platform), fault.kind)
             # rsdrill's own wire-level probes, guards, selection and injectors reach members as
             # the target's URI says (TLS, the login): everything below is given these.
-            self._deployment = inspect_any(target.members, options=target.connect_options)
+            # A sharded cluster is what its routers say it is.
+            asked = list(self._layout.routers) if self._layout else target.members
+            self._deployment = inspect_any(asked, options=target.connect_options)
             if resource and target.keep:
                 # A kept target is the user's once built: only a half-built one is undone.
                 journal.write("released", key="resource:target")
@@ -164,8 +175,8 @@ class Runner:
 
             probes = ProbeSet(self.exp.probes, uri=target.uri, members=target.members,
                               options=target.connect_options, history=self.history,
-                              run_id=self.run_id,
-                              standalone=self._standalone)  # fmt: skip
+                              run_id=self.run_id, standalone=self._standalone,
+                              layout=self._layout)  # fmt: skip
             probes.prepare()
             if self.exp.audit != "off" and not self._standalone:
                 from rsdrill.engine.rollbacks import watch_rollbacks
@@ -309,6 +320,7 @@ class Runner:
         metrics = compute_metrics(
             ops, self.state.records, duration_s=duration_s, standalone=self._standalone,
             transactions_model=self.exp.probes.transactions_model,
+            sets=self._layout.sets() if self._layout else None,
         )  # fmt: skip
         metrics.divergent_members, metrics.audit_lag_s, metrics.validate_errors = audit_figures(
             self._audit
@@ -337,39 +349,24 @@ class Runner:
             self.options.on_phase(name)
 
     def _preflight(self, target: RunTarget) -> None:
-        """Every member healthy and one primary before anything is broken.
-
-        A set just started (or catching up) gets time to settle; one that does not is refused
-        by the member-health guard.
-        """
-        deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
-        while True:
-            states = current_states(target.members, options=target.connect_options)
-            unhealthy = {h: s for h, s in states.items() if s not in HEALTHY}
-            primaries = [h for h, s in states.items() if s in PRIMARY_LIKE]
-            if not unhealthy and len(primaries) == 1:
-                return
-            if time.monotonic() > deadline:
-                seen = ", ".join(f"{h} {s}" for h, s in states.items())
-                raise GuardRefusal(
-                    "member health",
-                    f"after {PREFLIGHT_TIMEOUT_S:.0f}s the set still does not have every member "
-                    f"PRIMARY, SECONDARY or ARBITER and one primary ({seen})",
-                )
-            self._sleep(0.25)
+        wait_healthy(target.members, replica_sets(target), options=target.connect_options,
+                     timeout_s=PREFLIGHT_TIMEOUT_S, sleep=self._sleep)  # fmt: skip
 
     def _check_guards(self, target: RunTarget) -> None:
-        check_guards(
-            self.exp,
-            target.members,
-            options=target.connect_options,
-            env=os.environ,
-            assume_yes=self.options.assume_yes,
-            confirm=self._confirm if self.options.confirm else None,
-            note=self.live.event,
-            sleep=self._sleep,
-        )
+        for name, hosts in replica_sets(target).items():
+            exp, note = self.exp, self._noted("")
+            if self._layout is not None:  # each set's guards, for the faults that can land in it
+                faults = [f for f in exp.faults if lands_in(f, name, self._layout)]
+                exp, note = exp.model_copy(update={"faults": faults}), self._noted(name)
+            check_guards(exp, hosts, options=target.connect_options, env=os.environ,
+                         assume_yes=self.options.assume_yes,
+                         confirm=self._confirm if self.options.confirm else None, note=note,
+                         sleep=self._sleep)  # fmt: skip
         self._check_abort()
+
+    def _noted(self, name: str) -> Callable[[str], None]:
+        """Guard notes of the set `name` (of a sharded target; "": the only set)."""
+        return lambda line: self.live.event(f"{name}: {line}" if name else line)
 
     def _confirm(self, question: str) -> bool:
         """Ask the user; Ctrl-C at the prompt is a no (the run's handler would only flag it)."""
@@ -479,7 +476,7 @@ class Runner:
         while True:
             states = self._roles_now(target)
             try:
-                hosts = resolve(fault.select, states)
+                hosts = resolve(fault.select, states, self._layout)
             except SelectionError:
                 named = isinstance(fault.select, SelectMember)
                 if named or time.monotonic() - started >= SELECT_WAIT_S:
@@ -545,6 +542,7 @@ class Runner:
         last fault changed anything, so the fault goes in on time (asking a frozen member live
         takes its whole timeout); asked live when the probe has no fresh answer."""
         probe = self.exp.probes.failover
+        routers = router_states(self._layout, options=target.connect_options)
         if probe is not None:
             changed = (t for r in self.state.records
                        for t in (r.injected_at_s, r.verified_at_s, r.reverted_at_s))  # fmt: skip
@@ -557,8 +555,8 @@ class Runner:
                 max_age_s=probe.max_await + probe.timeout + 2 * probe.interval + 0.1,
             )
             if states is not None:
-                return states
-        return current_states(target.members, options=target.connect_options)
+                return {**states, **routers}
+        return {**current_states(target.members, options=target.connect_options), **routers}
 
     def _revert_fault(self, index: int, journal: Journal) -> None:
         for key in [k for k, a in self.state.applied.items() if a.record.index == index]:
@@ -610,18 +608,17 @@ class Runner:
                 return
             if observe.until_recovered and elapsed >= MIN_OBSERVE_S:
                 states = self._recovered_states(target, start)
-                if states and all(s in HEALTHY for s in states) and PRIMARY_LIKE & set(states):
+                if states and recovered(states, replica_sets(target)):
                     return
             self._sleep(0.25)
 
-    def _recovered_states(self, target: RunTarget, since_s: float) -> list[str] | None:
+    def _recovered_states(self, target: RunTarget, since_s: float) -> dict[str, str] | None:
         """Every member's state as the recovery probe last recorded it since `since_s` (None
         until each has such a poll): the run may end only once the history the analyzer reads
         holds the recovery, not when a separate query sees it first. Without the recovery
         probe, the members are asked directly."""
         if self.exp.probes.recovery is None:
-            states = current_states(target.members, timeout_s=0.5, options=target.connect_options)
-            return list(states.values())
+            return current_states(target.members, timeout_s=0.5, options=target.connect_options)
         from rsdrill.analysis.recovery import polled_state
 
         latest: dict[str, Op] = {}
@@ -630,7 +627,7 @@ class Runner:
                 latest[op.member] = op
         if len(latest) < len(target.members):
             return None
-        return [polled_state(op) for op in latest.values()]
+        return {host: polled_state(op) for host, op in latest.items()}
 
     # -- waiting and signals ----------------------------------------------------------------
 

@@ -3,14 +3,24 @@ from the failover probe's latest hello answers when they are fresh."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from rsdrill.connection import AccessRefused, ConnectOptions
+from rsdrill.connection import AccessRefused, ConnectOptions, answers_hello
 from rsdrill.errors import RsdrillError
-from rsdrill.experiment.schema import SelectCount, Selection, SelectMember
+from rsdrill.experiment.schema import (
+    Fault,
+    SelectCount,
+    Selection,
+    SelectMember,
+    SelectRouter,
+    SelectShard,
+    describe_selection,
+)
 from rsdrill.history import Op
-from rsdrill.platforms.base import TargetError
-from rsdrill.states import PRIMARY_LIKE, member_state
+from rsdrill.layout import CONFIG, ShardedLayout
+from rsdrill.platforms.base import RunTarget, TargetError
+from rsdrill.states import DOWN, HEALTHY, PRIMARY_LIKE, ROUTER, member_state
 
 
 class SelectionError(RsdrillError):
@@ -33,8 +43,25 @@ def current_states(
         return dict(zip(members, states, strict=True))
 
 
-def resolve(selection: Selection, states: dict[str, str]) -> list[str]:
-    """The hosts a selection names, given every member's current state (in config order)."""
+def router_states(
+    layout: ShardedLayout | None, timeout_s: float = 0.3, *, options: ConnectOptions
+) -> dict[str, str]:
+    """Each router of a sharded target: ROUTER when it answers a handshake, DOWN otherwise."""
+    routers = layout.routers if layout else ()
+    with ThreadPoolExecutor(max_workers=max(len(routers), 1)) as pool:
+        up = pool.map(lambda h: answers_hello(h, timeout_s, options=options), routers)
+        return {h: ROUTER if ok else DOWN for h, ok in zip(routers, up, strict=True)}
+
+
+def resolve(
+    selection: Selection, states: dict[str, str], layout: ShardedLayout | None = None
+) -> list[str]:
+    """The hosts a selection names, given every member's current state (in config order); of
+    a sharded target (`layout`), routers' too (ROUTER or DOWN)."""
+    if isinstance(selection, SelectShard | SelectRouter) or selection == "config-primary":
+        if layout is None:
+            raise SelectionError(f"select {describe_selection(selection)}: not a sharded target")
+        return _resolve_sharded(selection, states, layout)
     if isinstance(selection, SelectMember):
         if selection.member not in states:
             raise SelectionError(f"{selection.member} is not a member ({', '.join(states)})")
@@ -56,6 +83,42 @@ def resolve(selection: Selection, states: dict[str, str]) -> list[str]:
     if not matches:
         raise SelectionError(f"select {selection}: no member is {wanted} now: {_describe(states)}")
     return matches[:1]
+
+
+def _resolve_sharded(
+    selection: Selection, states: dict[str, str], layout: ShardedLayout
+) -> list[str]:
+    if isinstance(selection, SelectRouter):
+        up = [h for h in layout.routers if states.get(h) == ROUTER]
+        if len(up) < selection.mongos:
+            seen = {h: states.get(h, "?") for h in layout.routers}
+            raise SelectionError(f"select {selection.mongos} router(s): only {len(up)} up: "
+                                 f"{_describe(seen)}")  # fmt: skip
+        return up[: selection.mongos]
+    if isinstance(selection, SelectShard):
+        role: Selection = selection.role
+        names = list(layout.shards) if selection.shard == "any" else [selection.shard]
+    else:
+        role, names = "primary", [CONFIG]
+    sets, missed = layout.sets(), []
+    for name in names:
+        if name not in sets:
+            raise SelectionError(f"no shard {name!r} ({', '.join(layout.shards)})")
+        try:
+            return resolve(role, {h: states[h] for h in sets[name] if h in states})
+        except SelectionError as exc:
+            missed.append(f"{name}: {exc}")
+    raise SelectionError(f"select {describe_selection(selection)}: {'; '.join(missed)}")
+
+
+def lands_in(fault: Fault, name: str, layout: ShardedLayout) -> bool:
+    """Whether `fault` can act on a member of the set `name` (`layout.sets()`'s names)."""
+    sel = fault.select
+    if isinstance(sel, SelectShard):
+        return sel.shard in (name, "any") and name in layout.shards
+    if isinstance(sel, SelectMember):
+        return layout.set_of(sel.member) == name
+    return sel == "config-primary" and name == CONFIG
 
 
 def _fits(state: str, role: str) -> bool:
@@ -113,3 +176,24 @@ def _describes_after(op: Op, since_s: float) -> bool:
     if op.ok and not op.detail.get("awaited"):
         return op.t_start > since_s
     return op.t_end > since_s
+
+
+def layout_of(target: RunTarget) -> ShardedLayout | None:
+    """A sharded target's sets and routers (None: the target is one replica set)."""
+    layout = getattr(target, "layout", None)
+    return layout if isinstance(layout, ShardedLayout) else None
+
+
+def replica_sets(target: RunTarget) -> dict[str, list[str]]:
+    """The target's replica sets' members by set: one unnamed set unless it is sharded."""
+    layout = layout_of(target)
+    if layout is None:
+        return {"": list(target.members)}
+    return {name: list(hosts) for name, hosts in layout.sets().items()}
+
+
+def recovered(states: Mapping[str, str], sets: Mapping[str, list[str]]) -> bool:
+    """Every member healthy, and each replica set with a primary."""
+    return all(s in HEALTHY for s in states.values()) and all(
+        any(states.get(h) in PRIMARY_LIKE for h in hosts) for hosts in sets.values()
+    )

@@ -28,9 +28,8 @@ from rsdrill.experiment.schema import (
     Experiment,
     Fault,
     SelectCount,
-    Selection,
-    SelectMember,
     Target,
+    describe_selection,
 )
 from rsdrill.experiment.schema import format_duration as _secs
 from rsdrill.redact import redact_uri
@@ -125,22 +124,6 @@ def _recovery_step(exp: Experiment, last_s: float) -> PlannedStep:
     return PlannedStep(last_s, "observe", "recovery", "", what, until_s=last_s + window)
 
 
-def describe_selection(selection: Selection) -> str:
-    """A fault's `select:` in words."""
-    if isinstance(selection, SelectMember):
-        return f"member {selection.member}"
-    if isinstance(selection, SelectCount):
-        n = selection.count
-        if selection.role == "secondary":
-            return f"{n} secondar{'y' if n == 1 else 'ies'} at that moment"
-        what = "data-bearing member" if selection.role == "data" else "member"
-        return f"{n} {what}{'' if n == 1 else 's'} at that moment (secondaries first)"
-    if selection == "arbiter":
-        return "the arbiter"
-    article = "the" if selection == "primary" else "a"
-    return f"{article} {selection} at that moment"
-
-
 # -- the whole plan as text ----------------------------------------------------------------------
 
 
@@ -150,7 +133,7 @@ def render_plan(exp: Experiment) -> str:
     if exp.description:
         lines.append(f"  {exp.description.strip()}")
     lines += ["", "target", *_indent(describe_target(exp.target))]
-    lines += ["", "probes", *_indent(describe_probes(exp.probes))]
+    lines += ["", "probes", *_indent(describe_probes(exp.probes, exp.target))]
     if exp.random_faults is not None:
         lines += ["", f"random schedule: seed {exp.random_faults.seed} "
                   f"(replay: rsdrill run FILE --seed {exp.random_faults.seed})"]  # fmt: skip
@@ -266,15 +249,22 @@ def describe_target(target: Target) -> list[str]:
     if source == "discovered":
         return [f"a {target.platform} replica set, {target.topology} expected; "
                 f"uri {redact_uri(target.uri or '')}"]  # fmt: skip
-    count = _TOPOLOGY_MEMBERS[target.topology]
+    if target.topology == "sharded":
+        per_shard = _TOPOLOGY_MEMBERS[target.shard_topology]
+        count = 3 + target.shards * per_shard + target.mongos
+        shape = (f"config servers (rs3), {target.shards} shard(s) of "
+                 f"{target.shard_topology} ({_TOPOLOGY_SHAPE[target.shard_topology]}), "
+                 f"{target.mongos} router(s)")  # fmt: skip
+    else:
+        count = _TOPOLOGY_MEMBERS[target.topology]
+        shape = _TOPOLOGY_SHAPE[target.topology]
     ports = (
         f"ports {target.port_base}-{target.port_base + count - 1}"
         if target.port_base
         else "free ports found at run time"
     )
     lines = [
-        f"{target.platform} {target.topology}: {_TOPOLOGY_SHAPE[target.topology]}, "
-        f"engine {target.engine}, {ports}",
+        f"{target.platform} {target.topology}: {shape}, engine {target.engine}, {ports}",
         "election timeout "
         + _setting(target.election_timeout, _DEFAULT_ELECTION_TIMEOUT_S)
         + ", heartbeat interval "
@@ -305,9 +295,16 @@ def _setting(value: float | None, default_s: float) -> str:
     return _secs(value)
 
 
-def describe_probes(probes: Probes) -> list[str]:
+def describe_probes(probes: Probes, target: Target | None = None) -> list[str]:
     """One line per probe: what it does and how often, or "off"."""
     described = probe_descriptions(probes)
+    if target is not None and target.topology == "sharded":
+        # Each compares one set's members: not on a sharded target yet.
+        described["lag"] = "not on a sharded target yet"
+        if probes.availability is not None and probes.availability.writes:
+            described["availability"] += (f"; and writes to each shard's own chunk (shard0.."
+                                           f"shard{target.shards - 1}) through the routers; "
+                                           "no raw writes")  # fmt: skip
     width = max(map(len, described))
     return [f"{name.ljust(width)}  {text}" for name, text in described.items()]
 

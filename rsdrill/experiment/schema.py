@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, Union, cast
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     Field,
     TypeAdapter,
     ValidationError,
@@ -28,6 +27,7 @@ from rsdrill.experiment.catalog import available_kinds, described, opt_in_proble
 from rsdrill.experiment.integrations import GrafanaSection, Notification
 from rsdrill.experiment.probes import Probes
 from rsdrill.experiment.random_schedule import RandomFaults
+from rsdrill.experiment.target import Target
 from rsdrill.faults import (
     FAULT_CLASSES,
     KIND_NAMES,
@@ -37,6 +37,9 @@ from rsdrill.faults import (
     SelectCount,
     Selection,
     SelectMember,
+    SelectRouter,
+    SelectShard,
+    describe_selection,
 )
 from rsdrill.fields import (
     FROM_FILE,
@@ -60,38 +63,16 @@ __all__ = [
     "Restart",
     "SelectCount",
     "SelectMember",
+    "SelectRouter",
+    "SelectShard",
     "Selection",
     "Strict",
+    "describe_selection",
     "format_duration",
     "parse_duration",
 ]
 
-# -- target --------------------------------------------------------------------------------------
-
-# The platforms come from the registry (entry points): the model is built with one
-# `target.<name>` and one `faults[i].<name>` section per platform that has one.
-PLATFORM_NAMES: tuple[str, ...] = tuple(described())
-PlatformName = Literal[PLATFORM_NAMES]  # type: ignore[valid-type]  # names known at run time
-
-
-class LocalMember(Strict):
-    """A member running on this machine that rsdrill may kill, freeze and restart."""
-
-    host: str = Field(pattern=r"^[^:\s]+:\d+$", description="host:port the member listens on")
-    start: str = Field(description="the shell command that starts the member (used to restart)")
-    dbpath: str | None = Field(
-        None,
-        description="its data directory (volume: wipe empties it; disk-fill fills it, so it "
-        "must be a filesystem of its own: a tmpfs, loop device or volume mounted there)",
-    )
-    faultfs: str | None = Field(
-        None,
-        description="the faultfs mount over its dbpath (`rsdrill faultfs mount`): needed for "
-        "disk-fault, iops-throttle, volume-detach and power_loss",
-    )
-
-
-Options = TypeVar("Options", bound=BaseModel)
+# -- target: experiment/target.py ---------------------------------------------------------
 
 
 class PlatformChecks(Protocol):
@@ -101,144 +82,6 @@ class PlatformChecks(Protocol):
     def check_experiment(self, exp: Experiment) -> None:
         """Refuse (raise FieldProblem) what this platform cannot carry out, before any run."""
         ...
-
-
-class _Target(Strict):
-    """Where the replica set is: a sandbox rsdrill builds, processes already running here, or
-    a set on Kubernetes, EC2 or vSphere."""
-
-    platform: PlatformName = Field(
-        description="sandbox: rsdrill starts a replica set for the run; "
-        "local: existing member processes on this machine; "
-        "kubernetes, ec2, vsphere: a set on that platform (needs `uri` and its section)"
-    )
-    topology: Literal["rs1", "rs3", "psa", "standalone"] = Field(
-        "rs3",
-        description="sandbox builds it; elsewhere it is checked (a standalone server, one "
-        "mongod without a replica set, is found as such for rs1 too)",
-    )
-    uri: str | None = Field(None, description="local: the connection string (${VAR} allowed)")
-    members: tuple[LocalMember, ...] = ()
-    engine: Literal["auto", "emulator", "mongod"] = "auto"
-    election_timeout: Duration | None = Field(None, description="electionTimeoutMillis (sandbox)")
-    heartbeat_interval: Duration | None = Field(None, description="heartbeatIntervalMillis")
-    heartbeat_timeout: int | None = Field(
-        None,
-        ge=1,
-        description="heartbeatTimeoutSecs (sandbox): silence before a member is DOWN; an "
-        "arbiter refuses its vote while it still sees the primary, so it bounds a PSA "
-        "set's failover from below",
-    )
-    oplog_size_mb: int | None = Field(None, gt=0)
-    initial_sync_mb_per_s: float | None = Field(None, gt=0)
-    cache_mb: int | None = Field(
-        None,
-        gt=0,
-        description="sandbox (emulator): each member's page cache, its working set in memory "
-        "(default 64); it starts empty, so a restarted member reads from disk until warm",
-    )
-    journal_commit_interval: Duration | None = Field(
-        None,
-        ge=0.001,
-        le=0.5,
-        description="sandbox: time between the journal's group commits (mongod's "
-        "commitIntervalMs, 1-500 ms, default 100 ms): writes acknowledged without j:true "
-        "within it are lost with the power",
-    )
-    port_base: int | None = Field(
-        None, ge=1, le=65000, description="sandbox: first port (default: free ports are found)"
-    )
-    data_mb: int = Field(0, ge=0, description="sandbox: preload this much data before the run")
-    keep: bool = Field(False, description="sandbox: leave it running after the run")
-    auth: bool | Literal["scram", "x509"] = Field(
-        False,
-        description="sandbox: require a login, as production sets do: true or scram (a user "
-        "with a random password), x509 (a client certificate; needs tls)",
-    )
-    tls: bool = Field(
-        False, description="sandbox: members accept TLS only (a throw-away CA, under tls/)"
-    )
-    storage: Literal["disk", "memory"] = Field(
-        "disk",
-        description="sandbox standalone: memory keeps data in the process only (a restart "
-        "loses it, as with mongod's inMemory engine)",
-    )
-    handshake: Literal["hello", "legacy"] = Field(
-        "hello",
-        description="sandbox: legacy members answer only isMaster (servers before 4.4.2)",
-    )
-
-    def section(self, platform: str, model: type[Options]) -> Options | None:
-        """Its `platform` section (`target.<platform>`) if the file gave one: the sections are
-        added to the model where the registered platforms are known (below), so a platform
-        reads its own through here."""
-        found = getattr(self, platform, None)
-        return found if isinstance(found, model) else None
-
-    @model_validator(mode="after")
-    def _platform_fields(self) -> _Target:
-        for section in _TARGET_SECTIONS:
-            if getattr(self, section) is not None and section != self.platform:
-                raise FieldProblem(
-                    (section,), f"a `{section}` section, but the platform is {self.platform}"
-                )
-        source = member_source(self.platform)
-        if source == "discovered":
-            if self.platform in _TARGET_SECTIONS and getattr(self, self.platform) is None:
-                raise FieldProblem(
-                    (self.platform,),
-                    f"platform {self.platform} needs its `{self.platform}` "
-                    "section (how to reach it and how members map to its objects)",
-                )
-            if not self.uri:
-                raise FieldProblem(("uri",), f"platform {self.platform} needs `uri`")
-            if self.members:
-                raise FieldProblem(("members",), f"`members` is for platform {_named('listed')}")
-        elif source == "listed":
-            if not self.members:
-                raise FieldProblem(
-                    ("members",), f"platform {self.platform} needs `members` (host, start, dbpath)"
-                )
-            if not self.uri:
-                raise FieldProblem(("uri",), f"platform {self.platform} needs `uri`")
-        elif self.members or self.uri:
-            raise FieldProblem(
-                ("members" if self.members else "uri",),
-                f"platform {self.platform} builds its own set: drop `uri` and `members`",
-            )
-        if source != "built":
-            for name in ("storage", "handshake", "journal_commit_interval"):
-                if name in self.model_fields_set:
-                    raise FieldProblem((name,), f"`{name}` shapes a {_named('built')}, not a "
-                                       f"{self.platform} target (rsdrill finds what the server "
-                                       "does)")  # fmt: skip
-        if source != "built" and "tls" in self.model_fields_set:
-            raise FieldProblem(("tls",), f"`tls` shapes a {_named('built')}: put tls=true and "
-                               "the TLS files in `uri` for a set of your own")  # fmt: skip
-        if self.auth == "x509" and not self.tls:
-            raise FieldProblem(("auth",), "x509 logins need TLS: add `tls: true`")
-        if self.storage == "memory" and self.topology != "standalone":
-            raise FieldProblem(("storage",), "in-memory storage is for topology: standalone")
-        return self
-
-
-def _named(source: str) -> str:
-    """The platforms whose members come from `source`, for a message ("sandbox")."""
-    return " or ".join(n for n in PLATFORM_NAMES if member_source(n) == source)
-
-
-_TARGET_SECTIONS = {n: p.options for n, p in described().items() if p.options is not None}
-if TYPE_CHECKING:
-    # A platform reads its own section through `Target.section`: shared code names none.
-    Target = _Target
-else:
-    Target = create_model(
-        "Target",
-        __base__=_Target,
-        __doc__=_Target.__doc__,
-        __module__=__name__,
-        **{name: (options | None, None) for name, options in _TARGET_SECTIONS.items()},
-    )
 
 
 # -- faults --------------------------------------------------------------------------------------
@@ -438,6 +281,17 @@ class Experiment(Strict):
 
     @model_validator(mode="before")
     @classmethod
+    def _sharded_audit_off(cls, data: Any) -> Any:
+        # The data audit compares one set's members; a sharded target has no audit yet, and
+        # needs no `audit: off` to say so.
+        if isinstance(data, dict) and "audit" not in data:
+            target = data.get("target")
+            if isinstance(target, dict) and target.get("topology") == "sharded":
+                return {**data, "audit": "off"}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _draw_random_faults(cls, data: Any, info: ValidationInfo) -> Any:
         from rsdrill.experiment.random_schedule import expand
 
@@ -594,8 +448,20 @@ class Experiment(Strict):
     @model_validator(mode="after")
     def _selections_fit_topology(self) -> Experiment:
         topology = self.target.topology
+        from rsdrill.analysis.slo import SET_METRIC
+
+        if topology == "sharded":
+            return self._sharded_selections()
+        for metric in self.slo:
+            if SET_METRIC.match(metric):
+                raise FieldProblem(("slo", metric), f"a sharded target's figure; this one is "
+                                   f"{topology}", about_key=True)  # fmt: skip
         for i, fault in enumerate(self.faults):
             sel = fault.select
+            if isinstance(sel, SelectShard | SelectRouter) or sel == "config-primary":
+                raise FieldProblem(("faults", i, "select"), f"{describe_selection(sel)}: a sharded "
+                                   f"target's parts (topology: sharded); this one is "
+                                   f"{topology}")  # fmt: skip
             if (sel == "arbiter" and topology != "psa"
                     and member_source(self.target.platform) == "built"):  # fmt: skip
                 raise FieldProblem(
@@ -618,6 +484,47 @@ class Experiment(Strict):
                         f"select count {sel.count} ({sel.role}), but {topology} has "
                         f"{available} such member{'' if available == 1 else 's'}",
                     )
+        return self
+
+    def _sharded_selections(self) -> Experiment:
+        from rsdrill.analysis.slo import SET_METRIC
+
+        target = self.target
+        names = [f"shard{i}" for i in range(target.shards)]
+        for i, fault in enumerate(self.faults):
+            sel, where = fault.select, ("faults", i, "select")
+            spec = KINDS[fault.kind]
+            if not spec.sharded:
+                kinds = ", ".join(k for k, s in KINDS.items() if s.sharded)
+                raise FieldProblem(("faults", i, "kind"), f"{fault.kind} on a sharded target is "
+                                   f"not there yet: {kinds}")  # fmt: skip
+            if sel in ("primary", "secondary", "arbiter") or isinstance(sel, SelectCount):
+                raise FieldProblem(where, f"{describe_selection(sel)} of which replica set? A "
+                                   "sharded target has several: say {shard: shard0, role: "
+                                   "primary}, config-primary, or {mongos: N} for "
+                                   "routers")  # fmt: skip
+            if isinstance(sel, SelectShard):
+                if sel.shard != "any" and sel.shard not in names:
+                    raise FieldProblem((*where, "shard"), f"no shard {sel.shard!r}: this target "
+                                       f"has {', '.join(names)} (or any)")  # fmt: skip
+                if sel.role == "secondary" and target.shard_topology == "rs1":
+                    raise FieldProblem((*where, "role"), "select a secondary, but each shard is "
+                                       "rs1 (one member)")  # fmt: skip
+            if isinstance(sel, SelectRouter):
+                if sel.mongos > target.mongos:
+                    raise FieldProblem((*where, "mongos"), f"{sel.mongos} routers, but the "
+                                       f"target has {target.mongos}")  # fmt: skip
+                if spec.sharded != "members and routers":
+                    raise FieldProblem(("faults", i, "kind"), f"{fault.kind} acts on a replica-"
+                                       "set member; a router is none")  # fmt: skip
+        if self.audit != "off":
+            raise FieldProblem(("audit",), "the data audit of a sharded target is not there "
+                               "yet: audit: off")  # fmt: skip
+        for metric in self.slo:
+            found = SET_METRIC.match(metric)
+            if found and found.group(1) is not None and found.group(1) not in names:
+                raise FieldProblem(("slo", metric), f"no shard {found.group(1)!r}: this target "
+                                   f"has {', '.join(names)}", about_key=True)  # fmt: skip
         return self
 
     # Last of the checks (pydantic runs them in this order): a problem of the file itself is

@@ -11,7 +11,15 @@ from __future__ import annotations
 import typing
 from typing import Union
 
-from rsdrill.faults.base import FaultBase, SelectCount, Selection, SelectMember
+from rsdrill.faults.base import (
+    FaultBase,
+    SelectCount,
+    Selection,
+    SelectMember,
+    SelectRouter,
+    SelectShard,
+    describe_selection,
+)
 from rsdrill.faults.clock_skew import ClockSkewFault
 from rsdrill.faults.cpu_starve import CpuStarveFault
 from rsdrill.faults.data_loss import DataLossFault
@@ -96,7 +104,10 @@ __all__ = [
     "Restart",
     "SelectCount",
     "SelectMember",
+    "SelectRouter",
+    "SelectShard",
     "Selection",
     "StepdownFault",
     "VolumeDetachFault",
+    "describe_selection",
 ]

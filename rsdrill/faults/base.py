@@ -31,7 +31,48 @@ class SelectCount(Strict):
     )
 
 
-Selection = Role | SelectMember | SelectCount
+class SelectShard(Strict):
+    """A member of one shard's replica set (sharded targets)."""
+
+    shard: str = Field(description="the shard's name (shard0, …), or any: the first shard "
+                       "that has such a member")  # fmt: skip
+    role: Literal["primary", "secondary"] = "primary"
+
+
+class SelectRouter(Strict):
+    """Routers (mongos) of a sharded target: the first `mongos` of them, in the URI's order."""
+
+    mongos: int = Field(ge=1, description="how many routers")
+
+
+ConfigPrimary = Literal["config-primary"]
+"""The config server replica set's primary (sharded targets)."""
+
+Selection = Role | ConfigPrimary | SelectMember | SelectCount | SelectShard | SelectRouter
+
+
+def describe_selection(selection: Selection) -> str:
+    """A fault's `select:` in words."""
+    if isinstance(selection, SelectMember):
+        return f"member {selection.member}"
+    if isinstance(selection, SelectCount):
+        n = selection.count
+        if selection.role == "secondary":
+            return f"{n} secondar{'y' if n == 1 else 'ies'} at that moment"
+        what = "data-bearing member" if selection.role == "data" else "member"
+        return f"{n} {what}{'' if n == 1 else 's'} at that moment (secondaries first)"
+    if isinstance(selection, SelectShard):
+        shard = "any shard" if selection.shard == "any" else f"shard {selection.shard}"
+        return f"the {selection.role} of {shard} at that moment"
+    if isinstance(selection, SelectRouter):
+        n = selection.mongos
+        return f"{'the first router' if n == 1 else f'the first {n} routers'}"
+    if selection == "config-primary":
+        return "the config servers' primary at that moment"
+    if selection == "arbiter":
+        return "the arbiter"
+    article = "the" if selection == "primary" else "a"
+    return f"{article} {selection} at that moment"
 
 
 class FaultBase(Strict):

@@ -15,6 +15,7 @@ class HostFreezeFault(FaultBase):
         "host-freeze",
         "the host freezes (SIGSTOP, pod failure, VM suspend) for `duration`",
         needs_duration=True,
+        sharded="members and routers",
     )
 
     kind: Literal["host-freeze"]

@@ -62,6 +62,7 @@ class HostKillFault(FaultBase):
         "measured; `power_loss: true` "
         "drops writes not yet fsynced; `scope: node\\|host` (Kubernetes node, ESXi host)",
         for_good={"restart": False},
+        sharded="members and routers",
     )
 
     kind: Literal["host-kill"]

@@ -94,6 +94,8 @@ class KindSpec:
     for_good: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
     """The fields that keep a fault of it in force to the end of the run: a replay gives them
     to a fault the original run never reverted (empty: a `duration` of None does)."""
+    sharded: Literal["", "members", "members and routers"] = field(default="", kw_only=True)
+    """What of a sharded target it acts on so far (empty: loading refuses it there)."""
     unavailable: str = field(default="", kw_only=True)
     """What loading says, after the kind's name, on a platform without an injector for it
     (`{platform}` is replaced; empty: the generic `is not available on P (it has: ...)`)."""

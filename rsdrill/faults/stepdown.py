@@ -25,6 +25,7 @@ class StepdownFault(FaultBase):
         server_privileges=(("replSetStateChange", "clusterManager"),),
         drawn={"secondary_catch_up": 1.0},
         replica_set_only="a standalone server has no primary to step down",
+        sharded="members",
     )
 
     kind: Literal["stepdown"]

@@ -8,7 +8,7 @@ from pymongo import MongoClient, WriteConcern
 from pymongo.errors import PyMongoError
 
 from rsdrill.connection import ConnectOptions
-from rsdrill.history import History, RunClock
+from rsdrill.history import History, RunClock, shard_write_probe
 from rsdrill.probes import causal, transactions
 from rsdrill.probes.availability import PROBE_DB, ReadLoop, WriteLoop
 from rsdrill.probes.base import Probe
@@ -20,10 +20,12 @@ from rsdrill.probes.load import build_load, preload
 from rsdrill.probes.raw_write import RawWriteLoop
 from rsdrill.probes.recovery import StatusPoller
 from rsdrill.probes.register import REGISTER_ID, RegisterReader, RegisterWriter
+from rsdrill.probes.shards import place_chunks
 from rsdrill.probes.stall import StallProbe
 
 if TYPE_CHECKING:
     from rsdrill.experiment.probes import Probes
+    from rsdrill.layout import ShardedLayout
 
 
 class ProbeSet:
@@ -40,6 +42,7 @@ class ProbeSet:
         run_id: str,
         seed: int = 0,
         standalone: bool = False,
+        layout: ShardedLayout | None = None,
     ) -> None:
         self.config = config
         self.uri = uri
@@ -52,6 +55,10 @@ class ProbeSet:
         self.seed = seed
         # A standalone server has no replication to measure: no lag probe.
         self.standalone = standalone
+        # A sharded target: a write probe per shard too; no lag or raw-write probe (both
+        # compare a set's members, and the members here are several sets').
+        self.layout = layout
+        self._shard_ids: dict[str, int] = {}
         self.probes: list[Probe] = []
         self.ledger: WriteLoop | None = None
         self._clients: list[MongoClient[dict[str, Any]]] = []
@@ -63,6 +70,10 @@ class ProbeSet:
             client[PROBE_DB].get_collection(
                 f"{self.prefix}_read", write_concern=WriteConcern("majority")
             ).replace_one({"_id": 1}, {"_id": 1}, upsert=True)
+        a = self.config.availability
+        if self.layout is not None and a is not None and a.writes:
+            self._shard_ids = place_chunks(self.uri, f"{self.prefix}_shards",
+                                           list(self.layout.shards))  # fmt: skip
         if self.config.consistency is not None:
             with MongoClient(self.uri, serverSelectionTimeoutMS=30_000) as client:
                 client[PROBE_DB].get_collection(
@@ -96,7 +107,14 @@ class ProbeSet:
                                    timeout_s=a.timeout, w=a.write_concern, journal=a.journal,
                                    retries=a.retries)  # fmt: skip
                 self.probes.append(writes)
-                if a.raw_writes:
+                for shard, first_id in self._shard_ids.items():
+                    self.probes.append(
+                        WriteLoop(shard_write_probe(shard), self.history, self.clock, uri=self.uri,
+                                  collection=f"{self.prefix}_shards", interval_s=a.interval,
+                                  timeout_s=a.timeout, w=a.write_concern, journal=a.journal,
+                                  retries=a.retries, id_base=first_id)
+                    )  # fmt: skip
+                if a.raw_writes and self.layout is None:
                     self.probes.append(
                         RawWriteLoop(self.history, self.clock, members=self.members,
                                      collection=f"{self.prefix}_raw_write",
@@ -142,7 +160,7 @@ class ProbeSet:
                                  interval_s=c.recovery.interval, timeout_s=c.recovery.timeout,
                                  options=self.options, watch=stream)
                 )  # fmt: skip
-        if c.lag is not None and not self.standalone:
+        if c.lag is not None and not self.standalone and self.layout is None:
             self.probes.append(
                 LagPoller(self.history, self.clock, members=self.members,
                           interval_s=c.lag.interval, timeout_s=c.lag.timeout,

@@ -63,9 +63,12 @@ class WriteLoop(Probe):
         w: int | str,
         journal: bool | None,
         retries: bool,
+        id_base: int = 0,
     ) -> None:
         self.name = name
         super().__init__(history, clock, interval_s)
+        # Each insert's _id is id_base + its seq (a shard's probe writes in its own chunk).
+        self.id_base = id_base
         self._served = ServedBy()
         self._client = probe_client(
             uri, timeout_s, retry_writes=retries, retry_reads=retries, listener=self._served
@@ -83,7 +86,9 @@ class WriteLoop(Probe):
         self._served.reset()
         t_start, _, error = timed(
             self.clock,
-            lambda: self.collection.insert_one({"_id": seq, "at": dt.datetime.now(dt.UTC)}),
+            lambda: self.collection.insert_one(
+                {"_id": self.id_base + seq, "at": dt.datetime.now(dt.UTC)}
+            ),
         )
         if error is None:
             self.record("insert", self._served.last, t_start, "ok", {"seq": seq})

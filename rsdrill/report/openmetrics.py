@@ -173,6 +173,42 @@ CHECK_FAMILIES: dict[str, Family] = {
 }
 
 
+# A sharded target's figures per replica set (`shards.<shard>.<figure>`, and
+# `config_servers.<figure>` as set "config"), labelled by set.
+SET_FAMILIES: dict[str, Family] = {
+    "write_unavailable_s": Family(
+        "rsdrill_shard_write_unavailable_seconds",
+        "A shard's longest write gap through the routers.", label="set",
+    ),
+    "writes": Family("rsdrill_shard_writes", "A shard's write probe: attempts.", label="set"),
+    "failed_writes": Family(
+        "rsdrill_shard_failed_writes", "A shard's write probe: failed attempts.", label="set"
+    ),
+    "failover_s": Family(
+        "rsdrill_set_failover_seconds", "A replica set of the cluster: its failover.",
+        label="set",
+    ),
+    "detection_s": Family(
+        "rsdrill_set_detection_seconds", "A replica set of the cluster: fault to election.",
+        label="set",
+    ),
+    "election_s": Family(
+        "rsdrill_set_election_seconds",
+        "A replica set of the cluster: election to the new primary writable.", label="set",
+    ),
+    "mongos_retarget_s": Family(
+        "rsdrill_mongos_retarget_seconds",
+        "A shard's new primary writable to the first write through a router on it.",
+        label="set",
+    ),
+    "no_primary_s": Family(
+        "rsdrill_set_no_primary_seconds", "A replica set of the cluster: time with no primary.",
+        label="set",
+    ),
+}  # fmt: skip
+SET_HEADS = ("shards", "config_servers")
+
+
 def samples(flat: Iterable[tuple[str, float | None]]) -> Iterator[tuple[Family, str | None, float]]:
     """(family, label value, value) of each measured scalar metric, in base units."""
     for name, value in flat:
@@ -182,6 +218,10 @@ def samples(flat: Iterable[tuple[str, float | None]]) -> Iterator[tuple[Family, 
         if head == "probe":
             check, _, figure = rest.rpartition(".")
             yield CHECK_FAMILIES[figure], check, float(value)
+            continue
+        if head in SET_HEADS:
+            which, _, figure = rest.rpartition(".")
+            yield SET_FAMILIES[figure], which or "config", float(value)
             continue
         family = FAMILIES.get(head)
         if family is None:  # a metric an older rsdrill recorded in the history

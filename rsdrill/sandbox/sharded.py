@@ -32,6 +32,7 @@ from rsdrill.sandbox.config import (
     CONFIG_SET,
     TOPOLOGIES,
     ClusterSpec,
+    ReplSetSpec,
     Settings,
     build_topology,
 )
@@ -78,6 +79,19 @@ class ShardedSandbox:
         argv = EmulatorEngine().router_argv(self.directory, host)
         return spawn(argv, directory / "router.log", self._pid_path(host))
 
+    def restart_router(self, host: str) -> bool:
+        """Start the router unless it runs and wait until it answers; whether it was started."""
+        if self.router_pid(host) is not None:
+            return False
+        self.start_router(host)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while hello(host, options=ConnectOptions()) is None:
+            if self.router_pid(host) is None or time.monotonic() > deadline:
+                log = self.spec.router_dir(self.directory, host) / "router.log"
+                raise SandboxError(f"router {host} did not come back (see {log})")
+            time.sleep(_POLL_S)
+        return True
+
     def router_status(self) -> list[MemberStatus]:
         """Each router: ROUTER when it answers hello, STOPPED when SIGSTOPped, DOWN when its
         process is gone, UNREACHABLE otherwise."""
@@ -122,6 +136,40 @@ class ShardedSandbox:
         return stopped
 
 
+def plan_cluster(
+    *,
+    port_base: int,
+    shards: int = 2,
+    shard_topology: str = "rs3",
+    routers: int = 2,
+    settings: Settings | None = None,
+    host: str = "127.0.0.1",
+) -> tuple[dict[str, ReplSetSpec], tuple[str, ...]]:
+    """Each replica set's spec by name (the config servers' first) and the routers' addresses:
+    consecutive ports from `port_base` in that order."""
+    if shard_topology not in SHARD_TOPOLOGIES:
+        raise SandboxError(f"a shard is a replica set: {', '.join(SHARD_TOPOLOGIES)}, not "
+                           f"{shard_topology}")  # fmt: skip
+    if shards < 1 or routers < 1:
+        raise SandboxError("a sharded cluster needs at least one shard and one router")
+    specs = {CONFIG_SET: build_topology("rs3", port_base=port_base, set_name=CONFIG_SET,
+                                        host=host, settings=settings)}  # fmt: skip
+    next_port = port_base + 3
+    for i in range(shards):
+        spec = build_topology(shard_topology, port_base=next_port, set_name=f"shard{i}",
+                              host=host, settings=settings)  # fmt: skip
+        specs[spec.set_name] = spec
+        next_port += len(spec.members)
+    return specs, tuple(f"{host}:{next_port + i}" for i in range(routers))
+
+
+def cluster_size(shards: int, shard_topology: str, routers: int) -> int:
+    """How many consecutive ports `plan_cluster` takes."""
+    specs, router_hosts = plan_cluster(port_base=1, shards=shards,
+                                       shard_topology=shard_topology, routers=routers)  # fmt: skip
+    return sum(len(s.members) for s in specs.values()) + len(router_hosts)
+
+
 def up_sharded(
     directory: Path,
     *,
@@ -134,21 +182,10 @@ def up_sharded(
 ) -> ShardedSandbox:
     """Start a sharded cluster in `directory` and return once every router answers and every
     shard is added. On any failure every process started so far is stopped again."""
-    if shard_topology not in SHARD_TOPOLOGIES:
-        raise SandboxError(f"a shard is a replica set: {', '.join(SHARD_TOPOLOGIES)}, not "
-                           f"{shard_topology}")  # fmt: skip
-    if shards < 1 or routers < 1:
-        raise SandboxError("a sharded cluster needs at least one shard and one router")
     directory = directory.resolve()
-    specs = {CONFIG_SET: build_topology("rs3", port_base=port_base, set_name=CONFIG_SET,
-                                        host=host, settings=settings)}  # fmt: skip
-    next_port = port_base + 3
-    for i in range(shards):
-        spec = build_topology(shard_topology, port_base=next_port, set_name=f"shard{i}",
-                              host=host, settings=settings)  # fmt: skip
-        specs[spec.set_name] = spec
-        next_port += len(spec.members)
-    router_hosts = tuple(f"{host}:{next_port + i}" for i in range(routers))
+    specs, router_hosts = plan_cluster(port_base=port_base, shards=shards,
+                                       shard_topology=shard_topology, routers=routers,
+                                       settings=settings, host=host)  # fmt: skip
     for address in router_hosts:
         if not port_free(host, int(address.rsplit(":", 1)[1])):
             raise SandboxError(f"port {address} is already in use; choose another --port-base")

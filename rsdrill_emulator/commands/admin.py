@@ -13,6 +13,7 @@ from rsdrill_emulator import (
 )
 from rsdrill_emulator.commands.base import (
     _GENERIC_FIELDS,
+    GIT_VERSION,
     Request,
     _admin_only,
     claimed,
@@ -43,7 +44,7 @@ async def _build_info(cmds: Commands, req: Request) -> dict[str, Any]:
     version = claimed(cmds.node.spec)
     return {
         "version": version.version,
-        "gitVersion": "rsdrill-sandbox",
+        "gitVersion": GIT_VERSION,
         "versionArray": list(version.array),
         "bits": 64,
         "maxBsonObjectSize": 16 * 1024 * 1024,

@@ -26,6 +26,8 @@ class ServerVersion:
     max_wire: int
 
 
+# buildInfo.gitVersion of every emulator process: how rsdrill tells its own servers apart.
+GIT_VERSION = "rsdrill-sandbox"
 CURRENT = ServerVersion("7.0.0", (7, 0, 0, 0), 21)
 LEGACY = ServerVersion("4.4.1", (4, 4, 1, 0), 9)
 OPLOG_NS = "local.oplog.rs"

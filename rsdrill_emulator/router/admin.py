@@ -11,15 +11,13 @@ from bson.int64 import Int64
 
 from rsdrill.sandbox.config import CONFIG_SET
 from rsdrill_emulator import wallclock
-from rsdrill_emulator.commands.base import CURRENT
+from rsdrill_emulator.commands.base import CURRENT, GIT_VERSION
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.failpoint import FailPoint
 from rsdrill_emulator.request import Request
-from rsdrill_emulator.router.catalog import MAJORITY
-from rsdrill_emulator.router.migration import move_chunk
+from rsdrill_emulator.router.migration import move_chunk, record_on_shards
 from rsdrill_emulator.router.router import Router, command, transaction_key
-from rsdrill_emulator.router.routing import CollectionRoute
-from rsdrill_emulator.shardkey import document_key
+from rsdrill_emulator.shardkey import compare_keys, document_key, in_range
 
 _NAMESPACE_EXISTS = 48
 _NAMESPACE_NOT_FOUND = 26
@@ -61,8 +59,9 @@ async def _ping(router: Router, req: Request) -> dict[str, Any]:
 
 @command("buildInfo", "buildinfo")
 async def _build_info(router: Router, req: Request) -> dict[str, Any]:
-    return {"version": CURRENT.version, "versionArray": list(CURRENT.array),
-            "maxBsonObjectSize": 16 * 1024 * 1024, "storageEngines": []}  # fmt: skip
+    return {"version": CURRENT.version, "gitVersion": GIT_VERSION,
+            "versionArray": list(CURRENT.array), "maxBsonObjectSize": 16 * 1024 * 1024,
+            "storageEngines": []}  # fmt: skip
 
 
 _PARAMETERS: dict[str, Any] = {
@@ -168,25 +167,8 @@ async def _shard_collection(router: Router, req: Request) -> dict[str, Any]:
     for shard in route.shards():
         if shard != primary:
             await _create_with_key_index(router, shard, db, coll, key)
-    await _record_on_shards(router, ns, route)
+    await record_on_shards(router, ns, route)
     return {"collectionsharded": ns}
-
-
-async def _record_on_shards(router: Router, ns: str, route: CollectionRoute | None) -> None:
-    """Every shard's own record of the collection's version and its ranges there
-    (`config.cache.collections`; None: unsharded now), w:majority, so a router still routing
-    by the older table meets StaleConfig on any of them (commands/shardversion.py)."""
-    for shard in router.shards:
-        cached = route.cache_document(shard) if route is not None else None
-        if cached is None:
-            write = {"delete": "cache.collections", "deletes": [{"q": {"_id": ns}, "limit": 0}]}
-        else:
-            write = {"update": "cache.collections",
-                     "updates": [{"q": {"_id": ns}, "u": cached, "upsert": True}]}  # fmt: skip
-        _, reply = await router.send(shard, "config", {**write, "writeConcern": MAJORITY})
-        if not reply.get("ok") or reply.get("writeErrors") or reply.get("writeConcernError"):
-            raise CommandError(int(reply.get("code") or 1),
-                               f"recording {ns} on {shard}: {reply}")  # fmt: skip
 
 
 async def _create_with_key_index(
@@ -225,6 +207,26 @@ async def _move_chunk(router: Router, req: Request) -> dict[str, Any]:
     else:
         raise CommandError(2, f"{req.name} takes find, bounds or min")
     return await move_chunk(router, ns, key, recipient)
+
+
+@command("split")
+async def _split(router: Router, req: Request) -> dict[str, Any]:
+    """split at `middle` (a shard key value; MongoDB's other forms, `find` for the chunk's
+    median and `bounds`, are not there)."""
+    ns = str(req.body["split"])
+    route = (await router.catalog.refresh()).collections.get(ns)
+    if route is None:
+        raise CommandError(61, f"{ns} is not sharded")
+    if "middle" not in req.body:
+        raise CommandError(2, "split takes middle (a shard key value) here")
+    middle = document_key(route.key, dict(req.body["middle"]))
+    chunk = next(c for c in route.chunks if in_range(route.key, middle, c.min, c.max))
+    if compare_keys(route.key, middle, chunk.min) == 0:
+        raise CommandError(2, f"cannot split a chunk of {ns} at its lower bound {middle}")
+    await router.catalog.split_chunk(route, chunk, middle)
+    split = (await router.catalog.refresh()).collections[ns]
+    await record_on_shards(router, ns, split)
+    return {}
 
 
 @command("balancerStart", "balancerstart")
@@ -292,7 +294,7 @@ async def _drop(router: Router, req: Request) -> dict[str, Any]:
     ns = f"{req.db}.{req.body['drop']}"
     if ns in router.catalog.table.collections:
         await router.catalog.forget_collection(ns)
-        await _record_on_shards(router, ns, None)
+        await record_on_shards(router, ns, None)
     return reply or {"ns": f"{req.db}.{req.body['drop']}"}
 
 
@@ -302,7 +304,7 @@ async def _drop_database(router: Router, req: Request) -> dict[str, Any]:
     sharded = [ns for ns in router.catalog.table.collections if ns.partition(".")[0] == req.db]
     await router.catalog.forget_database(req.db)
     for ns in sharded:
-        await _record_on_shards(router, ns, None)
+        await record_on_shards(router, ns, None)
     return reply
 
 

@@ -184,6 +184,23 @@ class Catalog:
                                "min": kept.min}, "u": {"$set": {"lastmod": control}}}]},
                               "bumping the donor's version")  # fmt: skip
 
+    async def split_chunk(self, route: CollectionRoute, chunk: Chunk,
+                          middle: dict[str, Any]) -> None:  # fmt: skip
+        """`chunk` becomes [min, middle) and [middle, max) on the same shard, both at a new
+        minor version of the collection's (MongoDB's split)."""
+        version = route.version
+        stamp = _stamp()
+        low = Timestamp(version.time, version.inc + 1)
+        high = Timestamp(version.time, version.inc + 2)
+        upper = Chunk(middle, chunk.max, chunk.shard, high)
+        await self._write({"insert": "chunks", "documents": [
+            {"_id": ObjectId(), **upper.to_doc(route.uuid), "onCurrentShardSince": stamp,
+             "history": [{"validAfter": stamp, "shard": chunk.shard}]}]},
+            f"splitting a chunk of {route.ns}")  # fmt: skip
+        await self._write({"update": "chunks", "updates": [{"q": {"uuid": route.uuid,
+                           "min": chunk.min}, "u": {"$set": {"max": middle, "lastmod": low}}}]},
+                          f"splitting a chunk of {route.ns}")  # fmt: skip
+
     async def balancer_stopped(self) -> bool:
         found = await self._find("settings", {"_id": "balancer"})
         return bool(found and found[0].get("stopped"))

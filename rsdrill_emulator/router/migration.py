@@ -220,7 +220,7 @@ async def move_chunk(
         await migration.catch_up()
         moved = await migration.commit()
         committed = True
-        await _record_everywhere(router, moved)
+        await record_on_shards(router, ns, moved)
         await migration.delete_range()
     except BaseException:
         if not committed:
@@ -245,18 +245,18 @@ async def _abort(migration: Migration) -> None:
             await asyncio.sleep(0.5)
 
 
-async def _record_everywhere(router: Router, route: CollectionRoute) -> None:
+async def record_on_shards(router: Router, ns: str, route: CollectionRoute | None) -> None:
+    """Every shard's own record of the collection's version and its ranges there
+    (`config.cache.collections`; None: unsharded now), w:majority, so a router still routing
+    by the older table meets StaleConfig on any of them (commands/shardversion.py)."""
     for shard in router.shards:
-        _, reply = await router.shard(shard).on_primary(
-            "config",
-            {
-                "update": "cache.collections",
-                "updates": [
-                    {"q": {"_id": route.ns}, "u": route.cache_document(shard), "upsert": True}
-                ],
-                "writeConcern": MAJORITY,
-            },
-            retry=False,
-        )
-        if not reply.get("ok"):
-            raise CommandError(int(reply.get("code") or 1), f"recording {route.ns}: {reply}")
+        cached = route.cache_document(shard) if route is not None else None
+        if cached is None:
+            write = {"delete": "cache.collections", "deletes": [{"q": {"_id": ns}, "limit": 0}]}
+        else:
+            write = {"update": "cache.collections",
+                     "updates": [{"q": {"_id": ns}, "u": cached, "upsert": True}]}  # fmt: skip
+        _, reply = await router.send(shard, "config", {**write, "writeConcern": MAJORITY})
+        if not reply.get("ok") or reply.get("writeErrors") or reply.get("writeConcernError"):
+            raise CommandError(int(reply.get("code") or 1),
+                               f"recording {ns} on {shard}: {reply}")  # fmt: skip

@@ -19,7 +19,7 @@ from harness.moto_ec2 import SECRET, Member, client, data_volume_at, instance_of
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import BulkWriteError, PyMongoError
 
-from rsdrill.platforms.sandbox.target import free_port_base
+from rsdrill.platforms.sandbox.hosts import free_port_base
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
 

@@ -210,6 +210,32 @@ def test_a_moved_chunk_takes_its_documents_and_every_router_follows(
             assert all(one["app"]["moved"].find_one({"k": i}) for i in range(0, 100, 7))
 
 
+def test_a_split_chunk_is_two_at_a_newer_minor_version_that_every_router_follows(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    client.admin.command("shardCollection", "app.split", key={"n": 1})
+    (whole,) = _chunks_of(client, "app.split")
+    client.admin.command("split", "app.split", middle={"n": 50})
+    low, high = sorted(_chunks_of(client, "app.split"), key=lambda c: c["max"] == whole["max"])
+    assert (low["min"], low["max"], high["min"], high["max"]) == (
+        whole["min"], {"n": 50}, {"n": 50}, whole["max"]
+    )  # fmt: skip
+    assert low["shard"] == high["shard"] == whole["shard"]
+    assert (low["lastmod"].time, high["lastmod"].time) == (whole["lastmod"].time,) * 2
+    assert whole["lastmod"].inc < low["lastmod"].inc < high["lastmod"].inc
+    with pytest.raises(OperationFailure, match="lower bound"):
+        client.admin.command("split", "app.split", middle={"n": 50})
+    other = next(s for s in cluster.spec.shards if s != whole["shard"])
+    client.admin.command("moveChunk", "app.split", find={"n": 50}, to=other)
+    # Each router, one of them stale, puts each half's documents on its shard.
+    for i, router in enumerate(cluster.spec.routers):
+        with MongoClient(router, serverSelectionTimeoutMS=20_000) as one:
+            one["app"]["split"].insert_many([{"n": n, "via": i} for n in (10, 90)])
+    for name, wanted in ((whole["shard"], [10, 10]), (other, [90, 90])):
+        with shard_primary(cluster, name) as direct:
+            assert sorted(d["n"] for d in direct["app"]["split"].find()) == wanted, name
+
+
 def test_writes_during_a_migration_are_neither_lost_nor_duplicated(
     cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
 ) -> None:

@@ -349,13 +349,15 @@ def test_misspelt_key_inside_a_union() -> None:
             "kind: stepdown\n    select: primry",
             (7, 13, "faults[0].select"),
             "unknown value 'primry'; did you mean 'primary'? "
-            "(one of primary, secondary, arbiter, {member: ...}, {count: ...})",
+            "(one of primary, secondary, arbiter, config-primary, {member: ...}, {count: ...}, "
+            "{shard: ...}, {mongos: ...})",
         ),
         (
             "kind: stepdown",
             "kind: stepdown\n    select: [primary]",
             (7, 5, "faults[0].select"),
-            "expected primary, secondary, arbiter, {member: ...} or {count: ...}, not a list",
+            "expected primary, secondary, arbiter, config-primary, {member: ...}, {count: ...}, "
+            "{shard: ...} or {mongos: ...}, not a list",
         ),
         (
             "kind: stepdown",

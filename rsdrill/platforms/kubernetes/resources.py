@@ -504,8 +504,7 @@ def plan_details(exp: Experiment) -> list[str]:
     """Each fault's resources as YAML documents (or, for native faults, the API calls): every
     resource the run would create (members named by role are resolved at injection time, so
     their pods are shown as placeholders)."""
-    from rsdrill.experiment.plan import describe_selection
-    from rsdrill.experiment.schema import SelectMember
+    from rsdrill.experiment.schema import SelectMember, describe_selection
 
     platform = exp.target.section("kubernetes", KubernetesPlatform)
     assert platform is not None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rsdrill.connection import SettingsError, action_options, answers_hello, carried
-from rsdrill.experiment.schema import LocalMember
+from rsdrill.experiment.target import LocalMember
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mirror import IN_SYNC, resync_offline
 from rsdrill.faultfs.mount import unmount_all
@@ -25,6 +25,9 @@ from rsdrill.platforms.machine.local_hosts import LocalHosts
 from rsdrill.platforms.machine.network import heal
 from rsdrill.redact import has_masked_password
 from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.sandbox.config import CLUSTER_FILE
+from rsdrill.sandbox.errors import SandboxError
+from rsdrill.sandbox.sharded import ShardedSandbox
 
 
 def _sigcont(action: dict[str, Any]) -> str:
@@ -75,7 +78,21 @@ def _local_start_each(action: dict[str, Any]) -> str:
     return "; ".join(_local_start(carried(start, action)) for start in action["starts"])
 
 
+def _sandbox_router_start(action: dict[str, Any]) -> str:
+    directory, host = Path(action["dir"]), action["host"]
+    if not (directory / CLUSTER_FILE).exists():
+        return f"{host}: sandbox {directory} is gone, nothing to restart"
+    try:
+        started = ShardedSandbox(directory).restart_router(host)
+    except SandboxError as exc:
+        raise TargetError(f"{host}: not restarted: {exc}") from exc
+    return f"{host}: restarted" if started else f"{host}: already running"
+
+
 def _sandbox_down(action: dict[str, Any]) -> str:
+    if (Path(action["dir"]) / CLUSTER_FILE).exists():
+        pids = ShardedSandbox(Path(action["dir"])).down()
+        return f"sharded sandbox {action['dir']}: stopped {len(pids)} process(es)"
     sandbox = Sandbox(Path(action["dir"]))
     done = f"sandbox {action['dir']}: nothing running"
     if sandbox.running():
@@ -153,6 +170,7 @@ REVERT_ACTIONS: dict[str, RevertAction] = {
     "sandbox-start": _sandbox_start,
     "local-start": _local_start,
     "local-start-each": _local_start_each,
+    "sandbox-router-start": _sandbox_router_start,
     "sandbox-down": _sandbox_down,
     "network-heal": heal,
     "network-undegrade": undegrade,

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from rsdrill.connection import ConnectOptions, answers_hello
-from rsdrill.experiment.schema import LocalMember
+from rsdrill.experiment.target import LocalMember
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine import faketime
 from rsdrill.platforms.machine.network import rejoin_partition

@@ -6,9 +6,7 @@ The sandbox lives in the run's output directory, so each member's ground-truth e
 
 from __future__ import annotations
 
-import os
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,85 +17,21 @@ from rsdrill.experiment.schema import Experiment, Fault, Target
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.machine.disk_fill import mount_small_disk, unmount_small_disks
 from rsdrill.platforms.machine.mirror import mirrored
-from rsdrill.platforms.machine.network import rejoin_partition
 from rsdrill.platforms.machine.options import needs_faultfs
+from rsdrill.platforms.sandbox.hosts import SandboxHosts, free_port_base, settings_of
+from rsdrill.platforms.sandbox.sharded import ShardedSandboxTarget
 from rsdrill.platforms.sandbox.volumes import MemberVolumes
 from rsdrill.sandbox.cluster import (
     Sandbox,
     SandboxError,
     choose_engine,
-    port_free,
     set_uri,
     up,
 )
-from rsdrill.sandbox.config import DATA_FILE, MemberSpec, Settings, build_topology, member_dir
+from rsdrill.sandbox.config import DATA_FILE, build_topology, member_dir
 
 PRELOAD_DB = "rsdrill_data"
 _PRELOAD_DOC_BYTES = 1000
-
-
-class SandboxHosts:
-    """Member processes of a sandbox, addressed by host:port."""
-
-    def __init__(self, sandbox: Sandbox) -> None:
-        self.sandbox = sandbox
-
-    def pid(self, host: str) -> int | None:
-        return self.sandbox.pid(self.sandbox.spec.member(host))
-
-    def kill(self, host: str) -> int:
-        return self._do(self.sandbox.kill, host)
-
-    def stop(self, host: str) -> int:
-        return self._do(self.sandbox.stop, host)
-
-    def cont(self, host: str) -> int:
-        return self._do(self.sandbox.cont, host)
-
-    def start(self, host: str, *, wipe: bool, boot_s: float = 0.0) -> None:
-        """Restart the member unless it already runs (so a revert can be repeated)."""
-        member = self.sandbox.spec.member(host)
-        if self.sandbox.pid(member) is None:
-            pid = self._do(lambda m: self.sandbox.start(m, wipe=wipe, boot_s=boot_s), host)
-            rejoin_partition(pid, member.port)
-
-    def wipe(self, host: str) -> None:
-        try:
-            self.sandbox.wipe(self.sandbox.spec.member(host))
-        except SandboxError as exc:
-            raise TargetError(str(exc)) from exc
-
-    def _do(self, operation: Callable[[MemberSpec], int], host: str) -> int:
-        try:
-            return operation(self.sandbox.spec.member(host))
-        except SandboxError as exc:
-            raise TargetError(str(exc)) from exc
-
-    def restart_action(self, host: str, *, wipe: bool) -> dict[str, object]:
-        """The journal record that lets `rsdrill recover` restart this member."""
-        return {
-            "action": "sandbox-start",
-            "dir": str(self.sandbox.directory),
-            "host": host,
-            "wipe": wipe,
-        }
-
-
-def free_port_base(count: int) -> int:
-    """A base port with `count` consecutive bindable ports below the ephemeral range, within
-    RSDRILL_PORT_RANGE (`LOW-HIGH`) when it is set, so jobs sharing a machine can keep apart."""
-    low, high = 20000, 32000
-    given = os.environ.get("RSDRILL_PORT_RANGE", "")
-    if given:
-        try:
-            low, high = (int(part) for part in given.split("-", 1))
-        except ValueError:
-            raise TargetError(f"RSDRILL_PORT_RANGE={given!r}: write LOW-HIGH") from None
-    for _ in range(500):
-        base = random.randrange(low, high - count)
-        if all(port_free("127.0.0.1", p) for p in range(base, base + count)):
-            return base
-    raise TargetError(f"no {count} consecutive free ports between {low} and {high}")
 
 
 class SandboxTarget:
@@ -110,11 +44,6 @@ class SandboxTarget:
         self.topology = config.topology
         self.directory = directory
         count = 1 if config.topology in ("rs1", "standalone") else 3
-        settings: dict[str, Any] = {
-            "election_timeout_ms": _ms(config.election_timeout),
-            "heartbeat_interval_ms": _ms(config.heartbeat_interval),
-            "heartbeat_timeout_s": config.heartbeat_timeout,
-        }
         options: dict[str, Any] = {"storage": config.storage, "handshake": config.handshake,
                                    "tls": config.tls, "x509": config.auth == "x509"}  # fmt: skip
         if config.oplog_size_mb:
@@ -124,11 +53,11 @@ class SandboxTarget:
         if config.cache_mb:
             options["cache_bytes"] = config.cache_mb * 1024 * 1024
         if config.journal_commit_interval is not None:
-            options["journal_commit_interval_ms"] = _ms(config.journal_commit_interval)
+            options["journal_commit_interval_ms"] = round(config.journal_commit_interval * 1000)
         self.spec = build_topology(
             config.topology,
             port_base=config.port_base or free_port_base(count),
-            settings=Settings(**{k: v for k, v in settings.items() if v is not None}),
+            settings=settings_of(config),
             **options,
         )
         self.members = [m.host for m in self.spec.members]
@@ -229,12 +158,10 @@ class SandboxTarget:
         return member_dir(self.directory, self.spec.member(host)) / "events.jsonl"
 
 
-def _ms(seconds: float | None) -> int | None:
-    return None if seconds is None else round(seconds * 1000)
-
-
-def make_target(exp: Experiment, out_dir: Path) -> SandboxTarget:
+def make_target(exp: Experiment, out_dir: Path) -> SandboxTarget | ShardedSandboxTarget:
     """The run's sandbox, built under `out_dir/sandbox` (on faultfs if its faults need it)."""
+    if exp.target.topology == "sharded":
+        return ShardedSandboxTarget(exp.target, out_dir / "sandbox")
     return SandboxTarget(exp.target, out_dir / "sandbox", exp.faults)
 
 

@@ -1,0 +1,28 @@
+"""A sharded cluster's parts by name: the config servers' replica set, each shard's, and the
+routers. Selection, guards, probes and the analysis read a sharded target through it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CONFIG = "config"
+"""The config servers' set, as `sets()` names it (the set's own name differs per cluster)."""
+
+
+@dataclass(frozen=True)
+class ShardedLayout:
+    config: tuple[str, ...]
+    shards: dict[str, tuple[str, ...]]
+    routers: tuple[str, ...]
+
+    def sets(self) -> dict[str, tuple[str, ...]]:
+        """Every replica set's members by name, the config servers' first."""
+        return {CONFIG: self.config, **self.shards}
+
+    def members(self) -> list[str]:
+        """Every replica-set member (routers are none), in `sets()` order."""
+        return [host for hosts in self.sets().values() for host in hosts]
+
+    def set_of(self, host: str) -> str | None:
+        """The name of the set `host` is a member of (None: a router, or not in the cluster)."""
+        return next((name for name, hosts in self.sets().items() if host in hosts), None)

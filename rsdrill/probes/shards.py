@@ -1,0 +1,35 @@
+"""A sharded target's writes per shard, through its routers: one probe collection sharded on
+`_id` with one chunk on each shard ([i * ID_STEP, (i+1) * ID_STEP) on the i-th shard), and a
+write loop per shard inserting into its own chunk. Each op says which shard it meant
+(`history.shard_write_probe`), so a result says which shard was interrupted and for how long.
+
+The chunks are placed before the measured window by MongoDB's own commands (`shardCollection`,
+`split`, `moveChunk`), as an operator would; nothing moves them during the run (the sandbox's
+balancer does not run yet), so a probe's keys stay on its shard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo.database import Database
+
+from rsdrill.probes.availability import PROBE_DB
+
+ID_STEP = 1 << 40
+"""Each shard's range of `_id`s: far more than a run's inserts."""
+
+
+def place_chunks(uri: str, collection: str, shards: list[str]) -> dict[str, int]:
+    """Shard `collection` on `_id` with one chunk per shard; each shard's first `_id`."""
+    ns = f"{PROBE_DB}.{collection}"
+    client: MongoClient[dict[str, Any]]
+    with MongoClient(uri, serverSelectionTimeoutMS=30_000) as client:
+        admin: Database[dict[str, Any]] = client.admin
+        admin.command("shardCollection", ns, key={"_id": 1})
+        for i in range(1, len(shards)):
+            admin.command("split", ns, middle={"_id": i * ID_STEP})
+        for i, shard in enumerate(shards):
+            admin.command("moveChunk", ns, find={"_id": i * ID_STEP}, to=shard)
+    return {shard: i * ID_STEP for i, shard in enumerate(shards)}
