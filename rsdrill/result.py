@@ -115,6 +115,8 @@ class Metrics(_Model):
     driver_write_delay_s: float | None = None
     no_primary_s: float | None = None
     lost_acknowledged_seqs: list[int] = Field(default_factory=list)
+    # Ledger seqs the read-back found more than once (through a sharded cluster's routers).
+    duplicated_writes: int | None = None
     probe_ops_per_s: float | None = None
     # The same per probe: the probes' own load on the cluster (each op is one request sent).
     probe_ops_per_s_by_probe: dict[str, float] = Field(default_factory=dict)

@@ -69,7 +69,10 @@ LIFETIME_S = 60.0
 _UNSAFE_SNAPSHOT = os.environ.get(UNSAFE_SNAPSHOT_ENV) == "1"
 # The statement id a commit is recorded under in the session table (clients' ids are >= 0).
 COMMIT_STATEMENT = -1
-COMMIT_OR_ABORT = frozenset({"committransaction", "aborttransaction"})
+# The end of a transaction (a router's recovery of a commit decision too).
+COMMIT_OR_ABORT = frozenset(
+    {"committransaction", "aborttransaction", "coordinatecommittransaction"}
+)
 # What may run inside a transaction (others: OperationNotSupportedInTransaction).
 STATEMENTS = frozenset(
     {"find", "getmore", "killcursors", "insert", "update", "delete", "findandmodify"}
@@ -448,6 +451,22 @@ class Transactions:
         if (reply.get("writeConcernError") or {}).get("code") == 64:
             reply["writeConcernError"] = write_concern_error(50, "operation exceeded time limit")
         return reply
+
+    async def recover_decision(self, cmds: Commands, req: Request) -> dict[str, Any]:
+        """coordinateCommitTransaction without participants, as a router that did not run
+        the transaction sends it to the recovery shard: the commit's outcome if it committed
+        here; otherwise NoSuchTransaction, an open one aborted (no commit can follow)."""
+        node = cmds.node
+        node.require_writable()
+        lsid, number = req.body["lsid"], int(req.body["txnNumber"])
+        txn = self._by_session.get(session_key(lsid))
+        if txn is not None and txn.number == number and txn.state == "committed":
+            return await self._commit_concern(cmds, req, txn.commit_optime)
+        if node.store.statement_result(lsid, number, COMMIT_STATEMENT) is not None:
+            return await self._commit_concern(cmds, req, None)
+        if txn is not None and txn.number == number and txn.open:
+            txn.abort()
+        raise no_such_transaction(number, "was not found on the coordinator (no decision)")
 
     async def abort(self, cmds: Commands, req: Request) -> dict[str, Any]:
         """abortTransaction: drop the transaction's writes."""

@@ -21,6 +21,7 @@ class Durability:
     acknowledged_writes: int | None = None
     lost_acknowledged_writes: int | None = None
     lost_acknowledged_seqs: list[int] = field(default_factory=list)
+    duplicated_writes: int | None = None
 
 
 def durability(ops: Sequence[Op]) -> Durability:
@@ -29,7 +30,9 @@ def durability(ops: Sequence[Op]) -> Durability:
     - acknowledged_writes: the number of successful ledger inserts; None without ledger inserts;
     - lost_acknowledged_seqs: the readback's `missing` seqs that an acknowledged insert carried
       (sorted, each once); lost_acknowledged_writes is their number. Both are unknown (None and
-      []) when there is no readback or the last readback failed.
+      []) when there is no readback or the last readback failed;
+    - duplicated_writes: how many seqs the readback found more than once (`duplicated`; a
+      readback of an older rsdrill that did not look: None).
     """
     readbacks = sorted(
         (op for op in ops if op.probe == LEDGER_PROBE and op.op == "readback"),
@@ -42,7 +45,9 @@ def durability(ops: Sequence[Op]) -> Durability:
         return result
     acked_seqs = {op.detail.get("seq") for op in acknowledged}
     lost = sorted(s for s in set(readbacks[-1].detail.get("missing", [])) if s in acked_seqs)
-    return Durability(result.acknowledged_writes, len(lost), lost)
+    duplicated = readbacks[-1].detail.get("duplicated")
+    return Durability(result.acknowledged_writes, len(lost), lost,
+                      None if duplicated is None else len(duplicated))  # fmt: skip
 
 
 def ledger_inserts(ops: Sequence[Op]) -> list[Op]:

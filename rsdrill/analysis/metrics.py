@@ -77,6 +77,7 @@ def compute_metrics(
         acknowledged_writes=ledger.acknowledged_writes,
         lost_acknowledged_writes=ledger.lost_acknowledged_writes,
         lost_acknowledged_seqs=ledger.lost_acknowledged_seqs,
+        duplicated_writes=ledger.duplicated_writes,
         latency_ms=latency_ms(ops),
         degradation_s=degradation_s(ops, faults),
         no_primary_s=longest_no_primary_s(ops, sets) if sets else no_primary_s(ops),

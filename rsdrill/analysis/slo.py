@@ -32,6 +32,7 @@ _METRIC_NAMES: tuple[str, ...] = (
     "replication_lag_max_s",
     "acknowledged_writes",
     "lost_acknowledged_writes",
+    "duplicated_writes",
     "latency_ms.p50",
     "latency_ms.p95",
     "latency_ms.p99",

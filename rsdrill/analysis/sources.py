@@ -68,6 +68,7 @@ SOURCES: dict[str, tuple[Source, ...]] = {
     "replication_lag_max_s": (LAG,),
     "acknowledged_writes": (LEDGER,),
     "lost_acknowledged_writes": (LEDGER,),
+    "duplicated_writes": (LEDGER,),
     "latency_ms.p50": (CLIENT_OPS,),
     "latency_ms.p95": (CLIENT_OPS,),
     "latency_ms.p99": (CLIENT_OPS,),

@@ -125,6 +125,9 @@ def up(
         ReplSetTopology, typer.Option(help="sharded: each shard's replica set (default: rs3).")
     ] = ReplSetTopology.rs3,
     mongos: Annotated[int, typer.Option(min=1, help="sharded: how many routers (default: 2).")] = 2,
+    balancer: Annotated[
+        bool, typer.Option(help="sharded: the balancer moves chunks (default: on, as MongoDB's).")
+    ] = True,
     directory: DirOption = DEFAULT_DIR,
     port_base: PortBaseOption = DEFAULT_PORT_BASE,
     election_timeout: ElectionTimeoutOption = None,
@@ -250,8 +253,9 @@ def up(
         from rsdrill.cli.sharded import up_sharded_command
 
         up_sharded_command(
-            directory, port_base, settings, (shards, shard_topology.value, mongos), as_json
-        )
+            directory, port_base, settings, (shards, shard_topology.value, mongos, balancer),
+            as_json,
+        )  # fmt: skip
         return
     users = _users(user or [])
     aws_users = _users(aws_user or [], option="--aws-user")

@@ -13,12 +13,16 @@ from rsdrill.sandbox.config import Settings
 
 
 def up_sharded_command(
-    directory: Path, port_base: int, settings: Settings, shape: tuple[int, str, int], as_json: bool
+    directory: Path,
+    port_base: int,
+    settings: Settings,
+    shape: tuple[int, str, int, bool],
+    as_json: bool,
 ) -> None:
     """A sharded cluster of emulator processes; prints the routers' URI and every process."""
     from rsdrill.sandbox.sharded import up_sharded
 
-    shards, shard_topology, mongos = shape
+    shards, shard_topology, mongos, balancer = shape
     with sandbox_errors():
         started = time.monotonic()
         cluster = up_sharded(
@@ -28,6 +32,7 @@ def up_sharded_command(
             shard_topology=shard_topology,
             routers=mongos,
             settings=settings,
+            balancer=balancer,
         )
         took = time.monotonic() - started
     sets = {name: [m.host for m in s.spec.members] for name, s in cluster.sets.items()}

@@ -254,7 +254,8 @@ def describe_target(target: Target) -> list[str]:
         count = 3 + target.shards * per_shard + target.mongos
         shape = (f"config servers (rs3), {target.shards} shard(s) of "
                  f"{target.shard_topology} ({_TOPOLOGY_SHAPE[target.shard_topology]}), "
-                 f"{target.mongos} router(s)")  # fmt: skip
+                 f"{target.mongos} router(s), balancer "
+                 f"{'on' if target.balancer else 'off'}")  # fmt: skip
     else:
         count = _TOPOLOGY_MEMBERS[target.topology]
         shape = _TOPOLOGY_SHAPE[target.topology]

@@ -57,6 +57,9 @@ class _Target(Strict):
         "rs3", description="sharded: each shard's replica set"
     )
     mongos: int = Field(2, ge=1, le=8, description="sharded: how many routers")
+    balancer: bool = Field(
+        True, description="sharded: the balancer moves chunks (on, as MongoDB's by default)"
+    )
     uri: str | None = Field(None, description="local: the connection string (${VAR} allowed)")
     members: tuple[LocalMember, ...] = ()
     engine: Literal["auto", "emulator", "mongod"] = "auto"
@@ -182,7 +185,7 @@ class _Target(Strict):
                                "mongos/mongod cluster is built yet)")  # fmt: skip
 
 
-_SHARDED_FIELDS = {"shards", "shard_topology", "mongos"}
+_SHARDED_FIELDS = {"shards", "shard_topology", "mongos", "balancer"}
 # What a replica-set sandbox takes that a sharded one does not (yet).
 _NOT_SHARDED = {"auth", "tls", "storage", "handshake", "data_mb", "oplog_size_mb",
                 "initial_sync_mb_per_s", "cache_mb", "journal_commit_interval"}  # fmt: skip

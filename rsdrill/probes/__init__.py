@@ -20,7 +20,7 @@ from rsdrill.probes.load import build_load, preload
 from rsdrill.probes.raw_write import RawWriteLoop
 from rsdrill.probes.recovery import StatusPoller
 from rsdrill.probes.register import REGISTER_ID, RegisterReader, RegisterWriter
-from rsdrill.probes.shards import place_chunks
+from rsdrill.probes.shards import chunks_to_balance, place_chunks
 from rsdrill.probes.stall import StallProbe
 
 if TYPE_CHECKING:
@@ -74,6 +74,8 @@ class ProbeSet:
         if self.layout is not None and a is not None and a.writes:
             self._shard_ids = place_chunks(self.uri, f"{self.prefix}_shards",
                                            list(self.layout.shards))  # fmt: skip
+        if self.layout is not None and self.config.durability is not None:
+            chunks_to_balance(self.uri, self._ledger_collection())
         if self.config.consistency is not None:
             with MongoClient(self.uri, serverSelectionTimeoutMS=30_000) as client:
                 client[PROBE_DB].get_collection(
@@ -130,17 +132,14 @@ class ProbeSet:
                              retries=a.retries)
                 )  # fmt: skip
         if c.durability is not None:
-            d = c.durability
-            avail = c.availability
-            if (d.share_writes and writes is not None and avail is not None
-                    and (avail.write_concern, avail.journal)
-                    == (d.write_concern, d.journal)):  # fmt: skip
+            d, collection = c.durability, self._ledger_collection()
+            if collection == f"{self.prefix}_write" and writes is not None:
                 # The same acknowledgement, so the same promise: no writes of its own.
                 self.ledger = writes
             else:
                 self.ledger = WriteLoop(
                     "ledger", self.history, self.clock, uri=self.uri,
-                    collection=f"{self.prefix}_ledger", interval_s=d.interval,
+                    collection=collection, interval_s=d.interval,
                     timeout_s=d.timeout, w=d.write_concern, journal=d.journal,
                     retries=d.retries,
                 )  # fmt: skip
@@ -207,6 +206,14 @@ class ProbeSet:
             )  # fmt: skip
             self._clients.append(client)
             self.probes.extend(workers)
+
+    def _ledger_collection(self) -> str:
+        """The durability ledger's collection: the availability probe's writes' when they make
+        the same promise (the same write concern), else its own."""
+        d, a = self.config.durability, self.config.availability
+        shared = (d is not None and d.share_writes and a is not None and a.writes
+                  and (a.write_concern, a.journal) == (d.write_concern, d.journal))  # fmt: skip
+        return f"{self.prefix}_write" if shared else f"{self.prefix}_ledger"
 
     def write_loops(self) -> list[WriteLoop]:
         """The probes that insert `{_id: seq}` (the ledger too, when it writes on its own)."""

@@ -4,6 +4,7 @@ are read back with majority read concern, and the acknowledged ones that are mis
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
@@ -17,7 +18,9 @@ LEDGER = LEDGER_PROBE
 
 def readback(ledger: WriteLoop, timeout_s: float) -> None:
     """Record one "readback" op of the "ledger" probe: which acknowledged seqs a majority read
-    cannot find; `detail.of` names the probe whose inserts were the ledger.
+    cannot find, and which it finds more than once (`duplicated`: through a sharded cluster's
+    routers, one document owned by two shards); `detail.of` names the probe whose inserts were
+    the ledger.
 
     Retries until `timeout_s` so that a set still electing or catching up is given the chance
     to answer; a failure to read at all is recorded as an error (lost writes unknown).
@@ -30,7 +33,8 @@ def readback(ledger: WriteLoop, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            found = {doc["_id"] for doc in coll.find({}, {"_id": 1})}
+            # Seqs: a write loop's _id is its id_base + the seq.
+            seen = Counter(doc["_id"] - ledger.id_base for doc in coll.find({}, {"_id": 1}))
             break
         except PyMongoError as exc:
             if time.monotonic() > deadline:
@@ -39,6 +43,8 @@ def readback(ledger: WriteLoop, timeout_s: float) -> None:
                               probe=LEDGER)  # fmt: skip
                 return
             time.sleep(0.2)
-    missing = sorted(acknowledged - found)
-    detail = {"checked": len(acknowledged), "missing": missing, "of": ledger.name}
+    missing = sorted(acknowledged - set(seen))
+    duplicated = sorted(seq for seq, n in seen.items() if n > 1)
+    detail = {"checked": len(acknowledged), "missing": missing, "duplicated": duplicated,
+              "of": ledger.name}  # fmt: skip
     ledger.record("readback", None, t_start, "ok", detail, probe=LEDGER)

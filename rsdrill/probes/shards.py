@@ -5,7 +5,7 @@ write loop per shard inserting into its own chunk. Each op says which shard it m
 
 The chunks are placed before the measured window by MongoDB's own commands (`shardCollection`,
 `split`, `moveChunk`), as an operator would; nothing moves them during the run (the sandbox's
-balancer does not run yet), so a probe's keys stay on its shard.
+balancer leaves the collection alone), so a probe's keys stay on its shard.
 """
 
 from __future__ import annotations
@@ -21,6 +21,24 @@ ID_STEP = 1 << 40
 """Each shard's range of `_id`s: far more than a run's inserts."""
 
 
+LEDGER_CHUNK_SEQS = 100
+LEDGER_CHUNKS = 16
+
+
+def chunks_to_balance(uri: str, collection: str) -> None:
+    """Shard the ledger's `collection` on `_id` in LEDGER_CHUNKS chunks of LEDGER_CHUNK_SEQS
+    seqs (the last open-ended), all on its database's primary shard: the balancer, when on,
+    moves them while the ledger writes into them, so its read-back checks acknowledged writes
+    through chunk migrations."""
+    ns = f"{PROBE_DB}.{collection}"
+    client: MongoClient[dict[str, Any]]
+    with MongoClient(uri, serverSelectionTimeoutMS=30_000) as client:
+        admin: Database[dict[str, Any]] = client.admin
+        admin.command("shardCollection", ns, key={"_id": 1})
+        for i in range(1, LEDGER_CHUNKS):
+            admin.command("split", ns, middle={"_id": i * LEDGER_CHUNK_SEQS})
+
+
 def place_chunks(uri: str, collection: str, shards: list[str]) -> dict[str, int]:
     """Shard `collection` on `_id` with one chunk per shard; each shard's first `_id`."""
     ns = f"{PROBE_DB}.{collection}"
@@ -28,6 +46,8 @@ def place_chunks(uri: str, collection: str, shards: list[str]) -> dict[str, int]
     with MongoClient(uri, serverSelectionTimeoutMS=30_000) as client:
         admin: Database[dict[str, Any]] = client.admin
         admin.command("shardCollection", ns, key={"_id": 1})
+        # Each probe's keys stay on its shard: the balancer leaves this collection alone.
+        admin.command("configureCollectionBalancing", ns, enableBalancing=False)
         for i in range(1, len(shards)):
             admin.command("split", ns, middle={"_id": i * ID_STEP})
         for i, shard in enumerate(shards):

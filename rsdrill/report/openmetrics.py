@@ -105,6 +105,9 @@ FAMILIES: dict[str, Family] = {
     "lost_acknowledged_writes": Family(
         "rsdrill_lost_acknowledged_writes", "Acknowledged writes missing at the read-back."
     ),
+    "duplicated_writes": Family(
+        "rsdrill_duplicated_writes", "Writes the read-back found more than once."
+    ),
     "latency_ms": Family(
         "rsdrill_operation_latency_seconds",
         "Latency of the load's operations at a percentile (p50, p95, p99) and the maximum.",

@@ -179,9 +179,11 @@ def up_sharded(
     routers: int = 2,
     settings: Settings | None = None,
     host: str = "127.0.0.1",
+    balancer: bool = True,
 ) -> ShardedSandbox:
     """Start a sharded cluster in `directory` and return once every router answers and every
-    shard is added. On any failure every process started so far is stopped again."""
+    shard is added (and, without `balancer`, the balancer stopped). On any failure every
+    process started so far is stopped again."""
     directory = directory.resolve()
     specs, router_hosts = plan_cluster(port_base=port_base, shards=shards,
                                        shard_topology=shard_topology, routers=routers,
@@ -190,7 +192,7 @@ def up_sharded(
         if not port_free(host, int(address.rsplit(":", 1)[1])):
             raise SandboxError(f"port {address} is already in use; choose another --port-base")
     directory.mkdir(parents=True, exist_ok=True)
-    cluster = ClusterSpec(tuple(n for n in specs if n != CONFIG_SET), router_hosts)
+    cluster = ClusterSpec(tuple(n for n in specs if n != CONFIG_SET), router_hosts, balancer)
     cluster.write(directory)
     sandbox = ShardedSandbox(directory)
     engine = EmulatorEngine()
@@ -207,6 +209,8 @@ def up_sharded(
             if name != CONFIG_SET:
                 hosts = ",".join(m.host for m in spec.members)
                 _command(router_hosts[0], {"addShard": f"{name}/{hosts}", "name": name})
+        if not balancer:
+            _command(router_hosts[0], {"balancerStop": 1})
     except BaseException:
         sandbox.down(grace_s=2.0)
         raise

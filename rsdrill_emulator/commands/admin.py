@@ -113,6 +113,16 @@ async def _commit_transaction(cmds: Commands, req: Request) -> dict[str, Any]:
     return await cmds.transactions.commit(cmds, req)
 
 
+@command("coordinateCommitTransaction")
+async def _coordinate_commit(cmds: Commands, req: Request) -> dict[str, Any]:
+    """Only the recovery of a decision (no participants): the routers run no two-phase
+    commit yet."""
+    if req.body.get("participants"):
+        raise CommandError(2, "coordinateCommitTransaction with participants: the sandbox's "
+                           "routers run no two-phase commit yet")  # fmt: skip
+    return await cmds.transactions.recover_decision(cmds, req)
+
+
 @command("abortTransaction")
 async def _abort_transaction(cmds: Commands, req: Request) -> dict[str, Any]:
     return await cmds.transactions.abort(cmds, req)

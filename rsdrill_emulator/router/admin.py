@@ -15,7 +15,7 @@ from rsdrill_emulator.commands.base import CURRENT, GIT_VERSION
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.failpoint import FailPoint
 from rsdrill_emulator.request import Request
-from rsdrill_emulator.router.migration import move_chunk, record_on_shards
+from rsdrill_emulator.router.migration import HANG_STEPS, move_chunk, record_on_shards
 from rsdrill_emulator.router.router import Router, command, transaction_key
 from rsdrill_emulator.shardkey import compare_keys, document_key, in_range
 
@@ -110,10 +110,18 @@ async def _sessions(router: Router, req: Request) -> dict[str, Any]:
 
 @command("configureFailPoint", "configurefailpoint")
 async def _configure_fail_point(router: Router, req: Request) -> dict[str, Any]:
-    """failCommand on the router itself (its other fail points are a shard member's)."""
+    """failCommand on the router itself, and the migration's steps it runs
+    (moveChunkHangAtStep1-6, alwaysOn or off); other fail points are a shard member's."""
     if req.db != "admin":
         raise CommandError(13, "configureFailPoint may only be run against the admin database")
     name = str(req.body.get("configureFailPoint"))
+    if name in HANG_STEPS:
+        entered = router.hang_entries.get(name, 0)
+        if req.body.get("mode") == "off":
+            router.hang_points.discard(name)
+        else:
+            router.hang_points.add(name)
+        return {"count": entered}
     if name != "failCommand":
         raise CommandError(2, f"fail point {name} is not a router's (a shard member has it)")
     fail_point = FailPoint.from_command(req.body)
@@ -122,6 +130,21 @@ async def _configure_fail_point(router: Router, req: Request) -> dict[str, Any]:
     else:
         router.fail_points[name] = fail_point
     return {"count": 0}
+
+
+@command("waitForFailPoint", "waitforfailpoint")
+async def _wait_for_fail_point(router: Router, req: Request) -> dict[str, Any]:
+    """Until a migration step's fail point was reached `timesEntered` times (maxTimeMS)."""
+    name = str(req.body.get("waitForFailPoint"))
+    if name not in HANG_STEPS:
+        raise CommandError(2, f"waitForFailPoint: {name} is not a router's fail point")
+    wanted = int(req.body.get("timesEntered", 1))
+    deadline = asyncio.get_running_loop().time() + float(req.body.get("maxTimeMS", 30_000)) / 1000
+    while router.hang_entries.get(name, 0) < wanted:
+        if asyncio.get_running_loop().time() > deadline:
+            raise CommandError(50, f"{name} was not reached {wanted} times in time")
+        await asyncio.sleep(0.01)
+    return {}
 
 
 # -- sharding --------------------------------------------------------------------------------
@@ -241,6 +264,18 @@ async def _balancer_stop(router: Router, req: Request) -> dict[str, Any]:
     return {}
 
 
+@command("configureCollectionBalancing", "configurecollectionbalancing")
+async def _configure_balancing(router: Router, req: Request) -> dict[str, Any]:
+    """`enableBalancing` of one collection (its other settings, chunk size and auto-merge,
+    are not the sandbox's)."""
+    ns = str(req.body["configureCollectionBalancing"])
+    if ns not in (await router.catalog.refresh()).collections:
+        raise CommandError(61, f"{ns} is not sharded")
+    if "enableBalancing" in req.body:
+        await router.catalog.set_balancing(ns, bool(req.body["enableBalancing"]))
+    return {}
+
+
 @command("balancerStatus", "balancerstatus")
 async def _balancer_status(router: Router, req: Request) -> dict[str, Any]:
     stopped = await router.catalog.balancer_stopped()
@@ -343,10 +378,17 @@ async def _list_databases(router: Router, req: Request) -> dict[str, Any]:
 async def _end_transaction(router: Router, req: Request) -> dict[str, Any]:
     key = transaction_key(req.body)
     shard = router.transactions.get(key) if key is not None else None
-    # Another router ran the transaction: its replies gave the driver the shard to ask.
-    shard = shard or (req.body.get("recoveryToken") or {}).get("recoveryShardId")
+    committing = req.name.lower() == "committransaction"
+    recovery = (req.body.get("recoveryToken") or {}).get("recoveryShardId")
+    if shard is None and committing and recovery:
+        # Another router ran it: as mongos, ask the recovery shard for the decision
+        # (coordinateCommitTransaction without participants), never commit from here.
+        fields = {k: v for k, v in req.body.items() if k not in (req.name, "recoveryToken")}
+        ask = {"coordinateCommitTransaction": 1, "participants": [], **fields}
+        return (await router.send(recovery, "admin", ask))[1]
+    shard = shard or recovery
     if shard is None:
-        if req.name.lower() == "committransaction":
+        if committing:
             return {}  # nothing was read or written: nothing to commit
         raise CommandError(251, "no transaction in progress on this session")
     return (await router.send(shard, "admin", req.body))[1]

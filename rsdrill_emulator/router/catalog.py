@@ -157,13 +157,32 @@ class Catalog:
         for a second."""
         doc = {"_id": ns, "min": chunk.min, "max": chunk.max, "donor": chunk.shard,
                "recipient": recipient, "router": owner,
-               "started": datetime.datetime.now(datetime.UTC)}  # fmt: skip
+               "started": _now(), "ping": _now()}  # fmt: skip
         write = {"insert": "migrations", "documents": [doc], "writeConcern": MAJORITY}
         _, reply = await self.config.on_primary("config", write, retry=False)
         errors = reply.get("writeErrors") or []
         if errors and errors[0].get("code") == 11000:
             raise CommandError(117, f"a chunk of {ns} is already being moved")
         _checked(reply, f"starting a migration of {ns}")
+
+    async def ping_migration(self, ns: str, owner: str) -> bool:
+        """Whether `owner` still runs the migration of `ns` (its ping recorded)."""
+        update = {"q": {"_id": ns, "router": owner}, "u": {"$set": {"ping": _now()}}}
+        reply = await self._write({"update": "migrations", "updates": [update]}, f"pinging {ns}")
+        return int(reply.get("n", 0)) == 1
+
+    async def abandoned_migrations(self, after_s: float) -> list[dict[str, Any]]:
+        """Migrations whose router has not pinged for `after_s`."""
+        found = await self._find("migrations")
+        limit = _now() - datetime.timedelta(seconds=after_s)
+        return [d for d in found if _as_utc(d.get("ping") or d["started"]) < limit]
+
+    async def take_over_migration(self, doc: dict[str, Any], owner: str) -> bool:
+        """Whether this router took the migration over (another may have, since `doc`)."""
+        query = {"_id": doc["_id"], "router": doc["router"], "ping": doc.get("ping")}
+        reply = await self._write({"update": "migrations", "updates": [{"q": query, "u": {
+            "$set": {"router": owner, "ping": _now()}}}]}, "taking over a migration")  # fmt: skip
+        return int(reply.get("nModified", reply.get("n", 0))) == 1
 
     async def unlock_migration(self, ns: str) -> None:
         await self._delete("migrations", {"_id": ns}, f"ending the migration of {ns}")
@@ -201,6 +220,30 @@ class Catalog:
                            "min": chunk.min}, "u": {"$set": {"max": middle, "lastmod": low}}}]},
                           f"splitting a chunk of {route.ns}")  # fmt: skip
 
+    async def take_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Whether `owner` holds lease `name` (config.locks) for the next `ttl_s`: taken when
+        free or expired, renewed when its own."""
+        now = _now()
+        until = now + datetime.timedelta(seconds=ttl_s)
+        query = {"_id": name, "$or": [{"until": {"$lt": now}}, {"who": owner}]}
+        renewed = await self._write({"update": "locks", "updates": [{"q": query, "u": {"$set": {
+            "who": owner, "until": until}}}]}, f"taking the {name} lease")  # fmt: skip
+        if int(renewed.get("n", 0)) == 1:
+            return True
+        write = {"insert": "locks", "documents": [{"_id": name, "who": owner, "until": until}],
+                 "writeConcern": MAJORITY}  # fmt: skip
+        _, reply = await self.config.on_primary("config", write, retry=False)
+        errors = reply.get("writeErrors") or []
+        if errors and errors[0].get("code") == 11000:
+            return False  # another router holds it
+        _checked(reply, f"taking the {name} lease")
+        return True
+
+    async def set_balancing(self, ns: str, enabled: bool) -> None:
+        """A collection's own balancing (config.collections noBalance)."""
+        await self._upsert("collections", {"_id": ns}, {"$set": {"noBalance": not enabled}}, ns)
+        await self.refresh()
+
     async def balancer_stopped(self) -> bool:
         found = await self._find("settings", {"_id": "balancer"})
         return bool(found and found[0].get("stopped"))
@@ -208,6 +251,16 @@ class Catalog:
     async def set_balancer(self, stopped: bool) -> None:
         update = {"$set": {"stopped": stopped, "mode": "off" if stopped else "full"}}
         await self._upsert("settings", {"_id": "balancer"}, update, "setting the balancer")
+
+
+def _now() -> datetime.datetime:
+    # BSON dates hold milliseconds: a ping read back must equal the one written.
+    now = datetime.datetime.now(datetime.UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def _as_utc(moment: datetime.datetime) -> datetime.datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
 
 
 _stamps = itertools.count(1)

@@ -16,6 +16,8 @@ forward.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,8 +30,28 @@ from rsdrill_emulator.router.router import Router
 from rsdrill_emulator.router.routing import Chunk, CollectionRoute
 from rsdrill_emulator.shardkey import document_key, in_range
 
+_log = logging.getLogger(__name__)
+
 _CATCH_UP_ROUNDS = 5
 ABORT_WAIT_S = 30.0
+PING_INTERVAL_S = 1.0
+HANG_STEPS = tuple(f"moveChunkHangAtStep{i}" for i in range(1, 7))
+"""Fail points that hold a migration: 1 locked, 2 cloned, 3 caught up, 4 in the critical
+section and caught up, 5 committed, 6 the donor's range deleted (MongoDB's donor has its own
+steps of these names)."""
+# A migration aborted or left undecided: OperationFailed (a driver takes a NotPrimary-class
+# code from a router for the router's own state, and would drop its connections).
+MIGRATION_FAILED = 96
+
+
+class LeftToRecovery(CommandError):
+    """Neither decided nor finished here (the config servers did not say whether the commit
+    was recorded, or the steps after it kept failing): the migration's record stays for the
+    routers' recovery (recover_migrations)."""
+
+    def __init__(self, ns: str, why: str) -> None:
+        super().__init__(MIGRATION_FAILED, f"the migration of {ns} is left to the routers' "
+                         f"recovery: {why}")  # fmt: skip
 
 
 @dataclass
@@ -42,6 +64,12 @@ class Migration:
     position: Timestamp = field(default_factory=lambda: Timestamp(0, 0))
     # _id of every document copied to the recipient (what an abort deletes there).
     copied: list[Any] = field(default_factory=list)
+    # Another router took the migration over (its pings went unrecorded too long).
+    taken_over: bool = False
+    # Each shard's primary when the migration first reached it: a later one aborts it, as a
+    # donor's or recipient's stepdown aborts MongoDB's (a clone read from a primary that then
+    # lost its place may hold writes its set rolled back).
+    primaries: dict[str, str] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -60,8 +88,19 @@ class Migration:
         key = document_key(self.route.key, doc)
         return in_range(self.route.key, key, self.chunk.min, self.chunk.max)
 
-    async def _on(self, shard: str, db: str, cmd: dict[str, Any]) -> dict[str, Any]:
-        _, reply = await self.router.shard(shard).on_primary(db, cmd, retry=False)
+    def _same_primary(self, shard: str, host: str) -> None:
+        first = self.primaries.setdefault(shard, host)
+        if first != host:
+            raise CommandError(MIGRATION_FAILED,
+                               f"migration of {self.ns}: {shard}'s primary changed ({first} -> "
+                               f"{host}): aborted")  # fmt: skip
+
+    async def _on(
+        self, shard: str, db: str, cmd: dict[str, Any], *, same_primary: bool = True
+    ) -> dict[str, Any]:
+        host, reply = await self.router.shard(shard).on_primary(db, cmd, retry=False)
+        if same_primary:
+            self._same_primary(shard, host)
         if not reply.get("ok") or reply.get("writeErrors") or reply.get("writeConcernError"):
             raise CommandError(
                 int(reply.get("code") or 1), f"migration of {self.ns} on {shard}: {reply}"
@@ -70,8 +109,15 @@ class Migration:
 
     # -- phases ------------------------------------------------------------------------------
 
+    async def same_primaries(self) -> None:
+        """Whether the donor and the recipient are on the primaries the migration began with
+        (their first answer here records them)."""
+        for shard in (self.donor, self.recipient):
+            await self._on(shard, "admin", {"ping": 1})
+
     async def clone(self) -> None:
         """Every document of the range, from the donor's primary to the recipient's."""
+        await self.same_primaries()
         db, coll = self._db_coll()
         newest = await self._on(
             self.donor,
@@ -83,6 +129,7 @@ class Migration:
         host, reply = await self.router.shard(self.donor).on_primary(
             db, {"find": coll, "filter": {}, "batchSize": 100_000}, retry=False
         )
+        self._same_primary(self.donor, host)
         docs = [
             d
             for d in await drain(self.router.shard(self.donor), host, db, reply)
@@ -140,31 +187,44 @@ class Migration:
     async def critical_section(self, on: bool) -> None:
         """The donor's own record marked (on) or restored (off): while marked, versioned
         commands on the collection answer StaleConfig and routers retry them."""
+        await self._on(self.donor, "config", self._cache_update(on))
+
+    def _cache_update(self, on: bool) -> dict[str, Any]:
         cached = self.route.cache_document(self.donor)
         if on:
             cached["criticalSection"] = True
-        await self._on(
-            self.donor,
-            "config",
-            {
-                "update": "cache.collections",
+        return {"update": "cache.collections",
                 "updates": [{"q": {"_id": self.ns}, "u": cached, "upsert": True}],
-                "writeConcern": MAJORITY,
-            },
-        )
+                "writeConcern": MAJORITY}  # fmt: skip
 
     async def commit(self) -> CollectionRoute:
         """The chunk's new shard and version on the config servers (w:majority), and, if the
-        donor keeps chunks, one of them bumped too (MongoDB's control chunk)."""
+        donor keeps chunks, one of them bumped too (MongoDB's control chunk). A write whose
+        outcome is unknown (the config primary lost) is retried, as the donor retries its
+        commit, until the config servers say the chunk is the recipient's; LeftToRecovery when
+        they say nothing for ABORT_WAIT_S: then nobody may abort it but a recovery that reads
+        the decision (recover_migrations)."""
         catalog = self.router.catalog
+        await self.same_primaries()
+        if self.taken_over or not await catalog.ping_migration(self.ns, self.router.host):
+            raise CommandError(MIGRATION_FAILED, f"the migration of "
+                               f"{self.ns} was taken over by another router")  # fmt: skip
         major = self.route.version.time + 1
-        await catalog.move_chunk_record(
-            self.route, self.chunk, self.recipient, Timestamp(major, 0), Timestamp(major, 1)
-        )
-        moved = (await catalog.refresh()).collections.get(self.ns)
-        if moved is None or moved.owner(self.chunk.min) != self.recipient:
-            raise CommandError(1, f"the commit of {self.ns}'s chunk was not recorded")
-        return moved
+        deadline = time.monotonic() + ABORT_WAIT_S
+        while True:
+            try:
+                moved_at, control_at = Timestamp(major, 0), Timestamp(major, 1)
+                await catalog.move_chunk_record(self.route, self.chunk, self.recipient,
+                                                moved_at, control_at)  # fmt: skip
+                moved = (await catalog.refresh()).collections.get(self.ns)
+            except CommandError as exc:
+                if time.monotonic() > deadline:
+                    raise LeftToRecovery(self.ns, f"its commit is not known ({exc})") from exc
+                await asyncio.sleep(0.5)
+                continue
+            if moved is None or moved.owner(self.chunk.min) != self.recipient:
+                raise CommandError(1, f"the commit of {self.ns}'s chunk was not recorded")
+            return moved
 
     async def delete_range(self) -> None:
         """The range's documents on the donor, now orphans there."""
@@ -183,17 +243,19 @@ class Migration:
                     "deletes": [{"q": {"_id": i}, "limit": 1} for i in ids],
                     "writeConcern": MAJORITY,
                 },
+                same_primary=False,  # after the commit: on whichever primary the donor has
             )
 
     async def abort(self) -> None:
-        """Before the commit: the donor's record restored, the recipient's copies deleted."""
+        """Before the commit: the donor's record restored, the recipient's copies deleted
+        (on whichever primaries the sets have now)."""
         db, coll = self._db_coll()
-        await self.critical_section(on=False)
+        await self._on(self.donor, "config", self._cache_update(on=False), same_primary=False)
         if self.copied:
             deletes = [{"q": {"_id": i}, "limit": 1} for i in self.copied]
-            await self._on(
-                self.recipient, db, {"delete": coll, "deletes": deletes, "writeConcern": MAJORITY}
-            )
+            await self._on(self.recipient, db, {"delete": coll, "deletes": deletes,
+                                                "writeConcern": MAJORITY},
+                           same_primary=False)  # fmt: skip
 
 
 async def move_chunk(
@@ -210,25 +272,112 @@ async def move_chunk(
     await router.catalog.lock_migration(ns, chunk, recipient, router.host)
     migration = Migration(router, route, chunk, recipient)
     started = time.monotonic()
-    committed = False
+    committed = undecided = False
+    pinging = asyncio.create_task(_ping(migration))
     try:
+        await router.hang_at(HANG_STEPS[0])
         await migration.clone()
+        await router.hang_at(HANG_STEPS[1])
         for _ in range(_CATCH_UP_ROUNDS):
             if await migration.catch_up() == 0:
                 break
+        await router.hang_at(HANG_STEPS[2])
         await migration.critical_section(on=True)
         await migration.catch_up()
+        await router.hang_at(HANG_STEPS[3])
         moved = await migration.commit()
         committed = True
-        await record_on_shards(router, ns, moved)
-        await migration.delete_range()
-    except BaseException:
-        if not committed:
-            await _abort(migration)
+        await router.hang_at(HANG_STEPS[4])
+        await _forward(migration, moved)
+        await router.hang_at(HANG_STEPS[5])
+    except LeftToRecovery:
+        undecided = True  # its record stays, unpinged: recover_migrations reads the decision
+        raise
+    except BaseException as exc:
+        if committed:  # only forward from here: its record stays for the recovery
+            undecided = True
+            raise
+        _log.info("migration of %s to %s: aborted (%s)", ns, recipient, exc)
+        await _abort(migration)
+        if isinstance(exc, CommandError):
+            # A shard's NotPrimary error, passed on, would make a driver drop the router.
+            raise CommandError(MIGRATION_FAILED, f"moveChunk of {ns} aborted: {exc}") from exc
         raise
     finally:
-        await router.catalog.unlock_migration(ns)
+        pinging.cancel()
+        if not undecided:
+            await router.catalog.unlock_migration(ns)
     return {"millis": int((time.monotonic() - started) * 1000)}
+
+
+async def _forward(migration: Migration, moved: CollectionRoute) -> None:
+    """After the commit, only forward: every shard's record of the new version (ending the
+    donor's critical section) and the donor's range deleted, again while a set elects, for
+    ABORT_WAIT_S; then LeftToRecovery leaves the rest to the routers' recovery."""
+    deadline = time.monotonic() + ABORT_WAIT_S
+    while True:
+        try:
+            await record_on_shards(migration.router, migration.ns, moved)
+            await migration.delete_range()
+            return
+        except CommandError as exc:
+            if time.monotonic() > deadline:
+                raise LeftToRecovery(migration.ns, f"committed, not finished ({exc})") from exc
+            await asyncio.sleep(0.5)
+
+
+async def _ping(migration: Migration) -> None:
+    """Say this router still runs the migration (see `Router.abandoned_after_s`)."""
+    catalog, host = migration.router.catalog, migration.router.host
+    while True:
+        with contextlib.suppress(CommandError):
+            if not await catalog.ping_migration(migration.ns, host):
+                migration.taken_over = True
+        await asyncio.sleep(PING_INTERVAL_S)
+
+
+async def recovery_loop(router: Router) -> None:
+    """Look for abandoned migrations every PING_INTERVAL_S (see recover_migrations)."""
+    while True:
+        with contextlib.suppress(CommandError):  # the config servers are away: next time
+            await recover_migrations(router)
+        await asyncio.sleep(PING_INTERVAL_S)
+
+
+async def recover_migrations(router: Router) -> list[str]:
+    """Take over every migration whose router stopped pinging (it died, or lost the config
+    servers for `Router.abandoned_after_s`): finish one the config servers committed (every
+    shard's record of the new version, the donor's range deleted), abort any other (the
+    donor's record restored, ending its critical section; every copy in the range deleted on
+    the recipient, where the range is not owned). Returns the namespaces recovered."""
+    recovered = []
+    for doc in await router.catalog.abandoned_migrations(router.abandoned_after_s):
+        ns = str(doc["_id"])
+        if not await router.catalog.take_over_migration(doc, router.host):
+            continue  # another router took it first
+        route = (await router.catalog.refresh()).collections.get(ns)
+        _log.info("took over the migration of %s from router %s", ns, doc.get("router"))
+        if route is not None:
+            await _finish_or_abort(router, route, doc)
+        await router.catalog.unlock_migration(ns)
+        recovered.append(ns)
+    return recovered
+
+
+async def _finish_or_abort(router: Router, route: CollectionRoute, doc: dict[str, Any]) -> None:
+    chunk = Chunk(dict(doc["min"]), dict(doc["max"]), str(doc["donor"]), Timestamp(0, 0))
+    migration = Migration(router, route, chunk, str(doc["recipient"]))
+    if route.owner(chunk.min) == migration.recipient:
+        await record_on_shards(router, route.ns, route)
+        await migration.delete_range()
+        return
+    db, coll = migration._db_coll()
+    host, reply = await router.shard(migration.recipient).on_primary(
+        db, {"find": coll, "filter": {}, "batchSize": 100_000}, retry=True
+    )
+    found = await drain(router.shard(migration.recipient), host, db, reply)
+    migration.copied = [d["_id"] for d in found if migration._in_chunk(d)]
+    await _abort(migration)
 
 
 async def _abort(migration: Migration) -> None:

@@ -97,6 +97,13 @@ class Router:
     connections: int = 0
     certificate_subjects: dict[int, str] = field(default_factory=dict)
     fail_points: dict[str, FailPoint] = field(default_factory=dict)
+    # A migration record unpinged this long is taken over: twice the config servers'
+    # election timeout and 5 s (so an election of theirs, which stops every ping, is no
+    # router's death), at least 10 s.
+    abandoned_after_s: float = 10.0
+    # Migration steps held (moveChunkHangAtStepN on), and how often each was reached.
+    hang_points: set[str] = field(default_factory=set)
+    hang_entries: dict[str, int] = field(default_factory=dict)
     app_names: dict[int, str] = field(default_factory=dict)
 
     @classmethod
@@ -109,7 +116,15 @@ class Router:
 
         config = replica_set(CONFIG_SET)
         shards = {name: replica_set(name) for name in cluster.shards}
-        return cls(host, config, shards, Catalog(config))
+        election_s = cluster.set_spec(directory, CONFIG_SET).settings.election_timeout_ms / 1000
+        return cls(host, config, shards, Catalog(config),
+                   abandoned_after_s=max(10.0, 2 * election_s + 5))  # fmt: skip
+
+    async def hang_at(self, name: str) -> None:
+        """Hold here while fail point `name` is on (MongoDB's moveChunkHangAtStepN)."""
+        self.hang_entries[name] = self.hang_entries.get(name, 0) + 1
+        while name in self.hang_points:
+            await asyncio.sleep(0.01)
 
     def forget(self, connection_id: int) -> None:
         self.certificate_subjects.pop(connection_id, None)

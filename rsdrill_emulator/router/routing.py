@@ -40,6 +40,8 @@ class CollectionRoute:
     epoch: ObjectId = field(default_factory=lambda: ObjectId(bytes(12)))
     timestamp: Timestamp = field(default_factory=lambda: Timestamp(0, 0))
     chunks: list[Chunk] = field(default_factory=list)
+    # The balancer leaves it alone (config.collections noBalance).
+    no_balance: bool = False
 
     def sort_chunks(self) -> None:
         def by_lower_bound(a: Chunk, b: Chunk) -> int:
@@ -122,6 +124,7 @@ class RoutingTable:
                 bool(coll.get("unique")),
                 coll["lastmodEpoch"],
                 coll["timestamp"],
+                no_balance=bool(coll.get("noBalance")),
             )
             table.collections[route.ns] = route
             by_uuid[route.uuid] = route

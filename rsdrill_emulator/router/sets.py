@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from rsdrill_emulator.errors import NOT_PRIMARY_CODES, CommandError
 from rsdrill_emulator.peer import PeerConnection, PeerError
+
+_log = logging.getLogger(__name__)
 
 CHECK_INTERVAL_S = 0.5
 HELLO_TIMEOUT_S = 1.0
@@ -71,6 +74,10 @@ class ReplicaSet:
         primary = max(primaries, key=lambda p: p[0].binary if p[0] else b"")[1] if primaries \
             else None  # fmt: skip
         if primary != self.primary:
+            unanswered = [f"{h}: {r['error']}" for h, r in zip(self.hosts, replies, strict=True)
+                          if "error" in r]  # fmt: skip
+            _log.info("%s: primary %s -> %s%s", self.name, self.primary, primary,
+                      f" ({'; '.join(unanswered)})" if unanswered else "")  # fmt: skip
             self.primary = primary
             self._changed.set()
             self._changed = asyncio.Event()
@@ -78,13 +85,14 @@ class ReplicaSet:
     async def _hello(self, host: str) -> dict[str, Any]:
         try:
             return await self.run_on(host, "admin", {"hello": 1}, HELLO_TIMEOUT_S)
-        except PeerError:
-            return {}
+        except PeerError as exc:
+            return {"error": str(exc) or type(exc).__name__}
 
     def suspect(self, host: str) -> None:
         """A command on `host` met a NotPrimary error or a dead connection: forget it as the
         primary and check again now."""
         if self.primary == host:
+            _log.info("%s: primary %s -> None (a command on it failed)", self.name, host)
             self.primary = None
         self._check_now.set()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bson.min_key import MinKey
 from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 from pymongo import ASCENDING, MongoClient
@@ -33,6 +34,7 @@ def cluster(
         directory,
         port_base=free_port_base(3 + 2 * 3 + 2),
         settings=Settings(election_timeout_ms=1000),
+        balancer=False,  # chunks stay where the tests put them (test_the_balancer_... starts it)
     )
     try:
         yield sandbox
@@ -234,6 +236,38 @@ def test_a_split_chunk_is_two_at_a_newer_minor_version_that_every_router_follows
     for name, wanted in ((whole["shard"], [10, 10]), (other, [90, 90])):
         with shard_primary(cluster, name) as direct:
             assert sorted(d["n"] for d in direct["app"]["split"].find()) == wanted, name
+
+
+def test_the_balancer_evens_out_chunks_but_leaves_a_collection_without_balancing(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    for name in ("even", "still"):
+        client.admin.command("shardCollection", f"app.{name}", key={"n": 1})
+        for middle in (100, 200, 300, 400):
+            client.admin.command("split", f"app.{name}", middle={"n": middle})
+        client["app"][name].insert_many([{"n": n} for n in range(500)])
+    client.admin.command("configureCollectionBalancing", "app.still", enableBalancing=False)
+    (home,) = {c["shard"] for c in _chunks_of(client, "app.still")}
+    client.admin.command("balancerStart")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            owners = [c["shard"] for c in _chunks_of(client, "app.even")]
+            counts = sorted(owners.count(s) for s in cluster.spec.shards)
+            if counts[-1] - counts[0] < 2:  # MongoDB's threshold below 20 chunks
+                break
+            assert time.monotonic() < deadline, counts
+            time.sleep(0.5)
+    finally:
+        client.admin.command("balancerStop")
+    assert client.admin.command("balancerStatus")["mode"] == "off"
+    assert {c["shard"] for c in _chunks_of(client, "app.still")} == {home}
+    assert sorted(d["n"] for d in client["app"]["even"].find()) == list(range(500))
+    for name in cluster.spec.shards:  # each document on the shard owning its chunk only
+        with shard_primary(cluster, name) as direct:
+            mine = {c["min"]["n"] for c in _chunks_of(client, "app.even") if c["shard"] == name}
+            held = {d["n"] // 100 * 100 for d in direct["app"]["even"].find()}
+            assert {0 if isinstance(m, MinKey) else m for m in mine} == held, name
 
 
 def test_writes_during_a_migration_are_neither_lost_nor_duplicated(

@@ -21,7 +21,7 @@ from urllib.parse import quote
 from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.faultfs.mount import mount, unmount
 from rsdrill.platforms.machine.local_hosts import listening_pid
-from rsdrill.platforms.sandbox.target import free_port_base
+from rsdrill.platforms.sandbox.hosts import free_port_base
 from tests.harness.processes import ensure_built, stop
 
 ROOT = Path(__file__).resolve().parents[2]

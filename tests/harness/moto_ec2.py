@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rsdrill.platforms.sandbox.target import free_port_base
+from rsdrill.platforms.sandbox.hosts import free_port_base
 from tests.harness.processes import stop
 
 REGION = "us-east-1"

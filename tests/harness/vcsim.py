@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rsdrill.platforms.sandbox.target import free_port_base
+from rsdrill.platforms.sandbox.hosts import free_port_base
 from tests.harness.processes import ensure_built, stop
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ from harness.vcsim import Vcsim, connect, create_vm, esxi_hosts, find_vm, wait_t
 from harness.vsphere_binding import Event, VmBinding
 from rsdrill.analysis.availability import unavailable_s
 from rsdrill.history import History, RunClock
-from rsdrill.platforms.sandbox.target import free_port_base
+from rsdrill.platforms.sandbox.hosts import free_port_base
 from rsdrill.probes.availability import WriteLoop
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology

@@ -30,7 +30,7 @@ from rsdrill.platforms.machine.degrade import (
 )
 from rsdrill.platforms.machine.network import rsdrill_tables
 from rsdrill.platforms.machine.proxy import Listener, Shape, config_json
-from rsdrill.platforms.sandbox.target import SandboxHosts
+from rsdrill.platforms.sandbox.hosts import SandboxHosts
 from rsdrill.sandbox.cluster import Sandbox
 from tests.harness.members import wait_until, writable_primary
 

@@ -25,7 +25,7 @@ from rsdrill.platforms.machine.network import (
     ports_in_use,
     rsdrill_tables,
 )
-from rsdrill.platforms.sandbox.target import SandboxHosts
+from rsdrill.platforms.sandbox.hosts import SandboxHosts
 from rsdrill.sandbox.cluster import Sandbox
 from tests.harness.members import member_state, wait_until, writable_primary
 

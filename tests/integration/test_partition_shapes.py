@@ -14,7 +14,7 @@ from pymongo import MongoClient, WriteConcern
 
 from rsdrill.errors import InjectionError
 from rsdrill.platforms.machine.network import NetworkPartition, connects_as, rsdrill_tables
-from rsdrill.platforms.sandbox.target import SandboxHosts
+from rsdrill.platforms.sandbox.hosts import SandboxHosts
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.harness.members import member_state, wait_until, writable_primary

@@ -78,3 +78,12 @@ def test_lag_is_the_max_over_polls_and_secondaries() -> None:
 def test_lag_without_polls_or_secondaries_is_none() -> None:
     assert replication_lag_max_s([]) is None
     assert replication_lag_max_s([lag(1.0, {}), lag(2.0, {B: 9.0}, ok=False)]) is None
+
+
+def test_seqs_read_back_twice_are_duplicated_writes() -> None:
+    ops = [insert(s) for s in range(5)]
+    twice = Op("ledger", "readback", B, 60.0, 60.1, "ok",
+               {"checked": 5, "missing": [], "duplicated": [1, 3]})  # fmt: skip
+    assert durability([*ops, twice]) == Durability(5, 0, [], 2)
+    # A read-back that did not look for them (an older history) says nothing of them.
+    assert durability([*ops, readback([])]).duplicated_writes is None

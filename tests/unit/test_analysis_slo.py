@@ -31,6 +31,7 @@ def test_metric_names_are_the_contract_names() -> None:
         "replication_lag_max_s",
         "acknowledged_writes",
         "lost_acknowledged_writes",
+        "duplicated_writes",
         "latency_ms.p50",
         "latency_ms.p95",
         "latency_ms.p99",

@@ -8,14 +8,8 @@ import subprocess
 import pytest
 
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
-from rsdrill.experiment.plan import (
-    PlannedStep,
-    describe_selection,
-    plan_experiment,
-    redact_uri,
-    render_plan,
-)
-from rsdrill.experiment.schema import Experiment, SelectCount, SelectMember
+from rsdrill.experiment.plan import PlannedStep, plan_experiment, redact_uri, render_plan
+from rsdrill.experiment.schema import Experiment, SelectCount, SelectMember, describe_selection
 from rsdrill.platforms.sandbox.target import SandboxTarget
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.mongod import MongodEngine

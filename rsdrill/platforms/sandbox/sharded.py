@@ -141,7 +141,8 @@ class ShardedSandboxTarget:
                                        shards=self.config.shards,
                                        shard_topology=self.config.shard_topology,
                                        routers=self.config.mongos,
-                                       settings=self.settings)  # fmt: skip
+                                       settings=self.settings,
+                                       balancer=self.config.balancer)  # fmt: skip
         except SandboxError as exc:
             raise TargetError(f"sandbox: {exc}") from exc
 
