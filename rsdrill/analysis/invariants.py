@@ -165,16 +165,18 @@ def monotonic_read_violation(history: Sequence[RegisterOp]) -> tuple[RegisterOp,
 
 
 def two_primaries(ops: Iterable[Op]) -> tuple[str, list[str]] | None:
-    """An electionId under which more than one member said it was writable primary."""
-    writable: dict[str, set[str]] = {}
+    """An electionId under which more than one member of one replica set said it was writable
+    primary (a sharded cluster's sets each count their own terms, from the same first one)."""
+    writable: dict[tuple[str, str], set[str]] = {}
     for op in ops:
         if op.probe == "failover" and op.ok and op.detail.get("writable") and op.member:
             election = op.detail.get("election_id")
             if election is not None:
-                writable.setdefault(str(election), set()).add(op.member)
-    for election, members in writable.items():
+                key = (str(op.detail.get("set") or ""), str(election))
+                writable.setdefault(key, set()).add(op.member)
+    for (name, election), members in writable.items():
         if len(members) > 1:
-            return election, sorted(members)
+            return f"{election} of {name}" if name else election, sorted(members)
     return None
 
 

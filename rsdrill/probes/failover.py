@@ -87,6 +87,7 @@ class HelloStream(Probe):
         }
         if writable and reply.get("electionId") is not None:
             detail["election_id"] = str(reply["electionId"])  # one per term (invariants.py)
+            detail["set"] = reply.get("setName")  # each set has its own terms (sharded)
         topology = reply.get("topologyVersion")
         if asked is not None:
             # Changed or not, the earlier state held until the reply was sent.

@@ -11,6 +11,7 @@ from rsdrill.analysis.invariants import (
     linearizable,
     monotonic_read_violation,
     register_ops,
+    two_primaries,
 )
 from rsdrill.history import FaultRecord, Op
 
@@ -115,3 +116,15 @@ def test_each_violation_is_named() -> None:
     assert "a:1, b:1" in found[1].detail
     assert any("c:1 ended RECOVERING" in v.detail for v in found)
     assert any("a:1 healthy 3.0s after its revert" in v.detail for v in found)
+
+
+def test_two_sets_primaries_in_the_same_term_are_not_two_primaries() -> None:
+    # MongoDB's electionId is the term's: two shards elected in term 1 both say it.
+    ops = [
+        _op("failover", "hello", "a:1", 1.0, writable=True, election_id="t1", set="shard0"),
+        _op("failover", "hello", "b:1", 1.0, writable=True, election_id="t1", set="shard1"),
+    ]
+    assert two_primaries(ops) is None
+    same_set = [*ops, _op("failover", "hello", "c:1", 2.0, writable=True, election_id="t1",
+                          set="shard0")]  # fmt: skip
+    assert two_primaries(same_set) == ("t1 of shard0", ["a:1", "c:1"])
