@@ -21,8 +21,11 @@ ID_STEP = 1 << 40
 """Each shard's range of `_id`s: far more than a run's inserts."""
 
 
-LEDGER_CHUNK_SEQS = 100
-LEDGER_CHUNKS = 16
+# A ledger writing every 20 ms is about 400 seqs in when the balancer's first round (10 s
+# after the routers start) moves the lowest chunk: the one it is writing into, so the first
+# migration catches up live writes.
+LEDGER_CHUNK_SEQS = 500
+LEDGER_CHUNKS = 8
 
 
 def chunks_to_balance(uri: str, collection: str) -> None:

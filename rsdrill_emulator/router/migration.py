@@ -222,9 +222,13 @@ class Migration:
                     raise LeftToRecovery(self.ns, f"its commit is not known ({exc})") from exc
                 await asyncio.sleep(0.5)
                 continue
-            if moved is None or moved.owner(self.chunk.min) != self.recipient:
-                raise CommandError(1, f"the commit of {self.ns}'s chunk was not recorded")
-            return moved
+            if moved is None:  # dropped meanwhile: nothing left to move
+                raise CommandError(MIGRATION_FAILED, f"{self.ns} was dropped during its migration")
+            if moved.owner(self.chunk.min) == self.recipient:
+                return moved
+            if time.monotonic() > deadline:  # written, yet not read back: never abort blindly
+                raise LeftToRecovery(self.ns, "its commit was not read back")
+            await asyncio.sleep(0.5)
 
     async def delete_range(self) -> None:
         """The range's documents on the donor, now orphans there."""
