@@ -135,16 +135,8 @@ def nested_problem(exc: ValidationError, given: Any) -> FieldProblem:
     it is about, in words: a validator's own message without pydantic's "Value error, "
     prefix, and an unknown or missing key said so. The loader words the file's own errors
     itself; these reach it as one message."""
-    error = exc.errors(include_url=False)[0]
-    at: list[str | int] = []
-    value = given
-    for elem in error["loc"]:
-        # Elements that are not a key or an index of the input are a union's alternative or
-        # a validator's name: they name no place in the file.
-        indexed = isinstance(value, list | tuple) and isinstance(elem, int) and elem < len(value)
-        if indexed or (isinstance(value, dict) and elem in value):
-            value = value[elem]
-            at.append(elem)
+    error = _meant_alternative(exc.errors(include_url=False), given)
+    at, _ = _place(error, given)
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, FieldProblem):
         return FieldProblem((*at, *cause.at), cause.problem, about_key=cause.about_key)
@@ -155,6 +147,48 @@ def nested_problem(exc: ValidationError, given: Any) -> FieldProblem:
     if error["type"] == "missing":
         return FieldProblem(tuple(at), f"required field `{error['loc'][-1]}` is missing")
     return FieldProblem(tuple(at), str(error["msg"]))
+
+
+def _place(error: Any, given: Any) -> tuple[list[str | int], list[int]]:
+    """The error's place in `given` (the keys and indexes of its location that are the
+    input's), and where in its location the other elements are: a union's alternative or a
+    validator's name, which name no place in the file."""
+    at: list[str | int] = []
+    value, others = given, []
+    for i, elem in enumerate(error["loc"]):
+        indexed = isinstance(value, list | tuple) and isinstance(elem, int) and elem < len(value)
+        if indexed or (isinstance(value, dict) and elem in value):
+            value = value[elem]
+            at.append(elem)
+        else:
+            others.append(i)
+    return at, others
+
+
+def _meant_alternative(errors: list[Any], given: Any) -> Any:
+    """The first error, or, when it is one alternative's of a union, the first error of the
+    alternative the input was most likely meant for: of those that took the input's shape (no
+    error at the alternative's root), the one with the fewest errors (`{shard: any, zz: 1}` is
+    a shard selection with an unknown key, not a misspelt role)."""
+    first = errors[0]
+    for branch in _place(first, given)[1]:
+        point = tuple(first["loc"][:branch])
+        alternatives: dict[Any, list[Any]] = {}
+        for error in errors:
+            loc = tuple(error["loc"])
+            if loc[:branch] == point and len(loc) > branch:
+                alternatives.setdefault(loc[branch], []).append(error)
+        if len(alternatives) < 2:
+            continue  # a validator's name, or a discriminated union's one tag: no choice here
+        fitting = [errs for errs in alternatives.values()
+                   if not any(len(e["loc"]) == branch + 1 and e["type"] not in _NOT_SHAPE
+                              for e in errs)]  # fmt: skip
+        return min(fitting, key=len)[0] if fitting else first
+    return first
+
+
+# Errors at an alternative's root that do not say it refused the input's shape.
+_NOT_SHAPE = frozenset({"value_error", "assertion_error"})
 
 
 def refuse_partition_shapes(index: int, fault: Any, how: str) -> None:

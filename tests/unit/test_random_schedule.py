@@ -102,12 +102,14 @@ def test_a_bad_random_spec_is_refused_at_its_line(change: str, message: str) -> 
         # pydantic's own words were passed on ("Value error, ...", "Extra inputs are not
         # permitted" without the key, a union's tag in the field).
         ("stepdown,", "faults.random.kinds[0].zz", "as a drawn fault: unknown key"),
+        # A selection with a stray key is the selection it fits best, not a misspelt role.
+        ("stepdown,", "faults.random.kinds[0].select.zz", "as a drawn fault: unknown key"),
         ("    count: 5\n", "faults.random.zz", "unknown key"),
         ("within: 30s", "faults.random.within", "'5 parsecs' is not a duration like"),
         ("[1s, 4s]", "faults.random.duration[1]", "'x' is not a duration like"),
     ],
-    ids=["no-kind", "catch-up-list", "catch-up-huge", "template-unknown-key", "unknown-key",
-         "within-words", "duration-item"],
+    ids=["no-kind", "catch-up-list", "catch-up-huge", "template-unknown-key",
+         "template-select-unknown-key", "unknown-key", "within-words", "duration-item"],
 )  # fmt: skip
 def test_a_bad_random_spec_is_one_worded_problem_at_its_field(
     change: str, where: str, message: str
@@ -118,6 +120,7 @@ def test_a_bad_random_spec_is_one_worded_problem_at_its_field(
         + ("[1]" if "[1]" in message else "1" + "0" * 400)
         + "},",
         "faults.random.kinds[0].zz": "{kind: stepdown, zz: 1},",
+        "faults.random.kinds[0].select.zz": "{kind: host-kill, select: {count: 1, zz: 1}},",
         "faults.random.zz": "    count: 5\n    zz: 1\n",
         "faults.random.within": "within: 5 parsecs",
         "faults.random.duration[1]": "[1s, x]",
