@@ -15,7 +15,12 @@ from rsdrill.analysis.failover import failover_parts, find_failover, no_primary_
 from rsdrill.analysis.lag import replication_lag_max_s
 from rsdrill.analysis.latency import degradation_s, latency_ms
 from rsdrill.analysis.recovery import member_states, recovery_s, too_stale
-from rsdrill.analysis.sharded import first_failover, longest_no_primary_s, set_figures
+from rsdrill.analysis.sharded import (
+    first_failover,
+    longest_no_primary_s,
+    set_failovers,
+    set_figures,
+)
 from rsdrill.analysis.slo import REPLICA_SET_ONLY
 from rsdrill.analysis.stall import STALLS_KEPT, probe_stall_s, stalled_gaps, stalls
 from rsdrill.history import CAUSAL_PROBE, CHECK_PREFIX, STALL_PROBE, TXN_PROBE, FaultRecord, Op
@@ -50,8 +55,11 @@ def compute_metrics(
     longest window in which one of them had no primary.
     """
     failover_ops: Sequence[Op] = ops
+    by_set = set_failovers(ops, faults, sets) if sets else {}
+    figures = set_figures(ops, by_set)
+    no_primary = longest_no_primary_s(figures) if sets else no_primary_s(ops)
     if sets:
-        first = first_failover(ops, faults, sets)
+        first = first_failover(by_set)
         failover_ops, failover = first if first else (ops, None)
     else:
         failover = None if standalone else find_failover(ops, faults)
@@ -80,7 +88,7 @@ def compute_metrics(
         duplicated_writes=ledger.duplicated_writes,
         latency_ms=latency_ms(ops),
         degradation_s=degradation_s(ops, faults),
-        no_primary_s=longest_no_primary_s(ops, sets) if sets else no_primary_s(ops),
+        no_primary_s=no_primary,
         probe_ops_per_s=len(cluster_ops) / duration_s if duration_s > 0 else None,
         probe_ops_per_s_by_probe=(
             {n: k / duration_s for n, k in sorted(Counter(op.probe for op in cluster_ops).items())}
@@ -99,18 +107,9 @@ def compute_metrics(
         probe_stalled_gaps=stalled_gaps(ops),
         **txn,
         **sessions,
-        **sharded(ops, faults, sets),
+        config_servers=figures.pop(CONFIG, None),
+        shards=figures,
     )
-
-
-def sharded(
-    ops: Sequence[Op], faults: Sequence[FaultRecord], sets: Mapping[str, Sequence[str]] | None
-) -> dict[str, Any]:
-    """A sharded target's per-set figures (none for a replica set)."""
-    if not sets:
-        return {}
-    figures = set_figures(ops, faults, sets)
-    return {"config_servers": figures.pop(CONFIG, None), "shards": figures}
 
 
 CYCLES_KEPT = 5

@@ -18,9 +18,13 @@ from rsdrill.result import SetFigures
 _MEMBER_PROBES = ("failover", "recovery")
 
 
+SetFailovers = dict[str, tuple[list[Op], Failover | None]]
+"""Each set's own member polls and its failover, by the set's name (`set_failovers`)."""
+
+
 def set_failovers(
     ops: Sequence[Op], faults: Sequence[FaultRecord], sets: Mapping[str, Sequence[str]]
-) -> dict[str, tuple[list[Op], Failover | None]]:
+) -> SetFailovers:
     """Each set's own member polls, and its failover (`find_failover` on them and the faults
     on its members)."""
     found = {}
@@ -31,23 +35,19 @@ def set_failovers(
     return found
 
 
-def first_failover(
-    ops: Sequence[Op], faults: Sequence[FaultRecord], sets: Mapping[str, Sequence[str]]
-) -> tuple[list[Op], Failover] | None:
+def first_failover(by_set: SetFailovers) -> tuple[list[Op], Failover] | None:
     """The failover of whichever set a fault made fail over first, with that set's polls."""
-    found = [(polls, f) for polls, f in set_failovers(ops, faults, sets).values() if f]
+    found = [(polls, f) for polls, f in by_set.values() if f]
     return min(found, key=lambda pair: pair[1].injected_at_s, default=None)
 
 
-def longest_no_primary_s(ops: Sequence[Op], sets: Mapping[str, Sequence[str]]) -> float | None:
+def longest_no_primary_s(figures: Mapping[str, SetFigures]) -> float | None:
     """The longest window in which one of the sets had no writable primary."""
-    gaps = [no_primary_s(polls) for polls, _ in set_failovers(ops, [], sets).values()]
-    return max((g for g in gaps if g is not None), default=None)
+    gaps = [f.no_primary_s for f in figures.values() if f.no_primary_s is not None]
+    return max(gaps, default=None)
 
 
-def set_figures(
-    ops: Sequence[Op], faults: Sequence[FaultRecord], sets: Mapping[str, Sequence[str]]
-) -> dict[str, SetFigures]:
+def set_figures(ops: Sequence[Op], by_set: SetFailovers) -> dict[str, SetFigures]:
     """Each set's figures by its name (`layout.sets()`'s: CONFIG for the config servers).
 
     - write_unavailable_s, writes, failed_writes: its shard's write probe
@@ -59,7 +59,7 @@ def set_figures(
       the routers took to send writes to the new primary. None without a failover.
     """
     figures = {}
-    for name, (polls, failover) in set_failovers(ops, faults, sets).items():
+    for name, (polls, failover) in by_set.items():
         probe = shard_write_probe(name)
         writes = [op for op in ops if op.probe == probe]
         figure = SetFigures(

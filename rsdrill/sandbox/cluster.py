@@ -38,7 +38,14 @@ from rsdrill.connection import (
 from rsdrill.procstat import stat_fields
 from rsdrill.sandbox.auth import AUTH_FILE, create_auth, read_auth
 from rsdrill.sandbox.certs import TLS_DIR, make_tls_files, tls_files
-from rsdrill.sandbox.config import CONFIG_FILE, MemberSpec, ReplSetSpec, empty_dir, member_dir
+from rsdrill.sandbox.config import (
+    CONFIG_FILE,
+    DATA_FILE,
+    MemberSpec,
+    ReplSetSpec,
+    empty_dir,
+    member_dir,
+)
 from rsdrill.sandbox.engine import Engine, Layout
 from rsdrill.sandbox.errors import SandboxError
 from rsdrill.sandbox.members import QUERY_TIMEOUT_S, hello, is_writable_primary
@@ -482,6 +489,13 @@ class Sandbox:
         if running is not None:
             raise SandboxError(f"{member.host} is running (pid {running}): not wiping its data")
         empty_dir(member_dir(self.directory, member) / "data")
+
+    def drop_data_files(self) -> None:
+        """Delete every member's data files, keeping its events, log and rollback files (what
+        a run's result is checked against); the members are not running."""
+        for member in self.spec.members:
+            for path in (member_dir(self.directory, member) / "data").glob(f"{DATA_FILE}*"):
+                path.unlink()
 
     def _spawn(self, member: MemberSpec, *, init: bool, boot_s: float = 0.0) -> int:
         directory = member_dir(self.directory, member)

@@ -60,8 +60,7 @@ class ShardedSandbox:
 
     @property
     def uri(self) -> str:
-        """Every router, as a client of the cluster names them."""
-        return f"mongodb://{','.join(self.spec.routers)}/"
+        return routers_uri(self.spec.routers)
 
     def _pid_path(self, host: str) -> Path:
         return self.spec.router_dir(self.directory, host) / "router.pid"
@@ -78,6 +77,16 @@ class ShardedSandbox:
         directory.mkdir(parents=True, exist_ok=True)
         argv = EmulatorEngine().router_argv(self.directory, host)
         return spawn(argv, directory / "router.log", self._pid_path(host))
+
+    def kill_router(self, host: str) -> int:
+        """SIGKILL the router and wait until it is gone; returns the pid it had."""
+        pid = self.router_pid(host)
+        if pid is None:
+            raise SandboxError(f"router {host} is not running")
+        signal_process(pid, signal.SIGKILL)
+        if wait_gone({self._pid_path(host): pid}, time.monotonic() + 5):
+            raise SandboxError(f"router {host} (pid {pid}) survived SIGKILL", exit_code=4)
+        return pid
 
     def restart_router(self, host: str) -> bool:
         """Start the router unless it runs and wait until it answers; whether it was started."""
@@ -134,6 +143,11 @@ class ShardedSandbox:
                                  self.sets.values()):  # fmt: skip
                 stopped += pids
         return stopped
+
+
+def routers_uri(routers: tuple[str, ...]) -> str:
+    """Every router, as a client of the cluster names them."""
+    return f"mongodb://{','.join(routers)}/"
 
 
 def plan_cluster(

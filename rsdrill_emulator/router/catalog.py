@@ -64,6 +64,23 @@ class Catalog:
             {"update": coll, "updates": [{"q": query, "u": update, "upsert": True}]}, what
         )
 
+    async def _inserted(self, coll: str, doc: dict[str, Any], what: str) -> bool:
+        """Whether `doc` was inserted (False: its _id was there already)."""
+        write = {"insert": coll, "documents": [doc], "writeConcern": MAJORITY}
+        _, reply = await self.config.on_primary("config", write, retry=False)
+        errors = reply.get("writeErrors") or []
+        if errors and errors[0].get("code") == 11000:
+            return False
+        _checked(reply, what)
+        return True
+
+    async def _updated_one(self, coll: str, query: dict[str, Any], changes: dict[str, Any],
+                           what: str) -> bool:  # fmt: skip
+        """Whether a document matched `query` (and was given `changes`)."""
+        update = {"q": query, "u": {"$set": changes}}
+        reply = await self._write({"update": coll, "updates": [update]}, what)
+        return int(reply.get("n", 0)) == 1
+
     async def _delete(self, coll: str, query: dict[str, Any], what: str) -> None:
         await self._write({"delete": coll, "deletes": [{"q": query, "limit": 0}]}, what)
 
@@ -158,18 +175,13 @@ class Catalog:
         doc = {"_id": ns, "min": chunk.min, "max": chunk.max, "donor": chunk.shard,
                "recipient": recipient, "router": owner,
                "started": _now(), "ping": _now()}  # fmt: skip
-        write = {"insert": "migrations", "documents": [doc], "writeConcern": MAJORITY}
-        _, reply = await self.config.on_primary("config", write, retry=False)
-        errors = reply.get("writeErrors") or []
-        if errors and errors[0].get("code") == 11000:
+        if not await self._inserted("migrations", doc, f"starting a migration of {ns}"):
             raise CommandError(117, f"a chunk of {ns} is already being moved")
-        _checked(reply, f"starting a migration of {ns}")
 
     async def ping_migration(self, ns: str, owner: str) -> bool:
         """Whether `owner` still runs the migration of `ns` (its ping recorded)."""
-        update = {"q": {"_id": ns, "router": owner}, "u": {"$set": {"ping": _now()}}}
-        reply = await self._write({"update": "migrations", "updates": [update]}, f"pinging {ns}")
-        return int(reply.get("n", 0)) == 1
+        query = {"_id": ns, "router": owner}
+        return await self._updated_one("migrations", query, {"ping": _now()}, f"pinging {ns}")
 
     async def abandoned_migrations(self, after_s: float) -> list[dict[str, Any]]:
         """Migrations whose router has not pinged for `after_s`."""
@@ -180,9 +192,8 @@ class Catalog:
     async def take_over_migration(self, doc: dict[str, Any], owner: str) -> bool:
         """Whether this router took the migration over (another may have, since `doc`)."""
         query = {"_id": doc["_id"], "router": doc["router"], "ping": doc.get("ping")}
-        reply = await self._write({"update": "migrations", "updates": [{"q": query, "u": {
-            "$set": {"router": owner, "ping": _now()}}}]}, "taking over a migration")  # fmt: skip
-        return int(reply.get("nModified", reply.get("n", 0))) == 1
+        return await self._updated_one("migrations", query, {"router": owner, "ping": _now()},
+                                       "taking over a migration")  # fmt: skip
 
     async def unlock_migration(self, ns: str) -> None:
         await self._delete("migrations", {"_id": ns}, f"ending the migration of {ns}")
@@ -226,18 +237,12 @@ class Catalog:
         now = _now()
         until = now + datetime.timedelta(seconds=ttl_s)
         query = {"_id": name, "$or": [{"until": {"$lt": now}}, {"who": owner}]}
-        renewed = await self._write({"update": "locks", "updates": [{"q": query, "u": {"$set": {
-            "who": owner, "until": until}}}]}, f"taking the {name} lease")  # fmt: skip
-        if int(renewed.get("n", 0)) == 1:
-            return True
-        write = {"insert": "locks", "documents": [{"_id": name, "who": owner, "until": until}],
-                 "writeConcern": MAJORITY}  # fmt: skip
-        _, reply = await self.config.on_primary("config", write, retry=False)
-        errors = reply.get("writeErrors") or []
-        if errors and errors[0].get("code") == 11000:
-            return False  # another router holds it
-        _checked(reply, f"taking the {name} lease")
-        return True
+        what = f"taking the {name} lease"
+        held = {"who": owner, "until": until}
+        # Renewed or taken over when expired; else new, unless another router holds it.
+        return await self._updated_one("locks", query, held, what) or await self._inserted(
+            "locks", {"_id": name, **held}, what
+        )
 
     async def set_balancing(self, ns: str, enabled: bool) -> None:
         """A collection's own balancing (config.collections noBalance)."""

@@ -230,14 +230,19 @@ class Migration:
                 raise LeftToRecovery(self.ns, "its commit was not read back")
             await asyncio.sleep(0.5)
 
+    async def ids_in_range(self, shard: str) -> list[Any]:
+        """The _id of every document in the chunk's range on `shard` (orphans included)."""
+        db, coll = self._db_coll()
+        host, reply = await self.router.shard(shard).on_primary(
+            db, {"find": coll, "filter": {}, "batchSize": 100_000}, retry=True
+        )
+        docs = await drain(self.router.shard(shard), host, db, reply)
+        return [d["_id"] for d in docs if self._in_chunk(d)]
+
     async def delete_range(self) -> None:
         """The range's documents on the donor, now orphans there."""
         db, coll = self._db_coll()
-        host, reply = await self.router.shard(self.donor).on_primary(
-            db, {"find": coll, "filter": {}, "batchSize": 100_000}, retry=True
-        )
-        docs = await drain(self.router.shard(self.donor), host, db, reply)
-        ids = [d["_id"] for d in docs if self._in_chunk(d)]
+        ids = await self.ids_in_range(self.donor)
         if ids:
             await self._on(
                 self.donor,
@@ -375,12 +380,7 @@ async def _finish_or_abort(router: Router, route: CollectionRoute, doc: dict[str
         await record_on_shards(router, route.ns, route)
         await migration.delete_range()
         return
-    db, coll = migration._db_coll()
-    host, reply = await router.shard(migration.recipient).on_primary(
-        db, {"find": coll, "filter": {}, "batchSize": 100_000}, retry=True
-    )
-    found = await drain(router.shard(migration.recipient), host, db, reply)
-    migration.copied = [d["_id"] for d in found if migration._in_chunk(d)]
+    migration.copied = await migration.ids_in_range(migration.recipient)
     await _abort(migration)
 
 

@@ -9,25 +9,27 @@ which hosts are routers, for selection, guards, probes and the analysis.
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.schema import Target
-from rsdrill.layout import ShardedLayout
+from rsdrill.layout import CONFIG, ShardedLayout
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.sandbox.hosts import SandboxHosts, free_port_base, settings_of
 from rsdrill.sandbox.cluster import Sandbox, signal_process
-from rsdrill.sandbox.config import CONFIG_SET, DATA_FILE, member_dir
+from rsdrill.sandbox.config import CONFIG_SET, member_dir
 from rsdrill.sandbox.errors import SandboxError
-from rsdrill.sandbox.sharded import ShardedSandbox, cluster_size, plan_cluster, up_sharded
+from rsdrill.sandbox.sharded import (
+    ShardedSandbox,
+    cluster_size,
+    plan_cluster,
+    routers_uri,
+    up_sharded,
+)
 
 if TYPE_CHECKING:
     from rsdrill.platforms.base import ProcessHosts, RunTarget
-
-
-GONE_TIMEOUT_S = 10.0
 
 
 class ShardedHosts:
@@ -64,13 +66,11 @@ class ShardedHosts:
         member = self._member(host)
         if member is not None:
             return member.kill(host)
-        pid = self._signal(host, signal.SIGKILL)
-        deadline = time.monotonic() + GONE_TIMEOUT_S
-        while self.cluster.router_pid(host) is not None:
-            if time.monotonic() > deadline:
-                raise TargetError(f"router {host} (pid {pid}) still runs after SIGKILL")
-            time.sleep(0.01)
-        return pid
+        self._router_pid(host)  # a host of the cluster's
+        try:
+            return self.cluster.kill_router(host)
+        except SandboxError as exc:
+            raise TargetError(str(exc)) from exc
 
     def stop(self, host: str) -> int:
         member = self._member(host)
@@ -121,7 +121,7 @@ class ShardedSandboxTarget:
         hosts = {name: tuple(m.host for m in spec.members) for name, spec in specs.items()}
         self.layout = ShardedLayout(config=hosts.pop(CONFIG_SET), shards=hosts, routers=routers)
         self.members = self.layout.members()
-        self.uri = f"mongodb://{','.join(routers)}/"
+        self.uri = routers_uri(routers)
         self.connect_options = ConnectOptions.from_uri(self.uri)
         self._cluster: ShardedSandbox | None = None
 
@@ -153,11 +153,8 @@ class ShardedSandboxTarget:
         if self._cluster is None or self.config.keep:
             return
         self._cluster.down()
-        # Keep each member's events and log with the result; drop the bulk.
         for sandbox in self._cluster.sets.values():
-            for member in sandbox.spec.members:
-                for path in (member_dir(sandbox.directory, member) / "data").glob(f"{DATA_FILE}*"):
-                    path.unlink()
+            sandbox.drop_data_files()  # the events, logs and rollback files stay
 
     def faultfs_mountpoint(self, host: str) -> Path | None:
         """None: a sharded sandbox's members are not on faultfs."""
@@ -177,7 +174,7 @@ class ShardedSandboxTarget:
         name = self.layout.set_of(host)
         if self._cluster is None or name is None:
             raise TargetError(f"{host}: no member of this sandbox")
-        return self._cluster.sets[CONFIG_SET if name == "config" else name]
+        return self._cluster.sets[CONFIG_SET if name == CONFIG else name]
 
 
 if TYPE_CHECKING:

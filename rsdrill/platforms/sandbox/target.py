@@ -28,7 +28,7 @@ from rsdrill.sandbox.cluster import (
     set_uri,
     up,
 )
-from rsdrill.sandbox.config import DATA_FILE, build_topology, member_dir
+from rsdrill.sandbox.config import build_topology, member_dir
 
 PRELOAD_DB = "rsdrill_data"
 _PRELOAD_DOC_BYTES = 1000
@@ -128,10 +128,7 @@ class SandboxTarget:
             return
         if self.volumes is not None and self.volumes.mirror:
             return  # both copies of mirrored data kept whole: they can be compared after
-        # Keep each member's events, log and rollback files with the result; drop the bulk.
-        for member in self.spec.members:
-            for path in (member_dir(self.directory, member) / "data").glob(f"{DATA_FILE}*"):
-                path.unlink()
+        self._sandbox.drop_data_files()  # the events, logs and rollback files stay
 
     @property
     def keep(self) -> bool:
