@@ -143,3 +143,14 @@ def client_for() -> Iterator[Callable[..., MongoClient[Any]]]:
     yield make
     for client in clients:
         client.close()
+
+
+@pytest.fixture
+def existing_cluster(tmp_path: Path, free_port_base: Callable[[int], int]) -> Iterator[Path]:
+    """A running sharded cluster (config servers, two rs3 shards, two routers; 1 s elections,
+    balancer off) started outside the run, for targets found from their routers; stopped
+    afterwards, whatever happened (tests/harness/sharded_cluster.py)."""
+    from tests.harness.sharded_cluster import SIZE, existing_cluster
+
+    with existing_cluster(tmp_path / "cluster", free_port_base(SIZE)) as directory:
+        yield directory

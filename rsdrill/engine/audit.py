@@ -38,7 +38,7 @@ from rsdrill.engine.rollbacks import (
 from rsdrill.errors import RsdrillError
 from rsdrill.history import Op
 from rsdrill.platforms.base import RunTarget
-from rsdrill.platforms.remote import discover_members
+from rsdrill.platforms.discovery import discover_members
 from rsdrill.redact import redact_uri
 from rsdrill.result import (
     AuditDivergence,

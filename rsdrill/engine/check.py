@@ -30,7 +30,9 @@ from rsdrill.deployment import Deployment, inspect, version_problem
 from rsdrill.experiment.catalog import way_of
 from rsdrill.experiment.schema import Experiment
 from rsdrill.faults import KINDS
+from rsdrill.layout import CONFIG, ShardedLayout
 from rsdrill.platforms.base import TargetError
+from rsdrill.platforms.discovery import discover_members, found_cluster, known_routers
 from rsdrill.platforms.machine.mirror import mirrored
 from rsdrill.privileges import CLUSTER, granted
 from rsdrill.probes.availability import PROBE_DB
@@ -84,10 +86,20 @@ def _checks(exp: Experiment) -> Iterator[Check]:
         return
     options = parsed.options
     yield Check("connection string", True, _describe_connection(options, parsed.seeds))
-    members = _members(exp, parsed.seeds, options)
-    if isinstance(members, Check):
-        yield members
-        return
+    layout: ShardedLayout | None = None
+    if exp.target.topology == "sharded":
+        try:
+            layout = found_cluster(exp, parsed.seeds, options)
+        except TargetError as exc:
+            yield Check("sharded cluster", False, str(exc))
+            return
+        members = [*layout.routers, *layout.members()]
+    else:
+        found = _members(exp, parsed.seeds, options)
+        if isinstance(found, Check):
+            yield found
+            return
+        members = found
     # Every member at once: a set of silent hosts costs one timeout, not one per member.
     with ThreadPoolExecutor(max_workers=max(len(members), 1)) as pool:
         lines = list(pool.map(lambda host: _reach(host, options), members))
@@ -95,12 +107,17 @@ def _checks(exp: Experiment) -> Iterator[Check]:
     reached = [host for host, line in zip(members, lines, strict=True) if line.ok]
     if not reached:
         return
+    # What the URI reaches is what the probes will write to (a local target lists its members
+    # apart from it).
+    asked = next((seed for seed in parsed.seeds if seed in reached), reached[0])
     try:
-        deployment = inspect(reached[0], TIMEOUT_S, options=options)
+        deployment = inspect(asked, TIMEOUT_S, options=options)
     except WireClientError as exc:
         yield Check("deployment", False, str(exc))
         return
     yield from _deployment(exp, deployment)
+    if layout is not None:
+        yield from _cluster_tree(layout, options)
     if deployment.topology == "replica set":
         yield from _status_unreadable(reached[0], options)
     yield from _slos(exp, deployment)
@@ -130,8 +147,6 @@ def _members(exp: Experiment, seeds: list[str], options: ConnectOptions) -> list
     """The members to reach: a local target names them; elsewhere the set lists them."""
     if registry.member_source(exp.target.platform) == "listed":
         return [m.host for m in exp.target.members]
-    from rsdrill.platforms.remote import discover_members
-
     try:
         return discover_members(seeds, TIMEOUT_S, options=options)
     except TargetError as exc:
@@ -164,9 +179,11 @@ def _deployment(exp: Experiment, deployment: Deployment) -> Iterator[Check]:
     else:
         yield Check("server version", True, what)
     wanted = exp.target.topology
-    if deployment.topology == "sharded":
-        yield Check("topology", False, "a mongos (sharded cluster): point target.uri at a "
-                    "replica set (one shard) or a standalone server")  # fmt: skip
+    if deployment.topology == "sharded" and wanted == "sharded":
+        yield Check("topology", True, "sharded cluster, reached through its routers (mongos)")
+    elif deployment.topology == "sharded":
+        yield Check("topology", False, "a mongos (sharded cluster): say `topology: sharded`, "
+                    "or point target.uri at a replica set or a standalone server")  # fmt: skip
     elif deployment.topology.startswith("replica set ("):
         yield Check("topology", False, "the replica set is not initiated (rs.initiate())")
     elif not topology_fits(wanted, deployment):
@@ -175,6 +192,44 @@ def _deployment(exp: Experiment, deployment: Deployment) -> Iterator[Check]:
     else:
         yield Check("topology", True, deployment.topology
                     + (f" {deployment.set_name}" if deployment.set_name else ""))  # fmt: skip
+
+
+def _cluster_tree(layout: ShardedLayout, options: ConnectOptions) -> Iterator[Check]:
+    """The cluster as the run will see it: each replica set's members with their states, the
+    routers the config servers know that the URI leaves out, the balancer's state."""
+    from rsdrill.engine.selection import current_states
+
+    states = current_states(layout.members(), TIMEOUT_S, options=options)
+    for name, hosts in layout.sets().items():
+        what = "config servers" if name == CONFIG else f"shard {name}"
+        line = ", ".join(f"{h} {states[h]}" for h in hosts)
+        primaries = [h for h in hosts if states[h] == "PRIMARY"]
+        yield Check(what, bool(primaries) or None, line if primaries else f"{line}: no primary")
+    elsewhere = [r for r in known_routers(list(layout.config), TIMEOUT_S, options=options)
+                 if r not in layout.routers]  # fmt: skip
+    if elsewhere:
+        yield Check("routers", None, f"the config servers list routers target.uri does not "
+                    f"name: {', '.join(elsewhere)} (the probes and a router fault use only the "
+                    "URI's)")  # fmt: skip
+    yield _balancer(layout, options)
+
+
+def _balancer(layout: ShardedLayout, options: ConnectOptions) -> Check:
+    for router in layout.routers:
+        conn = DirectConnection(router, TIMEOUT_S, options)
+        try:
+            reply = conn.command("admin", {"balancerStatus": 1})
+        except WireClientError:
+            continue
+        finally:
+            conn.close()
+        if not reply.get("ok"):
+            return Check("balancer", None, f"balancerStatus: {reply.get('errmsg')} (its state "
+                         "is not known: chunks may move during the run)")  # fmt: skip
+        mode = reply.get("mode", "?")
+        moving = "on: chunks may move during the run" if mode != "off" else "off"
+        return Check("balancer", True, f"{mode} ({moving})")
+    return Check("balancer", None, "no router answered balancerStatus")
 
 
 def _status_unreadable(host: str, options: ConnectOptions) -> Iterator[Check]:
@@ -247,6 +302,9 @@ def needed_privileges(exp: Experiment, standalone: bool) -> list[Privilege]:
             Privilege("local.oplog.rs", "find", "the oplog-window guard (skipped without it)",
                       "clusterManager or read@local", required=False),
         ]  # fmt: skip
+    if exp.target.topology == "sharded":
+        needed.append(Privilege(CLUSTER, "listShards", "finding the cluster's shards from its "
+                                "routers", "clusterMonitor"))  # fmt: skip
     needed.append(Privilege(CLUSTER, "serverStatus", "the result's storage engine and the "
                             "audit's rollback ids", "clusterMonitor",
                             required=False))  # fmt: skip

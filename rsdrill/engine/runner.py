@@ -148,11 +148,11 @@ class Runner:
             self._phase("setup")
             self._check_abort()
             target = make_target(self.exp, self.options.out_dir)
-            self._layout = layout_of(target)
             resource = target.recover_action()
             if resource:
                 journal.write("resource", key="resource:target", revert=resource)
             target.setup()
+            self._layout = layout_of(target)  # a cluster found from its routers: by `setup`
             target.prepare()
             # Every fault's injector imported now, before the clock: at the fault's moment the
             # import of its modules made the first fault 25 ms late.

@@ -490,6 +490,9 @@ class Experiment(Strict):
         from rsdrill.analysis.slo import SET_METRIC
 
         target = self.target
+        # A built cluster's shape is known now; one that is found (from its routers) is
+        # checked by `sharded_selection_problems` once the run has found it.
+        built = member_source(target.platform) == "built"
         names = [f"shard{i}" for i in range(target.shards)]
         for i, fault in enumerate(self.faults):
             sel, where = fault.select, ("faults", i, "select")
@@ -503,6 +506,11 @@ class Experiment(Strict):
                                    "sharded target has several: say {shard: shard0, role: "
                                    "primary}, config-primary, or {mongos: N} for "
                                    "routers")  # fmt: skip
+            if isinstance(sel, SelectRouter) and spec.sharded != "members and routers":
+                raise FieldProblem(("faults", i, "kind"), f"{fault.kind} acts on a replica-"
+                                   "set member; a router is none")  # fmt: skip
+            if not built:
+                continue
             if isinstance(sel, SelectShard):
                 if sel.shard != "any" and sel.shard not in names:
                     raise FieldProblem((*where, "shard"), f"no shard {sel.shard!r}: this target "
@@ -510,19 +518,15 @@ class Experiment(Strict):
                 if sel.role == "secondary" and target.shard_topology == "rs1":
                     raise FieldProblem((*where, "role"), "select a secondary, but each shard is "
                                        "rs1 (one member)")  # fmt: skip
-            if isinstance(sel, SelectRouter):
-                if sel.mongos > target.mongos:
-                    raise FieldProblem((*where, "mongos"), f"{sel.mongos} routers, but the "
-                                       f"target has {target.mongos}")  # fmt: skip
-                if spec.sharded != "members and routers":
-                    raise FieldProblem(("faults", i, "kind"), f"{fault.kind} acts on a replica-"
-                                       "set member; a router is none")  # fmt: skip
+            if isinstance(sel, SelectRouter) and sel.mongos > target.mongos:
+                raise FieldProblem((*where, "mongos"), f"{sel.mongos} routers, but the "
+                                   f"target has {target.mongos}")  # fmt: skip
         if self.audit != "off":
             raise FieldProblem(("audit",), "the data audit of a sharded target is not there "
                                "yet: audit: off")  # fmt: skip
         for metric in self.slo:
             found = SET_METRIC.match(metric)
-            if found and found.group(1) is not None and found.group(1) not in names:
+            if built and found and found.group(1) is not None and found.group(1) not in names:
                 raise FieldProblem(("slo", metric), f"no shard {found.group(1)!r}: this target "
                                    f"has {', '.join(names)}", about_key=True)  # fmt: skip
         return self

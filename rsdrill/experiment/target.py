@@ -50,7 +50,8 @@ class _Target(Strict):
         "rs3",
         description="sandbox builds it; elsewhere it is checked (a standalone server, one "
         "mongod without a replica set, is found as such for rs1 too); sharded: config "
-        "servers, `shards` replica sets and `mongos` routers (sandbox)",
+        "servers, `shards` replica sets and `mongos` routers (sandbox builds them; elsewhere "
+        "`uri` names the routers and the rest is found from them)",
     )
     shards: int = Field(2, ge=1, le=8, description="sharded: how many shards")
     shard_topology: Literal["rs1", "rs3", "psa"] = Field(
@@ -172,9 +173,11 @@ class _Target(Strict):
                                    "`topology: sharded`")  # fmt: skip
             return
         if source != "built":
-            raise FieldProblem(("topology",), f"a sharded target on {self.platform} is not "
-                               f"there yet: platform {_named('built')} builds one "
-                               "(docs/sharding.md)")  # fmt: skip
+            for name in sorted(_SHARDED_FIELDS & self.model_fields_set):
+                raise FieldProblem((name,), f"`{name}` shapes a sharded {_named('built')}; "
+                                   f"on {self.platform}, rsdrill finds the cluster's shards "
+                                   "and routers from the routers in `uri`")  # fmt: skip
+            return
         given = {n for n in _NOT_SHARDED & self.model_fields_set
                  if getattr(self, n) != type(self).model_fields[n].default}  # fmt: skip
         for name in sorted(given):

@@ -1,24 +1,17 @@
-"""A replica set on a platform rsdrill does not start (Kubernetes, EC2, vSphere): reached through
-the user's connection string; its members are whatever the set itself says they are."""
+"""A replica set or sharded cluster on a platform rsdrill does not start (Kubernetes, EC2,
+vSphere): reached through the user's connection string; its members are whatever the set (or
+the cluster's routers) say they are."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rsdrill.connection import (
-    ConnectOptions,
-    DirectConnection,
-    ParsedUri,
-    SettingsError,
-    WireClientError,
-    parse_uri,
-)
-from rsdrill.deployment import topology_of
+from rsdrill.connection import ConnectOptions, ParsedUri, SettingsError, parse_uri
 from rsdrill.experiment.schema import Experiment
+from rsdrill.layout import ShardedLayout
 from rsdrill.platforms.base import TargetError
+from rsdrill.platforms.discovery import discover_members, found_cluster
 from rsdrill.redact import redact_uri
-
-HELLO_TIMEOUT_S = 5.0
 
 
 def target_uri(uri: str) -> ParsedUri:
@@ -30,32 +23,6 @@ def target_uri(uri: str) -> ParsedUri:
         raise TargetError(f"target.uri {redact_uri(uri)}: {exc}") from None
 
 
-def discover_members(
-    seeds: list[str], timeout_s: float = HELLO_TIMEOUT_S, *, options: ConnectOptions
-) -> list[str]:
-    """Every member (data-bearing, passive, arbiter) as the first seed that answers lists them;
-    a standalone server is its own only member."""
-    problems = []
-    for seed in seeds:
-        conn = DirectConnection(seed, timeout_s, options)
-        try:
-            hello = conn.hello()
-        except WireClientError as exc:
-            problems.append(f"{seed}: {exc}")
-            continue
-        finally:
-            conn.close()
-        if topology_of(hello) == "standalone":
-            return [seed]
-        members = [*hello.get("hosts", []), *hello.get("passives", []),
-                   *hello.get("arbiters", [])]  # fmt: skip
-        if not members:
-            problems.append(f"{seed}: answers, but is not a replica-set member")
-            continue
-        return [str(m) for m in members]
-    raise TargetError("no member of the replica set answers: " + "; ".join(problems))
-
-
 class RemoteTarget:
     """Base of the platform targets: connection and member discovery; subclasses add the
     platform client, which their kinds' injector factories use."""
@@ -65,11 +32,14 @@ class RemoteTarget:
     def __init__(self, exp: Experiment, out_dir: Path) -> None:
         assert exp.target.uri is not None  # the schema requires it on remote platforms
         self.config = exp.target
+        self.experiment = exp
         self.platform = exp.target.platform
         self.topology = exp.target.topology
         self.uri = exp.target.uri
         self.out_dir = out_dir
         self.members: list[str] = []
+        # A sharded target's sets and routers, once `setup()` has found them.
+        self.layout: ShardedLayout | None = None
         self._parsed: ParsedUri | None = None
 
     def _target_uri(self) -> ParsedUri:
@@ -86,7 +56,23 @@ class RemoteTarget:
     def setup(self) -> None:
         """Find the members; a set that cannot be reached is refused before anything else."""
         parsed = self._target_uri()
-        self.members = discover_members(parsed.seeds, options=parsed.options)
+        if self.topology == "sharded":
+            self.layout = found_cluster(self.experiment, parsed.seeds, parsed.options)
+            self.members = self.layout.members()
+        else:
+            self.members = discover_members(parsed.seeds, options=parsed.options)
+
+    @property
+    def mapped_hosts(self) -> list[str]:
+        """What the platform maps to its objects: the members, and a sharded cluster's routers
+        (a router's pod, instance or VM is killed as a member's is)."""
+        return [*self.members, *(self.layout.routers if self.layout else ())]
+
+    def replica_sets(self) -> dict[str, list[str]]:
+        """The members by replica set (a sharded cluster's sets by name; else one, "")."""
+        if self.layout is None:
+            return {"": list(self.members)}
+        return {name: list(hosts) for name, hosts in self.layout.sets().items()}
 
     def prepare(self) -> None:
         """Nothing: the platform's faults need no change to the members beforehand."""

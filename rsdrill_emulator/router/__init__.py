@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
+from rsdrill_emulator.commands.base import CURRENT
 from rsdrill_emulator.router import admin, crud  # noqa: F401 (their handlers register)
 from rsdrill_emulator.router.balancer import balancer_loop
 from rsdrill_emulator.router.migration import recovery_loop
@@ -30,6 +31,7 @@ async def run_router(directory: Path, host: str) -> None:
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     tasks = [asyncio.create_task(s.monitor()) for s in sets]
     tasks.append(asyncio.create_task(router.catalog.refresh_loop()))
+    tasks.append(asyncio.create_task(router.catalog.uptime_loop(host, CURRENT.version)))
     tasks.append(asyncio.create_task(recovery_loop(router)))
     tasks.append(asyncio.create_task(balancer_loop(router)))
     async with server:

@@ -9,12 +9,12 @@ from typing import Any
 
 from bson.int64 import Int64
 
-from rsdrill.sandbox.config import CONFIG_SET
 from rsdrill_emulator import wallclock
 from rsdrill_emulator.commands.base import CURRENT, GIT_VERSION
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.failpoint import FailPoint
 from rsdrill_emulator.request import Request
+from rsdrill_emulator.router.catalog import MAJORITY
 from rsdrill_emulator.router.migration import HANG_STEPS, move_chunk, record_on_shards
 from rsdrill_emulator.router.router import Router, command, transaction_key
 from rsdrill_emulator.shardkey import compare_keys, document_key, in_range
@@ -85,7 +85,7 @@ async def _get_parameter(router: Router, req: Request) -> dict[str, Any]:
 async def _get_cmd_line_opts(router: Router, req: Request) -> dict[str, Any]:
     name, port = router.host.rsplit(":", 1)
     config = ",".join(router.config.hosts)
-    config_db = f"{CONFIG_SET}/{config}"
+    config_db = router.config_connection_string
     return {
         "argv": ["mongos", "--bind_ip", name, "--port", port, "--configdb", config],
         "parsed": {"net": {"bindIp": name, "port": int(port)},
@@ -97,7 +97,8 @@ async def _get_cmd_line_opts(router: Router, req: Request) -> dict[str, Any]:
 @command("serverStatus", "serverstatus")
 async def _server_status(router: Router, req: Request) -> dict[str, Any]:
     return {"host": router.host, "process": "mongos", "version": CURRENT.version,
-            "connections": {"current": router.connections}}  # fmt: skip
+            "connections": {"current": router.connections},
+            "sharding": {"configsvrConnectionString": router.config_connection_string}}  # fmt: skip
 
 
 @command("endSessions", "endsessions", "killSessions", "killsessions", "killAllSessions",
@@ -155,8 +156,24 @@ async def _add_shard(router: Router, req: Request) -> dict[str, Any]:
     name, _, hosts = str(req.body["addShard"]).partition("/")
     if not hosts:
         raise CommandError(2, "addShard takes <set name>/<host:port>,...")
-    await router.catalog.add_shard(str(req.body.get("name") or name), hosts.split(","))
-    return {"shardAdded": str(req.body.get("name") or name)}
+    shard = str(req.body.get("name") or name)
+    await router.catalog.add_shard(shard, hosts.split(","))
+    # As mongos's addShard: the shard's members learn their name and their config servers
+    # (a member asked where its cluster's routers are reads them from there).
+    identity = {
+        "_id": "shardIdentity",
+        "shardName": shard,
+        "configsvrConnectionString": router.config_connection_string,
+    }
+    upsert = {
+        "update": "system.version",
+        "writeConcern": MAJORITY,
+        "updates": [{"q": {"_id": "shardIdentity"}, "u": identity, "upsert": True}],
+    }
+    _, reply = await router.shard(shard).on_primary("admin", upsert, retry=True)
+    if not reply.get("ok") or reply.get("writeErrors"):
+        raise CommandError(96, f"addShard: the shard's identity was not written: {reply}")
+    return {"shardAdded": shard}
 
 
 @command("listShards", "listshards")

@@ -23,6 +23,8 @@ from rsdrill_emulator.router.routing import Chunk, CollectionRoute, RoutingTable
 from rsdrill_emulator.router.sets import ReplicaSet
 
 MAJORITY = {"w": "majority", "wtimeout": 15_000}
+UPTIME_INTERVAL_S = 10.0
+"""How often a router writes its record in config.mongos (mongos's uptime reporter's period)."""
 REFRESH_INTERVAL_S = 0.5
 """How often a router reloads the routing table. mongos refreshes when a shard answers
 StaleConfig; the emulator's shards do not check versions yet, so routers poll instead."""
@@ -97,6 +99,18 @@ class Catalog:
             with contextlib.suppress(CommandError):  # the config servers are away: keep
                 await self.refresh()  # routing by what is cached
             await asyncio.sleep(REFRESH_INTERVAL_S)
+
+    async def uptime_loop(self, host: str, version: str) -> None:
+        """The router's record in config.mongos, as mongos keeps it: where a tool finds the
+        cluster's routers from a member (the record stays after the router is gone; `ping`
+        says when it was last up)."""
+        started = asyncio.get_running_loop().time()
+        while True:
+            up = int(asyncio.get_running_loop().time() - started)
+            record = {"ping": _now(), "up": Int64(up), "waiting": True, "mongoVersion": version}
+            with contextlib.suppress(CommandError):  # the config servers are away: next time
+                await self._upsert("mongos", {"_id": host}, {"$set": record}, "uptime report")
+            await asyncio.sleep(UPTIME_INTERVAL_S)
 
     async def add_shard(self, name: str, hosts: list[str]) -> None:
         doc = {"_id": name, "host": f"{name}/{','.join(hosts)}", "state": 1,

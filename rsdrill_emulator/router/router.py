@@ -120,6 +120,11 @@ class Router:
         return cls(host, config, shards, Catalog(config),
                    abandoned_after_s=max(10.0, 2 * election_s + 5))  # fmt: skip
 
+    @property
+    def config_connection_string(self) -> str:
+        """The config servers as mongos's --configdb names them: "<set>/<host>,<host>"."""
+        return f"{self.config.name}/{','.join(self.config.hosts)}"
+
     async def hang_at(self, name: str) -> None:
         """Hold here while fail point `name` is on (MongoDB's moveChunkHangAtStepN)."""
         self.hang_entries[name] = self.hang_entries.get(name, 0) + 1

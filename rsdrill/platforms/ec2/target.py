@@ -31,10 +31,10 @@ class Ec2Target(RemoteTarget):
         """Find the members and their instances, then ask EC2 whether every call the faults
         will make is allowed; any problem refuses the run before anything is injected."""
         super().setup()
-        mapped = self.members
+        mapped = self.mapped_hosts
         if self.ec2.instances.by == "map":
             # Members left out of the map (an arbiter elsewhere, say) cannot be faulted.
-            mapped = [m for m in self.members if m in self.ec2.instances.map]
+            mapped = [m for m in mapped if m in self.ec2.instances.map]
         try:
             self.instances = {m: find_instance(self.aws, self.ec2.instances, m) for m in mapped}
             found = problems(self.aws, self.ec2, self.faults, list(self.instances.values()))

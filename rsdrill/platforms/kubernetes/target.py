@@ -81,14 +81,14 @@ class KubernetesTarget(RemoteTarget):
         is due); a refusal when no member has one, since no fault could then be injected."""
         pods = PodMap(self.kube, self.k8s)
         reasons = []
-        for member in self.members:
+        for member in self.mapped_hosts:
             try:
                 pods.pod(member)
             except PodLookupError as exc:
                 reasons.append(str(exc))
             except KubeError as exc:
                 raise TargetError(f"kubernetes: {exc}") from None
-        return reasons[:1] if len(reasons) == len(self.members) else []
+        return reasons[:1] if len(reasons) == len(self.mapped_hosts) else []
 
     def _wants_block_chaos(self) -> bool:
         modes = {

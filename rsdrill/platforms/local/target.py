@@ -8,11 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill.connection import ConnectOptions, answers_hello
-from rsdrill.experiment.schema import Experiment, Target
+from rsdrill.experiment.schema import Experiment
+from rsdrill.layout import ShardedLayout
 from rsdrill.platforms.base import RunTarget, TargetError
+from rsdrill.platforms.discovery import found_cluster
 from rsdrill.platforms.machine import faketime
 from rsdrill.platforms.machine.disk_fill import own_disk_problem
 from rsdrill.platforms.machine.local_hosts import LocalHosts
+from rsdrill.platforms.remote import target_uri
 from rsdrill.states import HEALTHY, PRIMARY_LIKE, member_state
 
 
@@ -20,11 +23,16 @@ class LocalTarget:
     platform = "local"
     keep = True  # the processes were there before the run and stay after it
 
-    def __init__(self, config: Target, directory: Path, kinds: frozenset[str]) -> None:
+    def __init__(self, exp: Experiment, directory: Path) -> None:
+        config = exp.target
+        kinds = frozenset(f.kind for f in exp.faults)
         self.config = config
         self.topology = config.topology
         self.uri = config.uri or ""
         self.members = [m.host for m in config.members]
+        self.experiment = exp
+        # A sharded target's sets and routers, once `setup()` has found them from `uri`.
+        self.layout: ShardedLayout | None = None
         # SettingsError when the URI's TLS files or login cannot be used: the run's error.
         self.connect_options = ConnectOptions.from_uri(self.uri)
         self.fills_disks = "disk-fill" in kinds
@@ -45,6 +53,8 @@ class LocalTarget:
                   if not answers_hello(h, timeout_s=2.0, options=self.connect_options)]  # fmt: skip
         if silent:
             raise TargetError(f"local members not answering hello: {', '.join(silent)}")
+        if self.topology == "sharded":
+            self._find_cluster()
         if self.clock_files and faketime.library() is None:
             raise TargetError("clock-skew on local members needs libfaketime, which is not "
                               f"installed ({faketime.INSTALL_HINT})")  # fmt: skip
@@ -53,6 +63,18 @@ class LocalTarget:
                 problem = own_disk_problem(Path(member.dbpath or "."))
                 if problem:
                     raise TargetError(f"disk-fill: {member.host}'s dbpath {problem}")
+
+    def _find_cluster(self) -> None:
+        """The cluster behind `uri`'s routers; each of its members and routers must be listed
+        (its start command is how a killed one comes back)."""
+        listed = [m.host for m in self.config.members]
+        layout = found_cluster(self.experiment, target_uri(self.uri).seeds, self.connect_options)
+        unlisted = [h for h in [*layout.members(), *layout.routers] if h not in listed]
+        if unlisted:
+            raise TargetError(f"the cluster's {', '.join(unlisted)}: not in target.members "
+                              "(each member and router needs its start command)")  # fmt: skip
+        self.layout = layout
+        self.members = layout.members()
 
     def prepare(self) -> None:
         """clock-skew: each member not yet under libfaketime restarted under it at offset 0,
@@ -132,7 +154,7 @@ def plan_details(exp: Experiment) -> list[str]:
 
 def make_target(exp: Experiment, out_dir: Path) -> LocalTarget:
     """The members the experiment lists, restarted with their logs under `out_dir`."""
-    return LocalTarget(exp.target, out_dir, frozenset(f.kind for f in exp.faults))
+    return LocalTarget(exp, out_dir)
 
 
 if TYPE_CHECKING:

@@ -34,10 +34,10 @@ class VsphereTarget(RemoteTarget):
         """Find the members, log in to vCenter, find each member's VM, and refuse host
         failures that would take a majority of the members down together."""
         super().setup()
-        mapped = self.members
+        mapped = self.mapped_hosts
         if self.vsphere.vms.by == "map":
             # Members left out of the map (an arbiter elsewhere, say) cannot be faulted.
-            mapped = [m for m in self.members if m in self.vsphere.vms.map]
+            mapped = [m for m in mapped if m in self.vsphere.vms.map]
         try:
             found = {m: find_member_vm(self.client, self.vsphere.vms, m) for m in mapped}
             with self.client.errors("read the members' VMs and their ESXi hosts"):
@@ -52,20 +52,25 @@ class VsphereTarget(RemoteTarget):
         """The quorum guard counts one member per fault; a host failure (scope: host) takes
         down every member on that ESXi host."""
         host_failures = [f for f in self.faults if f.kind == "host-kill" and f.scope == "host"]
-        if not host_failures or self.guards.allow_quorum_loss or len(self.members) < 2:
+        if not host_failures or self.guards.allow_quorum_loss:
             return
-        together: dict[str, list[str]] = {}
-        for member, host in esxi.items():
-            together.setdefault(host, []).append(member)
-        majority = len(self.members) // 2 + 1
-        for host, members in sorted(together.items()):
-            if len(members) >= majority:
-                raise GuardRefusal("quorum", f"members {', '.join(sorted(members))} run on one "
-                                   f"ESXi host ({host}): a host failure (scope: host) takes "
-                                   f"{len(members)} of the {len(self.members)} members down "
-                                   "together, a majority. Keep them on separate hosts (a DRS "
-                                   "anti-affinity rule), or set `guards: {allow_quorum_loss: "
-                                   "true}` to run it anyway")  # fmt: skip
+        for name, hosts in self.replica_sets().items():  # each set keeps its own majority
+            if len(hosts) < 2:
+                continue
+            together: dict[str, list[str]] = {}
+            for member in hosts:
+                if member in esxi:
+                    together.setdefault(esxi[member], []).append(member)
+            majority = len(hosts) // 2 + 1
+            for host, members in sorted(together.items()):
+                if len(members) >= majority:
+                    of = f"{name}'s" if name else "the"
+                    raise GuardRefusal("quorum", f"members {', '.join(sorted(members))} run on "
+                                       f"one ESXi host ({host}): a host failure (scope: host) "
+                                       f"takes {len(members)} of {of} {len(hosts)} members "
+                                       "down together, a majority. Keep them on separate "
+                                       "hosts (a DRS anti-affinity rule), or set `guards: "
+                                       "{allow_quorum_loss: true}` to run it anyway")  # fmt: skip
 
     def teardown(self) -> None:
         self.client.close()

@@ -1,0 +1,72 @@
+"""A sharded cluster started outside the run (sandbox processes: config servers, two rs3 shards,
+two routers), for targets rsdrill finds from their routers (`platform: local`, Kubernetes, EC2,
+vSphere) as a user's own cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rsdrill.platforms.machine.local_hosts import listening_pid
+from rsdrill.sandbox.config import CONFIG_SET, ClusterSpec, ReplSetSpec, Settings, member_dir
+from rsdrill.sandbox.sharded import cluster_size, routers_uri, up_sharded
+
+SHARDS = 2
+ROUTERS = 2
+SIZE = cluster_size(SHARDS, "rs3", ROUTERS)
+
+
+@contextlib.contextmanager
+def existing_cluster(directory: Path, port_base: int) -> Iterator[Path]:
+    """The cluster up (1 s elections, balancer off: a chunk moving would move the probes'
+    shards) until the block ends; every process stopped then, also those a run restarted
+    by their own start command (found by port)."""
+    cluster = up_sharded(directory, port_base=port_base, shards=SHARDS, routers=ROUTERS,
+                         settings=Settings(election_timeout_ms=1000),
+                         balancer=False)  # fmt: skip
+    try:
+        yield directory
+    finally:
+        cluster.down(grace_s=2.0)
+        for port in range(port_base, port_base + SIZE):
+            pid = listening_pid(port)
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+
+
+def uri(directory: Path) -> str:
+    """The routers, as the cluster's clients name them."""
+    return routers_uri(ClusterSpec.read(directory).routers)
+
+
+def sets(directory: Path) -> dict[str, list[str]]:
+    """Each replica set's members by set name (the config servers' first)."""
+    spec = ClusterSpec.read(directory)
+    return {name: [m.host for m in spec.set_spec(directory, name).members]
+            for name in (CONFIG_SET, *spec.shards)}  # fmt: skip
+
+
+def routers(directory: Path) -> list[str]:
+    return list(ClusterSpec.read(directory).routers)
+
+
+def local_members(directory: Path) -> list[dict[str, Any]]:
+    """`target.members` of a `platform: local` target: each member's and router's own start
+    command (and a member's dbpath), as a user would list them."""
+    spec = ClusterSpec.read(directory)
+    listed = []
+    for name in (CONFIG_SET, *spec.shards):
+        set_dir = spec.set_dir(directory, name)
+        for m in ReplSetSpec.read(set_dir).members:
+            listed.append({"host": m.host, "dbpath": str(member_dir(set_dir, m) / "data"),
+                           "start": f"{sys.executable} -m rsdrill_emulator --dir {set_dir} "
+                                    f"--host {m.host}"})  # fmt: skip
+    for host in spec.routers:
+        listed.append({"host": host, "start": f"{sys.executable} -m rsdrill_emulator --dir "
+                                              f"{directory} --host {host} --router"})  # fmt: skip
+    return listed
