@@ -3,6 +3,7 @@ routers. Selection, guards, probes and the analysis read a sharded target throug
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 CONFIG = "config"
@@ -26,3 +27,10 @@ class ShardedLayout:
     def set_of(self, host: str) -> str | None:
         """The name of the set `host` is a member of (None: a router, or not in the cluster)."""
         return next((name for name, hosts in self.sets().items() if host in hosts), None)
+
+
+def same_set(members: Sequence[str], layout: ShardedLayout | None, host: str) -> list[str]:
+    """The members of `host`'s replica set: of a sharded target its own set's (the other sets'
+    members and the routers reach it as clients do), else every member."""
+    name = layout.set_of(host) if layout is not None else None
+    return list(layout.sets()[name]) if layout is not None and name is not None else list(members)

@@ -34,6 +34,7 @@ class NetworkPartitionFault(FaultBase):
         "`isolate_from: members\\|clients\\|all`, `direction: "
         "both\\|inbound\\|outbound`",
         needs_duration=True,
+        sharded="members",
     )
 
     kind: Literal["network-partition"]

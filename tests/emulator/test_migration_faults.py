@@ -1,6 +1,7 @@
 """A chunk migration under faults, each at a chosen step (the router's moveChunkHangAtStepN
 fail points, as MongoDB's own migration tests hold the donor): the donor's primary killed or
-stepped down, the config servers' primary killed before the commit, the router running the
+stepped down, the recipient's primary killed or partitioned (nftables, from everyone), the
+config servers' primary killed before the commit, the router running the
 migration killed before and after its commit. Writes go on through both routers all along.
 
 Afterwards, as MongoDB promises: every acknowledged write is there exactly once through the
@@ -20,6 +21,7 @@ import pytest
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import OperationFailure, PyMongoError
 
+from rsdrill.platforms.machine.network import NetworkPartition
 from rsdrill.platforms.sandbox.sharded import ShardedHosts
 from rsdrill.sandbox.config import Settings
 from rsdrill.sandbox.sharded import ShardedSandbox, cluster_size, up_sharded
@@ -161,7 +163,7 @@ def _moves_again(cluster: ShardedSandbox, coll: str, owner: str) -> None:
 
 @pytest.mark.parametrize(("fault", "step"), [
     ("donor-kill", 2), ("donor-kill", 4), ("donor-stepdown", 3), ("recipient-kill", 2),
-    ("config-kill", 4),
+    ("recipient-partition", 2), ("recipient-partition", 4), ("config-kill", 4),
 ])  # fmt: skip
 def test_a_migration_under_a_shard_fault_keeps_every_write_once(
     cluster: ShardedSandbox, fault: str, step: int
@@ -178,15 +180,26 @@ def test_a_migration_under_a_shard_fault_keeps_every_write_once(
         migrating = _migrate(router, f"app.{coll}", recipient, outcome)
         _wait_step(router, step, entered)
         victim = sandbox.resolve("primary")
+        cut = None
         if fault.endswith("kill"):
             sandbox.kill(victim)
+        elif fault.endswith("partition"):  # from everyone: its set, the routers, the others
+            cut = NetworkPartition(ShardedHosts(cluster), victim.host,
+                                   [m.host for m in sandbox.spec.members], isolate_from="all",
+                                   direction="both")  # fmt: skip
+            cut.inject()
         else:
             with MongoClient(victim.host, directConnection=True) as direct:
                 direct.admin.command("replSetStepDown", 10, secondaryCatchUpPeriodSecs=5)
-        time.sleep(0.5)
-        _hold(router, step, on=False)
-        migrating.join(timeout=60)
-        assert not migrating.is_alive()
+        try:
+            assert cut is None or cut.verify(5.0)
+            time.sleep(0.5)
+            _hold(router, step, on=False)
+            migrating.join(timeout=60)
+            assert not migrating.is_alive()
+        finally:
+            if cut is not None:
+                cut.revert()
     if sandbox.pid(victim) is None:
         sandbox.start(victim)
     owner = _check_consistent(cluster, coll, writers)

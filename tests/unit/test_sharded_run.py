@@ -4,12 +4,14 @@ hand-written states and histories."""
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from rsdrill.analysis.metrics import compute_metrics
 from rsdrill.engine.selection import SelectionError, lands_in, resolve
+from rsdrill.experiment.cluster_fit import misfit
 from rsdrill.experiment.schema import Experiment, SelectRouter, SelectShard
 from rsdrill.history import FaultRecord, Op, shard_write_probe
-from rsdrill.layout import CONFIG, ShardedLayout
+from rsdrill.layout import CONFIG, ShardedLayout, same_set
 from tests.unit.test_analysis_failover import polls
 
 LAYOUT = ShardedLayout(
@@ -103,3 +105,55 @@ def test_each_set_is_judged_on_its_own_members_and_probe() -> None:
     assert metrics.no_primary_s == pytest.approx(shard0.no_primary_s)
     # Without the sets, the other shards' primaries would have been taken for a failover.
     assert compute_metrics(ops, faults, duration_s=5).failover_s != shard0.failover_s
+
+
+def test_a_partition_cuts_a_member_from_its_own_set_and_the_rest_reach_it_as_clients() -> None:
+    members = list(LAYOUT.members())
+    assert same_set(members, LAYOUT, "b2:1") == ["b1:1", "b2:1", "b3:1"]
+    assert same_set(members, LAYOUT, "c1:1") == ["c1:1", "c2:1", "c3:1"]
+    assert same_set(members, None, "b2:1") == members  # one replica set: all of it
+    assert same_set(members, LAYOUT, "r1:1") == members  # a router is in no set
+
+
+def _found_cluster_experiment(**changes: object) -> Experiment:
+    spec: dict[str, object] = {
+        "name": "found",
+        "target": {"platform": "local", "topology": "sharded", "uri": "mongodb://r1:1,r2:1/",
+                   "members": [{"host": "r1:1", "start": "true"}]},
+        "faults": [{"at": "1s", "kind": "host-kill", "select": {"shard": "shard1"},
+                    "duration": "1s"}],
+    }  # fmt: skip
+    return Experiment.model_validate({**spec, **changes})
+
+
+def test_names_a_found_cluster_has_not_are_told_once_it_is_found() -> None:
+    # Loading cannot tell (the shard names are the cluster's own), the found cluster can.
+    assert misfit(_found_cluster_experiment(), LAYOUT) is None
+    wrong = {"at": "1s", "kind": "host-kill", "select": {"shard": "rs-east"}, "duration": "1s"}
+    assert misfit(_found_cluster_experiment(faults=[wrong]), LAYOUT) == (
+        "faults[0].select.shard: no shard 'rs-east': the cluster has shard0, shard1 (or any)"
+    )
+    routers = {**wrong, "select": {"mongos": 3}}
+    assert "3 routers, but target.uri names 2" in str(
+        misfit(_found_cluster_experiment(faults=[routers]), LAYOUT)
+    )
+    member = {**wrong, "select": {"member": "x9:1"}}
+    assert "x9:1 is no member or router" in str(
+        misfit(_found_cluster_experiment(faults=[member]), LAYOUT)
+    )
+    slo = _found_cluster_experiment(slo={"shards.rs-west.failover_s": "<= 1"})
+    assert "slo.shards.rs-west.failover_s: no shard 'rs-west'" in str(misfit(slo, LAYOUT))
+
+
+def test_a_found_cluster_takes_no_sandbox_shape_and_partitions_by_set() -> None:
+    with pytest.raises(ValidationError, match="rsdrill finds the cluster's shards"):
+        _found_cluster_experiment(target={
+            "platform": "local", "topology": "sharded", "uri": "mongodb://r1:1/", "mongos": 3,
+            "members": [{"host": "r1:1", "start": "true"}]})  # fmt: skip
+    cut = {"at": "1s", "kind": "network-partition", "select": {"shard": "any"},
+           "isolate_from": "all", "duration": "1s"}  # fmt: skip
+    assert _found_cluster_experiment(faults=[cut]).faults[0].kind == "network-partition"
+    slow = {"at": "1s", "kind": "network-degrade", "select": {"shard": "any"}, "duration": "1s",
+            "latency": "10ms"}  # fmt: skip
+    with pytest.raises(ValidationError, match="network-degrade on a sharded target is not"):
+        _found_cluster_experiment(faults=[slow])

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rsdrill.layout import same_set
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.kubernetes.client import KubeError, container_limits
 from rsdrill.platforms.kubernetes.engines import (
@@ -101,7 +102,7 @@ def _litmus(on: OnPod, destinations: list[str] | None = None) -> Injector:
 def _other_pods(on: OnPod) -> list[PodRef]:
     """The other members' pods (a member outside the cluster, an arbiter elsewhere, has none)."""
     others = []
-    for member in on.target.members:
+    for member in same_set(on.target.members, on.target.layout, on.at.host):
         if member == on.at.host:
             continue
         try:
@@ -160,7 +161,8 @@ def network_partition(on: OnPod, fault: NetworkPartitionFault) -> Injector:
     others = _other_pods(on)
     if fault.shape == "one":
         return _chaos_mesh(on, others=others)
-    pairs = cut_pairs(fault.shape, on.at.host, on.target.members)
+    pairs = cut_pairs(fault.shape, on.at.host,
+                      same_set(on.target.members, on.target.layout, on.at.host))  # fmt: skip
     try:
         near = [on.pods.pod(m) for m in dict.fromkeys(a for a, _ in pairs)]
         far = [on.pods.pod(m) for m in dict.fromkeys(b for _, b in pairs)]
@@ -177,7 +179,8 @@ def network_degrade(on: OnPod, fault: NetworkDegradeFault) -> Injector:
     if engine_of(fault) == "litmus":
         if fault.between == "all":
             return _litmus(on)
-        others = [m for m in on.target.members if m != on.at.host]
+        members = same_set(on.target.members, on.target.layout, on.at.host)
+        others = [m for m in members if m != on.at.host]
         if not others:  # without destinations Litmus would shape everything the pod sends
             raise InjectionError(f"{fault.kind} of {on.at.host}: the set has no other member")
         return _litmus(on, others)

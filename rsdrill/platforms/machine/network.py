@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from rsdrill.layout import ShardedLayout, same_set
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
 from rsdrill.platforms.machine import conntrack, netcls
 from rsdrill.platforms.partition_shapes import PartitionShape, cut_pairs
@@ -436,7 +437,11 @@ def connects_as(member: str, host: str, timeout_s: float = CONNECT_TIMEOUT_S) ->
 def network_partition(
     target: MachineTarget, fault: NetworkPartitionFault, host: str
 ) -> NetworkPartition:
-    """network-partition of a member process: nftables rules on loopback."""
-    return NetworkPartition(target.hosts, host, list(target.members),
+    """network-partition of a member process: nftables rules on loopback. On a sharded
+    target, "members" are the member's own replica set's; the other sets' members and the
+    routers are among its clients (the sets talk to each other as clients do)."""
+    layout = getattr(target, "layout", None)
+    members = same_set(target.members, layout if isinstance(layout, ShardedLayout) else None, host)
+    return NetworkPartition(target.hosts, host, members,
                             isolate_from=fault.isolate_from, direction=fault.direction,
                             shape=fault.shape, flapping=fault.flapping)  # fmt: skip
