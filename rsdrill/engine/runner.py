@@ -608,7 +608,8 @@ class Runner:
                 return
             if observe.until_recovered and elapsed >= MIN_OBSERVE_S:
                 states = self._recovered_states(target, start)
-                if states and recovered(states, replica_sets(target)):
+                routers = router_states(self._layout, options=target.connect_options)
+                if states and recovered({**states, **routers}, replica_sets(target)):
                     return
             self._sleep(0.25)
 

@@ -193,7 +193,8 @@ def replica_sets(target: RunTarget) -> dict[str, list[str]]:
 
 
 def recovered(states: Mapping[str, str], sets: Mapping[str, list[str]]) -> bool:
-    """Every member healthy, and each replica set with a primary."""
-    return all(s in HEALTHY for s in states.values()) and all(
+    """Every member healthy (a sharded target's routers, when given, answering), and each
+    replica set with a primary."""
+    return all(s in HEALTHY or s == ROUTER for s in states.values()) and all(
         any(states.get(h) in PRIMARY_LIKE for h in hosts) for hosts in sets.values()
     )

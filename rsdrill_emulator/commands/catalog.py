@@ -180,9 +180,12 @@ async def _drop_database(cmds: Commands, req: Request) -> dict[str, Any]:
     # As mongod (4.2+): each collection's drop is an entry of its own (so streams see a drop
     # event per collection), then the database's, which takes the views with it.
     prefix = f"{req.db}."
-    for ns in node.store.namespaces():
+    namespaces = [ns for ns in node.store.namespaces() if ns.startswith(prefix)]
+    if not namespaces:  # as mongod: a database that does not exist is not dropped (no entry)
+        return {}
+    for ns in namespaces:
         name = ns[len(prefix) :]
-        if ns.startswith(prefix) and not name.startswith("system.") and not node.store.view(ns):
+        if not name.startswith("system.") and not node.store.view(ns):
             node.write("c", f"{req.db}.$cmd", {"drop": name})
     optime = node.write("c", f"{req.db}.$cmd", {"dropDatabase": 1})
     return await cmds.finish_write(req, {"dropped": req.db}, optime)

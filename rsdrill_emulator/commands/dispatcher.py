@@ -108,6 +108,11 @@ class Commands:
         `$clusterTime` with a zero signature, as a set without keys signs it)."""
         op_id = next(self._op_ids)
         self.in_progress[op_id] = req
+        gossiped = req.body.get("$clusterTime")
+        if isinstance(gossiped, dict) and isinstance(gossiped.get("clusterTime"), Timestamp):
+            # As mongod's logical clock: a time seen elsewhere in the cluster (another shard's,
+            # through a router or a client) orders this member's next write after it.
+            self.node.clock.observe(gossiped["clusterTime"])
         owned = OWNED.set(None)
         try:
             reply = await self._run(req)

@@ -12,7 +12,7 @@ from bson.int64 import Int64
 from rsdrill_emulator import wallclock
 from rsdrill_emulator.commands.base import CURRENT, GIT_VERSION
 from rsdrill_emulator.errors import CommandError
-from rsdrill_emulator.failpoint import FailPoint
+from rsdrill_emulator.failpoint import AFTER_CURSOR_CHECKOUT, FailPoint
 from rsdrill_emulator.request import Request
 from rsdrill_emulator.router.catalog import MAJORITY
 from rsdrill_emulator.router.migration import HANG_STEPS, move_chunk, record_on_shards
@@ -123,7 +123,7 @@ async def _configure_fail_point(router: Router, req: Request) -> dict[str, Any]:
         else:
             router.hang_points.add(name)
         return {"count": entered}
-    if name != "failCommand":
+    if name not in ("failCommand", AFTER_CURSOR_CHECKOUT):
         raise CommandError(2, f"fail point {name} is not a router's (a shard member has it)")
     fail_point = FailPoint.from_command(req.body)
     if fail_point is None:

@@ -15,17 +15,21 @@ from bson.int64 import Int64
 
 from rsdrill.sandbox.config import CONFIG_SET
 from rsdrill_emulator import wallclock
+from rsdrill_emulator.changestream import label_resumable
 from rsdrill_emulator.commands.base import _ns
 from rsdrill_emulator.commands.shardversion import UNSHARDED
 from rsdrill_emulator.errors import CommandError
+from rsdrill_emulator.failpoint import AFTER_CURSOR_CHECKOUT
 from rsdrill_emulator.peer import PeerError
 from rsdrill_emulator.pipeline import run_pipeline
 from rsdrill_emulator.projection import sort_documents
 from rsdrill_emulator.request import Request
+from rsdrill_emulator.router import streams
 from rsdrill_emulator.router.catalog import drain
 from rsdrill_emulator.router.router import (
     STALE_RETRIES,
     MergedCursor,
+    MergedStream,
     RemoteCursor,
     Router,
     StaleRouting,
@@ -238,7 +242,8 @@ async def _find_and_modify(router: Router, req: Request) -> dict[str, Any]:
 async def _one_shard(router: Router, targets: Targets, req: Request) -> dict[str, Any]:
     shard = targets.shards[0]
     host, reply = await router.send(shard, req.db, req.body, read=True, version=targets.version)
-    router.remote_cursor(shard, host, req.db, reply)
+    pipeline = req.body.get("pipeline") or [{}]
+    router.remote_cursor(shard, host, req.db, reply, stream="$changeStream" in pipeline[0])
     return reply
 
 
@@ -268,19 +273,22 @@ async def _find(router: Router, req: Request) -> dict[str, Any]:
     body = {k: v for k, v in req.body.items() if k not in ("skip", "limit", "batchSize")}
     if limit:
         body["limit"] = skip + limit
+    body, at = router.snapshot_pinned(body)
     docs = await _gather(router, targets, req, body)
     if req.body.get("sort"):
         docs = sort_documents(docs, req.body["sort"])
     docs = docs[skip:]
     if limit:
         docs = docs[:limit]
-    return router.merged_cursor(_ns(req), docs, req.body.get("batchSize"))
+    return _at(router.merged_cursor(_ns(req), docs, req.body.get("batchSize")), at)
 
 
 @command("aggregate")
 async def _aggregate(router: Router, req: Request) -> dict[str, Any]:
     pipeline = list(req.body.get("pipeline", []))
     first_match = pipeline[0].get("$match") if pipeline and "$match" in pipeline[0] else None
+    if streams.merges(router, req, pipeline):
+        return await streams.open_stream(router, req, pipeline)
     if not isinstance(req.body.get("aggregate"), str):
         return _router_aggregate(router, req, pipeline)
     targets = await _targets(router, req, first_match)
@@ -288,15 +296,16 @@ async def _aggregate(router: Router, req: Request) -> dict[str, Any]:
         if not targets.shards:
             return router.merged_cursor(_ns(req), [], None)
         return await _one_shard(router, targets, req)
-    if any(next(iter(stage)) in ("$out", "$merge", "$changeStream") for stage in pipeline):
-        raise CommandError(263, "$out, $merge and change streams on a sharded collection are "
-                           "not routed by the sandbox yet")  # fmt: skip
+    if any(next(iter(stage)) in ("$out", "$merge") for stage in pipeline):
+        raise CommandError(263, "$out and $merge on a sharded collection are not routed by the "
+                           "sandbox yet")  # fmt: skip
     split = next((i for i, s in enumerate(pipeline) if next(iter(s)) not in _PER_DOCUMENT_STAGES),
                  len(pipeline))  # fmt: skip
-    body = {**req.body, "pipeline": pipeline[:split], "cursor": {}}
+    body, at = router.snapshot_pinned({**req.body, "pipeline": pipeline[:split], "cursor": {}})
     docs = run_pipeline(await _gather(router, targets, req, body), pipeline[split:],
                         req.body.get("let"))  # fmt: skip
-    return router.merged_cursor(_ns(req), docs, (req.body.get("cursor") or {}).get("batchSize"))
+    batch = (req.body.get("cursor") or {}).get("batchSize")
+    return _at(router.merged_cursor(_ns(req), docs, batch), at)
 
 
 def _router_aggregate(router: Router, req: Request, pipeline: list[Any]) -> dict[str, Any]:
@@ -329,13 +338,22 @@ async def _count(router: Router, req: Request) -> dict[str, Any]:
 @command("distinct")
 async def _distinct(router: Router, req: Request) -> dict[str, Any]:
     targets = await _targets(router, req, req.body.get("query"))
+    body, at = router.snapshot_pinned(req.body)
     values: list[Any] = []
     for shard in targets.shards:
-        _, reply = await router.send(shard, req.db, req.body, read=True, version=targets.version)
+        _, reply = await router.send(shard, req.db, body, read=True, version=targets.version)
         if not reply.get("ok"):
             return reply
         values += [v for v in reply.get("values", []) if v not in values]
-    return {"values": values}
+    return {"values": values, **({"atClusterTime": at} if at is not None else {})}
+
+
+def _at(reply: dict[str, Any], at: Any) -> dict[str, Any]:
+    """A merged cursor reply of a snapshot read, with the time it read at (the driver reads
+    its session's next snapshot reads there)."""
+    if at is not None:
+        reply["cursor"]["atClusterTime"] = at
+    return reply
 
 
 @command("getMore", "getmore")
@@ -344,6 +362,20 @@ async def _get_more(router: Router, req: Request) -> dict[str, Any]:
     cursor = router.cursors.get(cursor_id)
     if cursor is None:
         raise CommandError(43, f"cursor id {cursor_id} not found")
+    fail = router.fail_points.get(AFTER_CURSOR_CHECKOUT)
+    if fail is not None and fail.fires_for(req.name, req.body, router.app_names.get(
+            req.connection_id)):  # fmt: skip
+        del router.cursors[cursor_id]  # as mongos: a getMore that fails kills its cursor
+        await _kill(router, cursor)
+        stream = isinstance(cursor, MergedStream) or getattr(cursor, "stream", False)
+        code = int(fail.error_code or 96)
+        raise CommandError(
+            code,
+            f"Failing command via '{AFTER_CURSOR_CHECKOUT}' failpoint",
+            labels=_resumable(code) if stream else (),
+        )
+    if isinstance(cursor, MergedStream):
+        return await streams.get_more(router, cursor_id, cursor, req)
     if isinstance(cursor, MergedCursor):
         size = int(req.body.get("batchSize") or len(cursor.docs))
         batch = cursor.docs[cursor.position : cursor.position + size]
@@ -374,9 +406,23 @@ async def _kill_cursors(router: Router, req: Request) -> dict[str, Any]:
             not_found.append(cursor_id)
             continue
         killed.append(cursor_id)
-        if isinstance(cursor, RemoteCursor):
-            kill = {"killCursors": cursor.collection, "cursors": [Int64(cursor.cursor_id)]}
-            with contextlib.suppress(PeerError):  # the member is gone, and its cursor with it
-                await router.shard(cursor.shard).run_on(cursor.host, cursor.db, kill)
+        await _kill(router, cursor)
     return {"cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": [],
             "cursorsUnknown": []}  # fmt: skip
+
+
+async def _kill(router: Router, cursor: RemoteCursor | MergedCursor | MergedStream) -> None:
+    """Kill what a router cursor holds open on the shards."""
+    if isinstance(cursor, MergedStream):
+        await streams.close(router, cursor)
+    elif isinstance(cursor, RemoteCursor):
+        kill = {"killCursors": cursor.collection, "cursors": [Int64(cursor.cursor_id)]}
+        with contextlib.suppress(PeerError):  # the member is gone, and its cursor with it
+            await router.shard(cursor.shard).run_on(cursor.host, cursor.db, kill)
+
+
+def _resumable(code: int) -> tuple[str, ...]:
+    """A stream's getMore error labels, as mongos gives them (4.4+)."""
+    reply: dict[str, Any] = {"code": code}
+    label_resumable(reply)
+    return tuple(reply.get("errorLabels", ()))

@@ -23,6 +23,7 @@ from typing import Any
 
 from bson.int64 import Int64
 from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
 
 from rsdrill.sandbox.config import CONFIG_SET, ClusterSpec, ReplSetSpec
 from rsdrill_emulator import transactions
@@ -70,6 +71,7 @@ class RemoteCursor:
     cursor_id: int
     db: str
     collection: str
+    stream: bool = False  # a change stream's: its errors may be resumable
 
 
 @dataclass
@@ -79,6 +81,20 @@ class MergedCursor:
     ns: str
     docs: list[dict[str, Any]]
     position: int = 0
+
+
+@dataclass
+class MergedStream:
+    """A change stream over every shard's (router/streams.py): each shard's cursor and the
+    last postBatchResumeToken it gave."""
+
+    ns: str
+    db: str
+    collection: str
+    cursors: dict[str, tuple[str, int]]  # shard → (member, its cursor id)
+    marks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The newest token the client was given (or resumed from): no batch's is older.
+    last: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -92,7 +108,7 @@ class Router:
     catalog: Catalog
     process_id: ObjectId = field(default_factory=ObjectId)
     cluster_time: dict[str, Any] | None = None
-    cursors: dict[int, RemoteCursor | MergedCursor] = field(default_factory=dict)
+    cursors: dict[int, RemoteCursor | MergedCursor | MergedStream] = field(default_factory=dict)
     transactions: dict[tuple[bytes, int], str] = field(default_factory=dict)
     connections: int = 0
     certificate_subjects: dict[int, str] = field(default_factory=dict)
@@ -120,6 +136,18 @@ class Router:
         return cls(host, config, shards, Catalog(config),
                    abandoned_after_s=max(10.0, 2 * election_s + 5))  # fmt: skip
 
+    def snapshot_pinned(self, body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """A snapshot read outside a transaction, with the atClusterTime every shard reads at
+        (the client's, else the newest cluster time the router has seen, as mongos picks one
+        for a read on several shards), and that time; other commands as they are, None."""
+        concern = body.get("readConcern") or {}
+        if concern.get("level") != "snapshot" or "autocommit" in body:
+            return body, None
+        at = concern.get("atClusterTime") or (self.cluster_time or {}).get("clusterTime")
+        if at is None:
+            return body, None
+        return {**body, "readConcern": {**concern, "atClusterTime": at}}, at
+
     @property
     def config_connection_string(self) -> str:
         """The config servers as mongos's --configdb names them: "<set>/<host>,<host>"."""
@@ -136,6 +164,7 @@ class Router:
         self.app_names.pop(connection_id, None)
 
     async def run(self, req: Request) -> dict[str, Any]:
+        self.gossip(req.body)  # the client's cluster time, seen through another router
         handler = HANDLERS.get(req.name.lower())
         retryable = _retryable_write(req.body)
         fail = self._fail_point(req)
@@ -164,8 +193,8 @@ class Router:
         if (app := req.handshake_application()) is not None:
             self.app_names[req.connection_id] = app
         app_name = self.app_names.get(req.connection_id)
-        return next((f for f in self.fail_points.values()
-                     if f.fires_for(req.name, req.body, app_name)), None)  # fmt: skip
+        return next((f for f in self.fail_points.values() if not f.at_cursor_checkout
+                     and f.fires_for(req.name, req.body, app_name)), None)  # fmt: skip
 
     def _stamped(self, reply: dict[str, Any]) -> dict[str, Any]:
         """The newest cluster time the router has seen, on every reply; a reply the router
@@ -226,6 +255,8 @@ class Router:
                 self.transactions.pop(next(iter(self.transactions)))
         retry = key is None and (read or _retryable_write(body))
         sent = {k: v for k, v in body.items() if k not in _FORWARD_DROPPED}
+        if self.cluster_time is not None:  # gossiped, as mongos: causally later writes on
+            sent["$clusterTime"] = self.cluster_time  # any shard get later timestamps
         if version is not None:
             sent["shardVersion"] = version
         host, reply = await self.shard(shard).on_primary(db, sent, retry=retry)
@@ -238,9 +269,9 @@ class Router:
         return host, reply
 
     def gossip(self, reply: dict[str, Any]) -> None:
-        """Keep the newest cluster time a shard or config server has shown."""
+        """Keep the newest cluster time a shard, config server or client has shown."""
         seen = reply.get("$clusterTime")
-        if seen is None:
+        if not isinstance(seen, dict) or not isinstance(seen.get("clusterTime"), Timestamp):
             return
         if self.cluster_time is None or seen["clusterTime"] > self.cluster_time["clusterTime"]:
             self.cluster_time = seen
@@ -253,14 +284,16 @@ class Router:
             if cursor_id not in self.cursors:
                 return cursor_id
 
-    def remote_cursor(self, shard: str, host: str, db: str, reply: dict[str, Any]) -> None:
+    def remote_cursor(
+        self, shard: str, host: str, db: str, reply: dict[str, Any], *, stream: bool = False
+    ) -> None:
         """Hand the client a shard's open cursor under an id of the router's own."""
         cursor = reply.get("cursor")
         if not reply.get("ok") or not isinstance(cursor, dict) or not cursor.get("id"):
             return
         collection = str(cursor.get("ns", "")).partition(".")[2]
         own = self.new_cursor_id()
-        self.cursors[own] = RemoteCursor(shard, host, int(cursor["id"]), db, collection)
+        self.cursors[own] = RemoteCursor(shard, host, int(cursor["id"]), db, collection, stream)
         cursor["id"] = Int64(own)
 
     def merged_cursor(

@@ -382,3 +382,33 @@ def _owned_key(client: MongoClient[dict[str, Any]], ns: str, shard: str) -> int:
         return any(above(c["min"]["k"]) and below(c["max"]["k"]) for c in chunks)
 
     return next(k for k in range(1000) if owned(hash64(k)))
+
+
+def test_a_stream_on_a_database_or_the_cluster_merges_every_shard(
+    client: MongoClient[dict[str, Any]],
+) -> None:
+    """Events from both shards in time order; resumed from one, the rest exactly once; a
+    dropDatabase invalidates a database's stream once, and only the shard that held the
+    database wrote it (a shard without it writes nothing, as mongod)."""
+    client.admin.command("shardCollection", "streams.spread", key={"k": 1})
+    client.admin.command("split", "streams.spread", middle={"k": 0})
+    owners = {c["shard"] for c in client["config"]["chunks"].find({"max": {"k": 0}})}
+    other = next(s for s in ("shard0", "shard1") if s not in owners)
+    client.admin.command("moveChunk", "streams.spread", find={"k": 0}, to=other)
+    db = client["streams"]
+    with db.watch(max_await_time_ms=200) as stream, client.watch(max_await_time_ms=200) as whole:
+        for k in (-2, 1, -1, 2):  # alternate shards
+            db["spread"].insert_one({"k": k})
+        db["plain"].insert_one({"k": 9})  # an unsharded collection, on the primary shard
+        seen = [stream.next() for _ in range(5)]
+        assert [e["fullDocument"]["k"] for e in seen] == [-2, 1, -1, 2, 9]
+        assert [e["clusterTime"] for e in seen] == sorted(e["clusterTime"] for e in seen)
+        everywhere = [whole.next()["fullDocument"]["k"] for _ in range(5)]
+        assert everywhere == [-2, 1, -1, 2, 9]
+    with db.watch(resume_after=seen[1]["_id"], max_await_time_ms=200) as resumed:
+        assert [resumed.next()["fullDocument"]["k"] for _ in range(3)] == [-1, 2, 9]
+    with db.watch(max_await_time_ms=200) as stream:
+        client.drop_database("streams")
+        kinds = [e["operationType"] for e in stream]  # ends at the invalidate
+    assert kinds.count("dropDatabase") == 1 and kinds[-1] == "invalidate", kinds
+    assert kinds.count("invalidate") == 1

@@ -14,7 +14,7 @@ from typing import Any
 
 from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.sandbox.config import CONFIG_SET, ClusterSpec, ReplSetSpec, Settings, member_dir
-from rsdrill.sandbox.sharded import cluster_size, routers_uri, up_sharded
+from rsdrill.sandbox.sharded import ShardedSandbox, cluster_size, routers_uri, up_sharded
 
 SHARDS = 2
 ROUTERS = 2
@@ -70,3 +70,46 @@ def local_members(directory: Path) -> list[dict[str, Any]]:
         listed.append({"host": host, "start": f"{sys.executable} -m rsdrill_emulator --dir "
                                               f"{directory} --host {host} --router"})  # fmt: skip
     return listed
+
+
+class ClusterProcesses:
+    """What a platform binding asks of a sandbox (`spec.member`, `pid`, `kill`, `start`,
+    `stop`, `cont`; tests/harness/ec2_binding.py, vsphere_binding.py), over every replica set
+    and router of the cluster, each named by its host:port."""
+
+    def __init__(self, directory: Path) -> None:
+        self.cluster = ShardedSandbox(directory)
+        self.spec = self
+        self._members = {m.host: (sandbox, m) for sandbox in self.cluster.sets.values()
+                         for m in sandbox.spec.members}  # fmt: skip
+
+    def member(self, host: str) -> str:
+        return host
+
+    def pid(self, host: str) -> int | None:
+        if host in self._members:
+            sandbox, member = self._members[host]
+            return sandbox.pid(member)
+        return self.cluster.router_pid(host)
+
+    def kill(self, host: str) -> None:
+        if host in self._members:
+            sandbox, member = self._members[host]
+            sandbox.kill(member)
+        else:
+            self.cluster.kill_router(host)
+
+    def start(self, host: str, *, wipe: bool = False, boot_s: float = 0.0) -> None:
+        if host in self._members:
+            sandbox, member = self._members[host]
+            sandbox.start(member, wipe=wipe, boot_s=boot_s)
+        else:
+            self.cluster.restart_router(host)
+
+    def stop(self, host: str) -> None:
+        sandbox, member = self._members[host]  # a router's freeze: not bound
+        sandbox.stop(member)
+
+    def cont(self, host: str) -> None:
+        sandbox, member = self._members[host]
+        sandbox.cont(member)

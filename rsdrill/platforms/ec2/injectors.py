@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rsdrill.layout import same_set
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.ec2 import fis, ssm
 from rsdrill.platforms.ec2.acl import AclPartition
@@ -75,11 +76,15 @@ def on_member_instance(
     build: Callable[[OnInstance, KindFault], Injector],
 ) -> InjectorFactory[KindFault]:
     """The factory `(target, fault, host)` that builds with `build` on the member's instance,
-    looked up again now: its state and volumes may have changed since setup."""
+    looked up again now: its state and volumes may have changed since setup. Its peers are the
+    other members of its own replica set (of a sharded target, the other sets' members and the
+    routers reach it as clients do)."""
 
     @functools.wraps(build)
     def factory(target: Ec2Target, fault: KindFault, host: str) -> Injector:
-        peers = tuple(i for member, i in target.instances.items() if member != host)
+        own_set = same_set(target.members, target.layout, host)
+        peers = tuple(i for member, i in target.instances.items()
+                      if member != host and member in own_set)  # fmt: skip
         return build(OnInstance(target.aws, target.ec2, target.instance(host), peers), fault)
 
     return factory

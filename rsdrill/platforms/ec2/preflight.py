@@ -4,6 +4,7 @@ DryRun flag), and would AWS's volume modification limit refuse a throttle? A sel
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from rsdrill.faults import COMMAND_KINDS
@@ -71,8 +72,14 @@ def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | N
 
 
 def problems(
-    aws: Aws, platform: Ec2Platform, faults: tuple[Fault, ...], instances: list[Instance]
+    aws: Aws,
+    platform: Ec2Platform,
+    faults: tuple[Fault, ...],
+    instances: list[Instance],
+    routers: Collection[str] = (),
 ) -> list[str]:
+    """`routers`: the members of `instances` that are a sharded cluster's routers, which hold
+    no data (their instances have no data volume to look for)."""
     from rsdrill.platforms.ec2.options import engine_of, needs_data_volume
     from rsdrill.platforms.ec2.volume import modification_limit
 
@@ -85,7 +92,8 @@ def problems(
         found += [p for p in map(lambda i: unmanaged(aws, i), instances) if p is not None]
     for instance in instances:
         data = None
-        if platform.volume is not None and any(needs_data_volume(f) for f in faults):
+        if platform.volume is not None and any(needs_data_volume(f) for f in faults) and \
+                instance.member not in routers:  # fmt: skip
             data = find_data_volume(aws, platform.volume, instance)
         for i, fault in enumerate(faults):
             if fault.kind in COMMAND_KINDS:

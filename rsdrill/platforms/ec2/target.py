@@ -37,7 +37,8 @@ class Ec2Target(RemoteTarget):
             mapped = [m for m in mapped if m in self.ec2.instances.map]
         try:
             self.instances = {m: find_instance(self.aws, self.ec2.instances, m) for m in mapped}
-            found = problems(self.aws, self.ec2, self.faults, list(self.instances.values()))
+            found = problems(self.aws, self.ec2, self.faults, list(self.instances.values()),
+                             routers=self.layout.routers if self.layout else ())  # fmt: skip
         except AwsError as exc:
             raise TargetError(f"ec2: {exc}") from None
         if found:

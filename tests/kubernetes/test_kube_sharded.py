@@ -1,0 +1,297 @@
+"""A sharded cluster rsdrill did not build, on the real API server: every member of the
+existing_cluster fixture (config servers, two rs3 shards) is a pod of a StatefulSet-like set and
+each router a pod of a Deployment-like one, all named in an explicit pod map. The bindings are
+test_kube_e2e's: a pod's deletion kills its process, the controller stand-in re-creates the pod
+and the process starts again. `rsdrill run` finds the cluster from the routers' URI, and its
+faults act on pods only (Chaos Mesh's PodChaos, or a pod deleted natively)."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rsdrill.connection import ConnectOptions, answers_hello
+from rsdrill.engine.check import check_experiment
+from rsdrill.experiment.schema import Experiment
+from rsdrill.platforms.base import InjectionError, TargetError
+from rsdrill.platforms.kubernetes.target import KubernetesTarget
+from rsdrill.result import Result
+from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.sandbox.config import CONFIG_SET
+from rsdrill.sandbox.sharded import ShardedSandbox
+from rsdrill.states import member_state
+from tests.harness import sharded_cluster as cluster
+from tests.harness.injectors import pod_injector
+from tests.harness.members import wait_until
+from tests.kubernetes.cluster import REPO, env_without_kube
+from tests.kubernetes.conftest import Kube
+from tests.kubernetes.controllers import ChaosMeshController, Kubelet
+from tests.kubernetes.support import make_node, make_pod, mark_running, rsdrill_objects
+
+PROBES = {"availability": {"interval": "20ms", "timeout": "250ms", "retries": True}}
+SHARD1_PRIMARY = {"shard": "shard1", "role": "primary"}
+RECREATE_AFTER_S = 1.5  # the controller stand-in re-creates a deleted pod this long after
+
+
+def _router_manifest(name: str, node: str, template_hash: str) -> dict[str, Any]:
+    """A mongos pod as a Deployment's ReplicaSet leaves it (no stable DNS name: mapped
+    explicitly), bound to `node`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"app": "mongos", "pod-template-hash": template_hash},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "mongos", "image": "mongo:7.0"}],
+        },
+    }
+
+
+@dataclass
+class BoundCluster:
+    """The existing cluster with a pod on the real API server per member and per router."""
+
+    directory: Path
+    namespace: str
+    sets: dict[str, list[str]]  # set name → its members (the config servers' first)
+    routers: list[str]
+    pods: dict[str, str]  # host:port (member or router) → pod
+    kubelet: Kubelet
+    mesh: ChaosMeshController
+    gone: list[str]  # pods whose process the kubelet stand-in killed, in order
+    back: list[str]  # pods re-created, their process started again
+
+    def spec(self, kube: Kube, faults: list[dict[str, Any]], **changes: Any) -> dict[str, Any]:
+        target = {
+            "platform": "kubernetes",
+            "topology": "sharded",
+            "uri": cluster.uri(self.directory),
+            "kubernetes": {
+                "kubeconfig": str(kube.admin),
+                "namespace": self.namespace,
+                "wait": "10s",
+                "pods": changes.pop("pods", self.pods),
+            },
+        }
+        return {"name": "k8s-sharded-found", "target": target, "probes": PROBES,
+                "faults": faults, "observe": {"after_revert": "5s"}, **changes}  # fmt: skip
+
+    def uid(self, kube: Kube, pod: str) -> str:
+        from kubernetes import client
+
+        core: Any = client.CoreV1Api(kube.api)
+        return str(core.read_namespaced_pod(pod, self.namespace).metadata.uid)
+
+
+@pytest.fixture
+def bound_cluster(kube: Kube, existing_cluster: Path) -> Iterator[BoundCluster]:
+    from kubernetes import client
+
+    namespace = kube.namespace("sharded")
+    node = f"{namespace}-node"
+    make_node(kube.api, node)
+    directory = existing_cluster
+    sharded = ShardedSandbox(directory)
+    sets = cluster.sets(directory)
+    routers = cluster.routers(directory)
+    pods: dict[str, str] = {}
+    for name, hosts in sets.items():
+        stem = "cfg" if name == CONFIG_SET else name
+        pods.update({host: f"{stem}-{i}" for i, host in enumerate(hosts)})
+    template_hash = secrets.token_hex(5)[:9]
+    pods.update({host: f"mongos-{template_hash}-{secrets.token_hex(3)[:5]}" for host in routers})
+    by_pod = {pod: host for host, pod in pods.items()}
+    set_dirs = {host: sharded.spec.set_dir(directory, name)
+                for name, hosts in sets.items() for host in hosts}  # fmt: skip
+    gone: list[str] = []
+    back: list[str] = []
+
+    def on_gone(pod: str) -> None:
+        host = by_pod[pod]
+        gone.append(pod)
+        if host in routers:
+            sharded.kill_router(host)
+        else:
+            member_set = Sandbox(set_dirs[host])
+            member_set.kill(member_set.spec.member(host))
+
+    def on_back(pod: str) -> None:
+        host = by_pod[pod]
+        if host in routers:
+            sharded.restart_router(host)
+        else:
+            member_set = Sandbox(set_dirs[host])
+            member_set.start(member_set.spec.member(host))
+        back.append(pod)
+
+    kubelet = Kubelet(kube.api, namespace, recreate_after_s=RECREATE_AFTER_S,
+                      on_gone=on_gone, on_back=on_back)  # fmt: skip
+    core: Any = client.CoreV1Api(kube.api)
+    for host, pod in pods.items():
+        if host in routers:
+            manifest = _router_manifest(pod, node, template_hash)
+            created = core.create_namespaced_pod(namespace, manifest)
+            mark_running(kube.api, namespace, pod)
+            kubelet.adopt(manifest, created.metadata.uid)
+        else:
+            kubelet.adopt(*make_pod(kube.api, namespace, pod, node))
+    mesh = ChaosMeshController(kube.api, namespace)
+    loops = [kubelet.start(), mesh.start()]
+    try:
+        yield BoundCluster(directory, namespace, sets, routers, pods, kubelet, mesh, gone, back)
+    finally:
+        for loop in loops:  # before the cluster goes down: the kubelet would restart it
+            loop.stop()
+    assert not kubelet.errors and not mesh.errors, kubelet.errors + mesh.errors
+
+
+def _run(bound: BoundCluster, kube: Kube, tmp: Path, faults: list[dict[str, Any]]) -> Result:
+    """`rsdrill run` of the experiment as a nightly job starts it; its result.json."""
+    path = tmp / "experiment.yaml"
+    path.write_text(yaml.safe_dump(bound.spec(kube, faults), sort_keys=False))
+    out = tmp / "out"
+    env = {**env_without_kube(), "RSDRILL_HOME": str(tmp / "home")}
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(out),
+         "--no-live", "--no-history", "--yes"],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=180, check=False,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert (out / "result.json").exists(), said
+    result = Result.from_json((out / "result.json").read_text())
+    assert done.returncode == 0 and result.verdict == "pass", f"{result.error}\n{said}"
+    return result
+
+
+def _wait_back(bound: BoundCluster, pods: list[str]) -> None:
+    """Every pod in `pods` re-created and its process started again."""
+    wait_until(lambda: all(p in bound.back for p in pods), 60, f"{pods} re-created")
+
+
+@pytest.mark.slow
+def test_chaos_mesh_kills_a_shard_primarys_pod(
+    kube: Kube, bound_cluster: BoundCluster, tmp_path: Path
+) -> None:
+    """PodChaos pod-kill of shard1's primary: shard1 fails over to another of its members,
+    shard0's writes carry on, and every member of every set was found from the routers."""
+    bound = bound_cluster
+    kill = {"at": "2s", "kind": "host-kill", "engine": "chaos-mesh", "select": SHARD1_PRIMARY,
+            "duration": "3s"}  # fmt: skip
+    started = time.monotonic()
+    result = _run(bound, kube, tmp_path, [kill])
+    print(f"run: {time.monotonic() - started:.1f}s")
+    sets = bound.sets
+    assert sorted(result.target.members) == sorted(h for hosts in sets.values() for h in hosts)
+    [fault] = result.faults
+    killed = fault.target
+    assert fault.kind == "host-kill" and fault.verified_at_s is not None
+    assert killed in sets["shard1"] and fault.detail["role"] == "PRIMARY", fault.detail
+    # The PodChaos named the killed member's pod alone, and only that pod went.
+    chaos = [o for o in bound.mesh.seen if o["kind"] == "PodChaos"]
+    assert [o["spec"]["selector"]["pods"] for o in chaos] == [
+        {bound.namespace: [bound.pods[killed]]}
+    ]
+    assert bound.gone == [bound.pods[killed]]
+    shard0, shard1 = result.metrics.shards["shard0"], result.metrics.shards["shard1"]
+    print(f"shard1: failover {shard1.failover_s}s to {shard1.new_primary}, gap "
+          f"{shard1.write_unavailable_s}s; shard0: gap {shard0.write_unavailable_s}s, "
+          f"{shard0.writes} writes")  # fmt: skip
+    assert shard1.new_primary in sets["shard1"] and shard1.new_primary != killed
+    assert shard1.failover_s is not None and shard1.failover_s > 0
+    assert shard1.write_unavailable_s is not None and shard1.write_unavailable_s > 0.5
+    assert shard0.failover_s is None and shard0.writes > 50
+    assert shard0.write_unavailable_s is not None and shard0.write_unavailable_s < 2.0
+    assert rsdrill_objects(kube.api, bound.namespace) == []
+    # The pod came back (the StatefulSet stand-in) and its member rejoined as a secondary.
+    _wait_back(bound, [bound.pods[killed]])
+    options = ConnectOptions()
+    wait_until(lambda: member_state(killed, 1.0, options=options) == "SECONDARY", 30,
+               f"{killed} back as a secondary")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_routers_pod_deleted(kube: Kube, bound_cluster: BoundCluster, tmp_path: Path) -> None:
+    """host-kill (native: the pod deleted) of {mongos: 1}: the first router's pod goes, its
+    process with it; the controller stand-in re-creates the pod (under the same name, so the
+    map still holds) and the router starts again. No member's pod is touched, and each shard's
+    writes go on through the other router."""
+    bound = bound_cluster
+    router = bound.routers[0]
+    pod = bound.pods[router]
+    uid = bound.uid(kube, pod)
+    sharded = ShardedSandbox(bound.directory)
+    pid = sharded.router_pid(router)
+    assert pid is not None
+    kill = {"at": "2s", "kind": "host-kill", "select": {"mongos": 1}, "duration": "3s"}
+    started = time.monotonic()
+    result = _run(bound, kube, tmp_path, [kill])
+    print(f"run: {time.monotonic() - started:.1f}s (its duration_s {result.duration_s})")
+    [fault] = result.faults
+    assert fault.kind == "host-kill" and fault.target == router, fault
+    assert fault.verified_at_s is not None and fault.injected_at_s is not None
+    assert bound.gone == [pod]  # the router's pod alone
+    _wait_back(bound, [pod])
+    assert bound.uid(kube, pod) != uid  # a new pod of the same name
+    assert sharded.router_pid(router) not in (None, pid)  # a new process
+    assert answers_hello(router, 1.0, options=ConnectOptions())
+    figures = result.metrics.shards
+    print({name: (f.write_unavailable_s, f.writes, f.failover_s) for name, f in figures.items()})
+    assert sorted(figures) == ["shard0", "shard1"]
+    for name, figure in figures.items():
+        assert figure.failover_s is None, name  # no set lost its primary
+        assert figure.writes > 50, name
+        assert figure.write_unavailable_s is not None and figure.write_unavailable_s < 2.0, name
+
+
+def test_check_shows_the_cluster_and_an_unmapped_router_is_refused(
+    kube: Kube, bound_cluster: BoundCluster, tmp_path: Path
+) -> None:
+    """`rsdrill check` on the sharded Kubernetes experiment: each set with its members and
+    states, the balancer, and the platform's preflight, every line holding. A router left out
+    of the explicit pod map: the preflight lets the partial map through (it refuses only a map
+    that gives no host a pod, then naming the first one), and the router fault aimed at that
+    router is refused when it is due, naming it. Nothing is created or deleted."""
+    bound = bound_cluster
+    kill = {"at": "2s", "kind": "host-kill", "select": {"mongos": 1}, "duration": "3s"}
+    checks = check_experiment(Experiment.model_validate(bound.spec(kube, [kill])))
+    by_name = {c.name: c for c in checks}
+    assert [c for c in checks if c.ok is False] == [], checks
+    sets = bound.sets
+    assert by_name["shard shard0"].ok and by_name["shard shard0"].detail.count("PRIMARY") == 1
+    assert by_name["shard shard1"].ok and by_name["shard shard1"].detail.count("PRIMARY") == 1
+    assert all(h in by_name["shard shard1"].detail for h in sets["shard1"])
+    assert all(h in by_name["config servers"].detail for h in sets[CONFIG_SET])
+    assert by_name["config servers"].ok
+    assert by_name["balancer"].detail.startswith("off")
+    assert by_name["platform kubernetes"].ok, by_name["platform kubernetes"]
+    assert all(by_name[f"reach {router}"].ok for router in bound.routers)
+
+    router = bound.routers[0]
+    partial = {h: p for h, p in bound.pods.items() if h != router}
+    target = KubernetesTarget(Experiment.model_validate(bound.spec(kube, [kill], pods=partial)),
+                              tmp_path)  # fmt: skip
+    target.setup()
+    assert target.mapped_hosts[-2:] == bound.routers
+    with pytest.raises(InjectionError, match=f"member {router} is not in target.kubernetes.pods"):
+        pod_injector(target, target.faults[0], router)
+    target.teardown()
+
+    first = sets[CONFIG_SET][0]
+    gone = {h: f"{p}-gone" for h, p in bound.pods.items()}
+    refused = Experiment.model_validate(bound.spec(kube, [kill], pods=gone))
+    with pytest.raises(TargetError, match=f"preflight refused.*member {first}: pod "):
+        KubernetesTarget(refused, tmp_path).setup()
+    assert rsdrill_objects(kube.api, bound.namespace) == []
+    assert bound.gone == []
