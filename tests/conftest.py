@@ -145,12 +145,16 @@ def client_for() -> Iterator[Callable[..., MongoClient[Any]]]:
         client.close()
 
 
-@pytest.fixture
-def existing_cluster(tmp_path: Path, free_port_base: Callable[[int], int]) -> Iterator[Path]:
+@pytest.fixture(scope="module")
+def existing_cluster(
+    tmp_path_factory: pytest.TempPathFactory, free_port_base: Callable[[int], int]
+) -> Iterator[Path]:
     """A running sharded cluster (config servers, two rs3 shards, two routers; 1 s elections,
-    balancer off) started outside the run, for targets found from their routers; stopped
+    balancer off) started outside the runs, for targets found from their routers; one per
+    module (11 processes to start: each run leaves it healthy, its faults reverted), stopped
     afterwards, whatever happened (tests/harness/sharded_cluster.py)."""
     from tests.harness.sharded_cluster import SIZE, existing_cluster
 
-    with existing_cluster(tmp_path / "cluster", free_port_base(SIZE)) as directory:
-        yield directory
+    directory = tmp_path_factory.mktemp("cluster")
+    with existing_cluster(directory, free_port_base(SIZE)) as running:
+        yield running

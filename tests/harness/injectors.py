@@ -24,7 +24,8 @@ def injector(platform: str, target: Any, fault: Fault, host: str) -> Injector:
 def instance_injector(aws: Aws, ec2: Ec2Platform, fault: Fault, instance: Instance) -> Injector:
     """An EC2 fault on `instance`: its factories read the target's AWS session, section, the
     member's instance (found now) and the other members' ones."""
-    target = SimpleNamespace(aws=aws, ec2=ec2, instances={}, instance=lambda host: instance)
+    target = SimpleNamespace(aws=aws, ec2=ec2, instances={}, instance=lambda host: instance,
+                             members=[], layout=None)  # fmt: skip
     return injector("ec2", target, fault, instance.member)
 
 
