@@ -12,14 +12,11 @@ from typing import Any
 
 import yaml
 
-from rsdrill.connection import ConnectOptions
 from rsdrill.engine.check import check_experiment
 from rsdrill.engine.options import RunOptions
 from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
-from rsdrill.states import member_state
 from tests.harness import sharded_cluster as cluster
-from tests.harness.members import wait_until
 
 PROBES = {"availability": {"interval": "20ms", "timeout": "250ms", "retries": True}}
 KILL = {"at": "2s", "kind": "host-kill", "select": {"shard": "shard1", "role": "primary"},
@@ -60,15 +57,9 @@ def test_a_shard_primary_killed_in_a_cluster_found_from_its_routers(
     assert sorted(result.target.members) == sorted(h for hosts in sets.values() for h in hosts)
     killed = result.faults[0].target
     assert killed in sets["shard1"] and result.faults[0].detail["role"] == "PRIMARY"
-    shard0, shard1 = result.metrics.shards["shard0"], result.metrics.shards["shard1"]
-    assert shard1.new_primary in sets["shard1"] and shard1.new_primary != killed
-    assert shard1.write_unavailable_s is not None and shard1.write_unavailable_s > 0.5
-    assert shard0.failover_s is None and shard0.writes > 50
-    assert shard0.write_unavailable_s is not None and shard0.write_unavailable_s < 2.0
+    cluster.assert_only_struck_shard_interrupted(result, sets, "shard1", killed)
     # The killed member came back by its own start command (the run's revert).
-    options = ConnectOptions()
-    wait_until(lambda: member_state(killed, 1.0, options=options) == "SECONDARY", 30,
-               f"{killed} back as a secondary")  # fmt: skip
+    cluster.wait_back_as_secondary(killed)
 
 
 def test_check_shows_the_cluster_as_the_run_will_see_it(existing_cluster: Path) -> None:

@@ -12,9 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.platforms.machine.local_hosts import listening_pid
+from rsdrill.result import Result
 from rsdrill.sandbox.config import CONFIG_SET, ClusterSpec, ReplSetSpec, Settings, member_dir
 from rsdrill.sandbox.sharded import ShardedSandbox, cluster_size, routers_uri, up_sharded
+from rsdrill.states import member_state
+from tests.harness.members import wait_until
 
 SHARDS = 2
 ROUTERS = 2
@@ -113,3 +117,25 @@ class ClusterProcesses:
     def cont(self, host: str) -> None:
         sandbox, member = self._members[host]
         sandbox.cont(member)
+
+
+def assert_only_struck_shard_interrupted(
+    result: Result, sets: dict[str, list[str]], struck: str, killed: str
+) -> None:
+    """The struck shard failed over to another of its own members and its writes through the
+    routers waited for that; the other shard lost no primary and its writes went on."""
+    other = next(name for name in result.metrics.shards if name != struck)
+    hit, spared = result.metrics.shards[struck], result.metrics.shards[other]
+    assert hit.new_primary in sets[struck] and hit.new_primary != killed, hit
+    assert hit.failover_s is not None and 0 < hit.failover_s < 15, hit
+    assert hit.write_unavailable_s is not None and hit.write_unavailable_s > 0.5, hit
+    # Its probe's longest gap is its own cadence, not an election.
+    assert spared.failover_s is None and spared.writes > 50, spared
+    assert spared.write_unavailable_s is not None and spared.write_unavailable_s < 2.0, spared
+
+
+def wait_back_as_secondary(host: str) -> None:
+    """Until the restarted member answers as a secondary again (30 s at most)."""
+    options = ConnectOptions()
+    wait_until(lambda: member_state(host, 1.0, options=options) == "SECONDARY", 30,
+               f"{host} back as a secondary")  # fmt: skip
