@@ -51,6 +51,7 @@ async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
         election.election_timer_loop(node),
         sync.fetcher_loop(node),
         keep_cursors_bounded(commands),
+        commands.coordinators.resume_loop(),
         diagnostics.capture_loop(node),
         *(heartbeat.heartbeat_loop(node, peer) for peer in node.peers),
     ]

@@ -16,7 +16,7 @@ from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
 from rsdrill_emulator.errors import CommandError
-from rsdrill_emulator.oplog import NULL_OPTIME, OpTime
+from rsdrill_emulator.oplog import NULL_OPTIME, OpTime, is_prepare
 from rsdrill_emulator.pipeline import run_pipeline
 from rsdrill_emulator.updatediff import describe, is_diff
 
@@ -283,6 +283,8 @@ def _events(
     """The change events one oplog entry means to this stream: none, one, drop+invalidate, or
     one per operation of a committed transaction (from `first_op` on)."""
     position = OpTime.of(entry)
+    if is_prepare(entry):
+        return []  # its events come with its commit
     if entry["op"] == "c" and "applyOps" in entry["o"]:
         # mongod's events of a transaction carry its session and number.
         session = {k: entry[k] for k in ("lsid", "txnNumber") if k in entry}

@@ -365,7 +365,7 @@ class DataStore:
             self.drop(f"{db}.{o['drop']}")
         elif "dropDatabase" in o:
             self.drop_database(db)
-        elif "applyOps" in o:  # a committed transaction: all its writes at once
+        elif "applyOps" in o and not o.get("prepare"):  # a committed transaction, at once
             for inner in o["applyOps"]:
                 self.apply(inner)
         elif "createIndexes" in o:

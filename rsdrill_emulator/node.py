@@ -48,6 +48,7 @@ from rsdrill_emulator.oplog import (
     operations,
 )
 from rsdrill_emulator.peer import Peers
+from rsdrill_emulator.prepared import PreparedTable
 from rsdrill_emulator.snapshot import SnapshotHistory
 from rsdrill_emulator.storage import Database
 from rsdrill_emulator.tls import member_client_context
@@ -73,6 +74,10 @@ class MemberState(enum.IntEnum):
     @property
     def label(self) -> str:
         return "(not reachable/healthy)" if self is MemberState.DOWN else self.name
+
+
+# Where addShard writes a shard's identity (its name, its config servers).
+SHARD_IDENTITY = ("admin.system.version", "shardIdentity")
 
 
 class Signal:
@@ -137,6 +142,7 @@ class Node:
         self.store = DataStore(self.database)
         self.oplog = Oplog(spec.oplog_size_bytes, self.database)
         self.history = SnapshotHistory()  # older document versions, for snapshot reads
+        self.prepared = PreparedTable(self.database)  # two-phase commits' prepared transactions
         self.clock = TimestampClock()
         # A sandbox made with a login: clients and members alike must log in (SCRAM).
         self.auth_keys = server_keys(sandbox_dir)
@@ -188,6 +194,7 @@ class Node:
         self.topology_changed = Signal()
         self.progress = Signal()  # positions or commit point moved
         self.new_entries = Signal()
+        self.prepared_changed = Signal()  # a transaction prepared, committed or aborted
         self.heartbeat_now = Signal()
         self.reset_election_timer()
 
@@ -268,6 +275,9 @@ class Node:
         newest = self.oplog.newest_entry()
         if newest is not None:
             self.clock.observe(newest["ts"])
+            self.history.changed_at_most(newest["ts"])
+            if self.store.get(*SHARD_IDENTITY) is not None:
+                self.history.keep_always(newest["ts"])
         self.term = max(self.term, self.last_applied.term)
         self.last_durable = self.last_applied
         self.events.emit("storage_opened", oplog_entries=len(self.oplog),
@@ -287,12 +297,16 @@ class Node:
         if data:
             self.history.before_apply(entry, self.store)
             self.store.apply(entry)
+            if entry["ns"] == SHARD_IDENTITY[0] and self.store.get(*SHARD_IDENTITY) is not None:
+                self.history.keep_always(entry["ts"])  # this member's set became a shard
         oldest = self.oplog.oldest
         self.oplog.append(entry)
         if self.oplog.oldest != oldest:  # entries fell off: so do their change-stream images
             now = self.oplog.oldest
             self.store.expire_images(now.term, now.secs, now.inc)
         self.clock.observe(entry["ts"])
+        if self.prepared.applied(entry):
+            self.prepared_changed.fire()
         self.new_entries.fire()
 
     def set_meta(self, key: str, value: Any) -> None:

@@ -100,10 +100,26 @@ def make_entry(
 
 def operations(entry: dict[str, Any]) -> list[dict[str, Any]]:
     """The operations an entry applies: itself, or each of a committed transaction's (one
-    `applyOps` entry carries a whole transaction, so it replicates and rolls back as a unit)."""
+    `applyOps` entry carries a whole transaction, so it replicates and rolls back as a unit);
+    none for a prepared transaction's (its commit entry applies them)."""
+    if is_prepare(entry):
+        return []
     if entry["op"] == "c" and "applyOps" in entry["o"]:
         return list(entry["o"]["applyOps"])
     return [entry]
+
+
+def is_prepare(entry: dict[str, Any]) -> bool:
+    """A transaction prepared for a two-phase commit (rsdrill_emulator/prepared.py)."""
+    o = entry.get("o") or {}
+    return entry.get("op") == "c" and "applyOps" in o and bool(o.get("prepare"))
+
+
+def visible_at(entry: dict[str, Any]) -> Timestamp:
+    """When an entry's changes become visible to a read at a timestamp: a prepared
+    transaction's at its commit timestamp, anything else at its own."""
+    found = (entry.get("o") or {}).get("commitTimestamp") if entry.get("op") == "c" else None
+    return found if isinstance(found, Timestamp) else entry["ts"]
 
 
 def changed_ids(entry: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from bson.timestamp import Timestamp
 
 from rsdrill_emulator.datastore import id_key
-from rsdrill_emulator.oplog import changed_ids
+from rsdrill_emulator.oplog import changed_ids, visible_at
 
 if TYPE_CHECKING:
     from rsdrill_emulator.datastore import DataStore
@@ -52,18 +52,34 @@ class SnapshotHistory:
         self._wanted_until = 0.0
         # Reads at a timestamp older than this cannot be answered (a change is missing).
         self._complete_since: Stamp | None = None
+        # The newest change applied (recording or not): reads at or after it, from when
+        # recording begins, need no older version (a router's atClusterTime is often older
+        # than the shard's newest entry, a no-op). None: unknown (a rollback, a restart).
+        self._last_change: Stamp | None = None
+        self._always = False
+
+    def changed_at_most(self, ts: Timestamp) -> None:
+        """Nothing changed after `ts` (the newest entry, when the member starts)."""
+        self._last_change = stamp(ts)
+
+    def keep_always(self, now: Timestamp) -> None:
+        """Record from `now` on, whether asked or not: a shard's member, which a router asks
+        to read at a cluster time the router chose (mongod keeps a history window always)."""
+        self._always = True
+        self.want(now)
 
     def want(self, now: Timestamp) -> None:
         """Someone reads from a snapshot: record (or go on recording) every change after `now`."""
         clock = time.monotonic()
         if self._complete_since is None or clock >= self._wanted_until:
-            self._reset(stamp(now))
-        self._wanted_until = clock + HISTORY_WINDOW_S
+            self._reset(stamp(now) if self._last_change is None else self._last_change)
+        self._wanted_until = float("inf") if self._always else clock + HISTORY_WINDOW_S
 
     def forget(self) -> None:
         """The documents changed without oplog entries (rollback): no older version can be
         told any more."""
         self._reset(None)
+        self._last_change = None
 
     def _reset(self, since: Stamp | None) -> None:
         self._changes.clear()
@@ -78,6 +94,12 @@ class SnapshotHistory:
 
     def before_apply(self, entry: dict[str, Any], store: DataStore) -> None:
         """Called with each oplog entry just before the store applies it."""
+        changed = changed_ids(entry)
+        if not changed:
+            return
+        at = stamp(visible_at(entry))
+        if self._last_change is not None:
+            self._last_change = max(self._last_change, at)
         if self._complete_since is None:
             return
         clock = time.monotonic()
@@ -85,8 +107,7 @@ class SnapshotHistory:
             self._reset(None)
             return
         self._forget_old()
-        at = stamp(entry["ts"])
-        for ns, doc_id in changed_ids(entry):
+        for ns, doc_id in changed:
             key = id_key(doc_id)
             self._changes.setdefault(ns, {}).setdefault(key, []).append((at, store.get(ns, doc_id)))
             self._arrivals.append((clock, at, ns, key))

@@ -437,6 +437,9 @@ async def rollback(node: Node, source: str) -> None:
     node.rbid += 1  # before any data changes, as mongod does: a reader comparing ids sees it
     node.set_meta("rbid", node.rbid)
     divergent = node.oplog.truncate_after(common)
+    for entry in reversed(divergent):
+        node.prepared.undone(entry)
+    node.prepared_changed.fire()
     node.history.forget()  # documents change below without entries: older versions are lost
     touched: dict[tuple[str, Any], Any] = {}
     for entry in divergent:

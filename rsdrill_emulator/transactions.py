@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import bson
-from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
 from rsdrill.sandbox.config import UNSAFE_SNAPSHOT_ENV
@@ -39,6 +38,7 @@ from rsdrill_emulator.errors import (
     CommandError,
     write_concern_error,
 )
+from rsdrill_emulator.prepared import ABORT_STATEMENT, session_fields, wait_unprepared
 from rsdrill_emulator.snapshot import SnapshotTooOld, SnapshotView, stamp
 
 if TYPE_CHECKING:
@@ -69,9 +69,9 @@ LIFETIME_S = 60.0
 _UNSAFE_SNAPSHOT = os.environ.get(UNSAFE_SNAPSHOT_ENV) == "1"
 # The statement id a commit is recorded under in the session table (clients' ids are >= 0).
 COMMIT_STATEMENT = -1
-# The end of a transaction (a router's recovery of a commit decision too).
+# The end of a transaction (its prepare, and a router's recovery of a commit decision too).
 COMMIT_OR_ABORT = frozenset(
-    {"committransaction", "aborttransaction", "coordinatecommittransaction"}
+    {"committransaction", "aborttransaction", "coordinatecommittransaction", "preparetransaction"}
 )
 # What may run inside a transaction (others: OperationNotSupportedInTransaction).
 STATEMENTS = frozenset(
@@ -89,6 +89,7 @@ SNAPSHOT_READS = frozenset({"find", "aggregate", "distinct", "getmore", "killcur
 # WriteConflict, LockTimeout, SnapshotTooOld, SnapshotUnavailable, PreparedTransactionInProgress.
 _TRANSIENT = frozenset({112, 24, 239, 246, 267})
 NO_SUCH_TRANSACTION = 251
+PREPARED_TRANSACTION_IN_PROGRESS = 267
 
 
 def in_transaction(body: dict[str, Any]) -> bool:
@@ -129,6 +130,13 @@ def no_such_transaction(number: int, why: str = "has been aborted") -> CommandEr
     return CommandError(NO_SUCH_TRANSACTION, f"Transaction with txnNumber {number} {why}.")
 
 
+def written_since_snapshot(node: Node, txn: Transaction) -> bool:
+    """A document the transaction wrote was changed outside it since its snapshot."""
+    since = stamp(txn.read_at)
+    return any(node.history.changed_after(ns, key, since)
+               for ns, keys in txn.changes.items() for key in keys)  # fmt: skip
+
+
 @dataclass
 class Transaction:
     """One session's transaction on this member while it is primary."""
@@ -138,7 +146,7 @@ class Transaction:
     term: int
     read_at: Timestamp
     started: float = field(default_factory=time.monotonic)
-    state: str = "in progress"  # "committed", "aborted"
+    state: str = "in progress"  # "prepared", "committed", "aborted"
     # ns → id key → the document as the transaction left it (None: it deleted it).
     changes: dict[str, dict[bytes, Document | None]] = field(default_factory=dict)
     created: set[str] = field(default_factory=set)
@@ -261,7 +269,9 @@ class Transactions:
                 return await self._statement(cmds, handler, req)
         elif (req.body.get("readConcern") or {}).get("level") == "snapshot":
             return await self._snapshot_read(cmds, handler, req)
-        elif name in _WRITES and any(t.open and t.changes for t in self._by_session.values()):
+        elif name in _WRITES and (
+            len(cmds.node.prepared) or any(t.open and t.changes for t in self._by_session.values())
+        ):
             await self._wait_for_held_documents(cmds.node, req)
         return await handler(cmds, req)
 
@@ -285,6 +295,12 @@ class Transactions:
         deadline = time.monotonic() + max_ms / 1000 if max_ms else None
 
         def blocked() -> bool:
+            if any(node.prepared.holds(ns, key) for key in inserted):
+                return True
+            for key in (k for p in node.prepared.holding(ns) for k in p):
+                committed = node.store.get(ns, bson.decode(key)[""])
+                if committed is not None and any(pred(committed) for pred in predicates):
+                    return True
             for txn in self._by_session.values():
                 txn.end_if_stale(node.term)
                 for key in txn.changes.get(ns, {}):
@@ -313,17 +329,21 @@ class Transactions:
             raise CommandError(72, "Cannot set write concern after starting a transaction.")
         node.require_writable()
         txn = await self._begin(cmds, req) if body.get("startTransaction") else self._find(req)
+        if txn.state == "prepared" or node.prepared.find(txn.lsid, txn.number):
+            raise CommandError(PREPARED_TRANSACTION_IN_PROGRESS,
+                               "cannot run a statement in a prepared transaction")  # fmt: skip
         if not txn.open:
             raise no_such_transaction(txn.number)
         if "readConcern" in body and not body.get("startTransaction"):
             txn.abort()
             raise CommandError(72, "Only the first command in a transaction may specify a "
                                    "readConcern")  # fmt: skip
-        self._check_alive(node, txn)
+        self.check_alive(node, txn)
         try:
             node.history.want(node.last_applied.timestamp)
             read_at = node.last_applied.timestamp if _UNSAFE_SNAPSHOT else txn.read_at
             node.history.check(read_at)
+            await wait_unprepared(node, req, read_at)
             view = SnapshotView(node.store, node.history, read_at, txn.changes, txn.created)
             member = TransactionMember(node, view, txn, self)
             reply = await handler(StatementCommands(cmds, member), req)
@@ -350,6 +370,11 @@ class Transactions:
             raise CommandError(
                 217, f"txnNumber {number} for this session has already been used"
             )  # ConflictingOperationInProgress
+        if node.prepared.find(lsid, newest if newest is not None else -1) or (
+            current is not None and current.state == "prepared"
+        ):
+            raise CommandError(PREPARED_TRANSACTION_IN_PROGRESS, "the session's transaction "
+                               "is prepared: only its commit or abort may follow")  # fmt: skip
         if current is not None:
             current.abort()  # a newer transaction of the session ends the older one
         self._forget_finished()
@@ -386,14 +411,20 @@ class Transactions:
             raise no_such_transaction(number, "does not match any in-progress transaction")
         return txn
 
+    def current(self, lsid: dict[str, Any], number: int) -> Transaction | None:
+        txn = self._by_session.get(session_key(lsid))
+        return txn if txn is not None and txn.number == number else None
+
     @staticmethod
-    def _check_alive(node: Node, txn: Transaction) -> None:
+    def check_alive(node: Node, txn: Transaction) -> None:
         txn.end_if_stale(node.term)
         if not txn.open:
             raise no_such_transaction(txn.number)
 
     def held_elsewhere(self, node: Node, txn: Transaction, ns: str, key: bytes) -> bool:
-        """Another open transaction has written this document."""
+        """Another open or prepared transaction has written this document."""
+        if node.prepared.holds(ns, key):
+            return True
         for other in self._by_session.values():
             if other is not txn:
                 other.end_if_stale(node.term)
@@ -412,33 +443,28 @@ class Transactions:
         txn = self._by_session.get(session_key(lsid))
         if txn is None or txn.number != number:
             if node.store.statement_result(lsid, number, COMMIT_STATEMENT) is not None:
-                return await self._commit_concern(cmds, req, None)  # committed before a failover
+                return await self.commit_concern(cmds, req, None)  # committed before a failover
             raise no_such_transaction(number, "does not match any in-progress transaction")
         if txn.state == "committed":
-            return await self._commit_concern(cmds, req, txn.commit_optime)
-        self._check_alive(node, txn)
+            return await self.commit_concern(cmds, req, txn.commit_optime)
+        self.check_alive(node, txn)
         if not txn.open:
             raise no_such_transaction(number)
-        since = stamp(txn.read_at)
-        if any(node.history.changed_after(ns, key, since)
-               for ns, keys in txn.changes.items() for key in keys):  # fmt: skip
+        if written_since_snapshot(node, txn):
             # Written outside any transaction since the snapshot: an upsert that found nothing
             # to wait for when it started.
             txn.abort()
             raise CommandError(112, "Write conflict at commit")
         if txn.ops:
-            session = {"lsid": lsid, "txnNumber": Int64(number), "stmtId": COMMIT_STATEMENT,
-                       "res": {"committed": True}}  # fmt: skip
+            session = session_fields(lsid, number, COMMIT_STATEMENT, {"committed": True})
             txn.commit_optime = node.write("c", "admin.$cmd", {"applyOps": txn.ops},
                                            session=session)  # fmt: skip
         txn.state = "committed"
         txn.changes.clear()
-        return await self._commit_concern(cmds, req, txn.commit_optime)
+        return await self.commit_concern(cmds, req, txn.commit_optime)
 
     @staticmethod
-    async def _commit_concern(
-        cmds: Commands, req: Request, optime: OpTime | None
-    ) -> dict[str, Any]:
+    async def commit_concern(cmds: Commands, req: Request, optime: OpTime | None) -> dict[str, Any]:
         """Wait for the commit's write concern, within its maxTimeMS (maxCommitTimeMS) too:
         past that, as mongod, a MaxTimeMSExpired writeConcernError (committed, not yet
         replicated far enough)."""
@@ -459,14 +485,26 @@ class Transactions:
         node = cmds.node
         node.require_writable()
         lsid, number = req.body["lsid"], int(req.body["txnNumber"])
+        while node.prepared.find(lsid, number) is not None:
+            # Prepared here, its decision not yet known here: it will be (SERVER-40808).
+            await node.prepared_changed.wait(1.0)
+            node.require_writable()
         txn = self._by_session.get(session_key(lsid))
         if txn is not None and txn.number == number and txn.state == "committed":
-            return await self._commit_concern(cmds, req, txn.commit_optime)
+            return await self.commit_concern(cmds, req, txn.commit_optime)
         if node.store.statement_result(lsid, number, COMMIT_STATEMENT) is not None:
-            return await self._commit_concern(cmds, req, None)
+            return await self.commit_concern(cmds, req, None)
         if txn is not None and txn.number == number and txn.open:
             txn.abort()
         raise no_such_transaction(number, "was not found on the coordinator (no decision)")
+
+    def ended(self, node: Node, lsid: dict[str, Any], number: int) -> bool:
+        """This member's part of the transaction was committed or aborted."""
+        txn = self._by_session.get(session_key(lsid))
+        if txn is not None and txn.number == number and txn.state in ("committed", "aborted"):
+            return True
+        return any(node.store.statement_result(lsid, number, stmt) is not None
+                   for stmt in (COMMIT_STATEMENT, ABORT_STATEMENT))  # fmt: skip
 
     async def abort(self, cmds: Commands, req: Request) -> dict[str, Any]:
         """abortTransaction: drop the transaction's writes."""
@@ -481,7 +519,7 @@ class Transactions:
             raise CommandError(256, f"Transaction with txnNumber {number} has been committed.")
         if txn is None or txn.number != number:
             raise no_such_transaction(number, "does not match any in-progress transaction")
-        self._check_alive(node, txn)
+        self.check_alive(node, txn)
         txn.abort()
         return await cmds.finish_write(req, {}, None)
 
@@ -515,6 +553,7 @@ class Transactions:
             node.history.check(at)
         except SnapshotTooOld as exc:
             raise CommandError(239, str(exc)) from None
+        await wait_unprepared(node, req, at)
         member = TransactionMember(node, SnapshotView(node.store, node.history, at), None, self)
         reply = await handler(StatementCommands(cmds, member), req)
         if isinstance(reply.get("cursor"), dict):

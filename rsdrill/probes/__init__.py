@@ -20,7 +20,7 @@ from rsdrill.probes.load import build_load, preload
 from rsdrill.probes.raw_write import RawWriteLoop
 from rsdrill.probes.recovery import StatusPoller
 from rsdrill.probes.register import REGISTER_ID, RegisterReader, RegisterWriter
-from rsdrill.probes.shards import chunks_to_balance, place_chunks
+from rsdrill.probes.shards import chunks_to_balance, place_chunks, spread_over_shards
 from rsdrill.probes.stall import StallProbe
 
 if TYPE_CHECKING:
@@ -83,6 +83,8 @@ class ProbeSet:
                 ).replace_one({"_id": REGISTER_ID}, {"_id": REGISTER_ID, "v": 0}, upsert=True)
         if self.config.transactions is not None:
             transactions.prepare(self.uri, f"{self.prefix}_txn")
+            if self.layout is not None:
+                spread_over_shards(self.uri, f"{self.prefix}_txn")
         if self.config.causal is not None:
             causal.prepare(self.uri, f"{self.prefix}_causal", self.config.causal.clients)
         if self.config.load is not None:

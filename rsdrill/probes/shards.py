@@ -42,6 +42,18 @@ def chunks_to_balance(uri: str, collection: str) -> None:
             admin.command("split", ns, middle={"_id": i * LEDGER_CHUNK_SEQS})
 
 
+def spread_over_shards(uri: str, collection: str) -> None:
+    """Shard `collection` on a hashed `_id` (MongoDB places its initial chunks on every shard),
+    left alone by the balancer: a transaction of a few keys then often writes on several
+    shards, so its commit is MongoDB's two-phase commit."""
+    ns = f"{PROBE_DB}.{collection}"
+    client: MongoClient[dict[str, Any]]
+    with MongoClient(uri, serverSelectionTimeoutMS=30_000) as client:
+        admin: Database[dict[str, Any]] = client.admin
+        admin.command("shardCollection", ns, key={"_id": "hashed"})
+        admin.command("configureCollectionBalancing", ns, enableBalancing=False)
+
+
 def place_chunks(uri: str, collection: str, shards: list[str]) -> dict[str, int]:
     """Shard `collection` on `_id` with one chunk per shard; each shard's first `_id`."""
     ns = f"{PROBE_DB}.{collection}"

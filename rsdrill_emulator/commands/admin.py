@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from bson.int64 import Int64
 
 from rsdrill_emulator import (
+    participant,
     wallclock,
 )
 from rsdrill_emulator.commands.base import (
@@ -21,6 +22,7 @@ from rsdrill_emulator.commands.base import (
 )
 from rsdrill_emulator.commands.dispatcher import command
 from rsdrill_emulator.commands.handshake import hello_reply
+from rsdrill_emulator.coordinator import HANG_POINTS
 from rsdrill_emulator.errors import (
     CommandError,
 )
@@ -110,21 +112,38 @@ async def _sessions(cmds: Commands, req: Request) -> dict[str, Any]:
 
 @command("commitTransaction")
 async def _commit_transaction(cmds: Commands, req: Request) -> dict[str, Any]:
+    prepared = cmds.node.prepared.find(req.body["lsid"], int(req.body["txnNumber"]))
+    if prepared is not None:
+        return await participant.commit(cmds, cmds.transactions, req, prepared)
     return await cmds.transactions.commit(cmds, req)
+
+
+@command("prepareTransaction")
+async def _prepare_transaction(cmds: Commands, req: Request) -> dict[str, Any]:
+    return await participant.prepare(cmds, cmds.transactions, req)
 
 
 @command("coordinateCommitTransaction")
 async def _coordinate_commit(cmds: Commands, req: Request) -> dict[str, Any]:
-    """Only the recovery of a decision (no participants): the routers run no two-phase
-    commit yet."""
-    if req.body.get("participants"):
-        raise CommandError(2, "coordinateCommitTransaction with participants: the sandbox's "
-                           "routers run no two-phase commit yet")  # fmt: skip
+    """A router hands this shard a transaction's commit. With participants: a two-phase
+    commit coordinated here (or the one under way joined). Without (a router that did not run
+    the transaction), or once this shard's own part has ended (a retry after the end): the
+    decision, from the coordinator under way or this member's own participant."""
+    lsid, number = req.body["lsid"], int(req.body["txnNumber"])
+    participants = [str(p["shardId"]) for p in req.body.get("participants") or []]
+    if cmds.transactions.ended(cmds.node, lsid, number):
+        participants = []
+    outcome = await cmds.coordinators.coordinate(lsid, number, participants)
+    if outcome is not None:
+        return outcome
     return await cmds.transactions.recover_decision(cmds, req)
 
 
 @command("abortTransaction")
 async def _abort_transaction(cmds: Commands, req: Request) -> dict[str, Any]:
+    prepared = cmds.node.prepared.find(req.body["lsid"], int(req.body["txnNumber"]))
+    if prepared is not None:
+        return await participant.abort(cmds, cmds.transactions, req, prepared)
     return await cmds.transactions.abort(cmds, req)
 
 
@@ -167,6 +186,10 @@ async def _shutdown(cmds: Commands, req: Request) -> dict[str, Any]:
 async def _configure_fail_point(cmds: Commands, req: Request) -> dict[str, Any]:
     _admin_only(req)
     name = str(req.body.get("configureFailPoint"))
+    if name in HANG_POINTS:
+        hanging = cmds.coordinators.hang_points
+        hanging.discard(name) if req.body.get("mode") == "off" else hanging.add(name)
+        return {"count": 0}
     fail_point = FailPoint.from_command(req.body)
     if fail_point is None:
         cmds.fail_points.pop(name, None)

@@ -40,6 +40,7 @@ from rsdrill_emulator.commands.base import (
     _stmt_id,
 )
 from rsdrill_emulator.commands.documents import OWNED
+from rsdrill_emulator.coordinator import Coordinators
 from rsdrill_emulator.errors import (
     RETRYABLE_WRITE_CODES,
     CommandError,
@@ -91,6 +92,7 @@ class Commands:
         # The application each connection's handshake named (failCommand's appName filter).
         self.app_names: dict[int, str] = {}
         self.transactions = transactions.Transactions()
+        self.coordinators = Coordinators(node)  # two-phase commits handed to this shard
         # The requests being answered now, by operation id: what `$currentOp` shows.
         self.in_progress: dict[int, Request] = {}
         self._op_ids = itertools.count(1)

@@ -394,18 +394,40 @@ async def _list_databases(router: Router, req: Request) -> dict[str, Any]:
 @command("commitTransaction", "committransaction", "abortTransaction", "aborttransaction")
 async def _end_transaction(router: Router, req: Request) -> dict[str, Any]:
     key = transaction_key(req.body)
-    shard = router.transactions.get(key) if key is not None else None
+    txn = router.transactions.get(key) if key is not None else None
     committing = req.name.lower() == "committransaction"
     recovery = (req.body.get("recoveryToken") or {}).get("recoveryShardId")
-    if shard is None and committing and recovery:
+    if (txn is None or not txn.participants) and committing and recovery:
         # Another router ran it: as mongos, ask the recovery shard for the decision
         # (coordinateCommitTransaction without participants), never commit from here.
-        fields = {k: v for k, v in req.body.items() if k not in (req.name, "recoveryToken")}
-        ask = {"coordinateCommitTransaction": 1, "participants": [], **fields}
-        return (await router.send(recovery, "admin", ask))[1]
-    shard = shard or recovery
-    if shard is None:
+        return (await router.send(recovery, "admin", _handed(req, [])))[1]
+    participants = txn.participants if txn is not None and txn.participants else (
+        [recovery] if recovery else [])  # fmt: skip
+    if not participants:
         if committing:
             return {}  # nothing was read or written: nothing to commit
         raise CommandError(251, "no transaction in progress on this session")
-    return (await router.send(shard, "admin", req.body))[1]
+    if committing and len(participants) > 1:
+        # Written on several shards: a two-phase commit, handed to the first participant.
+        return (await router.send(participants[0], "admin", _handed(req, participants)))[1]
+    if committing:
+        return (await router.send(participants[0], "admin", req.body))[1]
+    replies = await asyncio.gather(
+        *(router.send(shard, "admin", req.body) for shard in participants),
+        return_exceptions=True,
+    )
+    # As mongos: the first participant's answer, unless another failed otherwise.
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    answers = [r[1] for r in replies if not isinstance(r, BaseException)]
+    failed = [r for r in answers if not r.get("ok") and r.get("code") != 251]
+    return failed[0] if failed else answers[0]
+
+
+def _handed(req: Request, participants: list[str]) -> dict[str, Any]:
+    """coordinateCommitTransaction for the client's commit: with the participants, the
+    coordinator runs the two-phase commit; without, it gives the decision."""
+    fields = {k: v for k, v in req.body.items() if k not in (req.name, "recoveryToken")}
+    return {"coordinateCommitTransaction": 1,
+            "participants": [{"shardId": s} for s in participants], **fields}  # fmt: skip

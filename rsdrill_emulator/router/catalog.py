@@ -19,8 +19,8 @@ from bson.timestamp import Timestamp
 
 from rsdrill_emulator import wallclock
 from rsdrill_emulator.errors import CommandError
+from rsdrill_emulator.remote_set import ReplicaSet
 from rsdrill_emulator.router.routing import Chunk, CollectionRoute, RoutingTable, whole_range
-from rsdrill_emulator.router.sets import ReplicaSet
 
 MAJORITY = {"w": "majority", "wtimeout": 15_000}
 UPTIME_INTERVAL_S = 10.0

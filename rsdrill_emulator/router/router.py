@@ -31,9 +31,11 @@ from rsdrill_emulator.commands.dispatcher import label_retryable_write_concern_e
 from rsdrill_emulator.commands.shardversion import STALE_CONFIG
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.failpoint import FailPoint
+from rsdrill_emulator.remote_set import ReplicaSet
 from rsdrill_emulator.request import Request
 from rsdrill_emulator.router.catalog import Catalog
-from rsdrill_emulator.router.sets import ReplicaSet
+from rsdrill_emulator.router.transaction import RoutedTransaction
+from rsdrill_emulator.transactions import COMMIT_OR_ABORT
 
 Handler = Callable[["Router", Request], Awaitable[dict[str, Any]]]
 HANDLERS: dict[str, Handler] = {}
@@ -109,7 +111,7 @@ class Router:
     process_id: ObjectId = field(default_factory=ObjectId)
     cluster_time: dict[str, Any] | None = None
     cursors: dict[int, RemoteCursor | MergedCursor | MergedStream] = field(default_factory=dict)
-    transactions: dict[tuple[bytes, int], str] = field(default_factory=dict)
+    transactions: dict[tuple[bytes, int], RoutedTransaction] = field(default_factory=dict)
     connections: int = 0
     certificate_subjects: dict[int, str] = field(default_factory=dict)
     fail_points: dict[str, FailPoint] = field(default_factory=dict)
@@ -177,7 +179,10 @@ class Router:
                 raise CommandError(59, f"no such command: '{req.name}'")
             reply = await self._routed(handler, req)
         except CommandError as exc:
-            reply = exc.document(retryable_write=retryable)
+            # A commit or abort that met a retryable error (its shard's primary gone) is
+            # labelled as mongos labels it: the driver retries it once.
+            ends = req.name.lower() in ("committransaction", "aborttransaction")
+            reply = exc.document(retryable_write=retryable or ends)
         reply.setdefault("ok", 1.0)
         transactions.label_error(req, reply)
         if fail and fail.after_execution and (late := await fail.disrupt(retryable)):
@@ -243,17 +248,15 @@ class Router:
         primary; returns the member that answered and its reply. With `version` (the shard
         version of the table the command was routed by), StaleConfig raises StaleRouting."""
         key = transaction_key(body)
-        if key is not None:
-            owner = self.transactions.setdefault(key, shard)
-            if owner != shard:
-                raise CommandError(
-                    263,
-                    f"this transaction already runs on shard {owner}; the sandbox's routers "
-                    "do not commit one across shards yet",
-                )
-            if len(self.transactions) > _TRANSACTIONS_KEPT:
-                self.transactions.pop(next(iter(self.transactions)))
-        retry = key is None and (read or _retryable_write(body))
+        txn = None if key is None else self.transaction(key, body)
+        statement = txn is not None and next(iter(body)).lower() not in COMMIT_OR_ABORT
+        if txn is not None and statement:
+            body = txn.statement_for(shard, body)
+        # As mongos: reads, retryable writes and a transaction's end (idempotent on the
+        # shard) are sent again to the next primary found after a NotPrimary or lost reply.
+        retry = (key is None and (read or _retryable_write(body))) or (
+            txn is not None and not statement
+        )
         sent = {k: v for k, v in body.items() if k not in _FORWARD_DROPPED}
         if self.cluster_time is not None:  # gossiped, as mongos: causally later writes on
             sent["$clusterTime"] = self.cluster_time  # any shard get later timestamps
@@ -261,12 +264,35 @@ class Router:
             sent["shardVersion"] = version
         host, reply = await self.shard(shard).on_primary(db, sent, retry=retry)
         self.gossip(reply)
-        if key is not None:
+        if txn is not None:
             # As mongos: the driver keeps it and sends it with a commit retried elsewhere.
-            reply["recoveryToken"] = {"recoveryShardId": shard}
+            reply["recoveryToken"] = {"recoveryShardId": txn.coordinator or shard}
+            if statement and (not reply.get("ok") or reply.get("writeErrors")):
+                self.abort_elsewhere(body, txn, shard)
         if reply.get("code") == STALE_CONFIG and not reply.get("ok"):
             raise StaleRouting(reply)
         return host, reply
+
+    def transaction(self, key: tuple[bytes, int], body: dict[str, Any]) -> RoutedTransaction:
+        txn = self.transactions.get(key)
+        if txn is None:
+            at = self.cluster_time["clusterTime"] if self.cluster_time else None
+            txn = self.transactions[key] = RoutedTransaction.begun(body, at)
+            if len(self.transactions) > _TRANSACTIONS_KEPT:
+                self.transactions.pop(next(iter(self.transactions)))
+        return txn
+
+    def abort_elsewhere(self, body: dict[str, Any], txn: RoutedTransaction, failed: str) -> None:
+        """A statement failed on one participant, which aborted its part: as mongos, abort
+        the others' now rather than leave their documents held until the client aborts."""
+        abort = {"abortTransaction": 1, **{k: body[k] for k in ("lsid", "txnNumber")},
+                 "autocommit": False}  # fmt: skip
+        for shard in txn.participants:
+            if shard != failed:
+                task = asyncio.get_running_loop().create_task(
+                    self.shard(shard).on_primary("admin", abort, retry=False)
+                )
+                task.add_done_callback(_ignore_outcome)
 
     def gossip(self, reply: dict[str, Any]) -> None:
         """Keep the newest cluster time a shard, config server or client has shown."""
@@ -315,6 +341,13 @@ def transaction_key(body: dict[str, Any]) -> tuple[bytes, int] | None:
     if body.get("autocommit") is not False or "lsid" not in body:
         return None
     return bytes(body["lsid"]["id"]), int(body.get("txnNumber", 0))
+
+
+def _ignore_outcome(task: asyncio.Task[Any]) -> None:
+    """Best effort: a participant that cannot be reached aborts its part at its own lifetime
+    limit or stepdown."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _retryable_write(body: dict[str, Any]) -> bool:

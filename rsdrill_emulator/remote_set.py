@@ -1,7 +1,7 @@
-"""A router's view of one replica set (a shard, or the config servers): which member is its
-primary, found by hello as mongos's replica-set monitor does (a check every half second, and
-at once when a command meets a NotPrimary error or a closed connection), and a small pool of
-connections per member."""
+"""One replica set seen from outside (a router's view of a shard or of the config servers, a
+transaction coordinator's of another shard): which member is its primary, found by hello as
+mongos's replica-set monitor does (a check every half second, and at once when a command meets
+a NotPrimary error or a closed connection), and a small pool of connections per member."""
 
 from __future__ import annotations
 

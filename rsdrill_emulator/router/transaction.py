@@ -1,0 +1,55 @@
+"""A multi-document transaction as a router runs it, as mongos's TransactionRouter does: the
+shards it reached (its participants, in the order reached; the first coordinates its commit),
+the fields each participant's first statement must carry, and one read timestamp for all of
+them under snapshot read concern (so that every shard reads the same moment)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bson.timestamp import Timestamp
+
+# What only a participant's first statement carries.
+_OPENING = ("startTransaction", "readConcern")
+
+
+@dataclass
+class RoutedTransaction:
+    participants: list[str] = field(default_factory=list)
+    # None: another router started it (this one forwards its statements as they come).
+    read_concern: dict[str, Any] | None = None
+
+    @classmethod
+    def begun(cls, body: dict[str, Any], cluster_time: Timestamp | None) -> RoutedTransaction:
+        """From a statement: a transaction started by it, or one this router did not see
+        start."""
+        if not body.get("startTransaction"):
+            return cls()
+        concern = dict(body.get("readConcern") or {})
+        if concern.get("level") == "snapshot" and "atClusterTime" not in concern:
+            # As mongos: the newest cluster time it knows, at least the client's own.
+            after = concern.pop("afterClusterTime", None)
+            times = [t for t in (cluster_time, after) if isinstance(t, Timestamp)]
+            if times:
+                concern["atClusterTime"] = max(times)
+        return cls(read_concern=concern)
+
+    @property
+    def coordinator(self) -> str | None:
+        return self.participants[0] if self.participants else None
+
+    def statement_for(self, shard: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The statement as `shard` must see it: the first one it gets starts its part of the
+        transaction, later ones continue it."""
+        if self.read_concern is None:
+            if shard not in self.participants:
+                self.participants.append(shard)
+            return body
+        sent = {k: v for k, v in body.items() if k not in _OPENING}
+        if shard not in self.participants:
+            self.participants.append(shard)
+            sent["startTransaction"] = True
+            if self.read_concern:
+                sent["readConcern"] = self.read_concern
+        return sent
