@@ -55,7 +55,10 @@ _DB_ADMIN = ["collStats", "dbStats", "listCollections", "listIndexes", "createCo
              "createIndex", "dropCollection", "dropIndex", "dropDatabase", "collMod",
              "validate"]  # fmt: skip
 _MONITOR = ["serverStatus", "replSetGetStatus", "replSetGetConfig", "listDatabases",
-            "getCmdLineOpts", "getParameter", "connPoolStats", "hostInfo", "top"]  # fmt: skip
+            "getCmdLineOpts", "getParameter", "connPoolStats", "hostInfo", "top",
+            "listShards"]  # fmt: skip
+# What clusterManager may do to config.settings (the balancer's mode, the chunk size).
+_BALANCER_SETTINGS = ["insert", "update", "remove"]
 _MANAGER = ["replSetStateChange", "replSetConfigure", "replSetGetConfig", "replSetGetStatus",
             "listDatabases"]  # fmt: skip
 
@@ -80,16 +83,21 @@ def role_privileges(role: str, db: str) -> list[Privilege]:
             _cluster(_MONITOR),
             _on("", ["collStats", "dbStats"]),
             _on("local", ["find"], "system.replset"),
+            _on("config", ["find"]),  # balancerStatus reads config.settings
         ],
         "clusterManager": [
             _cluster(_MANAGER),
             _on("local", ["find", "collStats", "dbStats", "killCursors"]),
+            _on("config", ["find"]),
+            _on("config", _BALANCER_SETTINGS, "settings"),  # balancerStop / balancerStart
         ],
         "hostManager": [_cluster(["shutdown", "configureFailPoint"])],
         "clusterAdmin": [
             _cluster(_MONITOR + _MANAGER + ["shutdown", "configureFailPoint"]),
             _on("", ["collStats", "dbStats", "dropDatabase"]),
             _on("local", ["find", "collStats", "killCursors"]),
+            _on("config", ["find"]),
+            _on("config", _BALANCER_SETTINGS, "settings"),
         ],
         "root": [{"resource": {"anyResource": True}, "actions": ["anyAction"]}],
     }

@@ -281,6 +281,24 @@ class RunClockInfo(_Model):
     t0_wall: float = Field(description="Unix time at t = 0")
 
 
+class BalancerHeld(_Model):
+    """`guards.stop_balancer`: the balancer's state before the run, and what the run did to it."""
+
+    mode_before: str = Field(
+        description="balancerStatus's mode after the guards, before the first fault: full, "
+        "off (left off), autoSplitOnly (moves no chunk: left as it is)"
+    )
+    router: str = Field(description="the router that answered balancerStatus")
+    stopped_at: str | None = Field(
+        None, description="wall-clock ISO 8601 UTC: balancerStop done (null: not stopped)"
+    )
+    restored_at: str | None = Field(
+        None,
+        description="wall-clock ISO 8601 UTC: balancerStart done after the faults (null: not "
+        "stopped, or not restarted: `rsdrill recover` owes it)",
+    )
+
+
 class Result(_Model):
     schema_: str = Field(SCHEMA, alias="schema")
     experiment: str
@@ -301,6 +319,9 @@ class Result(_Model):
         "<seed>` draws the same faults",
     )
     audit: AuditResult | None = Field(None, description="the data audit (experiment `audit:`)")
+    balancer: BalancerHeld | None = Field(
+        None, description="the balancer held for the run (guards.stop_balancer)"
+    )
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from rsdrill.connection import GIVEN_OPTIONS, ConnectOptions
+from rsdrill.engine.balancer import REVERT_ACTION as BALANCER_START
+from rsdrill.engine.balancer import balancer_start
 from rsdrill.engine.steps import stop_step
 from rsdrill.faultfs.mount import FaultFSError
 from rsdrill.platforms.base import RevertAction, TargetError, platforms
@@ -21,6 +23,7 @@ from rsdrill.sandbox.errors import SandboxError
 ACTIONS: dict[str, RevertAction] = {
     "stop-step": stop_step,
     FAIL_COMMAND_OFF: fail_command_off,  # a command, the same on every platform
+    BALANCER_START: balancer_start,  # guards.stop_balancer: through the cluster's routers
     **MACHINE_ACTIONS,
 }
 

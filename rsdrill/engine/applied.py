@@ -27,3 +27,11 @@ class RunState:
     # counts from, so that it is in force for its whole duration however long the injection
     # took (a local kill first finds the pid: over 0.1 s on a loaded machine).
     in_force_s: dict[int, list[float]] = field(default_factory=dict)
+
+    def held_until(self, index: int, revert_after: float | None) -> float:
+        """When fault `index` has been in force for its whole `revert_after`, counted from when
+        its injection returned: a fault injected late or slowly (its platform's lookups, a slow
+        API, the pid found before a kill) is held as long as the experiment says, not cut short
+        by its lateness."""
+        in_force = self.in_force_s.get(index)
+        return max(in_force) + revert_after if in_force and revert_after is not None else 0.0

@@ -38,6 +38,10 @@ from rsdrill.privileges import CLUSTER, granted
 from rsdrill.probes.availability import PROBE_DB
 
 TIMEOUT_S = 5.0
+BALANCER_SETTINGS = "config.settings"
+BALANCER_CONTROL = (
+    "balancer control (balancerStatus, balancerStop, balancerStart: guards.stop_balancer)"
+)
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ def _checks(exp: Experiment) -> Iterator[Check]:
         return
     yield from _deployment(exp, deployment)
     if layout is not None:
-        yield from _cluster_tree(layout, options)
+        yield from _cluster_tree(layout, options, stopping=exp.guards.stop_balancer)
     if deployment.topology == "replica set":
         yield from _status_unreadable(reached[0], options)
     yield from _slos(exp, deployment)
@@ -194,9 +198,12 @@ def _deployment(exp: Experiment, deployment: Deployment) -> Iterator[Check]:
                     + (f" {deployment.set_name}" if deployment.set_name else ""))  # fmt: skip
 
 
-def _cluster_tree(layout: ShardedLayout, options: ConnectOptions) -> Iterator[Check]:
+def _cluster_tree(
+    layout: ShardedLayout, options: ConnectOptions, *, stopping: bool
+) -> Iterator[Check]:
     """The cluster as the run will see it: each replica set's members with their states, the
-    routers the config servers know that the URI leaves out, the balancer's state."""
+    routers the config servers know that the URI leaves out, the balancer's state (`stopping`:
+    guards.stop_balancer)."""
     from rsdrill.engine.selection import current_states
 
     states = current_states(layout.members(), TIMEOUT_S, options=options)
@@ -211,10 +218,10 @@ def _cluster_tree(layout: ShardedLayout, options: ConnectOptions) -> Iterator[Ch
         yield Check("routers", None, f"the config servers list routers target.uri does not "
                     f"name: {', '.join(elsewhere)} (the probes and a router fault use only the "
                     "URI's)")  # fmt: skip
-    yield _balancer(layout, options)
+    yield _balancer(layout, options, stopping=stopping)
 
 
-def _balancer(layout: ShardedLayout, options: ConnectOptions) -> Check:
+def _balancer(layout: ShardedLayout, options: ConnectOptions, *, stopping: bool) -> Check:
     for router in layout.routers:
         conn = DirectConnection(router, TIMEOUT_S, options)
         try:
@@ -227,7 +234,12 @@ def _balancer(layout: ShardedLayout, options: ConnectOptions) -> Check:
             return Check("balancer", None, f"balancerStatus: {reply.get('errmsg')} (its state "
                          "is not known: chunks may move during the run)")  # fmt: skip
         mode = reply.get("mode", "?")
-        moving = "on: chunks may move during the run" if mode != "off" else "off"
+        if stopping and mode == "full":
+            moving = "on: stopped for the run by guards.stop_balancer, started again after it"
+        elif stopping:
+            moving = "moves no chunk: guards.stop_balancer leaves it as it is"
+        else:
+            moving = "on: chunks may move during the run" if mode != "off" else "off"
         return Check("balancer", True, f"{mode} ({moving})")
     return Check("balancer", None, "no router answered balancerStatus")
 
@@ -305,6 +317,13 @@ def needed_privileges(exp: Experiment, standalone: bool) -> list[Privilege]:
     if exp.target.topology == "sharded":
         needed.append(Privilege(CLUSTER, "listShards", "finding the cluster's shards from its "
                                 "routers", "clusterMonitor"))  # fmt: skip
+    if exp.target.topology == "sharded" and exp.guards.stop_balancer:
+        # MongoDB's balancerStatus checks find, balancerStop and balancerStart update, on
+        # config.settings (where the balancer's mode is kept).
+        needed += [
+            Privilege(BALANCER_SETTINGS, "find", BALANCER_CONTROL, "clusterMonitor"),
+            Privilege(BALANCER_SETTINGS, "update", BALANCER_CONTROL, "clusterManager"),
+        ]
     needed.append(Privilege(CLUSTER, "serverStatus", "the result's storage engine and the "
                             "audit's rollback ids", "clusterMonitor",
                             required=False))  # fmt: skip
@@ -337,7 +356,8 @@ def _privileges(
             # No login: fine on a server without access control, which answers anyway.
             probe = conn.command("admin", {"listDatabases": 1, "nameOnly": True})
             if probe.get("ok"):
-                yield Check("privileges", True, "the server does not require a login")
+                yield Check("privileges", True, "the server does not require a login"
+                            + _balancer_control(exp, "open to any client"))  # fmt: skip
             else:
                 yield Check("privileges", False, f"the server requires a login "
                             f"({probe.get('errmsg', '')}): put a user in target.uri")  # fmt: skip
@@ -369,11 +389,18 @@ def _privileges(
         yield Check("privileges", False, "missing " + "; ".join(_grouped(lacking))
                     + f" (the user has {roles or 'no roles'})")  # fmt: skip
     else:
-        yield Check("privileges", True, f"roles {roles}")
+        yield Check("privileges", True, f"roles {roles}" + _balancer_control(exp, "granted"))
     for p in missing:
         if not p.required:
             detail = f"{p.action} on {p.resource} is not granted ({p.role}): {p.used_by}"
             yield Check(f"privilege {p.action}", None, detail)
+
+
+def _balancer_control(exp: Experiment, how: str) -> str:
+    """What the privileges line adds when the run will stop and restart the balancer."""
+    if exp.target.topology != "sharded" or not exp.guards.stop_balancer:
+        return ""
+    return f"; {BALANCER_CONTROL}: {how}"
 
 
 def _grouped(privileges: list[Privilege]) -> list[str]:

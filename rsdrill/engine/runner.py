@@ -21,6 +21,7 @@ from rsdrill.analysis.abort import CHECK_INTERVAL_S, Condition, first_breach, pa
 from rsdrill.connection import SettingsError
 from rsdrill.deployment import Deployment, inspect_any
 from rsdrill.engine.applied import Applied, RunState
+from rsdrill.engine.balancer import BalancerHold
 from rsdrill.engine.events import RunEvents
 from rsdrill.engine.guards import check_guards, wait_healthy
 from rsdrill.engine.journal import Journal
@@ -121,6 +122,8 @@ class Runner:
         self._rollback_watch: RollbackWatch | None = None
         # A sharded target's sets and routers.
         self._layout: ShardedLayout | None = None
+        # guards.stop_balancer: the balancer stopped after the guards, restored with the faults.
+        self.balancer = BalancerHold(experiment.guards.stop_balancer, self.live.event)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -171,6 +174,7 @@ class Runner:
             self._preflight(target)
             self._phase("guards")
             self._check_guards(target)
+            self.balancer.stop(self._layout, target.connect_options, journal)
             from rsdrill.probes import ProbeSet
 
             probes = ProbeSet(self.exp.probes, uri=target.uri, members=target.members,
@@ -303,6 +307,7 @@ class Runner:
             rsdrill_version=__version__,
             random_schedule=random_schedule(self.exp),
             audit=self._audit,
+            balancer=self.balancer.held,
         )
         self.events.emit("verdict", result=result)
         self.events.emit("run_finished", result=result, ops=self.history.ops(),
@@ -413,7 +418,8 @@ class Runner:
                 # Time spent answering game-day questions slides the rest of the timeline.
                 at_s = action.at_s + self._slide_s
                 if action.what == "revert":
-                    at_s = max(at_s, self._held_until(action.index))
+                    after = self.exp.faults[action.index].revert_after
+                    at_s = max(at_s, self.state.held_until(action.index, after))
                 if self.clock.now() >= at_s:
                     if action.what == "inject":
                         self._inject(action, target, journal)
@@ -423,15 +429,6 @@ class Runner:
                         self._revert_fault(action.index, journal)
                     break
                 self._sleep_until(at_s)
-
-    def _held_until(self, index: int) -> float:
-        """When fault `index` has been in force for its whole `revert_after`, counted from when
-        its injection returned: a fault injected late or slowly (its platform's lookups, a slow
-        API, the pid found before a kill) is held as long as the experiment says, not cut short
-        by its lateness."""
-        after = self.exp.faults[index].revert_after
-        in_force = self.state.in_force_s.get(index)
-        return max(in_force) + after if in_force and after is not None else 0.0
 
     def _inject(self, action: Action, target: RunTarget, journal: Journal) -> None:
         fault = self.exp.faults[action.index]
@@ -594,6 +591,9 @@ class Runner:
                                applied.record.target, exc_info=True)  # fmt: skip
                     message = redact_uri(internal_error(exc))
                     failure = failure or f"revert failed (run `rsdrill recover`): {message}"
+            # Once the faults are reverted (or failed to be): the balancer, if this run stopped it.
+            restored = self.balancer.restore(journal)
+            failure = failure or restored
         finally:
             self._reverting = False
         return failure

@@ -226,13 +226,28 @@ def _timeline(steps: list[PlannedStep]) -> list[str]:
 
 
 def _warnings(exp: Experiment) -> list[str]:
+    """The plan's notes: a fault before the steady state, the balancer held for the run."""
+    notes = []
     first = min(f.at for f in exp.faults)
     if first < exp.observe.steady_state:
-        return [
+        notes.append(
             f"note: the first fault (t+{first:.1f}s) comes before "
             f"{_secs(exp.observe.steady_state)} of steady state"
-        ]
-    return []
+        )
+    if exp.guards.stop_balancer:
+        notes.append(_balancer_note(exp.target))
+    return notes
+
+
+def _balancer_note(target: Target) -> str:
+    """What guards.stop_balancer will do (a sharded target's: the file is refused otherwise)."""
+    if registry.member_source(target.platform) == "built" and not target.balancer:
+        return ("balancer: off in this sandbox (balancer: false): guards.stop_balancer leaves "
+                "it off")  # fmt: skip
+    return ("balancer: stopped for the run (guards.stop_balancer): balancerStop on a router "
+            "after the guards, before the probes and the first fault; balancerStart once the "
+            "faults are reverted, only if it was on (after a crash: `rsdrill recover`); one "
+            "already off is left off")  # fmt: skip
 
 
 def describe_target(target: Target) -> list[str]:

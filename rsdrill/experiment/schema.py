@@ -170,6 +170,13 @@ class Guards(Strict):
     max_lag_before_start: Duration = Field(
         10.0, description="refuse to start while a secondary lags more than this"
     )
+    stop_balancer: bool = Field(
+        False,
+        description="sharded: stop the balancer (balancerStop on a router) after the guards "
+        "and before the first fault, so no chunk moves while the faults run, and start it "
+        "again after the run (or `rsdrill recover` after a crash) if it was on; one already "
+        "off is left off",
+    )
 
 
 def _abort_condition(text: str) -> str:
@@ -452,6 +459,10 @@ class Experiment(Strict):
 
         if topology == "sharded":
             return self._sharded_selections()
+        if self.guards.stop_balancer:
+            raise FieldProblem(("guards", "stop_balancer"), "the balancer is a sharded "
+                               f"cluster's (topology: sharded); this one is {topology}, "
+                               "which has none to stop")  # fmt: skip
         for metric in self.slo:
             if SET_METRIC.match(metric):
                 raise FieldProblem(("slo", metric), f"a sharded target's figure; this one is "

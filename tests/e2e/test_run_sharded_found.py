@@ -76,6 +76,19 @@ def test_check_shows_the_cluster_as_the_run_will_see_it(existing_cluster: Path) 
     assert by_name["balancer"].detail.startswith("off")
 
 
+def test_check_names_balancer_control_when_the_run_is_to_stop_it(existing_cluster: Path) -> None:
+    spec = _spec(existing_cluster, guards={"stop_balancer": True})
+    by_name = {c.name: c for c in check_experiment(Experiment.model_validate(spec))}
+    assert by_name["privileges"].detail.endswith(
+        "; balancer control (balancerStatus, balancerStop, balancerStart: "
+        "guards.stop_balancer): open to any client"
+    )
+    # This cluster's balancer is off: the run will leave it so.
+    assert by_name["balancer"].detail == (
+        "off (moves no chunk: guards.stop_balancer leaves it as it is)"
+    )
+
+
 def test_a_shard_member_where_a_router_was_meant_is_refused_with_the_routers(
     tmp_path: Path, existing_cluster: Path
 ) -> None:

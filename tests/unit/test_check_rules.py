@@ -12,7 +12,7 @@ from rsdrill.deployment import Deployment, topology_of, version_problem, version
 from rsdrill.engine.check import Privilege, needed_privileges, topology_fits
 from rsdrill.experiment.schema import Experiment
 from rsdrill.history import FaultRecord, Op
-from rsdrill.privileges import granted
+from rsdrill.privileges import granted, role_privileges
 
 
 @pytest.mark.parametrize(
@@ -132,3 +132,28 @@ def test_a_standalones_replica_set_metrics_are_not_applicable_not_zero() -> None
     # A standalone server serving again is recovered.
     assert metrics.recovery_s["h:1"] is not None
     assert compute_metrics(ops, [fault], duration_s=5.0).not_applicable == []
+
+
+def _sharded(**guards: Any) -> Experiment:
+    return Experiment.model_validate({
+        "name": "x", "guards": guards,
+        "target": {"platform": "local", "topology": "sharded", "uri": "mongodb://r:1/",
+                   "members": [{"host": "h:1", "start": "true"}]},
+        "faults": [{"at": "1s", "kind": "host-freeze", "duration": "1s",
+                    "select": {"shard": "any", "role": "secondary"}}],
+    })  # fmt: skip
+
+
+def test_stopping_the_balancer_needs_update_on_config_settings() -> None:
+    """MongoDB's balancerStop and balancerStart check update, balancerStatus find, on
+    config.settings: clusterManager grants both, clusterMonitor only the reading."""
+    monitor = role_privileges("clusterMonitor", "admin")
+    held = [READ_WRITE, *monitor, *role_privileges("clusterManager", "admin")]
+    assert _missing([READ_WRITE, *monitor], _sharded()) == set()
+    assert _missing([READ_WRITE, *monitor], _sharded(stop_balancer=True)) == {"update"}
+    assert _missing(held, _sharded(stop_balancer=True)) == set()
+    assert _missing([READ_WRITE, *role_privileges("clusterAdmin", "admin")],
+                    _sharded(stop_balancer=True)) == set()  # fmt: skip
+    (control,) = {p.used_by for p in needed_privileges(_sharded(stop_balancer=True), False)
+                  if p.resource == "config.settings"}  # fmt: skip
+    assert control.startswith("balancer control")

@@ -8,7 +8,13 @@ import subprocess
 import pytest
 
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
-from rsdrill.experiment.plan import PlannedStep, plan_experiment, redact_uri, render_plan
+from rsdrill.experiment.plan import (
+    PlannedStep,
+    plan_data,
+    plan_experiment,
+    redact_uri,
+    render_plan,
+)
 from rsdrill.experiment.schema import Experiment, SelectCount, SelectMember, describe_selection
 from rsdrill.platforms.sandbox.target import SandboxTarget
 from rsdrill.sandbox.cluster import Sandbox
@@ -259,6 +265,28 @@ target:
 def test_render_notes_a_fault_before_the_steady_state() -> None:
     exp = experiment("  - {at: 1s, kind: stepdown}\n")
     assert "note: the first fault (t+1.0s) comes before 2s of steady state" in render_plan(exp)
+
+
+SHARDED = """\
+name: plan-test
+target: {platform: sandbox, topology: sharded%s}
+"""
+SHARD_KILL = "  - {at: 5s, kind: host-kill, select: {shard: shard0, role: primary}, duration: 5s}\n"
+
+
+def test_the_plan_says_the_balancer_is_stopped_for_the_run() -> None:
+    held = experiment(SHARD_KILL, "guards: {stop_balancer: true}\n", header=SHARDED % "")
+    plan = render_plan(held)
+    assert ("balancer: stopped for the run (guards.stop_balancer): balancerStop on a router "
+            "after the guards, before the probes and the first fault; balancerStart once the "
+            "faults are reverted, only if it was on") in plan  # fmt: skip
+    assert [n for n in plan_data(held)["notes"] if n.startswith("balancer: stopped")]
+    off = experiment(SHARD_KILL, "guards: {stop_balancer: true}\n",
+                     header=SHARDED % ", balancer: false")  # fmt: skip
+    assert "balancer: off in this sandbox (balancer: false): guards.stop_balancer leaves" in (
+        render_plan(off)
+    )
+    assert "balancer:" not in render_plan(experiment(SHARD_KILL, header=SHARDED % ""))
 
 
 @pytest.mark.parametrize(
