@@ -194,7 +194,6 @@ class Node:
         self.topology_changed = Signal()
         self.progress = Signal()  # positions or commit point moved
         self.new_entries = Signal()
-        self.prepared_changed = Signal()  # a transaction prepared, committed or aborted
         self.heartbeat_now = Signal()
         self.reset_election_timer()
 
@@ -305,8 +304,7 @@ class Node:
             now = self.oplog.oldest
             self.store.expire_images(now.term, now.secs, now.inc)
         self.clock.observe(entry["ts"])
-        if self.prepared.applied(entry):
-            self.prepared_changed.fire()
+        self.prepared.applied(entry)
         self.new_entries.fire()
 
     def set_meta(self, key: str, value: Any) -> None:

@@ -18,6 +18,8 @@ member applies it without looking back in its oplog.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,7 +32,6 @@ from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.oplog import is_prepare
 
 if TYPE_CHECKING:
-    from rsdrill_emulator.node import Node
     from rsdrill_emulator.request import Request
     from rsdrill_emulator.storage import Database
 
@@ -48,20 +49,20 @@ def session_fields(
     return {"lsid": lsid, "txnNumber": Int64(number), "stmtId": stmt, "res": res}
 
 
-async def wait_unprepared(node: Node, req: Request, at: Timestamp) -> None:
+async def wait_unprepared(table: PreparedTable, req: Request, at: Timestamp) -> None:
     """A read at `at` of a collection a transaction prepared at or before `at` holds waits for
     its commit or abort (mongod's prepare conflict: either outcome changes what it reads)."""
     coll = req.body.get(req.name)
-    if not len(node.prepared) or not isinstance(coll, str):
+    if not len(table) or not isinstance(coll, str):
         return
     ns = f"{req.db}.{coll}"
     max_ms = int(req.body.get("maxTimeMS") or 0)
     deadline = time.monotonic() + max_ms / 1000 if max_ms else None
-    while node.prepared.blocks_read(ns, at):
+    while table.blocks_read(ns, at):
         if deadline is not None and time.monotonic() > deadline:
             raise CommandError(50, "operation exceeded time limit (a prepared transaction "
                                    "holds what it reads)")  # fmt: skip
-        await node.prepared_changed.wait(1.0)
+        await table.changed(1.0)
 
 
 @dataclass
@@ -91,6 +92,7 @@ class PreparedTable:
     def __init__(self, database: Database) -> None:
         self._database = database
         self._by_session: dict[bytes, Prepared] = {}
+        self._changed = asyncio.Event()
         for doc in database.get_meta(_META_KEY) or []:
             self._add(Prepared(doc["lsid"], int(doc["txnNumber"]), doc["prepareTimestamp"],
                                list(doc["ops"])))  # fmt: skip
@@ -114,17 +116,16 @@ class PreparedTable:
         `at` holds (mongod blocks on the document; here on its collection)."""
         return any(ns in p.held and p.prepare_ts <= at for p in self._by_session.values())
 
-    def applied(self, entry: dict[str, Any]) -> bool:
-        """Follow one applied oplog entry; True if it prepared or ended a transaction."""
+    def applied(self, entry: dict[str, Any]) -> None:
+        """Follow one applied oplog entry (a prepare, or the end of a prepared transaction)."""
         if is_prepare(entry):
             self._add(Prepared(entry["lsid"], int(entry["txnNumber"]), entry["ts"],
                                list(entry["o"]["applyOps"])))  # fmt: skip
         elif entry.get("op") == "c" and "lsid" in entry and _ends_prepared(entry["o"]):
             self._by_session.pop(session_key(entry["lsid"]), None)
         else:
-            return False
+            return
         self._save()
-        return True
 
     def undone(self, entry: dict[str, Any]) -> None:
         """A rollback removed this entry: a prepare is gone, an ended one is prepared again."""
@@ -139,11 +140,19 @@ class PreparedTable:
             return
         self._save()
 
+    async def changed(self, timeout: float) -> None:
+        """Until a transaction is prepared or ends (or `timeout`): waiters check again."""
+        event = self._changed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
     def _add(self, prepared: Prepared) -> None:
         self._by_session[session_key(prepared.lsid)] = prepared
 
     def _save(self) -> None:
         self._database.set_meta(_META_KEY, [p.document() for p in self._by_session.values()])
+        self._changed.set()
+        self._changed = asyncio.Event()
 
 
 def _ends_prepared(o: dict[str, Any]) -> bool:

@@ -439,7 +439,6 @@ async def rollback(node: Node, source: str) -> None:
     divergent = node.oplog.truncate_after(common)
     for entry in reversed(divergent):
         node.prepared.undone(entry)
-    node.prepared_changed.fire()
     node.history.forget()  # documents change below without entries: older versions are lost
     touched: dict[tuple[str, Any], Any] = {}
     for entry in divergent:

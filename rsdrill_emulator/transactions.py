@@ -343,7 +343,7 @@ class Transactions:
             node.history.want(node.last_applied.timestamp)
             read_at = node.last_applied.timestamp if _UNSAFE_SNAPSHOT else txn.read_at
             node.history.check(read_at)
-            await wait_unprepared(node, req, read_at)
+            await wait_unprepared(node.prepared, req, read_at)
             view = SnapshotView(node.store, node.history, read_at, txn.changes, txn.created)
             member = TransactionMember(node, view, txn, self)
             reply = await handler(StatementCommands(cmds, member), req)
@@ -487,7 +487,7 @@ class Transactions:
         lsid, number = req.body["lsid"], int(req.body["txnNumber"])
         while node.prepared.find(lsid, number) is not None:
             # Prepared here, its decision not yet known here: it will be (SERVER-40808).
-            await node.prepared_changed.wait(1.0)
+            await node.prepared.changed(1.0)
             node.require_writable()
         txn = self._by_session.get(session_key(lsid))
         if txn is not None and txn.number == number and txn.state == "committed":
@@ -553,7 +553,7 @@ class Transactions:
             node.history.check(at)
         except SnapshotTooOld as exc:
             raise CommandError(239, str(exc)) from None
-        await wait_unprepared(node, req, at)
+        await wait_unprepared(node.prepared, req, at)
         member = TransactionMember(node, SnapshotView(node.store, node.history, at), None, self)
         reply = await handler(StatementCommands(cmds, member), req)
         if isinstance(reply.get("cursor"), dict):

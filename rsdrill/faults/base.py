@@ -7,6 +7,7 @@ file and a type error in code: read one only after narrowing (`fault.kind == "ho
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal, Self, TypeVar
 
 from pydantic import BaseModel, Field, model_validator
@@ -15,6 +16,7 @@ from rsdrill.fields import Duration, FieldProblem, Role, Strict, format_duration
 
 if TYPE_CHECKING:
     from rsdrill.faults.spec import KindSpec, LocalTool
+    from rsdrill.layout import ShardedLayout
 
 
 Options = TypeVar("Options", bound=BaseModel)
@@ -49,6 +51,25 @@ ConfigPrimary = Literal["config-primary"]
 """The config server replica set's primary (sharded targets)."""
 
 Selection = Role | ConfigPrimary | SelectMember | SelectCount | SelectShard | SelectRouter
+
+
+def reachable_hosts(
+    selection: Selection, members: Sequence[str], layout: ShardedLayout | None
+) -> list[str]:
+    """The hosts a selection may act on (which of them, only the moment tells): each must be
+    found on its platform before anything is injected."""
+    if isinstance(selection, SelectMember):
+        return [selection.member]
+    if layout is None:
+        return list(members)
+    if isinstance(selection, SelectRouter):
+        return list(layout.routers[: selection.mongos])
+    if isinstance(selection, SelectShard):
+        names = list(layout.shards) if selection.shard == "any" else [selection.shard]
+        return [h for name in names for h in layout.shards.get(name, ())]
+    if selection == "config-primary":
+        return list(layout.config)
+    return list(members)
 
 
 def describe_selection(selection: Selection) -> str:

@@ -253,9 +253,9 @@ def test_check_shows_the_cluster_and_an_unmapped_router_is_refused(
 ) -> None:
     """`rsdrill check` on the sharded Kubernetes experiment: each set with its members and
     states, the balancer, and the platform's preflight, every line holding. A router left out
-    of the explicit pod map: the preflight lets the partial map through (it refuses only a map
-    that gives no host a pod, then naming the first one), and the router fault aimed at that
-    router is refused when it is due, naming it. Nothing is created or deleted."""
+    of the explicit pod map: the preflight refuses the router fault that may land on it, naming
+    the fault and the router (a shard fault, which cannot, still passes); a map that gives no
+    host a pod is refused naming the first host. Nothing is created or deleted."""
     bound = bound_cluster
     kill = {"at": "2s", "kind": "host-kill", "select": {"mongos": 1}, "duration": "3s"}
     checks = check_experiment(Experiment.model_validate(bound.spec(kube, [kill])))
@@ -273,9 +273,17 @@ def test_check_shows_the_cluster_and_an_unmapped_router_is_refused(
 
     router = bound.routers[0]
     partial = {h: p for h, p in bound.pods.items() if h != router}
-    target = KubernetesTarget(Experiment.model_validate(bound.spec(kube, [kill], pods=partial)),
-                              tmp_path)  # fmt: skip
-    target.setup()
+    unmapped = Experiment.model_validate(bound.spec(kube, [kill], pods=partial))
+    with pytest.raises(
+        TargetError,
+        match=rf"preflight refused.*faults\[0\] \(the first router\) "
+        rf"may act on {router}: .*{router} is not in target.kubernetes.pods",
+    ):
+        KubernetesTarget(unmapped, tmp_path).setup()
+    shard_kill = {**kill, "select": {"shard": "shard0", "role": "primary"}}
+    target = KubernetesTarget(Experiment.model_validate(
+        bound.spec(kube, [shard_kill], pods=partial)), tmp_path)  # fmt: skip
+    target.setup()  # the unmapped router is out of this fault's reach
     assert target.mapped_hosts[-2:] == bound.routers
     with pytest.raises(InjectionError, match=f"member {router} is not in target.kubernetes.pods"):
         pod_injector(target, target.faults[0], router)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from rsdrill.experiment.schema import Experiment
 from rsdrill.faults import COMMAND_KINDS
+from rsdrill.faults.base import describe_selection, reachable_hosts
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
 from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform, engine_of
@@ -77,18 +78,29 @@ class KubernetesTarget(RemoteTarget):
             )
 
     def _unmapped_members(self) -> list[str]:
-        """Every member's pod is looked up now (which loads the core API before the first fault
-        is due); a refusal when no member has one, since no fault could then be injected."""
+        """Every member's and router's pod is looked up now (which loads the core API before
+        the first fault is due): a refusal when none has one, or when a fault that acts on
+        pods may land on a host without one (a router of `{mongos: N}`, a member of the shard
+        it names), naming the first such."""
         pods = PodMap(self.kube, self.k8s)
-        reasons = []
-        for member in self.mapped_hosts:
+        reasons: dict[str, str] = {}
+        for host in self.mapped_hosts:
             try:
-                pods.pod(member)
+                pods.pod(host)
             except PodLookupError as exc:
-                reasons.append(str(exc))
+                reasons[host] = str(exc)
             except KubeError as exc:
                 raise TargetError(f"kubernetes: {exc}") from None
-        return reasons[:1] if len(reasons) == len(self.mapped_hosts) else []
+        if reasons and len(reasons) == len(self.mapped_hosts):
+            return [next(iter(reasons.values()))]
+        for i, fault in enumerate(self.faults):
+            if fault.kind in COMMAND_KINDS:
+                continue
+            for host in reachable_hosts(fault.select, self.members, self.layout):
+                if host in reasons:
+                    return [f"faults[{i}] ({describe_selection(fault.select)}) may act on "
+                            f"{host}: {reasons[host]}"]  # fmt: skip
+        return []
 
     def _wants_block_chaos(self) -> bool:
         modes = {
