@@ -32,6 +32,9 @@ def _run(tmp_path: Path, spec: dict[str, Any]) -> Result:
 def test_a_killed_shard_primary_interrupts_that_shard_only(tmp_path: Path) -> None:
     result = _run(tmp_path, {
         "name": "shard0-primary-kill",
+        # Beside the writes: list-append transactions over keys hashed onto both shards (most
+        # commit by the two-phase commit, some of them coordinated on the killed primary).
+        "probes": {**PROBES, "transactions": {"keys": 8, "txn_len": "2-4", "clients": 2}},
         "faults": [{"at": "3s", "kind": "host-kill", "select": {"shard": "shard0"},
                     "duration": "4s"}],
         "observe": {"after_revert": "20s"},
@@ -58,6 +61,10 @@ def test_a_killed_shard_primary_interrupts_that_shard_only(tmp_path: Path) -> No
     failed = {op.probe for op in ops if op.probe.startswith("shard-write:") and not op.ok}
     assert shard_write_probe("shard1") not in failed or shard1.failed_writes < 5
     assert {op.member for op in ops if op.probe == "failover"} == set(members)
+    # Snapshot isolation held across the shards through the kill (Elle's method).
+    assert result.metrics.transaction_anomalies == 0, result.metrics.transaction_cycles
+    assert result.metrics.transactions_checked is not None
+    assert result.metrics.transactions_checked > 20
 
 
 def test_a_router_killed_and_the_config_primary_stepped_down(tmp_path: Path) -> None:
