@@ -33,6 +33,7 @@ from rsdrill.faults import (
     KIND_NAMES,
     KINDS,
     FaultBase,
+    HostKillFault,
     Restart,
     SelectCount,
     Selection,
@@ -520,6 +521,11 @@ class Experiment(Strict):
             if isinstance(sel, SelectRouter) and spec.sharded != "members and routers":
                 raise FieldProblem(("faults", i, "kind"), f"{fault.kind} acts on a replica-"
                                    "set member; a router is none")  # fmt: skip
+            if isinstance(sel, SelectRouter) and isinstance(fault, HostKillFault) \
+                    and fault.wiped_on_restart:  # fmt: skip
+                raise FieldProblem(("faults", i, "restart", "volume"), "a router keeps no data: "
+                                   "volume: wipe (an initial sync) is a member's; say keep or "
+                                   "leave it out")  # fmt: skip
             if not built:
                 continue
             if isinstance(sel, SelectShard):
