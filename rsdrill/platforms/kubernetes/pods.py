@@ -13,6 +13,11 @@ class PodLookupError(Exception):
     """A member has no pod (the mapping names none, or the pod is gone)."""
 
 
+class UnmappedMember(PodLookupError):
+    """The mapping itself names no pod for the member (not a pod that is gone for now, as one
+    being re-created is): whatever acts on it can never find one."""
+
+
 class PodMap:
     """Members → pods, by the platform's explicit map, label selector or DNS names."""
 
@@ -25,7 +30,7 @@ class PodMap:
         namespace = self.platform.namespace
         if self.platform.pods is not None:
             if host not in self.platform.pods:
-                raise PodLookupError(
+                raise UnmappedMember(
                     f"member {host} is not in target.kubernetes.pods "
                     f"({', '.join(self.platform.pods)})"
                 )
@@ -34,7 +39,7 @@ class PodMap:
             return self._by_selector(host)
         ref = pod_from_dns(host, namespace)
         if ref is None:
-            raise PodLookupError(
+            raise UnmappedMember(
                 f"member {host} is an address, not a pod's DNS name: map it "
                 "with target.kubernetes.pods or selector"
             )

@@ -14,7 +14,7 @@ from rsdrill.faults.base import describe_selection, reachable_hosts
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
 from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform, engine_of
-from rsdrill.platforms.kubernetes.pods import PodLookupError, PodMap
+from rsdrill.platforms.kubernetes.pods import PodLookupError, PodMap, UnmappedMember
 from rsdrill.platforms.kubernetes.preflight import (
     block_chaos_available,
     missing_engines,
@@ -80,24 +80,29 @@ class KubernetesTarget(RemoteTarget):
     def _unmapped_members(self) -> list[str]:
         """Every member's and router's pod is looked up now (which loads the core API before
         the first fault is due): a refusal when none has one, or when a fault that acts on
-        pods may land on a host without one (a router of `{mongos: N}`, a member of the shard
-        it names), naming the first such."""
+        pods may land on a host the mapping gives none (a router of `{mongos: N}` left out of
+        `pods`, a member of the shard it names), naming the first such."""
         pods = PodMap(self.kube, self.k8s)
         reasons: dict[str, str] = {}
+        unmapped: set[str] = set()
         for host in self.mapped_hosts:
             try:
                 pods.pod(host)
             except PodLookupError as exc:
                 reasons[host] = str(exc)
+                if isinstance(exc, UnmappedMember):
+                    unmapped.add(host)
             except KubeError as exc:
                 raise TargetError(f"kubernetes: {exc}") from None
         if reasons and len(reasons) == len(self.mapped_hosts):
             return [next(iter(reasons.values()))]
+        # A pod gone for now (being re-created) may be back when the fault is due; a host the
+        # mapping leaves out never will be.
         for i, fault in enumerate(self.faults):
             if fault.kind in COMMAND_KINDS:
                 continue
             for host in reachable_hosts(fault.select, self.members, self.layout):
-                if host in reasons:
+                if host in unmapped:
                     return [f"faults[{i}] ({describe_selection(fault.select)}) may act on "
                             f"{host}: {reasons[host]}"]  # fmt: skip
         return []
