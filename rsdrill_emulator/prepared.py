@@ -100,8 +100,12 @@ class PreparedTable:
     def __len__(self) -> int:
         return len(self._by_session)
 
+    def of_session(self, lsid: dict[str, Any]) -> Prepared | None:
+        """The session's prepared transaction, whatever its number."""
+        return self._by_session.get(session_key(lsid))
+
     def find(self, lsid: dict[str, Any], number: int) -> Prepared | None:
-        found = self._by_session.get(session_key(lsid))
+        found = self.of_session(lsid)
         return found if found is not None and found.number == number else None
 
     def holds(self, ns: str, key: bytes) -> bool:

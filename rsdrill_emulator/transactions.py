@@ -370,9 +370,7 @@ class Transactions:
             raise CommandError(
                 217, f"txnNumber {number} for this session has already been used"
             )  # ConflictingOperationInProgress
-        if node.prepared.find(lsid, newest if newest is not None else -1) or (
-            current is not None and current.state == "prepared"
-        ):
+        if node.prepared.of_session(lsid) is not None:  # every member's record of it
             raise CommandError(PREPARED_TRANSACTION_IN_PROGRESS, "the session's transaction "
                                "is prepared: only its commit or abort may follow")  # fmt: skip
         if current is not None:
@@ -500,8 +498,8 @@ class Transactions:
 
     def ended(self, node: Node, lsid: dict[str, Any], number: int) -> bool:
         """This member's part of the transaction was committed or aborted."""
-        txn = self._by_session.get(session_key(lsid))
-        if txn is not None and txn.number == number and txn.state in ("committed", "aborted"):
+        txn = self.current(lsid, number)
+        if txn is not None and txn.state in ("committed", "aborted"):
             return True
         return any(node.store.statement_result(lsid, number, stmt) is not None
                    for stmt in (COMMIT_STATEMENT, ABORT_STATEMENT))  # fmt: skip

@@ -412,15 +412,9 @@ async def _end_transaction(router: Router, req: Request) -> dict[str, Any]:
         return (await router.send(participants[0], "admin", _handed(req, participants)))[1]
     if committing:
         return (await router.send(participants[0], "admin", req.body))[1]
-    replies = await asyncio.gather(
-        *(router.send(shard, "admin", req.body) for shard in participants),
-        return_exceptions=True,
-    )
+    sent = await asyncio.gather(*(router.send(shard, "admin", req.body) for shard in participants))
     # As mongos: the first participant's answer, unless another failed otherwise.
-    for reply in replies:
-        if isinstance(reply, BaseException):
-            raise reply
-    answers = [r[1] for r in replies if not isinstance(r, BaseException)]
+    answers = [reply for _, reply in sent]
     failed = [r for r in answers if not r.get("ok") and r.get("code") != 251]
     return failed[0] if failed else answers[0]
 
