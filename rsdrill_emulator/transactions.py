@@ -145,6 +145,7 @@ class Transaction:
     number: int
     term: int
     read_at: Timestamp
+    retries: int = 0  # its txnRetryCounter
     started: float = field(default_factory=time.monotonic)
     state: str = "in progress"  # "prepared", "committed", "aborted"
     # ns → id key → the document as the transaction left it (None: it deleted it).
@@ -163,6 +164,11 @@ class Transaction:
             self.state = "aborted"
             self.changes.clear()
             self.ops.clear()
+
+    def may_start_again(self, number: int, retry_counter: int) -> bool:
+        """A router starts a transaction again (its first statement met too old a snapshot)
+        with a greater txnRetryCounter, as mongos: only one its first statement aborted."""
+        return (self.number, self.state) == (number, "aborted") and retry_counter > self.retries
 
     def end_if_stale(self, term: int) -> None:
         """A stepdown since it began (a new term) or the lifetime limit aborts it."""
@@ -366,7 +372,9 @@ class Transactions:
             newest is not None and number < newest
         ):
             raise CommandError(225, f"txnNumber {number} is less than the session's last one")
-        if (current is not None and number == current.number) or newest == number:
+        retry = int(req.body.get("txnRetryCounter", 0))
+        again = current is not None and current.may_start_again(number, retry)
+        if not again and ((current is not None and number == current.number) or newest == number):
             raise CommandError(
                 217, f"txnNumber {number} for this session has already been used"
             )  # ConflictingOperationInProgress
@@ -390,7 +398,7 @@ class Transactions:
             dataclasses.replace(req, body={**req.body, "readConcern": concern})
         )
         node.history.want(node.last_applied.timestamp)
-        txn = Transaction(lsid, number, node.term, at or node.last_applied.timestamp)
+        txn = Transaction(lsid, number, node.term, at or node.last_applied.timestamp, retry)
         self._by_session[session_key(lsid)] = txn
         return txn
 

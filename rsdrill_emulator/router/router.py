@@ -43,6 +43,7 @@ _FORWARD_DROPPED = frozenset({"$db", "$clusterTime", "$readPreference"})
 _TRANSACTIONS_KEPT = 10_000
 STALE_RETRIES = 10
 """How often a command is routed again after StaleConfig (mongos's kMaxNumStaleVersionRetries)."""
+SNAPSHOT_TOO_OLD = 239
 
 
 class StaleRouting(Exception):
@@ -250,6 +251,7 @@ class Router:
         key = transaction_key(body)
         txn = None if key is None else self.transaction(key, body)
         statement = txn is not None and next(iter(body)).lower() not in COMMIT_OR_ABORT
+        asked = body
         if txn is not None and statement:
             body = txn.statement_for(shard, body)
         # As mongos: reads, retryable writes and a transaction's end (idempotent on the
@@ -264,6 +266,15 @@ class Router:
             sent["shardVersion"] = version
         host, reply = await self.shard(shard).on_primary(db, sent, retry=retry)
         self.gossip(reply)
+        if (
+            txn is not None
+            and statement
+            and reply.get("code") == SNAPSHOT_TOO_OLD
+            and txn.may_start_again(shard)
+            and self.cluster_time is not None
+        ):  # the shard's history begins after the time chosen (it restarted, or rolled back)
+            txn.start_again(self.cluster_time["clusterTime"])
+            return await self.send(shard, db, asked, read=read, version=version)
         if txn is not None:
             # As mongos: the driver keeps it and sends it with a commit retried elsewhere.
             reply["recoveryToken"] = {"recoveryShardId": txn.coordinator or shard}

@@ -8,10 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
 # What only a participant's first statement carries.
 _OPENING = ("startTransaction", "readConcern")
+SNAPSHOT_RETRIES = 10
+"""How often a first statement is run again at a later cluster time (mongos's limit)."""
 
 
 @dataclass
@@ -19,6 +22,10 @@ class RoutedTransaction:
     participants: list[str] = field(default_factory=list)
     # None: another router started it (this one forwards its statements as they come).
     read_concern: dict[str, Any] | None = None
+    # The read timestamp is the router's choice (not the client's): it may choose again.
+    chose_time: bool = False
+    # How often the transaction was started again on its shards (their txnRetryCounter).
+    retries: int = 0
 
     @classmethod
     def begun(cls, body: dict[str, Any], cluster_time: Timestamp | None) -> RoutedTransaction:
@@ -33,6 +40,7 @@ class RoutedTransaction:
             times = [t for t in (cluster_time, after) if isinstance(t, Timestamp)]
             if times:
                 concern["atClusterTime"] = max(times)
+                return cls(read_concern=concern, chose_time=True)
         return cls(read_concern=concern)
 
     @property
@@ -52,4 +60,19 @@ class RoutedTransaction:
             sent["startTransaction"] = True
             if self.read_concern:
                 sent["readConcern"] = self.read_concern
+            if self.retries:
+                sent["txnRetryCounter"] = Int64(self.retries)
         return sent
+
+    def may_start_again(self, shard: str) -> bool:
+        """As mongos: a snapshot too old for the shard that ran the transaction's first
+        statement (the only one reached) is no error of the client's; the transaction starts
+        again at a later read timestamp."""
+        first = self.participants == [shard]
+        return self.chose_time and first and self.retries < SNAPSHOT_RETRIES
+
+    def start_again(self, at: Timestamp) -> None:
+        assert self.read_concern is not None
+        self.read_concern["atClusterTime"] = at
+        self.participants.clear()
+        self.retries += 1

@@ -233,8 +233,9 @@ def _primary_or_none(cluster: ShardedSandbox, shard: str) -> Any:
 
 
 def _restart(cluster: ShardedSandbox, shard: str, member: Any) -> None:
-    if cluster.sets[shard].pid(member) is None:  # (not killed: the test failed before)
-        cluster.sets[shard].start(member)
+    if cluster.sets[shard].pid(member) is not None:
+        return  # not killed: the test failed before (it may still be the primary)
+    cluster.sets[shard].start(member)
     wait_until(lambda: any(s.name == member.host and s.state == "SECONDARY"
                            for s in cluster.sets[shard].status()), 60,
                f"{member.host} back as a secondary")  # fmt: skip
@@ -326,3 +327,34 @@ def test_a_participant_that_lost_its_part_before_the_prepare_aborts_the_whole_tr
     finally:
         session.end_session()
         _restart(cluster, "shard1", participant)
+
+
+def test_a_first_statement_too_old_for_a_restarted_shard_starts_the_transaction_again(
+    cluster: ShardedSandbox, keys: Keys
+) -> None:
+    """A router picks the newest cluster time it knows as the transaction's snapshot; a shard
+    whose every member restarted since keeps no history before its restart (as mongod after
+    a restart). As mongos, the router runs the first statement again at a later time instead
+    of failing the client's transaction with SnapshotTooOld."""
+    a, b = keys.pair()
+    router = cluster.spec.routers[1]
+    with MongoClient(f"mongodb://{router}/", serverSelectionTimeoutMS=30_000) as routed:
+        routed[NS_DB][NS_COLL].find_one({"_id": a})  # the router learns shard0's time
+        seen = routed.admin.command("ping")["$clusterTime"]["clusterTime"]
+        time.sleep(1.1)  # a later second: the shard's next entry is newer than the router knows
+        with _direct(cluster, "shard0") as direct:
+            direct[NS_DB][NS_COLL].update_one({"_id": a}, {"$set": {"w": 1}})
+        shard0 = cluster.sets["shard0"]
+        for member in shard0.spec.members:
+            shard0.kill(member)
+        for member in shard0.spec.members:
+            shard0.start(member)
+        wait_until(lambda: _primary_or_none(cluster, "shard0") is not None, 60, "shard0 primary")
+        # What the router would have met: shard0 refuses to read at the router's time.
+        concern = {"level": "snapshot", "atClusterTime": seen}
+        with _direct(cluster, "shard0") as direct, pytest.raises(OperationFailure) as old:
+            direct[NS_DB].command("find", NS_COLL, filter={"_id": a}, readConcern=concern)
+        assert old.value.code == 239, old.value
+        with routed.start_session() as session, session.start_transaction(**TXN):
+            _push_both(routed, session, a, b, 45)
+    assert _on_shard(cluster, "shard0", a) == [45] and _on_shard(cluster, "shard1", b) == [45]
