@@ -25,6 +25,7 @@ from rsdrill.platforms.machine.network import NetworkPartition
 from rsdrill.platforms.sandbox.sharded import ShardedHosts
 from rsdrill.sandbox.config import Settings
 from rsdrill.sandbox.sharded import ShardedSandbox, cluster_size, up_sharded
+from tests.harness.sharded_cluster import ELECTION_TIMEOUT_MS
 
 pytestmark = pytest.mark.timeout(180)
 SPLIT = 500
@@ -36,7 +37,7 @@ def cluster(
 ) -> Iterator[ShardedSandbox]:
     directory = tmp_path_factory.mktemp("migrations")
     sandbox = up_sharded(directory, port_base=free_port_base(cluster_size(2, "rs3", 2)),
-                         settings=Settings(election_timeout_ms=1000),
+                         settings=Settings(election_timeout_ms=ELECTION_TIMEOUT_MS),
                          balancer=False)  # fmt: skip
     try:
         yield sandbox

@@ -22,6 +22,7 @@ from pymongo.read_concern import ReadConcern
 from rsdrill.sandbox.config import Settings
 from rsdrill.sandbox.sharded import ShardedSandbox, up_sharded
 from tests.harness.members import wait_until
+from tests.harness.sharded_cluster import ELECTION_TIMEOUT_MS
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -36,7 +37,8 @@ def cluster(
 ) -> Iterator[ShardedSandbox]:
     directory = tmp_path_factory.mktemp("twophase")
     sandbox = up_sharded(directory, port_base=free_port_base(3 + 2 * 3 + 2),
-                         settings=Settings(election_timeout_ms=1000), balancer=False)  # fmt: skip
+                         settings=Settings(election_timeout_ms=ELECTION_TIMEOUT_MS),
+                         balancer=False)  # fmt: skip
     try:
         yield sandbox
     finally:

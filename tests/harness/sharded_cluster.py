@@ -23,6 +23,10 @@ from tests.harness.members import wait_until
 SHARDS = 2
 ROUTERS = 2
 SIZE = cluster_size(SHARDS, "rs3", ROUTERS)
+ELECTION_TIMEOUT_MS = 2000
+"""For clusters whose members are killed while transactions or migrations are under way: a
+cluster's eleven processes share 2 cores with the other test workers, and with 1 s a member
+starved for a second deposed a healthy primary (flapping shard primaries seen under load)."""
 
 
 @contextlib.contextmanager
