@@ -6,6 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+
+def member_count(topology: str) -> int:
+    """How many members a replica-set topology of the sandbox has."""
+    return {"rs1": 1, "standalone": 1, "rs5": 5}.get(topology, 3)
+
+
 CONFIG = "config"
 """The config servers' set, as `sets()` names it (the set's own name differs per cluster)."""
 

@@ -226,6 +226,15 @@ def up(
             "members authenticate to each other with theirs. Needs --tls.",
         ),
     ] = False,
+    zones: Annotated[
+        str | None,
+        typer.Option(
+            "--zones",
+            metavar="A,B,C",
+            help="The members' failure domains, round-robin in member order (a,b,c: one per "
+            "zone; a,a,b: two data centres, 2+1), as each member's replica-set tag `zone`.",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Start a replica set and return once it has a writable primary; print its URI."""
@@ -245,6 +254,9 @@ def up(
             "--engine": engine.value == "mongod",
             "--handshake": handshake is not Handshake.hello,
         }
+        if zones is not None:
+            exit_invalid("rsdrill: --zones: a sharded sandbox does not place its members in "
+                         "zones yet")  # fmt: skip
         if refused := [option for option, on in given.items() if on]:
             exit_invalid(
                 f"rsdrill: {', '.join(refused)}: not for a sharded sandbox yet (its routers "
@@ -267,6 +279,8 @@ def up(
         options["initial_sync_bytes_per_s"] = int(initial_sync_mb_per_s * 1024 * 1024)
     if cache_mb is not None:
         options["cache_bytes"] = cache_mb * 1024 * 1024
+    if zones is not None:
+        options["zones"] = [z.strip() for z in zones.split(",")]
     try:
         spec = build_topology(
             topology.value,

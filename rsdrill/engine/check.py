@@ -27,10 +27,11 @@ from rsdrill.connection import (
     parse_uri,
 )
 from rsdrill.deployment import Deployment, inspect, version_problem
+from rsdrill.domains import Placement, describe, majority_warning, placement, spread
 from rsdrill.experiment.catalog import way_of
 from rsdrill.experiment.schema import Experiment
 from rsdrill.faults import KINDS
-from rsdrill.layout import CONFIG, ShardedLayout
+from rsdrill.layout import CONFIG, ShardedLayout, member_count
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.discovery import discover_members, found_cluster, known_routers
 from rsdrill.platforms.machine.mirror import mirrored
@@ -81,6 +82,8 @@ def _checks(exp: Experiment) -> Iterator[Check]:
     yield from _fault_ways(exp)
     if registry.member_source(exp.target.platform) == "built":
         yield Check("target", True, f"a {exp.target.platform} the run builds itself")
+        zones = spread(exp.target.zones, member_count(exp.target.topology))
+        yield from _domains([Placement(f"member {i}", 1, z) for i, z in enumerate(zones)])
         return
     assert exp.target.uri is not None  # the schema requires it off the sandbox
     try:
@@ -124,6 +127,7 @@ def _checks(exp: Experiment) -> Iterator[Check]:
         yield from _cluster_tree(layout, options, stopping=exp.guards.stop_balancer)
     if deployment.topology == "replica set":
         yield from _status_unreadable(reached[0], options)
+        yield from _domains(_placements(reached[0], options))
     yield from _slos(exp, deployment)
     yield from _privileges(exp, reached[0], options, deployment)
     if any(KINDS[f.kind].needs_test_commands for f in exp.faults):
@@ -258,6 +262,31 @@ def _status_unreadable(host: str, options: ConnectOptions) -> Iterator[Check]:
         yield Check("replica-set status", None, f"{host} has no replSetGetStatus: members' "
                     "states are read from hello; replication lag, the failover's phases and "
                     "the oplog guard cannot be measured")  # fmt: skip
+
+
+def _placements(host: str, options: ConnectOptions) -> list[Placement]:
+    """Each member's failure domain from its tags in the replica-set config (none when the
+    config cannot be read: the privileges check says why)."""
+    conn = DirectConnection(host, TIMEOUT_S, options)
+    try:
+        reply = conn.command("admin", {"replSetGetConfig": 1})
+    except WireClientError:
+        return []
+    finally:
+        conn.close()
+    config = reply.get("config") if reply.get("ok") else None
+    members = (config or {}).get("members") or []
+    return [placement(str(m.get("host")), int(m.get("votes", 1)), m.get("tags") or {})
+            for m in members]  # fmt: skip
+
+
+def _domains(members: list[Placement]) -> Iterator[Check]:
+    """The members by zone, and a warning when one zone holds the voting majority."""
+    if not any(m.zone for m in members):
+        return
+    warning = majority_warning(members)
+    yield Check("failure domains", None if warning else True,
+                describe(members) + (f" ({warning})" if warning else ""))  # fmt: skip
 
 
 def _test_commands(members: list[str], options: ConnectOptions) -> Iterator[Check]:

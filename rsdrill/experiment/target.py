@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pydantic import BaseModel, Field, create_model, model_validator
 
+from rsdrill.domains import spread
 from rsdrill.experiment.catalog import described
 from rsdrill.fields import Duration, FieldProblem, Strict
+from rsdrill.layout import member_count
 from rsdrill.registry import member_source
 
 # The platforms come from the registry (entry points): the model is built with one
@@ -111,6 +113,12 @@ class _Target(Strict):
         "hello",
         description="sandbox: legacy members answer only isMaster (servers before 4.4.2)",
     )
+    zones: tuple[str, ...] = Field(
+        (),
+        description="sandbox: the members' failure domains, given round-robin in member "
+        "order (a, b, c: one per zone; a, a, b: two data centres, 2+1), written as each "
+        "member's replica-set tag `zone`",
+    )
 
     def section(self, platform: str, model: type[Options]) -> Options | None:
         """Its `platform` section (`target.<platform>`) if the file gave one: the sections are
@@ -151,7 +159,7 @@ class _Target(Strict):
                 f"platform {self.platform} builds its own set: drop `uri` and `members`",
             )
         if source != "built":
-            for name in ("storage", "handshake", "journal_commit_interval"):
+            for name in ("storage", "handshake", "journal_commit_interval", "zones"):
                 if name in self.model_fields_set:
                     raise FieldProblem((name,), f"`{name}` shapes a {_named('built')}, not a "
                                        f"{self.platform} target (rsdrill finds what the server "
@@ -163,6 +171,11 @@ class _Target(Strict):
             raise FieldProblem(("auth",), "x509 logins need TLS: add `tls: true`")
         if self.storage == "memory" and self.topology != "standalone":
             raise FieldProblem(("storage",), "in-memory storage is for topology: standalone")
+        if self.zones and self.topology != "sharded":
+            try:
+                spread(self.zones, member_count(self.topology))
+            except ValueError as exc:
+                raise FieldProblem(("zones",), str(exc)) from None
         self._sharded_fields(source)
         return self
 
@@ -190,7 +203,7 @@ class _Target(Strict):
 
 _SHARDED_FIELDS = {"shards", "shard_topology", "mongos", "balancer"}
 # What a replica-set sandbox takes that a sharded one does not (yet).
-_NOT_SHARDED = {"auth", "tls", "storage", "handshake", "data_mb", "oplog_size_mb",
+_NOT_SHARDED = {"auth", "tls", "storage", "handshake", "data_mb", "oplog_size_mb", "zones",
                 "initial_sync_mb_per_s", "cache_mb", "journal_commit_interval"}  # fmt: skip
 
 

@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rsdrill.domains import spread
+from rsdrill.layout import member_count
+
 TOPOLOGIES = ("rs1", "rs3", "rs5", "psa", "standalone")
 # A member's storage: on disk (kept across a restart), or in memory (gone with the process,
 # as with mongod's inMemory engine; standalone only).
@@ -55,6 +58,12 @@ class MemberSpec:
     priority: float = 1.0
     votes: int = 1
     arbiter_only: bool = False
+    # The failure domain it lives in: its replica-set tag `zone` (as members[].tags holds it).
+    zone: str | None = None
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {} if self.zone is None else {"zone": self.zone}
 
     @property
     def port(self) -> int:
@@ -181,13 +190,15 @@ def build_topology(
         ("http://", "https://")
     ):
         raise ValueError(f"the STS endpoint {options['aws_sts_url']} must be an http(s) URL")
-    count = {"rs1": 1, "standalone": 1, "rs5": 5}.get(topology, 3)
+    count = member_count(topology)
+    zones = spread(options.pop("zones", None) or (), count)
     members = tuple(
         MemberSpec(
             id=i,
             host=f"{host}:{port_base + i}",
             priority=0.0 if topology == "psa" and i == 2 else 1.0,
             arbiter_only=topology == "psa" and i == 2,
+            zone=zones[i] if zones else None,
         )
         for i in range(count)
     )

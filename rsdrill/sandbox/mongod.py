@@ -92,6 +92,7 @@ def replset_config(spec: ReplSetSpec) -> dict[str, Any]:
                 "priority": m.priority,
                 "votes": m.votes,
                 "arbiterOnly": m.arbiter_only,
+                "tags": m.tags,
             }
             for m in spec.members
         ],

@@ -96,6 +96,8 @@ def hello_reply(node: Node, req: Request) -> dict[str, Any]:
         reply["primary"] = node.primary_host
     if node.is_arbiter:
         reply["arbiterOnly"] = True
+    if node.me.tags:  # as mongod: drivers select by them (read preference tag sets)
+        reply["tags"] = node.me.tags
     if node.state is MemberState.PRIMARY:
         reply["electionId"] = node.election_id()
     if not node.is_arbiter:

@@ -153,7 +153,7 @@ async def _repl_config(cmds: Commands, req: Request) -> dict[str, Any]:
                     "buildIndexes": True,
                     "hidden": False,
                     "priority": m.priority,
-                    "tags": {},
+                    "tags": m.tags,
                     "secondaryDelaySecs": Int64(0),
                     "votes": m.votes,
                 }

@@ -14,6 +14,7 @@ from pymongo import MongoClient, WriteConcern
 
 from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.schema import Experiment, Fault, Target
+from rsdrill.layout import member_count
 from rsdrill.platforms.base import RunTarget, TargetError
 from rsdrill.platforms.machine.disk_fill import mount_small_disk, unmount_small_disks
 from rsdrill.platforms.machine.mirror import mirrored
@@ -43,7 +44,7 @@ class SandboxTarget:
         self.config = config
         self.topology = config.topology
         self.directory = directory
-        count = 1 if config.topology in ("rs1", "standalone") else 3
+        count = member_count(config.topology)
         options: dict[str, Any] = {"storage": config.storage, "handshake": config.handshake,
                                    "tls": config.tls, "x509": config.auth == "x509"}  # fmt: skip
         if config.oplog_size_mb:
@@ -54,6 +55,8 @@ class SandboxTarget:
             options["cache_bytes"] = config.cache_mb * 1024 * 1024
         if config.journal_commit_interval is not None:
             options["journal_commit_interval_ms"] = round(config.journal_commit_interval * 1000)
+        if config.zones:
+            options["zones"] = config.zones
         self.spec = build_topology(
             config.topology,
             port_base=config.port_base or free_port_base(count),
