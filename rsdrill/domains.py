@@ -40,6 +40,11 @@ class Placement:
     region: str | None = None
 
 
+def planned(zones: Sequence[str], count: int) -> list[Placement]:
+    """A set not built yet (a sandbox of `count` voting members): its members by number."""
+    return [Placement(f"member {i}", 1, zone) for i, zone in enumerate(spread(zones, count))]
+
+
 def placement(host: str, votes: int, tags: Mapping[str, str]) -> Placement:
     """A member's domains from its replica-set tags."""
     zone = next((str(tags[k]) for k in ZONE_TAGS if k in tags), None)
@@ -84,3 +89,9 @@ def majority_warning(members: Sequence[Placement]) -> str | None:
     return (f"{'; '.join(parts)}: losing {'it' if len(losing) == 1 else 'one of them'} leaves "
             "no voting majority, so no primary until it returns or the survivors are "
             "reconfigured with force")  # fmt: skip
+
+
+def summary(members: Sequence[Placement]) -> str:
+    """The members by zone, with the majority warning when there is one."""
+    warning = majority_warning(members)
+    return describe(members) + (f" ({warning})" if warning else "")

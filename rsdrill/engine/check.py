@@ -27,7 +27,7 @@ from rsdrill.connection import (
     parse_uri,
 )
 from rsdrill.deployment import Deployment, inspect, version_problem
-from rsdrill.domains import Placement, describe, majority_warning, placement, spread
+from rsdrill.domains import Placement, majority_warning, placement, planned, summary
 from rsdrill.experiment.catalog import way_of
 from rsdrill.experiment.schema import Experiment
 from rsdrill.faults import KINDS
@@ -82,8 +82,7 @@ def _checks(exp: Experiment) -> Iterator[Check]:
     yield from _fault_ways(exp)
     if registry.member_source(exp.target.platform) == "built":
         yield Check("target", True, f"a {exp.target.platform} the run builds itself")
-        zones = spread(exp.target.zones, member_count(exp.target.topology))
-        yield from _domains([Placement(f"member {i}", 1, z) for i, z in enumerate(zones)])
+        yield from _domains(planned(exp.target.zones, member_count(exp.target.topology)))
         return
     assert exp.target.uri is not None  # the schema requires it off the sandbox
     try:
@@ -284,9 +283,8 @@ def _domains(members: list[Placement]) -> Iterator[Check]:
     """The members by zone, and a warning when one zone holds the voting majority."""
     if not any(m.zone for m in members):
         return
-    warning = majority_warning(members)
-    yield Check("failure domains", None if warning else True,
-                describe(members) + (f" ({warning})" if warning else ""))  # fmt: skip
+    warning = majority_warning(members) is not None
+    yield Check("failure domains", None if warning else True, summary(members))
 
 
 def _test_commands(members: list[str], options: ConnectOptions) -> Iterator[Check]:

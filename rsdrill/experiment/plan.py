@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol, cast
 
 from rsdrill import registry
+from rsdrill.domains import planned, summary
 from rsdrill.experiment.catalog import way_of
 from rsdrill.experiment.probes import (
     AvailabilityProbe,
@@ -32,6 +33,7 @@ from rsdrill.experiment.schema import (
     describe_selection,
 )
 from rsdrill.experiment.schema import format_duration as _secs
+from rsdrill.layout import member_count
 from rsdrill.redact import redact_uri
 
 # MongoDB's own defaults, which the sandbox uses unless the target overrides them.
@@ -42,7 +44,6 @@ _DEFAULT_HEARTBEAT_INTERVAL_S = 2.0
 _DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
 _DEFAULT_OPLOG_MB = 192
 
-_TOPOLOGY_MEMBERS = {"rs1": 1, "rs3": 3, "psa": 3, "standalone": 1}
 _TOPOLOGY_SHAPE = {
     "rs1": "one data-bearing member",
     "rs3": "three data-bearing members",
@@ -265,14 +266,14 @@ def describe_target(target: Target) -> list[str]:
         return [f"a {target.platform} replica set, {target.topology} expected; "
                 f"uri {redact_uri(target.uri or '')}"]  # fmt: skip
     if target.topology == "sharded":
-        per_shard = _TOPOLOGY_MEMBERS[target.shard_topology]
+        per_shard = member_count(target.shard_topology)
         count = 3 + target.shards * per_shard + target.mongos
         shape = (f"config servers (rs3), {target.shards} shard(s) of "
                  f"{target.shard_topology} ({_TOPOLOGY_SHAPE[target.shard_topology]}), "
                  f"{target.mongos} router(s), balancer "
                  f"{'on' if target.balancer else 'off'}")  # fmt: skip
     else:
-        count = _TOPOLOGY_MEMBERS[target.topology]
+        count = member_count(target.topology)
         shape = _TOPOLOGY_SHAPE[target.topology]
     ports = (
         f"ports {target.port_base}-{target.port_base + count - 1}"
@@ -302,6 +303,8 @@ def describe_target(target: Target) -> list[str]:
         ),
         "left running after the run" if target.keep else "torn down after the run",
     ]
+    if target.zones:
+        lines.append(summary(planned(target.zones, count)))
     return lines
 
 

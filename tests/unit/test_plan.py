@@ -340,3 +340,22 @@ def test_journal_commit_interval_of_a_set_not_built_here_is_refused() -> None:
               "  members: [{host: '127.0.0.1:27017', start: mongod}]\n")  # fmt: skip
     with pytest.raises(ExperimentError, match=r"journal_commit_interval.*shapes a sandbox"):
         experiment("  - {at: 5s, kind: host-kill, duration: 2s}\n", header=header)
+
+
+def test_the_plan_shows_the_sandbox_s_zones_and_the_majority_a_zone_holds() -> None:
+    header = HEADER + "  zones: [east, east, west]\n"
+    text = render_plan(experiment("  - {at: 5s, kind: stepdown}\n", header=header))
+    assert "zone east: member 0, member 1; zone west: member 2" in text
+    assert "zone east holds 2 of 3 votes" in text
+    spread = render_plan(experiment("  - {at: 5s, kind: stepdown}\n",
+                                    header=HEADER + "  zones: [a, b, c]\n"))  # fmt: skip
+    assert "zone a: member 0; zone b: member 1; zone c: member 2" in spread
+    assert "votes" not in spread
+
+
+def test_zones_for_a_sharded_sandbox_or_more_zones_than_members_are_refused() -> None:
+    with pytest.raises(ExperimentError, match=r"zones.*a zone nobody is in"):
+        experiment("  - {at: 5s, kind: stepdown}\n", header=HEADER + "  zones: [a, b, c, d]\n")
+    sharded = HEADER.replace("rs3", "sharded") + "  zones: [a, b]\n"
+    with pytest.raises(ExperimentError, match="zones"):
+        experiment("  - {at: 5s, kind: stepdown, select: {shard: shard0}}\n", header=sharded)
