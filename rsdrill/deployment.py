@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError, handshake_form
+from rsdrill.domains import Placement, placement
 
 # MongoDB versions whose replication and handshake rsdrill reads correctly (compatible servers
 # that claim a version in this range are taken at their word).
@@ -119,3 +120,26 @@ def inspect_any(
         except WireClientError:
             continue
     return None
+
+
+def config_placements(config: dict[str, Any]) -> list[Placement]:
+    """Each member's failure domain and votes, from a replSetGetConfig `config` document."""
+    return [placement(str(m.get("host")), int(m.get("votes", 1)), m.get("tags") or {})
+            for m in config.get("members") or []]  # fmt: skip
+
+
+def read_placements(hosts: list[str], timeout_s: float = 5.0, *,
+                    options: ConnectOptions) -> list[Placement]:  # fmt: skip
+    """The members' placements as the first member that answers replSetGetConfig gives them
+    (none when no member does: not a replica set, or a login without clusterMonitor)."""
+    for host in hosts:
+        conn = DirectConnection(host, timeout_s, options)
+        try:
+            reply = conn.command("admin", {"replSetGetConfig": 1})
+        except WireClientError:
+            continue
+        finally:
+            conn.close()
+        if reply.get("ok"):
+            return config_placements(reply.get("config") or {})
+    return []

@@ -60,6 +60,12 @@ def by_zone(members: Sequence[Placement]) -> dict[str, list[Placement]]:
     return out
 
 
+def voters_by_zone(members: Sequence[Placement]) -> dict[str, int]:
+    """How many voting members each zone holds (zones with only non-voters: 0)."""
+    return {zone: sum(1 for m in held if m.votes)
+            for zone, held in by_zone(members).items() if zone}  # fmt: skip
+
+
 def majority_losing_zones(members: Sequence[Placement]) -> list[str]:
     """The zones whose loss alone leaves fewer than a majority of the votes: with one of them
     gone the set has no primary. Empty when no member has a zone."""

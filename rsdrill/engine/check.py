@@ -26,8 +26,8 @@ from rsdrill.connection import (
     handshake_form,
     parse_uri,
 )
-from rsdrill.deployment import Deployment, inspect, version_problem
-from rsdrill.domains import Placement, majority_warning, placement, planned, summary
+from rsdrill.deployment import Deployment, inspect, read_placements, version_problem
+from rsdrill.domains import Placement, majority_warning, planned, summary
 from rsdrill.experiment.catalog import way_of
 from rsdrill.experiment.schema import Experiment
 from rsdrill.faults import KINDS
@@ -126,7 +126,7 @@ def _checks(exp: Experiment) -> Iterator[Check]:
         yield from _cluster_tree(layout, options, stopping=exp.guards.stop_balancer)
     if deployment.topology == "replica set":
         yield from _status_unreadable(reached[0], options)
-        yield from _domains(_placements(reached[0], options))
+        yield from _domains(read_placements(reached, TIMEOUT_S, options=options))
     yield from _slos(exp, deployment)
     yield from _privileges(exp, reached[0], options, deployment)
     if any(KINDS[f.kind].needs_test_commands for f in exp.faults):
@@ -261,22 +261,6 @@ def _status_unreadable(host: str, options: ConnectOptions) -> Iterator[Check]:
         yield Check("replica-set status", None, f"{host} has no replSetGetStatus: members' "
                     "states are read from hello; replication lag, the failover's phases and "
                     "the oplog guard cannot be measured")  # fmt: skip
-
-
-def _placements(host: str, options: ConnectOptions) -> list[Placement]:
-    """Each member's failure domain from its tags in the replica-set config (none when the
-    config cannot be read: the privileges check says why)."""
-    conn = DirectConnection(host, TIMEOUT_S, options)
-    try:
-        reply = conn.command("admin", {"replSetGetConfig": 1})
-    except WireClientError:
-        return []
-    finally:
-        conn.close()
-    config = reply.get("config") if reply.get("ok") else None
-    members = (config or {}).get("members") or []
-    return [placement(str(m.get("host")), int(m.get("votes", 1)), m.get("tags") or {})
-            for m in members]  # fmt: skip
 
 
 def _domains(members: list[Placement]) -> Iterator[Check]:

@@ -52,9 +52,11 @@ from typing import Any
 
 from rsdrill import registry
 from rsdrill.connection import COMMAND_NOT_FOUND, ConnectOptions, DirectConnection, WireClientError
+from rsdrill.deployment import config_placements
+from rsdrill.domains import voters_by_zone
 from rsdrill.engine.selection import current_states
 from rsdrill.errors import GuardRefusal
-from rsdrill.experiment.schema import Experiment, Fault, SelectCount, SelectMember
+from rsdrill.experiment.schema import Experiment, Fault, SelectCount, SelectMember, SelectZone
 from rsdrill.states import HEALTHY, PRIMARY_LIKE, STANDALONE
 
 ALLOW_ENV = "RSDRILL_ALLOW"
@@ -78,8 +80,9 @@ class DownSpan:
     """The member named by a `member:` selection (the same member counts once)."""
 
 
-def down_spans(faults: Sequence[Fault]) -> list[DownSpan]:
-    """The faults that take members down, and when (in seconds from the probes' start)."""
+def down_spans(faults: Sequence[Fault], zones: Mapping[str, int] | None = None) -> list[DownSpan]:
+    """The faults that take members down, and when (in seconds from the probes' start);
+    `zones`: the voting members of each zone, for a selection by zone."""
     spans = []
     for i, fault in enumerate(faults):
         if not fault.takes_member_down():
@@ -88,6 +91,8 @@ def down_spans(faults: Sequence[Fault]) -> list[DownSpan]:
         end = math.inf if back is None else fault.at + back
         sel = fault.select
         members = sel.count if isinstance(sel, SelectCount) else 1
+        if isinstance(sel, SelectZone):
+            members = (zones or {}).get(sel.zone, 0)
         host = sel.member if isinstance(sel, SelectMember) else None
         spans.append(DownSpan(i, fault.at, end, members, host))
     return spans
@@ -102,13 +107,14 @@ class Overlap:
     faults: tuple[int, ...]
 
 
-def max_concurrent_down(faults: Sequence[Fault]) -> Overlap:
+def max_concurrent_down(faults: Sequence[Fault], zones: Mapping[str, int] | None = None
+                        ) -> Overlap:  # fmt: skip
     """The largest number of members the schedule has down at once (the earliest such moment).
 
     A fault is in force from its injection (inclusive) to its revert (exclusive): at the same
     instant a revert goes first, as in the runner's schedule.
     """
-    spans = down_spans(faults)
+    spans = down_spans(faults, zones)
     best = Overlap(0, None, ())
     for t in sorted({s.start_s for s in spans}):
         active = [s for s in spans if s.start_s <= t < s.end_s]
@@ -119,17 +125,27 @@ def max_concurrent_down(faults: Sequence[Fault]) -> Overlap:
     return best
 
 
+def check_zones(faults: Sequence[Fault], zones: Mapping[str, int]) -> None:
+    """Refuse a selection by a zone no member's tags name."""
+    for i, fault in enumerate(faults):
+        if isinstance(fault.select, SelectZone) and fault.select.zone not in zones:
+            known = ", ".join(zones) or "none: no member has a zone tag (zone, az, dc, …)"
+            raise GuardRefusal("selection", f"faults[{i}].select.zone: no member is in zone "
+                               f"{fault.select.zone!r} (the members' zones: {known})")  # fmt: skip
+
+
 def majority(voting: int) -> int:
     """Votes needed to elect a primary."""
     return voting // 2 + 1
 
 
-def check_quorum(faults: Sequence[Fault], voting: int, *, allowed: bool) -> str:
+def check_quorum(faults: Sequence[Fault], voting: int, *, allowed: bool,
+                 zones: Mapping[str, int] | None = None) -> str:  # fmt: skip
     """Refuse a schedule that leaves fewer than a majority of the voting members up.
 
     Returns what was found (for the run's log) when the run may go ahead.
     """
-    worst = max_concurrent_down(faults)
+    worst = max_concurrent_down(faults, zones)
     needed = majority(voting)
     left = voting - min(worst.members, voting)
     summary = (
@@ -388,7 +404,10 @@ def check_guards(
         voting = sum(1 for m in config.get("members", []) if m.get("votes", 1))
         if not voting:
             raise GuardRefusal("quorum", "replSetGetConfig on the primary lists no voting member")
-        quorum = check_quorum(exp.faults, voting, allowed=exp.guards.allow_quorum_loss)
+        zones = voters_by_zone(config_placements(config))
+        check_zones(exp.faults, zones)
+        quorum = check_quorum(exp.faults, voting, allowed=exp.guards.allow_quorum_loss,
+                              zones=zones)  # fmt: skip
         note(f"guard quorum: {quorum}")
         window, unknown = oplog_window(conn)
         oplog = check_oplog_window(exp.faults, window, allowed=exp.guards.allow_oplog_overrun,
@@ -506,6 +525,8 @@ def _fault_summary(faults: Sequence[Fault]) -> str:
             if isinstance(sel, SelectMember)
             else f"{sel.count} member(s)"
             if isinstance(sel, SelectCount)
+            else f"every member of zone {sel.zone}"
+            if isinstance(sel, SelectZone)
             else f"the {sel}"
         )
         parts.append(f"{fault.kind} {who} at {_secs(fault.at)}")

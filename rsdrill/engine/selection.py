@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from rsdrill.connection import AccessRefused, ConnectOptions, answers_hello
+from rsdrill.deployment import read_placements
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import (
     Fault,
@@ -15,6 +16,7 @@ from rsdrill.experiment.schema import (
     SelectMember,
     SelectRouter,
     SelectShard,
+    SelectZone,
     describe_selection,
 )
 from rsdrill.history import Op
@@ -54,10 +56,16 @@ def router_states(
 
 
 def resolve(
-    selection: Selection, states: dict[str, str], layout: ShardedLayout | None = None
+    selection: Selection,
+    states: dict[str, str],
+    layout: ShardedLayout | None = None,
+    zones: Mapping[str, str | None] | None = None,
 ) -> list[str]:
     """The hosts a selection names, given every member's current state (in config order); of
-    a sharded target (`layout`), routers' too (ROUTER or DOWN)."""
+    a sharded target (`layout`), routers' too (ROUTER or DOWN); by zone, each member's zone
+    (`zones`)."""
+    if isinstance(selection, SelectZone):
+        return _resolve_zone(selection.zone, states, zones or {})
     if isinstance(selection, SelectShard | SelectRouter) or selection == "config-primary":
         if layout is None:
             raise SelectionError(f"select {describe_selection(selection)}: not a sharded target")
@@ -83,6 +91,28 @@ def resolve(
     if not matches:
         raise SelectionError(f"select {selection}: no member is {wanted} now: {_describe(states)}")
     return matches[:1]
+
+
+def zones_for(selection: Selection, target: RunTarget) -> dict[str, str | None] | None:
+    """Each member's zone, from its replica-set tags, when `selection` is by zone."""
+    if not isinstance(selection, SelectZone):
+        return None
+    found = read_placements(list(target.members), 1.0, options=target.connect_options)
+    return {p.host: p.zone for p in found}
+
+
+def _resolve_zone(zone: str, states: dict[str, str], zones: Mapping[str, str | None]) -> list[str]:
+    """Every member of the zone that is not down already."""
+    held = [h for h in states if zones.get(h) == zone]
+    if not held:
+        known = ", ".join(sorted({z for z in zones.values() if z}))
+        raise SelectionError(f"no member is in zone {zone!r} (" + (f"zones: {known}" if known
+                             else "no member has a zone tag") + ")")  # fmt: skip
+    up = [h for h in held if states[h] != DOWN]
+    if not up:
+        raise SelectionError(f"every member of zone {zone!r} is down: "
+                             f"{_describe({h: states[h] for h in held})}")  # fmt: skip
+    return up
 
 
 def _resolve_sharded(

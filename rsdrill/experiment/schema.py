@@ -40,6 +40,7 @@ from rsdrill.faults import (
     SelectMember,
     SelectRouter,
     SelectShard,
+    SelectZone,
     describe_selection,
 )
 from rsdrill.fields import (
@@ -66,6 +67,7 @@ __all__ = [
     "SelectMember",
     "SelectRouter",
     "SelectShard",
+    "SelectZone",
     "Selection",
     "Strict",
     "describe_selection",
@@ -474,6 +476,13 @@ class Experiment(Strict):
                 raise FieldProblem(("faults", i, "select"), f"{describe_selection(sel)}: a sharded "
                                    f"target's parts (topology: sharded); this one is "
                                    f"{topology}")  # fmt: skip
+            if isinstance(sel, SelectZone) and member_source(self.target.platform) == "built":
+                zones = self.target.zones
+                if sel.zone not in zones:
+                    raise FieldProblem((*("faults", i, "select"), "zone"), f"no member is in "
+                                       f"zone {sel.zone!r}: " + (f"target.zones has "
+                                       f"{', '.join(dict.fromkeys(zones))}" if zones else
+                                       "give the members zones (target.zones)"))  # fmt: skip
             if (sel == "arbiter" and topology != "psa"
                     and member_source(self.target.platform) == "built"):  # fmt: skip
                 raise FieldProblem(
@@ -513,6 +522,9 @@ class Experiment(Strict):
                 kinds = ", ".join(k for k, s in KINDS.items() if s.sharded)
                 raise FieldProblem(("faults", i, "kind"), f"{fault.kind} on a sharded target is "
                                    f"not there yet: {kinds}")  # fmt: skip
+            if isinstance(sel, SelectZone):
+                raise FieldProblem(where, "select by zone on a sharded target is not there "
+                                   "yet (docs/failure-domains.md)")  # fmt: skip
             if sel in ("primary", "secondary", "arbiter") or isinstance(sel, SelectCount):
                 raise FieldProblem(where, f"{describe_selection(sel)} of which replica set? A "
                                    "sharded target has several: say {shard: shard0, role: "

@@ -18,6 +18,7 @@ from rsdrill.faults.base import (
     SelectMember,
     SelectRouter,
     SelectShard,
+    SelectZone,
     describe_selection,
 )
 from rsdrill.faults.clock_skew import ClockSkewFault
@@ -106,6 +107,7 @@ __all__ = [
     "SelectMember",
     "SelectRouter",
     "SelectShard",
+    "SelectZone",
     "Selection",
     "StepdownFault",
     "VolumeDetachFault",

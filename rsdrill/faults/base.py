@@ -47,10 +47,19 @@ class SelectRouter(Strict):
     mongos: int = Field(ge=1, description="how many routers")
 
 
+class SelectZone(Strict):
+    """Every member of one failure domain: its replica-set tag `zone` (or `az`, `dc`, …; a
+    sandbox's `zones`) says where it lives. docs/failure-domains.md."""
+
+    zone: str = Field(min_length=1, description="the zone's name, as the members' tags give it")
+
+
 ConfigPrimary = Literal["config-primary"]
 """The config server replica set's primary (sharded targets)."""
 
-Selection = Role | ConfigPrimary | SelectMember | SelectCount | SelectShard | SelectRouter
+Selection = (
+    Role | ConfigPrimary | SelectMember | SelectCount | SelectShard | SelectRouter | SelectZone
+)
 
 
 def reachable_hosts(
@@ -88,6 +97,8 @@ def describe_selection(selection: Selection) -> str:
     if isinstance(selection, SelectRouter):
         n = selection.mongos
         return f"{'the first router' if n == 1 else f'the first {n} routers'}"
+    if isinstance(selection, SelectZone):
+        return f"every member of zone {selection.zone}"
     if selection == "config-primary":
         return "the config servers' primary at that moment"
     if selection == "arbiter":

@@ -15,6 +15,7 @@ from rsdrill.engine.guards import (
     check_allowlist,
     check_oplog_window,
     check_quorum,
+    check_zones,
     majority,
     max_concurrent_down,
     max_lag,
@@ -325,3 +326,16 @@ def test_without_an_allowlist_a_no_or_no_terminal_refuses() -> None:
         "allowlist guard: replica set 'rs0' is not a sandbox of this run and there is no "
         "terminal to confirm on: list it in RSDRILL_ALLOW (e.g. RSDRILL_ALLOW=rs0) or pass --yes"
     )
+
+
+def test_a_zone_counts_its_voting_members_down_and_a_zone_nobody_is_in_is_refused() -> None:
+    zones = {"east": 2, "west": 1}
+    assert max_concurrent_down([kill(5, 10, {"zone": "east"})], zones).members == 2
+    assert max_concurrent_down([kill(5, 10, {"zone": "west"}),
+                                kill(8, 10, "primary")], zones).members == 2  # fmt: skip
+    with pytest.raises(GuardRefusal, match="leaving 1 of the 3 voting members"):
+        check_quorum([kill(5, 10, {"zone": "east"})], 3, allowed=False, zones=zones)
+    assert check_quorum([kill(5, 10, {"zone": "west"})], 3, allowed=False, zones=zones)
+    check_zones([kill(5, 10, {"zone": "west"})], zones)
+    with pytest.raises(GuardRefusal, match=r"no member is in zone 'north'.*east, west"):
+        check_zones([kill(1, 1), kill(5, 10, {"zone": "north"})], zones)

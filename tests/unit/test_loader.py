@@ -350,14 +350,14 @@ def test_misspelt_key_inside_a_union() -> None:
             (7, 13, "faults[0].select"),
             "unknown value 'primry'; did you mean 'primary'? "
             "(one of primary, secondary, arbiter, config-primary, {member: ...}, {count: ...}, "
-            "{shard: ...}, {mongos: ...})",
+            "{shard: ...}, {mongos: ...}, {zone: ...})",
         ),
         (
             "kind: stepdown",
             "kind: stepdown\n    select: [primary]",
             (7, 5, "faults[0].select"),
             "expected primary, secondary, arbiter, config-primary, {member: ...}, {count: ...}, "
-            "{shard: ...} or {mongos: ...}, not a list",
+            "{shard: ...}, {mongos: ...} or {zone: ...}, not a list",
         ),
         (
             "kind: stepdown",

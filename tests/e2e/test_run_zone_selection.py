@@ -1,0 +1,76 @@
+"""`select: {zone: NAME}` on a sandbox placed in zones (two data centres, 2+1): the zone's
+members are found by their replica-set tags at the moment of the fault; a zone that holds the
+voting majority is refused by the quorum guard before anything is injected; a zone nobody is in
+is bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
+from rsdrill.experiment.loader import ExperimentError, load_experiment_text
+from rsdrill.experiment.schema import Experiment
+from rsdrill.result import Result
+from rsdrill.sandbox.cluster import Sandbox
+from rsdrill.sandbox.config import ReplSetSpec
+
+TARGET = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s", "keep": True,
+          "zones": ["east", "east", "west"]}  # fmt: skip
+
+
+@pytest.fixture
+def kept(tmp_path: Path) -> Iterator[Path]:
+    directory = tmp_path / "out" / "sandbox"
+    yield directory
+    Sandbox(directory).down(grace_s=2.0)
+
+
+def _run(tmp_path: Path, zone: str, **guards: Any) -> Result:
+    spec = {
+        "name": "zone-kill",
+        "target": TARGET,
+        "probes": {"availability": {"interval": "20ms"}},
+        "faults": [{"at": "1s", "kind": "host-kill", "select": {"zone": zone}, "duration": "2s"}],
+        "observe": {"after_revert": "2s"},
+        "guards": guards,
+    }
+    options = RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path)
+    return run_experiment(Experiment.model_validate(spec), options)
+
+
+def test_a_zone_s_members_are_the_ones_killed(tmp_path: Path, kept: Path) -> None:
+    result = _run(tmp_path, "west")
+    assert result.exit_code == 0, result.error
+    west = ReplSetSpec.read(kept).members[2].host
+    assert [f.target for f in result.faults] == [west]
+    assert result.faults[0].reverted_at_s is not None
+    states = {s.name: s.state for s in Sandbox(kept).status()}
+    assert all(s in ("PRIMARY", "SECONDARY") for s in states.values()), states
+
+
+def test_the_zone_holding_the_majority_is_refused_by_the_quorum_guard(
+    tmp_path: Path, kept: Path
+) -> None:
+    result = _run(tmp_path, "east")
+    assert (result.verdict, result.exit_code) == ("aborted", 3), result.error
+    assert result.error is not None and result.error.startswith("quorum guard: "), result.error
+    assert "2 members down at once, leaving 1 of the 3 voting members" in result.error
+    assert result.faults == []
+    states = {s.name: s.state for s in Sandbox(kept).status()}
+    assert all(s in ("PRIMARY", "SECONDARY") for s in states.values()), states
+
+
+def test_a_zone_nobody_is_in_is_bad_input() -> None:
+    text = (
+        "name: z\ntarget: {platform: sandbox, topology: rs3, zones: [east, east, west]}\n"
+        "faults:\n  - {at: 1s, kind: host-kill, select: {zone: north}, duration: 2s}\n"
+    )
+    with pytest.raises(ExperimentError) as refused:
+        load_experiment_text(text, "z.yaml", {})
+    assert "faults[0].select.zone" in str(refused.value)
+    assert "no member is in zone 'north': target.zones has east, west" in str(refused.value)
