@@ -77,9 +77,12 @@ class Watcher(monitoring.ServerHeartbeatListener):
         self.heartbeats: list[tuple[float, str, bool, bool]] = []
         self.failures: list[tuple[float, str]] = []
         self.writes: list[float] = []
+        # member -> whether its monitor's newest check is an awaitable hello still pending
+        self.awaiting: dict[str, bool] = {}
 
     def started(self, event: monitoring.ServerHeartbeatStartedEvent) -> None:
-        pass
+        with self.lock:
+            self.awaiting[_address(event.connection_id)] = event.awaited
 
     def succeeded(self, event: monitoring.ServerHeartbeatSucceededEvent) -> None:
         writable = bool(event.reply.document.get("isWritablePrimary"))
@@ -87,10 +90,12 @@ class Watcher(monitoring.ServerHeartbeatListener):
             self.heartbeats.append(
                 (time.monotonic(), _address(event.connection_id), event.awaited, writable)
             )
+            self.awaiting[_address(event.connection_id)] = False
 
     def failed(self, event: monitoring.ServerHeartbeatFailedEvent) -> None:
         with self.lock:
             self.failures.append((time.monotonic(), _address(event.connection_id)))
+            self.awaiting[_address(event.connection_id)] = False
 
     def revealing_heartbeat(self, member: str, after: float) -> tuple[float, bool] | None:
         """The first heartbeat after `after` in which `member` said it is writable primary:
@@ -107,11 +112,12 @@ class Watcher(monitoring.ServerHeartbeatListener):
         with self.lock:
             return next((t for t in self.writes if t > after), None)
 
-    def streams_from(self, members: list[str], after: float) -> bool:
+    def streams_from(self, members: list[str]) -> bool:
+        """Whether the monitor has an awaitable hello pending at every member now (its newest
+        check of each began as an awaited one). Waiting instead for an awaited reply took up to
+        heartbeatFrequencyMS (10 s) per trial while nothing changed."""
         with self.lock:
-            return {m for t, m, awaited, _ in self.heartbeats if awaited and t > after} >= set(
-                members
-            )
+            return all(self.awaiting.get(m, False) for m in members)
 
 
 @dataclass
@@ -213,7 +219,7 @@ def one_trial(sandbox: Sandbox, clients: Clients, fault: str) -> Trial:
     old = _wait("a writable primary", lambda: _primary(sandbox))
     settled = time.monotonic()
     stream = clients.watchers["stream"]
-    _wait("awaited heartbeats from every member", lambda: stream.streams_from(hosts, settled))
+    _wait("an awaited hello pending at every member", lambda: stream.streams_from(hosts))
     for watcher in clients.watchers.values():
         _wait("a write", lambda w=watcher: w.first_write(settled))
     started = time.monotonic()
