@@ -21,8 +21,8 @@ from rsdrill.faultfs.mount import faultfs_mounts
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.groundtruth import first_after
 from tests.e2e.catalog import changed
+from tests.e2e.storage import injected_mono, run
 from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
-from tests.e2e.test_run_storage import _injected_mono, _run
 from tests.harness.members import wait_until
 
 # 1 s elections, a 4 s fault: the catalog's experiments at test speed.
@@ -58,7 +58,7 @@ def _writes(out: Path) -> list[dict[str, Any]]:
 def test_ftt1_one_copy_failing_interrupts_nothing_and_is_resynced(
     tmp_path: Path, topology: str
 ) -> None:
-    result = _run(tmp_path, _experiment("vsan-disk-ftt1", topology))
+    result = run(tmp_path, _experiment("vsan-disk-ftt1", topology))
     assert result.verdict == "pass", (result.error, result.slo)
     out = tmp_path / "out"
     writes = _writes(out)
@@ -90,7 +90,7 @@ def test_ftt1_one_copy_failing_interrupts_nothing_and_is_resynced(
 def test_ftt0_the_same_failure_ends_the_member(
     tmp_path: Path, topology: str, at_least_s: float
 ) -> None:
-    result = _run(tmp_path, _experiment("vsan-disk-ftt0", topology))
+    result = run(tmp_path, _experiment("vsan-disk-ftt0", topology))
     assert result.verdict == "fail", (result.error, result.slo)  # the <= 0.5 SLO, on purpose
     m = result.metrics
     # rs1: nothing serves until the revert restarts the member (the fault's 4 s); rs3: until
@@ -102,7 +102,7 @@ def test_ftt0_the_same_failure_ends_the_member(
     if topology == "rs1":
         assert any(op["outcome"] != "ok" for op in _writes(tmp_path / "out"))
     victim = result.faults[0].target
-    fatal = first_after(tmp_path / "out" / "sandbox", "fatal", _injected_mono(result),
+    fatal = first_after(tmp_path / "out" / "sandbox", "fatal", injected_mono(result),
                         member=victim)  # fmt: skip
     assert fatal is not None and "disk I/O error" in fatal["error"], fatal
     assert "replica" not in result.faults[0].detail

@@ -7,34 +7,17 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from rsdrill.engine.options import RunOptions
-from rsdrill.engine.runner import run_experiment
-from rsdrill.experiment.schema import Experiment
-from rsdrill.history import History
-from rsdrill.result import Result
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology, member_dir
 from rsdrill.sandbox.groundtruth import all_events, first_after
 from tests.e2e.catalog import changed
+from tests.e2e.storage import injected_mono, run
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
 pytestmark = pytest.mark.usefixtures("no_faultfs_mount_left")
-
-
-def _run(tmp_path: Path, spec: dict[str, Any]) -> Result:
-    return run_experiment(
-        Experiment.model_validate(spec),
-        RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path, assume_yes=True),
-    )
-
-
-def _injected_mono(result: Result) -> float:
-    assert result.clock is not None and result.faults[0].injected_at_s is not None
-    return result.clock.t0_monotonic + result.faults[0].injected_at_s
 
 
 FAST = {"target.election_timeout": "1s", "faults.0.duration": "4s", "observe.after_revert": "15s"}
@@ -47,17 +30,17 @@ def test_storage_failure_kills_the_primary_like_mongod_and_the_set_fails_over(
     spec = changed(name, **FAST)
     spec["slo"] = {"failover_s": "<= 4", "recovery_s.max": "<= 15",
                    "lost_acknowledged_writes": "== 0"}  # fmt: skip
-    result = _run(tmp_path, spec)
+    result = run(tmp_path, spec)
     assert result.verdict == "pass", (result.error, result.slo)
     victim = result.faults[0].target
     sandbox = tmp_path / "out" / "sandbox"
-    fatal = first_after(sandbox, "fatal", _injected_mono(result), member=victim)
+    fatal = first_after(sandbox, "fatal", injected_mono(result), member=victim)
     assert fatal is not None and "disk I/O error" in fatal["error"], fatal
     assert fatal["state"] == "PRIMARY"
     assert result.faults[0].detail["operations"]["failed"] >= 1  # what the rule did, reported
-    writable = first_after(sandbox, "writable", _injected_mono(result), other_than=victim)
+    writable = first_after(sandbox, "writable", injected_mono(result), other_than=victim)
     assert writable is not None
-    truth = writable["t_mono"] - _injected_mono(result)
+    truth = writable["t_mono"] - injected_mono(result)
     m = result.metrics
     assert m.failover_s is not None and abs(m.failover_s - truth) < 0.2, (m.failover_s, truth)
     assert m.lost_acknowledged_writes == 0
@@ -69,7 +52,7 @@ def test_storage_failure_kills_the_primary_like_mongod_and_the_set_fails_over(
 def test_rs1_disk_fault_on_diagnostics_is_ridden_out(tmp_path: Path) -> None:
     spec = changed("rs1-disk-fault-tolerated", **{"faults.0.duration": "4s",
                     "faults.1.duration": "4s", "observe.after_revert": "2s"})  # fmt: skip
-    result = _run(tmp_path, spec)
+    result = run(tmp_path, spec)
     assert result.verdict == "pass", (result.error, result.slo)
     member = result.faults[0].target
     events = all_events(tmp_path / "out" / "sandbox")
@@ -79,87 +62,9 @@ def test_rs1_disk_fault_on_diagnostics_is_ridden_out(tmp_path: Path) -> None:
     assert all("Input/output error" in e["error"] for e in errors)
     assert result.faults[0].detail["operations"]["failed"] >= len(errors)
     assert not [e for e in events if e["event"] in ("fatal", "shutdown") and e["t_mono"] <
-                _injected_mono(result) + 4]  # fmt: skip
+                injected_mono(result) + 4]  # fmt: skip
     assert [s for _, s in result.metrics.member_states[member]] == ["PRIMARY"]
     assert (result.metrics.acknowledged_writes or 0) > 50
-
-
-@pytest.mark.slow
-def test_primary_iops_throttle_shows_in_latency_percentiles(tmp_path: Path) -> None:
-    spec = changed("primary-iops-throttle", **{"target.election_timeout": "1s",
-                    "faults.0.duration": "6s", "observe.after_revert": "4s"})  # fmt: skip
-    result = _run(tmp_path, spec)
-    assert result.verdict == "pass", (result.error, result.slo)
-    # As mongod: a slow disk holds up writes, not heartbeats or oplog fetches (served from
-    # memory), so even 1 s elections see a healthy primary and none is called.
-    primary = result.faults[0].target
-    assert result.metrics.failover_s is None
-    assert [s for _, s in result.metrics.member_states[primary]] == ["PRIMARY"]
-    latency = result.metrics.latency_ms
-    assert latency.p50 is not None and latency.p99 is not None
-    # Commits wait for their write slots: the tail soars while the median stays low.
-    assert latency.p99 >= 300 and latency.p99 >= 5 * latency.p50, latency
-    assert result.metrics.degradation_s is not None and result.metrics.degradation_s <= 5
-    # w:majority waits on the throttled journal: every probe write inside the cap waits for a
-    # group commit's write slots (0.6-1.0 s measured; 5 ms without the cap), or times out (1 s).
-    # How many time out, and so write_unavailable_s, depends on how many load updates share the
-    # commits (5.03 s with 8 load threads, 2.23 s with 1 on an idle machine; a starved CI 2.90 s).
-    # From when the cap was verified in force (injected_at_s is stamped before it is set).
-    in_force, reverted = result.faults[0].verified_at_s, result.faults[0].reverted_at_s
-    assert in_force is not None and reverted is not None
-    inside = [op for op in History.read_jsonl(tmp_path / "out" / "history.jsonl").ops("write")
-              if in_force <= op.t_start and op.t_end <= reverted]  # fmt: skip
-    assert len(inside) >= 3 and any(not op.ok for op in inside), inside
-    assert all(op.t_end - op.t_start >= 0.2 for op in inside), inside
-    assert result.metrics.write_unavailable_s is not None
-    assert result.metrics.write_unavailable_s >= 1.0  # the timed-out write's second at least
-
-
-@pytest.mark.slow
-def test_throttled_secondary_lags_then_falls_off_a_small_oplog(tmp_path: Path) -> None:
-    # This oplog holds less of these writes than the 18 s the throttle lasts: the lag grows
-    # until the member falls off, and the lag SLO (halved) fails on the way. 4 KB updates: each
-    # oplog entry carries the new field, so 4 MB are written over in seconds even on a loaded
-    # machine (with the catalog's 1 KB, a loaded CI wrote less than 4 MB in the 18 s); 500 of
-    # them, so the initial load (2 MB) leaves every member inside the oplog.
-    spec = changed("secondary-iops-throttle", **{"target.oplog_size_mb": 4,
-                    "faults.0.duration": "18s", "observe.after_revert": "2s",
-                    "probes.load.record_bytes": 4000, "probes.load.records": 500,
-                    "slo.replication_lag_max_s": "<= 4"})  # fmt: skip
-    result = _run(tmp_path, spec)
-    throttled = result.faults[0].target
-    m = result.metrics
-    assert result.verdict == "fail"  # the lag SLO fails on purpose
-    assert m.too_stale == [throttled], (m.too_stale, m.member_states)
-    assert m.replication_lag_max_s is not None and m.replication_lag_max_s >= 5
-    assert "RECOVERING" in [s for _, s in m.member_states[throttled]]
-    assert m.write_unavailable_s is not None and m.write_unavailable_s <= 2
-    stale = first_after(tmp_path / "out" / "sandbox", "too_stale", 0, member=throttled)
-    assert stale is not None and stale["t_mono"] > _injected_mono(result)
-
-
-@pytest.mark.slow
-def test_power_loss_drops_unjournaled_acknowledged_writes_only(tmp_path: Path) -> None:
-    # What j:false loses is what was acknowledged since the last group commit: none when the
-    # power goes just after one, before the next write is acknowledged. With the 100 ms
-    # default that chance is real under load (CI: 0 lost; here 2 writes acknowledged in the
-    # last 100 ms of one run at load 2). mongod's longest interval, 500 ms, and two losses
-    # make it negligible (measured 1-63 lost per loss at load 7-12).
-    lost = {}
-    for journal in (False, True):
-        spec = changed("rs1-power-loss", **{"probes.durability.journal": journal,
-                        "target.journal_commit_interval": "500ms", "faults.0.at": "3s",
-                        "faults.0.restart.after": "1s", "observe.after_revert": "3s"})  # fmt: skip
-        spec["faults"].append({**spec["faults"][0], "at": "7s"})
-        del spec["matrix"]
-        result = _run(tmp_path / f"j{journal}", spec)
-        m = result.metrics
-        assert result.error is None, result.error
-        assert (m.acknowledged_writes or 0) > 200, m.acknowledged_writes
-        lost[journal] = m.lost_acknowledged_writes
-        assert [isinstance(f.detail["unsynced_dropped"], dict) for f in result.faults] == [True] * 2
-    assert lost[True] == 0, lost
-    assert lost[False] is not None and lost[False] > 0, lost
 
 
 def test_local_member_on_faultfs_mounted_with_the_cli(
@@ -188,7 +93,7 @@ def test_local_member_on_faultfs_mounted_with_the_cli(
              "start": " ".join(EmulatorEngine().argv(sandbox, m, init=False))}
             for m, data in zip(spec.members, dbpaths, strict=True)
         ]  # fmt: skip
-        result = _run(tmp_path, {
+        result = run(tmp_path, {
             "name": "local-journal-eio",
             "target": {"platform": "local", "topology": "rs3", "members": members,
                        "uri": sandbox.uri},
@@ -198,7 +103,7 @@ def test_local_member_on_faultfs_mounted_with_the_cli(
         })  # fmt: skip
         assert result.verdict == "pass", result.error
         victim = result.faults[0].target
-        assert first_after(directory, "fatal", _injected_mono(result), member=victim)
+        assert first_after(directory, "fatal", injected_mono(result), member=victim)
         assert result.metrics.recovery_s[victim] is not None
     finally:
         sandbox.down(grace_s=2.0)
