@@ -7,11 +7,15 @@ causes of failure. Writes the same as JSON.
 
     python bench/spec_conformance.py [--topology rs3|sharded] [--suites crud,retryable_writes]
                                      [--out conformance.json] [--jobs 2] [--auth]
-                                     [--expect FILE] [--write-expected FILE]
+                                     [--expect FILE] [--write-expected FILE] [--split K/N]
 
 With `--expect FILE` (one test id a line, as `--write-expected` records the passing ones), a
 listed test that does not pass is run once more; one that fails again is a regression (printed
 with its failure, exit status 1), one that passes then is reported as flaky.
+
+With `--split K/N`, each suite runs only part K of its tests (bench/plugins/spec_split.py: by a
+hash of the test's id), and only the expected tests of that part are expected: N runs at once
+(the conformance tests of one long suite, on parallel workers) together run it all.
 
 Needs network access to PyPI once (the sdist is cached under .cache/pymongo-sdist) and the
 `pytest-asyncio` plugin pymongo's test configuration names (in rsdrill's dev extra).
@@ -35,6 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pymongo
+from plugins.spec_split import ENV as SPLIT_ENV
+from plugins.spec_split import parse as parse_split
+from plugins.spec_split import part_of
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "pymongo-sdist"
@@ -123,9 +130,12 @@ def run_suite(
          "no:cacheprovider",
          "-o", "addopts=", f"--junitxml={report}", "-m", "default or default_async",
          # A test waiting for an event the sandbox never produces fails instead of hanging.
-         f"--timeout={TEST_TIMEOUT_S}"],
+         f"--timeout={TEST_TIMEOUT_S}",
+         # --split's filter (a no-op unless RSDRILL_SPEC_SPLIT is set)
+         "-p", "spec_split"],
         cwd=source, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S,
-        env={**os.environ, "DB_IP": host, "DB_PORT": str(port), "PYTHONPATH": str(source),
+        env={**os.environ, "DB_IP": host, "DB_PORT": str(port),
+             "PYTHONPATH": os.pathsep.join([str(source), str(REPO / "bench" / "plugins")]),
              **(login or {})},
     )  # fmt: skip
     return parse_junit(name, report)
@@ -226,7 +236,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("conformance.json"))
     parser.add_argument("--expect", type=Path, help="tests that must pass (one id a line)")
     parser.add_argument("--write-expected", type=Path, help="record the passing tests here")
+    parser.add_argument("--split", help="K/N: run part K of N of each suite's tests")
     args = parser.parse_args()
+    split = None
+    if args.split is not None:
+        try:
+            split = parse_split(args.split)
+        except ValueError:
+            parser.error(f"--split {args.split}: give K/N, 1 <= K <= N")
+        if args.write_expected is not None:
+            parser.error("--write-expected records every passing test: not with --split")
+        os.environ[SPLIT_ENV] = args.split
     names = [s.strip() for s in args.suites.split(",") if s.strip()]
     unknown = [s for s in names if s not in SUITES]
     if unknown:
@@ -246,6 +266,9 @@ def main() -> None:
         flaky: list[str] = []
         if args.expect is not None:
             expected = {t.strip() for t in args.expect.read_text().splitlines() if t.strip()}
+            if split is not None:
+                part, parts = split
+                expected = {t for t in expected if part_of(node_id(t), parts) == part}
             passing = {t for r in results for t in r.passes}
             failed = {t: c for r in results for t, c in r.failures.items()}
             missing = sorted(expected - passing)

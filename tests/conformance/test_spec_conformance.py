@@ -21,13 +21,16 @@ DATA_SUITES = ("crud", "retryable_writes", "retryable_reads", "transactions", "s
                "causal_consistency")  # fmt: skip
 
 
-def no_regression(suites: tuple[str, ...], expected: Path, tmp_path: Path, port_base: int) -> None:
+def no_regression(
+    suites: tuple[str, ...], expected: Path, tmp_path: Path, port_base: int, split: str = ""
+) -> None:
     """Runs `suites` (a sandbox each, three ports from `port_base` on) and fails on any test of
-    `expected` that fails twice."""
+    `expected` that fails twice; `split` (K/N): part K of each suite and of `expected` only."""
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "spec_conformance.py"), "--suites",
          ",".join(suites), "--expect", str(expected), "--out",
-         str(tmp_path / "conformance.json"), "--port-base", str(port_base)],
+         str(tmp_path / "conformance.json"), "--port-base", str(port_base),
+         *(["--split", split] if split else [])],
         capture_output=True, text=True, timeout=850, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
