@@ -46,7 +46,8 @@ def app_on(free_port_base: Callable[[int], int]) -> Iterator[tuple[int, str]]:
                                       connectTimeoutMS=300, heartbeatFrequencyMS=500)  # fmt: skip
     handler = type("App", (_App,), {"client": client})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # Polled every 50 ms, not 500: shutdown() at teardown waits for the next poll.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield base, f"http://127.0.0.1:{server.server_port}/health"

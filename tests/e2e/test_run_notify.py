@@ -35,7 +35,8 @@ def receiver() -> Iterator[tuple[str, list[tuple[str, str, dict]]]]:
             pass
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # Polled every 50 ms, not 500: shutdown() at teardown waits for the next poll.
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_port}", seen
     httpd.shutdown()
     httpd.server_close()
@@ -88,7 +89,8 @@ def hanging() -> Iterator[str]:
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # Polled every 50 ms, not 500: shutdown() at teardown waits for the next poll.
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_port}"
     released.set()
     httpd.shutdown()

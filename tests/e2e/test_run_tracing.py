@@ -37,7 +37,8 @@ def collector() -> Iterator[tuple[str, list[ExportTraceServiceRequest]]]:
             pass
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # Polled every 50 ms, not 500: shutdown() at teardown waits for the next poll.
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_port}", received
     httpd.shutdown()
     httpd.server_close()

@@ -55,7 +55,8 @@ def throttling(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], Thro
 
     def start(throttle: int) -> Throttling:
         server = Throttling(throttle)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # Polled every 50 ms, not 500: shutdown() at teardown waits for the next poll.
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
         servers.append(server)
         return server
 

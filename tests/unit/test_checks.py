@@ -68,7 +68,8 @@ class _Health(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def health() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # Polled every 50 ms, not 500: shutdown() at teardown waits for the next poll.
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
     server.server_close()

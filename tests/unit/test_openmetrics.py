@@ -103,7 +103,8 @@ class _Gateway(http.server.BaseHTTPRequestHandler):
 def gateway() -> Iterator[tuple[str, type[_Gateway]]]:
     handler = type("Gateway", (_Gateway,), {"received": [], "authorization": [], "stall_s": 0.0})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # Polled every 50 ms, not 500: shutdown() at teardown waits for the next poll.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_port}", handler
