@@ -443,7 +443,9 @@ def test_a_fetch_of_a_newer_term_deposes_the_primary_before_its_position_counts(
     old = writable_primary(sandbox)
     assert old is not None
     others = freeze_others(sandbox, old, 5)
-    coll = client_for(old.host, retryWrites=False).db.get_collection(
+    # A 500 ms heartbeat: the failed write leaves the member Unknown to this client, whose
+    # close() (ending its sessions) waited out a 10 s awaitable hello to find it again.
+    coll = client_for(old.host, retryWrites=False, heartbeatFrequencyMS=500).db.get_collection(
         "c", write_concern=WriteConcern(w="majority", wtimeout=6000)
     )
     outcome: list[object] = []
