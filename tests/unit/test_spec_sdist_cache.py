@@ -23,6 +23,7 @@ def _bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look it up there
+    monkeypatch.syspath_prepend(str(BENCH.parent))  # as a script: its own folder (plugins/)
     spec.loader.exec_module(module)
     return module
 
