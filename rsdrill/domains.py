@@ -16,6 +16,7 @@ ZONE_TAGS = ("zone", "az", "dc", "datacenter", "rack")
 """Member tag names read as the member's zone, first found wins (MongoDB prescribes none; these
 are the names its documentation's examples and operators use)."""
 REGION_TAGS = ("region",)
+STANDALONE_ZONES = "zones are replica-set member tags: a standalone server has none"
 
 
 def spread(zones: Sequence[str], count: int) -> list[str]:

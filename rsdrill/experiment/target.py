@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pydantic import BaseModel, Field, create_model, model_validator
 
-from rsdrill.domains import spread
+from rsdrill.domains import STANDALONE_ZONES, spread
 from rsdrill.experiment.catalog import described
 from rsdrill.fields import Duration, FieldProblem, Strict
 from rsdrill.layout import member_count
@@ -171,6 +171,8 @@ class _Target(Strict):
             raise FieldProblem(("auth",), "x509 logins need TLS: add `tls: true`")
         if self.storage == "memory" and self.topology != "standalone":
             raise FieldProblem(("storage",), "in-memory storage is for topology: standalone")
+        if self.zones and self.topology == "standalone":
+            raise FieldProblem(("zones",), STANDALONE_ZONES)
         if self.zones and self.topology != "sharded":
             try:
                 spread(self.zones, member_count(self.topology))

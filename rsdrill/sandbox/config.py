@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rsdrill.domains import spread
+from rsdrill.domains import STANDALONE_ZONES, spread
 from rsdrill.layout import member_count
 
 TOPOLOGIES = ("rs1", "rs3", "rs5", "psa", "standalone")
@@ -192,6 +192,8 @@ def build_topology(
         raise ValueError(f"the STS endpoint {options['aws_sts_url']} must be an http(s) URL")
     count = member_count(topology)
     zones = spread(options.pop("zones", None) or (), count)
+    if zones and topology == "standalone":
+        raise ValueError(STANDALONE_ZONES)
     members = tuple(
         MemberSpec(
             id=i,

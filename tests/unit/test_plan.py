@@ -356,6 +356,9 @@ def test_the_plan_shows_the_sandbox_s_zones_and_the_majority_a_zone_holds() -> N
 def test_zones_for_a_sharded_sandbox_or_more_zones_than_members_are_refused() -> None:
     with pytest.raises(ExperimentError, match=r"zones.*a zone nobody is in"):
         experiment("  - {at: 5s, kind: stepdown}\n", header=HEADER + "  zones: [a, b, c, d]\n")
+    standalone = HEADER.replace("rs3", "standalone") + "  zones: [a]\n"
+    with pytest.raises(ExperimentError, match="standalone server has none"):
+        experiment("  - {at: 5s, kind: host-kill, duration: 5s}\n", header=standalone)
     sharded = HEADER.replace("rs3", "sharded") + "  zones: [a, b]\n"
     with pytest.raises(ExperimentError, match="zones"):
         experiment("  - {at: 5s, kind: stepdown, select: {shard: shard0}}\n", header=sharded)
