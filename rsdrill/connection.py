@@ -23,7 +23,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -585,3 +585,27 @@ def answers_hello(host: str, timeout_s: float = 0.5, *, options: ConnectOptions)
         return False
     finally:
         conn.close()
+
+
+def first_reply(
+    hosts: Sequence[str],
+    db: str,
+    cmd: dict[str, Any],
+    timeout_s: float,
+    *,
+    options: ConnectOptions,
+    ok_only: bool = False,
+) -> dict[str, Any] | None:
+    """The reply of the first of `hosts` that answers `cmd` (with `ok_only`, the first that
+    answers it with ok); None when none does."""
+    for host in hosts:
+        conn = DirectConnection(host, timeout_s, options)
+        try:
+            reply = conn.command(db, cmd)
+        except WireClientError:
+            continue
+        finally:
+            conn.close()
+        if reply.get("ok") or not ok_only:
+            return reply
+    return None

@@ -11,7 +11,13 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError, handshake_form
+from rsdrill.connection import (
+    ConnectOptions,
+    DirectConnection,
+    WireClientError,
+    first_reply,
+    handshake_form,
+)
 from rsdrill.domains import Placement, placement
 
 # MongoDB versions whose replication and handshake rsdrill reads correctly (compatible servers
@@ -132,14 +138,6 @@ def read_placements(hosts: list[str], timeout_s: float = 5.0, *,
                     options: ConnectOptions) -> list[Placement]:  # fmt: skip
     """The members' placements as the first member that answers replSetGetConfig gives them
     (none when no member does: not a replica set, or a login without clusterMonitor)."""
-    for host in hosts:
-        conn = DirectConnection(host, timeout_s, options)
-        try:
-            reply = conn.command("admin", {"replSetGetConfig": 1})
-        except WireClientError:
-            continue
-        finally:
-            conn.close()
-        if reply.get("ok"):
-            return config_placements(reply.get("config") or {})
-    return []
+    reply = first_reply(hosts, "admin", {"replSetGetConfig": 1}, timeout_s, options=options,
+                        ok_only=True)  # fmt: skip
+    return config_placements(reply.get("config") or {}) if reply is not None else []

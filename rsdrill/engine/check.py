@@ -23,6 +23,7 @@ from rsdrill.connection import (
     DirectConnection,
     SettingsError,
     WireClientError,
+    first_reply,
     handshake_form,
     parse_uri,
 )
@@ -225,26 +226,21 @@ def _cluster_tree(
 
 
 def _balancer(layout: ShardedLayout, options: ConnectOptions, *, stopping: bool) -> Check:
-    for router in layout.routers:
-        conn = DirectConnection(router, TIMEOUT_S, options)
-        try:
-            reply = conn.command("admin", {"balancerStatus": 1})
-        except WireClientError:
-            continue
-        finally:
-            conn.close()
-        if not reply.get("ok"):
-            return Check("balancer", None, f"balancerStatus: {reply.get('errmsg')} (its state "
-                         "is not known: chunks may move during the run)")  # fmt: skip
-        mode = reply.get("mode", "?")
-        if stopping and mode == "full":
-            moving = "on: stopped for the run by guards.stop_balancer, started again after it"
-        elif stopping:
-            moving = "moves no chunk: guards.stop_balancer leaves it as it is"
-        else:
-            moving = "on: chunks may move during the run" if mode != "off" else "off"
-        return Check("balancer", True, f"{mode} ({moving})")
-    return Check("balancer", None, "no router answered balancerStatus")
+    reply = first_reply(layout.routers, "admin", {"balancerStatus": 1}, TIMEOUT_S,
+                        options=options)  # fmt: skip
+    if reply is None:
+        return Check("balancer", None, "no router answered balancerStatus")
+    if not reply.get("ok"):
+        return Check("balancer", None, f"balancerStatus: {reply.get('errmsg')} (its state "
+                     "is not known: chunks may move during the run)")  # fmt: skip
+    mode = reply.get("mode", "?")
+    if stopping and mode == "full":
+        moving = "on: stopped for the run by guards.stop_balancer, started again after it"
+    elif stopping:
+        moving = "moves no chunk: guards.stop_balancer leaves it as it is"
+    else:
+        moving = "on: chunks may move during the run" if mode != "off" else "off"
+    return Check("balancer", True, f"{mode} ({moving})")
 
 
 def _status_unreadable(host: str, options: ConnectOptions) -> Iterator[Check]:
