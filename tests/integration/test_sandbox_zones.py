@@ -5,10 +5,6 @@ of a layout whose one zone holds the voting majority (two data centres, 2+1)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +15,7 @@ from pymongo.read_preferences import Nearest
 from rsdrill.sandbox.cluster import Sandbox
 from tests.e2e.catalog import catalog
 from tests.e2e.local_set import local_target
+from tests.e2e.test_check import _check
 
 
 def test_a_read_for_one_zone_is_served_by_that_zone_s_members_only(
@@ -49,15 +46,9 @@ def test_check_shows_the_zones_and_warns_when_one_holds_the_majority(
     sandbox = replset("rs3", zones=["east", "east", "west"])
     document = catalog("rs3-stepdown")
     document["target"] = local_target(sandbox.directory)
-    path = tmp_path / "exp.json"
-    path.write_text(json.dumps(document))
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "check", str(path)],
-        capture_output=True, text=True, timeout=60,
-        env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    [line] = [x for x in done.stdout.splitlines() if "failure domains" in x]
+    code, output = _check(tmp_path, document)
+    assert code == 0, output
+    [line] = [x for x in output.splitlines() if "failure domains" in x]
     hosts = [m.host for m in sandbox.spec.members]
     assert line.startswith("!"), line  # a warning: the run may go on
     assert f"zone east: {hosts[0]}, {hosts[1]}; zone west: {hosts[2]}" in line
