@@ -15,6 +15,7 @@ import pytest
 import rsdrill
 from rsdrill import registry
 from rsdrill.faults import KIND_NAMES
+from tests.harness.source import parse
 
 ROOT = Path(rsdrill.__file__).parent
 
@@ -41,7 +42,7 @@ def kinds_named(source: str) -> list[tuple[int, str]]:
     """(line, kind) for each kind's name compared to something, or listed in a tuple, list,
     set or dict's keys (a table of kinds by name)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Compare):
             candidates = [node.left, *node.comparators]
             candidates += [e for c in candidates if isinstance(c, (ast.Tuple, ast.List, ast.Set))

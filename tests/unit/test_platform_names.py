@@ -10,6 +10,7 @@ from pathlib import Path
 
 import rsdrill
 from rsdrill import registry
+from tests.harness.source import parse
 
 ROOT = Path(rsdrill.__file__).parent
 NAMES = frozenset(registry.built_in())
@@ -32,7 +33,7 @@ def platforms_compared(source: str) -> list[tuple[int, str]]:
     """(line, name) for each platform name compared to an expression that mentions a
     platform (`target.platform == "sandbox"`, `platform in ("sandbox", "local")`)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if not isinstance(node, ast.Compare):
             continue
         sides = [node.left, *node.comparators]
