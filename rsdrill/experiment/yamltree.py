@@ -29,6 +29,40 @@ _BOOL_TAG = "tag:yaml.org,2002:bool"
 ENV_REF = re.compile(r"\$\$\{|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}|\$\{")
 
 
+MAX_DEPTH = 100
+"""Collections within collections, far beyond any experiment file's: PyYAML's pure-Python
+scanner, which keeps the marks every message points at, takes time quadratic in the nesting of
+flow collections (5,000 levels of `[`, a 10 KB file: 4 s of CPU), so deeper text is refused
+before it gets there."""
+_OPENS = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
+          yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)  # fmt: skip
+_CLOSES = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+
+
+def _too_deep(text: str) -> yaml.Mark | None:
+    """Where `text` first nests deeper than MAX_DEPTH, by libyaml's scanner (linear enough in
+    C); None when it does not, when it is not valid YAML (the composer says why, with its own
+    words) or when PyYAML was built without libyaml."""
+    scanner = getattr(yaml, "CSafeLoader", None)
+    if scanner is None:
+        return None
+    tokens = scanner(text)
+    depth = 0
+    try:
+        while (token := tokens.get_token()) is not None:
+            depth += isinstance(token, _OPENS) - isinstance(token, _CLOSES)
+            if depth > MAX_DEPTH:
+                return token.start_mark
+    except yaml.MarkedYAMLError as exc:
+        # libyaml's own limit (1,000 levels) comes first when the text is that deep.
+        return exc.problem_mark if "nesting depth" in (exc.problem or "") else None
+    except yaml.YAMLError:
+        return None
+    finally:
+        tokens.dispose()
+    return None
+
+
 @dataclass(frozen=True)
 class _Pair:
     key: ScalarNode
@@ -79,6 +113,10 @@ class _Tree:
             raise self.error(self.pairs(root)["events"].key, None, problem)
 
     def _compose(self) -> tuple[yaml.SafeLoader, Node]:
+        deep = _too_deep(self.text)
+        if deep is not None:
+            raise ExperimentError(self.source_name, deep.line + 1, deep.column + 1,
+                                  f"nested too deeply (more than {MAX_DEPTH} levels)")  # fmt: skip
         try:
             loader = yaml.SafeLoader(self.text)
             try:

@@ -273,6 +273,22 @@ def test_billion_laughs_stays_cheap() -> None:
     assert err.problem == "required field is missing"
 
 
+@pytest.mark.parametrize("levels", [150, 5000])
+def test_deep_nesting_is_refused_where_it_goes_too_deep(levels: int) -> None:
+    # PyYAML's pure-Python scanner is quadratic in flow nesting (5,000 levels took 4 s of CPU);
+    # the depth is checked before it runs. Past 1,000 levels libyaml stops on its own limit.
+    started = time.monotonic()
+    err = error_of("name: x\nfaults: " + "[" * levels + "]" * levels + "\n")
+    assert time.monotonic() - started < 5
+    assert err.problem == "nested too deeply (more than 100 levels)"
+    assert err.line == 2 and err.col == len("faults: ") + (100 if levels < 1000 else 1000)
+
+
+def test_nesting_within_the_depth_limit_is_read() -> None:
+    err = error_of("name: x\nx-deep: " + "[" * 90 + "]" * 90 + "\n")
+    assert err.problem == "required field is missing"
+
+
 # -- unknown keys --------------------------------------------------------------------------------
 
 
