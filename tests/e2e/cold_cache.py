@@ -16,7 +16,9 @@ from rsdrill.history import History
 from tests.e2e.catalog import changed
 
 
-def stepdown_onto(tmp_path: Path, *, cold: bool) -> Takeover:
+def stepdown_onto(tmp_path: Path, *, cold: bool) -> tuple[Takeover, int]:
+    """The heir's takeover as the result's latency figures see it, and the read calls its
+    volume's cap slowed (the throttle's own count: the mechanism, whatever the machine's load)."""
     # 4 MB at 50 read IOPS: the bench measured about 5 s of slow reads; the throttle holds
     # 12 s past the stepdown.
     spec: dict[str, Any] = changed(
@@ -38,4 +40,4 @@ def stepdown_onto(tmp_path: Path, *, cold: bool) -> Takeover:
     taken = takeover(History.read_jsonl(out / "history.jsonl").ops(), stepdown.injected_at_s,
                      throttle.target)  # fmt: skip
     assert taken is not None, "no baseline, or the heir answered no read"
-    return taken
+    return taken, int(throttle.detail["operations"].get("slowed", 0))
