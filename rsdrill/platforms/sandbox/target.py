@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pymongo import MongoClient, WriteConcern
+from pymongo.errors import PyMongoError
 
 from rsdrill.connection import ConnectOptions
 from rsdrill.experiment.schema import Experiment, Fault, Target
@@ -113,12 +114,19 @@ class SandboxTarget:
             coll = client[PRELOAD_DB].get_collection(
                 "preload", write_concern=WriteConcern("majority")
             )
+            # The last batch waits for every data-bearing member: a run starts on a set where
+            # each member holds the data, not with a secondary still applying it (a fault on
+            # that one would then time its catching up, which grows with the data).
+            every = sum(not m.arbiter_only for m in self.spec.members)
+            last = coll.with_options(write_concern=WriteConcern(every, wtimeout=120_000))
             pad = "p" * _PRELOAD_DOC_BYTES
             total = megabytes * 1024 * 1024 // _PRELOAD_DOC_BYTES
-            for first in range(0, total, 1000):
-                coll.insert_many(
-                    [{"_id": i, "pad": pad} for i in range(first, min(first + 1000, total))]
-                )
+            try:
+                for first in range(0, total, 1000):
+                    batch = [{"_id": i, "pad": pad} for i in range(first, min(first + 1000, total))]
+                    (last if first + 1000 >= total else coll).insert_many(batch)
+            except PyMongoError as exc:
+                raise TargetError(f"sandbox: preloading {megabytes} MB: {exc}") from exc
 
     def teardown(self) -> None:
         if self._sandbox is not None and not self.config.keep:
