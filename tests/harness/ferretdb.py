@@ -124,13 +124,33 @@ def ferretdb(directory: Path, *, faultfs: bool = False, sqlite_pragmas: str = ""
             proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)  # fmt: skip
         stack.callback(stop, proc)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        options = ConnectOptions.from_uri(server.uri)
-        while not answers_hello(server.host, timeout_s=0.5, options=options):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"FerretDB did not start (see {directory / 'ferretdb.log'})")
-            time.sleep(0.05)
+        _wait_until_it_answers(server, proc)
         yield server
+
+
+def _wait_until_it_answers(server: FerretDB, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    options = ConnectOptions.from_uri(server.uri)
+    while not answers_hello(server.host, timeout_s=0.5, options=options):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"FerretDB did not start (see {server.dbpath.parent}/ferretdb.log)")
+        time.sleep(0.05)
+
+
+def restart_cleanly(server: FerretDB) -> None:
+    """SIGTERM, then started again with its `start` command: SQLite checkpoints its
+    write-ahead log when FerretDB closes it, so everything written so far is on disk."""
+    pid = server.pid()
+    assert pid is not None, f"nothing listens on {server.host}"
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while server.pid() is not None:
+        assert time.monotonic() < deadline, f"FerretDB on {server.host} did not stop"
+        time.sleep(0.05)
+    with (server.dbpath.parent / "ferretdb.log").open("ab") as log:
+        proc = subprocess.Popen(server.start, shell=True, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    _wait_until_it_answers(server, proc)
 
 
 def _stop_listener(server: FerretDB) -> None:
