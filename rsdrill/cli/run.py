@@ -298,9 +298,7 @@ def recover(
     """Revert whatever a dead run left behind (faults in force, its sandbox), from the journal.
     Running it again finds nothing to do."""
     from rsdrill.connection import ConnectOptions, SettingsError
-    from rsdrill.engine.actions import carry_out, describe
     from rsdrill.engine.journal import Journal, journal_dir, pending, process_alive
-    from rsdrill.platforms.base import TargetError
 
     given = None
     if uri is not None:
@@ -319,6 +317,10 @@ def recover(
     if not todo:
         typer.echo(f"nothing to recover (journals in {journal_dir()})")
         return
+    # Only now: what carries the reverts out imports every platform (most calls find nothing).
+    from rsdrill.engine.actions import carry_out, describe
+    from rsdrill.platforms.base import TargetError
+
     if not dry_run:
         # Ctrl-C must not leave a revert half done: say so and carry on.
         signal.signal(signal.SIGINT, _keep_reverting)
