@@ -62,9 +62,15 @@ def test_ftt1_one_copy_failing_interrupts_nothing_and_is_resynced(
     assert result.verdict == "pass", (result.error, result.slo)
     out = tmp_path / "out"
     writes = _writes(out)
-    # No interruption, measured: not one write failed, and the longest window between two
-    # successful writes stays at the probe's floor (an interval and a write's latency).
-    assert len(writes) > 150 and all(op["outcome"] == "ok" for op in writes), len(writes)
+    # No interruption, measured: not one write failed, writes succeeded in every half second
+    # of the fault (however many a loaded machine fits in: 150 in all in CI, 550 idle), and
+    # the longest window between two successful writes stays at the probe's floor.
+    assert all(op["outcome"] == "ok" for op in writes), len(writes)
+    fault = result.faults[0]
+    assert fault.injected_at_s is not None and fault.reverted_at_s is not None
+    slices = {int((op["t_end"] - fault.injected_at_s) / 0.5) for op in writes
+              if fault.injected_at_s <= op["t_end"] < fault.reverted_at_s}  # fmt: skip
+    assert slices == set(range(int((fault.reverted_at_s - fault.injected_at_s) / 0.5))), slices
     m = result.metrics
     assert m.write_unavailable_s is not None and m.write_unavailable_s <= 1.0, m
     assert m.lost_acknowledged_writes == 0 and m.failover_s is None
