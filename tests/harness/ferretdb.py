@@ -22,6 +22,7 @@ from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.faultfs.mount import mount, unmount
 from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.platforms.sandbox.hosts import free_port_base
+from tests.harness.members import wait_until
 from tests.harness.processes import ensure_built, stop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,10 +144,7 @@ def restart_cleanly(server: FerretDB) -> None:
     pid = server.pid()
     assert pid is not None, f"nothing listens on {server.host}"
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while server.pid() is not None:
-        assert time.monotonic() < deadline, f"FerretDB on {server.host} did not stop"
-        time.sleep(0.05)
+    wait_until(lambda: server.pid() is None, START_TIMEOUT_S, f"FerretDB on {server.host} to stop")
     with (server.dbpath.parent / "ferretdb.log").open("ab") as log:
         proc = subprocess.Popen(server.start, shell=True, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip

@@ -117,7 +117,7 @@ class SandboxTarget:
             # The last batch waits for every data-bearing member: a run starts on a set where
             # each member holds the data, not with a secondary still applying it (a fault on
             # that one would then time its catching up, which grows with the data).
-            every = sum(not m.arbiter_only for m in self.spec.members)
+            every = len(self.spec.data_bearing)
             last = coll.with_options(write_concern=WriteConcern(every, wtimeout=120_000))
             pad = "p" * _PRELOAD_DOC_BYTES
             total = megabytes * 1024 * 1024 // _PRELOAD_DOC_BYTES
