@@ -92,6 +92,8 @@ class FaultRecord:
     kind: str
     target: str
     injected_at_s: float | None = None
+    applied_at_s: float | None = None
+    """When the injection returned: the fault in force, its duration counted from here."""
     verified_at_s: float | None = None
     reverted_at_s: float | None = None
     approximation: str | None = None

@@ -25,6 +25,9 @@ class FaultResult(_Model):
     target: str
     injected_at_s: float | None
     reverted_at_s: float | None
+    applied_at_s: float | None = Field(
+        None, description="when the injection returned: a duration is held from here"
+    )
     verified_at_s: float | None = None
     approximation: str | None = Field(
         None, description="what the platform did instead of the fault itself (approximate: true)"

@@ -39,6 +39,7 @@ def fault_result(record: FaultRecord) -> FaultResult:
         target=record.target,
         injected_at_s=record.injected_at_s,
         reverted_at_s=record.reverted_at_s,
+        applied_at_s=record.applied_at_s,
         verified_at_s=record.verified_at_s,
         approximation=record.approximation,
         detail=record.detail,

@@ -454,7 +454,8 @@ class Runner:
                 self.state.applied[key] = Applied(record, injector, key)
             record.injected_at_s = round(self.clock.now(), 4)
             injector.inject()
-            self.state.in_force_s.setdefault(action.index, []).append(self.clock.now())
+            applied_at = record.applied_at_s = round(self.clock.now(), 4)
+            self.state.in_force_s.setdefault(action.index, []).append(applied_at)
             journal.write("applied", key=key)
             self.live.event(f"injected {fault.kind} on {host}")
             if not injector.verify(VERIFY_TIMEOUT_S):

@@ -192,7 +192,8 @@ def timeline_from_result(result: Result, target: Target) -> Timeline:
     """The fault sequence of a previous run, to run again against `target`.
 
     Offsets are the faults' `injected_at_s` (from the start of the probes, so no lead-in),
-    durations `reverted_at_s - injected_at_s`, and each target host becomes the role it had
+    durations `reverted_at_s - applied_at_s` (the run holds a fault from when its injection
+    returned; `injected_at_s` for results without it), and each target host becomes the role it had
     when it was injected (`detail.role`): the replay's set has other hosts. The members one
     `count:` fault took down (`detail.index` shared) become that count again. The fault's
     other options (a stepdown's period, a disk fault's errno, ...) come from `detail.options`;
@@ -222,10 +223,11 @@ def timeline_from_result(result: Result, target: Target) -> Timeline:
             "select": select,
             "note": f"{first.kind} on {first.target} ({_state(first)}) in the original run",
         }
+        in_force = first.applied_at_s if first.applied_at_s is not None else first.injected_at_s
         held = (
             None
             if first.reverted_at_s is None
-            else round(max(first.reverted_at_s - first.injected_at_s, 0.0), 3)
+            else round(max(first.reverted_at_s - in_force, 0.0), 3)
         )
         spec = KINDS.get(first.kind)  # an unknown kind is refused below, naming it
         if spec is not None and held is None and spec.for_good:

@@ -536,7 +536,9 @@ def test_initial_sync_grows_with_data_while_restart_stays_flat(replset, client_f
     # The copy capped at 10 MB/s, as a disk or a network caps it: uncapped, it runs as fast as
     # the CPU allows and the data it takes is drowned by the machine's load and the member's
     # fixed start-up costs (the reason this test once needed 50 and 200 MB).
-    sandbox = replset("rs3", oplog_size_bytes=400 * 1024 * 1024,
+    # MongoDB's 10 s election timeout: with the tests' 1 s, a busy machine slowed the primary's
+    # heartbeats under the load below and a secondary took over mid-insert (CI, twice).
+    sandbox = replset("rs3", election_timeout_ms=10_000, oplog_size_bytes=400 * 1024 * 1024,
                       initial_sync_bytes_per_s=10 * 1024 * 1024)  # fmt: skip
     primary = writable_primary(sandbox)
     assert primary is not None
@@ -556,7 +558,7 @@ def test_initial_sync_grows_with_data_while_restart_stays_flat(replset, client_f
 
 
 def test_initial_sync_rate_cap_slows_the_copy(replset, client_for) -> None:
-    sandbox = replset("rs3", initial_sync_bytes_per_s=2 * 1024 * 1024)
+    sandbox = replset("rs3", election_timeout_ms=10_000, initial_sync_bytes_per_s=2 * 1024 * 1024)
     primary = writable_primary(sandbox)
     assert primary is not None
     member = next(m for m in sandbox.spec.members if m.host != primary.host)

@@ -137,6 +137,15 @@ def test_a_result_becomes_the_same_fault_sequence_by_role() -> None:
     assert faults[3].restart is False  # never restarted in the original run
 
 
+def test_a_fault_is_held_from_when_its_injection_returned() -> None:
+    # A kill that took 0.1 s to take the process down was held 3 s from then: its replay holds
+    # 3 s too (counted from the injection's start, each replay would add its own kill's wait).
+    kill = _fault("host-kill", "h:3", 8.0, 11.1, role="PRIMARY", index=0)
+    kill.applied_at_s = 8.1
+    (fault,) = timeline_from_result(_result(kill), SANDBOX).to_experiment().faults
+    assert fault.revert_after == 3.0
+
+
 def test_the_faults_options_come_back_with_them() -> None:
     stepdown = {"duration": 30.0, "secondary_catch_up": 5.0, "force": True}
     disk = {"duration": 9.0, "errno": "ENOSPC", "operations": ["fsync"], "path": "journal/*"}
