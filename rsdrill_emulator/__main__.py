@@ -8,6 +8,7 @@ import asyncio
 import signal
 import sqlite3
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 from rsdrill.sandbox.config import ReplSetSpec, empty_dir, member_dir
@@ -62,6 +63,16 @@ async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
             node.fatal(str(exc))
 
 
+def _name_process(name: str) -> None:
+    """A member started as `python` says what it is in its short name (`top`, `ps -o comm`,
+    process accounting); one started under another name (as `mongod`, standing in for one)
+    keeps it. The command line names its directory and port either way."""
+    comm = Path("/proc/self/comm")
+    with suppress(OSError):  # not Linux, or no /proc: cosmetic
+        if comm.read_text().startswith("python"):
+            comm.write_text(name)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m rsdrill_emulator")
     parser.add_argument("--dir", required=True, type=Path, help="the sandbox directory")
@@ -69,6 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--init", action="store_true", help="first boot of a new set")
     parser.add_argument("--router", action="store_true", help="a router of the cluster in --dir")
     args = parser.parse_args(argv)
+    _name_process("rsdrill-router" if args.router else "rsdrill-member")
     try:
         if args.router:
             from rsdrill_emulator.router import run_router

@@ -19,9 +19,6 @@ import asyncio
 import base64
 import re
 import secrets
-import urllib.error
-import urllib.request
-import xml.etree.ElementTree as ET
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +97,11 @@ class AwsConversation:
 
 def _caller_arn(sts_url: str, headers: dict[str, str]) -> str:
     """POST the signed GetCallerIdentity to STS; the caller's ARN, or why STS refused."""
+    # Imported here: every member imports this module, few ever log in through AWS (urllib
+    # and its email and http modules are a tenth of a member's start-up).
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(sts_url, data=STS_BODY, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=STS_TIMEOUT_S) as response:
@@ -127,6 +129,8 @@ def _between(text: str, start: str, end: str) -> str:
 
 def _xml_text(body: bytes, tag: str) -> str | None:
     """The text of the first element named `tag` (any namespace) in an STS XML answer."""
+    import xml.etree.ElementTree as ET
+
     try:
         root = ET.fromstring(body)
     except ET.ParseError:

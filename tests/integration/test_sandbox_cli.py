@@ -200,6 +200,10 @@ def test_rs3_up_status_kill_start_stop_cont_down(
     pids = {m["name"]: m["pid"] for m in members}
     assert all(isinstance(pid, int) and alive(pid) for pid in pids.values())
     assert members[0]["state"] == "PRIMARY"  # `up` steps the first member up
+    # `top` and `ps -o comm` tell the members from other Python processes.
+    assert {Path(f"/proc/{pid}/comm").read_text().strip() for pid in pids.values()} == {
+        "rsdrill-member"
+    }
 
     killed = rsdrill("sandbox", "kill", "primary", "--dir", str(sandbox_dir))
     assert killed.returncode == 0, killed.stderr
