@@ -65,8 +65,6 @@ class Commands(Protocol):
 
 # mongod's transactionLifetimeLimitSeconds: an open transaction older than this is aborted.
 LIFETIME_S = 60.0
-# The deliberately broken server of the checker's tests: statements read the newest data.
-_UNSAFE_SNAPSHOT = os.environ.get(UNSAFE_SNAPSHOT_ENV) == "1"
 # The statement id a commit is recorded under in the session table (clients' ids are >= 0).
 COMMIT_STATEMENT = -1
 # The end of a transaction (its prepare, and a router's recovery of a commit decision too).
@@ -266,6 +264,10 @@ class Transactions:
 
     def __init__(self) -> None:
         self._by_session: dict[bytes, Transaction] = {}
+        # The deliberately broken server of the checker's tests: statements read the newest
+        # data (read when the member starts, not when the module is imported: a zygote's
+        # members take the environment of their own start).
+        self._unsafe_snapshot = os.environ.get(UNSAFE_SNAPSHOT_ENV) == "1"
 
     async def execute(self, cmds: Commands, handler: Handler, req: Request) -> dict[str, Any]:
         """Run a command: as a transaction's statement, as a snapshot read, or as it is."""
@@ -347,7 +349,7 @@ class Transactions:
         self.check_alive(node, txn)
         try:
             node.history.want(node.last_applied.timestamp)
-            read_at = node.last_applied.timestamp if _UNSAFE_SNAPSHOT else txn.read_at
+            read_at = node.last_applied.timestamp if self._unsafe_snapshot else txn.read_at
             node.history.check(read_at)
             await wait_unprepared(node.prepared, req, read_at)
             view = SnapshotView(node.store, node.history, read_at, txn.changes, txn.created)

@@ -49,6 +49,7 @@ from rsdrill.sandbox.config import (
 from rsdrill.sandbox.engine import Engine, Layout
 from rsdrill.sandbox.errors import SandboxError
 from rsdrill.sandbox.members import QUERY_TIMEOUT_S, hello, is_writable_primary
+from rsdrill.sandbox.zygote import fork_member
 from rsdrill.scram import Credentials
 from rsdrill.states import member_state
 
@@ -253,17 +254,20 @@ def process_state(pid: int, port: int) -> str | None:
 
 def spawn(argv: list[str], log_path: Path, pid_path: Path) -> int:
     """Start a member or router process in a session of its own (signalled as a group), its
-    output appended to `log_path`, its pid recorded in `pid_path`."""
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    pid_path.write_text(f"{process.pid}\n")
-    return process.pid
+    output appended to `log_path`, its pid recorded in `pid_path`. An emulator's is forked
+    from this process's zygote when it can be (the same process, without its imports)."""
+    pid = fork_member(argv, log_path)
+    if pid is None:
+        with open(log_path, "ab") as log:
+            pid = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            ).pid
+    pid_path.write_text(f"{pid}\n")
+    return pid
 
 
 def booting(argv: list[str], boot_s: float) -> list[str]:

@@ -53,10 +53,6 @@ from rsdrill_emulator.node import MemberState, Node
 from rsdrill_emulator.oplog import OpTime
 from rsdrill_emulator.storage import StorageReadError
 
-# Planted (test-only): reads do not wait for their causal session's afterClusterTime.
-_IGNORE_AFTER_CLUSTER_TIME = os.environ.get(IGNORE_AFTER_CLUSTER_TIME_ENV) == "1"
-
-
 Handler = Callable[["Commands", Request], Awaitable[dict[str, Any]]]
 _HANDLERS: dict[str, Handler] = {}
 
@@ -78,6 +74,8 @@ class Commands:
 
     def __init__(self, node: Node) -> None:
         self.node = node
+        # Planted (test-only): reads do not wait for their causal session's afterClusterTime.
+        self.ignore_after_cluster_time = os.environ.get(IGNORE_AFTER_CLUSTER_TIME_ENV) == "1"
         self.cursors: dict[int, Cursor | changestream.ChangeStreamCursor] = {}
         self.opcounters = dict.fromkeys(
             ("insert", "query", "update", "delete", "getmore", "command"), 0
@@ -294,7 +292,7 @@ class Commands:
         level = concern.get("level")
         deadline = time.monotonic() + int(req.body.get("maxTimeMS", 0) or 10_000) / 1000
         after = concern.get("afterClusterTime")
-        if isinstance(after, Timestamp) and not _IGNORE_AFTER_CLUSTER_TIME:
+        if isinstance(after, Timestamp) and not self.ignore_after_cluster_time:
             node = self.node
             if node.last_applied.timestamp < after and node.writable:
                 # A time another shard gave the client: a primary behind it writes a no-op past

@@ -1,0 +1,120 @@
+"""`python -m rsdrill_emulator.zygote FD ROOM`: forks members and routers, the emulator imported.
+
+A member's imports (asyncio, bson, sqlite3, the emulator's own modules) cost it about 0.3 s of
+CPU, more than anything else it does in a short run; a test suite starts over a thousand. This
+process imports them once (a member's: a router forked from here imports its own package
+itself) and forks a member per request on the socket FD (one end of a
+socketpair held by the process that starts members: `rsdrill/sandbox/zygote.py`). Each child is
+what `python -m rsdrill_emulator ARGS` would be: its own session, stdin from /dev/null, its
+output appended to its log, the starter's environment, and the same command line, written
+over this process's own (ROOM is blank room for it), so every check that reads /proc/PID/cmdline
+finds the member's port and directory. The zygote exits when the socket closes: its starter is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from rsdrill.procstat import stat_fields
+from rsdrill_emulator.__main__ import main
+
+MODULE_ARGV = ["-m", "rsdrill_emulator"]
+READY = b"ready"
+MAX_REQUEST_BYTES = 256 * 1024
+# proc(5) fields 48 and 49 (arg_start, arg_end), as indexes of stat_fields (from field 3 on).
+_ARG_START, _ARG_END = 45, 46
+
+
+def serve(channel: socket.socket) -> None:
+    # Members that die are reaped by the kernel: no zombie waits for this process.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    channel.send(READY)
+    while request := channel.recv(MAX_REQUEST_BYTES):
+        try:
+            reply: dict[str, Any] = {"pid": _fork(json.loads(request), channel)}
+        except (OSError, ValueError, KeyError) as exc:
+            reply = {"error": str(exc)}
+        channel.send(json.dumps(reply).encode())
+
+
+def _fork(request: dict[str, Any], channel: socket.socket) -> int:
+    argv = [str(a) for a in request["argv"]]
+    if argv[1:3] != MODULE_ARGV:
+        raise ValueError(f"not an emulator command: {argv[:3]}")
+    cmdline = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+    start, end = _arg_area()
+    if len(cmdline) > end - start:
+        raise ValueError("command line longer than the room for it")
+    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            channel.close()
+            os.close(ready_r)
+            _become(argv, cmdline, start, end, log, str(request["cwd"]))
+            os.environ.clear()
+            os.environ.update(request["env"])
+            os.write(ready_w, b"1")
+            os.close(ready_w)
+            code = _run(argv[3:])
+        finally:
+            os._exit(code)
+    os.close(log)
+    os.close(ready_w)
+    try:
+        # Answer once the child carries its own command line (a check by port finds it).
+        if os.read(ready_r, 1) != b"1":
+            raise OSError(f"member process {pid} failed before it started")
+    finally:
+        os.close(ready_r)
+    return pid
+
+
+def _become(argv: list[str], cmdline: bytes, start: int, end: int, log: int, cwd: str) -> None:
+    """Set the forked child up as exec would have: session, signals, files, command line."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(devnull)
+    os.close(log)
+    os.chdir(cwd)
+    ctypes.memmove(start, cmdline.ljust(end - start, b"\0"), end - start)
+    sys.argv = [str(Path(sys.modules[main.__module__].__file__ or "")), *argv[3:]]
+
+
+def _run(args: list[str]) -> int:
+    try:
+        main(args)
+        return 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _arg_area() -> tuple[int, int]:
+    fields = stat_fields(os.getpid())
+    if fields is None or len(fields) <= _ARG_END:
+        raise OSError("/proc/self/stat has no command-line addresses")
+    return int(fields[_ARG_START]), int(fields[_ARG_END])
+
+
+if __name__ == "__main__":
+    serve(socket.socket(fileno=int(sys.argv[1])))
