@@ -92,13 +92,13 @@ class FaultRecord:
     kind: str
     target: str
     injected_at_s: float | None = None
-    applied_at_s: float | None = None
-    """When the injection returned: the fault in force, its duration counted from here."""
     verified_at_s: float | None = None
     reverted_at_s: float | None = None
     approximation: str | None = None
     """How the platform approximated the fault (its way in the kinds' spec), if it did."""
     detail: dict[str, Any] = field(default_factory=dict)
+    applied_at_s: float | None = None
+    """When the injection returned: the fault in force, its duration counted from here."""
 
 
 class History:
