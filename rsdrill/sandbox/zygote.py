@@ -27,7 +27,9 @@ MAX_REQUEST_BYTES = 256 * 1024  # as the zygote reads them
 # Read as Python and the C library start, before a forked member could be told otherwise.
 _READ_AT_START = ("PYTHON", "LD_", "LC_", "LANG", "TZ")
 READY_TIMEOUT_S = 30.0
-REPLY_TIMEOUT_S = 10.0
+# A fork answers in milliseconds; on a saturated machine it can take seconds, and a zygote given
+# up on while its child is still setting up could leave that child to start beside the next.
+REPLY_TIMEOUT_S = 30.0
 
 
 class _Refused(Exception):
@@ -96,7 +98,10 @@ def fork_member(argv: list[str], log_path: Path) -> int | None:
         return None
     with _lock:
         if _zygote is not None and _zygote.owner != os.getpid():
-            _zygote = None  # inherited across a fork: the socket is the parent's
+            # Inherited across a fork: the zygote is the parent's; only our copy of the socket
+            # goes (kept, it would hold the zygote up after the parent exits).
+            _zygote.channel.close()
+            _zygote = None
         for _ in range(2):  # a zygote found dead is replaced once
             if _zygote is None and not _broken:
                 try:
