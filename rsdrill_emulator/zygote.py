@@ -36,21 +36,22 @@ _ARG_START, _ARG_END = 45, 46
 def serve(channel: socket.socket) -> None:
     # Members that die are reaped by the kernel: no zombie waits for this process.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    area = _arg_area()  # this process's own argv: where each child writes its command line
     channel.send(READY)
     while request := channel.recv(MAX_REQUEST_BYTES):
         try:
-            reply: dict[str, Any] = {"pid": _fork(json.loads(request), channel)}
+            reply: dict[str, Any] = {"pid": _fork(json.loads(request), channel, area)}
         except (OSError, ValueError, KeyError) as exc:
             reply = {"error": str(exc)}
         channel.send(json.dumps(reply).encode())
 
 
-def _fork(request: dict[str, Any], channel: socket.socket) -> int:
+def _fork(request: dict[str, Any], channel: socket.socket, area: tuple[int, int]) -> int:
     argv = [str(a) for a in request["argv"]]
     if argv[1:3] != MODULE_ARGV:
         raise ValueError(f"not an emulator command: {argv[:3]}")
     cmdline = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
-    start, end = _arg_area()
+    start, end = area
     if len(cmdline) > end - start:
         raise ValueError("command line longer than the room for it")
     log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -17,8 +17,8 @@ from pymongo import MongoClient
 from rsdrill.procstat import stat_fields
 from rsdrill.sandbox import zygote
 from rsdrill.sandbox.cluster import Sandbox, process_state
-from rsdrill.sandbox.config import IGNORE_AFTER_CLUSTER_TIME_ENV
-from tests.harness.members import member_state
+from rsdrill.sandbox.config import IGNORE_AFTER_CLUSTER_TIME_ENV, MemberSpec
+from tests.harness.members import member_state, wait_until
 
 
 def _parent(pid: int) -> int:
@@ -31,13 +31,18 @@ def _cmdline(pid: int) -> list[bytes]:
     return [a for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
 
 
-def _gone_within(pid: int, port: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process_state(pid, port) is None and stat_fields(pid) is None:
-            return True
-        time.sleep(0.02)
-    return False
+def _restarted_with(
+    replset: Callable[..., Sandbox], monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> tuple[MemberSpec, int]:
+    """An rs1's member killed and started again with `name=value` set; the member and its pid."""
+    sandbox = replset("rs1")
+    (member,) = sandbox.spec.members
+    sandbox.kill(member)
+    monkeypatch.setenv(name, value)
+    sandbox.start(member)
+    pid = sandbox.pid(member)
+    assert pid is not None
+    return member, pid
 
 
 def test_a_forked_member_is_the_process_exec_would_start(
@@ -58,7 +63,11 @@ def test_a_forked_member_is_the_process_exec_would_start(
     assert (Path(f"/proc/{pid}/cwd")).resolve() == Path.cwd().resolve()
     sandbox.kill(member)
     # Reaped at once (nobody waits for a zombie), and the port names no process.
-    assert _gone_within(pid, member.port, 2.0)
+    wait_until(
+        lambda: process_state(pid, member.port) is None and stat_fields(pid) is None,
+        2.0,
+        f"killed member {pid} gone, not a zombie",
+    )
     sandbox.start(member)
     again = sandbox.pid(member)
     assert again is not None and again != pid and _parent(again) == forked_from
@@ -67,15 +76,10 @@ def test_a_forked_member_is_the_process_exec_would_start(
 def test_a_forked_member_runs_in_the_environment_of_its_start(
     replset: Callable[..., Sandbox], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sandbox = replset("rs1")
-    (member,) = sandbox.spec.members
-    sandbox.kill(member)
     # A planted switch set after the zygote started: a read after a cluster time ahead of the
     # member's returns at once, where a correct member writes a no-op past that time first.
-    monkeypatch.setenv(IGNORE_AFTER_CLUSTER_TIME_ENV, "1")
-    sandbox.start(member)
-    pid = sandbox.pid(member)
-    assert pid is not None and _parent(pid) != os.getpid()  # forked all the same
+    member, pid = _restarted_with(replset, monkeypatch, IGNORE_AFTER_CLUSTER_TIME_ENV, "1")
+    assert _parent(pid) != os.getpid()  # forked all the same
     ahead = Timestamp(int(time.time()) + 30, 1)
     with MongoClient(member.host, directConnection=True) as client:
         client.db.command("find", "c", readConcern={"afterClusterTime": ahead}, maxTimeMS=2000)
@@ -86,13 +90,8 @@ def test_a_forked_member_runs_in_the_environment_of_its_start(
 def test_a_variable_python_reads_as_it_starts_is_given_by_exec(
     replset: Callable[..., Sandbox], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sandbox = replset("rs1")
-    (member,) = sandbox.spec.members
-    sandbox.kill(member)
-    monkeypatch.setenv("PYTHONWARNINGS", "error::ResourceWarning")
-    sandbox.start(member)
-    pid = sandbox.pid(member)
-    assert pid is not None and _parent(pid) == os.getpid()
+    _, pid = _restarted_with(replset, monkeypatch, "PYTHONWARNINGS", "error::ResourceWarning")
+    assert _parent(pid) == os.getpid()
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     assert b"PYTHONWARNINGS=error::ResourceWarning" in environ
 
