@@ -87,6 +87,13 @@ async def handle_get_oplog(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
     while True:
         if not node.oplog.cached(after):
             await node.storage_idle()
+        if node.state not in (MemberState.PRIMARY, MemberState.SECONDARY) or not (
+            node.oplog.contains(after)
+        ):
+            # Rolled back while the asker waited (the soak's finding): what follows `after` now
+            # is another branch, on which the asker's last entry never was. Asked again, this
+            # member tells it that it diverged.
+            return _meta(node, {"ok": 0.0, "code": 13436, "errmsg": "source rolled back"})
         entries = node.oplog.entries_after(after, max_bytes)
         if cmd.get("inclusive"):
             first = node.oplog.entry_at(after)
@@ -199,7 +206,8 @@ async def fetcher_loop(node: Node) -> None:
 
 
 async def _fetch_step(node: Node) -> None:
-    if node.is_arbiter or node.state is MemberState.PRIMARY:
+    if node.is_arbiter or node.state in (MemberState.PRIMARY, MemberState.REMOVED):
+        node.sync_source = ""  # as mongod: a primary, or a member of no config, syncs from none
         await node.topology_changed.wait(1.0)
         return
     if node.needs_initial_sync:
