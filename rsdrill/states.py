@@ -23,15 +23,22 @@ PRIMARY_LIKE = frozenset({"PRIMARY", STANDALONE})
 # the command answer CommandNotFound, and some still claim a replica set in hello (FerretDB's
 # --repl-set-name): their hello says what they are.
 NO_REPLICATION_ENABLED = 76
+# What a member answers replSetGetStatus with once a newer config left it out (a forced
+# reconfig by the survivors of an outage): REMOVED. (One never initiated: NotYetInitialized.)
+INVALID_REPLICA_SET_CONFIG = 93
+REMOVED = "REMOVED"
 
 
 def own_state(status: Mapping[str, Any]) -> str | None:
     """The state a member's replSetGetStatus reply gives the member itself: STANDALONE for a
-    mongod without replication, its stateStr, or None when the reply names no member as
+    mongod without replication, REMOVED for one left out of its set's config, its stateStr,
+    or None when the reply names no member as
     itself (not initiated yet, still loading its config, or no such command): then its hello
     says (`hello_state`)."""
     if status.get("code") == NO_REPLICATION_ENABLED:
         return STANDALONE
+    if status.get("code") == INVALID_REPLICA_SET_CONFIG:
+        return REMOVED
     me = next((m for m in status.get("members", []) if m.get("self")), None)
     return str(me["stateStr"]) if me is not None and "stateStr" in me else None
 

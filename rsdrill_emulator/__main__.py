@@ -12,7 +12,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from rsdrill.sandbox.config import ReplSetSpec, empty_dir, member_dir
-from rsdrill_emulator import diagnostics, election, heartbeat, sync
+from rsdrill_emulator import diagnostics, election, heartbeat, replconfig, sync
 from rsdrill_emulator.commands import Commands, keep_cursors_bounded
 from rsdrill_emulator.node import Node
 from rsdrill_emulator.server import Server
@@ -28,6 +28,7 @@ async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
     node = Node(spec, host, sandbox_dir)
     # A standalone server has nobody to sync from: an empty one starts as a new set of one.
     node.boot(initiate=initiate or spec.standalone)
+    replconfig.load(node)
     if spec.standalone:
         # A standalone mongod takes writes from its first connection: with nobody to catch up
         # from or to ask for votes, stand before listening (else its first clients would meet
@@ -54,7 +55,7 @@ async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
         keep_cursors_bounded(commands),
         commands.coordinators.resume_loop(),
         diagnostics.capture_loop(node),
-        *(heartbeat.heartbeat_loop(node, peer) for peer in node.peers),
+        heartbeat.heartbeat_all(node),
     ]
     async with server:
         try:

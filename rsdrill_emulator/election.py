@@ -15,7 +15,8 @@ from typing import Any
 
 from bson.int64 import Int64
 
-from rsdrill_emulator import wallclock
+from rsdrill_emulator import replconfig, wallclock
+from rsdrill_emulator.configid import ConfigId
 from rsdrill_emulator.node import MemberState, Node
 from rsdrill_emulator.oplog import OpTime
 from rsdrill_emulator.peer import PeerError
@@ -76,7 +77,7 @@ async def run_election(node: Node, *, reason: str, skip_dry_run: bool = False) -
         "replSetRequestVotes": 1,
         "setName": node.spec.set_name,
         "candidateIndex": node.me.id,
-        "configVersion": 1,
+        **node.config_id.document(),
         "lastAppliedOpTime": node.last_applied.document(),
     }
     if not skip_dry_run:
@@ -122,6 +123,7 @@ async def _become_primary(
         "electionTimeoutMillis": Int64(node.spec.settings.election_timeout_ms),
     }
     node.set_state(MemberState.PRIMARY, reason="won election")
+    replconfig.on_step_up(node)
     node.set_primary_host(node.host)
     node.events.emit("election_won", term=term)
     freshest = max((OpTime.from_doc(r.get("lastAppliedOpTime")) for r in replies), default=None)
@@ -152,7 +154,7 @@ async def _await_majority_availability(node: Node, start: OpTime, term: int) -> 
 
 
 def _healthy_primary_at_least(node: Node, candidate: int) -> bool:
-    priority = next(m.priority for m in node.spec.members if m.id == candidate)
+    priority = next((m.priority for m in node.spec.members if m.id == candidate), 0.0)
     return any(
         p.health and p.state is MemberState.PRIMARY and p.spec.priority >= priority
         for p in node.peers.values()
@@ -169,7 +171,14 @@ async def handle_request_votes(node: Node, cmd: dict[str, Any]) -> dict[str, Any
     if not dry_run:
         node.observe_term(term, f"candidate {candidate}")
     reason = ""
-    if term < node.term:
+    theirs = ConfigId.of(cmd)
+    if node.state is MemberState.REMOVED:
+        reason = "not a member of the current config"
+    elif theirs is not None and node.config_id.newer_than(theirs):
+        reason = (f"candidate's config (version {theirs.version}, term {theirs.term}) is "
+                  f"older than mine (version {node.config_id.version}, term "
+                  f"{node.config_id.term})")  # fmt: skip
+    elif term < node.term:
         reason = f"candidate's term ({term}) is lower than mine ({node.term})"
     elif not node.is_arbiter and their_optime < node.last_applied:
         reason = "candidate's data is staler than mine"

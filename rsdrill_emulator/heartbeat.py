@@ -13,7 +13,8 @@ from typing import Any
 
 from bson.int64 import Int64
 
-from rsdrill_emulator import wallclock
+from rsdrill_emulator import replconfig, wallclock
+from rsdrill_emulator.configid import ConfigId
 from rsdrill_emulator.node import MemberState, Node
 from rsdrill_emulator.oplog import OpTime
 from rsdrill_emulator.peer import PeerError
@@ -32,7 +33,12 @@ def status_fields(node: Node) -> dict[str, Any]:
         "commitPoint": node.commit_point.document(),
         "syncSource": node.sync_source,
         "electionTime": node.election_time.document() if node.election_time else None,
+        **node.config_id.document(),
     }
+
+
+def heartbeat_request(node: Node) -> dict[str, Any]:
+    return {"replSetHeartbeat": node.spec.set_name, **status_fields(node)}
 
 
 def absorb(node: Node, doc: dict[str, Any], *, is_response: bool) -> None:
@@ -55,6 +61,7 @@ def absorb(node: Node, doc: dict[str, Any], *, is_response: bool) -> None:
     peer.sync_source = doc.get("syncSource", "")
     election_time = doc.get("electionTime")
     peer.election_time = OpTime.from_doc(election_time) if election_time else None
+    peer.config_id = ConfigId.of(doc)
     node.note_position(
         host,
         OpTime.from_doc(doc["applied"]),
@@ -86,11 +93,45 @@ def handle_heartbeat(node: Node, cmd: dict[str, Any]) -> dict[str, Any]:
             "errmsg": "replica set names do not match",
         }
     absorb(node, cmd, is_response=False)
-    return {"setName": node.spec.set_name, **status_fields(node), "ok": 1.0}
+    reply = {"setName": node.spec.set_name, **status_fields(node), "ok": 1.0}
+    # Answered to anyone of the set, member or not: one whose config is older gets ours (and
+    # learns if it was removed); one whose config is newer is asked for it.
+    theirs = ConfigId.of(cmd)
+    if theirs is not None and node.config_id.newer_than(theirs):
+        reply["config"] = replconfig.config_document(node)
+    elif theirs is not None and theirs.newer_than(node.config_id):
+        ask_for_config(node, str(cmd.get("from", "")))
+    return reply
+
+
+# Config requests under way, by host (held here: the event loop keeps only weak references).
+_asking: dict[str, asyncio.Task[None]] = {}
+
+
+def ask_for_config(node: Node, host: str) -> None:
+    """A member told us its config is newer: heartbeat it once at once to get it (it may not
+    be one we heartbeat: a member of a config we do not have yet)."""
+    if host in _asking or host == node.host:
+        return
+
+    async def ask() -> None:
+        try:
+            timeout = node.spec.settings.heartbeat_timeout_s
+            request = heartbeat_request(node)
+            reply = await node.peer_calls.call(host, request, purpose="heartbeat", timeout=timeout)
+            replconfig.learn(node, reply.get("config"), source=host)
+        except PeerError:
+            pass
+        finally:
+            del _asking[host]
+
+    _asking[host] = asyncio.get_running_loop().create_task(ask())
 
 
 def mark_unreachable(node: Node, host: str) -> None:
-    peer = node.peers[host]
+    peer = node.peers.get(host)
+    if peer is None:  # no longer a member
+        return
     peer.last_heartbeat = wallclock.now()
     timeout = node.spec.settings.heartbeat_timeout_s
     if peer.health and (
@@ -110,19 +151,34 @@ async def heartbeat_loop(node: Node, host: str) -> None:
     timeout = node.spec.settings.heartbeat_timeout_s
     while True:
         started = time.monotonic()
-        request = {"replSetHeartbeat": node.spec.set_name, **status_fields(node)}
         try:
-            reply = await node.peer_calls.call(
-                host, request, purpose="heartbeat", timeout=min(timeout, interval * 2)
-            )
+            request = heartbeat_request(node)
+            wait = min(timeout, interval * 2)
+            reply = await node.peer_calls.call(host, request, purpose="heartbeat", timeout=wait)
             if reply.get("ok"):
-                node.peers[host].ping_ms = int((time.monotonic() - started) * 1000)
+                replconfig.learn(node, reply.get("config"), source=host)
+                if (peer := node.peers.get(host)) is None:  # that config removed it
+                    return
+                peer.ping_ms = int((time.monotonic() - started) * 1000)
                 absorb(node, reply, is_response=True)
             else:
                 mark_unreachable(node, host)
         except PeerError:
             mark_unreachable(node, host)
         await node.heartbeat_now.wait(interval - (time.monotonic() - started))
+
+
+async def heartbeat_all(node: Node) -> None:
+    """One heartbeat loop per member of the config we hold, whatever it becomes."""
+    loops: dict[str, asyncio.Task[None]] = {}
+    while True:
+        for host in [h for h, task in loops.items() if task.done()]:
+            del loops[host]
+        for host in set(loops) - set(node.peers):
+            loops.pop(host).cancel()
+        for host in set(node.peers) - set(loops):
+            loops[host] = asyncio.get_running_loop().create_task(heartbeat_loop(node, host))
+        await node.config_changed.wait(3600)
 
 
 async def liveness_loop(node: Node) -> None:

@@ -35,6 +35,7 @@ from rsdrill.sandbox.config import (
     ReplSetSpec,
     member_dir,
 )
+from rsdrill_emulator.configid import ConfigId
 from rsdrill_emulator.datastore import DataStore
 from rsdrill_emulator.errors import CommandError, write_concern_error
 from rsdrill_emulator.events import EventLog
@@ -117,6 +118,7 @@ class PeerView:
     sync_source: str = ""
     message: str = ""
     election_time: OpTime | None = None
+    config_id: ConfigId | None = None  # the config it holds, as its heartbeats say
 
 
 def wall(dt_value: dt.datetime | None) -> dt.datetime:
@@ -159,6 +161,9 @@ class Node:
             x509=spec.x509,
         )
         self.peers = {m.host: PeerView(m) for m in spec.members if m.host != host}
+        # The config's (version, term): the sandbox's file is version 1 of term 0 (replconfig.py).
+        self.config_id = ConfigId(1, 0)
+        self.config_changed = Signal()
 
         self.state = MemberState.STARTUP
         self.term = 0

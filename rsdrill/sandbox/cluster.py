@@ -64,9 +64,9 @@ _HAVE_PROC = Path("/proc/self/stat").exists()
 class MemberStatus:
     """One member as `sandbox status` reports it.
 
-    `state` is the member's own replica-set state (PRIMARY, SECONDARY, STARTUP2, ...), or DOWN
-    when its process is not running, STOPPED when it is SIGSTOPped, UNREACHABLE when it runs but
-    does not answer.
+    `state` is the member's own replica-set state (PRIMARY, SECONDARY, STARTUP2, REMOVED, ...),
+    or DOWN when its process is not running, STOPPED when it is SIGSTOPped, UNREACHABLE when it
+    runs but does not answer.
     """
 
     name: str

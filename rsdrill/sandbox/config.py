@@ -60,10 +60,18 @@ class MemberSpec:
     arbiter_only: bool = False
     # The failure domain it lives in: its replica-set tag `zone` (as members[].tags holds it).
     zone: str | None = None
+    # Its other replica-set tags, as (name, value) pairs (a reconfig may give any).
+    other_tags: tuple[tuple[str, str], ...] = ()
 
     @property
     def tags(self) -> dict[str, str]:
-        return {} if self.zone is None else {"zone": self.zone}
+        zone = {} if self.zone is None else {"zone": self.zone}
+        return {**dict(self.other_tags), **zone}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> MemberSpec:
+        """From its JSON form (`asdict`)."""
+        return cls(**{**raw, "other_tags": tuple(tuple(t) for t in raw.get("other_tags", ()))})
 
     @property
     def port(self) -> int:
@@ -151,7 +159,7 @@ class ReplSetSpec:
     @classmethod
     def from_json(cls, text: str) -> ReplSetSpec:
         raw = json.loads(text)
-        raw["members"] = tuple(MemberSpec(**m) for m in raw["members"])
+        raw["members"] = tuple(MemberSpec.from_dict(m) for m in raw["members"])
         raw["settings"] = Settings(**raw["settings"])
         return cls(**raw)
 

@@ -80,9 +80,12 @@ def hello_reply(node: Node, req: Request) -> dict[str, Any]:
     )
     if spec.standalone:  # mongod without --replSet: nothing of a replica set
         return reply
+    if node.state is MemberState.REMOVED:  # as mongod: a member of no config (drivers: a ghost)
+        reply.update(isreplicaset=True, info="Does not have a valid replica set config")
+        return reply
     reply.update(
         setName=spec.set_name,
-        setVersion=1,
+        setVersion=node.config_id.version,
         hosts=[m.host for m in spec.members if not m.arbiter_only and m.priority > 0],
         me=node.host,
     )

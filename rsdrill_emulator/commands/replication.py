@@ -9,12 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from bson.int64 import Int64
 
-from rsdrill_emulator import (
-    election,
-    heartbeat,
-    sync,
-    wallclock,
-)
+from rsdrill_emulator import election, heartbeat, replconfig, sync, wallclock
 from rsdrill_emulator.commands.base import Request, _admin_only
 from rsdrill_emulator.commands.dispatcher import command
 from rsdrill_emulator.errors import (
@@ -43,6 +38,8 @@ def _optime_fields(prefix: str, optime: OpTime, wall: dt.datetime | None) -> dic
 
 def replset_status(node: Node) -> dict[str, Any]:
     """replSetGetStatus as MongoDB shapes it (what the recovery probe polls)."""
+    if node.state is MemberState.REMOVED:
+        raise CommandError(93, "Our replica set config is invalid or we are not a member of it")
     now = wallclock.now()
     members = []
     for m in node.spec.members:
@@ -67,8 +64,8 @@ def replset_status(node: Node) -> dict[str, Any]:
                 )
             entry.update(
                 infoMessage=node.info_message,
-                configVersion=1,
-                configTerm=node.term,
+                configVersion=node.config_id.version,
+                configTerm=node.config_id.term,
                 self=True,
                 lastHeartbeatMessage="",
             )
@@ -95,8 +92,8 @@ def replset_status(node: Node) -> dict[str, Any]:
                 lastHeartbeatRecv=peer.last_heartbeat_recv,
                 pingMs=Int64(peer.ping_ms),
                 lastHeartbeatMessage=peer.message,
-                configVersion=1,
-                configTerm=peer.term,
+                configVersion=peer.config_id.version if peer.config_id else -1,
+                configTerm=peer.config_id.term if peer.config_id else -1,
             )
             if state is MemberState.PRIMARY and peer.election_time:
                 entry["electionTime"] = peer.election_time.timestamp
@@ -136,41 +133,13 @@ def replset_status(node: Node) -> dict[str, Any]:
 @command("replSetGetConfig")
 async def _repl_config(cmds: Commands, req: Request) -> dict[str, Any]:
     _admin_only(req)
-    spec = cmds.node.spec
-    s = spec.settings
-    return {
-        "config": {
-            "_id": spec.set_name,
-            "version": 1,
-            "term": Int64(cmds.node.term),
-            "protocolVersion": Int64(1),
-            "writeConcernMajorityJournalDefault": True,
-            "members": [
-                {
-                    "_id": m.id,
-                    "host": m.host,
-                    "arbiterOnly": m.arbiter_only,
-                    "buildIndexes": True,
-                    "hidden": False,
-                    "priority": m.priority,
-                    "tags": m.tags,
-                    "secondaryDelaySecs": Int64(0),
-                    "votes": m.votes,
-                }
-                for m in spec.members
-            ],
-            "settings": {
-                "chainingAllowed": s.chaining_allowed,
-                "heartbeatIntervalMillis": s.heartbeat_interval_ms,
-                "heartbeatTimeoutSecs": s.heartbeat_timeout_s,
-                "electionTimeoutMillis": s.election_timeout_ms,
-                "catchUpTimeoutMillis": s.catch_up_timeout_ms,
-                "catchUpTakeoverDelayMillis": 30000,
-                "getLastErrorModes": {},
-                "getLastErrorDefaults": {"w": 1, "wtimeout": 0},
-            },
-        }
-    }
+    return {"config": replconfig.config_document(cmds.node)}
+
+
+@command("replSetReconfig")
+async def _reconfig(cmds: Commands, req: Request) -> dict[str, Any]:
+    _admin_only(req)
+    return await replconfig.reconfig(cmds.node, req.body)
 
 
 @command("replSetStepDown")

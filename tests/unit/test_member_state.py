@@ -30,6 +30,8 @@ from rsdrill.states import STANDALONE, hello_state, own_state
         ),
         ({"ok": 1, "members": [{"name": "a", "stateStr": "PRIMARY"}]}, None),
         ({"ok": 0, "code": 94, "codeName": "NotYetInitialized"}, None),
+        # Left out of a newer config (as mongod answers it then).
+        ({"ok": 0, "code": 93, "codeName": "InvalidReplicaSetConfig"}, "REMOVED"),
     ],
 )
 def test_own_state_is_the_self_entry_or_standalone(status: dict[str, Any], state: str) -> None:
