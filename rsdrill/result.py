@@ -302,6 +302,31 @@ class BalancerHeld(_Model):
     )
 
 
+class ReAdded(_Model):
+    """A member lost with the majority, added back after the faults (MongoDB's procedure)."""
+
+    host: str
+    added_at_s: float | None = Field(None, description="in the config again, without a vote")
+    secondary_at_s: float | None = Field(
+        None, description="SECONDARY (rolled back what the survivors never had, caught up)"
+    )
+    restored_at_s: float | None = Field(None, description="its own votes and priority again")
+
+
+class RecoveryDone(_Model):
+    """`recovery: {force_reconfig}`: the runbook for a lost voting majority, as carried out.
+    Seconds are from the start of the probes."""
+
+    loss_at_s: float = Field(description="the schedule leaves fewer than a majority up")
+    forced_at_s: float | None = Field(None, description="the forced reconfig answered ok")
+    survivors: list[str] = Field(default_factory=list, description="the forced config's members")
+    sent_to: str | None = Field(None, description="the survivor it was run on (the freshest)")
+    version: int | None = Field(None, description="the forced config's version")
+    primary_at_s: float | None = Field(None, description="a survivor writable primary")
+    re_added: list[ReAdded] = Field(default_factory=list)
+    error: str | None = None
+
+
 class Result(_Model):
     schema_: str = Field(SCHEMA, alias="schema")
     experiment: str
@@ -324,6 +349,9 @@ class Result(_Model):
     audit: AuditResult | None = Field(None, description="the data audit (experiment `audit:`)")
     balancer: BalancerHeld | None = Field(
         None, description="the balancer held for the run (guards.stop_balancer)"
+    )
+    recovery: RecoveryDone | None = Field(
+        None, description="the forced reconfig and the heal (experiment `recovery:`)"
     )
 
     def to_json(self) -> str:

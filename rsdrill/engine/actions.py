@@ -11,6 +11,8 @@ from typing import Any
 from rsdrill.connection import GIVEN_OPTIONS, ConnectOptions
 from rsdrill.engine.balancer import REVERT_ACTION as BALANCER_START
 from rsdrill.engine.balancer import balancer_start
+from rsdrill.engine.forced_reconfig import REVERT_ACTION as RE_ADD
+from rsdrill.engine.forced_reconfig import re_add
 from rsdrill.engine.steps import stop_step
 from rsdrill.faultfs.mount import FaultFSError
 from rsdrill.platforms.base import RevertAction, TargetError, platforms
@@ -24,6 +26,7 @@ ACTIONS: dict[str, RevertAction] = {
     "stop-step": stop_step,
     FAIL_COMMAND_OFF: fail_command_off,  # a command, the same on every platform
     BALANCER_START: balancer_start,  # guards.stop_balancer: through the cluster's routers
+    RE_ADD: re_add,  # recovery.force_reconfig: the members it left out, added back
     **MACHINE_ACTIONS,
 }
 

@@ -117,12 +117,28 @@ def max_concurrent_down(faults: Sequence[Fault], zones: Mapping[str, int] | None
     spans = down_spans(faults, zones)
     best = Overlap(0, None, ())
     for t in sorted({s.start_s for s in spans}):
-        active = [s for s in spans if s.start_s <= t < s.end_s]
-        named = {s.host for s in active if s.host is not None}
-        members = sum(s.members for s in active if s.host is None) + len(named)
+        members, active = _down_at(spans, t)
         if members > best.members:
             best = Overlap(members, t, tuple(s.index for s in active))
     return best
+
+
+def _down_at(spans: Sequence[DownSpan], t: float) -> tuple[int, list[DownSpan]]:
+    """How many members the spans have down at `t` (a named member once), and those spans."""
+    active = [s for s in spans if s.start_s <= t < s.end_s]
+    named = {s.host for s in active if s.host is not None}
+    return sum(s.members for s in active if s.host is None) + len(named), active
+
+
+def majority_lost_at(faults: Sequence[Fault], voting: int,
+                     zones: Mapping[str, int] | None = None) -> float | None:  # fmt: skip
+    """The first moment the schedule leaves fewer than a majority of `voting` members up (None:
+    never), counted as `max_concurrent_down` counts."""
+    spans = down_spans(faults, zones)
+    for t in sorted({s.start_s for s in spans}):
+        if voting - min(_down_at(spans, t)[0], voting) < majority(voting):
+            return t
+    return None
 
 
 def check_zones(faults: Sequence[Fault], zones: Mapping[str, int]) -> None:

@@ -23,9 +23,11 @@ from rsdrill.deployment import Deployment, inspect_any
 from rsdrill.engine.applied import Applied, RunState
 from rsdrill.engine.balancer import BalancerHold
 from rsdrill.engine.events import RunEvents
+from rsdrill.engine.forced_reconfig import MajorityRecovery
 from rsdrill.engine.guards import check_guards, wait_healthy
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
+from rsdrill.engine.observe import observe
 from rsdrill.engine.options import RunOptions, install_signal_handlers, restore_signal_handlers
 from rsdrill.engine.outcome import fault_options, fault_result, internal_error, random_schedule
 from rsdrill.engine.schedule import Action, build_schedule
@@ -34,7 +36,6 @@ from rsdrill.engine.selection import (
     current_states,
     lands_in,
     layout_of,
-    recovered,
     replica_sets,
     resolve,
     router_states,
@@ -80,7 +81,6 @@ VERIFY_TIMEOUT_S = 10.0
 # MongoDB's default election timeout, its random offset and a new primary's drain.
 SELECT_WAIT_S = 15.0
 SELECT_POLL_S = 0.1
-MIN_OBSERVE_S = 2.0
 
 
 class Aborted(Exception):
@@ -125,6 +125,9 @@ class Runner:
         self._layout: ShardedLayout | None = None
         # guards.stop_balancer: the balancer stopped after the guards, restored with the faults.
         self.balancer = BalancerHold(experiment.guards.stop_balancer, self.live.event)
+        # recovery.force_reconfig: when due (None: not asked), and its undo after the faults.
+        self.recovery = MajorityRecovery(experiment.recovery, self.live.event)
+        self._recover_at: float | None = None
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -176,6 +179,8 @@ class Runner:
             self._phase("guards")
             self._check_guards(target)
             self.balancer.stop(self._layout, target.connect_options, journal)
+            self._recover_at = self.recovery.due_at(self.exp.faults, target.members,
+                                                    target.connect_options)  # fmt: skip
             from rsdrill.probes import ProbeSet
 
             probes = ProbeSet(self.exp.probes, uri=target.uri, members=target.members,
@@ -198,7 +203,7 @@ class Runner:
                 console.start(self._on_key)
             self._run_schedule(target, journal)
             self._phase("observe")
-            self._observe(target)
+            observe(self.exp, target, self.clock, self.history, self._layout, self._sleep)
             verdict = "pass"
         except Aborted:
             verdict, error = "aborted", self._abort_reason or "aborted by signal"
@@ -309,6 +314,7 @@ class Runner:
             random_schedule=random_schedule(self.exp),
             audit=self._audit,
             balancer=self.balancer.held,
+            recovery=self.recovery.done,
         )
         self.events.emit("verdict", result=result)
         self.events.emit("run_finished", result=result, ops=self.history.ops(),
@@ -410,7 +416,7 @@ class Runner:
                 return
 
     def _run_schedule(self, target: RunTarget, journal: Journal) -> None:
-        for action in build_schedule(self.exp.faults, self.exp.steps):
+        for action in build_schedule(self.exp.faults, self.exp.steps, self._recover_at):
             while True:
                 if action.what == "revert" and not any(
                     a.record.index == action.index for a in self.state.applied.values()
@@ -426,6 +432,9 @@ class Runner:
                         self._inject(action, target, journal)
                     elif action.what == "step":
                         self._run_step(action.index, target)
+                    elif action.what == "recover":
+                        self.recovery.force(target.members, target.connect_options, journal,
+                                            self.clock.now, self._sleep)  # fmt: skip
                     else:
                         self._revert_fault(action.index, journal)
                     break
@@ -594,42 +603,11 @@ class Runner:
                     failure = failure or f"revert failed (run `rsdrill recover`): {message}"
             # Once the faults are reverted (or failed to be): the balancer, if this run stopped it.
             restored = self.balancer.restore(journal)
-            failure = failure or restored
+            healed = self.recovery.heal(journal, self.clock.now)  # the members a reconfig left
+            failure = failure or restored or healed
         finally:
             self._reverting = False
         return failure
-
-    def _observe(self, target: RunTarget) -> None:
-        """Measure recovery: until every member is healthy again, or `after_revert` at most."""
-        observe = self.exp.observe
-        start = self.clock.now()
-        while True:
-            elapsed = self.clock.now() - start
-            if elapsed >= observe.after_revert:
-                return
-            if observe.until_recovered and elapsed >= MIN_OBSERVE_S:
-                states = self._recovered_states(target, start)
-                routers = router_states(self._layout, options=target.connect_options)
-                if states and recovered({**states, **routers}, replica_sets(target)):
-                    return
-            self._sleep(0.25)
-
-    def _recovered_states(self, target: RunTarget, since_s: float) -> dict[str, str] | None:
-        """Every member's state as the recovery probe last recorded it since `since_s` (None
-        until each has such a poll): the run may end only once the history the analyzer reads
-        holds the recovery, not when a separate query sees it first. Without the recovery
-        probe, the members are asked directly."""
-        if self.exp.probes.recovery is None:
-            return current_states(target.members, timeout_s=0.5, options=target.connect_options)
-        from rsdrill.analysis.recovery import polled_state
-
-        latest: dict[str, Op] = {}
-        for op in self.history.ops("recovery"):
-            if op.member in target.members and op.t_start >= since_s:
-                latest[op.member] = op
-        if len(latest) < len(target.members):
-            return None
-        return {host: polled_state(op) for host, op in latest.items()}
 
     # -- waiting and signals ----------------------------------------------------------------
 

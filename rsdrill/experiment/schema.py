@@ -146,6 +146,25 @@ class Step(Strict):
     timeout: Duration = Field(1800.0, gt=0, description="the step fails after this long")
 
 
+class ForceReconfig(Strict):
+    after: Duration = Field(
+        gt=0,
+        description="from the moment the faults leave fewer than a majority of the voting "
+        "members up (the decision and the runbook's time: MongoDB elects no primary "
+        "meanwhile)",
+    )
+
+
+class Recovery(Strict):
+    """MongoDB's procedure for a replica set that lost its voting majority, carried out by the
+    run: the survivors reconfigured with `force: true` (they elect a primary among themselves),
+    and once the faults are reverted the lost members, back and REMOVED, added again one at a
+    time (without a vote until they are SECONDARY, rolling back what the survivors never had).
+    See rsdrill/engine/forced_reconfig.py."""
+
+    force_reconfig: ForceReconfig
+
+
 # -- observation and SLOs ------------------------------------------------------------------------
 
 
@@ -343,6 +362,9 @@ class Experiment(Strict):
     )
     matrix: Matrix | None = None
     guards: Guards = Guards()
+    recovery: Recovery | None = Field(
+        None, description="the runbook for a lost voting majority (a forced reconfig)"
+    )
     abort_on: tuple[AbortCondition, ...] = Field(
         (), description="stop injecting, revert and abort (exit 3) as soon as one holds"
     )
@@ -385,6 +407,22 @@ class Experiment(Strict):
             problem = unmeasurable(parse_condition(text).metric, self.probes.records())
             if problem:
                 raise FieldProblem(("abort_on", i), problem)
+        return self
+
+    @model_validator(mode="after")
+    def _recovery_has_a_majority_to_recover(self) -> Experiment:
+        if self.recovery is None:
+            return self
+        if self.target.topology in ("rs1", "standalone", "sharded"):
+            raise FieldProblem(
+                ("recovery",),
+                "a forced reconfig needs a replica set whose "
+                f"survivors can be reconfigured, not {self.target.topology}",
+            )
+        if not self.guards.allow_quorum_loss:
+            raise FieldProblem(("recovery", "force_reconfig"), "recovers a lost voting "
+                               "majority: set `guards: {allow_quorum_loss: true}` for faults "
+                               "that take it")  # fmt: skip
         return self
 
     @model_validator(mode="after")
