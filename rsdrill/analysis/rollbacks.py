@@ -79,14 +79,17 @@ def account(
 
 def rollback_figures(audit: AuditResult | None) -> tuple[int | None, int | None]:
     """(rolled_back_writes, rolled_back_acknowledged_writes) of a run's audit: None when not
-    known (no audit, or a member that rolled back, or may have, whose files could not be read)."""
+    known (no audit, or a member that rolled back, or may have, whose files could not be read).
+    The documents are counted on each member that rolled them back; an acknowledged write
+    once, however many members rolled it back (the lost data centre's two members of a 2+1
+    set both roll back the writes the survivor never had)."""
     if audit is None or not audit.rollbacks_accounted:
         return None, None
     if any(not r.readable for r in audit.rollbacks):
         return None, None
     documents = sum(sum(r.namespaces.values()) for r in audit.rollbacks)
-    taken = sum(len(w.seqs) for r in audit.rollbacks for w in r.acknowledged)
-    return documents, taken
+    taken = {(w.probe, seq) for r in audit.rollbacks for w in r.acknowledged for seq in w.seqs}
+    return documents, len(taken)
 
 
 def _acknowledged_seqs(ops: Sequence[Op], probe: str) -> set[int]:

@@ -86,6 +86,39 @@ def test_the_lost_majority_dc_is_recovered_by_the_forced_reconfig_and_healed(
     assert result.audit is not None and result.audit.consistent, result.audit
 
 
+def test_the_writes_a_forced_reconfig_loses_are_those_the_members_added_back_roll_back(
+    tmp_path: Path, kept: Path
+) -> None:
+    # West frozen from a second before the east data centre goes until after: the old
+    # primary's w:1 writes of that second reach no survivor (thawed before the kill, west
+    # fetched them all in the 80 ms the kill took). MongoDB's rule: the forced config's branch is
+    # the set's, so the east members, added back, roll those writes back.
+    spec = {
+        "name": "lose-majority-dc-w1",
+        "target": TARGET,
+        "probes": {"availability": {"interval": "20ms", "write_concern": 1},
+                   "durability": {"write_concern": 1}},
+        "faults": [
+            {"at": "1s", "kind": "host-freeze", "select": {"zone": "west"}, "duration": "1.5s"},
+            {"at": "2s", "kind": "host-kill", "select": {"zone": "east"}, "duration": "6s"},
+        ],
+        "observe": {"after_revert": "2s"},
+        "guards": {"allow_quorum_loss": True},
+        "recovery": {"force_reconfig": {"after": f"{AFTER_S}s"}},
+    }  # fmt: skip
+    options = RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path)
+    result = run_experiment(Experiment.model_validate(spec), options)
+    assert result.exit_code == 0, result.error
+    assert result.recovery is not None and result.recovery.loss_at_s == 2.0
+    m = result.metrics
+    assert m.lost_acknowledged_writes, m  # the RPO in writes: some were lost
+    assert m.rolled_back_acknowledged_writes == m.lost_acknowledged_writes, m
+    assert result.audit is not None and result.audit.consistent, result.audit
+    rollbacks = result.audit.rollbacks
+    rolled_back = sorted({s for r in rollbacks for a in r.acknowledged for s in a.seqs})
+    assert rolled_back == sorted(m.lost_acknowledged_seqs), (rolled_back, m)
+
+
 def test_recover_adds_back_the_members_a_forced_reconfig_left_out(replset) -> None:
     # As `rsdrill recover` finds it after a run that died between the forced reconfig and the
     # heal: the set cut down to its survivor, the others back and REMOVED.

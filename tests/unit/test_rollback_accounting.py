@@ -57,6 +57,11 @@ def test_the_figures_are_unknown_when_a_rollback_could_not_be_read() -> None:
     seen = account({A: 1, B: 1}, {A: 2, B: 1}, {A: [RollbackFile(LEDGER.namespace, "f", (1,))],
                                                 B: []}, [LEDGER], ops)  # fmt: skip
     assert rollback_figures(AuditResult(rollbacks_accounted=True, rollbacks=seen)) == (1, 1)
+    # Two members rolling the same acknowledged write back: two documents, one write lost.
+    both = account({A: 1, B: 1}, {A: 2, B: 2}, {A: [RollbackFile(LEDGER.namespace, "f", (1,))],
+                                                B: [RollbackFile(LEDGER.namespace, "g", (1,))]},
+                   [LEDGER], ops)  # fmt: skip
+    assert rollback_figures(AuditResult(rollbacks_accounted=True, rollbacks=both)) == (2, 1)
     blind = account({A: 1}, {A: 3}, {A: None}, [LEDGER], ops)
     assert blind[0].rollbacks == 2 and not blind[0].readable
     assert rollback_figures(AuditResult(rollbacks_accounted=True, rollbacks=blind)) == (None, None)
