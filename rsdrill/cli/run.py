@@ -200,6 +200,7 @@ def run_and_report(
         audit_lines,
         describe_server,
         fmt_number,
+        recovery_lines,
         slo_title,
         stall_line,
     )
@@ -209,7 +210,7 @@ def run_and_report(
         typer.echo(f"  {mark} {slo_title(slo)} (observed {fmt_number(slo.observed)})")
     if (stalled := stall_line(result.metrics)) is not None:
         typer.echo(stalled)
-    for line in audit_lines(result):
+    for line in (*recovery_lines(result), *audit_lines(result)):
         typer.echo(line)
     if result.target.server is not None:
         typer.echo(f"measured on: {describe_server(result.target.server)}")

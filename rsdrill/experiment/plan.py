@@ -29,6 +29,7 @@ from rsdrill.experiment.schema import (
     Experiment,
     Fault,
     SelectCount,
+    SelectZone,
     Target,
     describe_selection,
 )
@@ -102,7 +103,10 @@ def _fault_steps(fault: Fault, platform: str) -> list[PlannedStep]:
     revert_after = fault.revert_after
     if revert_after is None:
         return [inject]
-    them = "them" if isinstance(fault.select, SelectCount) and fault.select.count > 1 else "it"
+    many = isinstance(fault.select, SelectZone) or (
+        isinstance(fault.select, SelectCount) and fault.select.count > 1
+    )
+    them = "them" if many else "it"
     revert = PlannedStep(
         fault.at + revert_after,
         "revert",
@@ -227,7 +231,8 @@ def _timeline(steps: list[PlannedStep]) -> list[str]:
 
 
 def _warnings(exp: Experiment) -> list[str]:
-    """The plan's notes: a fault before the steady state, the balancer held for the run."""
+    """The plan's notes: a fault before the steady state, the balancer held for the run, the
+    runbook of a lost majority."""
     notes = []
     first = min(f.at for f in exp.faults)
     if first < exp.observe.steady_state:
@@ -237,6 +242,13 @@ def _warnings(exp: Experiment) -> list[str]:
         )
     if exp.guards.stop_balancer:
         notes.append(_balancer_note(exp.target))
+    if exp.recovery is not None:
+        notes.append(
+            f"recovery: {_secs(exp.recovery.force_reconfig.after)} after the faults leave "
+            "fewer than a majority of the voting members up, the survivors reconfigured with "
+            "force (they elect a primary); after the faults, each lost member added back "
+            "without a vote, then its vote once SECONDARY"
+        )
     return notes
 
 

@@ -122,6 +122,37 @@ def ha_restart_line(fault: FaultResult) -> str | None:
     )
 
 
+def recovery_lines(result: Result) -> list[str]:
+    """`recovery:` as operations teams read it: the write outage of a lost majority in its
+    parts (waiting for the runbook, then the forced reconfig and the election), then each lost
+    member's way back; none when the experiment carried no recovery."""
+    done = result.recovery
+    if done is None:
+        return []
+    lines = []
+    if done.forced_at_s is not None:
+        lines.append(
+            f"recovery: majority lost at {fmt_number(done.loss_at_s, 's')}; forced reconfig "
+            f"at {fmt_number(done.forced_at_s, 's')} on {done.sent_to} (kept "
+            f"{', '.join(done.survivors)}; config version {done.version})"
+        )
+    if done.primary_at_s is not None and done.forced_at_s is not None:
+        lines.append(
+            f"  writes back {fmt_number(done.primary_at_s - done.loss_at_s, 's')} after the "
+            f"loss = {fmt_number(done.forced_at_s - done.loss_at_s, 's')} to the forced reconfig "
+            f"+ {fmt_number(done.primary_at_s - done.forced_at_s, 's')} to a primary"
+        )
+    for r in done.re_added:
+        lines.append(
+            f"  {r.host} added back at {fmt_number(r.added_at_s, 's')}, SECONDARY at "
+            f"{fmt_number(r.secondary_at_s, 's')}, its vote back at "
+            f"{fmt_number(r.restored_at_s, 's')}"
+        )
+    if done.error:
+        lines.append(f"  recovery error: {done.error}")
+    return lines
+
+
 def audit_lines(result: Result) -> list[str]:
     """The data audit in a line, a line per divergent member and collection, then a line per
     member that rolled back (none when the experiment did not ask for the audit)."""

@@ -18,6 +18,7 @@ from rsdrill.report.common import (
     describe_server,
     fmt_number,
     ha_restart_line,
+    recovery_lines,
     scalar_metrics,
     slo_condition,
     stall_line,
@@ -37,6 +38,14 @@ def script_json(payload: object) -> str:
     """JSON that is safe inside `<script>`: no `<`, `>` or `&` can end the element or open one."""
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _section(title: str, element_id: str, lines: list[str]) -> str:
+    """A heading and a list of report lines (nothing without lines)."""
+    if not lines:
+        return ""
+    items = "".join(f"<li>{_e(line.strip())}</li>" for line in lines)
+    return f'<h2>{title}</h2><ul id="{element_id}">{items}</ul>'
 
 
 def _facts(result: Result) -> str:
@@ -116,14 +125,8 @@ def render_html(result: Result, ops: Sequence[Op]) -> str:
     stall = (
         "" if stalled is None else f'<p class="note" id="stall"><strong>{_e(stalled)}</strong></p>'
     )
-    audited = audit_lines(result)
-    audit = (
-        ""
-        if not audited
-        else '<h2>Data audit</h2><ul id="audit">'
-        + "".join(f"<li>{_e(line.strip())}</li>" for line in audited)
-        + "</ul>"
-    )
+    audit = _section("Data audit", "audit", audit_lines(result))
+    recovery = _section("Recovery", "recovery", recovery_lines(result))
     verdict = _e(result.verdict)
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -143,6 +146,7 @@ def render_html(result: Result, ops: Sequence[Op]) -> str:
 <h2>SLOs</h2>
 {_slo_table(result)}
 {stall}
+{recovery}
 {audit}
 <h2>Timeline</h2>
 <div class="chart">

@@ -13,6 +13,7 @@ from rsdrill.report.common import (
     describe_server,
     fmt_number,
     ha_restart_line,
+    recovery_lines,
     scalar_metrics,
     slo_condition,
     stall_line,
@@ -72,6 +73,8 @@ def render_summary(result: Result, report_path: str) -> str:
     if (stalled := stall_line(result.metrics)) is not None:
         lines += ["", f"> **{md_escape(stalled)}**"]
     lines.append("")
+    if recovered := recovery_lines(result):
+        lines += ["### Recovery", "", *(f"- {md_escape(line.strip())}" for line in recovered), ""]
     if audited := audit_lines(result):
         lines += ["### Data audit", "", *(f"- {md_escape(line.strip())}" for line in audited), ""]
 

@@ -84,6 +84,10 @@ def test_the_lost_majority_dc_is_recovered_by_the_forced_reconfig_and_healed(
     states = {s.name: s.state for s in Sandbox(kept).status()}
     assert sorted(states.values()) == ["PRIMARY", "SECONDARY", "SECONDARY"], states
     assert result.audit is not None and result.audit.consistent, result.audit
+    # The report gives the outage in its parts, and each member's way back.
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="recovery"' in report and "to the forced reconfig +" in report
+    assert report.count("its vote back at") == 2
 
 
 def test_the_writes_a_forced_reconfig_loses_are_those_the_members_added_back_roll_back(
@@ -191,3 +195,13 @@ def test_recovery_on_a_set_of_one_is_bad_input() -> None:
     with pytest.raises(ExperimentError) as refused:
         load_experiment_text(text, "r.yaml", {})
     assert "recovery: a forced reconfig needs a replica set" in str(refused.value)
+
+
+def test_the_plan_names_the_runbook_and_the_catalog_experiment_validates() -> None:
+    from rsdrill.experiment.loader import load_experiment
+    from rsdrill.experiment.plan import render_plan
+
+    exp = load_experiment(Path(__file__).parents[2] / "experiments" / "dc2-1-lose-majority-dc.yaml")
+    plan = render_plan(exp)
+    assert "recovery: 60s after the faults leave fewer than a majority" in plan, plan
+    assert "restart them on their kept data directory" in plan, plan
