@@ -331,6 +331,9 @@ def needed_privileges(exp: Experiment, standalone: bool) -> list[Privilege]:
             Privilege(BALANCER_SETTINGS, "find", BALANCER_CONTROL, "clusterMonitor"),
             Privilege(BALANCER_SETTINGS, "update", BALANCER_CONTROL, "clusterManager"),
         ]
+    if exp.recovery is not None:
+        needed.append(Privilege(CLUSTER, "replSetConfigure", "the recovery's forced reconfig "
+                                "and the heal", "clusterManager"))  # fmt: skip
     needed.append(Privilege(CLUSTER, "serverStatus", "the result's storage engine and the "
                             "audit's rollback ids", "clusterMonitor",
                             required=False))  # fmt: skip

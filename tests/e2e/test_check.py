@@ -15,6 +15,8 @@ from urllib.parse import quote
 
 import pytest
 from hostile_servers import hostile_server
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
 
 from rsdrill.sandbox.auth import read_auth
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
@@ -81,6 +83,24 @@ def test_a_stepdown_needs_cluster_manager_too(secured: Sandbox, tmp_path: Path) 
     [line] = [line for line in output.splitlines() if line.startswith("✘ privileges:")]
     assert "replSetStateChange on cluster for the stepdown fault: grant clusterManager" in line
     assert "clusterMonitor" not in line.split("(the user has")[0]
+
+
+def test_a_forced_reconfig_needs_cluster_manager_and_the_server_enforces_it(
+    secured: Sandbox, tmp_path: Path
+) -> None:
+    document = _experiment(secured, "monitor", "dc2-1-lose-majority-dc")
+    code, output = _check(tmp_path, document)
+    assert code == 2, output
+    [line] = [line for line in output.splitlines() if line.startswith("✘ privileges:")]
+    assert "replSetConfigure on cluster for the recovery's forced reconfig" in line, line
+    # The members refuse it as mongod does (Unauthorized), and keep their config.
+    with MongoClient(_uri(secured, "monitor"), serverSelectionTimeoutMS=5000) as client:
+        config = client.admin.command("replSetGetConfig")["config"]
+        config["members"] = config["members"][:1]
+        with pytest.raises(OperationFailure) as refused:
+            client.admin.command("replSetReconfig", config, force=True)
+        assert refused.value.code == 13
+        assert len(client.admin.command("replSetGetConfig")["config"]["members"]) == 3
 
 
 def test_the_admin_passes_every_check(secured: Sandbox, tmp_path: Path) -> None:

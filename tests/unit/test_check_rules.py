@@ -82,6 +82,13 @@ def test_a_stepdown_needs_cluster_manager() -> None:
     assert _missing([READ_WRITE, CLUSTER_MONITOR], exp) == {"replSetStateChange"}
 
 
+def test_a_forced_reconfig_needs_cluster_manager() -> None:
+    exp = _experiment(guards={"allow_quorum_loss": True},
+                      recovery={"force_reconfig": {"after": "60s"}})  # fmt: skip
+    assert _missing([READ_WRITE, CLUSTER_MONITOR], exp) == {"replSetConfigure"}
+    assert _missing([READ_WRITE, *role_privileges("clusterManager", "admin")], exp) == set()
+
+
 def test_resource_matching_follows_mongodb() -> None:
     oplog = Privilege("local.oplog.rs", "find", "guard", "read@local")
     # "" collection covers the non-system collections only: the oplog must be named.
