@@ -374,7 +374,12 @@ def _availability(p: AvailabilityProbe) -> str:
         f"{' and '.join(loops) or 'nothing'} every {_secs(p.interval)}, timeout "
         f"{_secs(p.timeout)}, w:{p.write_concern}, retries {'on' if p.retries else 'off'}, "
         f"read preference {p.read_preference}"
+        + (f" (tags {', '.join(map(_tag_set, p.read_tags))})" if p.read_tags else "")
     )
+
+
+def _tag_set(tags: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in tags.items()) + "}"
 
 
 def _failover(p: FailoverProbe) -> str:

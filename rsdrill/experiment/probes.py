@@ -27,6 +27,12 @@ class AvailabilityProbe(Strict):
     read_preference: Literal[
         "primary", "primaryPreferred", "secondary", "secondaryPreferred", "nearest"
     ] = "primary"
+    read_tags: tuple[dict[str, str], ...] = Field(
+        (),
+        description="tag sets the reads select members by, tried in order (the drivers' "
+        "readPreferenceTags), e.g. [{zone: east}, {zone: west}]: reads that stay in the "
+        "zones a fault spares; not with read_preference primary",
+    )
     reads: bool = True
     writes: bool = True
     raw_writes: bool = Field(
@@ -35,6 +41,14 @@ class AvailabilityProbe(Strict):
         "reconnects at once: the server's raw gap (raw_write_unavailable_s), without the "
         "driver's rediscovery",
     )
+
+    @model_validator(mode="after")
+    def _tags_need_a_mode_that_takes_them(self) -> AvailabilityProbe:
+        if self.read_tags and self.read_preference == "primary":
+            raise FieldProblem(("read_tags",), "read_preference primary takes no tag sets "
+                               "(MongoDB refuses them): choose nearest, secondary, "
+                               "...")  # fmt: skip
+        return self
 
 
 class FailoverProbe(Strict):

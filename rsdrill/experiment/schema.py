@@ -426,6 +426,23 @@ class Experiment(Strict):
         return self
 
     @model_validator(mode="after")
+    def _read_tags_name_members(self) -> Experiment:
+        """On a set rsdrill builds, a tag set no member holds would select no member: every
+        read would fail, whatever the faults."""
+        probe = self.probes.availability
+        if probe is None or member_source(self.target.platform) != "built":
+            return self
+        held = {("zone", z) for z in self.target.zones}
+        for i, tags in enumerate(probe.read_tags):
+            missing = [f"{k}: {v}" for k, v in tags.items() if (k, v) not in held]
+            if missing:
+                has = ", ".join(f"zone: {z}" for z in dict.fromkeys(self.target.zones))
+                raise FieldProblem(("probes", "availability", "read_tags", i), f"no member has "
+                                   f"the tag {missing[0]} (the members' tags: "
+                                   f"{has or 'none: give them zones, target.zones'})")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
     def _steps_are_distinct(self) -> Experiment:
         names = [step.name for step in self.steps]
         for i, name in enumerate(names):

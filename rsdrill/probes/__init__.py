@@ -131,7 +131,7 @@ class ProbeSet:
                     ReadLoop(self.history, self.clock, uri=self.uri,
                              collection=f"{self.prefix}_read", interval_s=a.interval,
                              timeout_s=a.timeout, read_preference=a.read_preference,
-                             retries=a.retries)
+                             retries=a.retries, read_tags=a.read_tags)
                 )  # fmt: skip
         if c.durability is not None:
             d, collection = c.durability, self._ledger_collection()

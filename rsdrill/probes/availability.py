@@ -8,10 +8,12 @@ application with retryable writes/reads experiences.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pymongo import MongoClient, WriteConcern
 from pymongo.collection import Collection
+from pymongo.read_preferences import make_read_preference, read_pref_mode_from_name
 
 from rsdrill.history import History, RunClock
 from rsdrill.probes.base import Probe, ServedBy, classify, timed
@@ -117,6 +119,7 @@ class ReadLoop(Probe):
         timeout_s: float,
         read_preference: str,
         retries: bool,
+        read_tags: Sequence[Mapping[str, str]] = (),
     ) -> None:
         super().__init__(history, clock, interval_s)
         self._served = ServedBy()
@@ -128,7 +131,10 @@ class ReadLoop(Probe):
             read_preference=read_preference,
             listener=self._served,
         )
-        self.collection = self._client[PROBE_DB][collection]
+        # The mode with its tag sets, selected by pymongo's own server selection.
+        mode = make_read_preference(read_pref_mode_from_name(read_preference),
+                                    [dict(t) for t in read_tags] or None)  # fmt: skip
+        self.collection = self._client[PROBE_DB].get_collection(collection, read_preference=mode)
 
     def tick(self) -> None:
         self._served.reset()
