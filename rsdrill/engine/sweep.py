@@ -73,26 +73,28 @@ def _unit(metric: str) -> str:
 
 
 def render_table(cells: list[Cell], table: MatrixTable) -> str:
-    """A Markdown table: `rows` down, `columns` across, the metric in each cell."""
+    """A Markdown table: `rows` down; across, `columns` (the metric in each cell) or each of
+    `metrics`."""
     rows = list(dict.fromkeys(c.parameters[table.rows] for c in cells))
-    columns = (
-        list(dict.fromkeys(c.parameters[table.columns] for c in cells)) if table.columns else [None]
-    )
-    header = [table.rows] + [f"{table.columns}={c}" if table.columns else table.metric
-                             for c in columns]  # fmt: skip
+    across: list[tuple[MatrixValue | None, str]]
+    if table.columns is not None:
+        across = [(c, table.shown[0]) for c in dict.fromkeys(c.parameters[table.columns]
+                                                             for c in cells)]  # fmt: skip
+        header = [table.rows] + [f"{table.columns}={c}" for c, _ in across]
+    else:
+        across = [(None, metric) for metric in table.shown]
+        header = [table.rows, *table.shown]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         values = []
-        for column in columns:
+        for column, metric in across:
             matching = [
                 c
                 for c in cells
                 if c.parameters[table.rows] == row
                 and (table.columns is None or c.parameters[table.columns] == column)
             ]
-            values.append(
-                ", ".join(_show(_value(c, table.metric), table.metric) for c in matching) or "-"
-            )
+            values.append(", ".join(_show(_value(c, metric), metric) for c in matching) or "-")
         lines.append(f"| {row} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
@@ -105,7 +107,7 @@ def write_summary(cells: list[Cell], table: MatrixTable | None, out_dir: Path) -
         lines.append(f"| {c.out_dir.name} | {params} | {c.result.verdict} |")
     text = "\n".join(lines)
     if table is not None:
-        text = f"{render_table(cells, table)}\n\n({table.metric})\n\n{text}"
+        text = f"{render_table(cells, table)}\n\n({', '.join(table.shown)})\n\n{text}"
     (out_dir / "matrix.md").write_text(text + "\n")
     (out_dir / "matrix.json").write_text(json.dumps([
         {"run": c.out_dir.name, "parameters": c.parameters, "verdict": c.result.verdict,

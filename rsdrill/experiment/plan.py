@@ -200,7 +200,7 @@ def _describe_matrix(exp: Experiment) -> list[str]:
     if exp.matrix.table:
         t = exp.matrix.table
         across = f", {t.columns} across" if t.columns else ""
-        lines.append(f"table of {t.metric}: {t.rows} down{across}")
+        lines.append(f"table of {', '.join(t.shown)}: {t.rows} down{across}")
     return lines
 
 

@@ -249,7 +249,26 @@ class MatrixTable(Strict):
 
     rows: str = Field(description="the parameter whose values are the rows")
     columns: str | None = Field(None, description="the parameter whose values are the columns")
-    metric: str = Field(description="what each cell shows, e.g. recovery_s.max")
+    metric: str | None = Field(None, description="what each cell shows, e.g. recovery_s.max")
+    metrics: tuple[str, ...] = Field(
+        (),
+        description="instead of metric, without columns: one column per metric, e.g. "
+        "[lost_acknowledged_writes, write_unavailable_s] (RPO and RTO per setting)",
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_name_the_metrics(self) -> MatrixTable:
+        if (self.metric is None) == (not self.metrics):
+            raise FieldProblem(("metric",), "give either metric (one per cell) or metrics (a "
+                               "column each)")  # fmt: skip
+        if self.metrics and self.columns is not None:
+            raise FieldProblem(("metrics",), "a column each: not with columns (give metric)")
+        return self
+
+    @property
+    def shown(self) -> tuple[str, ...]:
+        """The metrics the table shows."""
+        return (self.metric,) if self.metric is not None else self.metrics
 
 
 class Matrix(Strict):
@@ -265,8 +284,14 @@ class Matrix(Strict):
     def _table_names_parameters(self) -> Matrix:
         from rsdrill.analysis.slo import known_metric
 
-        if self.table is not None and not known_metric(self.table.metric):
-            raise FieldProblem(("table", "metric"), f"unknown metric {self.table.metric!r}")
+        for i, metric in enumerate(self.table.shown if self.table is not None else ()):
+            if not known_metric(metric):
+                at = (
+                    ("table", "metric")
+                    if self.table and self.table.metric
+                    else ("table", "metrics", i)
+                )
+                raise FieldProblem(at, f"unknown metric {metric!r}")  # fmt: skip
         if self.table is not None:
             for axis in ("rows", "columns"):
                 name = getattr(self.table, axis)

@@ -19,6 +19,7 @@ from rsdrill.result import Result
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import ReplSetSpec
 
+REPO = Path(__file__).resolve().parents[2]
 TARGET = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s", "keep": True,
           "zones": ["east", "east", "west"]}  # fmt: skip
 
@@ -102,3 +103,30 @@ def test_losing_one_zone_of_three_keeps_reads_in_the_others_and_every_majority_w
     assert m.failover_s is not None and m.failover_s < 5.0, m
     assert m.lost_acknowledged_writes == 0, m
     assert m.read_unavailable_s is not None and m.read_unavailable_s <= 2 * 0.02 + 0.05, m
+
+
+def test_the_write_concern_decides_what_a_cut_off_zone_costs(tmp_path: Path) -> None:
+    # The catalog's matrix, shortened: the primary's zone cut off from the others for 3 s
+    # (1 s election timeout), at w:1 and at w:majority.
+    from rsdrill.engine.sweep import run_sweep, write_summary
+    from rsdrill.experiment.loader import load_experiment
+
+    exp = load_experiment(REPO / "experiments" / "zone-outage-w1-vs-majority.yaml")
+    document = exp.model_dump(mode="json", exclude_defaults=True)
+    document["target"].update(election_timeout="1s")
+    document["faults"][0].update(at=1.0, duration=3.0)
+    document["observe"] = {"after_revert": 3.0}
+    exp = Experiment.model_validate(document)
+    options = RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path)
+    cells = run_sweep(exp, options)
+    by_w = {c.parameters["probes.availability.write_concern"]: c.result for c in cells}
+    assert all(r.exit_code == 0 for r in by_w.values()), [r.error for r in by_w.values()]
+    w1, majority = by_w[1].metrics, by_w["majority"].metrics
+    # MongoDB's rules: the cut-off primary acknowledged w:1 writes that the zone's return rolled
+    # back; nothing it took alone was acknowledged at w:majority.
+    assert w1.rolled_back_acknowledged_writes, w1
+    assert majority.rolled_back_acknowledged_writes == 0, majority
+    assert exp.matrix is not None
+    table = write_summary(cells, exp.matrix.table, tmp_path / "out")
+    assert "| probes.availability.write_concern | rolled_back_acknowledged_writes | " in table
+    print(table)

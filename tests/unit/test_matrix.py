@@ -124,3 +124,39 @@ def test_cells_carry_the_metrics_own_unit() -> None:
     p99 = MatrixTable(rows="target.data_mb", metric="latency_ms.p99")
     cells = [with_metrics(1, latency_ms={"p99": 1881.04})]
     assert render_table(cells, p99).splitlines()[2:] == ["| 1 | 1881.0 ms |"]
+
+
+def test_a_table_of_several_metrics_has_a_column_each() -> None:
+    def with_metrics(w: object, **metrics: object) -> Cell:
+        result = Result(
+            experiment="sweep", verdict="pass", exit_code=0, started_at="", duration_s=1,
+            target=TargetInfo(platform="sandbox", topology="rs3", uri=""),
+            metrics=Metrics.model_validate(metrics),
+        )  # fmt: skip
+        return Cell({"probes.availability.write_concern": w}, result, Path("x"))
+
+    table = MatrixTable(rows="probes.availability.write_concern",
+                        metrics=("lost_acknowledged_writes", "write_unavailable_s"))  # fmt: skip
+    cells = [
+        with_metrics(1, lost_acknowledged_writes=12, write_unavailable_s=1.5),
+        with_metrics("majority", lost_acknowledged_writes=0, write_unavailable_s=2.25),
+    ]
+    assert render_table(cells, table).splitlines() == [
+        "| probes.availability.write_concern | lost_acknowledged_writes | write_unavailable_s |",
+        "|---|---|---|",
+        "| 1 | 12 | 1.50 s |",
+        "| majority | 0 | 2.25 s |",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({}, r"give either metric \(one per cell\) or metrics \(a column each\)"),
+        ({"metric": "failover_s", "metrics": ("failover_s",)}, "give either metric"),
+        ({"columns": "b", "metrics": ("failover_s",)}, "not with columns"),
+    ],
+)
+def test_a_table_names_its_metrics_one_way(fields: dict[str, object], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        MatrixTable.model_validate({"rows": "a", **fields})
