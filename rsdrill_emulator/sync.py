@@ -31,6 +31,10 @@ from rsdrill_emulator.peer import PeerError
 # for long (a clone batch of 8 MiB took 40 ms to read and encode on an idle machine, 1 MiB 3 ms):
 # mongod serves a clone from threads of its own, beside the writes.
 FETCH_MAX_BYTES = 1024 * 1024
+# mongod's oplogNetworkTimeoutBufferSeconds: its fetcher's socket timeout is the time a source
+# may hold a getMore (half the election timeout, at most 30 s) plus this. A source cut off by
+# the network is given up then, whatever this emulator's shorter wait.
+NETWORK_TIMEOUT_BUFFER_S = 5.0
 CLONE_BATCH_BYTES = 1024 * 1024
 
 STALE = "OplogStartMissing"
@@ -174,7 +178,7 @@ async def fetch_once(node: Node, source: str, wait_s: float) -> dict[str, Any]:
         source,
         _fetch_request(node, after, maxWaitMS=int(wait_s * 1000)),
         purpose="fetch",
-        timeout=wait_s + node.spec.settings.heartbeat_timeout_s,
+        timeout=min(node.spec.settings.election_timeout_ms / 2000, 30) + NETWORK_TIMEOUT_BUFFER_S,
     )
     node.observe_term(int(reply.get("term", 0)), source)
     if not reply.get("ok"):
