@@ -30,7 +30,7 @@ class _Member:
         self.oplog = [OpTime(1, 100, 1)]
         self.last_durable = self.oplog[-1]
         self.last_applied_wall = None
-        self.spec = SimpleNamespace(settings=SimpleNamespace(heartbeat_timeout_s=1.0))
+        self.spec = SimpleNamespace(settings=SimpleNamespace(election_timeout_ms=1000))
         self.peer_calls = SimpleNamespace(call=self._call)
         self.writes_meanwhile = writes_meanwhile
 
