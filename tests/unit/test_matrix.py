@@ -8,7 +8,7 @@ import pytest
 
 from rsdrill.engine.sweep import Cell, exit_code, render_table
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
-from rsdrill.experiment.schema import MatrixTable, set_path
+from rsdrill.experiment.schema import MatrixTable, MatrixValue, set_path
 from rsdrill.result import Metrics, Result, TargetInfo
 
 BASE = """
@@ -109,14 +109,19 @@ def test_table_pivots_rows_and_columns() -> None:
     assert exit_code([*cells, _cell(80, "keep", None, verdict="error")]) == 4
 
 
+def _measured(parameter: str, value: MatrixValue, **metrics: object) -> Cell:
+    """A passed run of `parameter=value` that measured `metrics`."""
+    result = Result(
+        experiment="sweep", verdict="pass", exit_code=0, started_at="", duration_s=1,
+        target=TargetInfo(platform="sandbox", topology="rs3", uri=""),
+        metrics=Metrics.model_validate(metrics),
+    )  # fmt: skip
+    return Cell({parameter: value}, result, Path("x"))
+
+
 def test_cells_carry_the_metrics_own_unit() -> None:
     def with_metrics(data: int, **metrics: object) -> Cell:
-        result = Result(
-            experiment="sweep", verdict="pass", exit_code=0, started_at="", duration_s=1,
-            target=TargetInfo(platform="sandbox", topology="rs3", uri=""),
-            metrics=Metrics.model_validate(metrics),
-        )  # fmt: skip
-        return Cell({"target.data_mb": data}, result, Path("x"))
+        return _measured("target.data_mb", data, **metrics)
 
     lost = MatrixTable(rows="target.data_mb", metric="lost_acknowledged_writes")
     cells = [with_metrics(1, lost_acknowledged_writes=6), with_metrics(2)]
@@ -127,13 +132,8 @@ def test_cells_carry_the_metrics_own_unit() -> None:
 
 
 def test_a_table_of_several_metrics_has_a_column_each() -> None:
-    def with_metrics(w: object, **metrics: object) -> Cell:
-        result = Result(
-            experiment="sweep", verdict="pass", exit_code=0, started_at="", duration_s=1,
-            target=TargetInfo(platform="sandbox", topology="rs3", uri=""),
-            metrics=Metrics.model_validate(metrics),
-        )  # fmt: skip
-        return Cell({"probes.availability.write_concern": w}, result, Path("x"))
+    def with_metrics(w: MatrixValue, **metrics: object) -> Cell:
+        return _measured("probes.availability.write_concern", w, **metrics)
 
     table = MatrixTable(rows="probes.availability.write_concern",
                         metrics=("lost_acknowledged_writes", "write_unavailable_s"))  # fmt: skip
