@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from bson.timestamp import Timestamp
+
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError, action_options
 from rsdrill.deployment import read_placements
 from rsdrill.domains import voters_by_zone
@@ -68,9 +70,10 @@ def _config(hosts: Sequence[str], options: ConnectOptions) -> dict[str, Any]:
     raise TargetError(f"no member gave its replica-set config ({', '.join(hosts)})")
 
 
-def _applied(status: Mapping[str, Any]) -> tuple[int, Any]:
+def _applied(status: Mapping[str, Any]) -> tuple[int, Timestamp]:
+    """A member's newest applied optime (the oldest possible when its status was not read)."""
     optime = (status.get("optimes") or {}).get("appliedOpTime") or {}
-    return int(optime.get("t", -1)), optime.get("ts")
+    return int(optime.get("t", -1)), optime.get("ts") or Timestamp(0, 0)
 
 
 def _writable_primary(hosts: Sequence[str], options: ConnectOptions) -> str | None:
@@ -133,10 +136,10 @@ class MajorityRecovery:
         assert self.done is not None
         self._hosts, self._options = list(hosts), options
         states = {h: member_state(h, ASK_TIMEOUT_S, options=options) for h in hosts}
+        if all(state == DOWN for state in states.values()):
+            raise TargetError("recovery.force_reconfig: no member answers: nothing to reconfigure")
         config = _config([h for h in hosts if states[h] != DOWN], options)
         survivors = [m for m in config["members"] if states.get(m["host"], DOWN) != DOWN]
-        if not survivors:
-            raise TargetError("recovery.force_reconfig: no member answers: nothing to reconfigure")
         statuses = {m["host"]: _command(m["host"], options, {"replSetGetStatus": 1},
                                         ASK_TIMEOUT_S) or {} for m in survivors}  # fmt: skip
         freshest = max(statuses, key=lambda h: _applied(statuses[h]))
