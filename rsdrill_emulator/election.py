@@ -190,8 +190,11 @@ async def handle_request_votes(node: Node, cmd: dict[str, Any]) -> dict[str, Any
     granted = not reason
     if granted and not dry_run:
         node.voted = (term, candidate)
-        await node.persist_term()
+        # The timer first: while the vote is made durable, this member's own expired timer
+        # would stand it in the next term and depose the candidate it is voting for (CI46:
+        # 10 s more without a primary, a second election timeout).
         node.reset_election_timer()
+        await node.persist_term()
     node.events.emit("vote", term=term, candidate=candidate, dry_run=dry_run, granted=granted)
     return {
         "term": Int64(node.term),
