@@ -87,7 +87,7 @@ def test_losing_one_zone_of_three_keeps_reads_in_the_others_and_every_majority_w
     # 20 ms interval; without the tags, nearest reads met the hung member: 0.27-0.53 s).
     spec = {
         "name": "zones-rs3-lose-one",
-        "target": {**TARGET, "zones": ["a", "b", "c"]},
+        "target": {**TARGET, "keep": False, "zones": ["a", "b", "c"]},
         "probes": {"availability": {"interval": "20ms", "read_preference": "nearest",
                                     "read_tags": [{"zone": "b"}, {"zone": "c"}]},
                    "durability": {"write_concern": "majority"}},
@@ -142,7 +142,7 @@ def test_the_secondary_syncing_from_a_cut_off_zone_gives_it_up_as_mongod_does(
     # emulator kept mongod's rule, 9.92 s: the whole cut.
     spec = {
         "name": "zone-cut-majority",
-        "target": {**TARGET, "zones": ["a", "b", "c"]},
+        "target": {**TARGET, "keep": False, "zones": ["a", "b", "c"]},
         "probes": {"availability": {"interval": "20ms", "write_concern": "majority"}},
         "faults": [{"at": "1s", "kind": "network-partition", "select": {"zone": "a"},
                     "isolate_from": "members", "direction": "both", "duration": "9s"}],
