@@ -56,11 +56,17 @@ def _before_rsdrill_took_over(err: str) -> bool:
     """A KeyboardInterrupt raised before rsdrill's entry point could install its handler: Python's
     own start-up (site and the .pth files it runs), the launcher pip wrote (its `from
     rsdrill.cli.entry import main`), or the module-level imports that runs. No frame of the
-    traceback is inside a function of rsdrill's."""
+    traceback is inside a function of rsdrill's.
+
+    Or one Python itself dropped there: raised inside a callback (importlib's module-lock weakref)
+    it is printed as "Exception ignored in" and lost, and the run then goes on to its end. Only
+    Python's default handler raises: once rsdrill's is in place, SIGINT never becomes an
+    exception that could be dropped like that."""
     frames = re.findall(r'^\s*File "([^"]+)", line \d+, in (\S+)', err, re.MULTILINE)
     package = str(Path(rsdrill.__file__).parent)
+    dropped = err.startswith("Exception ignored in") and "\nKeyboardInterrupt" in err
     return (
-        err.rstrip().endswith("KeyboardInterrupt")
+        (err.rstrip().endswith("KeyboardInterrupt") or dropped)
         and bool(frames)
         and not any(path.startswith(package) and fn != "<module>" for path, fn in frames)
     )
