@@ -5,6 +5,7 @@ Prints, per kill and in summary, the client-side time from the kill to the first
 w:majority write, the ground truth from the new primary's event log (kill → election won →
 writable), and the elections it took (more than one: split votes, where each candidate voted for
 itself). Usage: python bench/failover.py [--kills 10] [--election-timeout 10000] [--freeze]
+[--heartbeat-interval 2000]
 """
 
 from __future__ import annotations
@@ -55,11 +56,9 @@ def _elections_since(sandbox: Sandbox, spec: ReplSetSpec, since: float) -> tuple
 
 
 def run(
-    kills: int, election_timeout_ms: int, port_base: int, freeze: bool = False
+    kills: int, settings: Settings, port_base: int, freeze: bool = False
 ) -> list[dict[str, float]]:
-    spec = build_topology(
-        "rs3", port_base=port_base, settings=Settings(election_timeout_ms=election_timeout_ms)
-    )
+    spec = build_topology("rs3", port_base=port_base, settings=settings)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         sandbox = up(Path(tmp) / "sandbox", spec, EmulatorEngine())
@@ -128,10 +127,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--election-timeout", type=int, default=10_000)
+    parser.add_argument("--heartbeat-interval", type=int, default=2000)
     parser.add_argument("--port-base", type=int, default=29317)
     parser.add_argument("--freeze", action="store_true", help="SIGSTOP the primary, not SIGKILL")
     args = parser.parse_args()
-    rows = run(args.kills, args.election_timeout, args.port_base, args.freeze)
+    settings = Settings(
+        election_timeout_ms=args.election_timeout, heartbeat_interval_ms=args.heartbeat_interval
+    )
+    rows = run(args.kills, settings, args.port_base, args.freeze)
     timeout_s = args.election_timeout / 1000
     # MongoDB's bounds: electionTimeout less one heartbeat (never below half of it) up to
     # 1.15 x electionTimeout + 1.2 s, plus 0.5 s for a client to find the new primary.

@@ -123,6 +123,11 @@ async def _become_primary(
         "electionTimeoutMillis": Int64(node.spec.settings.election_timeout_ms),
     }
     node.set_state(MemberState.PRIMARY, reason="won election")
+    # As mongod restarting its heartbeats on a win: every member's liveness counts from now, so
+    # the new primary's first majority check comes one election timeout after its heartbeats.
+    now = time.monotonic()
+    for peer in node.peers.values():
+        peer.last_contact_mono = now
     replconfig.on_step_up(node)
     node.set_primary_host(node.host)
     node.events.emit("election_won", term=term)

@@ -73,6 +73,10 @@ def absorb(node: Node, doc: dict[str, Any], *, is_response: bool) -> None:
     if state is MemberState.PRIMARY and term >= node.term:
         if node.state is MemberState.PRIMARY and node.host != host:
             node.step_down(reason=f"{host} is primary in term {term}")
+        if not is_response and node.primary_host != host:
+            # A new primary's heartbeat: answer with ours at once (mongod restarts the
+            # heartbeats it has not sent yet), so the new primary hears from us in time.
+            node.heartbeat_now.fire()
         node.set_primary_host(host)
         if term == node.term:
             node.reset_election_timer()
@@ -145,15 +149,32 @@ def mark_unreachable(node: Node, host: str) -> None:
         node.bump_topology()
 
 
+def heartbeat_interval_s(node: Node) -> float:
+    """mongod's: heartbeatIntervalMillis, but a member that has lost its sync source (and is not
+    primary) looks for one at a quarter of it, and an arbiter at most every half election
+    timeout (each capped at half the election timeout)."""
+    interval = node.spec.settings.heartbeat_interval_ms / 1000
+    half_election = node.spec.settings.election_timeout_ms / 2000
+    if node.state is MemberState.PRIMARY:
+        return interval
+    if node.is_arbiter:
+        return min(half_election, interval)
+    if not node.sync_source:
+        return min(half_election, interval / 4)
+    return interval
+
+
 async def heartbeat_loop(node: Node, host: str) -> None:
     """Heartbeat one peer forever, every interval (sooner when asked to)."""
-    interval = node.spec.settings.heartbeat_interval_ms / 1000
-    timeout = node.spec.settings.heartbeat_timeout_s
+    # A frozen peer holds one heartbeat at most two configured intervals, not the whole timeout.
+    wait = min(
+        node.spec.settings.heartbeat_timeout_s, node.spec.settings.heartbeat_interval_ms / 500
+    )
     while True:
+        interval = heartbeat_interval_s(node)
         started = time.monotonic()
         try:
             request = heartbeat_request(node)
-            wait = min(timeout, interval * 2)
             reply = await node.peer_calls.call(host, request, purpose="heartbeat", timeout=wait)
             if reply.get("ok"):
                 replconfig.learn(node, reply.get("config"), source=host)

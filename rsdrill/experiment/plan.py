@@ -232,7 +232,7 @@ def _timeline(steps: list[PlannedStep]) -> list[str]:
 
 def _warnings(exp: Experiment) -> list[str]:
     """The plan's notes: a fault before the steady state, the balancer held for the run, the
-    runbook of a lost majority."""
+    runbook of a lost majority, timings under which a new primary cannot stay."""
     notes = []
     first = min(f.at for f in exp.faults)
     if first < exp.observe.steady_state:
@@ -242,6 +242,8 @@ def _warnings(exp: Experiment) -> list[str]:
         )
     if exp.guards.stop_balancer:
         notes.append(_balancer_note(exp.target))
+    if (liveness := _liveness_note(exp.target)) is not None:
+        notes.append(liveness)
     if exp.recovery is not None:
         notes.append(
             f"recovery: {_secs(exp.recovery.force_reconfig.after)} after the faults leave "
@@ -250,6 +252,24 @@ def _warnings(exp: Experiment) -> list[str]:
             "without a vote, then its vote once SECONDARY"
         )
     return notes
+
+
+def _liveness_note(target: Target) -> str | None:
+    """An election timeout no longer than the heartbeat interval: a primary steps down when a
+    majority has not been heard from within the election timeout, and a secondary waiting on a
+    frozen or cut-off sync source is heard from by its heartbeats only."""
+    election = target.election_timeout
+    if election is None or target.topology in ("rs1", "standalone"):
+        return None
+    heartbeat = target.heartbeat_interval or _DEFAULT_HEARTBEAT_INTERVAL_S
+    if heartbeat < election:
+        return None
+    return (
+        f"note: the heartbeat interval ({_secs(heartbeat)}) is not shorter than the election "
+        f"timeout ({_secs(election)}): while a secondary's sync source is frozen or cut off, a "
+        "new primary hears from it too rarely and steps down again and again, as mongod's "
+        "would; scale both (MongoDB's defaults: 2 s of 10 s)"
+    )
 
 
 def _balancer_note(target: Target) -> str:

@@ -362,3 +362,19 @@ def test_zones_for_a_sharded_sandbox_or_more_zones_than_members_are_refused() ->
     sharded = HEADER.replace("rs3", "sharded") + "  zones: [a, b]\n"
     with pytest.raises(ExperimentError, match="zones"):
         experiment("  - {at: 5s, kind: stepdown, select: {shard: shard0}}\n", header=sharded)
+
+
+@pytest.mark.parametrize(
+    ("timings", "noted"),
+    [
+        ("  election_timeout: 1s\n", True),  # the default 2 s heartbeat
+        ("  election_timeout: 2s\n  heartbeat_interval: 2s\n", True),
+        ("  election_timeout: 1s\n  heartbeat_interval: 200ms\n", False),
+        ("", False),  # MongoDB's defaults: 2 s of 10 s
+    ],
+)
+def test_render_notes_an_election_timeout_no_longer_than_the_heartbeat(
+    timings: str, noted: bool
+) -> None:
+    text = render_plan(experiment("  - {at: 5s, kind: stepdown}\n", header=HEADER + timings))
+    assert ("is not shorter than the election timeout" in text) is noted, text
