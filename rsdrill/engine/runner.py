@@ -441,8 +441,12 @@ class Runner:
                 self._sleep_until(at_s)
 
     def _inject(self, action: Action, target: RunTarget, journal: Journal) -> None:
+        """Inject the fault on every member its selection names, then verify each: the members
+        of a zone (or a `count:`) are hit together, not one per verification (a partition's
+        takes about a second, long enough for an election among the rest)."""
         fault = self.exp.faults[action.index]
         states, hosts = self._select(fault, target)
+        injected: list[tuple[str, FaultRecord, Injector]] = []
         for host in hosts:
             self._check_abort()  # a `count:` fault stops between members too
             injector = _injector(fault, host, target)
@@ -467,6 +471,8 @@ class Runner:
             self.state.in_force_s.setdefault(action.index, []).append(applied_at)
             journal.write("applied", key=key)
             self.live.event(f"injected {fault.kind} on {host}")
+            injected.append((host, record, injector))
+        for host, record, injector in injected:
             if not injector.verify(VERIFY_TIMEOUT_S):
                 raise InjectionError(
                     f"{fault.kind} on {host} did not take effect within {VERIFY_TIMEOUT_S:.0f}s"

@@ -36,6 +36,7 @@ from rsdrill.faults.network_partition import NetworkPartitionFault
 from rsdrill.faults.spec import KindSpec
 from rsdrill.faults.stepdown import StepdownFault
 from rsdrill.faults.volume_detach import VolumeDetachFault
+from rsdrill.faults.zone_outage import ZoneOutageFault
 
 Fault = Union[  # noqa: UP007  # the order of the tables
     HostKillFault,
@@ -51,6 +52,7 @@ Fault = Union[  # noqa: UP007  # the order of the tables
     VolumeDetachFault,
     NetworkPartitionFault,
     NetworkDegradeFault,
+    ZoneOutageFault,
     DataLossFault,
 ]
 """A fault of any kind (validated from a file, its platform sections added: see
@@ -111,5 +113,6 @@ __all__ = [
     "Selection",
     "StepdownFault",
     "VolumeDetachFault",
+    "ZoneOutageFault",
     "describe_selection",
 ]

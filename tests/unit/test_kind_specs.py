@@ -81,6 +81,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
     ),
     "network-partition": ({}, {"isolate_from": "all"}),
     "mongodb-fail-command": ({"error_code": 6},),
+    "zone-outage": ({"select": {"zone": "a"}, "target": {"zones": ["a", "b", "c"]}},),
     "network-degrade": (
         {"latency": "50ms"},
         {"latency": "50ms", "direction": "outbound"},

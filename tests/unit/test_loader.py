@@ -114,7 +114,7 @@ def test_error_string_and_attributes() -> None:
         "unknown value 'host-kil'; did you mean 'host-kill'? "
         "(one of host-kill, host-freeze, stepdown, mongodb-fail-command, clock-skew, "
         "cpu-starve, memory-pressure, disk-fill, disk-fault, iops-throttle, volume-detach, "
-        "network-partition, network-degrade, data-loss)"
+        "network-partition, network-degrade, zone-outage, data-loss)"
     )
     assert str(err) == f"exp.yaml:6:11: faults[0].kind: {err.problem}"
 
@@ -350,7 +350,7 @@ def test_misspelt_key_inside_a_union() -> None:
             "unknown value 'STEPDOWN'; did you mean 'stepdown'? "
             "(one of host-kill, host-freeze, stepdown, mongodb-fail-command, clock-skew, "
             "cpu-starve, memory-pressure, disk-fill, disk-fault, iops-throttle, volume-detach, "
-            "network-partition, network-degrade, data-loss)",
+            "network-partition, network-degrade, zone-outage, data-loss)",
         ),
         (
             "kind: stepdown",
@@ -358,7 +358,7 @@ def test_misspelt_key_inside_a_union() -> None:
             (6, 11, "faults[0].kind"),
             "expected host-kill, host-freeze, stepdown, mongodb-fail-command, clock-skew, "
             "cpu-starve, memory-pressure, disk-fill, disk-fault, iops-throttle, volume-detach, "
-            "network-partition, network-degrade or data-loss, not 5",
+            "network-partition, network-degrade, zone-outage or data-loss, not 5",
         ),
         (
             "kind: stepdown",

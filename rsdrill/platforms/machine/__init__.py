@@ -8,6 +8,7 @@ INJECTORS: dict[str, str] = {
     "iops-throttle": "rsdrill.platforms.machine.disk:storage_fault",
     "volume-detach": "rsdrill.platforms.machine.disk:storage_fault",
     "network-partition": "rsdrill.platforms.machine.network:network_partition",
+    "zone-outage": "rsdrill.platforms.machine.zone:zone_outage",
     "network-degrade": "rsdrill.platforms.machine.degrade:network_degrade",
     "data-loss": "rsdrill.platforms.machine.data_loss:data_loss",
     "clock-skew": "rsdrill.platforms.machine.clock:clock_skew",

@@ -103,9 +103,11 @@ class Cut:
         return ruleset(table, [self])
 
 
-def ruleset(table: str, cuts: list[Cut]) -> str:
-    """One table holding every cut of `cuts` (a partition shape cuts several members)."""
-    members = sorted({port for cut in cuts for port in (cut.port, *cut.peers)})
+def ruleset(table: str, cuts: list[Cut], members_also: Iterable[int] = ()) -> str:
+    """One table holding every cut of `cuts` (a partition shape cuts several members).
+    `members_also`: ports of members no cut names whose connections are still a member's, not
+    a client's (a zone's other members, which the zone's cut leaves connected)."""
+    members = sorted({port for cut in cuts for port in (cut.port, *cut.peers)} | set(members_also))
     ports = _set(members)
     classes = _set(netcls.class_id(p) for p in members)
     clients = ", ".join(f"{p} : {netcls.client_mark(p):#x}" for p in members)
@@ -259,11 +261,13 @@ class NetworkPartition:
         direction: Direction,
         shape: PartitionShape = "one",
         flapping: float | None = None,
+        peers: list[str] | None = None,
     ) -> None:
         self.hosts = hosts
         self.target = target
         self.members = members
-        self.peers = [m for m in members if m != target]
+        # The members it is cut from: all the others, or (a zone's outage) those outside it.
+        self.peers = [m for m in members if m != target] if peers is None else peers
         self.ports = [_port(m) for m in members]
         self.cut = Cut(_port(target), tuple(_port(p) for p in self.peers), isolate_from, direction)
         self.shape = shape
@@ -290,7 +294,9 @@ class NetworkPartition:
                 "all": "the other members and its clients"}[self.cut.isolate_from]  # fmt: skip
         how = {"both": "both ways", "inbound": "inbound only (they cannot reach it)",
                "outbound": "outbound only (it cannot reach them)"}[self.cut.direction]  # fmt: skip
-        return f"partition {self.target} from {side}, {how}{flap} (nftables table {self.table})"
+        kept = f", still reaching {', '.join(self._kept())}" if self._kept() else ""
+        return (f"partition {self.target} from {side}{kept}, {how}{flap} "
+                f"(nftables table {self.table})")  # fmt: skip
 
     def revert_action(self) -> dict[str, Any] | None:
         return {
@@ -326,7 +332,7 @@ class NetworkPartition:
             self._flapper.start()
 
     def _cut(self) -> None:
-        _nft(["-f", "-"], ruleset(self.table, self.cuts))
+        _nft(["-f", "-"], ruleset(self.table, self.cuts, self.ports))
         try:
             forget_marked_connections(self.ports)
         except conntrack.ConntrackError as exc:
@@ -374,7 +380,14 @@ class NetworkPartition:
         if peer is None:
             return True  # no peer running: only the client side can be checked
         members_cut = self.cut.isolate_from in ("members", "all")
-        return connects_as(peer, self.target) != members_cut
+        if connects_as(peer, self.target) == members_cut:
+            return False
+        kept = next((m for m in self._kept() if netcls.placed_pids(_port(m))), None)
+        return kept is None or connects_as(kept, self.target)
+
+    def _kept(self) -> list[str]:
+        """The members it stays connected to (the rest of its zone, in a zone's outage)."""
+        return [m for m in self.members if m != self.target and m not in self.peers]
 
     def _shape_holds(self) -> bool:
         """A cut pair cannot connect (either way); a pair the shape leaves can."""

@@ -60,6 +60,13 @@ WAYS: dict[str, tuple[Way, ...]] = {
     "network-partition": (
         Way("nftables on loopback: established connections are cut too; every shape, flapping"),
     ),
+    "zone-outage": (
+        Way(
+            "way kill: SIGKILL of every member process of the zone, restarted on their "
+            "data; way isolate: nftables on loopback cut each of them off from the other "
+            "zones' members and from clients, both ways, links inside the zone kept"
+        ),
+    ),
     "network-degrade": (
         Way(
             "a pacing TCP proxy per member link (nftables redirect); loss as "
