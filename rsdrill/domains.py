@@ -39,18 +39,34 @@ class Placement:
     votes: int
     zone: str | None = None
     region: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
 
 
 def planned(zones: Sequence[str], count: int) -> list[Placement]:
     """A set not built yet (a sandbox of `count` voting members): its members by number."""
-    return [Placement(f"member {i}", 1, zone) for i, zone in enumerate(spread(zones, count))]
+    return [Placement(f"member {i}", 1, zone, tags=(("zone", zone),))
+            for i, zone in enumerate(spread(zones, count))]  # fmt: skip
 
 
 def placement(host: str, votes: int, tags: Mapping[str, str]) -> Placement:
     """A member's domains from its replica-set tags."""
     zone = next((str(tags[k]) for k in ZONE_TAGS if k in tags), None)
     region = next((str(tags[k]) for k in REGION_TAGS if k in tags), None)
-    return Placement(host, votes, zone, region)
+    return Placement(host, votes, zone, region, tuple((str(k), str(v)) for k, v in tags.items()))
+
+
+def domains_held(members: Sequence[Placement], key: str) -> str:
+    """What the members' tags place them in, for a message about a domain nobody is in: their
+    zones, regions or tags (`key`: zone, region or tag)."""
+    if key == "tag":
+        held = dict.fromkeys(f"{k}={v}" for m in members for k, v in m.tags)
+        return f"the members' tags: {', '.join(held)}" if held else "no member has a tag"
+    held = dict.fromkeys(getattr(m, key) for m in members if getattr(m, key))
+    if not held:
+        names = ", ".join(ZONE_TAGS if key == "zone" else REGION_TAGS)
+        return f"no member has a {key} tag ({names})"
+    plural = "zones" if key == "zone" else "regions"
+    return f"the members' {plural}: {', '.join(held)}"
 
 
 def by_zone(members: Sequence[Placement]) -> dict[str, list[Placement]]:
@@ -59,12 +75,6 @@ def by_zone(members: Sequence[Placement]) -> dict[str, list[Placement]]:
     for m in members:
         out.setdefault(m.zone or "", []).append(m)
     return out
-
-
-def voters_by_zone(members: Sequence[Placement]) -> dict[str, int]:
-    """How many voting members each zone holds (zones with only non-voters: 0)."""
-    return {zone: sum(1 for m in held if m.votes)
-            for zone, held in by_zone(members).items() if zone}  # fmt: skip
 
 
 def majority_losing_zones(members: Sequence[Placement]) -> list[str]:

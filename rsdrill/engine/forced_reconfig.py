@@ -25,7 +25,6 @@ from bson.timestamp import Timestamp
 
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError, action_options
 from rsdrill.deployment import read_placements
-from rsdrill.domains import voters_by_zone
 from rsdrill.engine.guards import majority_lost_at
 from rsdrill.engine.journal import Journal
 from rsdrill.errors import GuardRefusal
@@ -122,7 +121,7 @@ class MajorityRecovery:
             return None
         placed = read_placements(hosts, ASK_TIMEOUT_S, options=options)
         voting = sum(1 for p in placed if p.votes)
-        loss_at_s = majority_lost_at(faults, voting, voters_by_zone(placed))
+        loss_at_s = majority_lost_at(faults, voting, placed)
         if loss_at_s is None:
             raise GuardRefusal("recovery", "recovery.force_reconfig: the faults never leave "
                                "fewer than a majority of the voting members up: there is no "

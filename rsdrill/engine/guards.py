@@ -53,10 +53,17 @@ from typing import Any
 from rsdrill import registry
 from rsdrill.connection import COMMAND_NOT_FOUND, ConnectOptions, DirectConnection, WireClientError
 from rsdrill.deployment import config_placements
-from rsdrill.domains import voters_by_zone
+from rsdrill.domains import Placement, domains_held
 from rsdrill.engine.selection import current_states
 from rsdrill.errors import GuardRefusal
-from rsdrill.experiment.schema import Experiment, Fault, SelectCount, SelectMember, SelectZone
+from rsdrill.experiment.schema import (
+    Experiment,
+    Fault,
+    SelectCount,
+    SelectDomain,
+    SelectMember,
+    describe_selection,
+)
 from rsdrill.states import HEALTHY, PRIMARY_LIKE, STANDALONE
 
 ALLOW_ENV = "RSDRILL_ALLOW"
@@ -80,9 +87,9 @@ class DownSpan:
     """The member named by a `member:` selection (the same member counts once)."""
 
 
-def down_spans(faults: Sequence[Fault], zones: Mapping[str, int] | None = None) -> list[DownSpan]:
+def down_spans(faults: Sequence[Fault], placed: Sequence[Placement] = ()) -> list[DownSpan]:
     """The faults that take members down, and when (in seconds from the probes' start);
-    `zones`: the voting members of each zone, for a selection by zone."""
+    `placed`: the members' placements, for a selection by domain (its voting members count)."""
     spans = []
     for i, fault in enumerate(faults):
         if not fault.takes_member_down():
@@ -91,8 +98,8 @@ def down_spans(faults: Sequence[Fault], zones: Mapping[str, int] | None = None) 
         end = math.inf if back is None else fault.at + back
         sel = fault.select
         members = sel.count if isinstance(sel, SelectCount) else 1
-        if isinstance(sel, SelectZone):
-            members = (zones or {}).get(sel.zone, 0)
+        if isinstance(sel, SelectDomain):
+            members = sum(1 for p in placed if p.votes and sel.matches(p))
         host = sel.member if isinstance(sel, SelectMember) else None
         spans.append(DownSpan(i, fault.at, end, members, host))
     return spans
@@ -107,14 +114,13 @@ class Overlap:
     faults: tuple[int, ...]
 
 
-def max_concurrent_down(faults: Sequence[Fault], zones: Mapping[str, int] | None = None
-                        ) -> Overlap:  # fmt: skip
+def max_concurrent_down(faults: Sequence[Fault], placed: Sequence[Placement] = ()) -> Overlap:
     """The largest number of members the schedule has down at once (the earliest such moment).
 
     A fault is in force from its injection (inclusive) to its revert (exclusive): at the same
     instant a revert goes first, as in the runner's schedule.
     """
-    spans = down_spans(faults, zones)
+    spans = down_spans(faults, placed)
     best = Overlap(0, None, ())
     for t in sorted({s.start_s for s in spans}):
         members, active = _down_at(spans, t)
@@ -131,23 +137,23 @@ def _down_at(spans: Sequence[DownSpan], t: float) -> tuple[int, list[DownSpan]]:
 
 
 def majority_lost_at(faults: Sequence[Fault], voting: int,
-                     zones: Mapping[str, int] | None = None) -> float | None:  # fmt: skip
+                     placed: Sequence[Placement] = ()) -> float | None:  # fmt: skip
     """The first moment the schedule leaves fewer than a majority of `voting` members up (None:
     never), counted as `max_concurrent_down` counts."""
-    spans = down_spans(faults, zones)
+    spans = down_spans(faults, placed)
     for t in sorted({s.start_s for s in spans}):
         if voting - min(_down_at(spans, t)[0], voting) < majority(voting):
             return t
     return None
 
 
-def check_zones(faults: Sequence[Fault], zones: Mapping[str, int]) -> None:
-    """Refuse a selection by a zone no member's tags name."""
+def check_domains(faults: Sequence[Fault], placed: Sequence[Placement]) -> None:
+    """Refuse a selection by a domain no member's tags place a member in."""
     for i, fault in enumerate(faults):
-        if isinstance(fault.select, SelectZone) and fault.select.zone not in zones:
-            known = ", ".join(zones) or "none: no member has a zone tag (zone, az, dc, …)"
-            raise GuardRefusal("selection", f"faults[{i}].select.zone: no member is in zone "
-                               f"{fault.select.zone!r} (the members' zones: {known})")  # fmt: skip
+        sel = fault.select
+        if isinstance(sel, SelectDomain) and not any(sel.matches(p) for p in placed):
+            raise GuardRefusal("selection", f"faults[{i}].select.{sel.key}: no member is in "
+                               f"{sel} ({domains_held(placed, sel.key)})")  # fmt: skip
 
 
 def majority(voting: int) -> int:
@@ -156,12 +162,12 @@ def majority(voting: int) -> int:
 
 
 def check_quorum(faults: Sequence[Fault], voting: int, *, allowed: bool,
-                 zones: Mapping[str, int] | None = None) -> str:  # fmt: skip
+                 placed: Sequence[Placement] = ()) -> str:  # fmt: skip
     """Refuse a schedule that leaves fewer than a majority of the voting members up.
 
     Returns what was found (for the run's log) when the run may go ahead.
     """
-    worst = max_concurrent_down(faults, zones)
+    worst = max_concurrent_down(faults, placed)
     needed = majority(voting)
     left = voting - min(worst.members, voting)
     summary = (
@@ -420,10 +426,10 @@ def check_guards(
         voting = sum(1 for m in config.get("members", []) if m.get("votes", 1))
         if not voting:
             raise GuardRefusal("quorum", "replSetGetConfig on the primary lists no voting member")
-        zones = voters_by_zone(config_placements(config))
-        check_zones(exp.faults, zones)
+        placed = config_placements(config)
+        check_domains(exp.faults, placed)
         quorum = check_quorum(exp.faults, voting, allowed=exp.guards.allow_quorum_loss,
-                              zones=zones)  # fmt: skip
+                              placed=placed)  # fmt: skip
         note(f"guard quorum: {quorum}")
         window, unknown = oplog_window(conn)
         oplog = check_oplog_window(exp.faults, window, allowed=exp.guards.allow_oplog_overrun,
@@ -541,8 +547,8 @@ def _fault_summary(faults: Sequence[Fault]) -> str:
             if isinstance(sel, SelectMember)
             else f"{sel.count} member(s)"
             if isinstance(sel, SelectCount)
-            else f"every member of zone {sel.zone}"
-            if isinstance(sel, SelectZone)
+            else describe_selection(sel)
+            if isinstance(sel, SelectDomain)
             else f"the {sel}"
         )
         parts.append(f"{fault.kind} {who} at {_secs(fault.at)}")

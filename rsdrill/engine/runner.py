@@ -36,11 +36,11 @@ from rsdrill.engine.selection import (
     current_states,
     lands_in,
     layout_of,
+    placements_for,
     replica_sets,
     resolve,
     router_states,
     states_from_hellos,
-    zones_for,
 )
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
 from rsdrill.errors import GuardRefusal
@@ -485,11 +485,11 @@ class Runner:
         election runs, a secondary still down) is waited for, up to SELECT_WAIT_S, and the rest
         of the timeline slides by the wait, as it does for a game-day question; a member named
         by its address is not waited for."""
-        started, retried, zones = time.monotonic(), False, zones_for(fault.select, target)
+        started, retried, placed = time.monotonic(), False, placements_for(fault.select, target)
         while True:
             states = self._roles_now(target)
             try:
-                hosts = resolve(fault.select, states, self._layout, zones)
+                hosts = resolve(fault.select, states, self._layout, placed)
             except SelectionError:
                 named = isinstance(fault.select, SelectMember)
                 if named or time.monotonic() - started >= SELECT_WAIT_S:

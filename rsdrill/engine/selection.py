@@ -3,20 +3,21 @@ from the failover probe's latest hello answers when they are fresh."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from rsdrill.connection import AccessRefused, ConnectOptions, answers_hello
 from rsdrill.deployment import read_placements
+from rsdrill.domains import Placement, domains_held
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import (
     Fault,
     SelectCount,
+    SelectDomain,
     Selection,
     SelectMember,
     SelectRouter,
     SelectShard,
-    SelectZone,
     describe_selection,
 )
 from rsdrill.history import Op
@@ -59,13 +60,13 @@ def resolve(
     selection: Selection,
     states: dict[str, str],
     layout: ShardedLayout | None = None,
-    zones: Mapping[str, str | None] | None = None,
+    placed: Sequence[Placement] = (),
 ) -> list[str]:
     """The hosts a selection names, given every member's current state (in config order); of
-    a sharded target (`layout`), routers' too (ROUTER or DOWN); by zone, each member's zone
-    (`zones`)."""
-    if isinstance(selection, SelectZone):
-        return _resolve_zone(selection.zone, states, zones or {})
+    a sharded target (`layout`), routers' too (ROUTER or DOWN); by domain, where each member
+    is (`placed`)."""
+    if isinstance(selection, SelectDomain):
+        return _resolve_domain(selection, states, placed)
     if isinstance(selection, SelectShard | SelectRouter) or selection == "config-primary":
         if layout is None:
             raise SelectionError(f"select {describe_selection(selection)}: not a sharded target")
@@ -93,24 +94,24 @@ def resolve(
     return matches[:1]
 
 
-def zones_for(selection: Selection, target: RunTarget) -> dict[str, str | None] | None:
-    """Each member's zone, from its replica-set tags, when `selection` is by zone."""
-    if not isinstance(selection, SelectZone):
-        return None
-    found = read_placements(list(target.members), 1.0, options=target.connect_options)
-    return {p.host: p.zone for p in found}
+def placements_for(selection: Selection, target: RunTarget) -> list[Placement]:
+    """Where each member is, from its replica-set tags, when `selection` is by domain."""
+    if not isinstance(selection, SelectDomain):
+        return []
+    return read_placements(list(target.members), 1.0, options=target.connect_options)
 
 
-def _resolve_zone(zone: str, states: dict[str, str], zones: Mapping[str, str | None]) -> list[str]:
-    """Every member of the zone that is not down already."""
-    held = [h for h in states if zones.get(h) == zone]
+def _resolve_domain(
+    domain: SelectDomain, states: dict[str, str], placed: Sequence[Placement]
+) -> list[str]:
+    """Every member of the domain that is not down already."""
+    inside = {p.host for p in placed if domain.matches(p)}
+    held = [h for h in states if h in inside]
     if not held:
-        known = ", ".join(sorted({z for z in zones.values() if z}))
-        raise SelectionError(f"no member is in zone {zone!r} (" + (f"zones: {known}" if known
-                             else "no member has a zone tag") + ")")  # fmt: skip
+        raise SelectionError(f"no member is in {domain} ({domains_held(placed, domain.key)})")
     up = [h for h in held if states[h] != DOWN]
     if not up:
-        raise SelectionError(f"every member of zone {zone!r} is down: "
+        raise SelectionError(f"every member of {domain} is down: "
                              f"{_describe({h: states[h] for h in held})}")  # fmt: skip
     return up
 

@@ -4,6 +4,7 @@ and put in words: one `ExperimentError` per problem, at its line and column."""
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -155,7 +156,10 @@ def _is_tag_of(elem: str | int, member: Any) -> bool:
     member = _unwrap(member)
     if typing.get_origin(member) is Literal:
         return str(elem).startswith("literal[")
-    return getattr(member, "__name__", None) == elem
+    name = getattr(member, "__name__", None)
+    # A model with a model validator is tagged by it: "function-after[_check(), Model]".
+    validated = re.fullmatch(r"function-\w+\[.*, (\w+)\]", str(elem))
+    return name == elem or (validated is not None and validated.group(1) == name)
 
 
 def _is_variant(elem: str | int, member: Any) -> bool:

@@ -29,7 +29,7 @@ from rsdrill.experiment.schema import (
     Experiment,
     Fault,
     SelectCount,
-    SelectZone,
+    SelectDomain,
     Target,
     describe_selection,
 )
@@ -103,7 +103,7 @@ def _fault_steps(fault: Fault, platform: str) -> list[PlannedStep]:
     revert_after = fault.revert_after
     if revert_after is None:
         return [inject]
-    many = isinstance(fault.select, SelectZone) or (
+    many = isinstance(fault.select, SelectDomain) or (
         isinstance(fault.select, SelectCount) and fault.select.count > 1
     )
     them = "them" if many else "it"

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from rsdrill import registry
+from rsdrill.domains import planned
 from rsdrill.experiment.catalog import available_kinds, described, opt_in_problem
 from rsdrill.experiment.integrations import GrafanaSection, Notification
 from rsdrill.experiment.probes import Probes
@@ -36,11 +37,11 @@ from rsdrill.faults import (
     HostKillFault,
     Restart,
     SelectCount,
+    SelectDomain,
     Selection,
     SelectMember,
     SelectRouter,
     SelectShard,
-    SelectZone,
     describe_selection,
 )
 from rsdrill.fields import (
@@ -52,6 +53,7 @@ from rsdrill.fields import (
     nested_problem,
     parse_duration,
 )
+from rsdrill.layout import member_count
 from rsdrill.registry import member_source
 
 if TYPE_CHECKING:
@@ -64,10 +66,10 @@ __all__ = [
     "FieldProblem",
     "Restart",
     "SelectCount",
+    "SelectDomain",
     "SelectMember",
     "SelectRouter",
     "SelectShard",
-    "SelectZone",
     "Selection",
     "Strict",
     "describe_selection",
@@ -556,13 +558,14 @@ class Experiment(Strict):
                 raise FieldProblem(("faults", i, "select"), f"{describe_selection(sel)}: a sharded "
                                    f"target's parts (topology: sharded); this one is "
                                    f"{topology}")  # fmt: skip
-            if isinstance(sel, SelectZone) and member_source(self.target.platform) == "built":
-                zones = self.target.zones
-                if sel.zone not in zones:
-                    raise FieldProblem((*("faults", i, "select"), "zone"), f"no member is in "
-                                       f"zone {sel.zone!r}: " + (f"target.zones has "
-                                       f"{', '.join(dict.fromkeys(zones))}" if zones else
-                                       "give the members zones (target.zones)"))  # fmt: skip
+            if isinstance(sel, SelectDomain) and member_source(self.target.platform) == "built":
+                placed = planned(self.target.zones, member_count(topology))
+                if not any(sel.matches(p) for p in placed):
+                    raise FieldProblem((*("faults", i, "select"), sel.key), f"no member is in "
+                                       f"{sel}: " + (f"target.zones has "
+                                       f"{', '.join(dict.fromkeys(self.target.zones))}"
+                                       if self.target.zones else "give the members zones "
+                                       "(target.zones)"))  # fmt: skip
             if (sel == "arbiter" and topology != "psa"
                     and member_source(self.target.platform) == "built"):  # fmt: skip
                 raise FieldProblem(
@@ -602,8 +605,8 @@ class Experiment(Strict):
                 kinds = ", ".join(k for k, s in KINDS.items() if s.sharded)
                 raise FieldProblem(("faults", i, "kind"), f"{fault.kind} on a sharded target is "
                                    f"not there yet: {kinds}")  # fmt: skip
-            if isinstance(sel, SelectZone):
-                raise FieldProblem(where, "select by zone on a sharded target is not there "
+            if isinstance(sel, SelectDomain):
+                raise FieldProblem(where, "select by domain on a sharded target is not there "
                                    "yet (docs/failure-domains.md)")  # fmt: skip
             if sel in ("primary", "secondary", "arbiter") or isinstance(sel, SelectCount):
                 raise FieldProblem(where, f"{describe_selection(sel)} of which replica set? A "

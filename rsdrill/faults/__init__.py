@@ -14,11 +14,11 @@ from typing import Union
 from rsdrill.faults.base import (
     FaultBase,
     SelectCount,
+    SelectDomain,
     Selection,
     SelectMember,
     SelectRouter,
     SelectShard,
-    SelectZone,
     describe_selection,
 )
 from rsdrill.faults.clock_skew import ClockSkewFault
@@ -106,10 +106,10 @@ __all__ = [
     "NetworkPartitionFault",
     "Restart",
     "SelectCount",
+    "SelectDomain",
     "SelectMember",
     "SelectRouter",
     "SelectShard",
-    "SelectZone",
     "Selection",
     "StepdownFault",
     "VolumeDetachFault",

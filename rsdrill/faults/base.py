@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, model_validator
 from rsdrill.fields import Duration, FieldProblem, Role, Strict, format_duration
 
 if TYPE_CHECKING:
+    from rsdrill.domains import Placement
     from rsdrill.faults.spec import KindSpec, LocalTool
     from rsdrill.layout import ShardedLayout
 
@@ -47,18 +48,56 @@ class SelectRouter(Strict):
     mongos: int = Field(ge=1, description="how many routers")
 
 
-class SelectZone(Strict):
-    """Every member of one failure domain: its replica-set tag `zone` (or `az`, `dc`, …; a
-    sandbox's `zones`) says where it lives. docs/failure-domains.md."""
+class SelectDomain(Strict):
+    """Every member of one failure domain, as the members' replica-set tags place them: a zone
+    (tag `zone`, or `az`, `dc`, …; a sandbox's `zones`), a region (tag `region`), or every
+    member whose tags include all of `tag`. One of the three. docs/failure-domains.md."""
 
-    zone: str = Field(min_length=1, description="the zone's name, as the members' tags give it")
+    zone: str | None = Field(
+        None, min_length=1, description="the zone's name, as the members' tags give it"
+    )
+    region: str | None = Field(
+        None, min_length=1, description="the region's name (the members' tag `region`)"
+    )
+    tag: dict[str, str] | None = Field(
+        None, min_length=1, description="replica-set member tags every selected member has"
+    )
+
+    @model_validator(mode="after")
+    def _one_domain(self) -> Self:
+        given = [n for n in ("zone", "region", "tag") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise FieldProblem((), "select one domain: zone, region or tag (not "
+                               f"{' and '.join(given) or 'none'})")  # fmt: skip
+        return self
+
+    @property
+    def key(self) -> str:
+        """The field that names the domain (zone, region or tag), for messages."""
+        return "zone" if self.zone is not None else "region" if self.region is not None else "tag"
+
+    def matches(self, member: Placement) -> bool:
+        """Whether `member` is in this domain."""
+        if self.zone is not None:
+            return member.zone == self.zone
+        if self.region is not None:
+            return member.region == self.region
+        tags = dict(member.tags)
+        return all(tags.get(k) == v for k, v in (self.tag or {}).items())
+
+    def __str__(self) -> str:
+        if self.zone is not None:
+            return f"zone {self.zone}"
+        if self.region is not None:
+            return f"region {self.region}"
+        return "tag " + ", ".join(f"{k}={v}" for k, v in (self.tag or {}).items())
 
 
 ConfigPrimary = Literal["config-primary"]
 """The config server replica set's primary (sharded targets)."""
 
 Selection = (
-    Role | ConfigPrimary | SelectMember | SelectCount | SelectShard | SelectRouter | SelectZone
+    Role | ConfigPrimary | SelectMember | SelectCount | SelectShard | SelectRouter | SelectDomain
 )
 
 
@@ -97,8 +136,12 @@ def describe_selection(selection: Selection) -> str:
     if isinstance(selection, SelectRouter):
         n = selection.mongos
         return f"{'the first router' if n == 1 else f'the first {n} routers'}"
-    if isinstance(selection, SelectZone):
-        return f"every member of zone {selection.zone}"
+    if isinstance(selection, SelectDomain):
+        return (
+            f"every member of {selection}"
+            if selection.tag is None
+            else (f"every member with {selection}")
+        )
     if selection == "config-primary":
         return "the config servers' primary at that moment"
     if selection == "arbiter":

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from rsdrill import registry
-from rsdrill.faults.base import FaultBase, SelectZone
+from rsdrill.faults.base import FaultBase, SelectDomain
 from rsdrill.faults.spec import KindSpec, LocalTool
 from rsdrill.fields import FieldProblem
 
@@ -17,10 +17,11 @@ ZoneWay = Literal["kill", "isolate"]
 class ZoneOutageFault(FaultBase):
     SPEC: ClassVar[KindSpec] = KindSpec(
         "zone-outage",
-        "every member of the selected zone is lost at once for `duration`: its hosts killed "
-        "(a power interruption) or the zone cut off from the other members and the clients "
-        "(its members still reach each other)",
-        fields_doc="`select: {zone: NAME}` (required); `way: kill\\|isolate`",
+        "every member of the selected zone (or region, or tag) is lost at once for "
+        "`duration`: its hosts killed (a power interruption) or the zone cut off from the "
+        "other members and the clients (its members still reach each other)",
+        fields_doc="`select: {zone: NAME}` (or `{region: NAME}`, `{tag: {k: v}}`; required); "
+        "`way: kill\\|isolate`",
         needs_duration=True,
     )
 
@@ -34,8 +35,9 @@ class ZoneOutageFault(FaultBase):
     )
 
     def check(self) -> None:
-        if not isinstance(self.select, SelectZone):
-            raise FieldProblem(("select",), "zone-outage takes a zone: select: {zone: NAME}")
+        if not isinstance(self.select, SelectDomain):
+            raise FieldProblem(("select",), "zone-outage takes a failure domain: select: "
+                               "{zone: NAME}, {region: NAME} or {tag: {KEY: VALUE}}")  # fmt: skip
 
     def local_tools(self) -> tuple[LocalTool, ...]:
         return ("nftables",) if self.way == "isolate" else ()

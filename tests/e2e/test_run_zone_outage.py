@@ -110,6 +110,8 @@ def test_a_zone_outage_without_a_zone_is_refused(tmp_path: Path) -> None:
                            str(tmp_path / "out"), "--no-history", "--no-live"],
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 2, done.stderr
-    assert "bad.yaml:4:5: faults[0].select: zone-outage takes a zone" in done.stderr, done.stderr
+    assert "bad.yaml:4:5: faults[0].select: zone-outage takes a failure domain" in done.stderr, (
+        done.stderr
+    )
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()

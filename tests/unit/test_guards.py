@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 from bson.timestamp import Timestamp
 
+from rsdrill.domains import placement
 from rsdrill.engine.guards import (
     GuardRefusal,
     OplogWindow,
     check_allowlist,
+    check_domains,
     check_oplog_window,
     check_quorum,
-    check_zones,
     majority,
     max_concurrent_down,
     max_lag,
@@ -329,13 +330,27 @@ def test_without_an_allowlist_a_no_or_no_terminal_refuses() -> None:
 
 
 def test_a_zone_counts_its_voting_members_down_and_a_zone_nobody_is_in_is_refused() -> None:
-    zones = {"east": 2, "west": 1}
-    assert max_concurrent_down([kill(5, 10, {"zone": "east"})], zones).members == 2
+    placed = [placement("a:1", 1, {"zone": "east", "region": "eu", "rack": "r1"}),
+              placement("a:2", 1, {"zone": "east", "region": "eu", "rack": "r2"}),
+              placement("a:3", 1, {"zone": "west", "region": "us", "rack": "r1"}),
+              placement("a:4", 0, {"zone": "west", "region": "us"})]  # fmt: skip
+    assert max_concurrent_down([kill(5, 10, {"zone": "east"})], placed).members == 2
     assert max_concurrent_down([kill(5, 10, {"zone": "west"}),
-                                kill(8, 10, "primary")], zones).members == 2  # fmt: skip
+                                kill(8, 10, "primary")], placed).members == 2  # fmt: skip
     with pytest.raises(GuardRefusal, match="leaving 1 of the 3 voting members"):
-        check_quorum([kill(5, 10, {"zone": "east"})], 3, allowed=False, zones=zones)
-    assert check_quorum([kill(5, 10, {"zone": "west"})], 3, allowed=False, zones=zones)
-    check_zones([kill(5, 10, {"zone": "west"})], zones)
-    with pytest.raises(GuardRefusal, match=r"no member is in zone 'north'.*east, west"):
-        check_zones([kill(1, 1), kill(5, 10, {"zone": "north"})], zones)
+        check_quorum([kill(5, 10, {"zone": "east"})], 3, allowed=False, placed=placed)
+    assert check_quorum([kill(5, 10, {"zone": "west"})], 3, allowed=False, placed=placed)
+    check_domains([kill(5, 10, {"zone": "west"})], placed)
+    with pytest.raises(GuardRefusal, match=r"no member is in zone north .*zones: east, west"):
+        check_domains([kill(1, 1), kill(5, 10, {"zone": "north"})], placed)
+    # A region, and tags (all of them): the voting members among them count.
+    assert max_concurrent_down([kill(5, 10, {"region": "us"})], placed).members == 1
+    assert max_concurrent_down([kill(5, 10, {"tag": {"rack": "r1"}})], placed).members == 2
+    assert (
+        max_concurrent_down([kill(5, 10, {"tag": {"rack": "r1", "zone": "east"}})], placed).members
+        == 1
+    )
+    with pytest.raises(GuardRefusal, match=r"select.region: no member is in region ap .*eu, us"):
+        check_domains([kill(5, 10, {"region": "ap"})], placed)
+    with pytest.raises(GuardRefusal, match=r"select.tag: no member is in tag rack=r9 .*rack=r1"):
+        check_domains([kill(5, 10, {"tag": {"rack": "r9"}})], placed)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rsdrill.deployment import read_placements
-from rsdrill.faults import HostKillFault, SelectZone
+from rsdrill.faults import HostKillFault, SelectDomain
 from rsdrill.layout import ShardedLayout, same_set
 from rsdrill.platforms.base import InjectionError, Injector
 from rsdrill.platforms.machine.disk import host_kill
@@ -27,16 +27,16 @@ def zone_outage(target: MachineTarget, fault: ZoneOutageFault, host: str) -> Inj
         kill = HostKillFault(kind="host-kill", at=fault.at, select=fault.select,
                              duration=fault.duration)  # fmt: skip
         return host_kill(target, kill, host)
-    assert isinstance(fault.select, SelectZone)  # the kind's check
+    assert isinstance(fault.select, SelectDomain)  # the kind's check
     layout = getattr(target, "layout", None)
     members = same_set(target.members, layout if isinstance(layout, ShardedLayout) else None, host)
     # Asked of `host` first: the zone's members injected before it no longer answer clients.
     ask = [host, *(m for m in members if m != host)]
-    zones = {p.host: p.zone for p in read_placements(ask, _TAGS_TIMEOUT_S,
-                                                     options=target.connect_options)}  # fmt: skip
-    if zones.get(host) != fault.select.zone:
-        raise InjectionError(f"zone-outage: {host} is not in zone {fault.select.zone!r} "
-                             f"(its tags say {zones.get(host)!r})")  # fmt: skip
-    outside = [m for m in members if zones.get(m) != fault.select.zone]
+    placed = read_placements(ask, _TAGS_TIMEOUT_S, options=target.connect_options)
+    inside = {p.host for p in placed if fault.select.matches(p)}
+    if host not in inside:
+        raise InjectionError(f"zone-outage: {host} is not in {fault.select} (as the members' "
+                             "tags place them now)")  # fmt: skip
+    outside = [m for m in members if m not in inside]
     return NetworkPartition(target.hosts, host, members, isolate_from="all", direction="both",
                             peers=outside)  # fmt: skip
