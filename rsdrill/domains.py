@@ -10,7 +10,7 @@ returns or by a forced reconfiguration of the survivors.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ZONE_TAGS = ("zone", "az", "dc", "datacenter", "rack")
 """Member tag names read as the member's zone, first found wins (MongoDB prescribes none; these
@@ -53,6 +53,17 @@ def placement(host: str, votes: int, tags: Mapping[str, str]) -> Placement:
     zone = next((str(tags[k]) for k in ZONE_TAGS if k in tags), None)
     region = next((str(tags[k]) for k in REGION_TAGS if k in tags), None)
     return Placement(host, votes, zone, region, tuple((str(k), str(v)) for k, v in tags.items()))
+
+
+def placed_by_platform(
+    members: Sequence[Placement], where: Mapping[str, tuple[str | None, str | None]]
+) -> list[Placement]:
+    """`members` (from their tags) with the zone and region a platform knows them in instead
+    (`where`: host → (zone, region)); a member only the platform knows counts one vote."""
+    known = {m.host for m in members}
+    out = [replace(m, zone=where[m.host][0] or m.zone, region=where[m.host][1] or m.region)
+           if m.host in where else m for m in members]  # fmt: skip
+    return out + [Placement(h, 1, z, r) for h, (z, r) in where.items() if h not in known]
 
 
 def domains_held(members: Sequence[Placement], key: str) -> str:

@@ -184,6 +184,9 @@ async def fetch_once(node: Node, source: str, wait_s: float) -> dict[str, Any]:
     if not reply.get("ok"):
         return reply
     await node.storage_idle()
+    if node.replication_stopped:
+        # stopReplProducer set while this fetch waited: mongod's fetcher ignores the batch.
+        return reply
     if node.state is MemberState.PRIMARY or node.last_applied != after:
         # Elected while this fetch was in flight (and maybe deposed again), or rolled back: the
         # entries followed a position that is no longer our newest, so they would sit on top of

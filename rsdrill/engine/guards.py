@@ -53,7 +53,7 @@ from typing import Any
 from rsdrill import registry
 from rsdrill.connection import COMMAND_NOT_FOUND, ConnectOptions, DirectConnection, WireClientError
 from rsdrill.deployment import config_placements
-from rsdrill.domains import Placement, domains_held
+from rsdrill.domains import Placement, domains_held, placed_by_platform
 from rsdrill.engine.selection import current_states
 from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import (
@@ -398,11 +398,13 @@ def check_guards(
     confirm: Callable[[str], bool] | None,
     note: Callable[[str], None],
     sleep: Callable[[float], None],
+    zones: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> None:
     """Check every guard against the live replica set; GuardRefusal on the first refusal.
 
     `options`: how to reach the members; `note` receives one line per guard; `sleep` waits
-    (and may raise to stop the run).
+    (and may raise to stop the run); `zones`: the (zone, region) the platform knows each
+    member in, over its tags.
     """
     states = current_states(members, timeout_s=1.0, options=options)
     primary = next((h for h, s in states.items() if s in PRIMARY_LIKE), None)
@@ -426,7 +428,7 @@ def check_guards(
         voting = sum(1 for m in config.get("members", []) if m.get("votes", 1))
         if not voting:
             raise GuardRefusal("quorum", "replSetGetConfig on the primary lists no voting member")
-        placed = config_placements(config)
+        placed = placed_by_platform(config_placements(config), zones or {})
         check_domains(exp.faults, placed)
         quorum = check_quorum(exp.faults, voting, allowed=exp.guards.allow_quorum_loss,
                               placed=placed)  # fmt: skip

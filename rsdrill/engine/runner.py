@@ -37,6 +37,7 @@ from rsdrill.engine.selection import (
     lands_in,
     layout_of,
     placements_for,
+    platform_zones,
     replica_sets,
     resolve,
     router_states,
@@ -180,7 +181,8 @@ class Runner:
             self._check_guards(target)
             self.balancer.stop(self._layout, target.connect_options, journal)
             self._recover_at = self.recovery.due_at(self.exp.faults, target.members,
-                                                    target.connect_options)  # fmt: skip
+                                                    target.connect_options,
+                                                    platform_zones(target))  # fmt: skip
             from rsdrill.probes import ProbeSet
 
             probes = ProbeSet(self.exp.probes, uri=target.uri, members=target.members,
@@ -373,7 +375,7 @@ class Runner:
             check_guards(exp, hosts, options=target.connect_options, env=os.environ,
                          assume_yes=self.options.assume_yes,
                          confirm=self._confirm if self.options.confirm else None, note=note,
-                         sleep=self._sleep)  # fmt: skip
+                         sleep=self._sleep, zones=platform_zones(target))  # fmt: skip
         self._check_abort()
 
     def _noted(self, name: str) -> Callable[[str], None]:

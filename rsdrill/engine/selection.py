@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rsdrill.connection import AccessRefused, ConnectOptions, answers_hello
 from rsdrill.deployment import read_placements
-from rsdrill.domains import Placement, domains_held
+from rsdrill.domains import Placement, domains_held, placed_by_platform
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import (
     Fault,
@@ -22,7 +22,7 @@ from rsdrill.experiment.schema import (
 )
 from rsdrill.history import Op
 from rsdrill.layout import CONFIG, ShardedLayout
-from rsdrill.platforms.base import RunTarget, TargetError
+from rsdrill.platforms.base import PlacesMembers, RunTarget, TargetError
 from rsdrill.states import DOWN, HEALTHY, PRIMARY_LIKE, ROUTER, member_state
 
 
@@ -94,11 +94,19 @@ def resolve(
     return matches[:1]
 
 
+def platform_zones(target: RunTarget) -> dict[str, tuple[str | None, str | None]]:
+    """Each member's (zone, region) as its platform places it (EC2: its instance's
+    Availability Zone), empty where the platform does not say (members' tags alone)."""
+    return target.platform_placements() if isinstance(target, PlacesMembers) else {}
+
+
 def placements_for(selection: Selection, target: RunTarget) -> list[Placement]:
-    """Where each member is, from its replica-set tags, when `selection` is by domain."""
+    """Where each member is when `selection` is by domain: its replica-set tags, the zone and
+    region its platform knows it in instead."""
     if not isinstance(selection, SelectDomain):
         return []
-    return read_placements(list(target.members), 1.0, options=target.connect_options)
+    tagged = read_placements(list(target.members), 1.0, options=target.connect_options)
+    return placed_by_platform(tagged, platform_zones(target))
 
 
 def _resolve_domain(

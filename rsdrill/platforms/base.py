@@ -179,6 +179,16 @@ class RunTarget(Protocol):
         ...
 
 
+@runtime_checkable
+class PlacesMembers(Protocol):
+    """A run target whose platform knows where each member runs, whatever its replica-set
+    tags say (an EC2 instance's Availability Zone and region)."""
+
+    def platform_placements(self) -> dict[str, tuple[str | None, str | None]]:
+        """Each member's (zone, region) as the platform places it; set up first."""
+        ...
+
+
 KindFault = TypeVar("KindFault", bound=Fault)
 
 InjectorFactory = Callable[[Any, KindFault, str], Injector]

@@ -257,6 +257,59 @@ def test_an_acl_partition_through_the_runner_is_exact_and_leaves_no_entry(
     assert_no_secret(tmp_path, proc.stdout, proc.stderr)
 
 
+ZONE_OUTAGE = """\
+name: ec2-zone-outage
+target:
+  platform: ec2
+  topology: rs3
+  uri: ${RSDRILL_EC2_URI}
+  ec2:
+    region: us-east-1
+    endpoint_url: ${RSDRILL_EC2_ENDPOINT}
+    instances: {by: tag}
+    poll_interval: 50ms
+probes:
+  availability: {interval: 50ms}
+  durability: null
+  lag: null
+faults:
+  - {at: 2s, kind: zone-outage, way: kill, select: {zone: ZONE}, duration: 2s}
+observe: {after_revert: 5s}
+"""
+
+
+@pytest.mark.slow
+def test_a_zone_outage_stops_the_instances_of_that_availability_zone(
+    tmp_path: Path, bound_set: BoundSet, moto_endpoint: str, ec2: Any
+) -> None:
+    """The members carry no zone tags: the zone is each one's instance's Availability Zone.
+    The zone of a secondary (one member per zone here) is lost and comes back; a zone no
+    instance is in is refused by the guards, naming the zones there are."""
+    sandbox, members, binding = bound_set
+    zones = {h: instance_of(ec2, m.instance_id)["Placement"]["AvailabilityZone"]
+             for h, m in members.items()}  # fmt: skip
+    secondary = next(s.name for s in sandbox.status() if s.state == "SECONDARY")
+    experiment = tmp_path / "zone.yaml"
+    experiment.write_text(ZONE_OUTAGE.replace("ZONE", zones[secondary]))
+    env = environment(tmp_path, sandbox, moto_endpoint)
+    proc = run(experiment, tmp_path / "out", env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(binding.errors)
+    (fault,) = json.loads((tmp_path / "out" / "result.json").read_text())["faults"]
+    assert (fault["kind"], fault["target"]) == ("zone-outage", secondary)
+    assert [(e.host, e.what) for e in binding.events] == [
+        (secondary, "killed"), (secondary, "restarted-keep")]  # fmt: skip
+    assert instance_of(ec2, members[secondary].instance_id)["State"]["Name"] == "running"
+
+    experiment.write_text(ZONE_OUTAGE.replace("ZONE", "us-east-1z"))
+    refused = run(experiment, tmp_path / "out2", env)
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    known = ", ".join(dict.fromkeys(zones[h] for h in members))
+    assert "no member is in zone us-east-1z (the members' zones: " in refused.stdout + \
+        refused.stderr  # fmt: skip
+    assert all(z in refused.stdout + refused.stderr for z in known.split(", "))
+    assert len(binding.events) == 2  # nothing more was stopped
+
+
 # -- chaos for rsdrill on the EC2 path (the sandbox's is tests/e2e/test_chaos_of_rsdrill.py) ----
 
 # About 9 s a kill here: the suite's time is kept in mind (RSDRILL_CHAOS_KILLS=50 for the

@@ -34,8 +34,11 @@ def test_a_zone_nobody_is_in_or_a_blank_name_is_refused(zones: list[str]) -> Non
 
 
 def test_a_member_s_zone_and_region_come_from_its_tags() -> None:
-    assert placement("h", 1, {"dc": "east", "region": "eu"}) == Placement("h", 1, "east", "eu")
-    assert placement("h", 0, {"use": "reporting"}) == Placement("h", 0, None, None)
+    tags = {"dc": "east", "region": "eu"}
+    assert placement("h", 1, tags) == Placement("h", 1, "east", "eu", tuple(tags.items()))
+    assert placement("h", 0, {"use": "reporting"}) == Placement(
+        "h", 0, None, None, (("use", "reporting"),)
+    )
 
 
 @pytest.mark.parametrize(("zones", "votes", "losing"), [

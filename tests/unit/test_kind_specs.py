@@ -81,7 +81,10 @@ VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
     ),
     "network-partition": ({}, {"isolate_from": "all"}),
     "mongodb-fail-command": ({"error_code": 6},),
-    "zone-outage": ({"select": {"zone": "a"}, "target": {"zones": ["a", "b", "c"]}},),
+    "zone-outage": (
+        {"select": {"zone": "a"}, "target": {"zones": ["a", "b", "c"]}},
+        {"select": {"zone": "a"}, "way": "kill"},
+    ),
     "network-degrade": (
         {"latency": "50ms"},
         {"latency": "50ms", "direction": "outbound"},

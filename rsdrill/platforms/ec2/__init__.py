@@ -24,6 +24,7 @@ platform = PackagePlatform(
         "cpu-starve": f"{__name__}.injectors:cpu_starve",
         "memory-pressure": f"{__name__}.injectors:memory_pressure",
         "disk-fill": f"{__name__}.injectors:disk_fill",
+        "zone-outage": f"{__name__}.injectors:zone_outage",
     },
     ways=WAYS,
     title=TITLE,

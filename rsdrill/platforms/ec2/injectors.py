@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         NetworkDegradeFault,
         NetworkPartitionFault,
         VolumeDetachFault,
+        ZoneOutageFault,
     )
     from rsdrill.platforms.base import Injector, InjectorFactory, KindFault
     from rsdrill.platforms.ec2.options import Ec2Platform
@@ -106,6 +107,14 @@ def host_kill(on: OnInstance, fault: HostKillFault) -> Injector:
                         one_way=fault.one_way,
                         restart=fault.restart is not False,
                         replace_volume=data if wipes_volume(fault) else None)  # fmt: skip
+
+
+@on_member_instance
+def zone_outage(on: OnInstance, fault: ZoneOutageFault) -> Injector:
+    """Way kill: the instance, one of the zone's, stopped (force) and started on revert (the
+    run injects every member of the zone before it verifies any)."""
+    return InstanceKill(on.aws, on.instance, action="stop", force=True, one_way=False,
+                        restart=True, replace_volume=None)  # fmt: skip
 
 
 @on_member_instance

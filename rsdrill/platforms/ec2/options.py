@@ -142,7 +142,14 @@ ENGINES = ("api", "fis", "ssm")
 _DEFAULT_ENGINE = {"iops-throttle": "ssm"}
 # What each engine can do on ec2 (stepdown is the runner's, on every platform).
 _KINDS = {
-    "api": ("host-kill", "volume-detach", "iops-throttle", "network-partition", *COMMAND_KINDS),
+    "api": (
+        "host-kill",
+        "volume-detach",
+        "iops-throttle",
+        "network-partition",
+        "zone-outage",
+        *COMMAND_KINDS,
+    ),
     "fis": (
         "host-kill",
         "volume-detach",
@@ -215,6 +222,9 @@ def check_experiment(exp: Experiment) -> None:
                                "target.ec2.volume with `device` or `tag`")  # fmt: skip
         if fault.kind == "network-partition":
             refuse_partition_shapes(i, fault, "ec2 swaps the instance's security groups")
+        if fault.kind == "zone-outage" and fault.way != "kill":
+            raise _problem(i, "way", text="zone-outage on ec2 takes way: kill (the zone's "
+                           "instances stopped); cutting a zone off is not there yet")  # fmt: skip
         _check_kind(i, fault, engine, platform)
 
 

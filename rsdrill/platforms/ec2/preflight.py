@@ -45,6 +45,8 @@ def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | N
                       ("detach_volume", {"VolumeId": data[0], "InstanceId": instance.id,
                                          "Device": data[1]})]  # fmt: skip
         return calls
+    if fault.kind == "zone-outage":  # way kill: each instance of the zone stopped, started
+        return [("stop_instances", {**iid, "Force": True}), ("start_instances", iid)]
     if fault.kind == "volume-detach" and data:
         attach = {"VolumeId": data[0], "InstanceId": instance.id, "Device": data[1]}
         return [("detach_volume", {**attach, "Force": True}), ("attach_volume", attach)]

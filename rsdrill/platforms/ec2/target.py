@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill.experiment.schema import Experiment
-from rsdrill.platforms.base import RunTarget, TargetError
+from rsdrill.platforms.base import PlacesMembers, RunTarget, TargetError
 from rsdrill.platforms.ec2.client import Aws, AwsError, connection
 from rsdrill.platforms.ec2.lookup import Instance, find_instance
 from rsdrill.platforms.ec2.options import Ec2Platform
@@ -44,6 +44,11 @@ class Ec2Target(RemoteTarget):
         if found:
             raise TargetError("ec2 preflight refused, nothing was injected: " + "; ".join(found))
 
+    def platform_placements(self) -> dict[str, tuple[str | None, str | None]]:
+        """Each member's instance's Availability Zone, and the region it was found in."""
+        return {m: (i.availability_zone or None, self.aws.conn.region)
+                for m, i in self.instances.items()}  # fmt: skip
+
     def instance(self, host: str) -> Instance:
         """Member `host`'s instance as it is now (looked up again: its state and volumes may
         have changed since setup)."""
@@ -55,5 +60,6 @@ def make_target(exp: Experiment, out_dir: Path) -> Ec2Target:
 
 
 if TYPE_CHECKING:
-    # The runner takes it as a RunTarget: mypy checks here that it is one.
+    # The runner takes it as a RunTarget that places its members: mypy checks here that it is.
     _RUN_TARGET: type[RunTarget] = Ec2Target
+    _PLACES: type[PlacesMembers] = Ec2Target

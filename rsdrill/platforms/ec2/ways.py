@@ -160,6 +160,16 @@ WAYS: dict[str, tuple[Way, ...]] = {
             ),
         ),
     ),
+    "zone-outage": (
+        Way(
+            "way kill: every instance in the Availability Zone (the zone a member's instance "
+            "is in, whatever its tags say) stopped (force) at once, started on revert; way "
+            "isolate refused (not there yet)",
+            engine="api",
+            when=When("way: kill", lambda fault: fault.way == "kill"),
+            privileges=("ec2:StopInstances", "ec2:StartInstances"),
+        ),
+    ),
     "network-degrade": (
         Way(
             "FIS aws:ssm:send-command of AWSFIS-Run-Network-Latency or "

@@ -33,6 +33,7 @@ class _Member:
         self.spec = SimpleNamespace(settings=SimpleNamespace(election_timeout_ms=1000))
         self.peer_calls = SimpleNamespace(call=self._call)
         self.writes_meanwhile = writes_meanwhile
+        self.replication_stopped = False
 
     @property
     def last_applied(self) -> OpTime:
