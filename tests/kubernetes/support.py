@@ -21,12 +21,14 @@ MANAGED = "app.kubernetes.io/managed-by=rsdrill"
 CHAOS_PLURALS = ("podchaos", "iochaos", "networkchaos", "blockchaos", "timechaos", "stresschaos")
 
 
-def make_node(api: Any, name: str) -> None:
+def make_node(api: Any, name: str, zone: str | None = None) -> None:
+    """A node; in `zone` (its well-known topology label) when given."""
     from kubernetes import client
 
-    client.CoreV1Api(api).create_node(
-        {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
-    )
+    labels = {"kubernetes.io/hostname": name}
+    if zone is not None:
+        labels["topology.kubernetes.io/zone"] = zone
+    client.CoreV1Api(api).create_node({"metadata": {"name": name, "labels": labels}})
 
 
 def pod_manifest(

@@ -73,16 +73,21 @@ class BoundSet:
 
 @pytest.fixture
 def bound_set(
-    kube: Kube, tmp_path: Path, free_port_base: Callable[[int], int]
+    kube: Kube, tmp_path: Path, free_port_base: Callable[[int], int], request: Any
 ) -> Iterator[BoundSet]:
+    """The set, its pods on one node; with a parameter (each member's zone), a node per
+    member labelled with its zone."""
+    zones: list[str] | None = getattr(request, "param", None)
     spec = build_topology(
         "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=2000)
     )
     sandbox = up(tmp_path / "set", spec, EmulatorEngine())
     namespace = kube.namespace("e2e")
-    node = f"{namespace}-node"
-    make_node(kube.api, node)
+    nodes = [f"{namespace}-node" + (f"-{i}" if zones else "") for i in range(3)]
+    for node, zone in dict(zip(nodes, zones or [None] * 3, strict=True)).items():
+        make_node(kube.api, node, zone)
     pods = {m.host: f"mongo-{m.id}" for m in spec.members}
+    on_node = dict(zip(pods.values(), nodes, strict=True))
     by_pod = {pod: spec.member(host) for host, pod in pods.items()}
     kubelet = Kubelet(
         kube.api,
@@ -92,7 +97,7 @@ def bound_set(
         on_back=lambda pod: sandbox.start(by_pod[pod]),
     )
     for pod in pods.values():
-        kubelet.adopt(*make_pod(kube.api, namespace, pod, node))
+        kubelet.adopt(*make_pod(kube.api, namespace, pod, on_node[pod]))
     mesh = ChaosMeshController(kube.api, namespace)
     loops = [kubelet.start(), mesh.start()]
     try:
@@ -157,6 +162,32 @@ def test_pod_kill_run_measures_a_failover(kube: Kube, bound_set: BoundSet, tmp_p
         [bound_set.pods[fault["target"]]]
     ]
     assert rsdrill_objects(kube.api, namespace) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bound_set", [["east", "east", "west"]], indirect=True)
+def test_a_zone_is_the_zone_label_of_its_members_nodes(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """The members carry no zone tags: a member's zone is its pod's node's
+    topology.kubernetes.io/zone. The west zone's pod is the one killed; a zone no node is in
+    is refused by the guards, naming the zones there are."""
+    kill = [{"at": "2s", "kind": "host-kill", "select": {"zone": "west"}, "duration": "4s"}]
+    path = bound_set.experiment(kube, tmp_path, faults=kill, slo={})
+    run = _run(path, tmp_path / "out", tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    [fault] = json.loads((tmp_path / "out" / "result.json").read_text())["faults"]
+    west = bound_set.sandbox.spec.members[2].host
+    assert fault["target"] == west
+    assert bound_set.pods[west] in fault["detail"]["plan"], fault["detail"]
+    kill[0]["select"] = {"zone": "north"}
+    path = bound_set.experiment(kube, tmp_path, faults=kill, slo={})
+    refused = _run(path, tmp_path / "out2", tmp_path / "home")
+    output, _ = refused.communicate(timeout=120)
+    assert refused.returncode == 3, output
+    assert "no member is in zone north (the members' zones: east, west)" in output, output
+    assert json.loads((tmp_path / "out2" / "result.json").read_text())["faults"] == []
 
 
 @pytest.mark.slow

@@ -80,3 +80,25 @@ class PodMap:
 def _ref(pod: dict[str, Any]) -> PodRef:
     meta = pod["metadata"]
     return PodRef(meta["namespace"], meta["name"], pod.get("spec", {}).get("nodeName"))
+
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+REGION_LABEL = "topology.kubernetes.io/region"
+
+
+class NodeLabels:
+    """Nodes' well-known topology labels, each node read once."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._seen: dict[str, tuple[str | None, str | None]] = {}
+
+    def zone_and_region(self, node: str | None) -> tuple[str | None, str | None]:
+        """(zone, region) of `node` from its labels; (None, None) for a pod not scheduled yet
+        or a node without them."""
+        if node is None:
+            return None, None
+        if node not in self._seen:
+            labels = ((self.kube.node(node) or {}).get("metadata") or {}).get("labels") or {}
+            self._seen[node] = (labels.get(ZONE_LABEL), labels.get(REGION_LABEL))
+        return self._seen[node]

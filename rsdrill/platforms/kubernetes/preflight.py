@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rsdrill.experiment.catalog import privileges_of
-from rsdrill.experiment.schema import Fault
+from rsdrill.experiment.schema import Fault, SelectDomain
 from rsdrill.faults import COMMAND_KINDS
 from rsdrill.platforms.kubernetes.options import KubernetesPlatform, engine_of
 from rsdrill.platforms.kubernetes.resources import (
@@ -86,6 +86,8 @@ def needed_permissions(
     # An iops-throttle through Chaos Mesh names BlockChaos and IOChaos: it uses the one the
     # cluster has.
     unused = (IO_CHAOS if block_chaos else BLOCK_CHAOS).plural
+    if any(isinstance(f.select, SelectDomain) for f in faults):
+        needed.append(Permission("get", "nodes"))  # the zone of each member's pod's node
     for fault in faults:
         for privilege in privileges_of("kubernetes", fault):
             needed += [p for p in rbac(privilege, ns)

@@ -5,16 +5,17 @@ injected; each kind's injector is built by its factory in `injectors.py`."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill.experiment.schema import Experiment
 from rsdrill.faults import COMMAND_KINDS
-from rsdrill.faults.base import describe_selection, reachable_hosts
-from rsdrill.platforms.base import RunTarget, TargetError
+from rsdrill.faults.base import SelectDomain, describe_selection, reachable_hosts
+from rsdrill.platforms.base import PlacesMembers, RunTarget, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
 from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform, engine_of
-from rsdrill.platforms.kubernetes.pods import PodLookupError, PodMap, UnmappedMember
+from rsdrill.platforms.kubernetes.pods import NodeLabels, PodLookupError, PodMap, UnmappedMember
 from rsdrill.platforms.kubernetes.preflight import (
     block_chaos_available,
     missing_engines,
@@ -107,6 +108,21 @@ class KubernetesTarget(RemoteTarget):
                             f"{host}: {reasons[host]}"]  # fmt: skip
         return []
 
+    def platform_placements(self) -> dict[str, tuple[str | None, str | None]]:
+        """Each member's pod's node's zone and region (its well-known topology labels); only
+        when a fault selects by domain (reading nodes needs `get nodes`, cluster-wide)."""
+        if not any(isinstance(f.select, SelectDomain) for f in self.faults):
+            return {}
+        pods, nodes = PodMap(self.kube, self.k8s), NodeLabels(self.kube)
+        placed: dict[str, tuple[str | None, str | None]] = {}
+        try:
+            for host in self.mapped_hosts:
+                with contextlib.suppress(PodLookupError):
+                    placed[host] = nodes.zone_and_region(pods.pod(host).node)
+        except KubeError as exc:
+            raise TargetError(f"kubernetes: {exc}") from None
+        return placed
+
     def _wants_block_chaos(self) -> bool:
         modes = {
             (f.section("kubernetes", KubernetesFault) or KubernetesFault()).block_chaos
@@ -134,5 +150,6 @@ def make_target(exp: Experiment, out_dir: Path) -> KubernetesTarget:
 
 
 if TYPE_CHECKING:
-    # The runner takes it as a RunTarget: mypy checks here that it is one.
+    # The runner takes it as a RunTarget that places its members: mypy checks here that it is.
     _RUN_TARGET: type[RunTarget] = KubernetesTarget
+    _PLACES: type[PlacesMembers] = KubernetesTarget
