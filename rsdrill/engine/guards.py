@@ -181,12 +181,19 @@ def check_quorum(faults: Sequence[Fault], voting: int, *, allowed: bool,
         return f"quorum loss allowed by guards.allow_quorum_loss ({summary}, from {at})"
     names = [f"faults[{i}]" for i in worst.faults]
     which = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    members = f"{worst.members} member{'' if worst.members == 1 else 's'}"
+    # A zone cut off keeps its members (and, holding the majority, its primary) among
+    # themselves: out of every client's reach rather than down.
+    cut = all(faults[i].out_of_reach() for i in worst.faults)
+    taken = (f"cut{'s' if len(names) == 1 else ''} {members} off at once, leaving {left} of the "
+             f"{voting} voting members reachable: fewer than the majority of {needed} a "
+             "primary needs, so no client can write" if cut else
+             f"take{'s' if len(names) == 1 else ''} {members} down at once, leaving {left} of "
+             f"the {voting} voting members up: fewer than the majority of {needed} needed to "
+             "elect a primary")  # fmt: skip
     raise GuardRefusal(
         "quorum",
-        f"from {at}, {which} take{'s' if len(names) == 1 else ''} {worst.members} "
-        f"member{'' if worst.members == 1 else 's'} down at once, leaving {left} of the "
-        f"{voting} voting members up: fewer than the majority of {needed} needed to elect a "
-        "primary. Set `guards: {allow_quorum_loss: true}` to run it anyway",
+        f"from {at}, {which} {taken}. Set `guards: {{allow_quorum_loss: true}}` to run it anyway",
     )
 
 

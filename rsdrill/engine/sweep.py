@@ -73,14 +73,16 @@ def _unit(metric: str) -> str:
 
 
 def render_table(cells: list[Cell], table: MatrixTable) -> str:
-    """A Markdown table: `rows` down; across, `columns` (the metric in each cell) or each of
-    `metrics`."""
+    """A Markdown table: `rows` down; across, each value of `columns` (with several metrics,
+    each metric under each value), or each of `metrics`."""
     rows = list(dict.fromkeys(c.parameters[table.rows] for c in cells))
     across: list[tuple[MatrixValue | None, str]]
     if table.columns is not None:
-        across = [(c, table.shown[0]) for c in dict.fromkeys(c.parameters[table.columns]
-                                                             for c in cells)]  # fmt: skip
-        header = [table.rows] + [f"{table.columns}={c}" for c, _ in across]
+        column_values = dict.fromkeys(c.parameters[table.columns] for c in cells)
+        across = [(v, metric) for v in column_values for metric in table.shown]
+        several = len(table.shown) > 1
+        header = [table.rows] + [f"{table.columns}={v}" + (f" {m}" if several else "")
+                                 for v, m in across]  # fmt: skip
     else:
         across = [(None, metric) for metric in table.shown]
         header = [table.rows, *table.shown]

@@ -254,8 +254,8 @@ class MatrixTable(Strict):
     metric: str | None = Field(None, description="what each cell shows, e.g. recovery_s.max")
     metrics: tuple[str, ...] = Field(
         (),
-        description="instead of metric, without columns: one column per metric, e.g. "
-        "[lost_acknowledged_writes, write_unavailable_s] (RPO and RTO per setting)",
+        description="instead of metric: one column per metric (under each value of columns), "
+        "e.g. [lost_acknowledged_writes, write_unavailable_s] (RPO and RTO per setting)",
     )
 
     @model_validator(mode="after")
@@ -263,8 +263,6 @@ class MatrixTable(Strict):
         if (self.metric is None) == (not self.metrics):
             raise FieldProblem(("metric",), "give either metric (one per cell) or metrics (a "
                                "column each)")  # fmt: skip
-        if self.metrics and self.columns is not None:
-            raise FieldProblem(("metrics",), "a column each: not with columns (give metric)")
         return self
 
     @property

@@ -49,12 +49,13 @@ class SelectRouter(Strict):
 
 
 class SelectDomain(Strict):
-    """Every member of one failure domain, as the members' replica-set tags place them: a zone
-    (tag `zone`, or `az`, `dc`, …; a sandbox's `zones`), a region (tag `region`), or every
-    member whose tags include all of `tag`. One of the three. docs/failure-domains.md."""
+    """Every member of one failure domain: a zone (tag `zone`, or `az`, `dc`, …; a sandbox's
+    `zones`; on EC2 the instance's Availability Zone, on Kubernetes the node's zone label), a
+    region (tag `region`, or the platform's), or every member whose replica-set tags include
+    all of `tag`. One of the three. docs/failure-domains.md."""
 
     zone: str | None = Field(
-        None, min_length=1, description="the zone's name, as the members' tags give it"
+        None, min_length=1, description="the zone's name (the members' tags, or their platform's)"
     )
     region: str | None = Field(
         None, min_length=1, description="the region's name (the members' tag `region`)"
@@ -211,6 +212,12 @@ class FaultBase(Strict):
     def plan_revert_words(self, platform: str, them: str) -> str:
         """What `rsdrill plan` says its revert does ("it" or "them" for the member or members)."""
         raise NotImplementedError(self.kind)
+
+    def out_of_reach(self) -> bool:
+        """While in force its members are up but reach neither the clients nor the rest of
+        the set (a zone cut off, which keeps its own primary if it holds the majority): the
+        quorum guard says so, not that they are down."""
+        return False
 
     def takes_member_down(self) -> bool:
         """While in force, its member is out of the set's majority: the quorum guard counts

@@ -39,6 +39,9 @@ class ZoneOutageFault(FaultBase):
             raise FieldProblem(("select",), "zone-outage takes a failure domain: select: "
                                "{zone: NAME}, {region: NAME} or {tag: {KEY: VALUE}}")  # fmt: skip
 
+    def out_of_reach(self) -> bool:
+        return self.way == "isolate"
+
     def local_tools(self) -> tuple[LocalTool, ...]:
         return ("nftables",) if self.way == "isolate" else ()
 

@@ -1,7 +1,7 @@
 """zone-outage on a sandbox in two data centres (2+1, 1 s election, 200 ms heartbeats), judged
 by MongoDB's election rule (a primary needs a majority of the voting members):
 
-- the minority zone cut off: the majority keeps its primary, writes never stop;
+- the minority zone cut off: the majority keeps its primary, not one write fails;
 - the majority zone cut off: it keeps its primary among its own members (no election, nothing
   rolled back), which no client reaches, so writes stop for the whole outage;
 - the minority zone killed: its member is restarted on its data, nothing lost.
@@ -12,6 +12,7 @@ partition itself)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,6 @@ from rsdrill.sandbox.groundtruth import read_events
 TARGET = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s",
           "heartbeat_interval": "200ms", "zones": ["east", "east", "west"]}  # fmt: skip
 OUTAGE_S = 4.0
-INTERVAL_S = 0.02
 
 
 def _run(tmp_path: Path, zone: str, way: str) -> Result:
@@ -51,6 +51,11 @@ def _run(tmp_path: Path, zone: str, way: str) -> Result:
     return run_experiment(Experiment.model_validate(spec), options)
 
 
+def _history(tmp_path: Path) -> list[dict[str, Any]]:
+    lines = (tmp_path / "out" / "history.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
 def _elections_won(tmp_path: Path) -> list[dict[str, Any]]:
     """Every member's election_won events after the first (the sandbox's own start)."""
     directory = tmp_path / "out" / "sandbox"
@@ -69,10 +74,14 @@ def test_the_minority_zone_cut_off_stops_no_write(tmp_path: Path) -> None:
     west = ReplSetSpec.read(tmp_path / "out" / "sandbox").members[2].host
     assert [f.target for f in result.faults] == [west]
     assert result.faults[0].verified_at_s is not None
-    metrics = result.metrics
-    assert metrics.write_unavailable_s is not None
-    assert metrics.write_unavailable_s <= 2 * INTERVAL_S + 0.05, metrics.write_unavailable_s
-    assert metrics.lost_acknowledged_writes == 0
+    # Not one write failed or timed out. (The longest gap between two writes is the machine's:
+    # 0.03-0.05 s idle, up to 0.07 s with three CPU hogs, 0.12 s beside the docs tests, and as
+    # long before the cut as during it.)
+    writes = [op for op in _history(tmp_path) if op["probe"] in ("write", "raw_write")]
+    assert writes and all(op["outcome"] == "ok" for op in writes), [
+        op for op in writes if op["outcome"] != "ok"
+    ][:3]
+    assert result.metrics.lost_acknowledged_writes == 0
     assert _elections_won(tmp_path) == []
 
 

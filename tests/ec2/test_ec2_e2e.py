@@ -257,25 +257,11 @@ def test_an_acl_partition_through_the_runner_is_exact_and_leaves_no_entry(
     assert_no_secret(tmp_path, proc.stdout, proc.stderr)
 
 
-ZONE_OUTAGE = """\
-name: ec2-zone-outage
-target:
-  platform: ec2
-  topology: rs3
-  uri: ${RSDRILL_EC2_URI}
-  ec2:
-    region: us-east-1
-    endpoint_url: ${RSDRILL_EC2_ENDPOINT}
-    instances: {by: tag}
-    poll_interval: 50ms
-probes:
-  availability: {interval: 50ms}
-  durability: null
-  lag: null
-faults:
-  - {at: 2s, kind: zone-outage, way: kill, select: {zone: ZONE}, duration: 2s}
-observe: {after_revert: 5s}
-"""
+# The partition's file with the zone's outage in its place (ZONE: the Availability Zone).
+ZONE_OUTAGE = ACL_PARTITION.replace("ec2-acl-partition", "ec2-zone-outage").replace(
+    "{at: 2s, kind: network-partition, select: secondary, duration: 2s, isolate_from: members}",
+    "{at: 2s, kind: zone-outage, way: kill, select: {zone: ZONE}, duration: 2s}",
+)
 
 
 @pytest.mark.slow

@@ -354,3 +354,18 @@ def test_a_zone_counts_its_voting_members_down_and_a_zone_nobody_is_in_is_refuse
         check_domains([kill(5, 10, {"region": "ap"})], placed)
     with pytest.raises(GuardRefusal, match=r"select.tag: no member is in tag rack=r9 .*rack=r1"):
         check_domains([kill(5, 10, {"tag": {"rack": "r9"}})], placed)
+
+
+def test_a_zone_cut_off_is_out_of_reach_and_a_zone_killed_is_down() -> None:
+    placed = [placement("a:1", 1, {"zone": "east"}), placement("a:2", 1, {"zone": "east"}),
+              placement("a:3", 1, {"zone": "west"})]  # fmt: skip
+
+    def outage(way: str) -> Fault:
+        return make_fault(at=5, kind="zone-outage", select={"zone": "east"}, duration=10, way=way)
+
+    with pytest.raises(GuardRefusal, match=r"cuts 2 members off at once, leaving 1 of the 3 "
+                       r"voting members reachable: .* no client can write"):  # fmt: skip
+        check_quorum([outage("isolate")], 3, allowed=False, placed=placed)
+    with pytest.raises(GuardRefusal, match="takes 2 members down at once, leaving 1 of the 3 "
+                       "voting members up"):  # fmt: skip
+        check_quorum([outage("kill")], 3, allowed=False, placed=placed)

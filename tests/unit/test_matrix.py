@@ -149,12 +149,33 @@ def test_a_table_of_several_metrics_has_a_column_each() -> None:
     ]
 
 
+def test_several_metrics_under_each_value_of_the_columns() -> None:
+    """Write concern down, read preference across: RPO, write and read outage under each."""
+
+    def cell(w: MatrixValue, read: str, lost: int, write_s: float, read_s: float) -> Cell:
+        measured = _measured("w", w, lost_acknowledged_writes=lost, write_unavailable_s=write_s,
+                             read_unavailable_s=read_s)  # fmt: skip
+        return Cell({"w": w, "read": read}, measured.result, measured.out_dir)
+
+    table = MatrixTable(rows="w", columns="read",
+                        metrics=("lost_acknowledged_writes", "read_unavailable_s"))  # fmt: skip
+    cells = [cell(1, "primary", 3, 1.0, 1.25), cell(1, "nearest", 2, 1.0, 0.02),
+             cell("majority", "primary", 0, 2.0, 2.5),
+             cell("majority", "nearest", 0, 2.0, 0.03)]  # fmt: skip
+    assert render_table(cells, table).splitlines() == [
+        "| w | read=primary lost_acknowledged_writes | read=primary read_unavailable_s | "
+        "read=nearest lost_acknowledged_writes | read=nearest read_unavailable_s |",
+        "|---|---|---|---|---|",
+        "| 1 | 3 | 1.25 s | 2 | 0.02 s |",
+        "| majority | 0 | 2.50 s | 0 | 0.03 s |",
+    ]
+
+
 @pytest.mark.parametrize(
     ("fields", "problem"),
     [
         ({}, r"give either metric \(one per cell\) or metrics \(a column each\)"),
         ({"metric": "failover_s", "metrics": ("failover_s",)}, "give either metric"),
-        ({"columns": "b", "metrics": ("failover_s",)}, "not with columns"),
     ],
 )
 def test_a_table_names_its_metrics_one_way(fields: dict[str, object], problem: str) -> None:
