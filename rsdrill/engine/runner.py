@@ -37,7 +37,6 @@ from rsdrill.engine.selection import (
     lands_in,
     layout_of,
     placements_for,
-    platform_zones,
     replica_sets,
     resolve,
     router_states,
@@ -57,6 +56,7 @@ from rsdrill.platforms.base import (
     injector_factory,
     platform,
 )
+from rsdrill.platforms.domain_members import platform_zones
 from rsdrill.redact import redact_uri
 from rsdrill.report.integrations import integrations
 from rsdrill.result import (

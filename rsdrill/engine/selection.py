@@ -22,7 +22,8 @@ from rsdrill.experiment.schema import (
 )
 from rsdrill.history import Op
 from rsdrill.layout import CONFIG, ShardedLayout
-from rsdrill.platforms.base import PlacesMembers, RunTarget, TargetError
+from rsdrill.platforms.base import RunTarget, TargetError
+from rsdrill.platforms.domain_members import platform_zones
 from rsdrill.states import DOWN, HEALTHY, PRIMARY_LIKE, ROUTER, member_state
 
 
@@ -92,12 +93,6 @@ def resolve(
     if not matches:
         raise SelectionError(f"select {selection}: no member is {wanted} now: {_describe(states)}")
     return matches[:1]
-
-
-def platform_zones(target: RunTarget) -> dict[str, tuple[str | None, str | None]]:
-    """Each member's (zone, region) as its platform places it (EC2: its instance's
-    Availability Zone), empty where the platform does not say (members' tags alone)."""
-    return target.platform_placements() if isinstance(target, PlacesMembers) else {}
 
 
 def placements_for(selection: Selection, target: RunTarget) -> list[Placement]:

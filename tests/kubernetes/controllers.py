@@ -9,7 +9,9 @@ Each is a thread polling the real API server and writing what the real controlle
   Running → Completed with a verdict and probe statuses; pod-delete deletes the target pod.
 - `Kubelet`: finishes graceful deletions (no kubelet confirms them here) and, for pods bound to
   sandbox members, kills the member when its pod goes and restarts it when the pod is
-  re-created; with `recreate_after_s` it also plays the StatefulSet controller.
+  re-created; with `recreate_after_s` it also plays the StatefulSet controller and the
+  scheduler of a pod whose volume is on its node: it comes back there once the node is
+  schedulable.
 - `ContainerRuntime`: the kubelet's side of a pod whose container is a member process: its
   container status (id, running, restartCount) published as the process changes, and a
   container whose process exited started again (restartPolicy Always), the restart counted.
@@ -313,6 +315,17 @@ class Kubelet(_Loop):
         self.templates: dict[str, dict[str, Any]] = {}
         self.uids: dict[str, str] = {}
         self.gone_at: dict[str, float] = {}
+        self.absences: list[tuple[str, float]] = []  # (pod, seconds gone), once back
+
+    def _cordoned(self, node: str | None) -> bool:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return bool(node and self.core.read_node(node).spec.unschedulable)
+        except ApiException as exc:
+            if exc.status == 404:  # deleted (a drain that deletes its node): nowhere to go
+                return True
+            raise
 
     def adopt(self, manifest: dict[str, Any], uid: str) -> None:
         """Remember a pod (its manifest as created, and its uid) to watch and re-create."""
@@ -346,10 +359,14 @@ class Kubelet(_Loop):
             if name not in present:
                 from tests.kubernetes.support import mark_running
 
+                if self._cordoned(self.templates[name]["spec"].get("nodeName")):
+                    continue  # its volume is on that node: the pod waits, Pending
+
                 created = self.core.create_namespaced_pod(self.namespace, self.templates[name])
                 mark_running(self.core.api_client, self.namespace, name)
                 present[name] = created.metadata.uid
             self.uids[name] = present[name]
+            self.absences.append((name, time.monotonic() - since))
             del self.gone_at[name]
             if self.on_back:
                 self.on_back(name)

@@ -37,14 +37,21 @@ NIGHTLY_ARGS = ["--cron", "0 2 * * *", "--namespace", "rsdrill", "--name", "rsdr
 _FAULT_FIELDS: dict[str, dict[str, Any]] = {
     "iops-throttle": {"write_iops": 100},
     "network-degrade": {"latency": "50ms", "between": "members", "direction": "outbound"},
+    "zone-outage": {"select": {"zone": "a"}},
 }
+# Kinds whose every way reaches the cluster's nodes (a zone's), whatever their scope: their
+# grants are the opt-in's of manifests/node-faults.
+_NODE_LEVEL_KINDS = ("zone-outage",)
+# A kind whose engine follows one of its fields.
+_ENGINE_FIELDS: dict[tuple[str, str], dict[str, Any]] = {("zone-outage", "native"): {"way": "kill"}}
 
 
 def every_fault(
     namespace: str = "rsdrill", scopes: tuple[str, ...] = ("member", "node")
 ) -> Experiment:
-    """An experiment with every kind x engine x scope (of `scopes`) Kubernetes supports: what
-    the rsdrill ServiceAccount of manifests/ must be allowed to do, and nothing more."""
+    """An experiment with every kind x engine x scope (of `scopes`; a zone's outage is node
+    level) Kubernetes supports: what the rsdrill ServiceAccount of manifests/ must be allowed to
+    do, and nothing more."""
     faults = [
         {
             "at": "1s",
@@ -53,6 +60,7 @@ def every_fault(
             "scope": scope,
             "duration": "10s",
             **_FAULT_FIELDS.get(kind, {}),
+            **_ENGINE_FIELDS.get((kind, engine), {}),
             # Every way is wanted here, the approximate and one-way ones too.
             "approximate": True,
             "one_way": True,
@@ -60,7 +68,7 @@ def every_fault(
         for kind, engines in SUPPORT.items()
         for engine, engine_scopes in engines.items()
         for scope in engine_scopes
-        if scope in scopes
+        if ("node" if kind in _NODE_LEVEL_KINDS else scope) in scopes
     ]
     return Experiment.model_validate(
         {

@@ -69,16 +69,21 @@ def pod_manifest(
 
 
 def make_pod(
-    api: Any, namespace: str, name: str, node: str, limits: dict[str, str] | None = None
+    api: Any,
+    namespace: str,
+    name: str,
+    node: str,
+    limits: dict[str, str] | None = None,
+    **addresses: str,
 ) -> tuple[dict[str, Any], str]:
     """Create the pod, running and ready as its kubelet would report it; its manifest and uid.
-    (A Pending pod would ignore PodDisruptionBudgets.)"""
+    (A Pending pod would ignore PodDisruptionBudgets.) `addresses`: as `mark_running`'s."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
     manifest = pod_manifest(name, node, limits=limits)
     created = core.create_namespaced_pod(namespace, manifest)
-    mark_running(api, namespace, name)
+    mark_running(api, namespace, name, **addresses)
     return manifest, created.metadata.uid
 
 
@@ -89,10 +94,13 @@ def mark_running(
     *,
     restarts: int = 0,
     container_id: str | None = None,
+    pod_ip: str | None = None,
+    host_ip: str = "127.0.0.1",
 ) -> None:
     """Write the pod's status as its kubelet does, through the status subresource: Running and
     Ready, each container running with its `restarts` and its id (`container_id`, or a new
-    one: a container just started)."""
+    one: a container just started); its address `pod_ip` (none by default) and its node's,
+    `host_ip` (where a node agent of it listens)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
@@ -115,7 +123,8 @@ def mark_running(
     ]  # fmt: skip
     status = {
         "phase": "Running",
-        "hostIP": "127.0.0.1",  # the node's: where a node agent of it listens
+        "hostIP": host_ip,
+        **({"podIP": pod_ip} if pod_ip else {}),
         "startTime": now,
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
         "containerStatuses": statuses,

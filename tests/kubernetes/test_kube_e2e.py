@@ -96,8 +96,10 @@ def bound_set(
         on_gone=lambda pod: sandbox.kill(by_pod[pod]),
         on_back=lambda pod: sandbox.start(by_pod[pod]),
     )
-    for pod in pods.values():
-        kubelet.adopt(*make_pod(kube.api, namespace, pod, on_node[pod]))
+    for i, pod in enumerate(pods.values()):
+        # In zones, each pod and node its own address (a zone's isolation keeps its own).
+        addresses = {"pod_ip": f"10.1.0.{i + 1}", "host_ip": f"10.2.0.{i + 1}"} if zones else {}
+        kubelet.adopt(*make_pod(kube.api, namespace, pod, on_node[pod], **addresses))
     mesh = ChaosMeshController(kube.api, namespace)
     loops = [kubelet.start(), mesh.start()]
     try:
@@ -188,6 +190,71 @@ def test_a_zone_is_the_zone_label_of_its_members_nodes(
     assert refused.returncode == 3, output
     assert "no member is in zone north (the members' zones: east, west)" in output, output
     assert json.loads((tmp_path / "out2" / "result.json").read_text())["faults"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bound_set", [["east", "east", "west"]], indirect=True)
+def test_a_zone_killed_stays_down_until_its_nodes_are_uncordoned(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """zone-outage way kill drains the west member's node and keeps it cordoned: its pod, whose
+    volume is on that node, comes back only once the outage is reverted (6 s), not when its
+    StatefulSet re-creates it (3 s)."""
+    from kubernetes import client
+
+    kill = [{"at": "2s", "kind": "zone-outage", "way": "kill", "select": {"zone": "west"},
+             "duration": "6s"}]  # fmt: skip
+    path = bound_set.experiment(kube, tmp_path, faults=kill, slo={})
+    run = _run(path, tmp_path / "out", tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    [fault] = json.loads((tmp_path / "out" / "result.json").read_text())["faults"]
+    west = bound_set.sandbox.spec.members[2].host
+    assert fault["target"] == west and fault["reverted_at_s"] is not None, fault
+    node = f"{bound_set.namespace}-node-2"
+    assert f"drain node {node}" in fault["detail"]["plan"], fault["detail"]
+    assert not client.CoreV1Api(kube.api).read_node(node).spec.unschedulable
+    [(pod, gone_s)] = bound_set.kubelet.absences
+    assert pod == bound_set.pods[west] and gone_s >= 5.5, bound_set.kubelet.absences
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bound_set", [["east", "east", "west"]], indirect=True)
+def test_a_zone_isolated_drops_everything_outside_its_pods_and_nodes(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """zone-outage way isolate on the east zone (two members, so the guard's opt-in): one
+    NetworkChaos per east pod, dropping what it sends anywhere but the east pods and their
+    nodes; the west pod is its target. Every address outside the zone is dropped, none inside."""
+    import ipaddress
+
+    cut = [{"at": "2s", "kind": "zone-outage", "select": {"zone": "east"}, "duration": "3s"}]
+    path = bound_set.experiment(kube, tmp_path, faults=cut, slo={},
+                                guards={"allow_quorum_loss": True})  # fmt: skip
+    run = _run(path, tmp_path / "out", tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    faults = json.loads((tmp_path / "out" / "result.json").read_text())["faults"]
+    hosts = [m.host for m in bound_set.sandbox.spec.members]
+    assert sorted(f["target"] for f in faults) == sorted(hosts[:2]), faults
+    chaos = [o for o in bound_set.mesh.seen if o["kind"] == "NetworkChaos"]
+    namespace, pods = bound_set.namespace, bound_set.pods
+    assert sorted(o["spec"]["selector"]["pods"][namespace][0] for o in chaos) == sorted(
+        pods[h] for h in hosts[:2]
+    )
+    for obj in chaos:
+        spec = obj["spec"]
+        assert spec["action"] == "partition" and spec["direction"] == "to", spec
+        assert spec["target"]["selector"]["pods"][namespace] == [pods[hosts[2]]], spec
+        dropped = [ipaddress.ip_network(c) for c in spec["externalTargets"]]
+
+        def is_dropped(address: str, dropped: list[Any] = dropped) -> bool:
+            return any(ipaddress.ip_address(address) in net for net in dropped)
+
+        zone = ["10.1.0.1", "10.1.0.2", "10.2.0.1", "10.2.0.2"]  # east's pods and nodes
+        assert not any(is_dropped(a) for a in zone), spec["externalTargets"]
+        assert all(is_dropped(a) for a in ("10.1.0.3", "10.2.0.3", "10.1.0.4", "8.8.8.8"))
+    assert rsdrill_objects(kube.api, namespace) == []
 
 
 @pytest.mark.slow

@@ -10,7 +10,13 @@ import yaml
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment
-from rsdrill.platforms.kubernetes.resources import PodRef, pod_from_dns, resource_name
+from rsdrill.platforms.kubernetes.options import engine_of
+from rsdrill.platforms.kubernetes.resources import (
+    PodRef,
+    outside_of,
+    pod_from_dns,
+    resource_name,
+)
 
 HEADER = """\
 name: k8s
@@ -37,6 +43,8 @@ def load(fault: str, header: str = HEADER) -> Experiment:
         "{at: 1s, kind: iops-throttle, write_iops: 100, duration: 10s, approximate: true}",
         "{at: 1s, kind: network-partition, isolate_from: all, duration: 10s}",
         "{at: 1s, kind: stepdown}",
+        "{at: 1s, kind: zone-outage, select: {zone: a}, duration: 10s}",
+        "{at: 1s, kind: zone-outage, way: kill, select: {zone: a}, duration: 10s}",
     ],
 )
 def test_supported_faults_validate(fault: str) -> None:
@@ -68,6 +76,10 @@ def test_supported_faults_validate(fault: str) -> None:
         ("{at: 1s, kind: host-kill, duration: 5s, kubernetes: {litmus_experiment: x}}",
          "faults[0].kubernetes.litmus_experiment", "does not apply"),
         ("{at: 1s, kind: stepdown, engine: native}", "faults[0].engine", "drop `engine`"),
+        ("{at: 1s, kind: zone-outage, select: {zone: a}, engine: native, duration: 5s}",
+         "faults[0].engine", "zone-outage way isolate on kubernetes is engine chaos-mesh"),
+        ("{at: 1s, kind: zone-outage, way: kill, select: {zone: a}, engine: chaos-mesh, "
+         "duration: 5s}", "faults[0].engine", "way kill on kubernetes is engine native"),
     ],
 )  # fmt: skip
 def test_unsupported_faults_are_refused_naming_the_field(
@@ -156,3 +168,29 @@ def test_plan_shows_the_native_freeze_and_cap() -> None:
     assert "exec in pod db/mongo-0 container mongod (pods/exec): kill -STOP" in section
     assert "fault 2: iops-throttle on member mongo-1.mongo.db.svc:27017 (engine native)" in section
     assert "node agent on the node of pod db/mongo-1 caps container mongod's cgroup" in section
+
+
+def test_a_zone_outage_takes_the_engine_of_its_way() -> None:
+    isolate = load("{at: 1s, kind: zone-outage, select: {zone: a}, duration: 5s}")
+    kill = load("{at: 1s, kind: zone-outage, way: kill, select: {zone: a}, duration: 5s}")
+    assert (engine_of(isolate.faults[0]), engine_of(kill.faults[0])) == ("chaos-mesh", "native")
+
+
+@pytest.mark.parametrize(
+    "kept", [["10.0.0.5"], ["10.0.0.5", "10.0.0.4", "192.168.1.1"], ["fd00::1", "10.0.0.1"]]
+)
+def test_what_a_zone_drops_is_every_address_but_its_own(kept: list[str]) -> None:
+    import ipaddress
+
+    dropped = [ipaddress.ip_network(c) for c in outside_of(kept)]
+    # Disjoint, and together the whole of each family less exactly the kept addresses.
+    for version, bits in ((4, 32), (6, 128)):
+        family = [n for n in dropped if n.version == version]
+        if any(ipaddress.ip_address(a).version == version for a in kept):
+            held = sum(n.num_addresses for n in family)
+            assert held == 2**bits - sum(ipaddress.ip_address(a).version == version for a in kept)
+        else:
+            assert family == []
+    for address in kept:
+        assert not any(ipaddress.ip_address(address) in n for n in dropped)
+    assert any(ipaddress.ip_address("10.0.0.6") in n for n in dropped)

@@ -27,6 +27,7 @@ platform = PackagePlatform(
         "cpu-starve": f"{__name__}.injectors:stress",
         "memory-pressure": f"{__name__}.injectors:stress",
         "disk-fill": f"{__name__}.injectors:disk_fill",
+        "zone-outage": f"{__name__}.injectors:zone_outage",
     },
     ways=WAYS,
     title=TITLE,

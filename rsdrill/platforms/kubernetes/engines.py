@@ -550,7 +550,7 @@ class NodeDrain(KubeFault):
     eviction API (a PodDisruptionBudget that forbids an eviction is waited on, then refuses the
     fault), and delete the Node object, as `kubectl drain` and `kubectl delete node` do."""
 
-    def __init__(self, at: Placement) -> None:
+    def __init__(self, at: Placement, *, zone: bool = False) -> None:
         super().__init__(at, confirm=True)
         if not at.pod.node:
             raise InjectionError(
@@ -558,15 +558,17 @@ class NodeDrain(KubeFault):
                 "a node: nothing to drain"
             )
         self.node = at.pod.node
+        # A zone's outage is a kill (grace 0 unless told) and its nodes come back: kept.
+        self.delete_node = self.options.delete_node and not zone
         self.grace_s = (
             math.ceil(self.options.grace_period)
-            if ("grace_period" in self.options.model_fields_set)
+            if zone or "grace_period" in self.options.model_fields_set
             else None
         )
         self.evicted: list[tuple[str, str]] = []
 
     def describe(self) -> str:
-        then = "delete the Node object" if self.options.delete_node else "keep it cordoned"
+        then = "delete the Node object" if self.delete_node else "keep it cordoned"
         return f"drain node {self.node} (cordon, evict its pods), then {then}"
 
     def revert_action(self) -> dict[str, Any]:
@@ -589,7 +591,7 @@ class NodeDrain(KubeFault):
             self._evict(meta["namespace"], meta["name"], deadline)
         for namespace, name in self.evicted:
             self._wait_pod_gone(namespace, name, deadline)
-        if self.options.delete_node:
+        if self.delete_node:
             self.kube.delete_node(self.node)
 
     def _evict(self, namespace: str, name: str, deadline: float) -> None:
@@ -627,9 +629,9 @@ class NodeDrain(KubeFault):
     @kube_errors("waiting for the drain of")
     def verify(self, timeout_s: float) -> bool:
         node = self.kube.node(self.node)
-        if self.options.delete_node and node is not None:
+        if self.delete_node and node is not None:
             return False
-        if not self.options.delete_node and not (node or {}).get("spec", {}).get("unschedulable"):
+        if not self.delete_node and not (node or {}).get("spec", {}).get("unschedulable"):
             return False
         return self._confirm(timeout_s)
 

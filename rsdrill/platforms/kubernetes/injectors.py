@@ -6,12 +6,14 @@ Which kinds each engine carries out is `options.SUPPORT`, checked when the file 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rsdrill.faults import SelectDomain
 from rsdrill.layout import same_set
 from rsdrill.platforms.base import InjectionError
+from rsdrill.platforms.domain_members import members_in
 from rsdrill.platforms.kubernetes.client import KubeError, container_limits
 from rsdrill.platforms.kubernetes.engines import (
     ChaosMeshFault,
@@ -29,13 +31,14 @@ from rsdrill.platforms.kubernetes.resources import (
     PodRef,
     chaos_mesh_resource,
     litmus_engine,
+    outside_of,
     resource_name,
 )
 from rsdrill.platforms.partition_shapes import cut_pairs
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Fault
-    from rsdrill.faults import NetworkDegradeFault, NetworkPartitionFault
+    from rsdrill.faults import NetworkDegradeFault, NetworkPartitionFault, ZoneOutageFault
     from rsdrill.platforms.base import Injector, InjectorFactory, KindFault
     from rsdrill.platforms.kubernetes.target import KubernetesTarget
 
@@ -73,6 +76,7 @@ def _chaos_mesh(
     side: list[PodRef] | None = None,
     block_chaos: bool = False,
     limits: ContainerLimits | None = None,
+    external: list[str] | None = None,
     confirm: bool = False,
 ) -> Injector:
     """The fault as a Chaos Mesh resource; `confirm`: from MongoDB's side too (the member stops
@@ -82,7 +86,7 @@ def _chaos_mesh(
     try:
         rtype, body = chaos_mesh_resource(fault, pod, others or [], on.target.k8s, name,
                                           block_chaos=block_chaos, side=side,
-                                          limits=limits)  # fmt: skip
+                                          limits=limits, external=external)  # fmt: skip
     except ValueError as exc:  # a StressChaos the container's limits cannot size
         raise InjectionError(
             f"{fault.kind} of {host} (pod {pod.namespace}/{pod.name}): {exc}"
@@ -99,18 +103,24 @@ def _litmus(on: OnPod, destinations: list[str] | None = None) -> Injector:
     return LitmusFault(on.at, body)
 
 
-def _other_pods(on: OnPod) -> list[PodRef]:
-    """The other members' pods (a member outside the cluster, an arbiter elsewhere, has none)."""
-    others = []
-    for member in same_set(on.target.members, on.target.layout, on.at.host):
-        if member == on.at.host:
-            continue
+def _pods_of(on: OnPod, members: Iterable[str]) -> list[PodRef]:
+    """The pods of `members` that have one (a member outside the cluster, an arbiter
+    elsewhere, has none)."""
+    pods = []
+    for member in members:
         try:
-            others.append(on.pods.pod(member))
+            pods.append(on.pods.pod(member))
         except PodLookupError:
             continue
         except KubeError as exc:
             raise InjectionError(f"kubernetes: {exc}") from None
+    return pods
+
+
+def _other_pods(on: OnPod) -> list[PodRef]:
+    """The other members' pods."""
+    members = same_set(on.target.members, on.target.layout, on.at.host)
+    others = _pods_of(on, (m for m in members if m != on.at.host))
     if not others:
         raise InjectionError(
             f"{on.at.fault.kind} of {on.at.host}: no other member has a pod to aim it at"
@@ -206,3 +216,21 @@ def stress(on: OnPod, fault: Fault) -> Injector:
 def disk_fill(on: OnPod, fault: Fault) -> Injector:
     """Litmus disk-fill."""
     return _litmus(on)
+
+
+@on_member_pod
+def zone_outage(on: OnPod, fault: ZoneOutageFault) -> Injector:
+    """way kill: the member's node drained and kept cordoned (native); way isolate: a Chaos
+    Mesh NetworkChaos cutting the member's pod off from every address outside the zone."""
+    if fault.way == "kill":
+        return NodeDrain(on.at, zone=True)
+    assert isinstance(fault.select, SelectDomain)  # the kind's check
+    members = same_set(on.target.members, on.target.layout, on.at.host)
+    inside = members_in(on.target, fault.select, on.at.host, members)
+    if on.at.pod.ip is None:
+        raise InjectionError(f"zone-outage of {on.at.host}: pod {on.at.pod.namespace}/"
+                             f"{on.at.pod.name} has no address yet")  # fmt: skip
+    # The zone's member pods and their nodes keep their links (the kubelet's probes too).
+    kept = [a for pod in _pods_of(on, inside) for a in (pod.ip, pod.host_ip) if a]
+    outside = _pods_of(on, (m for m in members if m not in inside))
+    return _chaos_mesh(on, others=outside, external=outside_of(kept))

@@ -44,6 +44,8 @@ SUPPORT: dict[str, dict[str, tuple[str, ...]]] = {
     "memory-pressure": {"chaos-mesh": ("member",)},
     # Litmus disk-fill fills the container's ephemeral storage (its writable layer).
     "disk-fill": {"litmus": ("member",)},
+    # way isolate: a NetworkChaos partition; way kill: the zone's member nodes drained.
+    "zone-outage": {"chaos-mesh": ("member",), "native": ("member",)},
 }
 
 # Chaos Mesh's IOChaos can add latency per operation; it has no bandwidth limit.
@@ -151,10 +153,15 @@ class KubernetesFault(Strict):
     )
 
 
+_ZONE_ENGINE = {"isolate": "chaos-mesh", "kill": "native"}
+
+
 def engine_of(fault: Fault) -> str:
     """The fault's engine, or the default engine for its kind."""
     if fault.engine is not None:
         return fault.engine
+    if fault.kind == "zone-outage":  # each way is one engine's
+        return _ZONE_ENGINE[fault.way]
     return next(iter(SUPPORT.get(fault.kind, {"native": ()})))
 
 
@@ -194,6 +201,12 @@ def check_experiment(exp: Experiment) -> None:
 
 
 def _check_kind(fault: Fault, at: tuple[str | int, ...]) -> None:
+    if fault.kind == "zone-outage" and engine_of(fault) != _ZONE_ENGINE[fault.way]:
+        raise FieldProblem(
+            (*at, "engine"),
+            f"zone-outage way {fault.way} on kubernetes is engine {_ZONE_ENGINE[fault.way]} "
+            "(kill: the zone's member nodes drained; isolate: a Chaos Mesh NetworkChaos)",
+        )
     if fault.kind == "host-kill" and fault.restart is False:
         raise FieldProblem(
             (*at, "restart"),

@@ -78,8 +78,9 @@ class PodMap:
 
 
 def _ref(pod: dict[str, Any]) -> PodRef:
-    meta = pod["metadata"]
-    return PodRef(meta["namespace"], meta["name"], pod.get("spec", {}).get("nodeName"))
+    meta, status = pod["metadata"], pod.get("status") or {}
+    return PodRef(meta["namespace"], meta["name"], pod.get("spec", {}).get("nodeName"),
+                  status.get("podIP"), status.get("hostIP"))  # fmt: skip
 
 
 ZONE_LABEL = "topology.kubernetes.io/zone"

@@ -10,6 +10,7 @@ import ipaddress
 import math
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,11 +77,14 @@ CHAOS_RESULT = ResourceType("litmuschaos.io", "v1alpha1", "chaosresults", "Chaos
 
 @dataclass(frozen=True)
 class PodRef:
-    """A member's pod (and, for node-level faults, the node it runs on)."""
+    """A member's pod (and, for node-level faults, the node it runs on; for a zone's
+    isolation, its address and its node's)."""
 
     namespace: str
     name: str
     node: str | None = None
+    ip: str | None = None
+    host_ip: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ _SHORT_KIND = {
     "cpu-starve": "cpu",
     "memory-pressure": "memory",
     "disk-fill": "fill",
+    "zone-outage": "zone",
 }
 
 
@@ -167,6 +172,25 @@ def iops_latency_s(fault: IopsThrottleFault) -> float:
     return 1.0 / limit
 
 
+def outside_of(kept: Iterable[str]) -> list[str]:
+    """CIDRs covering every address of the families of `kept` but `kept` themselves: what a
+    zone's isolation drops (everything outside the zone's member pods and their nodes)."""
+    addresses = {ipaddress.ip_address(a) for a in kept}
+    cidrs: list[str] = []
+    for everything in ("0.0.0.0/0", "::/0"):
+        nets: list[Any] = [ipaddress.ip_network(everything)]
+        family = sorted(a for a in addresses if a.version == nets[0].version)
+        if not family:
+            continue
+        for address in family:
+            single = ipaddress.ip_network(address)
+            nets = [part for net in nets
+                    for part in (net.address_exclude(single) if single.subnet_of(net)
+                                 else [net])]  # fmt: skip
+        cidrs += [str(net) for net in sorted(nets)]
+    return cidrs
+
+
 def chaos_mesh_resource(
     fault: Fault,
     pod: PodRef,
@@ -177,10 +201,12 @@ def chaos_mesh_resource(
     block_chaos: bool = False,
     side: list[PodRef] | None = None,
     limits: ContainerLimits | None = None,
+    external: list[str] | None = None,
 ) -> tuple[ResourceType, dict[str, Any]]:
     """The Chaos Mesh object for `fault` on `pod` (`others`: the other members' pods, for a
     partition, or the far side of a partition shape whose near `side` holds more pods;
-    `limits`: the container's, which size a StressChaos; None in a plan)."""
+    `limits`: the container's, which size a StressChaos, None in a plan; `external`: the
+    addresses a zone's isolation drops, `outside_of` the zone's)."""
     spec: dict[str, Any] = {"mode": "all", "selector": {"pods": _pods(side or [pod])}}
     if fault.duration is not None and fault.kind != "host-kill":
         spec["duration"] = _go_duration(fault.duration + SAFETY_MARGIN_S)
@@ -250,6 +276,13 @@ def chaos_mesh_resource(
             spec["target"] = {"mode": "all", "selector": {"pods": _pods(others)}}
         if fault.isolate_from == "all":
             spec["externalTargets"] = ["0.0.0.0/0"]
+    elif fault.kind == "zone-outage":
+        # Chaos Mesh drops external targets on what the pod sends only (direction to): a TCP
+        # peer outside the zone gets no reply, so the cut holds both ways for MongoDB.
+        rtype = NETWORK_CHAOS
+        spec.update(action="partition", direction="to", externalTargets=external or [])
+        if others:
+            spec["target"] = {"mode": "all", "selector": {"pods": _pods(others)}}
     elif fault.kind == "network-degrade":
         rtype = NETWORK_CHAOS
         spec.update(network_degrade_spec(fault))
@@ -527,11 +560,15 @@ def plan_details(exp: Experiment) -> list[str]:
             hosts = ["<the other members' hosts>"]
             body = litmus_engine(fault, pod, name, platform.container, hosts)
         else:
-            others = [PodRef(pod.namespace, "<pods of the other members>")]
+            outside = "outside the zone" if fault.kind == "zone-outage" else "other"
+            others = [PodRef(pod.namespace, f"<pods of the {outside} members>")]
             block = (
                 fault.section("kubernetes", KubernetesFault) or KubernetesFault()
             ).block_chaos == "always"
-            _, body = chaos_mesh_resource(fault, pod, others, platform, name, block_chaos=block)
+            # A zone's addresses are read when it is injected.
+            external = ["<every address but the zone's member pods and their nodes>"]
+            _, body = chaos_mesh_resource(fault, pod, others, platform, name, block_chaos=block,
+                                          external=external)  # fmt: skip
             if fault.kind == "iops-throttle" and not block:
                 lines.append(
                     "# a BlockChaos delay instead where the cluster has that CRD "
@@ -569,6 +606,12 @@ def _native_plan(fault: Fault, pod: PodRef, container: str) -> list[str]:
             f"# exec in pod {pod.namespace}/{pod.name} container {container} (pods/exec): "
             "kill -STOP the mongod process (the same PID and sockets after)",
             "# revert: kill -CONT it (journaled: `rsdrill recover` resumes it)",
+        ]
+    if fault.kind == "zone-outage":
+        return [
+            f"# cordon node {pod.node}; evict every pod on it through the eviction API (grace "
+            f"period {math.ceil(options.grace_period)}s; PodDisruptionBudgets respected)",
+            f"# revert: uncordon node {pod.node}",
         ]
     if fault.scope == "node":
         steps = [

@@ -152,6 +152,26 @@ WAYS: dict[str, tuple[Way, ...]] = {
             privileges=_chaos_mesh("networkchaos"),
         ),
     ),
+    "zone-outage": (
+        Way(
+            "way isolate: a Chaos Mesh NetworkChaos partition per member of the zone (its "
+            "pod's node's topology.kubernetes.io/zone label): what it sends to any address "
+            "but the zone's member pods and their nodes dropped (external targets), so TCP "
+            "to and from outside the zone is cut and the zone's own links kept",
+            engine="chaos-mesh",
+            when=When("way: isolate", lambda fault: fault.way == "isolate"),
+            privileges=(*_chaos_mesh("networkchaos"), "get nodes cluster-wide"),
+        ),
+        Way(
+            "way kill: each member's node cordoned and its pods evicted at once "
+            "(grace_period, 0 by default), kept cordoned for `duration` so the pods cannot "
+            "come back in the zone, uncordoned on revert (a pod that the scheduler places "
+            "in another zone comes back there)",
+            engine="native",
+            when=When("way: kill", lambda fault: fault.way == "kill"),
+            privileges=(*_DRAIN, "get nodes cluster-wide"),
+        ),
+    ),
     "network-degrade": (
         Way(
             "Chaos Mesh NetworkChaos netem (delay, jitter, reorder, loss, duplicate, "

@@ -7,18 +7,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rsdrill.deployment import read_placements
 from rsdrill.faults import HostKillFault, SelectDomain
 from rsdrill.layout import ShardedLayout, same_set
-from rsdrill.platforms.base import InjectionError, Injector
+from rsdrill.platforms.base import Injector
+from rsdrill.platforms.domain_members import members_in
 from rsdrill.platforms.machine.disk import host_kill
 from rsdrill.platforms.machine.network import NetworkPartition
 
 if TYPE_CHECKING:
     from rsdrill.faults import ZoneOutageFault
     from rsdrill.platforms.base import MachineTarget
-
-_TAGS_TIMEOUT_S = 2.0
 
 
 def zone_outage(target: MachineTarget, fault: ZoneOutageFault, host: str) -> Injector:
@@ -30,13 +28,7 @@ def zone_outage(target: MachineTarget, fault: ZoneOutageFault, host: str) -> Inj
     assert isinstance(fault.select, SelectDomain)  # the kind's check
     layout = getattr(target, "layout", None)
     members = same_set(target.members, layout if isinstance(layout, ShardedLayout) else None, host)
-    # Asked of `host` first: the zone's members injected before it no longer answer clients.
-    ask = [host, *(m for m in members if m != host)]
-    placed = read_placements(ask, _TAGS_TIMEOUT_S, options=target.connect_options)
-    inside = {p.host for p in placed if fault.select.matches(p)}
-    if host not in inside:
-        raise InjectionError(f"zone-outage: {host} is not in {fault.select} (as the members' "
-                             "tags place them now)")  # fmt: skip
+    inside = members_in(target, fault.select, host, members)
     outside = [m for m in members if m not in inside]
     return NetworkPartition(target.hosts, host, members, isolate_from="all", direction="both",
                             peers=outside)  # fmt: skip
