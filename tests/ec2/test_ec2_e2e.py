@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 from harness.ec2_binding import Ec2Binding
-from harness.moto_ec2 import SECRET, Member, client, data_volume_at, instance_of, make_member
+from harness.moto_ec2 import (
+    SECRET,
+    Member,
+    client,
+    data_volume_at,
+    instance_of,
+    make_member,
+    own_acl,
+)
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import BulkWriteError, PyMongoError
 
@@ -294,6 +302,37 @@ def test_a_zone_outage_stops_the_instances_of_that_availability_zone(
         refused.stderr  # fmt: skip
     assert all(z in refused.stdout + refused.stderr for z in known.split(", "))
     assert len(binding.events) == 2  # nothing more was stopped
+
+
+@pytest.mark.slow
+def test_a_zone_isolated_has_its_subnet_s_acl_closed_and_reopened(
+    tmp_path: Path, bound_set: BoundSet, moto_endpoint: str, ec2: Any
+) -> None:
+    """way isolate on a secondary's Availability Zone, its subnet behind an ACL of its own: the
+    run adds the zone's entries and deletes them; no instance is stopped. Without an ACL of
+    its own (the VPC's default guards every zone) the preflight refuses the run (exit 2), nothing
+    injected."""
+    sandbox, members, binding = bound_set
+    secondary = next(s.name for s in sandbox.status() if s.state == "SECONDARY")
+    placed = instance_of(ec2, members[secondary].instance_id)
+    isolate = ZONE_OUTAGE.replace("way: kill", "way: isolate").replace(
+        "ZONE", placed["Placement"]["AvailabilityZone"])  # fmt: skip
+    experiment = tmp_path / "zone.yaml"
+    experiment.write_text(isolate)
+    env = environment(tmp_path, sandbox, moto_endpoint)
+    with own_acl(ec2, placed["SubnetId"]) as acl:
+        proc = run(experiment, tmp_path / "out", env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(binding.errors)
+        (fault,) = json.loads((tmp_path / "out" / "result.json").read_text())["faults"]
+        assert (fault["target"], fault["verified_at_s"] is not None) == (secondary, True), fault
+        assert f"network ACL {acl}: allow" in fault["detail"]["plan"], fault["detail"]
+        [found] = ec2.describe_network_acls(NetworkAclIds=[acl])["NetworkAcls"]
+        assert [e for e in found["Entries"] if e["RuleNumber"] < 100] == []
+    assert binding.events == []
+    refused = run(experiment, tmp_path / "out2", env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "nothing was injected: faults[0] zone-outage: network ACL acl-" in refused.stderr
+    assert not (tmp_path / "out2" / "result.json").exists()
 
 
 # -- chaos for rsdrill on the EC2 path (the sandbox's is tests/e2e/test_chaos_of_rsdrill.py) ----

@@ -136,3 +136,40 @@ def data_volume_at(ec2: Any, instance_id: str, device: str = DATA_DEVICE) -> str
         if mapping["DeviceName"] == device:
             return str(mapping["Ebs"]["VolumeId"])
     return None
+
+
+def allow_all(ec2: Any, acl: str, number: int, egress: bool) -> None:
+    ec2.create_network_acl_entry(
+        NetworkAclId=acl,
+        RuleNumber=number,
+        Protocol="-1",
+        RuleAction="allow",
+        Egress=egress,
+        CidrBlock="0.0.0.0/0",
+    )
+
+
+@contextmanager
+def own_acl(ec2: Any, subnet_id: str) -> Iterator[str]:
+    """A network ACL of the subnet's own for the test, the subnet's first one back after."""
+    vpc = ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]["VpcId"]
+
+    def association() -> dict[str, Any]:
+        of_subnet = [{"Name": "association.subnet-id", "Values": [subnet_id]}]
+        [acl] = ec2.describe_network_acls(Filters=of_subnet)["NetworkAcls"]
+        return next(a for a in acl["Associations"] if a["SubnetId"] == subnet_id) | {
+            "NetworkAclId": acl["NetworkAclId"]}  # fmt: skip
+
+    before = association()
+    acl = ec2.create_network_acl(VpcId=vpc)["NetworkAcl"]["NetworkAclId"]
+    for egress in (False, True):  # its own rules, as the default ACL's
+        allow_all(ec2, acl, 100, egress)
+    ec2.replace_network_acl_association(AssociationId=before["NetworkAclAssociationId"],
+                                        NetworkAclId=acl)  # fmt: skip
+    try:
+        yield acl
+    finally:
+        ec2.replace_network_acl_association(
+            AssociationId=association()["NetworkAclAssociationId"],
+            NetworkAclId=before["NetworkAclId"])  # fmt: skip
+        ec2.delete_network_acl(NetworkAclId=acl)

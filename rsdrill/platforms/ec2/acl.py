@@ -11,6 +11,7 @@ numbers, so they are matched before the ACL's own allow rules.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -24,15 +25,48 @@ _MAX_RULE = 32766
 
 @dataclass(frozen=True)
 class AclEntry:
-    """One deny entry rsdrill adds: which ACL, its rule number, inbound or outbound."""
+    """One entry rsdrill adds: which ACL, its rule number, inbound or outbound, deny or allow."""
 
     acl_id: str
     rule_number: int
     egress: bool
     cidr: str
+    action: str = "deny"
 
 
-class AclPartition:
+class AclEntries:
+    """A fault made of network ACL entries: added at once, deleted on revert (journaled)."""
+
+    aws: Aws
+    entries: tuple[AclEntry, ...]
+    what: str  # for the verify's message
+
+    def revert_action(self) -> dict[str, Any] | None:
+        if not self.entries:
+            return None
+        return {"action": "ec2.delete-acl-entries", **self.aws.conn.to_action(),
+                "entries": [asdict(e) for e in self.entries]}  # fmt: skip
+
+    def inject(self) -> None:
+        for entry in self.entries:
+            self.aws.ec2("create_network_acl_entry", NetworkAclId=entry.acl_id,
+                         RuleNumber=entry.rule_number, Protocol="-1", RuleAction=entry.action,
+                         Egress=entry.egress, CidrBlock=entry.cidr)  # fmt: skip
+
+    def verify(self, timeout_s: float) -> bool:
+        def check() -> tuple[bool, str]:
+            present = [e for e in self.entries if _present(self.aws, e)]
+            return len(present) == len(self.entries), f"{len(present)} of {len(self.entries)}"
+
+        return self.aws.poll(self.what, check, timeout_s)
+
+    def revert(self) -> None:
+        action = self.revert_action()
+        if action is not None:
+            delete_acl_entries(self.aws, action)
+
+
+class AclPartition(AclEntries):
     """Deny the member's address in the ACLs of the subnets its peers are in."""
 
     kind = "network-partition"
@@ -58,6 +92,7 @@ class AclPartition:
         self.peers = peers
         self.cidr = f"{instance.private_ip}/32"
         self.entries = self._plan()
+        self.what = f"ACL entries denying {self.cidr}"
 
     def _plan(self) -> tuple[AclEntry, ...]:
         subnets = sorted({p.subnet_id for p in self.peers if p.subnet_id is not None})
@@ -78,25 +113,94 @@ class AclPartition:
                 f"subnets of {peers}: established connections are cut too; later delete those "
                 "entries")  # fmt: skip
 
-    def revert_action(self) -> dict[str, Any]:
-        return {"action": "ec2.delete-acl-entries", **self.aws.conn.to_action(),
-                "entries": [asdict(e) for e in self.entries]}  # fmt: skip
 
-    def inject(self) -> None:
-        for entry in self.entries:
-            self.aws.ec2("create_network_acl_entry", NetworkAclId=entry.acl_id,
-                         RuleNumber=entry.rule_number, Protocol="-1", RuleAction="deny",
-                         Egress=entry.egress, CidrBlock=entry.cidr)  # fmt: skip
+class ZoneAclIsolation(AclEntries):
+    """zone-outage way isolate: the network ACL of the member's subnet lets in and out only the
+    traffic of the zone's subnets (allow entries for their CIDRs, then a deny of 0.0.0.0/0,
+    matched before the ACL's own rules). Refused, nothing changed, when that ACL also guards a
+    subnet outside the zone or a member outside the domain: denying there would cut them too.
+    Members of the zone whose subnets share one ACL share its entries: the first of them (by
+    name) adds them, the others find them in place."""
+
+    kind = "zone-outage"
+
+    def __init__(self, aws: Aws, instance: Instance, zone: tuple[Instance, ...],
+                 outside: tuple[Instance, ...]) -> None:  # fmt: skip
+        self.aws = aws
+        self.target = instance.member
+        if instance.subnet_id is None or instance.vpc_id is None:
+            raise InjectionError(f"zone-outage: {instance.id} ({instance.member}) is not in a "
+                                 "VPC subnet")  # fmt: skip
+        acl = subnet_acl(aws, instance.subnet_id)
+        self.acl_id = str(acl["NetworkAclId"])
+        azs = sorted({i.availability_zone for i in zone})
+        subnets = vpc_subnets(aws, instance.vpc_id)
+        guarded = {a["SubnetId"] for a in acl.get("Associations", [])}
+        foreign = [f"the subnets of {o.member}" for o in outside if o.subnet_id in guarded]
+        problem = shared_acl(instance, acl, azs, subnets, foreign)
+        if problem:
+            raise InjectionError(f"zone-outage refused, nothing changed: {problem}")
+        self.cidrs = sorted(s["CidrBlock"] for s in subnets if s["AvailabilityZone"] in azs)
+        self.owner = min(i.member for i in zone if i.subnet_id in guarded)
+        self.entries = self._plan(acl) if self.owner == instance.member else ()
+        self.what = f"network ACL {self.acl_id} isolating {', '.join(azs)}"
+
+    def _plan(self, acl: dict[str, Any]) -> tuple[AclEntry, ...]:
+        entries: list[AclEntry] = []
+        for egress in (False, True):
+            used = sorted(e["RuleNumber"] for e in acl.get("Entries", [])
+                          if e["Egress"] == egress and e["RuleNumber"] <= _MAX_RULE)  # fmt: skip
+            free = [n for n in range(1, _MAX_RULE + 1) if n not in used][: len(self.cidrs) + 1]
+            if used and free[-1] > used[0]:
+                raise InjectionError(f"zone-outage refused, nothing changed: network ACL "
+                                     f"{self.acl_id}'s rule {used[0]} "
+                                     f"({'out' if egress else 'in'}) leaves no room before it "
+                                     f"for the zone's {len(free)} entries")  # fmt: skip
+            entries += [AclEntry(self.acl_id, n, egress, c, "allow")
+                        for n, c in zip(free, self.cidrs, strict=False)]  # fmt: skip
+            entries.append(AclEntry(self.acl_id, free[-1], egress, "0.0.0.0/0"))
+        return tuple(entries)
+
+    def describe(self) -> str:
+        if not self.entries:
+            return (f"network ACL {self.acl_id}, shared with {self.owner}, cuts the zone off: "
+                    "its entries are that member's")  # fmt: skip
+        return (f"network ACL {self.acl_id}: allow {', '.join(self.cidrs)} (the zone's subnets) "
+                "in and out, deny 0.0.0.0/0, before its own rules: every IPv4 link out of the "
+                "zone is cut, established ones too; later delete those entries")  # fmt: skip
 
     def verify(self, timeout_s: float) -> bool:
-        def check() -> tuple[bool, str]:
-            present = [e for e in self.entries if _present(self.aws, e)]
-            return len(present) == len(self.entries), f"{len(present)} of {len(self.entries)}"
+        if self.entries:
+            return super().verify(timeout_s)
 
-        return self.aws.poll(f"ACL entries denying {self.cidr}", check, timeout_s)
+        def check() -> tuple[bool, str]:  # the owner's deny, both ways
+            found = {e["Egress"] for e in describe_acl(self.aws, self.acl_id).get("Entries", [])
+                     if e.get("CidrBlock") == "0.0.0.0/0" and e["RuleAction"] == "deny"
+                     and e["RuleNumber"] <= _MAX_RULE}  # fmt: skip
+            return found == {False, True}, f"denied ways: {sorted(found)}"
 
-    def revert(self) -> None:
-        delete_acl_entries(self.aws, self.revert_action())
+        return self.aws.poll(self.what, check, timeout_s)
+
+
+def vpc_subnets(aws: Aws, vpc_id: str) -> list[dict[str, Any]]:
+    return list(aws.ec2("describe_subnets", Filters=[
+        {"Name": "vpc-id", "Values": [vpc_id]}])["Subnets"])  # fmt: skip
+
+
+def shared_acl(instance: Instance, acl: dict[str, Any], azs: list[str],
+               subnets: list[dict[str, Any]], also: Sequence[str] = ()) -> str | None:  # fmt: skip
+    """Why closing the ACL of the instance's subnet to all but `azs` would cut more than the
+    zone: the other zones' subnets it also guards (and `also`, the members outside the domain
+    behind it); None when nothing."""
+    guarded = {a["SubnetId"] for a in acl.get("Associations", [])}
+    foreign = [f"{s['SubnetId']} ({s['AvailabilityZone']})" for s in subnets
+               if s["SubnetId"] in guarded and s["AvailabilityZone"] not in azs]  # fmt: skip
+    whom = sorted(foreign) + sorted(also)
+    if not whom:
+        return None
+    return (f"network ACL {acl['NetworkAclId']} of {instance.member}'s subnet also guards "
+            f"{', '.join(whom)}, outside {', '.join(azs)}, which cutting the zone off would cut "
+            "too (give the zone's subnets a network ACL of their own)")  # fmt: skip
 
 
 def subnet_acl(aws: Aws, subnet_id: str) -> dict[str, Any]:
@@ -116,7 +220,7 @@ def describe_acl(aws: Aws, acl_id: str) -> dict[str, Any]:
 def _present(aws: Aws, entry: AclEntry) -> bool:
     return any(
         e["RuleNumber"] == entry.rule_number and e["Egress"] == entry.egress
-        and e.get("CidrBlock") == entry.cidr and e["RuleAction"] == "deny"
+        and e.get("CidrBlock") == entry.cidr and e["RuleAction"] == entry.action
         for e in describe_acl(aws, entry.acl_id).get("Entries", [])
     )  # fmt: skip
 

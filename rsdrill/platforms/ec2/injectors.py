@@ -16,10 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rsdrill.faults import SelectDomain
 from rsdrill.layout import same_set
 from rsdrill.platforms.base import TargetError
+from rsdrill.platforms.domain_members import members_in
 from rsdrill.platforms.ec2 import fis, ssm
-from rsdrill.platforms.ec2.acl import AclPartition
+from rsdrill.platforms.ec2.acl import AclPartition, ZoneAclIsolation
 from rsdrill.platforms.ec2.client import Aws, AwsError, Connection
 from rsdrill.platforms.ec2.instance import InstanceKill
 from rsdrill.platforms.ec2.lookup import Instance, find_data_volume
@@ -109,12 +111,21 @@ def host_kill(on: OnInstance, fault: HostKillFault) -> Injector:
                         replace_volume=data if wipes_volume(fault) else None)  # fmt: skip
 
 
-@on_member_instance
-def zone_outage(on: OnInstance, fault: ZoneOutageFault) -> Injector:
-    """Way kill: the instance, one of the zone's, stopped (force) and started on revert (the
-    run injects every member of the zone before it verifies any)."""
-    return InstanceKill(on.aws, on.instance, action="stop", force=True, one_way=False,
-                        restart=True, replace_volume=None)  # fmt: skip
+def zone_outage(target: Ec2Target, fault: ZoneOutageFault, host: str) -> Injector:
+    """The zone's outage at `host`, one of its members (the run injects every member of the
+    zone before it verifies any): way kill, the instance stopped (force) and started on
+    revert; way isolate, its subnet's network ACL closed to everything outside the zone."""
+    instance = target.instance(host)
+    if fault.way == "kill":
+        return InstanceKill(target.aws, instance, action="stop", force=True, one_way=False,
+                            restart=True, replace_volume=None)  # fmt: skip
+    assert isinstance(fault.select, SelectDomain)  # the kind's check
+    members = same_set(target.members, target.layout, host)
+    inside = members_in(target, fault.select, host, members)
+    known = target.instances
+    zone = tuple(instance if m == host else known[m] for m in inside if m in known)
+    outside = tuple(known[m] for m in members if m in known and m not in inside)
+    return ZoneAclIsolation(target.aws, instance, zone, outside)
 
 
 @on_member_instance

@@ -222,9 +222,6 @@ def check_experiment(exp: Experiment) -> None:
                                "target.ec2.volume with `device` or `tag`")  # fmt: skip
         if fault.kind == "network-partition":
             refuse_partition_shapes(i, fault, "ec2 swaps the instance's security groups")
-        if fault.kind == "zone-outage" and fault.way != "kill":
-            raise _problem(i, "way", text="zone-outage on ec2 takes way: kill (the zone's "
-                           "instances stopped); cutting a zone off is not there yet")  # fmt: skip
         _check_kind(i, fault, engine, platform)
 
 

@@ -45,24 +45,18 @@ def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | N
                       ("detach_volume", {"VolumeId": data[0], "InstanceId": instance.id,
                                          "Device": data[1]})]  # fmt: skip
         return calls
-    if fault.kind == "zone-outage":  # way kill: each instance of the zone stopped, started
+    if fault.kind == "zone-outage" and fault.way == "kill":  # each instance stopped, started
         return [("stop_instances", {**iid, "Force": True}), ("start_instances", iid)]
+    if fault.kind == "zone-outage" and instance.subnet_id:  # its subnet's ACL, the subnets
+        return [*_acl_entry_calls(aws, instance),
+                ("describe_subnets", {"SubnetIds": [instance.subnet_id]})]  # fmt: skip
     if fault.kind == "volume-detach" and data:
         attach = {"VolumeId": data[0], "InstanceId": instance.id, "Device": data[1]}
         return [("detach_volume", {**attach, "Force": True}), ("attach_volume", attach)]
     if fault.kind == "iops-throttle" and data:
         return [("modify_volume", {"VolumeId": data[0]})]
     if fault.kind == "network-partition" and fault.isolate_from == "members":
-        # DryRun of the entry calls needs an ACL: the one of the instance's own subnet.
-        if instance.subnet_id is None:
-            return []
-        from rsdrill.platforms.ec2.acl import subnet_acl
-
-        acl = subnet_acl(aws, instance.subnet_id)["NetworkAclId"]
-        entry = {"NetworkAclId": acl, "RuleNumber": 1, "Egress": False}
-        return [("create_network_acl_entry", {**entry, "Protocol": "-1", "RuleAction": "deny",
-                                              "CidrBlock": "192.0.2.1/32"}),
-                ("delete_network_acl_entry", entry)]  # fmt: skip
+        return _acl_entry_calls(aws, instance)
     if fault.kind == "network-partition" and instance.vpc_id:
         groups = list(instance.security_groups)
         return [("create_security_group", {"GroupName": "rsdrill-preflight",
@@ -71,6 +65,34 @@ def _calls(aws: Aws, fault: Fault, instance: Instance, data: tuple[str, str] | N
                 ("modify_instance_attribute", {"InstanceId": instance.id, "Groups": groups}),
                 ("delete_security_group", {"GroupId": groups[0]} if groups else {})]  # fmt: skip
     return []
+
+
+def _zone_acl(aws: Aws, fault: Fault, instance: Instance) -> str | None:
+    """Whether cutting off the instance's zone, if the fault's zone is its Availability Zone,
+    would cut other zones too (its subnet's ACL guards theirs). A region or tag: found when
+    injected."""
+    from rsdrill.faults import SelectDomain
+    from rsdrill.platforms.ec2.acl import shared_acl, subnet_acl, vpc_subnets
+
+    zone = fault.select.zone if isinstance(fault.select, SelectDomain) else None
+    if zone != instance.availability_zone or not instance.subnet_id or not instance.vpc_id:
+        return None
+    acl = subnet_acl(aws, instance.subnet_id)
+    return shared_acl(instance, acl, [zone], vpc_subnets(aws, instance.vpc_id))
+
+
+def _acl_entry_calls(aws: Aws, instance: Instance) -> list[Call]:
+    """An ACL entry's creation and deletion; a DryRun of them needs an ACL: the one of the
+    instance's own subnet."""
+    if instance.subnet_id is None:
+        return []
+    from rsdrill.platforms.ec2.acl import subnet_acl
+
+    acl = subnet_acl(aws, instance.subnet_id)["NetworkAclId"]
+    entry = {"NetworkAclId": acl, "RuleNumber": 1, "Egress": False}
+    return [("create_network_acl_entry", {**entry, "Protocol": "-1", "RuleAction": "deny",
+                                          "CidrBlock": "192.0.2.1/32"}),
+            ("delete_network_acl_entry", entry)]  # fmt: skip
 
 
 def problems(
@@ -107,6 +129,10 @@ def problems(
                 refused = aws.dry_run(operation, **params)
                 if refused:
                     found.append(f"{instance.member} ({instance.id}): {refused}")
+            if fault.kind == "zone-outage" and fault.way == "isolate":
+                problem = _zone_acl(aws, fault, instance)
+                if problem:
+                    found.append(f"faults[{i}] zone-outage: {problem}")
             accepted = (fault.section("ec2", Ec2Fault) or Ec2Fault()).accept_modification_limit
             if fault.kind == "iops-throttle" and engine_of(fault) == "api" and data and \
                     not accepted:  # fmt: skip

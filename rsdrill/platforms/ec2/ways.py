@@ -162,9 +162,22 @@ WAYS: dict[str, tuple[Way, ...]] = {
     ),
     "zone-outage": (
         Way(
+            "way isolate: the network ACL of each member's subnet lets through only the "
+            "traffic of the zone's subnets (allow their CIDRs, deny 0.0.0.0/0, before its own "
+            "rules): established connections are cut too; refused when that ACL also guards a "
+            "subnet outside the zone",
+            engine="api",
+            when=When("way: isolate", lambda fault: fault.way == "isolate"),
+            privileges=(
+                "ec2:DescribeNetworkAcls",
+                "ec2:DescribeSubnets",
+                "ec2:CreateNetworkAclEntry",
+                "ec2:DeleteNetworkAclEntry",
+            ),
+        ),
+        Way(
             "way kill: every instance in the Availability Zone (the zone a member's instance "
-            "is in, whatever its tags say) stopped (force) at once, started on revert; way "
-            "isolate refused (not there yet)",
+            "is in, whatever its tags say) stopped (force) at once, started on revert",
             engine="api",
             when=When("way: kill", lambda fault: fault.way == "kill"),
             privileges=("ec2:StopInstances", "ec2:StartInstances"),
