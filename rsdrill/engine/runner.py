@@ -37,7 +37,7 @@ from rsdrill.engine.selection import (
     lands_in,
     layout_of,
     placements_for,
-    platform_zones,
+    platform_places,
     replica_sets,
     resolve,
     router_states,
@@ -182,7 +182,7 @@ class Runner:
             self.balancer.stop(self._layout, target.connect_options, journal)
             self._recover_at = self.recovery.due_at(self.exp.faults, target.members,
                                                     target.connect_options,
-                                                    platform_zones(target))  # fmt: skip
+                                                    platform_places(target))  # fmt: skip
             from rsdrill.probes import ProbeSet
 
             probes = ProbeSet(self.exp.probes, uri=target.uri, members=target.members,
@@ -375,7 +375,7 @@ class Runner:
             check_guards(exp, hosts, options=target.connect_options, env=os.environ,
                          assume_yes=self.options.assume_yes,
                          confirm=self._confirm if self.options.confirm else None, note=note,
-                         sleep=self._sleep, zones=platform_zones(target))  # fmt: skip
+                         sleep=self._sleep, places=platform_places(target))  # fmt: skip
         self._check_abort()
 
     def _noted(self, name: str) -> Callable[[str], None]:

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rsdrill.connection import AccessRefused, ConnectOptions, answers_hello
 from rsdrill.deployment import read_placements
-from rsdrill.domains import Placement, domains_held, placed_by_platform
+from rsdrill.domains import Placement, PlatformPlace, domains_held, placed_by_platform
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import (
     Fault,
@@ -94,19 +94,20 @@ def resolve(
     return matches[:1]
 
 
-def platform_zones(target: RunTarget) -> dict[str, tuple[str | None, str | None]]:
-    """Each member's (zone, region) as its platform places it (EC2: its instance's
-    Availability Zone), empty where the platform does not say (members' tags alone)."""
+def platform_places(target: RunTarget) -> dict[str, PlatformPlace]:
+    """Where its platform places each member (EC2: its instance's Availability Zone; vSphere:
+    its VM's cluster, datacenter and ESXi host), empty where the platform does not say
+    (members' tags alone)."""
     return target.platform_placements() if isinstance(target, PlacesMembers) else {}
 
 
 def placements_for(selection: Selection, target: RunTarget) -> list[Placement]:
     """Where each member is when `selection` is by domain: its replica-set tags, the zone and
-    region its platform knows it in instead."""
+    region its platform knows it in instead, the platform's tags over its own."""
     if not isinstance(selection, SelectDomain):
         return []
     tagged = read_placements(list(target.members), 1.0, options=target.connect_options)
-    return placed_by_platform(tagged, platform_zones(target))
+    return placed_by_platform(tagged, platform_places(target))
 
 
 def _resolve_domain(
