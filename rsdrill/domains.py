@@ -1,5 +1,6 @@
 """Failure domains: where each member lives (a zone, a region, a data centre), as replica-set
-member tags say, and which domain's loss takes a replica set's voting majority with it.
+member tags say or its platform knows, and which domain's loss takes a replica set's voting
+majority with it.
 
 MongoDB's rule: a primary needs a majority of the voting members (members[].votes) to be
 elected and to stay primary. A layout where one domain holds that many votes (two data centres
@@ -55,15 +56,31 @@ def placement(host: str, votes: int, tags: Mapping[str, str]) -> Placement:
     return Placement(host, votes, zone, region, tuple((str(k), str(v)) for k, v in tags.items()))
 
 
+@dataclass(frozen=True)
+class PlatformPlace:
+    """Where a platform runs one member, whatever its replica-set tags say: its zone, its region
+    and tags of the platform's own (vSphere: the ESXi host)."""
+
+    zone: str | None = None
+    region: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
+
+
 def placed_by_platform(
-    members: Sequence[Placement], where: Mapping[str, tuple[str | None, str | None]]
+    members: Sequence[Placement], where: Mapping[str, PlatformPlace]
 ) -> list[Placement]:
-    """`members` (from their tags) with the zone and region a platform knows them in instead
-    (`where`: host → (zone, region)); a member only the platform knows counts one vote."""
+    """`members` (from their tags) with the zone and region a platform knows them in instead,
+    and its tags over theirs (`where`: host → its place); a member only the platform knows
+    counts one vote."""
+
+    def placed(m: Placement, at: PlatformPlace) -> Placement:
+        tags = tuple({**dict(m.tags), **dict(at.tags)}.items())
+        return replace(m, zone=at.zone or m.zone, region=at.region or m.region, tags=tags)
+
     known = {m.host for m in members}
-    out = [replace(m, zone=where[m.host][0] or m.zone, region=where[m.host][1] or m.region)
-           if m.host in where else m for m in members]  # fmt: skip
-    return out + [Placement(h, 1, z, r) for h, (z, r) in where.items() if h not in known]
+    out = [placed(m, where[m.host]) if m.host in where else m for m in members]
+    return out + [Placement(h, 1, p.zone, p.region, p.tags)
+                  for h, p in where.items() if h not in known]  # fmt: skip
 
 
 def domains_held(members: Sequence[Placement], key: str) -> str:

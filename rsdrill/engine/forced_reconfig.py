@@ -25,7 +25,7 @@ from bson.timestamp import Timestamp
 
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError, action_options
 from rsdrill.deployment import read_placements
-from rsdrill.domains import placed_by_platform
+from rsdrill.domains import PlatformPlace, placed_by_platform
 from rsdrill.engine.guards import majority_lost_at
 from rsdrill.engine.journal import Journal
 from rsdrill.errors import GuardRefusal
@@ -114,14 +114,14 @@ class MajorityRecovery:
         self._owed: list[dict[str, Any]] = []  # the members the heal adds back
 
     def due_at(self, faults: Sequence[Fault], hosts: list[str], options: ConnectOptions,
-               zones: Mapping[str, tuple[str | None, str | None]]) -> float | None:  # fmt: skip
+               places: Mapping[str, PlatformPlace]) -> float | None:  # fmt: skip
         """When the forced reconfig runs: `after` from the moment the schedule leaves fewer
         than a majority of the set's voting members up (counted as the quorum guard counts);
         GuardRefusal when it never does (nothing to recover)."""
         if self.recovery is None:
             return None
         placed = placed_by_platform(read_placements(hosts, ASK_TIMEOUT_S, options=options),
-                                    zones)  # fmt: skip
+                                    places)  # fmt: skip
         voting = sum(1 for p in placed if p.votes)
         loss_at_s = majority_lost_at(faults, voting, placed)
         if loss_at_s is None:

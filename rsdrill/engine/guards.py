@@ -53,7 +53,7 @@ from typing import Any
 from rsdrill import registry
 from rsdrill.connection import COMMAND_NOT_FOUND, ConnectOptions, DirectConnection, WireClientError
 from rsdrill.deployment import config_placements
-from rsdrill.domains import Placement, domains_held, placed_by_platform
+from rsdrill.domains import Placement, PlatformPlace, domains_held, placed_by_platform
 from rsdrill.engine.selection import current_states
 from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.schema import (
@@ -405,13 +405,13 @@ def check_guards(
     confirm: Callable[[str], bool] | None,
     note: Callable[[str], None],
     sleep: Callable[[float], None],
-    zones: Mapping[str, tuple[str | None, str | None]] | None = None,
+    places: Mapping[str, PlatformPlace] | None = None,
 ) -> None:
     """Check every guard against the live replica set; GuardRefusal on the first refusal.
 
     `options`: how to reach the members; `note` receives one line per guard; `sleep` waits
-    (and may raise to stop the run); `zones`: the (zone, region) the platform knows each
-    member in, over its tags.
+    (and may raise to stop the run); `places`: where the platform knows each member to be,
+    over its tags.
     """
     states = current_states(members, timeout_s=1.0, options=options)
     primary = next((h for h, s in states.items() if s in PRIMARY_LIKE), None)
@@ -435,7 +435,7 @@ def check_guards(
         voting = sum(1 for m in config.get("members", []) if m.get("votes", 1))
         if not voting:
             raise GuardRefusal("quorum", "replSetGetConfig on the primary lists no voting member")
-        placed = placed_by_platform(config_placements(config), zones or {})
+        placed = placed_by_platform(config_placements(config), places or {})
         check_domains(exp.faults, placed)
         quorum = check_quorum(exp.faults, voting, allowed=exp.guards.allow_quorum_loss,
                               placed=placed)  # fmt: skip

@@ -56,7 +56,7 @@ from rsdrill.platforms.base import (
     injector_factory,
     platform,
 )
-from rsdrill.platforms.domain_members import platform_zones
+from rsdrill.platforms.domain_members import platform_places
 from rsdrill.redact import redact_uri
 from rsdrill.report.integrations import integrations
 from rsdrill.result import (
@@ -182,7 +182,7 @@ class Runner:
             self.balancer.stop(self._layout, target.connect_options, journal)
             self._recover_at = self.recovery.due_at(self.exp.faults, target.members,
                                                     target.connect_options,
-                                                    platform_zones(target))  # fmt: skip
+                                                    platform_places(target))  # fmt: skip
             from rsdrill.probes import ProbeSet
 
             probes = ProbeSet(self.exp.probes, uri=target.uri, members=target.members,
@@ -375,7 +375,7 @@ class Runner:
             check_guards(exp, hosts, options=target.connect_options, env=os.environ,
                          assume_yes=self.options.assume_yes,
                          confirm=self._confirm if self.options.confirm else None, note=note,
-                         sleep=self._sleep, zones=platform_zones(target))  # fmt: skip
+                         sleep=self._sleep, places=platform_places(target))  # fmt: skip
         self._check_abort()
 
     def _noted(self, name: str) -> Callable[[str], None]:

@@ -23,7 +23,7 @@ from rsdrill.experiment.schema import (
 from rsdrill.history import Op
 from rsdrill.layout import CONFIG, ShardedLayout
 from rsdrill.platforms.base import RunTarget, TargetError
-from rsdrill.platforms.domain_members import platform_zones
+from rsdrill.platforms.domain_members import platform_places
 from rsdrill.states import DOWN, HEALTHY, PRIMARY_LIKE, ROUTER, member_state
 
 
@@ -97,11 +97,11 @@ def resolve(
 
 def placements_for(selection: Selection, target: RunTarget) -> list[Placement]:
     """Where each member is when `selection` is by domain: its replica-set tags, the zone and
-    region its platform knows it in instead."""
+    region its platform knows it in instead, the platform's tags over its own."""
     if not isinstance(selection, SelectDomain):
         return []
     tagged = read_placements(list(target.members), 1.0, options=target.connect_options)
-    return placed_by_platform(tagged, platform_zones(target))
+    return placed_by_platform(tagged, platform_places(target))
 
 
 def _resolve_domain(

@@ -50,18 +50,24 @@ class SelectRouter(Strict):
 
 class SelectDomain(Strict):
     """Every member of one failure domain: a zone (tag `zone`, or `az`, `dc`, …; a sandbox's
-    `zones`; on EC2 the instance's Availability Zone, on Kubernetes the node's zone label), a
-    region (tag `region`, or the platform's), or every member whose replica-set tags include
-    all of `tag`. One of the three. docs/failure-domains.md."""
+    `zones`; on EC2 the instance's Availability Zone, on Kubernetes the node's zone label, on
+    vSphere the VM's cluster), a region (tag `region`, or the platform's), or every member whose
+    tags include all of `tag` (replica-set tags, and the platform's: vSphere's `esxi_host`).
+    One of the three. docs/failure-domains.md."""
 
     zone: str | None = Field(
         None, min_length=1, description="the zone's name (the members' tags, or their platform's)"
     )
     region: str | None = Field(
-        None, min_length=1, description="the region's name (the members' tag `region`)"
+        None,
+        min_length=1,
+        description="the region's name (the members' tag `region`, or their platform's)",
     )
     tag: dict[str, str] | None = Field(
-        None, min_length=1, description="replica-set member tags every selected member has"
+        None,
+        min_length=1,
+        description="tags every selected member has: replica-set member tags, or the "
+        "platform's (vSphere: esxi_host)",
     )
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 from rsdrill import registry
+from rsdrill.domains import PlatformPlace
 from rsdrill.errors import InjectionError, TargetError
 from rsdrill.experiment.catalog import PlatformModel
 from rsdrill.faults import FAULT_CLASSES, Fault
@@ -182,10 +183,12 @@ class RunTarget(Protocol):
 @runtime_checkable
 class PlacesMembers(Protocol):
     """A run target whose platform knows where each member runs, whatever its replica-set
-    tags say (an EC2 instance's Availability Zone and region)."""
+    tags say (an EC2 instance's Availability Zone and region, a vSphere VM's cluster,
+    datacenter and ESXi host)."""
 
-    def platform_placements(self) -> dict[str, tuple[str | None, str | None]]:
-        """Each member's (zone, region) as the platform places it; set up first."""
+    def platform_placements(self) -> dict[str, PlatformPlace]:
+        """Each member's zone, region and platform tags as the platform places it; set up
+        first."""
         ...
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from rsdrill.deployment import read_placements
-from rsdrill.domains import placed_by_platform
+from rsdrill.domains import PlatformPlace, placed_by_platform
 from rsdrill.platforms.base import InjectionError, PlacesMembers
 
 if TYPE_CHECKING:
@@ -25,9 +25,10 @@ class Reaches(Protocol):
     def connect_options(self) -> ConnectOptions: ...
 
 
-def platform_zones(target: object) -> dict[str, tuple[str | None, str | None]]:
-    """Each member's (zone, region) as its platform places it, empty where the platform does
-    not say (the members' tags alone)."""
+def platform_places(target: object) -> dict[str, PlatformPlace]:
+    """Where its platform places each member (EC2: its instance's Availability Zone; vSphere:
+    its VM's cluster, datacenter and ESXi host), empty where the platform does not say (the
+    members' tags alone)."""
     return target.platform_placements() if isinstance(target, PlacesMembers) else {}
 
 
@@ -39,7 +40,7 @@ def members_in(
     # Asked of `host` first: a zone-mate already cut off answers no client.
     ask = [host, *(m for m in members if m != host)]
     tagged = read_placements(ask, _TAGS_TIMEOUT_S, options=target.connect_options)
-    placed = placed_by_platform(tagged, platform_zones(target))
+    placed = placed_by_platform(tagged, platform_places(target))
     inside = [p.host for p in placed if p.host in members and domain.matches(p)]
     if host not in inside:
         raise InjectionError(f"zone-outage: {host} is not in {domain} (as the members are "

@@ -40,16 +40,19 @@ class Vcsim:
 
 
 @contextmanager
-def vcsim(log_path: Path, certificate: tuple[Path, Path] | None = None) -> Iterator[Vcsim]:
-    """vcsim on 127.0.0.1 and a free port: one datacenter, one cluster of four ESXi hosts, no
-    VMs (the tests make their own), a user and a fresh random password; TLS with its own
-    self-signed certificate, or with `certificate` (cert and key files)."""
+def vcsim(log_path: Path, certificate: tuple[Path, Path] | None = None, *, clusters: int = 1,
+          hosts: int = HOSTS, standalone: int = 0) -> Iterator[Vcsim]:  # fmt: skip
+    """vcsim on 127.0.0.1 and a free port: one datacenter, one cluster of four ESXi hosts (or
+    `clusters` of `hosts` each, DC0_C<i>_H<j>, and `standalone` hosts outside any cluster,
+    DC0_H<j>), no VMs (the tests make their own), a user and a fresh random password; TLS with
+    its own self-signed certificate, or with `certificate` (cert and key files)."""
     binary = ensure_built(VCSIM, INSTALL)
     port = free_port_base(1)
     password = "pw-" + secrets.token_urlsafe(18)
     args = [str(binary), "-l", f"127.0.0.1:{port}", "-username", USER, "-password", password,
-            "-dc", "1", "-cluster", "1", "-host", str(HOSTS), "-standalone-host", "0",
-            "-vm", "0", "-pool", "0", "-stdinexit"]  # fmt: skip
+            "-dc", "1", "-cluster", str(clusters), "-host", str(hosts),
+            "-standalone-host", str(standalone), "-vm", "0", "-pool", "0",
+            "-stdinexit"]  # fmt: skip
     if certificate is not None:
         args += ["-tlscert", str(certificate[0]), "-tlskey", str(certificate[1])]
     with log_path.open("ab") as log:
@@ -82,6 +85,18 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+@contextmanager
+def session_of(sim: Vcsim) -> Iterator[Any]:
+    """The test's own pyVmomi session (`connect`), logged out on the way out."""
+    from pyVim.connect import Disconnect
+
+    opened = connect(sim)
+    try:
+        yield opened
+    finally:
+        Disconnect(opened)
+
+
 def connect(sim: Vcsim) -> Any:
     """A pyVmomi session of the test's own (not rsdrill's), TLS unverified."""
     from pyVim.connect import SmartConnect
@@ -107,7 +122,7 @@ def wait_task(task: Any, timeout_s: float = 30.0) -> Any:
 
 
 def esxi_hosts(si: Any) -> list[Any]:
-    """The cluster's ESXi hosts, by name."""
+    """The ESXi hosts, by name."""
     from pyVmomi import vim
 
     content = si.RetrieveContent()

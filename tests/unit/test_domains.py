@@ -6,10 +6,12 @@ import pytest
 
 from rsdrill.domains import (
     Placement,
+    PlatformPlace,
     by_zone,
     describe,
     majority_losing_zones,
     majority_warning,
+    placed_by_platform,
     placement,
     spread,
 )
@@ -39,6 +41,19 @@ def test_a_member_s_zone_and_region_come_from_its_tags() -> None:
     assert placement("h", 0, {"use": "reporting"}) == Placement(
         "h", 0, None, None, (("use", "reporting"),)
     )
+
+
+def test_the_platform_s_place_wins_over_the_tags_and_adds_its_own() -> None:
+    tagged = placement("h1", 1, {"zone": "east", "rack": "r1", "esxi_host": "old"})
+    where = {"h1": PlatformPlace("C1", "DC0", (("esxi_host", "esx-1"),)),
+             "h9": PlatformPlace("C2", None, (("esxi_host", "esx-9"),))}  # fmt: skip
+    assert placed_by_platform([tagged, Placement("h2", 0, "west")], where) == [
+        Placement("h1", 1, "C1", "DC0", (("zone", "east"), ("rack", "r1"), ("esxi_host", "esx-1"))),
+        Placement("h2", 0, "west"),  # the platform does not say: its tags
+        Placement("h9", 1, "C2", None, (("esxi_host", "esx-9"),)),  # the platform's alone
+    ]  # fmt: skip
+    # A place the platform leaves blank keeps the tags' word.
+    assert placed_by_platform([tagged], {"h1": PlatformPlace()}) == [tagged]
 
 
 @pytest.mark.parametrize(("zones", "votes", "losing"), [

@@ -40,7 +40,8 @@ def test_every_vsphere_fault_loads_with_its_options() -> None:
         "  - {at: 1s, kind: iops-throttle, duration: 5s, iops: 100, vsphere: {disk: 1}}\n"
         "  - {at: 1s, kind: network-partition, duration: 5s, isolate_from: all,"
         " vsphere: {nic: Network adapter 1}}\n"
-        "  - {at: 1s, kind: stepdown}\n",
+        "  - {at: 1s, kind: stepdown}\n"
+        "  - {at: 1s, kind: zone-outage, way: kill, select: {zone: C1}, duration: 5s}\n",
         vsphere="    port: 8443\n    password_env: VC_PASS\n    vms: {by: name, name: "
         "'mongo-{short}-{port}'}\n",
     )
@@ -80,6 +81,8 @@ def test_every_vsphere_fault_loads_with_its_options() -> None:
          "ec2 options on a vsphere target"),
         ("{at: 1s, kind: host-kill, restart: {model: ha, boot: 40s}}", "faults[0].restart.boot",
          "a VM boots by itself"),
+        ("{at: 1s, kind: zone-outage, way: isolate, select: {zone: C1}, duration: 5s}",
+         "faults[0].way", "zone-outage on vsphere takes way: kill"),
     ],
 )  # fmt: skip
 def test_what_vsphere_cannot_do_is_refused_naming_the_field(

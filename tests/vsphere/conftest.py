@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.vcsim import Vcsim, connect, create_vm, esxi_hosts, vcsim
+from harness.vcsim import Vcsim, create_vm, esxi_hosts, session_of, vcsim
 
 from rsdrill.platforms.vsphere.injectors import Vsphere, connection
 from rsdrill.platforms.vsphere.options import MemberVms, VspherePlatform
@@ -29,11 +29,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vcsim]:
 @pytest.fixture(scope="session")
 def si(sim: Vcsim) -> Iterator[Any]:
     """The test's own vCenter session: how the tests look at the VMs' real state."""
-    from pyVim.connect import Disconnect
-
-    session = connect(sim)
-    yield session
-    Disconnect(session)
+    with session_of(sim) as opened:
+        yield opened
 
 
 @pytest.fixture(autouse=True)

@@ -325,6 +325,7 @@ def test_recover_carries_out_the_journaled_action_after_a_crash(
 ) -> None:  # fmt: skip
     """A run that died with faults in force: its journal alone brings every VM back."""
     kill, detach, throttle, partition = member_vm(), member_vm(), member_vm(), member_vm()
+    zone = member_vm()
     set_limit(throttle.vm, 1, 250)
     injectors = [
         injector(client, platform(), kill.member, "host-kill"),
@@ -332,6 +333,8 @@ def test_recover_carries_out_the_journaled_action_after_a_crash(
         injector(client, platform(), throttle.member, "iops-throttle", iops=20,
                  vsphere={"disk": 1}),
         injector(client, platform(), partition.member, "network-partition"),
+        injector(client, platform(), zone.member, "zone-outage", way="kill",
+                 select={"zone": "DC0_C0"}),
     ]  # fmt: skip
     # As the runner does: each revert action on disk before the fault; then the run dies.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -346,6 +349,7 @@ def test_recover_carries_out_the_journaled_action_after_a_crash(
     journal.close()
     client.close()
     assert kill.vm.runtime.powerState == "poweredOff" and disk(detach.vm, 1) is None
+    assert zone.vm.runtime.powerState == "poweredOff"
     done = subprocess.run(
         [sys.executable, "-m", "rsdrill.cli", "recover"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
@@ -354,6 +358,7 @@ def test_recover_carries_out_the_journaled_action_after_a_crash(
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert kill.vm.runtime.powerState == "poweredOn"
+    assert zone.vm.runtime.powerState == "poweredOn"
     assert disk(detach.vm, 1) is not None
     assert disk(throttle.vm, 1).storageIOAllocation.limit == 250
     assert all(n.connectable.connected for n in partition.vm.config.hardware.device

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rsdrill.domains import PlatformPlace
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.base import PlacesMembers, RunTarget, TargetError
 from rsdrill.platforms.ec2.client import Aws, AwsError, connection
@@ -44,9 +45,9 @@ class Ec2Target(RemoteTarget):
         if found:
             raise TargetError("ec2 preflight refused, nothing was injected: " + "; ".join(found))
 
-    def platform_placements(self) -> dict[str, tuple[str | None, str | None]]:
+    def platform_placements(self) -> dict[str, PlatformPlace]:
         """Each member's instance's Availability Zone, and the region it was found in."""
-        return {m: (i.availability_zone or None, self.aws.conn.region)
+        return {m: PlatformPlace(i.availability_zone or None, self.aws.conn.region)
                 for m, i in self.instances.items()}  # fmt: skip
 
     def instance(self, host: str) -> Instance:

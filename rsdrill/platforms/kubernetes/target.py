@@ -9,6 +9,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rsdrill.domains import PlatformPlace
 from rsdrill.experiment.schema import Experiment
 from rsdrill.faults import COMMAND_KINDS
 from rsdrill.faults.base import SelectDomain, describe_selection, reachable_hosts
@@ -108,17 +109,17 @@ class KubernetesTarget(RemoteTarget):
                             f"{host}: {reasons[host]}"]  # fmt: skip
         return []
 
-    def platform_placements(self) -> dict[str, tuple[str | None, str | None]]:
+    def platform_placements(self) -> dict[str, PlatformPlace]:
         """Each member's pod's node's zone and region (its well-known topology labels); only
         when a fault selects by domain (reading nodes needs `get nodes`, cluster-wide)."""
         if not any(isinstance(f.select, SelectDomain) for f in self.faults):
             return {}
         pods, nodes = PodMap(self.kube, self.k8s), NodeLabels(self.kube)
-        placed: dict[str, tuple[str | None, str | None]] = {}
+        placed: dict[str, PlatformPlace] = {}
         try:
             for host in self.mapped_hosts:
                 with contextlib.suppress(PodLookupError):
-                    placed[host] = nodes.zone_and_region(pods.pod(host).node)
+                    placed[host] = PlatformPlace(*nodes.zone_and_region(pods.pod(host).node))
         except KubeError as exc:
             raise TargetError(f"kubernetes: {exc}") from None
         return placed

@@ -19,6 +19,7 @@ platform = PackagePlatform(
         "volume-detach": f"{__name__}.injectors:volume_detach",
         "iops-throttle": f"{__name__}.injectors:iops_throttle",
         "network-partition": f"{__name__}.injectors:network_partition",
+        "zone-outage": f"{__name__}.injectors:zone_outage",
     },
     ways=WAYS,
     title=TITLE,

@@ -2,12 +2,12 @@
 imported lazily, and only in this package.
 
 One factory per fault kind (`host_kill`, `host_freeze`, `volume_detach`, `iops_throttle`,
-`network_partition`: the platform's `injectors` table) builds the injector for one fault on one
-member's VM; `REVERT_ACTIONS` carry out journaled revert actions from the journal alone (for
-`rsdrill recover`). Actions carry only
-non-secret settings (vCenter host, port, user, the NAME of the password's environment variable,
-TLS settings) and the VMs' managed-object ids and instance UUIDs; the password is read from the
-environment when an action is carried out.
+`network_partition`, `zone_outage`: the platform's `injectors` table) builds the injector for
+one fault on one member's VM; `REVERT_ACTIONS` carry out journaled revert actions from the
+journal alone (for `rsdrill recover`). Actions carry only non-secret settings (vCenter host,
+port, user, the NAME of the password's environment variable, TLS settings) and the VMs'
+managed-object ids and instance UUIDs; the password is read from the environment when an
+action is carried out.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         IopsThrottleFault,
         NetworkPartitionFault,
         VolumeDetachFault,
+        ZoneOutageFault,
     )
     from rsdrill.platforms.base import Injector, InjectorFactory, KindFault
     from rsdrill.platforms.vsphere.target import VsphereTarget
@@ -92,6 +93,13 @@ def host_kill(on: OnVm, fault: HostKillFault) -> Injector:
     hosts = restart_hosts(client, esxi, len(refs), on.options.restart_on)
     return PowerOff(client, on.member, refs, hosts, restart=fault.restart is not False,
                     failed_host=failed, ha=fault.ha_restart)  # fmt: skip
+
+
+@on_member_vm
+def zone_outage(on: OnVm, fault: ZoneOutageFault) -> Injector:
+    """Way kill: the VM, one of the zone's, powered off hard and on again on revert, where it
+    was (the run injects every member of the zone before it verifies any)."""
+    return PowerOff(on.client, on.member, [on.ref], [None], restart=True, failed_host=None)
 
 
 @on_member_vm

@@ -1,12 +1,14 @@
-"""Which VM is a member's host, which ESXi host runs it, and which of its disks and network
-adapters a fault means."""
+"""Which VM is a member's host, which ESXi host, cluster and datacenter it runs in, and which
+of its disks and network adapters a fault means."""
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rsdrill.domains import PlatformPlace
 from rsdrill.platforms.vsphere.client import Vsphere, VsphereError
 from rsdrill.platforms.vsphere.options import MemberVms
 
@@ -117,6 +119,32 @@ def find_member_vm(client: Vsphere, mapping: MemberVms, member: str) -> Any:
 
 def host_name(client: Vsphere, host: Any) -> str:
     return str(client.call("read the ESXi host's name", lambda: host.name))
+
+
+ESXI_HOST_TAG = "esxi_host"
+"""The tag a member's ESXi host is selectable by: `select: {tag: {esxi_host: NAME}}`."""
+
+
+def places(client: Vsphere, hosts: Mapping[str, Any]) -> dict[str, PlatformPlace]:
+    """Where each member's VM runs (`hosts`: member → its ESXi host, None for none): the
+    host's compute cluster as its zone (a standalone host's own compute resource is its
+    cluster), the datacenter holding it as its region, the host as tag esxi_host. Each ESXi
+    host is read once."""
+    from pyVmomi import vim
+
+    def place(host: Any) -> PlatformPlace:
+        cluster = host.parent
+        datacenter = cluster.parent
+        while not isinstance(datacenter, vim.Datacenter):  # up through the host folders
+            datacenter = datacenter.parent
+        return PlatformPlace(cluster.name, datacenter.name, ((ESXI_HOST_TAG, host.name),))
+
+    found: dict[str, PlatformPlace] = {}
+    with client.errors("read the clusters and datacenters of the members' ESXi hosts"):
+        for host in hosts.values():
+            if host is not None and host._moId not in found:
+                found[host._moId] = place(host)
+    return {member: found[host._moId] for member, host in hosts.items() if host is not None}
 
 
 def restart_hosts(client: Vsphere, failed: Any, count: int, restart_on: str) -> list[Any | None]:

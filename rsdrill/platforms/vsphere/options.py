@@ -162,7 +162,8 @@ def _problem(i: int, *at: str | int, text: str) -> FieldProblem:
 
 def check_experiment(exp: Experiment) -> None:
     """Refuse what vSphere cannot do, naming the field: disk-fault, engines, node scope,
-    per-direction I/O limits, partial network partitions, volume wipe, misplaced options."""
+    per-direction I/O limits, partial network partitions, volume wipe, a zone cut off,
+    misplaced options."""
     for i, fault in enumerate(exp.faults):
         if fault.kind in _WHY_NOT:
             raise _problem(i, "kind", text=_WHY_NOT[fault.kind])
@@ -200,6 +201,10 @@ def _check_kind(i: int, fault: Fault) -> None:
             raise _problem(i, "direction", text="a disconnected network adapter cuts both "
                            "directions: drop `direction`")  # fmt: skip
         refuse_partition_shapes(i, fault, "vsphere disconnects one VM's network adapter")
+    if fault.kind == "zone-outage" and fault.way != "kill":
+        raise _problem(i, "way", text="zone-outage on vsphere takes way: kill (the zone's VMs "
+                       "powered off); cutting a zone off is not there: disconnecting its "
+                       "VMs' network adapters would cut them off from each other too")  # fmt: skip
     options = fault.section("vsphere", VsphereFault)
     if options is None:
         return

@@ -1,7 +1,7 @@
 """`platform: vsphere`: a replica set on vSphere VMs. Members come from the set itself (its
 hello); each is mapped to its VM (guest hostname or IP, a name pattern, or an explicit map)
 when the run starts, so a wrong password or a missing VM refuses the run before anything is
-injected.
+injected. Where a VM runs (its cluster, datacenter and ESXi host) is its member's failure domain.
 """
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rsdrill.domains import PlatformPlace
 from rsdrill.errors import GuardRefusal
-from rsdrill.experiment.schema import Experiment
-from rsdrill.platforms.base import RunTarget, TargetError
+from rsdrill.experiment.schema import Experiment, SelectDomain
+from rsdrill.platforms.base import PlacesMembers, RunTarget, TargetError
 from rsdrill.platforms.remote import RemoteTarget
 from rsdrill.platforms.vsphere.client import Vsphere, VsphereError, connection
-from rsdrill.platforms.vsphere.lookup import find_member_vm
+from rsdrill.platforms.vsphere.lookup import find_member_vm, places
 from rsdrill.platforms.vsphere.options import VspherePlatform
 
 
@@ -27,8 +28,9 @@ class VsphereTarget(RemoteTarget):
         self.faults = exp.faults
         self.guards = exp.guards
         self.client = Vsphere(connection(self.vsphere))
-        # member → VM name, as found at setup.
+        # member → VM name, and where it runs when a fault selects by domain, as found at setup.
         self.vms: dict[str, str] = {}
+        self.places: dict[str, PlatformPlace] = {}
 
     def setup(self) -> None:
         """Find the members, log in to vCenter, find each member's VM, and refuse host
@@ -42,11 +44,19 @@ class VsphereTarget(RemoteTarget):
             found = {m: find_member_vm(self.client, self.vsphere.vms, m) for m in mapped}
             with self.client.errors("read the members' VMs and their ESXi hosts"):
                 self.vms = {m: vm.name for m, vm in found.items()}
-                esxi = {m: vm.runtime.host.name if vm.runtime.host else "none"
-                        for m, vm in found.items()}  # fmt: skip
+                hosts = {m: vm.runtime.host for m, vm in found.items()}
+                esxi = {m: host.name if host else "none" for m, host in hosts.items()}
+            if any(isinstance(f.select, SelectDomain) for f in self.faults):
+                # Only then: a few more calls per ESXi host (its cluster, its datacenter).
+                self.places = places(self.client, hosts)
         except VsphereError as exc:
             raise TargetError(f"vsphere: {exc}") from None
         self._check_host_failures(esxi)
+
+    def platform_placements(self) -> dict[str, PlatformPlace]:
+        """Each member's VM's cluster (its zone), datacenter (its region) and ESXi host (tag
+        esxi_host), as found at setup: only when a fault selects by domain."""
+        return self.places
 
     def _check_host_failures(self, esxi: dict[str, str]) -> None:
         """The quorum guard counts one member per fault; a host failure (scope: host) takes
@@ -81,5 +91,6 @@ def make_target(exp: Experiment, out_dir: Path) -> VsphereTarget:
 
 
 if TYPE_CHECKING:
-    # The runner takes it as a RunTarget: mypy checks here that it is one.
+    # The runner takes it as a RunTarget that places its members: mypy checks here that it is.
     _RUN_TARGET: type[RunTarget] = VsphereTarget
+    _PLACES: type[PlacesMembers] = VsphereTarget

@@ -67,5 +67,15 @@ WAYS: dict[str, tuple[Way, ...]] = {
             privileges=("VirtualMachine.Interact.DeviceConnection",),
         ),
     ),
+    "zone-outage": (
+        Way(
+            "way kill: every member's VM in the cluster (the compute cluster of the ESXi host "
+            "a member's VM runs on, whatever its tags say) powered off at once, powered on on "
+            "revert; way isolate refused (a NIC disconnected cuts the zone's members off from "
+            "each other too)",
+            when=When("way: kill", lambda fault: fault.way == "kill"),
+            privileges=_VM_POWER,
+        ),
+    ),
 }
 """Each kind → its ways (vSphere has no engines); `injectors` has their factories."""
