@@ -28,13 +28,21 @@ from rsdrill.connection import (
     parse_uri,
 )
 from rsdrill.deployment import Deployment, inspect, read_placements, version_problem
-from rsdrill.domains import Placement, majority_warning, planned, summary
+from rsdrill.domains import (
+    Placement,
+    PlatformPlace,
+    majority_warning,
+    placed_by_platform,
+    planned,
+    summary,
+)
 from rsdrill.experiment.catalog import way_of
 from rsdrill.experiment.schema import Experiment
 from rsdrill.faults import KINDS
 from rsdrill.layout import CONFIG, ShardedLayout, member_count
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.discovery import discover_members, found_cluster, known_routers
+from rsdrill.platforms.domain_members import platform_places
 from rsdrill.platforms.machine.mirror import mirrored
 from rsdrill.privileges import CLUSTER, granted
 from rsdrill.probes.availability import PROBE_DB
@@ -125,14 +133,18 @@ def _checks(exp: Experiment) -> Iterator[Check]:
     yield from _deployment(exp, deployment)
     if layout is not None:
         yield from _cluster_tree(layout, options, stopping=exp.guards.stop_balancer)
+    tagged: list[Placement] = []
     if deployment.topology == "replica set":
         yield from _status_unreadable(reached[0], options)
-        yield from _domains(read_placements(reached, TIMEOUT_S, options=options))
+        tagged = read_placements(reached, TIMEOUT_S, options=options)
     yield from _slos(exp, deployment)
     yield from _privileges(exp, reached[0], options, deployment)
     if any(KINDS[f.kind].needs_test_commands for f in exp.faults):
         yield from _test_commands(reached, options)
-    yield _platform(exp)
+    platform, places = _platform(exp)
+    yield platform
+    if deployment.topology == "replica set":
+        yield from _domains(placed_by_platform(tagged, places))
 
 
 def _describe_connection(options: ConnectOptions, seeds: list[str]) -> str:
@@ -482,18 +494,28 @@ def _fuse_check(mirrored: bool) -> Check:
     return Check("FUSE (storage faults)", True, f"/dev/fuse, fusermount3, faultfs {layer} layer")
 
 
-def _platform(exp: Experiment) -> Check:
-    """The platform's own preflight (engines, permissions, member mapping), read-only; the
-    target reaches the members with its URI's own options (`RunTarget.connect_options`)."""
+def _platform(exp: Experiment) -> tuple[Check, dict[str, PlatformPlace]]:
+    """The platform's own preflight (engines, permissions, member mapping), read-only, and
+    where it places the members (an EC2 instance's zone; Kubernetes and vSphere read theirs
+    when a fault selects by domain); the target reaches the members with its URI's own options
+    (`RunTarget.connect_options`)."""
     from rsdrill.engine.runner import make_target
     from rsdrill.errors import GuardRefusal
 
     name = f"platform {exp.target.platform}"
     with tempfile.TemporaryDirectory(prefix="rsdrill-check-") as scratch:
         try:
-            make_target(exp, Path(scratch)).setup()
+            target = make_target(exp, Path(scratch))
         except TargetError as exc:
-            return Check(name, False, str(exc))
+            return Check(name, False, str(exc)), {}
+        try:
+            target.setup()
+            places = platform_places(target)
+        except TargetError as exc:
+            return Check(name, False, str(exc)), {}
         except GuardRefusal as exc:  # the run refuses it too (exit 3); the platform is fine
-            return Check(name, None, str(exc))
-    return Check(name, True, "every member maps to the platform; permissions allow the faults")
+            return Check(name, None, str(exc)), {}
+        finally:  # its sessions (vCenter, the API server) closed
+            target.teardown()
+    ok = "every member maps to the platform; permissions allow the faults"
+    return Check(name, True, ok), places

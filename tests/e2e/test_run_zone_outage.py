@@ -56,8 +56,9 @@ def _history(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
-def _elections_won(tmp_path: Path) -> list[dict[str, Any]]:
-    """Every member's election_won events after the first (the sandbox's own start)."""
+def _elections_won(tmp_path: Path, until: Result | None = None) -> list[dict[str, Any]]:
+    """Every member's election_won events after the first (the sandbox's own start), up to
+    `until` (a run's result: until its first fault was reverted)."""
     directory = tmp_path / "out" / "sandbox"
     won = [
         e
@@ -65,7 +66,11 @@ def _elections_won(tmp_path: Path) -> list[dict[str, Any]]:
         for e in read_events(member_dir(directory, member) / "events.jsonl")
         if e["event"] == "election_won"
     ]
-    return sorted(won, key=lambda e: e["t_wall"])[1:]
+    won = sorted(won, key=lambda e: e["t_mono"])[1:]
+    if until is None:
+        return won
+    healed = until.clock.t0_monotonic + min(f.reverted_at_s or 0.0 for f in until.faults)
+    return [e for e in won if e["t_mono"] < healed]
 
 
 def test_the_minority_zone_cut_off_stops_no_write(tmp_path: Path) -> None:
@@ -94,7 +99,13 @@ def test_the_majority_zone_cut_off_keeps_its_primary_out_of_reach(tmp_path: Path
     # first's verification (about a second, long enough for the west member to be elected).
     first, second = sorted(f.applied_at_s or 0.0 for f in result.faults)
     assert second - first < 0.5, (first, second)
-    assert _elections_won(tmp_path) == []  # east's primary stayed; west could not be elected
+    # East's primary stayed; west could not be elected while cut off. Once healed it may be:
+    # no write reached east meanwhile, so west's oplog is as recent as the primary's, and a
+    # primary grants its vote to such a candidate (MongoDB's voter rules: only an arbiter
+    # refuses one while it sees a healthy primary). Its election timer, running all along,
+    # can fire before a heartbeat shows it the primary again: 1 run in 4 here, about 35 ms
+    # after the primary's link came back.
+    assert _elections_won(tmp_path, until=result) == []
     metrics = result.metrics
     assert metrics.rolled_back_acknowledged_writes in (0, None)
     assert metrics.lost_acknowledged_writes == 0

@@ -304,6 +304,23 @@ def test_a_zone_outage_stops_the_instances_of_that_availability_zone(
     assert len(binding.events) == 2  # nothing more was stopped
 
 
+def test_check_shows_the_members_by_availability_zone(
+    tmp_path: Path, bound_set: BoundSet, moto_endpoint: str, ec2: Any
+) -> None:
+    """The members carry no zone tags: `rsdrill check` places them by their instances."""
+    sandbox, members, _ = bound_set
+    experiment = tmp_path / "zone.yaml"
+    experiment.write_text(ZONE_OUTAGE.replace("ZONE", "us-east-1a"))
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli", "check", str(experiment)], capture_output=True,
+        text=True, timeout=120, env=environment(tmp_path, sandbox, moto_endpoint), cwd=ROOT,
+    )  # fmt: skip
+    [line] = [x for x in done.stdout.splitlines() if "failure domains" in x] or [done.stdout]
+    for host, m in members.items():
+        zone = instance_of(ec2, m.instance_id)["Placement"]["AvailabilityZone"]
+        assert f"zone {zone}: {host}" in line, line
+
+
 @pytest.mark.slow
 def test_a_zone_isolated_has_its_subnet_s_acl_closed_and_reopened(
     tmp_path: Path, bound_set: BoundSet, moto_endpoint: str, ec2: Any
