@@ -313,6 +313,19 @@ class ReAdded(_Model):
     restored_at_s: float | None = Field(None, description="its own votes and priority again")
 
 
+class RtoParts(_Model):
+    """A lost majority's write outage as operations teams split it (analysis.majority_rto):
+    the loss → the clients see it (the first write that failed after it: what an alert on
+    failed writes sees) → the forced reconfig (the runbook's decision, `after`) → a survivor
+    writable primary (the election) → the clients' first write acknowledged (rediscovery)."""
+
+    rto_s: float | None = Field(None, description="the loss → the first write acknowledged")
+    detection_s: float | None = None
+    decision_s: float | None = None
+    election_s: float | None = None
+    client_s: float | None = None
+
+
 class RecoveryDone(_Model):
     """`recovery: {force_reconfig}`: the runbook for a lost voting majority, as carried out.
     Seconds are from the start of the probes."""
@@ -325,6 +338,7 @@ class RecoveryDone(_Model):
     primary_at_s: float | None = Field(None, description="a survivor writable primary")
     re_added: list[ReAdded] = Field(default_factory=list)
     error: str | None = None
+    rto: RtoParts = Field(default_factory=RtoParts, description="the outage in its parts")
 
 
 class Result(_Model):

@@ -325,6 +325,7 @@ class Runner:
 
     def _judge(self, duration_s: float) -> tuple[Metrics, list[Any], Verdict]:
         from rsdrill.analysis.audit import audit_figures
+        from rsdrill.analysis.majority_rto import majority_rto
         from rsdrill.analysis.metrics import compute_metrics
         from rsdrill.analysis.recovery import restart_phases
         from rsdrill.analysis.rollbacks import rollback_figures
@@ -347,6 +348,8 @@ class Runner:
             if isinstance(ha, dict):
                 boot_s = ha["model"]["boot_s"]  # None: the host booted by itself (a VM)
                 ha.update(restart_phases(ops, self.state.records, record, boot_s=boot_s))
+        if self.recovery.done is not None:
+            self.recovery.done.rto = majority_rto(ops, self.recovery.done)
         results = evaluate(metrics, self.exp.slo)
         return metrics, results, verdict(results)
 

@@ -136,11 +136,14 @@ def recovery_lines(result: Result) -> list[str]:
             f"at {fmt_number(done.forced_at_s, 's')} on {done.sent_to} (kept "
             f"{', '.join(done.survivors)}; config version {done.version})"
         )
-    if done.primary_at_s is not None and done.forced_at_s is not None:
+    rto = done.rto
+    if rto.rto_s is not None:
         lines.append(
-            f"  writes back {fmt_number(done.primary_at_s - done.loss_at_s, 's')} after the "
-            f"loss = {fmt_number(done.forced_at_s - done.loss_at_s, 's')} to the forced reconfig "
-            f"+ {fmt_number(done.primary_at_s - done.forced_at_s, 's')} to a primary"
+            f"  writes back {fmt_number(rto.rto_s, 's')} after the loss = "
+            f"{fmt_number(rto.detection_s, 's')} until a write failed + "
+            f"{fmt_number(rto.decision_s, 's')} to the forced reconfig + "
+            f"{fmt_number(rto.election_s, 's')} to a primary + "
+            f"{fmt_number(rto.client_s, 's')} to the clients' first write"
         )
     for r in done.re_added:
         lines.append(

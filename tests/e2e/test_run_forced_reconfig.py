@@ -76,6 +76,14 @@ def test_the_lost_majority_dc_is_recovered_by_the_forced_reconfig_and_healed(
     # MongoDB's rule: no primary, so no write, from the loss until the forced reconfig.
     assert result.metrics.write_unavailable_s is not None
     assert result.metrics.write_unavailable_s >= AFTER_S - 0.1, result.metrics
+    # The outage in parts: the runbook's wait, then the election and the clients' way back
+    # (generous bounds: a loaded machine), summing to the RTO.
+    rto = done.rto
+    parts = (rto.detection_s, rto.decision_s, rto.election_s, rto.client_s)
+    assert None not in parts and rto.rto_s is not None, rto
+    assert abs(sum(parts) - rto.rto_s) < 0.01, rto
+    assert rto.detection_s < 1.0 and rto.decision_s > AFTER_S - 1.0, rto
+    assert AFTER_S <= rto.rto_s < AFTER_S + 6.0, rto
     # Whole again: every member in the config with its vote, healthy.
     config = _config(west)
     assert sorted((m["host"], m["votes"], m["priority"]) for m in config["members"]) == sorted(
@@ -87,6 +95,7 @@ def test_the_lost_majority_dc_is_recovered_by_the_forced_reconfig_and_healed(
     # The report gives the outage in its parts, and each member's way back.
     report = (tmp_path / "out" / "report.html").read_text()
     assert 'id="recovery"' in report and "to the forced reconfig +" in report
+    assert "to the clients&#x27; first write" in report or "to the clients' first write" in report
     assert report.count("its vote back at") == 2
 
 
