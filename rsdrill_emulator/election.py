@@ -15,7 +15,7 @@ from typing import Any
 
 from bson.int64 import Int64
 
-from rsdrill_emulator import replconfig, wallclock
+from rsdrill_emulator import replconfig, takeover, wallclock
 from rsdrill_emulator.configid import ConfigId
 from rsdrill_emulator.node import MemberState, Node
 from rsdrill_emulator.oplog import OpTime
@@ -32,6 +32,8 @@ async def election_timer_loop(node: Node) -> None:
         sole_voter = node.me.votes and not any(p.spec.votes for p in node.peers.values())
         if sole_voter or time.monotonic() >= node.election_deadline:
             await run_election(node, reason="single voter" if sole_voter else "election timeout")
+        elif takeover.due(node):
+            await run_election(node, reason="priority takeover")
 
 
 async def _collect_votes(
@@ -78,12 +80,11 @@ async def run_election(node: Node, *, reason: str, skip_dry_run: bool = False) -
         "setName": node.spec.set_name,
         "candidateIndex": node.me.id,
         **node.config_id.document(),
-        "lastAppliedOpTime": node.last_applied.document(),
     }
     if not skip_dry_run:
-        votes, highest, _ = await _collect_votes(
-            node, {**base, "dryRun": True, "term": Int64(node.term)}, timeout
-        )
+        dry_run = {**base, "dryRun": True, "term": Int64(node.term),
+                   "lastAppliedOpTime": node.last_applied.document()}  # fmt: skip
+        votes, highest, _ = await _collect_votes(node, dry_run, timeout)
         if highest > node.term:
             node.observe_term(highest, "dry-run reply")
         if votes < node.spec.majority or not node.is_electable():
@@ -95,9 +96,11 @@ async def run_election(node: Node, *, reason: str, skip_dry_run: bool = False) -
     node.events.emit("election_called", term=node.term, reason=reason)
     await node.persist_term()
     term = node.term
-    votes, highest, replies = await _collect_votes(
-        node, {**base, "dryRun": False, "term": Int64(term)}, timeout
-    )
+    # Where it stands now, as mongod's vote requester reads it for the real election: what it
+    # applied during the dry run counts (a primary taken over writes until it steps down).
+    real = {**base, "dryRun": False, "term": Int64(term),
+            "lastAppliedOpTime": node.last_applied.document()}  # fmt: skip
+    votes, highest, replies = await _collect_votes(node, real, timeout)
     if highest > term:
         node.observe_term(highest, "vote reply")
     if node.term != term or votes < node.spec.majority or node.state is not MemberState.SECONDARY:

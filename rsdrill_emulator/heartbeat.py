@@ -13,7 +13,7 @@ from typing import Any
 
 from bson.int64 import Int64
 
-from rsdrill_emulator import replconfig, wallclock
+from rsdrill_emulator import replconfig, takeover, wallclock
 from rsdrill_emulator.configid import ConfigId
 from rsdrill_emulator.node import MemberState, Node
 from rsdrill_emulator.oplog import OpTime
@@ -81,6 +81,7 @@ def absorb(node: Node, doc: dict[str, Any], *, is_response: bool) -> None:
         if term == node.term:
             node.reset_election_timer()
             node.learn_commit_point(OpTime.from_doc(doc["commitPoint"]))
+            takeover.consider(node, host)
     elif node.primary_host == host:
         node.set_primary_host(None)
     if (peer.health, peer.state) != was_healthy_state:

@@ -192,6 +192,7 @@ class Node:
         self.election_time: OpTime | None = None
         self.frozen_until = 0.0
         self.election_deadline = 0.0
+        self.takeover_at: float | None = None  # a priority takeover's moment (takeover.py)
         self.started_mono = time.monotonic()
         self.process_id = ObjectId()
         self.topology_counter = 0

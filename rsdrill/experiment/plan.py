@@ -48,6 +48,7 @@ _DEFAULT_OPLOG_MB = 192
 _TOPOLOGY_SHAPE = {
     "rs1": "one data-bearing member",
     "rs3": "three data-bearing members",
+    "rs5": "five data-bearing members",
     "psa": "primary, secondary and arbiter",
     "standalone": "one server without a replica set",
 }

@@ -221,6 +221,7 @@ AbortCondition = Annotated[
 _MEMBERS_BY_ROLE: dict[str, dict[str, int]] = {
     "rs1": {"any": 1, "secondary": 0, "data": 1},
     "rs3": {"any": 3, "secondary": 2, "data": 3},
+    "rs5": {"any": 5, "secondary": 4, "data": 5},
     "psa": {"any": 3, "secondary": 1, "data": 2},
     "standalone": {"any": 1, "secondary": 0, "data": 1},
 }

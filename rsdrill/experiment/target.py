@@ -3,7 +3,7 @@ reaches or builds it. Each registered platform adds its own `target.<name>` sect
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, Field, create_model, model_validator
 
@@ -48,9 +48,10 @@ class _Target(Strict):
         "local: existing member processes on this machine; "
         "kubernetes, ec2, vsphere: a set on that platform (needs `uri` and its section)"
     )
-    topology: Literal["rs1", "rs3", "psa", "standalone", "sharded"] = Field(
+    topology: Literal["rs1", "rs3", "rs5", "psa", "standalone", "sharded"] = Field(
         "rs3",
-        description="sandbox builds it; elsewhere it is checked (a standalone server, one "
+        description="sandbox builds it (rs5: five data-bearing members, for zones of 2-2-1 "
+        "and partition shapes); elsewhere it is checked (a standalone server, one "
         "mongod without a replica set, is found as such for rs1 too); sharded: config "
         "servers, `shards` replica sets and `mongos` routers (sandbox builds them; elsewhere "
         "`uri` names the routers and the rest is found from them)",
@@ -119,6 +120,12 @@ class _Target(Strict):
         "order (a, b, c: one per zone; a, a, b: two data centres, 2+1), written as each "
         "member's replica-set tag `zone`",
     )
+    priorities: tuple[Annotated[float, Field(ge=0, le=1000)], ...] = Field(
+        (),
+        description="sandbox: each member's priority, in member order (members[].priority, "
+        "0-1000; default 1 each): a secondary of a higher priority than the primary's takes "
+        "over once it is caught up (MongoDB's priority takeover); 0 never stands",
+    )
 
     def section(self, platform: str, model: type[Options]) -> Options | None:
         """Its `platform` section (`target.<platform>`) if the file gave one: the sections are
@@ -159,7 +166,8 @@ class _Target(Strict):
                 f"platform {self.platform} builds its own set: drop `uri` and `members`",
             )
         if source != "built":
-            for name in ("storage", "handshake", "journal_commit_interval", "zones"):
+            for name in ("storage", "handshake", "journal_commit_interval", "zones",
+                         "priorities"):  # fmt: skip
                 if name in self.model_fields_set:
                     raise FieldProblem((name,), f"`{name}` shapes a {_named('built')}, not a "
                                        f"{self.platform} target (rsdrill finds what the server "
@@ -178,8 +186,22 @@ class _Target(Strict):
                 spread(self.zones, member_count(self.topology))
             except ValueError as exc:
                 raise FieldProblem(("zones",), str(exc)) from None
+        if self.priorities and self.topology != "sharded":
+            self._check_priorities()
         self._sharded_fields(source)
         return self
+
+    def _check_priorities(self) -> None:
+        count = member_count(self.topology)
+        if self.topology in ("standalone", "psa"):
+            raise FieldProblem(("priorities",), f"a {self.topology} sandbox has its own "
+                               "priorities (an arbiter's is 0)")  # fmt: skip
+        if len(self.priorities) != count:
+            raise FieldProblem(("priorities",), f"{len(self.priorities)} priorities for "
+                               f"{count} member(s): one per member, in member order")  # fmt: skip
+        if not any(self.priorities):
+            raise FieldProblem(("priorities",), "at least one member needs a priority above "
+                               "0 (MongoDB refuses a config none may be primary of)")  # fmt: skip
 
     def _sharded_fields(self, source: str) -> None:
         if self.topology != "sharded":
@@ -206,7 +228,8 @@ class _Target(Strict):
 _SHARDED_FIELDS = {"shards", "shard_topology", "mongos", "balancer"}
 # What a replica-set sandbox takes that a sharded one does not (yet).
 _NOT_SHARDED = {"auth", "tls", "storage", "handshake", "data_mb", "oplog_size_mb", "zones",
-                "initial_sync_mb_per_s", "cache_mb", "journal_commit_interval"}  # fmt: skip
+                "priorities", "initial_sync_mb_per_s", "cache_mb",
+                "journal_commit_interval"}  # fmt: skip
 
 
 def _named(source: str) -> str:

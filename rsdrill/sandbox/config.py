@@ -200,13 +200,16 @@ def build_topology(
         raise ValueError(f"the STS endpoint {options['aws_sts_url']} must be an http(s) URL")
     count = member_count(topology)
     zones = spread(options.pop("zones", None) or (), count)
+    priorities = tuple(options.pop("priorities", None) or ())
+    if priorities and len(priorities) != count:
+        raise ValueError(f"{len(priorities)} priorities for {count} member(s)")
     if zones and topology == "standalone":
         raise ValueError(STANDALONE_ZONES)
     members = tuple(
         MemberSpec(
             id=i,
             host=f"{host}:{port_base + i}",
-            priority=0.0 if topology == "psa" and i == 2 else 1.0,
+            priority=priorities[i] if priorities else 0.0 if topology == "psa" and i == 2 else 1.0,
             arbiter_only=topology == "psa" and i == 2,
             zone=zones[i] if zones else None,
         )

@@ -58,6 +58,8 @@ class SandboxTarget:
             options["journal_commit_interval_ms"] = round(config.journal_commit_interval * 1000)
         if config.zones:
             options["zones"] = config.zones
+        if config.priorities:
+            options["priorities"] = config.priorities
         self.spec = build_topology(
             config.topology,
             port_base=config.port_base or free_port_base(count),

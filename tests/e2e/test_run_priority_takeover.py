@@ -1,0 +1,59 @@
+"""The catalog's zones-5-2-2-1-lose-one, compressed (1 s elections, 200 ms heartbeats, the zone
+lost for 4 s): five members over zones a, b, c, a, b with priorities 2, 1, 0.5, 2, 1. MongoDB's
+rules: the three members left hold the majority, so a new primary comes within the election
+bound and no w:majority write is lost; once zone a is back and caught up, one of its members
+takes the primary back by priority takeover. With equal priorities nobody takes it back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rsdrill.engine.options import RunOptions
+from rsdrill.engine.runner import run_experiment
+from rsdrill.experiment.schema import Experiment
+from rsdrill.result import Result
+from rsdrill.sandbox.config import ReplSetSpec, member_dir
+from rsdrill.sandbox.groundtruth import read_events
+from tests.e2e.catalog import catalog
+
+
+def _run(tmp_path: Path, **target: Any) -> Result:
+    document = catalog("zones-5-2-2-1-lose-one", **target)
+    document["observe"] = {"after_revert": "6s", "until_recovered": False}
+    options = RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path)
+    return run_experiment(Experiment.model_validate(document), options)
+
+
+def _elections(tmp_path: Path) -> list[dict[str, Any]]:
+    """Every member's election_called events, in time order, with the member's zone."""
+    directory = tmp_path / "out" / "sandbox"
+    called = [
+        {**e, "zone": member.zone}
+        for member in ReplSetSpec.read(directory).members
+        for e in read_events(member_dir(directory, member) / "events.jsonl")
+        if e["event"] == "election_called"
+    ]
+    return sorted(called, key=lambda e: e["t_mono"])
+
+
+def test_the_preferred_zone_takes_the_primary_back_by_priority(tmp_path: Path) -> None:
+    result = _run(tmp_path)
+    assert result.exit_code == 0, result.error
+    m = result.metrics
+    assert m.failover_s is not None and m.failover_s < 5.0, m  # 1 s elections; generous
+    assert m.lost_acknowledged_writes == 0, m
+    healed = (result.clock.t0_monotonic if result.clock else 0.0) + min(
+        f.reverted_at_s or 0.0 for f in result.faults
+    )
+    after = [(e["zone"], e["reason"]) for e in _elections(tmp_path) if e["t_mono"] > healed]
+    assert ("a", "priority takeover") in after, after
+    final = [m for m in result.metrics.member_states.items() if m[1] and m[1][-1][1] == "PRIMARY"]
+    zones = {s.host: s.zone for s in ReplSetSpec.read(tmp_path / "out" / "sandbox").members}
+    assert [zones[host] for host, _ in final] == ["a"], final
+
+
+def test_with_equal_priorities_nobody_takes_the_primary_back(tmp_path: Path) -> None:
+    result = _run(tmp_path, priorities=[1, 1, 1, 1, 1])
+    assert result.exit_code == 0, result.error
+    assert all(e["reason"] != "priority takeover" for e in _elections(tmp_path))
