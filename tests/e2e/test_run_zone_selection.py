@@ -107,7 +107,7 @@ def test_losing_one_zone_of_three_keeps_reads_in_the_others_and_every_majority_w
 
 def test_the_write_concern_decides_what_a_cut_off_zone_costs(tmp_path: Path) -> None:
     # The catalog's matrix, shortened: the primary's zone cut off from the others for 3 s
-    # (1 s election timeout), at w:1 and at w:majority.
+    # (1 s election timeout), at w:1 and at w:majority, reads at primary and at nearest.
     from rsdrill.engine.sweep import run_sweep, write_summary
     from rsdrill.experiment.loader import load_experiment
 
@@ -119,16 +119,25 @@ def test_the_write_concern_decides_what_a_cut_off_zone_costs(tmp_path: Path) -> 
     exp = Experiment.model_validate(document)
     options = RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path)
     cells = run_sweep(exp, options)
-    by_w = {c.parameters["probes.availability.write_concern"]: c.result for c in cells}
-    assert all(r.exit_code == 0 for r in by_w.values()), [r.error for r in by_w.values()]
-    w1, majority = by_w[1].metrics, by_w["majority"].metrics
-    # MongoDB's rules: the cut-off primary acknowledged w:1 writes that the zone's return rolled
-    # back; nothing it took alone was acknowledged at w:majority.
-    assert w1.rolled_back_acknowledged_writes, w1
-    assert majority.rolled_back_acknowledged_writes == 0, majority
+    w, read = "probes.availability.write_concern", "probes.availability.read_preference"
+    by = {(c.parameters[w], c.parameters[read]): c.result for c in cells}
+    assert len(by) == 4 and all(r.exit_code == 0 for r in by.values()), [
+        r.error for r in by.values()]  # fmt: skip
+    for preference in ("primary", "nearest"):
+        w1, majority = by[1, preference].metrics, by["majority", preference].metrics
+        # MongoDB's rules: the cut-off primary acknowledged w:1 writes that the zone's return
+        # rolled back; nothing it took alone was acknowledged at w:majority.
+        assert w1.rolled_back_acknowledged_writes, w1
+        assert majority.rolled_back_acknowledged_writes == 0, majority
+    for concern in (1, "majority"):
+        # Reads at nearest go on at any member the clients reach, the cut-off one too; reads
+        # at primary wait for the new one (measured 0.02-0.03 s against 1.10-1.14 s).
+        near, primary = (by[concern, p].metrics.read_unavailable_s for p in ("nearest", "primary"))
+        assert near is not None and primary is not None and near < primary / 2, (near, primary)
     assert exp.matrix is not None
     table = write_summary(cells, exp.matrix.table, tmp_path / "out")
-    assert "| probes.availability.write_concern | rolled_back_acknowledged_writes | " in table
+    assert f"| {w} | {read}=primary rolled_back_acknowledged_writes |" in table, table
+    assert f"{read}=nearest read_unavailable_s |" in table, table
     print(table)
 
 
