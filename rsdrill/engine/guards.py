@@ -99,7 +99,11 @@ def down_spans(faults: Sequence[Fault], placed: Sequence[Placement] = ()) -> lis
         sel = fault.select
         members = sel.count if isinstance(sel, SelectCount) else 1
         if isinstance(sel, SelectDomain):
-            members = sum(1 for p in placed if p.votes and sel.matches(p))
+            try:  # a zone named by what its loss costs: the worst case, the primary unknown
+                domain = sel.among(placed)
+            except ValueError:  # no zone fits: check_domains refuses it
+                domain = None
+            members = sum(1 for p in placed if p.votes and domain and domain.matches(p))
         host = sel.member if isinstance(sel, SelectMember) else None
         spans.append(DownSpan(i, fault.at, end, members, host))
     return spans
@@ -151,7 +155,13 @@ def check_domains(faults: Sequence[Fault], placed: Sequence[Placement]) -> None:
     """Refuse a selection by a domain no member's tags place a member in."""
     for i, fault in enumerate(faults):
         sel = fault.select
-        if isinstance(sel, SelectDomain) and not any(sel.matches(p) for p in placed):
+        if not isinstance(sel, SelectDomain):
+            continue
+        try:
+            domain = sel.among(placed)
+        except ValueError as exc:
+            raise GuardRefusal("selection", f"faults[{i}].select.domains: {exc}") from None
+        if not any(domain.matches(p) for p in placed):
             raise GuardRefusal("selection", f"faults[{i}].select.{sel.key}: no member is in "
                                f"{sel} ({domains_held(placed, sel.key)})")  # fmt: skip
 

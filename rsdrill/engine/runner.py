@@ -33,6 +33,7 @@ from rsdrill.engine.outcome import fault_options, fault_result, internal_error, 
 from rsdrill.engine.schedule import Action, build_schedule
 from rsdrill.engine.selection import (
     SelectionError,
+    concrete_domain,
     current_states,
     lands_in,
     layout_of,
@@ -45,7 +46,7 @@ from rsdrill.engine.selection import (
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
 from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.catalog import approximation
-from rsdrill.experiment.schema import Experiment, Fault, SelectMember
+from rsdrill.experiment.schema import Experiment, Fault, SelectDomain, SelectMember
 from rsdrill.history import FaultRecord, History, Op, RunClock
 from rsdrill.layout import ShardedLayout
 from rsdrill.platforms.base import (
@@ -449,8 +450,7 @@ class Runner:
         """Inject the fault on every member its selection names, then verify each: the members
         of a zone (or a `count:`) are hit together, not one per verification (a partition's
         takes about a second, long enough for an election among the rest)."""
-        fault = self.exp.faults[action.index]
-        states, hosts = self._select(fault, target)
+        states, hosts, fault = self._select(self.exp.faults[action.index], target)
         injected: list[tuple[str, FaultRecord, Injector]] = []
         for host in hosts:
             self._check_abort()  # a `count:` fault stops between members too
@@ -485,11 +485,12 @@ class Runner:
             record.verified_at_s = round(self.clock.now(), 4)
             self.events.emit("fault_applied", fault=record)
 
-    def _select(self, fault: Fault, target: RunTarget) -> tuple[dict[str, str], list[str]]:
-        """The members `select:` names now. A role nobody holds yet (no primary while an
-        election runs, a secondary still down) is waited for, up to SELECT_WAIT_S, and the rest
-        of the timeline slides by the wait, as it does for a game-day question; a member named
-        by its address is not waited for."""
+    def _select(self, fault: Fault, target: RunTarget) -> tuple[dict[str, str], list[str], Fault]:
+        """The members `select:` names now, and the fault as it lands on them (a zone named by
+        what its loss costs, named). A role nobody holds yet (no primary while an election
+        runs, a secondary still down) is waited for, up to SELECT_WAIT_S, and the rest of the
+        timeline slides by the wait, as it does for a game-day question; a member named by its
+        address is not waited for."""
         started, retried, placed = time.monotonic(), False, placements_for(fault.select, target)
         while True:
             states = self._roles_now(target)
@@ -506,7 +507,10 @@ class Runner:
                 waited = time.monotonic() - started
                 self._slide_s += waited
                 self.live.event(f"{fault.kind}: select {fault.select} matched after {waited:.1f}s")
-            return states, hosts
+            if isinstance(fault.select, SelectDomain) and fault.select.domains:
+                zone = concrete_domain(fault.select, states, placed)
+                fault = fault.model_copy(update={"select": zone})
+            return states, hosts, fault
 
     def _run_step(self, index: int, target: RunTarget) -> None:
         """Run one of the user's steps to its end; the history records when and how it went."""

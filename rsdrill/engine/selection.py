@@ -104,10 +104,23 @@ def placements_for(selection: Selection, target: RunTarget) -> list[Placement]:
     return placed_by_platform(tagged, platform_places(target))
 
 
+def concrete_domain(
+    domain: SelectDomain, states: dict[str, str], placed: Sequence[Placement]
+) -> SelectDomain:
+    """The domain a selection names now: a zone named by what its loss costs is the primary's
+    when it fits (`SelectDomain.among`)."""
+    primary = next((h for h, s in states.items() if s == "PRIMARY"), None)
+    try:
+        return domain.among(placed, primary)
+    except ValueError as exc:
+        raise SelectionError(f"select {domain}: {exc}") from None
+
+
 def _resolve_domain(
     domain: SelectDomain, states: dict[str, str], placed: Sequence[Placement]
 ) -> list[str]:
     """Every member of the domain that is not down already."""
+    domain = concrete_domain(domain, states, placed)
     inside = {p.host for p in placed if domain.matches(p)}
     held = [h for h in states if h in inside]
     if not held:

@@ -559,7 +559,13 @@ class Experiment(Strict):
                                    f"{topology}")  # fmt: skip
             if isinstance(sel, SelectDomain) and member_source(self.target.platform) == "built":
                 placed = planned(self.target.zones, member_count(topology))
-                if not any(sel.matches(p) for p in placed):
+                try:
+                    domain = sel.among(placed)
+                except ValueError as exc:
+                    hint = "" if self.target.zones else ": give the members zones (target.zones)"
+                    raise FieldProblem(("faults", i, "select", "domains"),
+                                       f"{exc}{hint}") from None  # fmt: skip
+                if not any(domain.matches(p) for p in placed):
                     raise FieldProblem((*("faults", i, "select"), sel.key), f"no member is in "
                                        f"{sel}: " + (f"target.zones has "
                                        f"{', '.join(dict.fromkeys(self.target.zones))}"

@@ -69,22 +69,49 @@ class SelectDomain(Strict):
         description="tags every selected member has: replica-set member tags, or the "
         "platform's (vSphere: esxi_host)",
     )
+    domains: Literal["minority", "majority"] | None = Field(
+        None,
+        description="a zone by what its loss costs: majority, a zone whose loss leaves fewer "
+        "than a majority of the votes (no primary: the 2+1 trap); minority, one whose loss "
+        "leaves a majority. The primary's zone when it is one, else the one of the most votes",
+    )
 
     @model_validator(mode="after")
     def _one_domain(self) -> Self:
-        given = [n for n in ("zone", "region", "tag") if getattr(self, n) is not None]
+        given = [n for n in _DOMAIN_KEYS if getattr(self, n) is not None]
         if len(given) != 1:
-            raise FieldProblem((), "select one domain: zone, region or tag (not "
+            raise FieldProblem((), "select one domain: zone, region, tag or domains (not "
                                f"{' and '.join(given) or 'none'})")  # fmt: skip
         return self
 
     @property
     def key(self) -> str:
-        """The field that names the domain (zone, region or tag), for messages."""
-        return "zone" if self.zone is not None else "region" if self.region is not None else "tag"
+        """The field that names the domain (zone, region, tag or domains), for messages."""
+        return next(n for n in _DOMAIN_KEYS if getattr(self, n) is not None)
+
+    def among(self, placed: Sequence[Placement], primary: str | None = None) -> SelectDomain:
+        """The domain itself, or for `domains` the zone of `placed` it names now (ValueError:
+        no zone fits). Of several: the primary's zone (`primary`, its host), else the one of the
+        most votes, the one first met of equals: the worst case when the primary is not known."""
+        from rsdrill.domains import by_zone, majority_losing_zones
+
+        if self.domains is None:
+            return self
+        votes = {z: sum(p.votes for p in held) for z, held in by_zone(placed).items() if z}
+        if not votes:
+            raise ValueError("no member has a zone")
+        losing = majority_losing_zones(placed)
+        fits = [z for z in votes if (z in losing) == (self.domains == "majority")]
+        if not fits:
+            held = ", ".join(f"{z}: {v}" for z, v in votes.items())
+            total = sum(p.votes for p in placed)
+            raise ValueError(f"no zone holds a {self.domains} of the {total} votes ({held})")
+        home = next((p.zone for p in placed if p.host == primary), None)
+        return SelectDomain(zone=home if home in fits else max(fits, key=lambda z: votes[z]))
 
     def matches(self, member: Placement) -> bool:
-        """Whether `member` is in this domain."""
+        """Whether `member` is in this domain (of `domains`: resolve it with `among` first)."""
+        assert self.domains is None, "a zone by what its loss costs: `among` names it"
         if self.zone is not None:
             return member.zone == self.zone
         if self.region is not None:
@@ -93,12 +120,16 @@ class SelectDomain(Strict):
         return all(tags.get(k) == v for k, v in (self.tag or {}).items())
 
     def __str__(self) -> str:
+        if self.domains is not None:
+            return f"the zone holding a {self.domains} of the votes"
         if self.zone is not None:
             return f"zone {self.zone}"
         if self.region is not None:
             return f"region {self.region}"
         return "tag " + ", ".join(f"{k}={v}" for k, v in (self.tag or {}).items())
 
+
+_DOMAIN_KEYS = ("zone", "region", "tag", "domains")
 
 ConfigPrimary = Literal["config-primary"]
 """The config server replica set's primary (sharded targets)."""

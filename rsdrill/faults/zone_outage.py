@@ -20,7 +20,8 @@ class ZoneOutageFault(FaultBase):
         "every member of the selected zone (or region, or tag) is lost at once for "
         "`duration`: its hosts killed (a power interruption) or the zone cut off from the "
         "other members and the clients (its members still reach each other)",
-        fields_doc="`select: {zone: NAME}` (or `{region: NAME}`, `{tag: {k: v}}`; required); "
+        fields_doc="`select: {zone: NAME}` (or `{region: NAME}`, `{tag: {k: v}}`, `{domains: "
+        "minority\\|majority}`; required); "
         "`way: kill\\|isolate`",
         needs_duration=True,
     )
@@ -37,7 +38,8 @@ class ZoneOutageFault(FaultBase):
     def check(self) -> None:
         if not isinstance(self.select, SelectDomain):
             raise FieldProblem(("select",), "zone-outage takes a failure domain: select: "
-                               "{zone: NAME}, {region: NAME} or {tag: {KEY: VALUE}}")  # fmt: skip
+                               "{zone: NAME}, {region: NAME}, {tag: {KEY: VALUE}} or {domains: "
+                               "minority|majority}")  # fmt: skip
 
     def out_of_reach(self) -> bool:
         return self.way == "isolate"

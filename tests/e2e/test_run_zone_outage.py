@@ -30,7 +30,7 @@ TARGET = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s",
 OUTAGE_S = 4.0
 
 
-def _run(tmp_path: Path, zone: str, way: str) -> Result:
+def _run(tmp_path: Path, zone: str, way: str, select: dict[str, str] | None = None) -> Result:
     spec = {
         "name": "zone-outage",
         "target": TARGET,
@@ -39,7 +39,7 @@ def _run(tmp_path: Path, zone: str, way: str) -> Result:
             {
                 "at": "3s",
                 "kind": "zone-outage",
-                "select": {"zone": zone},
+                "select": select or {"zone": zone},
                 "way": way,
                 "duration": f"{OUTAGE_S:g}s",
             }
@@ -114,8 +114,11 @@ def test_the_majority_zone_cut_off_keeps_its_primary_out_of_reach(tmp_path: Path
 
 
 def test_the_minority_zone_killed_comes_back_on_its_data(tmp_path: Path) -> None:
-    result = _run(tmp_path, "west", "kill")
+    # Named by what its loss costs: of 2+1, the zone whose loss leaves a majority is west.
+    result = _run(tmp_path, "west", "kill", select={"domains": "minority"})
     assert result.exit_code == 0, result.error
+    west = ReplSetSpec.read(tmp_path / "out" / "sandbox").members[2].host
+    assert [f.target for f in result.faults] == [west]
     assert "SIGKILL" in str(result.faults[0].detail.get("plan", "")), result.faults[0].detail
     assert result.faults[0].reverted_at_s is not None
     assert result.metrics.lost_acknowledged_writes == 0

@@ -48,8 +48,10 @@ def test_down_members_are_left_out_and_an_empty_domain_says_what_there_is() -> N
 @pytest.mark.parametrize(
     ("select", "message"),
     [
-        ("{zone: a, region: b}", "faults[0].select: select one domain: zone, region or tag "
-                                 "(not zone and region)"),
+        ("{zone: a, region: b}", "faults[0].select: select one domain: zone, region, tag or "
+                                 "domains (not zone and region)"),
+        ("{domains: majority}", "faults[0].select.domains: no zone holds a majority of the 3 "
+                                "votes (a: 1, b: 1, c: 1)"),
         ("{region: eu}", "faults[0].select.region: no member is in region eu: target.zones "
                          "has a, b, c"),
         ("{tag: {zone: d}}", "faults[0].select.tag: no member is in tag zone=d"),
@@ -66,3 +68,22 @@ def test_a_domain_selection_a_sandbox_cannot_hold_is_bad_input(select: str, mess
     assert load_experiment_text(ok, "x.yaml", {}).faults[0].select == SelectDomain(
         tag={"zone": "b"}
     )
+
+
+def test_a_zone_named_by_what_its_loss_costs() -> None:
+    """Of 2+1, the majority zone is east and the minority west; of one zone each, every zone
+    is a minority (the primary's is chosen) and none a majority; of 2+2, losing either leaves
+    no majority: both are majority zones, none a minority."""
+    assert resolve(SelectDomain(domains="majority"), STATES, None, PLACED) == ["h:1", "h:2"]
+    assert resolve(SelectDomain(domains="minority"), STATES, None, PLACED) == ["h:3"]
+    spread = [placement(f"h:{i}", 1, {"zone": z}) for i, z in enumerate("abc", 1)]
+    states = {"h:1": "SECONDARY", "h:2": "PRIMARY", "h:3": "SECONDARY"}
+    assert resolve(SelectDomain(domains="minority"), states, None, spread) == ["h:2"]
+    with pytest.raises(SelectionError, match=r"no zone holds a majority of the 3 votes"):
+        resolve(SelectDomain(domains="majority"), states, None, spread)
+    halves = [placement(f"h:{i}", 1, {"zone": z}) for i, z in enumerate("aabb", 1)]
+    four = {"h:1": "SECONDARY", "h:2": "SECONDARY", "h:3": "PRIMARY", "h:4": "SECONDARY"}
+    assert resolve(SelectDomain(domains="majority"), four, None, halves) == ["h:3", "h:4"]
+    # The primary unknown (the guards, before the run): the zone of the most votes.
+    assert SelectDomain(domains="minority").among(PLACED) == SelectDomain(zone="west")
+    assert str(SelectDomain(domains="majority")) == "the zone holding a majority of the votes"

@@ -354,6 +354,15 @@ def test_a_zone_counts_its_voting_members_down_and_a_zone_nobody_is_in_is_refuse
         check_domains([kill(5, 10, {"region": "ap"})], placed)
     with pytest.raises(GuardRefusal, match=r"select.tag: no member is in tag rack=r9 .*rack=r1"):
         check_domains([kill(5, 10, {"tag": {"rack": "r9"}})], placed)
+    # A zone named by what its loss costs: the majority's two voters, the minority's one.
+    majority = kill(5, 10, {"domains": "majority"})
+    assert max_concurrent_down([majority], placed).members == 2
+    assert max_concurrent_down([kill(5, 10, {"domains": "minority"})], placed).members == 1
+    with pytest.raises(GuardRefusal, match="leaving 1 of the 3 voting members"):
+        check_quorum([majority], 3, allowed=False, placed=placed)
+    spread = [placement(f"b:{i}", 1, {"zone": z}) for i, z in enumerate("abc")]
+    with pytest.raises(GuardRefusal, match=r"select.domains: no zone holds a majority of the 3"):
+        check_domains([majority], spread)
 
 
 def test_a_zone_cut_off_is_out_of_reach_and_a_zone_killed_is_down() -> None:

@@ -366,14 +366,15 @@ def test_misspelt_key_inside_a_union() -> None:
             (7, 13, "faults[0].select"),
             "unknown value 'primry'; did you mean 'primary'? "
             "(one of primary, secondary, arbiter, config-primary, {member: ...}, {count: ...}, "
-            "{shard: ...}, {mongos: ...}, {zone: ..., region: ..., tag: ...})",
+            "{shard: ...}, {mongos: ...}, {zone: ..., region: ..., tag: ..., domains: ...})",
         ),
         (
             "kind: stepdown",
             "kind: stepdown\n    select: [primary]",
             (7, 5, "faults[0].select"),
             "expected primary, secondary, arbiter, config-primary, {member: ...}, {count: ...}, "
-            "{shard: ...}, {mongos: ...} or {zone: ..., region: ..., tag: ...}, not a list",
+            "{shard: ...}, {mongos: ...} or {zone: ..., region: ..., tag: ..., domains: ...}, not "
+            "a list",
         ),
         (
             "kind: stepdown",
