@@ -338,6 +338,10 @@ def describe_target(target: Target) -> list[str]:
     ]
     if target.zones:
         lines.append(summary(planned(target.zones, count)))
+    if target.priorities:
+        # Who takes the primary back once it can (MongoDB's priority takeover).
+        each = (f"member {i}: {p:g}" for i, p in enumerate(target.priorities))
+        lines.append("priorities: " + ", ".join(each))
     return lines
 
 

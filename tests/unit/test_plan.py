@@ -378,3 +378,15 @@ def test_render_notes_an_election_timeout_no_longer_than_the_heartbeat(
 ) -> None:
     text = render_plan(experiment("  - {at: 5s, kind: stepdown}\n", header=HEADER + timings))
     assert ("is not shorter than the election timeout" in text) is noted, text
+
+
+def test_the_plan_names_each_member_s_priority() -> None:
+    from pathlib import Path
+
+    from rsdrill.experiment.loader import load_experiment
+
+    catalog = Path(__file__).parents[2] / "experiments"
+    exp = load_experiment(catalog / "zones-5-2-2-1-lose-one.yaml")
+    text = render_plan(exp)
+    assert "zone a: member 0, member 3; zone b: member 1, member 4; zone c: member 2" in text
+    assert "priorities: member 0: 2, member 1: 1, member 2: 0.5, member 3: 2, member 4: 1" in text
