@@ -35,6 +35,7 @@ class KubernetesTarget(RemoteTarget):
         self.faults = exp.faults
         self.access = ClusterAccess(self.k8s.kubeconfig, self.k8s.context, self.k8s.in_cluster)
         self._kube: Kube | None = None
+        self._nodes: NodeLabels | None = None  # the nodes read for the run, each once
         self.block_chaos = False
 
     @property
@@ -114,7 +115,10 @@ class KubernetesTarget(RemoteTarget):
         when a fault selects by domain (reading nodes needs `get nodes`, cluster-wide)."""
         if not any(isinstance(f.select, SelectDomain) for f in self.faults):
             return {}
-        pods, nodes = PodMap(self.kube, self.k8s), NodeLabels(self.kube)
+        # Pods may move, so each is read again; a node's zone label is set when it registers.
+        if self._nodes is None or self._nodes.kube is not self.kube:
+            self._nodes = NodeLabels(self.kube)
+        pods, nodes = PodMap(self.kube, self.k8s), self._nodes
         placed: dict[str, PlatformPlace] = {}
         try:
             for host in self.mapped_hosts:
