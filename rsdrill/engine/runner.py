@@ -24,7 +24,7 @@ from rsdrill.engine.applied import Applied, RunState
 from rsdrill.engine.balancer import BalancerHold
 from rsdrill.engine.events import RunEvents
 from rsdrill.engine.forced_reconfig import MajorityRecovery
-from rsdrill.engine.guards import check_guards, wait_healthy
+from rsdrill.engine.guards import check_domains, check_guards, wait_healthy
 from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.observe import observe
@@ -37,6 +37,7 @@ from rsdrill.engine.selection import (
     current_states,
     lands_in,
     layout_of,
+    member_placements,
     placements_for,
     replica_sets,
     resolve,
@@ -73,6 +74,7 @@ from rsdrill.result import (
 from rsdrill.version import __version__
 
 if TYPE_CHECKING:
+    from rsdrill.domains import Placement
     from rsdrill.engine.rollbacks import RollbackWatch
 
 _log = logging.getLogger(__name__)
@@ -371,10 +373,15 @@ class Runner:
                      timeout_s=PREFLIGHT_TIMEOUT_S, sleep=self._sleep)  # fmt: skip
 
     def _check_guards(self, target: RunTarget) -> None:
+        placed: list[Placement] = []
+        if self._layout is not None and any(isinstance(f.select, SelectDomain)
+                                            for f in self.exp.faults):  # fmt: skip
+            placed = member_placements(target)
+            check_domains(self.exp.faults, placed)  # a zone no set has a member in
         for name, hosts in replica_sets(target).items():
             exp, note = self.exp, self._noted("")
             if self._layout is not None:  # each set's guards, for the faults that can land in it
-                faults = [f for f in exp.faults if lands_in(f, name, self._layout)]
+                faults = [f for f in exp.faults if lands_in(f, name, self._layout, placed)]
                 exp, note = exp.model_copy(update={"faults": faults}), self._noted(name)
             check_guards(exp, hosts, options=target.connect_options, env=os.environ,
                          assume_yes=self.options.assume_yes,

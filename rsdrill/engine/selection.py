@@ -98,9 +98,14 @@ def resolve(
 def placements_for(selection: Selection, target: RunTarget) -> list[Placement]:
     """Where each member is when `selection` is by domain: its replica-set tags, the zone and
     region its platform knows it in instead, the platform's tags over its own."""
-    if not isinstance(selection, SelectDomain):
-        return []
-    tagged = read_placements(list(target.members), 1.0, options=target.connect_options)
+    return member_placements(target) if isinstance(selection, SelectDomain) else []
+
+
+def member_placements(target: RunTarget) -> list[Placement]:
+    """Where each member is: its replica-set tags (each set's config places its own members:
+    a sharded target has several), the zone and region its platform knows it in instead."""
+    tagged = [p for hosts in replica_sets(target).values()
+              for p in read_placements(hosts, 1.0, options=target.connect_options)]  # fmt: skip
     return placed_by_platform(tagged, platform_places(target))
 
 
@@ -158,9 +163,15 @@ def _resolve_sharded(
     raise SelectionError(f"select {describe_selection(selection)}: {'; '.join(missed)}")
 
 
-def lands_in(fault: Fault, name: str, layout: ShardedLayout) -> bool:
-    """Whether `fault` can act on a member of the set `name` (`layout.sets()`'s names)."""
+def lands_in(
+    fault: Fault, name: str, layout: ShardedLayout, placed: Sequence[Placement] = ()
+) -> bool:
+    """Whether `fault` can act on a member of the set `name` (`layout.sets()`'s names); a
+    domain, on those of its members `placed` puts in it."""
     sel = fault.select
+    if isinstance(sel, SelectDomain):
+        hosts = set(layout.sets()[name])
+        return any(p.host in hosts and sel.matches(p) for p in placed)
     if isinstance(sel, SelectShard):
         return sel.shard in (name, "any") and name in layout.shards
     if isinstance(sel, SelectMember):

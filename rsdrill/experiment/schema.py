@@ -595,6 +595,24 @@ class Experiment(Strict):
                     )
         return self
 
+    def _sharded_domain(self, i: int, fault: Fault, sel: SelectDomain) -> None:
+        """A domain of a sharded target: named (each set has its own majority); cut off, not
+        yet (only killed); on a sandbox, one its zones hold (every set has every zone)."""
+        where = ("faults", i, "select")
+        if sel.domains is not None:
+            raise FieldProblem((*where, "domains"), "each set of a sharded target has its own "
+                               "majority: name the zone (select: {zone: NAME})")  # fmt: skip
+        if fault.out_of_reach():  # its members cut off, each set's links to the others kept
+            raise FieldProblem(("faults", i, "way"), "a zone of a sharded target is killed "
+                               "(way: kill); cutting it off is not there yet")  # fmt: skip
+        if member_source(self.target.platform) != "built":
+            return
+        if not any(sel.matches(p) for p in planned(self.target.zones, 3)):
+            held = ", ".join(dict.fromkeys(self.target.zones))
+            raise FieldProblem((*where, sel.key), f"no member is in {sel}: " + (
+                f"target.zones has {held}" if held else "give the members zones "
+                "(target.zones)"))  # fmt: skip
+
     def _sharded_selections(self) -> Experiment:
         from rsdrill.analysis.slo import SET_METRIC
 
@@ -611,8 +629,7 @@ class Experiment(Strict):
                 raise FieldProblem(("faults", i, "kind"), f"{fault.kind} on a sharded target is "
                                    f"not there yet: {kinds}")  # fmt: skip
             if isinstance(sel, SelectDomain):
-                raise FieldProblem(where, "select by domain on a sharded target is not there "
-                                   "yet (docs/failure-domains.md)")  # fmt: skip
+                self._sharded_domain(i, fault, sel)
             if sel in ("primary", "secondary", "arbiter") or isinstance(sel, SelectCount):
                 raise FieldProblem(where, f"{describe_selection(sel)} of which replica set? A "
                                    "sharded target has several: say {shard: shard0, role: "

@@ -181,11 +181,16 @@ class _Target(Strict):
             raise FieldProblem(("storage",), "in-memory storage is for topology: standalone")
         if self.zones and self.topology == "standalone":
             raise FieldProblem(("zones",), STANDALONE_ZONES)
-        if self.zones and self.topology != "sharded":
+        if self.zones:
+            # A sharded cluster's zones go round-robin over each set's members: the config
+            # servers' three and each shard's.
+            sharded = self.topology == "sharded"
+            count = min(3, member_count(self.shard_topology)) if sharded else None
             try:
-                spread(self.zones, member_count(self.topology))
+                spread(self.zones, count or member_count(self.topology))
             except ValueError as exc:
-                raise FieldProblem(("zones",), str(exc)) from None
+                smallest = " (the smallest set)" if sharded else ""
+                raise FieldProblem(("zones",), f"{exc}{smallest}") from None
         if self.priorities and self.topology != "sharded":
             self._check_priorities()
         self._sharded_fields(source)
@@ -227,7 +232,7 @@ class _Target(Strict):
 
 _SHARDED_FIELDS = {"shards", "shard_topology", "mongos", "balancer"}
 # What a replica-set sandbox takes that a sharded one does not (yet).
-_NOT_SHARDED = {"auth", "tls", "storage", "handshake", "data_mb", "oplog_size_mb", "zones",
+_NOT_SHARDED = {"auth", "tls", "storage", "handshake", "data_mb", "oplog_size_mb",
                 "priorities", "initial_sync_mb_per_s", "cache_mb",
                 "journal_commit_interval"}  # fmt: skip
 

@@ -24,6 +24,7 @@ class ZoneOutageFault(FaultBase):
         "minority\\|majority}`; required); "
         "`way: kill\\|isolate`",
         needs_duration=True,
+        sharded="members",
     )
 
     kind: Literal["zone-outage"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -158,22 +159,28 @@ def plan_cluster(
     routers: int = 2,
     settings: Settings | None = None,
     host: str = "127.0.0.1",
+    zones: Sequence[str] = (),
 ) -> tuple[dict[str, ReplSetSpec], tuple[str, ...]]:
     """Each replica set's spec by name (the config servers' first) and the routers' addresses:
-    consecutive ports from `port_base` in that order."""
+    consecutive ports from `port_base` in that order; `zones` spread over each set's members
+    (a data centre holds a member of every set, as clusters are laid out)."""
     if shard_topology not in SHARD_TOPOLOGIES:
         raise SandboxError(f"a shard is a replica set: {', '.join(SHARD_TOPOLOGIES)}, not "
                            f"{shard_topology}")  # fmt: skip
     if shards < 1 or routers < 1:
         raise SandboxError("a sharded cluster needs at least one shard and one router")
-    specs = {CONFIG_SET: build_topology("rs3", port_base=port_base, set_name=CONFIG_SET,
-                                        host=host, settings=settings)}  # fmt: skip
-    next_port = port_base + 3
-    for i in range(shards):
-        spec = build_topology(shard_topology, port_base=next_port, set_name=f"shard{i}",
-                              host=host, settings=settings)  # fmt: skip
-        specs[spec.set_name] = spec
-        next_port += len(spec.members)
+    placed = {"zones": tuple(zones)} if zones else {}
+    try:
+        specs = {CONFIG_SET: build_topology("rs3", port_base=port_base, set_name=CONFIG_SET,
+                                            host=host, settings=settings, **placed)}  # fmt: skip
+        next_port = port_base + 3
+        for i in range(shards):
+            spec = build_topology(shard_topology, port_base=next_port, set_name=f"shard{i}",
+                                  host=host, settings=settings, **placed)  # fmt: skip
+            specs[spec.set_name] = spec
+            next_port += len(spec.members)
+    except ValueError as exc:  # more zones than a set has members
+        raise SandboxError(str(exc)) from None
     return specs, tuple(f"{host}:{next_port + i}" for i in range(routers))
 
 
@@ -194,6 +201,7 @@ def up_sharded(
     settings: Settings | None = None,
     host: str = "127.0.0.1",
     balancer: bool = True,
+    zones: Sequence[str] = (),
 ) -> ShardedSandbox:
     """Start a sharded cluster in `directory` and return once every router answers and every
     shard is added (and, without `balancer`, the balancer stopped). On any failure every
@@ -201,7 +209,7 @@ def up_sharded(
     directory = directory.resolve()
     specs, router_hosts = plan_cluster(port_base=port_base, shards=shards,
                                        shard_topology=shard_topology, routers=routers,
-                                       settings=settings, host=host)  # fmt: skip
+                                       settings=settings, host=host, zones=zones)  # fmt: skip
     for address in router_hosts:
         if not port_free(host, int(address.rsplit(":", 1)[1])):
             raise SandboxError(f"port {address} is already in use; choose another --port-base")

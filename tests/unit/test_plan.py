@@ -353,15 +353,18 @@ def test_the_plan_shows_the_sandbox_s_zones_and_the_majority_a_zone_holds() -> N
     assert "votes" not in spread
 
 
-def test_zones_for_a_sharded_sandbox_or_more_zones_than_members_are_refused() -> None:
+def test_more_zones_than_a_set_s_members_or_a_standalone_s_are_refused() -> None:
     with pytest.raises(ExperimentError, match=r"zones.*a zone nobody is in"):
         experiment("  - {at: 5s, kind: stepdown}\n", header=HEADER + "  zones: [a, b, c, d]\n")
     standalone = HEADER.replace("rs3", "standalone") + "  zones: [a]\n"
     with pytest.raises(ExperimentError, match="standalone server has none"):
         experiment("  - {at: 5s, kind: host-kill, duration: 5s}\n", header=standalone)
+    # A sharded sandbox spreads them over each set: no set may have fewer members than zones.
     sharded = HEADER.replace("rs3", "sharded") + "  zones: [a, b]\n"
-    with pytest.raises(ExperimentError, match="zones"):
-        experiment("  - {at: 5s, kind: stepdown, select: {shard: shard0}}\n", header=sharded)
+    experiment("  - {at: 5s, kind: stepdown, select: {shard: shard0}}\n", header=sharded)
+    with pytest.raises(ExperimentError, match=r"zones: 2 zones for 1 member.*the smallest set"):
+        experiment("  - {at: 5s, kind: stepdown, select: {shard: shard0}}\n",
+                   header=sharded + "  shard_topology: rs1\n")  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -116,7 +116,8 @@ class ShardedSandboxTarget:
         self.settings = settings_of(config)
         specs, routers = plan_cluster(port_base=port_base, shards=config.shards,
                                       shard_topology=config.shard_topology,
-                                      routers=config.mongos, settings=self.settings)  # fmt: skip
+                                      routers=config.mongos, settings=self.settings,
+                                      zones=config.zones)  # fmt: skip
         self.port_base = port_base
         hosts = {name: tuple(m.host for m in spec.members) for name, spec in specs.items()}
         self.layout = ShardedLayout(config=hosts.pop(CONFIG_SET), shards=hosts, routers=routers)
@@ -142,7 +143,8 @@ class ShardedSandboxTarget:
                                        shard_topology=self.config.shard_topology,
                                        routers=self.config.mongos,
                                        settings=self.settings,
-                                       balancer=self.config.balancer)  # fmt: skip
+                                       balancer=self.config.balancer,
+                                       zones=self.config.zones)  # fmt: skip
         except SandboxError as exc:
             raise TargetError(f"sandbox: {exc}") from exc
 
