@@ -274,6 +274,10 @@ class TargetInfo(_Model):
     topology: str
     uri: str = Field(description="passwords redacted")
     members: list[str] = Field(default_factory=list)
+    zones: dict[str, str] = Field(
+        default_factory=dict,
+        description="member → its zone (its tags, or its platform's), as placed before the faults",
+    )
     server: ServerInfo | None = None
 
 

@@ -74,7 +74,6 @@ from rsdrill.result import (
 from rsdrill.version import __version__
 
 if TYPE_CHECKING:
-    from rsdrill.domains import Placement
     from rsdrill.engine.rollbacks import RollbackWatch
 
 _log = logging.getLogger(__name__)
@@ -127,6 +126,7 @@ class Runner:
         self._rollback_watch: RollbackWatch | None = None
         # A sharded target's sets and routers.
         self._layout: ShardedLayout | None = None
+        self._zones: dict[str, str] = {}  # member → zone, as placed when the guards ran
         # guards.stop_balancer: the balancer stopped after the guards, restored with the faults.
         self.balancer = BalancerHold(experiment.guards.stop_balancer, self.live.event)
         # recovery.force_reconfig: when due (None: not asked), and its undo after the faults.
@@ -308,6 +308,7 @@ class Runner:
                 topology="standalone" if self._standalone else self.exp.target.topology,
                 uri=redact_uri(target.uri) if target else "",
                 members=target.members if target else [],
+                zones=self._zones,
                 server=ServerInfo(**self._deployment.to_dict()) if self._deployment else None,
             ),
             faults=[fault_result(r) for r in self.state.records],
@@ -373,10 +374,9 @@ class Runner:
                      timeout_s=PREFLIGHT_TIMEOUT_S, sleep=self._sleep)  # fmt: skip
 
     def _check_guards(self, target: RunTarget) -> None:
-        placed: list[Placement] = []
-        if self._layout is not None and any(isinstance(f.select, SelectDomain)
-                                            for f in self.exp.faults):  # fmt: skip
-            placed = member_placements(target)
+        placed = member_placements(target)  # also the report's strip of each zone
+        self._zones = {p.host: p.zone for p in placed if p.zone}
+        if self._layout is not None:
             check_domains(self.exp.faults, placed)  # a zone no set has a member in
         for name, hosts in replica_sets(target).items():
             exp, note = self.exp, self._noted("")

@@ -168,6 +168,23 @@ def _state_lanes(result: Result, end: float) -> list[dict[str, Any]]:
     return lanes
 
 
+def zone_strips(zones: dict[str, str], polls: Sequence[Op]) -> list[dict[str, Any]]:
+    """A strip per zone (`zones`: member → zone), from the failover probe's polls of its
+    members: up while one of them answers (its last poll ok), down while none does."""
+    strips = []
+    for zone in sorted(set(zones.values())):
+        held = {m for m, z in zones.items() if z == zone}
+        last: dict[str, bool] = {}
+        rounds = []
+        for op in sorted((p for p in polls if p.member in held), key=lambda p: p.t_start):
+            last[op.member or ""] = op.ok
+            up = "ok" if any(last.values()) else "error"
+            rounds.append(Op(f"zone {zone}", op.op, op.member, op.t_start, op.t_end, up))
+        if rounds:
+            strips.append({"probe": f"zone {zone}", "runs": outcome_runs(rounds)})
+    return strips
+
+
 def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
     """Everything the timeline chart draws, as JSON-ready data of bounded size."""
     by_probe: dict[str, list[Op]] = defaultdict(list)
@@ -186,7 +203,8 @@ def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
             {"probe": probe, "runs": outcome_runs(by_probe[probe])}
             for probe in STRIP_PROBES
             if by_probe[probe]
-        ],
+        ]
+        + zone_strips(result.target.zones, by_probe["failover"]),
         "states": _state_lanes(result, end),
         "latency_bucket_s": _r(end / BUCKETS),
         "latency": [

@@ -76,8 +76,13 @@ def _elections_won(tmp_path: Path, until: Result | None = None) -> list[dict[str
 def test_the_minority_zone_cut_off_stops_no_write(tmp_path: Path) -> None:
     result = _run(tmp_path, "west", "isolate")
     assert result.exit_code == 0, result.error
-    west = ReplSetSpec.read(tmp_path / "out" / "sandbox").members[2].host
+    members = ReplSetSpec.read(tmp_path / "out" / "sandbox").members
+    west = members[2].host
     assert [f.target for f in result.faults] == [west]
+    # The report draws a strip per zone, from where the result says each member is.
+    assert result.target.zones == {m.host: m.zone for m in members}
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert '"probe":"zone west"' in report
     assert result.faults[0].verified_at_s is not None
     # Not one write failed or timed out. (The longest gap between two writes is the machine's:
     # 0.03-0.05 s idle, up to 0.07 s with three CPU hogs, 0.12 s beside the docs tests, and as
@@ -117,8 +122,13 @@ def test_the_minority_zone_killed_comes_back_on_its_data(tmp_path: Path) -> None
     # Named by what its loss costs: of 2+1, the zone whose loss leaves a majority is west.
     result = _run(tmp_path, "west", "kill", select={"domains": "minority"})
     assert result.exit_code == 0, result.error
-    west = ReplSetSpec.read(tmp_path / "out" / "sandbox").members[2].host
+    members = ReplSetSpec.read(tmp_path / "out" / "sandbox").members
+    west = members[2].host
     assert [f.target for f in result.faults] == [west]
+    # The report draws a strip per zone, from where the result says each member is.
+    assert result.target.zones == {m.host: m.zone for m in members}
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert '"probe":"zone west"' in report
     assert "SIGKILL" in str(result.faults[0].detail.get("plan", "")), result.faults[0].detail
     assert result.faults[0].reverted_at_s is not None
     assert result.metrics.lost_acknowledged_writes == 0

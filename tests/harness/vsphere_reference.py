@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from harness.vcsim import Vcsim, connect, create_vm, esxi_hosts, find_vm, wait_task
+from harness.vcsim import Vcsim, create_vm, esxi_hosts, find_vm, session_of, wait_task
 from harness.vsphere_binding import Event, VmBinding
 from rsdrill.analysis.availability import unavailable_s
 from rsdrill.history import History, RunClock
@@ -81,7 +81,7 @@ def run_catalog(topology: str, sim: Vcsim, work: Path, *, election_timeout_ms: i
     settings = Settings(election_timeout_ms=election_timeout_ms,
                         heartbeat_timeout_s=heartbeat_timeout_s)  # fmt: skip
     with ExitStack() as stack:
-        si = stack.enter_context(_session(sim))
+        si = stack.enter_context(session_of(sim))
         sandbox = stack.enter_context(_replica_set(topology, work / "sandbox", settings))
         hosts = esxi_hosts(si)
         names = stack.enter_context(_vms(si, sandbox, hosts[: len(sandbox.spec.members)]))
@@ -97,7 +97,7 @@ def run_shared_host(sim: Vcsim, work: Path, *, boot_s: float = 0.0) -> SharedHos
     after. Every VM is bound to its member, so the host failure kills B's secondary too."""
     settings = Settings()
     with ExitStack() as stack:
-        si = stack.enter_context(_session(sim))
+        si = stack.enter_context(session_of(sim))
         a = stack.enter_context(_replica_set("psa", work / "sandbox", settings))
         b = stack.enter_context(_replica_set("psa", work / "other", settings, set_name="rs1"))
         hosts = esxi_hosts(si)
@@ -165,17 +165,6 @@ def _run(topology: str, sim: Vcsim, si: Any, work: Path, sandbox: Sandbox,
         member_restart_s=_kill_to_answer(binding.events),
         vetoed_elections=vetoed_elections(sandbox.directory, _kill_at(binding.events)),
     )
-
-
-@contextmanager
-def _session(sim: Vcsim) -> Iterator[Any]:
-    from pyVim.connect import Disconnect
-
-    si = connect(sim)
-    try:
-        yield si
-    finally:
-        Disconnect(si)
 
 
 @contextmanager

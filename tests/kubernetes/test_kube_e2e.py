@@ -143,6 +143,20 @@ def _run(path: Path, out: Path, home: Path) -> subprocess.Popen[str]:
     )
 
 
+def _passed(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path, faults: list[dict[str, Any]], **changes: Any
+) -> list[dict[str, Any]]:
+    """`rsdrill run` of the bound set with `faults` (and no SLO): its faults, once it passed."""
+    path = bound_set.experiment(kube, tmp_path, faults=faults, slo={}, **changes)
+    run = _run(path, tmp_path / "out", tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    result: list[dict[str, Any]] = json.loads((tmp_path / "out" / "result.json").read_text())[
+        "faults"
+    ]
+    return result
+
+
 @pytest.mark.slow
 def test_pod_kill_run_measures_a_failover(kube: Kube, bound_set: BoundSet, tmp_path: Path) -> None:
     path = bound_set.experiment(kube, tmp_path)
@@ -175,11 +189,7 @@ def test_a_zone_is_the_zone_label_of_its_members_nodes(
     topology.kubernetes.io/zone. The west zone's pod is the one killed; a zone no node is in
     is refused by the guards, naming the zones there are."""
     kill = [{"at": "2s", "kind": "host-kill", "select": {"zone": "west"}, "duration": "4s"}]
-    path = bound_set.experiment(kube, tmp_path, faults=kill, slo={})
-    run = _run(path, tmp_path / "out", tmp_path / "home")
-    output, _ = run.communicate(timeout=240)
-    assert run.returncode == 0, output
-    [fault] = json.loads((tmp_path / "out" / "result.json").read_text())["faults"]
+    [fault] = _passed(kube, bound_set, tmp_path, kill)
     west = bound_set.sandbox.spec.members[2].host
     assert fault["target"] == west
     assert bound_set.pods[west] in fault["detail"]["plan"], fault["detail"]
@@ -204,11 +214,7 @@ def test_a_zone_killed_stays_down_until_its_nodes_are_uncordoned(
 
     kill = [{"at": "2s", "kind": "zone-outage", "way": "kill", "select": {"zone": "west"},
              "duration": "6s"}]  # fmt: skip
-    path = bound_set.experiment(kube, tmp_path, faults=kill, slo={})
-    run = _run(path, tmp_path / "out", tmp_path / "home")
-    output, _ = run.communicate(timeout=240)
-    assert run.returncode == 0, output
-    [fault] = json.loads((tmp_path / "out" / "result.json").read_text())["faults"]
+    [fault] = _passed(kube, bound_set, tmp_path, kill)
     west = bound_set.sandbox.spec.members[2].host
     assert fault["target"] == west and fault["reverted_at_s"] is not None, fault
     node = f"{bound_set.namespace}-node-2"
@@ -229,12 +235,7 @@ def test_a_zone_isolated_drops_everything_outside_its_pods_and_nodes(
     import ipaddress
 
     cut = [{"at": "2s", "kind": "zone-outage", "select": {"zone": "east"}, "duration": "3s"}]
-    path = bound_set.experiment(kube, tmp_path, faults=cut, slo={},
-                                guards={"allow_quorum_loss": True})  # fmt: skip
-    run = _run(path, tmp_path / "out", tmp_path / "home")
-    output, _ = run.communicate(timeout=240)
-    assert run.returncode == 0, output
-    faults = json.loads((tmp_path / "out" / "result.json").read_text())["faults"]
+    faults = _passed(kube, bound_set, tmp_path, cut, guards={"allow_quorum_loss": True})
     hosts = [m.host for m in bound_set.sandbox.spec.members]
     assert sorted(f["target"] for f in faults) == sorted(hosts[:2]), faults
     chaos = [o for o in bound_set.mesh.seen if o["kind"] == "NetworkChaos"]

@@ -17,7 +17,7 @@ from rsdrill.report.common import fmt_number, scalar_metrics
 from rsdrill.report.html import render_html
 from rsdrill.report.junit import render_junit
 from rsdrill.report.markdown import render_summary
-from rsdrill.report.timeline import MAX_RUNS, outcome_runs, timeline_data
+from rsdrill.report.timeline import MAX_RUNS, outcome_runs, timeline_data, zone_strips
 from rsdrill.result import FaultResult, Result, Stall, StalledGap
 
 HOSTILE = "</script><script>alert('x')</script><img src=x onerror=alert(1)> & | `ok`"
@@ -252,6 +252,20 @@ def test_bucketed_runs_are_bounded_and_never_hide_a_failure() -> None:
     assert sum(run[4] for run in runs) == 10_001
     errors = [run for run in runs if run[2] == 2]
     assert len(errors) == 1 and errors[0][0] <= 40.0 <= errors[0][1]
+
+
+def test_a_zone_is_up_while_one_of_its_members_answers() -> None:
+    def poll(member: str, t: float, ok: bool) -> Op:
+        return Op("failover", "hello", member, t, t + 0.01, "ok" if ok else "timeout")
+
+    zones = {"a:1": "east", "a:2": "east", "a:3": "west"}
+    polls = [poll(m, t / 10, not (m != "a:2" and 10 <= t < 20)) for t in range(30)
+             for m in zones]  # fmt: skip
+    strips = {s["probe"]: s["runs"] for s in zone_strips(zones, polls)}
+    # east kept a member answering throughout; west had none from 1 s to 2 s.
+    assert [r[2] for r in strips["zone east"]] == [0]
+    assert [(r[0], r[2]) for r in strips["zone west"]] == [(0.0, 0), (1.0, 2), (2.0, 0)]
+    assert zone_strips({}, polls) == []
 
 
 def test_overlapping_faults_get_their_own_rows() -> None:
