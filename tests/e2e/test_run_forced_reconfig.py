@@ -37,15 +37,15 @@ def kept(tmp_path: Path) -> Iterator[Path]:
     Sandbox(directory).down(grace_s=2.0)
 
 
-def _run(tmp_path: Path, zone: str) -> Result:
-    spec = {
+def _run(tmp_path: Path, zone: str, *, runbook: bool = True) -> Result:
+    spec: dict[str, Any] = {
         "name": "lose-majority-dc",
         "target": TARGET,
         "probes": {"availability": {"interval": "20ms"}},
         "faults": [{"at": "1s", "kind": "host-kill", "select": {"zone": zone}, "duration": "6s"}],
         "observe": {"after_revert": "2s"},
         "guards": {"allow_quorum_loss": True},
-        "recovery": {"force_reconfig": {"after": f"{AFTER_S}s"}},
+        "recovery": {"force_reconfig": {"after": f"{AFTER_S}s"}} if runbook else None,
     }
     options = RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=tmp_path)
     return run_experiment(Experiment.model_validate(spec), options)
@@ -97,6 +97,25 @@ def test_the_lost_majority_dc_is_recovered_by_the_forced_reconfig_and_healed(
     assert 'id="recovery"' in report and "to the forced reconfig +" in report
     assert "to the clients&#x27; first write" in report or "to the clients' first write" in report
     assert report.count("its vote back at") == 2
+
+
+def test_without_the_runbook_there_is_no_primary_until_the_majority_dc_returns(
+    tmp_path: Path, kept: Path
+) -> None:
+    # MongoDB's rule: the survivor alone is no majority of the 3 votes, so it is never elected;
+    # the set has a primary again only once the east members are back (6 s later).
+    result = _run(tmp_path, "east", runbook=False)
+    assert result.exit_code == 0, result.error
+    assert result.recovery is None
+    west = ReplSetSpec.read(kept).members[2].host
+    [first, second] = sorted(result.faults, key=lambda f: f.target)
+    back = min(first.reverted_at_s or 0.0, second.reverted_at_s or 0.0)
+    primary_during = [t for t, state in result.metrics.member_states[west]
+                      if state == "PRIMARY" and 1.0 <= t < back]  # fmt: skip
+    assert primary_during == [], result.metrics.member_states[west]
+    m = result.metrics
+    assert m.no_primary_s is not None and m.no_primary_s >= back - 1.0 - 0.5, m
+    assert m.write_unavailable_s is not None and m.write_unavailable_s >= back - 1.0 - 0.5, m
 
 
 def test_the_writes_a_forced_reconfig_loses_are_those_the_members_added_back_roll_back(

@@ -20,7 +20,10 @@ from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import ReplSetSpec
 
 REPO = Path(__file__).resolve().parents[2]
-TARGET = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s", "keep": True,
+# MongoDB's timings divided by ten, both (as the compressed catalog's): a 1 s election timeout
+# with 2 s heartbeats makes a new primary step down while the old one is frozen (docs/sandbox.md).
+TARGET = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s",
+          "heartbeat_interval": "200ms", "keep": True,
           "zones": ["east", "east", "west"]}  # fmt: skip
 
 

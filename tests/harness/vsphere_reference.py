@@ -61,6 +61,7 @@ class OtherSet:
     write_unavailable_s: float | None
     failed_writes: int
     acknowledged_writes: int
+    failures: list[tuple[float, float, str, str]]  # (t_start, t_end, outcome, error) of each
     secondary: str  # its member whose VM shared the host
     events: list[Event]  # its binding's: what its members' VMs went through
     binding_errors: list[str]
@@ -127,6 +128,8 @@ def run_shared_host(sim: Vcsim, work: Path, *, boot_s: float = 0.0) -> SharedHos
             write_unavailable_s=unavailable_s(writes, "write"),
             failed_writes=sum(not op.ok for op in writes),
             acknowledged_writes=sum(op.ok for op in writes),
+            failures=[(round(op.t_start, 3), round(op.t_end, 3), op.outcome,
+                       str(op.detail.get("error", ""))) for op in writes if not op.ok],
             secondary=b.spec.members[b_secondary].host,
             events=other.events,
             binding_errors=other.errors,
