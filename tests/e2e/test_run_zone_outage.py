@@ -73,16 +73,20 @@ def _elections_won(tmp_path: Path, until: Result | None = None) -> list[dict[str
     return [e for e in won if e["t_mono"] < healed]
 
 
-def test_the_minority_zone_cut_off_stops_no_write(tmp_path: Path) -> None:
-    result = _run(tmp_path, "west", "isolate")
-    assert result.exit_code == 0, result.error
+def _hit_west_only(tmp_path: Path, result: Result) -> None:
+    """The fault landed on the west member alone, and the result and its report place every
+    member in its zone (the report draws a strip per zone)."""
     members = ReplSetSpec.read(tmp_path / "out" / "sandbox").members
-    west = members[2].host
-    assert [f.target for f in result.faults] == [west]
-    # The report draws a strip per zone, from where the result says each member is.
+    assert [f.target for f in result.faults] == [members[2].host]
     assert result.target.zones == {m.host: m.zone for m in members}
     report = (tmp_path / "out" / "report.html").read_text()
     assert '"probe":"zone west"' in report
+
+
+def test_the_minority_zone_cut_off_stops_no_write(tmp_path: Path) -> None:
+    result = _run(tmp_path, "west", "isolate")
+    assert result.exit_code == 0, result.error
+    _hit_west_only(tmp_path, result)
     assert result.faults[0].verified_at_s is not None
     # Not one write failed or timed out. (The longest gap between two writes is the machine's:
     # 0.03-0.05 s idle, up to 0.07 s with three CPU hogs, 0.12 s beside the docs tests, and as
@@ -122,13 +126,7 @@ def test_the_minority_zone_killed_comes_back_on_its_data(tmp_path: Path) -> None
     # Named by what its loss costs: of 2+1, the zone whose loss leaves a majority is west.
     result = _run(tmp_path, "west", "kill", select={"domains": "minority"})
     assert result.exit_code == 0, result.error
-    members = ReplSetSpec.read(tmp_path / "out" / "sandbox").members
-    west = members[2].host
-    assert [f.target for f in result.faults] == [west]
-    # The report draws a strip per zone, from where the result says each member is.
-    assert result.target.zones == {m.host: m.zone for m in members}
-    report = (tmp_path / "out" / "report.html").read_text()
-    assert '"probe":"zone west"' in report
+    _hit_west_only(tmp_path, result)
     assert "SIGKILL" in str(result.faults[0].detail.get("plan", "")), result.faults[0].detail
     assert result.faults[0].reverted_at_s is not None
     assert result.metrics.lost_acknowledged_writes == 0
