@@ -104,8 +104,10 @@ async def run_election(node: Node, *, reason: str, skip_dry_run: bool = False) -
     if highest > term:
         node.observe_term(highest, "vote reply")
     if node.term != term or votes < node.spec.majority or node.state is not MemberState.SECONDARY:
+        # The timer is not restarted: as mongod's, it runs from when this attempt began, so
+        # after a split vote that waited out an unreachable voter the next try comes within
+        # the offset, not a whole timeout later.
         node.events.emit("election_lost", votes=votes, term=term)
-        node.reset_election_timer()
         return False
     await _become_primary(node, replies, reason, called)
     return True

@@ -126,6 +126,10 @@ def test_preflight_asks_ec2_about_the_zone_s_acl_calls(
     from rsdrill.platforms.ec2.options import Ec2Platform
 
     [zone] = placed(aws, member(subnet=1))
-    fault = make_fault(at=1, kind="zone-outage", duration=5, select={"zone": "us-east-1a"})
+    # The member's own zone, whichever moto put subnet 1 in, behind an ACL of its own: the
+    # ACL entry calls are asked (DryRun) and the ACL is not shared, so nothing is found.
+    fault = make_fault(at=1, kind="zone-outage", duration=5,
+                       select={"zone": zone.availability_zone})  # fmt: skip
     platform = Ec2Platform(region="us-east-1", instances=BY_TAG)
-    assert preflight(aws, platform, (fault,), [zone]) == []
+    with own_acl(ec2, zone.subnet_id or ""):
+        assert preflight(aws, platform, (fault,), [zone]) == []

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from pymongo import MongoClient, WriteConcern
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import ExecutionTimeout, OperationFailure, PyMongoError
 
 from rsdrill.platforms.machine.network import NetworkPartition
 from rsdrill.platforms.sandbox.sharded import ShardedHosts
@@ -123,10 +123,21 @@ def _hold(router: str, step: int, on: bool) -> int:
         return int(reply["count"])
 
 
-def _wait_step(router: str, step: int, entered: int) -> None:
+def _wait_step(router: str, step: int, entered: int, migrating: threading.Thread,
+               outcome: dict[str, Any]) -> None:  # fmt: skip
+    """Until the migration holds at `step`; a migration that ended first fails the test with
+    its outcome (why it never got there)."""
+    deadline = time.monotonic() + 20
     with MongoClient(router, serverSelectionTimeoutMS=5000) as one:
-        one.admin.command("waitForFailPoint", f"moveChunkHangAtStep{step}",
-                          timesEntered=entered + 1, maxTimeMS=20_000)  # fmt: skip
+        while True:
+            try:
+                one.admin.command("waitForFailPoint", f"moveChunkHangAtStep{step}",
+                                  timesEntered=entered + 1, maxTimeMS=500)  # fmt: skip
+                return
+            except ExecutionTimeout:
+                migrating.join(timeout=0.1)
+                assert migrating.is_alive(), f"the migration ended before step {step}: {outcome}"
+                assert time.monotonic() < deadline, f"step {step} not reached in 20 s"
 
 
 def _check_consistent(cluster: ShardedSandbox, coll: str, writers: Writers) -> str:
@@ -179,7 +190,7 @@ def test_a_migration_under_a_shard_fault_keeps_every_write_once(
     with Writers(cluster, coll) as writers:
         entered = _hold(router, step, on=True)
         migrating = _migrate(router, f"app.{coll}", recipient, outcome)
-        _wait_step(router, step, entered)
+        _wait_step(router, step, entered, migrating, outcome)
         victim = sandbox.resolve("primary")
         cut = None
         if fault.endswith("kill"):
@@ -229,7 +240,7 @@ def test_a_migration_whose_router_died_is_recovered_by_another(
     with Writers(cluster, coll) as writers:
         entered = _hold(dying, step, on=True)
         migrating = _migrate(dying, f"app.{coll}", recipient, outcome)
-        _wait_step(dying, step, entered)
+        _wait_step(dying, step, entered, migrating, outcome)
         ShardedHosts(cluster).kill(dying)
         migrating.join(timeout=30)
         time.sleep(0.5)

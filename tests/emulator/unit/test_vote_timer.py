@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 from bson.int64 import Int64
 
-from rsdrill.sandbox.config import build_topology
-from rsdrill_emulator.election import handle_request_votes
+from rsdrill.sandbox.config import Settings, build_topology
+from rsdrill_emulator.election import handle_request_votes, run_election
 from rsdrill_emulator.node import Node
+from rsdrill_emulator.peer import PeerError
 
 
 def test_the_election_timer_restarts_before_the_vote_is_durable(tmp_path: Path) -> None:
@@ -39,3 +41,36 @@ def test_the_election_timer_restarts_before_the_vote_is_durable(tmp_path: Path) 
     remaining, granted = asyncio.run(scenario())
     assert granted
     assert remaining > 5.0, remaining  # a whole election timeout (10 s) ahead, not expired
+
+
+def test_after_a_split_vote_the_next_try_counts_from_the_last_one_s_start(tmp_path: Path) -> None:
+    """CI's minority partition: both secondaries stood at once, each refused the other, and
+    each waited out the cut-off primary's vote for an election timeout. mongod restarts the
+    timer only when an attempt begins, so the next one comes within the offset; a timer
+    restarted on the loss put it a whole timeout later, after the 6 s partition had healed."""
+    timeout_s = 0.4
+
+    async def scenario() -> tuple[bool, float, float]:
+        settings = Settings(election_timeout_ms=int(timeout_s * 1000))
+        spec = build_topology("rs3", port_base=27200, settings=settings)
+        node = Node(spec, spec.members[1].host, tmp_path)
+        node.boot(initiate=True)
+        cut_off = spec.members[0].host
+
+        async def call(host: str, cmd: dict[str, Any], **_: Any) -> dict[str, Any]:
+            if host == cut_off:  # no answer: the request times out
+                await asyncio.sleep(timeout_s)
+                raise PeerError(f"{host}: timed out")
+            # The other secondary, standing too, grants dry runs and keeps its real vote.
+            return {"ok": 1.0, "term": cmd["term"], "voteGranted": bool(cmd["dryRun"])}
+
+        node.peer_calls.call = call  # type: ignore[method-assign]
+        started = time.monotonic()
+        won = await run_election(node, reason="election timeout")
+        return won, time.monotonic() - started, node.election_deadline - started
+
+    won, took, deadline = asyncio.run(scenario())
+    assert not won
+    assert took >= timeout_s  # it did wait for the cut-off voter
+    # Due one timeout plus at most 15 % after the attempt began: at most 60 ms after the loss.
+    assert timeout_s <= deadline <= 1.15 * timeout_s + 0.01, (took, deadline)
