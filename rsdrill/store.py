@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rsdrill.errors import RsdrillError
 from rsdrill.runs import Baseline, Regression, Run
@@ -120,6 +120,38 @@ def record(result: Result, out_dir: Path, db: Path) -> int:
     except (sqlite3.Error, OSError) as exc:
         raise StoreError(f"{db}: {exc}") from exc
     return run_id
+
+
+def record_shared(result: Result, out_dir: Path, uri: str) -> str:
+    """Append `result` to a shared history in MongoDB (the URI's database, else `rsdrill`;
+    collection `runs`, one document per run with its scalar metrics); returns its id."""
+    from pymongo import ASCENDING, MongoClient
+    from pymongo.collection import Collection
+    from pymongo.errors import PyMongoError
+    from pymongo.uri_parser import parse_uri
+
+    from rsdrill.redact import redact_uri
+
+    started = _utc(dt.datetime.fromisoformat(result.started_at))
+    doc = {
+        "schema": 1,
+        "experiment": result.experiment,
+        "started_at": started,
+        "verdict": result.verdict,
+        "duration_s": result.duration_s,
+        "out_dir": str(out_dir.resolve()),
+        "members": result.target.members,
+        "metrics": flat_metrics(result.metrics),
+    }
+    try:
+        database = parse_uri(uri)["database"] or "rsdrill"
+        client: MongoClient[dict[str, Any]]
+        with MongoClient(uri, serverSelectionTimeoutMS=5000, appname="rsdrill-history") as client:
+            runs: Collection[dict[str, Any]] = client[database]["runs"]
+            runs.create_index([("experiment", ASCENDING), ("started_at", ASCENDING)])
+            return str(runs.insert_one(doc).inserted_id)
+    except (PyMongoError, ValueError) as exc:
+        raise StoreError(f"{redact_uri(uri)}: {redact_uri(str(exc))}") from None
 
 
 def history(

@@ -15,6 +15,7 @@ from rsdrill.cli import (
     check,
     experiment,
     faultfs,
+    fleet,
     history,
     replay,
     run,
@@ -48,6 +49,7 @@ app.command()(replay.replay)
 app.add_typer(replay.timeline_app, name="timeline")
 app.add_typer(faultfs.app, name="faultfs")
 app.add_typer(schedule.app, name="schedule")
+app.add_typer(fleet.app, name="lever")
 
 
 def _print_version(value: bool) -> None:

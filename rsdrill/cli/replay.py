@@ -56,7 +56,7 @@ def replay(
     ] = None,
     live: LiveOption = True,
     yes: YesOption = False,
-    history: HistoryOption = HISTORY_DB,
+    history: HistoryOption = None,
     no_history: NoHistoryOption = False,
 ) -> None:
     """Replay an incident timeline, or (--from) a previous run's faults: same kinds, offsets,
@@ -92,8 +92,8 @@ def replay(
     out_dir.mkdir(parents=True, exist_ok=True)
     # What was replayed, as a file one can edit and replay again.
     (out_dir / "timeline.yaml").write_text(plan.to_yaml())
-    options = run_options(experiment, out_dir, live, [], yes)
-    run_and_report(experiment, options, None if no_history else history)
+    options = run_options(experiment, out_dir, live, [], yes, history)
+    run_and_report(experiment, options, None if no_history else history or str(HISTORY_DB))
 
 
 def _target(target_file: Path | None, topology: Topology | None) -> Target | None:

@@ -30,7 +30,25 @@ YesOption = Annotated[
     typer.Option("--yes", "-y", help="Do not ask before breaking a set not in RSDRILL_ALLOW."),
 ]
 HistoryOption = Annotated[
-    Path, typer.Option("--history", help="Record the run in this history database.")
+    str | None,
+    typer.Option(
+        "--history",
+        envvar="RSDRILL_HISTORY",
+        metavar="PATH|URL",
+        help="Record the run in this history: a SQLite file (default "
+        "rsdrill-results/history.sqlite) or a shared mongodb:// store, which then "
+        "also holds the fleet's stop lever and leases.",
+    ),
+]
+LeaseWaitOption = Annotated[
+    float,
+    typer.Option(
+        "--lease-wait",
+        metavar="SECONDS",
+        min=0,
+        help="Wait this long for another run on the same cluster to end (default: "
+        "exit 3 at once, naming it).",
+    ),
 ]
 NoHistoryOption = Annotated[
     bool, typer.Option("--no-history", help="Do not record the run in the history.")
@@ -111,8 +129,9 @@ def run(
         ),
     ] = None,
     yes: YesOption = False,
-    history: HistoryOption = HISTORY_DB,
+    history: HistoryOption = None,
     no_history: NoHistoryOption = False,
+    lease_wait: LeaseWaitOption = 0.0,
     metrics_file: MetricsFileOption = None,
     metrics_push: MetricsPushOption = None,
     interactive: Annotated[
@@ -143,7 +162,7 @@ def run(
         experiment = with_notifications(experiment, notify)
     refuse_unless_checked(experiment)
     out_dir = out or default_out_dir(experiment.name)
-    options = run_options(experiment, out_dir, live, abort_on or [], yes)
+    options = run_options(experiment, out_dir, live, abort_on or [], yes, history, lease_wait)
     if interactive:
         options.console = _game_day_console(experiment)
     if metrics_file is not None or metrics_push is not None:
@@ -156,7 +175,7 @@ def run(
         options.plugins = (*options.plugins, MetricsExport(metrics_file, metrics_push))
     if experiment.matrix is not None:
         _run_matrix(experiment, options)
-    run_and_report(experiment, options, None if no_history else history)
+    run_and_report(experiment, options, None if no_history else history or str(HISTORY_DB))
 
 
 def _game_day_console(experiment: Experiment) -> GameDayConsole:
@@ -180,7 +199,7 @@ def default_out_dir(name: str) -> Path:
 def run_and_report(
     experiment: Experiment,
     options: RunOptions,
-    history: Path | None,
+    history: str | None,
 ) -> NoReturn:
     """Run, print the verdicts, record the run in `history` (None: not recorded), exit with
     the result's status."""
@@ -216,22 +235,34 @@ def run_and_report(
         typer.echo(f"measured on: {describe_server(result.target.server)}")
     typer.echo(f"report: {out_dir / 'report.html'}")
     if history is not None:
-        from rsdrill.store import StoreError, record
+        from rsdrill.store import StoreError, record, record_shared
 
         try:
-            record(result, out_dir, history)
+            if history.startswith(("mongodb://", "mongodb+srv://")):
+                record_shared(result, out_dir, history)
+            else:
+                record(result, out_dir, Path(history))
         except StoreError as exc:  # the verdict stands: a history problem must not change it
             typer.echo(f"history: not recorded: {exc}", err=True)
     raise typer.Exit(result.exit_code)
 
 
 def run_options(
-    experiment: Experiment, out_dir: Path, live: bool, abort_on: list[str], yes: bool
+    experiment: Experiment,
+    out_dir: Path,
+    live: bool,
+    abort_on: list[str],
+    yes: bool,
+    history: str | None,
+    lease_wait_s: float = 0.0,
 ) -> RunOptions:
-    """The run's options; an `--abort-on` that cannot be parsed or measured exits 2."""
+    """The run's options; an `--abort-on` that cannot be parsed or measured exits 2, as a
+    fleet store that cannot be used does (rsdrill.cli.fleet.fleet_gate), and an engaged stop
+    lever exits 5."""
     import sys
 
     from rsdrill.analysis.abort import parse_condition, unmeasurable
+    from rsdrill.cli.fleet import fleet_gate
     from rsdrill.engine.options import RunOptions
 
     for text in abort_on:
@@ -247,6 +278,7 @@ def run_options(
         abort_on=tuple(abort_on),
         assume_yes=yes,
         confirm=_confirm if sys.stdin.isatty() else None,
+        gate=fleet_gate(experiment, history, lease_wait_s),
     )
 
 

@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from rsdrill.engine.console import GameDayConsole
+
+
+class RunGate(Protocol):
+    """Permission from outside the run (rsdrill.fleet): a stop lever, a cluster's lease."""
+
+    def stopped(self) -> str | None:
+        """Why no run may go on now, else None (cheap: called every quarter second)."""
+
+    def hold(self, members: Sequence[str]) -> None:
+        """Hold the cluster for this run; GuardRefusal when another run holds it."""
+
+    def release(self) -> None: ...
 
 
 @dataclass
@@ -31,6 +43,8 @@ class RunOptions:
     console: GameDayConsole | None = None
     # Plugins of this run's events (rsdrill/hooks.py) besides the entry points' and the reports.
     plugins: tuple[object, ...] = ()
+    # The fleet's lever and lease (None: no fleet store).
+    gate: RunGate | None = None
 
 
 def install_signal_handlers(handler: Callable[[int, FrameType | None], None]) -> dict[int, Any]:

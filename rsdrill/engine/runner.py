@@ -17,7 +17,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.analysis.abort import CHECK_INTERVAL_S, Condition, first_breach, parse_condition
 from rsdrill.connection import SettingsError
 from rsdrill.deployment import Deployment, inspect_any
 from rsdrill.engine.applied import Applied, RunState
@@ -45,6 +44,7 @@ from rsdrill.engine.selection import (
     states_from_hellos,
 )
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
+from rsdrill.engine.stop_watch import EXIT_STOPPED, StopWatch
 from rsdrill.errors import GuardRefusal
 from rsdrill.experiment.catalog import approximation
 from rsdrill.experiment.schema import Experiment, Fault, SelectDomain, SelectMember
@@ -108,7 +108,8 @@ class Runner:
         self._abort = threading.Event()
         # Why the run was aborted when it was not a signal (an abort condition held).
         self._abort_reason: str | None = None
-        self._monitor_stop = threading.Event()
+        self._watch: StopWatch | None = None
+        self._exit_code: int | None = None  # a fleet stop's, instead of the verdict's
         self._reverting = False
         # Set with (after) `_abort` or `_revert_now`, so a waiting run wakes up at once.
         self._wake = threading.Event()
@@ -143,21 +144,20 @@ class Runner:
         started_wall = dt.datetime.now(dt.UTC)
         journal = Journal.open_run(self.run_id, self.exp.name, self.options.journal_dir)
         self._journal = journal
-        console = self.options.console
+        console, gate = self.options.console, self.options.gate
         target: RunTarget | None = None
         probes = None
         verdict: Verdict = "error"
         error: str | None = None
         metrics = Metrics()
         slo_results: list[Any] = []
-        monitor: threading.Thread | None = None
         if self.options.live:
             self.live.start()
         self.events.emit("run_started", experiment=self.exp.name, run_id=self.run_id,
                          out_dir=self.options.out_dir)  # fmt: skip
         try:
             self._phase("setup")
-            self._check_abort()
+            self._check_gate()
             target = make_target(self.exp, self.options.out_dir)
             resource = target.recover_action()
             if resource:
@@ -177,7 +177,9 @@ class Runner:
             if resource and target.keep:
                 # A kept target is the user's once built: only a half-built one is undone.
                 journal.write("released", key="resource:target")
-            self._check_abort()
+            if gate is not None:
+                gate.hold([*target.members, *(self._layout.routers if self._layout else ())])
+            self._check_gate()
             self._phase("preflight")
             self._preflight(target)
             self._phase("guards")
@@ -202,7 +204,9 @@ class Runner:
             self.live.clock = self.clock
             self.live.faults = self.state.records
             probes.start(self.clock)
-            monitor = self._start_monitor()
+            self._watch = StopWatch((*self.exp.abort_on, *self.options.abort_on), gate,
+                                    self.history, self.clock, self._stop_for)  # fmt: skip
+            self._watch.start()
             self._phase("faults")
             if console is not None:
                 console.start(self._on_key)
@@ -221,9 +225,8 @@ class Runner:
         finally:
             if console is not None:
                 console.stop()
-            self._monitor_stop.set()
-            if monitor is not None:
-                monitor.join()
+            if self._watch is not None:
+                self._watch.stop()
             self._phase("revert")
             revert_error = self._revert_all(journal)
             if revert_error and verdict != "error":
@@ -270,6 +273,8 @@ class Runner:
                     verdict, error = "error", f"teardown: {exc}"
                 except Exception as exc:
                     verdict, error = "error", redact_uri(f"teardown: {internal_error(exc)}")
+            if gate is not None:
+                gate.release()
             if not revert_error:
                 journal.write("end", verdict=verdict)  # else `rsdrill recover` finishes it
             journal.close()
@@ -299,7 +304,7 @@ class Runner:
         result = Result(
             experiment=self.exp.name,
             verdict=verdict,
-            exit_code=EXIT_CODES[verdict],
+            exit_code=(verdict == "aborted" and self._exit_code) or EXIT_CODES[verdict],
             started_at=started_wall.isoformat(),
             duration_s=round(self.clock.now(), 3),
             target=TargetInfo(
@@ -405,28 +410,6 @@ class Runner:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
-
-    def _start_monitor(self) -> threading.Thread | None:
-        """Evaluate the abort conditions in the background while the probes run."""
-        conditions = [parse_condition(c) for c in (*self.exp.abort_on, *self.options.abort_on)]
-        if not conditions:
-            return None
-        thread = threading.Thread(
-            target=self._monitor, args=(conditions,), name="rsdrill-abort", daemon=True
-        )
-        thread.start()
-        return thread
-
-    def _monitor(self, conditions: list[Condition]) -> None:
-        while not self._monitor_stop.wait(CHECK_INTERVAL_S):
-            if self._abort.is_set():
-                return
-            breach = first_breach(conditions, self.history.ops(), self.clock.now())
-            if breach is not None:
-                self._abort_reason = breach.message()
-                self.live.event(f"{breach.message()}: stopping, reverting every fault")
-                self._stop_run()
-                return
 
     def _run_schedule(self, target: RunTarget, journal: Journal) -> None:
         for action in build_schedule(self.exp.faults, self.exp.steps, self._recover_at):
@@ -632,6 +615,21 @@ class Runner:
         return failure
 
     # -- waiting and signals ----------------------------------------------------------------
+
+    def _stop_for(self, reason: str, exit_code: int | None) -> None:
+        """Stop the run from outside its schedule (an abort condition, the fleet's gate)."""
+        if self._abort.is_set():
+            return  # a signal came first: its reason stands
+        self._abort_reason, self._exit_code = reason, exit_code
+        self.live.event(f"{reason}: stopping, reverting every fault")
+        self._stop_run()
+
+    def _check_gate(self) -> None:
+        stopped = self.options.gate.stopped() if self.options.gate is not None else None
+        if stopped is not None and not self._abort.is_set():
+            self._abort_reason, self._exit_code = stopped, EXIT_STOPPED
+            self._abort.set()
+        self._check_abort()
 
     def _check_abort(self) -> None:
         if self._abort.is_set():

@@ -20,6 +20,7 @@ from rsdrill.engine.options import RunOptions
 from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.schema import Experiment
+from rsdrill.history import History, Op
 from rsdrill.result import Result
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import ReplSetSpec
@@ -28,6 +29,7 @@ from tests.harness.members import member_state, wait_until, wire_command
 TARGET = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s", "keep": True,
           "zones": ["east", "east", "west"]}  # fmt: skip
 AFTER_S = 2.0
+JOURNAL_INTERVAL_S = 0.1  # the sandbox's, as mongod's default commitIntervalMs
 
 
 @pytest.fixture
@@ -144,11 +146,25 @@ def test_the_writes_a_forced_reconfig_loses_are_those_the_members_added_back_rol
     assert result.recovery is not None and result.recovery.loss_at_s == 2.0
     m = result.metrics
     assert m.lost_acknowledged_writes, m  # the RPO in writes: some were lost
-    assert m.rolled_back_acknowledged_writes == m.lost_acknowledged_writes, m
     assert result.audit is not None and result.audit.consistent, result.audit
     rollbacks = result.audit.rollbacks
     rolled_back = sorted({s for r in rollbacks for a in r.acknowledged for s in a.seqs})
-    assert rolled_back == sorted(m.lost_acknowledged_seqs), (rolled_back, m)
+    lost = sorted(m.lost_acknowledged_seqs)
+    assert rolled_back and set(rolled_back) <= set(lost), (rolled_back, lost)
+    # A w:1 write is acknowledged before it is journaled: what the killed members acknowledged
+    # in their last journal commit interval (MongoDB's 100 ms) is gone with them, lost without
+    # a rollback (CI53: seq 97, acknowledged 6 ms after the kill began). Only those.
+    kill = next(f for f in result.faults if f.kind == "host-kill")
+    killed_at = kill.applied_at_s or kill.injected_at_s
+    acked = {op.detail["seq"]: op.t_end for op in result_ops(tmp_path / "out", "write") if op.ok}
+    vanished = sorted(set(lost) - set(rolled_back))
+    late = {s: acked[s] for s in vanished}
+    assert all(s > rolled_back[-1] and acked[s] >= killed_at - JOURNAL_INTERVAL_S - 0.1
+               for s in vanished), (late, killed_at)  # fmt: skip
+
+
+def result_ops(out: Path, probe: str) -> list[Op]:
+    return History.read_jsonl(out / "history.jsonl").ops(probe)
 
 
 def test_recover_adds_back_the_members_a_forced_reconfig_left_out(replset) -> None:

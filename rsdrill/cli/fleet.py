@@ -1,0 +1,143 @@
+"""`rsdrill lever engage|disengage|status`, and the fleet's gate for `run` and `replay`.
+
+The fleet's store is the history store when that is shared (`--history mongodb://…` or
+RSDRILL_HISTORY), else a SQLite file of this user's ($RSDRILL_HOME/fleet.sqlite), so a lever
+engaged on a machine stops every run on it whatever directory it started in."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from rsdrill.cli.errors import exit_invalid
+
+if TYPE_CHECKING:
+    from rsdrill.experiment.schema import Experiment
+    from rsdrill.fleet.gate import FleetGate
+    from rsdrill.fleet.store import FleetStore
+
+HISTORY_ENV = "RSDRILL_HISTORY"
+EXIT_ENGAGED = 5  # as a run the lever stopped (rsdrill.engine.stop_watch.EXIT_STOPPED)
+
+app = typer.Typer(help="The fleet's stop lever: stop every run and keep new ones from starting.",
+                  no_args_is_help=True)  # fmt: skip
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option("--store", envvar=HISTORY_ENV, metavar="PATH|URL",
+                 help="The shared history store (mongodb://…) whose lever this is; without "
+                 "one, this user's $RSDRILL_HOME/fleet.sqlite."),
+]  # fmt: skip
+
+
+def fleet_location(history: str | None) -> str:
+    """Where the lever and leases are: a shared history store, else this user's file."""
+    from rsdrill.fleet.store import MONGODB_SCHEMES
+
+    if history and history.startswith(MONGODB_SCHEMES):
+        return history
+    home = Path(os.environ.get("RSDRILL_HOME", Path.home() / ".rsdrill"))
+    return str(home / "fleet.sqlite")
+
+
+def open_fleet(location: str) -> tuple[FleetStore, bytes | None]:
+    """The store and the fleet key; a shared store without a key, or a key that cannot be
+    read, exits 2."""
+    from rsdrill.fleet.signing import KEY_ENV, FleetKeyError, fleet_key
+    from rsdrill.fleet.store import MONGODB_SCHEMES, FleetStoreError, open_store
+
+    try:
+        key = fleet_key()
+        store = open_store(location)
+    except (FleetKeyError, FleetStoreError) as exc:
+        exit_invalid(f"fleet: {exc}")
+    if key is None and location.startswith(MONGODB_SCHEMES):
+        exit_invalid(f"fleet: the shared store {store.where} needs the fleet key ({KEY_ENV}): "
+                     "without it anyone who can write to the store could stop or release "
+                     "runs")  # fmt: skip
+    return store, key
+
+
+def fleet_gate(experiment: Experiment, history: str | None, lease_wait_s: float) -> FleetGate:
+    """The run's gate. Exit 2: the store unreachable, or it is the cluster under test; exit 5:
+    the lever is engaged (nothing is started)."""
+    from rsdrill.fleet import lever
+    from rsdrill.fleet.gate import FleetGate
+    from rsdrill.fleet.store import FleetStoreError
+
+    store, key = open_fleet(fleet_location(history))
+    shared = set(store.hosts) & set(_target_hosts(experiment))
+    if shared:
+        exit_invalid(f"fleet: the store {store.where} is on the cluster under test "
+                     f"({', '.join(sorted(shared))}): keep the history elsewhere")  # fmt: skip
+    try:
+        now = lever.state(store, key)
+    except FleetStoreError as exc:
+        exit_invalid(f"fleet: cannot read the stop lever: {exc}")
+    if now.engaged:
+        typer.echo(f"{experiment.name}: not started: the fleet's stop lever is "
+                   f"{now.describe()}", err=True)  # fmt: skip
+        raise typer.Exit(EXIT_ENGAGED)
+    return FleetGate(store, key, experiment.name, lease_wait_s=lease_wait_s)
+
+
+def _target_hosts(experiment: Experiment) -> list[str]:
+    uri = getattr(experiment.target, "uri", None)
+    if not uri:
+        return []
+    from pymongo.uri_parser import parse_uri
+
+    try:
+        return [f"{h}:{p}" for h, p in parse_uri(uri)["nodelist"]]
+    except Exception:
+        return []
+
+
+@app.command()
+def engage(
+    reason: Annotated[str, typer.Option("--reason", help="Why (shown to every run stopped).")],
+    store: StoreOption = None,
+) -> None:
+    """Engage the lever: every run using the store stops (faults reverted, exit 5)."""
+    from rsdrill.fleet import lever
+    from rsdrill.fleet.store import FleetStoreError
+
+    fleet, key = open_fleet(fleet_location(store))
+    try:
+        lever.engage(fleet, key, reason)
+    except FleetStoreError as exc:
+        exit_invalid(f"fleet: {exc}")
+    typer.echo(f"lever engaged in {fleet.where}: {reason}")
+
+
+@app.command()
+def disengage(store: StoreOption = None) -> None:
+    """Disengage the lever: runs may start again."""
+    from rsdrill.fleet import lever
+    from rsdrill.fleet.store import FleetStoreError
+
+    fleet, key = open_fleet(fleet_location(store))
+    try:
+        lever.disengage(fleet, key)
+    except FleetStoreError as exc:
+        exit_invalid(f"fleet: {exc}")
+    typer.echo(f"lever disengaged in {fleet.where}")
+
+
+@app.command()
+def status(store: StoreOption = None) -> None:
+    """Where the lever stands, who moved it and why (exit 5 while engaged)."""
+    from rsdrill.fleet import lever
+    from rsdrill.fleet.store import FleetStoreError
+
+    fleet, key = open_fleet(fleet_location(store))
+    try:
+        now = lever.state(fleet, key)
+    except FleetStoreError as exc:
+        exit_invalid(f"fleet: {exc}")
+    typer.echo(f"lever {now.describe()} ({fleet.where})")
+    if now.engaged:
+        raise typer.Exit(EXIT_ENGAGED)

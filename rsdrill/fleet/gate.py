@@ -1,0 +1,55 @@
+"""What a run asks the fleet: may it start (the lever), may it have this cluster (its lease),
+and, while it runs, must it stop (the lever engaged, the lease lost). The runner calls it
+through `rsdrill.engine.options.RunGate`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+from rsdrill.fleet import lever
+from rsdrill.fleet.lease import ClusterLease
+from rsdrill.fleet.store import FleetStore, FleetStoreError
+
+POLL_S = 1.0
+"""How often a running experiment reads the lever (the issue's bound: 2 s)."""
+
+
+class FleetGate:
+    def __init__(self, store: FleetStore, key: bytes | None, experiment: str,
+                 lease_wait_s: float = 0.0, poll_s: float = POLL_S) -> None:  # fmt: skip
+        self.store, self.key, self.experiment = store, key, experiment
+        self.lease_wait_s, self.poll_s = lease_wait_s, poll_s
+        self._lease: ClusterLease | None = None
+        self._read_at = 0.0
+        self._state = lever.LeverState(False)
+        self._lock = threading.Lock()
+        # The store went unreachable during the run: said once, the last state kept.
+        self.unreachable: str | None = None
+
+    def stopped(self) -> str | None:
+        """Why the run must stop now (the lever engaged, the lease lost), else None; reads
+        the lever at most every `poll_s`."""
+        if self._lease is not None and self._lease.lost:
+            return self._lease.lost
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.poll_s:
+                self._read_at = time.monotonic()
+                try:
+                    self._state = lever.state(self.store, self.key)
+                except FleetStoreError as exc:
+                    self.unreachable = str(exc)
+            if self._state.engaged:
+                return f"the fleet's stop lever is {self._state.describe()}"
+        return None
+
+    def hold(self, members: Sequence[str]) -> None:
+        """Take the lease of the cluster these members (and routers) make up."""
+        cluster = ",".join(sorted(set(members)))
+        self._lease = ClusterLease(self.store, self.key, cluster, self.experiment)
+        self._lease.take(self.lease_wait_s)
+
+    def release(self) -> None:
+        if self._lease is not None:
+            self._lease.release()

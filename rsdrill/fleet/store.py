@@ -1,0 +1,217 @@
+"""Where the fleet's lever events and leases are kept: the SQLite file of the run history (one
+machine), or a MongoDB the team already has (`mongodb://…`, shared by every machine that runs
+experiments). Both hold plain JSON records; a lease is replaced only by whoever names the one
+it replaces (compare and set), so two runs never both take it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Protocol
+
+from rsdrill.errors import RsdrillError
+from rsdrill.redact import redact_uri
+
+MONGODB_SCHEMES = ("mongodb://", "mongodb+srv://")
+SQLITE_SCHEME = "sqlite:///"
+DEFAULT_DATABASE = "rsdrill"
+STORE_TIMEOUT_MS = 5000
+# Concurrent runs on one machine wait for each other's write this long.
+_BUSY_TIMEOUT_S = 30.0
+
+
+class FleetStoreError(RsdrillError):
+    """The fleet's store cannot be reached, read or written."""
+
+
+class FleetStore(Protocol):
+    """Lever events (append only) and one lease per cluster."""
+
+    @property
+    def where(self) -> str:
+        """The store as messages name it (no password)."""
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The servers the store lives on (none for a file)."""
+
+    def lever_events(self, limit: int) -> list[dict[str, Any]]:
+        """The newest `limit` events, newest first."""
+
+    def add_lever_event(self, event: dict[str, Any]) -> None: ...
+
+    def lease(self, cluster: str) -> dict[str, Any] | None: ...
+
+    def put_lease(self, cluster: str, record: dict[str, Any],
+                  replacing: dict[str, Any] | None) -> bool:  # fmt: skip
+        """Store `record` as the cluster's lease if the lease stored now is `replacing` (its
+        token), or there is none and `replacing` is None; whether it was stored."""
+
+    def drop_lease(self, cluster: str, token: str) -> None:
+        """Remove the cluster's lease if it still has `token`."""
+
+
+def is_store_url(value: str) -> bool:
+    return value.startswith((*MONGODB_SCHEMES, SQLITE_SCHEME))
+
+
+def open_store(location: str | Path) -> FleetStore:
+    """The store at a `mongodb://` URI, a `sqlite:///path` URL or a plain file path."""
+    text = str(location)
+    if text.startswith(MONGODB_SCHEMES):
+        return MongoFleetStore(text)
+    # sqlite:///relative/path, sqlite:////absolute/path (as SQLAlchemy spells them)
+    return SqliteFleetStore(Path(text.removeprefix(SQLITE_SCHEME)))
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS lever_event (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    record TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lease (
+    cluster TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    record TEXT NOT NULL
+);
+"""
+
+
+class SqliteFleetStore:
+    """In the run history's SQLite file, readable and writable by its owner only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return ()
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.exists():
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+            conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+            conn.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise FleetStoreError(f"{self.path}: {exc}") from None
+        return conn
+
+    def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        try:
+            with closing(self._connect()) as conn:
+                return conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise FleetStoreError(f"{self.path}: {exc}") from None
+
+    def lever_events(self, limit: int) -> list[dict[str, Any]]:
+        rows = self._run("SELECT record FROM lever_event ORDER BY seq DESC LIMIT ?", (limit,))
+        return [json.loads(r[0]) for r in rows]
+
+    def add_lever_event(self, event: dict[str, Any]) -> None:
+        self._run("INSERT INTO lever_event (record) VALUES (?)", (json.dumps(event),))
+
+    def lease(self, cluster: str) -> dict[str, Any] | None:
+        rows = self._run("SELECT record FROM lease WHERE cluster = ?", (cluster,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def put_lease(self, cluster: str, record: dict[str, Any],
+                  replacing: dict[str, Any] | None) -> bool:  # fmt: skip
+        body = json.dumps(record)
+        try:
+            with closing(self._connect()) as conn:
+                if replacing is None:
+                    done = conn.execute(
+                        "INSERT OR IGNORE INTO lease (cluster, token, record) VALUES (?, ?, ?)",
+                        (cluster, record["token"], body))  # fmt: skip
+                else:
+                    done = conn.execute(
+                        "UPDATE lease SET token = ?, record = ? WHERE cluster = ? AND token = ?",
+                        (record["token"], body, cluster, replacing.get("token")))  # fmt: skip
+                return done.rowcount == 1
+        except sqlite3.Error as exc:
+            raise FleetStoreError(f"{self.path}: {exc}") from None
+
+    def drop_lease(self, cluster: str, token: str) -> None:
+        self._run("DELETE FROM lease WHERE cluster = ? AND token = ?", (cluster, token))
+
+
+class MongoFleetStore:
+    """In a MongoDB (its URI's database, else `rsdrill`): collections `lever_events` and
+    `leases`. It must not be the cluster under test (the gate refuses that)."""
+
+    def __init__(self, uri: str) -> None:
+        from pymongo import MongoClient
+        from pymongo.uri_parser import parse_uri
+
+        self.uri = uri
+        try:
+            parsed = parse_uri(uri)
+        except Exception as exc:
+            raise FleetStoreError(f"{redact_uri(uri)}: {exc}") from None
+        self._hosts = tuple(f"{h}:{p}" for h, p in parsed["nodelist"])
+        self._client: Any = MongoClient(uri, serverSelectionTimeoutMS=STORE_TIMEOUT_MS,
+                                        connectTimeoutMS=STORE_TIMEOUT_MS,
+                                        socketTimeoutMS=STORE_TIMEOUT_MS,
+                                        appname="rsdrill-fleet")  # fmt: skip
+        self._db = self._client[parsed["database"] or DEFAULT_DATABASE]
+
+    @property
+    def where(self) -> str:
+        return redact_uri(self.uri)
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return self._hosts
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from pymongo.errors import PyMongoError
+
+        try:
+            return fn(*args, **kwargs)
+        except PyMongoError as exc:
+            raise FleetStoreError(f"{self.where}: {what}: {redact_uri(str(exc))}") from None
+
+    def lever_events(self, limit: int) -> list[dict[str, Any]]:
+        found = self._call("lever_events", lambda: list(
+            self._db.lever_events.find({}, {"_id": 0}).sort([("at", -1), ("_id", -1)])
+            .limit(limit)))  # fmt: skip
+        return found
+
+    def add_lever_event(self, event: dict[str, Any]) -> None:
+        self._call("add lever event", self._db.lever_events.insert_one, dict(event))
+
+    def lease(self, cluster: str) -> dict[str, Any] | None:
+        found = self._call("lease", self._db.leases.find_one, {"_id": cluster})
+        return None if found is None else found["record"]
+
+    def put_lease(self, cluster: str, record: dict[str, Any],
+                  replacing: dict[str, Any] | None) -> bool:  # fmt: skip
+        from pymongo.errors import DuplicateKeyError, PyMongoError
+
+        doc = {"_id": cluster, "token": record["token"], "record": record}
+        if replacing is None:
+            try:
+                self._db.leases.insert_one(doc)
+            except DuplicateKeyError:
+                return False
+            except PyMongoError as exc:
+                raise FleetStoreError(f"{self.where}: take lease: {redact_uri(str(exc))}") from None
+            return True
+        done = self._call("replace lease", self._db.leases.replace_one,
+                          {"_id": cluster, "token": replacing.get("token")}, doc)  # fmt: skip
+        return bool(done.matched_count == 1)
+
+    def drop_lease(self, cluster: str, token: str) -> None:
+        self._call("release lease", self._db.leases.delete_one, {"_id": cluster, "token": token})
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,102 @@
+"""`rsdrill run` under the fleet's lever and leases, on a sandbox: the lever engaged by
+`rsdrill lever engage` while a fault is in force stops the run (the fault reverted, verdict
+aborted, exit 5); a cluster another run holds refuses the run, naming the holder, with
+nothing injected."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rsdrill.fleet.lease import ClusterLease
+from rsdrill.fleet.store import SqliteFleetStore
+from tests.e2e.test_run_cli import _wait_for_text
+
+pytestmark = pytest.mark.slow
+
+
+def _experiment(tmp_path: Path, base: int) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "name: fleet-drill\n"
+        "target: {platform: sandbox, topology: rs3, election_timeout: 2s, "
+        f"heartbeat_interval: 500ms, port_base: {base}}}\n"
+        "probes:\n  availability: {interval: 20ms}\n"
+        "faults:\n  - {at: 1s, kind: host-freeze, select: secondary, duration: 60s}\n"
+        "observe: {after_revert: 1s}\n"
+    )
+    return path
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
+    for name in ("RSDRILL_HISTORY", "RSDRILL_FLEET_KEY", "RSDRILL_FLEET_KEY_FILE"):
+        env.pop(name, None)
+    return env
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rsdrill.cli", *args]
+
+
+def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+
+
+def test_the_lever_stops_a_run_with_its_fault_in_force(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        _cli("run", str(_experiment(tmp_path, free_port_base(3))), "--out", str(out),
+             "--no-live", "--no-history"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path),
+    )  # fmt: skip
+    try:
+        _wait_for_text(proc, "injected host-freeze", 90)
+        engaged = time.monotonic()
+        done = _run(_cli("lever", "engage", "--reason", "drill stop"), tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert proc.wait(timeout=60) == 5
+        took = time.monotonic() - engaged
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    result = json.loads((out / "result.json").read_text())
+    assert result["verdict"] == "aborted" and result["exit_code"] == 5
+    assert "stop lever" in result["error"] and "drill stop" in result["error"]
+    [fault] = result["faults"]
+    assert fault["reverted_at_s"] is not None
+    # The lever is read every second; the run then reverts, analyses and tears down (the
+    # issue's 5 s is measured by the bench; this bound only catches a run that ignored it).
+    assert took < 20, took
+    again = _run(_cli("run", str(_experiment(tmp_path, free_port_base(3))), "--out",
+                      str(tmp_path / "out2"), "--no-live", "--no-history"), tmp_path)  # fmt: skip
+    assert again.returncode == 5 and "not started" in again.stderr, again.stdout + again.stderr
+
+
+def test_a_cluster_another_run_holds_is_refused_naming_it(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    base = free_port_base(3)
+    store = SqliteFleetStore(tmp_path / "home" / "fleet.sqlite")
+    members = ",".join(sorted(f"127.0.0.1:{base + i}" for i in range(3)))
+    holder = ClusterLease(store, None, members, "the nightly run")
+    holder.take()
+    try:
+        out = tmp_path / "out"
+        done = _run(_cli("run", str(_experiment(tmp_path, base)), "--out", str(out),
+                         "--no-live", "--no-history"), tmp_path)  # fmt: skip
+    finally:
+        holder.release()
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "held by another run: experiment 'the nightly run'" in done.stdout, done.stdout
+    result = json.loads((out / "result.json").read_text())
+    assert result["verdict"] == "aborted" and result["faults"] == []

@@ -1,0 +1,110 @@
+"""The fleet's shared store on a MongoDB-compatible server nobody here wrote (FerretDB): lever
+events and leases as documents, one lease winner among runs racing for it, a run's history
+document; and the CLI: a shared store without the fleet key refused, `rsdrill lever` engaging,
+showing and disengaging it, and `rsdrill run` refusing to start while it is engaged."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pymongo import MongoClient
+
+from rsdrill.fleet import lever
+from rsdrill.fleet.lease import ClusterLease, LeaseHeld
+from rsdrill.fleet.store import MongoFleetStore
+from tests.harness.ferretdb import FerretDB, ferretdb
+
+KEY = "fleet-key-for-tests-0123456789"
+CLUSTER = "10.0.0.1:27017,10.0.0.2:27017,10.0.0.3:27017"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FerretDB]:
+    with ferretdb(tmp_path_factory.mktemp("fleet-ferretdb")) as running:
+        yield running
+
+
+def _uri(server: FerretDB, database: str) -> str:
+    return f"mongodb://{server.host}/{database}"
+
+
+def test_lever_and_leases_as_documents(server: FerretDB) -> None:
+    store = MongoFleetStore(_uri(server, "fleet_docs"))
+    key = KEY.encode()
+    lever.engage(store, key, "incident", by="sre@a")
+    store.add_lever_event({"engaged": False, "at": "9999-12-31"})  # no signature: ignored
+    now = lever.state(store, key)
+    assert now.engaged and now.reason == "incident" and now.ignored == 1
+    lever.disengage(store, key, by="sre@a")
+    assert not lever.state(store, key).engaged
+    holder = ClusterLease(store, key, CLUSTER, "first")
+    holder.take()
+    with pytest.raises(LeaseHeld, match="experiment 'first'"):
+        ClusterLease(store, key, CLUSTER, "second").take()
+    holder.release()
+    with MongoClient(server.uri) as client:
+        assert client["fleet_docs"]["leases"].count_documents({}) == 0
+        assert client["fleet_docs"]["lever_events"].count_documents({}) == 3
+
+
+def test_runs_racing_for_a_cluster_get_one_lease(server: FerretDB) -> None:
+    store = MongoFleetStore(_uri(server, "fleet_race"))
+    key = KEY.encode()
+    won: list[str] = []
+    refused: list[str] = []
+    go = threading.Barrier(6)
+
+    def contend(name: str) -> None:
+        lease = ClusterLease(store, key, CLUSTER, name)
+        go.wait()
+        try:
+            lease.take()
+            won.append(name)
+        except LeaseHeld:
+            refused.append(name)
+
+    threads = [threading.Thread(target=contend, args=(f"run{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1 and len(refused) == 5, (won, refused)
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rsdrill.cli", *args], capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+
+
+def test_the_lever_through_the_cli_and_a_run_it_keeps_from_starting(
+    server: FerretDB, tmp_path: Path
+) -> None:
+    uri = _uri(server, "fleet_cli")
+    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home"), "RSDRILL_HISTORY": uri}
+    env.pop("RSDRILL_FLEET_KEY", None)
+    keyless = _cli("lever", "engage", "--reason", "x", env=env)
+    assert keyless.returncode == 2, keyless.stdout + keyless.stderr
+    assert "needs the fleet key" in keyless.stderr and "Traceback" not in keyless.stderr
+    env["RSDRILL_FLEET_KEY"] = KEY
+    engaged = _cli("lever", "engage", "--reason", "payments incident", env=env)
+    assert engaged.returncode == 0, engaged.stderr
+    shown = _cli("lever", "status", env=env)
+    assert shown.returncode == 5 and "payments incident" in shown.stdout, shown.stdout
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(
+        "name: held-back\ntarget: {platform: sandbox, topology: rs1}\n"
+        "faults:\n  - {at: 1s, kind: host-kill, select: primary, duration: 1s}\n"
+    )
+    out = tmp_path / "out"
+    refused = _cli("run", str(experiment), "--out", str(out), "--no-live", env=env)
+    assert refused.returncode == 5, refused.stdout + refused.stderr
+    assert "not started" in refused.stderr and "payments incident" in refused.stderr
+    assert not out.exists()  # no sandbox, no result: nothing started
+    assert _cli("lever", "disengage", env=env).returncode == 0
+    assert _cli("lever", "status", env=env).returncode == 0
