@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.run import HistoryOption, LeaseWaitOption
 
 
 def soak(
@@ -36,6 +37,8 @@ def soak(
     seed: Annotated[
         int | None, typer.Option("--seed", min=0, help="Seed of the run seeds (repeatable soak).")
     ] = None,
+    history: HistoryOption = None,
+    lease_wait: LeaseWaitOption = 0.0,
     verbose: Annotated[
         bool,
         typer.Option(
@@ -47,7 +50,9 @@ def soak(
     majority writes, two primaries in one term, slow recovery, non-monotonic reads and
     non-linearizable register operations; on the first violation, shrink the schedule and
     print the replay command. Exit 0: nothing found; 1: a violation; 3: stopped by Ctrl-C or
-    SIGTERM (the run it came in reverted) before anything was found."""
+    SIGTERM (the run it came in reverted) before anything was found; 5: stopped by the fleet's
+    stop lever (or not started: it was engaged)."""
+    from rsdrill.cli.fleet import fleet_gate
     from rsdrill.engine.soak import replay_command
     from rsdrill.engine.soak import soak as run_soak
     from rsdrill.experiment.loader import ExperimentError, load_experiment
@@ -70,9 +75,11 @@ def soak(
     # One line a run: each run's events go to its events.log (kept with a violating run).
     events = logging.getLogger("rsdrill.run")
     events.propagate = verbose
+    gate = fleet_gate(experiment, history, lease_wait)
     try:
         report = run_soak(experiment, out, duration_s=seconds, max_runs=max_runs,
-                          recovery_slo_s=recovery_slo, seed=seed, progress=typer.echo)  # fmt: skip
+                          recovery_slo_s=recovery_slo, seed=seed, progress=typer.echo,
+                          gate=gate)  # fmt: skip
     finally:
         events.propagate = True
     typer.echo(f"{len(report.runs)} runs in {report.elapsed_s:.0f}s "
@@ -80,13 +87,13 @@ def soak(
     violating = report.violating
     if violating is None and report.stopped_by is not None:
         typer.echo(f"stopped by {report.stopped_by}: no invariant broken in the runs before")
-        raise typer.Exit(EXIT_CODES["aborted"])
+        raise typer.Exit(report.stopped_exit or EXIT_CODES["aborted"])
     if violating is None:
         typer.echo("no invariant broken")
         raise typer.Exit(0)
-    history = violating.out_dir / "history.jsonl"
+    ops = violating.out_dir / "history.jsonl"
     typer.echo(f"violation in run {violating.index} (seed {violating.seed}) after "
-               f"{report.found_after_s:.0f}s; history: {history}")  # fmt: skip
+               f"{report.found_after_s:.0f}s; history: {ops}")  # fmt: skip
     typer.echo(f"replay: {replay_command(file, violating.seed)}")
     if report.shrunk is not None and report.shrunk_file is not None:
         typer.echo(f"shrunk to {len(report.shrunk)} fault(s) in {report.shrink_runs} runs: "

@@ -30,8 +30,9 @@ from rsdrill.analysis.invariants import (
     unaccounted_losses,
 )
 from rsdrill.engine.live import LiveView
-from rsdrill.engine.options import RunOptions
+from rsdrill.engine.options import RunGate, RunOptions
 from rsdrill.engine.runner import Runner
+from rsdrill.engine.stop_watch import EXIT_STOPPED
 from rsdrill.experiment.probes import RegisterProbe
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.sandbox.config import PLANTED_ENVS
@@ -52,7 +53,9 @@ class RunVerdict:
     out_dir: Path
     error: str | None = None
     stopped_by: str | None = None
-    """The signal that ended the run (its history is cut short: not checked)."""
+    """The signal, or the fleet's stop, that ended the run (its history is cut short: not
+    checked)."""
+    exit_code: int = 0
 
 
 @dataclass
@@ -65,7 +68,9 @@ class SoakReport:
     shrink_runs: int = 0
     found_after_s: float | None = None
     stopped_by: str | None = None
-    """SIGINT/SIGTERM: the soak ended after the run it came in (reverted), with no shrinking."""
+    """SIGINT/SIGTERM or the fleet's stop lever: the soak ended after the run it came in
+    (reverted), with no shrinking."""
+    stopped_exit: int = 0  # that run's exit status
 
     @property
     def runs_per_hour(self) -> float:
@@ -81,17 +86,25 @@ def soak_experiment(exp: Experiment) -> Experiment:
 
 
 def run_checked(
-    exp: Experiment, out_dir: Path, index: int, seed: int | None, recovery_slo_s: float
+    exp: Experiment,
+    out_dir: Path,
+    index: int,
+    seed: int | None,
+    recovery_slo_s: float,
+    gate: RunGate | None = None,
 ) -> RunVerdict:
-    """One run of `exp` (already seeded), its history checked."""
+    """One run of `exp` (already seeded), its history checked; under the fleet's `gate`."""
     started = time.monotonic()
-    runner = Runner(soak_experiment(exp), RunOptions(out_dir=out_dir, live=False, assume_yes=True))
+    options = RunOptions(out_dir=out_dir, live=False, assume_yes=True, gate=gate)
+    runner = Runner(soak_experiment(exp), options)
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / "events.log").open("w") as events, _run_events_to(events):
         runner.live = LiveView(runner.history, stream=events)
         result = runner.run()
     violations = []
-    if runner.signalled is None and result.verdict in ("pass", "fail"):  # its history is whole
+    fleet_stop = result.error if result.exit_code == EXIT_STOPPED else None
+    stopped_by = runner.signalled or fleet_stop
+    if stopped_by is None and result.verdict in ("pass", "fail"):  # its history is whole
         ops = runner.history.ops()
         # What the ledger's acknowledgement promised: w:majority, that the write survives
         # (lost-write); w:1 with j:true, that only a rollback takes it, into a file.
@@ -107,7 +120,7 @@ def run_checked(
         if ledger is not None and (majority or ledger.journal):
             violations += unaccounted_losses(ops, result.audit)
     return RunVerdict(index, seed, result.verdict, violations, time.monotonic() - started,
-                      out_dir, result.error, runner.signalled)  # fmt: skip
+                      out_dir, result.error, stopped_by, result.exit_code)  # fmt: skip
 
 
 @contextmanager
@@ -140,6 +153,7 @@ def soak(
     attempts: int = 2,
     seed: int | None = None,
     progress: Callable[[str], None] = print,
+    gate: RunGate | None = None,
 ) -> SoakReport:
     """Run until `duration_s` has passed (or `max_runs`), or an invariant breaks; then shrink."""
     if exp.random_faults is None:
@@ -152,7 +166,8 @@ def soak(
         index += 1
         run_seed = seeds.randrange(2**32)
         run_dir = out_dir / f"run-{index:05d}"
-        verdict = run_checked(exp.with_seed(run_seed), run_dir, index, run_seed, recovery_slo_s)
+        verdict = run_checked(exp.with_seed(run_seed), run_dir, index, run_seed, recovery_slo_s,
+                              gate)  # fmt: skip
         report.runs.append(verdict)
         report.elapsed_s = time.monotonic() - start
         violations = len([r for r in report.runs if r.violations])
@@ -162,7 +177,7 @@ def soak(
                  f"{index} runs, {violations} violating, {errors} errors, "
                  f"{report.runs_per_hour:.0f} runs/h")  # fmt: skip
         if verdict.stopped_by is not None:
-            report.stopped_by = verdict.stopped_by
+            report.stopped_by, report.stopped_exit = verdict.stopped_by, verdict.exit_code
             progress(f"  stopped by {verdict.stopped_by}; its faults reverted (kept in {run_dir})")
             break
         if verdict.violations:
@@ -180,7 +195,7 @@ def soak(
     if report.violating is not None:
         try:
             _shrink(exp.with_seed(report.violating.seed or 0), out_dir, report, recovery_slo_s,
-                    attempts, progress)  # fmt: skip
+                    attempts, progress, gate)  # fmt: skip
         except _Stopped as stopped:
             report.stopped_by = str(stopped)
             progress(f"  stopped by {stopped} while shrinking; its faults reverted")
@@ -202,6 +217,7 @@ def _shrink(
     recovery_slo_s: float,
     attempts: int,
     progress: Callable[[str], None],
+    gate: RunGate | None,
 ) -> None:
     """Drop faults, then halve durations, keeping each change that still violates."""
     wanted = {v.invariant for v in report.violating.violations} if report.violating else set()
@@ -211,7 +227,7 @@ def _shrink(
             report.shrink_runs += 1
             run_dir = out_dir / f"shrink-{report.shrink_runs:03d}"
             verdict = run_checked(_with_faults(exp, faults), run_dir, report.shrink_runs, None,
-                                  recovery_slo_s)  # fmt: skip
+                                  recovery_slo_s, gate)  # fmt: skip
             shutil.rmtree(run_dir, ignore_errors=True)
             if verdict.stopped_by is not None:
                 raise _Stopped(verdict.stopped_by)

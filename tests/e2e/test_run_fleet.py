@@ -1,7 +1,7 @@
-"""`rsdrill run` under the fleet's lever and leases, on a sandbox: the lever engaged by
-`rsdrill lever engage` while a fault is in force stops the run (the fault reverted, verdict
-aborted, exit 5); a cluster another run holds refuses the run, naming the holder, with
-nothing injected."""
+"""`rsdrill run` and `rsdrill soak` under the fleet's lever and leases, on a sandbox: the lever
+engaged by `rsdrill lever engage` while a fault is in force stops the run (the fault
+reverted, verdict aborted, exit 5), and a soak at its next run; a cluster another run holds
+refuses the run, naming the holder, with nothing injected."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.engine.soak import soak
+from rsdrill.experiment.loader import load_experiment
+from rsdrill.fleet import lever
+from rsdrill.fleet.gate import FleetGate
 from rsdrill.fleet.lease import ClusterLease
 from rsdrill.fleet.store import SqliteFleetStore
 from tests.e2e.test_run_cli import _wait_for_text
@@ -100,3 +104,18 @@ def test_a_cluster_another_run_holds_is_refused_naming_it(
     assert "held by another run: experiment 'the nightly run'" in done.stdout, done.stdout
     result = json.loads((out / "result.json").read_text())
     assert result["verdict"] == "aborted" and result["faults"] == []
+
+
+def test_a_soak_stops_at_the_lever_and_does_not_start_under_it(tmp_path: Path) -> None:
+    soak_file = Path(__file__).resolve().parents[2] / "experiments" / "soak-rs3.yaml"
+    store = SqliteFleetStore(tmp_path / "home" / "fleet.sqlite")
+    lever.engage(store, None, "freeze for the release")
+    # In process, past the CLI's own check: the soak's first run reads the lever before it
+    # builds anything, and the soak ends there with that run's exit status.
+    report = soak(load_experiment(soak_file), tmp_path / "soak", duration_s=600, max_runs=3,
+                  gate=FleetGate(store, None, "soak-rs3"), progress=lambda _: None)  # fmt: skip
+    assert len(report.runs) == 1 and report.stopped_exit == 5, report
+    assert report.stopped_by is not None and "freeze for the release" in report.stopped_by
+    refused = _run(_cli("soak", str(soak_file), "--runs", "2", "--out", str(tmp_path / "s2")),
+                   tmp_path)  # fmt: skip
+    assert refused.returncode == 5 and "not started" in refused.stderr, refused.stderr
