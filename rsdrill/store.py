@@ -29,6 +29,8 @@ from rsdrill.errors import RsdrillError
 from rsdrill.runs import Baseline, Regression, Run
 
 if TYPE_CHECKING:
+    from pymongo.collection import Collection
+
     from rsdrill.result import Metrics, Result
 
 # The metrics a history table shows and checks unless told otherwise: the ones where bigger is
@@ -122,36 +124,96 @@ def record(result: Result, out_dir: Path, db: Path) -> int:
     return run_id
 
 
-def record_shared(result: Result, out_dir: Path, uri: str) -> str:
-    """Append `result` to a shared history in MongoDB (the URI's database, else `rsdrill`;
-    collection `runs`, one document per run with its scalar metrics); returns its id."""
+SHARED_SCHEMES = ("mongodb://", "mongodb+srv://")
+
+
+def is_shared(location: str | Path) -> bool:
+    """Whether the history is a shared MongoDB store rather than a SQLite file."""
+    return str(location).startswith(SHARED_SCHEMES)
+
+
+def _runs_collection(uri: str) -> tuple[Any, Collection[dict[str, Any]]]:
     from pymongo import ASCENDING, MongoClient
-    from pymongo.collection import Collection
-    from pymongo.errors import PyMongoError
     from pymongo.uri_parser import parse_uri
+
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        uri, serverSelectionTimeoutMS=5000, appname="rsdrill-history"
+    )
+    runs = client[parse_uri(uri)["database"] or "rsdrill"]["runs"]
+    runs.create_index([("experiment", ASCENDING), ("started_at", ASCENDING)])
+    return client, runs
+
+
+def record_shared(result: Result, out_dir: Path, uri: str) -> str:
+    """Put `result` in a shared history in MongoDB (the URI's database, else `rsdrill`;
+    collection `runs`, one document per run with its scalar metrics); returns its id. Keyed
+    by the experiment and its start: recording a run again (`rsdrill history push`) replaces
+    it, so each run is there once."""
+    from pymongo.errors import PyMongoError
 
     from rsdrill.redact import redact_uri
 
     started = _utc(dt.datetime.fromisoformat(result.started_at))
+    key = f"{result.experiment}@{started.isoformat(timespec='microseconds')}"
     doc = {
+        "_id": key,
         "schema": 1,
         "experiment": result.experiment,
-        "started_at": started,
+        "started_at": started.isoformat(timespec="microseconds"),
         "verdict": result.verdict,
         "duration_s": result.duration_s,
         "out_dir": str(out_dir.resolve()),
         "members": result.target.members,
-        "metrics": flat_metrics(result.metrics),
+        # Name/value pairs, as the SQLite metric rows: metric names have dots, which MongoDB
+        # field names may not (FerretDB refuses them).
+        "metrics": [{"name": n, "value": v} for n, v in flat_metrics(result.metrics).items()],
     }
     try:
-        database = parse_uri(uri)["database"] or "rsdrill"
-        client: MongoClient[dict[str, Any]]
-        with MongoClient(uri, serverSelectionTimeoutMS=5000, appname="rsdrill-history") as client:
-            runs: Collection[dict[str, Any]] = client[database]["runs"]
-            runs.create_index([("experiment", ASCENDING), ("started_at", ASCENDING)])
-            return str(runs.insert_one(doc).inserted_id)
+        client, runs = _runs_collection(uri)
+        with client:
+            runs.replace_one({"_id": key}, doc, upsert=True)
     except (PyMongoError, ValueError) as exc:
         raise StoreError(f"{redact_uri(uri)}: {redact_uri(str(exc))}") from None
+    return key
+
+
+def shared_history(
+    uri: str, experiment: str | None = None, since: dt.datetime | dt.date | None = None
+) -> list[Run]:
+    """As `history`, from a shared store; runs are numbered in the order returned."""
+    from pymongo.errors import PyMongoError
+
+    from rsdrill.redact import redact_uri
+
+    query: dict[str, Any] = {}
+    if experiment is not None:
+        query["experiment"] = experiment
+    if since is not None:
+        query["started_at"] = {"$gte": _since(since)}
+    try:
+        client, runs = _runs_collection(uri)
+        with client:
+            docs = list(runs.find(query).sort([("started_at", 1), ("_id", 1)]))
+    except (PyMongoError, ValueError) as exc:
+        raise StoreError(f"{redact_uri(uri)}: {redact_uri(str(exc))}") from None
+    return [
+        Run(
+            id=n,
+            experiment=doc["experiment"],
+            started_at=dt.datetime.fromisoformat(doc["started_at"]),
+            verdict=doc["verdict"],
+            duration_s=doc["duration_s"],
+            out_dir=Path(doc["out_dir"]),
+            metrics={m["name"]: m["value"] for m in doc["metrics"]},
+        )
+        for n, doc in enumerate(docs, 1)
+    ]
+
+
+def _since(since: dt.datetime | dt.date) -> str:
+    if not isinstance(since, dt.datetime):
+        since = dt.datetime.combine(since, dt.time.min)
+    return _utc(since).isoformat(timespec="microseconds")
 
 
 def history(
@@ -169,10 +231,8 @@ def history(
         where.append("experiment = ?")
         params.append(experiment)
     if since is not None:
-        if not isinstance(since, dt.datetime):
-            since = dt.datetime.combine(since, dt.time.min)
         where.append("started_at >= ?")
-        params.append(_utc(since).isoformat(timespec="microseconds"))
+        params.append(_since(since))
     sql = "SELECT id, experiment, started_at, verdict, duration_s, out_dir FROM run"
     if where:
         sql += " WHERE " + " AND ".join(where)

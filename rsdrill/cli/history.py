@@ -24,8 +24,19 @@ EXIT_REGRESSION = 1
 EXIT_STORE_ERROR = 4
 
 
+app = typer.Typer()
+
+DbOption = Annotated[
+    str,
+    typer.Option("--db", envvar="RSDRILL_HISTORY", metavar="PATH|URL",
+                 help="The history: a SQLite file, or a shared store's mongodb:// URI."),
+]  # fmt: skip
+
+
+@app.callback(invoke_without_command=True)
 def history(
-    db: Annotated[Path, typer.Option("--db", help="The history database.")] = HISTORY_DB,
+    ctx: typer.Context,
+    db: DbOption = str(HISTORY_DB),
     experiment: Annotated[
         str | None, typer.Option("--experiment", help="Only this experiment's runs.")
     ] = None,
@@ -86,7 +97,10 @@ def history(
     ] = False,
 ) -> None:
     """Show recorded runs (time, verdict, key metrics) with regressions marked: a metric above the
-    rolling median of the experiment's previous runs by more than k * MAD."""
+    rolling median of the experiment's previous runs by more than k * MAD. `rsdrill history
+    push DIR...` adds runs to the shared store afterwards."""
+    if ctx.invoked_subcommand is not None:
+        return
     from rsdrill import store
     from rsdrill.analysis.slo import known_metric
 
@@ -99,7 +113,8 @@ def history(
     start = _parse_since(since) if since else None
     try:
         # The baseline reaches back before --since: only the display is limited to it.
-        runs = store.history(db, experiment)
+        runs = (store.shared_history(db, experiment) if store.is_shared(db)
+                else store.history(Path(db), experiment))  # fmt: skip
     except store.StoreError as exc:
         typer.echo(f"cannot read the history: {exc}", err=True)
         raise typer.Exit(EXIT_STORE_ERROR) from None
@@ -140,6 +155,34 @@ def history(
     if fail_on_regression and regressed:
         typer.echo(f"\nthe newest run regressed: {', '.join(regressed)}", err=True)
         raise typer.Exit(EXIT_REGRESSION)
+
+
+@app.command()
+def push(
+    dirs: Annotated[list[Path], typer.Argument(help="Run directories (each with result.json).")],
+    db: DbOption = str(HISTORY_DB),
+) -> None:
+    """Add runs to the history after the fact (a shared store that was down when they ended).
+    A run already there is replaced, not added twice."""
+    from pydantic import ValidationError
+
+    from rsdrill import store
+    from rsdrill.result import Result
+
+    for directory in dirs:
+        try:
+            result = Result.model_validate_json((directory / "result.json").read_text())
+        except (OSError, ValidationError) as exc:
+            exit_invalid(f"{directory / 'result.json'}: {str(exc).splitlines()[0]}")
+        try:
+            if store.is_shared(db):
+                store.record_shared(result, directory, db)
+            else:
+                store.record(result, directory, Path(db))
+        except store.StoreError as exc:
+            typer.echo(f"cannot record {directory}: {exc}", err=True)
+            raise typer.Exit(EXIT_STORE_ERROR) from None
+        typer.echo(f"recorded {result.experiment} ({result.started_at}) from {directory}")
 
 
 def _parse_since(text: str) -> dt.datetime:

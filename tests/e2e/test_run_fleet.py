@@ -1,12 +1,14 @@
 """`rsdrill run` and `rsdrill soak` under the fleet's lever and leases, on a sandbox: the lever
 engaged by `rsdrill lever engage` while a fault is in force stops the run (the fault
 reverted, verdict aborted, exit 5), and a soak at its next run; a cluster another run holds
-refuses the run, naming the holder, with nothing injected."""
+refuses the run, naming the holder, with nothing injected; a shared store (FerretDB) gone by
+the run's end changes no verdict, and the run is pushed to it later, once."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,13 +17,17 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.engine.soak import soak
 from rsdrill.experiment.loader import load_experiment
 from rsdrill.fleet import lever
 from rsdrill.fleet.gate import FleetGate
 from rsdrill.fleet.lease import ClusterLease
 from rsdrill.fleet.store import SqliteFleetStore
+from rsdrill.store import shared_history
 from tests.e2e.test_run_cli import _wait_for_text
+from tests.harness.ferretdb import ferretdb
+from tests.harness.members import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -119,3 +125,39 @@ def test_a_soak_stops_at_the_lever_and_does_not_start_under_it(tmp_path: Path) -
     refused = _run(_cli("soak", str(soak_file), "--runs", "2", "--out", str(tmp_path / "s2")),
                    tmp_path)  # fmt: skip
     assert refused.returncode == 5 and "not started" in refused.stderr, refused.stderr
+
+
+def test_a_shared_store_down_at_the_end_leaves_the_verdict_and_takes_the_push_later(
+    tmp_path: Path, free_port_base: Callable[[int], int]
+) -> None:
+    key = "fleet-key-for-tests-0123456789"
+    with ferretdb(tmp_path / "ferretdb") as server:
+        uri = f"mongodb://{server.host}/fleet_down"
+        env = {**_env(tmp_path), "RSDRILL_HISTORY": uri, "RSDRILL_FLEET_KEY": key}
+        experiment = _experiment(tmp_path, free_port_base(3))
+        experiment.write_text(experiment.read_text().replace("duration: 60s", "duration: 2s"))
+        out = tmp_path / "out"
+        proc = subprocess.Popen(_cli("run", str(experiment), "--out", str(out), "--no-live"),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env)  # fmt: skip
+        try:
+            _wait_for_text(proc, "injected host-freeze", 90)
+            os.kill(server.pid() or 0, signal.SIGTERM)  # the store goes, the run goes on
+            output, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, output
+        assert "history: not recorded" in output and f"rsdrill history push {out}" in output
+        assert json.loads((out / "result.json").read_text())["verdict"] == "pass"
+        with (tmp_path / "ferretdb-again.log").open("ab") as log:
+            subprocess.Popen(server.start, shell=True, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)  # fmt: skip
+        wait_until(lambda: answers_hello(server.host, timeout_s=0.5, options=ConnectOptions()),
+                   30, "FerretDB again")  # fmt: skip
+        for _ in range(2):
+            pushed = subprocess.run(_cli("history", "push", str(out)), capture_output=True,
+                                    text=True, timeout=60, env=env)  # fmt: skip
+            assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        [run] = shared_history(uri)
+        assert run.experiment == "fleet-drill" and run.verdict == "pass"

@@ -1,24 +1,31 @@
 """The fleet's shared store on a MongoDB-compatible server nobody here wrote (FerretDB): lever
-events and leases as documents, one lease winner among runs racing for it, a run's history
-document; and the CLI: a shared store without the fleet key refused, `rsdrill lever` engaging,
-showing and disengaging it, and `rsdrill run` refusing to start while it is engaged."""
+events and leases as documents, one lease winner among runs racing for it, the run history
+answering as the SQLite one does (hypothesis), a run pushed later there once; and the CLI: a
+shared store without the fleet key refused, `rsdrill lever` engaging, showing and
+disengaging it, and `rsdrill run` refusing to start while it is engaged."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pymongo import MongoClient
 
 from rsdrill.fleet import lever
 from rsdrill.fleet.lease import ClusterLease, LeaseHeld
 from rsdrill.fleet.store import MongoFleetStore
+from rsdrill.runs import Run
 from tests.harness.ferretdb import FerretDB, ferretdb
+from tests.unit.test_store import T0
 
 KEY = "fleet-key-for-tests-0123456789"
 CLUSTER = "10.0.0.1:27017,10.0.0.2:27017,10.0.0.3:27017"
@@ -108,3 +115,59 @@ def test_the_lever_through_the_cli_and_a_run_it_keeps_from_starting(
     assert not out.exists()  # no sandbox, no result: nothing started
     assert _cli("lever", "disengage", env=env).returncode == 0
     assert _cli("lever", "status", env=env).returncode == 0
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(nights=st.lists(st.tuples(st.sampled_from(["rs3-primary-kill", "rs3-stepdown"]),
+                                 st.sampled_from(["pass", "fail", "aborted"]),
+                                 st.one_of(st.none(), st.floats(0, 60, allow_nan=False))),
+                       min_size=1, max_size=25))  # fmt: skip
+def test_the_shared_history_answers_as_the_sqlite_one(
+    server: FerretDB, tmp_path: Path, nights: list[tuple[str, str, float | None]]
+) -> None:
+    """The same runs recorded in a SQLite file and in the shared store: the same history,
+    baselines and regressions (their queries are pure functions of what is read back)."""
+    from rsdrill import store
+    from tests.unit.test_store import make_result
+
+    database = f"prop_{uuid.uuid4().hex[:12]}"
+    uri, db = _uri(server, database), tmp_path / f"{database}.sqlite"
+    for day, (experiment, verdict, gap) in enumerate(nights):
+        result = make_result(day, gap, experiment=experiment, verdict=verdict)
+        store.record(result, tmp_path / f"run-{day}", db)
+        store.record_shared(result, tmp_path / f"run-{day}", uri)
+    store.record_shared(result, tmp_path / f"run-{day}", uri)  # pushed again: still once
+    local, shared = store.history(db), store.shared_history(uri)
+    fields = [(r.experiment, r.started_at, r.verdict, r.metrics) for r in local]
+    assert [(r.experiment, r.started_at, r.verdict, r.metrics) for r in shared] == fields
+    since = T0 + dt.timedelta(days=len(nights) // 2)
+    assert len(store.shared_history(uri, "rs3-stepdown", since)) == len(
+        store.history(db, "rs3-stepdown", since))  # fmt: skip
+
+    def flagged(runs: list[Run]) -> list[tuple[str, dt.datetime, str, float]]:
+        return [(g.run.experiment, g.run.started_at, g.metric, g.value)
+                for g in store.regressions(runs, min_history=3)]  # fmt: skip
+
+    assert flagged(shared) == flagged(local)
+
+
+def test_a_run_recorded_later_is_there_once(server: FerretDB, tmp_path: Path) -> None:
+    from rsdrill import store
+    from tests.unit.test_store import make_result
+
+    uri = _uri(server, "fleet_push")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "result.json").write_text(make_result(3, 12.5).model_dump_json())
+    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
+    for _ in range(2):
+        pushed = _cli("history", "push", str(out), "--db", uri, env=env)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    [run] = store.shared_history(uri)
+    assert run.metrics["write_unavailable_s"] == 12.5 and run.out_dir == out.resolve()
+    shown = _cli("history", "--db", uri, env=env)
+    assert shown.returncode == 0 and "rs3-primary-kill" in shown.stdout, shown.stdout
+    down = _cli("history", "push", str(out), "--db", "mongodb://127.0.0.1:1/", env=env)
+    assert down.returncode == 4 and "cannot record" in down.stderr, down.stderr

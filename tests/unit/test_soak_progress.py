@@ -17,7 +17,7 @@ def test_an_error_run_prints_its_reason_and_keeps_its_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def ended_in_error(exp: object, out_dir: Path, index: int, seed: int | None,
-                       recovery_slo_s: float) -> RunVerdict:  # fmt: skip
+                       recovery_slo_s: float, gate: object = None) -> RunVerdict:  # fmt: skip
         out_dir.mkdir(parents=True)
         return RunVerdict(index, seed, "error", [], 0.8, out_dir, "port 20877 is in use")
 
