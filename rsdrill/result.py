@@ -371,6 +371,11 @@ class Result(_Model):
     recovery: RecoveryDone | None = Field(
         None, description="the forced reconfig and the heal (experiment `recovery:`)"
     )
+    ignored_monitors: list[str] = Field(
+        default_factory=list,
+        description="abort_on sources that could not be asked and were ignored "
+        "(on_unreachable: ignore), each with why",
+    )
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)

@@ -7,8 +7,9 @@ engaged on a machine stops every run on it whatever directory it started in."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from rsdrill.fleet.store import FleetStore
 
 HISTORY_ENV = "RSDRILL_HISTORY"
+T = TypeVar("T")
 EXIT_ENGAGED = 5  # as a run the lever stopped (rsdrill.engine.stop_watch.EXIT_STOPPED)
 
 app = typer.Typer(help="The fleet's stop lever: stop every run and keep new ones from starting.",
@@ -96,6 +98,18 @@ def _target_hosts(experiment: Experiment) -> list[str]:
         return []
 
 
+def _on_lever(store: str | None, act: Callable[[FleetStore, bytes | None], T]) -> tuple[str, T]:
+    """`act` on the lever of the store; the store as named, and what `act` returned. A store
+    that cannot be read or written exits 2."""
+    from rsdrill.fleet.store import FleetStoreError
+
+    fleet, key = open_fleet(fleet_location(store))
+    try:
+        return fleet.where, act(fleet, key)
+    except FleetStoreError as exc:
+        exit_invalid(f"fleet: {exc}")
+
+
 @app.command()
 def engage(
     reason: Annotated[str, typer.Option("--reason", help="Why (shown to every run stopped).")],
@@ -103,41 +117,26 @@ def engage(
 ) -> None:
     """Engage the lever: every run using the store stops (faults reverted, exit 5)."""
     from rsdrill.fleet import lever
-    from rsdrill.fleet.store import FleetStoreError
 
-    fleet, key = open_fleet(fleet_location(store))
-    try:
-        lever.engage(fleet, key, reason)
-    except FleetStoreError as exc:
-        exit_invalid(f"fleet: {exc}")
-    typer.echo(f"lever engaged in {fleet.where}: {reason}")
+    where, _ = _on_lever(store, lambda fleet, key: lever.engage(fleet, key, reason))
+    typer.echo(f"lever engaged in {where}: {reason}")
 
 
 @app.command()
 def disengage(store: StoreOption = None) -> None:
     """Disengage the lever: runs may start again."""
     from rsdrill.fleet import lever
-    from rsdrill.fleet.store import FleetStoreError
 
-    fleet, key = open_fleet(fleet_location(store))
-    try:
-        lever.disengage(fleet, key)
-    except FleetStoreError as exc:
-        exit_invalid(f"fleet: {exc}")
-    typer.echo(f"lever disengaged in {fleet.where}")
+    where, _ = _on_lever(store, lever.disengage)
+    typer.echo(f"lever disengaged in {where}")
 
 
 @app.command()
 def status(store: StoreOption = None) -> None:
     """Where the lever stands, who moved it and why (exit 5 while engaged)."""
     from rsdrill.fleet import lever
-    from rsdrill.fleet.store import FleetStoreError
 
-    fleet, key = open_fleet(fleet_location(store))
-    try:
-        now = lever.state(fleet, key)
-    except FleetStoreError as exc:
-        exit_invalid(f"fleet: {exc}")
-    typer.echo(f"lever {now.describe()} ({fleet.where})")
+    where, now = _on_lever(store, lever.state)
+    typer.echo(f"lever {now.describe()} ({where})")
     if now.engaged:
         raise typer.Exit(EXIT_ENGAGED)

@@ -89,6 +89,7 @@ def check_experiment(exp: Experiment) -> list[Check]:
 def _checks(exp: Experiment) -> Iterator[Check]:
     yield from _local_tools(exp)
     yield from _fault_ways(exp)
+    yield from _monitors(exp)
     if registry.member_source(exp.target.platform) == "built":
         yield Check("target", True, f"a {exp.target.platform} the run builds itself")
         yield from _domains(planned(exp.target.zones, member_count(exp.target.topology)))
@@ -145,6 +146,32 @@ def _checks(exp: Experiment) -> Iterator[Check]:
     yield platform
     if deployment.topology == "replica set":
         yield from _domains(placed_by_platform(tagged, places))
+
+
+def _monitors(exp: Experiment) -> Iterator[Check]:
+    """Each `abort_on` source of the team's monitoring, asked once now: one that cannot parse
+    its query, has no such alarm, cannot be reached (unless told to ignore that) or already
+    says stop fails the check, and the run does not start."""
+    from rsdrill.engine.monitors import MonitorError, Unreachable, monitor
+
+    for i, item in enumerate(exp.abort_on):
+        if isinstance(item, str):
+            continue
+        source = monitor(item)
+        try:
+            firing = source.firing()
+        except Unreachable as exc:
+            ignored = source.on_unreachable == "ignore"
+            yield Check(f"abort_on[{i}]", None if ignored else False,
+                        f"{exc}" + ("; ignored while unreachable (on_unreachable: ignore)"
+                                    if ignored else ""))  # fmt: skip
+            continue
+        except MonitorError as exc:
+            yield Check(f"abort_on[{i}]", False, str(exc))
+            continue
+        yield Check(f"abort_on[{i}]", not firing,
+                    f"{source.name}: " + ("says stop already: the run would stop at once"
+                                          if firing else "answers, quiet"))  # fmt: skip
 
 
 def _describe_connection(options: ConnectOptions, seeds: list[str]) -> str:

@@ -326,6 +326,7 @@ class Runner:
             audit=self._audit,
             balancer=self.balancer.held,
             recovery=self.recovery.done,
+            ignored_monitors=self._watch.ignored if self._watch else [],
         )
         self.events.emit("verdict", result=result)
         self.events.emit("run_finished", result=result, ops=self.history.ops(),

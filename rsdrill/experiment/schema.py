@@ -28,6 +28,7 @@ from rsdrill.experiment.catalog import available_kinds, described, opt_in_proble
 from rsdrill.experiment.integrations import GrafanaSection, Notification
 from rsdrill.experiment.probes import Probes
 from rsdrill.experiment.random_schedule import RandomFaults
+from rsdrill.experiment.stop_sources import CloudWatchCondition, PrometheusCondition
 from rsdrill.experiment.target import Target
 from rsdrill.faults import (
     FAULT_CLASSES,
@@ -391,8 +392,10 @@ class Experiment(Strict):
     recovery: Recovery | None = Field(
         None, description="the runbook for a lost voting majority (a forced reconfig)"
     )
-    abort_on: tuple[AbortCondition, ...] = Field(
-        (), description="stop injecting, revert and abort (exit 3) as soon as one holds"
+    abort_on: tuple[AbortCondition | PrometheusCondition | CloudWatchCondition, ...] = Field(
+        (),
+        description="stop injecting, revert and abort (exit 3) as soon as one holds: rsdrill's "
+        "own conditions, or the team's monitoring (a Prometheus query, a CloudWatch alarm)",
     )
     notify: tuple[Notification, ...] = Field(
         (), description="tell a webhook, Slack or PagerDuty of the run's start and verdict"
@@ -430,6 +433,8 @@ class Experiment(Strict):
         from rsdrill.analysis.abort import parse_condition, unmeasurable
 
         for i, text in enumerate(self.abort_on):
+            if not isinstance(text, str):
+                continue  # the team's monitoring: asked by `rsdrill check` before the run
             problem = unmeasurable(parse_condition(text).metric, self.probes.records())
             if problem:
                 raise FieldProblem(("abort_on", i), problem)

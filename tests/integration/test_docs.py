@@ -161,7 +161,8 @@ def _unknown_options(command: str) -> list[str]:
         words = line.split()[1:]
     # Typer's commands are click's (typer may carry its own copy of click: no isinstance).
     current: Any = typer.main.get_command(app)
-    while words and hasattr(current, "get_command") and not words[0].startswith("-"):
+    # A group's own options ([--db ...] of `rsdrill history`) end the subcommands as well.
+    while words and hasattr(current, "get_command") and not words[0].startswith(("-", "[")):
         found = current.get_command(current.context_class(current), words[0])
         if found is None:
             return [f"no command {words[0]!r}"]

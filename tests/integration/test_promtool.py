@@ -16,7 +16,7 @@ from rsdrill.cli.app import app
 from rsdrill.report import openmetrics
 
 REPO = Path(__file__).resolve().parents[2]
-INSTALL = REPO / ".ci" / "install-promtool"
+INSTALL = REPO / ".ci" / "install-prometheus"
 
 
 @pytest.fixture(scope="module")
