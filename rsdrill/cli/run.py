@@ -147,7 +147,7 @@ def run(
     notify: NotifyOption = None,
 ) -> None:
     """Run an experiment: exit 0 all SLOs held, 1 an SLO failed, 2 invalid input, 3 aborted,
-    4 a platform or internal error."""
+    4 a platform or internal error, 5 stopped (or not started) by the fleet's stop lever."""
     # Loading, checking and planning change nothing: Ctrl-C ends them at once, until the
     # runner puts its own handler (revert, then report) in place.
     exit_on_interrupt()

@@ -68,6 +68,8 @@ class StopWatch:
             if stopped is not None:
                 self._fire(stopped, EXIT_STOPPED)
                 return
+            if not self.conditions:
+                continue  # the gate alone: no history to copy
             breach = first_breach(self.conditions, self.history.ops(), self.clock.now())
             if breach is not None:
                 self._fire(breach.message(), None)
