@@ -87,14 +87,14 @@ def fleet_gate(experiment: Experiment, history: str | None, lease_wait_s: float)
 
 
 def _target_hosts(experiment: Experiment) -> list[str]:
-    uri = getattr(experiment.target, "uri", None)
-    if not uri:
-        return []
-    from pymongo.uri_parser import parse_uri
+    """The seeds of the target's URI (none for a built sandbox, or one the check refuses)."""
+    from rsdrill.connection import SettingsError, parse_uri
 
+    if not experiment.target.uri:
+        return []
     try:
-        return [f"{h}:{p}" for h, p in parse_uri(uri)["nodelist"]]
-    except Exception:
+        return parse_uri(experiment.target.uri).seeds
+    except SettingsError:
         return []
 
 
