@@ -272,6 +272,9 @@ class ServerInfo(_Model):
 class TargetInfo(_Model):
     platform: str
     topology: str
+    cluster: str = Field(
+        "", description="the cluster's name in the history (target.cluster, else derived)"
+    )
     uri: str = Field(description="passwords redacted")
     members: list[str] = Field(default_factory=list)
     zones: dict[str, str] = Field(

@@ -19,6 +19,28 @@ class Run:
     duration_s: float
     out_dir: Path
     metrics: dict[str, float | None]
+    cluster: str = ""  # "" for runs recorded before clusters were
+
+
+def cluster_name(
+    named: str | None,
+    platform: str,
+    topology: str,
+    set_name: str | None,
+    members: list[str],
+    *,
+    built: bool,
+) -> str:
+    """The cluster a run ran against, as the history and the fleet view group runs: the name
+    the experiment gives it, else `<platform>/<topology>` for a cluster the run builds (anew
+    each time, on ports of its own: the sandbox), else the set's name and its members as
+    found."""
+    if named:
+        return named
+    if built:
+        return f"{platform}/{topology}"
+    seeds = ",".join(sorted(members))
+    return f"{set_name}@{seeds}" if set_name else seeds
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,19 @@
 """Run history: every run's verdict and metrics in a local SQLite file, and regression detection.
 
-Two tables. `run` has one row per run (experiment, started_at in ISO 8601 UTC, verdict,
-duration_s, out_dir, the whole `metrics` object as JSON); `metric(run_id, name, value)` has one
-row per scalar metric of that run, named as in SLOs (`write_unavailable_s`, `latency_ms.p99`,
-`recovery_s.max`, `recovery_s.<host:port>`), NULL when it was not measured, so trends can be
-queried with plain SQL.
+Two tables. `run` has one row per run (experiment, the cluster it ran against, started_at in
+ISO 8601 UTC, verdict, duration_s, out_dir, the whole `metrics` object as JSON);
+`metric(run_id, name, value)` has one row per scalar metric of that run, named as in SLOs
+(`write_unavailable_s`, `latency_ms.p99`, `recovery_s.max`, `recovery_s.<host:port>`), NULL
+when it was not measured, so trends can be queried with plain SQL.
 
 A regression is a run whose metric lies above the rolling median of the same experiment's
-previous runs by more than k robust standard deviations: k * 1.4826 * MAD (median absolute
-deviation). The 1.4826 makes the scaled MAD estimate the standard deviation of normally
-distributed noise, so k = 3 flags about 1 run in 700 by chance rather than 1 in 45 with the
-raw MAD — a nightly job that fails on a regression must not cry wolf. The MAD is floored at
-5 % of the median (and 0.01 in absolute terms), so that a perfectly flat history does not turn
-the smallest jitter into a regression while a jump from 0 to 1 lost write is still flagged.
+previous runs on the same cluster by more than k robust standard deviations: k * 1.4826 * MAD
+(median absolute deviation). The 1.4826 makes the scaled MAD estimate the standard deviation of
+normally distributed noise, so k = 3 flags about 1 run in 700 by chance rather than 1 in 45
+with the raw MAD — a nightly job that fails on a regression must not cry wolf. The MAD is
+floored at 5 % of the median (and 0.01 in absolute terms), so that a perfectly flat history
+does not turn the smallest jitter into a regression while a jump from 0 to 1 lost write is
+still flagged.
 """
 
 from __future__ import annotations
@@ -53,10 +54,15 @@ MAD_FLOOR_RELATIVE = 0.05
 MAD_FLOOR_ABSOLUTE = 0.01
 MIN_HISTORY = 5
 
+SCHEMA_VERSION = 2
+"""1: no cluster; 2: each run's cluster. The SQLite file's user_version, a shared run's
+`schema`."""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     experiment TEXT NOT NULL,
+    cluster TEXT NOT NULL DEFAULT '',
     started_at TEXT NOT NULL,
     verdict TEXT NOT NULL,
     duration_s REAL NOT NULL,
@@ -64,6 +70,7 @@ CREATE TABLE IF NOT EXISTS run (
     metrics TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS run_by_experiment ON run (experiment, started_at);
+CREATE INDEX IF NOT EXISTS run_by_cluster ON run (cluster, started_at);
 CREATE TABLE IF NOT EXISTS metric (
     run_id INTEGER NOT NULL REFERENCES run (id) ON DELETE CASCADE,
     name TEXT NOT NULL,
@@ -102,10 +109,11 @@ def record(result: Result, out_dir: Path, db: Path) -> int:
         db.parent.mkdir(parents=True, exist_ok=True)
         with closing(_connect(db)) as conn, conn:
             cursor = conn.execute(
-                "INSERT INTO run (experiment, started_at, verdict, duration_s, out_dir, metrics)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO run (experiment, cluster, started_at, verdict, duration_s, out_dir,"
+                " metrics) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     result.experiment,
+                    result.target.cluster,
                     started.isoformat(timespec="microseconds"),
                     result.verdict,
                     result.duration_s,
@@ -141,6 +149,7 @@ def _runs_collection(uri: str) -> tuple[Any, Collection[dict[str, Any]]]:
     )
     runs = client[parse_uri(uri)["database"] or "rsdrill"]["runs"]
     runs.create_index([("experiment", ASCENDING), ("started_at", ASCENDING)])
+    runs.create_index([("cluster", ASCENDING), ("started_at", ASCENDING)])
     return client, runs
 
 
@@ -155,10 +164,13 @@ def record_shared(result: Result, out_dir: Path, uri: str) -> str:
 
     started = _utc(dt.datetime.fromisoformat(result.started_at))
     key = f"{result.experiment}@{started.isoformat(timespec='microseconds')}"
+    if result.target.cluster:  # two clusters may start the same experiment at the same moment
+        key += f" on {result.target.cluster}"
     doc = {
         "_id": key,
-        "schema": 1,
+        "schema": SCHEMA_VERSION,
         "experiment": result.experiment,
+        "cluster": result.target.cluster,
         "started_at": started.isoformat(timespec="microseconds"),
         "verdict": result.verdict,
         "duration_s": result.duration_s,
@@ -178,7 +190,10 @@ def record_shared(result: Result, out_dir: Path, uri: str) -> str:
 
 
 def shared_history(
-    uri: str, experiment: str | None = None, since: dt.datetime | dt.date | None = None
+    uri: str,
+    experiment: str | None = None,
+    since: dt.datetime | dt.date | None = None,
+    cluster: str | None = None,
 ) -> list[Run]:
     """As `history`, from a shared store; runs are numbered in the order returned."""
     from pymongo.errors import PyMongoError
@@ -190,6 +205,9 @@ def shared_history(
         query["experiment"] = experiment
     if since is not None:
         query["started_at"] = {"$gte": _since(since)}
+    if cluster is not None:
+        # A schema-1 run has no cluster field: it is the unnamed cluster "", as in SQLite.
+        query["cluster"] = cluster if cluster else {"$in": ["", None]}
     try:
         client, runs = _runs_collection(uri)
         with client:
@@ -205,9 +223,17 @@ def shared_history(
             duration_s=doc["duration_s"],
             out_dir=Path(doc["out_dir"]),
             metrics={m["name"]: m["value"] for m in doc["metrics"]},
+            cluster=doc.get("cluster", ""),
         )
         for n, doc in enumerate(docs, 1)
     ]
+
+
+def read(location: str, experiment: str | None = None, cluster: str | None = None) -> list[Run]:
+    """The runs of the history at `location`: a shared store's URI or a SQLite file."""
+    if is_shared(location):
+        return shared_history(location, experiment, cluster=cluster)
+    return history(Path(location), experiment, cluster=cluster)
 
 
 def _since(since: dt.datetime | dt.date) -> str:
@@ -217,9 +243,13 @@ def _since(since: dt.datetime | dt.date) -> str:
 
 
 def history(
-    db: Path, experiment: str | None = None, since: dt.datetime | dt.date | None = None
+    db: Path,
+    experiment: str | None = None,
+    since: dt.datetime | dt.date | None = None,
+    cluster: str | None = None,
 ) -> list[Run]:
-    """The runs recorded in `db`, oldest first; only `experiment`'s, only from `since` on.
+    """The runs recorded in `db`, oldest first; only `experiment`'s, only from `since` on,
+    only `cluster`'s.
 
     `since` without a time zone (or a date, meaning its midnight) is read as UTC. A missing
     file holds no runs. Raises StoreError.
@@ -233,7 +263,10 @@ def history(
     if since is not None:
         where.append("started_at >= ?")
         params.append(_since(since))
-    sql = "SELECT id, experiment, started_at, verdict, duration_s, out_dir FROM run"
+    if cluster is not None:
+        where.append("cluster = ?")
+        params.append(cluster)
+    sql = "SELECT id, experiment, cluster, started_at, verdict, duration_s, out_dir FROM run"
     if where:
         sql += " WHERE " + " AND ".join(where)
     try:
@@ -256,8 +289,9 @@ def history(
             duration_s=duration,
             out_dir=Path(out_dir),
             metrics=values[run_id],
+            cluster=cluster_of,
         )
-        for run_id, name, started, verdict, duration, out_dir in rows
+        for run_id, name, cluster_of, started, verdict, duration, out_dir in rows
     ]
 
 
@@ -271,16 +305,17 @@ def baselines(
     """The baseline each run's `metric` is judged against, by run id (runs oldest first).
 
     A run is judged when its verdict is pass or fail and it measured `metric`; its baseline is
-    the values of the previous `window` such runs of the same experiment, and it needs at least
+    the values of the previous `window` such runs of the same experiment on the same cluster
+    (the same experiment on another cluster is not the same workload), and it needs at least
     `min_history` of them (or `window`, if smaller). See the module docstring for the threshold.
     """
-    past: dict[str, list[float]] = {}
+    past: dict[tuple[str, str], list[float]] = {}
     judged = {}
     for run in runs:
         value = run.metrics.get(metric)
         if run.verdict not in JUDGED_VERDICTS or value is None:
             continue
-        values = past.setdefault(run.experiment, [])
+        values = past.setdefault((run.cluster, run.experiment), [])
         recent = values[-window:]
         if recent and len(recent) >= min(min_history, window):
             median = statistics.median(recent)
@@ -317,8 +352,27 @@ def regressions(
 def _connect(db: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(db, timeout=_BUSY_TIMEOUT_S)
     conn.execute("PRAGMA foreign_keys = ON")
-    conn.executescript(_SCHEMA)
+    if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+        _migrate(conn)
     return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Create the tables, or bring an older file's up to SCHEMA_VERSION. Under the write
+    lock, and looked at again there: two runs opening an old file at once migrate it once."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(run)")}
+            if columns and "cluster" not in columns:
+                conn.execute("ALTER TABLE run ADD COLUMN cluster TEXT NOT NULL DEFAULT ''")
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 def _utc(moment: dt.datetime) -> dt.datetime:

@@ -18,6 +18,7 @@ from rsdrill.cli import (
     fleet,
     history,
     replay,
+    report,
     run,
     sandbox,
     schedule,
@@ -45,6 +46,7 @@ app.command()(run.run)
 app.command()(run.recover)
 app.command()(soak.soak)
 app.add_typer(history.app, name="history")
+app.add_typer(report.app, name="report")
 app.command()(replay.replay)
 app.add_typer(replay.timeline_app, name="timeline")
 app.add_typer(faultfs.app, name="faultfs")

@@ -40,6 +40,18 @@ def history(
     experiment: Annotated[
         str | None, typer.Option("--experiment", help="Only this experiment's runs.")
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option("--cluster", help="Only this cluster's runs (as the tables name it)."),
+    ] = None,
+    all_clusters: Annotated[
+        bool,
+        typer.Option(
+            "--all-clusters",
+            help="Begin with the fleet: each cluster's runs, last verdict and the regressions "
+            "of its newest runs.",
+        ),
+    ] = False,
     since: Annotated[
         str | None,
         typer.Option(
@@ -102,19 +114,14 @@ def history(
     if ctx.invoked_subcommand is not None:
         return
     from rsdrill import store
-    from rsdrill.analysis.slo import known_metric
 
-    names = metrics or list(store.KEY_METRICS)
-    unknown = [m for m in names if not known_metric(m)]
-    if unknown:
-        exit_invalid(f"--metric: unknown metric {', '.join(map(repr, unknown))}")
+    names = metric_names(metrics)
     if as_json and output_format != "table":
         exit_invalid(f"--json and --format {output_format}: choose one")
     start = _parse_since(since) if since else None
     try:
         # The baseline reaches back before --since: only the display is limited to it.
-        runs = (store.shared_history(db, experiment) if store.is_shared(db)
-                else store.history(Path(db), experiment))  # fmt: skip
+        runs = store.read(db, experiment, cluster=_cluster_key(cluster))
     except store.StoreError as exc:
         typer.echo(f"cannot read the history: {exc}", err=True)
         raise typer.Exit(EXIT_STORE_ERROR) from None
@@ -132,16 +139,25 @@ def history(
     shown_ids = {r.id for r in shown}
     found = [g for g in found if g.run.id in shown_ids]
     flagged = {(g.run.id, g.metric) for g in found}
-    newest = {r.experiment: r for r in shown}  # oldest first, so the last one stays
-    regressed = sorted({g.run.experiment for g in found if newest[g.run.experiment] is g.run})
+    newest = {(r.cluster, r.experiment): r for r in shown}  # oldest first: the last one stays
+    regressed = sorted(
+        {_name(g.run) for g in found if newest[g.run.cluster, g.run.experiment] is g.run}
+    )
     if chart is not None and shown:
         _write_chart(chart, shown, names, judged, flagged)
     if as_json:
         typer.echo(json.dumps(_history_json(shown, names, found, regressed, k, window), indent=2))
     elif not shown:
-        typer.echo(f"no runs recorded in {db}" + (" that match" if experiment or since else ""))
+        from rsdrill.redact import redact_uri
+
+        matching = experiment or since or cluster is not None
+        typer.echo(f"no runs recorded in {redact_uri(db)}" + (" that match" * bool(matching)))
         return
     else:
+        if all_clusters:
+            from rsdrill.report.fleet import summarize, summary_rows
+
+            typer.echo(_grid(summary_rows(summarize(shown, found))) + "\n")
         typer.echo(_tables(shown, names, flagged), nl=False)
         if found:
             typer.echo(
@@ -185,6 +201,18 @@ def push(
         typer.echo(f"recorded {result.experiment} ({result.started_at}) from {directory}")
 
 
+def metric_names(metrics: list[str] | None) -> list[str]:
+    """--metric's names (exit 2 naming the unknown ones), else the key metrics."""
+    from rsdrill import store
+    from rsdrill.analysis.slo import known_metric
+
+    names = metrics or list(store.KEY_METRICS)
+    unknown = [m for m in names if not known_metric(m)]
+    if unknown:
+        exit_invalid(f"--metric: unknown metric {', '.join(map(repr, unknown))}")
+    return names
+
+
 def _parse_since(text: str) -> dt.datetime:
     try:
         moment = dt.datetime.fromisoformat(text)
@@ -193,16 +221,38 @@ def _parse_since(text: str) -> dt.datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
+def _cluster_key(cluster: str | None) -> str | None:
+    """--cluster as stored: the tables show runs of no named cluster as "(unnamed)"."""
+    from rsdrill.report.fleet import UNNAMED
+
+    return "" if cluster == UNNAMED else cluster
+
+
+def _name(run: Run) -> str:
+    """An experiment, and the cluster when there is one: the same experiment on two clusters
+    is judged apart."""
+    return f"{run.experiment} on {run.cluster}" if run.cluster else run.experiment
+
+
+def _grid(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
 def _tables(runs: list[Run], metrics: list[str], flagged: set[tuple[int, str]]) -> str:
-    """One table per experiment: time, verdict and each metric, regressions marked `!`."""
+    """One table per experiment and cluster: time, verdict and each metric, regressions
+    marked `!`."""
     from rsdrill.report.common import fmt_number
 
     out = []
-    for experiment in dict.fromkeys(r.experiment for r in runs):
-        mine = [r for r in runs if r.experiment == experiment]
+    for cluster, experiment in dict.fromkeys((r.cluster, r.experiment) for r in runs):
+        mine = [r for r in runs if (r.cluster, r.experiment) == (cluster, experiment)]
         count = sum(1 for r in mine for m in metrics if (r.id, m) in flagged)
         out.append(
-            f"{experiment}: {len(mine)} run{'s' * (len(mine) != 1)}"
+            f"{_name(mine[0])}: {len(mine)} run{'s' * (len(mine) != 1)}"
             + (f", {count} regression{'s' * (count != 1)}" if count else "")
         )
         rows = [["time (UTC)", "verdict", *metrics]]
@@ -212,11 +262,7 @@ def _tables(runs: list[Run], metrics: list[str], flagged: set[tuple[int, str]]) 
                 mark = " !" if (run.id, metric) in flagged else ""
                 cells.append(fmt_number(run.metrics.get(metric)) + mark)
             rows.append(cells)
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        out.extend(
-            "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-            for row in rows
-        )
+        out.append(_grid(rows))
         out.append("")
     return "\n".join(out)
 
@@ -242,6 +288,7 @@ def _history_json(
             {
                 "id": run.id,
                 "experiment": run.experiment,
+                "cluster": run.cluster,
                 "started_at": run.started_at.isoformat(),
                 "verdict": run.verdict,
                 "duration_s": run.duration_s,
@@ -255,6 +302,7 @@ def _history_json(
             {
                 "run_id": g.run.id,
                 "experiment": g.run.experiment,
+                "cluster": g.run.cluster,
                 "metric": g.metric,
                 "value": g.value,
                 "threshold": g.baseline.threshold,
@@ -273,7 +321,7 @@ def _describe(regression: Regression) -> str:
 
     g, base = regression, regression.baseline
     return (
-        f"{g.run.experiment} {g.run.started_at:%Y-%m-%d %H:%M:%S}: {g.metric} "
+        f"{_name(g.run)} {g.run.started_at:%Y-%m-%d %H:%M:%S}: {g.metric} "
         f"{fmt_number(round(g.value, 3))} > {fmt_number(round(base.threshold, 3))} "
         f"(median {fmt_number(round(base.median, 3))}, MAD {fmt_number(round(base.mad, 3))}, "
         f"{base.size} runs) — {g.run.out_dir}"

@@ -3,11 +3,18 @@ given, a random schedule's draw, and an unexpected error in words."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsdrill.experiment.schema import Experiment, Fault
 from rsdrill.history import FaultRecord
-from rsdrill.result import FaultResult
+from rsdrill.redact import redact_uri
+from rsdrill.registry import member_source
+from rsdrill.result import FaultResult, ServerInfo, TargetInfo
+from rsdrill.runs import cluster_name
+
+if TYPE_CHECKING:
+    from rsdrill.deployment import Deployment
+    from rsdrill.platforms.base import RunTarget
 
 
 def fault_options(fault: Fault) -> dict[str, Any]:
@@ -25,6 +32,32 @@ def random_schedule(exp: Experiment) -> dict[str, Any] | None:
         "spec": spec.model_dump(mode="json", exclude={"seed"}),
         "faults": [f.model_dump(mode="json", exclude_defaults=True) for f in exp.faults],
     }
+
+
+def target_info(
+    exp: Experiment,
+    target: RunTarget | None,
+    standalone: bool,
+    zones: dict[str, str],
+    deployment: Deployment | None,
+) -> TargetInfo:
+    """What the result says of the target, as found: an rs1 target that is a standalone
+    server says so."""
+    topology = "standalone" if standalone else exp.target.topology
+    members = target.members if target else []
+    set_name = deployment.set_name if deployment else None
+    built = member_source(exp.target.platform) == "built"
+    return TargetInfo(
+        platform=exp.target.platform,
+        topology=topology,
+        cluster=cluster_name(
+            exp.target.cluster, exp.target.platform, topology, set_name, members, built=built
+        ),
+        uri=redact_uri(target.uri) if target else "",
+        members=members,
+        zones=zones,
+        server=ServerInfo(**deployment.to_dict()) if deployment else None,
+    )
 
 
 def internal_error(exc: Exception) -> str:

@@ -28,7 +28,13 @@ from rsdrill.engine.journal import Journal
 from rsdrill.engine.live import LiveView
 from rsdrill.engine.observe import observe
 from rsdrill.engine.options import RunOptions, install_signal_handlers, restore_signal_handlers
-from rsdrill.engine.outcome import fault_options, fault_result, internal_error, random_schedule
+from rsdrill.engine.outcome import (
+    fault_options,
+    fault_result,
+    internal_error,
+    random_schedule,
+    target_info,
+)
 from rsdrill.engine.schedule import Action, build_schedule
 from rsdrill.engine.selection import (
     SelectionError,
@@ -67,8 +73,6 @@ from rsdrill.result import (
     Metrics,
     Result,
     RunClockInfo,
-    ServerInfo,
-    TargetInfo,
     Verdict,
 )
 from rsdrill.version import __version__
@@ -307,15 +311,7 @@ class Runner:
             exit_code=(verdict == "aborted" and self._exit_code) or EXIT_CODES[verdict],
             started_at=started_wall.isoformat(),
             duration_s=round(self.clock.now(), 3),
-            target=TargetInfo(
-                platform=self.exp.target.platform,
-                # As found: an rs1 target that is a standalone server says so.
-                topology="standalone" if self._standalone else self.exp.target.topology,
-                uri=redact_uri(target.uri) if target else "",
-                members=target.members if target else [],
-                zones=self._zones,
-                server=ServerInfo(**self._deployment.to_dict()) if self._deployment else None,
-            ),
+            target=target_info(self.exp, target, self._standalone, self._zones, self._deployment),
             faults=[fault_result(r) for r in self.state.records],
             metrics=metrics,
             slo=slo_results,

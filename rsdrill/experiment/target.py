@@ -56,6 +56,13 @@ class _Target(Strict):
         "servers, `shards` replica sets and `mongos` routers (sandbox builds them; elsewhere "
         "`uri` names the routers and the rest is found from them)",
     )
+    cluster: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="the cluster's name in the history and the fleet view (default: the "
+        "replica set's name and its members as found; sandbox/<topology> on the sandbox)",
+    )
     shards: int = Field(2, ge=1, le=8, description="sharded: how many shards")
     shard_topology: Literal["rs1", "rs3", "psa"] = Field(
         "rs3", description="sharded: each shard's replica set"

@@ -122,40 +122,46 @@ def test_the_lever_through_the_cli_and_a_run_it_keeps_from_starting(
 )
 @given(nights=st.lists(st.tuples(st.sampled_from(["rs3-primary-kill", "rs3-stepdown"]),
                                  st.sampled_from(["pass", "fail", "aborted"]),
-                                 st.one_of(st.none(), st.floats(0, 60, allow_nan=False))),
+                                 st.one_of(st.none(), st.floats(0, 60, allow_nan=False)),
+                                 st.sampled_from(["", "east-1", "west-2"])),
                        min_size=1, max_size=25))  # fmt: skip
 def test_the_shared_history_answers_as_the_sqlite_one(
-    server: FerretDB, tmp_path: Path, nights: list[tuple[str, str, float | None]]
+    server: FerretDB, tmp_path: Path, nights: list[tuple[str, str, float | None, str]]
 ) -> None:
     """The same runs recorded in a SQLite file and in the shared store: the same history,
     baselines and regressions (their queries are pure functions of what is read back)."""
+    from history_sample import make_result, on
+
     from rsdrill import store
-    from tests.unit.test_store import make_result
 
     database = f"prop_{uuid.uuid4().hex[:12]}"
     uri, db = _uri(server, database), tmp_path / f"{database}.sqlite"
-    for day, (experiment, verdict, gap) in enumerate(nights):
-        result = make_result(day, gap, experiment=experiment, verdict=verdict)
+    for day, (experiment, verdict, gap, cluster) in enumerate(nights):
+        result = on(cluster, make_result(day, gap, experiment=experiment, verdict=verdict))
         store.record(result, tmp_path / f"run-{day}", db)
         store.record_shared(result, tmp_path / f"run-{day}", uri)
     store.record_shared(result, tmp_path / f"run-{day}", uri)  # pushed again: still once
     local, shared = store.history(db), store.shared_history(uri)
-    fields = [(r.experiment, r.started_at, r.verdict, r.metrics) for r in local]
-    assert [(r.experiment, r.started_at, r.verdict, r.metrics) for r in shared] == fields
+    fields = [(r.experiment, r.cluster, r.started_at, r.verdict, r.metrics) for r in local]
+    assert [(r.experiment, r.cluster, r.started_at, r.verdict, r.metrics) for r in shared] == fields
+    for cluster in ("", "west-2"):
+        assert len(store.shared_history(uri, cluster=cluster)) == len(
+            store.history(db, cluster=cluster))  # fmt: skip
     since = T0 + dt.timedelta(days=len(nights) // 2)
     assert len(store.shared_history(uri, "rs3-stepdown", since)) == len(
         store.history(db, "rs3-stepdown", since))  # fmt: skip
 
-    def flagged(runs: list[Run]) -> list[tuple[str, dt.datetime, str, float]]:
-        return [(g.run.experiment, g.run.started_at, g.metric, g.value)
+    def flagged(runs: list[Run]) -> list[tuple[str, str, dt.datetime, str, float]]:
+        return [(g.run.experiment, g.run.cluster, g.run.started_at, g.metric, g.value)
                 for g in store.regressions(runs, min_history=3)]  # fmt: skip
 
     assert flagged(shared) == flagged(local)
 
 
 def test_a_run_recorded_later_is_there_once(server: FerretDB, tmp_path: Path) -> None:
+    from history_sample import make_result
+
     from rsdrill import store
-    from tests.unit.test_store import make_result
 
     uri = _uri(server, "fleet_push")
     out = tmp_path / "run"

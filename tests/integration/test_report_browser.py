@@ -271,3 +271,52 @@ def test_chromium_labels_the_lag_axis_for_small_lags_too(tmp_path: Path, peak_s:
     (y0, _), (y1, _), (y2, _) = ticks
     # Linear: each label is the value at its grid line's height.
     assert (y0 - y1) / (y0 - y2) == pytest.approx(values[1] / top, abs=0.01)
+
+
+class FleetDom(HTMLParser):
+    """The fleet page's cluster rows (cluster -> status) and cells marked as regressions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, str] = {}
+        self.regression_cells = 0
+        self.trend_points: list[str] = []  # each point's class
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        cls = (a.get("class") or "").split()
+        if "cluster-row" in cls:
+            self.rows[str(a["data-cluster"])] = str(a["data-status"])
+        self.regression_cells += tag == "td" and "regression" in cls
+        if tag == "circle" and "point" in cls:
+            self.trend_points.append(" ".join(cls))
+
+
+def test_chromium_shows_the_fleet_page(tmp_path: Path) -> None:
+    from history_sample import fleet_history
+    from typer.testing import CliRunner
+
+    from rsdrill.cli.app import app
+
+    db = tmp_path / "history.sqlite"
+    fleet_history(tmp_path, db)
+    done = CliRunner().invoke(app, ["report", "fleet", "--db", str(db), "--out", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    page = tmp_path / "fleet.html"
+
+    dom = FleetDom()
+    dom.feed(chromium(tmp_path / "profile", "--dump-dom", page.as_uri()).stdout)
+    assert dom.rows == {"": "failing", "west-2": "regressed", "east-1": "ok"}
+    assert dom.regression_cells == 2  # west-2's newest night: write_unavailable_s, failover_s
+    assert len(dom.trend_points) == 36 * 5  # each run's five key metrics, in its cluster's chart
+    assert dom.trend_points.count("point regression") == 2
+
+    shot = tmp_path / "fleet.png"
+    chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1300,600", page.as_uri())
+    _, _, rows = png_rgb_pixels(shot.read_bytes())
+    colors: set[bytes] = set()
+    for row in rows:
+        colors.update(row[i : i + 3] for i in range(0, len(row), 3))
+    # The three status badges of the fleet table, as painted.
+    for rgb in ((0xCF, 0x22, 0x2E), (0xBF, 0x87, 0x00), (0x1A, 0x7F, 0x37)):
+        assert bytes(rgb) in colors, f"no pixel of #{bytes(rgb).hex()}: a status badge is missing"

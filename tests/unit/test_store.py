@@ -10,45 +10,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from history_sample import NOISE, OUTLIER_AT, T0, make_result
 from typer.testing import CliRunner
 
 from rsdrill import store
 from rsdrill.cli.app import app
-from rsdrill.result import EXIT_CODES, Latency, Metrics, Result, TargetInfo
+from rsdrill.result import Metrics, Result
 from rsdrill.runs import Run
-
-T0 = dt.datetime(2024, 5, 1, 2, 0, tzinfo=dt.UTC)
-# Nightly write gaps of a healthy set: a spread of a few hundred milliseconds around 11 s.
-NOISE = [0.12, -0.08, 0.30, -0.21, 0.05, 0.18, -0.15, 0.02, -0.27, 0.22,
-         -0.04, 0.11, -0.19, 0.26, -0.10, 0.07, -0.23, 0.15, -0.02, 0.09]  # fmt: skip
-OUTLIER_AT = 14
-
-
-def make_result(
-    day: int,
-    write_unavailable_s: float | None = 11.0,
-    *,
-    experiment: str = "rs3-primary-kill",
-    verdict: str = "pass",
-    lost: int = 0,
-) -> Result:
-    """A run on the night of T0 + `day`."""
-    return Result(
-        experiment=experiment,
-        verdict=verdict,
-        exit_code=EXIT_CODES[verdict],
-        started_at=(T0 + dt.timedelta(days=day)).isoformat(),
-        duration_s=41.5,
-        target=TargetInfo(platform="sandbox", topology="rs3", uri="mongodb://127.0.0.1:28017"),
-        metrics=Metrics(
-            write_unavailable_s=write_unavailable_s,
-            failover_s=None if write_unavailable_s is None else write_unavailable_s - 0.02,
-            recovery_s={"127.0.0.1:28017": 0.84 + day % 3 * 0.05},
-            acknowledged_writes=2000 + day,
-            lost_acknowledged_writes=lost,
-            latency_ms=Latency(p50=2.0, p95=4.0, p99=6.0 + day % 4 * 0.2, max=30.0),
-        ),
-    )
 
 
 def record_all(db: Path, results: list[Result], tmp_path: Path) -> None:
