@@ -5,6 +5,7 @@ it replaces (compare and set), so two runs never both take it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -189,29 +190,60 @@ class MongoFleetStore:
     def add_lever_event(self, event: dict[str, Any]) -> None:
         self._call("add lever event", self._db.lever_events.insert_one, dict(event))
 
+    # A lease is a series of generations, one document each ({_id: [cluster, gen] as JSON,
+    # cluster, gen, token, record, released}): taking it inserts the next generation, so a race
+    # is decided by the unique _id alone. An update cannot decide one: servers such as FerretDB
+    # find the documents a filter matches and update them in a second step, so a compare and
+    # set by update let three of six runs take an expired lease at once. Only the holder
+    # updates its own generation (renewal, release); a newer one means it lost the lease.
+
+    def _newest(self, cluster: str) -> dict[str, Any] | None:
+        found = self._call("lease", lambda: list(
+            self._db.leases.find({"cluster": cluster}).sort([("gen", -1)]).limit(1)))  # fmt: skip
+        if not found:
+            return None
+        if not isinstance(found[0].get("gen"), int):
+            raise FleetStoreError(f"{self.where}: the lease of {cluster} has generation "
+                                  f"{found[0].get('gen')!r}: not written by rsdrill")  # fmt: skip
+        return dict(found[0])
+
     def lease(self, cluster: str) -> dict[str, Any] | None:
-        found = self._call("lease", self._db.leases.find_one, {"_id": cluster})
-        return None if found is None else found["record"]
+        newest = self._newest(cluster)
+        return None if newest is None or newest.get("released") else newest["record"]
 
     def put_lease(self, cluster: str, record: dict[str, Any],
                   replacing: dict[str, Any] | None) -> bool:  # fmt: skip
         from pymongo.errors import DuplicateKeyError, PyMongoError
 
-        doc = {"_id": cluster, "token": record["token"], "record": record}
-        if replacing is None:
-            try:
-                self._db.leases.insert_one(doc)
-            except DuplicateKeyError:
-                return False
-            except PyMongoError as exc:
-                raise FleetStoreError(f"{self.where}: take lease: {redact_uri(str(exc))}") from None
+        newest = self._newest(cluster)
+        current = None if newest is None or newest.get("released") else newest
+        if current is not None and replacing is not None and (
+                current["token"] == replacing.get("token") == record["token"]):  # fmt: skip
+            self._call("renew lease", self._db.leases.update_one,
+                       {"_id": current["_id"]}, {"$set": {"record": record}})  # fmt: skip
             return True
-        done = self._call("replace lease", self._db.leases.replace_one,
-                          {"_id": cluster, "token": replacing.get("token")}, doc)  # fmt: skip
-        return bool(done.matched_count == 1)
+        if (current is None) != (replacing is None) or (
+                current is not None and replacing is not None
+                and current["token"] != replacing.get("token")):  # fmt: skip
+            return False  # not the lease the caller saw (or not its own any more)
+        gen = newest["gen"] + 1 if newest is not None else 1
+        doc = {"_id": json.dumps([cluster, gen]), "cluster": cluster, "gen": gen,
+               "token": record["token"], "record": record}  # fmt: skip
+        try:
+            self._db.leases.insert_one(doc)
+        except DuplicateKeyError:
+            return False
+        except PyMongoError as exc:
+            raise FleetStoreError(f"{self.where}: take lease: {redact_uri(str(exc))}") from None
+        # Older generations are nobody's now; a failure here leaves them for the next taker.
+        with contextlib.suppress(FleetStoreError):
+            self._call("forget old leases", self._db.leases.delete_many,
+                       {"cluster": cluster, "gen": {"$lt": gen}})  # fmt: skip
+        return True
 
     def drop_lease(self, cluster: str, token: str) -> None:
-        self._call("release lease", self._db.leases.delete_one, {"_id": cluster, "token": token})
+        self._call("release lease", self._db.leases.update_one,
+                   {"cluster": cluster, "token": token}, {"$set": {"released": True}})  # fmt: skip
 
     def close(self) -> None:
         self._client.close()

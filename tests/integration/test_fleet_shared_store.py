@@ -56,32 +56,72 @@ def test_lever_and_leases_as_documents(server: FerretDB) -> None:
         ClusterLease(store, key, CLUSTER, "second").take()
     holder.release()
     with MongoClient(server.uri) as client:
-        assert client["fleet_docs"]["leases"].count_documents({}) == 0
+        # The released generation stays (marked) until the next run takes the cluster.
+        assert client["fleet_docs"]["leases"].count_documents({"released": {"$ne": True}}) == 0
         assert client["fleet_docs"]["lever_events"].count_documents({}) == 3
 
 
-def test_runs_racing_for_a_cluster_get_one_lease(server: FerretDB) -> None:
-    store = MongoFleetStore(_uri(server, "fleet_race"))
-    key = KEY.encode()
-    won: list[str] = []
+def _race(uri: str, cluster: str, runs: int) -> tuple[list[ClusterLease], list[str]]:
+    """`runs` threads, each with a client of its own, take the cluster's lease at once."""
+    won: list[ClusterLease] = []
     refused: list[str] = []
-    go = threading.Barrier(6)
+    go = threading.Barrier(runs)
 
     def contend(name: str) -> None:
-        lease = ClusterLease(store, key, CLUSTER, name)
+        lease = ClusterLease(MongoFleetStore(uri), KEY.encode(), cluster, name)
         go.wait()
         try:
             lease.take()
-            won.append(name)
+            won.append(lease)
         except LeaseHeld:
             refused.append(name)
 
-    threads = [threading.Thread(target=contend, args=(f"run{i}",)) for i in range(6)]
+    threads = [threading.Thread(target=contend, args=(f"run{i}",)) for i in range(runs)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(won) == 1 and len(refused) == 5, (won, refused)
+    return won, refused
+
+
+@pytest.mark.parametrize("before", ["none", "expired", "released"])
+def test_runs_racing_for_a_cluster_get_one_lease(server: FerretDB, before: str) -> None:
+    """Six runs at once for a cluster nobody holds, whose holder died (its lease expired) or
+    whose holder let go: one wins, every round. FerretDB updates a document it found by a
+    filter in a second step, so only an insert's unique _id can decide such a race."""
+    store = MongoFleetStore(_uri(server, f"fleet_race_{before}"))
+    key = KEY.encode()
+    for round_ in range(5):
+        cluster = f"{CLUSTER}/{round_}"
+        if before == "expired":
+            dead = ClusterLease(store, key, cluster, "dead", ttl_s=-1.0)
+            assert store.put_lease(cluster, dead._stamped(), replacing=None)
+        elif before == "released":
+            gone = ClusterLease(store, key, cluster, "gone")
+            gone.take()
+            gone.release()
+        won, refused = _race(_uri(server, f"fleet_race_{before}"), cluster, 6)
+        assert len(won) == 1 and len(refused) == 5, (round_, [w.record for w in won], refused)
+        held = store.lease(cluster)
+        assert held is not None and held["token"] == won[0].record["token"]
+        won[0].release()
+        assert store.lease(cluster) is None
+
+
+def test_a_holder_whose_lease_was_taken_cannot_renew_it(server: FerretDB) -> None:
+    store = MongoFleetStore(_uri(server, "fleet_renew"))
+    key = KEY.encode()
+    stalled = ClusterLease(store, key, CLUSTER, "stalled", ttl_s=-1.0)  # as if it stalled
+    first = stalled._stamped()
+    assert store.put_lease(CLUSTER, first, replacing=None)
+    assert store.put_lease(CLUSTER, stalled._stamped(), replacing=first)  # renewing: its own
+    taker = ClusterLease(store, key, CLUSTER, "taker")
+    taker.take()  # the stalled holder's lease had expired
+    assert not store.put_lease(CLUSTER, stalled._stamped(), replacing=first)
+    store.drop_lease(CLUSTER, first["token"])  # the stalled holder's release: no effect
+    held = store.lease(CLUSTER)
+    assert held is not None and held["experiment"] == "taker"
+    taker.release()
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
