@@ -8,7 +8,10 @@ written, and a CronJob (concurrencyPolicy Forbid) running each file with `rsdril
 variables from a Secret the user creates, so no secret is ever written into these objects.
 With a Pushgateway URL (`metrics_push`) every run pushes its metrics there (`rsdrill run
 --metrics-push`); given as `${VAR}`, the URL too comes from the Secret at run time, and a run
-pushes only when the Secret has it.
+pushes only when the Secret has it. With `shared_history` the runs record into the fleet's
+shared store and honour its stop lever and leases: its URI and the fleet key come from the
+Secret (keys RSDRILL_HISTORY and RSDRILL_FLEET_KEY), each file must name its cluster
+(`target.cluster`), and the regression check looks at this job's clusters and runs only.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class ScheduleOptions:
     time_zone: str | None = None
     fail_on_regression: bool = True
     metrics_push: str | None = None  # a Pushgateway URL, or ${VAR}: the Secret's key VAR
+    shared_history: bool = False  # RSDRILL_HISTORY and RSDRILL_FLEET_KEY from the Secret
+    lease_wait_s: int = 1800  # shared_history: how long a run waits for its cluster
     extra_labels: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -116,6 +121,11 @@ def render_schedule(
             raise ScheduleError(
                 f"{f.name}: target.platform is {f.experiment.target.platform}; "
                 "a schedule on Kubernetes runs kubernetes experiments"
+            )
+        if options.shared_history and f.experiment.target.cluster is None:
+            raise ScheduleError(
+                f"{f.name}: target.cluster: a schedule sharing its history names the cluster "
+                "each file runs against, so its regressions are told from other clusters'"
             )
         if platform.kubeconfig is not None:
             raise ScheduleError(
@@ -235,21 +245,35 @@ def _pvc(options: ScheduleOptions, meta: Any) -> dict[str, Any]:
     }
 
 
+SHARED_ENV = ("RSDRILL_HISTORY", "RSDRILL_FLEET_KEY")
+"""What a schedule with a shared history takes from the Secret (required, unlike the files')."""
+
+
 def job_script(files: Sequence[ScheduledFile], options: ScheduleOptions) -> str:
     """The shell script the CronJob's container runs: every experiment (each in its own results
-    directory, all recorded in one history), then the regression check."""
-    history = f"{DATA_DIR}/history.db"
+    directory, all recorded in one history), then the regression check. With a shared history
+    (RSDRILL_HISTORY from the Secret) a run waits for its cluster's lease, and the check is of
+    this job's clusters and of the runs since it started."""
     lines = ["set -u", "status=0", "stamp=$(date -u +%Y%m%d-%H%M%S)"]
+    if options.shared_history:
+        lines.append("started=$(date -u +%Y-%m-%dT%H:%M:%S)")
+        where = f" --lease-wait {options.lease_wait_s}"
+    else:
+        where = f' --history "{DATA_DIR}/history.db"'
     push = _push_arguments(options.metrics_push)
     for f in files:
         stem = f.name.rsplit(".", 1)[0]
         lines.append(
             f'rsdrill run "{EXPERIMENTS_DIR}/{f.name}" --no-live --yes '
-            f'--out "{DATA_DIR}/results/$stamp/{stem}" --history "{history}"{push} '
-            "|| status=1"
+            f'--out "{DATA_DIR}/results/$stamp/{stem}"{where}{push} || status=1'
         )
-    if options.fail_on_regression:
-        lines.append(f'rsdrill history --db "{history}" --fail-on-regression || status=1')
+    if options.fail_on_regression and options.shared_history:
+        for cluster in dict.fromkeys(str(f.experiment.target.cluster) for f in files):
+            lines.append(f'rsdrill history --cluster {shlex.quote(cluster)} --since "$started" '
+                         "--fail-on-regression || status=1")  # fmt: skip
+    elif options.fail_on_regression:
+        lines.append(f'rsdrill history --db "{DATA_DIR}/history.db" --fail-on-regression '
+                     "|| status=1")  # fmt: skip
     lines.append('exit "$status"')
     return "\n".join(lines) + "\n"
 
@@ -277,18 +301,26 @@ def _secret_names(files: Sequence[ScheduledFile], options: ScheduleOptions) -> l
 
 def _cronjob(files: Sequence[ScheduledFile], options: ScheduleOptions, meta: Any) -> dict[str, Any]:
     env_names = _secret_names(files, options)
+    required = SHARED_ENV if options.shared_history else ()
     env = [
         {
             "name": name,
             "valueFrom": {
-                "secretKeyRef": {"name": options.env_secret, "key": name, "optional": True}
+                # A schedule meant to share its history does not run without the store.
+                "secretKeyRef": {
+                    "name": options.env_secret,
+                    "key": name,
+                    "optional": name not in required,
+                }
             },
         }
-        for name in env_names
+        for name in [*required, *(n for n in env_names if n not in required)]
     ]
     # A run lasts its faults, observation and probes; a job that outlives all of them twice
     # over is stuck, and Forbid would then skip every later night.
     budget_s = sum(_run_budget_s(f.experiment) for f in files)
+    if options.shared_history:  # each run may wait that long for its cluster
+        budget_s += len(files) * options.lease_wait_s
     container: dict[str, Any] = {
         "name": "rsdrill",
         "image": options.image,

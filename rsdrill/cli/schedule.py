@@ -60,6 +60,24 @@ def render(
             "pushes only when it is there.",
         ),
     ] = None,
+    shared_history: Annotated[
+        bool,
+        typer.Option(
+            "--shared-history",
+            help="Record into the fleet's shared store and honour its stop lever and leases: "
+            "the Secret holds RSDRILL_HISTORY (its mongodb:// URI) and RSDRILL_FLEET_KEY; each "
+            "file names its cluster (target.cluster).",
+        ),
+    ] = False,
+    lease_wait: Annotated[
+        int,
+        typer.Option(
+            "--lease-wait",
+            min=0,
+            metavar="SECONDS",
+            help="--shared-history: how long a run waits for another run's cluster.",
+        ),
+    ] = 1800,
     out: Annotated[
         Path | None, typer.Option("--out", dir_okay=False, help="Write here instead of stdout.")
     ] = None,
@@ -75,6 +93,7 @@ def render(
                               storage_class=storage_class, env_secret=env_secret,
                               time_zone=time_zone, fail_on_regression=fail_on_regression,
                               metrics_push=metrics_push or None,
+                              shared_history=shared_history, lease_wait_s=lease_wait,
                               image=image or ScheduleOptions.image)  # fmt: skip
     try:
         objects = render_schedule(scheduled, options)
