@@ -1,6 +1,7 @@
 """`rsdrill lever engage|disengage|status`, and the fleet's gate for `run` and `replay`.
 
-The fleet's store is the history store when that is shared (`--history mongodb://…` or
+The fleet's store is RSDRILL_FLEET when set (`kubernetes://NAMESPACE` for runs inside a
+cluster), else the history store when that is shared (`--history mongodb://…` or
 RSDRILL_HISTORY), else a SQLite file of this user's ($RSDRILL_HOME/fleet.sqlite), so a lever
 engaged on a machine stops every run on it whatever directory it started in."""
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from rsdrill.fleet.store import FleetStore
 
 HISTORY_ENV = "RSDRILL_HISTORY"
+FLEET_ENV = "RSDRILL_FLEET"
 T = TypeVar("T")
 EXIT_ENGAGED = 5  # as a run the lever stopped (rsdrill.engine.stop_watch.EXIT_STOPPED)
 
@@ -29,16 +31,20 @@ app = typer.Typer(help="The fleet's stop lever: stop every run and keep new ones
 
 StoreOption = Annotated[
     str | None,
-    typer.Option("--store", envvar=HISTORY_ENV, metavar="PATH|URL",
-                 help="The shared history store (mongodb://…) whose lever this is; without "
-                 "one, this user's $RSDRILL_HOME/fleet.sqlite."),
+    typer.Option("--store", envvar=[FLEET_ENV, HISTORY_ENV], metavar="PATH|URL",
+                 help="The fleet's store whose lever this is: kubernetes://NAMESPACE, or the "
+                 "shared history store (mongodb://…); without one, this user's "
+                 "$RSDRILL_HOME/fleet.sqlite."),
 ]  # fmt: skip
 
 
 def fleet_location(history: str | None) -> str:
-    """Where the lever and leases are: a shared history store, else this user's file."""
+    """Where the lever and leases are: RSDRILL_FLEET, a shared store named, else this user's
+    file."""
     from rsdrill.fleet.store import MONGODB_SCHEMES
 
+    if os.environ.get(FLEET_ENV):
+        return os.environ[FLEET_ENV]
     if history and history.startswith(MONGODB_SCHEMES):
         return history
     home = Path(os.environ.get("RSDRILL_HOME", Path.home() / ".rsdrill"))
@@ -48,15 +54,16 @@ def fleet_location(history: str | None) -> str:
 def open_fleet(location: str) -> tuple[FleetStore, bytes | None]:
     """The store and the fleet key; a shared store without a key, or a key that cannot be
     read, exits 2."""
+    from rsdrill.fleet.location import open_store
     from rsdrill.fleet.signing import KEY_ENV, FleetKeyError, fleet_key
-    from rsdrill.fleet.store import MONGODB_SCHEMES, FleetStoreError, open_store
+    from rsdrill.fleet.store import SHARED_SCHEMES, FleetStoreError
 
     try:
         key = fleet_key()
         store = open_store(location)
     except (FleetKeyError, FleetStoreError) as exc:
         exit_invalid(f"fleet: {exc}")
-    if key is None and location.startswith(MONGODB_SCHEMES):
+    if key is None and location.startswith(SHARED_SCHEMES):
         exit_invalid(f"fleet: the shared store {store.where} needs the fleet key ({KEY_ENV}): "
                      "without it anyone who can write to the store could stop or release "
                      "runs")  # fmt: skip

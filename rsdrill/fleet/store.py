@@ -18,6 +18,9 @@ from rsdrill.redact import redact_uri
 
 MONGODB_SCHEMES = ("mongodb://", "mongodb+srv://")
 SQLITE_SCHEME = "sqlite:///"
+KUBERNETES_SCHEME = "kubernetes://"
+SHARED_SCHEMES = (*MONGODB_SCHEMES, KUBERNETES_SCHEME)
+"""Stores other machines (or pods) share: each needs the fleet key."""
 DEFAULT_DATABASE = "rsdrill"
 STORE_TIMEOUT_MS = 5000
 # Concurrent runs on one machine wait for each other's write this long.
@@ -53,19 +56,6 @@ class FleetStore(Protocol):
 
     def drop_lease(self, cluster: str, token: str) -> None:
         """Remove the cluster's lease if it still has `token`."""
-
-
-def is_store_url(value: str) -> bool:
-    return value.startswith((*MONGODB_SCHEMES, SQLITE_SCHEME))
-
-
-def open_store(location: str | Path) -> FleetStore:
-    """The store at a `mongodb://` URI, a `sqlite:///path` URL or a plain file path."""
-    text = str(location)
-    if text.startswith(MONGODB_SCHEMES):
-        return MongoFleetStore(text)
-    # sqlite:///relative/path, sqlite:////absolute/path (as SQLAlchemy spells them)
-    return SqliteFleetStore(Path(text.removeprefix(SQLITE_SCHEME)))
 
 
 _SCHEMA = """

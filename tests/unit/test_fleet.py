@@ -17,8 +17,9 @@ import pytest
 from rsdrill.fleet import lever
 from rsdrill.fleet.gate import FleetGate
 from rsdrill.fleet.lease import ClusterLease, LeaseHeld
+from rsdrill.fleet.location import open_store
 from rsdrill.fleet.signing import genuine, signed
-from rsdrill.fleet.store import SqliteFleetStore, open_store
+from rsdrill.fleet.store import SqliteFleetStore
 
 pytestmark = pytest.mark.quick
 KEY = b"k" * 32

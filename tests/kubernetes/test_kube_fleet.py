@@ -1,0 +1,141 @@
+"""The fleet's store in a namespace of a real kube-apiserver (`RSDRILL_FLEET=kubernetes://NS`):
+the stop lever as a ConfigMap of signed events, moved by `rsdrill lever` and honoured by
+`rsdrill run`; each cluster's lease a coordination.k8s.io Lease that one of six racing runs
+takes (free, expired, released); an identity RBAC gives nothing is refused, exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from rsdrill.fleet.kubernetes import LEVER_CONFIGMAP, RECORD, KubeFleetStore, lease_name
+from rsdrill.fleet.lease import ClusterLease, LeaseHeld
+from tests.kubernetes.conftest import Kube
+
+KEY = "fleet-key-for-the-kube-tests-0123"
+CLUSTER = "10.0.0.1:27017,10.0.0.2:27017,10.0.0.3:27017"
+
+
+def _store(kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch) -> KubeFleetStore:
+    monkeypatch.setenv("KUBECONFIG", str(kube.admin))
+    return KubeFleetStore(f"kubernetes://{namespace}")
+
+
+def _cli(*args: str, kubeconfig: Path, namespace: str, tmp_path: Path,
+         key: str | None = KEY) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "RSDRILL_FLEET": f"kubernetes://{namespace}",
+           "RSDRILL_HOME": str(tmp_path / "home")}  # fmt: skip
+    for name in ("RSDRILL_HISTORY", "RSDRILL_FLEET_KEY", "RSDRILL_FLEET_KEY_FILE"):
+        env.pop(name, None)
+    if key is not None:
+        env["RSDRILL_FLEET_KEY"] = key
+    return subprocess.run([sys.executable, "-m", "rsdrill.cli", *args], capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+
+
+def test_the_lever_in_a_configmap_stops_runs_from_starting(kube: Kube, tmp_path: Path) -> None:
+    from kubernetes import client
+
+    namespace = kube.namespace("fleet-lever")
+    cli = {"kubeconfig": kube.admin, "namespace": namespace, "tmp_path": tmp_path}
+    engaged = _cli("lever", "engage", "--reason", "cluster upgrade", **cli)
+    assert engaged.returncode == 0, engaged.stderr
+    assert f"kubernetes://{namespace}" in engaged.stdout
+    status = _cli("lever", "status", **cli)
+    assert status.returncode == 5 and "cluster upgrade" in status.stdout, status.stdout
+    # A run under the lever does not start (nothing is built: the lever is read first).
+    experiment = tmp_path / "e.yaml"
+    experiment.write_text("name: lever-test\ntarget: {platform: sandbox, topology: rs1}\n"
+                          "faults:\n  - {at: 1s, kind: host-kill, select: primary, "
+                          "duration: 2s}\n")  # fmt: skip
+    refused = _cli("run", str(experiment), "--out", str(tmp_path / "out"), "--no-live", **cli)
+    assert refused.returncode == 5 and "not started" in refused.stderr, refused.stderr
+    assert not (tmp_path / "out" / "sandbox").exists()
+    # Someone who may write the ConfigMap but lacks the key cannot disengage it.
+    core = client.CoreV1Api(kube.api)
+    core.patch_namespaced_config_map(
+        LEVER_CONFIGMAP,
+        namespace,
+        {"data": {"99999999999999999999-forged": '{"engaged": false, "at": "9999-12-31"}'}},
+    )
+    status = _cli("lever", "status", **cli)
+    assert status.returncode == 5 and "1 newer record(s) not signed" in status.stdout
+    disengaged = _cli("lever", "disengage", **cli)
+    assert disengaged.returncode == 0, disengaged.stderr
+    assert _cli("lever", "status", **cli).returncode == 0
+    events = core.read_namespaced_config_map(LEVER_CONFIGMAP, namespace).data
+    assert len(events) == 3  # engage, the forged one, disengage: none overwritten
+    # Without the key, a shared store is refused.
+    keyless = _cli("lever", "status", key=None, **cli)
+    assert keyless.returncode == 2 and "RSDRILL_FLEET_KEY" in keyless.stderr
+
+
+def test_an_identity_rbac_gives_nothing_is_refused(kube: Kube, tmp_path: Path) -> None:
+    namespace = kube.namespace("fleet-denied")
+    denied = _cli("lever", "status", kubeconfig=kube.restricted, namespace=namespace,
+                  tmp_path=tmp_path)  # fmt: skip
+    assert denied.returncode == 2, denied.stdout + denied.stderr
+    assert "forbidden" in denied.stderr and "Traceback" not in denied.stderr
+    assert len(denied.stderr.strip().splitlines()) == 1
+
+
+def _race(store: KubeFleetStore, cluster: str, runs: int) -> tuple[list[ClusterLease], int]:
+    won: list[ClusterLease] = []
+    refused: list[str] = []
+    go = threading.Barrier(runs)
+
+    def contend(name: str) -> None:
+        lease = ClusterLease(store, KEY.encode(), cluster, name)
+        go.wait()
+        try:
+            lease.take()
+            won.append(lease)
+        except LeaseHeld:
+            refused.append(name)
+
+    threads = [threading.Thread(target=contend, args=(f"run{i}",)) for i in range(runs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return won, len(refused)
+
+
+@pytest.mark.parametrize("before", ["none", "expired", "released"])
+def test_runs_racing_for_a_cluster_get_one_kubernetes_lease(
+    kube: Kube, monkeypatch: pytest.MonkeyPatch, before: str
+) -> None:
+    from kubernetes import client
+
+    namespace = kube.namespace("fleet-lease")
+    store = _store(kube, namespace, monkeypatch)
+    key = KEY.encode()
+    for round_ in range(3):
+        cluster = f"{CLUSTER}/{round_}"
+        if before == "expired":
+            dead = ClusterLease(store, key, cluster, "dead", ttl_s=-1.0)
+            assert store.put_lease(cluster, dead._stamped(), replacing=None)
+        elif before == "released":
+            gone = ClusterLease(store, key, cluster, "gone")
+            gone.take()
+            gone.release()
+        won, refused = _race(store, cluster, 6)
+        assert len(won) == 1 and refused == 5, (round_, [w.record for w in won], refused)
+        lease = client.CoordinationV1Api(kube.api).read_namespaced_lease(
+            lease_name(cluster), namespace
+        )
+        assert lease.spec.holder_identity.startswith(f"{won[0].record['experiment']} on ")
+        assert won[0].record["token"] in lease.metadata.annotations[RECORD]
+        won[0].release()
+        assert store.lease(cluster) is None
+        assert (
+            client.CoordinationV1Api(kube.api)
+            .read_namespaced_lease(lease_name(cluster), namespace)
+            .spec.holder_identity
+            is None
+        )
