@@ -12,6 +12,9 @@ pushes only when the Secret has it. With `shared_history` the runs record into t
 shared store and honour its stop lever and leases: its URI and the fleet key come from the
 Secret (keys RSDRILL_HISTORY and RSDRILL_FLEET_KEY), each file must name its cluster
 (`target.cluster`), and the regression check looks at this job's clusters and runs only.
+With `fleet` (`kubernetes://NAMESPACE`) the lever and the leases are in that namespace: the
+job gets RSDRILL_FLEET, the fleet key from the Secret, and a Role there for what the store
+does (rsdrill.fleet.kubernetes).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class ScheduleOptions:
     fail_on_regression: bool = True
     metrics_push: str | None = None  # a Pushgateway URL, or ${VAR}: the Secret's key VAR
     shared_history: bool = False  # RSDRILL_HISTORY and RSDRILL_FLEET_KEY from the Secret
+    fleet: str | None = None  # kubernetes://NAMESPACE: the lever and leases there
     lease_wait_s: int = 1800  # shared_history: how long a run waits for its cluster
     extra_labels: Mapping[str, str] = field(default_factory=dict)
 
@@ -112,6 +116,7 @@ def render_schedule(
         raise ScheduleError("no experiment files")
     if options.metrics_push is not None:
         check_push_url(options.metrics_push, options.env_secret)
+    fleet_namespace = _fleet_namespace(options.fleet)
     names = [f.name for f in files]
     if len(set(names)) != len(names):
         raise ScheduleError(f"two files share a name: {', '.join(names)}")
@@ -136,6 +141,7 @@ def render_schedule(
     objects: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(options.name)},
         *rbac_objects(options.name, options.namespace, [f.experiment for f in files], meta),
+        *_fleet_role(options, fleet_namespace, meta),
         _pvc(options, meta),
         {
             "apiVersion": "v1",
@@ -146,6 +152,25 @@ def render_schedule(
         _cronjob(files, options, meta),
     ]
     return objects
+
+
+def _fleet_namespace(fleet: str | None) -> str | None:
+    if fleet is None:
+        return None
+    namespace = fleet.removeprefix(FLEET_SCHEME).strip("/")
+    if not fleet.startswith(FLEET_SCHEME) or not _NAME.match(namespace) or len(namespace) > 63:
+        raise ScheduleError(f"--fleet {fleet!r}: want kubernetes://NAMESPACE (a schedule's fleet "
+                            "is in the cluster it runs in)")  # fmt: skip
+    return namespace
+
+
+def _fleet_role(options: ScheduleOptions, namespace: str | None, meta: Any) -> list[dict[str, Any]]:
+    """What the runs need of the fleet's namespace, bound to the schedule's ServiceAccount."""
+    if namespace is None:
+        return []
+    name = f"{options.name}-fleet"
+    subjects = [{"kind": "ServiceAccount", "name": options.name, "namespace": options.namespace}]
+    return _bound_role("Role", name, meta(name, namespace), FLEET_RULES, subjects)
 
 
 def _meta_factory(options: ScheduleOptions) -> Any:
@@ -247,6 +272,19 @@ def _pvc(options: ScheduleOptions, meta: Any) -> dict[str, Any]:
 
 SHARED_ENV = ("RSDRILL_HISTORY", "RSDRILL_FLEET_KEY")
 """What a schedule with a shared history takes from the Secret (required, unlike the files')."""
+FLEET_SCHEME = "kubernetes://"
+# What rsdrill.fleet.kubernetes does in the fleet's namespace (a layer this one cannot import).
+FLEET_RULES = [
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+     "verbs": ["get", "create", "update"]},
+]  # fmt: skip
+
+
+def _required_env(options: ScheduleOptions) -> tuple[str, ...]:
+    if options.shared_history:
+        return SHARED_ENV
+    return ("RSDRILL_FLEET_KEY",) if options.fleet else ()
 
 
 def job_script(files: Sequence[ScheduledFile], options: ScheduleOptions) -> str:
@@ -257,9 +295,11 @@ def job_script(files: Sequence[ScheduledFile], options: ScheduleOptions) -> str:
     lines = ["set -u", "status=0", "stamp=$(date -u +%Y%m%d-%H%M%S)"]
     if options.shared_history:
         lines.append("started=$(date -u +%Y-%m-%dT%H:%M:%S)")
-        where = f" --lease-wait {options.lease_wait_s}"
+        where = ""
     else:
         where = f' --history "{DATA_DIR}/history.db"'
+    if options.shared_history or options.fleet:
+        where += f" --lease-wait {options.lease_wait_s}"
     push = _push_arguments(options.metrics_push)
     for f in files:
         stem = f.name.rsplit(".", 1)[0]
@@ -301,7 +341,7 @@ def _secret_names(files: Sequence[ScheduledFile], options: ScheduleOptions) -> l
 
 def _cronjob(files: Sequence[ScheduledFile], options: ScheduleOptions, meta: Any) -> dict[str, Any]:
     env_names = _secret_names(files, options)
-    required = SHARED_ENV if options.shared_history else ()
+    required = _required_env(options)
     env = [
         {
             "name": name,
@@ -319,7 +359,7 @@ def _cronjob(files: Sequence[ScheduledFile], options: ScheduleOptions, meta: Any
     # A run lasts its faults, observation and probes; a job that outlives all of them twice
     # over is stuck, and Forbid would then skip every later night.
     budget_s = sum(_run_budget_s(f.experiment) for f in files)
-    if options.shared_history:  # each run may wait that long for its cluster
+    if options.shared_history or options.fleet:  # each run may wait that long for its cluster
         budget_s += len(files) * options.lease_wait_s
     container: dict[str, Any] = {
         "name": "rsdrill",
@@ -336,6 +376,8 @@ def _cronjob(files: Sequence[ScheduledFile], options: ScheduleOptions, meta: Any
             "capabilities": {"drop": ["ALL"]},
         },
     }
+    if options.fleet:
+        env.insert(0, {"name": "RSDRILL_FLEET", "value": options.fleet})
     if env:
         container["env"] = env
     spec: dict[str, Any] = {

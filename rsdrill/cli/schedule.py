@@ -69,6 +69,15 @@ def render(
             "file names its cluster (target.cluster).",
         ),
     ] = False,
+    fleet: Annotated[
+        str | None,
+        typer.Option(
+            "--fleet",
+            metavar="kubernetes://NAMESPACE",
+            help="Keep the stop lever and the leases in this namespace (the job gets "
+            "RSDRILL_FLEET, RSDRILL_FLEET_KEY from the Secret, and a Role there).",
+        ),
+    ] = None,
     lease_wait: Annotated[
         int,
         typer.Option(
@@ -94,6 +103,7 @@ def render(
                               time_zone=time_zone, fail_on_regression=fail_on_regression,
                               metrics_push=metrics_push or None,
                               shared_history=shared_history, lease_wait_s=lease_wait,
+                              fleet=fleet,
                               image=image or ScheduleOptions.image)  # fmt: skip
     try:
         objects = render_schedule(scheduled, options)

@@ -15,6 +15,7 @@ import pytest
 
 from rsdrill.fleet.kubernetes import LEVER_CONFIGMAP, RECORD, KubeFleetStore, lease_name
 from rsdrill.fleet.lease import ClusterLease, LeaseHeld
+from rsdrill.fleet.store import FleetStoreError
 from tests.kubernetes.conftest import Kube
 
 KEY = "fleet-key-for-the-kube-tests-0123"
@@ -139,3 +140,61 @@ def test_runs_racing_for_a_cluster_get_one_kubernetes_lease(
             .spec.holder_identity
             is None
         )
+
+
+def test_a_schedule_s_account_may_use_the_fleet_namespace_and_no_more(
+    kube: Kube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rsdrill schedule render --fleet kubernetes://NS`, applied for real: the CronJob's
+    ServiceAccount can move the lever and take a lease in NS (the Role rendered is enough),
+    and nothing of the fleet's in another namespace."""
+    import yaml
+    from kubernetes import client
+    from typer.testing import CliRunner
+
+    from rsdrill.cli.app import app
+    from tests.kubernetes.cluster import server_side_apply
+    from tests.kubernetes.test_kube_manifests import _experiment_file
+
+    namespace, fleet = kube.namespace("schedule-fleet"), kube.namespace("fleet")
+    kill = {"at": "5s", "kind": "host-kill", "engine": "chaos-mesh", "duration": "20s"}
+    path = _experiment_file(tmp_path, namespace, [kill])
+    done = CliRunner().invoke(
+        app,
+        [
+            "schedule",
+            "render",
+            "--cron",
+            "@daily",
+            "--namespace",
+            namespace,
+            "--fleet",
+            f"kubernetes://{fleet}",
+            str(path),
+        ],
+    )
+    assert done.exit_code == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert server_side_apply(kube.api, docs, namespace, dry_run=False) == []
+    token = (
+        client.CoreV1Api(kube.api)
+        .create_namespaced_service_account_token(
+            "rsdrill-nightly", namespace, {"spec": {"expirationSeconds": 600}}
+        )
+        .status.token
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kube.cluster.kubeconfig(f"sa-{namespace}", token)))
+    key = KEY.encode()
+
+    from rsdrill.fleet import lever
+
+    store = KubeFleetStore(f"kubernetes://{fleet}")
+    lever.engage(store, key, "as the nightly account")
+    assert lever.state(store, key).engaged
+    lease = ClusterLease(store, key, CLUSTER, "nightly")
+    lease.take()
+    lease.release()
+    assert store.lease(CLUSTER) is None
+    elsewhere = KubeFleetStore(f"kubernetes://{namespace}")
+    with pytest.raises(FleetStoreError, match="forbidden"):
+        lever.engage(elsewhere, key, "not its namespace")

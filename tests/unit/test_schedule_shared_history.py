@@ -75,3 +75,28 @@ def test_a_file_that_does_not_name_its_cluster_is_refused(tmp_path: Path) -> Non
                               named(tmp_path, None))  # fmt: skip
     assert status == 2 and out == ""
     assert "unnamed.yaml: target.cluster: a schedule sharing its history names the cluster" in err
+
+
+def test_a_kubernetes_fleet_gets_its_namespace_key_and_role(tmp_path: Path) -> None:
+    status, out, err = render("--fleet", "kubernetes://chaos-fleet", named(tmp_path, None))
+    assert status == 0, err
+    job = container(out)
+    assert job["env"][0] == {"name": "RSDRILL_FLEET", "value": "kubernetes://chaos-fleet"}
+    key = next(e for e in job["env"] if e["name"] == "RSDRILL_FLEET_KEY")
+    assert key["valueFrom"]["secretKeyRef"]["optional"] is False
+    (role, binding) = [d for d in yaml.safe_load_all(out)
+                       if d and d["metadata"]["name"] == "rsdrill-nightly-fleet"]  # fmt: skip
+    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "chaos-fleet"
+    assert {r["resources"][0]: r["verbs"] for r in role["rules"]} == {
+        "configmaps": ["get", "create", "patch"], "leases": ["get", "create", "update"],
+    }  # fmt: skip
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rsdrill-nightly",
+                                    "namespace": "rsdrill"}]  # fmt: skip
+    (run, _) = (c.splitlines() for c in run_lines(job["command"][2], tmp_path / "sh", {}))
+    assert run[run.index("--lease-wait") + 1] == "1800"
+    assert run[run.index("--history") + 1] == "/var/lib/rsdrill/history.db"
+
+
+def test_a_fleet_elsewhere_than_a_namespace_is_refused(tmp_path: Path) -> None:
+    status, out, err = render("--fleet", "mongodb://db/fleet", named(tmp_path, None))
+    assert status == 2 and out == "" and "--fleet 'mongodb://db/fleet'" in err
