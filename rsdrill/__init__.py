@@ -93,6 +93,8 @@ def run(
     journal_dir: str | PathLike[str] | None = None,
     assume_yes: bool = False,
     plugins: Sequence[object] = (),
+    fleet: bool = True,
+    lease_wait_s: float = 0.0,
 ) -> Result:
     """Carry the experiment out and return its result; result.json, junit.xml, report.html
     and the others are written to `out`. Every fault is reverted whatever happens; the
@@ -101,10 +103,19 @@ def run(
     `journal_dir`: where the journal goes (default: ~/.rsdrill/journal, or
     $RSDRILL_HOME/journal); `assume_yes`: the allowlist guard's confirmation, given;
     `plugins`: objects or modules with `@rsdrill.hooks.hookimpl` functions that see this run's
-    events (those of the `rsdrill.plugins` entry points see them anyway).
+    events (those of the `rsdrill.plugins` entry points see them anyway); `fleet`: go through
+    the fleet's stop lever and the cluster's lease as `rsdrill run` does (the store as
+    RSDRILL_FLEET or RSDRILL_HISTORY say, else this user's file: docs/fleet.md), waiting up to
+    `lease_wait_s` for another run's cluster. Under an engaged lever the run does not start:
+    verdict aborted, exit code 5. A fleet store or key that cannot be had raises.
     """
+    import os
+
     from rsdrill.engine.options import RunOptions
     from rsdrill.engine.runner import run_experiment
+    from rsdrill.fleet.gate import open_gate
+
+    gate = open_gate(experiment, os.environ.get("RSDRILL_HISTORY"), lease_wait_s) if fleet else None
 
     options = RunOptions(
         out_dir=Path(out),
@@ -112,5 +123,10 @@ def run(
         journal_dir=None if journal_dir is None else Path(journal_dir),
         assume_yes=assume_yes,
         plugins=tuple(plugins),
+        gate=gate,
     )
-    return run_experiment(experiment, options)
+    try:
+        return run_experiment(experiment, options)
+    finally:
+        if gate is not None:
+            gate.store.close()

@@ -8,8 +8,11 @@ import threading
 import time
 from collections.abc import Sequence
 
+from rsdrill.errors import RsdrillError
+from rsdrill.experiment.schema import Experiment
 from rsdrill.fleet import lever
 from rsdrill.fleet.lease import ClusterLease
+from rsdrill.fleet.location import fleet_location, open_fleet
 from rsdrill.fleet.store import FleetStore, FleetStoreError
 
 POLL_S = 1.0
@@ -53,3 +56,32 @@ class FleetGate:
     def release(self) -> None:
         if self._lease is not None:
             self._lease.release()
+
+
+class StoreIsTarget(RsdrillError):
+    """The fleet's store is on the cluster the experiment breaks."""
+
+
+def open_gate(experiment: Experiment, history: str | None, lease_wait_s: float = 0.0) -> FleetGate:
+    """The gate of a run of `experiment` whose history is `history` (see
+    `rsdrill.fleet.location`). Raises FleetStoreError, FleetKeyError, or StoreIsTarget when
+    the store lives on a member of the target."""
+    store, key = open_fleet(fleet_location(history))
+    shared = set(store.hosts) & set(_target_hosts(experiment))
+    if shared:
+        on = ", ".join(sorted(shared))
+        raise StoreIsTarget(f"the store {store.where} is on the cluster under test ({on}): "
+                            "keep the history elsewhere")  # fmt: skip
+    return FleetGate(store, key, experiment.name, lease_wait_s=lease_wait_s)
+
+
+def _target_hosts(experiment: Experiment) -> list[str]:
+    """The seeds of the target's URI (none for a built sandbox, or one the check refuses)."""
+    from rsdrill.connection import SettingsError, parse_uri
+
+    if not experiment.target.uri:
+        return []
+    try:
+        return parse_uri(experiment.target.uri).seeds
+    except SettingsError:
+        return []

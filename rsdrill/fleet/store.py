@@ -57,6 +57,9 @@ class FleetStore(Protocol):
     def drop_lease(self, cluster: str, token: str) -> None:
         """Remove the cluster's lease if it still has `token`."""
 
+    def close(self) -> None:
+        """Let go of connections (nothing for a file)."""
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lever_event (
@@ -133,6 +136,9 @@ class SqliteFleetStore:
 
     def drop_lease(self, cluster: str, token: str) -> None:
         self._run("DELETE FROM lease WHERE cluster = ? AND token = ?", (cluster, token))
+
+    def close(self) -> None:
+        pass  # a connection per call
 
 
 class MongoFleetStore:

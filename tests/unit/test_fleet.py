@@ -143,3 +143,32 @@ def test_store_locations(tmp_path: Path) -> None:
     made = SqliteFleetStore(tmp_path / "new" / "fleet.sqlite")
     made.add_lever_event({"engaged": False, "at": "x"})
     assert (tmp_path / "new" / "fleet.sqlite").stat().st_mode & 0o077 == 0  # owner only
+
+
+def test_the_library_s_run_does_not_start_under_the_lever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rsdrill.run` (and so the pytest plugin's `rsdrill` fixture) honours the lever as
+    `rsdrill run` does: nothing built, verdict aborted, exit code 5; `fleet=False` opts out."""
+    import rsdrill
+    from rsdrill.experiment.loader import load_experiment_text
+    from rsdrill.fleet.location import FLEET_ENV, fleet_location
+
+    monkeypatch.setenv("RSDRILL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(FLEET_ENV, raising=False)
+    monkeypatch.delenv("RSDRILL_HISTORY", raising=False)
+    monkeypatch.delenv("RSDRILL_FLEET_KEY", raising=False)
+    lever.engage(open_store(fleet_location(None)), None, "library drill")
+    experiment = load_experiment_text(
+        "name: lib\ntarget: {platform: sandbox, topology: rs1}\n"
+        "faults:\n  - {at: 1s, kind: host-kill, select: primary, duration: 2s}\n",
+        "lib.yaml",
+    )
+    result = rsdrill.run(experiment, tmp_path / "out")
+    assert (result.verdict, result.exit_code) == ("aborted", 5)
+    assert result.error is not None and "library drill" in result.error
+    assert not (tmp_path / "out" / "sandbox").exists()
+    # A shared store named without the key is refused before anything.
+    monkeypatch.setenv(FLEET_ENV, "mongodb://127.0.0.1:1/fleet")
+    with pytest.raises(rsdrill.RsdrillError, match="needs the fleet key"):
+        rsdrill.run(experiment, tmp_path / "out2")
