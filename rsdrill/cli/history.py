@@ -31,6 +31,12 @@ DbOption = Annotated[
     typer.Option("--db", envvar="RSDRILL_HISTORY", metavar="PATH|URL",
                  help="The history: a SQLite file, or a shared store's mongodb:// URI."),
 ]  # fmt: skip
+KOption = Annotated[
+    float, typer.Option("--k", min=0, help="How many robust standard deviations make a regression.")
+]
+WindowOption = Annotated[
+    int, typer.Option("--window", min=1, help="How many previous runs form the baseline.")
+]
 
 
 @app.callback(invoke_without_command=True)
@@ -84,13 +90,8 @@ def history(
             "--fail-on-regression", help="Exit 1 when the newest run of any experiment regressed."
         ),
     ] = False,
-    k: Annotated[
-        float,
-        typer.Option("--k", min=0, help="How many robust standard deviations make a regression."),
-    ] = 3.0,
-    window: Annotated[
-        int, typer.Option("--window", min=1, help="How many previous runs form the baseline.")
-    ] = 10,
+    k: KOption = 3.0,
+    window: WindowOption = 10,
     output_format: Annotated[
         Literal["table", "openmetrics"],
         typer.Option(

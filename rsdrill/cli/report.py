@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from rsdrill.cli.errors import exit_invalid
-from rsdrill.cli.history import EXIT_STORE_ERROR, DbOption, metric_names
+from rsdrill.cli.history import EXIT_STORE_ERROR, DbOption, KOption, WindowOption, metric_names
 from rsdrill.cli.run import HISTORY_DB
 
 app = typer.Typer(help="Reports over many runs.", no_args_is_help=True)
@@ -28,13 +28,8 @@ def fleet(
     last: Annotated[
         int, typer.Option("--last", min=1, help="How many runs of each experiment to list.")
     ] = 10,
-    k: Annotated[
-        float,
-        typer.Option("--k", min=0, help="How many robust standard deviations make a regression."),
-    ] = 3.0,
-    window: Annotated[
-        int, typer.Option("--window", min=1, help="How many previous runs form the baseline.")
-    ] = 10,
+    k: KOption = 3.0,
+    window: WindowOption = 10,
 ) -> None:
     """One page with each cluster's last runs, verdicts and metric trends, the regressions of
     each experiment on each cluster flagged (a self-contained fleet.html: no script, nothing

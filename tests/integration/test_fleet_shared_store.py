@@ -10,9 +10,9 @@ import datetime as dt
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ from rsdrill.fleet.lease import ClusterLease, LeaseHeld
 from rsdrill.fleet.store import MongoFleetStore
 from rsdrill.runs import Run
 from tests.harness.ferretdb import FerretDB, ferretdb
+from tests.harness.leases import race
 from tests.unit.test_store import T0
 
 KEY = "fleet-key-for-tests-0123456789"
@@ -61,29 +62,6 @@ def test_lever_and_leases_as_documents(server: FerretDB) -> None:
         assert client["fleet_docs"]["lever_events"].count_documents({}) == 3
 
 
-def _race(uri: str, cluster: str, runs: int) -> tuple[list[ClusterLease], list[str]]:
-    """`runs` threads, each with a client of its own, take the cluster's lease at once."""
-    won: list[ClusterLease] = []
-    refused: list[str] = []
-    go = threading.Barrier(runs)
-
-    def contend(name: str) -> None:
-        lease = ClusterLease(MongoFleetStore(uri), KEY.encode(), cluster, name)
-        go.wait()
-        try:
-            lease.take()
-            won.append(lease)
-        except LeaseHeld:
-            refused.append(name)
-
-    threads = [threading.Thread(target=contend, args=(f"run{i}",)) for i in range(runs)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return won, refused
-
-
 @pytest.mark.parametrize("before", ["none", "expired", "released"])
 def test_runs_racing_for_a_cluster_get_one_lease(server: FerretDB, before: str) -> None:
     """Six runs at once for a cluster nobody holds, whose holder died (its lease expired) or
@@ -100,7 +78,8 @@ def test_runs_racing_for_a_cluster_get_one_lease(server: FerretDB, before: str) 
             gone = ClusterLease(store, key, cluster, "gone")
             gone.take()
             gone.release()
-        won, refused = _race(_uri(server, f"fleet_race_{before}"), cluster, 6)
+        won, refused = race(partial(MongoFleetStore, _uri(server, f"fleet_race_{before}")), key,
+                            cluster, 6)  # fmt: skip
         assert len(won) == 1 and len(refused) == 5, (round_, [w.record for w in won], refused)
         held = store.lease(cluster)
         assert held is not None and held["token"] == won[0].record["token"]

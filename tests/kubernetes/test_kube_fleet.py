@@ -8,14 +8,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from rsdrill.fleet.kubernetes import LEVER_CONFIGMAP, RECORD, KubeFleetStore, lease_name
-from rsdrill.fleet.lease import ClusterLease, LeaseHeld
+from rsdrill.fleet.lease import ClusterLease
 from rsdrill.fleet.store import FleetStoreError
+from tests.harness.leases import race
 from tests.kubernetes.conftest import Kube
 
 KEY = "fleet-key-for-the-kube-tests-0123"
@@ -85,28 +85,6 @@ def test_an_identity_rbac_gives_nothing_is_refused(kube: Kube, tmp_path: Path) -
     assert len(denied.stderr.strip().splitlines()) == 1
 
 
-def _race(store: KubeFleetStore, cluster: str, runs: int) -> tuple[list[ClusterLease], int]:
-    won: list[ClusterLease] = []
-    refused: list[str] = []
-    go = threading.Barrier(runs)
-
-    def contend(name: str) -> None:
-        lease = ClusterLease(store, KEY.encode(), cluster, name)
-        go.wait()
-        try:
-            lease.take()
-            won.append(lease)
-        except LeaseHeld:
-            refused.append(name)
-
-    threads = [threading.Thread(target=contend, args=(f"run{i}",)) for i in range(runs)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return won, len(refused)
-
-
 @pytest.mark.parametrize("before", ["none", "expired", "released"])
 def test_runs_racing_for_a_cluster_get_one_kubernetes_lease(
     kube: Kube, monkeypatch: pytest.MonkeyPatch, before: str
@@ -125,8 +103,8 @@ def test_runs_racing_for_a_cluster_get_one_kubernetes_lease(
             gone = ClusterLease(store, key, cluster, "gone")
             gone.take()
             gone.release()
-        won, refused = _race(store, cluster, 6)
-        assert len(won) == 1 and refused == 5, (round_, [w.record for w in won], refused)
+        won, refused = race(lambda: store, key, cluster, 6)
+        assert len(won) == 1 and len(refused) == 5, (round_, [w.record for w in won], refused)
         lease = client.CoordinationV1Api(kube.api).read_namespaced_lease(
             lease_name(cluster), namespace
         )
