@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
@@ -11,6 +12,7 @@ import typer
 from rsdrill.cli.errors import exit_invalid
 
 if TYPE_CHECKING:
+    from rsdrill.engine.options import RunGate
     from rsdrill.experiment.schema import Experiment
     from rsdrill.fleet.gate import FleetGate
     from rsdrill.fleet.store import FleetStore
@@ -20,6 +22,7 @@ HISTORY_ENV = "RSDRILL_HISTORY"
 FLEET_ENV = "RSDRILL_FLEET"
 T = TypeVar("T")
 EXIT_ENGAGED = 5  # as a run the lever stopped (rsdrill.engine.stop_watch.EXIT_STOPPED)
+EXIT_HELD = 3  # as a run refused by a guard (aborted)
 
 app = typer.Typer(help="The fleet's stop lever: stop every run and keep new ones from starting.",
                   no_args_is_help=True)  # fmt: skip
@@ -63,6 +66,26 @@ def fleet_gate(experiment: Experiment, history: str | None, lease_wait_s: float)
                    f"{now.describe()}", err=True)  # fmt: skip
         raise typer.Exit(EXIT_ENGAGED)
     return gate
+
+
+@contextmanager
+def holding(gate: RunGate | None) -> Iterator[None]:
+    """The run's cluster held from here (before `rsdrill run`'s check reaches it) to the end;
+    another run holding it past --lease-wait: its holder on stderr, exit 3, nothing done."""
+    from rsdrill.errors import GuardRefusal
+
+    if gate is None:
+        yield
+        return
+    try:
+        gate.hold()
+    except GuardRefusal as exc:
+        typer.echo(f"not started: {exc}", err=True)
+        raise typer.Exit(EXIT_HELD) from None
+    try:
+        yield
+    finally:
+        gate.release()
 
 
 def _on_lever(store: str | None, act: Callable[[FleetStore, bytes | None], T]) -> tuple[str, T]:

@@ -64,6 +64,7 @@ def replay(
     from pydantic import ValidationError
 
     from rsdrill.cli.check import refuse_unless_checked
+    from rsdrill.cli.fleet import holding
     from rsdrill.cli.run import default_out_dir, run_and_report, run_options
 
     if (timeline is None) == (from_result is None):
@@ -87,13 +88,14 @@ def replay(
         judged = ", ".join(f"{m} {c}" for m, c in experiment.slo.items())
         none = "the original run had no SLO: the replay reports its metrics only"
         typer.echo(f"judged by the original run's SLOs: {judged}" if judged else none)
-    refuse_unless_checked(experiment)
     out_dir = out or default_out_dir(experiment.name)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # What was replayed, as a file one can edit and replay again.
-    (out_dir / "timeline.yaml").write_text(plan.to_yaml())
     options = run_options(experiment, out_dir, live, [], yes, history)
-    run_and_report(experiment, options, None if no_history else history or str(HISTORY_DB))
+    with holding(options.gate):
+        refuse_unless_checked(experiment)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # What was replayed, as a file one can edit and replay again.
+        (out_dir / "timeline.yaml").write_text(plan.to_yaml())
+        run_and_report(experiment, options, None if no_history else history or str(HISTORY_DB))
 
 
 def _target(target_file: Path | None, topology: Topology | None) -> Target | None:

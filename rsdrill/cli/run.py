@@ -13,6 +13,7 @@ import typer
 
 from rsdrill.cli.check import refuse_unless_checked
 from rsdrill.cli.errors import SeedOption, exit_invalid, seeded
+from rsdrill.cli.fleet import holding
 from rsdrill.cli.interrupt import exit_on_interrupt
 
 if TYPE_CHECKING:
@@ -160,22 +161,23 @@ def run(
     experiment = seeded(experiment, seed)
     if notify:
         experiment = with_notifications(experiment, notify)
-    refuse_unless_checked(experiment)
     out_dir = out or default_out_dir(experiment.name)
     options = run_options(experiment, out_dir, live, abort_on or [], yes, history, lease_wait)
-    if interactive:
-        options.console = _game_day_console(experiment)
-    if metrics_file is not None or metrics_push is not None:
-        from rsdrill.report.openmetrics import MetricsExport, MetricsExportError, require_client
+    with holding(options.gate):  # a cluster another run is breaking is not even checked
+        refuse_unless_checked(experiment)
+        if interactive:
+            options.console = _game_day_console(experiment)
+        if metrics_file is not None or metrics_push is not None:
+            from rsdrill.report.openmetrics import MetricsExport, MetricsExportError, require_client
 
-        try:
-            require_client()  # asked for, so missing is bad input: before anything is run
-        except MetricsExportError as exc:
-            exit_invalid(str(exc))
-        options.plugins = (*options.plugins, MetricsExport(metrics_file, metrics_push))
-    if experiment.matrix is not None:
-        _run_matrix(experiment, options)
-    run_and_report(experiment, options, None if no_history else history or str(HISTORY_DB))
+            try:
+                require_client()  # asked for, so missing is bad input: before anything is run
+            except MetricsExportError as exc:
+                exit_invalid(str(exc))
+            options.plugins = (*options.plugins, MetricsExport(metrics_file, metrics_push))
+        if experiment.matrix is not None:
+            _run_matrix(experiment, options)
+        run_and_report(experiment, options, None if no_history else history or str(HISTORY_DB))
 
 
 def _game_day_console(experiment: Experiment) -> GameDayConsole:

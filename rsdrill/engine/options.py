@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -20,8 +20,9 @@ class RunGate(Protocol):
     def stopped(self) -> str | None:
         """Why no run may go on now, else None (cheap: called every quarter second)."""
 
-    def hold(self, members: Sequence[str]) -> None:
-        """Hold the cluster for this run; GuardRefusal when another run holds it."""
+    def hold(self) -> None:
+        """Hold the experiment's cluster for this run (done already: nothing); GuardRefusal
+        when another run holds it."""
 
     def release(self) -> None: ...
 

@@ -162,6 +162,10 @@ class Runner:
         try:
             self._phase("setup")
             self._check_gate()
+            if (
+                gate is not None
+            ):  # before anything reaches the cluster (rsdrill run: before its check)
+                gate.hold()
             target = make_target(self.exp, self.options.out_dir)
             resource = target.recover_action()
             if resource:
@@ -181,8 +185,6 @@ class Runner:
             if resource and target.keep:
                 # A kept target is the user's once built: only a half-built one is undone.
                 journal.write("released", key="resource:target")
-            if gate is not None:
-                gate.hold([*target.members, *(self._layout.routers if self._layout else ())])
             self._check_gate()
             self._phase("preflight")
             self._preflight(target)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Experiment
@@ -14,6 +13,7 @@ from rsdrill.fleet import lever
 from rsdrill.fleet.lease import ClusterLease
 from rsdrill.fleet.location import fleet_location, open_fleet
 from rsdrill.fleet.store import FleetStore, FleetStoreError
+from rsdrill.registry import member_source
 
 POLL_S = 1.0
 """How often a running experiment reads the lever (the issue's bound: 2 s)."""
@@ -21,8 +21,10 @@ POLL_S = 1.0
 
 class FleetGate:
     def __init__(self, store: FleetStore, key: bytes | None, experiment: str,
-                 lease_wait_s: float = 0.0, poll_s: float = POLL_S) -> None:  # fmt: skip
+                 cluster: str | None = None, lease_wait_s: float = 0.0,
+                 poll_s: float = POLL_S) -> None:  # fmt: skip
         self.store, self.key, self.experiment = store, key, experiment
+        self.cluster = cluster  # what the lease is on (None: nothing to hold)
         self.lease_wait_s, self.poll_s = lease_wait_s, poll_s
         self._lease: ClusterLease | None = None
         self._read_at = 0.0
@@ -47,15 +49,19 @@ class FleetGate:
                 return f"the fleet's stop lever is {self._state.describe()}"
         return None
 
-    def hold(self, members: Sequence[str]) -> None:
-        """Take the lease of the cluster these members (and routers) make up."""
-        cluster = ",".join(sorted(set(members)))
-        self._lease = ClusterLease(self.store, self.key, cluster, self.experiment)
-        self._lease.take(self.lease_wait_s)
+    def hold(self) -> None:
+        """Take the cluster's lease, waiting up to `lease_wait_s` (LeaseHeld when another run
+        keeps it); nothing when it is held already, or there is no cluster to hold."""
+        if self.cluster is None or self._lease is not None:
+            return
+        lease = ClusterLease(self.store, self.key, self.cluster, self.experiment)
+        lease.take(self.lease_wait_s)
+        self._lease = lease
 
     def release(self) -> None:
         if self._lease is not None:
             self._lease.release()
+            self._lease = None
 
 
 class StoreIsTarget(RsdrillError):
@@ -72,7 +78,22 @@ def open_gate(experiment: Experiment, history: str | None, lease_wait_s: float =
         on = ", ".join(sorted(shared))
         raise StoreIsTarget(f"the store {store.where} is on the cluster under test ({on}): "
                             "keep the history elsewhere")  # fmt: skip
-    return FleetGate(store, key, experiment.name, lease_wait_s=lease_wait_s)
+    return FleetGate(store, key, experiment.name, cluster_key(experiment),
+                     lease_wait_s=lease_wait_s)  # fmt: skip
+
+
+def cluster_key(experiment: Experiment) -> str | None:
+    """What a run's lease is on, known before anything reaches the cluster (a run waiting for
+    it must not touch a cluster another run is breaking): the cluster the experiment names
+    (`target.cluster`), else the hosts its URI and members list name. None for a cluster the
+    run builds itself: nobody else's run is on it."""
+    target = experiment.target
+    if member_source(target.platform) == "built":
+        return None
+    if target.cluster:
+        return target.cluster
+    hosts = {*_target_hosts(experiment), *(m.host for m in target.members)}
+    return ",".join(sorted(hosts)) or None
 
 
 def _target_hosts(experiment: Experiment) -> list[str]:

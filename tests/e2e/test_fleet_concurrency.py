@@ -88,20 +88,20 @@ def test_twenty_runs_on_four_sets_never_overlap_and_a_dead_holder_s_lease_expire
     began = time.time()
 
     # A run on another machine takes set 0 and dies holding it (its fault not yet due).
-    seeds0 = ",".join(sorted(m.host for m in sets[0].spec.members))
+    held_cluster = "staging-0"  # the cluster set 0's file names: its lease
     holder = subprocess.Popen(
         ["unshare", "--uts", "sh", "-c", 'hostname elsewhere && exec "$@"', "sh",
          *_run_args(_experiment(tmp_path, 0, sets[0], fault_at="60s"), tmp_path / "holder")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     try:
-        held = wait_until(lambda: store.lease(seeds0), 60, "the holder's lease")
+        held = wait_until(lambda: store.lease(held_cluster), 60, "the holder's lease")
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     assert held["host"] == "elsewhere"
     killed = time.time()
-    expires = store.lease(seeds0)["until"]  # as last renewed before the kill
+    expires = store.lease(held_cluster)["until"]  # as last renewed before the kill
 
     runs = []
     for n, sandbox in enumerate(sets):
@@ -137,8 +137,9 @@ def test_twenty_runs_on_four_sets_never_overlap_and_a_dead_holder_s_lease_expire
             assert end <= start, f"set {n}: two runs at once: {spans}"
         # Each run took the cluster's lease anew: a new generation each, none skipped (the
         # dead holder's was the first on set 0).
-        assert store.lease(seeds) is None  # the last run let go
-        assert store._newest(seeds)["gen"] == RUNS_PER_CLUSTER + int(n == 0)
+        leased = f"staging-{n}" if n % 2 == 0 else seeds  # named, or the hosts named
+        assert store.lease(leased) is None  # the last run let go
+        assert store._newest(leased)["gen"] == RUNS_PER_CLUSTER + int(n == 0)
         # The members' own account: every election after the holder died falls inside one of
         # this set's runs, and each run (its primary frozen) saw one.
         won = [e["t_wall"] for m in sandbox.spec.members

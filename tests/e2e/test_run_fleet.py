@@ -1,8 +1,8 @@
 """`rsdrill run` and `rsdrill soak` under the fleet's lever and leases, on a sandbox: the lever
 engaged by `rsdrill lever engage` while a fault is in force stops the run (the fault
 reverted, verdict aborted, exit 5), and a soak at its next run; a cluster another run holds
-refuses the run, naming the holder, with nothing injected; a shared store (FerretDB) gone by
-the run's end changes no verdict, and the run is pushed to it later, once."""
+refuses the run before its check reaches the cluster, naming the holder; a shared store
+(FerretDB) gone by the run's end changes no verdict, and the run is pushed to it later, once."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.engine.soak import soak
 from rsdrill.experiment.loader import load_experiment
 from rsdrill.fleet import lever
-from rsdrill.fleet.gate import FleetGate
+from rsdrill.fleet.gate import FleetGate, cluster_key
 from rsdrill.fleet.lease import ClusterLease
 from rsdrill.fleet.store import SqliteFleetStore
+from rsdrill.sandbox.cluster import EmulatorEngine, up
+from rsdrill.sandbox.config import Settings, build_topology
 from rsdrill.store import shared_history
 from tests.e2e.test_run_cli import _wait_for_text
 from tests.harness.ferretdb import ferretdb
@@ -92,24 +94,52 @@ def test_the_lever_stops_a_run_with_its_fault_in_force(
     assert again.returncode == 5 and "not started" in again.stderr, again.stdout + again.stderr
 
 
-def test_a_cluster_another_run_holds_is_refused_naming_it(
-    tmp_path: Path, free_port_base: Callable[[int], int]
+def test_a_cluster_another_run_holds_is_refused_naming_it_before_it_is_checked(
+    tmp_path: Path, free_port_base: Callable[[int], int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    base = free_port_base(3)
-    store = SqliteFleetStore(tmp_path / "home" / "fleet.sqlite")
-    members = ",".join(sorted(f"127.0.0.1:{base + i}" for i in range(3)))
-    holder = ClusterLease(store, None, members, "the nightly run")
-    holder.take()
+    """The lease is taken before `rsdrill run`'s check: a run must not even ask a cluster that
+    another run is breaking (its primary frozen here, so the check could not pass)."""
+    spec = build_topology("rs3", port_base=free_port_base(3), settings=Settings())
+    sandbox = up(tmp_path / "set", spec, EmulatorEngine())
     try:
-        out = tmp_path / "out"
-        done = _run(_cli("run", str(_experiment(tmp_path, base)), "--out", str(out),
-                         "--no-live", "--no-history"), tmp_path)  # fmt: skip
+        members = ", ".join(f"{{host: '{m.host}', start: 'false'}}" for m in spec.members)
+        seeds = ",".join(m.host for m in spec.members)
+        path = tmp_path / "local.yaml"
+        path.write_text(
+            "name: fleet-local\n"
+            f"target: {{platform: local, topology: rs3, uri: 'mongodb://{seeds}/?replicaSet=rs0', "
+            f"members: [{members}]}}\n"
+            "faults:\n  - {at: 1s, kind: host-freeze, select: secondary, duration: 2s}\n"
+        )
+        cluster = cluster_key(load_experiment(path))
+        assert cluster == ",".join(sorted(m.host for m in spec.members))
+        store = SqliteFleetStore(tmp_path / "home" / "fleet.sqlite")
+        holder = ClusterLease(store, None, cluster, "the nightly run")
+        holder.take()
+        frozen = [sandbox.pid(m) for m in spec.members]
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)  # the holder's fault
+        try:
+            out = tmp_path / "out"
+            env = {**_env(tmp_path), "RSDRILL_ALLOW": "rs0"}
+            done = subprocess.run(_cli("run", str(path), "--out", str(out), "--no-live",
+                                       "--no-history"), capture_output=True, text=True,
+                                  timeout=120, env=env)  # fmt: skip
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+            holder.release()
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert "held by another run: experiment 'the nightly run'" in done.stderr, done.stderr
+        assert "check failed" not in done.stderr and not (out / "result.json").exists()
+        # Let go, the same run goes ahead (and lets go at its end).
+        again = subprocess.run(_cli("run", str(path), "--out", str(out), "--no-live",
+                                    "--no-history"), capture_output=True, text=True,
+                               timeout=120, env=env)  # fmt: skip
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert store.lease(cluster) is None
     finally:
-        holder.release()
-    assert done.returncode == 3, done.stdout + done.stderr
-    assert "held by another run: experiment 'the nightly run'" in done.stdout, done.stdout
-    result = json.loads((out / "result.json").read_text())
-    assert result["verdict"] == "aborted" and result["faults"] == []
+        sandbox.down()
 
 
 def test_a_soak_stops_at_the_lever_and_does_not_start_under_it(tmp_path: Path) -> None:

@@ -172,3 +172,29 @@ def test_the_library_s_run_does_not_start_under_the_lever(
     monkeypatch.setenv(FLEET_ENV, "mongodb://127.0.0.1:1/fleet")
     with pytest.raises(rsdrill.RsdrillError, match="needs the fleet key"):
         rsdrill.run(experiment, tmp_path / "out2")
+
+
+def test_the_lease_is_on_what_the_file_names_before_anything_is_asked() -> None:
+    from rsdrill.experiment.loader import load_experiment_text
+    from rsdrill.fleet.gate import cluster_key
+
+    def key(target: str) -> str | None:
+        return cluster_key(load_experiment_text(
+            f"name: k\ntarget: {target}\nfaults:\n  - {{at: 1s, kind: host-kill, "
+            "select: primary, duration: 2s}\n", "k.yaml"))  # fmt: skip
+
+    assert key("{platform: sandbox, topology: rs3, cluster: named}") is None  # its own, new
+    assert (
+        key(
+            "{platform: local, topology: rs3, cluster: staging-eu, uri: 'mongodb://b:2,a:1/',"
+            " members: [{host: 'a:1', start: x}, {host: 'b:2', start: x}]}"
+        )
+        == "staging-eu"
+    )
+    assert (
+        key(
+            "{platform: local, topology: rs3, uri: 'mongodb://b:2,a:1/?replicaSet=rs0',"
+            " members: [{host: 'c:3', start: x}]}"
+        )
+        == "a:1,b:2,c:3"
+    )
