@@ -229,11 +229,28 @@ def shared_history(
     ]
 
 
+SQLITE_SCHEME = "sqlite:///"
+
+
+def sqlite_path(location: str | Path) -> Path:
+    """A SQLite history's file: a path, or a `sqlite:///relative` / `sqlite:////absolute` URL
+    (as SQLAlchemy spells them)."""
+    return Path(str(location).removeprefix(SQLITE_SCHEME))
+
+
 def read(location: str, experiment: str | None = None, cluster: str | None = None) -> list[Run]:
     """The runs of the history at `location`: a shared store's URI or a SQLite file."""
     if is_shared(location):
         return shared_history(location, experiment, cluster=cluster)
-    return history(Path(location), experiment, cluster=cluster)
+    return history(sqlite_path(location), experiment, cluster=cluster)
+
+
+def record_at(result: Result, out_dir: Path, location: str) -> None:
+    """Record `result` in the history at `location` (see `read`). Raises StoreError."""
+    if is_shared(location):
+        record_shared(result, out_dir, location)
+    else:
+        record(result, out_dir, sqlite_path(location))
 
 
 def _since(since: dt.datetime | dt.date) -> str:

@@ -192,10 +192,7 @@ def push(
         except (OSError, ValidationError) as exc:
             exit_invalid(f"{directory / 'result.json'}: {str(exc).splitlines()[0]}")
         try:
-            if store.is_shared(db):
-                store.record_shared(result, directory, db)
-            else:
-                store.record(result, directory, Path(db))
+            store.record_at(result, directory, db)
         except store.StoreError as exc:
             typer.echo(f"cannot record {directory}: {exc}", err=True)
             raise typer.Exit(EXIT_STORE_ERROR) from None

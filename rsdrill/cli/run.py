@@ -237,13 +237,10 @@ def run_and_report(
         typer.echo(f"measured on: {describe_server(result.target.server)}")
     typer.echo(f"report: {out_dir / 'report.html'}")
     if history is not None:
-        from rsdrill.store import StoreError, is_shared, record, record_shared
+        from rsdrill.store import StoreError, record_at
 
         try:
-            if is_shared(history):
-                record_shared(result, out_dir, history)
-            else:
-                record(result, out_dir, Path(history))
+            record_at(result, out_dir, history)
         except StoreError as exc:  # the verdict stands: a history problem must not change it
             typer.echo(f"history: not recorded: {exc} (the result is in {out_dir}: add it "
                        f"later with rsdrill history push {out_dir})", err=True)  # fmt: skip

@@ -303,6 +303,17 @@ def test_run_records_into_the_history(fake_run: Path, tmp_path: Path, db: Path) 
     )  # fmt: skip
 
 
+def test_a_sqlite_url_names_the_file(fake_run: Path, tmp_path: Path, db: Path) -> None:
+    """`--history sqlite:////abs/path` (as SQLAlchemy spells a URL) is that file."""
+    url = f"sqlite:///{db}"  # db is absolute: four slashes in all
+    code, _, _ = invoke("run", str(fake_run), "--out", str(tmp_path / "out"), "--no-live",
+                        "--history", url)  # fmt: skip
+    assert code == 0 and [r.experiment for r in store.history(db)] == ["rs3-primary-kill"]
+    code, out, _ = invoke("history", "--db", url)
+    assert code == 0 and out.startswith("rs3-primary-kill: 1 run")
+    assert not Path("sqlite:").exists()
+
+
 def test_run_no_history_records_nothing(fake_run: Path, tmp_path: Path, db: Path) -> None:
     args = ("run", str(fake_run), "--out", str(tmp_path / "out"), "--no-live")
     assert invoke(*args, "--history", str(db), "--no-history")[0] == 0
