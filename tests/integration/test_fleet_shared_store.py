@@ -25,7 +25,7 @@ from rsdrill.fleet.lease import ClusterLease, LeaseHeld
 from rsdrill.fleet.store import MongoFleetStore
 from rsdrill.runs import Run
 from tests.harness.ferretdb import FerretDB, ferretdb
-from tests.harness.leases import race
+from tests.harness.leases import Before, race_after
 from tests.unit.test_store import T0
 
 KEY = "fleet-key-for-tests-0123456789"
@@ -63,7 +63,7 @@ def test_lever_and_leases_as_documents(server: FerretDB) -> None:
 
 
 @pytest.mark.parametrize("before", ["none", "expired", "released"])
-def test_runs_racing_for_a_cluster_get_one_lease(server: FerretDB, before: str) -> None:
+def test_runs_racing_for_a_cluster_get_one_lease(server: FerretDB, before: Before) -> None:
     """Six runs at once for a cluster nobody holds, whose holder died (its lease expired) or
     whose holder let go: one wins, every round. FerretDB updates a document it found by a
     filter in a second step, so only an insert's unique _id can decide such a race."""
@@ -71,19 +71,8 @@ def test_runs_racing_for_a_cluster_get_one_lease(server: FerretDB, before: str) 
     key = KEY.encode()
     for round_ in range(5):
         cluster = f"{CLUSTER}/{round_}"
-        if before == "expired":
-            dead = ClusterLease(store, key, cluster, "dead", ttl_s=-1.0)
-            assert store.put_lease(cluster, dead._stamped(), replacing=None)
-        elif before == "released":
-            gone = ClusterLease(store, key, cluster, "gone")
-            gone.take()
-            gone.release()
-        won, refused = race(partial(MongoFleetStore, _uri(server, f"fleet_race_{before}")), key,
-                            cluster, 6)  # fmt: skip
-        assert len(won) == 1 and len(refused) == 5, (round_, [w.record for w in won], refused)
-        held = store.lease(cluster)
-        assert held is not None and held["token"] == won[0].record["token"]
-        won[0].release()
+        make = partial(MongoFleetStore, _uri(server, f"fleet_race_{before}"))
+        race_after(store, make, key, cluster, before).release()
         assert store.lease(cluster) is None
 
 

@@ -15,7 +15,7 @@ import pytest
 from rsdrill.fleet.kubernetes import LEVER_CONFIGMAP, RECORD, KubeFleetStore, lease_name
 from rsdrill.fleet.lease import ClusterLease
 from rsdrill.fleet.store import FleetStoreError
-from tests.harness.leases import race
+from tests.harness.leases import Before, race_after
 from tests.kubernetes.conftest import Kube
 
 KEY = "fleet-key-for-the-kube-tests-0123"
@@ -87,7 +87,7 @@ def test_an_identity_rbac_gives_nothing_is_refused(kube: Kube, tmp_path: Path) -
 
 @pytest.mark.parametrize("before", ["none", "expired", "released"])
 def test_runs_racing_for_a_cluster_get_one_kubernetes_lease(
-    kube: Kube, monkeypatch: pytest.MonkeyPatch, before: str
+    kube: Kube, monkeypatch: pytest.MonkeyPatch, before: Before
 ) -> None:
     from kubernetes import client
 
@@ -96,21 +96,13 @@ def test_runs_racing_for_a_cluster_get_one_kubernetes_lease(
     key = KEY.encode()
     for round_ in range(3):
         cluster = f"{CLUSTER}/{round_}"
-        if before == "expired":
-            dead = ClusterLease(store, key, cluster, "dead", ttl_s=-1.0)
-            assert store.put_lease(cluster, dead._stamped(), replacing=None)
-        elif before == "released":
-            gone = ClusterLease(store, key, cluster, "gone")
-            gone.take()
-            gone.release()
-        won, refused = race(lambda: store, key, cluster, 6)
-        assert len(won) == 1 and len(refused) == 5, (round_, [w.record for w in won], refused)
+        won = race_after(store, lambda: store, key, cluster, before)
         lease = client.CoordinationV1Api(kube.api).read_namespaced_lease(
             lease_name(cluster), namespace
         )
-        assert lease.spec.holder_identity.startswith(f"{won[0].record['experiment']} on ")
-        assert won[0].record["token"] in lease.metadata.annotations[RECORD]
-        won[0].release()
+        assert lease.spec.holder_identity.startswith(f"{won.record['experiment']} on ")
+        assert won.record["token"] in lease.metadata.annotations[RECORD]
+        won.release()
         assert store.lease(cluster) is None
         assert (
             client.CoordinationV1Api(kube.api)
