@@ -353,8 +353,10 @@ class Result(_Model):
     experiment: str
     verdict: Verdict
     exit_code: int
-    started_at: str = Field(description="wall-clock start, ISO 8601 UTC")
-    duration_s: float
+    started_at: str = Field(
+        description="wall-clock start, ISO 8601 UTC: before the setup and any lease wait"
+    )
+    duration_s: float = Field(description="from t0 (clock.t0_wall: the probes' start) to the end")
     target: TargetInfo
     faults: list[FaultResult] = Field(default_factory=list)
     metrics: Metrics = Field(default_factory=Metrics)
