@@ -114,8 +114,9 @@ def run(
     from rsdrill.engine.options import RunOptions
     from rsdrill.engine.runner import run_experiment
     from rsdrill.fleet.gate import open_gate
+    from rsdrill.fleet.location import HISTORY_ENV
 
-    gate = open_gate(experiment, os.environ.get("RSDRILL_HISTORY"), lease_wait_s) if fleet else None
+    gate = open_gate(experiment, os.environ.get(HISTORY_ENV), lease_wait_s) if fleet else None
 
     options = RunOptions(
         out_dir=Path(out),

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rsdrill.home import rsdrill_home
 from rsdrill.redact import redact_uri
 
 
 def journal_dir() -> Path:
-    return Path(os.environ.get("RSDRILL_HOME", Path.home() / ".rsdrill")) / "journal"
+    return rsdrill_home() / "journal"
 
 
 class Journal:

@@ -162,9 +162,7 @@ class Runner:
         try:
             self._phase("setup")
             self._check_gate()
-            if (
-                gate is not None
-            ):  # before anything reaches the cluster (rsdrill run: before its check)
+            if gate is not None:  # before anything reaches the cluster
                 gate.hold()
             target = make_target(self.exp, self.options.out_dir)
             resource = target.recover_action()

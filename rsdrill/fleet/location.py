@@ -20,6 +20,7 @@ from rsdrill.fleet.store import (
     MongoFleetStore,
     SqliteFleetStore,
 )
+from rsdrill.home import rsdrill_home
 from rsdrill.redact import redact_uri
 
 FLEET_ENV = "RSDRILL_FLEET"
@@ -32,8 +33,7 @@ def fleet_location(history: str | None) -> str:
         return os.environ[FLEET_ENV]
     if history and history.startswith(MONGODB_SCHEMES):
         return history
-    home = Path(os.environ.get("RSDRILL_HOME", Path.home() / ".rsdrill"))
-    return str(home / "fleet.sqlite")
+    return str(rsdrill_home() / "fleet.sqlite")
 
 
 def open_fleet(location: str) -> tuple[FleetStore, bytes | None]:

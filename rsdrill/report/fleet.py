@@ -65,7 +65,7 @@ def summarize(runs: Sequence[Run], found: Sequence[Regression]) -> list[ClusterS
         newest_ids = {run.id for run in newest.values()}
         regressed: dict[str, list[Regression]] = {}
         for g in found:
-            if g.run.id in newest_ids and g.run.cluster == cluster:
+            if g.run.id in newest_ids:  # run ids are unique: only this cluster's
                 regressed.setdefault(g.run.experiment, []).append(g)
         summaries.append(ClusterSummary(cluster, mine, newest, regressed))
     # What needs a look first: failing clusters, then regressed ones.
