@@ -1,21 +1,24 @@
-"""A real Kubernetes control plane for the tests: Debian's etcd and a kube-apiserver built from
-the Go module proxy (.ci/install-kube), on free loopback ports in a temporary directory.
+"""A real Kubernetes control plane for the tests: Debian's etcd, and kube-apiserver,
+kube-controller-manager and kube-scheduler built from the Go module proxy (.ci/install-kube), on
+free loopback ports in a temporary directory.
 
-No controller-manager, scheduler or kubelet runs: tests create the objects those would (pods
-bound to nodes, Node objects) and stand-in controllers set status where a test needs it. The
-API server's authentication (a token file), RBAC authorization, admission and CRD schema
-validation are the real ones.
+The API server's authentication (a token file), RBAC authorization, admission and CRD schema
+validation are the real ones; so are the controllers (StatefulSet, ReplicaSet, node lifecycle,
+garbage collection, service accounts, volume binding, ...) and the scheduler, each under its own
+identity and the bootstrap roles the API server gives it. No kubelet runs: the harness in
+tests/kubernetes/kubelet.py plays the nodes' heartbeats and their pods' containers.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +33,20 @@ START_TIMEOUT_S = 90.0
 
 ADMIN_TOKEN = "rsdrill-test-admin-token"
 RESTRICTED_TOKEN = "rsdrill-test-restricted-token"
+# The components' own users: the API server's bootstrap RBAC binds its roles to these names.
+COMPONENT_USERS = {
+    "kube-controller-manager": "system:kube-controller-manager",
+    "kube-scheduler": "system:kube-scheduler",
+}
 
 
 def install() -> Path:
     """The tools' directory; builds them once (.ci/install-kube), failing loudly if it can't."""
-    needed = [BIN / "kube-apiserver", BIN / "etcd", BIN / "kubelet-exec"]
+    exec_endpoint = BIN / "kubelet-exec"
+    needed = [BIN / "kube-apiserver", BIN / "etcd", exec_endpoint]
+    needed += [BIN / component for component in COMPONENT_USERS]
     source = REPO / "tests" / "kubernetes" / "kubelet_exec" / "main.go"
-    stale = needed[2].exists() and source.stat().st_mtime > needed[2].stat().st_mtime
+    stale = exec_endpoint.exists() and source.stat().st_mtime > exec_endpoint.stat().st_mtime
     if stale or not all(path.exists() for path in needed):
         done = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -104,9 +114,11 @@ def start_cluster(directory: Path) -> KubeCluster:
     certs.mkdir(parents=True)
     _openssl("genrsa", "-out", str(directory / "sa.key"), "2048")
     _openssl("rsa", "-in", str(directory / "sa.key"), "-pubout", "-out", str(directory / "sa.pub"))
+    tokens = {component: secrets.token_hex(16) for component in COMPONENT_USERS}
     (directory / "tokens.csv").write_text(
         f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
         f"{RESTRICTED_TOKEN},restricted,restricted-uid\n"
+        + "".join(f"{tokens[c]},{user},{c}-uid\n" for c, user in COMPONENT_USERS.items())
     )
     etcd_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
     # etcd's data on tmpfs when there is one: fsyncs on a shared disk slow every write.
@@ -163,10 +175,33 @@ def start_cluster(directory: Path) -> KubeCluster:
             )
         )
         _wait_ready(cluster, processes)
+        for component, user in COMPONENT_USERS.items():
+            kubeconfig = cluster.kubeconfig(user.replace(":", "-"), tokens[component])
+            flags = _component_flags(component, directory, kubeconfig)
+            processes.append(_spawn([str(bin_dir / component), *flags], logs / f"{component}.log"))
+        _wait_ready(cluster, processes, _controllers_acting)
     except BaseException:
         cluster.stop()
         raise
     return cluster
+
+
+def _component_flags(component: str, directory: Path, kubeconfig: Path) -> list[str]:
+    """A component's flags: its own kubeconfig, no leader election (one of each) and no
+    serving port; the controller-manager signs with the service-account key and gives each
+    controller its own ServiceAccount's credentials, as kubeadm sets it up."""
+    flags = [f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--secure-port=0"]
+    if component == "kube-controller-manager":
+        flags += [
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={directory / 'sa.key'}",
+            f"--root-ca-file={directory / 'certs' / 'apiserver.crt'}",
+            "--controllers=*",
+            # The volume controller's binding of a claim can lose a race with its own update
+            # of the volume; it tries again on its next pass: every 2 s, not 15 s, here.
+            "--pvclaimbinder-sync-period=2s",
+        ]
+    return flags
 
 
 def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -174,7 +209,29 @@ def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _wait_ready(cluster: KubeCluster, processes: list[subprocess.Popen[bytes]]) -> None:
+def _controllers_acting(cluster: KubeCluster) -> bool:
+    """The controller-manager's service-account controller has given `default` its account."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    api = api_client(cluster.kubeconfig("admin", ADMIN_TOKEN))
+    try:
+        client.CoreV1Api(api).read_namespaced_service_account("default", "default")
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    finally:
+        api.close()
+    return True
+
+
+def _wait_ready(
+    cluster: KubeCluster,
+    processes: list[subprocess.Popen[bytes]],
+    ready: Callable[[KubeCluster], bool] | None = None,
+) -> None:
+    """Until the API server answers /readyz (and then `ready`), every process still running."""
     import ssl
     import urllib.request
 
@@ -194,12 +251,13 @@ def _wait_ready(cluster: KubeCluster, processes: list[subprocess.Popen[bytes]]) 
                 raise RuntimeError(f"{process.args[0]} exited ({process.returncode}):\n{tails}")
         try:
             with urllib.request.urlopen(request, timeout=2, context=context) as answer:
-                if answer.status == 200:
+                if answer.status == 200 and (ready is None or ready(cluster)):
                     return
         except OSError as exc:
             last = str(exc)
         time.sleep(0.25)
-    raise RuntimeError(f"kube-apiserver not ready after {START_TIMEOUT_S:g}s: {last}")
+    what = "kube-apiserver" if ready is None else ready.__doc__
+    raise RuntimeError(f"not ready after {START_TIMEOUT_S:g}s ({what}): {last}")
 
 
 # -- client-side helpers for tests ---------------------------------------------------------------
@@ -275,12 +333,22 @@ def litmus_crds() -> list[Path]:
 
 
 def create_namespace(api: Any, name: str) -> None:
-    """A namespace with its `default` ServiceAccount (the controller-manager would add it)."""
+    """A namespace, once the controller-manager has given it its `default` ServiceAccount
+    (until then the API server's admission refuses its pods)."""
     from kubernetes import client
+    from kubernetes.client.rest import ApiException
 
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": name}})
-    core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            core.read_namespaced_service_account("default", name)
+            return
+        except ApiException as exc:
+            if exc.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
 
 
 def server_side_apply(

@@ -1,5 +1,7 @@
-"""A real kube-apiserver (and etcd) for the Kubernetes tests: started once per session on free
-loopback ports, with the Chaos Mesh and LitmusChaos CRDs applied; stopped at the end."""
+"""A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler) for the Kubernetes tests: started once per session on free loopback ports, with
+the Chaos Mesh and LitmusChaos CRDs applied and the nodes' heartbeats played; stopped at the
+end."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from tests.kubernetes.cluster import (
     litmus_crds,
     start_cluster,
 )
+from tests.kubernetes.kubelet import NodeHeartbeat
 
 _namespaces = itertools.count(1)
 
@@ -33,6 +36,7 @@ class Kube:
     admin: Path  # kubeconfig of a cluster admin
     restricted: Path  # kubeconfig of an identity RBAC grants nothing
     api: Any  # a kubernetes ApiClient as the admin
+    heartbeat: NodeHeartbeat  # every node's kubelet heartbeat (`lose(node)` to end one)
 
     def namespace(self, stem: str) -> str:
         """A fresh namespace (with its default ServiceAccount)."""
@@ -51,7 +55,11 @@ def kube() -> Iterator[Kube]:
         # BlockChaos is left out: tests install it where they need a cluster that has it.
         kinds = ("podchaos", "iochaos", "networkchaos", "timechaos", "stresschaos")
         apply_crds(api, chaos_mesh_crds(*kinds) + litmus_crds())
-        yield Kube(cluster, admin, cluster.kubeconfig("restricted", RESTRICTED_TOKEN), api)
+        heartbeat = NodeHeartbeat(api).start()
+        restricted = cluster.kubeconfig("restricted", RESTRICTED_TOKEN)
+        yield Kube(cluster, admin, restricted, api, heartbeat)
+        heartbeat.stop()
         api.close()
+        assert not heartbeat.errors, heartbeat.errors
     finally:
         cluster.stop()

@@ -1,4 +1,6 @@
-"""Stand-ins for the controllers that do not run on the test API server.
+"""Stand-ins for the chaos controllers that do not run on the test cluster (Kubernetes' own
+controller-manager and scheduler do: tests/kubernetes/cluster.py; the kubelet's part is
+tests/kubernetes/kubelet.py).
 
 Each is a thread polling the real API server and writing what the real controller would:
 - `ChaosMeshController`: on a new chaos object, adds Chaos Mesh's finalizer, "injects" into the
@@ -7,14 +9,6 @@ Each is a thread polling the real API server and writing what the real controlle
   the finalizer so the object goes away.
 - `LitmusOperator`: runs a ChaosEngine's experiment: engine status, a ChaosResult that goes
   Running → Completed with a verdict and probe statuses; pod-delete deletes the target pod.
-- `Kubelet`: finishes graceful deletions (no kubelet confirms them here) and, for pods bound to
-  sandbox members, kills the member when its pod goes and restarts it when the pod is
-  re-created; with `recreate_after_s` it also plays the StatefulSet controller and the
-  scheduler of a pod whose volume is on its node: it comes back there once the node is
-  schedulable.
-- `ContainerRuntime`: the kubelet's side of a pod whose container is a member process: its
-  container status (id, running, restartCount) published as the process changes, and a
-  container whose process exited started again (restartPolicy Always), the restart counted.
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 
 FINALIZER = "chaos-mesh/records"
 LITMUS_FINALIZER = "chaosengine.litmuschaos.io/finalizer"
@@ -31,19 +25,22 @@ CHAOS_KINDS = ("podchaos", "iochaos", "networkchaos", "blockchaos", "timechaos",
 TICK_S = 0.05
 
 
-def _now() -> str:
+def now() -> str:
+    """The time as the API's timestamps spell it (seconds)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class _Loop:
-    """A polling thread that stops when asked and keeps the first error it met."""
+class Loop:
+    """A polling thread (every `interval_s`) that stops when asked and keeps the errors it
+    met, one of each kind in a row."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, interval_s: float = TICK_S) -> None:
+        self._interval_s = interval_s
         self._stop = threading.Event()
         self.errors: list[BaseException] = []
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> _Loop:
+    def start(self) -> Self:
         self._thread.start()
         return self
 
@@ -52,7 +49,7 @@ class _Loop:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        while not self._stop.wait(TICK_S):
+        while not self._stop.wait(self._interval_s):
             try:
                 self.tick()
             except Exception as exc:  # the test reads `errors`; the loop keeps going
@@ -63,7 +60,7 @@ class _Loop:
         raise NotImplementedError
 
 
-class ChaosMeshController(_Loop):
+class ChaosMeshController(Loop):
     def __init__(self, api: Any, namespace: str) -> None:
         from kubernetes import client
 
@@ -144,7 +141,7 @@ class ChaosMeshController(_Loop):
                 "phase": "Injected",
                 "injectedCount": 1,
                 "recoveredCount": 0,
-                "events": [{"type": "Succeeded", "operation": "Apply", "timestamp": _now()}],
+                "events": [{"type": "Succeeded", "operation": "Apply", "timestamp": now()}],
             }
             for ns, pod in pods
         ]
@@ -165,7 +162,7 @@ class ChaosMeshController(_Loop):
         self._patch(plural, name, {"metadata": {"finalizers": finalizers or None}})
 
 
-class LitmusOperator(_Loop):
+class LitmusOperator(Loop):
     def __init__(self, api: Any, namespace: str, *, verdict: str = "Pass") -> None:
         from kubernetes import client
 
@@ -275,7 +272,7 @@ class LitmusOperator(_Loop):
                         "experimentPod": f"{name}-exp",
                         "status": status,
                         "verdict": verdict,
-                        "lastUpdateTime": _now(),
+                        "lastUpdateTime": now(),
                     }
                 ],
             }
@@ -289,125 +286,3 @@ class LitmusOperator(_Loop):
             experiment_status["probeSuccessPercentage"] = str(round(100 * passed / len(probes)))
         body = {"status": {"experimentStatus": experiment_status, "probeStatuses": probes}}
         self._call(self.custom.patch_namespaced_custom_object_status, "chaosresults", name, body)
-
-
-class Kubelet(_Loop):
-    """Confirms pod deletions; plays the StatefulSet controller for `recreate` pods, and binds
-    pods to sandbox members (`on_gone(pod)` when a pod goes, `on_back(pod)` once re-created)."""
-
-    def __init__(
-        self,
-        api: Any,
-        namespace: str,
-        *,
-        recreate_after_s: float | None = None,
-        on_gone: Callable[[str], None] | None = None,
-        on_back: Callable[[str], None] | None = None,
-    ) -> None:
-        from kubernetes import client
-
-        super().__init__("fake-kubelet")
-        self.core = client.CoreV1Api(api)
-        self.namespace = namespace
-        self.recreate_after_s = recreate_after_s
-        self.on_gone = on_gone
-        self.on_back = on_back
-        self.templates: dict[str, dict[str, Any]] = {}
-        self.uids: dict[str, str] = {}
-        self.gone_at: dict[str, float] = {}
-        self.absences: list[tuple[str, float]] = []  # (pod, seconds gone), once back
-
-    def _cordoned(self, node: str | None) -> bool:
-        from kubernetes.client.rest import ApiException
-
-        try:
-            return bool(node and self.core.read_node(node).spec.unschedulable)
-        except ApiException as exc:
-            if exc.status == 404:  # deleted (a drain that deletes its node): nowhere to go
-                return True
-            raise
-
-    def adopt(self, manifest: dict[str, Any], uid: str) -> None:
-        """Remember a pod (its manifest as created, and its uid) to watch and re-create."""
-        self.templates[manifest["metadata"]["name"]] = manifest
-        self.uids[manifest["metadata"]["name"]] = uid
-
-    def tick(self) -> None:
-        from kubernetes.client.rest import ApiException
-
-        present = {}
-        for pod in self.core.list_namespaced_pod(self.namespace).to_dict()["items"]:
-            meta = pod["metadata"]
-            if meta.get("deletion_timestamp"):
-                try:
-                    self.core.delete_namespaced_pod(
-                        meta["name"], self.namespace, grace_period_seconds=0
-                    )
-                except ApiException as exc:
-                    if exc.status != 404:  # gone meanwhile: nothing left to confirm
-                        raise
-                continue
-            present[meta["name"]] = meta["uid"]
-        for name, uid in list(self.uids.items()):
-            if present.get(name) != uid and name not in self.gone_at:
-                self.gone_at[name] = time.monotonic()
-                if self.on_gone:
-                    self.on_gone(name)
-        for name, since in list(self.gone_at.items()):
-            if self.recreate_after_s is None or time.monotonic() - since < self.recreate_after_s:
-                continue
-            if name not in present:
-                from tests.kubernetes.support import mark_running
-
-                if self._cordoned(self.templates[name]["spec"].get("nodeName")):
-                    continue  # its volume is on that node: the pod waits, Pending
-
-                created = self.core.create_namespaced_pod(self.namespace, self.templates[name])
-                mark_running(self.core.api_client, self.namespace, name)
-                present[name] = created.metadata.uid
-            self.uids[name] = present[name]
-            self.absences.append((name, time.monotonic() - since))
-            del self.gone_at[name]
-            if self.on_back:
-                self.on_back(name)
-
-
-class ContainerRuntime(_Loop):
-    """Pods whose one container is a process here (`running(pod)`: its pid, None once it has
-    exited): publishes each pod's container status when its process changes (a containerID
-    of its own per process), and starts an exited container again (`restart(pod)`), counting
-    the restart in `restartCount` as the kubelet does."""
-
-    def __init__(
-        self,
-        api: Any,
-        namespace: str,
-        pods: list[str],
-        *,
-        running: Callable[[str], int | None],
-        restart: Callable[[str], None],
-    ) -> None:
-        from kubernetes import client
-
-        super().__init__("fake-container-runtime")
-        self.core = client.CoreV1Api(api)
-        self.namespace = namespace
-        self.running = running
-        self.restart = restart
-        self.restarts = dict.fromkeys(pods, 0)
-        self.published: dict[str, int] = {}  # pod → the process its status names
-
-    def tick(self) -> None:
-        from tests.kubernetes.support import mark_running
-
-        for pod in self.restarts:
-            pid = self.running(pod)
-            if pid is None:
-                self.restart(pod)
-                self.restarts[pod] += 1
-                pid = self.running(pod)
-            if pid is not None and self.published.get(pod) != pid:
-                mark_running(self.core.api_client, self.namespace, pod,
-                             restarts=self.restarts[pod],
-                             container_id=f"containerd://{pid:064x}")  # fmt: skip
-                self.published[pod] = pid

@@ -22,13 +22,116 @@ CHAOS_PLURALS = ("podchaos", "iochaos", "networkchaos", "blockchaos", "timechaos
 
 
 def make_node(api: Any, name: str, zone: str | None = None) -> None:
-    """A node; in `zone` (its well-known topology label) when given."""
+    """A node, registered and Ready as its kubelet reports it (the kube fixture's heartbeat
+    keeps it so); in `zone` (its well-known topology label) when given."""
     from kubernetes import client
+
+    from tests.kubernetes.kubelet import report_ready
 
     labels = {"kubernetes.io/hostname": name}
     if zone is not None:
         labels["topology.kubernetes.io/zone"] = zone
     client.CoreV1Api(api).create_node({"metadata": {"name": name, "labels": labels}})
+    report_ready(api, name)
+
+
+STORAGE_CLASS = "rsdrill-local"
+
+
+def make_statefulset(
+    api: Any,
+    namespace: str,
+    nodes: list[str],
+    name: str = "mongo",
+    limits: dict[str, str] | None = None,
+) -> list[str]:
+    """A StatefulSet `name` of one mongod pod per node (its container with these resource
+    `limits`, if any), as a set on local volumes is deployed:
+    pod i's claim is bound beforehand to a local PersistentVolume on nodes[i], so the real
+    scheduler puts the pod there, and the real StatefulSet controller's replacement of a
+    deleted pod goes back there (Pending while that node is cordoned); a headless Service names
+    the members. Returns the pods' names; the pods are created by the controller."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core = client.CoreV1Api(api)
+    try:
+        client.StorageV1Api(api).create_storage_class({
+            "metadata": {"name": STORAGE_CLASS},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        })  # fmt: skip
+    except ApiException as exc:
+        if exc.status != 409:  # another test's set made it
+            raise
+    pods = [f"{name}-{i}" for i in range(len(nodes))]
+    storage = {"requests": {"storage": "1Gi"}}
+    for pod, node in zip(pods, nodes, strict=True):
+        core.create_persistent_volume({
+            "metadata": {"name": f"{namespace}-{pod}"},
+            "spec": {
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": STORAGE_CLASS,
+                "persistentVolumeReclaimPolicy": "Retain",
+                # Reserved for its pod's claim, as a volume bound by hand is.
+                "claimRef": {"namespace": namespace, "name": f"data-{pod}"},
+                "local": {"path": f"/var/lib/mongo/{namespace}/{pod}"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+            },
+        })  # fmt: skip
+    for pod in pods:
+        core.create_namespaced_persistent_volume_claim(namespace, {
+            "metadata": {"name": f"data-{pod}"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                     "volumeName": f"{namespace}-{pod}", "resources": storage},
+        })  # fmt: skip
+    core.create_namespaced_service(namespace, {
+        "metadata": {"name": name},
+        "spec": {"clusterIP": "None", "selector": {"app": name},
+                 "ports": [{"name": "mongodb", "port": 27017}]},
+    })  # fmt: skip
+    client.AppsV1Api(api).create_namespaced_stateful_set(namespace, {
+        "metadata": {"name": name},
+        "spec": {
+            "serviceName": name,
+            "replicas": len(nodes),
+            # Every member must run for the set to form: all pods at once, as database
+            # charts deploy a replica set.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{
+                    "name": "mongod", "image": "mongo:7.0",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data/db"}],
+                    **({"resources": {"limits": limits}} if limits else {}),
+                }]},
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                         "resources": storage},
+            }],
+        },
+    })  # fmt: skip
+    return pods
+
+
+def wait_running(api: Any, namespace: str, pods: list[str], timeout_s: float = 60.0) -> None:
+    """Until every pod in `pods` runs (scheduled, and started by the harness's kubelet)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        phases = {p.metadata.name: p.status.phase
+                  for p in core.list_namespaced_pod(namespace).items}  # fmt: skip
+        if all(phases.get(pod) == "Running" for pod in pods):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pods not running after {timeout_s:g}s: {phases}")
+        time.sleep(0.1)
 
 
 def pod_manifest(
@@ -182,8 +285,9 @@ def experiment(
     )
 
 
-def member(namespace: str, i: int) -> str:
-    return f"mongo-{i}.mongo.{namespace}.svc:27017"
+def member(namespace: str, i: int, name: str = "mongo") -> str:
+    """Member `i` of the StatefulSet `name`, by its pod's DNS name."""
+    return f"{name}-{i}.{name}.{namespace}.svc:27017"
 
 
 def rsdrill_objects(api: Any, namespace: str) -> list[tuple[str, str]]:

@@ -1,9 +1,9 @@
-"""Whole `rsdrill run`s of the Kubernetes experiment files, measured end to end: the pods on the
-real API server are bound to sandbox members (a pod's deletion kills its member; the StatefulSet
-stand-in re-creates the pod and the member restarts), and the Chaos Mesh and Litmus stand-ins
-carry out the chaos objects rsdrill creates. Only the target section is swapped for the
-harness's (connection string, kubeconfig, pod map); probes and SLOs are the file's, and faults
-too unless a test shortens them."""
+"""Whole `rsdrill run`s of the Kubernetes experiment files, measured end to end: the pods of a
+real StatefulSet are bound to sandbox members (a pod's deletion kills its member; the real
+StatefulSet controller re-creates the pod, the real scheduler places it, and the member
+restarts), and the Chaos Mesh and Litmus stand-ins carry out the chaos objects rsdrill creates.
+Only the target section is swapped for the harness's (connection string, kubeconfig, pod map);
+probes and SLOs are the file's, and faults too unless a test shortens them."""
 
 from __future__ import annotations
 
@@ -28,22 +28,22 @@ from rsdrill.sandbox.config import Settings, build_topology
 from tests.harness.processes import kill_after_line, python_named
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.controllers import (
-    ChaosMeshController,
-    ContainerRuntime,
-    Kubelet,
-    LitmusOperator,
-)
+from tests.kubernetes.controllers import ChaosMeshController, LitmusOperator
+from tests.kubernetes.kubelet import ContainerRuntime, Kubelet
 from tests.kubernetes.support import (
     install_litmus_experiment,
     make_node,
     make_pod,
+    make_statefulset,
     node_agent,
     rsdrill_objects,
+    wait_running,
 )
 
 EXPERIMENT = REPO / "experiments" / "k8s-rs3-pod-kill.yaml"
 LITMUS_EXPERIMENT = REPO / "experiments" / "k8s-rs3-litmus-pod-delete.yaml"
+RS1_EXPERIMENT = REPO / "experiments" / "k8s-rs1-pod-kill.yaml"
+DRAIN_EXPERIMENT = REPO / "experiments" / "k8s-rs3-node-drain.yaml"
 
 
 @dataclass
@@ -75,40 +75,46 @@ class BoundSet:
 def bound_set(
     kube: Kube, tmp_path: Path, free_port_base: Callable[[int], int], request: Any
 ) -> Iterator[BoundSet]:
-    """The set, its pods on one node; with a parameter (each member's zone), a node per
-    member labelled with its zone."""
-    zones: list[str] | None = getattr(request, "param", None)
+    """The set as a real StatefulSet's pods, each on its own node with its local volume. The
+    parameter, if any: `zones` (each member's; its node labelled with it), `topology` (rs3)."""
+    param: dict[str, Any] = getattr(request, "param", {})
+    zones: list[str] | None = param.get("zones")
+    topology = param.get("topology", "rs3")
     spec = build_topology(
-        "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=2000)
+        topology,
+        port_base=free_port_base(3),
+        settings=Settings(election_timeout_ms=2000),
     )
     sandbox = up(tmp_path / "set", spec, EmulatorEngine())
     namespace = kube.namespace("e2e")
-    nodes = [f"{namespace}-node" + (f"-{i}" if zones else "") for i in range(3)]
-    for node, zone in dict(zip(nodes, zones or [None] * 3, strict=True)).items():
+    nodes = [f"{namespace}-node-{i}" for i in range(len(spec.members))]
+    for node, zone in zip(nodes, zones or [None] * len(nodes), strict=True):
         make_node(kube.api, node, zone)
     pods = {m.host: f"mongo-{m.id}" for m in spec.members}
-    on_node = dict(zip(pods.values(), nodes, strict=True))
     by_pod = {pod: spec.member(host) for host, pod in pods.items()}
+    # In zones, each pod and node its own address (a zone's isolation keeps its own).
+    addresses = {pod: {"pod_ip": f"10.1.0.{i + 1}", "host_ip": f"10.2.0.{i + 1}"}
+                 for i, pod in enumerate(by_pod)} if zones else {}  # fmt: skip
+
+    def start(pod: str) -> None:
+        if sandbox.pid(by_pod[pod]) is None:  # the members run before their pods are made
+            sandbox.start(by_pod[pod])
+
     kubelet = Kubelet(
-        kube.api,
-        namespace,
-        recreate_after_s=3.0,
-        on_gone=lambda pod: sandbox.kill(by_pod[pod]),
-        on_back=lambda pod: sandbox.start(by_pod[pod]),
-    )
-    for i, pod in enumerate(pods.values()):
-        # In zones, each pod and node its own address (a zone's isolation keeps its own).
-        addresses = {"pod_ip": f"10.1.0.{i + 1}", "host_ip": f"10.2.0.{i + 1}"} if zones else {}
-        kubelet.adopt(*make_pod(kube.api, namespace, pod, on_node[pod], **addresses))
+        kube.api, namespace, on_start=start, on_stop=lambda pod: sandbox.kill(by_pod[pod]),
+        addresses=addresses,
+    )  # fmt: skip
     mesh = ChaosMeshController(kube.api, namespace)
     loops = [kubelet.start(), mesh.start()]
     try:
+        assert make_statefulset(kube.api, namespace, nodes) == list(by_pod)
+        wait_running(kube.api, namespace, list(by_pod))
         yield BoundSet(sandbox, namespace, pods, kubelet, mesh)
     finally:
         for loop in loops:
             loop.stop()
         sandbox.down(grace_s=2.0)
-    assert not kubelet.errors and not mesh.errors
+    assert not kubelet.errors and not mesh.errors, kubelet.errors + mesh.errors
 
 
 @pytest.fixture
@@ -180,8 +186,72 @@ def test_pod_kill_run_measures_a_failover(kube: Kube, bound_set: BoundSet, tmp_p
     assert rsdrill_objects(kube.api, namespace) == []
 
 
+def _file_run(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path, source: Path, **fault: Any
+) -> dict[str, Any]:
+    """`rsdrill run` of the experiment file `source` on the bound set, its one fault changed by
+    `fault` and its observation after the revert 3 s: result.json, once it passed."""
+    [written] = yaml.safe_load(source.read_text())["faults"]
+    path = bound_set.experiment(
+        kube, tmp_path, source, faults=[{**written, **fault}], observe={"after_revert": "3s"}
+    )
+    run = _run(path, tmp_path / "out", tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    result: dict[str, Any] = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["verdict"] == "pass" and result["metrics"]["lost_acknowledged_writes"] == 0
+    assert rsdrill_objects(kube.api, bound_set.namespace) == []
+    return result
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("bound_set", [["east", "east", "west"]], indirect=True)
+@pytest.mark.parametrize("bound_set", [{"topology": "rs1"}], indirect=True)
+def test_rs1_pod_kill_lasts_until_the_statefulset_has_the_pod_back(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """experiments/k8s-rs1-pod-kill.yaml (its fault at 2 s, kept 5 s): Chaos Mesh kills the
+    only member's pod; writes stop until the real StatefulSet controller has re-created the
+    pod, the real scheduler has put it on its volume's node and the member is primary again:
+    the write gap covers the pod's absence, within the file's SLO."""
+    result = _file_run(kube, bound_set, tmp_path, RS1_EXPERIMENT, at="2s", duration="5s")
+    [(pod, absent_s)] = bound_set.kubelet.absences
+    gap = result["metrics"]["write_unavailable_s"]
+    print(f"pod {pod} absent {absent_s:.2f}s; write gap {gap:.2f}s")
+    assert pod == "mongo-0" and gap is not None and absent_s <= gap <= 120, (absent_s, gap)
+
+
+@pytest.mark.slow
+def test_node_drain_fails_over_and_the_pod_waits_for_its_volumes_node(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """experiments/k8s-rs3-node-drain.yaml (its fault at 2 s, kept 4 s): the primary's node is
+    drained through the eviction API and its Node deleted; the set fails over within the
+    file's SLO. The real StatefulSet controller re-creates the pod at once and the real
+    scheduler leaves it Pending: its local volume is on the node that is gone."""
+    from kubernetes import client
+
+    result = _file_run(kube, bound_set, tmp_path, DRAIN_EXPERIMENT, at="2s", duration="4s")
+    [fault] = result["faults"]
+    pod = bound_set.pods[fault["target"]]
+    node = f"{bound_set.namespace}-node-{pod.rsplit('-', 1)[1]}"
+    assert f"drain node {node}" in fault["detail"]["plan"], fault["detail"]
+    failover = result["metrics"]["failover_s"]
+    print(f"failover {failover}s, write gap {result['metrics']['write_unavailable_s']}s")
+    assert failover is not None and 0 < failover <= 12.7
+    core = client.CoreV1Api(kube.api)
+    assert node not in {n.metadata.name for n in core.list_node().items}
+    replacement = core.read_namespaced_pod(pod, bound_set.namespace)
+    assert replacement.status.phase == "Pending" and not replacement.spec.node_name
+    [scheduled] = [c for c in replacement.status.conditions if c.type == "PodScheduled"]
+    assert scheduled.reason == "Unschedulable", scheduled
+    volume = core.read_persistent_volume(f"{bound_set.namespace}-{pod}")
+    [term] = volume.spec.node_affinity.required.node_selector_terms
+    assert term.match_expressions[0].values == [node]  # where the pod's data is
+    assert pod not in bound_set.kubelet.running
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bound_set", [{"zones": ["east", "east", "west"]}], indirect=True)
 def test_a_zone_is_the_zone_label_of_its_members_nodes(
     kube: Kube, bound_set: BoundSet, tmp_path: Path
 ) -> None:
@@ -203,13 +273,13 @@ def test_a_zone_is_the_zone_label_of_its_members_nodes(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bound_set", [["east", "east", "west"]], indirect=True)
+@pytest.mark.parametrize("bound_set", [{"zones": ["east", "east", "west"]}], indirect=True)
 def test_a_zone_killed_stays_down_until_its_nodes_are_uncordoned(
     kube: Kube, bound_set: BoundSet, tmp_path: Path
 ) -> None:
     """zone-outage way kill drains the west member's node and keeps it cordoned: its pod, whose
-    volume is on that node, comes back only once the outage is reverted (6 s), not when its
-    StatefulSet re-creates it (3 s)."""
+    volume is on that node, is re-created by its StatefulSet at once but stays Pending, and
+    comes back only once the outage is reverted (6 s)."""
     from kubernetes import client
 
     kill = [{"at": "2s", "kind": "zone-outage", "way": "kill", "select": {"zone": "west"},
@@ -225,7 +295,7 @@ def test_a_zone_killed_stays_down_until_its_nodes_are_uncordoned(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bound_set", [["east", "east", "west"]], indirect=True)
+@pytest.mark.parametrize("bound_set", [{"zones": ["east", "east", "west"]}], indirect=True)
 def test_a_zone_isolated_drops_everything_outside_its_pods_and_nodes(
     kube: Kube, bound_set: BoundSet, tmp_path: Path
 ) -> None:

@@ -32,14 +32,17 @@ from rsdrill.platforms.stress import MAX_STRESS_WORKERS
 from tests.harness.injectors import pod_injector
 from tests.kubernetes.cluster import apply_crds, chaos_mesh_crds
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
+from tests.kubernetes.controllers import ChaosMeshController, LitmusOperator
+from tests.kubernetes.kubelet import Kubelet
 from tests.kubernetes.support import (
     experiment,
     install_litmus_experiment,
     make_node,
     make_pod,
+    make_statefulset,
     member,
     rsdrill_objects,
+    wait_running,
 )
 
 LITMUS_EXPERIMENTS = ("pod-delete", "node-drain", "disk-fill")
@@ -55,10 +58,11 @@ LITMUS_NETWORK_ENV = {
     "pod-network-duplication": (*_NETWORK_ENV, "NETWORK_PACKET_DUPLICATION_PERCENTAGE"),
     "pod-network-corruption": (*_NETWORK_ENV, "NETWORK_PACKET_CORRUPTION_PERCENTAGE"),
 }
-# The mongod containers of mongo-0 and mongo-1 have these limits (a StressChaos is sized from
-# them); mongo-2's has none. mongo-3 and mongo-4 make a five-member set for partition shapes.
+# The StatefulSet mongo's five pods (a five-member set for partition shapes) have these limits
+# on their mongod containers (a StressChaos is sized from them); the one pod of the StatefulSet
+# UNLIMITED has none.
 LIMITS = {"cpu": "1500m", "memory": "512Mi"}
-LIMITED = ("mongo-0", "mongo-1")
+UNLIMITED = "plain"
 PODS = 5
 
 
@@ -89,13 +93,9 @@ class Env:
 def env(kube: Kube) -> Iterator[Env]:
     namespace = kube.namespace("engines")
     nodes = [f"{namespace}-node-{i}" for i in range(PODS)]
-    kubelet = Kubelet(kube.api, namespace, recreate_after_s=0.3)
-    for i, node in enumerate(nodes):
+    for node in nodes:
         make_node(kube.api, node)
-        name = f"mongo-{i}"
-        limits = LIMITS if name in LIMITED else None
-        manifest, uid = make_pod(kube.api, namespace, name, node, limits)
-        kubelet.adopt(manifest, uid)
+    kubelet = Kubelet(kube.api, namespace)
     for name in LITMUS_EXPERIMENTS:
         install_litmus_experiment(kube.api, namespace, name)
     for name, variables in LITMUS_NETWORK_ENV.items():
@@ -103,7 +103,10 @@ def env(kube: Kube) -> Iterator[Env]:
     chaos_mesh = ChaosMeshController(kube.api, namespace)
     litmus = LitmusOperator(kube.api, namespace)
     loops = [chaos_mesh.start(), litmus.start(), kubelet.start()]
-    yield Env(kube, namespace, nodes, chaos_mesh, kubelet)  # type: ignore[arg-type]
+    pods = make_statefulset(kube.api, namespace, nodes, limits=LIMITS)
+    pods += make_statefulset(kube.api, namespace, nodes[:1], name=UNLIMITED)
+    wait_running(kube.api, namespace, pods)
+    yield Env(kube, namespace, nodes, chaos_mesh, kubelet)
     for loop in loops:
         loop.stop()
     for loop in loops:
@@ -116,11 +119,14 @@ def _round_trip(
     tmp: Path,
     host_index: int = 0,
     members: int = 3,
+    set_name: str = "mongo",
     **platform: Any,
 ) -> tuple[Any, list[tuple[str, str]]]:
-    """Inject, verify, revert; the injector and what existed while the fault was in force."""
+    """Inject, verify, revert (on member `host_index` of the StatefulSet `set_name`); the
+    injector and what existed while the fault was in force."""
     target = env.target([fault], tmp, members, **platform)
-    injector = pod_injector(target, target.faults[0], member(env.namespace, host_index))
+    host = member(env.namespace, host_index, set_name)
+    injector = pod_injector(target, target.faults[0], host)
     action = injector.revert_action()
     injector.inject()
     assert injector.verify(5.0), injector.describe()
@@ -146,8 +152,8 @@ def test_chaos_mesh_pod_kill_round_trip(env: Env, tmp_path: Path) -> None:
     spec = _spec_of(env, "PodChaos")
     assert spec["action"] == "pod-kill"
     assert spec["selector"] == {"pods": {env.namespace: ["mongo-0"]}}
-    # The stand-in controller killed the pod as Chaos Mesh does; the StatefulSet stand-in
-    # brought it back under a new uid.
+    # The stand-in controller killed the pod as Chaos Mesh does; the real StatefulSet
+    # controller brought it back under a new uid.
     assert env.chaos_mesh.seen
     _wait(lambda: _uid(env, "mongo-0") not in (None, uid_before))
 
@@ -363,28 +369,28 @@ def test_time_and_stress_chaos_round_trips(env: Env, tmp_path: Path) -> None:
     """clock-skew as a TimeChaos, cpu-starve and memory-pressure as StressChaos sized from the
     container's limits, each as the API server stored it (its CRD's defaults filled in)."""
     cases = [
-        (0, {"kind": "clock-skew", "clock_offset": -90.5}, "TimeChaos",
+        ("mongo", {"kind": "clock-skew", "clock_offset": -90.5}, "TimeChaos",
          {"timeOffset": "-90500ms", "clockIds": ["CLOCK_REALTIME"], "containerNames": ["mongod"]}),
         # 1500m counts as 2 CPUs, each shared with 3 workers: a busy mongod thread keeps 1/4.
-        (0, {"kind": "cpu-starve", "cpu_share": 0.25}, "StressChaos",
+        ("mongo", {"kind": "cpu-starve", "cpu_share": 0.25}, "StressChaos",
          {"stressors": {"cpu": {"workers": 6, "load": 100}}, "containerNames": ["mongod"]}),
         # No CPU limit: one CPU's worth, 19 workers for the default 5 %.
-        (2, {"kind": "cpu-starve"}, "StressChaos",
+        (UNLIMITED, {"kind": "cpu-starve"}, "StressChaos",
          {"stressors": {"cpu": {"workers": 19, "load": 100}}}),
         # 512Mi less 64 MiB; oomScoreAdj is the CRD's default, filled in by the API server.
-        (1, {"kind": "memory-pressure", "memory_limit_mb": 64}, "StressChaos",
+        ("mongo", {"kind": "memory-pressure", "memory_limit_mb": 64}, "StressChaos",
          {"stressors": {"memory": {"workers": 1, "size": f"{448 * MIB}B", "oomScoreAdj": 0}}}),
     ]  # fmt: skip
-    for host, extra, kind, expected in cases:
+    for set_name, extra, kind, expected in cases:
         fault = {"at": "1s", "duration": "30s", **extra}
-        injector, during = _round_trip(env, fault, tmp_path, host_index=host)
+        injector, during = _round_trip(env, fault, tmp_path, set_name=set_name)
         assert [k for k, _ in during] == [kind], extra
         spec = _spec_of(env, kind)
         assert {k: spec.get(k) for k in expected} == expected, extra
-        assert spec["selector"] == {"pods": {env.namespace: [f"mongo-{host}"]}}, extra
+        assert spec["selector"] == {"pods": {env.namespace: [f"{set_name}-0"]}}, extra
         assert spec["mode"] == "all" and spec["duration"] == "150s", extra
-        assert kind in injector.describe() and f"on pod mongo-{host}" in injector.describe()
-    assert injector.describe().endswith("(memory workers 1 size 469762048B) on pod mongo-1")
+        assert kind in injector.describe() and f"on pod {set_name}-0" in injector.describe()
+    assert injector.describe().endswith("(memory workers 1 size 469762048B) on pod mongo-0")
 
 
 def test_stress_workers_stop_at_stress_ng_s_bound_which_the_crd_enforces(
@@ -421,17 +427,18 @@ def test_memory_pressure_needs_a_memory_limit_above_what_the_member_keeps(
     """Without a limit the stress would press the node's memory, not the member's: refused
     when the injector is made, naming the member and pod; nothing is created."""
     cases = [
-        (2, {}, "the container has no memory limit: stress would press the node's memory, not "
-         "the member's (set resources.limits.memory)"),
-        (0, {"memory_limit_mb": 512}, "memory_limit_mb 512 is not below the container's "
+        (UNLIMITED, {}, "the container has no memory limit: stress would press the node's "
+         "memory, not the member's (set resources.limits.memory)"),
+        ("mongo", {"memory_limit_mb": 512}, "memory_limit_mb 512 is not below the container's "
          "memory limit (512 MiB): nothing to take"),
     ]  # fmt: skip
-    for host, extra, said in cases:
+    for set_name, extra, said in cases:
         fault = {"at": "1s", "duration": "30s", "kind": "memory-pressure", **extra}
         target = env.target([fault], tmp_path)
+        host = member(env.namespace, 0, set_name)
         with pytest.raises(InjectionError) as refused:
-            pod_injector(target, target.faults[0], member(env.namespace, host))
-        where = f"{member(env.namespace, host)} (pod {env.namespace}/mongo-{host})"
+            pod_injector(target, target.faults[0], host)
+        where = f"{host} (pod {env.namespace}/{set_name}-0)"
         assert str(refused.value) == f"memory-pressure of {where}: {said}"
     assert rsdrill_objects(env.kube.api, env.namespace) == []
 
@@ -652,19 +659,32 @@ def test_litmus_experiment_missing_is_named(env: Env, tmp_path: Path) -> None:
 
 
 def test_chaos_mesh_reports_nothing_selected(env: Env, tmp_path: Path) -> None:
+    from kubernetes import client
+
     freeze = {"at": "1s", "kind": "host-freeze", "engine": "chaos-mesh", "duration": "5s"}
-    target = env.target([freeze], tmp_path)
-    injector = pod_injector(target, target.faults[0], member(env.namespace, 0))
-    # The pod goes between the lookup and the injection: Chaos Mesh selects nothing.
-    env.core().delete_namespaced_pod("mongo-0", env.namespace, grace_period_seconds=0)
-    injector.inject()
+    target = env.target([freeze], tmp_path, members=PODS)
+    injector = pod_injector(target, target.faults[0], member(env.namespace, PODS - 1))
+    # The pod goes between the lookup and the injection (its StatefulSet scaled down; a pod
+    # merely deleted would be re-created at once): Chaos Mesh selects nothing.
+    apps = client.AppsV1Api(env.kube.api)
+    apps.patch_namespaced_stateful_set_scale(
+        "mongo", env.namespace, {"spec": {"replicas": PODS - 1}}
+    )
+    last = f"mongo-{PODS - 1}"
     try:
-        with pytest.raises(InjectionError, match="selected no pod"):
-            injector.verify(2.0)
+        _wait(lambda: _uid(env, last) is None)
+        injector.inject()
+        try:
+            with pytest.raises(InjectionError, match="selected no pod"):
+                injector.verify(2.0)
+        finally:
+            injector.revert()
     finally:
-        injector.revert()
+        apps.patch_namespaced_stateful_set_scale(
+            "mongo", env.namespace, {"spec": {"replicas": PODS}}
+        )
     assert rsdrill_objects(env.kube.api, env.namespace) == []
-    _wait(lambda: _uid(env, "mongo-0") is not None)
+    _wait(lambda: _uid(env, last) is not None)
 
 
 def test_member_without_pod_is_refused(env: Env, tmp_path: Path) -> None:

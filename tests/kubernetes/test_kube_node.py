@@ -15,13 +15,15 @@ from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
 from rsdrill.platforms.kubernetes.target import make_target
 from tests.harness.injectors import pod_injector
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.controllers import Kubelet
+from tests.kubernetes.kubelet import Kubelet
 from tests.kubernetes.support import experiment, make_node, make_pod, member
 
 NODE_KILL = {"at": "1s", "kind": "host-kill", "scope": "node", "duration": "5s"}
 
 
-def _setup(kube: Kube, stem: str) -> tuple[str, str, Any]:
+def _setup(kube: Kube, stem: str, disruptions: int) -> tuple[str, str, Any]:
+    """Two pods on a node, and a PodDisruptionBudget over them that allows `disruptions` (0 to
+    2) evictions at once, once the real disruption controller has computed it."""
     from kubernetes import client
 
     namespace = kube.namespace(stem)
@@ -34,38 +36,26 @@ def _setup(kube: Kube, stem: str) -> tuple[str, str, Any]:
         namespace,
         {
             "metadata": {"name": "mongo"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "mongo"}}},
+            "spec": {
+                "minAvailable": 2 - disruptions,
+                "selector": {"matchLabels": {"app": "mongo"}},
+            },
         },
     )
+    deadline = time.monotonic() + 30
+    while True:
+        status = policy.read_namespaced_pod_disruption_budget("mongo", namespace).status
+        if status.expected_pods == 2 and status.disruptions_allowed == disruptions:
+            break
+        assert time.monotonic() < deadline, f"the disruption controller wrote {status}"
+        time.sleep(0.05)
     return namespace, node, client.CoreV1Api(kube.api)
-
-
-def _allow_disruptions(kube: Kube, namespace: str, allowed: int) -> None:
-    """What the disruption controller would write: the budget processed, `allowed` to go."""
-    from kubernetes import client
-
-    policy = client.PolicyV1Api(kube.api)
-    pdb = policy.read_namespaced_pod_disruption_budget("mongo", namespace)
-    policy.patch_namespaced_pod_disruption_budget_status(
-        "mongo",
-        namespace,
-        {
-            "status": {
-                "observedGeneration": pdb.metadata.generation,
-                "disruptionsAllowed": allowed,
-                "currentHealthy": 2,
-                "desiredHealthy": 1,
-                "expectedPods": 2,
-            }
-        },
-    )
 
 
 def test_a_blocking_budget_refuses_the_drain_and_the_node_is_uncordoned(
     kube: Kube, tmp_path: Path
 ) -> None:
-    namespace, node, core = _setup(kube, "pdb-block")
-    _allow_disruptions(kube, namespace, 0)
+    namespace, node, core = _setup(kube, "pdb-block", 0)
     target = make_target(experiment(kube.admin, namespace, [NODE_KILL], wait="2s"), tmp_path)
     target.preflight()
     injector = pod_injector(target, target.faults[0], member(namespace, 0))
@@ -93,8 +83,7 @@ def test_a_blocking_budget_refuses_the_drain_and_the_node_is_uncordoned(
 
 
 def test_drain_evicts_then_deletes_the_node(kube: Kube, tmp_path: Path) -> None:
-    namespace, node, core = _setup(kube, "pdb-allow")
-    _allow_disruptions(kube, namespace, 2)
+    namespace, node, core = _setup(kube, "pdb-allow", 2)
     kubelet = Kubelet(kube.api, namespace).start()  # confirms the graceful deletions
     try:
         target = make_target(experiment(kube.admin, namespace, [NODE_KILL]), tmp_path)
@@ -111,8 +100,7 @@ def test_drain_evicts_then_deletes_the_node(kube: Kube, tmp_path: Path) -> None:
 
 
 def test_drain_only_keeps_the_node_cordoned_until_revert(kube: Kube, tmp_path: Path) -> None:
-    namespace, node, core = _setup(kube, "drain-only")
-    _allow_disruptions(kube, namespace, 2)
+    namespace, node, core = _setup(kube, "drain-only", 2)
     fault = {**NODE_KILL, "kubernetes": {"delete_node": False, "grace_period": "0s"}}
     target = make_target(experiment(kube.admin, namespace, [fault]), tmp_path)
     injector = pod_injector(target, target.faults[0], member(namespace, 1))

@@ -16,7 +16,8 @@ from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube
 from rsdrill.platforms.kubernetes.target import make_target
 from tests.harness.injectors import pod_injector
 from tests.kubernetes.conftest import Kube as KubeFixture
-from tests.kubernetes.controllers import ChaosMeshController, Kubelet, LitmusOperator
+from tests.kubernetes.controllers import ChaosMeshController, LitmusOperator
+from tests.kubernetes.kubelet import Kubelet
 from tests.kubernetes.manifests_support import NODE_RBAC, RBAC, every_fault
 from tests.kubernetes.support import (
     experiment,
@@ -172,9 +173,8 @@ def test_service_account_round_trip(
     """A Chaos Mesh fault and a node drain carried out with the ServiceAccount's token."""
     node = f"{namespace}-drain"
     make_node(kube.api, node)
-    kubelet = Kubelet(kube.api, namespace, recreate_after_s=None)
-    manifest, uid = make_pod(kube.api, namespace, "mongo-3", node)
-    kubelet.adopt(manifest, uid)
+    kubelet = Kubelet(kube.api, namespace)
+    make_pod(kube.api, namespace, "mongo-3", node)
     mesh = ChaosMeshController(kube.api, namespace)
     loops = [mesh.start(), kubelet.start()]
     try:
@@ -194,7 +194,7 @@ def test_service_account_round_trip(
             assert injector.verify(5.0)
             injector.revert()
         assert rsdrill_objects(kube.api, namespace) == []
-        assert kubelet.gone_at.get("mongo-3") is not None  # evicted with its node
+        assert "mongo-3" in kubelet.stopped_at  # evicted with its node
     finally:
         for loop in loops:
             loop.stop()

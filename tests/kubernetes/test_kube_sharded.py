@@ -1,13 +1,13 @@
 """A sharded cluster rsdrill did not build, on the real API server: every member of the
-existing_cluster fixture (config servers, two rs3 shards) is a pod of a StatefulSet-like set and
-each router a pod of a Deployment-like one, all named in an explicit pod map. The bindings are
-test_kube_e2e's: a pod's deletion kills its process, the controller stand-in re-creates the pod
-and the process starts again. `rsdrill run` finds the cluster from the routers' URI, and its
-faults act on pods only (Chaos Mesh's PodChaos, or a pod deleted natively)."""
+existing_cluster fixture (config servers, two rs3 shards) is a pod of a real StatefulSet and each
+router a pod of a real Deployment, all named in an explicit pod map. The bindings are
+test_kube_e2e's: a pod's deletion kills its process, the real StatefulSet or ReplicaSet
+controller re-creates the pod and the process starts again. `rsdrill run` finds the cluster
+from the routers' URI, and its faults act on pods only (Chaos Mesh's PodChaos, or a pod deleted
+natively)."""
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 import sys
 import time
@@ -33,29 +33,13 @@ from tests.harness.injectors import pod_injector
 from tests.harness.members import wait_until
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.controllers import ChaosMeshController, Kubelet
-from tests.kubernetes.support import make_node, make_pod, mark_running, rsdrill_objects
+from tests.kubernetes.controllers import ChaosMeshController
+from tests.kubernetes.kubelet import Kubelet
+from tests.kubernetes.support import make_node, make_statefulset, rsdrill_objects, wait_running
 
 PROBES = {"availability": {"interval": "20ms", "timeout": "250ms", "retries": True}}
 SHARD1_PRIMARY = {"shard": "shard1", "role": "primary"}
-RECREATE_AFTER_S = 1.5  # the controller stand-in re-creates a deleted pod this long after
-
-
-def _router_manifest(name: str, node: str, template_hash: str) -> dict[str, Any]:
-    """A mongos pod as a Deployment's ReplicaSet leaves it (no stable DNS name: mapped
-    explicitly), bound to `node`."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": {"app": "mongos", "pod-template-hash": template_hash},
-        },
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": "mongos", "image": "mongo:7.0"}],
-        },
-    }
+ROUTERS = "mongos"  # the routers' Deployment
 
 
 @dataclass
@@ -69,8 +53,9 @@ class BoundCluster:
     pods: dict[str, str]  # host:port (member or router) → pod
     kubelet: Kubelet
     mesh: ChaosMeshController
-    gone: list[str]  # pods whose process the kubelet stand-in killed, in order
-    back: list[str]  # pods re-created, their process started again
+    gone: list[str]  # pods whose process the harness's kubelet stopped, in order
+    back: list[str]  # pods (re-)created since, their process started again
+    router_of: dict[str, str]  # each router pod now → the router it runs
 
     def spec(self, kube: Kube, faults: list[dict[str, Any]], **changes: Any) -> dict[str, Any]:
         target = {
@@ -96,8 +81,6 @@ class BoundCluster:
 
 @pytest.fixture
 def bound_cluster(kube: Kube, existing_cluster: Path) -> Iterator[BoundCluster]:
-    from kubernetes import client
-
     namespace = kube.namespace("sharded")
     node = f"{namespace}-node"
     make_node(kube.api, node)
@@ -109,51 +92,69 @@ def bound_cluster(kube: Kube, existing_cluster: Path) -> Iterator[BoundCluster]:
     for name, hosts in sets.items():
         stem = "cfg" if name == CONFIG_SET else name
         pods.update({host: f"{stem}-{i}" for i, host in enumerate(hosts)})
-    template_hash = secrets.token_hex(5)[:9]
-    pods.update({host: f"mongos-{template_hash}-{secrets.token_hex(3)[:5]}" for host in routers})
     by_pod = {pod: host for host, pod in pods.items()}
     set_dirs = {host: sharded.spec.set_dir(directory, name)
                 for name, hosts in sets.items() for host in hosts}  # fmt: skip
+    router_of: dict[str, str] = {}  # a router's pod → the router it runs (pods come and go)
     gone: list[str] = []
     back: list[str] = []
 
-    def on_gone(pod: str) -> None:
-        host = by_pod[pod]
+    def on_stop(pod: str) -> None:
         gone.append(pod)
-        if host in routers:
-            sharded.kill_router(host)
+        if pod in router_of:
+            sharded.kill_router(router_of.pop(pod))
         else:
-            member_set = Sandbox(set_dirs[host])
-            member_set.kill(member_set.spec.member(host))
+            member_set = Sandbox(set_dirs[by_pod[pod]])
+            member_set.kill(member_set.spec.member(by_pod[pod]))
 
-    def on_back(pod: str) -> None:
-        host = by_pod[pod]
-        if host in routers:
-            sharded.restart_router(host)
+    def on_start(pod: str) -> None:
+        if pod.startswith(f"{ROUTERS}-"):  # a new pod of the Deployment runs a router none runs
+            router_of[pod] = next(r for r in routers if r not in router_of.values())
+            sharded.restart_router(router_of[pod])  # (the routers run before their pods)
         else:
-            member_set = Sandbox(set_dirs[host])
-            member_set.start(member_set.spec.member(host))
+            member_set = Sandbox(set_dirs[by_pod[pod]])
+            if member_set.pid(member := member_set.spec.member(by_pod[pod])) is None:
+                member_set.start(member)
         back.append(pod)
 
-    kubelet = Kubelet(kube.api, namespace, recreate_after_s=RECREATE_AFTER_S,
-                      on_gone=on_gone, on_back=on_back)  # fmt: skip
-    core: Any = client.CoreV1Api(kube.api)
-    for host, pod in pods.items():
-        if host in routers:
-            manifest = _router_manifest(pod, node, template_hash)
-            created = core.create_namespaced_pod(namespace, manifest)
-            mark_running(kube.api, namespace, pod)
-            kubelet.adopt(manifest, created.metadata.uid)
-        else:
-            kubelet.adopt(*make_pod(kube.api, namespace, pod, node))
+    kubelet = Kubelet(kube.api, namespace, on_start=on_start, on_stop=on_stop)
     mesh = ChaosMeshController(kube.api, namespace)
     loops = [kubelet.start(), mesh.start()]
     try:
-        yield BoundCluster(directory, namespace, sets, routers, pods, kubelet, mesh, gone, back)
+        for name, hosts in sets.items():
+            make_statefulset(kube.api, namespace, [node] * len(hosts),
+                             name="cfg" if name == CONFIG_SET else name)  # fmt: skip
+        _make_routers(kube.api, namespace, node, len(routers))
+        wait_running(kube.api, namespace, list(by_pod))
+        wait_until(lambda: len(router_of) == len(routers), 60, "the routers' pods running")
+        pods.update({host: pod for pod, host in router_of.items()})
+        back.clear()
+        yield BoundCluster(
+            directory, namespace, sets, routers, pods, kubelet, mesh, gone, back, router_of
+        )
     finally:
         for loop in loops:  # before the cluster goes down: the kubelet would restart it
             loop.stop()
     assert not kubelet.errors and not mesh.errors, kubelet.errors + mesh.errors
+
+
+def _make_routers(api: Any, namespace: str, node: str, replicas: int) -> None:
+    """The routers as a Deployment (its ReplicaSet names each pod anew), on `node`."""
+    from kubernetes import client
+
+    labels = {"app": ROUTERS}
+    client.AppsV1Api(api).create_namespaced_deployment(namespace, {
+        "metadata": {"name": ROUTERS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                         "containers": [{"name": "mongos", "image": "mongo:7.0"}]},
+            },
+        },
+    })  # fmt: skip
 
 
 def _run(bound: BoundCluster, kube: Kube, tmp: Path, faults: list[dict[str, Any]]) -> Result:
@@ -209,7 +210,8 @@ def test_chaos_mesh_kills_a_shard_primarys_pod(
           f"{shard0.writes} writes")  # fmt: skip
     cluster.assert_only_struck_shard_interrupted(result, sets, "shard1", killed)
     assert rsdrill_objects(kube.api, bound.namespace) == []
-    # The pod came back (the StatefulSet stand-in) and its member rejoined as a secondary.
+    # The pod came back (the real StatefulSet controller) and its member rejoined as a
+    # secondary.
     _wait_back(bound, [bound.pods[killed]])
     cluster.wait_back_as_secondary(killed)
 
@@ -217,13 +219,12 @@ def test_chaos_mesh_kills_a_shard_primarys_pod(
 @pytest.mark.slow
 def test_a_routers_pod_deleted(kube: Kube, bound_cluster: BoundCluster, tmp_path: Path) -> None:
     """host-kill (native: the pod deleted) of {mongos: 1}: the first router's pod goes, its
-    process with it; the controller stand-in re-creates the pod (under the same name, so the
-    map still holds) and the router starts again. No member's pod is touched, and each shard's
-    writes go on through the other router."""
+    process with it; the real ReplicaSet controller replaces the pod under a new name, and the
+    router starts again in it. No member's pod is touched, and each shard's writes go on
+    through the other router."""
     bound = bound_cluster
     router = bound.routers[0]
     pod = bound.pods[router]
-    uid = bound.uid(kube, pod)
     sharded = ShardedSandbox(bound.directory)
     pid = sharded.router_pid(router)
     assert pid is not None
@@ -235,8 +236,9 @@ def test_a_routers_pod_deleted(kube: Kube, bound_cluster: BoundCluster, tmp_path
     assert fault.kind == "host-kill" and fault.target == router, fault
     assert fault.verified_at_s is not None and fault.injected_at_s is not None
     assert bound.gone == [pod]  # the router's pod alone
-    _wait_back(bound, [pod])
-    assert bound.uid(kube, pod) != uid  # a new pod of the same name
+    wait_until(lambda: router in bound.router_of.values(), 60, f"a new pod for {router}")
+    [replacement] = [p for p, r in bound.router_of.items() if r == router]
+    assert replacement != pod and replacement.startswith(f"{ROUTERS}-")  # named anew
     assert sharded.router_pid(router) not in (None, pid)  # a new process
     assert answers_hello(router, 1.0, options=ConnectOptions())
     figures = result.metrics.shards
