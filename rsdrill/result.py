@@ -102,7 +102,12 @@ class SetFigures(_Model):
 class Metrics(_Model):
     write_unavailable_s: float | None = None
     read_unavailable_s: float | None = None
-    failover_s: float | None = None
+    failover_s: float | None = Field(
+        None,
+        description="fault injected → a primary of a new term accepting writes: another "
+        "member, or the old one elected again where another could have won; null when no "
+        "election followed (a one-member set's member coming back is none)",
+    )
     failover_parts: FailoverParts = Field(default_factory=FailoverParts)
     recovery_s: dict[str, float | None] = Field(default_factory=dict)
     member_states: dict[str, list[tuple[float, str]]] = Field(default_factory=dict)

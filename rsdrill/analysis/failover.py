@@ -1,4 +1,4 @@
-"""Failover: from a fault to another member accepting writes, and where that time went.
+"""Failover: from a fault to a primary of a new term accepting writes, and where that time went.
 
 Read from the failover probe (a direct connection to each member polling `hello`), the recovery
 probe (`replSetGetStatus` with `electionCandidateMetrics`) and the write probe.
@@ -54,28 +54,39 @@ def no_primary_s(ops: Sequence[Op]) -> float | None:
 
 
 def find_failover(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> Failover | None:
-    """The first fault (by `injected_at_s`) after which another member became writable.
+    """The first fault (by `injected_at_s`) after which the set had a new primary.
 
     For each injected fault: the old primary is the member of the last failover poll ending at
     or before the injection that saw it writable (a fault with no such poll is skipped: a change
     cannot be told from an unchanged primary). The new primary is the member of the first poll
-    answered after the injection, and before the next fault's injection, that saw a member
-    other than the old primary writable; bounding by the next injection keeps a primary fault
-    that follows, say, a secondary fault from being charged to the secondary fault. Its writable
-    moment is `transition_time(prev, first, injected_at_s)` with `prev` that member's last poll
-    answered not-writable before `first`. None when no fault was followed by a change of primary
-    (e.g. rs1, whose one member comes back as primary).
+    answered after the injection, and before the next fault's injection, that saw a new primary
+    writable: another member, or the old one elected again for a new term (its `election_id`
+    changed: a member restarted fast, as a Kubernetes pod is, may win the election it caused)
+    where other members were polled, so could have won. Bounding by the next injection keeps a
+    primary fault that follows, say, a secondary fault from being charged to the secondary
+    fault. Its writable moment is `transition_time(prev, first, injected_at_s)` with `prev` that
+    member's last poll answered not-writable before `first`. None when no fault was followed by
+    a new primary (e.g. rs1, whose one member comes back as primary).
     """
     polls = sorted((op for op in ops if op.probe == "failover" and op.member), key=_end)
     injected = sorted((f for f in faults if f.injected_at_s is not None), key=_injected)
     next_injections = [*map(_injected, injected[1:]), math.inf]
+    contested = len({op.member for op in polls}) > 1
     for fault, until in zip(injected, next_injections, strict=False):
         t0 = _injected(fault)
-        old = next((op.member for op in reversed(polls) if op.t_end <= t0 and writable(op)), None)
-        if old is None:
+        before = next((op for op in reversed(polls) if op.t_end <= t0 and writable(op)), None)
+        if before is None or before.member is None:
             continue
+        old, term = before.member, before.detail.get("election_id")
+
+        def new_primary(op: Op, old: str = old, term: object = term) -> bool:
+            if op.member != old:
+                return True
+            now = op.detail.get("election_id")
+            return contested and None not in (term, now) and now != term
+
         first = next(
-            (op for op in polls if t0 < op.t_end < until and writable(op) and op.member != old),
+            (op for op in polls if t0 < op.t_end < until and writable(op) and new_primary(op)),
             None,
         )
         if first is None or first.member is None:

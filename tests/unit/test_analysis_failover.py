@@ -84,11 +84,39 @@ def test_jittered_polls_use_the_actual_neighbours() -> None:
     assert failover.seconds == pytest.approx(9.765)
 
 
+def _elected(op: Op, term: int) -> Op:
+    return Op(op.probe, op.op, op.member, op.t_start, op.t_end, op.outcome,
+              {**op.detail, "election_id": f"7fffffff00000000000000{term:02d}"})  # fmt: skip
+
+
 def test_rs1_whose_member_comes_back_is_no_failover() -> None:
-    ops = [*polls(A, 1.0, 5.0, True), *polls(A, 5.0, 35.0, None), *polls(A, 35.0, 40.0, True)]
+    """Not even for the new term it elects itself for: no other member could have won."""
+    ops = [*(_elected(op, 1) for op in polls(A, 1.0, 5.0, True)), *polls(A, 5.0, 35.0, None),
+           *(_elected(op, 2) for op in polls(A, 35.0, 40.0, True))]  # fmt: skip
     fault = kill(5.0)
     fault.reverted_at_s = 30.0
     assert find_failover(ops, [fault]) is None
+
+
+def test_the_old_primary_elected_again_for_a_new_term_is_a_failover() -> None:
+    """A's pod re-created at once: A is back as a secondary at 6.0 and wins the election (term
+    2) at 9.0. Its polls carry the term's electionId; B and C could have won."""
+    ops = [
+        *(_elected(op, 1) for op in polls(A, 1.0, 5.0, True)),
+        *polls(A, 5.0, 6.0, None),
+        *polls(A, 6.0, 9.0, False),
+        *(_elected(op, 2) for op in polls(A, 9.0, 12.0, True)),
+        *polls(B, 1.0, 12.0, False),
+        *polls(C, 1.0, 12.0, False),
+    ]
+    failover = find_failover(ops, [kill(5.0)])
+    assert failover is not None and (failover.old_primary, failover.new_primary) == (A, A)
+    assert failover.writable_at_s == pytest.approx(8.955)
+    # The same term all along (no election), or no term reported: no failover.
+    same = [_elected(op, 1) if op.detail.get("election_id") else op for op in ops]
+    assert find_failover(same, [kill(5.0)]) is None
+    assert find_failover([*polls(A, 1.0, 12.0, True), *polls(B, 1.0, 12.0, False)],
+                         [kill(5.0)]) is None  # fmt: skip
 
 
 def test_no_known_primary_before_the_fault_is_no_failover() -> None:
