@@ -54,13 +54,13 @@ def install() -> Path:
     return BIN
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def _openssl(*args: str) -> None:
+def openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
@@ -112,15 +112,15 @@ def start_cluster(directory: Path) -> KubeCluster:
     bin_dir = install()
     certs = directory / "certs"
     certs.mkdir(parents=True)
-    _openssl("genrsa", "-out", str(directory / "sa.key"), "2048")
-    _openssl("rsa", "-in", str(directory / "sa.key"), "-pubout", "-out", str(directory / "sa.pub"))
+    openssl("genrsa", "-out", str(directory / "sa.key"), "2048")
+    openssl("rsa", "-in", str(directory / "sa.key"), "-pubout", "-out", str(directory / "sa.pub"))
     tokens = {component: secrets.token_hex(16) for component in COMPONENT_USERS}
     (directory / "tokens.csv").write_text(
         f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
         f"{RESTRICTED_TOKEN},restricted,restricted-uid\n"
         + "".join(f"{tokens[c]},{user},{c}-uid\n" for c, user in COMPONENT_USERS.items())
     )
-    etcd_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+    etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
     # etcd's data on tmpfs when there is one: fsyncs on a shared disk slow every write.
     shm = Path("/dev/shm")
     etcd_dir = Path(tempfile.mkdtemp(prefix="rsdrill-etcd-", dir=shm if shm.is_dir() else None))

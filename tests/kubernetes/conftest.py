@@ -6,14 +6,18 @@ end."""
 from __future__ import annotations
 
 import itertools
+import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.kubernetes import chaos_mesh
+from tests.kubernetes.bound import BoundSet, bound
 from tests.kubernetes.cluster import (
     ADMIN_TOKEN,
     RESTRICTED_TOKEN,
@@ -25,7 +29,9 @@ from tests.kubernetes.cluster import (
     litmus_crds,
     start_cluster,
 )
+from tests.kubernetes.controllers import LitmusOperator
 from tests.kubernetes.kubelet import NodeHeartbeat
+from tests.kubernetes.support import install_litmus_experiment
 
 _namespaces = itertools.count(1)
 
@@ -37,6 +43,7 @@ class Kube:
     restricted: Path  # kubeconfig of an identity RBAC grants nothing
     api: Any  # a kubernetes ApiClient as the admin
     heartbeat: NodeHeartbeat  # every node's kubelet heartbeat (`lose(node)` to end one)
+    chaos_mesh: subprocess.Popen[bytes] | None = None  # the real controller-manager, if it runs
 
     def namespace(self, stem: str) -> str:
         """A fresh namespace (with its default ServiceAccount)."""
@@ -45,21 +52,58 @@ class Kube:
         return name
 
 
-@pytest.fixture(scope="session")
-def kube() -> Iterator[Kube]:
+@contextmanager
+def running_kube(*, real_chaos_mesh: bool = False) -> Iterator[Kube]:
+    """A cluster of its own: Chaos Mesh's stand-in CRDs (BlockChaos left out: tests install it
+    where they need a cluster that has it), or with `real_chaos_mesh` every CRD of the real
+    Chaos Mesh and its controller-manager running; Litmus's CRDs; the nodes' heartbeats."""
     directory = Path(tempfile.mkdtemp(prefix="rsdrill-kube-"))
     cluster = start_cluster(directory)
     try:
         admin = cluster.kubeconfig("admin", ADMIN_TOKEN)
         api = api_client(admin)
-        # BlockChaos is left out: tests install it where they need a cluster that has it.
         kinds = ("podchaos", "iochaos", "networkchaos", "timechaos", "stresschaos")
-        apply_crds(api, chaos_mesh_crds(*kinds) + litmus_crds())
+        mesh_crds = chaos_mesh.crds() if real_chaos_mesh else chaos_mesh_crds(*kinds)
+        apply_crds(api, mesh_crds + litmus_crds())
         heartbeat = NodeHeartbeat(api).start()
         restricted = cluster.kubeconfig("restricted", RESTRICTED_TOKEN)
-        yield Kube(cluster, admin, restricted, api, heartbeat)
+        with ExitStack() as stack:
+            process = None
+            if real_chaos_mesh:
+                create_namespace(api, chaos_mesh.NAMESPACE)
+                process = stack.enter_context(chaos_mesh.controller_manager(cluster, admin))
+            yield Kube(cluster, admin, restricted, api, heartbeat, process)
+            assert process is None or process.poll() is None, "chaos-controller-manager exited"
         heartbeat.stop()
         api.close()
         assert not heartbeat.errors, heartbeat.errors
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[Kube]:
+    with running_kube() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def bound_set(
+    kube: Kube, tmp_path: Path, free_port_base: Callable[[int], int], request: Any
+) -> Iterator[BoundSet]:
+    """tests/kubernetes/bound.py's set; the parameter, if any, its `zones` or `topology`."""
+    with bound(kube, tmp_path, free_port_base(3), **getattr(request, "param", {})) as found:
+        yield found
+
+
+@pytest.fixture
+def litmus(kube: Kube, bound_set: BoundSet) -> Iterator[LitmusOperator]:
+    """The Litmus stand-in on the bound set's namespace, with pod-delete installed."""
+    install_litmus_experiment(kube.api, bound_set.namespace, "pod-delete")
+    operator = LitmusOperator(kube.api, bound_set.namespace)
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+    assert not operator.errors

@@ -61,14 +61,19 @@ class Loop:
 
 
 class ChaosMeshController(Loop):
-    def __init__(self, api: Any, namespace: str) -> None:
+    """See the module's docstring; with `acts` False it only records what it sees (`seen`),
+    where the real controller-manager acts."""
+
+    def __init__(self, api: Any, namespace: str, *, acts: bool = True) -> None:
         from kubernetes import client
 
         super().__init__("fake-chaos-mesh")
+        self.acts = acts
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.seen: list[dict[str, Any]] = []  # every object as first created (for assertions)
+        self._recorded: set[str] = set()
 
     def tick(self) -> None:
         from kubernetes.client.rest import ApiException
@@ -86,8 +91,12 @@ class ChaosMeshController(Loop):
                 meta = item["metadata"]
                 finalizers = meta.get("finalizers") or []
                 if meta.get("deletionTimestamp"):
-                    if FINALIZER in finalizers:
+                    if FINALIZER in finalizers and self.acts:
                         self._recover(plural, item)
+                elif not self.acts:
+                    if item["metadata"]["uid"] not in self._recorded:
+                        self._recorded.add(item["metadata"]["uid"])
+                        self.seen.append(item)
                 elif FINALIZER not in finalizers:
                     self.seen.append(item)
                     self._inject(plural, item)

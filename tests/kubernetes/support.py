@@ -322,12 +322,6 @@ def service_account_token(api: Any, namespace: str, account: str) -> str:
     return str(answer.status.token)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _wait_listening(port: int, process: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -350,7 +344,7 @@ def node_agent(
     only, capping cgroups under `cgroup_root`: its URL."""
     from kubernetes import client
 
-    from tests.kubernetes.cluster import REPO, env_without_kube
+    from tests.kubernetes.cluster import REPO, env_without_kube, free_port
 
     token = service_account_token(kube.api, namespace, "node-agent")
     rbac = client.RbacAuthorizationV1Api(kube.api)
@@ -367,7 +361,7 @@ def node_agent(
     })  # fmt: skip
     kubeconfig = kube.cluster.kubeconfig(f"{namespace}-node-agent", token)
     certs = kube.cluster.directory / "certs"
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "rsdrill.platforms.kubernetes.nodeagent",
          "--listen", f"127.0.0.1:{port}", "--allow", allow,

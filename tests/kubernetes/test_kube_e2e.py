@@ -13,7 +13,6 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,127 +25,20 @@ import yaml
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.harness.processes import kill_after_line, python_named
-from tests.kubernetes.cluster import REPO, env_without_kube
+from tests.kubernetes.bound import EXPERIMENT, BoundSet, rsdrill_cli, run_file
+from tests.kubernetes.cluster import REPO
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import ChaosMeshController, LitmusOperator
-from tests.kubernetes.kubelet import ContainerRuntime, Kubelet
+from tests.kubernetes.kubelet import ContainerRuntime
 from tests.kubernetes.support import (
-    install_litmus_experiment,
-    make_node,
     make_pod,
-    make_statefulset,
     node_agent,
     rsdrill_objects,
-    wait_running,
 )
 
-EXPERIMENT = REPO / "experiments" / "k8s-rs3-pod-kill.yaml"
 LITMUS_EXPERIMENT = REPO / "experiments" / "k8s-rs3-litmus-pod-delete.yaml"
 RS1_EXPERIMENT = REPO / "experiments" / "k8s-rs1-pod-kill.yaml"
 DRAIN_EXPERIMENT = REPO / "experiments" / "k8s-rs3-node-drain.yaml"
-
-
-@dataclass
-class BoundSet:
-    """An rs3 of emulator members whose pods live on the real API server."""
-
-    sandbox: Any
-    namespace: str
-    pods: dict[str, str]  # member host:port → pod
-    kubelet: Kubelet
-    mesh: ChaosMeshController
-
-    def experiment(self, kube: Kube, tmp: Path, source: Path = EXPERIMENT, **changes: Any) -> Path:
-        """The experiment file `source` aimed at this set (and `changes` on top)."""
-        document = yaml.safe_load(source.read_text())
-        document["target"]["uri"] = self.sandbox.uri
-        document["target"]["kubernetes"] = {
-            "kubeconfig": str(kube.admin),
-            "namespace": self.namespace,
-            "pods": self.pods,
-        }
-        document.update(changes)
-        path = tmp / source.name
-        path.write_text(yaml.safe_dump(document))
-        return path
-
-
-@pytest.fixture
-def bound_set(
-    kube: Kube, tmp_path: Path, free_port_base: Callable[[int], int], request: Any
-) -> Iterator[BoundSet]:
-    """The set as a real StatefulSet's pods, each on its own node with its local volume. The
-    parameter, if any: `zones` (each member's; its node labelled with it), `topology` (rs3)."""
-    param: dict[str, Any] = getattr(request, "param", {})
-    zones: list[str] | None = param.get("zones")
-    topology = param.get("topology", "rs3")
-    spec = build_topology(
-        topology,
-        port_base=free_port_base(3),
-        settings=Settings(election_timeout_ms=2000),
-    )
-    sandbox = up(tmp_path / "set", spec, EmulatorEngine())
-    namespace = kube.namespace("e2e")
-    nodes = [f"{namespace}-node-{i}" for i in range(len(spec.members))]
-    for node, zone in zip(nodes, zones or [None] * len(nodes), strict=True):
-        make_node(kube.api, node, zone)
-    pods = {m.host: f"mongo-{m.id}" for m in spec.members}
-    by_pod = {pod: spec.member(host) for host, pod in pods.items()}
-    # In zones, each pod and node its own address (a zone's isolation keeps its own).
-    addresses = {pod: {"pod_ip": f"10.1.0.{i + 1}", "host_ip": f"10.2.0.{i + 1}"}
-                 for i, pod in enumerate(by_pod)} if zones else {}  # fmt: skip
-
-    def start(pod: str) -> None:
-        if sandbox.pid(by_pod[pod]) is None:  # the members run before their pods are made
-            sandbox.start(by_pod[pod])
-
-    kubelet = Kubelet(
-        kube.api, namespace, on_start=start, on_stop=lambda pod: sandbox.kill(by_pod[pod]),
-        addresses=addresses,
-    )  # fmt: skip
-    mesh = ChaosMeshController(kube.api, namespace)
-    loops = [kubelet.start(), mesh.start()]
-    try:
-        assert make_statefulset(kube.api, namespace, nodes) == list(by_pod)
-        wait_running(kube.api, namespace, list(by_pod))
-        yield BoundSet(sandbox, namespace, pods, kubelet, mesh)
-    finally:
-        for loop in loops:
-            loop.stop()
-        sandbox.down(grace_s=2.0)
-    assert not kubelet.errors and not mesh.errors, kubelet.errors + mesh.errors
-
-
-@pytest.fixture
-def litmus(kube: Kube, bound_set: BoundSet) -> Iterator[LitmusOperator]:
-    """The Litmus stand-in on the bound set's namespace, with pod-delete installed."""
-    install_litmus_experiment(kube.api, bound_set.namespace, "pod-delete")
-    operator = LitmusOperator(kube.api, bound_set.namespace)
-    operator.start()
-    try:
-        yield operator
-    finally:
-        operator.stop()
-    assert not operator.errors
-
-
-def _rsdrill(*args: str, home: Path) -> subprocess.Popen[str]:
-    env = {**env_without_kube(), "RSDRILL_HOME": str(home)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
-
-
-def _run(path: Path, out: Path, home: Path) -> subprocess.Popen[str]:
-    """`rsdrill run` as a nightly job would start it: no live view, no history, no prompt."""
-    return _rsdrill(
-        "run", str(path), "--out", str(out), "--no-live", "--no-history", "--yes", home=home
-    )
 
 
 def _passed(
@@ -154,7 +46,7 @@ def _passed(
 ) -> list[dict[str, Any]]:
     """`rsdrill run` of the bound set with `faults` (and no SLO): its faults, once it passed."""
     path = bound_set.experiment(kube, tmp_path, faults=faults, slo={}, **changes)
-    run = _run(path, tmp_path / "out", tmp_path / "home")
+    run = run_file(path, tmp_path / "out", tmp_path / "home")
     output, _ = run.communicate(timeout=240)
     assert run.returncode == 0, output
     result: list[dict[str, Any]] = json.loads((tmp_path / "out" / "result.json").read_text())[
@@ -167,7 +59,7 @@ def _passed(
 def test_pod_kill_run_measures_a_failover(kube: Kube, bound_set: BoundSet, tmp_path: Path) -> None:
     path = bound_set.experiment(kube, tmp_path)
     out = tmp_path / "out"
-    run = _run(path, out, tmp_path / "home")
+    run = run_file(path, out, tmp_path / "home")
     output, _ = run.communicate(timeout=240)
     assert run.returncode == 0, output
     result = json.loads((out / "result.json").read_text())
@@ -195,7 +87,7 @@ def _file_run(
     path = bound_set.experiment(
         kube, tmp_path, source, faults=[{**written, **fault}], observe={"after_revert": "3s"}
     )
-    run = _run(path, tmp_path / "out", tmp_path / "home")
+    run = run_file(path, tmp_path / "out", tmp_path / "home")
     output, _ = run.communicate(timeout=240)
     assert run.returncode == 0, output
     result: dict[str, Any] = json.loads((tmp_path / "out" / "result.json").read_text())
@@ -265,7 +157,7 @@ def test_a_zone_is_the_zone_label_of_its_members_nodes(
     assert bound_set.pods[west] in fault["detail"]["plan"], fault["detail"]
     kill[0]["select"] = {"zone": "north"}
     path = bound_set.experiment(kube, tmp_path, faults=kill, slo={})
-    refused = _run(path, tmp_path / "out2", tmp_path / "home")
+    refused = run_file(path, tmp_path / "out2", tmp_path / "home")
     output, _ = refused.communicate(timeout=120)
     assert refused.returncode == 3, output
     assert "no member is in zone north (the members' zones: east, west)" in output, output
@@ -338,7 +230,7 @@ def test_a_killed_run_is_recovered_from_its_journal(
                "duration": "60s", "approximate": True}]  # fmt: skip
     path = bound_set.experiment(kube, tmp_path, faults=freeze)
     home = tmp_path / "home"
-    run = _run(path, tmp_path / "out", home)
+    run = run_file(path, tmp_path / "out", home)
     try:
         deadline = time.monotonic() + 60
         while not rsdrill_objects(kube.api, bound_set.namespace):
@@ -349,12 +241,12 @@ def test_a_killed_run_is_recovered_from_its_journal(
         run.communicate(timeout=30)
     [(kind, name)] = rsdrill_objects(kube.api, bound_set.namespace)
     assert kind == "PodChaos"
-    recover = _rsdrill("recover", home=home)
+    recover = rsdrill_cli("recover", home=home)
     output, _ = recover.communicate(timeout=120)
     assert recover.returncode == 0, output
     assert f"PodChaos {bound_set.namespace}/{name} deleted (its fault recovered)" in output
     assert rsdrill_objects(kube.api, bound_set.namespace) == []
-    again = _rsdrill("recover", home=home)
+    again = rsdrill_cli("recover", home=home)
     assert again.communicate(timeout=60)[0].startswith("nothing to recover")
 
 
@@ -371,7 +263,7 @@ def test_litmus_run_keeps_litmus_verdict_in_the_result(
     shorter = [{**fault, "at": "2s", "duration": "6s"}]
     path = bound_set.experiment(kube, tmp_path, LITMUS_EXPERIMENT, faults=shorter)
     out = tmp_path / "out"
-    run = _run(path, out, tmp_path / "home")
+    run = run_file(path, out, tmp_path / "home")
     output, _ = run.communicate(timeout=120)
     assert run.returncode == 0, output
     result = json.loads((out / "result.json").read_text())
@@ -407,13 +299,13 @@ def test_check_names_what_a_restricted_service_account_may_not_do(
     )
     restricted = tmp_path / "restricted.yaml"
     restricted.write_text(yaml.safe_dump(document))
-    check = _rsdrill("check", str(restricted), home=tmp_path / "home")
+    check = rsdrill_cli("check", str(restricted), home=tmp_path / "home")
     output, _ = check.communicate(timeout=120)
     assert check.returncode == 2, output
     assert "✔ reach " in output and "✔ privileges: the server does not require a login" in output
     assert "✘ platform kubernetes: " in output and "RBAC denies" in output, output
     assert f"create podchaos.chaos-mesh.org in namespace {bound_set.namespace}" in output
-    allowed = _rsdrill("check", str(path), "--json", home=tmp_path / "home")
+    allowed = rsdrill_cli("check", str(path), "--json", home=tmp_path / "home")
     report, _ = allowed.communicate(timeout=120)
     assert allowed.returncode == 0, report
     checks = json.loads(report)["checks"]
@@ -625,7 +517,7 @@ def test_native_host_freeze_stops_the_same_process_through_the_kubelet(
     never restarted), its pod untouched (same uid, restartCount 0)."""
     freeze = [{"at": "2s", "kind": "host-freeze", "select": "primary", "duration": "5s"}]
     out = tmp_path / "out"
-    run = _run(contained_set.experiment(kube, tmp_path, freeze), out, tmp_path / "home")
+    run = run_file(contained_set.experiment(kube, tmp_path, freeze), out, tmp_path / "home")
     output, _ = run.communicate(timeout=240)
     assert run.returncode in (0, 1), output
     result = json.loads((out / "result.json").read_text())
@@ -635,7 +527,7 @@ def test_native_host_freeze_stops_the_same_process_through_the_kubelet(
     failover = result["metrics"]["failover_s"]
     assert failover is not None and failover > 0
     contained_set.untouched(kube)
-    recover = _rsdrill("recover", home=tmp_path / "home")
+    recover = rsdrill_cli("recover", home=tmp_path / "home")
     assert recover.communicate(timeout=60)[0].startswith("nothing to recover")
 
 
@@ -647,12 +539,12 @@ def test_a_run_killed_while_a_member_is_frozen_is_resumed_by_recover(
     resume it); `rsdrill recover` sends SIGCONT through pods/exec from the journal alone."""
     freeze = [{"at": "1s", "kind": "host-freeze", "select": "secondary", "duration": "60s"}]
     home = tmp_path / "home"
-    run = _run(contained_set.experiment(kube, tmp_path, freeze), tmp_path / "out", home)
+    run = run_file(contained_set.experiment(kube, tmp_path, freeze), tmp_path / "out", home)
     output = kill_after_line(run, "injected", 0.5)
     assert "injected" in output, output
     stopped = [h for h in contained_set.mongods if contained_set.state(h) == "T"]
     assert len(stopped) == 1, output
-    recover = _rsdrill("recover", home=home)
+    recover = rsdrill_cli("recover", home=home)
     said, _ = recover.communicate(timeout=120)
     assert recover.returncode == 0, said
     pod = contained_set.pods[stopped[0]]
@@ -785,7 +677,7 @@ def test_sigkill_at_random_moments_then_recover_leaves_nothing_applied(
             kube, work, [fault], after_revert="1s", volume_path="/tmp",
             node_agent={"port": chaos_set.agent_port, "ca_file": chaos_set.ca_file},
         )  # fmt: skip
-        output = kill_after_line(_run(path, work / "out", work / "home"), marker, delay_s)
+        output = kill_after_line(run_file(path, work / "out", work / "home"), marker, delay_s)
         way = f"{fault['kind']} ({fault.get('engine', 'default')})"
         case = f"kill {i}: {way} {moment} +{delay_s:.2f}s"
         print(case)  # the run's record, shown with -rP
@@ -793,7 +685,7 @@ def test_sigkill_at_random_moments_then_recover_leaves_nothing_applied(
         left = chaos_set.applied(kube)
         left_behind += left
         kinds += [way] if left else []
-        recover = _rsdrill("recover", home=work / "home")
+        recover = rsdrill_cli("recover", home=work / "home")
         said, _ = recover.communicate(timeout=120)
         assert recover.returncode == 0, f"{case}:\n{said}"
         assert chaos_set.applied(kube) == [], f"{case}:\n{said}"

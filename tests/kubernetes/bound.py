@@ -1,0 +1,116 @@
+"""A replica set whose members' pods are a real StatefulSet's on the test cluster (see
+tests/kubernetes/kubelet.py for what binds a pod to its member), and `rsdrill` run against it as
+a nightly job runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rsdrill.sandbox.cluster import EmulatorEngine, up
+from rsdrill.sandbox.config import Settings, build_topology
+from tests.kubernetes.cluster import REPO, env_without_kube
+from tests.kubernetes.controllers import ChaosMeshController
+from tests.kubernetes.kubelet import Kubelet
+from tests.kubernetes.support import make_node, make_statefulset, wait_running
+
+EXPERIMENT = REPO / "experiments" / "k8s-rs3-pod-kill.yaml"
+
+
+@dataclass
+class BoundSet:
+    """A replica set of emulator members whose pods live on the real API server."""
+
+    sandbox: Any
+    namespace: str
+    pods: dict[str, str]  # member host:port → pod
+    kubelet: Kubelet
+    mesh: ChaosMeshController  # the stand-in, or only a record of the objects (`acts`)
+
+    def experiment(self, kube: Any, tmp: Path, source: Path = EXPERIMENT, **changes: Any) -> Path:
+        """The experiment file `source` aimed at this set (and `changes` on top)."""
+        document = yaml.safe_load(source.read_text())
+        document["target"]["uri"] = self.sandbox.uri
+        document["target"]["kubernetes"] = {
+            "kubeconfig": str(kube.admin),
+            "namespace": self.namespace,
+            "pods": self.pods,
+        }
+        document.update(changes)
+        path = tmp / source.name
+        path.write_text(yaml.safe_dump(document))
+        return path
+
+
+def rsdrill_cli(*args: str, home: Path) -> subprocess.Popen[str]:
+    """`rsdrill ARGS` in its own process, its journal under `home`, no KUBECONFIG of ours."""
+    env = {**env_without_kube(), "RSDRILL_HOME": str(home)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "rsdrill.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+
+
+def run_file(path: Path, out: Path, home: Path) -> subprocess.Popen[str]:
+    """`rsdrill run` as a nightly job would start it: no live view, no history, no prompt."""
+    return rsdrill_cli(
+        "run", str(path), "--out", str(out), "--no-live", "--no-history", "--yes", home=home
+    )
+
+
+@contextmanager
+def bound(
+    kube: Any,
+    directory: Path,
+    port_base: int,
+    *,
+    zones: list[str] | None = None,
+    topology: str = "rs3",
+) -> Iterator[BoundSet]:
+    """The set as a real StatefulSet's pods, each on its own node with its local volume (in
+    `zones`, each member's node labelled with its zone). Chaos Mesh's objects are carried out
+    by the stand-in unless the real controller runs (`kube.chaos_mesh`)."""
+    spec = build_topology(
+        topology, port_base=port_base, settings=Settings(election_timeout_ms=2000)
+    )
+    sandbox = up(directory / "set", spec, EmulatorEngine())
+    namespace = kube.namespace("e2e")
+    nodes = [f"{namespace}-node-{i}" for i in range(len(spec.members))]
+    for node, zone in zip(nodes, zones or [None] * len(nodes), strict=True):
+        make_node(kube.api, node, zone)
+    pods = {m.host: f"mongo-{m.id}" for m in spec.members}
+    by_pod = {pod: spec.member(host) for host, pod in pods.items()}
+    # In zones, each pod and node its own address (a zone's isolation keeps its own).
+    addresses = {pod: {"pod_ip": f"10.1.0.{i + 1}", "host_ip": f"10.2.0.{i + 1}"}
+                 for i, pod in enumerate(by_pod)} if zones else {}  # fmt: skip
+
+    def start(pod: str) -> None:
+        if sandbox.pid(by_pod[pod]) is None:  # the members run before their pods are made
+            sandbox.start(by_pod[pod])
+
+    kubelet = Kubelet(
+        kube.api, namespace, on_start=start, on_stop=lambda pod: sandbox.kill(by_pod[pod]),
+        addresses=addresses,
+    )  # fmt: skip
+    mesh = ChaosMeshController(kube.api, namespace, acts=kube.chaos_mesh is None)
+    loops = [kubelet.start(), mesh.start()]
+    try:
+        assert make_statefulset(kube.api, namespace, nodes) == list(by_pod)
+        wait_running(kube.api, namespace, list(by_pod))
+        yield BoundSet(sandbox, namespace, pods, kubelet, mesh)
+    finally:
+        for loop in loops:
+            loop.stop()
+        sandbox.down(grace_s=2.0)
+    assert not kubelet.errors and not mesh.errors, kubelet.errors + mesh.errors

@@ -1,0 +1,112 @@
+"""Chaos Mesh's real controller-manager acting on the objects rsdrill creates
+(tests/kubernetes/chaos_mesh.py), on a cluster of its own with every Chaos Mesh CRD, beside the
+real StatefulSet controller and scheduler: the status rsdrill waits for, the finalizer that
+holds an object until its fault is recovered, and the recovery itself are Chaos Mesh's."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.processes import kill_after_line
+from tests.kubernetes.bound import BoundSet, rsdrill_cli, run_file
+from tests.kubernetes.conftest import Kube, running_kube
+from tests.kubernetes.support import rsdrill_objects
+
+# About 12 s a kill; RSDRILL_CHAOS_KILLS=50 for the acceptance run.
+CHAOS_KILLS = int(os.environ.get("RSDRILL_CHAOS_KILLS", "3"))
+MEMBER_IMAGE = "mongo:7.0"  # tests/kubernetes/support.make_statefulset's
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[Kube]:
+    with running_kube(real_chaos_mesh=True) as cluster:
+        yield cluster
+
+
+def _events(kube: Kube, namespace: str, name: str) -> list[str]:
+    """The reasons of the Events recorded on the object `name` (Chaos Mesh records its steps)."""
+    from kubernetes import client
+
+    listed = client.CoreV1Api(kube.api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    )
+    return [event.reason for event in listed.items]
+
+
+def _images(kube: Kube, namespace: str) -> dict[str, list[str]]:
+    from kubernetes import client
+
+    pods = client.CoreV1Api(kube.api).list_namespaced_pod(namespace).items
+    return {pod.metadata.name: [c.image for c in pod.spec.containers] for pod in pods}
+
+
+@pytest.mark.slow
+def test_the_real_controller_kills_the_primarys_pod(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """experiments/k8s-rs3-pod-kill.yaml (its fault at 2 s, kept 5 s): Chaos Mesh's controller
+    takes the PodChaos (its finalizer, its records), kills the primary's pod, and rsdrill
+    measures the failover within the file's SLO; deleted by rsdrill's revert, the object is
+    recovered and released by the controller. The real StatefulSet controller brings the pod
+    back and its member rejoins."""
+    faults = [{"at": "2s", "kind": "host-kill", "engine": "chaos-mesh", "select": "primary",
+               "duration": "5s"}]  # fmt: skip
+    path = bound_set.experiment(kube, tmp_path, faults=faults, observe={"after_revert": "3s"})
+    run = run_file(path, tmp_path / "out", tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    [fault] = result["faults"]
+    assert fault["verified_at_s"] is not None and fault["reverted_at_s"] is not None, fault
+    failover = result["metrics"]["failover_s"]
+    print(f"failover {failover}s, write gap {result['metrics']['write_unavailable_s']}s")
+    assert failover is not None and 0 < failover <= 12.7
+    [chaos] = [o for o in bound_set.mesh.seen if o["kind"] == "PodChaos"]
+    pod = bound_set.pods[fault["target"]]
+    assert chaos["spec"]["selector"]["pods"] == {bound_set.namespace: [pod]}
+    reasons = _events(kube, bound_set.namespace, chaos["metadata"]["name"])
+    assert "FinalizerInited" in reasons and "Applied" in reasons, reasons  # Chaos Mesh's own
+    assert rsdrill_objects(kube.api, bound_set.namespace) == []
+    [(back, absent_s)] = bound_set.kubelet.absences
+    assert back == pod and absent_s < 30, bound_set.kubelet.absences
+
+
+@pytest.mark.slow
+def test_sigkill_with_a_pod_failure_in_force_then_recover_leaves_nothing_injected(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """`rsdrill run` SIGKILLed while Chaos Mesh's pod-failure holds a secondary's pod (its
+    containers' image swapped for the pause image, by the real controller), CHAOS_KILLS times;
+    each time `rsdrill recover` deletes the PodChaos, the controller restores the images and
+    drops its finalizer: no chaos object is left, and every pod runs its member's image."""
+    freeze = [{"at": "1s", "kind": "host-freeze", "engine": "chaos-mesh", "select": "secondary",
+               "duration": "60s", "approximate": True}]  # fmt: skip
+    namespace = bound_set.namespace
+    swapped = 0
+    for i in range(CHAOS_KILLS):
+        work = tmp_path / f"kill-{i}"
+        work.mkdir()
+        path = bound_set.experiment(kube, work, faults=freeze, slo={})
+        output = kill_after_line(run_file(path, work / "out", work / "home"), "injected", 0.5)
+        assert "injected" in output, output
+        [(kind, _)] = rsdrill_objects(kube.api, namespace)
+        assert kind == "PodChaos"
+        swapped += any(image != MEMBER_IMAGE for images in _images(kube, namespace).values()
+                       for image in images)  # fmt: skip
+        recover = rsdrill_cli("recover", home=work / "home")
+        said, _ = recover.communicate(timeout=120)
+        assert recover.returncode == 0, said
+        assert "deleted (its fault recovered)" in said, said
+        assert rsdrill_objects(kube.api, namespace) == []
+        deadline = time.monotonic() + 30
+        while any(images != [MEMBER_IMAGE] for images in _images(kube, namespace).values()):
+            assert time.monotonic() < deadline, _images(kube, namespace)
+            time.sleep(0.1)
+    print(f"{CHAOS_KILLS} kills, the pause image in force at {swapped} of them")
+    assert swapped == CHAOS_KILLS  # the controller really injected before each kill
