@@ -1,20 +1,29 @@
 """Chaos Mesh's real controller-manager (built from its Go module by .ci/install-chaos-mesh) run
-against a test cluster: Chaos Mesh's own CRDs, all of them (the controller watches every kind
-and stops when one is missing), and the controller as a process with the configuration its
-Helm chart gives it through environment variables, leader election off.
+against a test cluster as its Helm chart installs it, the chart rendered by helm (built from
+the same module graph): Chaos Mesh's own CRDs, all of them (the controller watches every kind);
+the controller's ServiceAccount and RBAC, from the chart; its admission webhooks (mutating,
+validating, and the authorization check), from the chart, reaching the controller's webhook
+server at a loopback URL with a certificate made here; the controller as a process with the
+chart's environment, but for addresses, ports and the daemon's client certificates.
 
-Its admission webhooks are not registered, and no chaos-daemon runs: it acts on PodChaos
-pod-kill and pod-failure, which need none; a kind that needs the daemon is recorded as failed.
+No chaos-daemon runs: it acts on PodChaos pod-kill and pod-failure, which need none; a kind that
+needs the daemon is recorded as failed.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from tests.kubernetes.cluster import BIN, REPO, KubeCluster, free_port, openssl
 
@@ -26,7 +35,8 @@ NAMESPACE = "chaos-mesh"
 def install() -> Path:
     """The controller-manager's binary; built once (.ci/install-chaos-mesh), loudly if not."""
     binary = BIN / "chaos-controller-manager"
-    if not binary.exists() or not (SOURCE / "config" / "crd" / "bases").is_dir():
+    needed = [binary, BIN / "helm-chaos-mesh", SOURCE / "config" / "crd" / "bases"]
+    if not all(path.exists() for path in needed):
         done = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f".ci/install-chaos-mesh failed:\n{done.stdout}\n{done.stderr}")
@@ -39,41 +49,111 @@ def crds() -> list[Path]:
     return sorted((SOURCE / "config" / "crd" / "bases").glob("*.yaml"))
 
 
+def chart() -> list[dict[str, Any]]:
+    """The chart's objects as `helm template` renders them for release chaos-mesh."""
+    install()
+    helm, source = str(BIN / "helm-chaos-mesh"), str(SOURCE / "helm" / "chaos-mesh")
+    done = subprocess.run(
+        [helm, "template", "chaos-mesh", source, "--namespace", NAMESPACE],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def _controller_part(doc: dict[str, Any]) -> bool:
+    """The controller-manager's account and RBAC in the chart."""
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    return doc["kind"] in kinds and "chaos-controller-manager" in doc["metadata"]["name"]
+
+
+def _webhooks(doc: dict[str, Any], url: str, ca: bytes) -> dict[str, Any]:
+    """A webhook configuration of the chart, each hook sent to `url` + its service path."""
+    for hook in doc["webhooks"]:
+        path = hook["clientConfig"]["service"]["path"]
+        hook["clientConfig"] = {"url": f"{url}{path}", "caBundle": base64.b64encode(ca).decode()}
+    return doc
+
+
+def _environment(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """The chart's environment of the controller's container (its namespace filled in)."""
+    [deployment] = [o for o in objects if o["kind"] == "Deployment"
+                    and o["metadata"]["name"] == "chaos-controller-manager"]  # fmt: skip
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    env = {}
+    for variable in container["env"]:
+        if "value" in variable:
+            env[variable["name"]] = str(variable["value"])
+        elif variable["valueFrom"].get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+            env[variable["name"]] = NAMESPACE
+    return env
+
+
 @contextmanager
-def controller_manager(cluster: KubeCluster, kubeconfig: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """The controller-manager, cluster-scoped, as `kubeconfig`'s user; killed on leaving."""
+def controller_manager(cluster: KubeCluster, api: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """Chaos Mesh installed from its chart (see the module's docstring) and its controller-manager
+    running under its own ServiceAccount; killed on leaving."""
+    from tests.kubernetes.cluster import server_side_apply
+    from tests.kubernetes.support import service_account_token
+
     binary = install()
+    objects = chart()
     certs = cluster.directory / "chaos-mesh-certs"
     certs.mkdir(exist_ok=True)
-    # Its webhook server needs a certificate to start, though no webhook is registered.
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-             "-keyout", str(certs / "tls.key"), "-out", str(certs / "tls.crt"),
-             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1")  # fmt: skip
+            "-keyout", str(certs / "tls.key"), "-out", str(certs / "tls.crt"),
+            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1")  # fmt: skip
+    webhook_port = free_port()
+    rbac = [o for o in objects if _controller_part(o) and o["kind"] != "ServiceAccount"]
+    errors = server_side_apply(api, rbac, NAMESPACE, dry_run=False)
+    assert not errors, errors
+    token = service_account_token(api, NAMESPACE, "chaos-controller-manager")
+    kubeconfig = cluster.kubeconfig("chaos-controller-manager", token)
     env = {
         **{k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
+        **_environment(objects),
         "KUBECONFIG": str(kubeconfig),
-        "NAMESPACE": NAMESPACE,
-        "TEMPLATE_NAMESPACE": NAMESPACE,
-        "CLUSTER_SCOPED": "true",
-        "ENABLE_LEADER_ELECTION": "false",
         "CERTS_DIR": str(certs),
         "WEBHOOK_HOST": "127.0.0.1",
-        "WEBHOOK_PORT": str(free_port()),
+        "WEBHOOK_PORT": str(webhook_port),
         "METRICS_HOST": "127.0.0.1",
         "METRICS_PORT": str(free_port()),
-        "TEMPLATE_LABELS": "app.kubernetes.io/component:template",
-        "CONFIGMAP_LABELS": "app.kubernetes.io/component:webhook",
-        "TZ": "UTC",
+        "PPROF_ADDR": "0",
     }
+    for name in [
+        n for n in env if n.startswith(("CHAOS_DAEMON_CLIENT", "CHAOS_MESH_CA", "CHAOSD_"))
+    ]:
+        if name.endswith(("CERT", "KEY")):
+            del env[name]  # no daemon, no certificates for it
     log = cluster.directory / "logs" / "chaos-controller-manager.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
             [str(binary)], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
+        _wait_listening(webhook_port, process, log)
+        hooks = [_webhooks(o, f"https://127.0.0.1:{webhook_port}", (certs / "tls.crt").read_bytes())
+                 for o in objects if o["kind"].endswith("WebhookConfiguration")]  # fmt: skip
+        errors = server_side_apply(api, hooks, NAMESPACE, dry_run=False)
+        assert not errors, errors
         yield process
     finally:
         # It takes its time over SIGTERM (its informers wind down): a test needs it gone.
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"chaos-controller-manager exited:\n{log.read_text()[-3000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"chaos-controller-manager's webhooks not served: {log}"
+                ) from None
+            time.sleep(0.1)

@@ -71,7 +71,7 @@ def running_kube(*, real_chaos_mesh: bool = False) -> Iterator[Kube]:
             process = None
             if real_chaos_mesh:
                 create_namespace(api, chaos_mesh.NAMESPACE)
-                process = stack.enter_context(chaos_mesh.controller_manager(cluster, admin))
+                process = stack.enter_context(chaos_mesh.controller_manager(cluster, api))
             yield Kube(cluster, admin, restricted, api, heartbeat, process)
             assert process is None or process.poll() is None, "chaos-controller-manager exited"
         heartbeat.stop()

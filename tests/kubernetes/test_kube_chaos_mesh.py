@@ -110,3 +110,26 @@ def test_sigkill_with_a_pod_failure_in_force_then_recover_leaves_nothing_injecte
             time.sleep(0.1)
     print(f"{CHAOS_KILLS} kills, the pause image in force at {swapped} of them")
     assert swapped == CHAOS_KILLS  # the controller really injected before each kill
+
+
+def test_the_charts_webhooks_refuse_what_chaos_mesh_refuses(kube: Kube) -> None:
+    """Chaos Mesh's validating webhook (the chart's configuration) answers the API server: a
+    PodChaos whose schema holds but whose value Chaos Mesh forbids is refused with its reason."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    namespace = kube.namespace("webhook")
+    body = {
+        "apiVersion": "chaos-mesh.org/v1alpha1", "kind": "PodChaos",
+        "metadata": {"name": "too-many"},
+        "spec": {"action": "pod-kill", "mode": "fixed-percent", "value": "200",
+                 "selector": {"pods": {namespace: ["mongo-0"]}}},
+    }  # fmt: skip
+    custom = client.CustomObjectsApi(kube.api)
+    with pytest.raises(ApiException) as refused:
+        custom.create_namespaced_custom_object(
+            "chaos-mesh.org", "v1alpha1", namespace, "podchaos", body
+        )
+    said = str(refused.value.body)
+    assert 'admission webhook \\"vpodchaos.kb.io\\" denied the request' in said, said
+    assert "Must be (0,100] with mode:fixed-percent" in said, said
