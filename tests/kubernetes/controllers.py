@@ -127,18 +127,27 @@ class ChaosMeshController(Loop):
         self._patch(plural, name, {"metadata": {"finalizers": [FINALIZER]}})
         pods = self._selected(item)
         if not pods:
+            # As Chaos Mesh: no records, so Selected False (written before any selection too),
+            # and what the selection found only in an Event on the object.
             status = {
                 "conditions": [
-                    {
-                        "type": "Selected",
-                        "status": "False",
-                        "reason": "no pod matches the selector",
-                    },
+                    {"type": "Selected", "status": "False"},
                     {"type": "AllInjected", "status": "False"},
                 ],
                 "experiment": {"desiredPhase": "Run"},
             }
             self._patch(plural, name, {"status": status})
+            meta = item["metadata"]
+            self.core.create_namespaced_event(self.namespace, {
+                "metadata": {"generateName": f"{name}."},
+                "involvedObject": {"apiVersion": item["apiVersion"], "kind": item["kind"],
+                                   "name": name, "namespace": self.namespace,
+                                   "uid": meta["uid"]},
+                "type": "Warning", "reason": "Failed",
+                "message": "Failed to select targets: no target has been selected",
+                "source": {"component": "fake-chaos-mesh"},
+                "firstTimestamp": now(), "lastTimestamp": now(), "count": 1,
+            })  # fmt: skip
             return
         if item["spec"].get("action") == "pod-kill":  # TimeChaos and StressChaos have none
             for namespace, pod in pods:

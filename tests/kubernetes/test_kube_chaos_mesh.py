@@ -95,8 +95,8 @@ def test_sigkill_with_a_pod_failure_in_force_then_recover_leaves_nothing_injecte
         path = bound_set.experiment(kube, work, faults=freeze, slo={})
         output = kill_after_line(run_file(path, work / "out", work / "home"), "injected", 0.5)
         assert "injected" in output, output
-        [(kind, _)] = rsdrill_objects(kube.api, namespace)
-        assert kind == "PodChaos"
+        left = rsdrill_objects(kube.api, namespace)
+        assert [kind for kind, _ in left] == ["PodChaos"], f"kill {i}: {left}\n{output}"
         swapped += any(image != MEMBER_IMAGE for images in _images(kube, namespace).values()
                        for image in images)  # fmt: skip
         recover = rsdrill_cli("recover", home=work / "home")

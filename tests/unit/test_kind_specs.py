@@ -239,7 +239,7 @@ def test_kubernetes_privileges_are_rbac_on_resources_rsdrill_uses() -> None:
 
     types = {(t.plural, t.group) for t in vars(resources).values()
              if isinstance(t, resources.ResourceType)}  # fmt: skip
-    core = {("pods", ""), ("pods", "exec"), ("pods", "eviction"), ("nodes", "")}
+    core = {("pods", ""), ("pods", "exec"), ("pods", "eviction"), ("nodes", ""), ("events", "")}
     verbs = {"get", "list", "create", "patch", "delete"}
     for kind in KINDS:
         for way in ways_of(kind, "kubernetes"):
@@ -271,4 +271,4 @@ def test_the_kubernetes_preflight_asks_for_the_way_s_privileges() -> None:
     assert platform is not None
     chaos = {b: {p.resource for p in needed_permissions(platform, [throttle], block_chaos=b)}
              for b in (False, True)}  # fmt: skip
-    assert chaos == {False: {"pods", "iochaos"}, True: {"pods", "blockchaos"}}
+    assert chaos == {False: {"pods", "iochaos", "events"}, True: {"pods", "blockchaos", "events"}}

@@ -194,3 +194,25 @@ def test_what_a_zone_drops_is_every_address_but_its_own(kept: list[str]) -> None
     for address in kept:
         assert not any(ipaddress.ip_address(address) in n for n in dropped)
     assert any(ipaddress.ip_address("10.0.0.6") in n for n in dropped)
+
+
+def test_chaos_mesh_selected_nothing_only_when_its_event_says_so() -> None:
+    """Chaos Mesh writes Selected False before selecting as after selecting nothing: only the
+    Failed Event of its selection makes it final."""
+    from rsdrill.platforms.kubernetes.engines import chaos_mesh_state
+
+    early = {"status": {"conditions": [{"type": "Selected", "status": "False"},
+                                       {"type": "AllInjected", "status": "False"}]}}  # fmt: skip
+    assert chaos_mesh_state(early) == ("unselected", "")
+    other = ["Failed to update conditions: conflict"]
+    assert chaos_mesh_state(early, other) == ("unselected", "")
+    said = [*other, "Failed to select targets: no target has been selected"]
+    assert chaos_mesh_state(early, said) == ("not-selected", "no target has been selected")
+    record = {"id": "ns/mongo-0", "phase": "Injected", "events": []}
+    injected = {"status": {
+        "conditions": [{"type": "Selected", "status": "True"},
+                       {"type": "AllInjected", "status": "True"}],
+        "experiment": {"containerRecords": [record]},
+    }}  # fmt: skip
+    assert chaos_mesh_state(injected, said) == ("injected", "")
+    assert chaos_mesh_state({}) == ("pending", "")

@@ -350,6 +350,12 @@ class Kube:
             answer = self.call(self.core.list_namespaced_pod, namespace, **kwargs)
         return list(answer.get("items", []))
 
+    def event_messages(self, namespace: str, uid: str, reason: str) -> builtins.list[str]:
+        """The messages of the Events of `reason` recorded on the object `uid`."""
+        fields = f"involvedObject.uid={uid},reason={reason}"
+        answer = self.call(self.core.list_namespaced_event, namespace, field_selector=fields)
+        return [str(e.get("message") or "") for e in answer.get("items", [])]
+
     def delete_pod(self, namespace: str, name: str, grace_s: int) -> bool:
         try:
             self.call(

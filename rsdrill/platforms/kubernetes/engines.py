@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,6 +191,10 @@ class ChaosMeshFault(KubeFault):
             if found is None:
                 raise InjectionError(f"{self.describe()} disappeared before it was injected")
             state, detail = chaos_mesh_state(found)
+            if state == "unselected":  # for now, or for good: Chaos Mesh's Events tell
+                meta = found["metadata"]
+                failed = self.kube.event_messages(self.pod.namespace, meta["uid"], "Failed")
+                state, detail = chaos_mesh_state(found, failed)
             if state == "injected":
                 return self._confirm(timeout_s)
             if state == "not-selected":
@@ -216,34 +220,39 @@ class ChaosMeshFault(KubeFault):
         self.kube.wait_gone(self.rtype, self.pod.namespace, self.name, self.platform.wait)
 
 
-def chaos_mesh_state(resource: dict[str, Any]) -> tuple[str, str]:
-    """(injected | not-selected | pending, the latest failure Chaos Mesh recorded)."""
+SELECT_FAILED = "Failed to select targets: "
+"""How Chaos Mesh's Events begin when it selected no pod (its recorder's `Failed` message)."""
+
+
+def chaos_mesh_state(resource: dict[str, Any], failures: Sequence[str] = ()) -> tuple[str, str]:
+    """(injected | unselected | not-selected | pending, the latest failure Chaos Mesh recorded).
+
+    Chaos Mesh's condition controller writes `Selected: False` whenever the object has no
+    records yet, before its records controller has selected too: that alone is `unselected`,
+    maybe for now. It says it selected nothing only in a `Failed` Event on the object
+    (`failures`: those Events' messages), which makes it `not-selected`.
+    """
     status = resource.get("status") or {}
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     records = (status.get("experiment") or {}).get("containerRecords") or []
-    failures = [
+    recorded = [
         e.get("message", "")
         for r in records
         for e in r.get("events") or []
         if e.get("type") == "Failed"
     ]
-    detail = failures[-1] if failures else ""
+    detail = recorded[-1] if recorded else ""
     if (
         conditions.get("AllInjected") == "True"
         and records
         and all(r.get("phase") == "Injected" for r in records)
     ):
         return "injected", detail
-    if conditions.get("Selected") == "False":
-        reason = next(
-            (
-                c.get("reason", "")
-                for c in status.get("conditions") or []
-                if c.get("type") == "Selected"
-            ),
-            "",
-        )
-        return "not-selected", reason or detail
+    if conditions.get("Selected") == "False" and not records:
+        selection = [m.removeprefix(SELECT_FAILED) for m in failures if m.startswith(SELECT_FAILED)]
+        if selection:
+            return "not-selected", selection[-1]
+        return "unselected", detail
     return "pending", detail
 
 

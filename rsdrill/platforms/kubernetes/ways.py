@@ -12,8 +12,9 @@ TITLE = "Kubernetes"
 """The heading of its column in the fault tables."""
 
 
-def _chaos_mesh(plural: str) -> tuple[str, ...]:
-    return (f"create,get,delete {plural}.chaos-mesh.org",)
+def _chaos_mesh(*plurals: str) -> tuple[str, ...]:
+    # Events: where Chaos Mesh says it selected no pod (engines.chaos_mesh_state).
+    return (*(f"create,get,delete {plural}.chaos-mesh.org" for plural in plurals), "list events")
 
 
 _LITMUS = ("create,get,patch,delete chaosengines.litmuschaos.io",
@@ -126,7 +127,7 @@ WAYS: dict[str, tuple[Way, ...]] = {
             "approximate",
             "chaos-mesh",
             # The one the cluster has (BlockChaos where installed).
-            privileges=_chaos_mesh("blockchaos") + _chaos_mesh("iochaos"),
+            privileges=_chaos_mesh("blockchaos", "iochaos"),
         ),
         Way(
             "cgroup io.max / blkio.throttle of the member's container, set and "
