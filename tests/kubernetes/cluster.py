@@ -97,7 +97,11 @@ class KubeCluster:
     def stop(self) -> None:
         for process in reversed(self.processes):
             if process.poll() is None:
-                process.terminate()
+                # The controllers keep no state of their own and may take 10 s over SIGTERM.
+                if Path(str(process.args[0])).name in COMPONENT_USERS:
+                    process.kill()
+                else:
+                    process.terminate()
         for process in reversed(self.processes):
             try:
                 process.wait(timeout=10)
@@ -108,7 +112,8 @@ class KubeCluster:
 
 
 def start_cluster(directory: Path) -> KubeCluster:
-    """etcd and kube-apiserver on free loopback ports, their files under `directory`."""
+    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler on free loopback ports,
+    their files under `directory`."""
     bin_dir = install()
     certs = directory / "certs"
     certs.mkdir(parents=True)

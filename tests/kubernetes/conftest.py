@@ -57,6 +57,12 @@ def running_kube(*, real_chaos_mesh: bool = False) -> Iterator[Kube]:
     """A cluster of its own: Chaos Mesh's stand-in CRDs (BlockChaos left out: tests install it
     where they need a cluster that has it), or with `real_chaos_mesh` every CRD of the real
     Chaos Mesh and its controller-manager running; Litmus's CRDs; the nodes' heartbeats."""
+    from kubernetes import client
+
+    # Every model the client decodes copies the default configuration, or builds one, which
+    # reads the proxy variables by walking os.environ: from the harness's threads that walk
+    # races pytest setting PYTEST_CURRENT_TEST (a KeyError). A default makes it a copy.
+    client.Configuration.set_default(client.Configuration())
     directory = Path(tempfile.mkdtemp(prefix="rsdrill-kube-"))
     cluster = start_cluster(directory)
     try:

@@ -8,7 +8,10 @@ Everything a kubelet reports comes from here, and nothing else a kubelet does no
 - `Kubelet` (one per namespace): a pod bound to a node, by the real scheduler or at its
   creation, is started (`on_start(pod)`, then its status Running and Ready); a pod being
   deleted is stopped (`on_stop(pod)`) and its deletion confirmed (grace 0, what a kubelet
-  does once the containers stopped); a pod deleted outright (grace 0) is stopped too.
+  does once the containers stopped); a pod deleted outright (grace 0) is stopped too. A
+  container whose image is changed (Chaos Mesh's pod-failure swaps in a pause image) is
+  restarted in it, as a kubelet does: its member stops, and starts again when the image is
+  back.
 - `ContainerRuntime`: the runtime under a kubelet, for pods whose container is a member
   process: its container status (id, running, restartCount) published as the process changes,
   and a container whose process exited started again (restartPolicy Always), counted.
@@ -128,6 +131,8 @@ class Kubelet(Loop):
         self.on_start = on_start
         self.on_stop = on_stop
         self.running: dict[str, str] = {}  # pod → the uid of the pod whose container runs
+        self.images: dict[str, str] = {}  # pod → the image its member runs in
+        self.swapped: set[str] = set()  # pods whose container runs another image for now
         self.stopped_at: dict[str, float] = {}
         self.absences: list[tuple[str, float]] = []
 
@@ -154,7 +159,9 @@ class Kubelet(Loop):
                 if exc.status not in (404, 409):  # gone meanwhile, or already replaced
                     raise
         for name, pod in staying.items():
+            image = pod.spec.containers[0].image
             if self.running.get(name) == pod.metadata.uid:
+                self._follow_image(name, image)
                 continue
             self._end(name)  # another pod of that name: the old one's containers went
             if not pod.spec.node_name:
@@ -165,14 +172,28 @@ class Kubelet(Loop):
                 mark_running(self.core.api_client, self.namespace, name,
                              **self.addresses.get(name, {}))  # fmt: skip
             self.running[name] = pod.metadata.uid
+            self.images[name] = image
             if name in self.stopped_at:
                 self.absences.append((name, time.monotonic() - self.stopped_at.pop(name)))
+
+    def _follow_image(self, pod: str, image: str) -> None:
+        """A running pod's container restarted in its new image: the member's, or not."""
+        if image != self.images[pod] and pod not in self.swapped:
+            self.swapped.add(pod)
+            if self.on_stop:
+                self.on_stop(pod)
+        elif image == self.images[pod] and pod in self.swapped:
+            self.swapped.discard(pod)
+            if self.on_start:
+                self.on_start(pod)
 
     def _end(self, pod: str) -> None:
         if self.running.pop(pod, None) is None:
             return
         self.stopped_at[pod] = time.monotonic()
-        if self.on_stop:
+        if pod in self.swapped:  # its member stopped with the image swap
+            self.swapped.discard(pod)
+        elif self.on_stop:
             self.on_stop(pod)
 
 

@@ -13,12 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.connection import ConnectOptions
+from rsdrill.states import member_state
+from tests.harness.members import wait_until
 from tests.harness.processes import kill_after_line
+from tests.harness.sharded_cluster import wait_back_as_secondary
 from tests.kubernetes.bound import BoundSet, rsdrill_cli, run_file
 from tests.kubernetes.conftest import Kube, running_kube
 from tests.kubernetes.support import rsdrill_objects
 
-# About 12 s a kill; RSDRILL_CHAOS_KILLS=50 for the acceptance run.
+# About 5 s a kill; RSDRILL_CHAOS_KILLS=50 for the acceptance run
+# (bench/results/chaos-mesh-real-50.txt).
 CHAOS_KILLS = int(os.environ.get("RSDRILL_CHAOS_KILLS", "3"))
 MEMBER_IMAGE = "mongo:7.0"  # tests/kubernetes/support.make_statefulset's
 
@@ -78,6 +83,32 @@ def test_the_real_controller_kills_the_primarys_pod(
 
 
 @pytest.mark.slow
+def test_the_real_controllers_pod_failure_takes_the_primary_down_until_recovered(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """host-freeze through Chaos Mesh's pod-failure (an approximation: the container restarts
+    in a pause image, the member with it): the real controller swaps the primary's image, the
+    set fails over, and when rsdrill deletes the PodChaos the controller restores the image,
+    the member starts again and rejoins as a secondary."""
+    freeze = [{"at": "2s", "kind": "host-freeze", "engine": "chaos-mesh", "select": "primary",
+               "duration": "4s", "approximate": True}]  # fmt: skip
+    path = bound_set.experiment(kube, tmp_path, faults=freeze, slo={},
+                                observe={"after_revert": "3s"})  # fmt: skip
+    run = run_file(path, tmp_path / "out", tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    [fault] = result["faults"]
+    failover = result["metrics"]["failover_s"]
+    print(f"failover {failover}s; the member {fault['target']} back after the revert")
+    assert fault["verified_at_s"] is not None and failover is not None and failover > 0
+    assert rsdrill_objects(kube.api, bound_set.namespace) == []
+    assert _images(kube, bound_set.namespace)[bound_set.pods[fault["target"]]] == [MEMBER_IMAGE]
+    wait_until(lambda: not bound_set.kubelet.swapped, 30, "the member's image back")
+    wait_back_as_secondary(fault["target"])
+
+
+@pytest.mark.slow
 def test_sigkill_with_a_pod_failure_in_force_then_recover_leaves_nothing_injected(
     kube: Kube, bound_set: BoundSet, tmp_path: Path
 ) -> None:
@@ -108,6 +139,11 @@ def test_sigkill_with_a_pod_failure_in_force_then_recover_leaves_nothing_injecte
         while any(images != [MEMBER_IMAGE] for images in _images(kube, namespace).values()):
             assert time.monotonic() < deadline, _images(kube, namespace)
             time.sleep(0.1)
+        # Its container back in the member's image, the member rejoins before the next run.
+        wait_until(lambda: not bound_set.kubelet.swapped, 30, "the member's image back")
+        for member in bound_set.sandbox.spec.members:
+            if member_state(member.host, 1.0, options=ConnectOptions()) != "PRIMARY":
+                wait_back_as_secondary(member.host)
     print(f"{CHAOS_KILLS} kills, the pause image in force at {swapped} of them")
     assert swapped == CHAOS_KILLS  # the controller really injected before each kill
 
