@@ -17,7 +17,7 @@ import yaml
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.kubernetes.cluster import REPO, env_without_kube
-from tests.kubernetes.controllers import ChaosMeshController
+from tests.kubernetes.controllers import ChaosMeshController, Loop
 from tests.kubernetes.kubelet import Kubelet
 from tests.kubernetes.support import make_node, make_statefulset, wait_running
 
@@ -85,27 +85,28 @@ def bound(
         topology, port_base=port_base, settings=Settings(election_timeout_ms=2000)
     )
     sandbox = up(directory / "set", spec, EmulatorEngine())
-    namespace = kube.namespace("e2e")
-    nodes = [f"{namespace}-node-{i}" for i in range(len(spec.members))]
-    for node, zone in zip(nodes, zones or [None] * len(nodes), strict=True):
-        make_node(kube.api, node, zone)
-    pods = {m.host: f"mongo-{m.id}" for m in spec.members}
-    by_pod = {pod: spec.member(host) for host, pod in pods.items()}
-    # In zones, each pod and node its own address (a zone's isolation keeps its own).
-    addresses = {pod: {"pod_ip": f"10.1.0.{i + 1}", "host_ip": f"10.2.0.{i + 1}"}
-                 for i, pod in enumerate(by_pod)} if zones else {}  # fmt: skip
+    loops: list[Loop] = []
+    try:  # from here on, the members go down whatever fails
+        namespace = kube.namespace("e2e")
+        nodes = [f"{namespace}-node-{i}" for i in range(len(spec.members))]
+        for node, zone in zip(nodes, zones or [None] * len(nodes), strict=True):
+            make_node(kube.api, node, zone)
+        pods = {m.host: f"mongo-{m.id}" for m in spec.members}
+        by_pod = {pod: spec.member(host) for host, pod in pods.items()}
+        # In zones, each pod and node its own address (a zone's isolation keeps its own).
+        addresses = {pod: {"pod_ip": f"10.1.0.{i + 1}", "host_ip": f"10.2.0.{i + 1}"}
+                     for i, pod in enumerate(by_pod)} if zones else {}  # fmt: skip
 
-    def start(pod: str) -> None:
-        if sandbox.pid(by_pod[pod]) is None:  # the members run before their pods are made
-            sandbox.start(by_pod[pod])
+        def start(pod: str) -> None:
+            if sandbox.pid(by_pod[pod]) is None:  # the members run before their pods are made
+                sandbox.start(by_pod[pod])
 
-    kubelet = Kubelet(
-        kube.api, namespace, on_start=start, on_stop=lambda pod: sandbox.kill(by_pod[pod]),
-        addresses=addresses,
-    )  # fmt: skip
-    mesh = ChaosMeshController(kube.api, namespace, acts=kube.chaos_mesh is None)
-    loops = [kubelet.start(), mesh.start()]
-    try:
+        kubelet = Kubelet(
+            kube.api, namespace, on_start=start, on_stop=lambda pod: sandbox.kill(by_pod[pod]),
+            addresses=addresses,
+        )  # fmt: skip
+        mesh = ChaosMeshController(kube.api, namespace, acts=kube.chaos_mesh is None)
+        loops += [kubelet.start(), mesh.start()]
         assert make_statefulset(kube.api, namespace, nodes) == list(by_pod)
         wait_running(kube.api, namespace, list(by_pod))
         yield BoundSet(sandbox, namespace, pods, kubelet, mesh)
@@ -113,4 +114,5 @@ def bound(
         for loop in loops:
             loop.stop()
         sandbox.down(grace_s=2.0)
-    assert not kubelet.errors and not mesh.errors, kubelet.errors + mesh.errors
+    errors = [error for loop in loops for error in loop.errors]
+    assert not errors, errors
