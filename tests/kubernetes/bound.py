@@ -36,17 +36,31 @@ class BoundSet:
 
     def experiment(self, kube: Any, tmp: Path, source: Path = EXPERIMENT, **changes: Any) -> Path:
         """The experiment file `source` aimed at this set (and `changes` on top)."""
-        document = yaml.safe_load(source.read_text())
-        document["target"]["uri"] = self.sandbox.uri
-        document["target"]["kubernetes"] = {
-            "kubeconfig": str(kube.admin),
-            "namespace": self.namespace,
-            "pods": self.pods,
-        }
-        document.update(changes)
-        path = tmp / source.name
-        path.write_text(yaml.safe_dump(document))
-        return path
+        return aimed(kube, tmp, source, self.sandbox.uri, self.namespace, self.pods, **changes)
+
+
+def aimed(
+    kube: Any,
+    tmp: Path,
+    source: Path,
+    uri: str,
+    namespace: str,
+    pods: dict[str, str],
+    kubernetes: dict[str, Any] | None = None,
+    **changes: Any,
+) -> Path:
+    """The experiment file `source` aimed at the set at `uri` whose members are `pods` in
+    `namespace`, as the admin (with `kubernetes` target options and `changes` on top), written
+    under `tmp`."""
+    document = yaml.safe_load(source.read_text())
+    document["target"]["uri"] = uri
+    document["target"]["kubernetes"] = {
+        "kubeconfig": str(kube.admin), "namespace": namespace, "pods": pods, **(kubernetes or {}),
+    }  # fmt: skip
+    document.update(changes)
+    path = tmp / source.name
+    path.write_text(yaml.safe_dump(document))
+    return path
 
 
 def rsdrill_cli(*args: str, home: Path) -> subprocess.Popen[str]:

@@ -15,9 +15,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,7 +91,7 @@ def controller_manager(cluster: KubeCluster, api: Any) -> Iterator[subprocess.Po
     """Chaos Mesh installed from its chart (see the module's docstring) and its controller-manager
     running under its own ServiceAccount; killed on leaving."""
     from tests.kubernetes.cluster import server_side_apply
-    from tests.kubernetes.support import service_account_token
+    from tests.kubernetes.support import service_account_token, wait_listening
 
     binary = install()
     objects = chart()
@@ -130,7 +128,9 @@ def controller_manager(cluster: KubeCluster, api: Any) -> Iterator[subprocess.Po
             [str(binary)], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
-        _wait_listening(webhook_port, process, log)
+        # Its webhook server serves once its caches are in: then the hooks can go in.
+        wait_listening(webhook_port, process, "chaos-controller-manager",
+                       lambda: log.read_text()[-3000:], timeout_s=60)  # fmt: skip
         hooks = [_webhooks(o, f"https://127.0.0.1:{webhook_port}", (certs / "tls.crt").read_bytes())
                  for o in objects if o["kind"].endswith("WebhookConfiguration")]  # fmt: skip
         errors = server_side_apply(api, hooks, NAMESPACE, dry_run=False)
@@ -141,19 +141,3 @@ def controller_manager(cluster: KubeCluster, api: Any) -> Iterator[subprocess.Po
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
-
-
-def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"chaos-controller-manager exited:\n{log.read_text()[-3000:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"chaos-controller-manager's webhooks not served: {log}"
-                ) from None
-            time.sleep(0.1)

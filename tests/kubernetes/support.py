@@ -9,9 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -206,8 +205,10 @@ def mark_running(
     `host_ip` (where a node agent of it listens)."""
     from kubernetes import client
 
+    from tests.kubernetes.controllers import now as timestamp
+
     core = client.CoreV1Api(api)
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = timestamp()
     containers = core.read_namespaced_pod(name, namespace).spec.containers
     statuses = [
         {
@@ -322,16 +323,24 @@ def service_account_token(api: Any, namespace: str, account: str) -> str:
     return str(answer.status.token)
 
 
-def _wait_listening(port: int, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()[1]
+def wait_listening(
+    port: int,
+    process: subprocess.Popen[Any],
+    name: str,
+    said: Callable[[], str],
+    timeout_s: float = 30.0,
+) -> None:
+    """Until `process` (`name`) listens on loopback `port`; failing with what it `said` if it
+    exits first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert process.poll() is None, f"{name} exited: {said()}"
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
             return
         except OSError:
+            assert time.monotonic() < deadline, f"{name} did not listen on port {port}"
             time.sleep(0.1)
-    raise AssertionError("the node agent did not listen")
 
 
 @contextmanager
@@ -372,7 +381,7 @@ def node_agent(
         env=env_without_kube(),
     )  # fmt: skip
     try:
-        _wait_listening(port, process)
+        wait_listening(port, process, "the node agent", lambda: process.communicate()[1])
         yield f"https://127.0.0.1:{port}"
     finally:
         process.terminate()

@@ -25,7 +25,7 @@ import yaml
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.harness.processes import kill_after_line, python_named
-from tests.kubernetes.bound import EXPERIMENT, BoundSet, rsdrill_cli, run_file
+from tests.kubernetes.bound import EXPERIMENT, BoundSet, aimed, rsdrill_cli, run_file
 from tests.kubernetes.cluster import REPO
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import ChaosMeshController, LitmusOperator
@@ -397,19 +397,8 @@ class ContainedSet:
         **kubernetes: Any,
     ) -> Path:
         """EXPERIMENT aimed at this set, with `faults` and `kubernetes` target options."""
-        document = yaml.safe_load(EXPERIMENT.read_text())
-        document["target"]["uri"] = self.sandbox.uri
-        document["target"]["kubernetes"] = {
-            "kubeconfig": str(kube.admin),
-            "namespace": self.namespace,
-            "pods": self.pods,
-            **kubernetes,
-        }
-        document["faults"] = faults
-        document["observe"] = {"after_revert": after_revert}
-        path = tmp / "freeze.yaml"
-        path.write_text(yaml.safe_dump(document))
-        return path
+        return aimed(kube, tmp, EXPERIMENT, self.sandbox.uri, self.namespace, self.pods,
+                     kubernetes, faults=faults, observe={"after_revert": after_revert})  # fmt: skip
 
     def state(self, host: str) -> str:
         """The member's mongod's state letter (T: stopped)."""
