@@ -1,7 +1,8 @@
 """One replica set seen from outside (a router's view of a shard or of the config servers, a
 transaction coordinator's of another shard): which member is its primary, found by hello as
 mongos's replica-set monitor does (a check every half second, and at once when a command meets
-a NotPrimary error or a closed connection), and a small pool of connections per member."""
+a NotPrimary error or a closed connection), and a small pool of connections per member,
+closed all at once when one of them fails."""
 
 from __future__ import annotations
 
@@ -56,7 +57,14 @@ class ReplicaSet:
     async def run_on(self, host: str, db: str, cmd: dict[str, Any],
                      timeout: float = COMMAND_TIMEOUT_S) -> dict[str, Any]:  # fmt: skip
         async with self.connection(host) as conn:
-            return await conn.command(db, cmd, timeout)
+            try:
+                return await conn.command(db, cmd, timeout)
+            except PeerError:
+                # As mongos's replica-set monitor on a network error: every idle connection
+                # to the host goes too (after a restart, each would fail its next command).
+                for idle in self._idle.get(host, []):
+                    idle.close()
+                raise
 
     async def monitor(self) -> None:
         """Check every member's hello every CHECK_INTERVAL_S, or at once when asked."""

@@ -255,8 +255,8 @@ def test_a_coordinator_killed_before_its_decision_is_replaced_by_its_shard_s_nex
     uri = cluster.uri if asked_again else f"mongodb://{router}/"
     # Alone with a dead router, the driver's retried commit ends at server selection.
     with MongoClient(uri, retryWrites=asked_again, serverSelectionTimeoutMS=3_000) as committer:
-        thread, outcome = _commit_in_background(committer, a, b, 41)
         try:
+            thread, outcome = _commit_in_background(committer, a, b, 41)
             wait_until(lambda: _prepared_on_both(cluster, before), 20, "both parts prepared")
             # Prepared, undecided: a snapshot read of shard1's document at its newest time
             # waits (mongod's prepare conflict).
@@ -276,6 +276,7 @@ def test_a_coordinator_killed_before_its_decision_is_replaced_by_its_shard_s_nex
             assert _on_shard(cluster, "shard1", b) == [41]
             wait_until(lambda: _coordinator_docs(cluster) == 0, 20, "the coordinator document gone")
         finally:
+            _hold_decision(cluster, False)  # on shard0's primary if it was never killed
             cluster.restart_router(router)
             _restart(cluster, "shard0", coordinator)
 
@@ -287,8 +288,8 @@ def test_a_participant_killed_while_prepared_commits_on_its_next_primary(
     _hold_decision(cluster, True)
     participant = _primary(cluster, "shard1")
     before = _prepares(cluster)
-    thread, outcome = _commit_in_background(client, a, b, 42)
     try:
+        thread, outcome = _commit_in_background(client, a, b, 42)
         wait_until(lambda: _prepared_on_both(cluster, before), 20, "both parts prepared")
         cluster.sets["shard1"].kill(participant)
         wait_until(lambda: _primary_or_none(cluster, "shard1") not in (None, participant), 30,
