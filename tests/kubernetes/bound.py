@@ -107,9 +107,10 @@ def bound(
             make_node(kube.api, node, zone)
         pods = {m.host: f"mongo-{m.id}" for m in spec.members}
         by_pod = {pod: spec.member(host) for host, pod in pods.items()}
-        # In zones, each pod and node its own address (a zone's isolation keeps its own).
+        # Each pod and node its own address, as a kubelet reports them (Chaos Mesh's partition
+        # drops what goes to the pods' addresses; a zone's isolation keeps its own).
         addresses = {pod: {"pod_ip": f"10.1.0.{i + 1}", "host_ip": f"10.2.0.{i + 1}"}
-                     for i, pod in enumerate(by_pod)} if zones else {}  # fmt: skip
+                     for i, pod in enumerate(by_pod)}  # fmt: skip
 
         def start(pod: str) -> None:
             if sandbox.pid(by_pod[pod]) is None:  # the members run before their pods are made

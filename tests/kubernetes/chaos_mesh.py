@@ -6,24 +6,32 @@ validating, and the authorization check), from the chart, reaching the controlle
 server at a loopback URL with a certificate made here; the controller as a process with the
 chart's environment, but for addresses, ports and the daemon's client certificates.
 
-No chaos-daemon runs: it acts on PodChaos pod-kill and pod-failure, which need none; a kind that
-needs the daemon is recorded as failed.
+Chaos Mesh's chaos-daemon needs a container runtime to enter, which the test cluster has not: a
+stand-in (tests/kubernetes/standin_daemon, compiled against Chaos Mesh's own gRPC service)
+answers the controller's calls and records them (`StandinDaemon`). The controller finds it as it
+finds the daemon: an EndpointSlice `chaos-daemon-*` in its namespace naming, for each node, the
+daemon's address, which may not be loopback; so the stand-in serves in a network namespace the
+test makes, joined to this one by a veth pair.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tests.kubernetes.cluster import BIN, REPO, KubeCluster, free_port, openssl
+from tests.kubernetes.controllers import Loop
 
 INSTALL = REPO / ".ci" / "install-chaos-mesh"
 SOURCE = REPO / ".cache" / "tools" / "src" / "chaos-mesh"
@@ -33,7 +41,8 @@ NAMESPACE = "chaos-mesh"
 def install() -> Path:
     """The controller-manager's binary; built once (.ci/install-chaos-mesh), loudly if not."""
     binary = BIN / "chaos-controller-manager"
-    needed = [binary, BIN / "helm-chaos-mesh", SOURCE / "config" / "crd" / "bases"]
+    needed = [binary, BIN / "helm-chaos-mesh", BIN / "standin-chaos-daemon",
+              SOURCE / "config" / "crd" / "bases" / ".generated-from-api"]  # fmt: skip
     if not all(path.exists() for path in needed):
         done = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -141,3 +150,106 @@ def controller_manager(cluster: KubeCluster, api: Any) -> Iterator[subprocess.Po
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
+
+
+DAEMON_PORT = 31767  # the chart's chaosDaemon.grpcPort, which the controller dials
+
+
+@dataclass
+class StandinDaemon:
+    address: str
+    record: Path
+
+    def calls(self, method: str | None = None) -> list[dict[str, Any]]:
+        """Every call the controller made on the daemon so far (or those of `method`), oldest
+        first: {"method", "request" (the gRPC request as JSON), "at"}."""
+        if not self.record.exists():
+            return []
+        calls = [json.loads(line) for line in self.record.read_text().splitlines() if line]
+        return [c for c in calls if method is None or c["method"] == method]
+
+
+class DaemonEndpoints(Loop):
+    """As the endpoint controller over the daemon's DaemonSet: the EndpointSlice the controller
+    reads names the daemon for every node there is (nodes come and go with the tests)."""
+
+    def __init__(self, api: Any, address: str) -> None:
+        from kubernetes import client
+
+        super().__init__("chaos-daemon-endpoints", interval_s=0.2)
+        self.discovery = client.DiscoveryV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.address = address
+        self._nodes: list[str] | None = None
+
+    def tick(self) -> None:
+        nodes = sorted(node.metadata.name for node in self.core.list_node().items)
+        if nodes == self._nodes:
+            return
+        body = {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "chaos-daemon-standin", "namespace": NAMESPACE},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [self.address], "nodeName": node,
+                           "conditions": {"ready": True}} for node in nodes],
+            "ports": [{"name": "grpc", "port": DAEMON_PORT, "protocol": "TCP"}],
+        }  # fmt: skip
+        if self._nodes is None:
+            self.discovery.create_namespaced_endpoint_slice(NAMESPACE, body)
+        else:
+            self.discovery.replace_namespaced_endpoint_slice(
+                "chaos-daemon-standin", NAMESPACE, body
+            )
+        self._nodes = nodes
+
+
+def can_serve_daemon() -> bool:
+    """Whether this machine lets the test make the daemon's network namespace."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None
+
+
+@contextmanager
+def standin_daemon(cluster: KubeCluster, api: Any) -> Iterator[StandinDaemon]:
+    """The stand-in daemon serving in a network namespace of its own (see the module's
+    docstring), and the EndpointSlice that names it; all gone on leaving."""
+    from tests.harness.members import wait_until
+
+    install()
+    tag = f"{os.getpid() % 100_000}"
+    netns, outside, inside = f"rsdcd{tag}", f"rsdcd{tag}o", f"rsdcd{tag}i"
+    block = os.getpid() % 16_384  # a /30 of its own in 10.251.0.0/16
+    host, daemon_ip = (f"10.251.{block // 64}.{block % 64 * 4 + n}" for n in (1, 2))
+
+    def ip(*argv: str) -> None:
+        subprocess.run(["ip", *argv], check=True, capture_output=True)
+
+    ip("netns", "add", netns)
+    process = None
+    try:
+        ip("link", "add", outside, "type", "veth", "peer", "name", inside, "netns", netns)
+        ip("addr", "add", f"{host}/30", "dev", outside)
+        ip("link", "set", outside, "up")
+        ip("-n", netns, "addr", "add", f"{daemon_ip}/30", "dev", inside)
+        ip("-n", netns, "link", "set", inside, "up")
+        record = cluster.directory / "chaos-daemon-calls.jsonl"
+        log = cluster.directory / "logs" / "standin-chaos-daemon.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                ["ip", "netns", "exec", netns, str(BIN / "standin-chaos-daemon"),
+                 "-listen", f"{daemon_ip}:{DAEMON_PORT}", "-record", str(record)],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        wait_until(lambda: "serving on" in log.read_text() or process.poll() is not None,
+                        10, "the stand-in daemon serving")  # fmt: skip
+        assert process.poll() is None, log.read_text()
+        endpoints = DaemonEndpoints(api, daemon_ip).start()
+        try:
+            yield StandinDaemon(daemon_ip, record)
+        finally:
+            endpoints.stop()
+        assert not endpoints.errors, endpoints.errors
+    finally:
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        subprocess.run(["ip", "netns", "del", netns], check=False, capture_output=True)

@@ -44,6 +44,7 @@ class Kube:
     api: Any  # a kubernetes ApiClient as the admin
     heartbeat: NodeHeartbeat  # every node's kubelet heartbeat (`lose(node)` to end one)
     chaos_mesh: subprocess.Popen[bytes] | None = None  # the real controller-manager, if it runs
+    daemon: chaos_mesh.StandinDaemon | None = None  # the stand-in chaos-daemon it calls, then
 
     def namespace(self, stem: str) -> str:
         """A fresh namespace (with its default ServiceAccount)."""
@@ -56,7 +57,8 @@ class Kube:
 def running_kube(*, real_chaos_mesh: bool = False) -> Iterator[Kube]:
     """A cluster of its own: Chaos Mesh's stand-in CRDs (BlockChaos left out: tests install it
     where they need a cluster that has it), or with `real_chaos_mesh` every CRD of the real
-    Chaos Mesh and its controller-manager running; Litmus's CRDs; the nodes' heartbeats."""
+    Chaos Mesh, its controller-manager and the stand-in chaos-daemon running; Litmus's CRDs; the
+    nodes' heartbeats."""
     from kubernetes import client
 
     # Every model the client decodes copies the default configuration, or builds one, which
@@ -74,11 +76,13 @@ def running_kube(*, real_chaos_mesh: bool = False) -> Iterator[Kube]:
         heartbeat = NodeHeartbeat(api).start()
         restricted = cluster.kubeconfig("restricted", RESTRICTED_TOKEN)
         with ExitStack() as stack:
-            process = None
+            process = daemon = None
             if real_chaos_mesh:
                 create_namespace(api, chaos_mesh.NAMESPACE)
+                if chaos_mesh.can_serve_daemon():
+                    daemon = stack.enter_context(chaos_mesh.standin_daemon(cluster, api))
                 process = stack.enter_context(chaos_mesh.controller_manager(cluster, api))
-            yield Kube(cluster, admin, restricted, api, heartbeat, process)
+            yield Kube(cluster, admin, restricted, api, heartbeat, process, daemon)
             assert process is None or process.poll() is None, "chaos-controller-manager exited"
         heartbeat.stop()
         api.close()

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,102 @@ def test_the_charts_webhooks_refuse_what_chaos_mesh_refuses(kube: Kube) -> None:
     said = str(refused.value.body)
     assert 'admission webhook \\"vpodchaos.kb.io\\" denied the request' in said, said
     assert "Must be (0,100] with mode:fixed-percent" in said, said
+
+
+def _pod_status(kube: Kube, namespace: str, pod: str) -> tuple[str, str]:
+    """The pod's container id and address, as its kubelet reported them."""
+    from kubernetes import client
+
+    read = client.CoreV1Api(kube.api).read_namespaced_pod(pod, namespace)
+    return str(read.status.container_statuses[0].container_id), str(read.status.pod_ip)
+
+
+Calls = list[dict[str, Any]]
+
+
+def _clock_skew(calls: Calls, target: str, _: dict[str, str]) -> None:
+    [apply, recover] = calls
+    assert apply["method"] == "SetTimeOffset" and recover["method"] == "RecoverTimeOffset"
+    assert apply["request"]["container_id"] == recover["request"]["container_id"] == target
+    assert apply["request"]["sec"] == 30 and apply["request"]["clk_ids_mask"] == 1  # REALTIME
+
+
+def _disk_latency(calls: Calls, target: str, _: dict[str, str]) -> None:
+    [apply, recover] = calls
+    assert apply["method"] == recover["method"] == "ApplyIOChaos"
+    assert apply["request"]["container_id"] == recover["request"]["container_id"] == target
+    [action] = json.loads(apply["request"]["actions"])
+    assert (action["type"], action["latency"], sorted(action["methods"])) == (
+        "latency", "50ms", ["fsync", "write"]
+    ), action  # fmt: skip
+    assert apply["request"]["volume"] == "/data/db" and action["path"] == "/data/db/**/*"
+    # No actions left: the daemon takes its injection away (the one it reported).
+    assert json.loads(recover["request"]["actions"]) is None
+    assert recover["request"]["instance"] > 0
+
+
+def _cpu_stress(calls: Calls, target: str, _: dict[str, str]) -> None:
+    [apply, recover] = calls
+    assert apply["method"] == "ExecStressors" and recover["method"] == "CancelStressors"
+    assert apply["request"]["target"] == target
+    assert "--cpu 1 " in apply["request"]["cpuStressors"] + " "  # 1 worker: 1/0.5 - 1
+    assert recover["request"]["cpuInstance"] == "standin"  # the instance the daemon reported
+
+
+def _partition(calls: Calls, target: str, addresses: dict[str, str]) -> None:
+    """The target's pod drops what goes to or comes from the others, and theirs what goes to
+    or comes from it; each pod's rules emptied at the end."""
+    by_container: dict[str, Calls] = {}
+    for call in calls:
+        by_container.setdefault(call["request"]["container_id"], []).append(call)
+    assert set(by_container) == set(addresses), by_container.keys()
+    for container, own in by_container.items():
+        [ipsets, *_] = [c["request"].get("ipsets", []) for c in own if c["method"] == "FlushIPSets"]
+        dropped = {cidr for s in ipsets for cidr in s.get("cidrs", [])}
+        others = {f"{ip}/32" for c, ip in addresses.items() if c != container}
+        assert dropped == (others if container == target else {f"{addresses[target]}/32"})
+        chains = [c["request"].get("chains", []) for c in own if c["method"] == "SetIptablesChains"]
+        assert {(c.get("direction", 0), c["target"]) for c in chains[0]} == {
+            (0, "DROP"), (1, "DROP")}, chains[0]  # fmt: skip
+        assert chains[-1] == [], chains[-1]
+
+
+# Each kind that needs chaos-daemon: the fault, and what the daemon must have been asked to do
+# (and to undo) by the real controller.
+DAEMON_FAULTS: dict[str, tuple[dict[str, Any], Callable[[Calls, str, dict[str, str]], None]]] = {
+    "clock-skew": ({"kind": "clock-skew", "clock_offset": 30}, _clock_skew),
+    "disk-fault": ({"kind": "disk-fault", "errno": "none", "latency": "50ms"}, _disk_latency),
+    "network-partition": ({"kind": "network-partition"}, _partition),
+    "cpu-starve": ({"kind": "cpu-starve", "cpu_share": 0.5, "approximate": True}, _cpu_stress),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(DAEMON_FAULTS))
+def test_the_real_controller_reaches_the_daemon_and_recovers_through_it(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path, kind: str
+) -> None:
+    """A fault whose Chaos Mesh kind needs chaos-daemon: the real controller finds the daemon
+    of the pod's node (the stand-in behind its gRPC service), asks it to inject into the
+    secondary's container what the fault means, and rsdrill reads the AllInjected it writes;
+    on rsdrill's revert the controller asks the daemon to undo it before it lets the object
+    go."""
+    if kube.daemon is None:
+        pytest.skip("the stand-in chaos-daemon needs root and `ip` for its network namespace")
+    fault, check = DAEMON_FAULTS[kind]
+    before = len(kube.daemon.calls())
+    faults = [{"at": "1s", "engine": "chaos-mesh", "select": "secondary", "duration": "3s",
+               **fault}]  # fmt: skip
+    path = bound_set.experiment(kube, tmp_path, faults=faults, slo={})
+    run = run_file(path, tmp_path / "out", tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    [done] = result["faults"]
+    assert done["verified_at_s"] is not None and done["reverted_at_s"] is not None, done
+    statuses = {pod: _pod_status(kube, bound_set.namespace, pod)
+                for pod in bound_set.pods.values()}  # fmt: skip
+    calls = kube.daemon.calls()[before:]
+    print(kind, [c["method"] for c in calls])
+    check(calls, statuses[bound_set.pods[done["target"]]][0], dict(statuses.values()))
+    assert rsdrill_objects(kube.api, bound_set.namespace) == []

@@ -1,0 +1,129 @@
+// A stand-in for Chaos Mesh's chaos-daemon, behind the daemon's own gRPC service (Chaos Mesh's
+// pkg/chaosdaemon/pb, compiled from the same module as the real controller-manager). The test
+// cluster has no container runtime for a real daemon to enter: this one answers each call as
+// the daemon does when it succeeds and records it, one JSON line per call, for the tests (and
+// the harness kubelet, which acts on what it can: a container kill) to read.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"log"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/golang/protobuf/ptypes/empty"
+	"google.golang.org/grpc"
+
+	"github.com/chaos-mesh/chaos-mesh/pkg/chaosdaemon/pb"
+)
+
+type daemon struct {
+	pb.UnimplementedChaosDaemonServer
+	mu       sync.Mutex
+	out      *os.File
+	instance atomic.Int64 // the "process" each injection reports, as the daemon's pids
+}
+
+// record appends one call; a call not recorded fails, so a test never misses one silently.
+func (d *daemon) record(method string, request any) error {
+	line, err := json.Marshal(map[string]any{
+		"method": method, "request": request, "at": float64(time.Now().UnixNano()) / 1e9,
+	})
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, err = d.out.Write(append(line, '\n'))
+	return err
+}
+
+func (d *daemon) none(method string, request any) (*empty.Empty, error) {
+	return &empty.Empty{}, d.record(method, request)
+}
+
+func (d *daemon) SetTcs(_ context.Context, r *pb.TcsRequest) (*empty.Empty, error) {
+	return d.none("SetTcs", r)
+}
+
+func (d *daemon) FlushIPSets(_ context.Context, r *pb.IPSetsRequest) (*empty.Empty, error) {
+	return d.none("FlushIPSets", r)
+}
+
+func (d *daemon) SetIptablesChains(_ context.Context, r *pb.IptablesChainsRequest) (*empty.Empty, error) {
+	return d.none("SetIptablesChains", r)
+}
+
+func (d *daemon) SetTimeOffset(_ context.Context, r *pb.TimeRequest) (*empty.Empty, error) {
+	return d.none("SetTimeOffset", r)
+}
+
+func (d *daemon) RecoverTimeOffset(_ context.Context, r *pb.TimeRequest) (*empty.Empty, error) {
+	return d.none("RecoverTimeOffset", r)
+}
+
+func (d *daemon) ContainerKill(_ context.Context, r *pb.ContainerRequest) (*empty.Empty, error) {
+	return d.none("ContainerKill", r)
+}
+
+func (d *daemon) ContainerGetPid(_ context.Context, r *pb.ContainerRequest) (*pb.ContainerResponse, error) {
+	return &pb.ContainerResponse{Pid: uint32(d.instance.Add(1))}, d.record("ContainerGetPid", r)
+}
+
+func (d *daemon) ExecStressors(_ context.Context, r *pb.ExecStressRequest) (*pb.ExecStressResponse, error) {
+	now := time.Now().Unix()
+	response := &pb.ExecStressResponse{}
+	if r.CpuStressors != "" {
+		n := d.instance.Add(1)
+		response.CpuInstance, response.CpuStartTime = "standin", now
+		response.CpuInstanceUid = "cpu-" + strconv.FormatInt(n, 10)
+	}
+	if r.MemoryStressors != "" {
+		n := d.instance.Add(1)
+		response.MemoryInstance, response.MemoryStartTime = "standin", now
+		response.MemoryInstanceUid = "memory-" + strconv.FormatInt(n, 10)
+	}
+	return response, d.record("ExecStressors", r)
+}
+
+func (d *daemon) CancelStressors(_ context.Context, r *pb.CancelStressRequest) (*empty.Empty, error) {
+	return d.none("CancelStressors", r)
+}
+
+func (d *daemon) ApplyIOChaos(_ context.Context, r *pb.ApplyIOChaosRequest) (*pb.ApplyIOChaosResponse, error) {
+	n := d.instance.Add(1)
+	return &pb.ApplyIOChaosResponse{Instance: n, StartTime: time.Now().Unix(), InstanceUid: "io-" + strconv.FormatInt(n, 10)},
+		d.record("ApplyIOChaos", r)
+}
+
+func (d *daemon) ApplyBlockChaos(_ context.Context, r *pb.ApplyBlockChaosRequest) (*pb.ApplyBlockChaosResponse, error) {
+	return &pb.ApplyBlockChaosResponse{InjectionId: int32(d.instance.Add(1))}, d.record("ApplyBlockChaos", r)
+}
+
+func (d *daemon) RecoverBlockChaos(_ context.Context, r *pb.RecoverBlockChaosRequest) (*empty.Empty, error) {
+	return d.none("RecoverBlockChaos", r)
+}
+
+func main() {
+	listen := flag.String("listen", "", "address to serve on (host:port)")
+	record := flag.String("record", "", "file each call is appended to")
+	flag.Parse()
+	out, err := os.OpenFile(*record, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		log.Fatal(err)
+	}
+	listener, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatal(err)
+	}
+	server := grpc.NewServer()
+	pb.RegisterChaosDaemonServer(server, &daemon{out: out})
+	log.Printf("stand-in chaos-daemon serving on %s", listener.Addr())
+	log.Fatal(server.Serve(listener))
+}
