@@ -17,7 +17,7 @@ import yaml
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.kubernetes.cluster import REPO, env_without_kube
-from tests.kubernetes.controllers import ChaosMeshController, Loop
+from tests.kubernetes.controllers import ChaosObjects, Loop
 from tests.kubernetes.kubelet import Kubelet
 from tests.kubernetes.support import make_node, make_statefulset, wait_running
 
@@ -32,7 +32,7 @@ class BoundSet:
     namespace: str
     pods: dict[str, str]  # member host:port → pod
     kubelet: Kubelet
-    mesh: ChaosMeshController  # the stand-in, or only a record of the objects (`acts`)
+    mesh: ChaosObjects  # the Chaos Mesh objects made (the real controller acts on them)
 
     def experiment(self, kube: Any, tmp: Path, source: Path = EXPERIMENT, **changes: Any) -> Path:
         """The experiment file `source` aimed at this set (and `changes` on top)."""
@@ -93,8 +93,7 @@ def bound(
     topology: str = "rs3",
 ) -> Iterator[BoundSet]:
     """The set as a real StatefulSet's pods, each on its own node with its local volume (in
-    `zones`, each member's node labelled with its zone). Chaos Mesh's objects are carried out
-    by the stand-in unless the real controller runs (`kube.chaos_mesh`)."""
+    `zones`, each member's node labelled with its zone)."""
     spec = build_topology(
         topology, port_base=port_base, settings=Settings(election_timeout_ms=2000)
     )
@@ -120,7 +119,7 @@ def bound(
             kube.api, namespace, on_start=start, on_stop=lambda pod: sandbox.kill(by_pod[pod]),
             addresses=addresses,
         )  # fmt: skip
-        mesh = ChaosMeshController(kube.api, namespace, acts=kube.chaos_mesh is None)
+        mesh = ChaosObjects(kube.api, namespace)
         loops += [kubelet.start(), mesh.start()]
         assert make_statefulset(kube.api, namespace, nodes) == list(by_pod)
         wait_running(kube.api, namespace, list(by_pod))

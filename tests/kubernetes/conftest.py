@@ -1,7 +1,7 @@
 """A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler) for the Kubernetes tests: started once per session on free loopback ports, with
-the Chaos Mesh and LitmusChaos CRDs applied and the nodes' heartbeats played; stopped at the
-end."""
+kube-scheduler) with Chaos Mesh's real controller-manager for the Kubernetes tests: started once
+per session on free loopback ports, with the Chaos Mesh and LitmusChaos CRDs applied and the
+nodes' heartbeats played; stopped at the end."""
 
 from __future__ import annotations
 
@@ -54,11 +54,11 @@ class Kube:
 
 
 @contextmanager
-def running_kube(*, real_chaos_mesh: bool = False) -> Iterator[Kube]:
-    """A cluster of its own: Chaos Mesh's stand-in CRDs (BlockChaos left out: tests install it
-    where they need a cluster that has it), or with `real_chaos_mesh` every CRD of the real
-    Chaos Mesh, its controller-manager and the stand-in chaos-daemon running; Litmus's CRDs; the
-    nodes' heartbeats."""
+def running_kube(*, chaos_mesh_runs: bool = True) -> Iterator[Kube]:
+    """A cluster of its own: every CRD of Chaos Mesh, its controller-manager and the stand-in
+    chaos-daemon running; or, without `chaos_mesh_runs`, no Chaos Mesh controller and only the
+    CRDs of the kinds rsdrill makes (BlockChaos left out: tests install it where they need it);
+    Litmus's CRDs; the nodes' heartbeats."""
     from kubernetes import client
 
     # Every model the client decodes copies the default configuration, or builds one, which
@@ -71,13 +71,13 @@ def running_kube(*, real_chaos_mesh: bool = False) -> Iterator[Kube]:
         admin = cluster.kubeconfig("admin", ADMIN_TOKEN)
         api = api_client(admin)
         kinds = ("podchaos", "iochaos", "networkchaos", "timechaos", "stresschaos")
-        mesh_crds = chaos_mesh.crds() if real_chaos_mesh else chaos_mesh_crds(*kinds)
+        mesh_crds = chaos_mesh.crds() if chaos_mesh_runs else chaos_mesh_crds(*kinds)
         apply_crds(api, mesh_crds + litmus_crds())
         heartbeat = NodeHeartbeat(api).start()
         restricted = cluster.kubeconfig("restricted", RESTRICTED_TOKEN)
         with ExitStack() as stack:
             process = daemon = None
-            if real_chaos_mesh:
+            if chaos_mesh_runs:
                 create_namespace(api, chaos_mesh.NAMESPACE)
                 if chaos_mesh.can_serve_daemon():
                     daemon = stack.enter_context(chaos_mesh.standin_daemon(cluster, api))

@@ -1,14 +1,11 @@
-"""Stand-ins for the chaos controllers that do not run on the test cluster (Kubernetes' own
-controller-manager and scheduler do: tests/kubernetes/cluster.py; the kubelet's part is
-tests/kubernetes/kubelet.py).
+"""Stand-ins for the chaos controllers that cannot run here (Kubernetes' own controller-manager
+and scheduler do: tests/kubernetes/cluster.py; so does Chaos Mesh's: tests/kubernetes/chaos_mesh.py;
+the kubelet's part is tests/kubernetes/kubelet.py), and a record of Chaos Mesh's objects.
 
-Each is a thread polling the real API server and writing what the real controller would:
-- `ChaosMeshController`: on a new chaos object, adds Chaos Mesh's finalizer, "injects" into the
-  selected pods (pod-kill deletes them) and writes the status Chaos Mesh writes (conditions
-  Selected/AllInjected, one container record per pod); on deletion, marks it recovered and drops
-  the finalizer so the object goes away.
-- `LitmusOperator`: runs a ChaosEngine's experiment: engine status, a ChaosResult that goes
-  Running → Completed with a verdict and probe statuses; pod-delete deletes the target pod.
+- `LitmusOperator`, a thread polling the real API server: runs a ChaosEngine's experiment: engine
+  status, a ChaosResult that goes Running → Completed with a verdict and probe statuses;
+  pod-delete deletes the target pod (Litmus's Go modules are refused by the module proxy here).
+- `ChaosObjects`: every Chaos Mesh object made in a namespace, for the tests' assertions.
 """
 
 from __future__ import annotations
@@ -19,9 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Self
 
-FINALIZER = "chaos-mesh/records"
 LITMUS_FINALIZER = "chaosengine.litmuschaos.io/finalizer"
-CHAOS_KINDS = ("podchaos", "iochaos", "networkchaos", "blockchaos", "timechaos", "stresschaos")
 TICK_S = 0.05
 
 
@@ -60,25 +55,25 @@ class Loop:
         raise NotImplementedError
 
 
-class ChaosMeshController(Loop):
-    """See the module's docstring; with `acts` False it only records what it sees (`seen`),
-    where the real controller-manager acts."""
+class ChaosObjects(Loop):
+    """A record of every Chaos Mesh object made in `namespace`, as first listed (after Chaos
+    Mesh's webhooks): the real controller-manager acts on them."""
 
-    def __init__(self, api: Any, namespace: str, *, acts: bool = True) -> None:
+    def __init__(self, api: Any, namespace: str) -> None:
         from kubernetes import client
 
-        super().__init__("fake-chaos-mesh")
-        self.acts = acts
+        super().__init__("chaos-objects")
         self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
         self.namespace = namespace
-        self.seen: list[dict[str, Any]] = []  # every object as first created (for assertions)
+        self.seen: list[dict[str, Any]] = []
         self._recorded: set[str] = set()
 
     def tick(self) -> None:
         from kubernetes.client.rest import ApiException
 
-        for plural in CHAOS_KINDS:
+        from tests.kubernetes.support import CHAOS_PLURALS
+
+        for plural in CHAOS_PLURALS:
             try:
                 items = self.custom.list_namespaced_custom_object(
                     "chaos-mesh.org", "v1alpha1", self.namespace, plural
@@ -88,96 +83,9 @@ class ChaosMeshController(Loop):
                     continue  # that CRD is not installed
                 raise
             for item in items:
-                meta = item["metadata"]
-                finalizers = meta.get("finalizers") or []
-                if meta.get("deletionTimestamp"):
-                    if FINALIZER in finalizers and self.acts:
-                        self._recover(plural, item)
-                elif not self.acts:
-                    if item["metadata"]["uid"] not in self._recorded:
-                        self._recorded.add(item["metadata"]["uid"])
-                        self.seen.append(item)
-                elif FINALIZER not in finalizers:
+                if item["metadata"]["uid"] not in self._recorded:
+                    self._recorded.add(item["metadata"]["uid"])
                     self.seen.append(item)
-                    self._inject(plural, item)
-
-    def _patch(self, plural: str, name: str, body: dict[str, Any]) -> None:
-        # Chaos Mesh's CRDs have no status subresource: status is written with the object.
-        self.custom.patch_namespaced_custom_object(
-            "chaos-mesh.org", "v1alpha1", self.namespace, plural, name, body
-        )
-
-    def _selected(self, item: dict[str, Any]) -> list[tuple[str, str]]:
-        from kubernetes.client.rest import ApiException
-
-        found = []
-        for namespace, names in (item["spec"]["selector"].get("pods") or {}).items():
-            for name in names:
-                try:
-                    self.core.read_namespaced_pod(name, namespace)
-                except ApiException as exc:
-                    if exc.status == 404:
-                        continue
-                    raise
-                found.append((namespace, name))
-        return found
-
-    def _inject(self, plural: str, item: dict[str, Any]) -> None:
-        name = item["metadata"]["name"]
-        self._patch(plural, name, {"metadata": {"finalizers": [FINALIZER]}})
-        pods = self._selected(item)
-        if not pods:
-            # As Chaos Mesh: no records, so Selected False (written before any selection too),
-            # and what the selection found only in an Event on the object.
-            status = {
-                "conditions": [
-                    {"type": "Selected", "status": "False"},
-                    {"type": "AllInjected", "status": "False"},
-                ],
-                "experiment": {"desiredPhase": "Run"},
-            }
-            self._patch(plural, name, {"status": status})
-            meta = item["metadata"]
-            self.core.create_namespaced_event(self.namespace, {
-                "metadata": {"generateName": f"{name}."},
-                "involvedObject": {"apiVersion": item["apiVersion"], "kind": item["kind"],
-                                   "name": name, "namespace": self.namespace,
-                                   "uid": meta["uid"]},
-                "type": "Warning", "reason": "Failed",
-                "message": "Failed to select targets: no target has been selected",
-                "source": {"component": "fake-chaos-mesh"},
-                "firstTimestamp": now(), "lastTimestamp": now(), "count": 1,
-            })  # fmt: skip
-            return
-        if item["spec"].get("action") == "pod-kill":  # TimeChaos and StressChaos have none
-            for namespace, pod in pods:
-                self.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
-        records = [
-            {
-                "id": f"{ns}/{pod}",
-                "selectorKey": ".",
-                "phase": "Injected",
-                "injectedCount": 1,
-                "recoveredCount": 0,
-                "events": [{"type": "Succeeded", "operation": "Apply", "timestamp": now()}],
-            }
-            for ns, pod in pods
-        ]
-        status = {
-            "conditions": [
-                {"type": "Selected", "status": "True"},
-                {"type": "AllInjected", "status": "True"},
-                {"type": "AllRecovered", "status": "False"},
-                {"type": "Paused", "status": "False"},
-            ],
-            "experiment": {"desiredPhase": "Run", "containerRecords": records},
-        }
-        self._patch(plural, name, {"status": status})
-
-    def _recover(self, plural: str, item: dict[str, Any]) -> None:
-        name = item["metadata"]["name"]
-        finalizers = [f for f in item["metadata"]["finalizers"] if f != FINALIZER]
-        self._patch(plural, name, {"metadata": {"finalizers": finalizers or None}})
 
 
 class LitmusOperator(Loop):

@@ -1,6 +1,6 @@
 """Chaos Mesh's real controller-manager acting on the objects rsdrill creates
-(tests/kubernetes/chaos_mesh.py), on a cluster of its own with every Chaos Mesh CRD, beside the
-real StatefulSet controller and scheduler: the status rsdrill waits for, the finalizer that
+(tests/kubernetes/chaos_mesh.py) with every Chaos Mesh CRD, beside the real StatefulSet
+controller and scheduler: the status rsdrill waits for, the finalizer that
 holds an object until its fault is recovered, and the recovery itself are Chaos Mesh's."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +20,13 @@ from tests.harness.members import wait_until
 from tests.harness.processes import kill_after_line
 from tests.harness.sharded_cluster import wait_back_as_secondary
 from tests.kubernetes.bound import BoundSet, rsdrill_cli, run_file
-from tests.kubernetes.conftest import Kube, running_kube
+from tests.kubernetes.conftest import Kube
 from tests.kubernetes.support import rsdrill_objects
 
 # About 5 s a kill; RSDRILL_CHAOS_KILLS=50 for the acceptance run
 # (bench/results/chaos-mesh-real-50.txt).
 CHAOS_KILLS = int(os.environ.get("RSDRILL_CHAOS_KILLS", "3"))
 MEMBER_IMAGE = "mongo:7.0"  # tests/kubernetes/support.make_statefulset's
-
-
-@pytest.fixture(scope="module")
-def kube() -> Iterator[Kube]:
-    with running_kube(real_chaos_mesh=True) as cluster:
-        yield cluster
 
 
 def _events(kube: Kube, namespace: str, name: str) -> list[str]:

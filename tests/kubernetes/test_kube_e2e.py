@@ -1,7 +1,8 @@
 """Whole `rsdrill run`s of the Kubernetes experiment files, measured end to end: the pods of a
 real StatefulSet are bound to sandbox members (a pod's deletion kills its member; the real
 StatefulSet controller re-creates the pod, the real scheduler places it, and the member
-restarts), and the Chaos Mesh and Litmus stand-ins carry out the chaos objects rsdrill creates.
+restarts); Chaos Mesh's real controller-manager (and the Litmus stand-in) carry out the chaos
+objects rsdrill creates.
 Only the target section is swapped for the harness's (connection string, kubeconfig, pod map);
 probes and SLOs are the file's, and faults too unless a test shortens them."""
 
@@ -28,7 +29,7 @@ from tests.harness.processes import kill_after_line, python_named
 from tests.kubernetes.bound import EXPERIMENT, BoundSet, aimed, rsdrill_cli, run_file
 from tests.kubernetes.cluster import REPO
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.controllers import ChaosMeshController, LitmusOperator
+from tests.kubernetes.controllers import ChaosObjects, LitmusOperator
 from tests.kubernetes.kubelet import ContainerRuntime
 from tests.kubernetes.support import (
     make_pod,
@@ -594,12 +595,12 @@ _CAP_FILES = ("read_iops_device", "write_iops_device", "read_bps_device", "write
 
 @dataclass
 class ChaosSet:
-    """The contained set with what its faults need: the Chaos Mesh stand-in, and the node
-    agent on the pods' node with a cgroup per pod (named by the pod's uid and container id, as
-    kubelet's cgroupfs driver names them)."""
+    """The contained set with what its faults need: a record of its Chaos Mesh objects, and
+    the node agent on the pods' node with a cgroup per pod (named by the pod's uid and container
+    id, as kubelet's cgroupfs driver names them)."""
 
     members: ContainedSet
-    mesh: ChaosMeshController
+    mesh: ChaosObjects
     agent_port: int
     ca_file: str
     cgroups: dict[str, Path]  # pod → its container's blkio cgroup
@@ -627,7 +628,7 @@ def chaos_set(kube: Kube, contained_set: ContainedSet, tmp_path: Path) -> Iterat
     namespace = contained_set.namespace
     containers = {contained_set.uids[pod]: cid.split("://")[1]
                   for pod, cid in contained_set.container_ids.items()}  # fmt: skip
-    mesh = ChaosMeshController(kube.api, namespace).start()
+    mesh = ChaosObjects(kube.api, namespace).start()
     try:
         with (
             pod_cgroups(containers) as (root, by_uid),

@@ -16,7 +16,7 @@ from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube
 from rsdrill.platforms.kubernetes.target import make_target
 from tests.harness.injectors import pod_injector
 from tests.kubernetes.conftest import Kube as KubeFixture
-from tests.kubernetes.controllers import ChaosMeshController, LitmusOperator
+from tests.kubernetes.controllers import ChaosObjects, LitmusOperator
 from tests.kubernetes.kubelet import Kubelet
 from tests.kubernetes.manifests_support import NODE_RBAC, RBAC, every_fault
 from tests.kubernetes.support import (
@@ -175,7 +175,7 @@ def test_service_account_round_trip(
     make_node(kube.api, node)
     kubelet = Kubelet(kube.api, namespace)
     make_pod(kube.api, namespace, "mongo-3", node)
-    mesh = ChaosMeshController(kube.api, namespace)
+    mesh = ChaosObjects(kube.api, namespace)
     loops = [mesh.start(), kubelet.start()]
     try:
         faults: list[dict[str, Any]] = [

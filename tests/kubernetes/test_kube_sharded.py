@@ -33,7 +33,7 @@ from tests.harness.injectors import pod_injector
 from tests.harness.members import wait_until
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.controllers import ChaosMeshController
+from tests.kubernetes.controllers import ChaosObjects
 from tests.kubernetes.kubelet import Kubelet
 from tests.kubernetes.support import make_node, make_statefulset, rsdrill_objects, wait_running
 
@@ -52,7 +52,7 @@ class BoundCluster:
     routers: list[str]
     pods: dict[str, str]  # host:port (member or router) → pod
     kubelet: Kubelet
-    mesh: ChaosMeshController
+    mesh: ChaosObjects
     gone: list[str]  # pods whose process the harness's kubelet stopped, in order
     back: list[str]  # pods (re-)created since, their process started again
     router_of: dict[str, str]  # each router pod now → the router it runs
@@ -118,7 +118,7 @@ def bound_cluster(kube: Kube, existing_cluster: Path) -> Iterator[BoundCluster]:
         back.append(pod)
 
     kubelet = Kubelet(kube.api, namespace, on_start=on_start, on_stop=on_stop)
-    mesh = ChaosMeshController(kube.api, namespace)
+    mesh = ChaosObjects(kube.api, namespace)
     loops = [kubelet.start(), mesh.start()]
     try:
         for name, hosts in sets.items():
