@@ -74,6 +74,12 @@ def _impatient(conn: socket.socket, stop: threading.Event) -> None:
     _answer(conn, stop, {"hello": hello})
 
 
+def _secondary(conn: socket.socket, stop: threading.Event) -> None:
+    """A secondary, as far as a write can tell: every insert refused with NotWritablePrimary."""
+    refused = {"ok": 0.0, "errmsg": "not primary", "code": 10107, "codeName": "NotWritablePrimary"}
+    _answer(conn, stop, {"insert": refused})
+
+
 def _answer(conn: socket.socket, stop: threading.Event, replies: dict[str, dict]) -> None:
     """Answer every command at once from `replies` by lower-cased name ({ok: 1} otherwise)."""
     from rsdrill import wire
@@ -99,6 +105,7 @@ _HANDLERS: dict[str, Callable[[socket.socket, threading.Event], None]] = {
     "drip": _drip,
     "mongodb42": _mongodb42,
     "impatient": _impatient,
+    "secondary": _secondary,
 }
 
 

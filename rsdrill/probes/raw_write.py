@@ -77,17 +77,21 @@ class RawWriteLoop(Probe):
         cmd = {"insert": self._collection, "documents": [{"_id": self.seq}],
                "writeConcern": self._write_concern}  # fmt: skip
         failed: tuple[str | None, str, dict[str, Any]] = (None, "error", {"error": "no member"})
+        unreached = False  # whether `failed` is a member that did not answer
         for member in self._candidates():
             try:
                 reply = self._conns[member].command(PROBE_DB, cmd)
             except WireClientError as exc:
                 self._unanswered.add(member)
-                failed = (member, "timeout" if exc.timeout else "error", {"error": str(exc)})
+                if not unreached:  # the first member that did not answer
+                    failed = (member, "timeout" if exc.timeout else "error", {"error": str(exc)})
+                    unreached = True
                 continue
             self._unanswered.discard(member)
             refusal = _refusal(reply)
             if reply.get("ok") != 1:  # not (or no longer) primary, shutting down: try the next
-                failed = (member, "error", refusal or {})
+                if not unreached:  # a member that did not answer says more than a refusal
+                    failed = (member, "error", refusal or {})
                 continue
             # The primary: it took the write, or refused it (write or write concern error).
             self._writable = member

@@ -88,10 +88,14 @@ def test_the_minority_zone_cut_off_stops_no_write(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.error
     _hit_west_only(tmp_path, result)
     assert result.faults[0].verified_at_s is not None
-    # Not one write failed or timed out. (The longest gap between two writes is the machine's:
-    # 0.03-0.05 s idle, up to 0.07 s with three CPU hogs, 0.12 s beside the docs tests, and as
-    # long before the cut as during it.)
-    writes = [op for op in _history(tmp_path) if op["probe"] in ("write", "raw_write")]
+    # From the cut on, not one write failed or timed out. (The longest gap between two writes
+    # is the machine's: 0.03-0.05 s idle, up to 0.07 s with three CPU hogs, 0.12 s beside the
+    # docs tests, and as long before the cut as during it. Before the cut, at load 5.5, the raw
+    # writer's first insert, on a new connection, was once the set's first majority write and
+    # took longer than its 0.25 s timeout, 3 s before the fault: the machine's, not the cut's.)
+    cut = result.faults[0].applied_at_s or 0.0
+    writes = [op for op in _history(tmp_path)
+              if op["probe"] in ("write", "raw_write") and op["t_end"] >= cut]  # fmt: skip
     assert writes and all(op["outcome"] == "ok" for op in writes), [
         op for op in writes if op["outcome"] != "ok"
     ][:3]

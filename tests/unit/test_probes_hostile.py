@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from hostile_servers import hostile_server, within
+from hostile_servers import hostile_server, hostile_servers, within
 
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.history import History, RunClock
@@ -139,6 +139,20 @@ def test_the_raw_writer_tries_twice_as_often_while_nothing_answers(kind: str) ->
     [op] = raw.history.ops("raw_write")
     assert op.outcome in ("error", "timeout") and op.member == host
     assert raw.next_wait_s() == INTERVAL_S / 2
+
+
+def test_the_raw_writer_names_the_member_that_did_not_answer_not_a_secondary() -> None:
+    # The primary timed out and the secondaries refused: the failure is the primary's (once
+    # recorded as the last secondary's "not primary", a member that was never primary).
+    with hostile_servers("silent", "secondary", "secondary") as members:
+        raw = RawWriteLoop(History(), RunClock.start(), members=members,
+                           collection="w", interval_s=INTERVAL_S, timeout_s=TIMEOUT_S,
+                           w="majority", journal=None, options=PLAIN)  # fmt: skip
+        raw._writable = members[0]  # it took the last write
+        raw.tick()
+        raw.close()
+    [op] = raw.history.ops("raw_write")
+    assert (op.member, op.outcome) == (members[0], "timeout"), op
 
 
 def test_a_server_that_does_not_hold_awaitable_hellos_is_polled_not_hammered() -> None:
