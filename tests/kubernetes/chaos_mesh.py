@@ -4,14 +4,15 @@ the same module graph): Chaos Mesh's own CRDs, all of them (the controller watch
 the controller's ServiceAccount and RBAC, from the chart; its admission webhooks (mutating,
 validating, and the authorization check), from the chart, reaching the controller's webhook
 server at a loopback URL with a certificate made here; the controller as a process with the
-chart's environment, but for addresses, ports and the daemon's client certificates.
+chart's environment, but for addresses, ports and the paths of the daemon's certificates.
 
 Chaos Mesh's chaos-daemon needs a container runtime to enter, which the test cluster has not: a
 stand-in (tests/kubernetes/standin_daemon, compiled against Chaos Mesh's own gRPC service)
 answers the controller's calls and records them (`StandinDaemon`). The controller finds it as it
 finds the daemon: an EndpointSlice `chaos-daemon-*` in its namespace naming, for each node, the
 daemon's address, which may not be loopback; so the stand-in serves in a network namespace the
-test makes, joined to this one by a veth pair.
+test makes, joined to this one by a veth pair. It serves the daemon's mutual TLS (the chart's
+default) with certificates the test makes as the chart would.
 """
 
 from __future__ import annotations
@@ -96,9 +97,12 @@ def _environment(objects: list[dict[str, Any]]) -> dict[str, str]:
 
 
 @contextmanager
-def controller_manager(cluster: KubeCluster, api: Any) -> Iterator[subprocess.Popen[bytes]]:
+def controller_manager(
+    cluster: KubeCluster, api: Any, daemon: StandinDaemon | None
+) -> Iterator[subprocess.Popen[bytes]]:
     """Chaos Mesh installed from its chart (see the module's docstring) and its controller-manager
-    running under its own ServiceAccount; killed on leaving."""
+    running under its own ServiceAccount, calling `daemon` with the chart's mTLS; killed on
+    leaving."""
     from tests.kubernetes.cluster import server_side_apply
     from tests.kubernetes.support import service_account_token, wait_listening
 
@@ -130,7 +134,10 @@ def controller_manager(cluster: KubeCluster, api: Any) -> Iterator[subprocess.Po
         n for n in env if n.startswith(("CHAOS_DAEMON_CLIENT", "CHAOS_MESH_CA", "CHAOSD_"))
     ]:
         if name.endswith(("CERT", "KEY")):
-            del env[name]  # no daemon, no certificates for it
+            del env[name]  # the chart's paths in its pod
+    if daemon is not None:  # the chart's variables, at the files the test made
+        env["CHAOS_MESH_CA_CERT"] = str(daemon.ca)
+        env["CHAOS_DAEMON_CLIENT_CERT"] = env["CHAOS_DAEMON_CLIENT_KEY"] = str(daemon.client)
     log = cluster.directory / "logs" / "chaos-controller-manager.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -155,18 +162,37 @@ def controller_manager(cluster: KubeCluster, api: Any) -> Iterator[subprocess.Po
 DAEMON_PORT = 31767  # the chart's chaosDaemon.grpcPort, which the controller dials
 
 
+DAEMON_SERVER_NAME = "chaos-daemon.chaos-mesh.org"  # the name the controller verifies
+
+
 @dataclass
 class StandinDaemon:
     address: str
     record: Path
+    ca: Path  # the CA of the chart's mTLS between the controller and the daemon
+    client: Path  # the controller's certificate and key, signed by it
 
-    def calls(self, method: str | None = None) -> list[dict[str, Any]]:
-        """Every call the controller made on the daemon so far (or those of `method`), oldest
-        first: {"method", "request" (the gRPC request as JSON), "at"}."""
+    def calls(self) -> list[dict[str, Any]]:
+        """Every call the controller made on the daemon so far, oldest first: {"method",
+        "request" (the gRPC request as JSON), "at"}."""
         if not self.record.exists():
             return []
-        calls = [json.loads(line) for line in self.record.read_text().splitlines() if line]
-        return [c for c in calls if method is None or c["method"] == method]
+        return [json.loads(line) for line in self.record.read_text().splitlines() if line]
+
+
+def _daemon_certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """As the chart makes them for its mTLS (chaosDaemon.mtls.enabled, the default): a CA, the
+    daemon's certificate for DAEMON_SERVER_NAME and the controller's client certificate."""
+    from rsdrill.sandbox.certs import issue, new_authority
+
+    directory.mkdir(exist_ok=True)
+    authority = new_authority("chaos-mesh test CA")
+    ca, daemon, client = directory / "ca.crt", directory / "daemon.pem", directory / "client.pem"
+    ca.write_bytes(authority.pem())
+    daemon.write_bytes(issue(authority, f"CN={DAEMON_SERVER_NAME}", hosts=[DAEMON_SERVER_NAME],
+                             server=True))  # fmt: skip
+    client.write_bytes(issue(authority, "CN=chaos-controller-manager"))
+    return ca, daemon, client
 
 
 class DaemonEndpoints(Loop):
@@ -233,10 +259,12 @@ def standin_daemon(cluster: KubeCluster, api: Any) -> Iterator[StandinDaemon]:
         ip("-n", netns, "link", "set", inside, "up")
         record = cluster.directory / "chaos-daemon-calls.jsonl"
         log = cluster.directory / "logs" / "standin-chaos-daemon.log"
+        ca, certificate, client = _daemon_certificates(cluster.directory / "chaos-daemon-certs")
         with log.open("wb") as out:
             process = subprocess.Popen(
                 ["ip", "netns", "exec", netns, str(BIN / "standin-chaos-daemon"),
-                 "-listen", f"{daemon_ip}:{DAEMON_PORT}", "-record", str(record)],
+                 "-listen", f"{daemon_ip}:{DAEMON_PORT}", "-record", str(record),
+                 "-ca", str(ca), "-cert", str(certificate)],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         wait_until(lambda: "serving on" in log.read_text() or process.poll() is not None,
@@ -244,7 +272,7 @@ def standin_daemon(cluster: KubeCluster, api: Any) -> Iterator[StandinDaemon]:
         assert process.poll() is None, log.read_text()
         endpoints = DaemonEndpoints(api, daemon_ip).start()
         try:
-            yield StandinDaemon(daemon_ip, record)
+            yield StandinDaemon(daemon_ip, record, ca, client)
         finally:
             endpoints.stop()
         assert not endpoints.errors, endpoints.errors

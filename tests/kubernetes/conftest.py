@@ -81,7 +81,7 @@ def running_kube(*, chaos_mesh_runs: bool = True) -> Iterator[Kube]:
                 create_namespace(api, chaos_mesh.NAMESPACE)
                 if chaos_mesh.can_serve_daemon():
                     daemon = stack.enter_context(chaos_mesh.standin_daemon(cluster, api))
-                process = stack.enter_context(chaos_mesh.controller_manager(cluster, api))
+                process = stack.enter_context(chaos_mesh.controller_manager(cluster, api, daemon))
             yield Kube(cluster, admin, restricted, api, heartbeat, process, daemon)
             assert process is None or process.poll() is None, "chaos-controller-manager exited"
         heartbeat.stop()

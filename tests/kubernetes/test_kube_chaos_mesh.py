@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +22,7 @@ from tests.harness.members import wait_until
 from tests.harness.processes import kill_after_line
 from tests.harness.sharded_cluster import wait_back_as_secondary
 from tests.kubernetes.bound import BoundSet, rsdrill_cli, run_file
+from tests.kubernetes.chaos_mesh import DAEMON_PORT, DAEMON_SERVER_NAME
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.support import rsdrill_objects
 
@@ -46,6 +49,17 @@ def _images(kube: Kube, namespace: str) -> dict[str, list[str]]:
     return {pod.metadata.name: [c.image for c in pod.spec.containers] for pod in pods}
 
 
+def _run(kube: Kube, bound_set: BoundSet, tmp: Path, faults: list[dict[str, Any]],
+         **changes: Any) -> dict[str, Any]:  # fmt: skip
+    """`rsdrill run` of the bound set's experiment with `faults` (and `changes`): its result,
+    once it exited 0."""
+    path = bound_set.experiment(kube, tmp, faults=faults, **changes)
+    run = run_file(path, tmp / "out", tmp / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    return dict(json.loads((tmp / "out" / "result.json").read_text()))
+
+
 @pytest.mark.slow
 def test_the_real_controller_kills_the_primarys_pod(
     kube: Kube, bound_set: BoundSet, tmp_path: Path
@@ -57,11 +71,7 @@ def test_the_real_controller_kills_the_primarys_pod(
     back and its member rejoins."""
     faults = [{"at": "2s", "kind": "host-kill", "engine": "chaos-mesh", "select": "primary",
                "duration": "5s"}]  # fmt: skip
-    path = bound_set.experiment(kube, tmp_path, faults=faults, observe={"after_revert": "3s"})
-    run = run_file(path, tmp_path / "out", tmp_path / "home")
-    output, _ = run.communicate(timeout=240)
-    assert run.returncode == 0, output
-    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    result = _run(kube, bound_set, tmp_path, faults, observe={"after_revert": "3s"})
     [fault] = result["faults"]
     assert fault["verified_at_s"] is not None and fault["reverted_at_s"] is not None, fault
     failover = result["metrics"]["failover_s"]
@@ -87,12 +97,7 @@ def test_the_real_controllers_pod_failure_takes_the_primary_down_until_recovered
     the member starts again and rejoins as a secondary."""
     freeze = [{"at": "2s", "kind": "host-freeze", "engine": "chaos-mesh", "select": "primary",
                "duration": "4s", "approximate": True}]  # fmt: skip
-    path = bound_set.experiment(kube, tmp_path, faults=freeze, slo={},
-                                observe={"after_revert": "3s"})  # fmt: skip
-    run = run_file(path, tmp_path / "out", tmp_path / "home")
-    output, _ = run.communicate(timeout=240)
-    assert run.returncode == 0, output
-    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    result = _run(kube, bound_set, tmp_path, freeze, slo={}, observe={"after_revert": "3s"})
     [fault] = result["faults"]
     failover = result["metrics"]["failover_s"]
     print(f"failover {failover}s; the member {fault['target']} back after the revert")
@@ -250,11 +255,7 @@ def test_the_real_controller_reaches_the_daemon_and_recovers_through_it(
     before = len(kube.daemon.calls())
     faults = [{"at": "1s", "engine": "chaos-mesh", "select": "secondary", "duration": "3s",
                **fault}]  # fmt: skip
-    path = bound_set.experiment(kube, tmp_path, faults=faults, slo={})
-    run = run_file(path, tmp_path / "out", tmp_path / "home")
-    output, _ = run.communicate(timeout=240)
-    assert run.returncode == 0, output
-    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    result = _run(kube, bound_set, tmp_path, faults, slo={})
     [done] = result["faults"]
     assert done["verified_at_s"] is not None and done["reverted_at_s"] is not None, done
     statuses = {pod: _pod_status(kube, bound_set.namespace, pod)
@@ -263,3 +264,29 @@ def test_the_real_controller_reaches_the_daemon_and_recovers_through_it(
     print(kind, [c["method"] for c in calls])
     check(calls, statuses[bound_set.pods[done["target"]]][0], dict(statuses.values()))
     assert rsdrill_objects(kube.api, bound_set.namespace) == []
+
+
+def _daemon_answers(kube: Kube, context: ssl.SSLContext) -> bool:
+    """Whether the daemon takes an HTTP/2 connection (gRPC's) over TLS made with `context`:
+    it answers the client's preface with its SETTINGS frame."""
+    assert kube.daemon is not None
+    with socket.create_connection((kube.daemon.address, DAEMON_PORT), timeout=5) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname=DAEMON_SERVER_NAME) as tls:
+                tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                return len(tls.recv(9)) > 0
+        except (ssl.SSLError, ConnectionError):
+            return False
+
+
+def test_the_daemon_admits_only_a_caller_the_charts_ca_signed(kube: Kube) -> None:
+    """The stand-in serves the daemon's mutual TLS as the chart sets it up (the real
+    controller's calls above carry its client certificate): a caller with none is refused
+    before it can ask for anything."""
+    if kube.daemon is None:
+        pytest.skip("the stand-in chaos-daemon needs root and `ip` for its network namespace")
+    trusting = ssl.create_default_context(cafile=str(kube.daemon.ca))
+    trusting.set_alpn_protocols(["h2"])
+    assert not _daemon_answers(kube, trusting)
+    trusting.load_cert_chain(str(kube.daemon.client))
+    assert _daemon_answers(kube, trusting)

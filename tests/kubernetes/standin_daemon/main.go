@@ -1,12 +1,14 @@
 // A stand-in for Chaos Mesh's chaos-daemon, behind the daemon's own gRPC service (Chaos Mesh's
-// pkg/chaosdaemon/pb, compiled from the same module as the real controller-manager). The test
-// cluster has no container runtime for a real daemon to enter: this one answers each call as
-// the daemon does when it succeeds and records it, one JSON line per call, for the tests (and
-// the harness kubelet, which acts on what it can: a container kill) to read.
+// pkg/chaosdaemon/pb, compiled from the same module as the real controller-manager), with the
+// daemon's mutual TLS. The test cluster has no container runtime for a real daemon to enter:
+// this one answers each call as the daemon does when it succeeds and records it, one JSON line
+// per call, for the tests to read.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"log"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/golang/protobuf/ptypes/empty"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/chaos-mesh/chaos-mesh/pkg/chaosdaemon/pb"
 )
@@ -113,6 +116,8 @@ func (d *daemon) RecoverBlockChaos(_ context.Context, r *pb.RecoverBlockChaosReq
 func main() {
 	listen := flag.String("listen", "", "address to serve on (host:port)")
 	record := flag.String("record", "", "file each call is appended to")
+	ca := flag.String("ca", "", "with -cert: serve mutual TLS, as the daemon does, to clients whose certificate this CA signed")
+	cert := flag.String("cert", "", "the daemon's certificate and its key, in one PEM file")
 	flag.Parse()
 	out, err := os.OpenFile(*record, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -122,8 +127,34 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	server := grpc.NewServer()
+	var options []grpc.ServerOption
+	if *ca != "" {
+		options = append(options, grpc.Creds(credentials.NewTLS(mutualTLS(*ca, *cert))))
+	}
+	server := grpc.NewServer(options...)
 	pb.RegisterChaosDaemonServer(server, &daemon{out: out})
 	log.Printf("stand-in chaos-daemon serving on %s", listener.Addr())
 	log.Fatal(server.Serve(listener))
+}
+
+// mutualTLS is the daemon's server side of Chaos Mesh's mTLS: a caller without a certificate
+// signed by the CA is refused before any call.
+func mutualTLS(caFile, certFile string) *tls.Config {
+	pair, err := tls.LoadX509KeyPair(certFile, certFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		log.Fatalf("no certificate in %s", caFile)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{pair},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+	}
 }
