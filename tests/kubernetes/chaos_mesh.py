@@ -160,8 +160,6 @@ def controller_manager(
 
 
 DAEMON_PORT = 31767  # the chart's chaosDaemon.grpcPort, which the controller dials
-
-
 DAEMON_SERVER_NAME = "chaos-daemon.chaos-mesh.org"  # the name the controller verifies
 
 
@@ -268,7 +266,7 @@ def standin_daemon(cluster: KubeCluster, api: Any) -> Iterator[StandinDaemon]:
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         wait_until(lambda: "serving on" in log.read_text() or process.poll() is not None,
-                        10, "the stand-in daemon serving")  # fmt: skip
+                   10, "the stand-in daemon serving")  # fmt: skip
         assert process.poll() is None, log.read_text()
         endpoints = DaemonEndpoints(api, daemon_ip).start()
         try:

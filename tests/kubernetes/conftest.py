@@ -57,8 +57,8 @@ class Kube:
 def running_kube(*, chaos_mesh_runs: bool = True) -> Iterator[Kube]:
     """A cluster of its own: every CRD of Chaos Mesh, its controller-manager and the stand-in
     chaos-daemon running; or, without `chaos_mesh_runs`, no Chaos Mesh controller and only the
-    CRDs of the kinds rsdrill makes (BlockChaos left out: tests install it where they need it);
-    Litmus's CRDs; the nodes' heartbeats."""
+    CRDs of the kinds rsdrill makes (BlockChaos left out, as in a cluster that has no such
+    CRD); Litmus's CRDs; the nodes' heartbeats."""
     from kubernetes import client
 
     # Every model the client decodes copies the default configuration, or builds one, which

@@ -48,10 +48,6 @@ def env(kube: Kube) -> Env:
     return Env(kube, namespace)
 
 
-def _wait(check: Any, timeout_s: float = 10.0) -> None:
-    wait_until(check, timeout_s, "the cluster to say so")
-
-
 def test_missing_crds_are_named_before_and_at_injection(env: Env, tmp_path: Path) -> None:
     """NetworkChaos removed from the cluster (and put back); BlockChaos was never there."""
     from kubernetes import client
@@ -62,15 +58,10 @@ def test_missing_crds_are_named_before_and_at_injection(env: Env, tmp_path: Path
     injector = pod_injector(target, target.faults[0], member(env.namespace, 0))
     ext.delete_custom_resource_definition("networkchaos.chaos-mesh.org")
     try:
-        _wait(
-            lambda: (
-                not any(
-                    c.metadata.name in ("networkchaos.chaos-mesh.org", "blockchaos.chaos-mesh.org")
-                    for c in ext.list_custom_resource_definition().items
-                )
-            )
-        )
-        _wait(lambda: "networkchaos" not in _served(env))
+        wait_until(lambda: not any(c.metadata.name == "networkchaos.chaos-mesh.org"
+                                   for c in ext.list_custom_resource_definition().items),
+                   10, "the NetworkChaos CRD gone")  # fmt: skip
+        wait_until(lambda: "networkchaos" not in _served(env), 10, "networkchaos no longer served")
         with pytest.raises(
             InjectionError,
             match="Chaos Mesh is not installed in this cluster: NetworkChaos CRD not found",
