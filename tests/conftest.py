@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from pymongo import MongoClient
+from xdist.scheduler import LoadFileScheduling
 
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
@@ -37,6 +38,8 @@ os.environ["RSDRILL_PORT_RANGE"] = f"{_PORT_LOW}-{_PORT_HIGH}"
 _handed_out: set[int] = set(range(28017, 28017 + 11))
 
 TESTS = Path(__file__).resolve().parent
+KUBERNETES = TESTS / "kubernetes"
+KUBERNETES_UNIT = "tests/kubernetes"  # as xdist's node ids name it (from the rootdir)
 # The quick tier (`pytest -m quick`, under a minute on 2 cores): every unit test, and the
 # integration tests that start no member process.
 QUICK = ("unit", "emulator/unit", "integration/test_platform_plugins.py",
@@ -60,10 +63,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         where = item.path.relative_to(TESTS).as_posix()
         if where.startswith(QUICK):
             item.add_marker(pytest.mark.quick)
-    # The files with a slow test first (xdist hands out files in this order, addopts'
-    # --no-loadscope-reorder): one of minutes started last would run on alone at the end.
+    # The Kubernetes files first (one work unit of minutes, below), then the files with a slow
+    # test (xdist hands out units in this order, addopts' --no-loadscope-reorder): one of
+    # minutes started last would run on alone at the end.
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
+    items.sort(key=lambda item: (KUBERNETES not in item.path.parents, item.path not in slow_files))
+
+
+class _FileScheduling(LoadFileScheduling):
+    """`--dist loadfile`, but every file of tests/kubernetes one unit: its tests share one
+    control plane (tests/kubernetes/conftest.py), started once instead of once per worker."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        file = super()._split_scope(nodeid)
+        return KUBERNETES_UNIT if file.startswith(KUBERNETES_UNIT + "/") else file
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadFileScheduling | None:
+    return _FileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def _bindable(port: int) -> bool:

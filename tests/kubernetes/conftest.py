@@ -1,7 +1,7 @@
 """A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler) with Chaos Mesh's real controller-manager for the Kubernetes tests: started once
-per session on free loopback ports, with the Chaos Mesh and LitmusChaos CRDs applied and the
-nodes' heartbeats played; stopped at the end."""
+kube-scheduler) with Chaos Mesh's real controller-manager for the Kubernetes tests: started once on
+free loopback ports, with the Chaos Mesh and LitmusChaos CRDs applied and the nodes'
+heartbeats played; stopped after the directory's last test."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from tests.kubernetes.kubelet import NodeHeartbeat
 from tests.kubernetes.support import install_litmus_experiment
 
 _namespaces = itertools.count(1)
+HERE = Path(__file__).resolve().parent
 
 
 @dataclass
@@ -91,10 +92,49 @@ def running_kube(*, chaos_mesh_runs: bool = True) -> Iterator[Kube]:
         cluster.stop()
 
 
-@pytest.fixture(scope="session")
-def kube() -> Iterator[Kube]:
-    with running_kube() as cluster:
-        yield cluster
+class _SharedKube:
+    """The cluster the directory's tests share: started by the first test that asks for it,
+    stopped once the next test to run is elsewhere. tests/conftest.py has xdist hand every
+    Kubernetes file to one worker, at the start, so a run starts one cluster and keeps it no
+    longer than its tests (an idle control plane and Chaos Mesh cost 8% of a core)."""
+
+    def __init__(self) -> None:
+        self._stack: ExitStack | None = None
+        self._kube: Kube | None = None
+        self._failed: Exception | None = None  # a start that failed fails the rest at once
+
+    def get(self) -> Kube:
+        if self._failed is not None:
+            raise self._failed
+        if self._kube is None:
+            stack = ExitStack()
+            try:
+                self._kube = stack.enter_context(running_kube())
+            except Exception as error:
+                self._failed = error
+                raise
+            self._stack = stack
+        return self._kube
+
+    def stop(self) -> None:
+        stack, self._stack, self._kube = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+_shared = _SharedKube()
+
+
+@pytest.fixture(scope="module")
+def kube() -> Kube:
+    return _shared.get()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    # After the item's own teardown (trylast), so a module's fixtures using the cluster are gone.
+    if nextitem is None or HERE not in nextitem.path.parents:
+        _shared.stop()
 
 
 @pytest.fixture
