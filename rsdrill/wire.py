@@ -68,11 +68,13 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, int, int, bytes
     return request_id, response_to, op_code, payload
 
 
-def _decode_doc(data: bytes, offset: int) -> tuple[dict[str, Any], int]:
-    if offset + 4 > len(data):
+def _decode_doc(data: bytes, offset: int, end: int | None = None) -> tuple[dict[str, Any], int]:
+    """The document at `offset`, which must end by `end` (default: the data's end)."""
+    end = len(data) if end is None else end
+    if offset + 4 > end:
         raise WireError("truncated BSON document")
     (size,) = _INT32.unpack_from(data, offset)
-    if size < 5 or offset + size > len(data):
+    if size < 5 or offset + size > end:
         raise WireError(f"BSON document size {size} does not fit the message")
     try:
         doc = bson.decode(data[offset : offset + size])
@@ -81,8 +83,8 @@ def _decode_doc(data: bytes, offset: int) -> tuple[dict[str, Any], int]:
     return doc, offset + size
 
 
-def _cstring(data: bytes, offset: int) -> tuple[str, int]:
-    end = data.find(b"\x00", offset)
+def _cstring(data: bytes, offset: int, limit: int | None = None) -> tuple[str, int]:
+    end = data.find(b"\x00", offset, len(data) if limit is None else limit)
     if end < 0:
         raise WireError("unterminated C string")
     try:
@@ -106,7 +108,7 @@ def parse_op_msg(request_id: int, payload: bytes) -> Message:
         if kind == 0:
             if body is not None:
                 raise WireError("OP_MSG has more than one body section")
-            body, offset = _decode_doc(payload[:end], offset)
+            body, offset = _decode_doc(payload, offset, end)
         elif kind == 1:
             if offset + 4 > end:
                 raise WireError("truncated document sequence")
@@ -114,10 +116,10 @@ def parse_op_msg(request_id: int, payload: bytes) -> Message:
             seq_end = offset + size
             if size < 5 or seq_end > end:
                 raise WireError("document sequence size does not fit the message")
-            name, pos = _cstring(payload[:seq_end], offset + 4)
+            name, pos = _cstring(payload, offset + 4, seq_end)
             docs = []
             while pos < seq_end:
-                doc, pos = _decode_doc(payload[:seq_end], pos)
+                doc, pos = _decode_doc(payload, pos, seq_end)
                 docs.append(doc)
             sequences[name] = docs
             offset = seq_end

@@ -98,7 +98,8 @@ class Coordinators:
                         node.events.emit("coordinator_resumed", txn_number=number,
                                          decision=decided)  # fmt: skip
                         self._start(doc)
-            await node.progress.wait(1.0)
+            # A new term's primary turns writable with a topology change (hello sees it).
+            await node.topology_changed.wait(1.0)
 
     # -- the protocol -----------------------------------------------------------------------
 

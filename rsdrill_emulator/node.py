@@ -9,7 +9,6 @@ applying replicated entries, journaling, the commit point and write-concern wait
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import enum
 import os
@@ -39,6 +38,7 @@ from rsdrill_emulator.configid import ConfigId
 from rsdrill_emulator.datastore import DataStore
 from rsdrill_emulator.errors import CommandError, write_concern_error
 from rsdrill_emulator.events import EventLog
+from rsdrill_emulator.notify import Signal
 from rsdrill_emulator.oplog import (
     NULL_OPTIME,
     Oplog,
@@ -79,22 +79,6 @@ class MemberState(enum.IntEnum):
 
 # Where addShard writes a shard's identity (its name, its config servers).
 SHARD_IDENTITY = ("admin.system.version", "shardIdentity")
-
-
-class Signal:
-    """Wakes every waiter when something changed; waiters re-check their own condition."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def fire(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    async def wait(self, timeout: float) -> None:
-        event = self._event
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), max(timeout, 0))
 
 
 @dataclass
@@ -320,13 +304,17 @@ class Node:
         """Commit now; everything applied so far becomes durable."""
         async with self._flushing:
             target = self.last_applied
-            # On a thread: a throttled or stalled disk holds up what needs the database only;
-            # heartbeats and status commands are still answered, as by mongod's threads.
-            self._storage_idle.clear()
-            try:
-                await asyncio.to_thread(self.database.commit)
-            finally:
-                self._storage_idle.set()
+            # Only writes make the database dirty, and only a commit makes it clean: clean, the
+            # commit before this one (waited for under the lock) took everything up to target.
+            # Concurrent j:true writers each ask for a flush; most find nothing left to commit.
+            if self.database.dirty:
+                # On a thread: a throttled or stalled disk holds up what needs the database
+                # only; heartbeats and status commands are still answered, as by mongod's.
+                self._storage_idle.clear()
+                try:
+                    await asyncio.to_thread(self.database.commit)
+                finally:
+                    self._storage_idle.set()
             if target > self.last_durable:
                 self.last_durable = target
                 # A primary with no one to hear from (rs1) commits by its own durability alone.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -125,26 +126,27 @@ class ReplSetSpec:
                 return m
         raise KeyError(f"{host} is not a member of replica set {self.set_name}")
 
-    @property
+    # Cached (the spec is frozen; a reconfig makes a new one): a primary counts them per write.
+    @cached_property
     def voting(self) -> tuple[MemberSpec, ...]:
         return tuple(m for m in self.members if m.votes > 0)
 
-    @property
+    @cached_property
     def data_bearing(self) -> tuple[MemberSpec, ...]:
         return tuple(m for m in self.members if not m.arbiter_only)
 
-    @property
+    @cached_property
     def majority(self) -> int:
         """Votes needed to elect a primary."""
         return len(self.voting) // 2 + 1
 
-    @property
+    @cached_property
     def write_majority(self) -> int:
         """Members that must have a write for w:majority (MongoDB's writeMajorityCount)."""
         data_voting = sum(1 for m in self.voting if not m.arbiter_only)
         return min(self.majority, data_voting)
 
-    @property
+    @cached_property
     def implicit_default_w(self) -> int | str:
         """MongoDB 5.0+: w:majority unless arbiters leave no data-bearing voting majority."""
         arbiters = sum(1 for m in self.members if m.arbiter_only)

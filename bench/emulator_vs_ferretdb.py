@@ -1,0 +1,184 @@
+"""The sandbox emulator's write and read path against FerretDB's, side by side in one run.
+
+Each server is one standalone on loopback, fresh, driven by the same pymongo workload from
+client threads of this process (1 and 8): journaled inserts (`j: true`: the emulator commits and
+fsyncs its SQLite file before answering; FerretDB's SQLite runs in WAL mode with its default
+synchronous=FULL, so every commit is fsynced: it has no other journal), then YCSB-like core
+workloads over `--records` preloaded documents of ten 100-byte fields (keys uniform, not
+zipfian): A 50/50 read/update, B 95/5, C reads only (reads by `_id`, updates `$set` one field,
+acknowledged with `j: true` likewise). Then the emulator's rs3 inserts at w:1 and w:majority.
+Each cell runs `--seconds`; printed: ops/s, p50 and p99 latency, and emulator/FerretDB.
+
+Usage: python bench/emulator_vs_ferretdb.py [--seconds 4] [--records 2000] [--threads 1,8]
+       [--only emulator]   (the emulator's rows only: for a before/after of a change)
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pymongo import MongoClient, WriteConcern
+from pymongo.collection import Collection
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rsdrill.platforms.sandbox.hosts import free_port_base
+from rsdrill.sandbox.cluster import EmulatorEngine, up
+from rsdrill.sandbox.config import build_topology
+from tests.harness.ferretdb import ferretdb
+
+FIELDS = 10
+FIELD_BYTES = 100
+RECORD = {f"field{f}": "x" * FIELD_BYTES for f in range(FIELDS)}
+MIXES = {"A": 0.5, "B": 0.95, "C": 1.0}  # the share of reads
+
+
+@dataclass
+class Cell:
+    ops: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    def per_s(self, seconds: float) -> float:
+        return self.ops / seconds
+
+    def percentile(self, share: float) -> float:
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
+
+
+def _record(i: int) -> dict[str, Any]:
+    return {"_id": i, **RECORD}
+
+
+def _drive(threads: int, seconds: float, op: Callable[[random.Random, int], None]) -> Cell:
+    """`op(rng, n)` from `threads` threads for `seconds`; n counts each thread's calls."""
+    cells = [Cell() for _ in range(threads)]
+    stop = time.monotonic() + seconds
+
+    def worker(index: int) -> None:
+        cell, rng = cells[index], random.Random(index)
+        while time.monotonic() < stop:
+            started = time.perf_counter()
+            try:
+                op(rng, index * 10_000_000 + cell.ops)
+            except Exception:
+                cell.errors += 1
+                continue
+            cell.latencies_ms.append((time.perf_counter() - started) * 1000)
+            cell.ops += 1
+
+    running = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+    return Cell(sum(c.ops for c in cells), [x for c in cells for x in c.latencies_ms],
+                sum(c.errors for c in cells))  # fmt: skip
+
+
+def _rows(
+    uri: str, args: argparse.Namespace, w: int | str = 1, ycsb: bool = True
+) -> Iterator[tuple[str, Cell]]:
+    """The workload's cells against one server, each named by its row, in a fixed order."""
+    concern = WriteConcern(w=w, j=True)
+    client: MongoClient[Any]
+    with MongoClient(uri, maxPoolSize=max(args.threads) + 2) as client:
+        client.admin.command("ping")
+        for threads in args.threads:
+            coll: Collection[Any] = client.bench.get_collection(
+                f"inserts-w{w}-x{threads}", write_concern=concern
+            )
+
+            def insert(_: random.Random, n: int, coll: Any = coll) -> None:
+                coll.insert_one({**RECORD, "_id": n})
+
+            yield f"insert x{threads}", _drive(threads, args.seconds, insert)
+        if not ycsb:
+            return
+        table: Collection[Any] = client.bench.get_collection("usertable", write_concern=concern)
+        table.insert_many([_record(i) for i in range(args.records)])
+        for mix, reads in MIXES.items():
+            for threads in args.threads:
+
+                def operate(rng: random.Random, _: int, reads: float = reads) -> None:
+                    key = rng.randrange(args.records)
+                    if rng.random() < reads:
+                        assert table.find_one({"_id": key}) is not None
+                    else:
+                        field_name = f"field{rng.randrange(FIELDS)}"
+                        table.update_one({"_id": key}, {"$set": {field_name: "y" * FIELD_BYTES}})
+
+                yield f"{mix} x{threads}", _drive(threads, args.seconds, operate)
+
+
+@contextmanager
+def _emulator(directory: Path, topology: str) -> Iterator[str]:
+    sandbox = up(directory, build_topology(topology, port_base=free_port_base(3)),
+                 EmulatorEngine())  # fmt: skip
+    try:
+        yield sandbox.uri
+    finally:
+        sandbox.down()
+
+
+def _line(server: str, row: str, cell: Cell, seconds: float) -> str:
+    p50, p99 = cell.percentile(0.5), cell.percentile(0.99)
+    errors = f"  {cell.errors} errors" if cell.errors else ""
+    rate = cell.per_s(seconds)
+    return f"{server:10s} {row:10s} {rate:8.0f} ops/s  p50 {p50:7.2f} ms  p99 {p99:7.2f} ms{errors}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="each cell's length")
+    parser.add_argument("--records", type=int, default=2000, help="YCSB documents preloaded")
+    parser.add_argument("--threads", type=lambda s: [int(t) for t in s.split(",")],
+                        default=[1, 8], help="client threads, comma-separated")  # fmt: skip
+    parser.add_argument("--only", choices=["emulator"], help="skip FerretDB")
+    args = parser.parse_args()
+    results: dict[str, dict[str, Cell]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        servers: list[tuple[str, Callable[[Path], Any]]] = [("emulator", _standalone)]
+        if args.only is None:
+            servers.append(("ferretdb", _ferretdb_uri))
+        for name, start in servers:
+            with start(Path(tmp) / name) as uri:
+                results[name] = {}
+                for row, cell in _rows(uri, args):
+                    results[name][row] = cell
+                    print(_line(name, row, cell, args.seconds), flush=True)
+        with _emulator(Path(tmp) / "rs3", "rs3") as uri:
+            for w in (1, "majority"):
+                for row, cell in _rows(uri, args, w, ycsb=False):
+                    print(_line(f"rs3 w:{w}", row, cell, args.seconds), flush=True)
+    if "ferretdb" in results:
+        print("\nemulator / FerretDB (ops/s)")
+        for row, cell in results["emulator"].items():
+            other = results["ferretdb"][row].per_s(args.seconds)
+            ratio = cell.per_s(args.seconds) / other if other else float("inf")
+            print(f"  {row:10s} {ratio:6.2f}x")
+
+
+def _standalone(directory: Path) -> Any:
+    return _emulator(directory, "standalone")
+
+
+@contextmanager
+def _ferretdb_uri(directory: Path) -> Iterator[str]:
+    with ferretdb(directory) as server:
+        yield server.uri
+
+
+if __name__ == "__main__":
+    main()

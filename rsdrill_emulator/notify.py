@@ -1,0 +1,38 @@
+"""A member's wake-ups: loops and waiting commands sleep on a `Signal` until what they wait
+for may have changed (positions, the commit point, the topology), or their timeout."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class Signal:
+    """Wakes every waiter when something changed; waiters re-check their own condition.
+
+    A future per waiter and a timer, not `wait_for` on an Event: that starts a task for each
+    wait, and a write fires `progress` twice, each waking every loop that waits on it."""
+
+    def __init__(self) -> None:
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def fire(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.add(waiter)
+        timer = loop.call_later(max(timeout, 0), _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiters.discard(waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
