@@ -118,6 +118,11 @@ class History:
             ops = list(self._ops)
         return [o for o in ops if probe is None or o.probe == probe]
 
+    def since(self, start: int) -> list[Op]:
+        """The ops appended from the `start`th on: what a live view has not seen yet."""
+        with self._lock:
+            return self._ops[start:]
+
     def __iter__(self) -> Iterator[Op]:
         return iter(self.ops())
 

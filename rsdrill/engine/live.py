@@ -16,6 +16,8 @@ from rsdrill.redact import redact_uri
 
 HEARTBEAT_S = 5.0
 """Off a terminal: seconds between two status lines."""
+RECENT_POLLS = 50
+"""A primary is shown while one of the last this many failover polls found it writable."""
 
 _log = logging.getLogger("rsdrill.run")
 
@@ -33,6 +35,10 @@ class LiveView:
         self.faults: list[FaultRecord] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rsdrill-live", daemon=True)
+        self._seen = 0  # ops of the history folded in so far
+        self._polls = 0  # failover polls among them
+        self._primary = ("?", -RECENT_POLLS)  # the last writable member, at which poll
+        self._last_ok: float | None = None  # the end of the last successful write
 
     def start(self) -> None:
         self._thread.start()
@@ -54,14 +60,26 @@ class LiveView:
         t_s = self.clock.now() if self.clock else None
         _log.info("%s", redact_uri(text), extra={"run_t_s": t_s})  # an event may quote the URI
 
+    def _follow(self) -> None:
+        """Fold in the ops recorded since the last status: a long run's status then costs its
+        last half second, not a copy of everything recorded."""
+        new = self.history.since(self._seen)
+        self._seen += len(new)
+        for op in new:
+            if op.probe == "failover":
+                self._polls += 1
+                if op.ok and op.detail.get("writable"):
+                    self._primary = (op.member or "?", self._polls)
+            elif op.probe == "write" and op.ok:
+                self._last_ok = op.t_end if self._last_ok is None else max(self._last_ok, op.t_end)
+
     def status_line(self) -> str:
         now = self.clock.now() if self.clock else 0.0
-        primary = "?"
-        for op in reversed(self.history.ops("failover")[-50:]):
-            if op.ok and op.detail.get("writable"):
-                primary = op.member or "?"
-                break
-        last_ok = next((o.t_end for o in reversed(self.history.ops("write")) if o.ok), None)
+        self._follow()
+        member, at = self._primary
+        # The member the last writable answer named, if it came within the last 50 polls.
+        primary = member if self._polls - at < RECENT_POLLS else "?"
+        last_ok = self._last_ok
         gap = f"{now - last_ok:5.1f}s" if last_ok is not None else "  -  "
         in_force = [
             f"{f.kind}@{f.target}"

@@ -10,7 +10,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from rsdrill.analysis.abort import CHECK_INTERVAL_S, first_breach, parse_condition
+from rsdrill.analysis.abort import (
+    CHECK_INTERVAL_S,
+    LiveFigures,
+    first_breach,
+    parse_condition,
+)
 from rsdrill.engine.monitors import Monitor, MonitorError, Unreachable, monitor
 from rsdrill.engine.options import RunGate
 from rsdrill.experiment.stop_sources import MonitorCondition
@@ -63,14 +68,19 @@ class StopWatch:
             self.on_stop(reason, exit_code)
 
     def _watch(self) -> None:
+        figures, seen = LiveFigures(), 0
         while not self._stop.wait(CHECK_INTERVAL_S):
             stopped = self.gate.stopped() if self.gate is not None else None
             if stopped is not None:
                 self._fire(stopped, EXIT_STOPPED)
                 return
             if not self.conditions:
-                continue  # the gate alone: no history to copy
-            breach = first_breach(self.conditions, self.history.ops(), self.clock.now())
+                continue  # the gate alone: no history to read
+            new = self.history.since(seen)
+            seen += len(new)
+            now = self.clock.now()
+            figures.take(new, now)
+            breach = first_breach(self.conditions, figures, now)
             if breach is not None:
                 self._fire(breach.message(), None)
                 return

@@ -5,17 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rsdrill.analysis.abort import (
+    METRICS,
     Breach,
     Condition,
-    current_gap,
+    LiveFigures,
     first_breach,
-    no_primary_s,
+    folded,
     parse_condition,
-    probe_error_rate,
     unmeasurable,
-    write_unavailable_s,
 )
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.probes import Probes
@@ -131,15 +132,27 @@ def test_guards_and_abort_on_load_from_a_file() -> None:
 # -- live metrics --------------------------------------------------------------------------------
 
 
-def test_current_gap_runs_from_the_last_success_to_now() -> None:
+def no_primary_s(ops: list[Op], now: float) -> float | None:
+    return folded(ops, now).no_primary_s(now)
+
+
+def write_unavailable_s(ops: list[Op], now: float) -> float | None:
+    return folded(ops, now).write_unavailable_s(now)
+
+
+def probe_error_rate(ops: list[Op], now: float) -> float | None:
+    return folded(ops, now).probe_error_rate(now)
+
+
+def test_a_gap_runs_from_the_last_success_to_now() -> None:
     attempts = [op("write", 0.0, 0.1), op("write", 0.2, 0.3), op("write", 0.4, 0.6, ok=False)]
-    assert current_gap(attempts, lambda o: o.ok, now=2.0) == pytest.approx(1.7)
-    assert current_gap([], lambda o: o.ok, now=2.0) is None
+    assert write_unavailable_s(attempts, now=2.0) == pytest.approx(1.7)
+    assert write_unavailable_s([], now=2.0) is None
 
 
 def test_with_no_success_yet_the_gap_runs_from_the_first_attempt() -> None:
-    attempts = [op("write", 0.5, 0.6, ok=False), op("write", 0.7, 0.8, ok=False)]
-    assert current_gap(attempts, lambda o: o.ok, now=2.0) == pytest.approx(1.5)
+    attempts = [op("write", 0.7, 0.8, ok=False), op("write", 0.5, 0.6, ok=False)]
+    assert write_unavailable_s(attempts, now=2.0) == pytest.approx(1.5)
 
 
 def test_no_primary_counts_from_the_last_writable_poll_of_any_member() -> None:
@@ -203,9 +216,48 @@ def test_the_first_condition_that_holds_is_the_breach() -> None:
         parse_condition("write_unavailable_s > 0.75"),
         parse_condition("no_primary_s > 0.5"),
     ]
-    breach = first_breach(conditions, ops, now=2.0)
+    breach = first_breach(conditions, folded(ops, 2.0), now=2.0)
     assert breach == Breach(conditions[2], 1.0)
     assert breach.message() == (
         "abort condition `write_unavailable_s > 0.75` held: write_unavailable_s was 1"
     )
-    assert first_breach(conditions, ops, now=1.2) is None
+    assert first_breach(conditions, folded(ops, 1.2), now=1.2) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["failover", "write", "read", "ledger", "recovery"]),
+            st.floats(0, 60),
+            st.floats(0, 2),
+            st.booleans(),
+            st.booleans(),
+            st.sampled_from(["a:1", "b:2", None]),
+        ),
+        max_size=60,
+    ),
+    st.lists(st.integers(1, 10), min_size=1, max_size=8),
+)
+def test_ops_taken_as_they_come_give_the_figures_of_the_whole_history(
+    drawn: list[tuple[str, float, float, bool, bool, str | None]], chunks: list[int]
+) -> None:
+    """The stop watch folds in each quarter second's new ops, in the order they ended, with the
+    time of each check: every figure is then the one of all the ops so far, read at once."""
+    ops = sorted(
+        (Op(probe, "x", member, start, start + length, "ok" if ok else "error",
+            {"writable": flag} if probe == "failover" else {})
+         for probe, start, length, ok, flag, member in drawn),
+        key=lambda o: o.t_end,
+    )  # fmt: skip
+    live, taken, now = LiveFigures(), 0, 0.0
+    for size in chunks * (len(ops) // max(sum(chunks), 1) + 1):
+        new = ops[taken : taken + size]
+        taken += len(new)
+        now = max([now, *(o.t_end for o in new)])
+        live.take(new, now)
+    live.take(ops[taken:], now)
+    end = now + 0.5
+    whole = folded(ops, end)
+    for metric in METRICS:
+        assert live.measure(metric, end) == whole.measure(metric, end), metric

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import time
 
 from rsdrill.engine.live import LiveView
-from rsdrill.history import History, RunClock
+from rsdrill.history import History, Op, RunClock
 
 
 class _Lines(logging.Handler):
@@ -47,3 +48,27 @@ def test_off_a_terminal_the_status_comes_as_lines_at_the_heartbeat() -> None:
     status = [x for x in lines.lines if x.startswith("[faults] t+")]
     assert len(status) >= 2 and "faults: none" in status[0]
     assert stream.getvalue() == ""  # off a terminal nothing is drawn on the stream itself
+
+
+def test_the_status_names_the_primary_of_the_last_fifty_polls_and_the_write_gap() -> None:
+    history = History()
+    view = LiveView(history, io.StringIO())
+    view.clock = RunClock(time.monotonic() - 10.0, time.time() - 10.0)  # ten seconds in
+
+    def poll(member: str, writable: bool) -> Op:
+        return Op("failover", "hello", member, 1.0, 1.1, "ok", {"writable": writable})
+
+    assert "primary ?" in view.status_line() and "write gap   -  " in view.status_line()
+    history.append(poll("a:1", True))
+    history.append(Op("write", "insert", "a:1", 2.0, 4.0, "ok"))
+    history.append(Op("write", "insert", "a:1", 5.0, 5.5, "error"))
+    assert "primary a:1" in view.status_line()
+    # Ten seconds in, the last good write ended at 4 s (a slow machine may add a tenth or so).
+    assert re.search(r"write gap +6\.\ds", view.status_line())
+    for _ in range(49):
+        history.append(poll("b:2", False))
+    assert "primary a:1" in view.status_line()  # its answer is the 50th poll from the end
+    history.append(poll("b:2", False))
+    assert "primary ?" in view.status_line()
+    history.append(poll("b:2", True))
+    assert "primary b:2" in view.status_line()
