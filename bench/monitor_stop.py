@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -27,10 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rsdrill.engine.options import RunOptions
-from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.sandbox.hosts import free_port_base
+from tests.harness.acting_run import run_acting
 from tests.harness.moto_ec2 import client, moto_server
 from tests.harness.prometheus import Prometheus, prometheus
 
@@ -54,24 +52,10 @@ def _experiment(abort_on: dict[str, Any]) -> Experiment:
 def _timed_run(exp: Experiment, out: Path, start: Callable[[], float]) -> tuple[float, str]:
     """Run `exp`; STARTS_AT_S after its probes began, `start()` makes the source say stop and
     returns when it did (monotonic). Seconds from then to the revert phase, and the verdict."""
-    phases: dict[str, float] = {}
-
-    def entered(name: str) -> None:
-        phases.setdefault(name, time.monotonic())
-
-    options = RunOptions(out_dir=out, live=False, journal_dir=out.parent / "journal",
-                         on_phase=entered)  # fmt: skip
-    done: list[Any] = []
-    runner = threading.Thread(target=lambda: done.append(run_experiment(exp, options)))
-    runner.start()
-    while "faults" not in phases and runner.is_alive():
-        time.sleep(0.02)
-    time.sleep(max(0.0, phases.get("faults", time.monotonic()) + STARTS_AT_S - time.monotonic()))
-    began = start()
-    runner.join(timeout=180)
-    if not done:
+    result, took = run_acting(exp, out, STARTS_AT_S, start)
+    if result is None:
         raise SystemExit("the run did not end")
-    return phases.get("revert", float("inf")) - began, done[0].verdict
+    return took, result.verdict
 
 
 def _first_series(prom: Prometheus) -> float:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.sandbox.hosts import free_port_base as free_port
 from rsdrill.result import Result
+from tests.harness.acting_run import run_acting
 from tests.harness.moto_ec2 import client, moto_server
 from tests.harness.prometheus import Prometheus, prometheus
 
@@ -61,27 +60,12 @@ def _experiment(base: int, abort_on: list[Any]) -> Experiment:
     })  # fmt: skip
 
 
-def _run_until(exp: Experiment, out: Path, act: Callable[[], None]) -> tuple[Result, float]:
-    """Run `exp`; `act` once its fault is in force; the result and the seconds from `act`'s
-    return to the revert phase."""
-    phases: dict[str, float] = {}
-
-    def entered(name: str) -> None:
-        phases.setdefault(name, time.monotonic())
-
-    options = RunOptions(out_dir=out, live=False, journal_dir=out.parent / "journal",
-                         on_phase=entered)  # fmt: skip
-    done: list[Result] = []
-    runner = threading.Thread(target=lambda: done.append(run_experiment(exp, options)))
-    runner.start()
-    while "faults" not in phases and runner.is_alive():
-        time.sleep(0.05)
-    time.sleep(1.5)  # the fault goes in at 1 s
-    act()
-    acted = time.monotonic()
-    runner.join(timeout=120)
-    assert done, "the run did not end"
-    return done[0], phases.get("revert", float("inf")) - acted
+def _run_until(exp: Experiment, out: Path, act: Callable[[], object]) -> tuple[Result, float]:
+    """Run `exp`; `act` once its fault is in force (it goes in at 1 s); the result and the
+    seconds from `act`'s return to the revert phase."""
+    result, took = run_acting(exp, out, 1.5, lambda: (act(), None)[1], timeout_s=120)
+    assert result is not None, "the run did not end"
+    return result, took
 
 
 def test_a_query_that_starts_returning_a_series_stops_the_run_after_its_for(

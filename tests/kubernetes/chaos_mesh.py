@@ -200,9 +200,10 @@ class DaemonEndpoints(Loop):
     def __init__(self, api: Any, address: str) -> None:
         from kubernetes import client
 
-        super().__init__("chaos-daemon-endpoints", interval_s=0.2)
-        self.discovery = client.DiscoveryV1Api(api)
         self.core = client.CoreV1Api(api)
+        # Woken by the nodes' watch events (every second besides), as the endpoint controller.
+        super().__init__("chaos-daemon-endpoints", interval_s=1.0, watched=(self.core.list_node,))
+        self.discovery = client.DiscoveryV1Api(api)
         self.address = address
         self._nodes: list[str] | None = None
 

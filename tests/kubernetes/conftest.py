@@ -47,6 +47,15 @@ class Kube:
     chaos_mesh: subprocess.Popen[bytes] | None = None  # the real controller-manager, if it runs
     daemon: chaos_mesh.StandinDaemon | None = None  # the stand-in chaos-daemon it calls, then
 
+    def account_kubeconfig(self, namespace: str, account: str) -> Path:
+        """A kubeconfig with an hour's token of the ServiceAccount `account` (TokenRequest)."""
+        from kubernetes import client
+
+        request = {"spec": {"expirationSeconds": 3600}}
+        core = client.CoreV1Api(self.api)
+        token = core.create_namespaced_service_account_token(account, namespace, request)
+        return self.cluster.kubeconfig(f"{namespace}-{account}", token.status.token)
+
     def namespace(self, stem: str) -> str:
         """A fresh namespace (with its default ServiceAccount)."""
         name = f"{stem}-{next(_namespaces)}"

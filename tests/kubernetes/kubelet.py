@@ -23,9 +23,9 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any
 
-from tests.kubernetes.controllers import Loop, now, watch_until
+from tests.kubernetes.controllers import Loop, now
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_S = 40  # a kubelet's default
@@ -126,12 +126,8 @@ class Kubelet(Loop):
 
         # Woken by a watch of the namespace's pods (a kubelet watches its pods too); the
         # interval only backs it up. Listing them every 50 ms cost a tenth of a core.
-        super().__init__("harness-kubelet", interval_s=1.0)
-        pods = client.CoreV1Api(api).list_namespaced_pod
-        self._watch = threading.Thread(
-            target=watch_until, name="harness-kubelet-watch", daemon=True,
-            args=(self._stop, lambda _: self.wake(), self.errors, pods, namespace),
-        )  # fmt: skip
+        pods = (client.CoreV1Api(api).list_namespaced_pod, namespace)
+        super().__init__("harness-kubelet", interval_s=1.0, watched=pods)
         self.addresses = addresses or {}
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
@@ -142,14 +138,6 @@ class Kubelet(Loop):
         self.swapped: set[str] = set()  # pods whose container runs another image for now
         self.stopped_at: dict[str, float] = {}
         self.absences: list[tuple[str, float]] = []
-
-    def start(self) -> Self:
-        self._watch.start()
-        return super().start()
-
-    def stop(self) -> None:
-        super().stop()
-        self._watch.join(timeout=10)
 
     def tick(self) -> None:
         from kubernetes import client

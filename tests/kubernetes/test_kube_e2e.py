@@ -333,9 +333,7 @@ def _service_account_reading_pods(kube: Kube, namespace: str) -> Path:
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         "roleRef": {"kind": "Role", "name": name, "apiGroup": "rbac.authorization.k8s.io"},
     })  # fmt: skip
-    request = {"spec": {"expirationSeconds": 3600}}
-    token = core.create_namespaced_service_account_token(name, namespace, request).status.token
-    return kube.cluster.kubeconfig(f"{namespace}-{name}", token)
+    return kube.account_kubeconfig(namespace, name)
 
 
 # -- host-freeze through pods/exec, end to end ---------------------------------------------------

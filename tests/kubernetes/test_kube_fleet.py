@@ -119,7 +119,6 @@ def test_a_schedule_s_account_may_use_the_fleet_namespace_and_no_more(
     ServiceAccount can move the lever and take a lease in NS (the Role rendered is enough),
     and nothing of the fleet's in another namespace."""
     import yaml
-    from kubernetes import client
     from typer.testing import CliRunner
 
     from rsdrill.cli.app import app
@@ -146,14 +145,7 @@ def test_a_schedule_s_account_may_use_the_fleet_namespace_and_no_more(
     assert done.exit_code == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
     assert server_side_apply(kube.api, docs, namespace, dry_run=False) == []
-    token = (
-        client.CoreV1Api(kube.api)
-        .create_namespaced_service_account_token(
-            "rsdrill-nightly", namespace, {"spec": {"expirationSeconds": 600}}
-        )
-        .status.token
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kube.cluster.kubeconfig(f"sa-{namespace}", token)))
+    monkeypatch.setenv("KUBECONFIG", str(kube.account_kubeconfig(namespace, "rsdrill-nightly")))
     key = KEY.encode()
 
     from rsdrill.fleet import lever

@@ -182,7 +182,6 @@ def _experiment_file(tmp: Path, namespace: str, faults: list[dict[str, Any]]) ->
 def test_rendered_schedule_applies_and_grants_what_its_runs_need(
     kube: Kube, tmp_path: Path
 ) -> None:
-    from kubernetes import client
 
     namespace = kube.namespace("schedule")
     faults = [
@@ -230,14 +229,7 @@ def test_rendered_schedule_applies_and_grants_what_its_runs_need(
     assert server_side_apply(kube.api, docs, namespace, dry_run=True) == []
     # Applied for real, its ServiceAccount passes the preflight of the experiment it runs.
     assert server_side_apply(kube.api, docs, namespace, dry_run=False) == []
-    token = (
-        client.CoreV1Api(kube.api)
-        .create_namespaced_service_account_token(
-            "rsdrill-nightly", namespace, {"spec": {"expirationSeconds": 600}}
-        )
-        .status.token
-    )
-    config = kube.cluster.kubeconfig(f"nightly-{namespace}", token)
+    config = kube.account_kubeconfig(namespace, "rsdrill-nightly")
     from tests.kubernetes.support import experiment
 
     make_target(experiment(config, namespace, faults), tmp_path).preflight()

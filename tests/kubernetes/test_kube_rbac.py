@@ -103,7 +103,6 @@ def test_a_denied_verb_at_injection_names_it_and_creates_nothing(
 def service_account_kubeconfig(kube: KubeFixture, namespace: str) -> Iterator[Path]:
     """The manifests' rsdrill ServiceAccount and roles (rbac.yaml, moved to the test's
     namespace as an overlay's `namespace:` would), and a kubeconfig with its token."""
-    from kubernetes import client
 
     from tests.kubernetes.cluster import server_side_apply
 
@@ -119,14 +118,7 @@ def service_account_kubeconfig(kube: KubeFixture, namespace: str) -> Iterator[Pa
             if "roleRef" in doc:
                 doc["roleRef"]["name"] = f"{namespace}-rsdrill"
     assert server_side_apply(kube.api, docs, namespace, dry_run=False) == []
-    token = (
-        client.CoreV1Api(kube.api)
-        .create_namespaced_service_account_token(
-            "rsdrill", namespace, {"spec": {"expirationSeconds": 3600}}
-        )
-        .status.token
-    )
-    yield kube.cluster.kubeconfig(f"sa-{namespace}", token)
+    yield kube.account_kubeconfig(namespace, "rsdrill")
 
 
 def test_manifests_rbac_allows_every_call_and_nothing_else(
