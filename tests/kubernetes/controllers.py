@@ -59,23 +59,14 @@ def watch_until(
             stop.wait(0.05)
 
 
-class Loop:
-    """A thread that ticks every `interval_s` (or as `next_wait_s` says), and at once when
-    woken (`wake`): by each watch event of `watched` (a list call and its arguments), when
-    given. It stops when asked and keeps the errors it met, one of each kind in a row."""
+class Threads:
+    """Threads started together and stopped together (each ends once `_stop` is set), and
+    the errors they kept for the test to read."""
 
-    def __init__(
-        self, name: str, interval_s: float = TICK_S, watched: tuple[Any, ...] = ()
-    ) -> None:
-        self._interval_s = interval_s
+    def __init__(self) -> None:
         self._stop = threading.Event()
-        self._woken = threading.Event()
         self.errors: list[BaseException] = []
-        self._threads = [threading.Thread(target=self._run, name=name, daemon=True)]
-        if watched:
-            self._threads.append(threading.Thread(
-                target=watch_until, name=f"{name}-watch", daemon=True,
-                args=(self._stop, lambda _: self.wake(), self.errors, *watched)))  # fmt: skip
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> Self:
         for thread in self._threads:
@@ -84,9 +75,31 @@ class Loop:
 
     def stop(self) -> None:
         self._stop.set()
-        self._woken.set()
         for thread in self._threads:
             thread.join(timeout=10)
+
+
+class Loop(Threads):
+    """A thread that ticks every `interval_s` (or as `next_wait_s` says), and at once when
+    woken (`wake`): by each watch event of `watched` (a list call and its arguments), when
+    given. It keeps the errors it met, one of each kind in a row."""
+
+    def __init__(
+        self, name: str, interval_s: float = TICK_S, watched: tuple[Any, ...] = ()
+    ) -> None:
+        super().__init__()
+        self._interval_s = interval_s
+        self._woken = threading.Event()
+        self._threads.append(threading.Thread(target=self._run, name=name, daemon=True))
+        if watched:
+            self._threads.append(threading.Thread(
+                target=watch_until, name=f"{name}-watch", daemon=True,
+                args=(self._stop, lambda _: self.wake(), self.errors, *watched)))  # fmt: skip
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._woken.set()
+        super().stop()
 
     def wake(self) -> None:
         """Tick now, not at the end of the interval."""
@@ -111,7 +124,7 @@ class Loop:
         raise NotImplementedError
 
 
-class ChaosObjects:
+class ChaosObjects(Threads):
     """A record of every Chaos Mesh object made in `namespace`, as first seen (after Chaos
     Mesh's webhooks): the real controller-manager acts on them.
 
@@ -123,28 +136,17 @@ class ChaosObjects:
 
         from tests.kubernetes.support import CHAOS_PLURALS
 
+        super().__init__()
         self.custom = client.CustomObjectsApi(api)
         self.namespace = namespace
         self.seen: list[dict[str, Any]] = []
-        self.errors: list[BaseException] = []
         self._recorded: set[str] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [
+        self._threads += [
             threading.Thread(target=self._watch, args=(plural,), name=f"chaos-{plural}",
                              daemon=True)
             for plural in CHAOS_PLURALS
         ]  # fmt: skip
-
-    def start(self) -> Self:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=10)
 
     def _watch(self, plural: str) -> None:
         watch_until(self._stop, self._record, self.errors,
