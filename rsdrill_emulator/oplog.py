@@ -300,6 +300,22 @@ class Oplog:
             total += len(data)
         return bson.decode_all(b"".join(encoded))
 
+    def entries_from_ts(self, ts: Timestamp, inclusive: bool) -> list[dict[str, Any]]:
+        """Every entry whose `ts` is after `ts` (or at it, `inclusive`), oldest first: a scan
+        that starts where the bound is, as mongod's oplog scans start at a `ts` lower bound.
+        Within one oplog a later term never has an earlier timestamp, so `ts` orders it too."""
+        bound = (ts.time, ts.inc)
+        if self._tail_keys and (self._tail_keys[0].secs, self._tail_keys[0].inc) <= bound:
+            find = bisect_left if inclusive else bisect_right
+            start = find(self._tail_keys, bound, key=lambda k: (k.secs, k.inc))
+            return self._tail[start:]
+        rows = self.database.execute(
+            f"SELECT entry FROM oplog WHERE (secs, inc) {'>=' if inclusive else '>'} (?, ?) "
+            "ORDER BY t, secs, inc",
+            bound,
+        )
+        return bson.decode_all(b"".join(data for (data,) in rows))
+
     def newest_entries(self, count: int) -> list[dict[str, Any]]:
         """The newest `count` entries, newest first (an index range: however long the oplog)."""
         rows = self.database.execute(

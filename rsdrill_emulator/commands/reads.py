@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from bson.int64 import Int64
 from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
 
 from rsdrill_emulator import (
     changestream,
@@ -55,8 +56,26 @@ def _oplog_documents(node: Node, body: dict[str, Any]) -> list[dict[str, Any]]:
     if not filt and not body.get("skip") and limit and newest_first:
         return oplog.newest_entries(limit)  # the oplog's tail, as the audit compares it
     predicate = query.compile_filter(filt)
-    docs = [e for e in oplog.entries_after(NULL_OPTIME, max_bytes=1 << 62) if predicate(e)]
+    bound = _ts_lower_bound(filt)
+    scanned = (
+        oplog.entries_after(NULL_OPTIME, max_bytes=1 << 62)
+        if bound is None
+        else oplog.entries_from_ts(*bound)
+    )
+    docs = [e for e in scanned if predicate(e)]
     return docs[::-1] if newest_first else docs
+
+
+def _ts_lower_bound(filt: dict[str, Any]) -> tuple[Timestamp, bool] | None:
+    """A top-level `ts: {$gt|$gte: Timestamp}` of an oplog filter (a migration's catch-up, a
+    tool tailing the oplog): where its scan may start, and whether the bound is included."""
+    cond = filt.get("ts")
+    if not isinstance(cond, dict):
+        return None
+    for op, inclusive in (("$gt", False), ("$gte", True)):
+        if isinstance(cond.get(op), Timestamp):
+            return cond[op], inclusive
+    return None
 
 
 def _filtered(cmds: Commands, req: Request, ns: str) -> list[dict[str, Any]]:

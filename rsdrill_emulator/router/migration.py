@@ -35,6 +35,11 @@ _log = logging.getLogger(__name__)
 _CATCH_UP_ROUNDS = 5
 ABORT_WAIT_S = 30.0
 PING_INTERVAL_S = 1.0
+WRITE_BATCH = 64
+"""Statements per write command a migration sends (mongod's internalInsertMaxBatchSize: what
+it writes in one storage transaction). A member of the sandbox runs one command at a time;
+mongod serves its other clients beside a migration's writes, and so a member does between
+these commands (one command of a chunk's 500 upserts held a member ~100 ms)."""
 HANG_STEPS = tuple(f"moveChunkHangAtStep{i}" for i in range(1, 7))
 """Fail points that hold a migration: 1 locked, 2 cloned, 3 caught up, 4 in the critical
 section and caught up, 5 committed, 6 the donor's range deleted (MongoDB's donor has its own
@@ -107,6 +112,23 @@ class Migration:
             )
         return reply
 
+    async def _write(
+        self,
+        shard: str,
+        verb: str,
+        statements: list[dict[str, Any]],
+        *,
+        same_primary: bool = True,
+    ) -> None:
+        """`update` or `delete` (`verb`) `statements` on `shard`, WRITE_BATCH at a time, each
+        batch w:majority."""
+        db, coll = self._db_coll()
+        field_name = {"update": "updates", "delete": "deletes"}[verb]
+        for i in range(0, len(statements), WRITE_BATCH):
+            batch = statements[i : i + WRITE_BATCH]
+            await self._on(shard, db, {verb: coll, field_name: batch, "writeConcern": MAJORITY},
+                           same_primary=same_primary)  # fmt: skip
+
     # -- phases ------------------------------------------------------------------------------
 
     async def same_primaries(self) -> None:
@@ -140,11 +162,8 @@ class Migration:
     async def _put(self, docs: list[dict[str, Any]]) -> None:
         if not docs:
             return
-        db, coll = self._db_coll()
         updates = [{"q": {"_id": d["_id"]}, "u": d, "upsert": True} for d in docs]
-        await self._on(
-            self.recipient, db, {"update": coll, "updates": updates, "writeConcern": MAJORITY}
-        )
+        await self._write(self.recipient, "update", updates)
         self.copied += [d["_id"] for d in docs if d["_id"] not in self.copied]
 
     async def catch_up(self) -> int:
@@ -170,11 +189,7 @@ class Migration:
         # Only what was copied there: another chunk's document may have the same _id.
         gone = [i for i in ids if i in self.copied and (i not in now or not self._in_chunk(now[i]))]
         self.copied = [i for i in self.copied if i not in gone]
-        if gone:
-            deletes = [{"q": {"_id": i}, "limit": 1} for i in gone]
-            await self._on(
-                self.recipient, db, {"delete": coll, "deletes": deletes, "writeConcern": MAJORITY}
-            )
+        await self._write(self.recipient, "delete", [{"q": {"_id": i}, "limit": 1} for i in gone])
         return len(ids)
 
     def _ids_written(self, entry: dict[str, Any]) -> list[Any]:
@@ -241,30 +256,17 @@ class Migration:
 
     async def delete_range(self) -> None:
         """The range's documents on the donor, now orphans there."""
-        db, coll = self._db_coll()
         ids = await self.ids_in_range(self.donor)
-        if ids:
-            await self._on(
-                self.donor,
-                db,
-                {
-                    "delete": coll,
-                    "deletes": [{"q": {"_id": i}, "limit": 1} for i in ids],
-                    "writeConcern": MAJORITY,
-                },
-                same_primary=False,  # after the commit: on whichever primary the donor has
-            )
+        deletes = [{"q": {"_id": i}, "limit": 1} for i in ids]
+        # After the commit: on whichever primary the donor has.
+        await self._write(self.donor, "delete", deletes, same_primary=False)
 
     async def abort(self) -> None:
         """Before the commit: the donor's record restored, the recipient's copies deleted
         (on whichever primaries the sets have now)."""
-        db, coll = self._db_coll()
         await self._on(self.donor, "config", self._cache_update(on=False), same_primary=False)
-        if self.copied:
-            deletes = [{"q": {"_id": i}, "limit": 1} for i in self.copied]
-            await self._on(self.recipient, db, {"delete": coll, "deletes": deletes,
-                                                "writeConcern": MAJORITY},
-                           same_primary=False)  # fmt: skip
+        deletes = [{"q": {"_id": i}, "limit": 1} for i in self.copied]
+        await self._write(self.recipient, "delete", deletes, same_primary=False)
 
 
 async def move_chunk(

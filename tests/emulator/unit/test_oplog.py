@@ -101,9 +101,11 @@ def test_the_in_memory_tail_answers_as_the_database_does(
     oplog = _oplog(tmp_path, 5000)
     inc = itertools.count(1)
 
+    term = 1
+
     def append(n: int) -> None:
         for _ in range(n):
-            oplog.append(_entry(1, 10, next(inc), pad=50))
+            oplog.append(_entry(term, 10, next(inc), pad=50))
 
     def check() -> list[OpTime]:
         on_disk = Oplog(5000, oplog.database)  # a fresh tail: everything from the database
@@ -116,6 +118,15 @@ def test_the_in_memory_tail_answers_as_the_database_does(
                 assert _encoded(oplog.entries_after(key, max_bytes)) == _encoded(
                     on_disk.entries_after(key, max_bytes)
                 ), (key, max_bytes)
+            everything = on_disk.entries_after(NULL_OPTIME, 10**9)
+            for inclusive in (False, True):
+                wanted = [e for e in everything if e["ts"] > key.timestamp
+                          or (inclusive and e["ts"] == key.timestamp)]  # fmt: skip
+                found = oplog.entries_from_ts(key.timestamp, inclusive)
+                assert _encoded(found) == _encoded(wanted), (key, inclusive)
+                assert _encoded(on_disk.entries_from_ts(key.timestamp, inclusive)) == _encoded(
+                    wanted
+                ), (key, inclusive)
         return keys
 
     append(80)  # over the capacity too: the oldest entries are trimmed from the database
@@ -127,6 +138,9 @@ def test_the_in_memory_tail_answers_as_the_database_does(
     oplog.truncate_after(cold)  # a rollback past the tail's start empties it
     assert not oplog.cached(cold)
     append(30)
+    check()
+    term = 2  # an election: the new term's timestamps go on from the old term's
+    append(5)
     check()
 
 
