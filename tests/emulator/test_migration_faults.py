@@ -21,9 +21,11 @@ import pytest
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import ExecutionTimeout, OperationFailure, PyMongoError
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.platforms.machine.network import NetworkPartition
 from rsdrill.platforms.sandbox.sharded import ShardedHosts
 from rsdrill.sandbox.config import Settings
+from rsdrill.sandbox.members import is_writable_primary
 from rsdrill.sandbox.sharded import ShardedSandbox, cluster_size, up_sharded
 from tests.harness.sharded_cluster import ELECTION_TIMEOUT_MS
 
@@ -252,3 +254,32 @@ def test_a_migration_whose_router_died_is_recovered_by_another(
     with MongoClient(living, serverSelectionTimeoutMS=5000) as client:
         assert _owner(client, f"app.{coll}") == owner
     _moves_again(cluster, coll, owner)
+
+
+def test_a_migration_asked_while_the_config_servers_have_no_primary_waits_for_the_next(
+    cluster: ShardedSandbox,
+) -> None:
+    """Asked just after the config servers' primary is killed, a migration waits for their
+    next primary (mongos waits for a config primary within its server selection), then moves
+    the range; writes to it go on meanwhile, each once."""
+    coll = "config_down"
+    router = cluster.spec.routers[0]
+    with MongoClient(cluster.uri, serverSelectionTimeoutMS=20_000) as client:
+        _, recipient = _prepare(cluster, client, coll)
+    config = cluster.sets["configRS"]
+    outcome: dict[str, Any] = {}
+    with Writers(cluster, coll) as writers:
+        victim = config.resolve("primary")
+        config.kill(victim)
+        migrating = _migrate(router, f"app.{coll}", recipient, outcome)
+        others = [m.host for m in config.spec.members if m.host != victim.host]
+        deadline, elected = time.monotonic() + 60, False
+        while migrating.is_alive() and time.monotonic() < deadline:
+            # Polled more often than the steps after a migration's commit take.
+            elected = elected or any(is_writable_primary(h, ConnectOptions()) for h in others)
+            time.sleep(0.005)
+        assert not migrating.is_alive()
+    config.start(victim)
+    assert "error" not in outcome, outcome
+    assert elected, "the migration ended before the config servers had a new primary"
+    assert _check_consistent(cluster, coll, writers) == recipient
