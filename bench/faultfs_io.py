@@ -1,7 +1,13 @@
 """The fault-injecting filesystem's own figures: its overhead with no fault set, and how well
 its caps and added latency hold, for each layer side by side in one run: the compiled data
-path (faultfs-rs), the same with passthrough for files opened while no rule is set, and the
-Python layer (mfusepy), against the plain backing directory.
+path (faultfs-rs), the same with passthrough for files opened while no rule is set, the same
+with power-loss tracking (`tracked`: track_unsynced, as a run with power-loss faults mounts it)
+and the Python layer (mfusepy), against the plain backing directory; beside them two peer FUSE
+filesystems, without faults: libfuse's passthrough_hp (its C++ passthrough example, with
+--nocache --nosplice: no attribute or entry caching, no writeback cache, no splice, as faultfs
+serves) and LazyFS (Jepsen's power-loss filesystem: its own page cache, no eviction, flushed on
+fsync), each mounted over the same backing directory. A figure whose operations failed shows
+the error instead (LazyFS's O_DIRECT reads can fail with EINVAL).
 
 A file on a faultfs mount (backing directory under /tmp) is hammered with 4 KiB operations by one
 thread and by a few: writes at sequential and at random offsets (pwrite), reads (O_DIRECT pread at
@@ -10,7 +16,9 @@ layer drops O_DIRECT, so its figure is not like for like), buffered reads (pread
 directory's come from the page cache, faultfs's opens have none), writes each followed by fsync
 (of one file, by one thread and by several: the kernel's FUSE client holds a file's lock across
 an fsync, so one file's fsyncs reach the daemon one at a time; then of a file per thread). Each
-row says whether each layer meets issue 18's target for it (`TARGETS`).
+row says whether each layer meets issue 18's target for it (`TARGETS`); under the table, issue
+35's ratios to the peers (`PEER_TARGETS`): the served compiled layer to passthrough_hp on every
+row, the tracked layer to LazyFS on the write and write+fsync rows.
 For the compiled layer, where a 4 KiB write's time goes: the client's mean time per write, the
 data path's handler time and its pwrite's (the `profile` in `status`); the rest is the kernel's
 FUSE round trip. First with no rule and on
@@ -21,40 +29,52 @@ and added latency of 5 and 20 ms (median op time with the rule minus without). T
 within ±15 %, added latency within ±20 %. Caps and latency are measured on the compiled and the
 Python layer (passthrough files opened before a rule bypass it by design: docs/storage-faults.md).
 
-Last, an rs3 sandbox with its members' data directories on each layer vs a plain directory:
-inserts/s with w:majority from a few client threads; the emulator's members, and real mongod's
-when `mongod` is on PATH. A run with storage faults mounts without passthrough (a file open in
-passthrough would escape the faults); the passthrough figure is there for reference.
+Last, an rs3 sandbox with its members' data directories on each layer and peer vs a plain
+directory: inserts/s with w:majority from a few client threads; the emulator's members, and real
+mongod's when `mongod` is on PATH (faultfs and passthrough_hp are mounted over each data
+directory, LazyFS over it from a directory beside it). A run with storage faults mounts without
+passthrough (a file open in passthrough would escape the faults); passthru is for reference.
 
-Usage: python bench/faultfs_io.py [--seconds 5] [--threads 4] [--port-base 21500] (root; needs
-/dev/fuse; the compiled layer needs faultfs-rs built: pip install -e ., or .ci/install-faultfs)
+Usage: python bench/faultfs_io.py [--seconds 5] [--threads 4] [--port-base 21500]
+       [--lazyfs PATH]
+(root; needs /dev/fuse and fusermount3; the compiled layer needs faultfs-rs built: pip install
+-e ., or .ci/install-faultfs; passthrough_hp is taken from .cache/tools/bin or PATH, built by
+.ci/install-passthrough-hp; LazyFS is not built by this repository: --lazyfs names a binary built
+from github.com/dsrhaslab/lazyfs. A peer not found is skipped, with a line saying so.)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import mmap
 import os
 import random
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from pymongo import MongoClient, WriteConcern
 
 from rsdrill.faultfs.control import request
-from rsdrill.faultfs.mount import mount, unmount, unmount_all
+from rsdrill.faultfs.mount import MOUNT_TIMEOUT_S, UNMOUNT_TIMEOUT_S, mount, unmount
 from rsdrill.sandbox.cluster import EmulatorEngine, Engine, up
 from rsdrill.sandbox.config import build_topology, member_dir
 from rsdrill.sandbox.mongod import MongodEngine
 
 BLOCK = 4096
-FILE_BYTES = 64 * 1024 * 1024
+MIB = 1024 * 1024
+FILE_BYTES = 64 * MIB
 CAP_TOLERANCE = 0.15
 LATENCY_TOLERANCE = 0.20
 
@@ -95,12 +115,36 @@ def _drive(path: Path, kind: str, seconds: float, threads: int, block: int = BLO
         with lock:
             durations.extend(mine)
 
-    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    failures: list[OSError] = []
+
+    def guarded(seed: int) -> None:
+        # A failed operation is the caller's to report, rather than a traceback and a figure
+        # from the other threads only.
+        try:
+            worker(seed)
+        except OSError as error:
+            with lock:
+                failures.append(error)
+
+    pool = [threading.Thread(target=guarded, args=(i,)) for i in range(threads)]
     for t in pool:
         t.start()
     for t in pool:
         t.join()
+    if failures:
+        raise failures[0]
     return durations
+
+
+def _ops_per_s(path: Path, kind: str, seconds: float, threads: int, file_each: bool,
+               pattern: str) -> float | str:  # fmt: skip
+    """`_drive`'s operations per second, or the name of the error an operation failed with (a
+    peer may: LazyFS reads an O_DIRECT file into FUSE's buffer, EINVAL unless it is aligned)."""
+    try:
+        durations = _drive(path, kind, seconds, threads, file_each=file_each, pattern=pattern)
+    except OSError as error:
+        return errno.errorcode.get(error.errno or 0, str(error))
+    return len(durations) / seconds
 
 
 def _sqlite_inserts_per_s(directory: Path, seconds: float) -> float:
@@ -143,10 +187,118 @@ LAYERS: tuple[tuple[str, dict[str, object]], ...] = (
     ("python", {"layer": "python"}),
     ("compiled", {"layer": "compiled"}),
     ("passthru", {"layer": "compiled", "passthrough": True}),
+    ("tracked", {"layer": "compiled", "track_unsynced": True}),
 )
 RULED_LAYERS = ("python", "compiled")
 # Issue 18's Done-when: ratios to the plain directory with no rule set.
 TARGETS = {"write": 0.5, "fsync": 0.6, "read": 0.6, "sqlite": 0.6, "rs3": 0.8}
+# Issue 35's Done-when, ratios of a faultfs column to a peer's: (faultfs column, peer column,
+# target, the kinds of row it holds for; None: every row).
+PEER_TARGETS: tuple[tuple[str, str, float, tuple[str, ...] | None], ...] = (
+    ("compiled", "passthrough_hp", 0.9, None),
+    ("tracked", "lazyfs", 1.0, ("write", "fsync")),
+)
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Column(NamedTuple):
+    """A filesystem measured against the plain directory: `mount(backing, mount point, scratch
+    directory)` holds it mounted for a with-block; `overlays`: it can be mounted over its backing
+    directory itself (faultfs and passthrough_hp open it before mounting; LazyFS reaches it by
+    path, which would lead back into its own mount)."""
+
+    label: str
+    mount: Callable[[Path, Path, Path], AbstractContextManager[None]]
+    overlays: bool
+
+
+@contextlib.contextmanager
+def _faultfs(
+    options: dict[str, object], backing: Path, point: Path, scratch: Path
+) -> Iterator[None]:
+    mount(backing, point, scratch, **options)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        unmount(point)
+
+
+@contextlib.contextmanager
+def _fuse_daemon(argv: list[str], point: Path, log: Path) -> Iterator[None]:
+    """A peer's FUSE daemon (`argv`, in the foreground) serving `point` for the with-block."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + MOUNT_TIMEOUT_S
+        while not os.path.ismount(point):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{argv[0]} did not mount {point} (exit status "
+                                   f"{process.poll()}; see {log})")  # fmt: skip
+            time.sleep(0.02)
+        yield
+    finally:
+        # Lazily when busy (the daemon is then killed if it outlives the wait). The exit status
+        # is not checked: LazyFS aborts (134) once unmounted, and the figures are taken by then.
+        for lazy in ([], ["-z"]):
+            unmounted = subprocess.run(["fusermount3", "-u", *lazy, str(point)],
+                                       capture_output=True, check=False)  # fmt: skip
+            if unmounted.returncode == 0:
+                break
+        try:
+            process.wait(UNMOUNT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _passthrough_hp(
+    binary: Path, backing: Path, point: Path, scratch: Path
+) -> AbstractContextManager[None]:
+    scratch.mkdir(parents=True, exist_ok=True)
+    argv = [str(binary), "--nocache", "--nosplice", "--foreground", str(backing), str(point)]
+    return _fuse_daemon(argv, point, scratch / "passthrough_hp.log")
+
+
+def _lazyfs(
+    binary: Path, cache_mib: int, backing: Path, point: Path, scratch: Path
+) -> AbstractContextManager[None]:
+    """LazyFS over `backing` with a page cache of `cache_mib` and no eviction: nothing reaches
+    the backing file before an fsync, so a power loss can drop all unsynced data (what the
+    tracked faultfs layer offers too, by undoing it)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    config = scratch / "lazyfs.toml"
+    config.write_text(
+        f'[faults]\nfifo_path="{scratch / "lazyfs.fifo"}"\n'
+        f"[cache]\napply_eviction=false\n"
+        f'[cache.simple]\ncustom_size="{cache_mib}mb"\nblocks_per_page=1\n'
+        f'[filesystem]\nlog_all_operations=false\nlogfile=""\n'
+    )
+    # Absolute paths throughout; it ignores arguments past the tenth.
+    argv = [str(binary), str(point), "--config-path", str(config), "-o", "modules=subdir",
+            "-o", f"subdir={backing}", "-f"]  # fmt: skip
+    return _fuse_daemon(argv, point, scratch / "lazyfs.log")
+
+
+def _columns(lazyfs: Path | None, threads: int) -> list[Column]:
+    """The faultfs layers, then each peer found; a line for each peer skipped."""
+    columns = [Column(label, partial(_faultfs, options), True) for label, options in LAYERS]
+    pinned = REPO / ".cache/tools/bin/passthrough_hp"
+    binary = str(pinned) if os.access(pinned, os.X_OK) else shutil.which("passthrough_hp")
+    if binary is not None:
+        columns.append(Column("passthrough_hp", partial(_passthrough_hp, Path(binary)), True))
+    else:
+        print("passthrough_hp: not in .cache/tools/bin nor on PATH, column skipped "
+              "(build it: .ci/install-passthrough-hp)")  # fmt: skip
+    if lazyfs is None:
+        print("lazyfs: no --lazyfs PATH given, column skipped (LazyFS is not built here: build "
+              "github.com/dsrhaslab/lazyfs and pass its binary)")  # fmt: skip
+    else:
+        # Room for every bench file written through in full, and SQLite's database and WAL
+        # (LazyFS allocates it all at start, for each mount).
+        cache_mib = (threads + 1) * FILE_BYTES // MIB + 512
+        columns.append(Column("lazyfs", partial(_lazyfs, lazyfs.resolve(), cache_mib), False))
+    return columns
 
 
 def _overhead_rows(threads: int) -> list[tuple[str, str, str, int, bool, str | None]]:
@@ -172,8 +324,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--port-base", type=int, default=21500, help="the rs3 sandbox's ports")
+    parser.add_argument(
+        "--lazyfs", type=Path, metavar="PATH", help="a LazyFS binary (yours: rsdrill builds none)"
+    )
     args = parser.parse_args()
+    if args.lazyfs is not None and not os.access(args.lazyfs, os.X_OK):
+        parser.error(f"--lazyfs {args.lazyfs}: not an executable file")
     seconds, threads = args.seconds, args.threads
+    print(f"faultfs I/O benchmark: {threads} threads, {seconds:g} s per figure, 4 KiB ops")
+    columns = _columns(args.lazyfs, threads)
     with tempfile.TemporaryDirectory(prefix="faultfs-bench-") as tmp:
         backing = Path(tmp) / "backing"
         backing.mkdir()
@@ -181,93 +340,140 @@ def main() -> None:
             with (backing / name).open("wb") as out:
                 out.truncate(FILE_BYTES)
         points: dict[str, Path] = {}
-        try:
-            for label, options in LAYERS:
-                point = Path(tmp) / f"mnt-{label}"
+        with contextlib.ExitStack() as mounted:
+            for column in columns:
+                point = Path(tmp) / f"mnt-{column.label}"
                 point.mkdir()
-                mount(backing, point, Path(tmp) / f"state-{label}", **options)  # type: ignore[arg-type]
-                points[label] = point
+                mounted.enter_context(
+                    column.mount(backing, point, Path(tmp) / f"state-{column.label}")
+                )
+                points[column.label] = point
             run(backing, points, seconds, threads)
-        finally:
-            for point in points.values():
-                unmount(point)
-        _rs3(Path(tmp), args.port_base, seconds, threads)
+        _rs3(Path(tmp), columns, args.port_base, seconds, threads)
 
 
-def _rs3_inserts_per_s(directory: Path, layer: dict[str, object] | None, engine: Engine,
-                       port_base: int, seconds: float, threads: int) -> float:  # fmt: skip
-    """Inserts/s (w:majority) into an rs3 of `engine` whose members' data is on a mount with
-    `layer`'s options (None: a plain directory)."""
+def _rs3_inserts_per_s(directory: Path, column: Column | None, engine: Engine, port_base: int,
+                       seconds: float, threads: int) -> float:  # fmt: skip
+    """Inserts/s (w:majority) into an rs3 of `engine` whose members' data is on `column`'s
+    filesystem (None: a plain directory)."""
     spec = build_topology("rs3", port_base=port_base)
+    with contextlib.ExitStack() as mounted:
 
-    def mount_members() -> None:
-        for member in spec.members:
-            data = member_dir(directory, member) / "data"
-            data.mkdir(parents=True, exist_ok=True)
-            mount(data, data, member_dir(directory, member), **layer)  # type: ignore[arg-type]
+        def mount_members() -> None:
+            assert column is not None
+            for member in spec.members:
+                scratch = member_dir(directory, member)
+                data = scratch / "data"
+                backing = data if column.overlays else scratch / "backing"
+                for path in (data, backing):
+                    path.mkdir(parents=True, exist_ok=True)
+                mounted.enter_context(column.mount(backing, data, scratch))
 
-    sandbox = up(directory, spec, engine, mount_members if layer else None)
-    try:
-        count = 0
-        lock = threading.Lock()
-        deadline = time.monotonic() + seconds
-
-        def client_loop() -> None:
-            nonlocal count
-            with MongoClient(sandbox.uri) as client:
-                coll = client.bench.get_collection("c", write_concern=WriteConcern(w="majority"))
-                mine = 0
-                while time.monotonic() < deadline:
-                    coll.insert_one({"v": "x" * 200})
-                    mine += 1
-            with lock:
-                count += mine
-
-        pool = [threading.Thread(target=client_loop) for _ in range(threads)]
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
-        return count / seconds
-    finally:
-        sandbox.down()
-        unmount_all(directory)
+        sandbox = up(directory, spec, engine, mount_members if column else None)
+        try:
+            return _inserts_per_s(sandbox.uri, seconds, threads)
+        finally:
+            sandbox.down()
 
 
-def _rs3(tmp: Path, port_base: int, seconds: float, threads: int) -> None:
+def _inserts_per_s(uri: str, seconds: float, threads: int) -> float:
+    """Inserts/s (w:majority) from `threads` clients for `seconds`."""
+    count = 0
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def client_loop() -> None:
+        nonlocal count
+        with MongoClient[dict[str, Any]](uri) as client:
+            coll = client.bench.get_collection("c", write_concern=WriteConcern(w="majority"))
+            mine = 0
+            while time.monotonic() < deadline:
+                coll.insert_one({"v": "x" * 200})
+                mine += 1
+        with lock:
+            count += mine
+
+    pool = [threading.Thread(target=client_loop) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return count / seconds
+
+
+def _rs3(tmp: Path, columns: list[Column], port_base: int, seconds: float, threads: int) -> None:
     """The rs3 figures: the emulator's, and real mongod's when it is on PATH."""
     engines: list[tuple[str, Engine]] = [("emulator", EmulatorEngine())]
     if (mongod := shutil.which("mongod")) is not None:
         engines.append(("mongod", MongodEngine(mongod)))
     print(
-        f"\nrs3, members' data on each layer: inserts/s (w:majority, {threads} clients; target "
-        f"{TARGETS['rs3']:g}; passthru for reference: a run with storage faults does not use it)"
+        f"\nrs3, members' data on each layer and peer: inserts/s (w:majority, {threads} clients; "
+        f"target {TARGETS['rs3']:g}; passthru for reference: a run with storage faults does not "
+        "use it)"
     )
     for name, engine in engines:
         base = _rs3_inserts_per_s(tmp / f"rs3-{name}-plain", None, engine, port_base, seconds,
                                   threads)  # fmt: skip
         line = f"  {name:<9} plain {base:.0f}"
-        for label, options in LAYERS:
-            fused = _rs3_inserts_per_s(tmp / f"rs3-{name}-{label}", options, engine, port_base,
-                                       seconds, threads)  # fmt: skip
-            line += f"; {label} {fused:.0f} ({fused / base:.2f}{_mark(fused / base, 'rs3')})"
+        for column in columns:
+            fused = _rs3_inserts_per_s(tmp / f"rs3-{name}-{column.label}", column, engine,
+                                       port_base, seconds, threads)  # fmt: skip
+            line += (f"; {column.label} {fused:.0f} "
+                     f"({fused / base:.2f}{_mark(fused / base, 'rs3')})")  # fmt: skip
         print(line)
 
 
 def _mark(ratio: float, target: str | None) -> str:
     """A ratio's verdict against the Done-when target of its row: ' ok', ' MISS' or ''."""
+    return _at_least(ratio, None if target is None else TARGETS[target])
+
+
+def _at_least(ratio: float, target: float | None) -> str:
+    """' ok' when `ratio` reaches `target`, ' MISS' when not, '' without a target."""
     if target is None:
         return ""
-    return " ok" if ratio >= TARGETS[target] else " MISS"
+    return " ok" if ratio >= target else " MISS"
 
 
-def _row(name: str, plain: float, figures: dict[str, float], target: str | None) -> str:
-    cells = "".join(
-        f"{figures[label]:>11.0f}{figures[label] / plain:>6.2f}"
-        f"{_mark(figures[label] / plain, target):<5}"
-        for label, _ in LAYERS
-    )
+def _width(label: str) -> int:
+    """A column's width: 11, or more for a longer label (passthrough_hp)."""
+    return max(11, len(label) + 1)
+
+
+def _row(name: str, plain: float, figures: dict[str, float | str], target: str | None) -> str:
+    cells = ""
+    for label, figure in figures.items():
+        if isinstance(figure, str):  # the error an operation failed with
+            cells += f"{figure:>{_width(label)}}{'-':>6}{'':<5}"
+        else:
+            ratio = figure / plain
+            cells += f"{figure:>{_width(label)}.0f}{ratio:>6.2f}{_mark(ratio, target):<5}"
     return f"  {name:<26}{plain:>10.0f}{cells}"
+
+
+def _peer_ratios(rows: list[tuple[str, str, dict[str, float | str]]]) -> None:
+    """Issue 35's ratios of faultfs columns to the peers measured, a line per row of the
+    overhead table (name, kind, figures)."""
+    pairs = [pair for pair in PEER_TARGETS if pair[1] in rows[0][2]]
+    if not pairs:
+        return
+    print("\nto the peers (issue 35; ratio of ops/s; ok / MISS against the target):")
+    for ours, peer, target, kinds in pairs:
+        rows_meant = "every row" if kinds is None else f"rows of kind {', '.join(kinds)}"
+        print(f"  {ours} / {peer}: target {target:g} on {rows_meant}")
+    labels = [f"{ours}/{peer}" for ours, peer, _, _ in pairs]
+    print(f"  {'operation':<26}" + "".join(f"{label:>{len(label) + 2}}{'':<5}" for label in labels))
+    for name, kind, figures in rows:
+        cells = ""
+        for label, (ours, peer, target, kinds) in zip(labels, pairs, strict=True):
+            width = len(label) + 2
+            mine, theirs = figures[ours], figures[peer]
+            if isinstance(mine, str) or isinstance(theirs, str):
+                cells += f"{'-':>{width}}{'':<5}"
+                continue
+            meant = target if kinds is None or kind in kinds else None
+            cells += f"{mine / theirs:>{width}.2f}{_at_least(mine / theirs, meant):<5}"
+        print(f"  {name:<26}{cells}")
 
 
 def _write_profile(backing: Path, point: Path, seconds: float, threads: int) -> None:
@@ -292,21 +498,25 @@ def _write_profile(backing: Path, point: Path, seconds: float, threads: int) -> 
 
 def run(backing: Path, points: dict[str, Path], seconds: float, threads: int) -> None:
     rate: Callable[[list[float]], float] = lambda ds: len(ds) / seconds  # noqa: E731
-    print(f"faultfs I/O benchmark: {threads} threads, {seconds:g} s per figure, 4 KiB ops")
     print("\noverhead with no rule set (ops/s; ratio to plain; ok / MISS against the target)")
-    print(f"  {'operation':<26}{'plain':>10}" + "".join(f"{label:>11}{'ratio':>6}{'':<5}"
-                                                     for label, _ in LAYERS))  # fmt: skip
+    print(f"  {'operation':<26}{'plain':>10}" + "".join(f"{label:>{_width(label)}}{'ratio':>6}"
+                                                     f"{'':<5}" for label in points))  # fmt: skip
+    rows: list[tuple[str, str, dict[str, float | str]]] = []
     for name, kind, pattern, n, file_each, target in _overhead_rows(threads):
         base = rate(_drive(backing / "file", kind, seconds, n, file_each=file_each,
                            pattern=pattern))  # fmt: skip
-        fused = {label: rate(_drive(points[label] / "file", kind, seconds, n,
-                                    file_each=file_each, pattern=pattern))
-                 for label, _ in LAYERS}  # fmt: skip
+        fused = {label: _ops_per_s(point / "file", kind, seconds, n, file_each, pattern)
+                 for label, point in points.items()}  # fmt: skip
         print(_row(name, base, fused, target))
+        rows.append((name, kind, fused))
     base = _sqlite_inserts_per_s(backing, seconds)
-    fused = {label: _sqlite_inserts_per_s(points[label], seconds) for label, _ in LAYERS}
-    print(_row("sqlite", base, fused, "sqlite"))
+    inserts: dict[str, float | str] = {
+        label: _sqlite_inserts_per_s(point, seconds) for label, point in points.items()
+    }
+    print(_row("sqlite", base, inserts, "sqlite"))
+    rows.append(("sqlite", "sqlite", inserts))
     print("  (sqlite: WAL inserts/s, a commit every 50; an emulator member makes 10 commits/s)")
+    _peer_ratios(rows)
     _write_profile(backing, points["compiled"], seconds, threads)
 
     print(f"\nIOPS caps (target ±{CAP_TOLERANCE:.0%}; measured ops/s, ratio to configured)")
@@ -324,8 +534,8 @@ def run(backing: Path, points: dict[str, Path], seconds: float, threads: int) ->
         cells = ""
         for label in RULED_LAYERS:
             _rule(points[label], **rule)
-            measured = len(_drive(points[label] / "file", kind, seconds, threads, block))
-            measured *= unit / seconds
+            ops = len(_drive(points[label] / "file", kind, seconds, threads, block))
+            measured = ops * unit / seconds
             ratio = measured / configured
             cells += f"{measured:>11.1f}{ratio:>7.3f}  {_verdict(ratio, CAP_TOLERANCE)}"
             _rule(points[label])
