@@ -35,7 +35,7 @@ from rsdrill.connection import (
     TlsSettings,
     WireClientError,
 )
-from rsdrill.procstat import stat_fields
+from rsdrill.procstat import live_thread_state, stat_fields
 from rsdrill.sandbox.auth import AUTH_FILE, create_auth, read_auth
 from rsdrill.sandbox.certs import TLS_DIR, make_tls_files, tls_files
 from rsdrill.sandbox.config import (
@@ -243,6 +243,10 @@ def process_state(pid: int, port: int) -> str | None:
     """The state letter of the member process serving `port`, or None when it is not running."""
     state = _proc_state(pid)
     if state in ("Z", "X"):
+        # The main thread may end first: the process's other threads (the commit thread in
+        # an fsync) hold its files, the listening socket too, until they end as well.
+        if (exiting := live_thread_state(pid)) is not None:
+            return exiting
         # A member started by this very process (demo, tests) stays a zombie until reaped.
         with suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
