@@ -6,7 +6,6 @@ use`, restarting a member killed under heavy writes)."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rsdrill.procstat import stat_fields
-from rsdrill.sandbox.cluster import process_state, wait_gone
+from rsdrill.sandbox.cluster import port_free, process_state, wait_gone
 
 # Listens on a port, then its main thread ends while another thread lives on for a while.
 MAIN_THREAD_ENDS_FIRST = """
@@ -27,16 +26,6 @@ print(listener.getsockname()[1], flush=True)
 threading.Thread(target=time.sleep, args=(float(sys.argv[1]),)).start()
 ctypes.CDLL(None).pthread_exit(None)
 """
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 @pytest.mark.timeout(30)
@@ -52,9 +41,9 @@ def test_a_process_whose_main_thread_ended_runs_until_its_last_thread_ends(
         assert time.monotonic() < deadline, "the main thread did not end"
         time.sleep(0.01)
     assert process_state(child.pid, port) not in (None, "Z", "X")
-    assert not _bindable(port)
+    assert not port_free("127.0.0.1", port)
     pid_path = tmp_path / str(port) / "pid"
     assert wait_gone({pid_path: child.pid}, time.monotonic() + 10) == {}
     assert process_state(child.pid, port) is None
-    assert _bindable(port)
+    assert port_free("127.0.0.1", port)
     child.wait(timeout=5)
