@@ -3,11 +3,10 @@
 //! Every path is relative to a descriptor of the backing directory opened before the mount, so
 //! the filesystem can be mounted over its own backing directory. Inode numbers are our own, one
 //! per path (renames move them). Data operations consult the fault state first; metadata
-//! operations only fail when the volume is detached. A few threads read the kernel's requests
-//! (each from its own clone of the session's /dev/fuse descriptor) and serve the quick ones
-//! themselves; whatever may block (fsync, and every operation while a rule is set, which may
-//! sleep for latency or a rate cap) runs on a pool of workers that reply when done, so a
-//! throttled file never holds up the rest of the mount.
+//! operations only fail when the volume is detached. One thread reads the kernel's requests;
+//! whatever may block (fsync, and every operation while a rule is set, which may sleep for
+//! latency or a rate cap) runs on a pool of workers that reply when done, so a throttled file
+//! never holds up the rest of the mount.
 //!
 //! Passthrough (opt-in, never with unsynced-write tracking): a file opened while no rule is set
 //! gets a kernel backing file, and its reads and writes go straight to the backing file. The
@@ -19,10 +18,9 @@ use crate::rules::FaultState;
 use crate::sys;
 use crate::undo::UndoLog;
 use fuser::{
-    AccessFlags, BackingId, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
-    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    consts, BackingId, FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    TimeOrNow,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -39,6 +37,10 @@ const TTL: Duration = Duration::ZERO;
 const ROOT: u64 = 1;
 const WORKERS: usize = 32;
 const MAX_WRITE: u32 = 1 << 20;
+// Not in fuser's constants (kernel 6.6+): an open served without the page cache may still be
+// mmapped; and such an open's writes that do not extend the file run in parallel.
+const FUSE_DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
+const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
 
 struct Node {
     path: Vec<u8>,
@@ -171,7 +173,7 @@ fn kind(mode: u32) -> FileType {
 
 fn attr(ino: u64, st: &libc::stat) -> FileAttr {
     FileAttr {
-        ino: INodeNo(ino),
+        ino,
         size: st.st_size as u64,
         blocks: st.st_blocks as u64,
         atime: time(st.st_atime, st.st_atime_nsec),
@@ -239,7 +241,7 @@ struct InodeIo {
     served: usize, // opens served by the daemon
 }
 
-/// What the request threads and the workers share.
+/// What the workers share: everything but the request loop's own state.
 pub struct Shared {
     root: OwnedFd,
     pub state: FaultState,
@@ -253,17 +255,15 @@ pub struct Shared {
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// The filesystem the session's threads call (`&self`): only `init` changes it, before any
-/// other request is read; everything that changes later lives in `Shared`.
 pub struct FaultFs {
     shared: Arc<Shared>,
     passthrough: bool,
     /// How the daemon's own opens are served: without the page cache (every read() reaches
     /// the rules, whenever the file was opened) where the kernel allows mmap of such files.
-    open_flags: FopenFlags,
+    open_flags: u32,
     pool: Sender<Job>,
     /// Told once the kernel has agreed the session's terms: whether passthrough is on.
-    on_ready: Mutex<Option<Box<dyn FnOnce(bool) + Send>>>,
+    on_ready: Option<Box<dyn FnOnce(bool) + Send>>,
 }
 
 impl Shared {
@@ -423,7 +423,7 @@ impl Shared {
         out
     }
 
-    fn read(&self, fh: u64, offset: u64, size: u32, ruled: bool) -> Result<Vec<u8>, i32> {
+    fn read(&self, fh: u64, offset: i64, size: u32, ruled: bool) -> Result<Vec<u8>, i32> {
         let handle = self.handle(fh)?;
         if ruled {
             self.admit("read", &self.path(handle.ino)?, size as usize)?;
@@ -439,7 +439,7 @@ impl Shared {
         let target = &mut buf[start..start + size];
         let n = self
             .profile
-            .syscall("read", || sys::pread(fd, target, offset))
+            .syscall("read", || sys::pread(fd, target, offset as u64))
             .map_err(|e| sys::errno(&e))?;
         if start > 0 {
             buf.drain(..start);
@@ -448,7 +448,7 @@ impl Shared {
         Ok(buf)
     }
 
-    fn write(&self, fh: u64, offset: u64, data: &[u8], ruled: bool) -> Result<u32, i32> {
+    fn write(&self, fh: u64, offset: i64, data: &[u8], ruled: bool) -> Result<u32, i32> {
         let handle = self.handle(fh)?;
         let fd = handle.direct.as_ref().unwrap_or(&handle.fd).as_raw_fd();
         // O_DIRECT needs an aligned buffer; the request's data sits behind its headers.
@@ -470,11 +470,11 @@ impl Shared {
             }
             if let Some(undo) = &self.undo {
                 let mut records = undo.lock();
-                let end = offset + data.len() as u64;
-                records.before_change(&path, handle.fd.as_fd(), offset, end);
+                let end = offset as u64 + data.len() as u64;
+                records.before_change(&path, handle.fd.as_fd(), offset as u64, end);
                 return self
                     .profile
-                    .syscall("write", || sys::pwrite(fd, data, offset))
+                    .syscall("write", || sys::pwrite(fd, data, offset as u64))
                     .map(|n| n as u32)
                     .map_err(|e| sys::errno(&e));
             }
@@ -482,7 +482,7 @@ impl Shared {
             self.state.count("write");
         }
         self.profile
-            .syscall("write", || sys::pwrite(fd, data, offset))
+            .syscall("write", || sys::pwrite(fd, data, offset as u64))
             .map(|n| n as u32)
             .map_err(|e| sys::errno(&e))
     }
@@ -561,7 +561,7 @@ impl Shared {
         }
     }
 
-    fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<(), i32> {
+    fn fallocate(&self, fh: u64, offset: i64, length: i64, mode: i32) -> Result<(), i32> {
         let handle = self.handle(fh)?;
         let path = self.path(handle.ino)?;
         self.admit("write", &path, 0)?;
@@ -570,12 +570,11 @@ impl Shared {
         }
         let _records = self.undo.as_ref().map(|undo| {
             let mut records = undo.lock();
-            let end = offset + length;
-            records.before_change(&path, handle.fd.as_fd(), offset, end);
+            let end = (offset + length) as u64;
+            records.before_change(&path, handle.fd.as_fd(), offset as u64, end);
             records
         });
-        sys::fallocate(handle.fd.as_raw_fd(), offset as i64, length as i64)
-            .map_err(|e| sys::errno(&e))
+        sys::fallocate(handle.fd.as_raw_fd(), offset, length).map_err(|e| sys::errno(&e))
     }
 }
 
@@ -605,9 +604,9 @@ impl FaultFs {
         FaultFs {
             shared,
             passthrough,
-            open_flags: FopenFlags::empty(),
+            open_flags: 0,
             pool: tx,
-            on_ready: Mutex::new(Some(Box::new(on_ready))),
+            on_ready: Some(Box::new(on_ready)),
         }
     }
 
@@ -626,54 +625,45 @@ impl FaultFs {
     }
 }
 
-/// fuser's errno for one of ours (libc's).
-fn errno(errno: i32) -> Errno {
-    Errno::from_i32(errno)
-}
-
 fn reply_empty(reply: ReplyEmpty, result: Result<(), i32>) {
     match result {
         Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(e)),
+        Err(errno) => reply.error(errno),
     }
 }
 
 fn reply_entry(reply: ReplyEntry, result: Result<FileAttr, i32>) {
     match result {
-        Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
-        Err(e) => reply.error(errno(e)),
+        Ok(attr) => reply.entry(&TTL, &attr, 0),
+        Err(errno) => reply.error(errno),
     }
 }
 
 impl Filesystem for FaultFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
         let _ = config.set_max_write(MAX_WRITE);
-        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
-        if config
-            .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
-            .is_ok()
-        {
-            self.open_flags =
-                FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
+        let _ = config.add_capabilities(consts::FUSE_PARALLEL_DIROPS);
+        if config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok() {
+            self.open_flags = consts::FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES;
         } else {
             eprintln!("faultfs: this kernel cannot mmap uncached files; reads may hit its cache");
         }
         if self.passthrough {
-            let granted = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            let granted = config.add_capabilities(consts::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok();
             if !granted {
                 eprintln!("faultfs: this kernel offers no FUSE passthrough; serving every file");
                 self.passthrough = false;
             }
         }
-        if let Some(on_ready) = self.on_ready.get_mut().unwrap().take() {
+        if let Some(on_ready) = self.on_ready.take() {
             on_ready(self.passthrough);
         }
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let (s, parent) = (&self.shared, parent.0);
+    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        let s = &self.shared;
         reply_entry(
             reply,
             s.metadata()
@@ -682,12 +672,12 @@ impl Filesystem for FaultFs {
         );
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.shared.inodes.lock().unwrap().forget(ino.0, nlookup);
+    fn forget(&mut self, _req: &Request<'_>, ino: u64, nlookup: u64) {
+        self.shared.inodes.lock().unwrap().forget(ino, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let (s, ino, fh) = (&self.shared, ino.0, fh.map(|fh| fh.0));
+    fn getattr(&mut self, _req: &Request<'_>, ino: u64, fh: Option<u64>, reply: ReplyAttr) {
+        let s = &self.shared;
         // A detached volume answers nothing but its root's attributes, so that `stat` of the
         // mount point (and tools walking the mount table) never error out.
         let result = (if ino == ROOT { Ok(()) } else { s.metadata() }).and_then(|_| {
@@ -699,14 +689,14 @@ impl Filesystem for FaultFs {
         });
         match result {
             Ok(st) => reply.attr(&TTL, &attr(ino, &st)),
-            Err(e) => reply.error(errno(e)),
+            Err(errno) => reply.error(errno),
         }
     }
 
     fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
         mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
@@ -714,14 +704,14 @@ impl Filesystem for FaultFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        fh: Option<FileHandle>,
+        fh: Option<u64>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
+        _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        let (ruled, ino, fh) = (self.ruled(), ino.0, fh.map(|fh| fh.0));
+        let ruled = self.ruled();
         self.run(ruled, move |s| {
             let result = (|| {
                 s.metadata()?;
@@ -745,33 +735,33 @@ impl Filesystem for FaultFs {
             })();
             match result {
                 Ok(st) => reply.attr(&TTL, &attr(ino, &st)),
-                Err(e) => reply.error(errno(e)),
+                Err(errno) => reply.error(errno),
             }
         });
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let (s, ino) = (&self.shared, ino.0);
+    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+        let s = &self.shared;
         let result = s
             .metadata()
             .and_then(|_| s.path(ino))
             .and_then(|p| sys::readlinkat(s.dir(), &p).map_err(|e| sys::errno(&e)));
         match result {
             Ok(target) => reply.data(&target),
-            Err(e) => reply.error(errno(e)),
+            Err(errno) => reply.error(errno),
         }
     }
 
     fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
         name: &OsStr,
         mode: u32,
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let (s, parent) = (&self.shared, parent.0);
+        let s = &self.shared;
         let (uid, gid) = (req.uid(), req.gid());
         let result = s
             .metadata()
@@ -785,19 +775,19 @@ impl Filesystem for FaultFs {
     }
 
     fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
         name: &OsStr,
         mode: u32,
         umask: u32,
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        let (s, parent) = (&self.shared, parent.0);
+        let s = &self.shared;
         let (uid, gid) = (req.uid(), req.gid());
         if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(Errno::EPERM);
+            return reply.error(libc::EPERM);
         }
         let result = s
             .metadata()
@@ -812,8 +802,8 @@ impl Filesystem for FaultFs {
         reply_entry(reply, result);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let (s, parent) = (&self.shared, parent.0);
+    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        let s = &self.shared;
         let result = s
             .metadata()
             .and_then(|_| s.child(parent, name))
@@ -828,8 +818,8 @@ impl Filesystem for FaultFs {
         reply_empty(reply, result);
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let (s, parent) = (&self.shared, parent.0);
+    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        let s = &self.shared;
         let result = s
             .metadata()
             .and_then(|_| s.child(parent, name))
@@ -842,14 +832,14 @@ impl Filesystem for FaultFs {
     }
 
     fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
         link_name: &OsStr,
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        let (s, parent) = (&self.shared, parent.0);
+        let s = &self.shared;
         let (uid, gid) = (req.uid(), req.gid());
         let result = s
             .metadata()
@@ -864,41 +854,37 @@ impl Filesystem for FaultFs {
     }
 
     fn rename(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
+        &mut self,
+        _req: &Request<'_>,
+        parent: u64,
         name: &OsStr,
-        newparent: INodeNo,
+        newparent: u64,
         newname: &OsStr,
-        flags: RenameFlags,
+        flags: u32,
         reply: ReplyEmpty,
     ) {
-        let (s, parent, newparent, flags) = (&self.shared, parent.0, newparent.0, flags.bits());
+        let s = &self.shared;
         let result = s.metadata().and_then(|_| {
-            // The paths, the rename and the inode map's update under one lock: requests are
-            // served on several threads, and none may resolve a path halfway through.
-            let mut inodes = s.inodes.lock().unwrap();
-            let old = inodes.child(parent, name).ok_or(libc::ENOENT)?;
-            let new = inodes.child(newparent, newname).ok_or(libc::ENOENT)?;
+            let (old, new) = (s.child(parent, name)?, s.child(newparent, newname)?);
             sys::renameat2(s.dir(), &old, &new, flags).map_err(|e| sys::errno(&e))?;
             if let Some(undo) = &s.undo {
                 undo.lock().renamed(&old, &new);
             }
-            inodes.renamed(&old, &new);
+            s.inodes.lock().unwrap().renamed(&old, &new);
             Ok(())
         });
         reply_empty(reply, result);
     }
 
     fn link(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        newparent: u64,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let (s, ino, newparent) = (&self.shared, ino.0, newparent.0);
+        let s = &self.shared;
         let result = s.metadata().and_then(|_| {
             let (old, new) = (s.path(ino)?, s.child(newparent, newname)?);
             sys::linkat(s.dir(), &old, &new).map_err(|e| sys::errno(&e))?;
@@ -907,8 +893,8 @@ impl Filesystem for FaultFs {
         reply_entry(reply, result);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let (ruled, ino, flags) = (self.ruled(), ino.0, flags.0);
+    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
+        let ruled = self.ruled();
         // A rule arriving later does not reach files already passed through: the kernel
         // cannot take a backing file back. They stay outside the rules until closed.
         let allowed = self.passthrough && !ruled;
@@ -919,20 +905,18 @@ impl Filesystem for FaultFs {
                 let backing = s.io_mode(ino, allowed, || reply.open_backing(fds.0.as_fd()));
                 let (fh, handle) = s.add_handle(fds, ino, backing);
                 match &handle.passthrough {
-                    Some(backing) => {
-                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), backing)
-                    }
-                    None => reply.opened(FileHandle(fh), open_flags),
+                    Some(backing) => reply.opened_passthrough(fh, 0, backing),
+                    None => reply.opened(fh, open_flags),
                 }
             }
-            Err(e) => reply.error(errno(e)),
+            Err(errno) => reply.error(errno),
         });
     }
 
     fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
         name: &OsStr,
         mode: u32,
         umask: u32,
@@ -941,65 +925,64 @@ impl Filesystem for FaultFs {
     ) {
         if self.passthrough {
             // The kernel then creates files with mknod and opens them with open, which can
-            // pass them through (fuser 0.16's create reply could not; kept so under 0.18).
-            return reply.error(Errno::ENOSYS);
+            // pass them through (fuser's create reply cannot).
+            return reply.error(libc::ENOSYS);
         }
-        let parent = parent.0;
         let (uid, gid) = (req.uid(), req.gid());
         let name = name.to_owned();
         let (ruled, open_flags) = (self.ruled(), self.open_flags);
         self.run(ruled, move |s| {
             match s.create(parent, &name, mode & !umask, flags, uid, gid) {
                 Ok((attr, fds)) => {
-                    s.io_mode(attr.ino.0, false, || unreachable!());
-                    let (fh, _) = s.add_handle(fds, attr.ino.0, None);
-                    reply.created(&TTL, &attr, Generation(0), FileHandle(fh), open_flags);
+                    s.io_mode(attr.ino, false, || unreachable!());
+                    let (fh, _) = s.add_handle(fds, attr.ino, None);
+                    reply.created(&TTL, &attr, 0, fh, open_flags);
                 }
-                Err(e) => reply.error(errno(e)),
+                Err(errno) => reply.error(errno),
             }
         });
     }
 
     fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
         size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        _flags: i32,
+        _lock_owner: Option<u64>,
         reply: ReplyData,
     ) {
-        let (started, ruled, fh) = (Instant::now(), self.ruled(), fh.0);
+        let (started, ruled) = (Instant::now(), self.ruled());
         // An O_DIRECT read waits for the disk: on a worker, so that reads overlap.
         let may_block = ruled || self.shared.direct(fh);
         self.run(may_block, move |s| {
             match s.read(fh, offset, size, ruled) {
                 Ok(data) => reply.data(&data),
-                Err(e) => reply.error(errno(e)),
+                Err(errno) => reply.error(errno),
             }
             s.profile.served("read", started);
         });
     }
 
     fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
         data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        _write_flags: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
-        let (started, ruled, fh) = (Instant::now(), self.ruled(), fh.0);
+        let (started, ruled) = (Instant::now(), self.ruled());
         let result = move |s: &Shared, r: Result<u32, i32>, reply: ReplyWrite| {
             match r {
                 Ok(n) => reply.written(n),
-                Err(e) => reply.error(errno(e)),
+                Err(errno) => reply.error(errno),
             }
             s.profile.served("write", started);
         };
@@ -1015,11 +998,11 @@ impl Filesystem for FaultFs {
     }
 
     fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        _lock_owner: u64,
         reply: ReplyEmpty,
     ) {
         // close() of a duplicate descriptor: nothing is buffered here, the backing fd stays.
@@ -1027,28 +1010,21 @@ impl Filesystem for FaultFs {
     }
 
     fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _flags: i32,
+        _lock_owner: Option<u64>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.shared.release(fh.0);
+        self.shared.release(fh);
         reply.ok();
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        let (started, fh) = (Instant::now(), fh.0);
+    fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, datasync: bool, reply: ReplyEmpty) {
+        let started = Instant::now();
         self.run(true, move |s| {
             reply_empty(reply, s.fsync(fh, datasync));
             s.profile.served("fsync", started);
@@ -1056,21 +1032,21 @@ impl Filesystem for FaultFs {
     }
 
     fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
         mut reply: ReplyDirectory,
     ) {
-        let (s, ino) = (&self.shared, ino.0);
+        let s = &self.shared;
         let result = s
             .metadata()
             .and_then(|_| s.path(ino))
             .and_then(|p| sys::list_dir(s.dir(), &p).map_err(|e| sys::errno(&e)));
         let entries = match result {
             Ok(entries) => entries,
-            Err(e) => return reply.error(errno(e)),
+            Err(errno) => return reply.error(errno),
         };
         let dots = [
             (b".".to_vec(), libc::DT_DIR),
@@ -1089,8 +1065,8 @@ impl Filesystem for FaultFs {
             };
             // Inode numbers here are only for show: lookups assign the real ones.
             if reply.add(
-                INodeNo(u64::MAX >> 1),
-                (i + 1) as u64,
+                u64::MAX >> 1,
+                (i + 1) as i64,
                 kind,
                 OsStr::from_bytes(&name),
             ) {
@@ -1101,20 +1077,20 @@ impl Filesystem for FaultFs {
     }
 
     fn fsyncdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let (ruled, ino) = (self.ruled(), ino.0);
+        let ruled = self.ruled();
         self.run(ruled, move |s| {
             reply_empty(reply, s.path(ino).and_then(|p| s.admit("fsync", &p, 0)))
         });
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
         let s = &self.shared;
         match s
             .metadata()
@@ -1130,12 +1106,12 @@ impl Filesystem for FaultFs {
                 st.f_namemax as u32,
                 st.f_frsize as u32,
             ),
-            Err(e) => reply.error(errno(e)),
+            Err(errno) => reply.error(errno),
         }
     }
 
-    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let (s, ino, mask) = (&self.shared, ino.0, mask.bits());
+    fn access(&mut self, _req: &Request<'_>, ino: u64, mask: i32, reply: ReplyEmpty) {
+        let s = &self.shared;
         let result = s
             .metadata()
             .and_then(|_| s.path(ino))
@@ -1144,16 +1120,16 @@ impl Filesystem for FaultFs {
     }
 
     fn fallocate(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        length: u64,
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        length: i64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let (ruled, fh) = (self.ruled(), fh.0);
+        let ruled = self.ruled();
         self.run(ruled, move |s| {
             reply_empty(reply, s.fallocate(fh, offset, length, mode))
         });

@@ -14,7 +14,7 @@ mod sys;
 mod undo;
 
 use fs::{FaultFs, Shared};
-use fuser::{Config, MountOption, Session, SessionACL};
+use fuser::{MountOption, Session};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use std::os::fd::OwnedFd;
@@ -22,8 +22,6 @@ use std::process::{exit, Command};
 use std::sync::Arc;
 
 const FSNAME: &str = "rsdrill-faultfs";
-// Request readers (one /dev/fuse clone each): 2 per vCPU, so one is parked in read() on each.
-const READERS: usize = 4;
 
 fn answer(shared: &Shared, request: &Value) -> Result<Value, String> {
     let state = &shared.state;
@@ -130,17 +128,13 @@ fn main() {
     };
     handle_signals(mountpoint.clone());
     let shared = Arc::new(Shared::new(root, track_unsynced));
-    let mut config = Config::default();
-    config.mount_options = vec![
+    let options = [
         MountOption::FSName(FSNAME.into()),
         // A kernel option, not `Subtype`: mounting as root, fuser calls mount(2) itself and
         // would drop it, and the mount table must say `fuse.rsdrill-faultfs`.
         MountOption::CUSTOM(format!("subtype={FSNAME}")),
+        MountOption::AllowOther,
     ];
-    // allow_other (fuser 0.18 has it as the session's ACL, no longer a mount option).
-    config.acl = SessionACL::All;
-    config.n_threads = Some(READERS);
-    config.clone_fd = true;
     let control_shared = shared.clone();
     let ready = move |passthrough: bool| {
         println!(
@@ -150,9 +144,7 @@ fn main() {
         std::thread::spawn(move || control(control_shared));
     };
     let filesystem = FaultFs::new(shared, passthrough, ready);
-    // Mounts and agrees the session's terms with the kernel (`init`, hence `ready`) before
-    // returning; `run` then starts the reader threads and returns once the mount is gone.
-    let session = match Session::new(filesystem, paths[1], &config) {
+    let mut session = match Session::new(filesystem, paths[1], &options) {
         Ok(session) => session,
         Err(err) => {
             eprintln!("faultfs: mounting {}: {err}", paths[1]);
