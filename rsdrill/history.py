@@ -9,12 +9,21 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections import Counter, deque
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
+from rsdrill.op import Op
+from rsdrill.opcolumns import OpColumns, Spill
 from rsdrill.redact import redact_uri
+
+WINDOW = 16384
+"""Ops a History holds in memory for `since` (about two minutes of the main job's probes)."""
+FLUSH_OPS = 4096
+"""A History writes its buffered ops to the spill every this many."""
 
 
 @dataclass(frozen=True)
@@ -47,41 +56,13 @@ TXN_PROBE = "txn"
 LEDGER_PROBE = "ledger"
 """The durability ledger's read-back (probes/durability.py): which acknowledged seqs are gone."""
 CAUSAL_PROBE = "causal"
+"""The causal sessions probe (probes/causal.py), whose history analysis/causal.py checks."""
 SHARD_WRITE_PREFIX = "shard-write:"
 
 
 def shard_write_probe(shard: str) -> str:
     """The name of a sharded target's write probe of one shard (its ops' `probe`)."""
     return f"{SHARD_WRITE_PREFIX}{shard}"
-
-
-"""The causal sessions probe (probes/causal.py), whose history analysis/causal.py checks."""
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One probe attempt.
-
-    probe:   which probe ("write", "read", "ledger", "failover", "recovery", "lag", "load",
-             "stall": rsdrill's own process woke up late)
-    op:      what it did ("insert", "find", "hello", "status", "read", "update", ...)
-    member:  host:port that answered, when known
-    outcome: "ok", "error" or "timeout"
-    detail:  what the analyzers need: {"seq": 7}, {"writable": true}, {"state": "PRIMARY"},
-             {"lag_s": {...}}, {"error": "...", "code": 10107}
-    """
-
-    probe: str
-    op: str
-    member: str | None
-    t_start: float
-    t_end: float
-    outcome: str
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome == "ok"
 
 
 @dataclass
@@ -101,38 +82,101 @@ class FaultRecord:
     """When the injection returned: the fault in force, its duration counted from here."""
 
 
-class History:
-    """Append-only, thread-safe list of probe attempts."""
+class History(Sequence[Op]):
+    """Append-only, thread-safe record of probe attempts that spills to disk as it grows.
 
-    def __init__(self) -> None:
-        self._ops: list[Op] = []
+    The newest ops are held in memory (`WINDOW` of them, for live views and abort conditions);
+    every `FLUSH_OPS` appended ops go to a spill directory as one NumPy array per probe (their
+    details pickled beside it), so a run of hours holds megabytes, not gigabytes. A History is a
+    `Sequence[Op]` in the order attempts ended; `ops(probe)` and `columns(probe)` read one
+    probe's ops without touching the others'.
+    """
+
+    def __init__(self, spill_dir: Path | None = None) -> None:
         self._lock = threading.Lock()
+        self._window: deque[Op] = deque(maxlen=WINDOW)
+        self._buffer: list[Op] = []
+        self._count = 0
+        self._spill = Spill(spill_dir)
+        self.last_end = 0.0
+        """The latest `t_end` of any op (0.0 without ops)."""
 
     def append(self, op: Op) -> None:
         with self._lock:
-            self._ops.append(op)
+            self._window.append(op)
+            self._buffer.append(op)
+            self._count += 1
+            self.last_end = max(self.last_end, op.t_end)
+            if len(self._buffer) >= FLUSH_OPS:
+                self._spill.write(self._buffer, first_index=self._count - len(self._buffer))
+                self._buffer = []
 
-    def ops(self, probe: str | None = None) -> list[Op]:
-        """A snapshot, in the order attempts ended; optionally one probe's only."""
+    def ops(self, probe: str | None = None, since_s: float | None = None) -> list[Op]:
+        """A snapshot, in the order attempts ended; optionally one probe's only, and only those
+        that ended at `since_s` or later."""
         with self._lock:
-            ops = list(self._ops)
-        return [o for o in ops if probe is None or o.probe == probe]
+            spilled = self._spill.ops(None if probe is None else [probe], since_s)
+            buffered = list(self._buffer)
+        return spilled + [
+            o for o in buffered
+            if (probe is None or o.probe == probe) and (since_s is None or o.t_end >= since_s)
+        ]  # fmt: skip
+
+    def of_probes(self, probes: Collection[str]) -> list[Op]:
+        """The ops of `probes`, in the order they ended."""
+        if len(probes) == 1:
+            return self.ops(next(iter(probes)))
+        with self._lock:
+            spilled = self._spill.ops(probes)
+            buffered = [o for o in self._buffer if o.probe in probes]
+        return spilled + buffered
+
+    def probes(self) -> Counter[str]:
+        """How many ops each probe recorded."""
+        with self._lock:
+            counts = self._spill.counts()
+            counts.update(o.probe for o in self._buffer)
+        return counts
+
+    def columns(self, probes: Collection[str]) -> OpColumns:
+        """The ops of `probes` as arrays (see `OpColumns`), in the order they ended."""
+        with self._lock:
+            spilled = self._spill.columns(probes)
+            buffered = [o for o in self._buffer if o.probe in probes]
+        return OpColumns.concat([spilled, OpColumns.of(buffered)])
 
     def since(self, start: int) -> list[Op]:
-        """The ops appended from the `start`th on: what a live view has not seen yet."""
+        """The ops appended from the `start`th on that the window still holds: what a live
+        view has not seen yet (one that fell more than `WINDOW` ops behind misses the oldest)."""
         with self._lock:
-            return self._ops[start:]
+            first = self._count - len(self._window)
+            return list(islice(self._window, max(0, start - first), None))
 
     def __iter__(self) -> Iterator[Op]:
-        return iter(self.ops())
+        """Every op, in the order they ended, read from the spill a chunk at a time."""
+        with self._lock:
+            batches = self._spill.batch_count()
+            buffered = list(self._buffer)
+        for batch in range(batches):
+            with self._lock:
+                ops = self._spill.batch_ops(batch)
+            yield from ops
+        yield from buffered
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._ops)
+            return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> Op: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Op]: ...
+    def __getitem__(self, index: int | slice) -> Op | list[Op]:
+        return self.ops()[index]
 
     def write_jsonl(self, path: Path) -> None:
         with path.open("w") as f:
-            for op in self.ops():
+            for op in self:
                 # A driver error may quote the URI it was given: its password is masked.
                 f.write(redact_uri(json.dumps(asdict(op), default=str)) + "\n")
 
@@ -148,3 +192,30 @@ class History:
         for op in ops:
             history.append(op)
         return history
+
+
+def of_probes(ops: Sequence[Op], *probes: str) -> list[Op]:
+    """The ops of `probes`, in `ops`' order; from a History, read without the other probes'."""
+    if isinstance(ops, History):
+        return ops.of_probes(probes)
+    wanted = set(probes)
+    return [op for op in ops if op.probe in wanted]
+
+
+def probe_counts(ops: Sequence[Op]) -> Counter[str]:
+    """How many ops each probe recorded."""
+    return ops.probes() if isinstance(ops, History) else Counter(op.probe for op in ops)
+
+
+def columns(ops: Sequence[Op], *probes: str) -> OpColumns:
+    """The ops of `probes` as arrays, in `ops`' order (see `OpColumns`)."""
+    if isinstance(ops, History):
+        return ops.columns(probes)
+    return OpColumns.of(of_probes(ops, *probes))
+
+
+def last_end(ops: Sequence[Op]) -> float:
+    """The latest `t_end` of any op in `ops` (0.0 without ops)."""
+    if isinstance(ops, History):
+        return ops.last_end
+    return max((op.t_end for op in ops), default=0.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rsdrill.history import Op
+from rsdrill.history import Op, of_probes, probe_counts
 
 Window = tuple[float, float]
 """(start, end) in seconds on the run's clock."""
@@ -53,10 +53,10 @@ def longest_gap(
 
 def unavailable_window(ops: Sequence[Op], probe: str) -> Window | None:
     """The window behind `unavailable_s(ops, probe)`: (start, end), or None when that is None."""
-    if probe == "raw_write" and not any(op.probe == probe for op in ops):
+    if probe == "raw_write" and not probe_counts(ops)[probe]:
         return None
-    probes = {probe, "write"} if probe == "raw_write" else {probe}
-    return longest_window([op for op in ops if op.probe in probes], lambda op: op.ok)
+    probes = (probe, "write") if probe == "raw_write" else (probe,)
+    return longest_window(of_probes(ops, *probes), lambda op: op.ok)
 
 
 def unavailable_s(ops: Sequence[Op], probe: str) -> float | None:

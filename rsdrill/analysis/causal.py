@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsdrill.history import CAUSAL_PROBE, Op
+from rsdrill.history import CAUSAL_PROBE, Op, of_probes
 
 KINDS = ("read-your-writes", "monotonic-reads", "monotonic-writes", "writes-follow-reads")
 
@@ -68,7 +68,7 @@ class CausalReport:
 
 def check(ops: Sequence[Op]) -> CausalReport:
     """Every violation in the causal probe's history (each read judged once per kind)."""
-    mine = sorted((op for op in ops if op.probe == CAUSAL_PROBE), key=lambda op: op.t_start)
+    mine = sorted(of_probes(ops, CAUSAL_PROBE), key=lambda op: op.t_start)
     # Every acknowledged seq of every document's writer (for monotonic writes).
     acked: dict[str, list[int]] = {}
     for op in mine:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rsdrill.analysis.durability import durability, ledger_inserts
-from rsdrill.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op, of_probes
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ def disaster_recovery(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> Disas
     first = min(f.index for f in losses)
     disaster = max(f.injected_at_s or 0.0 for f in losses if f.index == first)
     writes = sorted(
-        (o for o in ops if o.ok and o.op == "insert" and o.probe in ("write", "ledger")
-         and o.t_start >= disaster),
+        (o for o in of_probes(ops, "write", "ledger")
+         if o.ok and o.op == "insert" and o.t_start >= disaster),
         key=lambda o: o.t_end,
     )  # fmt: skip
     rto = writes[0].t_end - disaster if writes else None
@@ -70,5 +70,5 @@ def disaster_recovery(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> Disas
 
 def _step(ops: Sequence[Op], marks: str) -> Op | None:
     """The last step marked `marks` (the one that counts when a drill repeats it)."""
-    found = [o for o in ops if o.probe == "step" and o.detail.get("marks") == marks]
+    found = [o for o in of_probes(ops, "step") if o.detail.get("marks") == marks]
     return max(found, key=lambda o: o.t_start) if found else None

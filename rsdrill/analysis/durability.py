@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rsdrill.history import LEDGER_PROBE, Op
+from rsdrill.history import LEDGER_PROBE, Op, of_probes
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def durability(ops: Sequence[Op]) -> Durability:
       readback of an older rsdrill that did not look: None).
     """
     readbacks = sorted(
-        (op for op in ops if op.probe == LEDGER_PROBE and op.op == "readback"),
+        (op for op in of_probes(ops, LEDGER_PROBE) if op.op == "readback"),
         key=lambda o: o.t_end,
     )
     inserts = ledger_inserts(ops)
@@ -53,14 +53,14 @@ def durability(ops: Sequence[Op]) -> Durability:
 def ledger_inserts(ops: Sequence[Op]) -> list[Op]:
     """The ledger's insert attempts: those of the probe the last readback names (`detail.of`),
     the "ledger" probe's own without one."""
-    readbacks = [op for op in ops if op.probe == LEDGER_PROBE and op.op == "readback"]
+    readbacks = [op for op in of_probes(ops, LEDGER_PROBE) if op.op == "readback"]
     source = (
         max(readbacks, key=lambda o: o.t_end).detail.get("of", LEDGER_PROBE)
         if readbacks
         else LEDGER_PROBE
     )
-    return [op for op in ops if op.probe == source and op.op == "insert"]
+    return [op for op in of_probes(ops, source) if op.op == "insert"]
 
 
 def _readbacks(ops: Sequence[Op]) -> list[Op]:
-    return [op for op in ops if op.probe == LEDGER_PROBE and op.op == "readback"]
+    return [op for op in of_probes(ops, LEDGER_PROBE) if op.op == "readback"]

@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeAlias
 
 import networkx as nx
 
-from rsdrill.history import TXN_PROBE, Op
+from rsdrill.history import TXN_PROBE, Op, of_probes
 
 Status = Literal["ok", "fail", "info"]
 # Transactions by id; each edge's `steps` holds the step that shows each of its relations.
@@ -147,13 +147,11 @@ class ElleReport:
         return len(self.cycles) + sum(len(cases) for cases in self.cases.values())
 
 
-def txns_from_ops(ops: Iterable[Op]) -> list[Txn]:
+def txns_from_ops(ops: Sequence[Op]) -> list[Txn]:
     """The transactions probe's attempts (probe "txn", rsdrill/probes/transactions.py) as
     transactions, in the order they began."""
     txns = []
-    for i, op in enumerate(
-        sorted((o for o in ops if o.probe == TXN_PROBE), key=lambda o: o.t_start)
-    ):
+    for i, op in enumerate(sorted(of_probes(ops, TXN_PROBE), key=lambda o: o.t_start)):
         mops: list[Mop] = []
         for f, key, value in op.detail.get("mops", []):
             if f == "append":

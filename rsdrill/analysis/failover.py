@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rsdrill.analysis.availability import longest_gap
 from rsdrill.analysis.polling import transition_time
-from rsdrill.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op, of_probes
 from rsdrill.result import FailoverParts
 
 
@@ -47,7 +47,7 @@ def no_primary_s(ops: Sequence[Op]) -> float | None:
     windows follow `availability.longest_gap`. None without failover polls.
     """
     return longest_gap(
-        [op for op in ops if op.probe == "failover"],
+        of_probes(ops, "failover"),
         writable,
         held=lambda op: op.detail.get("held_writable") is True,
     )
@@ -68,7 +68,7 @@ def find_failover(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> Failover 
     member's last poll answered not-writable before `first`. None when no fault was followed by
     a new primary (e.g. rs1, whose one member comes back as primary).
     """
-    polls = sorted((op for op in ops if op.probe == "failover" and op.member), key=_end)
+    polls = sorted((op for op in of_probes(ops, "failover") if op.member), key=_end)
     injected = sorted((f for f in faults if f.injected_at_s is not None), key=_injected)
     next_injections = [*map(_injected, injected[1:]), math.inf]
     contested = len({op.member for op in polls}) > 1
@@ -122,7 +122,7 @@ def failover_parts(ops: Sequence[Op], failover: Failover) -> FailoverParts:
     Each part is None when its data is missing.
     """
     t0 = failover.injected_at_s
-    statuses = sorted((op for op in ops if op.probe == "recovery" and op.ok), key=_end)
+    statuses = sorted((op for op in of_probes(ops, "recovery") if op.ok), key=_end)
     seen = [term for op in statuses if op.t_end <= t0 for term in _terms(op)]
     newest = max(seen, default=None)
     called: float | None = None
@@ -135,11 +135,8 @@ def failover_parts(ops: Sequence[Op], failover: Failover) -> FailoverParts:
             break
     served = [
         op.t_end
-        for op in ops
-        if op.probe == "write"
-        and op.ok
-        and op.member == failover.new_primary
-        and op.t_end >= failover.writable_at_s
+        for op in of_probes(ops, "write")
+        if op.ok and op.member == failover.new_primary and op.t_end >= failover.writable_at_s
     ]
     return FailoverParts(
         detection_s=None if called is None else called - t0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rsdrill.history import Op
+from rsdrill.history import Op, of_probes
 
 
 def replication_lag_max_s(ops: Sequence[Op]) -> float | None:
@@ -14,8 +14,8 @@ def replication_lag_max_s(ops: Sequence[Op]) -> float | None:
     """
     lags = [
         float(lag)
-        for op in ops
-        if op.probe == "lag" and op.ok
+        for op in of_probes(ops, "lag")
+        if op.ok
         for lag in op.detail.get("lag_s", {}).values()
     ]
     return max(lags, default=None)

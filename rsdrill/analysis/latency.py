@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rsdrill.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op, of_probes
 from rsdrill.result import Latency
 
 BASELINE_MIN_OPS = 20
@@ -40,8 +40,8 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 def latency_source(ops: Sequence[Op]) -> list[Op]:
     """The successful ops latency is measured on: "load" if any, else "write" and "read"."""
-    load = [op for op in ops if op.probe == "load" and op.ok]
-    return load or [op for op in ops if op.probe in ("write", "read") and op.ok]
+    load = [op for op in of_probes(ops, "load") if op.ok]
+    return load or [op for op in of_probes(ops, "write", "read") if op.ok]
 
 
 def latency_ms(ops: Sequence[Op]) -> Latency:
@@ -141,8 +141,8 @@ def takeover(ops: Sequence[Op], at: float, member: str) -> Takeover | None:
     )
     writable = [
         op.t_end
-        for op in ops
-        if op.probe == "failover" and op.member == member and op.ok and op.t_end > at
+        for op in of_probes(ops, "failover")
+        if op.member == member and op.ok and op.t_end > at
         and op.detail.get("writable")
     ]  # fmt: skip
     if len(before) < BASELINE_MIN_OPS or not writable:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from rsdrill.history import Op
+from rsdrill.history import Op, of_probes
 from rsdrill.result import RecoveryDone, RtoParts
 
 
@@ -24,7 +24,7 @@ def majority_rto(ops: Sequence[Op], done: RecoveryDone) -> RtoParts:
     - client_s: → the end of the first write acknowledged that began after that;
     - rto_s: the loss → that write (their sum when all are known).
     """
-    writes = sorted((op for op in ops if op.probe == "write"), key=lambda op: op.t_end)
+    writes = sorted(of_probes(ops, "write"), key=lambda op: op.t_end)
     failed = next((op.t_end for op in writes if not op.ok and op.t_end >= done.loss_at_s), None)
     back = None
     if done.primary_at_s is not None:

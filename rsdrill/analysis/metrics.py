@@ -23,7 +23,15 @@ from rsdrill.analysis.sharded import (
 )
 from rsdrill.analysis.slo import REPLICA_SET_ONLY
 from rsdrill.analysis.stall import STALLS_KEPT, probe_stall_s, stalled_gaps, stalls
-from rsdrill.history import CAUSAL_PROBE, CHECK_PREFIX, STALL_PROBE, TXN_PROBE, FaultRecord, Op
+from rsdrill.history import (
+    CAUSAL_PROBE,
+    CHECK_PREFIX,
+    STALL_PROBE,
+    TXN_PROBE,
+    FaultRecord,
+    Op,
+    probe_counts,
+)
 from rsdrill.layout import CONFIG
 from rsdrill.result import FailoverParts, Metrics
 
@@ -66,9 +74,10 @@ def compute_metrics(
     ledger = durability(ops)
     # The user's own checks ask their application, not the cluster, and a stall of this process
     # sends nothing: neither is the probes' load.
-    cluster_ops = [
-        op for op in ops if not op.probe.startswith(CHECK_PREFIX) and op.probe != STALL_PROBE
-    ]
+    cluster_ops = Counter({
+        probe: n for probe, n in probe_counts(ops).items()
+        if not probe.startswith(CHECK_PREFIX) and probe != STALL_PROBE
+    })  # fmt: skip
     drill = disaster_recovery(ops, faults)
     txn = transactions(ops, transactions_model)
     sessions = causal_figures(ops)
@@ -89,11 +98,9 @@ def compute_metrics(
         latency_ms=latency_ms(ops),
         degradation_s=degradation_s(ops, faults),
         no_primary_s=no_primary,
-        probe_ops_per_s=len(cluster_ops) / duration_s if duration_s > 0 else None,
+        probe_ops_per_s=cluster_ops.total() / duration_s if duration_s > 0 else None,
         probe_ops_per_s_by_probe=(
-            {n: k / duration_s for n, k in sorted(Counter(op.probe for op in cluster_ops).items())}
-            if duration_s > 0
-            else {}
+            {n: k / duration_s for n, k in sorted(cluster_ops.items())} if duration_s > 0 else {}
         ),
         too_stale=too_stale(ops),
         rto_s=drill.rto_s,
@@ -119,7 +126,7 @@ def transactions(ops: Sequence[Op], model: Model) -> dict[str, Any]:
     """The transactions probe's figures (none when it did not run): how many transactions,
     every anomaly Elle's method finds that `model` forbids (cycles and the rest), their types,
     the shortest cycles."""
-    if not any(op.probe == TXN_PROBE for op in ops):
+    if not probe_counts(ops)[TXN_PROBE]:
         return {}
     from rsdrill.analysis.elle import check, txns_from_ops  # networkx: only when asked
 
@@ -136,7 +143,7 @@ def transactions(ops: Sequence[Op], model: Model) -> dict[str, Any]:
 def causal_figures(ops: Sequence[Op]) -> dict[str, Any]:
     """The causal probe's figures (none when it did not run): reads checked, violations of
     the causal guarantees, their kinds and the first of each."""
-    if not any(op.probe == CAUSAL_PROBE for op in ops):
+    if not probe_counts(ops)[CAUSAL_PROBE]:
         return {}
     report = check_causal(ops)
     return {

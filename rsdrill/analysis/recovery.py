@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 from rsdrill.analysis.polling import transition_time
-from rsdrill.history import FaultRecord, Op
+from rsdrill.history import FaultRecord, Op, of_probes
 from rsdrill.states import HEALTHY
 
 
@@ -153,4 +153,4 @@ def too_stale(ops: Sequence[Op]) -> list[str]:
 
 
 def _polls(ops: Sequence[Op]) -> list[Op]:
-    return sorted((op for op in ops if op.probe == "recovery" and op.member), key=lambda o: o.t_end)
+    return sorted((op for op in of_probes(ops, "recovery") if op.member), key=lambda o: o.t_end)

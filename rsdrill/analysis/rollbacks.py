@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rsdrill.history import Op
+from rsdrill.history import Op, of_probes
 from rsdrill.result import AuditResult, AuditRollback, RolledBackWrites
 
 
@@ -93,5 +93,5 @@ def rollback_figures(audit: AuditResult | None) -> tuple[int | None, int | None]
 
 
 def _acknowledged_seqs(ops: Sequence[Op], probe: str) -> set[int]:
-    inserts = (op for op in ops if op.probe == probe and op.op == "insert" and op.ok)
+    inserts = (op for op in of_probes(ops, probe) if op.op == "insert" and op.ok)
     return {int(op.detail["seq"]) for op in inserts if "seq" in op.detail}

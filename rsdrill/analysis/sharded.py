@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from rsdrill.analysis.availability import unavailable_s
 from rsdrill.analysis.failover import Failover, failover_parts, find_failover, no_primary_s
-from rsdrill.history import FaultRecord, Op, shard_write_probe
+from rsdrill.history import FaultRecord, Op, of_probes, shard_write_probe
 from rsdrill.layout import CONFIG
 from rsdrill.result import SetFigures
 
@@ -30,7 +30,7 @@ def set_failovers(
     found = {}
     for name, hosts in sets.items():
         members = set(hosts)
-        polls = [op for op in ops if op.member in members and op.probe in _MEMBER_PROBES]
+        polls = [op for op in of_probes(ops, *_MEMBER_PROBES) if op.member in members]
         found[name] = polls, find_failover(polls, [f for f in faults if f.target in members])
     return found
 
@@ -61,7 +61,7 @@ def set_figures(ops: Sequence[Op], by_set: SetFailovers) -> dict[str, SetFigures
     figures = {}
     for name, (polls, failover) in by_set.items():
         probe = shard_write_probe(name)
-        writes = [op for op in ops if op.probe == probe]
+        writes = of_probes(ops, probe)
         figure = SetFigures(
             write_unavailable_s=unavailable_s(writes, probe) if name != CONFIG else None,
             writes=len(writes),

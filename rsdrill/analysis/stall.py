@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rsdrill.analysis.availability import unavailable_window
-from rsdrill.history import STALL_PROBE, Op
+from rsdrill.history import STALL_PROBE, Op, of_probes
 from rsdrill.result import Stall, StalledGap
 
 STALLS_KEPT = 10
@@ -28,9 +28,7 @@ def stalls(ops: Sequence[Op]) -> list[Stall]:
     """Every stall of the probe process in the history, longest first (earliest first among
     equal ones)."""
     found = [
-        Stall(at_s=op.t_start, seconds=op.t_end - op.t_start)
-        for op in ops
-        if op.probe == STALL_PROBE
+        Stall(at_s=op.t_start, seconds=op.t_end - op.t_start) for op in of_probes(ops, STALL_PROBE)
     ]
     return sorted(found, key=lambda s: (-s.seconds, s.at_s))
 

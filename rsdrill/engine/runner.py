@@ -249,12 +249,12 @@ class Runner:
 
                 self._audit = run_audit(
                     target, quick=self.exp.audit == "quick", standalone=self._standalone,
-                    watch=self._rollback_watch, probes=probes, ops=self.history.ops(),
+                    watch=self._rollback_watch, probes=probes, ops=self.history,
                 )  # fmt: skip
                 if probes is not None and probes.probes:
                     probes.drop_probe_collections()
             duration = self.clock.now()
-            if self.history.ops():
+            if len(self.history):
                 # Judging is pure, but a bug in it must not cost the teardown, the journal's
                 # end or the result: the run then ends in an error that says so.
                 try:
@@ -325,7 +325,7 @@ class Runner:
             ignored_monitors=self._watch.ignored if self._watch else [],
         )
         self.events.emit("verdict", result=result)
-        self.events.emit("run_finished", result=result, ops=self.history.ops(),
+        self.events.emit("run_finished", result=result, ops=self.history,
                          out_dir=self.options.out_dir)  # fmt: skip
         return result
 
@@ -337,7 +337,7 @@ class Runner:
         from rsdrill.analysis.rollbacks import rollback_figures
         from rsdrill.analysis.slo import evaluate, verdict
 
-        ops = self.history.ops()
+        ops = self.history
         metrics = compute_metrics(
             ops, self.state.records, duration_s=duration_s, standalone=self._standalone,
             transactions_model=self.exp.probes.transactions_model,

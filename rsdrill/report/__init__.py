@@ -43,7 +43,7 @@ def write_reports(out_dir: Path, result: Result, ops: Sequence[Op]) -> dict[str,
     for kind, text in texts.items():
         # Whatever a message quotes (an error holding the URI), no password reaches a report.
         paths[kind].write_text(redact_uri(text), encoding="utf-8")
-    History.from_ops(ops).write_jsonl(paths["history"])
+    (ops if isinstance(ops, History) else History.from_ops(ops)).write_jsonl(paths["history"])
     return paths
 
 

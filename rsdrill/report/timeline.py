@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rsdrill.history import Op
+from rsdrill.history import Op, last_end, of_probes
 from rsdrill.result import Result
 
 # Availability strips, top to bottom. Failover/recovery/lag probes are drawn as state lanes and
@@ -187,10 +187,8 @@ def zone_strips(zones: dict[str, str], polls: Sequence[Op]) -> list[dict[str, An
 
 def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
     """Everything the timeline chart draws, as JSON-ready data of bounded size."""
-    by_probe: dict[str, list[Op]] = defaultdict(list)
-    for op in ops:
-        by_probe[op.probe].append(op)
-    ends = [result.duration_s, *(op.t_end for op in ops)]
+    by_probe = {p: of_probes(ops, p) for p in {*STRIP_PROBES, *LATENCY_PROBES, "failover", "lag"}}
+    ends = [result.duration_s, last_end(ops)]
     ends += [f.reverted_at_s for f in result.faults if f.reverted_at_s is not None]
     end = max(max(ends), 1e-3)
 

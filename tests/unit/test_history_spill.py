@@ -1,0 +1,106 @@
+"""A History that spilled to disk answers as the list of its ops would: every read of it, and
+the run's analysis of it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import random
+from pathlib import Path
+
+import pytest
+
+from rsdrill import history as history_module
+from rsdrill.analysis.metrics import compute_metrics
+from rsdrill.history import FaultRecord, History, Op, columns, last_end, of_probes, probe_counts
+
+PROBES = ("write", "read", "failover", "ledger", "lag")
+
+
+def _ops(n: int, seed: int) -> list[Op]:
+    rng = random.Random(seed)
+    details = [
+        lambda i: {},
+        lambda i: {"seq": i},
+        lambda i: {"seq": i, "error": "not primary", "code": 10107},
+        lambda i: {"writable": rng.random() < 0.5, "at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)},
+        lambda i: {"seq": True},  # not a seq: kept as it is
+        lambda i: {"lag_s": {"a:1": rng.random()}},
+    ]
+    ops, t = [], 0.0
+    for i in range(n):
+        t += rng.random() * 0.02
+        ops.append(Op(rng.choice(PROBES), rng.choice(("insert", "find", "hello")),
+                      rng.choice((None, "a:1", "b:2")), t, t + rng.random() * 0.05,
+                      rng.choice(("ok", "ok", "error", "timeout")),
+                      rng.choice(details)(i)))  # fmt: skip
+    return ops
+
+
+@pytest.fixture
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(history_module, "FLUSH_OPS", 7)
+    monkeypatch.setattr(history_module, "WINDOW", 20)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_spilled_history_reads_back_as_its_ops(seed: int, small_batches: None) -> None:
+    ops = _ops(200 + seed, seed)
+    history = History.from_ops(ops)
+    assert history._spill.batch_count() > 20  # most of it is on disk
+    assert history.ops() == ops and list(history) == ops and len(history) == len(ops)
+    assert history[3] == ops[3] and history[-2:] == ops[-2:]
+    since_s = ops[len(ops) // 2].t_end
+    for probe in PROBES:
+        assert history.ops(probe) == [o for o in ops if o.probe == probe]
+        assert history.ops(probe, since_s) == [
+            o for o in ops if o.probe == probe and o.t_end >= since_s
+        ]
+    assert of_probes(history, "write", "lag") == of_probes(ops, "write", "lag")
+    assert probe_counts(history) == probe_counts(ops)
+    assert last_end(history) == last_end(ops)
+    spilled, listed = columns(history, "write", "ledger"), columns(ops, "write", "ledger")
+    for field in ("t_start", "t_end", "seq"):
+        assert getattr(spilled, field).tolist() == getattr(listed, field).tolist()
+    for table in ("op", "member", "outcome", "probe"):
+        names = [getattr(c, f"{table}_names") for c in (spilled, listed)]
+        assert [names[0][k] if k >= 0 else None for k in getattr(spilled, table).tolist()] == [
+            names[1][k] if k >= 0 else None for k in getattr(listed, table).tolist()
+        ]
+    assert spilled.ok.tolist() == [o.ok for o in ops if o.probe in ("write", "ledger")]
+
+
+def test_the_window_holds_the_newest_ops_for_live_views(small_batches: None) -> None:
+    ops = _ops(100, 9)
+    history = History()
+    for op in ops[:50]:
+        history.append(op)
+    assert history.since(45) == ops[45:50]
+    assert history.since(0) == ops[30:50]  # fell behind: the newest WINDOW only
+    for op in ops[50:]:
+        history.append(op)
+    assert history.since(100) == [] and history.since(90) == ops[90:]
+
+
+def test_the_spill_is_removed_with_its_history(small_batches: None) -> None:
+    history = History.from_ops(_ops(50, 1))
+    directory = history._spill._dir
+    assert directory is not None and any(directory.iterdir())
+    del history
+    gc.collect()
+    assert not directory.exists()
+
+
+def test_a_run_analysed_from_its_spill_has_the_metrics_of_its_ops(
+    small_batches: None, tmp_path: Path
+) -> None:
+    """Every analyzer reads the probes it needs from the spill: the metrics of a history held
+    as a list and of the same history spilled are equal."""
+    ops = _ops(3000, 4)
+    faults = [FaultRecord(0, "host-kill", "a:1", injected_at_s=10.0, verified_at_s=10.1,
+                          reverted_at_s=20.0, applied_at_s=10.05)]  # fmt: skip
+    listed = compute_metrics(ops, faults, duration_s=40.0, sets={"rs0": ["a:1", "b:2"]})
+    spilled = compute_metrics(History.from_ops(ops), faults, duration_s=40.0,
+                              sets={"rs0": ["a:1", "b:2"]})  # fmt: skip
+    assert spilled == listed
+    assert listed.write_unavailable_s is not None and listed.latency_ms.p99 is not None
