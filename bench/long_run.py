@@ -5,10 +5,10 @@
    resident size (VmHWM of the `rsdrill run` process), its wall time, its ops and report sizes.
 2. That run's history stretched to each of `--hours`: its steady tail (the last minute, or the
    last quarter of a shorter run) repeated after the real ops up to the length asked, in a
-   fresh process per length, as a run that long would hold it; then the run's own analysis
-   (`compute_metrics`) and reports (`write_reports`): peak resident size, the time of each,
-   and the size of report.html and history.jsonl. A length whose cell outlasts `--timeout` is
-   reported as such.
+   fresh process per length, appended to a History one op at a time as a run that long
+   would; then the run's own analysis (`compute_metrics`) and reports (`write_reports`): peak
+   resident size, the time of each, and the size of report.html and history.jsonl. A length
+   whose cell outlasts `--timeout` is reported as such.
 
 Usage: python bench/long_run.py [--real-minutes 30] [--hours 0.5,2,24] [--timeout 900]
        [--history DIR] (reuse a real run's out dir instead of running one)
@@ -56,12 +56,15 @@ end = max(op.t_end for op in real)
 tail_s = min(tail_s, end / 4)
 # Each copy with details of its own (decoded afresh, as a probe builds them), not shared.
 tail = [(op, json.dumps(op.detail, default=str)) for op in real if op.t_start >= end - tail_s]
-ops, shift, length = list(real), end, hours * 3600
+# Appended one by one, as the probes of a run that long would have: the History spills.
+history, shift, length = History.from_ops(real), end, hours * 3600
+del real
 while shift < length:
-    ops.extend(replace(op, t_start=op.t_start - (end - tail_s) + shift,
-                       t_end=op.t_end - (end - tail_s) + shift, detail=json.loads(detail))
-               for op, detail in tail)
+    for op, detail in tail:
+        history.append(replace(op, t_start=op.t_start - (end - tail_s) + shift,
+                               t_end=op.t_end - (end - tail_s) + shift, detail=json.loads(detail)))
     shift += tail_s
+ops = history
 faults = [FaultRecord(i, f.kind, f.target, f.injected_at_s, f.verified_at_s, f.reverted_at_s,
                       f.approximation, f.detail, f.applied_at_s)
           for i, f in enumerate(result.faults)]

@@ -80,8 +80,8 @@ class OpColumns:
     def ok(self) -> NDArray[np.bool_]:
         return self.outcome == self.code("outcome", "ok")
 
-    def where(self, mask: NDArray[np.bool_]) -> OpColumns:
-        """The ops `mask` selects."""
+    def where(self, mask: NDArray[Any]) -> OpColumns:
+        """The ops `mask` selects (a boolean mask, or indices in the order wanted)."""
         return OpColumns(self.probe[mask], self.op[mask], self.member[mask], self.outcome[mask],
                          self.t_start[mask], self.t_end[mask], self.seq[mask], self.probe_names,
                          self.op_names, self.member_names, self.outcome_names)  # fmt: skip

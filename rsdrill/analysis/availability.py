@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from rsdrill.history import Op, of_probes, probe_counts
+from rsdrill.history import Op, columns, probe_counts
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 Window = tuple[float, float]
 """(start, end) in seconds on the run's clock."""
@@ -25,20 +30,41 @@ def longest_window(
     window. With no success at all the whole span counts: first attempt's `t_start` to last
     attempt's `t_end`. None without attempts.
     """
-    if not attempts:
-        return None
-    last_end = max(op.t_end for op in attempts)
-    covered = sorted(
-        [(op.t_end, op.t_end) for op in attempts if succeeded(op)]
-        + [(op.t_start, op.t_end) for op in attempts if held is not None and held(op)]
+    import numpy as np
+
+    return window_of(
+        np.array([op.t_start for op in attempts], dtype=float),
+        np.array([op.t_end for op in attempts], dtype=float),
+        np.array([succeeded(op) for op in attempts], dtype=bool),
+        None if held is None else np.array([held(op) for op in attempts], dtype=bool),
     )
-    if not covered:
-        return min(op.t_start for op in attempts), last_end
-    windows, reached = [], covered[0][1]
-    for start, end in covered[1:]:
-        windows.append((reached, start))
-        reached = max(reached, end)
-    return max([(reached, last_end), *windows], key=lambda w: w[1] - w[0])
+
+
+def window_of(
+    t_start: NDArray[np.float64],
+    t_end: NDArray[np.float64],
+    ok: NDArray[np.bool_],
+    held: NDArray[np.bool_] | None = None,
+) -> Window | None:
+    """`longest_window` of attempts given as arrays: their times, which succeeded, which
+    proved success over their whole span."""
+    import numpy as np
+
+    if not len(t_end):
+        return None
+    last_end = float(t_end.max())
+    starts = np.concatenate([t_end[ok], t_start[held] if held is not None else []])
+    ends = np.concatenate([t_end[ok], t_end[held] if held is not None else []])
+    if not len(starts):
+        return float(t_start.min()), last_end
+    order = np.lexsort((ends, starts))
+    starts, ends = starts[order], ends[order]
+    reached = np.maximum.accumulate(ends)
+    # Candidates in the order the first longest is taken from: the open window, then the gaps.
+    opens = np.concatenate([[reached[-1]], reached[:-1]])
+    closes = np.concatenate([[last_end], starts[1:]])
+    best = int(np.argmax(closes - opens))
+    return float(opens[best]), float(closes[best])
 
 
 def longest_gap(
@@ -55,8 +81,8 @@ def unavailable_window(ops: Sequence[Op], probe: str) -> Window | None:
     """The window behind `unavailable_s(ops, probe)`: (start, end), or None when that is None."""
     if probe == "raw_write" and not probe_counts(ops)[probe]:
         return None
-    probes = (probe, "write") if probe == "raw_write" else (probe,)
-    return longest_window(of_probes(ops, *probes), lambda op: op.ok)
+    attempts = columns(ops, *((probe, "write") if probe == "raw_write" else (probe,)))
+    return window_of(attempts.t_start, attempts.t_end, attempts.ok)
 
 
 def unavailable_s(ops: Sequence[Op], probe: str) -> float | None:

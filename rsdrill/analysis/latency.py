@@ -9,12 +9,17 @@ every percentile is a latency that was actually observed).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rsdrill.history import FaultRecord, Op, of_probes
+from rsdrill.history import FaultRecord, Op, columns, of_probes
+from rsdrill.opcolumns import OpColumns
 from rsdrill.result import Latency
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 BASELINE_MIN_OPS = 20
 """Fewer successful ops before the first fault give no baseline (degradation_s is None)."""
@@ -33,15 +38,19 @@ READS = ("read", "find")
 """The reads among `latency_source`'s ops: the load's and the availability probe's."""
 
 
-def percentile(values: Sequence[float], p: float) -> float:
+def percentile(values: Sequence[float] | NDArray[np.float64], p: float) -> float:
     """Nearest-rank percentile `p` (0 < p <= 100) of `values`, which must be sorted, non-empty."""
-    return values[max(1, math.ceil(p * len(values) / 100)) - 1]
+    return float(values[max(1, math.ceil(p * len(values) / 100)) - 1])
 
 
-def latency_source(ops: Sequence[Op]) -> list[Op]:
+def latency_source(ops: Sequence[Op]) -> OpColumns:
     """The successful ops latency is measured on: "load" if any, else "write" and "read"."""
-    load = [op for op in of_probes(ops, "load") if op.ok]
-    return load or [op for op in of_probes(ops, "write", "read") if op.ok]
+    load = columns(ops, "load")
+    load = load.where(load.ok)
+    if len(load):
+        return load
+    rest = columns(ops, "write", "read")
+    return rest.where(rest.ok)
 
 
 def latency_ms(ops: Sequence[Op]) -> Latency:
@@ -49,14 +58,17 @@ def latency_ms(ops: Sequence[Op]) -> Latency:
 
     All fields None when there is no successful op.
     """
-    values = sorted((op.t_end - op.t_start) * 1000 for op in latency_source(ops))
-    if not values:
+    import numpy as np
+
+    source = latency_source(ops)
+    values = np.sort((source.t_end - source.t_start) * 1000)
+    if not len(values):
         return Latency()
     return Latency(
         p50=percentile(values, 50),
         p95=percentile(values, 95),
         p99=percentile(values, 99),
-        max=values[-1],
+        max=float(values[-1]),
     )
 
 
@@ -68,43 +80,55 @@ def degradation_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> float | N
     last injection when nothing was reverted) with a limit of 1.5 times the baseline (0 when
     latency was already normal).
     """
+    import numpy as np
+
     injections = [f.injected_at_s for f in faults if f.injected_at_s is not None]
     if not injections:
         return None
-    source = sorted(latency_source(ops), key=lambda o: o.t_end)
+    source = latency_source(ops)
+    order = np.argsort(source.t_end, kind="stable")
+    ends, latencies = source.t_end[order], (source.t_end - source.t_start)[order]
     first_injection = min(injections)
-    baseline_values = sorted(op.t_end - op.t_start for op in source if op.t_end < first_injection)
+    baseline_values = np.sort(latencies[ends < first_injection])
     if len(baseline_values) < BASELINE_MIN_OPS:
         return None
     limit = TOLERANCE * percentile(baseline_values, 99)
     reverts = [f.reverted_at_s for f in faults if f.reverted_at_s is not None]
     since = max(reverts) if reverts else max(injections)
-    return back_to_normal_s(source, since, limit)
+    return back_to_normal_s(ends, latencies, since, limit)
 
 
-def back_to_normal_s(source: Sequence[Op], since: float, limit_s: float, p: float = 99) -> float:
+def back_to_normal_s(
+    ends: NDArray[np.float64],
+    latencies: NDArray[np.float64],
+    since: float,
+    limit_s: float,
+    p: float = 99,
+) -> float:
     """How long after `since` latency stayed above `limit_s` (percentile `p` of sliding
     windows).
 
-    `source`: successful ops sorted by `t_end`. Windows of 1 s start at `since` and every
-    0.25 s after it; an op belongs to the window its `t_end` falls in (start inclusive, end
-    exclusive). The result is the offset of the first window with at least 5 ops whose
-    percentile `p` is at most `limit_s`, or, if none qualifies, the time from `since` to the
-    last op's `t_end` (0 when no op ended after it).
+    Successful ops as their `ends` (sorted) and `latencies`, in seconds. Windows of 1 s start
+    at `since` and every 0.25 s after it; an op belongs to the window its end falls in (start
+    inclusive, end exclusive). The result is the offset of the first window with at least 5
+    ops whose percentile `p` is at most `limit_s`, or, if none qualifies, the time from `since`
+    to the last op's end (0 when no op ended after it).
     """
-    ends = [op.t_end for op in source]
-    if not ends:
+    import numpy as np
+
+    if not len(ends):
         return 0.0
-    last_end = ends[-1]
-    step = 0
-    while since + step * STEP_S <= last_end:
-        start = since + step * STEP_S
-        window = source[bisect_left(ends, start) : bisect_left(ends, start + WINDOW_S)]
-        if len(window) >= WINDOW_MIN_OPS and (
-            percentile(sorted(op.t_end - op.t_start for op in window), p) <= limit_s
+    last_end = float(ends[-1])
+    steps = np.arange(int((last_end - since) / STEP_S) + 2)
+    starts = since + steps * STEP_S
+    steps, starts = steps[starts <= last_end], starts[starts <= last_end]
+    lows = np.searchsorted(ends, starts, side="left")
+    highs = np.searchsorted(ends, starts + WINDOW_S, side="left")
+    for step, low, high in zip(steps.tolist(), lows.tolist(), highs.tolist(), strict=True):
+        if high - low >= WINDOW_MIN_OPS and (
+            percentile(np.sort(latencies[low:high]), p) <= limit_s
         ):
             return step * STEP_S
-        step += 1
     return max(0.0, last_end - since)
 
 
@@ -135,24 +159,26 @@ def takeover(ops: Sequence[Op], at: float, member: str) -> Takeover | None:
     a cold heir's 160 ms reads). None with fewer than 20 baseline reads or no writable answer
     of `member`.
     """
-    reads = sorted((op for op in latency_source(ops) if op.op in READS), key=lambda o: o.t_end)
-    before = sorted(
-        op.t_end - op.t_start for op in reads if at - TAKEOVER_BASELINE_S <= op.t_end < at
-    )
+    import numpy as np
+
+    source = latency_source(ops)
+    reads = source.where(source.named("op", READS))
+    reads = reads.where(np.argsort(reads.t_end, kind="stable"))
+    latencies = reads.t_end - reads.t_start
+    before = np.sort(latencies[(at - TAKEOVER_BASELINE_S <= reads.t_end) & (reads.t_end < at)])
     writable = [
         op.t_end
         for op in of_probes(ops, "failover")
-        if op.member == member and op.ok and op.t_end > at
-        and op.detail.get("writable")
-    ]  # fmt: skip
+        if op.member == member and op.ok and op.t_end > at and op.detail.get("writable")
+    ]
     if len(before) < BASELINE_MIN_OPS or not writable:
         return None
     baseline = percentile(before, 50)
     start = min(writable)
-    served = [op for op in reads if op.member == member and op.t_start >= start]
+    served = (reads.member == reads.code("member", member)) & (reads.t_start >= start)
     limit = max(TOLERANCE * baseline, baseline + TAKEOVER_SLACK_S)
     return Takeover(
         baseline_s=baseline,
         writable_s=start - at,
-        degraded_s=back_to_normal_s(served, start, limit, p=50),
+        degraded_s=back_to_normal_s(reads.t_end[served], latencies[served], start, limit, p=50),
     )
