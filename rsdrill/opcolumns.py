@@ -40,14 +40,14 @@ def _seq_only(detail: dict[str, Any]) -> int | None:
     """The detail's `seq` when that is all it holds (most ops), else None."""
     if len(detail) == 1:
         seq = detail.get("seq")
-        if type(seq) is int and seq >= 0:
+        if type(seq) is int and seq >= 0:  # exactly int: read back as one
             return seq
     return None
 
 
 def _seq(detail: dict[str, Any]) -> int:
     seq = detail.get("seq")
-    return seq if type(seq) is int and seq >= 0 else -1
+    return int(seq) if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else -1
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from rsdrill.history import LEDGER_PROBE, Op, of_probes
+from rsdrill.history import LEDGER_PROBE, Op, columns, of_probes
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 
 @dataclass(frozen=True)
@@ -34,33 +39,48 @@ def durability(ops: Sequence[Op]) -> Durability:
     - duplicated_writes: how many seqs the readback found more than once (`duplicated`; a
       readback of an older rsdrill that did not look: None).
     """
-    readbacks = sorted(
-        (op for op in of_probes(ops, LEDGER_PROBE) if op.op == "readback"),
-        key=lambda o: o.t_end,
-    )
-    inserts = ledger_inserts(ops)
-    acknowledged = [op for op in inserts if op.ok]
-    result = Durability(acknowledged_writes=len(acknowledged) if inserts else None)
+    import numpy as np
+
+    readbacks = sorted(_readbacks(ops), key=lambda o: o.t_end)
+    inserts = columns(ops, ledger_source(readbacks))
+    inserts = inserts.where(inserts.op == inserts.code("op", "insert"))
+    acknowledged = int(inserts.ok.sum())
+    result = Durability(acknowledged_writes=acknowledged if len(inserts) else None)
     if not readbacks or not readbacks[-1].ok:
         return result
-    acked_seqs = {op.detail.get("seq") for op in acknowledged}
-    lost = sorted(s for s in set(readbacks[-1].detail.get("missing", [])) if s in acked_seqs)
+    acked_seqs = np.unique(inserts.seq[inserts.ok & (inserts.seq >= 0)])
+    missing = sorted({s for s in readbacks[-1].detail.get("missing", []) if _is_seq(s)})
+    lost = [s for s, kept in zip(missing, np.isin(missing, acked_seqs), strict=True) if kept]
     duplicated = readbacks[-1].detail.get("duplicated")
     return Durability(result.acknowledged_writes, len(lost), lost,
                       None if duplicated is None else len(duplicated))  # fmt: skip
 
 
+def ledger_source(readbacks: Sequence[Op]) -> str:
+    """The probe whose inserts are the ledger: the one the last readback names (`detail.of`),
+    the "ledger" probe itself without one."""
+    if not readbacks:
+        return LEDGER_PROBE
+    return str(max(readbacks, key=lambda o: o.t_end).detail.get("of", LEDGER_PROBE))
+
+
 def ledger_inserts(ops: Sequence[Op]) -> list[Op]:
-    """The ledger's insert attempts: those of the probe the last readback names (`detail.of`),
-    the "ledger" probe's own without one."""
-    readbacks = [op for op in of_probes(ops, LEDGER_PROBE) if op.op == "readback"]
-    source = (
-        max(readbacks, key=lambda o: o.t_end).detail.get("of", LEDGER_PROBE)
-        if readbacks
-        else LEDGER_PROBE
-    )
-    return [op for op in of_probes(ops, source) if op.op == "insert"]
+    """The ledger's insert attempts (of `ledger_source`'s probe)."""
+    return [op for op in of_probes(ops, ledger_source(_readbacks(ops))) if op.op == "insert"]
+
+
+def acknowledged_seqs(ops: Sequence[Op], probe: str) -> NDArray[np.int64]:
+    """The seqs of `probe`'s acknowledged inserts, sorted, each once."""
+    import numpy as np
+
+    inserts = columns(ops, probe)
+    acked = inserts.ok & (inserts.op == inserts.code("op", "insert")) & (inserts.seq >= 0)
+    return np.unique(inserts.seq[acked])
 
 
 def _readbacks(ops: Sequence[Op]) -> list[Op]:
     return [op for op in of_probes(ops, LEDGER_PROBE) if op.op == "readback"]
+
+
+def _is_seq(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from rsdrill.history import Op, of_probes
+from rsdrill.history import Op, columns
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 from rsdrill.result import RecoveryDone, RtoParts
 
 
@@ -24,16 +29,19 @@ def majority_rto(ops: Sequence[Op], done: RecoveryDone) -> RtoParts:
     - client_s: → the end of the first write acknowledged that began after that;
     - rto_s: the loss → that write (their sum when all are known).
     """
-    writes = sorted(of_probes(ops, "write"), key=lambda op: op.t_end)
-    failed = next((op.t_end for op in writes if not op.ok and op.t_end >= done.loss_at_s), None)
+    writes = columns(ops, "write")
+    failed = _first_end(writes.t_end[~writes.ok & (writes.t_end >= done.loss_at_s)])
     back = None
     if done.primary_at_s is not None:
-        back = next((op.t_end for op in writes if op.ok and op.t_start >= done.primary_at_s),
-                    None)  # fmt: skip
+        back = _first_end(writes.t_end[writes.ok & (writes.t_start >= done.primary_at_s)])
     marks = [done.loss_at_s, failed, done.forced_at_s, done.primary_at_s, back]
     parts = [_between(a, b) for a, b in itertools.pairwise(marks)]
     return RtoParts(rto_s=_between(done.loss_at_s, back), detection_s=parts[0],
                     decision_s=parts[1], election_s=parts[2], client_s=parts[3])  # fmt: skip
+
+
+def _first_end(ends: NDArray[np.float64]) -> float | None:
+    return float(ends.min()) if len(ends) else None
 
 
 def _between(start: float | None, end: float | None) -> float | None:

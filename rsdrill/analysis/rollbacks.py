@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rsdrill.history import Op, of_probes
+from rsdrill.analysis.durability import acknowledged_seqs
+from rsdrill.history import Op
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 from rsdrill.result import AuditResult, AuditRollback, RolledBackWrites
 
 
@@ -51,7 +56,10 @@ def account(
     """Each member that rolled back during the run (its rollback id moved) or left rollback
     files: how many rollbacks, the documents they took per namespace, and which of them were
     acknowledged writes of a probe. `files[member]` None: its files are not readable here."""
-    acknowledged = {w.namespace: (w, _acknowledged_seqs(ops, w.probe)) for w in writers}
+    import numpy as np
+
+    writer_of = {w.namespace: w for w in writers}
+    acked: dict[str, NDArray[np.int64]] = {}  # each writer's, read once when needed
     out = []
     for member in sorted(set(before) | set(after) | set(files)):
         start, end = before.get(member), after.get(member)
@@ -66,8 +74,14 @@ def account(
             entry.namespaces[file.namespace] = entry.namespaces.get(file.namespace, 0) + len(
                 file.ids
             )
-            writer, seqs = acknowledged.get(file.namespace, (None, set()))
-            taken = sorted(i for i in file.ids if isinstance(i, int) and i in seqs)
+            writer = writer_of.get(file.namespace)
+            ids = sorted(i for i in file.ids if isinstance(i, int))
+            taken: list[int] = []
+            if writer is not None and ids:
+                if writer.probe not in acked:
+                    acked[writer.probe] = acknowledged_seqs(ops, writer.probe)
+                kept = np.isin(ids, acked[writer.probe]).tolist()
+                taken = [i for i, k in zip(ids, kept, strict=True) if k]
             if writer is not None and taken:
                 entry.acknowledged.append(
                     RolledBackWrites(probe=writer.probe, write_concern=writer.write_concern,
@@ -90,8 +104,3 @@ def rollback_figures(audit: AuditResult | None) -> tuple[int | None, int | None]
     documents = sum(sum(r.namespaces.values()) for r in audit.rollbacks)
     taken = {(w.probe, seq) for r in audit.rollbacks for w in r.acknowledged for seq in w.seqs}
     return documents, len(taken)
-
-
-def _acknowledged_seqs(ops: Sequence[Op], probe: str) -> set[int]:
-    inserts = (op for op in of_probes(ops, probe) if op.op == "insert" and op.ok)
-    return {int(op.detail["seq"]) for op in inserts if "seq" in op.detail}
