@@ -175,10 +175,17 @@ class History(Sequence[Op]):
         return self.ops()[index]
 
     def write_jsonl(self, path: Path) -> None:
+        """Every op as a JSON line, in the order they ended; a spilled batch at a time."""
+        with self._lock:
+            batches = self._spill.batch_count()
+            buffered = list(self._buffer)
         with path.open("w") as f:
-            for op in self:
+            for batch in range(batches):
+                with self._lock:
+                    text = self._spill.batch_jsonl(batch)
                 # A driver error may quote the URI it was given: its password is masked.
-                f.write(redact_uri(json.dumps(asdict(op), default=str)) + "\n")
+                f.write(redact_uri(text))
+            f.write(redact_uri("".join(op_jsonl(op) for op in buffered)))
 
     @classmethod
     def read_jsonl(cls, path: Path) -> History:
@@ -192,6 +199,11 @@ class History(Sequence[Op]):
         for op in ops:
             history.append(op)
         return history
+
+
+def op_jsonl(op: Op) -> str:
+    """`op` as a line of history.jsonl (before redaction)."""
+    return json.dumps(asdict(op), default=str) + "\n"
 
 
 def of_probes(ops: Sequence[Op], *probes: str) -> list[Op]:

@@ -10,6 +10,7 @@ the rest. NumPy is imported only when a history grows past its first batch or is
 
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 import tempfile
@@ -266,6 +267,32 @@ class Spill:
         if len(parts) > 1:
             rows.sort(key=lambda r: r[0])
         return [op for _, op in rows]
+
+    def batch_jsonl(self, batch: int) -> str:
+        """One batch's ops as `History.write_jsonl` writes them, a line each, in the order they
+        ended: built from the arrays, with only the details beyond a `seq` encoded one by one
+        (a day's run has millions of lines)."""
+        import numpy as np
+
+        quoted = {t: [json.dumps(n) for n in self._names(t)] for t in self._tables}
+        rows: list[tuple[int, str]] = []
+        for part in self._batches[batch].values():
+            details: dict[int, dict[str, Any]] = (
+                pickle.loads(part.details.read_bytes()) if part.details else {}
+            )
+            listed = np.load(part.array).tolist()
+            for row, (index, t0, t1, probe, op, member, outcome, seq, kept) in enumerate(listed):
+                if kept:
+                    detail = json.dumps(details[row], default=str)
+                else:
+                    detail = f'{{"seq": {seq}}}' if seq >= 0 else "{}"
+                rows.append((index, f'{{"probe": {quoted["probe"][probe]}, "op": '
+                             f'{quoted["op"][op]}, "member": '
+                             f'{"null" if member < 0 else quoted["member"][member]}, '
+                             f'"t_start": {t0!r}, "t_end": {t1!r}, "outcome": '
+                             f'{quoted["outcome"][outcome]}, "detail": {detail}}}\n'))  # fmt: skip
+        rows.sort(key=lambda r: r[0])
+        return "".join(line for _, line in rows)
 
     def columns(self, probes: Collection[str]) -> OpColumns:
         """The spilled ops of `probes` as columns, in the order they ended."""

@@ -17,12 +17,18 @@ _URI_SECRET_OPTION = re.compile(
     r"(?i)((?:[?&]|%26)(?:tlsCertificateKeyFilePassword|sslPEMKeyPassword)=)([^&\s\"'<>]+)"
     r"|(AWS_SESSION_TOKEN(?::|%3A))([^,&\s\"'<>]+)"
 )
+# What text must hold, lowercased, for an alternative of _URI_SECRET_OPTION to match.
+_SECRET_OPTION_STARTS = ("password=", "aws_session_token")
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|access_key|private_key)")
 
 
 def redact_uri(text: str) -> str:
     """Mask the password of every URI in `text` (user names stay: they help debugging), and
     the secrets a MongoDB URI's options may carry."""
+    if "://" not in text:
+        lowered = text.lower()
+        if not any(start in lowered for start in _SECRET_OPTION_STARTS):
+            return text  # most text (a history's millions of lines): no pattern can match
     text = _URI_PASSWORD.sub(rf"\1{MASK}\3", text)
     return _URI_SECRET_OPTION.sub(
         lambda m: f"{m.group(1)}{MASK}" if m.group(1) else f"{m.group(3)}{MASK}", text

@@ -9,13 +9,17 @@ Times are seconds since run start, rounded to the millisecond.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rsdrill.history import Op, last_end, of_probes
+from rsdrill.history import Op, columns, last_end, of_probes
+from rsdrill.opcolumns import OpColumns
 from rsdrill.result import Result
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 # Availability strips, top to bottom. Failover/recovery/lag probes are drawn as state lanes and
 # the lag panel instead: their attempts poll members, they are not client traffic.
@@ -31,67 +35,78 @@ def _r(t: float) -> float:
     return round(t, 3)
 
 
-def _severity(op: Op) -> int:
+def _severities(attempts: OpColumns) -> NDArray[np.int64]:
+    import numpy as np
+
     # An outcome the reports do not know is shown as the worst, not hidden as ok.
-    return OUTCOMES.index(op.outcome) if op.outcome in OUTCOMES else len(OUTCOMES) - 1
+    table = [OUTCOMES.index(n) if n in OUTCOMES else len(OUTCOMES) - 1
+             for n in attempts.outcome_names]  # fmt: skip
+    return np.array(table or [0], dtype=np.int64)[attempts.outcome.astype(np.int64)]
 
 
-def outcome_runs(ops: Sequence[Op]) -> list[list[float | int]]:
+def outcome_runs(ops: Sequence[Op] | OpColumns) -> list[list[float | int]]:
     """Runs of one strip as [t0, t1, outcome index, attempts, attempts not ok].
 
     Consecutive attempts (by start time) with the same outcome form one run, from the first's
     start to the latest end; beyond `MAX_RUNS` runs (flapping, many load threads) they are merged
     into time buckets drawn with their worst outcome.
     """
-    ordered = sorted(ops, key=lambda op: op.t_start)
-    runs: list[list[float | int]] = []
-    for op in ordered:
-        severity = _severity(op)
-        bad = int(severity > 0)
-        if runs and runs[-1][2] == severity:
-            run = runs[-1]
-            run[1] = max(run[1], op.t_end)
-            run[3] += 1
-            run[4] += bad
-        else:
-            runs.append([op.t_start, op.t_end, severity, 1, bad])
-    if len(runs) > MAX_RUNS:
-        runs = _bucketed_runs(ordered)
+    import numpy as np
+
+    attempts = ops if isinstance(ops, OpColumns) else OpColumns.of(ops)
+    if not len(attempts):
+        return []
+    order = np.argsort(attempts.t_start, kind="stable")
+    t0, t1 = attempts.t_start[order], attempts.t_end[order]
+    severity = _severities(attempts)[order]
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(severity)) + 1])
+    if len(starts) > MAX_RUNS:
+        runs = _bucketed_runs(t0, t1, severity)
+    else:
+        fields = (
+            t0[starts],
+            np.maximum.reduceat(t1, starts),
+            severity[starts],
+            np.diff(np.append(starts, len(t0))),
+            np.add.reduceat((severity > 0).astype(np.int64), starts),
+        )
+        runs = [list(run) for run in zip(*(f.tolist() for f in fields), strict=True)]
     return [[_r(t0), _r(t1), *rest] for t0, t1, *rest in runs]
 
 
-def _bucketed_runs(ordered: Sequence[Op]) -> list[list[float | int]]:
-    first = ordered[0].t_start
-    last = max(op.t_end for op in ordered)
-    width = max(last - first, 1e-3) / MAX_RUNS
-    severity = [-1] * MAX_RUNS
-    count = [0] * MAX_RUNS
-    bad = [0] * MAX_RUNS
+def _bucketed_runs(
+    t0: NDArray[np.float64], t1: NDArray[np.float64], severities: NDArray[np.int64]
+) -> list[list[float | int]]:
+    import numpy as np
 
-    def index(t: float) -> int:
-        return min(MAX_RUNS - 1, int((t - first) / width))
+    first = float(t0[0])
+    width = max(float(t1.max()) - first, 1e-3) / MAX_RUNS
 
-    for op in ordered:
-        start = index(op.t_start)
-        op_severity = _severity(op)
-        count[start] += 1
-        bad[start] += int(op_severity > 0)
-        # A failed attempt colors all the time it spent failing (a 10 s timeout is 10 s amber);
-        # an ok one only its start, so a slow success does not paint over its neighbours.
-        end = index(op.t_end) if op_severity else start
-        for b in range(start, end + 1):
-            severity[b] = max(severity[b], op_severity)
+    def index(t: NDArray[np.float64]) -> NDArray[np.int64]:
+        return np.minimum(MAX_RUNS - 1, ((t - first) / width).astype(np.int64))
+
+    start = index(t0)
+    count = np.bincount(start, minlength=MAX_RUNS).tolist()
+    bad = np.bincount(start, weights=severities > 0, minlength=MAX_RUNS).astype(int).tolist()
+    severity = np.full(MAX_RUNS, -1)
+    np.maximum.at(severity, start, severities)
+    # A failed attempt colors all the time it spent failing (a 10 s timeout is 10 s amber);
+    # an ok one only its start, so a slow success does not paint over its neighbours.
+    failed = np.flatnonzero(severities > 0)
+    for b0, b1, s in zip(start[failed].tolist(), index(t1[failed]).tolist(),
+                         severities[failed].tolist(), strict=True):  # fmt: skip
+        severity[b0 : b1 + 1] = np.maximum(severity[b0 : b1 + 1], s)
 
     runs: list[list[float | int]] = []
-    for b in range(MAX_RUNS):
+    for b, level in enumerate(severity.tolist()):
         # An empty bucket is the pause between two attempts: it continues the current run.
-        if severity[b] < 0 or (runs and runs[-1][2] == severity[b]):
+        if level < 0 or (runs and runs[-1][2] == level):
             if runs:
                 runs[-1][1] = first + (b + 1) * width
                 runs[-1][3] += count[b]
                 runs[-1][4] += bad[b]
             continue
-        runs.append([first + b * width, first + (b + 1) * width, severity[b], count[b], bad[b]])
+        runs.append([first + b * width, first + (b + 1) * width, level, count[b], bad[b]])
     return runs
 
 
@@ -99,16 +114,21 @@ def _bucket_index(t: float, end: float) -> int:
     return min(BUCKETS - 1, max(0, int(t / end * BUCKETS)))
 
 
-def latency_series(ops: Iterable[Op], end: float) -> list[list[float | int]]:
+def latency_series(attempts: OpColumns, end: float) -> list[list[float | int]]:
     """Successful attempts' latency per time bucket: [bucket middle s, p50 ms, max ms, attempts]."""
-    buckets: dict[int, list[float]] = defaultdict(list)
-    for op in ops:
-        if op.ok:
-            buckets[_bucket_index(op.t_start, end)].append((op.t_end - op.t_start) * 1000)
+    import numpy as np
+
+    done = attempts.where(attempts.ok)
+    if not len(done):
+        return []
+    buckets = np.clip((done.t_start / end * BUCKETS).astype(np.int64), 0, BUCKETS - 1)
+    order = np.argsort(buckets, kind="stable")
+    buckets, values = buckets[order], ((done.t_end - done.t_start) * 1000)[order]
+    firsts = np.flatnonzero(np.diff(buckets, prepend=-1))
     width = end / BUCKETS
     return [
-        [_r((b + 0.5) * width), round(statistics.median(v), 2), round(max(v), 2), len(v)]
-        for b, v in sorted(buckets.items())
+        [_r((b + 0.5) * width), round(float(np.median(v)), 2), round(float(v.max()), 2), len(v)]
+        for b, v in zip(buckets[firsts].tolist(), np.split(values, firsts[1:]), strict=True)
     ]
 
 
@@ -187,7 +207,7 @@ def zone_strips(zones: dict[str, str], polls: Sequence[Op]) -> list[dict[str, An
 
 def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
     """Everything the timeline chart draws, as JSON-ready data of bounded size."""
-    by_probe = {p: of_probes(ops, p) for p in {*STRIP_PROBES, *LATENCY_PROBES, "failover", "lag"}}
+    by_probe = {p: columns(ops, p) for p in {*STRIP_PROBES, *LATENCY_PROBES}}
     ends = [result.duration_s, last_end(ops)]
     ends += [f.reverted_at_s for f in result.faults if f.reverted_at_s is not None]
     end = max(max(ends), 1e-3)
@@ -200,17 +220,17 @@ def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
         "strips": [
             {"probe": probe, "runs": outcome_runs(by_probe[probe])}
             for probe in STRIP_PROBES
-            if by_probe[probe]
+            if len(by_probe[probe])
         ]
-        + zone_strips(result.target.zones, by_probe["failover"]),
+        + zone_strips(result.target.zones, of_probes(ops, "failover")),
         "states": _state_lanes(result, end),
         "latency_bucket_s": _r(end / BUCKETS),
         "latency": [
             {"probe": probe, "points": latency_series(by_probe[probe], end)}
             for probe in LATENCY_PROBES
-            if any(op.ok for op in by_probe[probe])
+            if by_probe[probe].ok.any()
         ],
-        "lag": lag_series(by_probe["lag"], end),
+        "lag": lag_series(of_probes(ops, "lag"), end),
         # rsdrill's own process not running (its longest stalls, bounded by the result).
         "stalls": [[_r(st.at_s), _r(st.at_s + st.seconds)] for st in result.metrics.probe_stalls],
     }

@@ -12,7 +12,16 @@ import pytest
 
 from rsdrill import history as history_module
 from rsdrill.analysis.metrics import compute_metrics
-from rsdrill.history import FaultRecord, History, Op, columns, last_end, of_probes, probe_counts
+from rsdrill.history import (
+    FaultRecord,
+    History,
+    Op,
+    columns,
+    last_end,
+    of_probes,
+    op_jsonl,
+    probe_counts,
+)
 
 PROBES = ("write", "read", "failover", "ledger", "lag")
 
@@ -104,3 +113,14 @@ def test_a_run_analysed_from_its_spill_has_the_metrics_of_its_ops(
                               sets={"rs0": ["a:1", "b:2"]})  # fmt: skip
     assert spilled == listed
     assert listed.write_unavailable_s is not None and listed.latency_ms.p99 is not None
+
+
+def test_a_spilled_history_writes_the_lines_of_its_ops(small_batches: None, tmp_path: Path) -> None:
+    """history.jsonl built from the spill's arrays is, byte for byte, each op's own line."""
+    leaky = Op("write", "insert", "a:1", 1.0, 2.0, "error",
+               {"error": "auth failed for mongodb://u:hunter2@h/"})  # fmt: skip
+    ops = [*_ops(150, 7), leaky, *_ops(150, 8)]
+    History.from_ops(ops).write_jsonl(tmp_path / "history.jsonl")
+    written = (tmp_path / "history.jsonl").read_text()
+    assert written == "".join(op_jsonl(op) for op in ops).replace("hunter2", "***")
+    assert "hunter2" not in written
