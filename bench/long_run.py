@@ -35,7 +35,7 @@ probes:
   durability: {{write_concern: majority}}
 faults:
   - {{at: 5s, kind: host-kill, select: primary, duration: 30s, restart: {{volume: keep}}}}
-observe: {{after_revert: {after_s}s}}
+observe: {{after_revert: {after_s}s, until_recovered: false}}
 """
 
 # Run in a fresh interpreter per length: its peak resident size is the cell's alone.
@@ -98,7 +98,7 @@ def real_run(minutes: float, work: Path) -> Path:
     experiment = work / "long-run.yaml"
     experiment.write_text(EXPERIMENT.format(after_s=max(minutes * 60 - 35, 1)))
     out = work / "out"
-    argv = [sys.executable, "-m", "rsdrill", "run", str(experiment), "--out", str(out),
+    argv = [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out", str(out),
             "--no-live", "--no-history"]  # fmt: skip
     started = time.monotonic()
     with (work / "run.log").open("w") as log:

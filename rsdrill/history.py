@@ -10,15 +10,19 @@ import json
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from rsdrill.op import Op
-from rsdrill.opcolumns import OpColumns, Spill
+from rsdrill.opcolumns import ALL, OpColumns, Spill
 from rsdrill.redact import redact_uri
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 WINDOW = 16384
 """Ops a History holds in memory for `since` (about two minutes of the main job's probes)."""
@@ -138,12 +142,36 @@ class History(Sequence[Op]):
             counts.update(o.probe for o in self._buffer)
         return counts
 
-    def columns(self, probes: Collection[str]) -> OpColumns:
-        """The ops of `probes` as arrays (see `OpColumns`), in the order they ended."""
+    def columns(self, probes: Collection[str], fields: Collection[str] = ALL) -> OpColumns:
+        """The ops of `probes` as arrays, only the columns `fields` (see `OpColumns`), in the
+        order they ended."""
         with self._lock:
-            spilled = self._spill.columns(probes)
+            first = self._count - len(self._buffer)
+            rows = [(first + i, o) for i, o in enumerate(self._buffer) if o.probe in probes]
+            return self._spill.columns(probes, fields, [o for _, o in rows],
+                                       [i for i, _ in rows])  # fmt: skip
+
+    def ops_at(self, indices: Collection[int]) -> list[Op]:
+        """The ops at these places in the history (`OpColumns.index`), in that order."""
+        with self._lock:
+            first = self._count - len(self._buffer)
+            found = self._spill.ops_at([i for i in indices if i < first])
+            found.update({i: self._buffer[i - first] for i in indices if i >= first})
+        return [found[i] for i in indices]
+
+    def batches(self, probes: Collection[str]) -> Iterator[list[Op]]:
+        """The ops of `probes` a spilled batch at a time (then those not spilled yet), in the
+        order they ended: one pass over a history of any length, holding one batch."""
+        with self._lock:
+            batches = self._spill.batch_count()
             buffered = [o for o in self._buffer if o.probe in probes]
-        return OpColumns.concat([spilled, OpColumns.of(buffered)])
+        for batch in range(batches):
+            with self._lock:
+                ops = self._spill.batch_ops(batch, probes)
+            if ops:
+                yield ops
+        if buffered:
+            yield buffered
 
     def since(self, start: int) -> list[Op]:
         """The ops appended from the `start`th on that the window still holds: what a live
@@ -219,11 +247,39 @@ def probe_counts(ops: Sequence[Op]) -> Counter[str]:
     return ops.probes() if isinstance(ops, History) else Counter(op.probe for op in ops)
 
 
-def columns(ops: Sequence[Op], *probes: str) -> OpColumns:
-    """The ops of `probes` as arrays, in `ops`' order (see `OpColumns`)."""
+def columns(ops: Sequence[Op], *probes: str, fields: Collection[str] = ALL) -> OpColumns:
+    """The ops of `probes` as arrays, in `ops`' order (see `OpColumns`); from a History, only
+    the columns `fields` are read."""
     if isinstance(ops, History):
-        return ops.columns(probes)
-    return OpColumns.of(of_probes(ops, *probes))
+        return ops.columns(probes, fields)
+    places = [i for i, op in enumerate(ops) if op.probe in probes]
+    return OpColumns.of([ops[i] for i in places], indices=places)
+
+
+def batches(ops: Sequence[Op], *probes: str) -> Iterator[list[Op]]:
+    """The ops of `probes` in lists of bounded size (from a History; a list: in one), in
+    `ops`' order."""
+    if isinstance(ops, History):
+        yield from ops.batches(probes)
+    else:
+        yield of_probes(ops, *probes)
+
+
+def ops_at(ops: Sequence[Op], indices: Sequence[int]) -> list[Op]:
+    """The ops of `ops` at the places `indices` (`OpColumns.index`)."""
+    return ops.ops_at(indices) if isinstance(ops, History) else [ops[i] for i in indices]
+
+
+def flags(ops: Sequence[Op], probe: str, *tests: Callable[[Op], bool]) -> list[NDArray[np.bool_]]:
+    """Each of `tests` on every op of `probe`, as boolean arrays in the order of
+    `columns(ops, probe)`: what an op's detail says, without holding the ops."""
+    import numpy as np
+
+    found: list[list[bool]] = [[] for _ in tests]
+    for batch in batches(ops, probe):
+        for values, test in zip(found, tests, strict=True):
+            values.extend(test(op) for op in batch)
+    return [np.array(values, dtype=bool) for values in found]
 
 
 def last_end(ops: Sequence[Op]) -> float:

@@ -15,8 +15,9 @@ import pickle
 import shutil
 import tempfile
 import weakref
+from bisect import bisect_right
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,30 +52,73 @@ def _seq(detail: dict[str, Any]) -> int:
     return int(seq) if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else -1
 
 
+FIELDS = {"probe": "<u2", "op": "<u2", "member": "<i4", "outcome": "<u2", "t_start": "<f8",
+          "t_end": "<f8", "seq": "<i8", "index": "<i8"}  # fmt: skip
+"""The columns an `OpColumns` can hold, and their types."""
+ALL = tuple(FIELDS)
+TIMES = ("t_start", "t_end", "outcome")
+"""The columns of when attempts ran and whether they succeeded."""
+SEQS = ("op", "outcome", "seq")
+"""The columns of which inserts were acknowledged, by seq."""
+
+
 @dataclass(frozen=True)
 class OpColumns:
     """Ops as arrays, in the order they ended: `probe`, `op`, `member` and `outcome` are
-    codes into the name tuples (`member` -1: none), `seq` the detail's `seq` (-1: none)."""
+    codes into the name tables (`member` -1: none), `seq` the detail's `seq` (-1: none). Only
+    the fields asked for are loaded (a day's history has millions of ops); reading another
+    is an error, not an empty column."""
 
-    probe: NDArray[np.uint16]
-    op: NDArray[np.uint16]
-    member: NDArray[np.int32]
-    outcome: NDArray[np.uint16]
-    t_start: NDArray[np.float64]
-    t_end: NDArray[np.float64]
-    seq: NDArray[np.int64]
-    probe_names: tuple[str, ...]
-    op_names: tuple[str, ...]
-    member_names: tuple[str, ...]
-    outcome_names: tuple[str, ...]
+    arrays: dict[str, NDArray[Any]]
+    names: dict[str, tuple[str, ...]]
+    """Per table ("probe", "op", "member", "outcome"), the name of each code."""
+    length: int
+
+    def field(self, name: str) -> NDArray[Any]:
+        if name not in self.arrays:
+            raise KeyError(f"the column {name!r} was not loaded")
+        return self.arrays[name]
+
+    @property
+    def probe(self) -> NDArray[np.uint16]:
+        return self.field("probe")
+
+    @property
+    def op(self) -> NDArray[np.uint16]:
+        return self.field("op")
+
+    @property
+    def member(self) -> NDArray[np.int32]:
+        return self.field("member")
+
+    @property
+    def outcome(self) -> NDArray[np.uint16]:
+        return self.field("outcome")
+
+    @property
+    def t_start(self) -> NDArray[np.float64]:
+        return self.field("t_start")
+
+    @property
+    def t_end(self) -> NDArray[np.float64]:
+        return self.field("t_end")
+
+    @property
+    def seq(self) -> NDArray[np.int64]:
+        return self.field("seq")
+
+    @property
+    def index(self) -> NDArray[np.int64]:
+        """Each op's place in the history (`ops_at` takes it back to the op)."""
+        return self.field("index")
 
     def __len__(self) -> int:
-        return len(self.t_end)
+        return self.length
 
     def code(self, table: str, name: str | None) -> int:
         """`name`'s code in the table `table` ("probe", "op", "member", "outcome"); -1 when
         absent (so a comparison with it matches nothing)."""
-        names: tuple[str, ...] = getattr(self, f"{table}_names")
+        names = self.names[table]
         return names.index(name) if name in names else -1
 
     @property
@@ -83,64 +127,38 @@ class OpColumns:
 
     def where(self, mask: NDArray[Any]) -> OpColumns:
         """The ops `mask` selects (a boolean mask, or indices in the order wanted)."""
-        return OpColumns(self.probe[mask], self.op[mask], self.member[mask], self.outcome[mask],
-                         self.t_start[mask], self.t_end[mask], self.seq[mask], self.probe_names,
-                         self.op_names, self.member_names, self.outcome_names)  # fmt: skip
+        arrays = {name: array[mask] for name, array in self.arrays.items()}
+        length = int(mask.sum()) if mask.dtype == bool else len(mask)
+        return OpColumns(arrays, self.names, length)
 
     def named(self, table: str, names: Collection[str]) -> NDArray[np.bool_]:
         """Which ops' `table` ("probe", "op", ...) is one of `names`."""
         import numpy as np
 
         codes = [self.code(table, n) for n in names]
-        return np.isin(getattr(self, table), [c for c in codes if c >= 0])
+        return np.isin(self.field(table), [c for c in codes if c >= 0])
 
     @classmethod
-    def of(cls, ops: Iterable[Op]) -> OpColumns:
-        """Columns of a list of ops (tests, and the ops not spilled yet)."""
+    def of(cls, ops: Sequence[Op], tables: dict[str, dict[str, int]] | None = None,
+           indices: Sequence[int] | None = None) -> OpColumns:  # fmt: skip
+        """Every column of a list of ops (tests, and the ops not spilled yet); codes from
+        `tables` (extended with new names), else tables of their own; `index` from `indices`,
+        else each op's place in `ops`."""
         import numpy as np
 
-        tables: dict[str, dict[str, int]] = {t: {} for t in ("probe", "op", "member", "outcome")}
-        rows = [(tables["probe"].setdefault(o.probe, len(tables["probe"])),
-                 tables["op"].setdefault(o.op, len(tables["op"])),
-                 -1 if o.member is None else tables["member"].setdefault(o.member,
-                                                                         len(tables["member"])),
-                 tables["outcome"].setdefault(o.outcome, len(tables["outcome"])),
-                 o.t_start, o.t_end, _seq(o.detail)) for o in ops]  # fmt: skip
-        cols = list(zip(*rows, strict=True)) if rows else [()] * 7
-        dtypes = (*CODES.values(), "<f8", "<f8", "<i8")
-        a = [np.array(c, dtype=d) for c, d in zip(cols, dtypes, strict=True)]
-        names = [tuple(tables[t]) for t in CODES]
-        return cls(a[0], a[1], a[2], a[3], a[4], a[5], a[6], names[0], names[1], names[2],
-                   names[3])  # fmt: skip
+        tables = tables if tables is not None else {t: {} for t in CODES}
 
-    @classmethod
-    def concat(cls, parts: Sequence[OpColumns]) -> OpColumns:
-        """`parts` one after the other, their name tables merged."""
-        import numpy as np
+        def code(table: str, name: str) -> int:
+            return tables[table].setdefault(name, len(tables[table]))
 
-        tables: dict[str, tuple[str, ...]] = {}
-        codes: dict[str, Any] = {}
-        for table, dtype in CODES.items():
-            names: dict[str, int] = {}
-            for part in parts:
-                for name in getattr(part, f"{table}_names"):
-                    names.setdefault(name, len(names))
-            tables[table] = tuple(names)
-            # Each part's codes through its lookup table; the last entry maps -1 (no member).
-            recoded = [
-                np.array([names[n] for n in getattr(part, f"{table}_names")] + [-1])[
-                    getattr(part, table).astype(np.int64)
-                ]
-                for part in parts
-            ]
-            codes[table] = np.concatenate([np.array([], dtype), *recoded]).astype(dtype)
-        times = {
-            c: np.concatenate([np.array([], d), *(getattr(p, c) for p in parts)])
-            for c, d in (("t_start", "<f8"), ("t_end", "<f8"), ("seq", "<i8"))
-        }
-        return cls(codes["probe"], codes["op"], codes["member"], codes["outcome"],
-                   times["t_start"], times["t_end"], times["seq"], tables["probe"],
-                   tables["op"], tables["member"], tables["outcome"])  # fmt: skip
+        places = range(len(ops)) if indices is None else indices
+        rows = [(code("probe", o.probe), code("op", o.op),
+                 -1 if o.member is None else code("member", o.member), code("outcome", o.outcome),
+                 o.t_start, o.t_end, _seq(o.detail), i)
+                for i, o in zip(places, ops, strict=True)]  # fmt: skip
+        cols = list(zip(*rows, strict=True)) if rows else [()] * len(FIELDS)
+        arrays = {f: np.array(c, dtype=d) for (f, d), c in zip(FIELDS.items(), cols, strict=True)}
+        return cls(arrays, {t: tuple(tables[t]) for t in CODES}, len(ops))
 
 
 @dataclass
@@ -162,6 +180,7 @@ class Spill:
         self._given = directory
         self._dir: Path | None = None
         self._batches: list[dict[int, _Part]] = []
+        self._firsts: list[int] = []  # each batch's first op's place in the history
         self._tables: dict[str, dict[str, int]] = {
             t: {} for t in ("probe", "op", "member", "outcome")
         }
@@ -213,6 +232,7 @@ class Spill:
             batch[probe] = _Part(stem.with_suffix(".npy"), pickled, len(rows),
                                  float(array["t_end"].max()))  # fmt: skip
         self._batches.append(batch)
+        self._firsts.append(first_index)
 
     def counts(self) -> Counter[str]:
         names = self._names("probe")
@@ -243,20 +263,29 @@ class Spill:
     def batch_ops(self, batch: int, probes: Collection[str] | None = None,
                   since_s: float | None = None) -> list[Op]:  # fmt: skip
         """The ops of one batch (of `probes`, ended at `since_s` or later) as `Op`s."""
+        return [op for _, op in self._batch_rows(batch, probes, since_s)]
+
+    def ops_at(self, indices: Collection[int], probes: Collection[str] | None = None
+               ) -> dict[int, Op]:  # fmt: skip
+        """The spilled ops (of `probes`) at these places in the history."""
+        wanted = set(indices)
+        batches = {bisect_right(self._firsts, i) - 1 for i in wanted}
+        return {index: op for batch in sorted(b for b in batches if b >= 0)
+                for index, op in self._batch_rows(batch, probes) if index in wanted}  # fmt: skip
+
+    def _batch_rows(self, batch: int, probes: Collection[str] | None = None,
+                    since_s: float | None = None) -> list[tuple[int, Op]]:  # fmt: skip
         import numpy as np
 
         parts = [p for p in self._parts(probes, self._batches[batch])
                  if since_s is None or p.t_end_max >= since_s]  # fmt: skip
-        if not parts:
-            return []
         names = {t: self._names(t) for t in self._tables}
         rows: list[tuple[int, Op]] = []
         for part in parts:
             details: dict[int, dict[str, Any]] = (
                 pickle.loads(part.details.read_bytes()) if part.details else {}
             )
-            array = np.load(part.array)
-            listed = array.tolist()
+            listed = np.load(part.array).tolist()
             for row, (index, t0, t1, probe, op, member, outcome, seq, kept) in enumerate(listed):
                 if since_s is not None and t1 < since_s:
                     continue
@@ -266,7 +295,7 @@ class Spill:
                                        t0, t1, names["outcome"][outcome], detail)))  # fmt: skip
         if len(parts) > 1:
             rows.sort(key=lambda r: r[0])
-        return [op for _, op in rows]
+        return rows
 
     def batch_jsonl(self, batch: int) -> str:
         """One batch's ops as `History.write_jsonl` writes them, a line each, in the order they
@@ -294,21 +323,31 @@ class Spill:
         rows.sort(key=lambda r: r[0])
         return "".join(line for _, line in rows)
 
-    def columns(self, probes: Collection[str]) -> OpColumns:
-        """The spilled ops of `probes` as columns, in the order they ended."""
+    def columns(self, probes: Collection[str], fields: Collection[str], tail: Sequence[Op],
+                tail_indices: Sequence[int]) -> OpColumns:  # fmt: skip
+        """The spilled ops of `probes`, then those of `tail` (ops not spilled yet, of those
+        probes), as the columns `fields`, in the order they ended. Each field is copied from
+        the arrays on disk into one array; the rest of a row is never held."""
         import numpy as np
 
-        arrays = [np.load(part.array) for batch in self._batches
-                  for part in self._parts(probes, batch)]  # fmt: skip
-        array = np.concatenate(arrays) if arrays else np.array([], dtype=ROW)
-        array = array[np.argsort(array["index"], kind="stable")]
-        return OpColumns(
-            array["probe"].copy(),
-            array["op"].copy(),
-            array["member"].copy(),
-            array["outcome"].copy(),
-            array["t_start"].copy(),
-            array["t_end"].copy(),
-            array["seq"].copy(),
-            *(tuple(self._names(t)) for t in ("probe", "op", "member", "outcome")),
-        )
+        parts = [part for batch in self._batches for part in self._parts(probes, batch)]
+        listed = OpColumns.of(tail, self._tables, tail_indices)  # the spill's own codes
+        size = sum(p.count for p in parts) + len(tail)
+        several = len(probes) > 1
+        loaded = {*fields, "index"} if several else set(fields)
+        arrays = {f: np.empty(size, dtype=FIELDS[f]) for f in loaded}
+        at = 0
+        for part in parts:
+            rows = np.load(part.array, mmap_mode="r")
+            for f, array in arrays.items():
+                array[at : at + part.count] = rows[f]
+            del rows
+            at += part.count
+        for f, array in arrays.items():
+            array[at:] = listed.field(f)
+        if several:
+            order = np.argsort(arrays["index"] if "index" in fields else arrays.pop("index"),
+                               kind="stable")  # fmt: skip
+            for f in arrays:
+                arrays[f] = arrays[f][order]
+        return OpColumns(arrays, {t: tuple(self._tables[t]) for t in CODES}, size)

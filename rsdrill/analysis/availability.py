@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from rsdrill.history import Op, columns, probe_counts
+from rsdrill.opcolumns import TIMES
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,7 +82,8 @@ def unavailable_window(ops: Sequence[Op], probe: str) -> Window | None:
     """The window behind `unavailable_s(ops, probe)`: (start, end), or None when that is None."""
     if probe == "raw_write" and not probe_counts(ops)[probe]:
         return None
-    attempts = columns(ops, *((probe, "write") if probe == "raw_write" else (probe,)))
+    probes = (probe, "write") if probe == "raw_write" else (probe,)
+    attempts = columns(ops, *probes, fields=TIMES)
     return window_of(attempts.t_start, attempts.t_end, attempts.ok)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rsdrill.history import LEDGER_PROBE, Op, columns, of_probes
+from rsdrill.opcolumns import SEQS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,7 +43,7 @@ def durability(ops: Sequence[Op]) -> Durability:
     import numpy as np
 
     readbacks = sorted(_readbacks(ops), key=lambda o: o.t_end)
-    inserts = columns(ops, ledger_source(readbacks))
+    inserts = columns(ops, ledger_source(readbacks), fields=SEQS)
     inserts = inserts.where(inserts.op == inserts.code("op", "insert"))
     acknowledged = int(inserts.ok.sum())
     result = Durability(acknowledged_writes=acknowledged if len(inserts) else None)
@@ -73,7 +74,7 @@ def acknowledged_seqs(ops: Sequence[Op], probe: str) -> NDArray[np.int64]:
     """The seqs of `probe`'s acknowledged inserts, sorted, each once."""
     import numpy as np
 
-    inserts = columns(ops, probe)
+    inserts = columns(ops, probe, fields=SEQS)
     acked = inserts.ok & (inserts.op == inserts.code("op", "insert")) & (inserts.seq >= 0)
     return np.unique(inserts.seq[acked])
 

@@ -10,9 +10,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rsdrill.analysis.availability import longest_gap
+from rsdrill.analysis.availability import window_of
 from rsdrill.analysis.polling import transition_time
-from rsdrill.history import FaultRecord, Op, of_probes
+from rsdrill.history import FaultRecord, Op, batches, columns, flags, ops_at
+from rsdrill.opcolumns import TIMES
 from rsdrill.result import FailoverParts
 
 
@@ -46,11 +47,14 @@ def no_primary_s(ops: Sequence[Op]) -> float | None:
     (`held_writable`: it answered unchanged, or changed or its socket closed only at the end);
     windows follow `availability.longest_gap`. None without failover polls.
     """
-    return longest_gap(
-        of_probes(ops, "failover"),
-        writable,
-        held=lambda op: op.detail.get("held_writable") is True,
-    )
+    polls = columns(ops, "failover", fields=TIMES)
+    succeeded, held = flags(ops, "failover", writable, _held_writable)
+    window = window_of(polls.t_start, polls.t_end, succeeded, held)
+    return None if window is None else window[1] - window[0]
+
+
+def _held_writable(op: Op) -> bool:
+    return op.detail.get("held_writable") is True
 
 
 def find_failover(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> Failover | None:
@@ -68,38 +72,46 @@ def find_failover(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> Failover 
     member's last poll answered not-writable before `first`. None when no fault was followed by
     a new primary (e.g. rs1, whose one member comes back as primary).
     """
-    polls = sorted((op for op in of_probes(ops, "failover") if op.member), key=_end)
+    import numpy as np
+
+    polls = columns(ops, "failover", fields=("member", "outcome", "t_start", "t_end", "index"))
+    (can_write,) = flags(ops, "failover", writable)
+    answered = polls.member >= 0
+    order = np.argsort(polls.t_end[answered], kind="stable")
+    polls, can_write = polls.where(np.flatnonzero(answered)[order]), can_write[answered][order]
     injected = sorted((f for f in faults if f.injected_at_s is not None), key=_injected)
     next_injections = [*map(_injected, injected[1:]), math.inf]
-    contested = len({op.member for op in polls}) > 1
+    contested = len(np.unique(polls.member)) > 1
     for fault, until in zip(injected, next_injections, strict=False):
         t0 = _injected(fault)
-        before = next((op for op in reversed(polls) if op.t_end <= t0 and writable(op)), None)
-        if before is None or before.member is None:
+        seen = np.flatnonzero((polls.t_end <= t0) & can_write)
+        if not len(seen):
             continue
+        (before,) = ops_at(ops, [int(polls.index[seen[-1]])])
+        assert before.member is not None
         old, term = before.member, before.detail.get("election_id")
+        candidates = (t0 < polls.t_end) & (polls.t_end < until) & can_write
+        mine = polls.member == polls.code("member", old)
+        if contested and term is not None:
 
-        def new_primary(op: Op, old: str = old, term: object = term) -> bool:
-            if op.member != old:
-                return True
-            now = op.detail.get("election_id")
-            return contested and None not in (term, now) and now != term
+            def elected_again(op: Op, term: object = term) -> bool:
+                return op.detail.get("election_id") not in (None, term)
 
-        first = next(
-            (op for op in polls if t0 < op.t_end < until and writable(op) and new_primary(op)),
-            None,
-        )
-        if first is None or first.member is None:
+            # The old primary again, elected for a new term (its election_id changed).
+            (changed,) = flags(ops, "failover", elected_again)
+            new = ~mine | changed[answered][order]
+        else:
+            new = ~mine
+        hits = np.flatnonzero(candidates & new)
+        if not len(hits):
             continue
-        not_writable = [
-            op
-            for op in polls
-            if op.member == first.member
-            and op.ok
-            and not writable(op)
-            and op.t_end <= first.t_start
-        ]
-        prev = not_writable[-1] if not_writable else None
+        (first,) = ops_at(ops, [int(polls.index[hits[0]])])
+        assert first.member is not None
+        not_writable = np.flatnonzero(
+            (polls.member == polls.code("member", first.member)) & polls.ok & ~can_write
+            & (polls.t_end <= first.t_start)
+        )  # fmt: skip
+        prev = ops_at(ops, [int(polls.index[not_writable[-1]])])[0] if len(not_writable) else None
         return Failover(
             fault=fault,
             injected_at_s=t0,
@@ -122,26 +134,34 @@ def failover_parts(ops: Sequence[Op], failover: Failover) -> FailoverParts:
     Each part is None when its data is missing.
     """
     t0 = failover.injected_at_s
-    statuses = sorted((op for op in of_probes(ops, "recovery") if op.ok), key=_end)
-    seen = [term for op in statuses if op.t_end <= t0 for term in _terms(op)]
+    # Two passes a batch at a time: a day's run has hundreds of thousands of status polls.
+    seen = [term for batch in batches(ops, "recovery") for op in batch
+            if op.ok and op.t_end <= t0 for term in _terms(op)]  # fmt: skip
     newest = max(seen, default=None)
     called: float | None = None
-    for op in statuses:
-        election = op.detail.get("election")
-        if op.member != failover.new_primary or op.t_end <= t0 or not isinstance(election, dict):
-            continue
-        if newest is None or election.get("term", -math.inf) > newest:
-            called = election.get("called_s")
+    for batch in batches(ops, "recovery"):
+        for op in sorted(batch, key=_end):
+            election = op.detail.get("election")
+            if (not op.ok or op.member != failover.new_primary or op.t_end <= t0
+                    or not isinstance(election, dict)):  # fmt: skip
+                continue
+            if newest is None or election.get("term", -math.inf) > newest:
+                called = election.get("called_s")
+                break
+        if called is not None:
             break
-    served = [
-        op.t_end
-        for op in of_probes(ops, "write")
-        if op.ok and op.member == failover.new_primary and op.t_end >= failover.writable_at_s
+    writes = columns(ops, "write", fields=("outcome", "member", "t_end"))
+    served = writes.t_end[
+        writes.ok
+        & (writes.member == writes.code("member", failover.new_primary))
+        & (writes.t_end >= failover.writable_at_s)
     ]
     return FailoverParts(
         detection_s=None if called is None else called - t0,
         election_s=None if called is None else failover.writable_at_s - called,
-        client_rediscovery_s=min(served) - failover.writable_at_s if served else None,
+        client_rediscovery_s=(
+            float(served.min()) - failover.writable_at_s if len(served) else None
+        ),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rsdrill.history import Op, of_probes
+from rsdrill.history import Op, batches
 
 
 def replication_lag_max_s(ops: Sequence[Op]) -> float | None:
@@ -14,7 +14,8 @@ def replication_lag_max_s(ops: Sequence[Op]) -> float | None:
     """
     lags = [
         float(lag)
-        for op in of_probes(ops, "lag")
+        for batch in batches(ops, "lag")
+        for op in batch
         if op.ok
         for lag in op.detail.get("lag_s", {}).values()
     ]

@@ -9,12 +9,12 @@ every percentile is a latency that was actually observed).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rsdrill.history import FaultRecord, Op, columns, of_probes
-from rsdrill.opcolumns import OpColumns
+from rsdrill.opcolumns import TIMES, OpColumns
 from rsdrill.result import Latency
 
 if TYPE_CHECKING:
@@ -43,13 +43,14 @@ def percentile(values: Sequence[float] | NDArray[np.float64], p: float) -> float
     return float(values[max(1, math.ceil(p * len(values) / 100)) - 1])
 
 
-def latency_source(ops: Sequence[Op]) -> OpColumns:
-    """The successful ops latency is measured on: "load" if any, else "write" and "read"."""
-    load = columns(ops, "load")
+def latency_source(ops: Sequence[Op], fields: Collection[str] = TIMES) -> OpColumns:
+    """The successful ops latency is measured on: "load" if any, else "write" and "read"
+    (the columns `fields`)."""
+    load = columns(ops, "load", fields=fields)
     load = load.where(load.ok)
     if len(load):
         return load
-    rest = columns(ops, "write", "read")
+    rest = columns(ops, "write", "read", fields=fields)
     return rest.where(rest.ok)
 
 
@@ -161,7 +162,7 @@ def takeover(ops: Sequence[Op], at: float, member: str) -> Takeover | None:
     """
     import numpy as np
 
-    source = latency_source(ops)
+    source = latency_source(ops, fields=(*TIMES, "op", "member"))
     reads = source.where(source.named("op", READS))
     reads = reads.where(np.argsort(reads.t_end, kind="stable"))
     latencies = reads.t_end - reads.t_start

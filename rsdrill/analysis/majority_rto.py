@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rsdrill.history import Op, columns
+from rsdrill.opcolumns import TIMES
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,7 +30,7 @@ def majority_rto(ops: Sequence[Op], done: RecoveryDone) -> RtoParts:
     - client_s: → the end of the first write acknowledged that began after that;
     - rto_s: the loss → that write (their sum when all are known).
     """
-    writes = columns(ops, "write")
+    writes = columns(ops, "write", fields=TIMES)
     failed = _first_end(writes.t_end[~writes.ok & (writes.t_end >= done.loss_at_s)])
     back = None
     if done.primary_at_s is not None:

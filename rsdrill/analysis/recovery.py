@@ -7,10 +7,11 @@ member did not answer means it was DOWN.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 
 from rsdrill.analysis.polling import transition_time
-from rsdrill.history import FaultRecord, Op, of_probes
+from rsdrill.history import FaultRecord, Op, batches
 from rsdrill.states import HEALTHY
 
 
@@ -50,11 +51,10 @@ def recovery_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> dict[str, fl
     reverted are left out. When
     several faults hit one member, the latest revert wins.
     """
-    polls = _polls(ops)
     result: dict[str, float | None] = {}
     reverts = sorted((f.reverted_at_s, f.target) for f in faults if f.reverted_at_s is not None)
     for since, target in reverts:
-        healthy = _healthy_at(polls, faults, target, since)
+        healthy = _healthy_at(ops, faults, target, since)
         result[target] = None if healthy is None else healthy - since
     return result
 
@@ -82,12 +82,11 @@ def restart_phases(ops: Sequence[Op], faults: Sequence[FaultRecord], fault: Faul
     if killed is None or restarted is None:
         return phases
     phases["detect_s"] = restarted - killed
-    polls = _polls(ops)
     if boot_s is not None:
         started: float | None = restarted + boot_s
     else:
-        started = _first_answer(polls, fault.target, restarted)
-    healthy = _healthy_at(polls, faults, fault.target, restarted)
+        started = _first_answer(ops, fault.target, restarted)
+    healthy = _healthy_at(ops, faults, fault.target, restarted)
     if started is not None:
         phases["boot_s"] = boot_s if boot_s is not None else started - restarted
     if started is not None and healthy is not None:
@@ -97,32 +96,44 @@ def restart_phases(ops: Sequence[Op], faults: Sequence[FaultRecord], fault: Faul
     return phases
 
 
-def _healthy_at(polls: list[Op], faults: Sequence[FaultRecord], target: str,
+def _healthy_at(ops: Sequence[Op], faults: Sequence[FaultRecord], target: str,
                 since: float) -> float | None:  # fmt: skip
     """When `target` was healthy again for good after `since` (see `recovery_s`)."""
-    mine = [op for op in polls if op.member == target]
     # Up to the next fault on the member: an outage of its own is not this one's recovery.
     until = min((f.injected_at_s for f in faults if f.target == target
                  and f.injected_at_s is not None and f.injected_at_s > since),
                 default=math.inf)  # fmt: skip
-    after = [op for op in mine if since < op.t_end <= until]
-    sick = [i for i, op in enumerate(after) if polled_state(op) not in HEALTHY]
-    start = sick[-1] + 1 if sick else 0
-    if start >= len(after):
-        return None
-    first = after[start]
-    before = [op for op in mine if op.t_end <= first.t_start]
-    return transition_time(before[-1] if before else None, first, since)
+    first = before = None  # the first healthy poll after the last sick one, the poll before it
+    recent: deque[Op] = deque(maxlen=RECENT_POLLS)
+    for op in _polls(ops, target):
+        if since < op.t_end <= until:
+            if polled_state(op) not in HEALTHY:
+                first = None
+            elif first is None:
+                first, before = op, _last_done(recent, op)
+        recent.append(op)
+    return None if first is None else transition_time(before, first, since)
 
 
-def _first_answer(polls: list[Op], target: str, since: float) -> float | None:
+def _first_answer(ops: Sequence[Op], target: str, since: float) -> float | None:
     """When `target` first answered a poll after `since` (its mongod listening again)."""
-    mine = [op for op in polls if op.member == target]
-    first = next((op for op in mine if op.t_end > since and op.ok), None)
-    if first is None:
-        return None
-    before = [op for op in mine if op.t_end <= first.t_start]
-    return transition_time(before[-1] if before else None, first, since)
+    recent: deque[Op] = deque(maxlen=RECENT_POLLS)
+    for op in _polls(ops, target):
+        if op.t_end > since and op.ok:
+            return transition_time(_last_done(recent, op), op, since)
+        recent.append(op)
+    return None
+
+
+RECENT_POLLS = 16
+"""How far back `_last_done` looks: a member's polls run one after another, so the poll before
+`first` is nearly always the one that ended last."""
+
+
+def _last_done(recent: deque[Op], first: Op) -> Op | None:
+    """The last of `recent` (polls before `first`, in the order they ended) that had ended when
+    `first` began."""
+    return next((op for op in reversed(recent) if op.t_end <= first.t_start), None)
 
 
 # Fallback for servers that omit `tooStale` (compatible servers; MongoDB before 4.2): the
@@ -152,5 +163,10 @@ def too_stale(ops: Sequence[Op]) -> list[str]:
     )
 
 
-def _polls(ops: Sequence[Op]) -> list[Op]:
-    return sorted((op for op in of_probes(ops, "recovery") if op.member), key=lambda o: o.t_end)
+def _polls(ops: Sequence[Op], member: str | None = None) -> Iterator[Op]:
+    """The recovery polls of members (of `member` only, if given), in the order they ended; a
+    batch at a time (a member is polled once at a time, so its polls keep that order across
+    batches)."""
+    for batch in batches(ops, "recovery"):
+        mine = (op for op in batch if op.member and (member is None or op.member == member))
+        yield from sorted(mine, key=lambda o: o.t_end)

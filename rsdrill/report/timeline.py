@@ -13,8 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.history import Op, columns, last_end, of_probes
-from rsdrill.opcolumns import OpColumns
+from rsdrill.history import Op, batches, columns, last_end, of_probes
+from rsdrill.opcolumns import TIMES, OpColumns
 from rsdrill.result import Result
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def _severities(attempts: OpColumns) -> NDArray[np.int64]:
 
     # An outcome the reports do not know is shown as the worst, not hidden as ok.
     table = [OUTCOMES.index(n) if n in OUTCOMES else len(OUTCOMES) - 1
-             for n in attempts.outcome_names]  # fmt: skip
+             for n in attempts.names["outcome"]]  # fmt: skip
     return np.array(table or [0], dtype=np.int64)[attempts.outcome.astype(np.int64)]
 
 
@@ -207,7 +207,7 @@ def zone_strips(zones: dict[str, str], polls: Sequence[Op]) -> list[dict[str, An
 
 def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
     """Everything the timeline chart draws, as JSON-ready data of bounded size."""
-    by_probe = {p: columns(ops, p) for p in {*STRIP_PROBES, *LATENCY_PROBES}}
+    by_probe = {p: columns(ops, p, fields=TIMES) for p in {*STRIP_PROBES, *LATENCY_PROBES}}
     ends = [result.duration_s, last_end(ops)]
     ends += [f.reverted_at_s for f in result.faults if f.reverted_at_s is not None]
     end = max(max(ends), 1e-3)
@@ -230,7 +230,7 @@ def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
             for probe in LATENCY_PROBES
             if by_probe[probe].ok.any()
         ],
-        "lag": lag_series(of_probes(ops, "lag"), end),
+        "lag": lag_series((op for batch in batches(ops, "lag") for op in batch), end),
         # rsdrill's own process not running (its longest stalls, bounded by the result).
         "stalls": [[_r(st.at_s), _r(st.at_s + st.seconds)] for st in result.metrics.probe_stalls],
     }

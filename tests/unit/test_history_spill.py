@@ -16,10 +16,13 @@ from rsdrill.history import (
     FaultRecord,
     History,
     Op,
+    batches,
     columns,
+    flags,
     last_end,
     of_probes,
     op_jsonl,
+    ops_at,
     probe_counts,
 )
 
@@ -69,14 +72,25 @@ def test_a_spilled_history_reads_back_as_its_ops(seed: int, small_batches: None)
     assert probe_counts(history) == probe_counts(ops)
     assert last_end(history) == last_end(ops)
     spilled, listed = columns(history, "write", "ledger"), columns(ops, "write", "ledger")
-    for field in ("t_start", "t_end", "seq"):
+    for field in ("t_start", "t_end", "seq", "index"):
         assert getattr(spilled, field).tolist() == getattr(listed, field).tolist()
     for table in ("op", "member", "outcome", "probe"):
-        names = [getattr(c, f"{table}_names") for c in (spilled, listed)]
+        names = [c.names[table] for c in (spilled, listed)]
         assert [names[0][k] if k >= 0 else None for k in getattr(spilled, table).tolist()] == [
             names[1][k] if k >= 0 else None for k in getattr(listed, table).tolist()
         ]
     assert spilled.ok.tolist() == [o.ok for o in ops if o.probe in ("write", "ledger")]
+    # Back from a column's place to the op, and tests of each op's detail in column order.
+    places = spilled.index.tolist()[::7]
+    assert ops_at(history, places) == ops_at(ops, places) == [ops[i] for i in places]
+    seqs = columns(history, "ledger", fields=("t_end",))
+    (has_seq,) = flags(history, "ledger", lambda op: "seq" in op.detail)
+    assert len(has_seq) == len(seqs) and has_seq.tolist() == [
+        "seq" in o.detail for o in ops if o.probe == "ledger"
+    ]
+    assert [op for batch in batches(history, "lag") for op in batch] == of_probes(ops, "lag")
+    with pytest.raises(KeyError, match="seq"):
+        _ = seqs.seq  # not loaded: an error, never an empty column
 
 
 def test_the_window_holds_the_newest_ops_for_live_views(small_batches: None) -> None:
