@@ -142,14 +142,15 @@ class History(Sequence[Op]):
             counts.update(o.probe for o in self._buffer)
         return counts
 
-    def columns(self, probes: Collection[str], fields: Collection[str] = ALL) -> OpColumns:
+    def columns(self, probes: Collection[str], fields: Collection[str] = ALL, *,
+                ordered: bool = True) -> OpColumns:  # fmt: skip
         """The ops of `probes` as arrays, only the columns `fields` (see `OpColumns`), in the
-        order they ended."""
+        order they ended (`ordered`; else in any order, which spares a sort)."""
         with self._lock:
             first = self._count - len(self._buffer)
             rows = [(first + i, o) for i, o in enumerate(self._buffer) if o.probe in probes]
             return self._spill.columns(probes, fields, [o for _, o in rows],
-                                       [i for i, _ in rows])  # fmt: skip
+                                       [i for i, _ in rows], ordered=ordered)  # fmt: skip
 
     def ops_at(self, indices: Collection[int]) -> list[Op]:
         """The ops at these places in the history (`OpColumns.index`), in that order."""
@@ -247,11 +248,12 @@ def probe_counts(ops: Sequence[Op]) -> Counter[str]:
     return ops.probes() if isinstance(ops, History) else Counter(op.probe for op in ops)
 
 
-def columns(ops: Sequence[Op], *probes: str, fields: Collection[str] = ALL) -> OpColumns:
-    """The ops of `probes` as arrays, in `ops`' order (see `OpColumns`); from a History, only
-    the columns `fields` are read."""
+def columns(ops: Sequence[Op], *probes: str, fields: Collection[str] = ALL,
+            ordered: bool = True) -> OpColumns:  # fmt: skip
+    """The ops of `probes` as arrays, in `ops`' order (see `OpColumns`; any order unless
+    `ordered`); from a History, only the columns `fields` are read."""
     if isinstance(ops, History):
-        return ops.columns(probes, fields)
+        return ops.columns(probes, fields, ordered=ordered)
     places = [i for i, op in enumerate(ops) if op.probe in probes]
     return OpColumns.of([ops[i] for i in places], indices=places)
 

@@ -324,16 +324,17 @@ class Spill:
         return "".join(line for _, line in rows)
 
     def columns(self, probes: Collection[str], fields: Collection[str], tail: Sequence[Op],
-                tail_indices: Sequence[int]) -> OpColumns:  # fmt: skip
+                tail_indices: Sequence[int], *, ordered: bool = True) -> OpColumns:  # fmt: skip
         """The spilled ops of `probes`, then those of `tail` (ops not spilled yet, of those
-        probes), as the columns `fields`, in the order they ended. Each field is copied from
-        the arrays on disk into one array; the rest of a row is never held."""
+        probes), as the columns `fields`, in the order they ended (`ordered`; else probe by
+        probe). Each field is copied from the arrays on disk into one array; the rest of a row
+        is never held."""
         import numpy as np
 
         parts = [part for batch in self._batches for part in self._parts(probes, batch)]
         listed = OpColumns.of(tail, self._tables, tail_indices)  # the spill's own codes
         size = sum(p.count for p in parts) + len(tail)
-        several = len(probes) > 1
+        several = len(probes) > 1 and ordered
         loaded = {*fields, "index"} if several else set(fields)
         arrays = {f: np.empty(size, dtype=FIELDS[f]) for f in loaded}
         at = 0

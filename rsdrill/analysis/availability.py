@@ -54,10 +54,20 @@ def window_of(
     if not len(t_end):
         return None
     last_end = float(t_end.max())
-    starts = np.concatenate([t_end[ok], t_start[held] if held is not None else []])
-    ends = np.concatenate([t_end[ok], t_end[held] if held is not None else []])
-    if not len(starts):
-        return float(t_start.min()), last_end
+    if held is None or not held.any():
+        # Points only (every availability probe): sorted, each is the reach of those before.
+        # One copy of the successes' ends and one of their gaps, for millions of attempts.
+        ends = np.sort(t_end[ok])
+        if not len(ends):
+            return float(t_start.min()), last_end
+        gaps = np.diff(ends)
+        best = int(np.argmax(gaps)) if len(gaps) else -1
+        # The open window wins a tie: it is the first candidate.
+        if best < 0 or last_end - ends[-1] >= gaps[best]:
+            return float(ends[-1]), last_end
+        return float(ends[best]), float(ends[best + 1])
+    starts = np.concatenate([t_end[ok], t_start[held]])
+    ends = np.concatenate([t_end[ok], t_end[held]])
     order = np.lexsort((ends, starts))
     starts, ends = starts[order], ends[order]
     reached = np.maximum.accumulate(ends)

@@ -45,12 +45,12 @@ def percentile(values: Sequence[float] | NDArray[np.float64], p: float) -> float
 
 def latency_source(ops: Sequence[Op], fields: Collection[str] = TIMES) -> OpColumns:
     """The successful ops latency is measured on: "load" if any, else "write" and "read"
-    (the columns `fields`)."""
+    (the columns `fields`, in no particular order)."""
     load = columns(ops, "load", fields=fields)
     load = load.where(load.ok)
     if len(load):
         return load
-    rest = columns(ops, "write", "read", fields=fields)
+    rest = columns(ops, "write", "read", fields=fields, ordered=False)
     return rest.where(rest.ok)
 
 

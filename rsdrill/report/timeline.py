@@ -207,29 +207,35 @@ def zone_strips(zones: dict[str, str], polls: Sequence[Op]) -> list[dict[str, An
 
 def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
     """Everything the timeline chart draws, as JSON-ready data of bounded size."""
-    by_probe = {p: columns(ops, p, fields=TIMES) for p in {*STRIP_PROBES, *LATENCY_PROBES}}
     ends = [result.duration_s, last_end(ops)]
     ends += [f.reverted_at_s for f in result.faults if f.reverted_at_s is not None]
     end = max(max(ends), 1e-3)
+    # One probe's columns at a time: a day's run has millions of attempts of each.
+    strips, latency = [], []
+    for probe in dict.fromkeys((*STRIP_PROBES, *LATENCY_PROBES)):
+        attempts = columns(ops, probe, fields=TIMES)
+        if probe in STRIP_PROBES and len(attempts):
+            strips.append({"probe": probe, "runs": outcome_runs(attempts)})
+        if probe in LATENCY_PROBES and attempts.ok.any():
+            latency.append({"probe": probe, "points": latency_series(attempts, end)})
+        del attempts
+    strips.sort(key=lambda s: STRIP_PROBES.index(s["probe"]))
+    latency.sort(key=lambda s: LATENCY_PROBES.index(s["probe"]))
 
     return {
         "start": 0,
         "end": _r(end),
         "outcomes": list(OUTCOMES),
         "faults": _fault_rows(result, end),
-        "strips": [
-            {"probe": probe, "runs": outcome_runs(by_probe[probe])}
-            for probe in STRIP_PROBES
-            if len(by_probe[probe])
-        ]
-        + zone_strips(result.target.zones, of_probes(ops, "failover")),
+        "strips": strips
+        + (
+            zone_strips(result.target.zones, of_probes(ops, "failover"))
+            if result.target.zones
+            else []
+        ),
         "states": _state_lanes(result, end),
         "latency_bucket_s": _r(end / BUCKETS),
-        "latency": [
-            {"probe": probe, "points": latency_series(by_probe[probe], end)}
-            for probe in LATENCY_PROBES
-            if by_probe[probe].ok.any()
-        ],
+        "latency": latency,
         "lag": lag_series((op for batch in batches(ops, "lag") for op in batch), end),
         # rsdrill's own process not running (its longest stalls, bounded by the result).
         "stalls": [[_r(st.at_s), _r(st.at_s + st.seconds)] for st in result.metrics.probe_stalls],
