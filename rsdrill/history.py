@@ -152,6 +152,24 @@ class History(Sequence[Op]):
             return self._spill.columns(probes, fields, [o for _, o in rows],
                                        [i for i, _ in rows], ordered=ordered)  # fmt: skip
 
+    def column_parts(
+        self,
+        probes: Collection[str],
+        fields: Collection[str],
+        ended: tuple[float, float] | None = None,
+    ) -> Iterator[OpColumns]:
+        """`columns` a spilled batch's probe at a time, then the ops not spilled yet, in no
+        particular order: one pass over a history of any length. Only the ops whose `t_end`
+        lies in `ended` (from, to: to excluded), if given."""
+        with self._lock:
+            parts, names = self._spill.part_list(probes, ended)
+            tail = [o for o in self._buffer if o.probe in probes
+                    and (ended is None or ended[0] <= o.t_end < ended[1])]  # fmt: skip
+        for part in parts:
+            yield part.columns(fields, names, ended)
+        if tail:
+            yield OpColumns.of(tail)
+
     def ops_at(self, indices: Collection[int]) -> list[Op]:
         """The ops at these places in the history (`OpColumns.index`), in that order."""
         with self._lock:
@@ -265,6 +283,23 @@ def batches(ops: Sequence[Op], *probes: str) -> Iterator[list[Op]]:
         yield from ops.batches(probes)
     else:
         yield of_probes(ops, *probes)
+
+
+def column_parts(
+    ops: Sequence[Op],
+    *probes: str,
+    fields: Collection[str] = ALL,
+    ended: tuple[float, float] | None = None,
+) -> Iterator[OpColumns]:
+    """The ops of `probes` as columns in parts of bounded size (a list: in one), in no
+    particular order; only those whose `t_end` is in `ended` (from, to: to excluded)."""
+    if isinstance(ops, History):
+        yield from ops.column_parts(probes, fields, ended)
+        return
+    cols = columns(ops, *probes)
+    if ended is not None:
+        cols = cols.where((cols.t_end >= ended[0]) & (cols.t_end < ended[1]))
+    yield cols
 
 
 def ops_at(ops: Sequence[Op], indices: Sequence[int]) -> list[Op]:

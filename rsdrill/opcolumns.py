@@ -169,6 +169,27 @@ class _Part:
     details: Path | None
     count: int
     t_end_max: float
+    t_end_min: float
+
+    def overlaps(self, ended: tuple[float, float]) -> bool:
+        """Whether this part may hold an op that ended in `ended` (from, to: to excluded)."""
+        return self.t_end_max >= ended[0] and self.t_end_min < ended[1]
+
+    def columns(self, fields: Collection[str], names: dict[str, tuple[str, ...]],
+                ended: tuple[float, float] | None) -> OpColumns:  # fmt: skip
+        """This part's ops as the columns `fields` (those whose `t_end` is in `ended`)."""
+        import numpy as np
+
+        rows = np.load(self.array, mmap_mode="r")
+        arrays = {f: np.array(rows[f]) for f in fields}
+        length = self.count
+        if ended:
+            t_end = np.array(rows["t_end"])
+            keep = (t_end >= ended[0]) & (t_end < ended[1])
+            arrays = {f: a[keep] for f, a in arrays.items()}
+            length = int(keep.sum())
+        del rows
+        return OpColumns(arrays, names, length)
 
 
 class Spill:
@@ -229,8 +250,9 @@ class Spill:
             if probe in details:
                 pickled = stem.with_suffix(".pkl")
                 pickled.write_bytes(pickle.dumps(details[probe], pickle.HIGHEST_PROTOCOL))
+            ends = array["t_end"]
             batch[probe] = _Part(stem.with_suffix(".npy"), pickled, len(rows),
-                                 float(array["t_end"].max()))  # fmt: skip
+                                 float(ends.max()), float(ends.min()))  # fmt: skip
         self._batches.append(batch)
         self._firsts.append(first_index)
 
@@ -322,6 +344,14 @@ class Spill:
                              f'{quoted["outcome"][outcome]}, "detail": {detail}}}\n'))  # fmt: skip
         rows.sort(key=lambda r: r[0])
         return "".join(line for _, line in rows)
+
+    def part_list(self, probes: Collection[str], ended: tuple[float, float] | None
+                  ) -> tuple[list[_Part], dict[str, tuple[str, ...]]]:  # fmt: skip
+        """The spilled parts of `probes` that may hold ops whose `t_end` is in `ended`, and
+        the name tables as they are now (to read the parts with, without the spill)."""
+        parts = [part for batch in self._batches for part in self._parts(probes, batch)
+                 if ended is None or part.overlaps(ended)]  # fmt: skip
+        return parts, {t: tuple(self._tables[t]) for t in CODES}
 
     def columns(self, probes: Collection[str], fields: Collection[str], tail: Sequence[Op],
                 tail_indices: Sequence[int], *, ordered: bool = True) -> OpColumns:  # fmt: skip

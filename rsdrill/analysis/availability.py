@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from rsdrill.history import Op, columns, probe_counts
+from rsdrill.history import Op, column_parts, probe_counts
 from rsdrill.opcolumns import TIMES
 
 if TYPE_CHECKING:
@@ -55,17 +56,7 @@ def window_of(
         return None
     last_end = float(t_end.max())
     if held is None or not held.any():
-        # Points only (every availability probe): sorted, each is the reach of those before.
-        # One copy of the successes' ends and one of their gaps, for millions of attempts.
-        ends = np.sort(t_end[ok])
-        if not len(ends):
-            return float(t_start.min()), last_end
-        gaps = np.diff(ends)
-        best = int(np.argmax(gaps)) if len(gaps) else -1
-        # The open window wins a tie: it is the first candidate.
-        if best < 0 or last_end - ends[-1] >= gaps[best]:
-            return float(ends[-1]), last_end
-        return float(ends[best]), float(ends[best + 1])
+        return _point_window(np.sort(t_end[ok]), float(t_start.min()), last_end)
     starts = np.concatenate([t_end[ok], t_start[held]])
     ends = np.concatenate([t_end[ok], t_end[held]])
     order = np.lexsort((ends, starts))
@@ -76,6 +67,21 @@ def window_of(
     closes = np.concatenate([[last_end], starts[1:]])
     best = int(np.argmax(closes - opens))
     return float(opens[best]), float(closes[best])
+
+
+def _point_window(ends: NDArray[np.float64], first_start: float, last_end: float) -> Window:
+    """`window_of` of attempts with no `held` span: their successes' `ends`, sorted, each the
+    reach of those before it; one array of their gaps is all it adds."""
+    import numpy as np
+
+    if not len(ends):
+        return first_start, last_end
+    gaps = np.diff(ends)
+    best = int(np.argmax(gaps)) if len(gaps) else -1
+    # The open window wins a tie: it is the first candidate.
+    if best < 0 or last_end - ends[-1] >= gaps[best]:
+        return float(ends[-1]), last_end
+    return float(ends[best]), float(ends[best + 1])
 
 
 def longest_gap(
@@ -92,9 +98,21 @@ def unavailable_window(ops: Sequence[Op], probe: str) -> Window | None:
     """The window behind `unavailable_s(ops, probe)`: (start, end), or None when that is None."""
     if probe == "raw_write" and not probe_counts(ops)[probe]:
         return None
+    import numpy as np
+
     probes = (probe, "write") if probe == "raw_write" else (probe,)
-    attempts = columns(ops, *probes, fields=TIMES)
-    return window_of(attempts.t_start, attempts.t_end, attempts.ok)
+    # A part at a time: of a day's millions of attempts only the successes' ends are held.
+    ends, first_start, last_end = [], math.inf, -math.inf
+    for part in column_parts(ops, *probes, fields=TIMES):
+        if len(part):
+            ends.append(part.t_end[part.ok])
+            first_start = min(first_start, float(part.t_start.min()))
+            last_end = max(last_end, float(part.t_end.max()))
+    if last_end == -math.inf:
+        return None
+    successes = np.concatenate(ends)
+    successes.sort()
+    return _point_window(successes, first_start, last_end)
 
 
 def unavailable_s(ops: Sequence[Op], probe: str) -> float | None:

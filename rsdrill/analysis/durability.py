@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rsdrill.history import LEDGER_PROBE, Op, columns, of_probes
+from rsdrill.history import LEDGER_PROBE, Op, column_parts, of_probes
 from rsdrill.opcolumns import SEQS
 
 if TYPE_CHECKING:
@@ -43,13 +43,16 @@ def durability(ops: Sequence[Op]) -> Durability:
     import numpy as np
 
     readbacks = sorted(_readbacks(ops), key=lambda o: o.t_end)
-    inserts = columns(ops, ledger_source(readbacks), fields=SEQS)
-    inserts = inserts.where(inserts.op == inserts.code("op", "insert"))
-    acknowledged = int(inserts.ok.sum())
-    result = Durability(acknowledged_writes=acknowledged if len(inserts) else None)
+    source = ledger_source(readbacks)
+    tried = acknowledged = 0
+    for part in column_parts(ops, source, fields=SEQS):
+        inserts = part.op == part.code("op", "insert")
+        tried += int(inserts.sum())
+        acknowledged += int((inserts & part.ok).sum())
+    result = Durability(acknowledged_writes=acknowledged if tried else None)
     if not readbacks or not readbacks[-1].ok:
         return result
-    acked_seqs = np.unique(inserts.seq[inserts.ok & (inserts.seq >= 0)])
+    acked_seqs = acknowledged_seqs(ops, source)
     missing = sorted({s for s in readbacks[-1].detail.get("missing", []) if _is_seq(s)})
     lost = [s for s, kept in zip(missing, np.isin(missing, acked_seqs), strict=True) if kept]
     duplicated = readbacks[-1].detail.get("duplicated")
@@ -74,9 +77,11 @@ def acknowledged_seqs(ops: Sequence[Op], probe: str) -> NDArray[np.int64]:
     """The seqs of `probe`'s acknowledged inserts, sorted, each once."""
     import numpy as np
 
-    inserts = columns(ops, probe, fields=SEQS)
-    acked = inserts.ok & (inserts.op == inserts.code("op", "insert")) & (inserts.seq >= 0)
-    return np.unique(inserts.seq[acked])
+    seqs = []
+    for part in column_parts(ops, probe, fields=SEQS):  # a day's run: millions of inserts
+        acked = part.ok & (part.op == part.code("op", "insert")) & (part.seq >= 0)
+        seqs.append(part.seq[acked])
+    return np.unique(np.concatenate([np.empty(0, dtype=np.int64), *seqs]))
 
 
 def _readbacks(ops: Sequence[Op]) -> list[Op]:

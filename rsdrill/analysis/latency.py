@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rsdrill.history import FaultRecord, Op, columns, of_probes
+from rsdrill.history import FaultRecord, Op, column_parts, columns, of_probes
 from rsdrill.opcolumns import TIMES, OpColumns
 from rsdrill.result import Latency
 
@@ -34,6 +34,9 @@ TAKEOVER_SLACK_S = 0.010
 """`takeover`: a read this close to the baseline is not degraded, however small the baseline
 (a few milliseconds are a busy machine's scheduling, not a cache; one read through a volume
 capped at 50 IOPS takes 20)."""
+HORIZON_S = 60.0
+"""`degradation_s` reads the ops after the revert this far first, then eight times as far each
+time: latency is usually back within seconds, and a day's run is not read at once for that."""
 READS = ("read", "find")
 """The reads among `latency_source`'s ops: the load's and the availability probe's."""
 
@@ -54,6 +57,28 @@ def latency_source(ops: Sequence[Op], fields: Collection[str] = TIMES) -> OpColu
     return rest.where(rest.ok)
 
 
+def _source_probes(ops: Sequence[Op]) -> tuple[str, ...]:
+    """The probes `latency_source` takes: "load" if it has a successful op."""
+    loads = column_parts(ops, "load", fields=("outcome",))
+    return ("load",) if any(part.ok.any() for part in loads) else ("write", "read")
+
+
+def _latencies(ops: Sequence[Op], ended: tuple[float, float] | None = None
+               ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:  # fmt: skip
+    """The ends and latencies (s) of `latency_source(ops)`, sorted by end; those that ended
+    in `ended` only, if given. Read a part at a time: 16 bytes an op are held, not the ops."""
+    import numpy as np
+
+    ends, latencies = [], []
+    for part in column_parts(ops, *_source_probes(ops), fields=TIMES, ended=ended):
+        ok = part.ok
+        ends.append(part.t_end[ok])
+        latencies.append((part.t_end - part.t_start)[ok])
+    end, latency = np.concatenate([np.empty(0), *ends]), np.concatenate([np.empty(0), *latencies])
+    order = np.argsort(end, kind="stable")
+    return end[order], latency[order]
+
+
 def latency_ms(ops: Sequence[Op]) -> Latency:
     """`latency_ms`: p50, p95, p99 and max in milliseconds over `latency_source(ops)`.
 
@@ -61,8 +86,9 @@ def latency_ms(ops: Sequence[Op]) -> Latency:
     """
     import numpy as np
 
-    source = latency_source(ops)
-    values = np.sort((source.t_end - source.t_start) * 1000)
+    parts = column_parts(ops, *_source_probes(ops), fields=TIMES)
+    values = np.concatenate([np.empty(0), *((p.t_end - p.t_start)[p.ok] * 1000 for p in parts)])
+    values.sort()
     if not len(values):
         return Latency()
     return Latency(
@@ -81,22 +107,30 @@ def degradation_s(ops: Sequence[Op], faults: Sequence[FaultRecord]) -> float | N
     last injection when nothing was reverted) with a limit of 1.5 times the baseline (0 when
     latency was already normal).
     """
-    import numpy as np
 
     injections = [f.injected_at_s for f in faults if f.injected_at_s is not None]
     if not injections:
         return None
-    source = latency_source(ops)
-    order = np.argsort(source.t_end, kind="stable")
-    ends, latencies = source.t_end[order], (source.t_end - source.t_start)[order]
-    first_injection = min(injections)
-    baseline_values = np.sort(latencies[ends < first_injection])
-    if len(baseline_values) < BASELINE_MIN_OPS:
+    _, baseline = _latencies(ops, ended=(-math.inf, min(injections)))
+    baseline.sort()
+    if len(baseline) < BASELINE_MIN_OPS:
         return None
-    limit = TOLERANCE * percentile(baseline_values, 99)
+    limit = TOLERANCE * percentile(baseline, 99)
     reverts = [f.reverted_at_s for f in faults if f.reverted_at_s is not None]
     since = max(reverts) if reverts else max(injections)
-    return back_to_normal_s(ends, latencies, since, limit)
+    last_end = max((float(p.t_end[p.ok].max()) for p in column_parts(
+        ops, *_source_probes(ops), fields=TIMES) if p.ok.any()), default=None)  # fmt: skip
+    if last_end is None:
+        return 0.0
+    horizon = HORIZON_S
+    while True:
+        ends, latencies = _latencies(ops, ended=(since, since + horizon + WINDOW_S))
+        found = _first_normal(ends, latencies, since, limit, 99, min(last_end, since + horizon))
+        if found is not None:
+            return found
+        if since + horizon >= last_end:
+            return max(0.0, last_end - since)
+        horizon *= 8
 
 
 def back_to_normal_s(
@@ -115,14 +149,22 @@ def back_to_normal_s(
     ops whose percentile `p` is at most `limit_s`, or, if none qualifies, the time from `since`
     to the last op's end (0 when no op ended after it).
     """
-    import numpy as np
-
     if not len(ends):
         return 0.0
     last_end = float(ends[-1])
-    steps = np.arange(int((last_end - since) / STEP_S) + 2)
+    found = _first_normal(ends, latencies, since, limit_s, p, last_end)
+    return max(0.0, last_end - since) if found is None else found
+
+
+def _first_normal(ends: NDArray[np.float64], latencies: NDArray[np.float64], since: float,
+                  limit_s: float, p: float, last_start: float) -> float | None:  # fmt: skip
+    """`back_to_normal_s`'s first window back to normal among those starting at `last_start`
+    or before; None if none is. `ends` must hold every op that ended in those windows."""
+    import numpy as np
+
+    steps = np.arange(max(0, int((last_start - since) / STEP_S) + 2))
     starts = since + steps * STEP_S
-    steps, starts = steps[starts <= last_end], starts[starts <= last_end]
+    steps, starts = steps[starts <= last_start], starts[starts <= last_start]
     lows = np.searchsorted(ends, starts, side="left")
     highs = np.searchsorted(ends, starts + WINDOW_S, side="left")
     for step, low, high in zip(steps.tolist(), lows.tolist(), highs.tolist(), strict=True):
@@ -130,7 +172,7 @@ def back_to_normal_s(
             percentile(np.sort(latencies[low:high]), p) <= limit_s
         ):
             return step * STEP_S
-    return max(0.0, last_end - since)
+    return None
 
 
 @dataclass(frozen=True)
