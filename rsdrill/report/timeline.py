@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.history import Op, batches, columns, last_end, of_probes
+from rsdrill.history import Op, batches, column_parts, columns, last_end, of_probes
 from rsdrill.opcolumns import TIMES, OpColumns
 from rsdrill.result import Result
 
@@ -35,13 +35,13 @@ def _r(t: float) -> float:
     return round(t, 3)
 
 
-def _severities(attempts: OpColumns) -> NDArray[np.int64]:
+def _severities(attempts: OpColumns) -> NDArray[np.int8]:
     import numpy as np
 
     # An outcome the reports do not know is shown as the worst, not hidden as ok.
     table = [OUTCOMES.index(n) if n in OUTCOMES else len(OUTCOMES) - 1
              for n in attempts.names["outcome"]]  # fmt: skip
-    return np.array(table or [0], dtype=np.int64)[attempts.outcome.astype(np.int64)]
+    return np.array(table or [0], dtype=np.int8)[attempts.outcome]
 
 
 def outcome_runs(ops: Sequence[Op] | OpColumns) -> list[list[float | int]]:
@@ -57,8 +57,9 @@ def outcome_runs(ops: Sequence[Op] | OpColumns) -> list[list[float | int]]:
     if not len(attempts):
         return []
     order = np.argsort(attempts.t_start, kind="stable")
-    t0, t1 = attempts.t_start[order], attempts.t_end[order]
     severity = _severities(attempts)[order]
+    t0, t1 = attempts.t_start[order], attempts.t_end[order]
+    del order
     starts = np.concatenate([[0], np.flatnonzero(np.diff(severity)) + 1])
     if len(starts) > MAX_RUNS:
         runs = _bucketed_runs(t0, t1, severity)
@@ -68,14 +69,14 @@ def outcome_runs(ops: Sequence[Op] | OpColumns) -> list[list[float | int]]:
             np.maximum.reduceat(t1, starts),
             severity[starts],
             np.diff(np.append(starts, len(t0))),
-            np.add.reduceat((severity > 0).astype(np.int64), starts),
+            np.add.reduceat((severity > 0).astype(np.int32), starts),
         )
         runs = [list(run) for run in zip(*(f.tolist() for f in fields), strict=True)]
     return [[_r(t0), _r(t1), *rest] for t0, t1, *rest in runs]
 
 
 def _bucketed_runs(
-    t0: NDArray[np.float64], t1: NDArray[np.float64], severities: NDArray[np.int64]
+    t0: NDArray[np.float64], t1: NDArray[np.float64], severities: NDArray[np.int8]
 ) -> list[list[float | int]]:
     import numpy as np
 
@@ -114,22 +115,31 @@ def _bucket_index(t: float, end: float) -> int:
     return min(BUCKETS - 1, max(0, int(t / end * BUCKETS)))
 
 
-def latency_series(attempts: OpColumns, end: float) -> list[list[float | int]]:
-    """Successful attempts' latency per time bucket: [bucket middle s, p50 ms, max ms, attempts]."""
+def latency_series(parts: Iterable[OpColumns], end: float) -> list[list[float | int]]:
+    """Successful attempts' latency per time bucket: [bucket middle s, p50 ms, max ms, attempts].
+    From the attempts' columns in parts (any order): only the successes' latencies are held."""
     import numpy as np
 
-    done = attempts.where(attempts.ok)
-    if not len(done):
-        return []
-    buckets = np.clip((done.t_start / end * BUCKETS).astype(np.int64), 0, BUCKETS - 1)
-    order = np.argsort(buckets, kind="stable")
-    buckets, values = buckets[order], ((done.t_end - done.t_start) * 1000)[order]
-    firsts = np.flatnonzero(np.diff(buckets, prepend=-1))
+    by_bucket: dict[int, list[NDArray[np.float64]]] = defaultdict(list)
+    for part in parts:
+        ok = part.ok
+        if not ok.any():
+            continue
+        starts = part.t_start[ok]
+        values = (part.t_end[ok] - starts) * 1000
+        buckets = np.clip((starts / end * BUCKETS).astype(np.int64), 0, BUCKETS - 1)
+        order = np.argsort(buckets, kind="stable")
+        buckets, values = buckets[order], values[order]
+        firsts = np.flatnonzero(np.diff(buckets, prepend=-1))
+        for b, v in zip(buckets[firsts].tolist(), np.split(values, firsts[1:]), strict=True):
+            by_bucket[b].append(v)
     width = end / BUCKETS
-    return [
-        [_r((b + 0.5) * width), round(float(np.median(v)), 2), round(float(v.max()), 2), len(v)]
-        for b, v in zip(buckets[firsts].tolist(), np.split(values, firsts[1:]), strict=True)
-    ]
+    series: list[list[float | int]] = []
+    for b, chunks in sorted(by_bucket.items()):
+        v = np.concatenate(chunks)
+        series.append([_r((b + 0.5) * width), round(float(np.median(v)), 2),
+                       round(float(v.max()), 2), len(v)])  # fmt: skip
+    return series
 
 
 def lag_series(ops: Iterable[Op], end: float) -> dict[str, list[list[float]]]:
@@ -212,15 +222,15 @@ def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
     end = max(max(ends), 1e-3)
     # One probe's columns at a time: a day's run has millions of attempts of each.
     strips, latency = [], []
-    for probe in dict.fromkeys((*STRIP_PROBES, *LATENCY_PROBES)):
+    for probe in STRIP_PROBES:
         attempts = columns(ops, probe, fields=TIMES)
-        if probe in STRIP_PROBES and len(attempts):
+        if len(attempts):
             strips.append({"probe": probe, "runs": outcome_runs(attempts)})
-        if probe in LATENCY_PROBES and attempts.ok.any():
-            latency.append({"probe": probe, "points": latency_series(attempts, end)})
         del attempts
-    strips.sort(key=lambda s: STRIP_PROBES.index(s["probe"]))
-    latency.sort(key=lambda s: LATENCY_PROBES.index(s["probe"]))
+    for probe in LATENCY_PROBES:
+        points = latency_series(column_parts(ops, probe, fields=TIMES), end)
+        if points:
+            latency.append({"probe": probe, "points": points})
 
     return {
         "start": 0,
