@@ -101,18 +101,45 @@ def unavailable_window(ops: Sequence[Op], probe: str) -> Window | None:
     import numpy as np
 
     probes = (probe, "write") if probe == "raw_write" else (probe,)
-    # A part at a time: of a day's millions of attempts only the successes' ends are held.
-    ends, first_start, last_end = [], math.inf, -math.inf
+    # A part at a time. The successes' ends, sorted: where each part's come after the last
+    # one's (a probe that writes one at a time), the gaps are found part by part and nothing is
+    # held; else they are gathered and sorted.
+    first_start, last_end, reached, in_order = math.inf, -math.inf, -math.inf, True
     for part in column_parts(ops, *probes, fields=TIMES):
         if len(part):
-            ends.append(part.t_end[part.ok])
             first_start = min(first_start, float(part.t_start.min()))
             last_end = max(last_end, float(part.t_end.max()))
+            ends = part.t_end[part.ok]
+            if len(ends):
+                in_order = in_order and float(ends.min()) >= reached
+                reached = max(reached, float(ends.max()))
     if last_end == -math.inf:
         return None
-    successes = np.concatenate(ends)
-    successes.sort()
-    return _point_window(successes, first_start, last_end)
+    if not in_order:
+        gathered = [p.t_end[p.ok] for p in column_parts(ops, *probes, fields=TIMES)]
+        successes = np.concatenate(gathered)
+        successes.sort()
+        return _point_window(successes, first_start, last_end)
+    best: Window | None = None
+    previous: float | None = None
+    for part in column_parts(ops, *probes, fields=TIMES):
+        ends = np.sort(part.t_end[part.ok])
+        if not len(ends):
+            continue
+        if previous is not None and (best is None or ends[0] - previous > best[1] - best[0]):
+            best = previous, float(ends[0])
+        if len(ends) > 1:
+            gaps = np.diff(ends)
+            i = int(np.argmax(gaps))
+            if best is None or gaps[i] > best[1] - best[0]:
+                best = float(ends[i]), float(ends[i + 1])
+        previous = float(ends[-1])
+    if previous is None:
+        return first_start, last_end
+    # The open window wins a tie: it is the first candidate.
+    if best is None or last_end - previous >= best[1] - best[0]:
+        return previous, last_end
+    return best
 
 
 def unavailable_s(ops: Sequence[Op], probe: str) -> float | None:

@@ -52,9 +52,12 @@ def durability(ops: Sequence[Op]) -> Durability:
     result = Durability(acknowledged_writes=acknowledged if tried else None)
     if not readbacks or not readbacks[-1].ok:
         return result
-    acked_seqs = acknowledged_seqs(ops, source)
     missing = sorted({s for s in readbacks[-1].detail.get("missing", []) if _is_seq(s)})
-    lost = [s for s, kept in zip(missing, np.isin(missing, acked_seqs), strict=True) if kept]
+    acked = np.zeros(len(missing), dtype=bool)  # a part at a time: the missing are few
+    for part in column_parts(ops, source, fields=SEQS):
+        inserted = part.ok & (part.op == part.code("op", "insert"))
+        acked |= np.isin(missing, part.seq[inserted])
+    lost = [s for s, kept in zip(missing, acked.tolist(), strict=True) if kept]
     duplicated = readbacks[-1].detail.get("duplicated")
     return Durability(result.acknowledged_writes, len(lost), lost,
                       None if duplicated is None else len(duplicated))  # fmt: skip

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rsdrill.analysis.availability import window_of
 from rsdrill.analysis.polling import transition_time
-from rsdrill.history import FaultRecord, Op, batches, columns, flags, ops_at
+from rsdrill.history import FaultRecord, Op, batches, column_parts, columns, flags, ops_at
 from rsdrill.opcolumns import TIMES
 from rsdrill.result import FailoverParts
 
@@ -150,18 +150,18 @@ def failover_parts(ops: Sequence[Op], failover: Failover) -> FailoverParts:
                 break
         if called is not None:
             break
-    writes = columns(ops, "write", fields=("outcome", "member", "t_end"))
-    served = writes.t_end[
-        writes.ok
-        & (writes.member == writes.code("member", failover.new_primary))
-        & (writes.t_end >= failover.writable_at_s)
-    ]
+    served = math.inf
+    for writes in column_parts(ops, "write", fields=("outcome", "member", "t_end")):
+        ends = writes.t_end[
+            writes.ok
+            & (writes.member == writes.code("member", failover.new_primary))
+            & (writes.t_end >= failover.writable_at_s)
+        ]
+        served = min(served, float(ends.min())) if len(ends) else served
     return FailoverParts(
         detection_s=None if called is None else called - t0,
         election_s=None if called is None else failover.writable_at_s - called,
-        client_rediscovery_s=(
-            float(served.min()) - failover.writable_at_s if len(served) else None
-        ),
+        client_rediscovery_s=(served - failover.writable_at_s if served < math.inf else None),
     )
 
 

@@ -86,8 +86,14 @@ def latency_ms(ops: Sequence[Op]) -> Latency:
     """
     import numpy as np
 
-    parts = column_parts(ops, *_source_probes(ops), fields=TIMES)
-    values = np.concatenate([np.empty(0), *((p.t_end - p.t_start)[p.ok] * 1000 for p in parts)])
+    probes = _source_probes(ops)
+    # Counted first, then filled: one array of the latencies, never two.
+    size = sum(int(p.ok.sum()) for p in column_parts(ops, *probes, fields=("outcome",)))
+    values, at = np.empty(size), 0
+    for p in column_parts(ops, *probes, fields=TIMES):
+        latencies = (p.t_end - p.t_start)[p.ok] * 1000
+        values[at : at + len(latencies)] = latencies
+        at += len(latencies)
     values.sort()
     if not len(values):
         return Latency()
