@@ -13,7 +13,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rsdrill.history import Op, batches, column_parts, columns, last_end, of_probes
+from rsdrill.history import (
+    Op,
+    batches,
+    column_parts,
+    columns,
+    last_end,
+    of_probes,
+    probe_counts,
+)
 from rsdrill.opcolumns import TIMES, OpColumns
 from rsdrill.result import Result
 
@@ -51,19 +59,49 @@ def outcome_runs(ops: Sequence[Op] | OpColumns) -> list[list[float | int]]:
     start to the latest end; beyond `MAX_RUNS` runs (flapping, many load threads) they are merged
     into time buckets drawn with their worst outcome.
     """
+    runs = _strip([ops if isinstance(ops, OpColumns) else OpColumns.of(ops)])
+    assert runs is not None  # one part is always in order
+    return _rounded(runs)
+
+
+def strip_runs(ops: Sequence[Op], probe: str) -> list[list[float | int]]:
+    """`outcome_runs` of `probe`'s attempts, read a spilled batch at a time: when each batch's
+    attempts start after the last one's (a probe that sends one at a time), only the runs are
+    held; else the whole strip is read at once."""
+    runs = _strip(column_parts(ops, probe, fields=TIMES))
+    if runs is None:
+        runs = _strip([columns(ops, probe, fields=TIMES)])
+    assert runs is not None  # one part is always in order
+    return _rounded(runs)
+
+
+def _rounded(runs: list[list[float | int]]) -> list[list[float | int]]:
+    return [[_r(t0), _r(t1), *rest] for t0, t1, *rest in runs]
+
+
+def _strip(parts: Iterable[OpColumns]) -> list[list[float | int]] | None:
+    """The runs of attempts given in parts, each after the one before by start time; None when
+    a part starts before the previous one's last start, or when runs of several parts are too
+    many (they are bucketed from the whole strip)."""
     import numpy as np
 
-    attempts = ops if isinstance(ops, OpColumns) else OpColumns.of(ops)
-    if not len(attempts):
-        return []
-    order = np.argsort(attempts.t_start, kind="stable")
-    severity = _severities(attempts)[order]
-    t0, t1 = attempts.t_start[order], attempts.t_end[order]
-    del order
-    starts = np.concatenate([[0], np.flatnonzero(np.diff(severity)) + 1])
-    if len(starts) > MAX_RUNS:
-        runs = _bucketed_runs(t0, t1, severity)
-    else:
+    runs: list[list[float | int]] = []
+    latest_start, first, last = -math.inf, math.inf, -math.inf
+    seen: list[OpColumns] = []  # the last part: all of them when there was one
+    parts_seen = 0
+    for part in parts:
+        if not len(part):
+            continue
+        order = np.argsort(part.t_start, kind="stable")
+        severity = _severities(part)[order]
+        t0, t1 = part.t_start[order], part.t_end[order]
+        del order
+        if t0[0] < latest_start:
+            return None
+        latest_start, first = float(t0[-1]), min(first, float(t0[0]))
+        last = max(last, float(t1.max()))
+        seen = [part]
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(severity)) + 1])
         fields = (
             t0[starts],
             np.maximum.reduceat(t1, starts),
@@ -71,22 +109,31 @@ def outcome_runs(ops: Sequence[Op] | OpColumns) -> list[list[float | int]]:
             np.diff(np.append(starts, len(t0))),
             np.add.reduceat((severity > 0).astype(np.int32), starts),
         )
-        runs = [list(run) for run in zip(*(f.tolist() for f in fields), strict=True)]
-    return [[_r(t0), _r(t1), *rest] for t0, t1, *rest in runs]
+        mine = [list(run) for run in zip(*(f.tolist() for f in fields), strict=True)]
+        if runs and runs[-1][2] == mine[0][2]:  # one run across the parts' boundary
+            runs[-1][1] = max(runs[-1][1], mine[0][1])
+            runs[-1][3] += mine[0][3]
+            runs[-1][4] += mine[0][4]
+            mine = mine[1:]
+        runs.extend(mine)
+        parts_seen += 1
+        if len(runs) > MAX_RUNS and parts_seen > 1:
+            return None
+    if len(runs) <= MAX_RUNS:
+        return runs
+    return _bucketed_runs(seen[0], first, last)
 
 
-def _bucketed_runs(
-    t0: NDArray[np.float64], t1: NDArray[np.float64], severities: NDArray[np.int8]
-) -> list[list[float | int]]:
+def _bucketed_runs(attempts: OpColumns, first: float, last: float) -> list[list[float | int]]:
     import numpy as np
 
-    first = float(t0[0])
-    width = max(float(t1.max()) - first, 1e-3) / MAX_RUNS
+    width = max(last - first, 1e-3) / MAX_RUNS
 
     def index(t: NDArray[np.float64]) -> NDArray[np.int64]:
         return np.minimum(MAX_RUNS - 1, ((t - first) / width).astype(np.int64))
 
-    start = index(t0)
+    severities = _severities(attempts)
+    start = index(attempts.t_start)
     count = np.bincount(start, minlength=MAX_RUNS).tolist()
     bad = np.bincount(start, weights=severities > 0, minlength=MAX_RUNS).astype(int).tolist()
     severity = np.full(MAX_RUNS, -1)
@@ -94,7 +141,7 @@ def _bucketed_runs(
     # A failed attempt colors all the time it spent failing (a 10 s timeout is 10 s amber);
     # an ok one only its start, so a slow success does not paint over its neighbours.
     failed = np.flatnonzero(severities > 0)
-    for b0, b1, s in zip(start[failed].tolist(), index(t1[failed]).tolist(),
+    for b0, b1, s in zip(start[failed].tolist(), index(attempts.t_end[failed]).tolist(),
                          severities[failed].tolist(), strict=True):  # fmt: skip
         severity[b0 : b1 + 1] = np.maximum(severity[b0 : b1 + 1], s)
 
@@ -221,12 +268,9 @@ def timeline_data(result: Result, ops: Sequence[Op]) -> dict[str, Any]:
     ends += [f.reverted_at_s for f in result.faults if f.reverted_at_s is not None]
     end = max(max(ends), 1e-3)
     # One probe's columns at a time: a day's run has millions of attempts of each.
-    strips, latency = [], []
-    for probe in STRIP_PROBES:
-        attempts = columns(ops, probe, fields=TIMES)
-        if len(attempts):
-            strips.append({"probe": probe, "runs": outcome_runs(attempts)})
-        del attempts
+    latency = []
+    counts = probe_counts(ops)
+    strips = [{"probe": p, "runs": strip_runs(ops, p)} for p in STRIP_PROBES if counts[p]]
     for probe in LATENCY_PROBES:
         points = latency_series(column_parts(ops, probe, fields=TIMES), end)
         if points:
