@@ -158,15 +158,15 @@ class History(Sequence[Op]):
         fields: Collection[str],
         ended: tuple[float, float] | None = None,
     ) -> Iterator[OpColumns]:
-        """`columns` a spilled batch's probe at a time, then the ops not spilled yet, in no
-        particular order: one pass over a history of any length. Only the ops whose `t_end`
-        lies in `ended` (from, to: to excluded), if given."""
+        """`columns` a spilled batch at a time, then the ops not spilled yet, in no particular
+        order (within a batch, probe by probe): one pass over a history of any length. Only
+        the ops whose `t_end` lies in `ended` (from, to: to excluded), if given."""
         with self._lock:
-            parts, names = self._spill.part_list(probes, ended)
+            batches, names = self._spill.part_list(probes, ended)
             tail = [o for o in self._buffer if o.probe in probes
                     and (ended is None or ended[0] <= o.t_end < ended[1])]  # fmt: skip
-        for part in parts:
-            yield part.columns(fields, names, ended)
+        for parts in batches:  # a batch's probes together: they ended in the same stretch
+            yield OpColumns.joined([part.columns(fields, names, ended) for part in parts])
         if tail:
             yield OpColumns.of(tail)
 

@@ -131,6 +131,16 @@ class OpColumns:
         length = int(mask.sum()) if mask.dtype == bool else len(mask)
         return OpColumns(arrays, self.names, length)
 
+    @classmethod
+    def joined(cls, parts: Sequence[OpColumns]) -> OpColumns:
+        """`parts` of the same name tables, one after the other."""
+        import numpy as np
+
+        if len(parts) == 1:
+            return parts[0]
+        arrays = {f: np.concatenate([p.arrays[f] for p in parts]) for f in parts[0].arrays}
+        return cls(arrays, parts[0].names, sum(len(p) for p in parts))
+
     def named(self, table: str, names: Collection[str]) -> NDArray[np.bool_]:
         """Which ops' `table` ("probe", "op", ...) is one of `names`."""
         import numpy as np
@@ -346,12 +356,13 @@ class Spill:
         return "".join(line for _, line in rows)
 
     def part_list(self, probes: Collection[str], ended: tuple[float, float] | None
-                  ) -> tuple[list[_Part], dict[str, tuple[str, ...]]]:  # fmt: skip
-        """The spilled parts of `probes` that may hold ops whose `t_end` is in `ended`, and
-        the name tables as they are now (to read the parts with, without the spill)."""
-        parts = [part for batch in self._batches for part in self._parts(probes, batch)
-                 if ended is None or part.overlaps(ended)]  # fmt: skip
-        return parts, {t: tuple(self._tables[t]) for t in CODES}
+                  ) -> tuple[list[list[_Part]], dict[str, tuple[str, ...]]]:  # fmt: skip
+        """Per batch, the spilled parts of `probes` that may hold ops whose `t_end` is in
+        `ended`; and the name tables as they are now (to read the parts with, without the
+        spill)."""
+        batches = [[p for p in self._parts(probes, batch) if ended is None or p.overlaps(ended)]
+                   for batch in self._batches]  # fmt: skip
+        return [b for b in batches if b], {t: tuple(self._tables[t]) for t in CODES}
 
     def columns(self, probes: Collection[str], fields: Collection[str], tail: Sequence[Op],
                 tail_indices: Sequence[int], *, ordered: bool = True) -> OpColumns:  # fmt: skip
