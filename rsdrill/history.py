@@ -102,6 +102,7 @@ class History(Sequence[Op]):
         self._buffer: list[Op] = []
         self._count = 0
         self._spill = Spill(spill_dir)
+        self._flushing = False  # a batch is being written (or the disk failed: no more)
         self.last_end = 0.0
         """The latest `t_end` of any op (0.0 without ops)."""
 
@@ -111,9 +112,23 @@ class History(Sequence[Op]):
             self._buffer.append(op)
             self._count += 1
             self.last_end = max(self.last_end, op.t_end)
-            if len(self._buffer) >= FLUSH_OPS:
-                self._spill.write(self._buffer, first_index=self._count - len(self._buffer))
-                self._buffer = []
+            if len(self._buffer) < FLUSH_OPS or self._flushing:
+                return
+            # Encoded here, written to disk outside the lock (the other probes append on), then
+            # committed: until then readers find these ops in the buffer.
+            self._flushing = True
+            pending = self._spill.encode(self._buffer[:FLUSH_OPS], self._count - len(self._buffer))
+        try:
+            pending.store()
+        except OSError:
+            # A full or failing disk: the history stays in memory, as it was before spilling.
+            with self._lock:
+                self._spill.abandon(pending)
+            return
+        with self._lock:
+            self._spill.commit(pending)
+            del self._buffer[:FLUSH_OPS]
+            self._flushing = False
 
     def ops(self, probe: str | None = None, since_s: float | None = None) -> list[Op]:
         """A snapshot, in the order attempts ended; optionally one probe's only, and only those

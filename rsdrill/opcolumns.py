@@ -18,7 +18,7 @@ import weakref
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -202,6 +202,35 @@ class _Part:
         return OpColumns(arrays, names, length)
 
 
+@dataclass
+class Pending:
+    """A batch encoded, not yet stored or committed."""
+
+    stem: Path
+    first_index: int
+    rows: dict[int, list[tuple[Any, ...]]]
+    details: dict[int, dict[int, dict[str, Any]]]
+    parts: dict[int, _Part] = field(default_factory=dict)
+
+    def store(self) -> Pending:
+        """Write the batch's files (no spill state is touched: any thread, any lock)."""
+        import numpy as np
+
+        for probe, rows in self.rows.items():
+            stem = self.stem.with_name(f"{self.stem.name}-{probe}")
+            array = np.array(rows, dtype=ROW)
+            np.save(stem.with_suffix(".npy"), array)
+            pickled = None
+            if probe in self.details:
+                pickled = stem.with_suffix(".pkl")
+                pickled.write_bytes(pickle.dumps(self.details[probe], pickle.HIGHEST_PROTOCOL))
+            ends = array["t_end"]
+            self.parts[probe] = _Part(stem.with_suffix(".npy"), pickled, len(rows),
+                                      float(ends.max()), float(ends.min()))  # fmt: skip
+        self.rows, self.details = {}, {}
+        return self
+
+
 class Spill:
     """The spilled ops of one history: batches, each one array per probe. Not thread-safe: the
     History serialises calls. The directory is a private temporary one unless given, removed
@@ -212,6 +241,7 @@ class Spill:
         self._dir: Path | None = None
         self._batches: list[dict[int, _Part]] = []
         self._firsts: list[int] = []  # each batch's first op's place in the history
+        self._encoded = 0  # batches encoded and not committed yet
         self._tables: dict[str, dict[str, int]] = {
             t: {} for t in ("probe", "op", "member", "outcome")
         }
@@ -235,8 +265,11 @@ class Spill:
 
     def write(self, ops: Sequence[Op], first_index: int) -> None:
         """Spill `ops`, the `first_index`th op of the history and those after it."""
-        import numpy as np
+        self.commit(self.encode(ops, first_index).store())
 
+    def encode(self, ops: Sequence[Op], first_index: int) -> Pending:
+        """`ops` (the `first_index`th op of the history and those after it) as rows of this
+        spill's codes, to be stored (by any thread) and then committed."""
         by_probe: dict[int, list[tuple[Any, ...]]] = {}
         details: dict[int, dict[int, dict[str, Any]]] = {}
         for i, o in enumerate(ops):
@@ -250,21 +283,22 @@ class Spill:
                          -1 if o.member is None else self._code("member", o.member),
                          self._code("outcome", o.outcome),
                          _seq(o.detail) if seq is None else seq, kept))  # fmt: skip
-        batch: dict[int, _Part] = {}
-        directory = self._directory()
-        for probe, rows in by_probe.items():
-            stem = directory / f"{len(self._batches)}-{probe}"
-            array = np.array(rows, dtype=ROW)
-            np.save(stem.with_suffix(".npy"), array)
-            pickled = None
-            if probe in details:
-                pickled = stem.with_suffix(".pkl")
-                pickled.write_bytes(pickle.dumps(details[probe], pickle.HIGHEST_PROTOCOL))
-            ends = array["t_end"]
-            batch[probe] = _Part(stem.with_suffix(".npy"), pickled, len(rows),
-                                 float(ends.max()), float(ends.min()))  # fmt: skip
-        self._batches.append(batch)
-        self._firsts.append(first_index)
+        stem = self._directory() / str(len(self._batches) + self._encoded)
+        self._encoded += 1
+        return Pending(stem, first_index, by_probe, details)
+
+    def abandon(self, pending: Pending) -> None:
+        """Forget an encoded batch that could not be stored."""
+        self._encoded -= 1
+        for part in pending.parts.values():
+            part.array.unlink(missing_ok=True)
+
+    def commit(self, pending: Pending) -> None:
+        """Make a stored batch part of the spill (batches are committed in the order they
+        were encoded)."""
+        self._encoded -= 1
+        self._batches.append(pending.parts)
+        self._firsts.append(pending.first_index)
 
     def counts(self) -> Counter[str]:
         names = self._names("probe")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from rsdrill.history import (
     ops_at,
     probe_counts,
 )
+from rsdrill.opcolumns import Pending
 
 PROBES = ("write", "read", "failover", "ledger", "lag")
 
@@ -138,3 +140,49 @@ def test_a_spilled_history_writes_the_lines_of_its_ops(small_batches: None, tmp_
     written = (tmp_path / "history.jsonl").read_text()
     assert written == "".join(op_jsonl(op) for op in ops).replace("hunter2", "***")
     assert "hunter2" not in written
+
+
+def test_probes_append_while_a_batch_is_written_and_readers_see_each_op_once(
+    small_batches: None,
+) -> None:
+    history = History()
+    seen: list[int] = []
+    done = threading.Event()
+
+    def probe(name: str) -> None:
+        for i in range(400):
+            history.append(Op(name, "insert", None, i, i + 0.5, "ok", {"seq": i}))
+
+    def reader() -> None:
+        while not done.is_set():
+            ops = history.ops("p0")
+            assert [op.detail["seq"] for op in ops] == list(range(len(ops)))
+            seen.append(len(ops))
+
+    threads = [threading.Thread(target=probe, args=(f"p{k}",)) for k in range(4)]
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    watcher.join()
+    assert len(history) == 1600 and history._spill.batch_count() > 100
+    for k in range(4):
+        assert [op.detail["seq"] for op in history.ops(f"p{k}")] == list(range(400))
+    assert seen == sorted(seen)  # never an op read, then gone
+
+
+def test_a_disk_that_fails_keeps_the_history_in_memory(
+    small_batches: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(self: Pending) -> Pending:
+        raise OSError(28, "No space left on device")
+
+    ops = _ops(40, 3)
+    history = History.from_ops(ops[:10])
+    monkeypatch.setattr(Pending, "store", full)
+    for op in ops[10:]:
+        history.append(op)
+    assert history.ops() == ops and history._spill.batch_count() == 1
