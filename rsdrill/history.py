@@ -96,12 +96,12 @@ class History(Sequence[Op]):
     probe's ops without touching the others'.
     """
 
-    def __init__(self, spill_dir: Path | None = None) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._window: deque[Op] = deque(maxlen=WINDOW)
         self._buffer: list[Op] = []
         self._count = 0
-        self._spill = Spill(spill_dir)
+        self._spill = Spill()
         self._flushing = False  # a batch is being written (or the disk failed: no more)
         self.last_end = 0.0
         """The latest `t_end` of any op (0.0 without ops)."""

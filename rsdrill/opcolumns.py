@@ -233,27 +233,20 @@ class Pending:
 
 class Spill:
     """The spilled ops of one history: batches, each one array per probe. Not thread-safe: the
-    History serialises calls. The directory is a private temporary one unless given, removed
-    with the Spill."""
+    History serialises calls. The directory is a private temporary one (mode 0700), made at the
+    first batch and removed with the Spill."""
 
-    def __init__(self, directory: Path | None = None) -> None:
-        self._given = directory
+    def __init__(self) -> None:
         self._dir: Path | None = None
         self._batches: list[dict[int, _Part]] = []
         self._firsts: list[int] = []  # each batch's first op's place in the history
         self._encoded = 0  # batches encoded and not committed yet
-        self._tables: dict[str, dict[str, int]] = {
-            t: {} for t in ("probe", "op", "member", "outcome")
-        }
+        self._tables: dict[str, dict[str, int]] = {t: {} for t in CODES}
 
     def _directory(self) -> Path:
         if self._dir is None:
-            if self._given is not None:
-                self._given.mkdir(parents=True, exist_ok=True)
-                self._dir = self._given
-            else:
-                self._dir = Path(tempfile.mkdtemp(prefix="rsdrill-history-"))
-                weakref.finalize(self, shutil.rmtree, self._dir, True)
+            self._dir = Path(tempfile.mkdtemp(prefix="rsdrill-history-"))
+            weakref.finalize(self, shutil.rmtree, self._dir, True)
         return self._dir
 
     def _code(self, table: str, name: str) -> int:
@@ -262,10 +255,6 @@ class Spill:
 
     def _names(self, table: str) -> list[str]:
         return list(self._tables[table])
-
-    def write(self, ops: Sequence[Op], first_index: int) -> None:
-        """Spill `ops`, the `first_index`th op of the history and those after it."""
-        self.commit(self.encode(ops, first_index).store())
 
     def encode(self, ops: Sequence[Op], first_index: int) -> Pending:
         """`ops` (the `first_index`th op of the history and those after it) as rows of this

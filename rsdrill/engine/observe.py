@@ -42,7 +42,7 @@ def _recovered_states(exp: Experiment, target: RunTarget, history: History, sinc
     from rsdrill.analysis.recovery import polled_state
 
     latest: dict[str, Op] = {}
-    for op in history.ops("recovery"):
+    for op in history.ops("recovery", since_s=since_s):
         if op.member in target.members and op.t_start >= since_s:
             latest[op.member] = op
     if len(latest) < len(target.members):

@@ -555,13 +555,17 @@ class Runner:
         if probe is not None:
             changed = (t for r in self.state.records
                        for t in (r.injected_at_s, r.verified_at_s, r.reverted_at_s))  # fmt: skip
+            since_s = max((t for t in changed if t is not None), default=0.0)
+            # A streamed hello is current until its wait (max_await + timeout) runs out.
+            max_age_s = probe.max_await + probe.timeout + 2 * probe.interval + 0.1
+            now_s = self.clock.now()
             states = states_from_hellos(
-                self.history.ops("failover"),
+                # Only answers that can count (ended since, and fresh): not hours of polls.
+                self.history.ops("failover", since_s=max(since_s, now_s - max_age_s)),
                 target.members,
-                since_s=max((t for t in changed if t is not None), default=0.0),
-                now_s=self.clock.now(),
-                # A streamed hello is current until its wait (max_await + timeout) runs out.
-                max_age_s=probe.max_await + probe.timeout + 2 * probe.interval + 0.1,
+                since_s=since_s,
+                now_s=now_s,
+                max_age_s=max_age_s,
             )
             if states is not None:
                 return {**states, **routers}
