@@ -55,10 +55,13 @@ out, dest = Path(sys.argv[1]), Path(sys.argv[4])
 hours, tail_s = float(sys.argv[2]), float(sys.argv[3])
 result = Result.model_validate_json((out / "result.json").read_text())
 real = History.read_jsonl(out / "history.jsonl").ops()
-end = max(op.t_end for op in real)
+# The steady tail ends with the probes' last write: after it come the ledger's readback and the
+# run's end, which are once a run, not once a minute.
+end = max(op.t_end for op in real if op.probe == "write")
 tail_s = min(tail_s, end / 4)
 # Each copy with details of its own (decoded afresh, as a probe builds them), not shared.
-tail = [(op, json.dumps(op.detail, default=str)) for op in real if op.t_start >= end - tail_s]
+tail = [(op, json.dumps(op.detail, default=str)) for op in real
+        if end - tail_s <= op.t_start and op.t_end <= end]  # fmt: skip
 # Appended one by one, as the probes of a run that long would have: the History spills.
 history, shift, length = History.from_ops(real), end, hours * 3600
 del real
