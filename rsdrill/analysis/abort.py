@@ -117,7 +117,7 @@ def unmeasurable(metric: str, records: set[str] | frozenset[str]) -> str | None:
 
 
 @dataclass
-class _Gap:
+class Gap:
     """One probe's current stretch without success: the last success's end, else the first
     attempt's start (none yet: unknown)."""
 
@@ -141,9 +141,9 @@ class LiveFigures:
     order: each check of a run of hours then costs the ops since the last one, not all of them
     (a copy and a scan of millions, four times a second)."""
 
-    polls: _Gap = field(default_factory=_Gap)
+    polls: Gap = field(default_factory=Gap)
     latest_poll: dict[str | None, Op] = field(default_factory=dict)
-    writes: _Gap = field(default_factory=_Gap)
+    writes: Gap = field(default_factory=Gap)
     client: list[Op] = field(default_factory=list)  # client-probe attempts of the last window
 
     def take(self, ops: Iterable[Op], now: float) -> None:

@@ -11,6 +11,7 @@ import sys
 import threading
 from typing import TextIO
 
+from rsdrill.analysis.abort import Gap
 from rsdrill.history import FaultRecord, History, RunClock
 from rsdrill.redact import redact_uri
 
@@ -38,7 +39,7 @@ class LiveView:
         self._seen = 0  # ops of the history folded in so far
         self._polls = 0  # failover polls among them
         self._primary = ("?", -RECENT_POLLS)  # the last writable member, at which poll
-        self._last_ok: float | None = None  # the end of the last successful write
+        self._writes = Gap()  # the end of the last successful write
 
     def start(self) -> None:
         self._thread.start()
@@ -70,8 +71,8 @@ class LiveView:
                 self._polls += 1
                 if op.ok and op.detail.get("writable"):
                     self._primary = (op.member or "?", self._polls)
-            elif op.probe == "write" and op.ok:
-                self._last_ok = op.t_end if self._last_ok is None else max(self._last_ok, op.t_end)
+            elif op.probe == "write":
+                self._writes.take(op, op.ok)
 
     def status_line(self) -> str:
         now = self.clock.now() if self.clock else 0.0
@@ -79,7 +80,7 @@ class LiveView:
         member, at = self._primary
         # The member the last writable answer named, if it came within the last 50 polls.
         primary = member if self._polls - at < RECENT_POLLS else "?"
-        last_ok = self._last_ok
+        last_ok = self._writes.ok_end
         gap = f"{now - last_ok:5.1f}s" if last_ok is not None else "  -  "
         in_force = [
             f"{f.kind}@{f.target}"
