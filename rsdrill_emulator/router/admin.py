@@ -5,6 +5,7 @@ index definitions, database listing, the end of a transaction."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from bson.int64 import Int64
@@ -14,6 +15,7 @@ from rsdrill_emulator.commands.base import CURRENT, GIT_VERSION
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.failpoint import AFTER_CURSOR_CHECKOUT, FailPoint
 from rsdrill_emulator.request import Request
+from rsdrill_emulator.router.balancer import LEASE
 from rsdrill_emulator.router.catalog import MAJORITY
 from rsdrill_emulator.router.migration import HANG_STEPS, move_chunk, record_on_shards
 from rsdrill_emulator.router.router import Router, command, transaction_key
@@ -277,7 +279,15 @@ async def _balancer_start(router: Router, req: Request) -> dict[str, Any]:
 
 @command("balancerStop", "balancerstop")
 async def _balancer_stop(router: Router, req: Request) -> dict[str, Any]:
+    """Stops the balancer, then waits for a round in progress (a chunk moving, its donor's range
+    deleted) to end, for maxTimeMS (60 s by default), as mongod's does."""
     await router.catalog.set_balancer(stopped=True)
+    deadline = time.monotonic() + float(req.body.get("maxTimeMS") or 60_000) / 1000
+    while await router.catalog.round_in_progress(LEASE):
+        if time.monotonic() > deadline:
+            raise CommandError(50, "balancerStop: the balancing round in progress did not end "
+                                   "within maxTimeMS")  # fmt: skip
+        await asyncio.sleep(0.1)
     return {}
 
 
@@ -296,7 +306,8 @@ async def _configure_balancing(router: Router, req: Request) -> dict[str, Any]:
 @command("balancerStatus", "balancerstatus")
 async def _balancer_status(router: Router, req: Request) -> dict[str, Any]:
     stopped = await router.catalog.balancer_stopped()
-    return {"mode": "off" if stopped else "full", "inBalancerRound": False,
+    return {"mode": "off" if stopped else "full",
+            "inBalancerRound": await router.catalog.round_in_progress(LEASE),
             "numBalancerRounds": Int64(0)}  # fmt: skip
 
 

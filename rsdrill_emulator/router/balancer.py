@@ -47,12 +47,16 @@ async def balance_round(router: Router) -> bool:
         if route.no_balance or move is None:
             continue
         chunk, recipient = move
+        await catalog.mark_round(LEASE, router.host, moving=True)
         try:
             await move_chunk(router, route.ns, chunk.min, recipient)
         except CommandError as exc:
             _log.info("balancer: moving a chunk of %s to %s failed (%s)", route.ns, recipient,
                       exc)  # fmt: skip
             continue
+        finally:
+            with contextlib.suppress(CommandError):  # else the lease's expiry ends the round
+                await catalog.mark_round(LEASE, router.host, moving=False)
         _log.info("balancer: moved %s %s from %s to %s", route.ns, chunk.min, chunk.shard,
                   recipient)  # fmt: skip
         return True

@@ -258,6 +258,17 @@ class Catalog:
             "locks", {"_id": name, **held}, what
         )
 
+    async def mark_round(self, name: str, owner: str, moving: bool) -> None:
+        """Whether `owner`, holding lease `name`, is moving a chunk (`balancerStop` waits for
+        that, as mongod's waits for the balancing round in progress)."""
+        await self._updated_one("locks", {"_id": name, "who": owner}, {"moving": moving},
+                                f"marking the {name} round")  # fmt: skip
+
+    async def round_in_progress(self, name: str) -> bool:
+        """Whether lease `name`'s holder is moving a chunk (an expired lease's never is)."""
+        found = await self._find("locks", {"_id": name})
+        return bool(found and found[0].get("moving") and _as_utc(found[0]["until"]) > _now())
+
     async def set_balancing(self, ns: str, enabled: bool) -> None:
         """A collection's own balancing (config.collections noBalance)."""
         await self._upsert("collections", {"_id": ns}, {"$set": {"noBalance": not enabled}}, ns)

@@ -269,6 +269,51 @@ def test_the_balancer_evens_out_chunks_but_leaves_a_collection_without_balancing
             assert {0 if isinstance(m, MinKey) else m for m in mine} == held, name
 
 
+def test_balancer_stop_waits_for_the_chunk_moving(
+    cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
+) -> None:
+    """As mongod's: balancerStop returns once the round in progress has ended (its chunk moved,
+    the donor's range deleted), or fails at maxTimeMS; balancerStatus says a round is on."""
+    routers = [MongoClient(f"mongodb://{h}/?directConnection=true") for h in cluster.spec.routers]
+    step = "moveChunkHangAtStep5"  # committed, the donor's range not deleted yet
+    try:
+        client.admin.command("shardCollection", "app.waited", key={"n": 1})
+        for middle in (100, 200, 300, 400):
+            client.admin.command("split", "app.waited", middle={"n": middle})
+        client["app"]["waited"].insert_many([{"n": n} for n in range(500)])
+
+        def reached() -> int:  # how often migrations got there (earlier tests' too)
+            return sum(r.admin.command("configureFailPoint", step, mode="alwaysOn")["count"]
+                       for r in routers)  # fmt: skip
+
+        before = reached()  # the balancer runs on whichever router holds its lease: both hang
+        client.admin.command("balancerStart")
+        deadline = time.monotonic() + 60
+        while reached() == before:
+            assert time.monotonic() < deadline, "no migration reached its commit"
+            time.sleep(0.2)
+        assert client.admin.command("balancerStatus")["inBalancerRound"] is True
+        with pytest.raises(OperationFailure) as held:
+            client.admin.command("balancerStop", maxTimeMS=500)
+        assert held.value.code == 50
+        for router in routers:
+            router.admin.command("configureFailPoint", step, mode="off")
+        client.admin.command("balancerStop")
+        status = client.admin.command("balancerStatus")
+        assert status["mode"] == "off" and status["inBalancerRound"] is False
+        for name in cluster.spec.shards:  # the round's donor range is gone already
+            with shard_primary(cluster, name) as direct:
+                mine = {c["min"]["n"] for c in _chunks_of(client, "app.waited")
+                        if c["shard"] == name}  # fmt: skip
+                held_ns = {d["n"] // 100 * 100 for d in direct["app"]["waited"].find()}
+                assert {0 if isinstance(m, MinKey) else m for m in mine} == held_ns, name
+    finally:
+        for router in routers:
+            router.admin.command("configureFailPoint", step, mode="off")
+            router.close()
+        client.admin.command("balancerStop")
+
+
 def test_writes_during_a_migration_are_neither_lost_nor_duplicated(
     cluster: ShardedSandbox, client: MongoClient[dict[str, Any]]
 ) -> None:

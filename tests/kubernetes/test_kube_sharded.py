@@ -208,7 +208,10 @@ def test_chaos_mesh_kills_a_shard_primarys_pod(
     print(f"shard1: failover {shard1.failover_s}s to {shard1.new_primary}, gap "
           f"{shard1.write_unavailable_s}s; shard0: gap {shard0.write_unavailable_s}s, "
           f"{shard0.writes} writes")  # fmt: skip
-    cluster.assert_only_struck_shard_interrupted(result, sets, "shard1", killed)
+    # The StatefulSet re-creates the pod at once: it may win the election its loss called (CI71:
+    # the killed member was shard1's new primary, in a new term, 1.33 s after the kill).
+    cluster.assert_only_struck_shard_interrupted(result, sets, "shard1", killed,
+                                                 killed_may_win=True)  # fmt: skip
     assert rsdrill_objects(kube.api, bound.namespace) == []
     # The pod came back (the real StatefulSet controller) and its member rejoined as a
     # secondary.
