@@ -193,12 +193,13 @@ class History(Sequence[Op]):
             found.update({i: self._buffer[i - first] for i in indices if i >= first})
         return [found[i] for i in indices]
 
-    def batches(self, probes: Collection[str]) -> Iterator[list[Op]]:
-        """The ops of `probes` a spilled batch at a time (then those not spilled yet), in the
-        order they ended: one pass over a history of any length, holding one batch."""
+    def batches(self, probes: Collection[str] | None) -> Iterator[list[Op]]:
+        """The ops of `probes` (all: None) a spilled batch at a time (then those not spilled
+        yet), in the order they ended: one pass over a history of any length, holding one
+        batch."""
         with self._lock:
             batches = self._spill.batch_count()
-            buffered = [o for o in self._buffer if o.probe in probes]
+            buffered = [o for o in self._buffer if probes is None or o.probe in probes]
         for batch in range(batches):
             with self._lock:
                 ops = self._spill.batch_ops(batch, probes)
@@ -215,15 +216,9 @@ class History(Sequence[Op]):
             return list(islice(self._window, max(0, start - first), None))
 
     def __iter__(self) -> Iterator[Op]:
-        """Every op, in the order they ended, read from the spill a chunk at a time."""
-        with self._lock:
-            batches = self._spill.batch_count()
-            buffered = list(self._buffer)
-        for batch in range(batches):
-            with self._lock:
-                ops = self._spill.batch_ops(batch)
-            yield from ops
-        yield from buffered
+        """Every op, in the order they ended, read from the spill a batch at a time."""
+        for batch in self.batches(None):
+            yield from batch
 
     def __len__(self) -> int:
         with self._lock:

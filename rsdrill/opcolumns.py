@@ -181,6 +181,13 @@ class _Part:
     t_end_max: float
     t_end_min: float
 
+    def rows(self) -> tuple[list[tuple[Any, ...]], dict[int, dict[str, Any]]]:
+        """This part's rows (as `ROW`, listed) and the details pickled beside them, by row."""
+        import numpy as np
+
+        details = pickle.loads(self.details.read_bytes()) if self.details else {}
+        return np.load(self.array).tolist(), details
+
     def overlaps(self, ended: tuple[float, float]) -> bool:
         """Whether this part may hold an op that ended in `ended` (from, to: to excluded)."""
         return self.t_end_max >= ended[0] and self.t_end_min < ended[1]
@@ -330,17 +337,12 @@ class Spill:
 
     def _batch_rows(self, batch: int, probes: Collection[str] | None = None,
                     since_s: float | None = None) -> list[tuple[int, Op]]:  # fmt: skip
-        import numpy as np
-
         parts = [p for p in self._parts(probes, self._batches[batch])
                  if since_s is None or p.t_end_max >= since_s]  # fmt: skip
         names = {t: self._names(t) for t in self._tables}
         rows: list[tuple[int, Op]] = []
         for part in parts:
-            details: dict[int, dict[str, Any]] = (
-                pickle.loads(part.details.read_bytes()) if part.details else {}
-            )
-            listed = np.load(part.array).tolist()
+            listed, details = part.rows()
             for row, (index, t0, t1, probe, op, member, outcome, seq, kept) in enumerate(listed):
                 if since_s is not None and t1 < since_s:
                     continue
@@ -356,15 +358,11 @@ class Spill:
         """One batch's ops as `History.write_jsonl` writes them, a line each, in the order they
         ended: built from the arrays, with only the details beyond a `seq` encoded one by one
         (a day's run has millions of lines)."""
-        import numpy as np
 
         quoted = {t: [json.dumps(n) for n in self._names(t)] for t in self._tables}
         rows: list[tuple[int, str]] = []
         for part in self._batches[batch].values():
-            details: dict[int, dict[str, Any]] = (
-                pickle.loads(part.details.read_bytes()) if part.details else {}
-            )
-            listed = np.load(part.array).tolist()
+            listed, details = part.rows()
             for row, (index, t0, t1, probe, op, member, outcome, seq, kept) in enumerate(listed):
                 if kept:
                     detail = json.dumps(details[row], default=str)

@@ -49,12 +49,8 @@ def percentile(values: Sequence[float] | NDArray[np.float64], p: float) -> float
 def latency_source(ops: Sequence[Op], fields: Collection[str] = TIMES) -> OpColumns:
     """The successful ops latency is measured on: "load" if any, else "write" and "read"
     (the columns `fields`, in no particular order)."""
-    load = columns(ops, "load", fields=fields)
-    load = load.where(load.ok)
-    if len(load):
-        return load
-    rest = columns(ops, "write", "read", fields=fields, ordered=False)
-    return rest.where(rest.ok)
+    source = columns(ops, *_source_probes(ops), fields=fields, ordered=False)
+    return source.where(source.ok)
 
 
 def _source_probes(ops: Sequence[Op]) -> tuple[str, ...]:
