@@ -7,13 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from rsdrill.platforms.sandbox.volumes import MemberVolumes
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.kubernetes.cluster import REPO, env_without_kube
@@ -91,15 +92,26 @@ def bound(
     *,
     zones: list[str] | None = None,
     topology: str = "rs3",
+    volumes: bool = False,
 ) -> Iterator[BoundSet]:
     """The set as a real StatefulSet's pods, each on its own node with its local volume (in
-    `zones`, each member's node labelled with its zone)."""
+    `zones`, each member's node labelled with its zone). With `volumes`, each volume is a
+    faultfs mount that the stand-in chaos-daemon acts on for the pod's container."""
     spec = build_topology(
         topology, port_base=port_base, settings=Settings(election_timeout_ms=2000)
     )
-    sandbox = up(directory / "set", spec, EmulatorEngine())
+    on_faultfs = MemberVolumes(directory / "set", spec, track_unsynced=False) if volumes else None
+    daemon = kube.daemon
+    if on_faultfs is not None and daemon is None:
+        raise RuntimeError("volumes on faultfs are for the stand-in chaos-daemon, not here")
     loops: list[Loop] = []
-    try:  # from here on, the members go down whatever fails
+    with ExitStack() as teardown:  # whatever fails, the members go down, then their volumes
+        if on_faultfs is not None:
+            teardown.callback(on_faultfs.unmount_all)
+        sandbox = up(directory / "set", spec, EmulatorEngine(),
+                     on_faultfs.mount_all if on_faultfs else None)  # fmt: skip
+        teardown.callback(sandbox.down, grace_s=2.0)
+        teardown.callback(lambda: [loop.stop() for loop in loops])
         namespace = kube.namespace("e2e")
         nodes = [f"{namespace}-node-{i}" for i in range(len(spec.members))]
         for node, zone in zip(nodes, zones or [None] * len(nodes), strict=True):
@@ -115,18 +127,18 @@ def bound(
             if sandbox.pid(by_pod[pod]) is None:  # the members run before their pods are made
                 sandbox.start(by_pod[pod])
 
+        def running(pod: str, container_id: str) -> None:
+            if on_faultfs is not None and daemon is not None:
+                daemon.attach(container_id, on_faultfs.data_dir(by_pod[pod]))
+
         kubelet = Kubelet(
             kube.api, namespace, on_start=start, on_stop=lambda pod: sandbox.kill(by_pod[pod]),
-            addresses=addresses,
+            addresses=addresses, on_running=running,
         )  # fmt: skip
         mesh = ChaosObjects(kube.api, namespace)
         loops += [kubelet.start(), mesh.start()]
         assert make_statefulset(kube.api, namespace, nodes) == list(by_pod)
         wait_running(kube.api, namespace, list(by_pod))
         yield BoundSet(sandbox, namespace, pods, kubelet, mesh)
-    finally:
-        for loop in loops:
-            loop.stop()
-        sandbox.down(grace_s=2.0)
     errors = [error for loop in loops for error in loop.errors]
     assert not errors, errors

@@ -12,7 +12,9 @@ answers the controller's calls and records them (`StandinDaemon`). The controlle
 finds the daemon: an EndpointSlice `chaos-daemon-*` in its namespace naming, for each node, the
 daemon's address, which may not be loopback; so the stand-in serves in a network namespace the
 test makes, joined to this one by a veth pair. It serves the daemon's mutual TLS (the chart's
-default) with certificates the test makes as the chart would.
+default) with certificates the test makes as the chart would. A container whose data volume a
+test put on faultfs (`StandinDaemon.attach`) gets an IOChaos or BlockChaos as faultfs rules on
+it: the stand-in acts there, from its namespace, on this one's faultfs control sockets.
 """
 
 from __future__ import annotations
@@ -169,6 +171,19 @@ class StandinDaemon:
     record: Path
     ca: Path  # the CA of the chart's mTLS between the controller and the daemon
     client: Path  # the controller's certificate and key, signed by it
+    volumes: Path  # container id → the faultfs mount of its data volume (read at each call)
+
+    def attach(self, container_id: str, mountpoint: Path) -> None:
+        """The container's data volume is the faultfs mount at `mountpoint` from now on."""
+        self._write_volumes({**self._read_volumes(), container_id: str(mountpoint)})
+
+    def _read_volumes(self) -> dict[str, str]:
+        return dict(json.loads(self.volumes.read_text())) if self.volumes.exists() else {}
+
+    def _write_volumes(self, mounts: dict[str, str]) -> None:
+        fresh = self.volumes.with_suffix(".tmp")
+        fresh.write_text(json.dumps(mounts))
+        fresh.replace(self.volumes)  # the daemon never reads half a file
 
     def calls(self) -> list[dict[str, Any]]:
         """Every call the controller made on the daemon so far, oldest first: {"method",
@@ -257,13 +272,15 @@ def standin_daemon(cluster: KubeCluster, api: Any) -> Iterator[StandinDaemon]:
         ip("-n", netns, "addr", "add", f"{daemon_ip}/30", "dev", inside)
         ip("-n", netns, "link", "set", inside, "up")
         record = cluster.directory / "chaos-daemon-calls.jsonl"
+        volumes = cluster.directory / "chaos-daemon-volumes.json"
         log = cluster.directory / "logs" / "standin-chaos-daemon.log"
         ca, certificate, client = _daemon_certificates(cluster.directory / "chaos-daemon-certs")
         with log.open("wb") as out:
             process = subprocess.Popen(
                 ["ip", "netns", "exec", netns, str(BIN / "standin-chaos-daemon"),
                  "-listen", f"{daemon_ip}:{DAEMON_PORT}", "-record", str(record),
-                 "-ca", str(ca), "-cert", str(certificate)],
+                 "-ca", str(ca), "-cert", str(certificate), "-volumes", str(volumes),
+                 "-netns", f"/proc/{os.getpid()}/ns/net"],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         wait_until(lambda: "serving on" in log.read_text() or process.poll() is not None,
@@ -271,7 +288,7 @@ def standin_daemon(cluster: KubeCluster, api: Any) -> Iterator[StandinDaemon]:
         assert process.poll() is None, log.read_text()
         endpoints = DaemonEndpoints(api, daemon_ip).start()
         try:
-            yield StandinDaemon(daemon_ip, record, ca, client)
+            yield StandinDaemon(daemon_ip, record, ca, client, volumes)
         finally:
             endpoints.stop()
         assert not endpoints.errors, endpoints.errors

@@ -19,6 +19,7 @@ Everything a kubelet reports comes from here, and nothing else a kubelet does no
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -121,6 +122,7 @@ class Kubelet(Loop):
         on_start: Callable[[str], None] | None = None,
         on_stop: Callable[[str], None] | None = None,
         addresses: dict[str, dict[str, str]] | None = None,
+        on_running: Callable[[str, str], None] | None = None,
     ) -> None:
         from kubernetes import client
 
@@ -133,6 +135,7 @@ class Kubelet(Loop):
         self.namespace = namespace
         self.on_start = on_start
         self.on_stop = on_stop
+        self.on_running = on_running  # (pod, the id of the container it now runs)
         self.running: dict[str, str] = {}  # pod → the uid of the pod whose container runs
         self.images: dict[str, str] = {}  # pod → the image its member runs in
         self.swapped: set[str] = set()  # pods whose container runs another image for now
@@ -172,8 +175,11 @@ class Kubelet(Loop):
             if pod.status.phase != "Running":  # else it was made running: adopted as it is
                 if self.on_start:
                     self.on_start(name)
+                container_id = f"containerd://{secrets.token_hex(32)}"
                 mark_running(self.core.api_client, self.namespace, name,
-                             **self.addresses.get(name, {}))  # fmt: skip
+                             container_id=container_id, **self.addresses.get(name, {}))  # fmt: skip
+                if self.on_running:
+                    self.on_running(name, container_id)
             self.running[name] = pod.metadata.uid
             self.images[name] = image
             if name in self.stopped_at:

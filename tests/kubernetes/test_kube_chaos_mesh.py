@@ -9,20 +9,26 @@ import json
 import os
 import socket
 import ssl
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rsdrill.connection import ConnectOptions
+from rsdrill.faultfs.control import request as faultfs_request
+from rsdrill.history import History
+from rsdrill.sandbox.config import member_dir
 from rsdrill.states import member_state
 from tests.harness.members import wait_until
 from tests.harness.processes import kill_after_line
 from tests.harness.sharded_cluster import wait_back_as_secondary
 from tests.kubernetes.bound import BoundSet, rsdrill_cli, run_file
 from tests.kubernetes.chaos_mesh import DAEMON_PORT, DAEMON_SERVER_NAME
+from tests.kubernetes.cluster import REPO
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.support import rsdrill_objects
 
@@ -263,6 +269,52 @@ def test_the_real_controller_reaches_the_daemon_and_recovers_through_it(
     calls = kube.daemon.calls()[before:]
     print(kind, [c["method"] for c in calls])
     check(calls, statuses[bound_set.pods[done["target"]]][0], dict(statuses.values()))
+    assert rsdrill_objects(kube.api, bound_set.namespace) == []
+
+
+IO_LATENCY = REPO / "experiments" / "k8s-rs3-primary-io-latency.yaml"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bound_set", [{"volumes": True}], indirect=True)
+def test_the_catalogs_io_latency_slows_the_primarys_writes_through_the_real_controller(
+    kube: Kube, bound_set: BoundSet, tmp_path: Path
+) -> None:
+    """experiments/k8s-rs3-primary-io-latency.yaml, its times shortened: the real controller
+    takes rsdrill's chaos object and asks the daemon to delay the primary's volume; the
+    stand-in does it there (a faultfs delay on the member's data directory), so the member
+    feels it: majority writes slow down by about the delay for as long as the fault holds,
+    nothing fails over, and after rsdrill's revert the controller has the daemon take it away
+    (no rule left on any member's volume)."""
+    if kube.daemon is None:
+        pytest.skip("the stand-in chaos-daemon needs root and `ip` for its network namespace")
+    document = yaml.safe_load(IO_LATENCY.read_text())
+    [fault] = document["faults"]
+    before = len(kube.daemon.calls())
+    path = bound_set.experiment(kube, tmp_path, source=IO_LATENCY,
+                                faults=[{**fault, "at": "3s", "duration": "6s"}],
+                                observe={"after_revert": "3s"})  # fmt: skip
+    run = run_file(path, tmp_path / "out", tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    [done] = result["faults"]
+    assert done["verified_at_s"] is not None and done["reverted_at_s"] is not None, output
+    calls = [c["method"] for c in kube.daemon.calls()[before:]]
+    print("daemon calls", calls, "metrics", result["metrics"])
+    assert calls in (["ApplyBlockChaos", "RecoverBlockChaos"], ["ApplyIOChaos", "ApplyIOChaos"])
+    assert result["metrics"]["failover_s"] is None
+    history = History.read_jsonl(tmp_path / "out" / "history.jsonl")
+    writes = [op for op in history if op.probe == "write" and op.ok]
+    held = (done["verified_at_s"] + 1, done["reverted_at_s"] - 0.5)
+    faulted = [op.t_end - op.t_start for op in writes if held[0] <= op.t_start <= held[1]]
+    calm = [op.t_end - op.t_start for op in writes if op.t_end < done["injected_at_s"]]
+    slow, usual = statistics.median(faulted), statistics.median(calm)
+    print(f"majority writes: median {usual * 1000:.1f} ms before, {slow * 1000:.1f} ms during")
+    assert slow >= usual + 0.015, (usual, slow)  # 20 ms a delayed operation, at least one each
+    for member in bound_set.sandbox.spec.members:
+        mount = member_dir(bound_set.sandbox.directory, member) / "data"
+        assert faultfs_request(mount, {"op": "status"})["rules"] == {}, member.host
+    assert run.returncode == 0, output
     assert rsdrill_objects(kube.api, bound_set.namespace) == []
 
 

@@ -2,7 +2,8 @@
 // pkg/chaosdaemon/pb, compiled from the same module as the real controller-manager), with the
 // daemon's mutual TLS. The test cluster has no container runtime for a real daemon to enter:
 // this one answers each call as the daemon does when it succeeds and records it, one JSON line
-// per call, for the tests to read.
+// per call, for the tests to read; an IOChaos or BlockChaos on a container whose volume the
+// harness put on faultfs it also carries out there (volumes.go).
 package main
 
 import (
@@ -21,8 +22,11 @@ import (
 
 	"github.com/golang/protobuf/ptypes/empty"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
+	"github.com/chaos-mesh/chaos-mesh/api/v1alpha1"
 	"github.com/chaos-mesh/chaos-mesh/pkg/chaosdaemon/pb"
 )
 
@@ -31,6 +35,7 @@ type daemon struct {
 	mu       sync.Mutex
 	out      *os.File
 	instance atomic.Int64 // the "process" each injection reports, as the daemon's pids
+	volumes  *volumes
 }
 
 // record appends one call; a call not recorded fails, so a test never misses one silently.
@@ -100,17 +105,67 @@ func (d *daemon) CancelStressors(_ context.Context, r *pb.CancelStressRequest) (
 }
 
 func (d *daemon) ApplyIOChaos(_ context.Context, r *pb.ApplyIOChaosRequest) (*pb.ApplyIOChaosResponse, error) {
+	if err := d.record("ApplyIOChaos", r); err != nil {
+		return nil, err
+	}
+	// As the daemon: the injection the request names (the one it reported last) goes first.
+	previous := r.InstanceUid
+	if previous == "" && r.Instance != 0 {
+		previous = "io-" + strconv.FormatInt(r.Instance, 10)
+	}
+	if err := d.volumes.remove(previous); err != nil {
+		return nil, err
+	}
+	var actions []v1alpha1.IOChaosAction
+	if err := json.Unmarshal([]byte(r.Actions), &actions); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "unmarshal json bytes: %v", err)
+	}
+	if len(actions) == 0 {
+		return &pb.ApplyIOChaosResponse{}, nil
+	}
 	n := d.instance.Add(1)
-	return &pb.ApplyIOChaosResponse{Instance: n, StartTime: time.Now().Unix(), InstanceUid: "io-" + strconv.FormatInt(n, 10)},
-		d.record("ApplyIOChaos", r)
+	uid := "io-" + strconv.FormatInt(n, 10)
+	rules := make([]map[string]any, 0, len(actions))
+	for _, action := range actions {
+		rule, err := ioRule(action, r.Volume)
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, rule)
+	}
+	if err := d.volumes.apply(uid, r.ContainerId, rules); err != nil {
+		return nil, err
+	}
+	return &pb.ApplyIOChaosResponse{Instance: n, StartTime: time.Now().Unix(), InstanceUid: uid}, nil
 }
 
 func (d *daemon) ApplyBlockChaos(_ context.Context, r *pb.ApplyBlockChaosRequest) (*pb.ApplyBlockChaosResponse, error) {
-	return &pb.ApplyBlockChaosResponse{InjectionId: int32(d.instance.Add(1))}, d.record("ApplyBlockChaos", r)
+	if err := d.record("ApplyBlockChaos", r); err != nil {
+		return nil, err
+	}
+	if r.Action != pb.ApplyBlockChaosRequest_Delay || r.Delay == nil {
+		return nil, status.Errorf(codes.Unimplemented, "the stand-in acts on a BlockChaos delay only")
+	}
+	n := int32(d.instance.Add(1))
+	// Each block request delayed: a read reaches the device (the member's own cache missed),
+	// a write lands in the page cache and its requests go out, in parallel, on the fsync that
+	// waits for them. So faultfs delays each read and each fsync, not each write.
+	rule := map[string]any{"latency_s": float64(r.Delay.Delay) / 1e9, "operations": []string{"read", "fsync"}}
+	if err := d.volumes.apply(blockKey(n), r.ContainerId, []map[string]any{rule}); err != nil {
+		return nil, err
+	}
+	return &pb.ApplyBlockChaosResponse{InjectionId: n}, nil
 }
 
 func (d *daemon) RecoverBlockChaos(_ context.Context, r *pb.RecoverBlockChaosRequest) (*empty.Empty, error) {
-	return d.none("RecoverBlockChaos", r)
+	if err := d.record("RecoverBlockChaos", r); err != nil {
+		return nil, err
+	}
+	return &empty.Empty{}, d.volumes.remove(blockKey(r.InjectionId))
+}
+
+func blockKey(id int32) string {
+	return "block-" + strconv.FormatInt(int64(id), 10)
 }
 
 func main() {
@@ -118,6 +173,8 @@ func main() {
 	record := flag.String("record", "", "file each call is appended to")
 	ca := flag.String("ca", "", "with -cert: serve mutual TLS, as the daemon does, to clients whose certificate this CA signed")
 	cert := flag.String("cert", "", "the daemon's certificate and its key, in one PEM file")
+	mounts := flag.String("volumes", "", "JSON file: container id → the faultfs mount of its data volume")
+	netns := flag.String("netns", "", "the network namespace of those mounts' control sockets")
 	flag.Parse()
 	out, err := os.OpenFile(*record, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -132,7 +189,9 @@ func main() {
 		options = append(options, grpc.Creds(credentials.NewTLS(mutualTLS(*ca, *cert))))
 	}
 	server := grpc.NewServer(options...)
-	pb.RegisterChaosDaemonServer(server, &daemon{out: out})
+	pb.RegisterChaosDaemonServer(server, &daemon{
+		out: out, volumes: &volumes{file: *mounts, netns: *netns, made: map[string]injection{}},
+	})
 	log.Printf("stand-in chaos-daemon serving on %s", listener.Addr())
 	log.Fatal(server.Serve(listener))
 }
