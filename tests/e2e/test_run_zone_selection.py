@@ -105,7 +105,14 @@ def test_losing_one_zone_of_three_keeps_reads_in_the_others_and_every_majority_w
     # 1 s election timeout: 1.15 s at most for the timer, then the election (generous bound).
     assert m.failover_s is not None and m.failover_s < 5.0, m
     assert m.lost_acknowledged_writes == 0, m
-    assert m.read_unavailable_s is not None and m.read_unavailable_s <= 2 * 0.02 + 0.05, m
+    # The whole Metrics repr is cut short in pytest's message: what tells the cluster's gap from
+    # this machine's (CI72: 0.105 s once, cause unknown; 0.03-0.04 s when rerun under load).
+    assert m.read_unavailable_s is not None and m.read_unavailable_s <= 2 * 0.02 + 0.05, (
+        m.read_unavailable_s,
+        m.probe_stalled_gaps,
+        m.probe_stalls,
+        m.member_states,
+    )
 
 
 def test_the_write_concern_decides_what_a_cut_off_zone_costs(tmp_path: Path) -> None:
