@@ -11,8 +11,10 @@ the rest. NumPy is imported only when a history grows past its first batch or is
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
+import stat
 import tempfile
 import weakref
 from bisect import bisect_right
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rsdrill.home import rsdrill_home
 from rsdrill.op import Op
 
 if TYPE_CHECKING:
@@ -36,6 +39,13 @@ array (else the detail is `{"seq": seq}`, or `{}` without one)."""
 
 CODES = {"probe": "<u2", "op": "<u2", "member": "<i4", "outcome": "<u2"}
 """The name tables and their codes' types."""
+
+
+def spill_root() -> Path:
+    """Where histories spill: `$RSDRILL_HOME/spill`, not the temporary directory, which is
+    often in memory (tmpfs), what spilling is for sparing. Each spill is a directory named
+    after the pid of the process whose history it holds, `-`, and mkdtemp's random part."""
+    return rsdrill_home() / "spill"
 
 
 def _seq_only(detail: dict[str, Any]) -> int | None:
@@ -240,8 +250,9 @@ class Pending:
 
 class Spill:
     """The spilled ops of one history: batches, each one array per probe. Not thread-safe: the
-    History serialises calls. The directory is a private temporary one (mode 0700), made at the
-    first batch and removed with the Spill."""
+    History serialises calls. The directory is a private one (mode 0700), made at the
+    first batch (under `spill_root`) and removed with the Spill; a process killed before that
+    leaves it, for `rsdrill recover` to find (`spills_left`)."""
 
     def __init__(self) -> None:
         self._dir: Path | None = None
@@ -252,7 +263,9 @@ class Spill:
 
     def _directory(self) -> Path:
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="rsdrill-history-"))
+            root = spill_root()
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
             weakref.finalize(self, shutil.rmtree, self._dir, True)
         return self._dir
 
@@ -414,3 +427,20 @@ class Spill:
             for f in arrays:
                 arrays[f] = arrays[f][order]
         return OpColumns(arrays, {t: tuple(self._tables[t]) for t in CODES}, size)
+
+
+def spills_left() -> list[tuple[Path, int]]:
+    """The spill directories this user's processes made, each with the pid of the process
+    that made it, dead or alive."""
+    found = []
+    root = spill_root()
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        pid, dash, _ = path.name.partition("-")
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if (dash and pid.isdigit() and stat.S_ISDIR(info.st_mode)
+                and info.st_uid == os.getuid()):  # fmt: skip
+            found.append((path, int(pid)))
+    return found

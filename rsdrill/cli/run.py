@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -332,6 +333,7 @@ def recover(
     Running it again finds nothing to do."""
     from rsdrill.connection import ConnectOptions, SettingsError
     from rsdrill.engine.journal import Journal, journal_dir, pending, process_alive
+    from rsdrill.opcolumns import spills_left
 
     given = None
     if uri is not None:
@@ -347,8 +349,16 @@ def recover(
             typer.echo(
                 f"{p.run} ({p.experiment}): still running as pid {p.pid}; skipped (use --force)"
             )
+    # A run killed outright leaves the history it had spilled to disk (gigabytes after hours).
+    spilled = [(path, pid) for path, pid in spills_left() if not process_alive(pid)]
+    for path, pid in spilled:
+        if not dry_run:
+            shutil.rmtree(path, ignore_errors=True)
+        typer.echo(f"{'would remove' if dry_run else 'removed'} the history a dead run "
+                   f"(pid {pid}) spilled to disk: {path}")  # fmt: skip
     if not todo:
-        typer.echo(f"nothing to recover (journals in {journal_dir()})")
+        if not spilled:
+            typer.echo(f"nothing to recover (journals in {journal_dir()})")
         return
     # Only now: what carries the reverts out imports every platform (most calls find nothing).
     from rsdrill.engine.actions import carry_out, describe

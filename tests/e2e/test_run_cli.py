@@ -178,3 +178,50 @@ def test_metrics_file_holds_what_result_json_measured(tmp_path: Path) -> None:
                     ("slo", "write_unavailable_s <= 60"), ("topology", "rs3")))] == 1  # fmt: skip
     # the verdict line's figure is rounded as the reports round it (to the millisecond)
     assert re.search(r"ok   write_unavailable_s <= 60 \(observed \d+(\.\d{1,3})?\)", out), out
+
+
+# A process whose history spilled to disk: prints the spill's directory, then lives until its
+# standard input closes.
+_SPILLER = """
+import sys
+from rsdrill.history import FLUSH_OPS, History
+from rsdrill.op import Op
+history = History.from_ops(Op("write", "insert", None, i, i + 0.01, "ok", {"seq": i})
+                           for i in range(FLUSH_OPS + 1))
+print(history._spill._dir, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_recover_removes_the_history_a_killed_run_spilled_and_no_live_ones(
+    tmp_path: Path,
+) -> None:
+    """A run killed outright (SIGKILL: nothing of its own runs) leaves the probe attempts it
+    had spilled to disk, gigabytes after hours; `rsdrill recover` removes them, and leaves a
+    live process's spill alone (gone once that process ends)."""
+    env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
+
+    def spiller() -> tuple[subprocess.Popen[str], Path]:
+        process = subprocess.Popen([sys.executable, "-c", _SPILLER], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+        assert process.stdout is not None
+        directory = Path(process.stdout.readline().strip())
+        assert directory.parent == tmp_path / "home" / "spill" and any(directory.iterdir())
+        return process, directory
+
+    killed, left = spiller()
+    killed.kill()
+    killed.wait()
+    alive, kept = spiller()
+    try:
+        dry = _recover(tmp_path, "--dry-run")
+        assert f"would remove the history a dead run (pid {killed.pid})" in dry.stdout
+        assert left.exists()
+        done = _recover(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"removed the history a dead run (pid {killed.pid}) spilled" in done.stdout
+        assert not left.exists() and kept.exists()
+        assert _recover(tmp_path).stdout.startswith("nothing to recover")
+    finally:
+        alive.communicate("", timeout=30)
+    assert not kept.exists()

@@ -168,7 +168,9 @@ def test_probes_append_while_a_batch_is_written_and_readers_see_each_op_once(
         t.join()
     done.set()
     watcher.join()
-    assert len(history) == 1600 and history._spill.batch_count() > 100
+    # Batches many enough that appends met stores (while one is stored, appends do not start
+    # another: how many there are is the machine's timing, 56-228 of 7 ops seen).
+    assert len(history) == 1600 and history._spill.batch_count() > 20
     for k in range(4):
         assert [op.detail["seq"] for op in history.ops(f"p{k}")] == list(range(400))
     assert seen == sorted(seen)  # never an op read, then gone
