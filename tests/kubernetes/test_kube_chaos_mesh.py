@@ -342,3 +342,101 @@ def test_the_daemon_admits_only_a_caller_the_charts_ca_signed(kube: Kube) -> Non
     assert not _daemon_answers(kube, trusting)
     trusting.load_cert_chain(str(kube.daemon.client))
     assert _daemon_answers(kube, trusting)
+
+
+def _may(kube: Kube, user: str, verb: str, resource: str, group: str = "",
+         namespace: str | None = None) -> bool:  # fmt: skip
+    """The API server's answer (a SubjectAccessReview, asked as the admin) to whether `user`
+    may `verb` `resource` (in `namespace`, else cluster-wide)."""
+    from kubernetes import client
+
+    attributes = {"verb": verb, "resource": resource, "group": group}
+    if namespace is not None:
+        attributes["namespace"] = namespace
+    review = client.AuthorizationV1Api(kube.api).create_subject_access_review(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "resourceAttributes": attributes},
+        }
+    )
+    return bool(review.status.allowed)
+
+
+# What each real controller's own account may and may not do: what it acts with in the tests
+# above is what its chart or Kubernetes' bootstrap policy grants, not the admin's rights.
+ACCOUNTS = {
+    "system:serviceaccount:chaos-mesh:chaos-controller-manager": (
+        [
+            ("delete", "pods", ""),
+            ("update", "podchaos", "chaos-mesh.org"),
+            ("update", "podiochaos", "chaos-mesh.org"),
+        ],
+        [
+            ("delete", "nodes", ""),
+            ("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
+            ("delete", "statefulsets", "apps"),
+            ("impersonate", "users", ""),
+        ],
+    ),
+    "system:serviceaccount:kube-system:statefulset-controller": (
+        [("create", "pods", ""), ("update", "statefulsets/status", "apps")],
+        [
+            ("delete", "nodes", ""),
+            ("create", "podchaos", "chaos-mesh.org"),
+            ("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
+        ],
+    ),
+    "system:serviceaccount:kube-system:node-controller": (
+        [("delete", "pods", ""), ("update", "nodes/status", "")],
+        [("create", "pods", ""), ("delete", "podchaos", "chaos-mesh.org")],
+    ),
+    "system:kube-scheduler": (
+        [("create", "pods/binding", "")],  # (and delete pods: to preempt them)
+        [("create", "pods", ""), ("update", "nodes", ""), ("delete", "nodes", "")],
+    ),
+}
+
+
+@pytest.mark.parametrize("user", list(ACCOUNTS))
+def test_each_real_controller_acts_with_its_own_rights_only(kube: Kube, user: str) -> None:
+    """The real controllers run under their own identities (Chaos Mesh's ServiceAccount with
+    its chart's RBAC; kube-controller-manager with a ServiceAccount per controller; the
+    scheduler as itself): each may do what it did to rsdrill's objects here, in the set's
+    namespaces, and not what a cluster's admin may (so rsdrill's objects pass the controllers'
+    own rights, as in a user's cluster)."""
+    allowed, refused = ACCOUNTS[user]
+    namespace = kube.namespace("rights")
+    for verb, resource, group in allowed:
+        assert _may(kube, user, verb, resource, group, namespace), (verb, resource)
+    for verb, resource, group in refused:
+        assert not _may(kube, user, verb, resource, group, namespace), (verb, resource)
+
+
+def _proc_strings(pid: int, name: str) -> list[str]:
+    return [s.decode() for s in Path(f"/proc/{pid}/{name}").read_bytes().split(b"\0") if s]
+
+
+def test_the_real_controllers_run_as_those_accounts(kube: Kube) -> None:
+    """What the test above checks is who the processes are: Chaos Mesh's controller-manager
+    authenticates with its ServiceAccount's token (the API server says who it is, from the
+    kubeconfig the process was started with), and kube-controller-manager gives each controller
+    its own ServiceAccount's credentials."""
+    from kubernetes import client, config
+
+    if kube.chaos_mesh is None:
+        pytest.skip("Chaos Mesh's controller-manager is not running here")
+    [kubeconfig] = [e.split("=", 1)[1] for e in _proc_strings(kube.chaos_mesh.pid, "environ")
+                    if e.startswith("KUBECONFIG=")]  # fmt: skip
+    api = config.new_client_from_config(kubeconfig)
+    try:
+        review = client.AuthenticationV1Api(api).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )
+    finally:
+        api.close()
+    assert review.status.user_info.username == (
+        "system:serviceaccount:chaos-mesh:chaos-controller-manager")  # fmt: skip
+    argvs = [_proc_strings(p.pid, "cmdline") for p in kube.cluster.processes]
+    [kcm] = [argv for argv in argvs if argv[0].endswith("kube-controller-manager")]
+    assert "--use-service-account-credentials=true" in kcm
