@@ -20,7 +20,7 @@ from rsdrill.sandbox.config import Settings, build_topology
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.controllers import ChaosObjects, Loop
 from tests.kubernetes.kubelet import Kubelet
-from tests.kubernetes.support import make_node, make_statefulset, wait_running
+from tests.kubernetes.support import delete_nodes, make_node, make_statefulset, wait_running
 
 EXPERIMENT = REPO / "experiments" / "k8s-rs3-pod-kill.yaml"
 
@@ -116,6 +116,8 @@ def bound(
         nodes = [f"{namespace}-node-{i}" for i in range(len(spec.members))]
         for node, zone in zip(nodes, zones or [None] * len(nodes), strict=True):
             make_node(kube.api, node, zone)
+        # Gone with the set: the harness renews every node's lease, however many tests ago.
+        teardown.callback(delete_nodes, kube.api, nodes)
         pods = {m.host: f"mongo-{m.id}" for m in spec.members}
         by_pod = {pod: spec.member(host) for host, pod in pods.items()}
         # Each pod and node its own address, as a kubelet reports them (Chaos Mesh's partition
@@ -127,13 +129,17 @@ def bound(
             if sandbox.pid(by_pod[pod]) is None:  # the members run before their pods are made
                 sandbox.start(by_pod[pod])
 
+        def stop(pod: str) -> None:
+            if sandbox.pid(by_pod[pod]) is not None:  # gone already with its lost node
+                sandbox.kill(by_pod[pod])
+
         def running(pod: str, container_id: str) -> None:
             if on_faultfs is not None and daemon is not None:
                 daemon.attach(container_id, on_faultfs.data_dir(by_pod[pod]))
 
         kubelet = Kubelet(
-            kube.api, namespace, on_start=start, on_stop=lambda pod: sandbox.kill(by_pod[pod]),
-            addresses=addresses, on_running=running,
+            kube.api, namespace, on_start=start, on_stop=stop,
+            addresses=addresses, on_running=running, lost=kube.heartbeat.is_lost,
         )  # fmt: skip
         mesh = ChaosObjects(kube.api, namespace)
         loops += [kubelet.start(), mesh.start()]

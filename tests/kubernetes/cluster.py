@@ -205,6 +205,9 @@ def _component_flags(component: str, directory: Path, kubeconfig: Path) -> list[
             # The volume controller's binding of a claim can lose a race with its own update
             # of the volume; it tries again on its next pass: every 2 s, not 15 s, here.
             "--pvclaimbinder-sync-period=2s",
+            # A node whose kubelet went silent is Unknown after 16 s, not 40: eight of the
+            # harness's renewals (kubelet.RENEW_EVERY_S) a grace period, as a kubelet's four.
+            "--node-monitor-grace-period=16s",
         ]
     return flags
 

@@ -4,7 +4,8 @@ Everything a kubelet reports comes from here, and nothing else a kubelet does no
 - `NodeHeartbeat` (one for the whole cluster): each Node reported Ready with its capacity once,
   and its Lease in kube-node-lease renewed, so the real node lifecycle controller keeps it
   Ready; a node `lose`s its heartbeat, and the real controller marks it Unknown, taints it and
-  evicts its pods, as it does when a node dies.
+  evicts its pods, as it does when a node dies (its kubelet does nothing meanwhile: nobody
+  confirms those pods' deletion until the node is `restore`d).
 - `Kubelet` (one per namespace): a pod bound to a node, by the real scheduler or at its
   creation, is started (`on_start(pod)`, then its status Running and Ready); a pod being
   deleted is stopped (`on_stop(pod)`) and its deletion confirmed (grace 0, what a kubelet
@@ -30,7 +31,9 @@ from tests.kubernetes.controllers import Loop, now
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_S = 40  # a kubelet's default
-RENEW_EVERY_S = 5.0  # a kubelet renews at a quarter of the duration; half that here: a busy CI
+# A kubelet renews every 10 s, four times the controller's default grace period of 40 s; here
+# eight times the test cluster's 16 s (cluster.py): room for a busy CI.
+RENEW_EVERY_S = 2.0
 # Enough that the scheduler's resource fit never refuses a test pod.
 CAPACITY = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
 
@@ -69,9 +72,20 @@ class NodeHeartbeat(Loop):
         self._lock = threading.Lock()
 
     def lose(self, node: str) -> None:
-        """The node dies: no more heartbeats (its Lease expires after 40 s)."""
+        """The node dies: no more heartbeats (its Lease expires after 40 s), and its kubelet
+        does nothing more (`Kubelet` asks `is_lost`)."""
         with self._lock:
             self._lost.add(node)
+
+    def restore(self, node: str) -> None:
+        """The node is back: its kubelet reports Ready and renews its Lease again."""
+        with self._lock:
+            self._lost.discard(node)
+        report_ready(self.core.api_client, node)
+
+    def is_lost(self, node: str) -> bool:
+        with self._lock:
+            return node in self._lost
 
     def tick(self) -> None:
         from kubernetes.client.rest import ApiException
@@ -123,6 +137,7 @@ class Kubelet(Loop):
         on_stop: Callable[[str], None] | None = None,
         addresses: dict[str, dict[str, str]] | None = None,
         on_running: Callable[[str, str], None] | None = None,
+        lost: Callable[[str], bool] | None = None,
     ) -> None:
         from kubernetes import client
 
@@ -136,6 +151,7 @@ class Kubelet(Loop):
         self.on_start = on_start
         self.on_stop = on_stop
         self.on_running = on_running  # (pod, the id of the container it now runs)
+        self.lost = lost or (lambda node: False)  # a lost node's kubelet does nothing
         self.running: dict[str, str] = {}  # pod → the uid of the pod whose container runs
         self.images: dict[str, str] = {}  # pod → the image its member runs in
         self.swapped: set[str] = set()  # pods whose container runs another image for now
@@ -148,12 +164,18 @@ class Kubelet(Loop):
 
         from tests.kubernetes.support import mark_running
 
-        pods = self.core.list_namespaced_pod(self.namespace).items
+        listed = self.core.list_namespaced_pod(self.namespace).items
+        # A lost node's kubelet is gone with it: its pods are neither stopped nor started, nor
+        # their deletion confirmed.
+        unreached = {
+            p.metadata.name for p in listed if p.spec.node_name and self.lost(p.spec.node_name)
+        }
+        pods = [p for p in listed if p.metadata.name not in unreached]
         going = [p for p in pods if p.metadata.deletion_timestamp]
         staying = {p.metadata.name: p for p in pods if not p.metadata.deletion_timestamp}
         # Stops first: a controller's replacement may be there already, beside the pod it
         # replaces or in its place.
-        for name in [n for n in self.running if n not in staying]:
+        for name in [n for n in self.running if n not in staying and n not in unreached]:
             self._end(name)  # being deleted, or deleted outright
         for pod in going:
             try:

@@ -34,6 +34,20 @@ def make_node(api: Any, name: str, zone: str | None = None) -> None:
     report_ready(api, name)
 
 
+def delete_nodes(api: Any, names: list[str]) -> None:
+    """Nodes deleted (those already gone, e.g. by a drain's delete, skipped); their leases go
+    with them (owned by the Node), their pods with the pod GC."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    for name in names:
+        try:
+            client.CoreV1Api(api).delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
 STORAGE_CLASS = "rsdrill-local"
 
 

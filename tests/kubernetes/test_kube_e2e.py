@@ -23,9 +23,13 @@ from typing import Any
 import pytest
 import yaml
 
+from rsdrill.connection import ConnectOptions
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
+from rsdrill.states import member_state
+from tests.harness.members import wait_until
 from tests.harness.processes import kill_after_line, python_named
+from tests.harness.sharded_cluster import wait_back_as_secondary
 from tests.kubernetes.bound import EXPERIMENT, BoundSet, aimed, rsdrill_cli, run_file
 from tests.kubernetes.cluster import REPO
 from tests.kubernetes.conftest import Kube
@@ -141,6 +145,72 @@ def test_node_drain_fails_over_and_the_pod_waits_for_its_volumes_node(
     [term] = volume.spec.node_affinity.required.node_selector_terms
     assert term.match_expressions[0].values == [node]  # where the pod's data is
     assert pod not in bound_set.kubelet.running
+
+
+def _ready(core: Any, node: str) -> str:
+    [ready] = [c for c in core.read_node(node).status.conditions if c.type == "Ready"]
+    return str(ready.status)
+
+
+@pytest.mark.slow
+def test_a_lost_node_is_unreachable_and_its_pod_kept_until_the_node_is_back(
+    kube: Kube, bound_set: BoundSet
+) -> None:
+    """A node dies (its kubelet silent, the primary on it gone): the real node lifecycle
+    controller marks it Unknown after its grace period and taints it unreachable; the taint
+    eviction controller evicts the pod once its toleration runs out, but with no kubelet to
+    confirm, the pod stays, Terminating, and the real StatefulSet controller makes no second one
+    (one pod per identity); the set fails over meanwhile. The node back, its kubelet confirms
+    the deletion, and the StatefulSet's new pod there brings the member back."""
+    from kubernetes import client
+
+    core, namespace = client.CoreV1Api(kube.api), bound_set.namespace
+    members = bound_set.sandbox.spec.members
+    [primary] = [
+        m for m in members if member_state(m.host, 1.0, options=ConnectOptions()) == "PRIMARY"
+    ]
+    pod = bound_set.pods[primary.host]
+    before = core.read_namespaced_pod(pod, namespace)
+    node = before.spec.node_name
+    # Evicted 2 s after the taint, not the admission default's 300 s (a pod may only shorten
+    # its tolerations; users set this for stateful pods).
+    unreachable = "node.kubernetes.io/unreachable"
+    tolerations = [{"key": t.key, "operator": t.operator, "effect": t.effect,
+                    "tolerationSeconds": 2 if t.key == unreachable else t.toleration_seconds}
+                   for t in before.spec.tolerations or []]  # fmt: skip
+    if not any(t["key"] == unreachable for t in tolerations):
+        tolerations.append({"key": unreachable, "operator": "Exists", "effect": "NoExecute",
+                            "tolerationSeconds": 2})  # fmt: skip
+    core.patch_namespaced_pod(pod, namespace, {"spec": {"tolerations": tolerations}})
+    kube.heartbeat.lose(node)
+    bound_set.sandbox.kill(primary)
+    try:
+        wait_until(lambda: _ready(core, node) == "Unknown", 60, f"{node} Unknown")
+
+        def tainted() -> bool:
+            taints = {(t.key, t.effect) for t in core.read_node(node).spec.taints or []}
+            return (unreachable, "NoExecute") in taints
+
+        wait_until(tainted, 30, f"{node} tainted unreachable")
+        wait_until(lambda: core.read_namespaced_pod(pod, namespace).metadata.deletion_timestamp,
+                   30, f"{pod} evicted")  # fmt: skip
+        others = [m for m in members if m != primary]
+        wait_until(lambda: any(member_state(m.host, 1.0, options=ConnectOptions()) == "PRIMARY"
+                               for m in others), 30, "a new primary")  # fmt: skip
+        time.sleep(3)  # what the StatefulSet controller does meanwhile: nothing
+        held = core.read_namespaced_pod(pod, namespace)
+        assert held.metadata.uid == before.metadata.uid and held.metadata.deletion_timestamp
+        assert len(core.list_namespaced_pod(namespace).items) == len(members)
+    finally:
+        kube.heartbeat.restore(node)
+
+    def replaced() -> bool:
+        now = core.read_namespaced_pod(pod, namespace)
+        return now.metadata.uid != before.metadata.uid and now.status.phase == "Running"
+
+    wait_until(replaced, 60, f"{pod} re-created and running")
+    assert core.read_namespaced_pod(pod, namespace).spec.node_name == node  # its volume's
+    wait_back_as_secondary(primary.host)
 
 
 @pytest.mark.slow
