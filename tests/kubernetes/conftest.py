@@ -139,11 +139,16 @@ def kube() -> Kube:
     return _shared.get()
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    # After the item's own teardown (trylast), so a module's fixtures using the cluster are gone.
-    if nextitem is None or HERE not in nextitem.path.parents:
-        _shared.stop()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    # Around the item's own teardown, so a module's fixtures using the cluster are gone first;
+    # and even when one of them failed (a trylast hook was skipped then: the cluster outlived
+    # the run).
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or HERE not in nextitem.path.parents:
+            _shared.stop()
 
 
 @pytest.fixture
