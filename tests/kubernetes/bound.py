@@ -111,13 +111,13 @@ def bound(
         sandbox = up(directory / "set", spec, EmulatorEngine(),
                      on_faultfs.mount_all if on_faultfs else None)  # fmt: skip
         teardown.callback(sandbox.down, grace_s=2.0)
-        teardown.callback(lambda: [loop.stop() for loop in loops])
         namespace = kube.namespace("e2e")
         nodes = [f"{namespace}-node-{i}" for i in range(len(spec.members))]
         for node, zone in zip(nodes, zones or [None] * len(nodes), strict=True):
             make_node(kube.api, node, zone)
         # Gone with the set: the harness renews every node's lease, however many tests ago.
         teardown.callback(delete_nodes, kube.api, nodes)
+        teardown.callback(lambda: [loop.stop() for loop in loops])  # first of all
         pods = {m.host: f"mongo-{m.id}" for m in spec.members}
         by_pod = {pod: spec.member(host) for host, pod in pods.items()}
         # Each pod and node its own address, as a kubelet reports them (Chaos Mesh's partition
