@@ -4,6 +4,7 @@ a nightly job runs it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +21,13 @@ from rsdrill.sandbox.config import Settings, build_topology
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.controllers import ChaosObjects, Loop
 from tests.kubernetes.kubelet import Kubelet
-from tests.kubernetes.support import delete_nodes, make_node, make_statefulset, wait_running
+from tests.kubernetes.support import (
+    delete_nodes,
+    make_node,
+    make_statefulset,
+    rsdrill_objects,
+    wait_running,
+)
 
 EXPERIMENT = REPO / "experiments" / "k8s-rs3-pod-kill.yaml"
 
@@ -62,6 +69,24 @@ def aimed(
     path = tmp / source.name
     path.write_text(yaml.safe_dump(document))
     return path
+
+
+def file_run(
+    kube: Any, bound_set: BoundSet, tmp_path: Path, source: Path, **fault: Any
+) -> dict[str, Any]:
+    """`rsdrill run` of the experiment file `source` on the bound set, its one fault changed by
+    `fault` and its observation after the revert 3 s: result.json, once it passed."""
+    [written] = yaml.safe_load(source.read_text())["faults"]
+    path = bound_set.experiment(
+        kube, tmp_path, source, faults=[{**written, **fault}], observe={"after_revert": "3s"}
+    )
+    run = run_file(path, tmp_path / "out", tmp_path / "home")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    result: dict[str, Any] = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["verdict"] == "pass" and result["metrics"]["lost_acknowledged_writes"] == 0
+    assert rsdrill_objects(kube.api, bound_set.namespace) == []
+    return result
 
 
 def rsdrill_cli(*args: str, home: Path) -> subprocess.Popen[str]:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rsdrill.connection import ConnectOptions
 from rsdrill.faultfs.control import request as faultfs_request
@@ -26,7 +25,7 @@ from rsdrill.states import member_state
 from tests.harness.members import wait_until
 from tests.harness.processes import kill_after_line
 from tests.harness.sharded_cluster import wait_back_as_secondary
-from tests.kubernetes.bound import BoundSet, rsdrill_cli, run_file
+from tests.kubernetes.bound import BoundSet, file_run, rsdrill_cli, run_file
 from tests.kubernetes.chaos_mesh import DAEMON_PORT, DAEMON_SERVER_NAME
 from tests.kubernetes.cluster import REPO
 from tests.kubernetes.conftest import Kube
@@ -288,17 +287,10 @@ def test_the_catalogs_io_latency_slows_the_primarys_writes_through_the_real_cont
     (no rule left on any member's volume)."""
     if kube.daemon is None:
         pytest.skip("the stand-in chaos-daemon needs root and `ip` for its network namespace")
-    document = yaml.safe_load(IO_LATENCY.read_text())
-    [fault] = document["faults"]
     before = len(kube.daemon.calls())
-    path = bound_set.experiment(kube, tmp_path, source=IO_LATENCY,
-                                faults=[{**fault, "at": "3s", "duration": "6s"}],
-                                observe={"after_revert": "3s"})  # fmt: skip
-    run = run_file(path, tmp_path / "out", tmp_path / "home")
-    output, _ = run.communicate(timeout=240)
-    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    result = file_run(kube, bound_set, tmp_path, IO_LATENCY, at="3s", duration="6s")
     [done] = result["faults"]
-    assert done["verified_at_s"] is not None and done["reverted_at_s"] is not None, output
+    assert done["verified_at_s"] is not None and done["reverted_at_s"] is not None, done
     calls = [c["method"] for c in kube.daemon.calls()[before:]]
     print("daemon calls", calls, "metrics", result["metrics"])
     assert calls in (["ApplyBlockChaos", "RecoverBlockChaos"], ["ApplyIOChaos", "ApplyIOChaos"])
@@ -314,8 +306,6 @@ def test_the_catalogs_io_latency_slows_the_primarys_writes_through_the_real_cont
     for member in bound_set.sandbox.spec.members:
         mount = member_dir(bound_set.sandbox.directory, member) / "data"
         assert faultfs_request(mount, {"op": "status"})["rules"] == {}, member.host
-    assert run.returncode == 0, output
-    assert rsdrill_objects(kube.api, bound_set.namespace) == []
 
 
 def _daemon_answers(kube: Kube, context: ssl.SSLContext) -> bool:

@@ -30,7 +30,7 @@ from rsdrill.states import member_state
 from tests.harness.members import wait_until
 from tests.harness.processes import kill_after_line, python_named
 from tests.harness.sharded_cluster import wait_back_as_secondary
-from tests.kubernetes.bound import EXPERIMENT, BoundSet, aimed, rsdrill_cli, run_file
+from tests.kubernetes.bound import EXPERIMENT, BoundSet, aimed, file_run, rsdrill_cli, run_file
 from tests.kubernetes.cluster import REPO
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.controllers import ChaosObjects, LitmusOperator
@@ -83,24 +83,6 @@ def test_pod_kill_run_measures_a_failover(kube: Kube, bound_set: BoundSet, tmp_p
     assert rsdrill_objects(kube.api, namespace) == []
 
 
-def _file_run(
-    kube: Kube, bound_set: BoundSet, tmp_path: Path, source: Path, **fault: Any
-) -> dict[str, Any]:
-    """`rsdrill run` of the experiment file `source` on the bound set, its one fault changed by
-    `fault` and its observation after the revert 3 s: result.json, once it passed."""
-    [written] = yaml.safe_load(source.read_text())["faults"]
-    path = bound_set.experiment(
-        kube, tmp_path, source, faults=[{**written, **fault}], observe={"after_revert": "3s"}
-    )
-    run = run_file(path, tmp_path / "out", tmp_path / "home")
-    output, _ = run.communicate(timeout=240)
-    assert run.returncode == 0, output
-    result: dict[str, Any] = json.loads((tmp_path / "out" / "result.json").read_text())
-    assert result["verdict"] == "pass" and result["metrics"]["lost_acknowledged_writes"] == 0
-    assert rsdrill_objects(kube.api, bound_set.namespace) == []
-    return result
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("bound_set", [{"topology": "rs1"}], indirect=True)
 def test_rs1_pod_kill_lasts_until_the_statefulset_has_the_pod_back(
@@ -110,7 +92,7 @@ def test_rs1_pod_kill_lasts_until_the_statefulset_has_the_pod_back(
     only member's pod; writes stop until the real StatefulSet controller has re-created the
     pod, the real scheduler has put it on its volume's node and the member is primary again:
     the write gap covers the pod's absence, within the file's SLO."""
-    result = _file_run(kube, bound_set, tmp_path, RS1_EXPERIMENT, at="2s", duration="5s")
+    result = file_run(kube, bound_set, tmp_path, RS1_EXPERIMENT, at="2s", duration="5s")
     [(pod, absent_s)] = bound_set.kubelet.absences
     gap = result["metrics"]["write_unavailable_s"]
     print(f"pod {pod} absent {absent_s:.2f}s; write gap {gap:.2f}s")
@@ -127,7 +109,7 @@ def test_node_drain_fails_over_and_the_pod_waits_for_its_volumes_node(
     scheduler leaves it Pending: its local volume is on the node that is gone."""
     from kubernetes import client
 
-    result = _file_run(kube, bound_set, tmp_path, DRAIN_EXPERIMENT, at="2s", duration="4s")
+    result = file_run(kube, bound_set, tmp_path, DRAIN_EXPERIMENT, at="2s", duration="4s")
     [fault] = result["faults"]
     pod = bound_set.pods[fault["target"]]
     node = f"{bound_set.namespace}-node-{pod.rsplit('-', 1)[1]}"
