@@ -60,6 +60,7 @@ class Coordinators:
         self._shards: dict[str, ReplicaSet] = {}
         self._config: ReplicaSet | None = None
         self.hang_points: set[str] = set()
+        self.hang_entries: dict[str, int] = {}  # how often each hang point was reached
 
     # -- what the command handler asks ----------------------------------------------------
 
@@ -145,6 +146,7 @@ class Coordinators:
         return {}
 
     async def _hang_at(self, name: str) -> None:
+        self.hang_entries[name] = self.hang_entries.get(name, 0) + 1
         while name in self.hang_points:
             await asyncio.sleep(0.01)
 

@@ -189,7 +189,7 @@ async def _configure_fail_point(cmds: Commands, req: Request) -> dict[str, Any]:
     if name in HANG_POINTS:
         hanging = cmds.coordinators.hang_points
         hanging.discard(name) if req.body.get("mode") == "off" else hanging.add(name)
-        return {"count": 0}
+        return {"count": cmds.coordinators.hang_entries.get(name, 0)}
     fail_point = FailPoint.from_command(req.body)
     if fail_point is None:
         cmds.fail_points.pop(name, None)

@@ -185,11 +185,21 @@ def test_snapshot_reads_never_see_half_of_a_transaction_on_two_shards(
     assert seen[-1] == (60, 60) or coll.find_one({"_id": a})["v"] == list(range(60))
 
 
-def _hold_decision(cluster: ShardedSandbox, on: bool) -> None:
-    """MongoDB's hangBeforeWritingDecision on shard0's primary (the coordinator)."""
-    with _direct(cluster, "shard0") as direct:
-        direct.admin.command("configureFailPoint", "hangBeforeWritingDecision",
-                             mode="alwaysOn" if on else "off")  # fmt: skip
+def _hold_decision(cluster: ShardedSandbox, on: bool) -> int:
+    """MongoDB's hangBeforeWritingDecision on each running member of shard0, so whichever is
+    primary when the transaction commits (the coordinator) holds its decision, even after an
+    election the test did not make (a member starved on a loaded machine); how many times
+    they had reached it."""
+    entered = 0
+    shard0 = cluster.sets["shard0"]
+    for member in shard0.spec.members:
+        if shard0.pid(member) is None:
+            continue  # killed by the test
+        with MongoClient(member.host, directConnection=True) as one:
+            reply = one.admin.command("configureFailPoint", "hangBeforeWritingDecision",
+                                      mode="alwaysOn" if on else "off")  # fmt: skip
+        entered += int(reply["count"])
+    return entered
 
 
 def _commit_in_background(client: Client, a: int, b: int, value: int
@@ -227,6 +237,12 @@ def _prepared_on_both(cluster: ShardedSandbox, before: dict[str, int]) -> bool:
     return all(n > before[s] for s, n in _prepares(cluster).items())
 
 
+def _decision_held(cluster: ShardedSandbox, entered: int) -> None:
+    """Until shard0's coordinator holds its decision: both shards voted, that is each one's
+    prepare entry is majority-committed (an entry merely written could yet be rolled back)."""
+    wait_until(lambda: _hold_decision(cluster, True) > entered, 20, "the decision held")
+
+
 def _primary_or_none(cluster: ShardedSandbox, shard: str) -> Any:
     try:
         return _primary(cluster, shard)
@@ -248,7 +264,7 @@ def test_a_coordinator_killed_before_its_decision_is_replaced_by_its_shard_s_nex
     cluster: ShardedSandbox, client: Client, keys: Keys, asked_again: bool
 ) -> None:
     a, b = keys.pair()
-    _hold_decision(cluster, True)
+    entered = _hold_decision(cluster, True)
     coordinator = _primary(cluster, "shard0")
     before = _prepares(cluster)
     router = cluster.spec.routers[0]
@@ -258,12 +274,15 @@ def test_a_coordinator_killed_before_its_decision_is_replaced_by_its_shard_s_nex
         try:
             thread, outcome = _commit_in_background(committer, a, b, 41)
             wait_until(lambda: _prepared_on_both(cluster, before), 20, "both parts prepared")
+            _decision_held(cluster, entered)
+            coordinator = _primary(cluster, "shard0")
             # Prepared, undecided: a snapshot read of shard1's document at its newest time
             # waits (mongod's prepare conflict).
             with _direct(cluster, "shard1") as direct, direct.start_session(snapshot=True) as \
                     reader, pytest.raises(ExecutionTimeout):  # fmt: skip
                 direct[NS_DB][NS_COLL].find({"_id": b}, session=reader).max_time_ms(300).to_list()
             cluster.sets["shard0"].kill(coordinator)  # its fail point dies with it
+            _hold_decision(cluster, False)  # and the next primary's is lifted
             if not asked_again:
                 cluster.kill_router(router)
             thread.join(90)
@@ -276,7 +295,7 @@ def test_a_coordinator_killed_before_its_decision_is_replaced_by_its_shard_s_nex
             assert _on_shard(cluster, "shard1", b) == [41]
             wait_until(lambda: _coordinator_docs(cluster) == 0, 20, "the coordinator document gone")
         finally:
-            _hold_decision(cluster, False)  # on shard0's primary if it was never killed
+            _hold_decision(cluster, False)  # if the test failed before
             cluster.restart_router(router)
             _restart(cluster, "shard0", coordinator)
 
@@ -285,12 +304,14 @@ def test_a_participant_killed_while_prepared_commits_on_its_next_primary(
     cluster: ShardedSandbox, client: Client, keys: Keys
 ) -> None:
     a, b = keys.pair()
-    _hold_decision(cluster, True)
+    entered = _hold_decision(cluster, True)
     participant = _primary(cluster, "shard1")
     before = _prepares(cluster)
     try:
         thread, outcome = _commit_in_background(client, a, b, 42)
         wait_until(lambda: _prepared_on_both(cluster, before), 20, "both parts prepared")
+        _decision_held(cluster, entered)
+        participant = _primary(cluster, "shard1")
         cluster.sets["shard1"].kill(participant)
         wait_until(lambda: _primary_or_none(cluster, "shard1") not in (None, participant), 30,
                    "a new shard1 primary")  # fmt: skip
