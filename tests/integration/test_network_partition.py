@@ -68,6 +68,18 @@ def _status_of(observer: str, host: str) -> dict[str, Any]:
     return next(m for m in status["members"] if m["name"] == host)
 
 
+def _views(observer: str) -> Any:
+    """Each member's state, health and term as `observer` sees them, or why it could not say."""
+    try:
+        with MongoClient(observer, directConnection=True, serverSelectionTimeoutMS=500) as client:
+            status = client.admin.command("replSetGetStatus")
+    except Exception as exc:
+        return repr(exc)
+    return {"term": status.get("term"), "members": [
+        (m["name"], m["stateStr"], m.get("health"), m.get("lastHeartbeatMessage"))
+        for m in status["members"]]}  # fmt: skip
+
+
 def _marked_connections(ports: set[int]) -> list[str]:
     """Conntrack records of connections to `ports` that carry a partition's mark. A record has
     two tuples, and which is "original" depends on who sent first when conntrack picked the
@@ -113,10 +125,14 @@ def test_primary_cut_off_from_members_steps_down_and_rejoins_after_heal(
     assert partition.table not in rsdrill_tables()
     assert not _ports(sandbox) & set(netcls.tagged_ports())
     assert not _marked_connections(_ports(sandbox)), "the marked records are forgotten"
-    wait_until(
-        lambda: _status_of(new.host, primary)["stateStr"] == "SECONDARY",
-        15, "the old primary to rejoin as SECONDARY",
-    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: _status_of(new.host, primary)["stateStr"] == "SECONDARY",
+            15, "the old primary to rejoin as SECONDARY",
+        )  # fmt: skip
+    except pytest.fail.Exception:  # what each side saw, for a miss on a loaded machine
+        views = {host: _views(host) for host in (new.host, primary)}
+        pytest.fail(f"the old primary {primary} did not rejoin as SECONDARY in 15 s: {views}")
     # Reverting again finds nothing to do.
     again = heal(partition.revert_action() or {})
     assert "nothing left to remove" in again
