@@ -62,16 +62,19 @@ def _ports(sandbox: Sandbox) -> set[int]:
     return {m.port for m in sandbox.spec.members}
 
 
-def _status_of(observer: str, host: str) -> dict[str, Any]:
+def _status(observer: str) -> dict[str, Any]:
+    """replSetGetStatus as `observer` answers it."""
     with MongoClient(observer, directConnection=True, serverSelectionTimeoutMS=500) as client:
-        status = client.admin.command("replSetGetStatus")
-    return next(m for m in status["members"] if m["name"] == host)
+        return client.admin.command("replSetGetStatus")
+
+
+def _status_of(observer: str, host: str) -> dict[str, Any]:
+    return next(m for m in _status(observer)["members"] if m["name"] == host)
 
 
 def _rejoined(observer: str, host: str) -> bool:
     """`host` is healthy in `observer`'s view, as a secondary or the one primary."""
-    with MongoClient(observer, directConnection=True, serverSelectionTimeoutMS=500) as client:
-        members = client.admin.command("replSetGetStatus")["members"]
+    members = _status(observer)["members"]
     states = {m["name"]: m["stateStr"] for m in members}
     one = next(m for m in members if m["name"] == host)
     return (
@@ -84,8 +87,7 @@ def _rejoined(observer: str, host: str) -> bool:
 def _views(observer: str) -> Any:
     """Each member's state, health and term as `observer` sees them, or why it could not say."""
     try:
-        with MongoClient(observer, directConnection=True, serverSelectionTimeoutMS=500) as client:
-            status = client.admin.command("replSetGetStatus")
+        status = _status(observer)
     except Exception as exc:
         return repr(exc)
     return {"term": status.get("term"), "members": [
