@@ -21,7 +21,11 @@ row says whether each layer meets issue 18's target for it (`TARGETS`); under th
 row, the tracked layer to LazyFS on the write and write+fsync rows.
 For the compiled layer, where a 4 KiB write's time goes: the client's mean time per write, the
 data path's handler time and its pwrite's (the `profile` in `status`); the rest is the kernel's
-FUSE round trip. First with no rule and on
+FUSE round trip. Then one writer's 4 KiB writes with the writer and every daemon thread pinned,
+on the same CPU and on different ones, beside two threads' wake round trip (a pipe each way):
+where waking a thread on another CPU is dear (117 us here, 4 us on the same CPU), a one-writer
+row above measures which CPU the scheduler puts the daemon's reader on, and this table the
+served path itself. First with no rule and on
 the plain backing directory (overhead: ops/s through faultfs vs plain; also the emulator's own
 workload: SQLite in WAL mode, synchronous=FULL, a commit every 50 inserts), then with write and read
 IOPS caps at 100 and 500 (measured vs configured), a bandwidth cap (MiB/s with 128 KiB writes),
@@ -496,6 +500,78 @@ def _write_profile(backing: Path, point: Path, seconds: float, threads: int) -> 
         )
 
 
+def _wake_round_trip_us(cpus: tuple[int, int], count: int = 20_000) -> float:
+    """Mean time for one thread to wake another on `cpus[1]` through a pipe and be woken back."""
+    there, back = os.pipe(), os.pipe()
+
+    def echo() -> None:
+        os.sched_setaffinity(0, {cpus[1]})
+        for _ in range(count):
+            os.read(there[0], 1)
+            os.write(back[1], b"x")
+
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpus[0]})
+    peer = threading.Thread(target=echo)
+    peer.start()
+    started = time.perf_counter()
+    for _ in range(count):
+        os.write(there[1], b"x")
+        os.read(back[0], 1)
+    elapsed = time.perf_counter() - started
+    peer.join()
+    os.sched_setaffinity(0, mask)
+    for fd in (*there, *back):
+        os.close(fd)
+    return elapsed / count * 1e6
+
+
+def _pin_daemons(point: Path, cpus: set[int]) -> None:
+    """Every thread of the processes serving `point` (their command line names it) on `cpus`."""
+    mine = str(os.getpid())
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if pid == mine or os.fsencode(point) not in argv:
+                continue
+            for task in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(task), cpus)
+        except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
+            continue
+
+
+def _placement(points: dict[str, Path], seconds: float) -> None:
+    """One writer's 4 KiB sequential writes, writer on the first CPU and each daemon pinned to
+    it or to another: the served path without the scheduler's placement in the figure."""
+    first, *others = sorted(os.sched_getaffinity(0))
+    if not others:
+        print("\none writer by CPU placement: skipped (one CPU)")
+        return
+    labels = [label for label in ("compiled", "passthrough_hp") if label in points]
+    print(f"\none writer's 4 KiB sequential writes by CPU placement (ops/s; the writer on CPU "
+          f"{first}; two threads' wake round trip: same CPU "
+          f"{_wake_round_trip_us((first, first)):.1f} us, another CPU "
+          f"{_wake_round_trip_us((first, others[0])):.1f} us)")  # fmt: skip
+    print(f"  {'daemon':<22}" + "".join(f"{label:>{_width(label)}}" for label in labels)
+          + ("   compiled/passthrough_hp" if len(labels) == 2 else ""))  # fmt: skip
+    mask = os.sched_getaffinity(0)
+    for name, cpu in (("on the writer's CPU", first), ("on another CPU", others[0])):
+        figures: dict[str, float] = {}
+        os.sched_setaffinity(0, {first})  # the writer thread inherits it
+        try:
+            for label in labels:
+                _pin_daemons(points[label], {cpu})
+                figures[label] = len(_drive(points[label] / "file", "write", seconds, 1,
+                                            pattern="sequential")) / seconds  # fmt: skip
+                _pin_daemons(points[label], mask)
+        finally:
+            os.sched_setaffinity(0, mask)
+        ratio = (f"{figures['compiled'] / figures['passthrough_hp']:>26.2f}"
+                 if len(labels) == 2 else "")  # fmt: skip
+        print(f"  {name:<22}" + "".join(f"{figures[label]:>{_width(label)}.0f}"
+                                        for label in labels) + ratio)  # fmt: skip
+
+
 def run(backing: Path, points: dict[str, Path], seconds: float, threads: int) -> None:
     rate: Callable[[list[float]], float] = lambda ds: len(ds) / seconds  # noqa: E731
     print("\noverhead with no rule set (ops/s; ratio to plain; ok / MISS against the target)")
@@ -518,6 +594,7 @@ def run(backing: Path, points: dict[str, Path], seconds: float, threads: int) ->
     print("  (sqlite: WAL inserts/s, a commit every 50; an emulator member makes 10 commits/s)")
     _peer_ratios(rows)
     _write_profile(backing, points["compiled"], seconds, threads)
+    _placement(points, seconds)
 
     print(f"\nIOPS caps (target ±{CAP_TOLERANCE:.0%}; measured ops/s, ratio to configured)")
     print(f"  {'cap':<22}{'configured':>11}" + "".join(f"{label:>11}{'ratio':>7}{'':>6}"
