@@ -19,19 +19,20 @@ an fsync, so one file's fsyncs reach the daemon one at a time; then of a file pe
 row says whether each layer meets issue 18's target for it (`TARGETS`); under the table, issue
 35's ratios to the peers (`PEER_TARGETS`): the served compiled layer to passthrough_hp on every
 row, the tracked layer to LazyFS on the write and write+fsync rows.
-For the compiled layer, where a 4 KiB write's time goes: the client's mean time per write, the
-data path's handler time and its pwrite's (the `profile` in `status`); the rest is the kernel's
-FUSE round trip. Then one writer's 4 KiB writes with the writer and every daemon thread pinned,
-on the same CPU and on different ones, beside two threads' wake round trip (a pipe each way):
-where waking a thread on another CPU is dear (117 us here, 4 us on the same CPU), a one-writer
-row above measures which CPU the scheduler puts the daemon's reader on, and this table the
-served path itself. First with no rule and on
-the plain backing directory (overhead: ops/s through faultfs vs plain; also the emulator's own
-workload: SQLite in WAL mode, synchronous=FULL, a commit every 50 inserts), then with write and read
-IOPS caps at 100 and 500 (measured vs configured), a bandwidth cap (MiB/s with 128 KiB writes),
-and added latency of 5 and 20 ms (median op time with the rule minus without). Targets: caps
-within ±15 %, added latency within ±20 %. Caps and latency are measured on the compiled and the
-Python layer (passthrough files opened before a rule bypass it by design: docs/storage-faults.md).
+For the compiled layer, where a 4 KiB write's time goes: the client's mean time per write, the data
+path's handler time and its pwrite's (the `profile` in `status`); the rest is the kernel's FUSE
+round trip. Then one writer's 4 KiB writes with the writer and every daemon thread pinned, on the
+same CPU and on different ones, beside two threads' wake round trip (a pipe each way): where waking
+a thread on another CPU is dear (117 us on this VM, whose idle vCPUs halt at once, 10 us when they
+poll 200 us first, 4 us on the same CPU), a one-writer row above measures which CPU the scheduler
+puts the daemon's reader on, and this table the served path itself. First with no rule and on the
+plain backing directory (overhead: ops/s through faultfs vs plain; also the emulator's own
+workload: SQLite in WAL mode, synchronous=FULL, a commit every 50 inserts), then with write and
+read IOPS caps at 100 and 500 (measured vs configured), a bandwidth cap (MiB/s with 128 KiB
+writes), and added latency of 5 and 20 ms (median op time with the rule minus without). Targets:
+caps within ±15 %, added latency within ±20 %. Caps and latency are measured on the compiled and
+the Python layer (passthrough files opened before a rule bypass it by design:
+docs/storage-faults.md).
 
 Last, an rs3 sandbox with its members' data directories on each layer and peer vs a plain
 directory: inserts/s with w:majority from a few client threads; the emulator's members, and real
@@ -540,6 +541,18 @@ def _pin_daemons(point: Path, cpus: set[int]) -> None:
             continue
 
 
+HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+
+
+def _halt_poll() -> str:
+    """How long an idle vCPU polls before it halts (the haltpoll cpuidle driver of a VM guest),
+    which decides what waking a thread on an idle CPU costs; '' where there is no such driver."""
+    try:
+        return f"; an idle vCPU polls {int(HALT_POLL.read_text()) / 1000:g} us before it halts"
+    except (OSError, ValueError):
+        return ""
+
+
 def _placement(points: dict[str, Path], seconds: float) -> None:
     """One writer's 4 KiB sequential writes, writer on the first CPU and each daemon pinned to
     it or to another: the served path without the scheduler's placement in the figure."""
@@ -551,7 +564,7 @@ def _placement(points: dict[str, Path], seconds: float) -> None:
     print(f"\none writer's 4 KiB sequential writes by CPU placement (ops/s; the writer on CPU "
           f"{first}; two threads' wake round trip: same CPU "
           f"{_wake_round_trip_us((first, first)):.1f} us, another CPU "
-          f"{_wake_round_trip_us((first, others[0])):.1f} us)")  # fmt: skip
+          f"{_wake_round_trip_us((first, others[0])):.1f} us{_halt_poll()})")  # fmt: skip
     print(f"  {'daemon':<22}" + "".join(f"{label:>{_width(label)}}" for label in labels)
           + ("   compiled/passthrough_hp" if len(labels) == 2 else ""))  # fmt: skip
     mask = os.sched_getaffinity(0)
