@@ -9,20 +9,27 @@ zipfian): A 50/50 read/update, B 95/5, C reads only (reads by `_id`, updates `$s
 acknowledged with `j: true` likewise). Then the emulator's rs3 inserts at w:1 and w:majority.
 Each cell runs `--seconds`; printed: ops/s, p50 and p99 latency, and emulator/FerretDB.
 
+Both inserts are bound by the disk's fsync, whose latency here moves several-fold from one minute
+to the next (a run of 2026-12-01 saw FerretDB's one-thread inserts at 426/s, another a few minutes
+later at 858/s). So both servers stay up and the insert cells take turns, `--rounds` times (the
+emulator's, then FerretDB's, for each thread count): each round's ratio compares cells a few
+seconds apart, and the ratio printed is the median of the rounds'.
+
 Usage: python bench/emulator_vs_ferretdb.py [--seconds 4] [--records 2000] [--threads 1,8]
-       [--only emulator]   (the emulator's rows only: for a before/after of a change)
+       [--rounds 3] [--only emulator]   (the emulator's rows only: for a before/after of a change)
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,25 +94,27 @@ def _drive(threads: int, seconds: float, op: Callable[[random.Random, int], None
                 sum(c.errors for c in cells))  # fmt: skip
 
 
-def _rows(
-    uri: str, args: argparse.Namespace, w: int | str = 1, ycsb: bool = True
-) -> Iterator[tuple[str, Cell]]:
-    """The workload's cells against one server, each named by its row, in a fixed order."""
-    concern = WriteConcern(w=w, j=True)
+def _inserts(uri: str, args: argparse.Namespace, threads: int, name: str,
+             w: int | str = 1) -> Cell:  # fmt: skip
+    """Journaled inserts into a new collection `name` from `threads` threads."""
+    client: MongoClient[Any]
+    with MongoClient(uri, maxPoolSize=threads + 2) as client:
+        coll: Collection[Any] = client.bench.get_collection(
+            name, write_concern=WriteConcern(w=w, j=True)
+        )
+        coll.database.command("ping")
+
+        def insert(_: random.Random, n: int) -> None:
+            coll.insert_one({**RECORD, "_id": n})
+
+        return _drive(threads, args.seconds, insert)
+
+
+def _ycsb(uri: str, args: argparse.Namespace) -> Iterator[tuple[str, Cell]]:
+    """The YCSB-like cells against one server, each named by its row, in a fixed order."""
     client: MongoClient[Any]
     with MongoClient(uri, maxPoolSize=max(args.threads) + 2) as client:
-        client.admin.command("ping")
-        for threads in args.threads:
-            coll: Collection[Any] = client.bench.get_collection(
-                f"inserts-w{w}-x{threads}", write_concern=concern
-            )
-
-            def insert(_: random.Random, n: int, coll: Any = coll) -> None:
-                coll.insert_one({**RECORD, "_id": n})
-
-            yield f"insert x{threads}", _drive(threads, args.seconds, insert)
-        if not ycsb:
-            return
+        concern = WriteConcern(w=1, j=True)
         table: Collection[Any] = client.bench.get_collection("usertable", write_concern=concern)
         table.insert_many([_record(i) for i in range(args.records)])
         for mix, reads in MIXES.items():
@@ -145,29 +154,45 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2000, help="YCSB documents preloaded")
     parser.add_argument("--threads", type=lambda s: [int(t) for t in s.split(",")],
                         default=[1, 8], help="client threads, comma-separated")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="turns of the insert cells")
     parser.add_argument("--only", choices=["emulator"], help="skip FerretDB")
     args = parser.parse_args()
-    results: dict[str, dict[str, Cell]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        servers: list[tuple[str, Callable[[Path], Any]]] = [("emulator", _standalone)]
-        if args.only is None:
-            servers.append(("ferretdb", _ferretdb_uri))
-        for name, start in servers:
-            with start(Path(tmp) / name) as uri:
-                results[name] = {}
-                for row, cell in _rows(uri, args):
-                    results[name][row] = cell
-                    print(_line(name, row, cell, args.seconds), flush=True)
+    servers: list[tuple[str, Callable[[Path], Any]]] = [("emulator", _standalone)]
+    if args.only is None:
+        servers.append(("ferretdb", _ferretdb_uri))
+    # results[server][row]: a cell per round for the inserts, one for the YCSB rows
+    results: dict[str, dict[str, list[Cell]]] = {name: {} for name, _ in servers}
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as running:
+        uris = {name: running.enter_context(start(Path(tmp) / name)) for name, start in servers}
+        for round_ in range(1, args.rounds + 1):
+            for threads in args.threads:
+                row = f"insert x{threads}"
+                for name, uri in uris.items():
+                    cell = _inserts(uri, args, threads, f"inserts-r{round_}-x{threads}")
+                    results[name].setdefault(row, []).append(cell)
+                    print(_line(name, f"{row} r{round_}", cell, args.seconds), flush=True)
+        for name, uri in uris.items():
+            for row, cell in _ycsb(uri, args):
+                results[name][row] = [cell]
+                print(_line(name, row, cell, args.seconds), flush=True)
         with _emulator(Path(tmp) / "rs3", "rs3") as uri:
             for w in (1, "majority"):
-                for row, cell in _rows(uri, args, w, ycsb=False):
-                    print(_line(f"rs3 w:{w}", row, cell, args.seconds), flush=True)
+                for threads in args.threads:
+                    cell = _inserts(uri, args, threads, f"inserts-w{w}-x{threads}", w)
+                    print(_line(f"rs3 w:{w}", f"insert x{threads}", cell, args.seconds),
+                          flush=True)  # fmt: skip
     if "ferretdb" in results:
-        print("\nemulator / FerretDB (ops/s)")
-        for row, cell in results["emulator"].items():
-            other = results["ferretdb"][row].per_s(args.seconds)
-            ratio = cell.per_s(args.seconds) / other if other else float("inf")
-            print(f"  {row:10s} {ratio:6.2f}x")
+        print("\nemulator / FerretDB (ops/s; the inserts: each round's, and their median)")
+        for row, cells in results["emulator"].items():
+            ratios = [
+                mine.per_s(args.seconds) / theirs.per_s(args.seconds)
+                if theirs.ops else float("inf")
+                for mine, theirs in zip(cells, results["ferretdb"][row], strict=True)
+            ]  # fmt: skip
+            rounds = (
+                f"  (rounds: {', '.join(f'{r:.2f}' for r in ratios)})" if len(ratios) > 1 else ""
+            )
+            print(f"  {row:10s} {statistics.median(ratios):6.2f}x{rounds}")
 
 
 def _standalone(directory: Path) -> Any:
