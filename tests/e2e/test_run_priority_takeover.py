@@ -26,7 +26,7 @@ def _run(tmp_path: Path, after_revert: str = "6s", **target: Any) -> Result:
 
 
 def _events(tmp_path: Path, *kinds: str) -> list[dict[str, Any]]:
-    """Every member's events of these kinds, in time order, with the member's zone."""
+    """Every member's events of these kinds, in time order, with the member's zone and host."""
     directory = tmp_path / "out" / "sandbox"
     chosen = [
         {**e, "zone": member.zone, "host": member.host}
