@@ -556,7 +556,8 @@ def _halt_poll() -> str:
 def _placement(points: dict[str, Path], seconds: float) -> None:
     """One writer's 4 KiB sequential writes, writer on the first CPU and each daemon pinned to
     it or to another: the served path without the scheduler's placement in the figure."""
-    first, *others = sorted(os.sched_getaffinity(0))
+    mask = os.sched_getaffinity(0)
+    first, *others = sorted(mask)
     if not others:
         print("\none writer by CPU placement: skipped (one CPU)")
         return
@@ -567,7 +568,6 @@ def _placement(points: dict[str, Path], seconds: float) -> None:
           f"{_wake_round_trip_us((first, others[0])):.1f} us{_halt_poll()})")  # fmt: skip
     print(f"  {'daemon':<22}" + "".join(f"{label:>{_width(label)}}" for label in labels)
           + ("   compiled/passthrough_hp" if len(labels) == 2 else ""))  # fmt: skip
-    mask = os.sched_getaffinity(0)
     for name, cpu in (("on the writer's CPU", first), ("on another CPU", others[0])):
         figures: dict[str, float] = {}
         os.sched_setaffinity(0, {first})  # the writer thread inherits it
