@@ -17,12 +17,12 @@ ran, which is how a reply gets lost after a write was applied (what retryable wr
 
 from __future__ import annotations
 
-import asyncio
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from rsdrill_emulator.errors import CommandError
+from rsdrill_emulator.notify import sleep_at_least
 
 _MODES = (
     "mode must be 'alwaysOn', 'off', {times: N} with N > 0, {skip: N} with N >= 0 or "
@@ -151,7 +151,7 @@ class FailPoint:
         `errorLabels` of its own, the error gets the labels the server would give it (a
         retryable write's retryable error: RetryableWriteError)."""
         if self.block_ms:
-            await asyncio.sleep(self.block_ms / 1000)
+            await sleep_at_least(self.block_ms / 1000)
         if self.close_connection:
             raise CloseConnection
         if self.error_code is not None:

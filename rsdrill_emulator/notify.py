@@ -4,6 +4,7 @@ for may have changed (positions, the commit point, the topology), or their timeo
 from __future__ import annotations
 
 import asyncio
+import time
 
 
 class Signal:
@@ -36,3 +37,11 @@ class Signal:
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+async def sleep_at_least(seconds: float) -> None:
+    """Sleep no shorter than `seconds`, as mongod's sleeps: uvloop's timers count whole
+    milliseconds and may fire up to one early (a fault's delay must not come up short)."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(left)
