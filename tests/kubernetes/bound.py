@@ -19,7 +19,7 @@ from rsdrill.platforms.sandbox.volumes import MemberVolumes
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.kubernetes.cluster import REPO, env_without_kube
-from tests.kubernetes.controllers import ChaosObjects, Loop
+from tests.kubernetes.controllers import ChaosObjects, Loop, told
 from tests.kubernetes.kubelet import Kubelet
 from tests.kubernetes.support import (
     delete_nodes,
@@ -172,4 +172,4 @@ def bound(
         wait_running(kube.api, namespace, list(by_pod))
         yield BoundSet(sandbox, namespace, pods, kubelet, mesh)
     errors = [error for loop in loops for error in loop.errors]
-    assert not errors, errors
+    assert not errors, told(errors)

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from tests.kubernetes.cluster import BIN, REPO, KubeCluster, free_port, openssl
-from tests.kubernetes.controllers import Loop
+from tests.kubernetes.controllers import Loop, told
 
 INSTALL = REPO / ".ci" / "install-chaos-mesh"
 SOURCE = REPO / ".cache" / "tools" / "src" / "chaos-mesh"
@@ -291,7 +291,7 @@ def standin_daemon(cluster: KubeCluster, api: Any) -> Iterator[StandinDaemon]:
             yield StandinDaemon(daemon_ip, record, ca, client, volumes)
         finally:
             endpoints.stop()
-        assert not endpoints.errors, endpoints.errors
+        assert not endpoints.errors, told(endpoints.errors)
     finally:
         if process is not None and process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)

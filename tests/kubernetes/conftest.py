@@ -29,7 +29,7 @@ from tests.kubernetes.cluster import (
     litmus_crds,
     start_cluster,
 )
-from tests.kubernetes.controllers import LitmusOperator
+from tests.kubernetes.controllers import LitmusOperator, told
 from tests.kubernetes.kubelet import NodeHeartbeat
 from tests.kubernetes.support import install_litmus_experiment
 
@@ -96,7 +96,7 @@ def running_kube(*, chaos_mesh_runs: bool = True) -> Iterator[Kube]:
             assert process is None or process.poll() is None, "chaos-controller-manager exited"
         heartbeat.stop()
         api.close()
-        assert not heartbeat.errors, heartbeat.errors
+        assert not heartbeat.errors, told(heartbeat.errors)
     finally:
         cluster.stop()
 

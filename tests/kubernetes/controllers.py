@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Self
@@ -29,6 +30,12 @@ def keep_error(errors: list[BaseException], exc: BaseException) -> None:
     """Keep `exc` for the test to read, unless the last one kept is of its kind."""
     if not errors or type(exc) is not type(errors[-1]):
         errors.append(exc)
+
+
+def told(errors: list[BaseException]) -> str:
+    """Kept errors with where each was raised: a bare repr (CI86's `KeyError('PYTEST_CURRENT_TEST')`
+    from a harness thread) does not say which call met it."""
+    return "\n".join("".join(traceback.format_exception(error)) for error in errors)
 
 
 def watch_until(
