@@ -310,9 +310,15 @@ class Node:
             if self.database.dirty:
                 # On a thread: a throttled or stalled disk holds up what needs the database
                 # only; heartbeats and status commands are still answered, as by mongod's.
+                # Idle again once the transaction is in the log: reads and writes go on while
+                # it is fsynced, as mongod's beside its journal flush.
                 self._storage_idle.clear()
+                loop = asyncio.get_running_loop()
                 try:
-                    await asyncio.to_thread(self.database.commit)
+                    await asyncio.to_thread(
+                        self.database.commit,
+                        lambda: loop.call_soon_threadsafe(self._storage_idle.set),
+                    )
                 finally:
                     self._storage_idle.set()
             if target > self.last_durable:
@@ -322,8 +328,8 @@ class Node:
                 self.progress.fire()
 
     async def storage_idle(self) -> None:
-        """Wait while a commit is on the disk: touching the database meanwhile would hold the
-        event loop, and every heartbeat with it, until the commit is done."""
+        """Wait while a commit writes the log: touching the database meanwhile would hold the
+        event loop, and every heartbeat with it, until the write is done."""
         await self._storage_idle.wait()
 
     async def journal_loop(self) -> None:

@@ -14,6 +14,11 @@ touches, so a member restarted, or one that served no reads, is cold: each read 
 a read() of the data file (or of the write-ahead log), which on faultfs counts against an IOPS
 cap (its compiled layer keeps no kernel page cache).
 
+A commit is two steps, as mongod's journal write and its flush: SQLite writes the transaction
+to its write-ahead log (under the connection's lock, which every read also takes), then the log
+is fsynced through a descriptor of our own, without that lock, so reads and new writes go on
+while the disk syncs; the commit is durable (and `j: true` answered) once the fsync returns.
+
 Storage errors (EIO, ENOSPC from the disk, e.g. through faultfs) split as in mongod: a failed
 read fails the operation that needed it (`StorageReadError`), while a failed write or commit
 (fsync) is fatal: the data on disk can no longer be trusted, so `on_fatal` ends the process.
@@ -21,6 +26,7 @@ read fails the operation that needed it (`StorageReadError`), while a failed wri
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -76,6 +82,7 @@ class Database:
         self.cache_bytes = cache_bytes or DEFAULT_CACHE_BYTES
         self.path = dbpath / DATA_FILE
         self.conn: sqlite3.Connection | None = None
+        self._wal: int | None = None  # our descriptor of the write-ahead log, for its fsync
         self.dirty = False
         # Held across COMMIT + BEGIN, which may run on a worker thread (so that a slow disk
         # stalls only writers, as in mongod, not heartbeats): no write may land in between.
@@ -86,7 +93,7 @@ class Database:
         # figures kept in memory reach the disk once a commit, with the rows they describe.
         self.before_commit: list[Callable[[], None]] = []
 
-    def _fatal(self, what: str, exc: sqlite3.Error) -> NoReturn:
+    def _fatal(self, what: str, exc: sqlite3.Error | OSError) -> NoReturn:
         if self.on_fatal is not None:
             self.on_fatal(f"{what}: {exc}")
         raise exc
@@ -112,8 +119,9 @@ class Database:
         # A negative size is in KiB (a positive one would count pages).
         self.conn.execute(f"PRAGMA cache_size=-{max(self.cache_bytes // 1024, 1)}")
         self.conn.execute("PRAGMA journal_mode=WAL")
-        # FULL: a commit is on disk when it returns, which is what j:true promises.
-        self.conn.execute("PRAGMA synchronous=FULL")
+        # NORMAL: COMMIT writes the log without syncing it (SQLite still syncs around each
+        # checkpoint); `commit` fsyncs it after, outside the lock reads take.
+        self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(_SCHEMA)
         self.conn.execute("BEGIN")
 
@@ -145,10 +153,12 @@ class Database:
             except sqlite3.OperationalError as exc:
                 self._fatal(f"writing {self.path.name}", exc)
 
-    def commit(self) -> None:
+    def commit(self, written: Callable[[], object] | None = None) -> None:
         """Make everything so far durable (fsynced), then open the next transaction.
 
-        Safe to call from a worker thread while the event loop goes on reading."""
+        Safe to call from a worker thread while the event loop goes on reading. `written` is
+        called once the transaction is in the log and the lock is free, before the fsync:
+        from then on reads and writes need not wait for this commit."""
         with self._txn:
             if not self.dirty:
                 return
@@ -158,10 +168,23 @@ class Database:
                 self.db.execute("COMMIT")
                 self.db.execute("BEGIN")
             except sqlite3.OperationalError as exc:
-                self._fatal(f"journal commit (fsync) of {self.path.name}", exc)
+                self._fatal(f"journal commit (write) of {self.path.name}", exc)
             self.dirty = False
+        if written is not None:
+            written()
+        try:
+            if self._wal is None:
+                self._wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+            # The inode's pages, whoever wrote them: SQLite's writes of this transaction too.
+            os.fdatasync(self._wal)
+        except OSError as exc:
+            # Worded as SQLite words a failed sync, whichever of the two met it.
+            self._fatal(f"journal commit (fsync) of {self.path.name}: disk I/O error", exc)
 
     def close(self) -> None:
+        if self._wal is not None:
+            os.close(self._wal)
+            self._wal = None
         if self.conn is not None:
             self.conn.close()
             self.conn = None

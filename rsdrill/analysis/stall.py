@@ -1,16 +1,20 @@
 """Stalls of rsdrill's own process, and the availability gaps they may have made.
 
 While the process does not run, no probe records anything, so a stall of the probe host looks
-like a gap of the cluster's. The stall probe (probes/stall.py) records each late wake-up; from
-those this tells which gaps the process itself could have caused.
+like a gap of the cluster's. The stall probe (probes/stall.py) records each late wake-up of the
+whole process (from 0.1 s); the availability probes each record an attempt they began late
+(`LATE_START_OP`, from 10 ms: their thread starved of CPU or of the interpreter's lock, which
+the process-wide probe is too coarse to see). From those this tells which gaps, and how much of
+each, the process itself could have caused.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from rsdrill.analysis.availability import unavailable_window
-from rsdrill.history import STALL_PROBE, Op, of_probes
+from rsdrill.history import LATE_START_OP, STALL_PROBE, Op, of_probes
 from rsdrill.result import Stall, StalledGap
 
 STALLS_KEPT = 10
@@ -28,7 +32,9 @@ def stalls(ops: Sequence[Op]) -> list[Stall]:
     """Every stall of the probe process in the history, longest first (earliest first among
     equal ones)."""
     found = [
-        Stall(at_s=op.t_start, seconds=op.t_end - op.t_start) for op in of_probes(ops, STALL_PROBE)
+        Stall(at_s=op.t_start, seconds=op.t_end - op.t_start)
+        for op in of_probes(ops, STALL_PROBE)
+        if op.op != LATE_START_OP
     ]
     return sorted(found, key=lambda s: (-s.seconds, s.at_s))
 
@@ -45,29 +51,43 @@ def probe_stall_s(ops: Sequence[Op]) -> float:
 
 
 def stalled_gaps(ops: Sequence[Op]) -> list[StalledGap]:
-    """The windows behind `GAP_METRICS` that overlap a stall, in `GAP_METRICS`' order.
+    """The windows behind `GAP_METRICS` that overlap a stall or a late start of their probe,
+    in `GAP_METRICS`' order.
 
-    `stalled_s` is how much of the window the stalls overlap; `stall_at_s` the start of the
-    longest of them. A window no stall touches is left out.
+    `stalled_s` is how much of the window those overlap (an instant both cover counted once);
+    `stall_at_s` the start of the longest of them (the earliest among equal ones). A window
+    none touches is left out.
     """
-    found = stalls(ops)
+    own = of_probes(ops, STALL_PROBE)
+    process = [(op.t_start, op.t_end) for op in own if op.op != LATE_START_OP]
     gaps = []
     for metric, probe in GAP_METRICS.items():
         window = unavailable_window(ops, probe)
         if window is None:
             continue
         start, end = window
-        overlaps = [(s, min(end, s.at_s + s.seconds) - max(start, s.at_s)) for s in found]
-        overlaps = [(s, seconds) for s, seconds in overlaps if seconds > 0]
-        if overlaps:
+        late = [(op.t_start, op.t_end) for op in own
+                if op.op == LATE_START_OP and op.detail.get("probe") == probe]  # fmt: skip
+        touching = [(a, b) for a, b in process + late if min(b, end) > max(a, start)]
+        if touching:
+            longest = min(touching, key=lambda s: (s[0] - s[1], s[0]))
             gaps.append(
                 StalledGap(
                     metric=metric,
                     start_s=start,
                     end_s=end,
-                    stalled_s=sum(seconds for _, seconds in overlaps),
-                    # `found` is longest first, and so is `overlaps`.
-                    stall_at_s=overlaps[0][0].at_s,
+                    stalled_s=_covered_s([(max(a, start), min(b, end)) for a, b in touching]),
+                    stall_at_s=longest[0],
                 )
             )
     return gaps
+
+
+def _covered_s(spans: list[tuple[float, float]]) -> float:
+    """How long the union of the spans (start, end) lasts."""
+    total, reached = 0.0, -math.inf
+    for a, b in sorted(spans):
+        if b > reached:
+            total += b - max(a, reached)
+            reached = b
+    return total

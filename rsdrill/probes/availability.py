@@ -52,6 +52,8 @@ def write_concern(w: int | str, journal: bool | None) -> WriteConcern:
 class WriteLoop(Probe):
     """Inserts `{_id: seq}` every interval; each attempt is one history op with its seq."""
 
+    records_late_starts = True
+
     def __init__(
         self,
         name: str,
@@ -107,6 +109,7 @@ class ReadLoop(Probe):
     """Reads one document every interval with the configured read preference."""
 
     name = "read"
+    records_late_starts = True
 
     def __init__(
         self,

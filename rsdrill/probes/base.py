@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from pymongo import monitoring
 from pymongo.errors import (
@@ -21,13 +21,22 @@ from pymongo.errors import (
 )
 
 from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
-from rsdrill.history import History, Op, RunClock
+from rsdrill.history import LATE_START_OP, STALL_PROBE, History, Op, RunClock
+
+LATE_START_S = 0.010
+"""An attempt that begins later than this past its due time is recorded as a late start (by
+probes that say `records_late_starts`): below it, the lateness is within the sampling's own
+resolution (an interval of 10-20 ms)."""
 
 
 class Probe:
     """A named thread that calls `tick()` every `interval_s` until stopped."""
 
     name = "probe"
+    records_late_starts: ClassVar[bool] = False
+    """Whether a tick begun more than `LATE_START_S` late is recorded: for the probes whose gaps
+    are availability figures, so that a gap can tell the time this process was due to ask and
+    did not (a thread starved of CPU or of the GIL) from the cluster's."""
 
     def __init__(self, history: History, clock: RunClock, interval_s: float) -> None:
         self.history = history
@@ -56,6 +65,9 @@ class Probe:
         next_at = self.clock.now()
         while not self._stop.is_set():
             t_start = self.clock.now()
+            if self.records_late_starts and t_start - next_at > LATE_START_S:
+                self.record(LATE_START_OP, None, next_at, "timeout", {"probe": self.name},
+                            probe=STALL_PROBE)  # fmt: skip
             try:
                 self.tick()
             except Exception as exc:  # a probe must outlive anything a server answers

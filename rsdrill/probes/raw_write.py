@@ -39,6 +39,7 @@ class RawWriteLoop(Probe):
     """
 
     name = NAME
+    records_late_starts = True
 
     def __init__(
         self,

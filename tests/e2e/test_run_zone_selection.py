@@ -105,9 +105,14 @@ def test_losing_one_zone_of_three_keeps_reads_in_the_others_and_every_majority_w
     # 1 s election timeout: 1.15 s at most for the timer, then the election (generous bound).
     assert m.failover_s is not None and m.failover_s < 5.0, m
     assert m.lost_acknowledged_writes == 0, m
-    # The whole Metrics repr is cut short in pytest's message: what tells the cluster's gap from
-    # this machine's (CI72: 0.105 s once, cause unknown; 0.03-0.04 s when rerun under load).
-    assert m.read_unavailable_s is not None and m.read_unavailable_s <= 2 * 0.02 + 0.05, (
+    # The cluster's share of the gap: less the time the read probe was due and had not begun
+    # (its thread starved on a loaded machine). Three at once beside a CPU and an fsync hog,
+    # the longest gaps were 0.09-0.115 s, of which 0.03-0.06 s the read probe began late
+    # (CI72 0.105 s, stop 53's CI 0.091 s: before late starts were recorded).
+    assert m.read_unavailable_s is not None
+    own = sum(g.stalled_s for g in m.probe_stalled_gaps if g.metric == "read_unavailable_s")
+    # The whole Metrics repr is cut short in pytest's message: what tells the two apart.
+    assert m.read_unavailable_s - own <= 2 * 0.02 + 0.05, (
         m.read_unavailable_s,
         m.probe_stalled_gaps,
         m.probe_stalls,

@@ -7,7 +7,7 @@ import pytest
 
 from rsdrill.analysis.metrics import compute_metrics
 from rsdrill.analysis.stall import STALLS_KEPT, probe_stall_s, stalled_gaps, stalls
-from rsdrill.history import Op
+from rsdrill.history import LATE_START_OP, Op
 from rsdrill.report.common import stall_line
 from rsdrill.result import Metrics, Stall, StalledGap
 
@@ -131,3 +131,36 @@ def test_the_line_is_said_from_half_a_second() -> None:
     )
     metrics = Metrics(probe_stalls=[Stall(at_s=3.0, seconds=0.5)], probe_stalled_gaps=[gap])
     assert "the read gap 2.0-4.0 s overlaps it" in (stall_line(metrics) or "")
+
+
+def late_start(probe: str, due: float, began: float) -> Op:
+    return Op("stall", LATE_START_OP, None, due, began, "timeout", {"probe": probe})
+
+
+def test_a_late_start_of_the_read_probe_flags_the_read_gap_by_its_lateness_only() -> None:
+    # Reads fail from 4.0 to 4.3 (the gap runs 3.905 → 4.305); the read probe's attempt due at
+    # 4.1 began 0.06 s late, and the write probe's at 4.2 (no write gap: not the read gap's).
+    ops = [
+        *probe_every("read", 0.0, 10.0, down=(4.0, 4.3)),
+        *probe_every("write", 0.0, 10.0, down=(20.0, 20.0)),
+        late_start("read", 4.1, 4.16),
+        late_start("write", 4.2, 4.5),
+    ]
+    # Not a stall of the process: the stall probe saw none.
+    assert stalls(ops) == [] and probe_stall_s(ops) == 0.0
+    [gap] = stalled_gaps(ops)
+    assert gap.metric == "read_unavailable_s" and gap.stall_at_s == 4.1
+    assert gap.stalled_s == pytest.approx(0.06)
+    assert stall_line(compute_metrics(ops, [], duration_s=10.0)) is None
+
+
+def test_late_starts_and_stalls_that_overlap_count_once() -> None:
+    ops = [
+        *probe_every("read", 0.0, 10.0, down=(4.0, 5.0)),
+        stall(4.2, 4.6),
+        late_start("read", 4.5, 4.7),
+        late_start("read", 4.8, 4.81),
+    ]
+    [gap] = stalled_gaps(ops)
+    assert gap.stalled_s == pytest.approx(0.5 + 0.01)
+    assert gap.stall_at_s == 4.2  # the longest of them

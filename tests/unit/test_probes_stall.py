@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
-from rsdrill.history import History, RunClock
+from rsdrill.history import LATE_START_OP, STALL_PROBE, History, RunClock
+from rsdrill.probes.base import LATE_START_S, Probe
 from rsdrill.probes.stall import LATE_S, StallProbe
 
 
@@ -35,3 +36,46 @@ def test_the_gil_held_for_a_while_is_recorded_as_stalls() -> None:
     # Each stall is one op, however many 10 ms wake-ups it swallowed.
     assert max(op.t_end - op.t_start for op in ops) >= 0.3
     assert len(ops) <= 1.5 / 0.3 + 2
+
+
+class _Ticker(Probe):
+    name = "read"
+    records_late_starts = True
+
+    def tick(self) -> None:
+        self.record("find", None, self.clock.now(), "ok")
+
+
+class _Quiet(_Ticker):
+    name = "lag"
+    records_late_starts = False
+
+
+def test_an_availability_probe_records_the_ticks_it_began_late() -> None:
+    history, clock = History(), RunClock.start()
+    probes = [_Ticker(history, clock, 0.02), _Quiet(history, clock, 0.02)]
+    for probe in probes:
+        probe.start()
+    time.sleep(0.2)
+    # The GIL held 0.1 s at a time by this thread: the probes' threads wake that late.
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.1)
+    try:
+        spin_until = time.monotonic() + 0.6
+        while time.monotonic() < spin_until:
+            pass
+    finally:
+        sys.setswitchinterval(before)
+    time.sleep(0.2)
+    for probe in probes:
+        probe.stop()
+        probe.join(timeout=5)
+    late = [op for op in history.ops() if op.op == LATE_START_OP]
+    assert late, "no late start recorded"
+    # Only the probe that says so records them, as the stall probe's ops: due time to start.
+    assert all(op.probe == STALL_PROBE and op.detail == {"probe": "read"} for op in late)
+    assert all(op.t_end - op.t_start > LATE_START_S for op in late)
+    assert max(op.t_end - op.t_start for op in late) >= 0.05
+    # Each late start is followed at once by the attempt it delayed.
+    starts = [op.t_start for op in history.ops() if op.op == "find"]
+    assert all(any(0 <= s - op.t_end < 0.05 for s in starts) for op in late)
