@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.history import History
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology, member_dir
 from rsdrill.sandbox.groundtruth import all_events, first_after
@@ -65,6 +66,35 @@ def test_rs1_disk_fault_on_diagnostics_is_ridden_out(tmp_path: Path) -> None:
                 injected_mono(result) + 4]  # fmt: skip
     assert [s for _, s in result.metrics.member_states[member]] == ["PRIMARY"]
     assert (result.metrics.acknowledged_writes or 0) > 50
+
+
+def test_a_slow_journal_fsync_holds_up_journaled_writes_and_not_reads(tmp_path: Path) -> None:
+    # As mongod, whose reads go on beside its journal flush: every fsync of the only member's
+    # files takes 300 ms more for 3 s. Its w:majority writes are journaled, so each waits for a
+    # flush; its reads wait for none, though the member commits every 100 ms and each commit
+    # is then on the disk 300 ms (before the log was synced outside the lock reads take,
+    # they waited for it: 0.2-0.3 s each).
+    spec = {
+        "name": "slow-fsync",
+        "target": {"platform": "sandbox", "topology": "rs1"},
+        "probes": {"availability": {"interval": "20ms", "timeout": "2s",
+                                    "write_concern": "majority"}},
+        "faults": [{"at": "2s", "kind": "disk-fault", "select": "primary", "errno": "none",
+                    "latency": "300ms", "operations": ["fsync"], "duration": "3s"}],
+        "observe": {"after_revert": "1s"},
+    }  # fmt: skip
+    result = run(tmp_path, spec)
+    assert result.exit_code == 0, result.error
+    fault = result.faults[0]
+    assert fault.verified_at_s is not None and fault.reverted_at_s is not None
+    ops = History.read_jsonl(tmp_path / "out" / "history.jsonl").ops()
+    # From a commit's length after the rule is in force, to its revert.
+    during = [o for o in ops if fault.verified_at_s + 0.4 <= o.t_start <= fault.reverted_at_s - 0.4]
+    writes = sorted(o.t_end - o.t_start for o in during if o.probe == "write" and o.ok)
+    reads = sorted(o.t_end - o.t_start for o in during if o.probe == "read" and o.ok)
+    assert writes and reads and len(reads) == len([o for o in during if o.probe == "read"])
+    assert writes[len(writes) // 2] >= 0.3, writes  # the fault took: a flush each
+    assert reads[-1] < 0.15, reads
 
 
 def test_local_member_on_faultfs_mounted_with_the_cli(
