@@ -11,7 +11,7 @@ class Op:
     """One probe attempt.
 
     probe:   which probe ("write", "read", "ledger", "failover", "recovery", "lag", "load",
-             "stall": rsdrill's own process woke up late)
+             "stall": rsdrill's own process woke up late, or a probe began an attempt late)
     op:      what it did ("insert", "find", "hello", "status", "read", "update", ...)
     member:  host:port that answered, when known
     outcome: "ok", "error" or "timeout"
