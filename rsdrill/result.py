@@ -70,13 +70,19 @@ class Stall(_Model):
 
 class StalledGap(_Model):
     """An availability gap (the window behind one of the `*_unavailable_s` metrics) during
-    which rsdrill's own process stalled: part of it may be this machine's, not the cluster's."""
+    which rsdrill's own process stalled, or its probe began an attempt late: part of it may be
+    this machine's, not the cluster's."""
 
     metric: str = Field(description="write_unavailable_s, read_unavailable_s, ...")
     start_s: float
     end_s: float
-    stalled_s: float = Field(description="how much of the gap the stalls overlap")
-    stall_at_s: float = Field(description="the start of the longest stall overlapping the gap")
+    stalled_s: float = Field(
+        description="how much of the gap the stalls and its probe's late starts overlap"
+    )
+    stall_at_s: float = Field(
+        description="the start of the longest stall overlapping the gap (without one: of the "
+        "longest late start of its probe)"
+    )
 
 
 class SetFigures(_Model):

@@ -55,8 +55,8 @@ def stalled_gaps(ops: Sequence[Op]) -> list[StalledGap]:
     in `GAP_METRICS`' order.
 
     `stalled_s` is how much of the window those overlap (an instant both cover counted once);
-    `stall_at_s` the start of the longest of them (the earliest among equal ones). A window
-    none touches is left out.
+    `stall_at_s` the start of the longest stall among them (the earliest among equal ones),
+    else of the longest late start. A window none touches is left out.
     """
     own = of_probes(ops, STALL_PROBE)
     process = [(op.t_start, op.t_end) for op in own if op.op != LATE_START_OP]
@@ -68,9 +68,12 @@ def stalled_gaps(ops: Sequence[Op]) -> list[StalledGap]:
         start, end = window
         late = [(op.t_start, op.t_end) for op in own
                 if op.op == LATE_START_OP and op.detail.get("probe") == probe]  # fmt: skip
-        touching = [(a, b) for a, b in process + late if min(b, end) > max(a, start)]
+        stalled = [(a, b) for a, b in process if min(b, end) > max(a, start)]
+        began_late = [(a, b) for a, b in late if min(b, end) > max(a, start)]
+        touching = stalled + began_late
         if touching:
-            longest = min(touching, key=lambda s: (s[0] - s[1], s[0]))
+            # A stall of the whole process first: its probe's late start is the same stop.
+            longest = min(stalled or began_late, key=lambda s: (s[0] - s[1], s[0]))
             gaps.append(
                 StalledGap(
                     metric=metric,
