@@ -67,9 +67,18 @@ class ProbeSet:
         """Create what the probes read, before the measured window opens."""
         client: MongoClient[dict[str, Any]] = MongoClient(self.uri, serverSelectionTimeoutMS=30_000)
         with client:
-            client[PROBE_DB].get_collection(
-                f"{self.prefix}_read", write_concern=WriteConcern("majority")
-            ).replace_one({"_id": 1}, {"_id": 1}, upsert=True)
+            db = client[PROBE_DB]
+            db.get_collection(f"{self.prefix}_read", write_concern=WriteConcern("majority")
+                              ).replace_one({"_id": 1}, {"_id": 1}, upsert=True)  # fmt: skip
+            # The write probes' collections too, before any fault: else the first insert of one
+            # (the raw writer's, which writes only while the driver's writes fail) may create
+            # it on a primary cut off, and that primary's rollback takes the creation with its
+            # documents: its rollback folder then names a collection UUID no member lists.
+            if self.layout is None:
+                listed = set(db.list_collection_names())
+                for name in self._written_collections():
+                    if name not in listed:
+                        db.create_collection(name, write_concern=WriteConcern("majority"))
         a = self.config.availability
         if self.layout is not None and a is not None and a.writes:
             self._shard_ids = place_chunks(self.uri, f"{self.prefix}_shards",
@@ -208,6 +217,17 @@ class ProbeSet:
             )  # fmt: skip
             self._clients.append(client)
             self.probes.extend(workers)
+
+    def _written_collections(self) -> list[str]:
+        """The collections the write probes of a replica set insert into."""
+        a, names = self.config.availability, []
+        if a is not None and a.writes:
+            names.append(f"{self.prefix}_write")
+            if a.raw_writes:
+                names.append(f"{self.prefix}_raw_write")
+        if self.config.durability is not None:
+            names.append(self._ledger_collection())
+        return sorted(set(names))
 
     def _ledger_collection(self) -> str:
         """The durability ledger's collection: the availability probe's writes' when they make
