@@ -411,7 +411,9 @@ async def record_on_shards(router: Router, ns: str, route: CollectionRoute | Non
         else:
             write = {"update": "cache.collections",
                      "updates": [{"q": {"_id": ns}, "u": cached, "upsert": True}]}  # fmt: skip
-        _, reply = await router.send(shard, "config", {**write, "writeConcern": MAJORITY})
+        # By _id, the whole document: the same again on the next primary changes nothing.
+        _, reply = await router.send(shard, "config", {**write, "writeConcern": MAJORITY},
+                                     idempotent=True)  # fmt: skip
         if not reply.get("ok") or reply.get("writeErrors") or reply.get("writeConcernError"):
             raise CommandError(int(reply.get("code") or 1),
                                f"recording {ns} on {shard}: {reply}")  # fmt: skip

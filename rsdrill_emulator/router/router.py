@@ -244,6 +244,7 @@ class Router:
         *,
         read: bool = False,
         version: dict[str, Any] | None = None,
+        idempotent: bool = False,
     ) -> tuple[str, dict[str, Any]]:
         """Run a client's command (its session and transaction fields kept) on a shard's
         primary; returns the member that answered and its reply. With `version` (the shard
@@ -255,9 +256,12 @@ class Router:
         if txn is not None and statement:
             body = txn.statement_for(shard, body)
         # As mongos: reads, retryable writes and a transaction's end (idempotent on the
-        # shard) are sent again to the next primary found after a NotPrimary or lost reply.
-        retry = (key is None and (read or _retryable_write(body))) or (
-            txn is not None and not statement
+        # shard) are sent again to the next primary found after a NotPrimary or lost reply, as
+        # are the router's own `idempotent` writes (mongos's kIdempotent retry policy).
+        retry = (
+            idempotent
+            or (key is None and (read or _retryable_write(body)))
+            or (txn is not None and not statement)
         )
         sent = {k: v for k, v in body.items() if k not in _FORWARD_DROPPED}
         if self.cluster_time is not None:  # gossiped, as mongos: causally later writes on
