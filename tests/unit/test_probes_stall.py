@@ -10,21 +10,25 @@ from rsdrill.probes.base import LATE_START_S, Probe
 from rsdrill.probes.stall import LATE_S, StallProbe
 
 
+def _hold_the_gil(turn_s: float, for_s: float) -> None:
+    """Spin in this thread, keeping the GIL `turn_s` at a time, `for_s` in all: the other
+    threads cannot run, as when a C extension holds it or the process gets no CPU."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(turn_s)
+    try:
+        spin_until = time.monotonic() + for_s
+        while time.monotonic() < spin_until:
+            pass
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_the_gil_held_for_a_while_is_recorded_as_stalls() -> None:
     history = History()
     probe = StallProbe(history, RunClock.start())
     probe.start()
     time.sleep(0.3)
-    # Another thread of this process holds the GIL for 0.4 s at a time: the probe's thread
-    # cannot run, as when a C extension holds it or the process gets no CPU.
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(0.4)
-    try:
-        spin_until = time.monotonic() + 1.5
-        while time.monotonic() < spin_until:
-            pass
-    finally:
-        sys.setswitchinterval(before)
+    _hold_the_gil(0.4, 1.5)  # the probe's thread cannot run for 0.4 s at a time
     time.sleep(0.3)
     probe.stop()
     probe.join(timeout=5)
@@ -57,15 +61,7 @@ def test_an_availability_probe_records_the_ticks_it_began_late() -> None:
     for probe in probes:
         probe.start()
     time.sleep(0.2)
-    # The GIL held 0.1 s at a time by this thread: the probes' threads wake that late.
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(0.1)
-    try:
-        spin_until = time.monotonic() + 0.6
-        while time.monotonic() < spin_until:
-            pass
-    finally:
-        sys.setswitchinterval(before)
+    _hold_the_gil(0.1, 0.6)  # the probes' threads wake up to 0.1 s late
     time.sleep(0.2)
     for probe in probes:
         probe.stop()
