@@ -89,7 +89,10 @@ def test_a_standalone_kill_is_down_for_the_restart_delay_and_no_more(tmp_path: P
                     key=lambda op: op.t_start)  # fmt: skip
     first_back = next(op for op in writes if op.ok and op.t_end == window[1])
     edges_s = sum(op.t_end - op.t_start for op in (in_flight, first_back))
-    assert RESTART_S <= raw <= down_s + 2 * INTERVAL_S + edges_s, (raw, down_s, edges_s)
+    # And the time the raw writer was due and had not begun (its late starts: CI90 missed by
+    # 0.6 ms, its attempt before the restart begun 21 ms late).
+    own = sum(g.stalled_s for g in m.probe_stalled_gaps if g.metric == "raw_write_unavailable_s")
+    assert RESTART_S <= raw <= down_s + 2 * INTERVAL_S + edges_s + own, (raw, down_s, edges_s, own)
     # What the application (pymongo) saw: at most its re-check period and two samples more.
     assert m.write_unavailable_s is not None and m.write_unavailable_s >= RESTART_S
     assert m.driver_write_delay_s == pytest.approx(m.write_unavailable_s - raw)
