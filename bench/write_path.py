@@ -4,9 +4,11 @@ Times a loop of insert_one then update_one (by `_id`) with w:1 and w:majority on
 and prints ops/s and latency percentiles per kind, and the CPU each operation cost the three
 members together and this client (ms, from /proc): the steadier figure of the two on this
 machine, whose calm and busy hours move ops/s by 20-30 % for the same tree. `--unique-index`
-first creates a unique index on the written field, to show what enforcing it costs. Run it
-against another tree's code (say, the commit before a change) with PYTHONPATH=<that tree> to
-compare.
+first creates a unique index on the written field, to show what enforcing it costs. To compare
+with another tree's code (say, the commit before a change), run it from that tree's directory,
+`cd <that tree> && PYTHONPATH=. python bench/write_path.py`: the members are `python -m` processes
+started in the caller's directory, which comes first on their import path, so PYTHONPATH alone
+from this checkout measures this checkout's members.
 
 Usage: python bench/write_path.py [--ops 2000] [--port-base 29417] [--unique-index]
 """
