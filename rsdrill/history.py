@@ -87,6 +87,11 @@ class FaultRecord:
     detail: dict[str, Any] = field(default_factory=dict)
     applied_at_s: float | None = None
     """When the injection returned: the fault in force, its duration counted from here."""
+    due_at_s: float | None = None
+    """When the timeline had it go in (slid by any wait for a role or a game-day answer);
+    `injected_at_s` is later by this process's own delay."""
+    revert_due_at_s: float | None = None
+    """When the timeline had it reverted (None: reverted at the run's end or abort)."""
 
 
 class History(Sequence[Op]):

@@ -29,6 +29,16 @@ class FaultResult(_Model):
         None, description="when the injection returned: a duration is held from here"
     )
     verified_at_s: float | None = None
+    due_at_s: float | None = Field(
+        None,
+        description="when the timeline had it go in (its `at`, slid by any wait for a role or a "
+        "game-day answer): `injected_at_s - due_at_s` is rsdrill's own delay on its machine",
+    )
+    revert_due_at_s: float | None = Field(
+        None,
+        description="when the timeline had it reverted (its duration from `applied_at_s`); "
+        "None when it was reverted at the run's end or on an abort",
+    )
     approximation: str | None = Field(
         None, description="what the platform did instead of the fault itself (approximate: true)"
     )

@@ -74,6 +74,8 @@ def fault_result(record: FaultRecord) -> FaultResult:
         reverted_at_s=record.reverted_at_s,
         applied_at_s=record.applied_at_s,
         verified_at_s=record.verified_at_s,
+        due_at_s=record.due_at_s,
+        revert_due_at_s=record.revert_due_at_s,
         approximation=record.approximation,
         detail=record.detail,
     )

@@ -429,7 +429,7 @@ class Runner:
                         self.recovery.force(target.members, target.connect_options, journal,
                                             self.clock.now, self._sleep)  # fmt: skip
                     else:
-                        self._revert_fault(action.index, journal)
+                        self._revert_fault(action.index, journal, at_s)
                     break
                 self._sleep_until(at_s)
 
@@ -446,6 +446,7 @@ class Runner:
                 continue
             # The role, fault index and options let `rsdrill replay --from` do it again.
             record = FaultRecord(action.index, fault.kind, host,
+                                 due_at_s=round(action.at_s + self._slide_s, 4),
                                  approximation=approximation(self.exp.target.platform, fault),
                                  detail={"plan": injector.describe(), "role": states[host],
                                          "index": action.index,
@@ -571,8 +572,9 @@ class Runner:
                 return {**states, **routers}
         return {**current_states(target.members, options=target.connect_options), **routers}
 
-    def _revert_fault(self, index: int, journal: Journal) -> None:
+    def _revert_fault(self, index: int, journal: Journal, due_s: float) -> None:
         for key in [k for k, a in self.state.applied.items() if a.record.index == index]:
+            self.state.applied[key].record.revert_due_at_s = round(due_s, 4)
             self._revert(self.state.applied.pop(key), journal)
 
     def _revert(self, applied: Applied, journal: Journal) -> None:

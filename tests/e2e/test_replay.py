@@ -30,7 +30,13 @@ events:
 observe: {{after_revert: 10s}}
 slo: {{lost_acknowledged_writes: "== 0"}}
 """
-TOLERANCE_S = 0.05
+# The timeline's own times are exact (`due_at_s`, `revert_due_at_s`); how late this process
+# acted on them is the machine's: on a busy one (three replays at once beside a CPU and an
+# fsync hog), 0-0.12 s, all of it the runner's thread waiting for a CPU or the GIL (its sleep
+# ending late, then the journal's write and the injector's first call: each under 0.5 ms when
+# idle). A fault later than the bound waited on something, e.g. a frozen member asked for its
+# state live (0.3 s).
+LATE_S = 0.2
 
 
 def _rsdrill(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -45,6 +51,18 @@ def _rsdrill(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _faults(out: Path) -> list[dict[str, Any]]:
     return list(json.loads((out / "result.json").read_text())["faults"])
+
+
+def _went_in_at(fault: dict[str, Any], due_s: float) -> None:
+    """The fault was due at `due_s` (to the millisecond a timeline gives) and went in then."""
+    assert abs(fault["due_at_s"] - due_s) <= 0.001, (fault, due_s)
+    assert 0 <= fault["injected_at_s"] - fault["due_at_s"] < LATE_S, fault
+
+
+def _held_for(fault: dict[str, Any], held_s: float) -> None:
+    """Due to be reverted `held_s` after its injection returned, and reverted then."""
+    assert abs(fault["revert_due_at_s"] - fault["applied_at_s"] - held_s) <= 0.001, (fault, held_s)
+    assert 0 <= fault["reverted_at_s"] - fault["revert_due_at_s"] < LATE_S, fault
 
 
 def _fast_target_file(tmp_path: Path) -> Path:
@@ -67,12 +85,12 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_each_fault_is_injected_within_50ms_of_its_offset(first_run: Path) -> None:
+def test_each_fault_is_injected_at_its_offset(first_run: Path) -> None:
     faults = _faults(first_run)
     assert [f["kind"] for f in faults] == ["host-freeze", "stepdown", "host-kill"]
     assert [f["detail"]["role"] for f in faults] == ["SECONDARY", "PRIMARY", "PRIMARY"]
     for fault, planned in zip(faults, (2.0, 3.0, 8.0), strict=True):
-        assert abs(fault["injected_at_s"] - planned) < TOLERANCE_S, (fault, planned)
+        _went_in_at(fault, planned)  # no wait for a role slid the timeline
     assert (first_run / "timeline.yaml").read_text().startswith("name: three-faults")
 
 
@@ -94,15 +112,14 @@ def test_replay_from_result_reproduces_the_fault_sequence(first_run: Path, tmp_p
         (f["kind"], f["detail"]["role"]) for f in before
     ]
     for old, new in zip(before, after, strict=True):
-        assert abs(new["injected_at_s"] - old["injected_at_s"]) < TOLERANCE_S, (old, new)
+        _went_in_at(new, old["injected_at_s"])
         if old["reverted_at_s"] is None:
             assert new["reverted_at_s"] is None
         else:
-            # Held from when the injection returned: a kill's own wait for the process to go
-            # (50 and 100 ms in CI's two runs on a busy machine) is not part of the duration.
-            held_before = old["reverted_at_s"] - old["applied_at_s"]
-            held_after = new["reverted_at_s"] - new["applied_at_s"]
-            assert abs(held_after - held_before) < TOLERANCE_S, (old, new)
+            # Held as long as the original was, from when the injection returned: a kill's own
+            # wait for the process to go (50 and 100 ms in CI's two runs on a busy machine) is
+            # not part of the duration.
+            _held_for(new, old["reverted_at_s"] - old["applied_at_s"])
 
 
 def test_an_incident_from_mongod_logs_replays_on_the_sandbox(tmp_path: Path) -> None:
@@ -126,6 +143,6 @@ def test_an_incident_from_mongod_logs_replays_on_the_sandbox(tmp_path: Path) -> 
     ]
     # The log's offsets (t+0, t+10s; the kill lasting 4 s, held from when it took effect: the
     # kill's own wait for the process to go took 58 ms in CI) after the 2 s lead-in.
-    assert abs(faults[0]["injected_at_s"] - 2.0) < TOLERANCE_S
-    assert abs(faults[0]["reverted_at_s"] - faults[0]["applied_at_s"] - 4.0) < TOLERANCE_S
-    assert abs(faults[1]["injected_at_s"] - 12.0) < TOLERANCE_S
+    _went_in_at(faults[0], 2.0)
+    _held_for(faults[0], 4.0)
+    _went_in_at(faults[1], 12.0)

@@ -115,6 +115,13 @@ def test_a_fault_on_the_primary_during_an_election_waits_for_the_new_one(tmp_pat
     assert frozen.injected_at_s is not None and frozen.reverted_at_s is not None
     assert frozen.injected_at_s >= elected_s - 0.5, (frozen.injected_at_s, elected_s)
     assert frozen.reverted_at_s - frozen.injected_at_s >= 0.9
+    # The result says so: the second fault was due once the wait ended, the kill's revert later
+    # by as much; the first fault, before any wait, at its offset.
+    assert killed.due_at_s == 3.0, killed
+    assert frozen.due_at_s is not None and frozen.due_at_s - 3.2 >= 0.5, frozen
+    assert frozen.due_at_s <= frozen.injected_at_s, frozen
+    assert killed.revert_due_at_s is not None
+    assert killed.revert_due_at_s >= 9.0 + (frozen.due_at_s - 3.2) - 0.001, (killed, frozen)
 
 
 def test_failed_slo_gives_verdict_fail_and_exit_1(tmp_path: Path) -> None:

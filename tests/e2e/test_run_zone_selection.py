@@ -89,8 +89,9 @@ def test_losing_one_zone_of_three_keeps_reads_in_the_others_and_every_majority_w
     # Three zones, one member each; the primary's zone hangs (frozen, as a zone cut off by the
     # network: requests time out rather than being refused). MongoDB's rules: a new primary
     # within the election bound, no w:majority write lost; pymongo's tag selection keeps the
-    # reads in the zones the fault spares, so they never stop (measured: 0.025-0.029 s of the
-    # 20 ms interval; without the tags, nearest reads met the hung member: 0.27-0.53 s).
+    # reads in the zones the fault spares, so they never stop (measured on an idle machine:
+    # 0.025-0.029 s of the 20 ms interval; without the tags, nearest reads met the hung member:
+    # 0.27-0.78 s).
     spec = {
         "name": "zones-rs3-lose-one",
         "target": {**TARGET, "keep": False, "zones": ["a", "b", "c"]},
@@ -116,15 +117,16 @@ def test_losing_one_zone_of_three_keeps_reads_in_the_others_and_every_majority_w
     reads = [o for o in span if o.probe == "read"]
     assert reads and all(o.ok and o.member != fault.target for o in reads), [
         o for o in reads if not o.ok or o.member == fault.target]  # fmt: skip
-    # And never stop: the longest gap in that span, less the time the read probe was due and
-    # had not begun (its thread starved on a loaded machine), within the sampling's bound.
-    # Over the whole run the bound is this machine's, not the cluster's: three runs at once
-    # beside a CPU and an fsync hog had gaps of 0.09-0.13 s before the fault (at 0.15-0.65 s);
-    # in the election's, 0.03-0.06 s of 0.09-0.115 s was the probe beginning late (CI72 0.105 s
-    # and stop 53's CI 0.091 s over the whole run, before late starts were recorded).
+    # And never wait on the lost zone: the longest gap in that span, less the time the read
+    # probe was due and had not begun, stays under the probe's timeout (0.25 s), which a read
+    # sent to the frozen member would wait out (without the tags: gaps of 0.53-0.78 s). Not the
+    # sampling's 2 x 20 ms + 50 ms: on a busy machine (three runs at once beside a CPU and an
+    # fsync hog) single reads took 50-90 ms while the member answering them had its event loop
+    # 20-50 ms behind or the probe's thread waited for a CPU, with nothing of the fault in
+    # them; gaps of 0.09-0.13 s came before the fault too (CI: 0.091-0.105 s, in four rehearsals).
     gap = unavailable_s(span, "read")
     own = sum(g.stalled_s for g in stalled_gaps(span) if g.metric == "read_unavailable_s")
-    assert gap is not None and gap - own <= 2 * 0.02 + 0.05, (
+    assert gap is not None and gap - own < 0.25, (
         gap,
         own,
         m.read_unavailable_s,
