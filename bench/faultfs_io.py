@@ -44,8 +44,9 @@ Usage: python bench/faultfs_io.py [--seconds 5] [--threads 4] [--port-base 21500
        [--lazyfs PATH]
 (root; needs /dev/fuse and fusermount3; the compiled layer needs faultfs-rs built: pip install
 -e ., or .ci/install-faultfs; passthrough_hp is taken from .cache/tools/bin or PATH, built by
-.ci/install-passthrough-hp; LazyFS is not built by this repository: --lazyfs names a binary built
-from github.com/dsrhaslab/lazyfs. A peer not found is skipped, with a line saying so.)
+.ci/install-passthrough-hp; LazyFS likewise, or --lazyfs PATH, built by .ci/install-lazyfs from a
+clone of github.com/dsrhaslab/lazyfs, which no registry has. A peer not found is skipped, with a
+line saying so.)
 """
 
 from __future__ import annotations
@@ -285,20 +286,24 @@ def _lazyfs(
     return _fuse_daemon(argv, point, scratch / "lazyfs.log")
 
 
+def _peer(name: str, build: str) -> Path | None:
+    """A peer's binary from .cache/tools/bin, else PATH; None, said, when neither has it."""
+    pinned = REPO / ".cache/tools/bin" / name
+    found = str(pinned) if os.access(pinned, os.X_OK) else shutil.which(name)
+    if found is None:
+        print(f"{name}: not in .cache/tools/bin nor on PATH, column skipped (build it: {build})")
+    return None if found is None else Path(found)
+
+
 def _columns(lazyfs: Path | None, threads: int) -> list[Column]:
     """The faultfs layers, then each peer found; a line for each peer skipped."""
     columns = [Column(label, partial(_faultfs, options), True) for label, options in LAYERS]
-    pinned = REPO / ".cache/tools/bin/passthrough_hp"
-    binary = str(pinned) if os.access(pinned, os.X_OK) else shutil.which("passthrough_hp")
+    binary = _peer("passthrough_hp", ".ci/install-passthrough-hp")
     if binary is not None:
-        columns.append(Column("passthrough_hp", partial(_passthrough_hp, Path(binary)), True))
-    else:
-        print("passthrough_hp: not in .cache/tools/bin nor on PATH, column skipped "
-              "(build it: .ci/install-passthrough-hp)")  # fmt: skip
-    if lazyfs is None:
-        print("lazyfs: no --lazyfs PATH given, column skipped (LazyFS is not built here: build "
-              "github.com/dsrhaslab/lazyfs and pass its binary)")  # fmt: skip
-    else:
+        columns.append(Column("passthrough_hp", partial(_passthrough_hp, binary), True))
+    lazyfs = lazyfs or _peer("lazyfs", ".ci/install-lazyfs SOURCE, SOURCE a clone of "
+                             "github.com/dsrhaslab/lazyfs")  # fmt: skip
+    if lazyfs is not None:
         # Room for every bench file written through in full, and SQLite's database and WAL
         # (LazyFS allocates it all at start, for each mount).
         cache_mib = (threads + 1) * FILE_BYTES // MIB + 512
@@ -330,7 +335,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--port-base", type=int, default=21500, help="the rs3 sandbox's ports")
     parser.add_argument(
-        "--lazyfs", type=Path, metavar="PATH", help="a LazyFS binary (yours: rsdrill builds none)"
+        "--lazyfs",
+        type=Path,
+        metavar="PATH",
+        help="a LazyFS binary (default: .cache/tools/bin's, PATH's)",
     )
     args = parser.parse_args()
     if args.lazyfs is not None and not os.access(args.lazyfs, os.X_OK):
