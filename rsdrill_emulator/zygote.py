@@ -26,7 +26,9 @@ from typing import Any
 from rsdrill.procstat import stat_fields
 from rsdrill_emulator.__main__ import main
 
-MODULE_ARGV = ["-m", "rsdrill_emulator"]
+# -P: nothing from the directory a member is started in shadows what it imports.
+MODULE_ARGV = ["-P", "-m", "rsdrill_emulator"]
+_ARGS_FROM = 1 + len(MODULE_ARGV)  # where a member's own arguments begin in its argv
 READY = b"ready"
 MAX_REQUEST_BYTES = 256 * 1024
 # proc(5) fields 48 and 49 (arg_start, arg_end), as indexes of stat_fields (from field 3 on).
@@ -48,7 +50,7 @@ def serve(channel: socket.socket) -> None:
 
 def _fork(request: dict[str, Any], channel: socket.socket, area: tuple[int, int]) -> int:
     argv = [str(a) for a in request["argv"]]
-    if argv[1:3] != MODULE_ARGV:
+    if argv[1:_ARGS_FROM] != MODULE_ARGV:
         raise ValueError(f"not an emulator command: {argv[:3]}")
     cmdline = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
     start, end = area
@@ -67,7 +69,7 @@ def _fork(request: dict[str, Any], channel: socket.socket, area: tuple[int, int]
             os.environ.update(request["env"])
             os.write(ready_w, b"1")
             os.close(ready_w)
-            code = _run(argv[3:])
+            code = _run(argv[_ARGS_FROM:])
         finally:
             os._exit(code)
     os.close(log)
@@ -93,7 +95,7 @@ def _become(argv: list[str], cmdline: bytes, start: int, end: int, log: int, cwd
     os.close(log)
     os.chdir(cwd)
     ctypes.memmove(start, cmdline.ljust(end - start, b"\0"), end - start)
-    sys.argv = [str(Path(sys.modules[main.__module__].__file__ or "")), *argv[3:]]
+    sys.argv = [str(Path(sys.modules[main.__module__].__file__ or "")), *argv[_ARGS_FROM:]]
 
 
 def _run(args: list[str]) -> int:

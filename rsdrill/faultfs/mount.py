@@ -106,7 +106,7 @@ def mount(
     if not Path("/dev/fuse").exists():
         raise FaultFSError("faultfs: /dev/fuse is missing (FUSE is not available here)")
     state_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "rsdrill.faultfs", "serve", str(source), str(mountpoint),
+    argv = [sys.executable, "-P", "-m", "rsdrill.faultfs", "serve", str(source), str(mountpoint),
             "--state-dir", str(state_dir)]  # fmt: skip
     if owner_pid is not None:
         argv += ["--owner-pid", str(owner_pid)]

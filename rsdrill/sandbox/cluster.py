@@ -49,7 +49,7 @@ from rsdrill.sandbox.config import (
 from rsdrill.sandbox.engine import Engine, Layout
 from rsdrill.sandbox.errors import SandboxError
 from rsdrill.sandbox.members import QUERY_TIMEOUT_S, hello, is_writable_primary
-from rsdrill.sandbox.zygote import fork_member
+from rsdrill.sandbox.zygote import MODULE_ARGV, fork_member
 from rsdrill.scram import Credentials
 from rsdrill.states import member_state
 
@@ -78,7 +78,7 @@ class MemberStatus:
 
 
 class EmulatorEngine:
-    """Members are `python -m rsdrill_emulator` processes."""
+    """Members are `python -P -m rsdrill_emulator` processes."""
 
     name = "emulator"
 
@@ -86,14 +86,14 @@ class EmulatorEngine:
         self.executable = executable
 
     def argv(self, sandbox: Layout, member: MemberSpec, *, init: bool) -> list[str]:
-        argv = [self.executable, "-m", "rsdrill_emulator"]
-        argv += ["--dir", str(sandbox.directory), "--host", member.host]
+        argv = [self.executable, *MODULE_ARGV, "--dir", str(sandbox.directory)]
+        argv += ["--host", member.host]
         return [*argv, "--init"] if init else argv
 
     def router_argv(self, directory: Path, host: str) -> list[str]:
         """A router of the sharded sandbox in `directory` (its pid file in `routers/<port>/`,
         beside which `wait_gone` finds its port)."""
-        return [self.executable, "-m", "rsdrill_emulator", "--dir", str(directory),
+        return [self.executable, *MODULE_ARGV, "--dir", str(directory),
                 "--host", host, "--router"]  # fmt: skip
 
     def initiate(self, sandbox: Layout, deadline: float) -> None:

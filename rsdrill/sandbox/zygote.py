@@ -3,7 +3,7 @@
 Each process that starts members (the CLI, a run, a test worker) gets one such parent, the
 zygote (`rsdrill_emulator/zygote.py`), on the first start, over a private socketpair: nobody
 else can ask it for anything, and it exits when this process does. A member forked from it is
-the process `python -m rsdrill_emulator ...` would be (own session, command line, log), without
+the process `python -P -m rsdrill_emulator ...` would be (own session, command line, log), without
 paying its imports again. The member gets this process's environment as it is at the start;
 where a difference from the zygote's would have acted while Python started (PYTHON*, LD_*,
 locale, TZ), or the zygote cannot serve a start (another interpreter, it died), the caller
@@ -20,7 +20,9 @@ import sys
 import threading
 from pathlib import Path
 
-MODULE_ARGV = ["-m", "rsdrill_emulator"]
+# -P: nothing in the directory rsdrill runs in shadows what a member imports (a `uvloop.py`
+# there would otherwise be the members' uvloop).
+MODULE_ARGV = ["-P", "-m", "rsdrill_emulator"]
 # Blank room on the zygote's command line, written over with each child's own.
 ROOM_BYTES = 4096
 MAX_REQUEST_BYTES = 256 * 1024  # as the zygote reads them
@@ -41,7 +43,7 @@ class _Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.environ = dict(os.environ)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "rsdrill_emulator.zygote", str(theirs.fileno()),
+            [sys.executable, "-P", "-m", "rsdrill_emulator.zygote", str(theirs.fileno()),
              " " * ROOM_BYTES],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True,
@@ -94,7 +96,7 @@ def fork_member(argv: list[str], log_path: Path) -> int | None:
     must start it itself (not an emulator command of this interpreter, an environment that
     differs from the zygote's where Python reads it at start, no zygote to be had)."""
     global _zygote, _broken
-    if argv[0] != sys.executable or argv[1:3] != MODULE_ARGV:
+    if argv[0] != sys.executable or argv[1 : 1 + len(MODULE_ARGV)] != MODULE_ARGV:
         return None
     with _lock:
         if _zygote is not None and _zygote.owner != os.getpid():

@@ -435,3 +435,26 @@ def test_up_records_every_setting_given(
     assert recorded["oplog_size_bytes"] == 8 * 1024 * 1024
     assert recorded["initial_sync_bytes_per_s"] == int(1.5 * 1024 * 1024)
     assert recorded["cache_bytes"] == 12 * 1024 * 1024
+
+
+def test_the_members_import_nothing_from_the_directory_rsdrill_runs_in(
+    free_port_base: Callable[[int], int], sandbox_dir: Path, tmp_path: Path
+) -> None:
+    """A module there named as one the members import is not theirs (without -P, `python -m`
+    puts that directory first on their import path, and this uvloop.py ended them)."""
+    here = tmp_path / "work"
+    here.mkdir()
+    (here / "uvloop.py").write_text(
+        "raise SystemExit('uvloop.py of the directory rsdrill ran in')\n"
+    )
+    base = free_port_base(1)
+    done = subprocess.run(
+        [sys.executable, "-m", "rsdrill.cli", "sandbox", "up", "--topology", "rs1",
+         "--dir", str(sandbox_dir), "--port-base", str(base), "--engine", "emulator", "--json"],
+        capture_output=True, text=True, timeout=120, cwd=here,
+    )  # fmt: skip
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert [m["state"] for m in json.loads(done.stdout)["members"]] == ["PRIMARY"]
+    finally:
+        rsdrill("sandbox", "down", "--dir", str(sandbox_dir))

@@ -217,7 +217,7 @@ class NetworkDegrade:
     def _start_proxy(self) -> None:
         config = config_json(self.token, listeners(self.port, self.peers, self.how), self.seed)
         self._proxy = subprocess.Popen(
-            [sys.executable, "-m", PROXY_MODULE, config], stdin=subprocess.DEVNULL,
+            [sys.executable, "-P", "-m", PROXY_MODULE, config], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
         assert self._proxy.stdout is not None
