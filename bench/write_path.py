@@ -6,9 +6,9 @@ members together and this client (ms, from /proc): the steadier figure of the tw
 machine, whose calm and busy hours move ops/s by 20-30 % for the same tree. `--unique-index`
 first creates a unique index on the written field, to show what enforcing it costs. To compare
 with another tree's code (say, the commit before a change), run it from that tree's directory,
-`cd <that tree> && PYTHONPATH=. python bench/write_path.py`: the members are `python -m` processes
-started in the caller's directory, which comes first on their import path, so PYTHONPATH alone
-from this checkout measures this checkout's members.
+`cd <that tree> && PYTHONPATH=. python bench/write_path.py`: a tree before 67e45ab starts its
+members as `python -m`, which puts the caller's directory first on their import path, so there
+PYTHONPATH alone from this checkout measures this checkout's members.
 
 Usage: python bench/write_path.py [--ops 2000] [--port-base 29417] [--unique-index]
 """
