@@ -39,15 +39,13 @@ from rsdrill.engine.schedule import Action, build_schedule
 from rsdrill.engine.selection import (
     SelectionError,
     concrete_domain,
-    current_states,
     lands_in,
     layout_of,
     member_placements,
     placements_for,
     replica_sets,
     resolve,
-    router_states,
-    states_from_hellos,
+    roles_now,
 )
 from rsdrill.engine.steps import StepFailed, run_step, step_environment
 from rsdrill.engine.stop_watch import EXIT_STOPPED, StopWatch
@@ -121,6 +119,7 @@ class Runner:
         self._journal: Journal | None = None
         self._slide_s = 0.0
         self._verdict_final = False
+        self._signal_fd = -1  # the write end of `_watch_signals`'s pipe, while `run` runs
         # The first SIGINT/SIGTERM's name: a caller of many runs (the soak) stops after this one.
         self.signalled: str | None = None
         # What the target's members said they are, for the result (None: none answered).
@@ -143,6 +142,7 @@ class Runner:
     def run(self) -> Result:
         """Carry the experiment out; always returns a Result (reports written)."""
         # First of all: a signal from here on stops the run through its own handler.
+        self._watch_signals()
         previous = install_signal_handlers(self._on_signal)
         self.options.out_dir.mkdir(parents=True, exist_ok=True)
         started_wall = dt.datetime.now(dt.UTC)
@@ -288,6 +288,7 @@ class Runner:
         finally:
             # Until the result is written a signal is the run's, and changes nothing now.
             restore_signal_handlers(previous)
+            os.close(self._signal_fd)  # its watcher ends
 
     def _result(
         self,
@@ -481,7 +482,12 @@ class Runner:
         address is not waited for."""
         started, retried, placed = time.monotonic(), False, placements_for(fault.select, target)
         while True:
-            states = self._roles_now(target)
+            changed = (t for r in self.state.records
+                       for t in (r.injected_at_s, r.verified_at_s, r.reverted_at_s))  # fmt: skip
+            states = roles_now(target, self._layout, self.exp.probes.failover,
+                               lambda since_s: self.history.ops("failover", since_s=since_s),
+                               max((t for t in changed if t is not None), default=0.0),
+                               self.clock.now())  # fmt: skip
             try:
                 hosts = resolve(fault.select, states, self._layout, placed)
             except SelectionError:
@@ -546,31 +552,6 @@ class Runner:
             self.live.event(f"skipped {injector.kind} on {injector.target}")
             return False
         return True
-
-    def _roles_now(self, target: RunTarget) -> dict[str, str]:
-        """Each member's state, for `select:`: from the failover probe's hello answers since the
-        last fault changed anything, so the fault goes in on time (asking a frozen member live
-        takes its whole timeout); asked live when the probe has no fresh answer."""
-        probe = self.exp.probes.failover
-        routers = router_states(self._layout, options=target.connect_options)
-        if probe is not None:
-            changed = (t for r in self.state.records
-                       for t in (r.injected_at_s, r.verified_at_s, r.reverted_at_s))  # fmt: skip
-            since_s = max((t for t in changed if t is not None), default=0.0)
-            # A streamed hello is current until its wait (max_await + timeout) runs out.
-            max_age_s = probe.max_await + probe.timeout + 2 * probe.interval + 0.1
-            now_s = self.clock.now()
-            states = states_from_hellos(
-                # Only answers that can count (ended since, and fresh): not hours of polls.
-                self.history.ops("failover", since_s=max(since_s, now_s - max_age_s)),
-                target.members,
-                since_s=since_s,
-                now_s=now_s,
-                max_age_s=max_age_s,
-            )
-            if states is not None:
-                return {**states, **routers}
-        return {**current_states(target.members, options=target.connect_options), **routers}
 
     def _revert_fault(self, index: int, journal: Journal, due_s: float) -> None:
         for key in [k for k, a in self.state.applied.items() if a.record.index == index]:
@@ -668,14 +649,29 @@ class Runner:
         self._sleep(at_s - self.clock.now())
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # On the main thread between two of its bytecodes, which may hold a lock then (an
+        # Event's as a wait begins: a run signalled so deadlocked on `_wake`): so a byte to
+        # `_watch_signals`, which takes no lock here.
         self.signalled = self.signalled or signal.Signals(signum).name
-        if self._verdict_final:
-            return
-        if self._reverting or self._abort.is_set():
-            self.live.event("reverting faults; rsdrill exits once everything is restored")
-            return
-        self.live.event(f"{signal.Signals(signum).name}: stopping, reverting every fault")
-        self._stop_run()
+        os.write(self._signal_fd, bytes([signum]))
+
+    def _watch_signals(self) -> None:
+        """A thread that stops the run for each signal `_on_signal` passes on through a pipe,
+        until `run` closes it."""
+        read_fd, self._signal_fd = os.pipe()
+        threading.Thread(target=self._stop_on_signals, args=(read_fd,), name="rsdrill-signals",
+                         daemon=True).start()  # fmt: skip
+
+    def _stop_on_signals(self, read_fd: int) -> None:
+        while received := os.read(read_fd, 1):
+            if self._verdict_final:
+                continue
+            if self._reverting or self._abort.is_set():
+                self.live.event("reverting faults; rsdrill exits once everything is restored")
+                continue
+            self.live.event(f"{signal.Signals(received[0]).name}: stopping, reverting every fault")
+            self._stop_run()
+        os.close(read_fd)
 
     def _stop_run(self) -> None:
         self._abort.set()

@@ -3,13 +3,14 @@ from the failover probe's latest hello answers when they are fresh."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from rsdrill.connection import AccessRefused, ConnectOptions, answers_hello
 from rsdrill.deployment import read_placements
 from rsdrill.domains import Placement, domains_held, placed_by_platform
 from rsdrill.errors import RsdrillError
+from rsdrill.experiment.probes import FailoverProbe
 from rsdrill.experiment.schema import (
     Fault,
     SelectCount,
@@ -189,6 +190,35 @@ def _fits(state: str, role: str) -> bool:
 
 def _describe(states: dict[str, str]) -> str:
     return ", ".join(f"{h} {s}" for h, s in states.items())
+
+
+def roles_now(
+    target: RunTarget,
+    layout: ShardedLayout | None,
+    probe: FailoverProbe | None,
+    hellos_since: Callable[[float], list[Op]],
+    changed_s: float,
+    now_s: float,
+) -> dict[str, str]:
+    """Each member's state, for `select:`: from the failover probe's hello answers since the
+    last fault changed anything (`changed_s`), so the fault goes in on time (asking a frozen
+    member live takes its whole timeout); asked live when the probe has no fresh answer.
+    `hellos_since(t)`: the probe's attempts that ended at `t` or later."""
+    routers = router_states(layout, options=target.connect_options)
+    if probe is not None:
+        # A streamed hello is current until its wait (max_await + timeout) runs out.
+        max_age_s = probe.max_await + probe.timeout + 2 * probe.interval + 0.1
+        states = states_from_hellos(
+            # Only answers that can count (ended since, and fresh): not hours of polls.
+            hellos_since(max(changed_s, now_s - max_age_s)),
+            target.members,
+            since_s=changed_s,
+            now_s=now_s,
+            max_age_s=max_age_s,
+        )
+        if states is not None:
+            return {**states, **routers}
+    return {**current_states(target.members, options=target.connect_options), **routers}
 
 
 def states_from_hellos(
