@@ -91,7 +91,7 @@ class FaultRecord:
     """When the timeline had it go in (slid by any wait for a role or a game-day answer);
     `injected_at_s` is later by this process's own delay."""
     revert_due_at_s: float | None = None
-    """When the timeline had it reverted (None: reverted at the run's end or abort)."""
+    """When the timeline had it reverted (None: the run's end, an abort or a game-day `r` did)."""
 
 
 class History(Sequence[Op]):

@@ -37,7 +37,7 @@ class FaultResult(_Model):
     revert_due_at_s: float | None = Field(
         None,
         description="when the timeline had it reverted (its duration from `applied_at_s`); "
-        "None when it was reverted at the run's end or on an abort",
+        "None when something else reverted it: the run's end, an abort, a game-day `r`",
     )
     approximation: str | None = Field(
         None, description="what the platform did instead of the fault itself (approximate: true)"
