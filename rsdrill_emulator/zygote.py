@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from rsdrill.procstat import stat_fields
+from rsdrill.sandbox.zygote import MODULE_ARGV
 from rsdrill_emulator.__main__ import main
 
-# -P: nothing from the directory a member is started in shadows what it imports.
-MODULE_ARGV = ["-P", "-m", "rsdrill_emulator"]
 _ARGS_FROM = 1 + len(MODULE_ARGV)  # where a member's own arguments begin in its argv
 READY = b"ready"
 MAX_REQUEST_BYTES = 256 * 1024
@@ -51,7 +50,7 @@ def serve(channel: socket.socket) -> None:
 def _fork(request: dict[str, Any], channel: socket.socket, area: tuple[int, int]) -> int:
     argv = [str(a) for a in request["argv"]]
     if argv[1:_ARGS_FROM] != MODULE_ARGV:
-        raise ValueError(f"not an emulator command: {argv[:3]}")
+        raise ValueError(f"not an emulator command: {argv[:_ARGS_FROM]}")
     cmdline = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
     start, end = area
     if len(cmdline) > end - start:
