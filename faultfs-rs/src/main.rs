@@ -32,7 +32,11 @@ fn answer(shared: &Shared, request: &Value) -> Result<Value, String> {
             state.set_rule(name, &request["rule"], errno)?;
             Ok(json!({"rules": state.rules()}))
         }
-        "clear" => Ok(json!({"cleared": state.clear(request["name"].as_str())})),
+        "clear" => {
+            let hits = state.clear(request["name"].as_str());
+            let names: Vec<&String> = hits.keys().collect();
+            Ok(json!({"cleared": names, "rule_hits": hits}))
+        }
         "status" => {
             let mut status = state.snapshot();
             status["unsynced"] = shared.undo.as_ref().map_or(Value::Null, |u| u.pending());

@@ -271,13 +271,15 @@ impl FaultState {
     }
 
     /// Drop one rule (or all); the names dropped.
-    pub fn clear(&self, name: Option<&str>) -> Vec<String> {
+    /// Drop one rule (or all): each dropped rule's hits, counted up to its last operation
+    /// (a status read before the clear would miss those in between).
+    pub fn clear(&self, name: Option<&str>) -> Map<String, Value> {
         let mut inner = self.inner.lock().unwrap();
-        let mut dropped = Vec::new();
+        let mut dropped = Map::new();
         inner.rules.retain(|a| {
             let drop = name.is_none_or(|n| n == a.name);
             if drop {
-                dropped.push(a.name.clone());
+                dropped.insert(a.name.clone(), json!(a.hits));
             }
             !drop
         });

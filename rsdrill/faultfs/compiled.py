@@ -105,8 +105,8 @@ class CompiledDataPath:
     def set_rule(self, name: str, rule: Rule) -> None:
         self.call({"op": "set", "name": name, "rule": rule.to_dict(), "errno": rule.errno_value})
 
-    def clear(self, name: str | None = None) -> list[str]:
-        return list(self.call({"op": "clear", "name": name})["cleared"])
+    def clear(self, name: str | None = None) -> dict[str, dict[str, int]]:
+        return dict(self.call({"op": "clear", "name": name})["rule_hits"])
 
     def rules(self) -> dict[str, dict[str, Any]]:
         return dict(self.snapshot()["rules"])

@@ -3,7 +3,8 @@
 One JSON object per line each way. Requests: `{"op": "ping"}`, `{"op": "set", "name": N,
 "rule": {...}}` (see `rules.Rule`; the reply's `unreached` lists the rule's files open in
 passthrough, which it misses until they are closed), `{"op": "clear"}` or `{"op": "clear",
-"name": N}`, `{"op": "status"}` (with a mirrored backing, its replicas' states under `replicas`),
+"name": N}` (the reply's `rule_hits`: each dropped rule's hits to its last operation), `{"op":
+"status"}` (with a mirrored backing, its replicas' states under `replicas`),
 `{"op": "power-loss"}`. Replies carry `"ok": true` or `"ok": false,
 "error": "..."`. An abstract socket needs no file (no path-length limit, nothing stale left
 behind by a crashed daemon): it exists exactly while the daemon runs.
@@ -162,10 +163,10 @@ class ControlServer:
         return {"rules": self.state.rules(), "unreached": [p for p in passed if rule.covers(p)]}
 
     def _clear(self, message: dict[str, Any]) -> dict[str, Any]:
-        cleared = self.state.clear(message.get("name"))
+        hits = self.state.clear(message.get("name"))
         if self.backing is not None:
             self.backing.rules_changed()
-        return {"cleared": cleared}
+        return {"cleared": list(hits), "rule_hits": hits}
 
     def _status(self, _: dict[str, Any]) -> dict[str, Any]:
         unsynced = self.undo.pending() if self.undo is not None else None

@@ -72,14 +72,14 @@ class FaultState:
             self._rules[name] = _Active.of(rule)
             self._wake()
 
-    def clear(self, name: str | None = None) -> list[str]:
-        """Drop one rule (or all); the names dropped."""
+    def clear(self, name: str | None = None) -> dict[str, dict[str, int]]:
+        """Drop one rule (or all): each dropped rule's hits, counted up to its last operation
+        (a status read before the clear would miss those in between)."""
         with self._lock:
             names = list(self._rules) if name is None else [n for n in (name,) if n in self._rules]
-            for n in names:
-                del self._rules[n]
+            dropped = {n: dict(self._rules.pop(n).hits) for n in names}
             self._wake()
-        return names
+        return dropped
 
     def replicas_named(self) -> set[str]:
         """The mirror's replicas some rule acts on."""

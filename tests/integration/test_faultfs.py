@@ -103,6 +103,12 @@ def test_fsync_error_and_probability(faultfs: MakeMount) -> None:
     assert 60 <= failures <= 140, failures
     counters = request(m.mountpoint, {"op": "status"})["counters"]
     assert counters["failed_fsync"] == failures + 1
+    # The clear's reply counts the dropped rule's hits to its last operation (set again, the
+    # rule counts afresh).
+    cleared = request(m.mountpoint, {"op": "clear", "name": "sync"})
+    assert cleared["cleared"] == ["sync"]
+    assert cleared["rule_hits"]["sync"]["failed"] == failures
+    assert cleared["rule_hits"]["sync"]["matched"] == 200
 
 
 def test_latency_is_added_to_matching_operations(faultfs: MakeMount) -> None:

@@ -68,7 +68,10 @@ def test_state_fails_detached_and_errors_by_probability() -> None:
     assert state.admit("read", "f") is None
     state.set_rule("d", Rule(detach=True))
     assert state.admit("read", "f") == 5
-    assert state.clear() == ["e", "d"]
+    # Each dropped rule with its hits to the last operation: e failed the write, d the read.
+    dropped = state.clear()
+    assert list(dropped) == ["e", "d"]
+    assert dropped["e"]["failed"] == 1 and dropped["d"]["failed"] == 1
     assert state.admit("write", "f") is None
 
 

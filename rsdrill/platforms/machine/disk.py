@@ -147,7 +147,11 @@ class StorageFault:
 
     def revert(self) -> None:
         try:
-            hits = request(self.mountpoint, {"op": "status"})["rule_hits"].get(self.name, {})
+            # Cleared here for its hits, which the clear's reply counts to the rule's last
+            # operation (a status read first missed those in between); faultfs_clear() then
+            # finds no rule and does the rest (the mirror's resync, a restart).
+            cleared = request(self.mountpoint, {"op": "clear", "name": self.name})
+            hits = cleared["rule_hits"].get(self.name, {})
             self._hits = {k: int(v) for k, v in hits.items()}
         except ControlError:
             pass  # the mount is gone: faultfs_clear() says so
