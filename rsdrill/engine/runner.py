@@ -141,9 +141,18 @@ class Runner:
 
     def run(self) -> Result:
         """Carry the experiment out; always returns a Result (reports written)."""
-        # First of all: a signal from here on stops the run through its own handler.
+        # First of all: a signal from here on stops the run through its own handler, until the
+        # result is written (a signal then changes nothing), or the run fails to begin (its
+        # directories): the caller's handlers are back either way.
         self._watch_signals()
         previous = install_signal_handlers(self._on_signal)
+        try:
+            return self._run()
+        finally:
+            restore_signal_handlers(previous)
+            os.close(self._signal_fd)  # its watcher ends
+
+    def _run(self) -> Result:
         self.options.out_dir.mkdir(parents=True, exist_ok=True)
         started_wall = dt.datetime.now(dt.UTC)
         journal = Journal.open_run(self.run_id, self.exp.name, self.options.journal_dir)
@@ -283,12 +292,7 @@ class Runner:
                 journal.write("end", verdict=verdict)  # else `rsdrill recover` finishes it
             journal.close()
             self.live.stop()
-        try:
-            return self._result(verdict, error, started_wall, target, metrics, slo_results)
-        finally:
-            # Until the result is written a signal is the run's, and changes nothing now.
-            restore_signal_handlers(previous)
-            os.close(self._signal_fd)  # its watcher ends
+        return self._result(verdict, error, started_wall, target, metrics, slo_results)
 
     def _result(
         self,

@@ -3,6 +3,7 @@ whatever lock that thread held: it must stop the run without waiting on any."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
@@ -35,3 +36,25 @@ def test_a_signal_taken_as_the_run_begins_a_wait_still_stops_it(tmp_path: Path) 
     assert returned.wait(5), "the handler waited on a lock its own thread held"
     assert runner._abort.wait(5) and runner._wake.wait(5), "the run was not stopped"
     assert runner.signalled == "SIGTERM"
+    os.close(runner._signal_fd)  # its watcher ends, as `run` ends it
+
+
+def test_a_run_that_cannot_begin_gives_the_signals_back(tmp_path: Path) -> None:
+    # Its journal cannot be opened (a file where its directory should be): the run raises, and
+    # Ctrl-C must stop the caller again (a pytest session, a sweep), not a run that is over.
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    options = RunOptions(out_dir=tmp_path / "out", live=False, journal_dir=blocker / "journal")
+    runner, threads = Runner(Experiment.model_validate(SPEC), options), set(threading.enumerate())
+    try:
+        runner.run()
+    except OSError:
+        pass
+    else:
+        raise AssertionError("the journal was opened inside a file")
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    watchers = [t for t in set(threading.enumerate()) - threads if t.name == "rsdrill-signals"]
+    for watcher in watchers:
+        watcher.join(5)
+    assert not any(t.is_alive() for t in watchers), "the signal watcher outlived the run"
