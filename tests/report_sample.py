@@ -58,6 +58,7 @@ def sample_result(experiment: str = "rs3-primary-kill", error: str | None = None
             FaultResult(
                 kind="host-kill",
                 target=KILLED,
+                due_at_s=KILL_S - 0.002,
                 injected_at_s=KILL_S,
                 verified_at_s=KILL_S + 0.01,
                 reverted_at_s=RESTART_S,

@@ -20,7 +20,18 @@ HEARTBEAT_S = 5.0
 RECENT_POLLS = 50
 """A primary is shown while one of the last this many failover polls found it writable."""
 
+LATE_NOTE_S = 0.1
+"""A fault acted on this much after its timeline's time or more is said to be late in its event
+(rsdrill's own delay: waking, selecting, journaling; a busy machine took up to 0.12 s)."""
+
 _log = logging.getLogger("rsdrill.run")
+
+
+def late_note(due_s: float | None, at_s: float | None) -> str:
+    """`" (0.31 s after its time)"` for an action that came LATE_NOTE_S or more after it was due."""
+    if due_s is None or at_s is None or at_s - due_s < LATE_NOTE_S:
+        return ""
+    return f" ({at_s - due_s:.2f} s after its time)"
 
 
 class LiveView:
@@ -51,6 +62,15 @@ class LiveView:
             if self.tty:
                 self.stream.write("\n")
                 self.stream.flush()
+
+    def acted(self, verb: str, record: FaultRecord) -> None:
+        """`injected host-kill on <host>` or `reverted ...`, said to be late when it was."""
+        due, at = (
+            (record.due_at_s, record.injected_at_s)
+            if verb == "injected"
+            else (record.revert_due_at_s, record.reverted_at_s)
+        )
+        self.event(f"{verb} {record.kind} on {record.target}{late_note(due, at)}")
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase

@@ -468,7 +468,7 @@ class Runner:
             applied_at = record.applied_at_s = round(self.clock.now(), 4)
             self.state.in_force_s.setdefault(action.index, []).append(applied_at)
             journal.write("applied", key=key)
-            self.live.event(f"injected {fault.kind} on {host}")
+            self.live.acted("injected", record)
             injected.append((host, record, injector))
         for host, record, injector in injected:
             if not injector.verify(VERIFY_TIMEOUT_S):
@@ -574,7 +574,7 @@ class Runner:
         if report is not None:
             applied.record.detail.update(report())
         journal.write("reverted", key=applied.key)
-        self.live.event(f"reverted {applied.record.kind} on {applied.record.target}")
+        self.live.acted("reverted", applied.record)
         self.events.emit("fault_reverted", fault=applied.record)
 
     def _revert_all(self, journal: Journal) -> str | None:

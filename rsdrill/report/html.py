@@ -100,6 +100,7 @@ def _faults_table(result: Result) -> str:
         return '<p class="note">No faults were injected.</p>'
     rows = "".join(
         f"<tr><td>{_e(f.kind)}</td><td>{_e(f.target)}</td>"
+        f'<td class="num">{_e(fmt_number(f.due_at_s))}</td>'
         f'<td class="num">{_e(fmt_number(f.injected_at_s))}</td>'
         f'<td class="num">{_e(fmt_number(f.verified_at_s))}</td>'
         f'<td class="num">{_e("never" if f.reverted_at_s is None else fmt_number(f.reverted_at_s))}'
@@ -107,7 +108,7 @@ def _faults_table(result: Result) -> str:
         for f in result.faults
     )
     head = (
-        "<tr><th>kind</th><th>target</th><th>injected (s)</th><th>verified (s)</th>"
+        "<tr><th>kind</th><th>target</th><th>due (s)</th><th>injected (s)</th><th>verified (s)</th>"
         "<th>reverted (s)</th></tr>"
     )
     restarts = "".join(f'<p class="note">{_e(line)}</p>'

@@ -91,14 +91,15 @@ def render_summary(result: Result, report_path: str) -> str:
 
     lines += ["### Faults", ""]
     if result.faults:
-        lines += ["| kind | target | injected at | reverted at |", "|---|---|---|---|"]
+        lines += ["| kind | target | due at | injected at | reverted at |", "|---|---|---|---|---|"]
         for fault in result.faults:
-            injected = fmt_number(fault.injected_at_s, "s")
+            due, injected = fmt_number(fault.due_at_s, "s"), fmt_number(fault.injected_at_s, "s")
             reverted = (
                 "never" if fault.reverted_at_s is None else fmt_number(fault.reverted_at_s, "s")
             )
             lines.append(
-                f"| {md_escape(fault.kind)} | {md_escape(fault.target)} | {injected} | {reverted} |"
+                f"| {md_escape(fault.kind)} | {md_escape(fault.target)} | {due} | {injected} "
+                f"| {reverted} |"
             )
         restarts = [line for line in map(ha_restart_line, result.faults) if line]
         if restarts:

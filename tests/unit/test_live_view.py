@@ -9,7 +9,7 @@ import re
 import time
 
 from rsdrill.engine.live import LiveView
-from rsdrill.history import History, Op, RunClock
+from rsdrill.history import FaultRecord, History, Op, RunClock
 
 
 class _Lines(logging.Handler):
@@ -72,3 +72,22 @@ def test_the_status_names_the_primary_of_the_last_fifty_polls_and_the_write_gap(
     assert "primary ?" in view.status_line()
     history.append(poll("b:2", True))
     assert "primary b:2" in view.status_line()
+
+
+def test_a_fault_acted_on_late_says_how_late() -> None:
+    lines = _Lines()
+    logger = logging.getLogger("rsdrill.run")
+    logger.addHandler(lines)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        view = LiveView(History(), io.StringIO())
+        record = FaultRecord(0, "host-kill", "h:1", injected_at_s=5.31, due_at_s=5.0)
+        view.acted("injected", record)
+        record.revert_due_at_s, record.reverted_at_s = 35.3, 35.35  # within LATE_NOTE_S
+        view.acted("reverted", record)
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    assert lines.lines == ["injected host-kill on h:1 (0.31 s after its time)",
+                           "reverted host-kill on h:1"]  # fmt: skip

@@ -139,7 +139,7 @@ def test_summary_has_verdict_slos_metrics_faults_and_report() -> None:
     assert "| `failover_parts.detection_s` | 8.1 |" in text
     assert "| `latency_ms.p99` | 48 |" in text
     assert "no_primary_s" not in text  # not measured: left out of the key metrics
-    assert f"| host-kill | {KILLED} | 5 s | 20 s |" in text
+    assert f"| host-kill | {KILLED} | 4.998 s | 5 s | 20 s |" in text  # due, injected, reverted
     assert "`out/report.html`" in text
 
 
@@ -163,6 +163,9 @@ def test_html_has_header_tables_and_the_chart_root(ops: list[Op]) -> None:
     assert '<svg id="timeline"' in page
     assert '<table id="slo">' in page and '<table id="metrics">' in page
     assert '<tr class="slo-fail"><td>write_unavailable_s</td><td>&lt;= 8</td>' in page
+    # The fault's due time beside its injection: rsdrill's own delay can be read off.
+    assert "<th>due (s)</th><th>injected (s)</th>" in page
+    assert f'<td>{KILLED}</td><td class="num">4.998</td><td class="num">5</td>' in page
     assert "Content-Security-Policy" in page
 
 
