@@ -3,10 +3,12 @@ seconds, so a long fault is not minutes of silence."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import re
 import time
+from collections.abc import Iterator
 
 from rsdrill.engine.live import LiveView
 from rsdrill.history import FaultRecord, History, Op, RunClock
@@ -21,8 +23,9 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def test_off_a_terminal_the_status_comes_as_lines_at_the_heartbeat() -> None:
-    stream = io.StringIO()
+@contextlib.contextmanager
+def _run_log() -> Iterator[list[str]]:
+    """The messages of the run's logger while in the block, INFO and up."""
     lines = _Lines()
     logger = logging.getLogger("rsdrill.run")
     logger.addHandler(lines)
@@ -31,21 +34,27 @@ def test_off_a_terminal_the_status_comes_as_lines_at_the_heartbeat() -> None:
     level = logger.level
     logger.setLevel(logging.INFO)
     try:
-        view = LiveView(History(), stream, heartbeat_s=0.05)
-        view.start()
-        time.sleep(0.15)
-        assert lines.lines == []  # no status line without the run's clock
-        view.clock = RunClock.start()
-        view.phase = "faults"
-        deadline = time.monotonic() + 10
-        while sum(x.startswith("[faults]") for x in lines.lines) < 2:
-            assert time.monotonic() < deadline, lines.lines
-            time.sleep(0.02)
-        view.stop()
+        yield lines.lines
     finally:
         logger.removeHandler(lines)
         logger.setLevel(level)
-    status = [x for x in lines.lines if x.startswith("[faults] t+")]
+
+
+def test_off_a_terminal_the_status_comes_as_lines_at_the_heartbeat() -> None:
+    stream = io.StringIO()
+    with _run_log() as lines:
+        view = LiveView(History(), stream, heartbeat_s=0.05)
+        view.start()
+        time.sleep(0.15)
+        assert lines == []  # no status line without the run's clock
+        view.clock = RunClock.start()
+        view.phase = "faults"
+        deadline = time.monotonic() + 10
+        while sum(x.startswith("[faults]") for x in lines) < 2:
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.02)
+        view.stop()
+    status = [x for x in lines if x.startswith("[faults] t+")]
     assert len(status) >= 2 and "faults: none" in status[0]
     assert stream.getvalue() == ""  # off a terminal nothing is drawn on the stream itself
 
@@ -75,19 +84,11 @@ def test_the_status_names_the_primary_of_the_last_fifty_polls_and_the_write_gap(
 
 
 def test_a_fault_acted_on_late_says_how_late() -> None:
-    lines = _Lines()
-    logger = logging.getLogger("rsdrill.run")
-    logger.addHandler(lines)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
+    with _run_log() as lines:
         view = LiveView(History(), io.StringIO())
         record = FaultRecord(0, "host-kill", "h:1", injected_at_s=5.31, due_at_s=5.0)
         view.acted("injected", record)
         record.revert_due_at_s, record.reverted_at_s = 35.3, 35.35  # within LATE_NOTE_S
         view.acted("reverted", record)
-    finally:
-        logger.removeHandler(lines)
-        logger.setLevel(level)
-    assert lines.lines == ["injected host-kill on h:1 (0.31 s after its time)",
-                           "reverted host-kill on h:1"]  # fmt: skip
+    assert lines == ["injected host-kill on h:1 (0.31 s after its time)",
+                     "reverted host-kill on h:1"]  # fmt: skip
