@@ -270,7 +270,6 @@ impl FaultState {
         Ok(())
     }
 
-    /// Drop one rule (or all); the names dropped.
     /// Drop one rule (or all): each dropped rule's hits, counted up to its last operation
     /// (a status read before the clear would miss those in between).
     pub fn clear(&self, name: Option<&str>) -> Map<String, Value> {

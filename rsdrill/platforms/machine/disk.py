@@ -151,7 +151,8 @@ class StorageFault:
             # operation (a status read first missed those in between); faultfs_clear() then
             # finds no rule and does the rest (the mirror's resync, a restart).
             cleared = request(self.mountpoint, {"op": "clear", "name": self.name})
-            hits = cleared["rule_hits"].get(self.name, {})
+            # A daemon of an older rsdrill (a kept sandbox) answers without them: counts unknown.
+            hits = cleared.get("rule_hits", {}).get(self.name, {})
             self._hits = {k: int(v) for k, v in hits.items()}
         except ControlError:
             pass  # the mount is gone: faultfs_clear() says so
