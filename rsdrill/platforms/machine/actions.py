@@ -114,10 +114,18 @@ def faultfs_clear(action: dict[str, Any]) -> str:
     """Revert action `faultfs-clear`: drop the rule; restart the member if it died meanwhile.
     A rule on one copy of mirrored data (`mirror`): wait for the mount to resync that copy, or
     resync it here when the mount is gone."""
-    host, mountpoint = action["host"], Path(action["mountpoint"])
+    return faultfs_clear_counted(action)[0]
+
+
+def faultfs_clear_counted(action: dict[str, Any]) -> tuple[str, dict[str, int]]:
+    """`faultfs_clear`, and the rule's hits as its clear counted them, to its last operation
+    (none when the mount is gone, or its daemon, of an older rsdrill, does not count them)."""
+    host, mountpoint, rule = action["host"], Path(action["mountpoint"]), action["rule"]
+    hits: dict[str, int] = {}
     try:
-        cleared = request(mountpoint, {"op": "clear", "name": action["rule"]})["cleared"]
-        done = f"{host}: {action['rule']} cleared" if cleared else f"{host}: no rule to clear"
+        reply = request(mountpoint, {"op": "clear", "name": rule})
+        done = f"{host}: {rule} cleared" if reply["cleared"] else f"{host}: no rule to clear"
+        hits = {k: int(v) for k, v in reply.get("rule_hits", {}).get(rule, {}).items()}
     except ControlError:
         done = f"{host}: faultfs no longer mounted, nothing to clear"
     if action.get("mirror"):
@@ -125,7 +133,7 @@ def faultfs_clear(action: dict[str, Any]) -> str:
     restart = action.get("restart")
     if restart:  # restart actions do nothing when the member still runs
         done += f"; {REVERT_ACTIONS[restart['action']](carried(restart, action))}"
-    return done
+    return done, hits
 
 
 def _resynced(mountpoint: Path, mirror: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.rules import Rule, RuleError
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
-from rsdrill.platforms.machine.actions import faultfs_clear
+from rsdrill.platforms.machine.actions import faultfs_clear_counted
 from rsdrill.platforms.machine.process import HostKill
 
 if TYPE_CHECKING:
@@ -146,18 +146,9 @@ class StorageFault:
         return self.name in status.get("rules", {})
 
     def revert(self) -> None:
+        # The hits from the clear itself: a status read before it missed those in between.
         try:
-            # Cleared here for its hits, which the clear's reply counts to the rule's last
-            # operation (a status read first missed those in between); faultfs_clear() then
-            # finds no rule and does the rest (the mirror's resync, a restart).
-            cleared = request(self.mountpoint, {"op": "clear", "name": self.name})
-            # A daemon of an older rsdrill (a kept sandbox) answers without them: counts unknown.
-            hits = cleared.get("rule_hits", {}).get(self.name, {})
-            self._hits = {k: int(v) for k, v in hits.items()}
-        except ControlError:
-            pass  # the mount is gone: faultfs_clear() says so
-        try:
-            faultfs_clear(self.revert_action() or {})
+            _, self._hits = faultfs_clear_counted(self.revert_action() or {})
         except TargetError as exc:
             raise InjectionError(str(exc)) from exc
         if self.rule.replica is not None:
