@@ -146,8 +146,10 @@ def assert_only_struck_shard_interrupted(
     assert spared.write_unavailable_s is not None and spared.write_unavailable_s < 2.0, spared
 
 
-def wait_back_as_secondary(host: str) -> None:
-    """Until the restarted member answers as a secondary again (30 s at most)."""
+def wait_back_as_secondary(host: str, *, or_primary: bool = False) -> None:
+    """Until the restarted member answers as a secondary again (30 s at most); `or_primary`,
+    as a secondary or the primary (it won the election its loss called: it stays primary)."""
     options = ConnectOptions()
-    wait_until(lambda: member_state(host, 1.0, options=options) == "SECONDARY", 30,
-               f"{host} back as a secondary")  # fmt: skip
+    states = ("SECONDARY", "PRIMARY") if or_primary else ("SECONDARY",)
+    wait_until(lambda: member_state(host, 1.0, options=options) in states, 30,
+               f"{host} back as a {' or '.join(states).lower()}")  # fmt: skip

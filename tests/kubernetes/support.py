@@ -138,12 +138,22 @@ def wait_running(api: Any, namespace: str, pods: list[str], timeout_s: float = 6
     core = client.CoreV1Api(api)
     deadline = time.monotonic() + timeout_s
     while True:
-        phases = {p.metadata.name: p.status.phase
-                  for p in core.list_namespaced_pod(namespace).items}  # fmt: skip
+        found = {p.metadata.name: p for p in core.list_namespaced_pod(namespace).items}
+        phases = {name: pod.status.phase for name, pod in found.items()}
         if all(phases.get(pod) == "Running" for pod in pods):
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"pods not running after {timeout_s:g}s: {phases}")
+            # Why each one waits: the scheduler's verdict, and the nodes as it sees them.
+            waiting = {name: [(c.type, c.status, c.reason, c.message)
+                              for c in pod.status.conditions or []]
+                       for name, pod in found.items() if phases[name] != "Running"}  # fmt: skip
+            nodes = {n.metadata.name: ([(t.key, t.effect) for t in n.spec.taints or []],
+                                       [(c.type, c.status) for c in n.status.conditions or []])
+                     for n in core.list_node().items}  # fmt: skip
+            raise AssertionError(
+                f"pods not running after {timeout_s:g}s: {phases}; waiting: {waiting}; "
+                f"nodes (taints, conditions): {nodes}"
+            )
         time.sleep(0.1)
 
 
