@@ -3,10 +3,12 @@
 //! Every path is relative to a descriptor of the backing directory opened before the mount, so
 //! the filesystem can be mounted over its own backing directory. Inode numbers are our own, one
 //! per path (renames move them). Data operations consult the fault state first; metadata
-//! operations only fail when the volume is detached. One thread reads the kernel's requests;
-//! whatever may block (fsync, and every operation while a rule is set, which may sleep for
-//! latency or a rate cap) runs on a pool of workers that reply when done, so a throttled file
-//! never holds up the rest of the mount.
+//! operations only fail when the volume is detached. `READERS` threads read the kernel's
+//! requests, each serving what it read, an fsync or an O_DIRECT read or write included (the
+//! others read on meanwhile, as libfuse's multithreaded loop does: no hand-over to another
+//! thread, which costs a wake-up on another CPU per request). While a rule is set, every
+//! operation (it may sleep for latency or a rate cap) runs on a pool of workers that reply when
+//! done, so a throttled file never holds up the rest of the mount.
 //!
 //! Passthrough (opt-in, never with unsynced-write tracking): a file opened while no rule is set
 //! gets a kernel backing file, and its reads and writes go straight to the backing file. The
@@ -18,9 +20,10 @@ use crate::rules::FaultState;
 use crate::sys;
 use crate::undo::UndoLog;
 use fuser::{
-    consts, BackingId, FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow,
+    AccessFlags, BackingId, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
+    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -36,11 +39,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const TTL: Duration = Duration::ZERO;
 const ROOT: u64 = 1;
 const WORKERS: usize = 32;
+/// Threads reading the kernel's requests: enough for the fsyncs and O_DIRECT reads a database
+/// has in flight at once, with one left to read the next request.
+pub const READERS: usize = 8;
 const MAX_WRITE: u32 = 1 << 20;
-// Not in fuser's constants (kernel 6.6+): an open served without the page cache may still be
-// mmapped; and such an open's writes that do not extend the file run in parallel.
-const FUSE_DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
-const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
 
 struct Node {
     path: Vec<u8>,
@@ -173,7 +175,7 @@ fn kind(mode: u32) -> FileType {
 
 fn attr(ino: u64, st: &libc::stat) -> FileAttr {
     FileAttr {
-        ino,
+        ino: INodeNo(ino),
         size: st.st_size as u64,
         blocks: st.st_blocks as u64,
         atime: time(st.st_atime, st.st_atime_nsec),
@@ -260,10 +262,10 @@ pub struct FaultFs {
     passthrough: bool,
     /// How the daemon's own opens are served: without the page cache (every read() reaches
     /// the rules, whenever the file was opened) where the kernel allows mmap of such files.
-    open_flags: u32,
+    open_flags: FopenFlags,
     pool: Sender<Job>,
     /// Told once the kernel has agreed the session's terms: whether passthrough is on.
-    on_ready: Option<Box<dyn FnOnce(bool) + Send>>,
+    on_ready: Option<Box<dyn FnOnce(bool) + Send + Sync>>,
 }
 
 impl Shared {
@@ -304,11 +306,6 @@ impl Shared {
             .get(&fh)
             .cloned()
             .ok_or(libc::EBADF)
-    }
-
-    /// Whether `fh` was opened O_DIRECT (its reads and writes wait for the disk).
-    fn direct(&self, fh: u64) -> bool {
-        self.handle(fh).is_ok_and(|h| h.direct.is_some())
     }
 
     /// Metadata operations fail only on a detached volume.
@@ -582,7 +579,7 @@ impl FaultFs {
     pub fn new(
         shared: Arc<Shared>,
         passthrough: bool,
-        on_ready: impl FnOnce(bool) + Send + 'static,
+        on_ready: impl FnOnce(bool) + Send + Sync + 'static,
     ) -> FaultFs {
         let (tx, rx) = channel::<Job>();
         let rx: Arc<Mutex<Receiver<Job>>> = Arc::new(Mutex::new(rx));
@@ -604,15 +601,16 @@ impl FaultFs {
         FaultFs {
             shared,
             passthrough,
-            open_flags: 0,
+            open_flags: FopenFlags::empty(),
             pool: tx,
             on_ready: Some(Box::new(on_ready)),
         }
     }
 
-    /// Run `job` on a worker (it may block), or here when it cannot.
-    fn run(&self, may_block: bool, job: impl FnOnce(&Shared) + Send + 'static) {
-        if may_block {
+    /// Run `job` on a worker while a rule is set (it may sleep for the rule), else on this
+    /// reader.
+    fn run(&self, ruled: bool, job: impl FnOnce(&Shared) + Send + 'static) {
+        if ruled {
             let shared = self.shared.clone();
             let _ = self.pool.send(Box::new(move || job(&shared)));
         } else {
@@ -628,28 +626,32 @@ impl FaultFs {
 fn reply_empty(reply: ReplyEmpty, result: Result<(), i32>) {
     match result {
         Ok(()) => reply.ok(),
-        Err(errno) => reply.error(errno),
+        Err(errno) => reply.error(Errno::from_i32(errno)),
     }
 }
 
 fn reply_entry(reply: ReplyEntry, result: Result<FileAttr, i32>) {
     match result {
-        Ok(attr) => reply.entry(&TTL, &attr, 0),
-        Err(errno) => reply.error(errno),
+        Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+        Err(errno) => reply.error(Errno::from_i32(errno)),
     }
 }
 
 impl Filesystem for FaultFs {
-    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(MAX_WRITE);
-        let _ = config.add_capabilities(consts::FUSE_PARALLEL_DIROPS);
-        if config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok() {
-            self.open_flags = consts::FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES;
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        if config
+            .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+            .is_ok()
+        {
+            self.open_flags =
+                FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
         } else {
             eprintln!("faultfs: this kernel cannot mmap uncached files; reads may hit its cache");
         }
         if self.passthrough {
-            let granted = config.add_capabilities(consts::FUSE_PASSTHROUGH).is_ok()
+            let granted = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok();
             if !granted {
                 eprintln!("faultfs: this kernel offers no FUSE passthrough; serving every file");
@@ -662,8 +664,8 @@ impl Filesystem for FaultFs {
         Ok(())
     }
 
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
-        let s = &self.shared;
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let (s, parent) = (&self.shared, parent.0);
         reply_entry(
             reply,
             s.metadata()
@@ -672,12 +674,12 @@ impl Filesystem for FaultFs {
         );
     }
 
-    fn forget(&mut self, _req: &Request<'_>, ino: u64, nlookup: u64) {
-        self.shared.inodes.lock().unwrap().forget(ino, nlookup);
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.shared.inodes.lock().unwrap().forget(ino.0, nlookup);
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, fh: Option<u64>, reply: ReplyAttr) {
-        let s = &self.shared;
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let (s, ino, fh) = (&self.shared, ino.0, fh.map(|fh| fh.0));
         // A detached volume answers nothing but its root's attributes, so that `stat` of the
         // mount point (and tools walking the mount table) never error out.
         let result = (if ino == ROOT { Ok(()) } else { s.metadata() }).and_then(|_| {
@@ -689,14 +691,14 @@ impl Filesystem for FaultFs {
         });
         match result {
             Ok(st) => reply.attr(&TTL, &attr(ino, &st)),
-            Err(errno) => reply.error(errno),
+            Err(errno) => reply.error(Errno::from_i32(errno)),
         }
     }
 
     fn setattr(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
@@ -704,14 +706,14 @@ impl Filesystem for FaultFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        fh: Option<u64>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<u32>,
+        _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let ruled = self.ruled();
+        let (ruled, ino, fh) = (self.ruled(), ino.0, fh.map(|fh| fh.0));
         self.run(ruled, move |s| {
             let result = (|| {
                 s.metadata()?;
@@ -735,32 +737,33 @@ impl Filesystem for FaultFs {
             })();
             match result {
                 Ok(st) => reply.attr(&TTL, &attr(ino, &st)),
-                Err(errno) => reply.error(errno),
+                Err(errno) => reply.error(Errno::from_i32(errno)),
             }
         });
     }
 
-    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
-        let s = &self.shared;
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let (s, ino) = (&self.shared, ino.0);
         let result = s
             .metadata()
             .and_then(|_| s.path(ino))
             .and_then(|p| sys::readlinkat(s.dir(), &p).map_err(|e| sys::errno(&e)));
         match result {
             Ok(target) => reply.data(&target),
-            Err(errno) => reply.error(errno),
+            Err(errno) => reply.error(Errno::from_i32(errno)),
         }
     }
 
     fn mkdir(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let parent = parent.0;
         let s = &self.shared;
         let (uid, gid) = (req.uid(), req.gid());
         let result = s
@@ -775,19 +778,20 @@ impl Filesystem for FaultFs {
     }
 
     fn mknod(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         _rdev: u32,
         reply: ReplyEntry,
     ) {
+        let parent = parent.0;
         let s = &self.shared;
         let (uid, gid) = (req.uid(), req.gid());
         if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(libc::EPERM);
+            return reply.error(Errno::from_i32(libc::EPERM));
         }
         let result = s
             .metadata()
@@ -802,7 +806,8 @@ impl Filesystem for FaultFs {
         reply_entry(reply, result);
     }
 
-    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = parent.0;
         let s = &self.shared;
         let result = s
             .metadata()
@@ -818,7 +823,8 @@ impl Filesystem for FaultFs {
         reply_empty(reply, result);
     }
 
-    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = parent.0;
         let s = &self.shared;
         let result = s
             .metadata()
@@ -832,13 +838,14 @@ impl Filesystem for FaultFs {
     }
 
     fn symlink(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         link_name: &OsStr,
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        let parent = parent.0;
         let s = &self.shared;
         let (uid, gid) = (req.uid(), req.gid());
         let result = s
@@ -854,15 +861,18 @@ impl Filesystem for FaultFs {
     }
 
     fn rename(
-        &mut self,
-        _req: &Request<'_>,
-        parent: u64,
+        &self,
+        _req: &Request,
+        parent: INodeNo,
         name: &OsStr,
-        newparent: u64,
+        newparent: INodeNo,
         newname: &OsStr,
-        flags: u32,
+        flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let parent = parent.0;
+        let newparent = newparent.0;
+        let flags = flags.bits();
         let s = &self.shared;
         let result = s.metadata().and_then(|_| {
             let (old, new) = (s.child(parent, name)?, s.child(newparent, newname)?);
@@ -877,13 +887,15 @@ impl Filesystem for FaultFs {
     }
 
     fn link(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        newparent: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let newparent = newparent.0;
+        let ino = ino.0;
         let s = &self.shared;
         let result = s.metadata().and_then(|_| {
             let (old, new) = (s.path(ino)?, s.child(newparent, newname)?);
@@ -893,7 +905,9 @@ impl Filesystem for FaultFs {
         reply_entry(reply, result);
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let ino = ino.0;
+        let flags = flags.0;
         let ruled = self.ruled();
         // A rule arriving later does not reach files already passed through: the kernel
         // cannot take a backing file back. They stay outside the rules until closed.
@@ -905,28 +919,31 @@ impl Filesystem for FaultFs {
                 let backing = s.io_mode(ino, allowed, || reply.open_backing(fds.0.as_fd()));
                 let (fh, handle) = s.add_handle(fds, ino, backing);
                 match &handle.passthrough {
-                    Some(backing) => reply.opened_passthrough(fh, 0, backing),
-                    None => reply.opened(fh, open_flags),
+                    Some(backing) => {
+                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), backing)
+                    }
+                    None => reply.opened(FileHandle(fh), open_flags),
                 }
             }
-            Err(errno) => reply.error(errno),
+            Err(errno) => reply.error(Errno::from_i32(errno)),
         });
     }
 
     fn create(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let parent = parent.0;
         if self.passthrough {
             // The kernel then creates files with mknod and opens them with open, which can
             // pass them through (fuser's create reply cannot).
-            return reply.error(libc::ENOSYS);
+            return reply.error(Errno::from_i32(libc::ENOSYS));
         }
         let (uid, gid) = (req.uid(), req.gid());
         let name = name.to_owned();
@@ -934,59 +951,61 @@ impl Filesystem for FaultFs {
         self.run(ruled, move |s| {
             match s.create(parent, &name, mode & !umask, flags, uid, gid) {
                 Ok((attr, fds)) => {
-                    s.io_mode(attr.ino, false, || unreachable!());
-                    let (fh, _) = s.add_handle(fds, attr.ino, None);
-                    reply.created(&TTL, &attr, 0, fh, open_flags);
+                    s.io_mode(attr.ino.0, false, || unreachable!());
+                    let (fh, _) = s.add_handle(fds, attr.ino.0, None);
+                    reply.created(&TTL, &attr, Generation(0), FileHandle(fh), open_flags);
                 }
-                Err(errno) => reply.error(errno),
+                Err(errno) => reply.error(Errno::from_i32(errno)),
             }
         });
     }
 
     fn read(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         size: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let fh = fh.0;
+        let offset = offset as i64;
         let (started, ruled) = (Instant::now(), self.ruled());
-        // An O_DIRECT read waits for the disk: on a worker, so that reads overlap.
-        let may_block = ruled || self.shared.direct(fh);
-        self.run(may_block, move |s| {
+        self.run(ruled, move |s| {
             match s.read(fh, offset, size, ruled) {
                 Ok(data) => reply.data(&data),
-                Err(errno) => reply.error(errno),
+                Err(errno) => reply.error(Errno::from_i32(errno)),
             }
             s.profile.served("read", started);
         });
     }
 
     fn write(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         data: &[u8],
-        _write_flags: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let fh = fh.0;
+        let offset = offset as i64;
         let (started, ruled) = (Instant::now(), self.ruled());
         let result = move |s: &Shared, r: Result<u32, i32>, reply: ReplyWrite| {
             match r {
                 Ok(n) => reply.written(n),
-                Err(errno) => reply.error(errno),
+                Err(errno) => reply.error(Errno::from_i32(errno)),
             }
             s.profile.served("write", started);
         };
-        if ruled || self.shared.direct(fh) {
+        if ruled {
             let data = data.to_vec();
             self.run(true, move |s| {
                 result(s, s.write(fh, offset, &data, ruled), reply)
@@ -998,11 +1017,11 @@ impl Filesystem for FaultFs {
     }
 
     fn flush(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        _fh: u64,
-        _lock_owner: u64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         // close() of a duplicate descriptor: nothing is buffered here, the backing fd stays.
@@ -1010,35 +1029,45 @@ impl Filesystem for FaultFs {
     }
 
     fn release(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let fh = fh.0;
         self.shared.release(fh);
         reply.ok();
     }
 
-    fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let fh = fh.0;
         let started = Instant::now();
-        self.run(true, move |s| {
+        self.run(self.ruled(), move |s| {
             reply_empty(reply, s.fsync(fh, datasync));
             s.profile.served("fsync", started);
         });
     }
 
     fn readdir(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let ino = ino.0;
         let s = &self.shared;
         let result = s
             .metadata()
@@ -1046,7 +1075,7 @@ impl Filesystem for FaultFs {
             .and_then(|p| sys::list_dir(s.dir(), &p).map_err(|e| sys::errno(&e)));
         let entries = match result {
             Ok(entries) => entries,
-            Err(errno) => return reply.error(errno),
+            Err(errno) => return reply.error(Errno::from_i32(errno)),
         };
         let dots = [
             (b".".to_vec(), libc::DT_DIR),
@@ -1065,8 +1094,8 @@ impl Filesystem for FaultFs {
             };
             // Inode numbers here are only for show: lookups assign the real ones.
             if reply.add(
-                u64::MAX >> 1,
-                (i + 1) as i64,
+                INodeNo(u64::MAX >> 1),
+                (i + 1) as u64,
                 kind,
                 OsStr::from_bytes(&name),
             ) {
@@ -1077,20 +1106,21 @@ impl Filesystem for FaultFs {
     }
 
     fn fsyncdir(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let ino = ino.0;
         let ruled = self.ruled();
         self.run(ruled, move |s| {
             reply_empty(reply, s.path(ino).and_then(|p| s.admit("fsync", &p, 0)))
         });
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let s = &self.shared;
         match s
             .metadata()
@@ -1106,11 +1136,13 @@ impl Filesystem for FaultFs {
                 st.f_namemax as u32,
                 st.f_frsize as u32,
             ),
-            Err(errno) => reply.error(errno),
+            Err(errno) => reply.error(Errno::from_i32(errno)),
         }
     }
 
-    fn access(&mut self, _req: &Request<'_>, ino: u64, mask: i32, reply: ReplyEmpty) {
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let ino = ino.0;
+        let mask = mask.bits();
         let s = &self.shared;
         let result = s
             .metadata()
@@ -1120,15 +1152,18 @@ impl Filesystem for FaultFs {
     }
 
     fn fallocate(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
-        length: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let fh = fh.0;
+        let offset = offset as i64;
+        let length = length as i64;
         let ruled = self.ruled();
         self.run(ruled, move |s| {
             reply_empty(reply, s.fallocate(fh, offset, length, mode))

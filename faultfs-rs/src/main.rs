@@ -13,8 +13,8 @@ mod rules;
 mod sys;
 mod undo;
 
-use fs::{FaultFs, Shared};
-use fuser::{MountOption, Session};
+use fs::{FaultFs, Shared, READERS};
+use fuser::{Config, MountOption, Session, SessionACL};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use std::os::fd::OwnedFd;
@@ -132,13 +132,16 @@ fn main() {
     };
     handle_signals(mountpoint.clone());
     let shared = Arc::new(Shared::new(root, track_unsynced));
-    let options = [
+    let mut options = Config::default();
+    options.mount_options = vec![
         MountOption::FSName(FSNAME.into()),
         // A kernel option, not `Subtype`: mounting as root, fuser calls mount(2) itself and
         // would drop it, and the mount table must say `fuse.rsdrill-faultfs`.
         MountOption::CUSTOM(format!("subtype={FSNAME}")),
-        MountOption::AllowOther,
     ];
+    options.acl = SessionACL::All; // allow_other: the members may run as another user
+    options.n_threads = Some(READERS);
+    options.clone_fd = true;
     let control_shared = shared.clone();
     let ready = move |passthrough: bool| {
         println!(
@@ -148,7 +151,7 @@ fn main() {
         std::thread::spawn(move || control(control_shared));
     };
     let filesystem = FaultFs::new(shared, passthrough, ready);
-    let mut session = match Session::new(filesystem, paths[1], &options) {
+    let session = match Session::new(filesystem, paths[1], &options) {
         Ok(session) => session,
         Err(err) => {
             eprintln!("faultfs: mounting {}: {err}", paths[1]);
