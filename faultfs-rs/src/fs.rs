@@ -941,8 +941,8 @@ impl Filesystem for FaultFs {
     ) {
         let parent = parent.0;
         if self.passthrough {
-            // The kernel then creates files with mknod and opens them with open, which can
-            // pass them through (fuser's create reply cannot).
+            // The kernel then creates files with mknod and opens them with open, which
+            // decides passthrough for every open alike.
             return reply.error(Errno::from_i32(libc::ENOSYS));
         }
         let (uid, gid) = (req.uid(), req.gid());
