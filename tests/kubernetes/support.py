@@ -143,16 +143,19 @@ def wait_running(api: Any, namespace: str, pods: list[str], timeout_s: float = 6
         if all(phases.get(pod) == "Running" for pod in pods):
             return
         if time.monotonic() > deadline:
-            # Why each one waits: the scheduler's verdict, and the nodes as it sees them.
+            # Why each one waits: the scheduler's verdict, the claims' binding, and the nodes
+            # as the scheduler sees them.
             waiting = {name: [(c.type, c.status, c.reason, c.message)
                               for c in pod.status.conditions or []]
                        for name, pod in found.items() if phases[name] != "Running"}  # fmt: skip
+            listed = core.list_namespaced_persistent_volume_claim(namespace).items
+            claims = {c.metadata.name: (c.status.phase, c.spec.volume_name) for c in listed}
             nodes = {n.metadata.name: ([(t.key, t.effect) for t in n.spec.taints or []],
                                        [(c.type, c.status) for c in n.status.conditions or []])
                      for n in core.list_node().items}  # fmt: skip
             raise AssertionError(
                 f"pods not running after {timeout_s:g}s: {phases}; waiting: {waiting}; "
-                f"nodes (taints, conditions): {nodes}"
+                f"claims (phase, volume): {claims}; nodes (taints, conditions): {nodes}"
             )
         time.sleep(0.1)
 
