@@ -40,8 +40,11 @@ mongod's when `mongod` is on PATH (faultfs and passthrough_hp are mounted over e
 directory, LazyFS over it from a directory beside it). A run with storage faults mounts without
 passthrough (a file open in passthrough would escape the faults); passthru is for reference.
 
-Usage: python bench/faultfs_io.py [--seconds 5] [--threads 4] [--port-base 21500]
+Usage: python bench/faultfs_io.py [--seconds 5] [--rounds 3] [--threads 4] [--port-base 21500]
        [--lazyfs PATH]
+(each overhead figure is the median of `--rounds` turns of seconds/rounds, the layers and peers
+taking turns: a figure taken once, a column after another, caught a disturbance of a few seconds
+on one column alone)
 (root; needs /dev/fuse and fusermount3; the compiled layer needs faultfs-rs built: pip install
 -e ., or .ci/install-faultfs; passthrough_hp is taken from .cache/tools/bin or PATH, built by
 .ci/install-passthrough-hp; LazyFS likewise, or --lazyfs PATH, built by .ci/install-lazyfs from a
@@ -332,6 +335,8 @@ def _overhead_rows(threads: int) -> list[tuple[str, str, str, int, bool, str | N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="turns each overhead figure is the median of")  # fmt: skip
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--port-base", type=int, default=21500, help="the rs3 sandbox's ports")
     parser.add_argument(
@@ -361,7 +366,7 @@ def main() -> None:
                     column.mount(backing, point, Path(tmp) / f"state-{column.label}")
                 )
                 points[column.label] = point
-            run(backing, points, seconds, threads)
+            run(backing, points, seconds, threads, args.rounds)
         _rs3(Path(tmp), columns, args.port_base, seconds, threads)
 
 
@@ -593,17 +598,30 @@ def _placement(points: dict[str, Path], seconds: float) -> None:
                                         for label in labels) + ratio)  # fmt: skip
 
 
-def run(backing: Path, points: dict[str, Path], seconds: float, threads: int) -> None:
-    rate: Callable[[list[float]], float] = lambda ds: len(ds) / seconds  # noqa: E731
-    print("\noverhead with no rule set (ops/s; ratio to plain; ok / MISS against the target)")
+def _median(figures: list[float | str]) -> float | str:
+    """The median of a figure's turns; the error where a turn failed."""
+    errors = [figure for figure in figures if isinstance(figure, str)]
+    return errors[0] if errors else statistics.median(f for f in figures if not isinstance(f, str))
+
+
+def run(backing: Path, points: dict[str, Path], seconds: float, threads: int, rounds: int) -> None:
+    turn = seconds / rounds
+    print("\noverhead with no rule set (ops/s; ratio to plain; ok / MISS against the target;"
+          f" each the median of {rounds} turns of {turn:g} s, the columns in turn)")  # fmt: skip
     print(f"  {'operation':<26}{'plain':>10}" + "".join(f"{label:>{_width(label)}}{'ratio':>6}"
                                                      f"{'':<5}" for label in points))  # fmt: skip
     rows: list[tuple[str, str, dict[str, float | str]]] = []
     for name, kind, pattern, n, file_each, target in _overhead_rows(threads):
-        base = rate(_drive(backing / "file", kind, seconds, n, file_each=file_each,
-                           pattern=pattern))  # fmt: skip
-        fused = {label: _ops_per_s(point / "file", kind, seconds, n, file_each, pattern)
-                 for label, point in points.items()}  # fmt: skip
+        # Turns, so that a minute of a slower disk or a busy host falls on every column alike.
+        bases: list[float | str] = []
+        turns: dict[str, list[float | str]] = {label: [] for label in points}
+        for _ in range(rounds):
+            bases.append(len(_drive(backing / "file", kind, turn, n, file_each=file_each,
+                                    pattern=pattern)) / turn)  # fmt: skip
+            for label, point in points.items():
+                turns[label].append(_ops_per_s(point / "file", kind, turn, n, file_each, pattern))
+        base = float(_median(bases))
+        fused = {label: _median(figures) for label, figures in turns.items()}
         print(_row(name, base, fused, target))
         rows.append((name, kind, fused))
     base = _sqlite_inserts_per_s(backing, seconds)
