@@ -43,7 +43,7 @@ from pymongo.collection import Collection
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rsdrill.platforms.sandbox.hosts import free_port_base
-from rsdrill.procstat import stat_fields
+from rsdrill.procstat import cpu_seconds
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
 from tests.harness.ferretdb import ferretdb
@@ -52,7 +52,6 @@ FIELDS = 10
 FIELD_BYTES = 100
 RECORD = {f"field{f}": "x" * FIELD_BYTES for f in range(FIELDS)}
 MIXES = {"A": 0.5, "B": 0.95, "C": 1.0}  # the share of reads
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -113,13 +112,13 @@ def _drive(threads: int, seconds: float, op: Callable[[random.Random, int], None
 
 def _cpu_s(pids: list[int]) -> float:
     """User+system CPU seconds of the processes `pids` (every thread's) so far."""
-    total = 0
+    total = 0.0
     for pid in pids:
-        fields = stat_fields(pid)
-        if fields is None:
+        used = cpu_seconds(pid)
+        if used is None:
             raise RuntimeError(f"server process {pid} is gone")
-        total += int(fields[11]) + int(fields[12])  # utime, stime (proc(5) fields 14, 15)
-    return total / TICKS_PER_S
+        total += used
+    return total
 
 
 def _inserts(server: Server, args: argparse.Namespace, threads: int, name: str,

@@ -16,7 +16,6 @@ Usage: python bench/write_path.py [--ops 2000] [--port-base 29417] [--unique-ind
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from pymongo import MongoClient, WriteConcern
 
-from rsdrill.procstat import stat_fields
+from rsdrill.procstat import cpu_seconds
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
 
@@ -35,13 +34,8 @@ def _percentile(values: list[float], share: float) -> float:
 
 
 def _cpu_s(pids: list[int]) -> float:
-    """User and system CPU seconds the processes have used (proc(5) utime, stime)."""
-    total = 0
-    for pid in pids:
-        fields = stat_fields(pid)
-        if fields is not None:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    """User and system CPU seconds the processes have used (those gone count nothing)."""
+    return sum(cpu_seconds(pid) or 0.0 for pid in pids)
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -9,6 +10,15 @@ def stat_fields(pid: int) -> list[str] | None:
     """The fields after the command name (state first, as in proc(5) from field 3 on), or None
     when there is no such process. The name is skipped by its last `)`: it may hold spaces."""
     return _fields(Path(f"/proc/{pid}/stat"))
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU seconds process `pid` has used, all its threads (proc(5) utime and
+    stime), or None when there is no such process."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def live_thread_state(pid: int) -> str | None:
