@@ -145,12 +145,14 @@ def _drive(path: Path, kind: str, seconds: float, threads: int, block: int = BLO
     return durations
 
 
-def _ops_per_s(path: Path, kind: str, seconds: float, threads: int, file_each: bool,
+def _ops_per_s(place: Path, seconds: float, *, kind: str, threads: int, file_each: bool,
                pattern: str) -> float | str:  # fmt: skip
-    """`_drive`'s operations per second, or the name of the error an operation failed with (a
-    peer may: LazyFS reads an O_DIRECT file into FUSE's buffer, EINVAL unless it is aligned)."""
+    """`_drive`'s operations per second on `place`'s file, or the name of the error an operation
+    failed with (a peer may: LazyFS reads an O_DIRECT file into FUSE's buffer, EINVAL unless it
+    is aligned)."""
     try:
-        durations = _drive(path, kind, seconds, threads, file_each=file_each, pattern=pattern)
+        durations = _drive(place / "file", kind, seconds, threads, file_each=file_each,
+                           pattern=pattern)  # fmt: skip
     except OSError as error:
         return errno.errorcode.get(error.errno or 0, str(error))
     return len(durations) / seconds
@@ -610,26 +612,28 @@ def run(backing: Path, points: dict[str, Path], seconds: float, threads: int, ro
           f" each the median of {rounds} turns of {turn:g} s, the columns in turn)")  # fmt: skip
     print(f"  {'operation':<26}{'plain':>10}" + "".join(f"{label:>{_width(label)}}{'ratio':>6}"
                                                      f"{'':<5}" for label in points))  # fmt: skip
+    # A row's figure at a place (the plain directory or a mount point) in so many seconds.
+    measures: list[tuple[str, str, str | None, Callable[[Path, float], float | str]]] = [
+        (name, kind, target,
+         partial(_ops_per_s, kind=kind, threads=n, file_each=file_each, pattern=pattern))
+        for name, kind, pattern, n, file_each, target in _overhead_rows(threads)
+    ]  # fmt: skip
+    measures.append(("sqlite", "sqlite", "sqlite", _sqlite_inserts_per_s))
     rows: list[tuple[str, str, dict[str, float | str]]] = []
-    for name, kind, pattern, n, file_each, target in _overhead_rows(threads):
+    for name, kind, target, measure in measures:
         # Turns, so that a minute of a slower disk or a busy host falls on every column alike.
         bases: list[float | str] = []
         turns: dict[str, list[float | str]] = {label: [] for label in points}
         for _ in range(rounds):
-            bases.append(len(_drive(backing / "file", kind, turn, n, file_each=file_each,
-                                    pattern=pattern)) / turn)  # fmt: skip
+            bases.append(measure(backing, turn))
             for label, point in points.items():
-                turns[label].append(_ops_per_s(point / "file", kind, turn, n, file_each, pattern))
-        base = float(_median(bases))
+                turns[label].append(measure(point, turn))
+        base = _median(bases)
+        if isinstance(base, str):
+            raise RuntimeError(f"{name} failed on the plain directory: {base}")
         fused = {label: _median(figures) for label, figures in turns.items()}
         print(_row(name, base, fused, target))
         rows.append((name, kind, fused))
-    base = _sqlite_inserts_per_s(backing, seconds)
-    inserts: dict[str, float | str] = {
-        label: _sqlite_inserts_per_s(point, seconds) for label, point in points.items()
-    }
-    print(_row("sqlite", base, inserts, "sqlite"))
-    rows.append(("sqlite", "sqlite", inserts))
     print("  (sqlite: WAL inserts/s, a commit every 50; an emulator member makes 10 commits/s)")
     _peer_ratios(rows)
     _write_profile(backing, points["compiled"], seconds, threads)
