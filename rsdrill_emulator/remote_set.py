@@ -20,10 +20,13 @@ _log = logging.getLogger(__name__)
 
 CHECK_INTERVAL_S = 0.5
 HELLO_TIMEOUT_S = 1.0
+CHECK_BOUND_S = 5 * HELLO_TIMEOUT_S  # its hellos run at once, each within HELLO_TIMEOUT_S
 COMMAND_TIMEOUT_S = 30.0
 PRIMARY_WAIT_S = 15.0
-"""How long a command waits for its set to have a primary (mongos: its server selection
-timeout, 15 s by default for the replica-set monitor's `FindHostTimeout`)."""
+"""How long each attempt of a command waits for its set to have a primary (mongos: its server
+selection timeout, 15 s by default for the replica-set monitor's `FindHostTimeout`)."""
+RETRIES = 3
+"""How often a retried command is sent again (mongos's `kOnErrorNumRetries`)."""
 
 
 class SetUnavailable(CommandError):
@@ -67,9 +70,14 @@ class ReplicaSet:
                 raise
 
     async def monitor(self) -> None:
-        """Check every member's hello every CHECK_INTERVAL_S, or at once when asked."""
+        """Check every member's hello every CHECK_INTERVAL_S, or at once when asked. As
+        mongos's monitor it never stops: a check that fails or hangs is logged and made again
+        (a stopped one left the router without the set's primary until its restart)."""
         while True:
-            await self.check()
+            try:
+                await asyncio.wait_for(self.check(), CHECK_BOUND_S)
+            except Exception:
+                _log.exception("%s: a check of its members failed", self.name)
             self._check_now.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._check_now.wait(), CHECK_INTERVAL_S)
@@ -120,26 +128,30 @@ class ReplicaSet:
     ) -> tuple[str, dict[str, Any]]:
         """Run `cmd` on the primary; returns the member that answered and its reply. With
         `retry` (a retryable write or a read), a NotPrimary error or a lost connection is
-        retried on the next primary found within `wait_s`, as mongos retries them; otherwise
-        the error is the client's."""
-        deadline = time.monotonic() + wait_s
+        retried, up to RETRIES times, on the next primary found, as mongos retries them;
+        otherwise the error is the client's. Each attempt waits up to `wait_s` for a
+        primary, counted from its own start (a commit held for seconds on a coordinator that
+        then died has the whole wait for the next primary, as mongos's next attempt has)."""
+        retries = RETRIES if retry else 0
         while True:
-            host = await self.wait_primary(deadline)
+            host = await self.wait_primary(time.monotonic() + wait_s)
             try:
                 reply = await self.run_on(host, db, cmd)
             except PeerError as exc:
                 self.suspect(host)
-                if not retry or time.monotonic() > deadline:
+                if not retries:
                     raise CommandError(
                         6,
                         f"{self.name} ({host}): {exc}",
                         labels=("RetryableWriteError",) if retry else (),
                     ) from None
+                retries -= 1
                 continue
             code = reply.get("code") if not reply.get("ok") else None
             wc_code = (reply.get("writeConcernError") or {}).get("code")
             if code in NOT_PRIMARY_CODES or wc_code in NOT_PRIMARY_CODES:
                 self.suspect(host)
-                if retry and code in NOT_PRIMARY_CODES and time.monotonic() < deadline:
+                if retries and code in NOT_PRIMARY_CODES:
+                    retries -= 1
                     continue
             return host, reply

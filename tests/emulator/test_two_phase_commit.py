@@ -22,7 +22,7 @@ from pymongo.read_concern import ReadConcern
 from rsdrill.sandbox.config import Settings
 from rsdrill.sandbox.sharded import ShardedSandbox, up_sharded
 from tests.harness.members import wait_until
-from tests.harness.sharded_cluster import ELECTION_TIMEOUT_MS
+from tests.harness.sharded_cluster import ELECTION_TIMEOUT_MS, describe
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -51,6 +51,15 @@ def client(cluster: ShardedSandbox) -> Iterator[Client]:
         c.admin.command("shardCollection", f"{NS_DB}.{NS_COLL}", key={"_id": "hashed"})
         c[NS_DB][NS_COLL].insert_many([{"_id": i, "v": []} for i in range(40)])
         yield c
+
+
+@pytest.fixture(autouse=True)
+def _described_on_failure(request: pytest.FixtureRequest, cluster: ShardedSandbox
+                          ) -> Iterator[None]:  # fmt: skip
+    failed = request.session.testsfailed
+    yield
+    if request.session.testsfailed > failed:  # this test's call failed: shown with it
+        print(describe(cluster))
 
 
 class Keys:
@@ -93,6 +102,20 @@ def _primary(cluster: ShardedSandbox, shard: str) -> Any:
     return cluster.sets[shard].resolve("primary")
 
 
+def _session(cluster: ShardedSandbox, client: Client) -> ClientSession:
+    """A session causally after each shard primary's newest write, so that its transaction's
+    snapshot holds the documents the test writes: a router that has not seen them yet (the
+    other one served the inserts) picks an older time, as mongos may, and the statements
+    then match nothing (an empty prepare, unheld)."""
+    session = client.start_session()
+    for shard in ("shard0", "shard1"):
+        with _direct(cluster, shard) as direct:
+            reply = direct.admin.command("ping")
+        session.advance_cluster_time(reply["$clusterTime"])
+        session.advance_operation_time(reply["operationTime"])
+    return session
+
+
 def _push_both(client: Client, session: ClientSession, a: int, b: int, value: int) -> None:
     coll = client[NS_DB][NS_COLL]
     coll.update_one({"_id": a}, {"$push": {"v": value}}, session=session)  # shard0 first:
@@ -108,7 +131,7 @@ def test_a_transaction_on_two_shards_is_prepared_on_each_then_committed_at_one_t
     cluster: ShardedSandbox, client: Client, keys: Keys
 ) -> None:
     a, b = keys.pair()
-    with client.start_session() as session:
+    with _session(cluster, client) as session:
         with session.start_transaction(**TXN):
             _push_both(client, session, a, b, 1)
         prepares, commits = [], []
@@ -128,7 +151,7 @@ def test_a_statement_failing_on_the_second_shard_aborts_the_first_shard_s_part(
 ) -> None:
     a, b = keys.pair()
     coll = client[NS_DB][NS_COLL]
-    with client.start_session() as session:
+    with _session(cluster, client) as session:
         session.start_transaction(**TXN)
         coll.update_one({"_id": a}, {"$push": {"v": 7}}, session=session)
         with pytest.raises(OperationFailure) as failed:
@@ -146,7 +169,7 @@ def test_a_statement_failing_on_the_second_shard_aborts_the_first_shard_s_part(
 
 
 def test_snapshot_reads_never_see_half_of_a_transaction_on_two_shards(
-    client: Client, keys: Keys
+    cluster: ShardedSandbox, client: Client, keys: Keys
 ) -> None:
     a, b = keys.pair()
     coll = client[NS_DB][NS_COLL]
@@ -155,7 +178,7 @@ def test_snapshot_reads_never_see_half_of_a_transaction_on_two_shards(
     errors: list[BaseException] = []
 
     def write() -> None:
-        with client.start_session() as session:
+        with _session(cluster, client) as session:
             for i in range(60):
                 try:
                     session.with_transaction(lambda s, i=i: _push_both(client, s, a, b, i),
@@ -165,7 +188,7 @@ def test_snapshot_reads_never_see_half_of_a_transaction_on_two_shards(
         stop.set()
 
     def read() -> None:
-        with client.start_session() as session:
+        with _session(cluster, client) as session:
             while not stop.is_set():
                 with session.start_transaction(read_concern=ReadConcern("snapshot")):
                     first = coll.find_one({"_id": a}, session=session)
@@ -202,11 +225,11 @@ def _hold_decision(cluster: ShardedSandbox, on: bool) -> int:
     return entered
 
 
-def _commit_in_background(client: Client, a: int, b: int, value: int
+def _commit_in_background(cluster: ShardedSandbox, client: Client, a: int, b: int, value: int
                           ) -> tuple[threading.Thread, list[Any]]:  # fmt: skip
     """A transaction on both shards whose commit runs in a thread; its outcome in the list."""
     outcome: list[Any] = []
-    session = client.start_session()
+    session = _session(cluster, client)
     session.start_transaction(**TXN)
     _push_both(client, session, a, b, value)
 
@@ -272,7 +295,7 @@ def test_a_coordinator_killed_before_its_decision_is_replaced_by_its_shard_s_nex
     # Alone with a dead router, the driver's retried commit ends at server selection.
     with MongoClient(uri, retryWrites=asked_again, serverSelectionTimeoutMS=3_000) as committer:
         try:
-            thread, outcome = _commit_in_background(committer, a, b, 41)
+            thread, outcome = _commit_in_background(cluster, committer, a, b, 41)
             wait_until(lambda: _prepared_on_both(cluster, before), 20, "both parts prepared")
             _decision_held(cluster, entered)
             coordinator = _primary(cluster, "shard0")
@@ -308,7 +331,7 @@ def test_a_participant_killed_while_prepared_commits_on_its_next_primary(
     participant = _primary(cluster, "shard1")
     before = _prepares(cluster)
     try:
-        thread, outcome = _commit_in_background(client, a, b, 42)
+        thread, outcome = _commit_in_background(cluster, client, a, b, 42)
         wait_until(lambda: _prepared_on_both(cluster, before), 20, "both parts prepared")
         _decision_held(cluster, entered)
         participant = _primary(cluster, "shard1")
@@ -331,7 +354,7 @@ def test_a_participant_that_lost_its_part_before_the_prepare_aborts_the_whole_tr
 ) -> None:
     a, b = keys.pair()
     participant = _primary(cluster, "shard1")
-    session = client.start_session()
+    session = _session(cluster, client)
     try:
         session.start_transaction(**TXN)
         _push_both(client, session, a, b, 43)

@@ -16,6 +16,7 @@ from rsdrill.connection import ConnectOptions
 from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.result import Result
 from rsdrill.sandbox.config import CONFIG_SET, ClusterSpec, ReplSetSpec, Settings, member_dir
+from rsdrill.sandbox.members import hello
 from rsdrill.sandbox.sharded import ShardedSandbox, cluster_size, routers_uri, up_sharded
 from rsdrill.states import member_state
 from tests.harness.members import wait_until
@@ -153,3 +154,22 @@ def wait_back_as_secondary(host: str, *, or_primary: bool = False) -> None:
     states = ("SECONDARY", "PRIMARY") if or_primary else ("SECONDARY",)
     wait_until(lambda: member_state(host, 1.0, options=options) in states, 30,
                f"{host} back as a {' or '.join(states).lower()}")  # fmt: skip
+
+
+def describe(cluster: ShardedSandbox, log_lines: int = 30) -> str:
+    """What a failed test of the cluster prints: each member's own word (its state, writable
+    or not, term) and the end of each router's log (the primaries it found and lost)."""
+    options = ConnectOptions()
+    lines = []
+    for name, sandbox in cluster.sets.items():
+        for member in sandbox.spec.members:
+            reply = hello(member.host, 2.0, options=options)
+            said = "no answer" if reply is None else ", ".join(
+                f"{k}={reply.get(k)}" for k in ("isWritablePrimary", "secondary", "primary",
+                                                "electionId"))  # fmt: skip
+            lines.append(f"{name} {member.host} (pid {sandbox.pid(member)}): {said}")
+    for host in cluster.spec.routers:
+        log = cluster.spec.router_dir(cluster.directory, host) / "router.log"
+        tail = log.read_text(errors="replace").splitlines()[-log_lines:] if log.exists() else []
+        lines += [f"--- {log} (pid {cluster.router_pid(host)}), its last lines:", *tail]
+    return "\n".join(lines)
