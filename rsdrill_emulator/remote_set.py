@@ -23,10 +23,11 @@ HELLO_TIMEOUT_S = 1.0
 CHECK_BOUND_S = 5 * HELLO_TIMEOUT_S  # its hellos run at once, each within HELLO_TIMEOUT_S
 COMMAND_TIMEOUT_S = 30.0
 PRIMARY_WAIT_S = 15.0
-"""How long each attempt of a command waits for its set to have a primary (mongos: its server
-selection timeout, 15 s by default for the replica-set monitor's `FindHostTimeout`)."""
+"""How long a command waits for its set to have a primary (mongos: its server selection
+timeout, 15 s by default for the replica-set monitor's `FindHostTimeout`)."""
 RETRIES = 3
-"""How often a retried command is sent again (mongos's `kOnErrorNumRetries`)."""
+"""How often a retried command is sent again once its first wait is over, each time with a
+wait of its own (mongos's `kOnErrorNumRetries`)."""
 
 
 class SetUnavailable(CommandError):
@@ -128,30 +129,42 @@ class ReplicaSet:
     ) -> tuple[str, dict[str, Any]]:
         """Run `cmd` on the primary; returns the member that answered and its reply. With
         `retry` (a retryable write or a read), a NotPrimary error or a lost connection is
-        retried, up to RETRIES times, on the next primary found, as mongos retries them;
-        otherwise the error is the client's. Each attempt waits up to `wait_s` for a
-        primary, counted from its own start (a commit held for seconds on a coordinator that
-        then died has the whole wait for the next primary, as mongos's next attempt has)."""
-        retries = RETRIES if retry else 0
+        retried on the next primary found within `wait_s`, as mongos retries them, and after
+        that up to RETRIES times more, each with a whole wait of its own (a commit held for
+        seconds on a coordinator that then died has the next primary's election to wait
+        for, as mongos's next attempt has); otherwise the error is the client's."""
+        deadline = time.monotonic() + wait_s
+        late = RETRIES
+
+        def again() -> bool:
+            nonlocal deadline, late
+            if not retry:
+                return False
+            if time.monotonic() < deadline:
+                return True
+            if not late:
+                return False
+            late -= 1
+            deadline = time.monotonic() + wait_s
+            return True
+
         while True:
-            host = await self.wait_primary(time.monotonic() + wait_s)
+            host = await self.wait_primary(deadline)
             try:
                 reply = await self.run_on(host, db, cmd)
             except PeerError as exc:
                 self.suspect(host)
-                if not retries:
+                if not again():
                     raise CommandError(
                         6,
                         f"{self.name} ({host}): {exc}",
                         labels=("RetryableWriteError",) if retry else (),
                     ) from None
-                retries -= 1
                 continue
             code = reply.get("code") if not reply.get("ok") else None
             wc_code = (reply.get("writeConcernError") or {}).get("code")
             if code in NOT_PRIMARY_CODES or wc_code in NOT_PRIMARY_CODES:
                 self.suspect(host)
-                if retries and code in NOT_PRIMARY_CODES:
-                    retries -= 1
+                if code in NOT_PRIMARY_CODES and again():
                     continue
             return host, reply

@@ -77,8 +77,9 @@ async def _failover_after_a_hold(*, retry: bool, wait_s: float = 1.5) -> str:
 
 
 def test_a_retried_command_waits_afresh_for_the_next_primary() -> None:
-    # As mongos's next attempt: the wait for a primary counts from the attempt's start, not
-    # from the command's (a commit held on its coordinator, which then died, failed at once).
+    # As mongos's next attempt: once the first wait is over (spent while the command was
+    # held), a retry has a wait of its own; it had none (a commit held on its coordinator,
+    # which then died, failed at once).
     assert asyncio.run(_failover_after_a_hold(retry=True)) == "new primary"
 
 
