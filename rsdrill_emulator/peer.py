@@ -84,6 +84,9 @@ class PeerConnection:
                 asyncio.IncompleteReadError,
                 wire.WireError,
                 bson.errors.BSONError,
+                # uvloop's word for a write on a transport closed under it (reset between
+                # the check above and the write): a lost connection like the others.
+                RuntimeError,
             ) as exc:
                 self.close()
                 raise PeerError(f"{self.host}: {type(exc).__name__}: {exc}") from exc
@@ -95,6 +98,8 @@ class PeerConnection:
                 raise
 
     async def _roundtrip(self, db: str, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if self._writer is not None and self._writer.is_closing():
+            self.close()  # reset while idle (the member was killed): open a new one
         if self._writer is None:
             await self._connect(timeout)
         return await self._exchange(db, cmd)
