@@ -185,6 +185,9 @@ class Node:
         self.progress = Signal()  # positions or commit point moved
         self.new_entries = Signal()
         self.heartbeat_now = Signal()
+        # What the election timer waits on (election.py): its deadline, a takeover, a freeze,
+        # the state or the config changed.
+        self.timer_changed = Signal()
         self.reset_election_timer()
 
     # -- identity --------------------------------------------------------------------------
@@ -222,6 +225,7 @@ class Node:
                 self.primary_host = None
         self.bump_topology()
         self.progress.fire()
+        self.timer_changed.fire()
 
     def bump_topology(self) -> None:
         """Something a client's hello would see changed: wake awaitable hellos."""
@@ -374,6 +378,7 @@ class Node:
         """electionTimeoutMillis plus a random offset of up to 15 %, as MongoDB draws it."""
         timeout = self.spec.settings.election_timeout_ms / 1000
         self.election_deadline = time.monotonic() + timeout + random.uniform(0, 0.15 * timeout)
+        self.timer_changed.fire()  # a new draw may come before the one the timer sleeps to
 
     # -- writes on the primary -------------------------------------------------------------
 

@@ -161,6 +161,7 @@ def _adopt(node: Node, why: str) -> None:
             views[m.host].spec = m
     node.peers = views
     node.config_changed.fire()
+    node.timer_changed.fire()  # votes and priorities decide who may stand
     node.heartbeat_now.fire()
     if mine is None:
         if node.state is MemberState.PRIMARY:

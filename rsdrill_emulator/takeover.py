@@ -28,6 +28,7 @@ def consider(node: Node, primary: str) -> None:
         node.takeover_at = (
             time.monotonic() + (rank + 1) * timeout + random.uniform(0, 0.15 * timeout)
         )
+        node.timer_changed.fire()
 
 
 def due(node: Node) -> bool:

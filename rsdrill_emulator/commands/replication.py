@@ -222,6 +222,7 @@ async def _freeze(cmds: Commands, req: Request) -> dict[str, Any]:
         raise CommandError(95, "cannot freeze node when primary or running for election")
     secs = float(req.body.get("replSetFreeze") or 0)
     node.frozen_until = time.monotonic() + secs if secs else 0.0
+    node.timer_changed.fire()  # unfrozen, it may stand at once
     node.events.emit("freeze", seconds=secs)
     return {"info": "unfreezing"} if not secs else {}
 
