@@ -18,10 +18,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from rsdrill.procstat import stat_fields
+from rsdrill.procstat import fields_cpu_seconds, stat_fields
 
 TICK = os.sysconf("SC_CLK_TCK")
-# The first words of a command line that name its kind, tried in order.
+# What in a command line names its kind, tried in order.
 KINDS = (
     ("--router", "emulator router"),
     ("rsdrill_emulator.zygote", "emulator zygote"),
@@ -74,15 +74,15 @@ class Sampler:
                 continue
             pid = int(entry.name)
             fields = stat_fields(pid)
+            if fields is None:
+                continue
             try:
                 cmdline = (
                     (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 )
             except OSError:
                 continue
-            if fields is None:
-                continue
-            started, cpu = fields[19], (int(fields[11]) + int(fields[12])) / TICK
+            started, cpu = fields[19], fields_cpu_seconds(fields)
             before = self._seen.get(pid)
             grown = cpu - before[1] if before and before[0] == started else cpu
             self._seen[pid] = (started, cpu)

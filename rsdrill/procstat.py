@@ -16,8 +16,11 @@ def cpu_seconds(pid: int) -> float | None:
     """User and system CPU seconds process `pid` has used, all its threads (proc(5) utime and
     stime), or None when there is no such process."""
     fields = stat_fields(pid)
-    if fields is None:
-        return None
+    return None if fields is None else fields_cpu_seconds(fields)
+
+
+def fields_cpu_seconds(fields: list[str]) -> float:
+    """User and system CPU seconds from a `stat_fields` reading."""
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

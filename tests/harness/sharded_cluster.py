@@ -157,8 +157,9 @@ def wait_back_as_secondary(host: str, *, or_primary: bool = False) -> None:
 
 
 def describe(cluster: ShardedSandbox, log_lines: int = 30) -> str:
-    """What a failed test of the cluster prints: each member's own word (its state, writable
-    or not, term) and the end of each router's log (the primaries it found and lost)."""
+    """What a failed test of the cluster prints: each member's own word (writable or not, the
+    primary it knows, its electionId: the term it won) and the end of each router's log (the
+    primaries it found and lost)."""
     options = ConnectOptions()
     lines = []
     for name, sandbox in cluster.sets.items():
