@@ -206,18 +206,41 @@ async def heartbeat_all(node: Node) -> None:
 async def liveness_loop(node: Node) -> None:
     """A primary that has not heard from a voting majority within electionTimeout steps down.
 
-    Checked every 5 % of the timeout (at most 0.1 s): MongoDB's liveness timeout fires when the
-    majority's last contact expires, so the step-down lags electionTimeout by at most that."""
+    MongoDB's liveness timeout fires when the majority's last contact expires: the loop sleeps
+    until that moment (at most `LIVENESS_RECHECK_S`), and a member that is not primary until its
+    state changes, rather than polling (each wake-up of an idle member costs CPU)."""
     window = node.spec.settings.election_timeout_ms / 1000
     while True:
-        await asyncio.sleep(min(0.1, window / 20))
         if node.state is not MemberState.PRIMARY:
+            await node.topology_changed.wait(LIVENESS_RECHECK_S)
             continue
         now = time.monotonic()
-        reachable = node.me.votes + sum(
-            p.spec.votes
-            for p in node.peers.values()
-            if p.last_contact_mono is not None and now - p.last_contact_mono <= window
-        )
-        if reachable < node.spec.majority:
+        expires = majority_contact_expires(node, window)
+        if expires is not None and expires < now:
             node.step_down(reason="cannot see a majority of voting members")
+            continue
+        until = LIVENESS_RECHECK_S if expires is None else min(expires - now, LIVENESS_RECHECK_S)
+        await node.topology_changed.wait(until)
+
+
+# A config change may add voters the sleep did not count; it is seen within this long.
+LIVENESS_RECHECK_S = 1.0
+
+
+def majority_contact_expires(node: Node, window: float) -> float | None:
+    """When this member stops seeing a voting majority (monotonic seconds): the moment the
+    contact that completes the majority turns `window` old; None when it alone is one."""
+    needed = node.spec.majority - node.me.votes
+    if needed <= 0:
+        return None
+    contacts = sorted(
+        (
+            p.last_contact_mono
+            for p in node.peers.values()
+            if p.spec.votes and p.last_contact_mono is not None
+        ),
+        reverse=True,
+    )
+    if len(contacts) < needed:
+        return float("-inf")
+    return contacts[needed - 1] + window

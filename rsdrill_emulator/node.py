@@ -56,6 +56,8 @@ from rsdrill_emulator.tls import member_client_context
 
 # mongod's exit status after a fatal assertion it did not abort on (EXIT_ABRUPT).
 FATAL_EXIT_STATUS = 14
+# Every write fires `written`; the journal loop's idle wait ends on it, this only a safety net.
+JOURNAL_IDLE_RECHECK_S = 60.0
 
 
 class MemberState(enum.IntEnum):
@@ -185,6 +187,8 @@ class Node:
         self.progress = Signal()  # positions or commit point moved
         self.new_entries = Signal()
         self.heartbeat_now = Signal()
+        self.written = Signal()  # the database went dirty: the journal loop's cue
+        self.database.on_dirty = self.written.fire
         # What the election timer waits on (election.py): its deadline, a takeover, a freeze,
         # the state or the config changed.
         self.timer_changed = Signal()
@@ -337,12 +341,20 @@ class Node:
         await self._storage_idle.wait()
 
     async def journal_loop(self) -> None:
-        """Group commit: one fsync every commit interval."""
+        """Group commit: what is written becomes durable within one commit interval, all of it
+        in one fsync. Idle, the loop sleeps until the first write after a commit (a wake-up
+        per interval would be most of an idle member's CPU)."""
         interval = self.spec.journal_commit_interval_ms / 1000
         while True:
+            if not self._unflushed():
+                await self.written.wait(JOURNAL_IDLE_RECHECK_S)
+                continue
             await asyncio.sleep(interval)
-            if self.database.dirty or self.last_durable < self.last_applied:
+            if self._unflushed():
                 await self.flush()
+
+    def _unflushed(self) -> bool:
+        return self.database.dirty or self.last_durable < self.last_applied
 
     def _save_term(self) -> None:
         self.database.set_meta("term", self.term)

@@ -84,6 +84,8 @@ class Database:
         self.conn: sqlite3.Connection | None = None
         self._wal: int | None = None  # our descriptor of the write-ahead log, for its fsync
         self.dirty = False
+        # Called on the event loop's thread by the first write after a commit.
+        self.on_dirty: Callable[[], None] | None = None
         # Held across COMMIT + BEGIN, which may run on a worker thread (so that a slow disk
         # stalls only writers, as in mongod, not heartbeats): no write may land in between.
         self._txn = threading.Lock()
@@ -139,7 +141,7 @@ class Database:
 
     def write(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         with self._txn:
-            self.dirty = True
+            self._mark_dirty()
             try:
                 return self.db.execute(sql, params)
             except sqlite3.OperationalError as exc:
@@ -147,11 +149,17 @@ class Database:
 
     def write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         with self._txn:
-            self.dirty = True
+            self._mark_dirty()
             try:
                 self.db.executemany(sql, rows)
             except sqlite3.OperationalError as exc:
                 self._fatal(f"writing {self.path.name}", exc)
+
+    def _mark_dirty(self) -> None:
+        if not self.dirty:
+            self.dirty = True
+            if self.on_dirty is not None:
+                self.on_dirty()
 
     def commit(self, written: Callable[[], object] | None = None) -> None:
         """Make everything so far durable (fsynced), then open the next transaction.
