@@ -38,7 +38,7 @@ from rsdrill_emulator.configid import ConfigId
 from rsdrill_emulator.datastore import DataStore
 from rsdrill_emulator.errors import CommandError, write_concern_error
 from rsdrill_emulator.events import EventLog
-from rsdrill_emulator.notify import Signal
+from rsdrill_emulator.notify import Gate, Signal
 from rsdrill_emulator.oplog import (
     NULL_OPTIME,
     Oplog,
@@ -169,8 +169,7 @@ class Node:
         # The stopReplProducer fail point is on: the oplog fetcher waits.
         self.replication_stopped = False
         self._flushing = asyncio.Lock()
-        self._storage_idle = asyncio.Event()
-        self._storage_idle.set()
+        self._storage_idle = Gate()
         self.sync_source = ""
         self.info_message = ""
         self.initial_sync_status: dict[str, Any] | None = None
@@ -320,15 +319,14 @@ class Node:
                 # only; heartbeats and status commands are still answered, as by mongod's.
                 # Idle again once the transaction is in the log: reads and writes go on while
                 # it is fsynced, as mongod's beside its journal flush.
-                self._storage_idle.clear()
+                self._storage_idle.close()
                 loop = asyncio.get_running_loop()
                 try:
                     await asyncio.to_thread(
-                        self.database.commit,
-                        lambda: loop.call_soon_threadsafe(self._storage_idle.set),
+                        self.database.commit, lambda: self._storage_idle.open(loop)
                     )
                 finally:
-                    self._storage_idle.set()
+                    self._storage_idle.open()
             if target > self.last_durable:
                 self.last_durable = target
                 # A primary with no one to hear from (rs1) commits by its own durability alone.

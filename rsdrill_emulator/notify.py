@@ -4,6 +4,7 @@ for may have changed (positions, the commit point, the topology), or their timeo
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 
@@ -32,6 +33,47 @@ class Signal:
         finally:
             timer.cancel()
             self._waiters.discard(waiter)
+
+
+class Gate:
+    """Closed while a commit writes the log, opened by the commit's own thread.
+
+    Waking a sleeping event loop is a wake-up of the process (~0.2 ms of CPU on these VMs): the
+    opener wakes the loop only when a coroutine waits at the gate, which is seldom."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the commit's thread and the loop's share the waiters
+        self._closed = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+    def open(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Open; from another thread than the loop's, pass the loop to wake its waiters."""
+        with self._lock:
+            self._closed = False
+            waiters, self._waiters = self._waiters, []
+        if not waiters:
+            return
+        if loop is None:
+            _release(waiters)
+        else:
+            loop.call_soon_threadsafe(_release, waiters)
+
+    async def wait(self) -> None:
+        with self._lock:
+            if not self._closed:
+                return
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+        await waiter
+
+
+def _release(waiters: list[asyncio.Future[None]]) -> None:
+    for waiter in waiters:
+        _wake(waiter)
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

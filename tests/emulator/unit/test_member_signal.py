@@ -1,15 +1,16 @@
 """A member's wake-ups: a fire wakes every waiter at once, a timeout wakes one alone, and a
 waiter that gave up leaves nothing behind; a fault's sleep on the member's loop (uvloop's) is
-never short."""
+never short; the storage gate wakes the loop from the commit's thread only for a waiter."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import uvloop
 
-from rsdrill_emulator.notify import Signal, sleep_at_least
+from rsdrill_emulator.notify import Gate, Signal, sleep_at_least
 
 
 def test_a_fire_wakes_every_waiter_long_before_its_timeout() -> None:
@@ -68,3 +69,35 @@ def test_a_sleep_at_least_is_never_shorter_on_the_members_loop() -> None:
         return least
 
     assert uvloop.run(shortest()) >= 0
+
+
+def test_the_gate_wakes_the_loop_from_another_thread_only_for_a_waiter() -> None:
+    async def scenario() -> tuple[int, int, bool]:
+        loop = asyncio.get_running_loop()
+        woken = 0
+        wake = loop.call_soon_threadsafe
+
+        def counted(*args: object) -> asyncio.Handle:
+            nonlocal woken
+            woken += 1
+            return wake(*args)  # type: ignore[arg-type]
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        gate = Gate()
+        await gate.wait()  # open: passes at once
+        gate.close()
+        opener = threading.Thread(target=gate.open, args=(loop,))
+        opener.start()
+        opener.join()
+        idle_wakes = woken  # nobody waited: the loop was not woken
+        await gate.wait()
+        gate.close()
+        waiter = asyncio.create_task(gate.wait())
+        await asyncio.sleep(0.01)
+        assert not waiter.done()  # closed: it waits
+        threading.Thread(target=gate.open, args=(loop,)).start()
+        await asyncio.wait_for(waiter, 5)
+        return idle_wakes, woken, waiter.done()
+
+    idle_wakes, woken, released = asyncio.run(scenario())
+    assert (idle_wakes, woken, released) == (0, 1, True)
