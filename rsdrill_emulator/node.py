@@ -187,6 +187,8 @@ class Node:
         self.new_entries = Signal()
         self.heartbeat_now = Signal()
         self.written = Signal()  # the database went dirty: the journal loop's cue
+        self.committed = Signal()
+        self.commits = 0
         self.database.on_dirty = self.written.fire
         # What the election timer waits on (election.py): its deadline, a takeover, a freeze,
         # the state or the config changed.
@@ -327,6 +329,8 @@ class Node:
                     )
                 finally:
                     self._storage_idle.open()
+                self.commits += 1
+                self.committed.fire()
             if target > self.last_durable:
                 self.last_durable = target
                 # A primary with no one to hear from (rs1) commits by its own durability alone.
@@ -347,8 +351,11 @@ class Node:
             if not self._unflushed():
                 await self.written.wait(JOURNAL_IDLE_RECHECK_S)
                 continue
-            await asyncio.sleep(interval)
-            if self._unflushed():
+            # A commit meanwhile (a j:true writer's, a secondary's batch) takes the writes and
+            # ends the wait: its timer would otherwise wake the loop for nothing.
+            commits = self.commits
+            await self.committed.wait(interval)
+            if self.commits == commits and self._unflushed():
                 await self.flush()
 
     def _unflushed(self) -> bool:

@@ -62,14 +62,15 @@ def test_a_primary_steps_down_when_its_majority_s_contact_turns_a_timeout_old(
 
 
 async def _wakeups(seconds: float) -> int:
-    """How often this event loop wakes in `seconds`, with only its current tasks to run."""
+    """How often this event loop sleeps and is woken in `seconds`, with only its current tasks
+    to run (its waits for I/O or a timer: a poll with nothing to wait for is not one)."""
     selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
     select = selector.select
     count = 0
 
     def counted(timeout: float | None = None) -> object:
         nonlocal count
-        count += 1
+        count += timeout != 0
         return select(timeout)
 
     selector.select = counted
@@ -93,6 +94,29 @@ def test_idle_a_member_s_journal_and_liveness_loops_do_not_wake(tmp_path: Path) 
 
     # The sleep's own wake-up, and no more (a poll every 0.1 s would add ten).
     assert asyncio.run(scenario()) <= 2
+
+
+def test_a_commit_before_the_journal_s_interval_ends_its_wait(tmp_path: Path) -> None:
+    """A j:true write (or a secondary's batch) commits at once: the journal loop, cued by the
+    write, must not wake at the end of its interval to find nothing left to commit."""
+
+    async def scenario() -> int:
+        node = _member(tmp_path, "rs1")
+        interval = node.spec.journal_commit_interval_ms / 1000
+        await node.flush()
+        loop = asyncio.create_task(node.journal_loop())
+        await asyncio.sleep(0.01)
+        woken = 0
+        for _ in range(5):
+            node.set_meta("written", True)
+            await asyncio.sleep(0)  # the loop takes its cue
+            await node.flush()
+            woken += await _wakeups(2 * interval)
+        loop.cancel()
+        return woken
+
+    # Each sleep's own wake-up (five); the loop's timer firing after each commit would be five more.
+    assert asyncio.run(scenario()) <= 7
 
 
 def test_a_write_is_durable_within_a_commit_interval(tmp_path: Path) -> None:
