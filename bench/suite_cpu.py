@@ -1,9 +1,10 @@
 """Where a command's CPU goes, by kind of process: runs the command (by default the README's
 test command) and reads every process's CPU time from /proc each `--interval` seconds, then
 prints the CPU seconds of each kind (emulator members, routers, rsdrill processes the tests
-start, the test workers, the Kubernetes control plane, ...) beside the machine's busy and idle
-time. A process that lives less than an interval may be missed (the busy line says how much
-was): what the suite's time is spent on, not an exact account.
+start, the test workers, the Kubernetes control plane, ...) and how many processes of it were
+seen, beside the machine's busy and idle time. A process that lives less than an interval may
+be missed (the busy line says how much was): what the suite's time is spent on, not an exact
+account.
 
     python bench/suite_cpu.py [--interval 1] [-- COMMAND ...]
 """
@@ -65,6 +66,7 @@ class Sampler:
 
     def __init__(self) -> None:
         self.by_kind: defaultdict[str, float] = defaultdict(float)
+        self.processes: defaultdict[str, set[tuple[int, int]]] = defaultdict(set)
         self._seen: dict[int, tuple[str, float]] = {}
         self.sample(count=False)
 
@@ -87,7 +89,9 @@ class Sampler:
             grown = cpu - before[1] if before and before[0] == started else cpu
             self._seen[pid] = (started, cpu)
             if count and grown > 0:
-                self.by_kind[kind_of(cmdline)] += grown
+                kind = kind_of(cmdline)
+                self.by_kind[kind] += grown
+                self.processes[kind].add((pid, started))
 
 
 def main() -> int:
@@ -109,7 +113,8 @@ def main() -> int:
           f"idle {idle1 - idle0:.0f} s; {sampled:.0f} s of it seen in a process")  # fmt: skip
     for kind, seconds in sorted(sampler.by_kind.items(), key=lambda kv: -kv[1]):
         if seconds >= 0.5:
-            print(f"{seconds:9.1f} s  {100 * seconds / max(sampled, 1e-9):5.1f} %  {kind}")
+            print(f"{seconds:9.1f} s  {100 * seconds / max(sampled, 1e-9):5.1f} %  {kind} "
+                  f"({len(sampler.processes[kind])} processes)")  # fmt: skip
     return child.returncode
 
 
