@@ -66,7 +66,7 @@ class Sampler:
 
     def __init__(self) -> None:
         self.by_kind: defaultdict[str, float] = defaultdict(float)
-        self.processes: defaultdict[str, set[tuple[int, int]]] = defaultdict(set)
+        self.processes: defaultdict[str, set[tuple[int, str]]] = defaultdict(set)
         self._seen: dict[int, tuple[str, float]] = {}
         self.sample(count=False)
 
