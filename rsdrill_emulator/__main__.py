@@ -14,7 +14,7 @@ from pathlib import Path
 import uvloop
 
 from rsdrill.sandbox.config import ReplSetSpec, empty_dir, member_dir
-from rsdrill_emulator import diagnostics, election, heartbeat, replconfig, sync
+from rsdrill_emulator import diagnostics, election, heartbeat, journal, replconfig, sync
 from rsdrill_emulator.commands import Commands, keep_cursors_bounded
 from rsdrill_emulator.node import Node
 from rsdrill_emulator.server import Server
@@ -50,7 +50,7 @@ async def run_member(sandbox_dir: Path, host: str, initiate: bool) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(node.shutdown()))
     tasks = [
-        node.journal_loop(),
+        journal.journal_loop(node),
         heartbeat.liveness_loop(node),
         election.election_timer_loop(node),
         sync.fetcher_loop(node),

@@ -56,8 +56,6 @@ from rsdrill_emulator.tls import member_client_context
 
 # mongod's exit status after a fatal assertion it did not abort on (EXIT_ABRUPT).
 FATAL_EXIT_STATUS = 14
-# Every write fires `written`; the journal loop's idle wait ends on it, this only a safety net.
-JOURNAL_IDLE_RECHECK_S = 60.0
 
 
 class MemberState(enum.IntEnum):
@@ -186,7 +184,7 @@ class Node:
         self.progress = Signal()  # positions or commit point moved
         self.new_entries = Signal()
         self.heartbeat_now = Signal()
-        self.written = Signal()  # the database went dirty: the journal loop's cue
+        self.written = Signal()  # the database went dirty: journal.py's cue
         self.committed = Signal()
         self.commits = 0
         self.database.on_dirty = self.written.fire
@@ -341,25 +339,6 @@ class Node:
         """Wait while a commit writes the log: touching the database meanwhile would hold the
         event loop, and every heartbeat with it, until the write is done."""
         await self._storage_idle.wait()
-
-    async def journal_loop(self) -> None:
-        """Group commit: what is written becomes durable within one commit interval, all of it
-        in one fsync. Idle, the loop sleeps until the first write after a commit (a wake-up
-        per interval would be most of an idle member's CPU)."""
-        interval = self.spec.journal_commit_interval_ms / 1000
-        while True:
-            if not self._unflushed():
-                await self.written.wait(JOURNAL_IDLE_RECHECK_S)
-                continue
-            # A commit meanwhile (a j:true writer's, a secondary's batch) takes the writes and
-            # ends the wait: its timer would otherwise wake the loop for nothing.
-            commits = self.commits
-            await self.committed.wait(interval)
-            if self.commits == commits and self._unflushed():
-                await self.flush()
-
-    def _unflushed(self) -> bool:
-        return self.database.dirty or self.last_durable < self.last_applied
 
     def _save_term(self) -> None:
         self.database.set_meta("term", self.term)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rsdrill.sandbox.config import Settings, build_topology
 from rsdrill_emulator.heartbeat import liveness_loop, majority_contact_expires
+from rsdrill_emulator.journal import journal_loop
 from rsdrill_emulator.node import MemberState, Node
 
 
@@ -85,7 +86,7 @@ def test_idle_a_member_s_journal_and_liveness_loops_do_not_wake(tmp_path: Path) 
     async def scenario() -> int:
         node = _member(tmp_path, "rs3")
         await node.flush()
-        loops = [asyncio.create_task(node.journal_loop()), asyncio.create_task(liveness_loop(node))]
+        loops = [asyncio.create_task(journal_loop(node)), asyncio.create_task(liveness_loop(node))]
         await asyncio.sleep(0.01)
         woken = await _wakeups(0.5)
         for loop in loops:
@@ -104,7 +105,7 @@ def test_a_commit_before_the_journal_s_interval_ends_its_wait(tmp_path: Path) ->
         node = _member(tmp_path, "rs1")
         interval = node.spec.journal_commit_interval_ms / 1000
         await node.flush()
-        loop = asyncio.create_task(node.journal_loop())
+        loop = asyncio.create_task(journal_loop(node))
         await asyncio.sleep(0.01)
         woken = 0
         for _ in range(5):
@@ -124,7 +125,7 @@ def test_a_write_is_durable_within_a_commit_interval(tmp_path: Path) -> None:
         node = _member(tmp_path, "rs1")
         interval = node.spec.journal_commit_interval_ms / 1000
         await node.flush()
-        loop = asyncio.create_task(node.journal_loop())
+        loop = asyncio.create_task(journal_loop(node))
         await asyncio.sleep(2 * interval)
         node.set_meta("written", True)
         written = time.monotonic()
