@@ -8,6 +8,8 @@ the probes' requests as the servers counted them, and apart from them the replic
 writes cause (getmore: each write fetched by the secondaries). Per probe: the requests each one
 sent per second, from the history (each recorded op is one request to one server). `--probes`
 narrows the set (e.g. `availability,durability,failover`, the issue's target configuration).
+Per member, both windows: its CPU (% of a core) and how often its threads went to sleep (each
+wake-up of a sleeping process costs CPU of its own: ~0.17-0.28 ms on these VMs).
 
 Usage: python bench/probe_load.py [--seconds 20] [--port-base 30400] [--probes all]
 """
@@ -24,6 +26,7 @@ from rsdrill.connection import ConnectOptions, DirectConnection
 from rsdrill.experiment.probes import Probes
 from rsdrill.history import History, RunClock
 from rsdrill.probes import ProbeSet
+from rsdrill.procstat import cpu_seconds
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
 
@@ -43,13 +46,37 @@ def server_ops(members: list[str]) -> Counter[str]:
     return total
 
 
-def window(members: list[str], seconds: float) -> dict[str, float]:
+def sleeps(pid: int) -> int:
+    """How often the threads of process `pid` have gone to sleep (voluntary context switches)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
+def usage(pids: dict[str, int]) -> dict[str, tuple[float, int]]:
+    return {name: (cpu_seconds(pid) or 0.0, sleeps(pid)) for name, pid in pids.items()}
+
+
+def window(
+    members: list[str], pids: dict[str, int], seconds: float
+) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     """Per opcounter kind, operations per second on the servers over `seconds` (the
-    serverStatus calls included: one per member at each end, negligible over the window)."""
-    before = server_ops(members)
+    serverStatus calls included: one per member at each end, negligible over the window); per
+    member, % of a core and sleeps per second."""
+    before, used = server_ops(members), usage(pids)
     time.sleep(seconds)
-    after = server_ops(members)
-    return {kind: (after[kind] - before[kind]) / seconds for kind in after}
+    after, now = server_ops(members), usage(pids)
+    per_member = {
+        name: (
+            100 * (now[name][0] - used[name][0]) / seconds,
+            (now[name][1] - used[name][1]) / seconds,
+        )
+        for name in pids
+    }
+    return {kind: (after[kind] - before[kind]) / seconds for kind in after}, per_member
 
 
 def main() -> None:
@@ -65,18 +92,19 @@ def main() -> None:
                      EmulatorEngine())  # fmt: skip
         try:
             members = [m.host for m in sandbox.spec.members]
+            pids = {m.name: m.pid for m in sandbox.status() if m.pid is not None}
             history = History()
             probes = ProbeSet(config, uri=sandbox.uri, members=members,
                               options=sandbox.connect_options, history=history,
                               run_id="load")  # fmt: skip
             probes.prepare()
             time.sleep(2)  # let the set settle after the first writes
-            quiet = window(members, args.seconds)
+            quiet, quiet_members = window(members, pids, args.seconds)
             clock = RunClock.start()
             probes.start(clock)
             time.sleep(2)  # connections and handshakes are not the steady load
             started = clock.now()
-            loaded = window(members, args.seconds)
+            loaded, loaded_members = window(members, pids, args.seconds)
             ended = clock.now()
             probes.stop(readback_timeout_s=10)
             counts = Counter(op.probe for op in history if started <= op.t_end <= ended)
@@ -96,6 +124,10 @@ def main() -> None:
     for name, n in sorted(counts.items()):
         print(f"  {name:30s} {n / span:8.1f}")
     print(f"  {'total':30s} {sum(counts.values()) / span:8.1f}")
+    print("per member: % of a core, sleeps per second (set alone -> probes on)")
+    for name in loaded_members:
+        (cpu0, naps0), (cpu1, naps1) = quiet_members[name], loaded_members[name]
+        print(f"  {name:30s} {cpu0:5.1f} -> {cpu1:5.1f} %   {naps0:7.1f} -> {naps1:7.1f} /s")
 
 
 if __name__ == "__main__":
