@@ -206,25 +206,26 @@ async def heartbeat_all(node: Node) -> None:
 async def liveness_loop(node: Node) -> None:
     """A primary that has not heard from a voting majority within electionTimeout steps down.
 
-    MongoDB's liveness timeout fires when the majority's last contact expires: the loop sleeps
-    until that moment (at most `LIVENESS_RECHECK_S`), and a member that is not primary until its
-    state changes, rather than polling (each wake-up of an idle member costs CPU)."""
+    MongoDB's liveness timeout fires when the majority's last contact expires: a primary sleeps
+    until that moment, any other member until its state changes; a new state or config (which
+    may count more voters) bumps the topology and ends either sleep. No polling: each wake-up
+    of an idle member costs CPU."""
     window = node.spec.settings.election_timeout_ms / 1000
     while True:
         if node.state is not MemberState.PRIMARY:
-            await node.topology_changed.wait(LIVENESS_RECHECK_S)
+            await node.topology_changed.wait(LIVENESS_IDLE_RECHECK_S)
             continue
         now = time.monotonic()
         expires = majority_contact_expires(node, window)
         if expires is not None and expires < now:
             node.step_down(reason="cannot see a majority of voting members")
             continue
-        until = LIVENESS_RECHECK_S if expires is None else min(expires - now, LIVENESS_RECHECK_S)
-        await node.topology_changed.wait(until)
+        until = LIVENESS_IDLE_RECHECK_S if expires is None else expires - now
+        await node.topology_changed.wait(min(until, LIVENESS_IDLE_RECHECK_S))
 
 
-# A config change may add voters the sleep did not count; it is seen within this long.
-LIVENESS_RECHECK_S = 1.0
+# Every change that could end a sleep early fires the signal waited on; this is a safety net.
+LIVENESS_IDLE_RECHECK_S = 60.0
 
 
 def majority_contact_expires(node: Node, window: float) -> float | None:

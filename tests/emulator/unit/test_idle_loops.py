@@ -11,7 +11,9 @@ import dataclasses
 import time
 from pathlib import Path
 
-from rsdrill.sandbox.config import Settings, build_topology
+from rsdrill.sandbox.config import MemberSpec, Settings, build_topology
+from rsdrill_emulator import replconfig
+from rsdrill_emulator.configid import ConfigId
 from rsdrill_emulator.heartbeat import liveness_loop, majority_contact_expires
 from rsdrill_emulator.journal import journal_loop
 from rsdrill_emulator.node import MemberState, Node
@@ -58,8 +60,35 @@ def test_a_primary_steps_down_when_its_majority_s_contact_turns_a_timeout_old(
     took, state = asyncio.run(scenario())
     assert state is MemberState.SECONDARY
     # The contacts were 0.05 s old when it became primary: it steps down once they are 0.3 s
-    # old, not a recheck (1 s) later.
+    # old, not at some later recheck.
     assert 0.15 <= took <= 0.6, took
+
+
+def test_a_primary_that_a_new_config_leaves_without_a_majority_steps_down_at_once(
+    tmp_path: Path,
+) -> None:
+    """Its sleep counted the old config's voters: the config's adoption must end it."""
+
+    async def scenario() -> tuple[float, MemberState]:
+        node = _member(tmp_path, "rs3")
+        heard, _silent = node.peers.values()
+        heard.last_contact_mono = time.monotonic()  # itself and one of three: a majority
+        node.set_state(MemberState.PRIMARY, reason="test")
+        loop = asyncio.create_task(liveness_loop(node))
+        await asyncio.sleep(0.1)  # asleep until that contact is 10 s old
+        assert node.state is MemberState.PRIMARY
+        newcomer = MemberSpec(id=9, host="127.0.0.1:27309")
+        config_id = ConfigId(node.config_id.version + 1, node.config_id.term)
+        replconfig.install(node, (*node.spec.members, newcomer), config_id, why="test")
+        began = time.monotonic()  # two of four now: no majority
+        while node.state is MemberState.PRIMARY and time.monotonic() - began < 3:
+            await asyncio.sleep(0.01)
+        loop.cancel()
+        return time.monotonic() - began, node.state
+
+    took, state = asyncio.run(scenario())
+    assert state is MemberState.SECONDARY
+    assert took <= 0.5, took
 
 
 async def _wakeups(seconds: float) -> int:
