@@ -16,6 +16,7 @@ CommandNotFound (before 4.4.2 / 4.2.10, and some compatible servers) gets `isMas
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import platform
@@ -382,6 +383,17 @@ class DirectConnection:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+    def interrupt(self) -> None:
+        """From another thread: the command waiting on this socket fails now, as on a closed
+        connection (its own thread then closes the socket)."""
+        sock = self._sock
+        if sock is None:
+            return
+        # The plain socket's shutdown (an SSLSocket's own drops its TLS state under the thread
+        # reading from it); OSError: closed meanwhile, nothing waits on it.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     def command(
         self, db: str | None, cmd: dict[str, Any], *, wait_s: float = 0.0

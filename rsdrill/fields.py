@@ -110,7 +110,7 @@ Role = Literal["primary", "secondary", "arbiter"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class FieldProblem(ValueError):

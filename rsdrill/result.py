@@ -17,7 +17,7 @@ EXIT_CODES: dict[str, int] = {"pass": 0, "fail": 1, "invalid": 2, "aborted": 3, 
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
 class FaultResult(_Model):

@@ -6,6 +6,7 @@ takes over, SIGINT ends the process quietly with status 130 (nothing has been in
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 
@@ -29,3 +30,15 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("rsdrill: interrupted\n")
         sys.exit(INTERRUPTED)
+    finally:
+        _exit_without_waiting_on_closed_clients()
+
+
+def _exit_without_waiting_on_closed_clients() -> None:
+    """pymongo's exit handler joins every client's background threads, and those of a client
+    closed in the command's last half second sleep in 0.5 s steps before they see it: a run
+    would linger ~0.5 s after its last line. They are daemon threads with nothing left to do."""
+    monitor = sys.modules.get("pymongo.synchronous.monitor")
+    shutdown = getattr(monitor, "_shutdown_resources", None)
+    if shutdown is not None:
+        atexit.unregister(shutdown)

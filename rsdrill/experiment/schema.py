@@ -9,6 +9,7 @@ seconds, and held as float seconds.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, Union, cast
 
@@ -123,12 +124,16 @@ FAULT_MODELS: dict[str, type[FaultBase]] = {kind: _kind_model(kind) for kind in 
 if not TYPE_CHECKING:
     Fault = Annotated[Union[tuple(FAULT_MODELS.values())], Field(discriminator="kind")]  # noqa: UP007
 
-_FAULT_ADAPTER: TypeAdapter[Fault] = TypeAdapter(Fault)
+
+@functools.cache
+def _fault_adapter() -> TypeAdapter[Fault]:
+    # Built on first use: most files draw no random faults, and a CLI start pays for each model.
+    return TypeAdapter(Fault)
 
 
 def make_fault(**fields: Any) -> Fault:
     """A fault of the kind `fields` names, validated as a file's fault is."""
-    return _FAULT_ADAPTER.validate_python(fields)
+    return _fault_adapter().validate_python(fields)
 
 
 class Step(Strict):

@@ -67,6 +67,8 @@ class HelloStream(Probe):
             else:
                 reply = self._conn.awaited_hello(asked, self.max_await_s)
         except WireClientError as exc:
+            if self.stopping:
+                return  # cut short by stop(): nothing the member did
             detail: dict[str, Any] = {"error": str(exc)}
             if asked is not None:
                 # A break, not a silence: the member held its state until its socket closed.
@@ -106,6 +108,12 @@ class HelloStream(Probe):
         """At once while the member streams (the server does the waiting), else the interval;
         the interval too after two replies in a row that came back within it."""
         return 0.0 if self._topology is not None and self._quick < 2 else self.interval_s
+
+    def stop(self) -> None:
+        """Stop now: an awaited hello in flight is cut, not waited on (a quiet member holds it
+        max_await, and the run's analysis would wait for it)."""
+        super().stop()
+        self._conn.interrupt()
 
     def close(self) -> None:
         self._conn.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,32 @@ def test_validate_imports_no_driver_and_no_platform_sdk() -> None:
     sdks = ("pymongo", "bson", "boto3", "botocore", "kubernetes", "pyVmomi", "pyVim", "mfusepy")
     loaded = sorted(m for m in modules if m.split(".")[0] in sdks)
     assert not loaded, loaded
+
+
+def test_a_command_does_not_wait_at_exit_for_closed_clients_threads() -> None:
+    """pymongo's exit handler joins each client's background threads (1 s at most each), and
+    a closed client's sleep up to 0.5 s before they see it: a run would end ~0.5 s after its
+    last line. Five executors that sleep 30 s stand for them: with the handler, 5 s."""
+    code = (
+        "import sys, time\n"
+        "from pymongo.periodic_executor import PeriodicExecutor\n"
+        "import pymongo.synchronous.monitor\n"
+        "executors = [PeriodicExecutor(interval=30, min_interval=30, target=lambda: True,\n"
+        "                              name='sleeper') for _ in range(5)]\n"
+        "for e in executors:\n"
+        "    e.open()\n"
+        "time.sleep(0.2)\n"
+        "for e in executors:\n"
+        "    e.close()\n"
+        "sys.argv = ['rsdrill', '--version']\n"
+        "from rsdrill.cli.entry import main\n"
+        "main()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the version: main() has returned
+    printed = time.monotonic()
+    proc.wait(timeout=60)
+    assert proc.returncode == 0 and line.strip(), proc.stderr.read() if proc.stderr else ""
+    assert time.monotonic() - printed < 2.5

@@ -151,6 +151,32 @@ def test_a_frozen_member_is_given_up_after_max_await_and_timeout(
     assert timed_out.detail["held_writable"] is False
 
 
+def test_stopping_cuts_an_awaited_hello_short_and_records_nothing_for_it(
+    replset: Callable[..., Sandbox],
+) -> None:
+    """A quiet member holds an awaited hello max_await: a run ending must not wait that long
+    for its streams, nor record the cut as the member's error."""
+    sandbox = replset("rs1")
+    history, clock = History(), RunClock.start()
+    stream = HelloStream(history, clock, member=sandbox.spec.members[0].host,
+                         interval_s=INTERVAL_S, timeout_s=TIMEOUT_S, max_await_s=30.0,
+                         options=sandbox.connect_options)  # fmt: skip
+    stream.start()
+    try:
+        _streaming([stream])
+        time.sleep(0.2)  # the awaited hello is now held by the member
+        stopped_at = time.monotonic()
+        stream.stop()
+        stream.join(10.0)
+        took = time.monotonic() - stopped_at
+    finally:
+        stream.stop()
+        stream.join(31.0)
+        stream.close()
+    assert took < 2.0, f"the stream ended {took:.2f} s after stop()"
+    assert [op.outcome for op in history.ops("failover")] == ["ok"]
+
+
 def test_the_recovery_poller_asks_a_quiet_member_seldom_and_a_killed_one_every_interval(
     replset: Callable[..., Sandbox],
 ) -> None:
