@@ -7,6 +7,7 @@ takes over, SIGINT ends the process quietly with status 130 (nothing has been in
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import sys
 
@@ -31,14 +32,22 @@ def main() -> None:
         sys.stderr.write("rsdrill: interrupted\n")
         sys.exit(INTERRUPTED)
     finally:
-        _exit_without_waiting_on_closed_clients()
+        _lighten_exit()
 
 
-def _exit_without_waiting_on_closed_clients() -> None:
-    """pymongo's exit handler joins every client's background threads, and those of a client
+def _lighten_exit() -> None:
+    """Spare the exit what it would do for nothing.
+
+    pymongo's exit handler joins every client's background threads, and those of a client
     closed in the command's last half second sleep in 0.5 s steps before they see it: a run
-    would linger ~0.5 s after its last line. They are daemon threads with nothing left to do."""
+    would linger ~0.5 s after its last line. They are daemon threads with nothing left to do.
+
+    The collector's passes at shutdown walk every object the imports made (the models, the
+    driver, NumPy): ~0.1 s of CPU per command, for memory the process is about to hand back.
+    Frozen, they are skipped. What rsdrill writes is closed or committed before this (the
+    journal by unbuffered writes), so no buffer waits on a collection to be flushed."""
     monitor = sys.modules.get("pymongo.synchronous.monitor")
     shutdown = getattr(monitor, "_shutdown_resources", None)
     if shutdown is not None:
         atexit.unregister(shutdown)
+    gc.freeze()
