@@ -10,8 +10,8 @@ phase of the run plus a random delay after the line that announces it, so every 
 - injected: after `injected` (the fault is in force), 0-1.4 s;
 - reverting: after `injected`, the fault's duration plus 0-0.6 s (the revert is under way);
 - observing: after `phase: observe`, 0-1.4 s;
-- teardown (SIGKILL only): after `phase: revert` (analysis, stopping the sandbox), 0-0.4 s: a
-  run that keeps its sandbox is gone about 0.5 s after that line on an idle 2-core machine, so
+- teardown (SIGKILL only): after `phase: revert` (analysis, stopping the sandbox), 0-0.2 s: a
+  run that keeps its sandbox is gone about 0.25 s after that line on an idle 2-core machine, so
   a later signal would find no run to kill.
 """
 
@@ -96,7 +96,7 @@ PHASES: dict[str, tuple[str, float, float]] = {
     "injected": ("injected", 0.0, 1.4),
     "reverting": ("injected", FAULT_S, FAULT_S + 0.6),
     "observing": ("phase: observe", 0.0, 1.4),
-    "teardown": ("phase: revert", 0.0, 0.4),
+    "teardown": ("phase: revert", 0.0, 0.2),
 }
 # Every kind killed while in force (2 x 18 runs), then every other phase once; the
 # suite's 20 minutes allow no more (50 runs took 270 s of one worker).
