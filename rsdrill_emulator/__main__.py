@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 import sqlite3
 import sys
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--router", action="store_true", help="a router of the cluster in --dir")
     args = parser.parse_args(argv)
     _name_process("rsdrill-router" if args.router else "rsdrill-member")
+    _tune_collector()
     try:
         # libuv's loop, not asyncio's own: the loop and stream work of each message a member
         # answers costs about 60 us of CPU on asyncio's Python loop and 25 on uvloop (a
@@ -98,6 +100,16 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, sqlite3.Error, StorageReadError) as exc:  # e.g. its volume is unreadable
         print(f"member {args.host}: {exc}", file=sys.stderr)
         sys.exit(1)
+
+
+def _tune_collector() -> None:
+    """What the imports made lives as long as the process: frozen, the collector's passes
+    skip it. A young-generation pass per 10,000 allocations, not 700: a write allocates
+    hundreds of short-lived objects, and every pass runs in the thread that answers all
+    messages. Two sets side by side, cells alternating: j:true inserts x8 +5 % (standalone),
+    +7 % (rs3, w:majority), 6 % less CPU per write."""
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 100)
 
 
 if __name__ == "__main__":

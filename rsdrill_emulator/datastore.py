@@ -311,8 +311,8 @@ class DataStore:
         """Apply one oplog entry; applying it again changes nothing."""
         op = entry["op"]
         ns = entry["ns"]
-        if op in ("i", "u", "d"):
-            self.create(ns, entry_uuid(entry))
+        if op in ("i", "u", "d") and (ns not in self._created or ns not in self._uuids):
+            self.create(ns, entry_uuid(entry))  # the UUID's decoding only when it is needed
         # Images are kept for entries of their own (a transaction's inner ones have no position).
         imaged = op in ("u", "d") and "ts" in entry and self._images_enabled(ns)
         before = self.get(ns, (entry["o2"] if op == "u" else entry["o"])["_id"]) if imaged else None

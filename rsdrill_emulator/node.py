@@ -52,6 +52,7 @@ from rsdrill_emulator.peer import Peers
 from rsdrill_emulator.prepared import PreparedTable
 from rsdrill_emulator.snapshot import SnapshotHistory
 from rsdrill_emulator.storage import Database
+from rsdrill_emulator.storage_thread import StorageThread
 from rsdrill_emulator.tls import member_client_context
 
 # mongod's exit status after a fatal assertion it did not abort on (EXIT_ABRUPT).
@@ -168,6 +169,7 @@ class Node:
         self.replication_stopped = False
         self._flushing = asyncio.Lock()
         self._storage_idle = Gate()
+        self._storage_thread: StorageThread | None = None  # started by the first commit
         self.sync_source = ""
         self.info_message = ""
         self.initial_sync_status: dict[str, Any] | None = None
@@ -321,9 +323,11 @@ class Node:
                 # it is fsynced, as mongod's beside its journal flush.
                 self._storage_idle.close()
                 loop = asyncio.get_running_loop()
+                if self._storage_thread is None or self._storage_thread.loop is not loop:
+                    self._storage_thread = StorageThread(loop)
                 try:
-                    await asyncio.to_thread(
-                        self.database.commit, lambda: self._storage_idle.open(loop)
+                    await self._storage_thread.run(
+                        lambda: self.database.commit(lambda: self._storage_idle.open(loop))
                     )
                 finally:
                     self._storage_idle.open()
