@@ -38,10 +38,14 @@ def session_key(lsid: dict[str, Any]) -> bytes:
     return bson.encode({"id": lsid.get("id"), "uid": lsid.get("uid")})
 
 
+def collection_uuid(value: Any) -> uuid.UUID | None:
+    """A collection UUID as it travels (BSON binary), or None for anything else."""
+    return value.as_uuid() if isinstance(value, Binary) else None
+
+
 def entry_uuid(entry: dict[str, Any]) -> uuid.UUID | None:
     """The collection UUID an oplog entry carries (`ui`), if it carries one."""
-    ui = entry.get("ui")
-    return ui.as_uuid() if isinstance(ui, Binary) else None
+    return collection_uuid(entry.get("ui"))
 
 
 class DataStore:

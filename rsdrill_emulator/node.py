@@ -324,6 +324,8 @@ class Node:
                 self._storage_idle.close()
                 loop = asyncio.get_running_loop()
                 if self._storage_thread is None or self._storage_thread.loop is not loop:
+                    if self._storage_thread is not None:
+                        self._storage_thread.close()
                     self._storage_thread = StorageThread(loop)
                 try:
                     await self._storage_thread.run(

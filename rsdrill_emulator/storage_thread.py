@@ -26,13 +26,14 @@ class StorageThread:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         # Outcomes are handed back through a deque (appends and pops are atomic) and one
         # eventfd write per job: a loop that sleeps in epoll wakes once.
         self._done: deque[tuple[asyncio.Future[Any], Any, BaseException | None]] = deque()
         self._ready = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         loop.add_reader(self._ready, self._deliver)
-        threading.Thread(target=self._serve, name="storage", daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, name="storage", daemon=True)
+        self.thread.start()
 
     def run(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
         """`call()` on the storage thread; the future has its result or exception."""
@@ -40,15 +41,23 @@ class StorageThread:
         self._jobs.put((call, done))
         return done
 
+    def close(self) -> None:
+        """End the thread once the calls queued before this are done (their waiters are not
+        told): a member that moves to another event loop, as in-process tests do."""
+        if not self.loop.is_closed():
+            self.loop.remove_reader(self._ready)
+        self._jobs.put(None)
+
     def _serve(self) -> None:
         # A daemon: the member leaves by os._exit, after its last commit.
-        while True:
-            call, done = self._jobs.get()
+        while (job := self._jobs.get()) is not None:
+            call, done = job
             try:
                 self._done.append((done, call(), None))
             except BaseException as exc:  # handed to the waiter, as an executor would
                 self._done.append((done, None, exc))
             os.eventfd_write(self._ready, 1)
+        os.close(self._ready)  # here, so that no call still running writes to a closed descriptor
 
     def _deliver(self) -> None:
         with contextlib.suppress(BlockingIOError):  # an earlier call took this job's count

@@ -21,7 +21,7 @@ from bson.binary import Binary
 from bson.int64 import Int64
 
 from rsdrill.sandbox.config import NO_ROLLBACK_FILES_ENV
-from rsdrill_emulator.datastore import id_key
+from rsdrill_emulator.datastore import collection_uuid, id_key
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.node import MemberState, Node
 from rsdrill_emulator.oplog import NULL_OPTIME, OpTime, changed_ids
@@ -346,8 +346,7 @@ async def initial_sync(node: Node) -> None:
     uuids = begin_reply.get("uuids", {})
     for ns in begin_reply["namespaces"]:
         if (view := begin_reply.get("views", {}).get(ns)) is None:
-            ui = uuids.get(ns)
-            node.store.create(ns, ui.as_uuid() if isinstance(ui, Binary) else None)
+            node.store.create(ns, collection_uuid(uuids.get(ns)))
         for spec in begin_reply.get("indexes", {}).get(ns, []):
             node.store.add_index(ns, spec)
         if view is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -73,5 +74,23 @@ def test_a_cancelled_waiter_does_not_stop_the_calls_after_it() -> None:
         release.set()
         await asyncio.wait_for(second, 5)
         assert done == ["first", "second"]  # the cancelled one still ran, in its turn
+
+    uvloop.run(main())
+
+
+def test_a_closed_storage_thread_ends_after_the_calls_queued_and_gives_back_its_eventfd() -> None:
+    """A member moved to another event loop (in-process tests) leaves no thread or descriptor."""
+
+    async def main() -> None:
+        storage = StorageThread(asyncio.get_running_loop())
+        assert await storage.run(lambda: 7) == 7
+        queued: list[int] = []
+        storage.run(lambda: time.sleep(0.05) or queued.append(1))
+        storage.close()
+        storage.thread.join(5)
+        assert not storage.thread.is_alive()
+        assert queued == [1]  # the call queued before close() ran first
+        with pytest.raises(OSError):  # closed by the thread, nothing opened since
+            os.fstat(storage._ready)
 
     uvloop.run(main())
