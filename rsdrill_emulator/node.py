@@ -311,53 +311,45 @@ class Node:
     def set_meta(self, key: str, value: Any) -> None:
         self.database.set_meta(key, value)
 
-    async def flush(self) -> None:
+    async def flush(self, *, asked: bool = False) -> None:
         """Commit now; everything applied so far becomes durable."""
         async with self._flushing:
-            await self._commit_applied()
+            if asked:  # begun: a write from now on may miss this commit
+                self._asked_flush = None
+            target = self.last_applied
+            # Only writes make the database dirty, and only a commit makes it clean: clean, the
+            # commit before this one (waited for under the lock) took everything up to target.
+            if self.database.dirty:
+                # On a thread: a throttled or stalled disk holds up what needs the database
+                # only; heartbeats and status commands are still answered, as by mongod's.
+                # Idle again once the transaction is in the log: reads and writes go on while
+                # it is fsynced, as mongod's beside its journal flush.
+                self._storage_idle.close()
+                loop = asyncio.get_running_loop()
+                if self._storage_thread is None or self._storage_thread.loop is not loop:
+                    if self._storage_thread is not None:
+                        self._storage_thread.close()
+                    self._storage_thread = StorageThread(loop)
+                try:
+                    await self._storage_thread.run(
+                        lambda: self.database.commit(lambda: self._storage_idle.open(loop))
+                    )
+                finally:
+                    self._storage_idle.open()
+                self.commits += 1
+                self.committed.fire()
+            if target > self.last_durable:
+                self.last_durable = target
+                # A primary with no one to hear from (rs1) commits by its own durability alone.
+                self.advance_commit_point()
+                self.progress.fire()
 
     def ask_flush(self) -> None:
         """A flush soon, for a j:true write: one not begun yet takes this write too, so the
-        writes that come while a commit runs share the next one (one task, one turn at the
-        lock for all of them, not one each)."""
+        writes that come while a commit runs share one task and one turn at the lock."""
         asked, loop = self._asked_flush, asyncio.get_running_loop()
         if asked is None or asked.done() or asked.get_loop() is not loop:
-            self._asked_flush = loop.create_task(self._asked_flush_runs())
-
-    async def _asked_flush_runs(self) -> None:
-        async with self._flushing:
-            self._asked_flush = None  # begun: a write from now on may miss this commit
-            await self._commit_applied()
-
-    async def _commit_applied(self) -> None:
-        """flush's work, `_flushing` held."""
-        target = self.last_applied
-        # Only writes make the database dirty, and only a commit makes it clean: clean, the
-        # commit before this one (waited for under the lock) took everything up to target.
-        if self.database.dirty:
-            # On a thread: a throttled or stalled disk holds up what needs the database
-            # only; heartbeats and status commands are still answered, as by mongod's.
-            # Idle again once the transaction is in the log: reads and writes go on while
-            # it is fsynced, as mongod's beside its journal flush.
-            self._storage_idle.close()
-            loop = asyncio.get_running_loop()
-            if self._storage_thread is None or self._storage_thread.loop is not loop:
-                if self._storage_thread is not None:
-                    self._storage_thread.close()
-                self._storage_thread = StorageThread(loop)
-            try:
-                await self._storage_thread.run(
-                    lambda: self.database.commit(lambda: self._storage_idle.open(loop))
-                )
-            finally:
-                self._storage_idle.open()
-            self.commits += 1
-            self.committed.fire()
-        if target > self.last_durable:
-            self.last_durable = target
-            # A primary with no one to hear from (rs1) commits by its own durability alone.
-            self.advance_commit_point()
-            self.progress.fire()
+            self._asked_flush = loop.create_task(self.flush(asked=True))
 
     async def storage_idle(self) -> None:
         """Wait while a commit writes the log: touching the database meanwhile would hold the
@@ -419,8 +411,7 @@ class Node:
         self.require_writable()
         entry = make_entry(op, ns, o, ts=self.clock.next(), term=self.term, o2=o2, session=session)
         self._name_collections(entry)
-        self._record_op(entry)
-        self.advance_commit_point()
+        self._record_op(entry)  # the commit point moves with durability (flush), not here
         return OpTime.of(entry)
 
     def _name_collections(self, entry: dict[str, Any]) -> None:
