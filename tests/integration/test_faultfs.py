@@ -124,9 +124,15 @@ def test_latency_is_added_to_matching_operations(faultfs: MakeMount) -> None:
     assert time.monotonic() - started < 0.075  # reads are not slowed
 
 
-def _ops_in(seconds: float, operation: Callable[[], object], threads: int = 1) -> int:
-    """How many `operation()` calls `threads` callers complete in `seconds`."""
-    counts = [0] * threads
+CALLERS = 4
+"""Callers at once in `_ops_in`: one alone offers an op per round trip (its own wake-up and the
+daemon's), so under a 50/s cap it needs each under 20 ms to reach the cap, which a loaded
+machine did not give it (26 reads in 1 s). Offered by several, the cap is what limits them."""
+
+
+def _ops_in(seconds: float, operation: Callable[[], object]) -> int:
+    """How many `operation()` calls `CALLERS` callers complete in `seconds`."""
+    counts = [0] * CALLERS
     deadline = time.monotonic() + seconds
 
     def call(n: int) -> None:
@@ -134,7 +140,7 @@ def _ops_in(seconds: float, operation: Callable[[], object], threads: int = 1) -
             operation()
             counts[n] += 1
 
-    workers = [threading.Thread(target=call, args=(n,)) for n in range(1, threads)]
+    workers = [threading.Thread(target=call, args=(n,)) for n in range(1, CALLERS)]
     for worker in workers:
         worker.start()
     call(0)
@@ -149,12 +155,10 @@ def test_iops_caps_are_separate_for_reads_and_writes(faultfs: MakeMount) -> None
     try:
         os.pwrite(fd, b"z" * 4096, 0)
         set_rule(m, "cap", write_iops=100)
-        # Four callers each: what they offer exceeds the cap even where each op waits on a
-        # busy machine's scheduler (test_direct_reads_reach_the_read_cap).
-        writes = _ops_in(1.5, lambda: os.pwrite(fd, b"w" * 4096, 0), threads=4)
+        writes = _ops_in(1.5, lambda: os.pwrite(fd, b"w" * 4096, 0))
         # A tenth of a second's burst plus 1.5 s at 100/s; generous bounds for a busy machine.
         assert 110 <= writes <= 200, writes
-        reads = _ops_in(0.5, lambda: os.pread(fd, 4096, 0), threads=4)
+        reads = _ops_in(0.5, lambda: os.pread(fd, 4096, 0))
         assert reads > 300, reads  # not capped (the kernel may also serve some from its cache)
     finally:
         os.close(fd)
@@ -167,10 +171,7 @@ def test_direct_reads_reach_the_read_cap(faultfs: MakeMount) -> None:
     fd = os.open(m.mountpoint / "f", os.O_RDONLY | os.O_DIRECT)  # past the page cache
     buf = mmap.mmap(-1, 4096)
     try:
-        # Four readers: one alone needs every read's round trip (two wake-ups, the test's and
-        # the daemon's) under 20 ms to offer 50/s, which a loaded machine did not give it
-        # (26 reads). Offered several at once, the cap is what limits them.
-        reads = _ops_in(1.0, lambda: os.preadv(fd, [buf], 0), threads=4)
+        reads = _ops_in(1.0, lambda: os.preadv(fd, [buf], 0))
     finally:
         os.close(fd)
     assert 45 <= reads <= 75, reads  # a 5-op burst plus 1 s at 50/s
