@@ -411,7 +411,7 @@ class Node:
         self.require_writable()
         entry = make_entry(op, ns, o, ts=self.clock.next(), term=self.term, o2=o2, session=session)
         self._name_collections(entry)
-        self._record_op(entry)  # the commit point moves with durability (flush), not here
+        self._record_op(entry)  # the commit point moves with durable positions, not writes
         return OpTime.of(entry)
 
     def _name_collections(self, entry: dict[str, Any]) -> None:

@@ -65,11 +65,11 @@ def _partitioned_primary_kill(tmp_path: Path, w: int | str) -> Result:
     primary killed: the others elect a new primary, and the old one rolls its writes back when
     it rejoins (journaled, so they survive its kill to be rolled back).
 
-    The old primary comes back 8 s after its kill, after two election attempts of the others
-    at most: resumed together, both call their first at the same timeout (the primary's last
-    answer reset both timers), and the two split the vote when their random offsets fall a
-    few ms apart (seen once in the suite: the second attempt came after the old primary's
-    return at 4 s, the others caught up from it, and nothing was left to roll back)."""
+    The old primary comes back 8 s after its kill, time for two election attempts of the
+    others: resumed together, both call their first at the same timeout (the primary's last
+    answer reset both timers), and they split the vote when their random offsets fall a few
+    ms apart. Seen once with a return 4 s after the kill: the second attempt came after it,
+    the others caught up from the old primary, and nothing was left to roll back."""
     return run_experiment(
         Experiment.model_validate({
             "name": f"rollback-w{w}",
