@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsdrill import registry
+from rsdrill.environ import environ_copy
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Step
 from rsdrill.procstat import stat_fields
@@ -59,7 +60,7 @@ def run_step(
         process = subprocess.Popen(
             ["/bin/sh", "-c", step.run],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, **extra_env}, start_new_session=True,
+            env={**environ_copy(), **extra_env}, start_new_session=True,
         )  # fmt: skip
     on_start(stop_step_action(step.name, process.pid))
     deadline = time.monotonic() + step.timeout

@@ -20,6 +20,8 @@ import sys
 import threading
 from pathlib import Path
 
+from rsdrill.environ import environ_copy
+
 # -P: nothing in the directory rsdrill runs in shadows what a member imports (a `uvloop.py`
 # there would otherwise be the members' uvloop).
 MODULE_ARGV = ["-P", "-m", "rsdrill_emulator"]
@@ -41,7 +43,7 @@ class _Refused(Exception):
 class _Zygote:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.environ = dict(os.environ)
+        self.environ = environ_copy()
         self.process = subprocess.Popen(
             [sys.executable, "-P", "-m", "rsdrill_emulator.zygote", str(theirs.fileno()),
              " " * ROOM_BYTES],
@@ -110,7 +112,7 @@ def fork_member(argv: list[str], log_path: Path) -> int | None:
                     _zygote = _Zygote()
                 except OSError:
                     _broken = True
-            environ = dict(os.environ)
+            environ = environ_copy()
             if _zygote is None or not _zygote.serves(environ):
                 return None
             try:

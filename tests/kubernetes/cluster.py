@@ -274,7 +274,12 @@ def _wait_ready(
 def api_client(kubeconfig: Path) -> Any:
     from kubernetes import config
 
-    return config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
+    api = config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
+    # The proxy resolved once (none here): the token's hook resets the host before every
+    # call and the host setter reads the proxy variables again by walking os.environ, which
+    # from the harness's threads races pytest setting PYTEST_CURRENT_TEST (a KeyError).
+    api.configuration.proxy = api.configuration.proxy
+    return api
 
 
 def load_documents(paths: Iterable[Path]) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from rsdrill.platforms.kubernetes.target import KubernetesTarget, make_target
 from rsdrill.platforms.stress import MAX_STRESS_WORKERS
 from tests.harness.injectors import pod_injector
 from tests.kubernetes.conftest import Kube
-from tests.kubernetes.controllers import LitmusOperator
+from tests.kubernetes.controllers import LitmusOperator, told
 from tests.kubernetes.kubelet import Kubelet
 from tests.kubernetes.support import (
     experiment,
@@ -110,7 +110,7 @@ def env(kube: Kube) -> Iterator[Env]:
     for loop in loops:
         loop.stop()
     for loop in loops:
-        assert not loop.errors, f"{type(loop).__name__}: {loop.errors}"
+        assert not loop.errors, f"{type(loop).__name__}: {told(loop.errors)}"
 
 
 def _round_trip(

@@ -4,6 +4,8 @@ may ask for (each refusal names its field and line), member → pod names, and t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -216,3 +218,27 @@ def test_chaos_mesh_selected_nothing_only_when_its_event_says_so() -> None:
     }}  # fmt: skip
     assert chaos_mesh_state(injected, said) == ("injected", "")
     assert chaos_mesh_state({}) == ("pending", "")
+
+
+def test_the_environments_proxy_is_taken_once_at_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTPS_PROXY is honoured, and read when the client connects only: a token's hook resets
+    the host before every call, which would read the proxy variables (all of os.environ)
+    again each time."""
+    from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t0ken"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }))  # fmt: skip
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    configuration = Kube(ClusterAccess(str(kubeconfig))).api.configuration
+    assert configuration.proxy == "http://127.0.0.1:3128"
+    monkeypatch.delenv("HTTPS_PROXY")
+    auth = configuration.auth_settings()  # the token's hook runs, as before every call
+    assert auth["BearerToken"]["value"] == "Bearer t0ken"
+    assert configuration.proxy == "http://127.0.0.1:3128"

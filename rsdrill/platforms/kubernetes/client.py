@@ -144,6 +144,9 @@ class Kube:
             raise KubeError(f"cannot load the {where}{context}: {exc}") from None
         # One attempt per call: the caller's deadline governs, not urllib3's retries.
         api.configuration.retries = False
+        # The environment's proxy resolved once, at connection: a token's hook resets the host
+        # before every call, and the host setter would read the proxy variables again each time.
+        api.configuration.proxy = api.configuration.proxy
         self.server = api.configuration.host
         self.api = api
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from rsdrill.connection import ConnectOptions, answers_hello
+from rsdrill.environ import environ_copy
 from rsdrill.experiment.target import LocalMember
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine import faketime
@@ -150,7 +151,7 @@ class LocalHosts:
             if lib is None:
                 raise TargetError(f"{host}: its clock is skewed through libfaketime, which is "
                                   f"not installed ({faketime.INSTALL_HINT})")  # fmt: skip
-            env = faketime.preload_env(self.clock_files[host], lib, dict(os.environ))
+            env = faketime.preload_env(self.clock_files[host], lib, environ_copy())
         with log.open("ab") as out:
             process = subprocess.Popen(
                 booting(shlex.split(member.start), boot_s), stdin=subprocess.DEVNULL,
