@@ -37,6 +37,9 @@ os.environ["RSDRILL_PORT_RANGE"] = f"{_PORT_LOW}-{_PORT_HIGH}"
 # the README's replica set, and docs/sharding.md's cluster of 3 + 2 x 3 members and 2 routers.
 _handed_out: set[int] = set(range(28017, 28017 + 11))
 
+# Scratch files in memory (its pytest_configure); `disk_tmp_path` for tests that need a disk.
+pytest_plugins = ["tests.harness.scratch"]
+
 TESTS = Path(__file__).resolve().parent
 KUBERNETES = TESTS / "kubernetes"
 KUBERNETES_UNIT = "tests/kubernetes"  # as xdist's node ids name it (from the rootdir)

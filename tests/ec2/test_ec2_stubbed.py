@@ -465,7 +465,7 @@ def test_the_freeze_scripts_stop_and_continue_a_real_process(tmp_path: Path) -> 
         proc.wait()
 
 
-def test_the_cap_scripts_throttle_a_real_process_s_cgroup_and_lift_it(tmp_path: Path) -> None:
+def test_the_cap_scripts_throttle_a_real_process_s_cgroup_and_lift_it(disk_tmp_path: Path) -> None:
     """The iops-throttle scripts run here as SSM runs them: the process (named as nothing else
     on the machine) in a blkio cgroup of this machine (cgroup v1, as on Amazon Linux 2), the
     cap on the disk holding dbpath; direct writes from that cgroup are capped, then free again
@@ -473,13 +473,13 @@ def test_the_cap_scripts_throttle_a_real_process_s_cgroup_and_lift_it(tmp_path: 
     from harness.cgroups import pod_cgroup, write_seconds
 
     name = f"rsdcap{os.getpid() % 100000}"
-    shutil.copy("/bin/sleep", tmp_path / name)
-    scripts = cgroup_io_scripts(name, str(tmp_path), {"wiops": 20, "rbps": 1 << 20})
+    shutil.copy("/bin/sleep", disk_tmp_path / name)
+    scripts = cgroup_io_scripts(name, str(disk_tmp_path), {"wiops": 20, "rbps": 1 << 20})
 
     def sh(script: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["sh", "-c", script], capture_output=True, text=True)
 
-    with pod_cgroup([str(tmp_path / name), "600"]) as cgroup:
+    with pod_cgroup([str(disk_tmp_path / name), "600"]) as cgroup:
         blkio = cgroup.container / "blkio.throttle.write_iops_device"
         assert sh(scripts.check).returncode != 0  # not in force
         injected = sh(scripts.inject)
@@ -490,12 +490,12 @@ def test_the_cap_scripts_throttle_a_real_process_s_cgroup_and_lift_it(tmp_path: 
         read_bps = (cgroup.container / "blkio.throttle.read_bps_device").read_text().split()
         assert read_bps == [device, str(1 << 20)]
         # 40 writes at 20 a second: about 2 s (the kernel lets a first slice through).
-        capped = write_seconds(cgroup.container, tmp_path, 40)
+        capped = write_seconds(cgroup.container, disk_tmp_path, 40)
         assert capped >= 1.0, f"capped writes took {capped:.2f}s"
         assert sh(scripts.revert).returncode == 0 and sh(scripts.revert).returncode == 0
         assert sh(scripts.check).returncode != 0
         assert blkio.read_text() == ""
-        free = write_seconds(cgroup.container, tmp_path, 40)
+        free = write_seconds(cgroup.container, disk_tmp_path, 40)
         assert free < capped / 2, f"after the revert {free:.2f}s, capped {capped:.2f}s"
 
 

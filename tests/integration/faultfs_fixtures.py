@@ -18,24 +18,35 @@ def faultfs_tools() -> None:
     ensure_faultfs_tools()
 
 
-@pytest.fixture
-def faultfs(faultfs_tools: None, tmp_path: Path) -> Iterator[Callable[..., Mount]]:
-    """Mount a fresh directory (over itself unless `separate`); every mount is undone after."""
+def _mounts(root: Path) -> Iterator[Callable[..., Mount]]:
     made: list[Mount] = []
 
     def make(name: str = "vol", *, separate: bool = False, **options: Any) -> Mount:
-        source = tmp_path / name
+        source = root / name
         source.mkdir()
-        point = tmp_path / f"{name}-mnt" if separate else source
+        point = root / f"{name}-mnt" if separate else source
         point.mkdir(exist_ok=True)
-        made.append(mount(source, point, tmp_path / f"{name}-state", **options))
+        made.append(mount(source, point, root / f"{name}-state", **options))
         return made[-1]
 
     yield make
     for m in made:
         unmount(m.mountpoint)
-    left = faultfs_mounts(tmp_path)
+    left = faultfs_mounts(root)
     assert not left, f"mounts left behind: {left}"
+
+
+@pytest.fixture
+def faultfs(faultfs_tools: None, tmp_path: Path) -> Iterator[Callable[..., Mount]]:
+    """Mount a fresh directory (over itself unless `separate`); every mount is undone after."""
+    yield from _mounts(tmp_path)
+
+
+@pytest.fixture
+def faultfs_on_disk(faultfs_tools: None, disk_tmp_path: Path) -> Iterator[Callable[..., Mount]]:
+    """`faultfs` with the directories on the disk (tests/harness/scratch.py), for what a
+    block device does that memory does not."""
+    yield from _mounts(disk_tmp_path)
 
 
 @pytest.fixture

@@ -164,10 +164,10 @@ def test_read_rules_reach_pages_the_kernel_has_cached(faultfs: MakeMount) -> Non
 
 
 @needs_compiled
-def test_o_direct_reaches_the_backing_file_as_o_direct(faultfs: MakeMount) -> None:
+def test_o_direct_reaches_the_backing_file_as_o_direct(faultfs_on_disk: MakeMount) -> None:
     """O_DIRECT is honoured, not dropped: aligned reads and writes go through, and an unaligned
-    one fails with EINVAL as on the plain directory."""
-    m = faultfs(separate=True)
+    one fails with EINVAL as on the plain directory (of a disk: tmpfs takes any alignment)."""
+    m = faultfs_on_disk(separate=True)
     (m.source / "data").write_bytes(b"d" * 8192)
     buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
     buf.write(b"w" * 4096)

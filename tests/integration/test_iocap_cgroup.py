@@ -30,41 +30,41 @@ def _write_seconds(cgroup: Path, tmp: Path) -> float:
 
 
 def test_a_cap_throttles_the_containers_writes_and_clear_restores_the_limits(
-    pod_cgroup: PodCgroup, tmp_path: Path
+    pod_cgroup: PodCgroup, disk_tmp_path: Path
 ) -> None:
     found = iocap.find_cgroup(pod_cgroup.root, pod_cgroup.pod_uid, pod_cgroup.container_id)
     assert found == pod_cgroup.container
-    device = iocap.volume_device(found, str(tmp_path))
-    assert device == "{}:{}".format(*divmod(os.stat(tmp_path).st_dev, 256)) or (
+    device = iocap.volume_device(found, str(disk_tmp_path))
+    assert device == "{}:{}".format(*divmod(os.stat(disk_tmp_path).st_dev, 256)) or (
         Path(f"/sys/dev/block/{device}").exists()
     )
     # A limit in force before the fault (a read cap someone set) must come back as it was.
     (found / "blkio.throttle.read_iops_device").write_text(f"{device} 5000\n")
-    state = tmp_path / "state"
-    free = _write_seconds(found, tmp_path)
+    state = disk_tmp_path / "state"
+    free = _write_seconds(found, disk_tmp_path)
 
     answer = iocap.apply(found, device, iocap.Limits(wiops=20), state)
     assert answer["cgroup_version"] == 1
     assert answer["limits"] == {"rbps": None, "wbps": None, "riops": None, "wiops": 20}
-    capped = _write_seconds(found, tmp_path)
+    capped = _write_seconds(found, disk_tmp_path)
     # 40 writes at 20 a second: about 2 s (the kernel lets a first slice through).
     assert capped >= 1.0, f"capped writes took {capped:.2f}s (uncapped {free:.2f}s)"
 
     restored = iocap.clear(found, device, state)
     assert restored["limits"] == {"rbps": None, "wbps": None, "riops": 5000, "wiops": None}
     assert list(state.iterdir()) == []
-    again = _write_seconds(found, tmp_path)
+    again = _write_seconds(found, disk_tmp_path)
     assert again < capped / 2, f"after the clear {again:.2f}s, capped {capped:.2f}s"
     # Clearing again changes nothing (what `rsdrill recover` may do after a revert).
     assert iocap.clear(found, device, state)["limits"]["riops"] is None
 
 
 def test_a_second_cap_keeps_the_limits_from_before_the_first(
-    pod_cgroup: PodCgroup, tmp_path: Path
+    pod_cgroup: PodCgroup, disk_tmp_path: Path
 ) -> None:
     found = pod_cgroup.container
-    device = iocap.volume_device(found, str(tmp_path))
-    state = tmp_path / "state"
+    device = iocap.volume_device(found, str(disk_tmp_path))
+    state = disk_tmp_path / "state"
     iocap.apply(found, device, iocap.Limits(riops=100), state)
     iocap.apply(found, device, iocap.Limits(wbps=1 << 20), state)
     assert iocap.current(found, device) == {"rbps": None, "wbps": 1 << 20, "riops": None,
