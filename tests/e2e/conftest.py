@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rsdrill.platforms.machine import faketime
 from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology, member_dir
@@ -30,12 +31,16 @@ def _existing_set(directory: Path, port_base: int, own_disks_mb: int = 0) -> Ite
         up(directory, spec, EmulatorEngine(), mount_own_disks if own_disks_mb else None)
         yield directory
     finally:
+        running = [listening_pid(member.port) for member in spec.members]
         Sandbox(directory).down(grace_s=2.0)
         # A member the run restarted with its own command has no pid file: find it by its port.
         for member in spec.members:
             pid = listening_pid(member.port)
             if pid is not None:
                 os.kill(pid, signal.SIGKILL)
+        # Members a clock-skew run restarted under libfaketime leave what it shared otherwise.
+        for pid in filter(None, running):
+            faketime.release(pid)
         for path in data if own_disks_mb else ():
             if os.path.ismount(path):
                 subprocess.run(["umount", "-l", str(path)], check=False)

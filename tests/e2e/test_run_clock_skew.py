@@ -6,7 +6,6 @@ under it, and `rsdrill recover` sets a killed run's skew right."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import signal
 import subprocess
 import time
@@ -184,7 +183,11 @@ def test_local_members_run_under_libfaketime_and_the_skew_moves_their_own_clock(
         assert _settles(client, 0.0)
     # A run that dies while restarting them: `rsdrill recover` starts the one left down, under
     # libfaketime again, from the journaled resource action alone.
-    os.kill(after[host] or 0, signal.SIGKILL)
+    # Killed as a host-kill does: what libfaketime shared in /dev/shm goes with the process.
+    shared = Path(f"/dev/shm/faketime_shm_{after[host]}")
+    assert shared.exists()
+    assert target.hosts.kill(host) == after[host]
+    assert not shared.exists()
     resource = target.recover_action()
     assert resource is not None
     done = carry_out(resource)

@@ -34,6 +34,10 @@ _LIBRARY_GLOBS = (
     "/usr/local/lib/faketime/libfaketime.so.1",
 )
 INSTALL_HINT = "apt-get install libfaketime"
+# libfaketime (0.9.10) shares its state through a semaphore and a shared-memory object named
+# after the process that loaded it first, and removes them only when that image exits: a
+# member killed, or one that a shell exec'd into (a booting host), leaves them in /dev/shm.
+_SHARED_NAMES = ("/dev/shm/faketime_shm_{pid}", "/dev/shm/sem.faketime_sem_{pid}")
 
 
 def library() -> Path | None:
@@ -90,3 +94,10 @@ def reset(action: dict[str, object]) -> str:
             return f"{action['host']}: clock already real time"
     set_offset(offset_file, 0.0)
     return f"{action['host']}: clock back to real time ({offset_file} +0)"
+
+
+def release(pid: int) -> None:
+    """Remove what libfaketime shared for `pid`, a member process that is gone."""
+    for name in _SHARED_NAMES:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name.format(pid=pid))

@@ -88,6 +88,7 @@ class LocalHosts:
         deadline = time.monotonic() + 10
         while listening_pid(int(host.rsplit(":", 1)[1])) == pid and time.monotonic() < deadline:
             time.sleep(0.01)
+        faketime.release(pid)
         return pid
 
     def terminate(self, host: str, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -102,6 +103,7 @@ class LocalHosts:
                 self.kill(host)
                 return
             time.sleep(0.05)
+        faketime.release(pid)
 
     def stop(self, host: str) -> int:
         pid = self._require(host)
