@@ -3,26 +3,61 @@ in one fsync, as mongod's journal flusher makes unjournaled writes durable."""
 
 from __future__ import annotations
 
+import asyncio
+
 from rsdrill_emulator.node import Node
 
-# Every write fires `written`; the idle wait ends on it, this is only a safety net.
-IDLE_RECHECK_S = 60.0
+
+class _Flusher:
+    """A timer armed by the first write after a commit and disarmed by the next commit.
+
+    Callbacks rather than a task that waits: under a j:true load every write dirties the
+    database and every write's own commit cleans it, and a task woken twice per write, with a
+    future and a timer each time, was a twentieth of a member's work per insert."""
+
+    def __init__(self, node: Node, loop: asyncio.AbstractEventLoop) -> None:
+        self.node = node
+        self.loop = loop
+        self.interval = node.spec.journal_commit_interval_ms / 1000
+        self.timer: asyncio.TimerHandle | None = None
+        self.flushing: asyncio.Task[None] | None = None  # held: the loop keeps weak references
+
+    def written(self) -> None:
+        """The database went dirty: commit within an interval unless a commit comes first."""
+        if self.timer is None:
+            self.timer = self.loop.call_later(self.interval, self._due)
+
+    def committed(self) -> None:
+        """A commit (a j:true writer's, a secondary's batch) took the writes: what came after
+        it waits an interval from now, and nothing else does."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if unflushed(self.node):
+            self.written()
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _due(self) -> None:
+        self.timer = None
+        if unflushed(self.node):
+            self.flushing = self.loop.create_task(self.node.flush())
 
 
 async def journal_loop(node: Node) -> None:
-    """Idle, the loop sleeps until the first write after a commit (a wake-up per interval
-    would be most of an idle member's CPU), then waits one interval for more to come."""
-    interval = node.spec.journal_commit_interval_ms / 1000
-    while True:
-        if not unflushed(node):
-            await node.written.wait(IDLE_RECHECK_S)
-            continue
-        # A commit meanwhile (a j:true writer's, a secondary's batch) takes the writes and ends
-        # the wait: its timer would otherwise wake the loop for nothing.
-        commits = node.commits
-        await node.committed.wait(interval)
-        if node.commits == commits and unflushed(node):
-            await node.flush()
+    """Idle, nothing wakes (a wake-up per interval would be most of an idle member's CPU)."""
+    flusher = _Flusher(node, asyncio.get_running_loop())
+    node.database.on_dirty, node.on_commit = flusher.written, flusher.committed
+    try:
+        if unflushed(node):  # written before the journal started
+            flusher.written()
+        await asyncio.Event().wait()  # until cancelled
+    finally:
+        node.database.on_dirty = node.on_commit = None
+        flusher.stop()
 
 
 def unflushed(node: Node) -> bool:

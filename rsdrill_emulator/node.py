@@ -16,6 +16,7 @@ import random
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -188,10 +189,9 @@ class Node:
         self.progress = Signal()  # positions or commit point moved
         self.new_entries = Signal()
         self.heartbeat_now = Signal()
-        self.written = Signal()  # the database went dirty: journal.py's cue
-        self.committed = Signal()
+        # journal.py's cue after each commit (the database's `on_dirty` is its cue after a write).
+        self.on_commit: Callable[[], None] | None = None
         self.commits = 0
-        self.database.on_dirty = self.written.fire
         # What the election timer waits on (election.py): its deadline, a takeover, a freeze,
         # the state or the config changed.
         self.timer_changed = Signal()
@@ -317,9 +317,10 @@ class Node:
             if asked:  # begun: a write from now on may miss this commit
                 self._asked_flush = None
             target = self.last_applied
+            committed = self.database.dirty
             # Only writes make the database dirty, and only a commit makes it clean: clean, the
             # commit before this one (waited for under the lock) took everything up to target.
-            if self.database.dirty:
+            if committed:
                 # On a thread: a throttled or stalled disk holds up what needs the database
                 # only; heartbeats and status commands are still answered, as by mongod's.
                 # Idle again once the transaction is in the log: reads and writes go on while
@@ -337,12 +338,13 @@ class Node:
                 finally:
                     self._storage_idle.open()
                 self.commits += 1
-                self.committed.fire()
             if target > self.last_durable:
                 self.last_durable = target
                 # A primary with no one to hear from (rs1) commits by its own durability alone.
                 self.advance_commit_point()
                 self.progress.fire()
+            if committed and self.on_commit is not None:
+                self.on_commit()
 
     def ask_flush(self) -> None:
         """A flush soon, for a j:true write: one not begun yet takes this write too, so the

@@ -169,7 +169,7 @@ class Oplog:
         self._count, self.size_bytes = stored
         self._stored_size: tuple[int, int] | None = None
         database.before_commit.append(self._store_size)
-        self._newest = self._edge("DESC")
+        self._set_newest(self._edge("DESC"))
         self._oldest_key = OpTime.of(e) if (e := self._edge("ASC")) else NULL_OPTIME
         self._tail_keys: list[OpTime] = []
         self._tail: list[dict[str, Any]] = []
@@ -193,11 +193,16 @@ class Oplog:
 
     @property
     def newest(self) -> OpTime:
-        return OpTime.of(self._newest) if self._newest else NULL_OPTIME
+        return self._newest_key
 
     @property
     def oldest(self) -> OpTime:
         return self._oldest_key if self._count else NULL_OPTIME
+
+    def _set_newest(self, entry: dict[str, Any] | None) -> None:
+        # Its key kept beside it: the member's position is asked several times per write.
+        self._newest = entry
+        self._newest_key = OpTime.of(entry) if entry else NULL_OPTIME
 
     def newest_entry(self) -> dict[str, Any] | None:
         return self._newest
@@ -243,7 +248,7 @@ class Oplog:
             self._oldest_key = key
         self._count += 1
         self.size_bytes += len(data)
-        self._newest = entry
+        self._newest, self._newest_key = entry, key
         self._remember(key, entry, len(data))
         self._trim()
 
@@ -337,7 +342,7 @@ class Oplog:
         )
         self._count -= len(removed)
         self.size_bytes -= sum(len(bson.encode(e)) for e in removed)
-        self._newest = self._edge("DESC")
+        self._set_newest(self._edge("DESC"))
         self._forget(slice(bisect_right(self._tail_keys, key), None))
         return removed
 
@@ -345,6 +350,6 @@ class Oplog:
         self.database.write("DELETE FROM oplog")
         self._count = 0
         self.size_bytes = 0
-        self._newest = None
+        self._set_newest(None)
         self._oldest_key = NULL_OPTIME
         self._forget(slice(None))

@@ -16,6 +16,7 @@ import bson
 
 from rsdrill import wire
 from rsdrill.sandbox.certs import rfc2253_subject
+from rsdrill_emulator.connection import Connection
 from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.failpoint import CloseConnection
 from rsdrill_emulator.request import Request
@@ -44,22 +45,25 @@ class Server:
     async def serve(
         self, host: str, port: int, tls: ssl.SSLContext | None = None
     ) -> asyncio.Server:
-        return await asyncio.start_server(self._client, host, port, reuse_address=True, ssl=tls)
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(self._accept, host, port, reuse_address=True, ssl=tls)
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self) -> Connection:
+        return _Served(self)
+
+    async def answer(self, connection: Connection) -> None:
         connection_id = next(_connection_ids)
         self.commands.connections += 1
         # The verified certificate's subject, for MONGODB-X509 (None without TLS or a cert).
-        subject = rfc2253_subject(writer.get_extra_info("peercert"))
+        subject = rfc2253_subject(connection.extra("peercert"))
         if subject is not None:
             self.commands.certificate_subjects[connection_id] = subject
         try:
             while True:
-                request_id, _, op_code, payload = await wire.read_frame(reader)
-                if not await self._handle(writer, connection_id, request_id, op_code, payload):
+                request_id, _, op_code, payload = await connection.frame()
+                if not await self._handle(connection, connection_id, request_id, op_code, payload):
                     break
         except (
-            asyncio.IncompleteReadError,
             ConnectionError,
             wire.WireError,
             OSError,
@@ -69,11 +73,11 @@ class Server:
         finally:
             self.commands.connections -= 1
             self.commands.forget(connection_id)
-            writer.close()
+            connection.close()
 
     async def _handle(
         self,
-        writer: asyncio.StreamWriter,
+        connection: Connection,
         connection_id: int,
         request_id: int,
         op_code: int,
@@ -82,8 +86,8 @@ class Server:
         """Answer one frame; False closes the connection."""
         if op_code == wire.OP_COMPRESSED:
             error = CommandError(2, "OP_COMPRESSED is not accepted: no compressor was negotiated")
-            writer.write(wire.encode_op_msg(next(_reply_ids), request_id, error.document()))
-            await writer.drain()
+            connection.write(wire.encode_op_msg(next(_reply_ids), request_id, error.document()))
+            await connection.drain()
             return True
         if op_code == wire.OP_MSG:
             message = wire.parse_op_msg(request_id, payload)
@@ -95,8 +99,8 @@ class Server:
         if message.more_to_come:
             return True
         if message.op_code == wire.OP_QUERY:
-            writer.write(wire.encode_op_reply(next(_reply_ids), request_id, reply))
-            await writer.drain()
+            connection.write(wire.encode_op_reply(next(_reply_ids), request_id, reply))
+            await connection.drain()
             return True
         exhaust = message.exhaust_allowed and "topologyVersion" in message.body
         reply_id, responding_to = next(_reply_ids), request_id
@@ -105,8 +109,8 @@ class Server:
         while True:
             streaming = exhaust and bool(reply.get("ok"))
             flags = wire.MORE_TO_COME if streaming else 0
-            writer.write(wire.encode_op_msg(reply_id, responding_to, reply, flags))
-            await writer.drain()
+            connection.write(wire.encode_op_msg(reply_id, responding_to, reply, flags))
+            await connection.drain()
             if not streaming:
                 return True
             body = {**message.body, "topologyVersion": reply["topologyVersion"]}
@@ -139,3 +143,16 @@ class Server:
         except Exception as exc:  # a bug must not take the member down with it
             traceback.print_exc()
             return CommandError(1, f"internal error in {name}: {exc!r}").document()
+
+
+class _Served(Connection):
+    """A connection whose requests `server` answers, by a task of its own from its first byte."""
+
+    def __init__(self, server: Server) -> None:
+        super().__init__()
+        self._server = server
+        self._task: asyncio.Task[None] | None = None  # held: the loop keeps only weak references
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._task = asyncio.get_running_loop().create_task(self._server.answer(self))
