@@ -547,11 +547,18 @@ class Node:
         timeout_ms = int(write_concern.get("wtimeout", 0) or 0)
         deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
         term = self.term
+
+        def deposed() -> bool:
+            return self.term != term or self.state is not MemberState.PRIMARY
+
+        def settled() -> bool:
+            return deposed() or self._satisfied(optime, w, j)
+
         while True:
             # The term first: a stepdown fails every waiter at once, as mongod's does, so a
             # position counted after it (a new-term member's, in the same message that deposed
             # us) never acknowledges a write of the old term.
-            if self.term != term or self.state is not MemberState.PRIMARY:
+            if deposed():
                 return write_concern_error(
                     189, "Primary stepped down while waiting for replication"
                 )
@@ -560,7 +567,7 @@ class Node:
             remaining = 1.0 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 return write_concern_error(64, "waiting for replication timed out", wtimeout=True)
-            await self.progress.wait(min(remaining, 1.0))
+            await self.progress.wait(min(remaining, 1.0), settled)
 
     # -- views for hello and replSetGetStatus ----------------------------------------------
 

@@ -6,33 +6,50 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 
 class Signal:
     """Wakes every waiter when something changed; waiters re-check their own condition.
 
     A future per waiter and a timer, not `wait_for` on an Event: that starts a task for each
-    wait, and a write fires `progress` twice, each waking every loop that waits on it."""
+    wait, and a write fires `progress` twice, each waking every loop that waits on it. A waiter
+    that names what it waits for (`ready`) is woken only once that holds: eight writers waiting
+    for w:majority were woken four times per write, each wake a resume of its whole command's
+    coroutine chain, a new future and a new timer."""
 
     def __init__(self) -> None:
-        self._waiters: set[asyncio.Future[None]] = set()
+        self._waiters: dict[asyncio.Future[None], Callable[[], bool] | None] = {}
 
     def fire(self) -> None:
-        waiters, self._waiters = self._waiters, set()
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        waiters, self._waiters = self._waiters, {}
+        for waiter, ready in waiters.items():
+            if waiter.done():
+                continue
+            if ready is not None and not _holds(ready):
+                self._waiters[waiter] = ready
+                continue
+            waiter.set_result(None)
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float, ready: Callable[[], bool] | None = None) -> None:
+        """Until a fire (one after which `ready()` holds, if given) or `timeout` seconds."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters.add(waiter)
+        self._waiters[waiter] = ready
         timer = loop.call_later(max(timeout, 0), _wake, waiter)
         try:
             await waiter
         finally:
             timer.cancel()
-            self._waiters.discard(waiter)
+            self._waiters.pop(waiter, None)
+
+
+def _holds(ready: Callable[[], bool]) -> bool:
+    # Checked by whoever fires: a check that fails wakes its waiter, to fail in its own task.
+    try:
+        return ready()
+    except Exception:
+        return True
 
 
 class Gate:

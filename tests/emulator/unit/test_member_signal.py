@@ -1,6 +1,7 @@
-"""A member's wake-ups: a fire wakes every waiter at once, a timeout wakes one alone, and a
-waiter that gave up leaves nothing behind; a fault's sleep on the member's loop (uvloop's) is
-never short; the storage gate wakes the loop from the commit's thread only for a waiter."""
+"""A member's wake-ups: a fire wakes every waiter at once (one that names its condition only
+once that holds), a timeout wakes one alone, and a waiter that gave up leaves nothing behind;
+a fault's sleep on the member's loop (uvloop's) is never short; the storage gate wakes the loop
+from the commit's thread only for a waiter."""
 
 from __future__ import annotations
 
@@ -53,6 +54,41 @@ def test_a_cancelled_waiter_is_forgotten() -> None:
         assert waiter.cancelled()
         assert not signal._waiters
         signal.fire()
+
+    asyncio.run(scenario())
+
+
+def test_a_waiter_that_names_its_condition_sleeps_through_fires_until_it_holds() -> None:
+    """Eight writers waiting for w:majority used to wake at every position report; one woken
+    only when its write is acknowledged resumes once. A check that raises wakes its waiter."""
+
+    async def scenario() -> None:
+        signal = Signal()
+        position = 0
+        woken: list[int] = []
+
+        async def waiter(wants: int) -> None:
+            while position < wants:
+                await signal.wait(30, lambda: position >= wants)
+                woken.append(wants)
+
+        waiters = [asyncio.create_task(waiter(n)) for n in (1, 2, 3)]
+        await asyncio.sleep(0.01)
+        for reached in (1, 1, 2, 3):
+            position = reached  # what the waiters' checks read
+            signal.fire()
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(asyncio.gather(*waiters), 5)
+        assert woken == [1, 2, 3]  # each once, though fired four times
+        assert not signal._waiters
+
+        def broken() -> bool:
+            raise KeyError("gone")
+
+        failing = asyncio.create_task(signal.wait(30, broken))
+        await asyncio.sleep(0.01)
+        signal.fire()
+        await asyncio.wait_for(failing, 5)
 
     asyncio.run(scenario())
 
