@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
+from rsdrill_emulator import writeconcern
 from rsdrill_emulator.datastore import session_key
 from rsdrill_emulator.errors import RETRYABLE_WRITE_CODES, CommandError
 from rsdrill_emulator.node import SHARD_IDENTITY, MemberState
@@ -207,7 +208,7 @@ class Coordinators:
         await self._wait_majority(optime, node.term if term is None else term)
 
     async def _wait_majority(self, optime: OpTime, term: int) -> None:
-        error = await self._node.wait_for_write_concern(optime, _MAJORITY)
+        error = await writeconcern.wait_for(self._node, optime, _MAJORITY)
         if error is not None:
             self._still_primary(term)
             raise CommandError(int(error.get("code", 64)), str(error.get("errmsg")))

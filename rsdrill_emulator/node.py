@@ -37,7 +37,7 @@ from rsdrill.sandbox.config import (
 )
 from rsdrill_emulator.configid import ConfigId
 from rsdrill_emulator.datastore import DataStore
-from rsdrill_emulator.errors import CommandError, write_concern_error
+from rsdrill_emulator.errors import CommandError
 from rsdrill_emulator.events import EventLog
 from rsdrill_emulator.notify import Gate, Signal
 from rsdrill_emulator.oplog import (
@@ -511,7 +511,8 @@ class Node:
 
     # -- write concern ---------------------------------------------------------------------
 
-    def _satisfied(self, optime: OpTime, w: int | str, j: bool) -> bool:
+    def acknowledged(self, optime: OpTime, w: int | str, j: bool) -> bool:
+        """Whether a write at `optime` has the write concern `w`, `j` now."""
         if j and self.last_durable < optime:
             return False
         if w == "majority" and not self._unsafe_majority_ack:
@@ -526,48 +527,6 @@ class Node:
             if not p.spec.arbiter_only and (p.durable if j else p.applied) >= optime
         )
         return count >= int(w)
-
-    async def wait_for_write_concern(
-        self, optime: OpTime, write_concern: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        """Block until the write concern holds; the `writeConcernError` if it never does."""
-        w = write_concern.get("w", self.spec.implicit_default_w)
-        if w == 0:
-            return None
-        if isinstance(w, str) and w != "majority":
-            raise CommandError(79, f"unrecognized write concern mode: {w}")
-        if isinstance(w, int | float) and int(w) > len(self.spec.data_bearing):
-            # As mongod: the write is done, its write concern can never be.
-            return write_concern_error(
-                100, "Not enough data-bearing nodes", writeConcern=dict(write_concern)
-            )
-        j = bool(write_concern.get("j", w == "majority"))
-        if j:
-            self.ask_flush()
-        timeout_ms = int(write_concern.get("wtimeout", 0) or 0)
-        deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
-        term = self.term
-
-        def deposed() -> bool:
-            return self.term != term or self.state is not MemberState.PRIMARY
-
-        def settled() -> bool:
-            return deposed() or self._satisfied(optime, w, j)
-
-        while True:
-            # The term first: a stepdown fails every waiter at once, as mongod's does, so a
-            # position counted after it (a new-term member's, in the same message that deposed
-            # us) never acknowledges a write of the old term.
-            if deposed():
-                return write_concern_error(
-                    189, "Primary stepped down while waiting for replication"
-                )
-            if self._satisfied(optime, w, j):
-                return None
-            remaining = 1.0 if deadline is None else deadline - time.monotonic()
-            if remaining <= 0:
-                return write_concern_error(64, "waiting for replication timed out", wtimeout=True)
-            await self.progress.wait(min(remaining, 1.0), settled)
 
     # -- views for hello and replSetGetStatus ----------------------------------------------
 

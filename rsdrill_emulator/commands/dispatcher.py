@@ -25,6 +25,7 @@ from rsdrill_emulator import (
     query,
     roles,
     transactions,
+    writeconcern,
 )
 from rsdrill_emulator.commands import shardversion
 from rsdrill_emulator.commands.base import (
@@ -228,8 +229,8 @@ class Commands:
         if "writeConcern" not in req.body or not self.node.writable:
             return
         try:
-            error = await self.node.wait_for_write_concern(
-                self.node.last_applied, req.body["writeConcern"]
+            error = await writeconcern.wait_for(
+                self.node, self.node.last_applied, req.body["writeConcern"]
             )
         except CommandError:  # a write concern refused as such: the command's error stands
             return
@@ -348,7 +349,7 @@ class Commands:
         wc = req.body.get("writeConcern") or {}
         if optime is None:
             optime = self.node.last_applied
-        error = await self.node.wait_for_write_concern(optime, wc)
+        error = await writeconcern.wait_for(self.node, optime, wc)
         if error is not None:
             reply["writeConcernError"] = error
             label_retryable_write_concern_error(req, reply)
