@@ -62,10 +62,15 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, int, int, bytes
     """Read one message: (request_id, response_to, op_code, payload after the header)."""
     header = await reader.readexactly(16)
     length, request_id, response_to, op_code = HEADER.unpack(header)
-    if length < 16 or length > MAX_MESSAGE_BYTES:
-        raise WireError(f"message length {length} outside 16..{MAX_MESSAGE_BYTES}")
+    check_length(length)
     payload = await reader.readexactly(length - 16)
     return request_id, response_to, op_code, payload
+
+
+def check_length(length: int) -> None:
+    """A header's message length, or WireError when no message can have it."""
+    if length < HEADER.size or length > MAX_MESSAGE_BYTES:
+        raise WireError(f"message length {length} outside 16..{MAX_MESSAGE_BYTES}")
 
 
 def _decode_doc(data: bytes, offset: int, end: int | None = None) -> tuple[dict[str, Any], int]:

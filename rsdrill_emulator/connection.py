@@ -65,10 +65,7 @@ class Connection(asyncio.Protocol):
             buffer = self._buffer
             if len(buffer) >= wire.HEADER.size:
                 length, request_id, response_to, op_code = wire.HEADER.unpack_from(buffer)
-                if length < wire.HEADER.size or length > wire.MAX_MESSAGE_BYTES:
-                    raise wire.WireError(
-                        f"message length {length} outside 16..{wire.MAX_MESSAGE_BYTES}"
-                    )
+                wire.check_length(length)
                 if len(buffer) >= length:
                     payload = bytes(memoryview(buffer)[wire.HEADER.size : length])
                     del buffer[:length]

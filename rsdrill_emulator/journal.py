@@ -30,9 +30,7 @@ class _Flusher:
     def committed(self) -> None:
         """A commit (a j:true writer's, a secondary's batch) took the writes: what came after
         it waits an interval from now, and nothing else does."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self.stop()
         if unflushed(self.node):
             self.written()
 
