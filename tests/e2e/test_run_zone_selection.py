@@ -21,6 +21,7 @@ from rsdrill.history import History
 from rsdrill.result import Result
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import ReplSetSpec
+from rsdrill.sandbox.groundtruth import all_events
 
 REPO = Path(__file__).resolve().parents[2]
 # MongoDB's timings divided by ten, both (as the compressed catalog's): a 1 s election timeout
@@ -94,7 +95,7 @@ def test_losing_one_zone_of_three_keeps_reads_in_the_others_and_every_majority_w
     # 0.27-0.78 s).
     spec = {
         "name": "zones-rs3-lose-one",
-        "target": {**TARGET, "keep": False, "zones": ["a", "b", "c"]},
+        "target": {**TARGET, "zones": ["a", "b", "c"]},
         "probes": {"availability": {"interval": "20ms", "read_preference": "nearest",
                                     "read_tags": [{"zone": "b"}, {"zone": "c"}]},
                    "durability": {"write_concern": "majority"}},
@@ -115,8 +116,24 @@ def test_losing_one_zone_of_three_keeps_reads_in_the_others_and_every_majority_w
     ops = History.read_jsonl(tmp_path / "out" / "history.jsonl").ops()
     span = [o for o in ops if fault.injected_at_s <= o.t_end <= fault.reverted_at_s + 1.0]
     reads = [o for o in span if o.probe == "read"]
-    assert reads and all(o.ok and o.member != fault.target for o in reads), [
-        o for o in reads if not o.ok or o.member == fault.target]  # fmt: skip
+    # One exception, after the thaw only: a spared secondary whose fetch from the frozen primary
+    # was still open (its socket timeout, 0.5 s + 5 s, outlasts the freeze) receives the entry
+    # the primary wrote just before it stopped, which the new primary never had, and rolls it
+    # back: the member's fetcher checks where a batch starts, not its sender's term. Seen 3 in 36
+    # runs beside a CPU and an fsync hog; each such read failed with ROLLBACK at a member whose
+    # own events record the rollback.
+    rolled_back = {e["member"] for e in all_events(kept) if e["event"] == "rollback_start"}
+    refused = [
+        o
+        for o in reads
+        if o.member == fault.target
+        or not (
+            o.ok
+            or (o.t_start > fault.reverted_at_s and o.member in rolled_back
+                and "(ROLLBACK)" in str(o.detail.get("error")))
+        )
+    ]  # fmt: skip
+    assert reads and not refused, refused
     # And never wait on the lost zone: the longest gap in that span, less the time the read
     # probe was due and had not begun, stays under the probe's timeout (0.25 s), which a read
     # sent to the frozen member would wait out (without the tags: gaps of 0.53-0.78 s). Not the
@@ -181,7 +198,7 @@ def test_the_secondary_syncing_from_a_cut_off_zone_gives_it_up_as_mongod_does(
     # emulator kept mongod's rule, 9.92 s: the whole cut.
     spec = {
         "name": "zone-cut-majority",
-        "target": {**TARGET, "keep": False, "zones": ["a", "b", "c"]},
+        "target": {**TARGET, "zones": ["a", "b", "c"]},
         "probes": {"availability": {"interval": "20ms", "write_concern": "majority"}},
         "faults": [{"at": "1s", "kind": "network-partition", "select": {"zone": "a"},
                     "isolate_from": "members", "direction": "both", "duration": "9s"}],
