@@ -3,9 +3,12 @@ replica sets and short-timeout clients."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -97,6 +100,41 @@ def _bindable(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def _processes_under(directory: Path) -> list[str]:
+    """Live processes whose command line names a path under `directory` ("PID argv")."""
+    mark, found = str(directory), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        argv = [a.decode(errors="replace") for a in raw.split(b"\0")]
+        if any(mark in a for a in argv):
+            found.append(f"{entry.name} {' '.join(a for a in argv if a)}")
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_outlives_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every process started in this session's scratch directories (members, routers, the
+    daemons a test serves from there) is gone when the session ends: a test that kept a
+    sandbox and did not tear it down left its three members running for good. Set up first,
+    so torn down after every other session fixture; the leftovers are killed, then reported."""
+    base = tmp_path_factory.getbasetemp()
+    yield
+    deadline = time.monotonic() + 5.0  # a `down()` that signalled without waiting
+    while (left := _processes_under(base)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for line in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(line.split(" ", 1)[0]), signal.SIGKILL)
+    assert not left, "processes the tests started outlived them (killed now):\n" + "\n".join(
+        line[:300] for line in left
+    )
 
 
 @pytest.fixture(scope="session")

@@ -189,7 +189,7 @@ def test_the_write_concern_decides_what_a_cut_off_zone_costs(tmp_path: Path) -> 
 
 
 def test_the_secondary_syncing_from_a_cut_off_zone_gives_it_up_as_mongod_does(
-    tmp_path: Path,
+    tmp_path: Path, kept: Path
 ) -> None:
     # The primary's zone cut off for 9 s: the new primary commits w:majority writes only once
     # the other secondary leaves its cut-off sync source, which mongod's fetcher does when its
