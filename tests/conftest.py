@@ -104,7 +104,7 @@ def _bindable(port: int) -> bool:
 
 def _processes_under(directory: Path) -> list[str]:
     """Live processes whose command line names a path under `directory` ("PID argv")."""
-    mark, found = str(directory), []
+    mark, found = f"{directory}{os.sep}", []  # a path under it, not a sibling sharing its prefix
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue

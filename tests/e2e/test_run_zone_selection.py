@@ -189,7 +189,7 @@ def test_the_write_concern_decides_what_a_cut_off_zone_costs(tmp_path: Path) -> 
 
 
 def test_the_secondary_syncing_from_a_cut_off_zone_gives_it_up_as_mongod_does(
-    tmp_path: Path, kept: Path
+    tmp_path: Path,
 ) -> None:
     # The primary's zone cut off for 9 s: the new primary commits w:majority writes only once
     # the other secondary leaves its cut-off sync source, which mongod's fetcher does when its
@@ -198,7 +198,7 @@ def test_the_secondary_syncing_from_a_cut_off_zone_gives_it_up_as_mongod_does(
     # emulator kept mongod's rule, 9.92 s: the whole cut.
     spec = {
         "name": "zone-cut-majority",
-        "target": {**TARGET, "zones": ["a", "b", "c"]},
+        "target": {**TARGET, "keep": False, "zones": ["a", "b", "c"]},
         "probes": {"availability": {"interval": "20ms", "write_concern": "majority"}},
         "faults": [{"at": "1s", "kind": "network-partition", "select": {"zone": "a"},
                     "isolate_from": "members", "direction": "both", "duration": "9s"}],
