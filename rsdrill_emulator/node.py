@@ -391,8 +391,12 @@ class Node:
     def reset_election_timer(self) -> None:
         """electionTimeoutMillis plus a random offset of up to 15 %, as MongoDB draws it."""
         timeout = self.spec.settings.election_timeout_ms / 1000
+        earlier = self.election_deadline
         self.election_deadline = time.monotonic() + timeout + random.uniform(0, 0.15 * timeout)
-        self.timer_changed.fire()  # a new draw may come before the one the timer sleeps to
+        # A later deadline needs no wake-up: the timer, woken at the earlier one, sleeps on to
+        # this (each fetched batch resets it, and a wake per batch was a secondary's task).
+        if self.election_deadline < earlier:
+            self.timer_changed.fire()
 
     # -- writes on the primary -------------------------------------------------------------
 

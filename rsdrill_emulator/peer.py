@@ -1,4 +1,10 @@
-"""Member-to-member calls over the wire protocol (heartbeats, votes, oplog fetches, cloning)."""
+"""Member-to-member calls over the wire protocol (heartbeats, votes, oplog fetches, cloning).
+
+A call goes over the protocol the member serves its own connections with
+(rsdrill_emulator/connection.py), under `asyncio.timeout`: a secondary makes an oplog fetch per
+batch, and streams (three `readexactly` per reply) and `wait_for` (a task per call) cost it
+about as much as encoding the call and decoding its reply.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import bson
 
 from rsdrill import wire
 from rsdrill.scram import Credentials, ScramClient, ScramError, sasl_conversation
+from rsdrill_emulator.connection import Connection
 
 _request_ids = itertools.count(1)
 
@@ -33,18 +40,16 @@ class PeerConnection:
         self.credentials = credentials
         self.tls = tls
         self.x509 = x509
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._conn: Connection | None = None
         self._lock = asyncio.Lock()
 
     async def _connect(self, timeout: float) -> None:
         name, port = self.host.rsplit(":", 1)
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                name, int(port), ssl=self.tls, server_hostname=name if self.tls else None
-            ),
-            timeout,
-        )
+        async with asyncio.timeout(timeout):
+            _, self._conn = await asyncio.get_running_loop().create_connection(
+                Connection, name, int(port), ssl=self.tls,
+                server_hostname=name if self.tls else None,
+            )  # fmt: skip
         if self.x509:  # as x.509 member authentication: the certificate says who we are
             reply = await self._exchange(
                 "$external", {"authenticate": 1, "mechanism": "MONGODB-X509"}
@@ -68,20 +73,20 @@ class PeerConnection:
             raise wire.WireError(f"login as {credentials.user} failed: {exc}") from exc
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
 
     async def command(self, db: str, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Run a command; any failure closes the connection and raises PeerError."""
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._roundtrip(db, cmd, timeout), timeout)
+                async with asyncio.timeout(timeout):
+                    return await self._roundtrip(db, cmd, timeout)
             except (
                 OSError,
                 EOFError,
                 TimeoutError,
-                asyncio.IncompleteReadError,
                 wire.WireError,
                 bson.errors.BSONError,
                 # uvloop's word for a write on a transport closed under it (reset between
@@ -98,18 +103,19 @@ class PeerConnection:
                 raise
 
     async def _roundtrip(self, db: str, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
-        if self._writer is not None and self._writer.is_closing():
+        if self._conn is not None and self._conn.closed:
             self.close()  # reset while idle (the member was killed): open a new one
-        if self._writer is None:
+        if self._conn is None:
             await self._connect(timeout)
         return await self._exchange(db, cmd)
 
     async def _exchange(self, db: str, cmd: dict[str, Any]) -> dict[str, Any]:
-        assert self._reader is not None and self._writer is not None
+        conn = self._conn
+        assert conn is not None
         request_id = next(_request_ids)
-        self._writer.write(wire.encode_op_msg(request_id, 0, {**cmd, "$db": db}))
-        await self._writer.drain()
-        _, response_to, op_code, payload = await wire.read_frame(self._reader)
+        conn.write(wire.encode_op_msg(request_id, 0, {**cmd, "$db": db}))
+        await conn.drain()
+        _, response_to, op_code, payload = await conn.frame()
         if op_code != wire.OP_MSG or response_to != request_id:
             raise wire.WireError(f"unexpected reply opcode {op_code} to {response_to}")
         return wire.parse_op_msg(response_to, payload).body
