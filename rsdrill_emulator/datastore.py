@@ -57,6 +57,10 @@ class DataStore:
         self._created: set[str] = set(self.namespaces())
         # Sessions' newest transaction numbers, read through (a write asks for it per statement).
         self._txns: dict[bytes, int | None] = {}
+        # The statements recorded under a session's newest transaction number, where known (all
+        # written by this process since that number came): a retryable write per number, as
+        # each insert_one is, then needs no delete of the previous number's statement.
+        self._statements: dict[bytes, set[int]] = {}
         # Secondary index specifications by namespace, read through (every write asks).
         self._indexes: dict[str, list[dict[str, Any]]] = {}
         # View definitions ({viewOn, pipeline}) by namespace, read through; None: not a view.
@@ -310,6 +314,7 @@ class DataStore:
         self._views.clear()
         self._unique.clear()
         self._txns.clear()
+        self._statements.clear()
 
     def apply(self, entry: dict[str, Any]) -> None:
         """Apply one oplog entry; applying it again changes nothing."""
@@ -383,7 +388,9 @@ class DataStore:
 
     def txn_number(self, lsid: dict[str, Any]) -> int | None:
         """The newest transaction number this member has seen for a session."""
-        key = session_key(lsid)
+        return self._txn_number(session_key(lsid))
+
+    def _txn_number(self, key: bytes) -> int | None:
         if key not in self._txns:
             row = self.database.execute("SELECT txn FROM sessions WHERE lsid = ?", (key,))
             found = row.fetchone()
@@ -406,18 +413,24 @@ class DataStore:
         self, lsid: dict[str, Any], txn_number: int, stmt_id: int, result: dict[str, Any]
     ) -> None:
         key = session_key(lsid)
-        current = self.txn_number(lsid)
+        current = self._txn_number(key)
         if current is not None and current > txn_number:
             return
+        recorded = self._statements.get(key)
         if current != txn_number:
             self._txns[key] = txn_number
-            # A newer transaction number retires every statement of the older one.
-            self.database.write("DELETE FROM statements WHERE lsid = ?", (key,))
+            # A newer transaction number retires every statement of the older one (one that
+            # this statement's row replaces needs no delete).
+            if recorded != {stmt_id}:
+                self.database.write("DELETE FROM statements WHERE lsid = ?", (key,))
+            recorded = self._statements[key] = set()
             self.database.write(
                 "INSERT INTO sessions (lsid, txn) VALUES (?, ?) "
                 "ON CONFLICT (lsid) DO UPDATE SET txn = excluded.txn",
                 (key, txn_number),
             )
+        if recorded is not None:
+            recorded.add(stmt_id)
         self.database.write(
             "INSERT OR REPLACE INTO statements (lsid, stmt, result) VALUES (?, ?, ?)",
             (key, stmt_id, bson.encode(result)),
