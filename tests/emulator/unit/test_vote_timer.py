@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from bson.int64 import Int64
 
 from rsdrill.sandbox.config import Settings, build_topology
+from rsdrill_emulator import election
 from rsdrill_emulator.election import handle_request_votes, run_election
-from rsdrill_emulator.node import Node
+from rsdrill_emulator.node import MemberState, Node
 from rsdrill_emulator.peer import PeerError
 
 
@@ -74,3 +76,41 @@ def test_after_a_split_vote_the_next_try_counts_from_the_last_one_s_start(tmp_pa
     assert took >= timeout_s  # it did wait for the cut-off voter
     # Due one timeout plus at most 15 % after the attempt began: at most 60 ms after the loss.
     assert timeout_s <= deadline <= 1.15 * timeout_s + 0.01, (took, deadline)
+
+
+def test_a_reset_after_the_deadline_passed_is_kept_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timer whose deadline passed while the member could not stand (a primary) sleeps up to
+    TIMER_RECHECK_S; a reset then (a secondary again, hearing from the new primary) must wake
+    it, or with an election timeout under that sleep the member stands late."""
+    timeout_s = 0.3
+
+    async def scenario() -> float:
+        settings = Settings(election_timeout_ms=int(timeout_s * 1000))
+        spec = build_topology("rs3", port_base=27200, settings=settings)
+        node = Node(spec, spec.members[1].host, tmp_path)
+        node.boot(initiate=True)
+        stood: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
+        async def stand(_: Node, reason: str) -> None:
+            if not stood.done():
+                stood.set_result(time.monotonic())
+            await asyncio.sleep(10)
+
+        monkeypatch.setattr(election, "run_election", stand)
+        node.state = MemberState.PRIMARY  # as it was: its deadline long past, nothing to stand for
+        node.election_deadline = 0.0
+        timer = asyncio.ensure_future(election.election_timer_loop(node))
+        await asyncio.sleep(0.05)  # the timer sleeps its recheck
+        node.state = MemberState.SECONDARY  # stepped down, not woken by that
+        reset = time.monotonic()
+        node.reset_election_timer()
+        try:
+            return await asyncio.wait_for(stood, 5) - reset
+        finally:
+            timer.cancel()
+
+    waited = asyncio.run(scenario())
+    assert 2 * timeout_s < election.TIMER_RECHECK_S  # else this checks nothing
+    assert timeout_s - 0.01 <= waited <= 1.15 * timeout_s + 0.3, waited  # unfixed: ~0.95 s
