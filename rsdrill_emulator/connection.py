@@ -1,4 +1,4 @@
-"""One connection of a member or router, either end: its frames in, its messages out.
+"""One client connection of a member or router: its frames in, its replies out.
 
 An asyncio protocol rather than a StreamReader and StreamWriter: a request read through streams
 costs three `readexactly` coroutines, a buffer copy and a waiter per frame, which profiled as a
@@ -19,7 +19,7 @@ _PAUSE_ABOVE_BYTES = 256 * 1024
 
 
 class Connection(asyncio.Protocol):
-    """The transport's bytes as frames, for the one task that reads this connection."""
+    """The transport's bytes as frames, for the one task that serves this connection."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -71,7 +71,7 @@ class Connection(asyncio.Protocol):
                     del buffer[:length]
                     return request_id, response_to, op_code, payload
             if self._ended:
-                raise ConnectionResetError("the other end closed the connection")
+                raise ConnectionResetError("the client closed the connection")
             if self._reading_paused:  # the frame is not whole yet: it needs what is held back
                 self._reading_paused = False
                 self._transport().resume_reading()
@@ -87,18 +87,13 @@ class Connection(asyncio.Protocol):
     async def drain(self) -> None:
         """Wait while the transport holds more than its high-water mark unsent."""
         if self._ended:
-            raise ConnectionResetError("the other end closed the connection")
+            raise ConnectionResetError("the client closed the connection")
         if not self._writing_paused:
             return
         drained = self._drained = asyncio.get_running_loop().create_future()
         await drained
         if self._ended:
-            raise ConnectionResetError("the other end closed the connection")
-
-    @property
-    def closed(self) -> bool:
-        """The peer closed it, it was lost, or it is being closed here."""
-        return self._ended or self.transport is None or self.transport.is_closing()
+            raise ConnectionResetError("the client closed the connection")
 
     def extra(self, name: str) -> Any:
         return self._transport().get_extra_info(name)

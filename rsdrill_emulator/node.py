@@ -391,13 +391,8 @@ class Node:
     def reset_election_timer(self) -> None:
         """electionTimeoutMillis plus a random offset of up to 15 %, as MongoDB draws it."""
         timeout = self.spec.settings.election_timeout_ms / 1000
-        earlier, now = self.election_deadline, time.monotonic()
-        self.election_deadline = now + timeout + random.uniform(0, 0.15 * timeout)
-        # A deadline later than one still ahead needs no wake-up: the timer, woken at that one,
-        # sleeps on to this (each fetched batch resets it; a wake per batch was a secondary's
-        # task). One that has passed, the timer no longer sleeps to: it may sleep longer.
-        if self.election_deadline < earlier or earlier <= now:
-            self.timer_changed.fire()
+        self.election_deadline = time.monotonic() + timeout + random.uniform(0, 0.15 * timeout)
+        self.timer_changed.fire()  # a new draw may come before the one the timer sleeps to
 
     # -- writes on the primary -------------------------------------------------------------
 

@@ -1,10 +1,4 @@
-"""Member-to-member calls over the wire protocol (heartbeats, votes, oplog fetches, cloning).
-
-A call goes over the protocol the member serves its own connections with
-(rsdrill_emulator/connection.py), under `asyncio.timeout`: a secondary makes an oplog fetch per
-batch, and streams (three `readexactly` per reply) and `wait_for` (a task per call) cost it
-about as much as encoding the call and decoding its reply.
-"""
+"""Member-to-member calls over the wire protocol (heartbeats, votes, oplog fetches, cloning)."""
 
 from __future__ import annotations
 
@@ -17,7 +11,6 @@ import bson
 
 from rsdrill import wire
 from rsdrill.scram import Credentials, ScramClient, ScramError, sasl_conversation
-from rsdrill_emulator.connection import Connection
 
 _request_ids = itertools.count(1)
 
@@ -40,16 +33,18 @@ class PeerConnection:
         self.credentials = credentials
         self.tls = tls
         self.x509 = x509
-        self._conn: Connection | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
 
     async def _connect(self, timeout: float) -> None:
         name, port = self.host.rsplit(":", 1)
-        async with asyncio.timeout(timeout):
-            _, self._conn = await asyncio.get_running_loop().create_connection(
-                Connection, name, int(port), ssl=self.tls,
-                server_hostname=name if self.tls else None,
-            )  # fmt: skip
+        self._reader, self._writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                name, int(port), ssl=self.tls, server_hostname=name if self.tls else None
+            ),
+            timeout,
+        )
         if self.x509:  # as x.509 member authentication: the certificate says who we are
             reply = await self._exchange(
                 "$external", {"authenticate": 1, "mechanism": "MONGODB-X509"}
@@ -73,20 +68,20 @@ class PeerConnection:
             raise wire.WireError(f"login as {credentials.user} failed: {exc}") from exc
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-        self._conn = None
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
 
     async def command(self, db: str, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Run a command; any failure closes the connection and raises PeerError."""
         async with self._lock:
             try:
-                async with asyncio.timeout(timeout):
-                    return await self._roundtrip(db, cmd, timeout)
+                return await asyncio.wait_for(self._roundtrip(db, cmd, timeout), timeout)
             except (
                 OSError,
                 EOFError,
                 TimeoutError,
+                asyncio.IncompleteReadError,
                 wire.WireError,
                 bson.errors.BSONError,
                 # uvloop's word for a write on a transport closed under it (reset between
@@ -103,19 +98,18 @@ class PeerConnection:
                 raise
 
     async def _roundtrip(self, db: str, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
-        if self._conn is not None and self._conn.closed:
+        if self._writer is not None and self._writer.is_closing():
             self.close()  # reset while idle (the member was killed): open a new one
-        if self._conn is None:
+        if self._writer is None:
             await self._connect(timeout)
         return await self._exchange(db, cmd)
 
     async def _exchange(self, db: str, cmd: dict[str, Any]) -> dict[str, Any]:
-        conn = self._conn
-        assert conn is not None
+        assert self._reader is not None and self._writer is not None
         request_id = next(_request_ids)
-        conn.write(wire.encode_op_msg(request_id, 0, {**cmd, "$db": db}))
-        await conn.drain()
-        _, response_to, op_code, payload = await conn.frame()
+        self._writer.write(wire.encode_op_msg(request_id, 0, {**cmd, "$db": db}))
+        await self._writer.drain()
+        _, response_to, op_code, payload = await wire.read_frame(self._reader)
         if op_code != wire.OP_MSG or response_to != request_id:
             raise wire.WireError(f"unexpected reply opcode {op_code} to {response_to}")
         return wire.parse_op_msg(response_to, payload).body
