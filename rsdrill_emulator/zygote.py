@@ -13,7 +13,6 @@ finds the member's port and directory. The zygote exits when the socket closes: 
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -23,38 +22,33 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from rsdrill.procstat import stat_fields
+from rsdrill.cmdline import CommandLineRoom
 from rsdrill.sandbox.zygote import MODULE_ARGV
 from rsdrill_emulator.__main__ import main
 
 _ARGS_FROM = 1 + len(MODULE_ARGV)  # where a member's own arguments begin in its argv
 READY = b"ready"
 MAX_REQUEST_BYTES = 256 * 1024
-# proc(5) fields 48 and 49 (arg_start, arg_end), as indexes of stat_fields (from field 3 on).
-_ARG_START, _ARG_END = 45, 46
 
 
 def serve(channel: socket.socket) -> None:
     # Members that die are reaped by the kernel: no zombie waits for this process.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    area = _arg_area()  # this process's own argv: where each child writes its command line
+    room = CommandLineRoom()  # this process's own argv: where each child writes its command line
     channel.send(READY)
     while request := channel.recv(MAX_REQUEST_BYTES):
         try:
-            reply: dict[str, Any] = {"pid": _fork(json.loads(request), channel, area)}
+            reply: dict[str, Any] = {"pid": _fork(json.loads(request), channel, room)}
         except (OSError, ValueError, KeyError) as exc:
             reply = {"error": str(exc)}
         channel.send(json.dumps(reply).encode())
 
 
-def _fork(request: dict[str, Any], channel: socket.socket, area: tuple[int, int]) -> int:
+def _fork(request: dict[str, Any], channel: socket.socket, room: CommandLineRoom) -> int:
     argv = [str(a) for a in request["argv"]]
     if argv[1:_ARGS_FROM] != MODULE_ARGV:
         raise ValueError(f"not an emulator command: {argv[:_ARGS_FROM]}")
-    cmdline = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
-    start, end = area
-    if len(cmdline) > end - start:
-        raise ValueError("command line longer than the room for it")
+    cmdline = room.encode(argv)
     log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     ready_r, ready_w = os.pipe()
     pid = os.fork()
@@ -63,7 +57,7 @@ def _fork(request: dict[str, Any], channel: socket.socket, area: tuple[int, int]
         try:
             channel.close()
             os.close(ready_r)
-            _become(argv, cmdline, start, end, log, str(request["cwd"]))
+            _become(argv, room, cmdline, log, str(request["cwd"]))
             os.environ.clear()
             os.environ.update(request["env"])
             os.write(ready_w, b"1")
@@ -82,7 +76,7 @@ def _fork(request: dict[str, Any], channel: socket.socket, area: tuple[int, int]
     return pid
 
 
-def _become(argv: list[str], cmdline: bytes, start: int, end: int, log: int, cwd: str) -> None:
+def _become(argv: list[str], room: CommandLineRoom, cmdline: bytes, log: int, cwd: str) -> None:
     """Set the forked child up as exec would have: session, signals, files, command line."""
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -93,7 +87,7 @@ def _become(argv: list[str], cmdline: bytes, start: int, end: int, log: int, cwd
     os.close(devnull)
     os.close(log)
     os.chdir(cwd)
-    ctypes.memmove(start, cmdline.ljust(end - start, b"\0"), end - start)
+    room.write(cmdline)
     sys.argv = [str(Path(sys.modules[main.__module__].__file__ or "")), *argv[_ARGS_FROM:]]
 
 
@@ -109,13 +103,6 @@ def _run(args: list[str]) -> int:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-
-
-def _arg_area() -> tuple[int, int]:
-    fields = stat_fields(os.getpid())
-    if fields is None or len(fields) <= _ARG_END:
-        raise OSError("/proc/self/stat has no command-line addresses")
-    return int(fields[_ARG_START]), int(fields[_ARG_END])
 
 
 if __name__ == "__main__":

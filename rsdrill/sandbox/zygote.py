@@ -29,7 +29,7 @@ MODULE_ARGV = ["-P", "-m", "rsdrill_emulator"]
 ROOM_BYTES = 4096
 MAX_REQUEST_BYTES = 256 * 1024  # as the zygote reads them
 # Read as Python and the C library start, before a forked member could be told otherwise.
-_READ_AT_START = ("PYTHON", "LD_", "LC_", "LANG", "TZ")
+READ_AT_START = ("PYTHON", "LD_", "LC_", "LANG", "TZ")
 READY_TIMEOUT_S = 30.0
 # A fork answers in milliseconds; on a saturated machine it can take seconds, and a zygote given
 # up on while its child is still setting up could leave that child to start beside the next.
@@ -66,7 +66,7 @@ class _Zygote:
         """Whether a member forked from here would run as one started in `environ`."""
         changed = {k for k in self.environ.keys() | environ.keys()
                    if self.environ.get(k) != environ.get(k)}  # fmt: skip
-        return not any(name.startswith(_READ_AT_START) for name in changed)
+        return not any(name.startswith(READ_AT_START) for name in changed)
 
     def fork(self, argv: list[str], log_path: Path, environ: dict[str, str]) -> int:
         request = {"argv": argv, "log": str(log_path), "cwd": os.getcwd(), "env": environ}

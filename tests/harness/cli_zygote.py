@@ -1,0 +1,181 @@
+"""`python -m tests.harness.cli_zygote FD ROOM`: `python -m rsdrill.cli` forked, imports made once.
+
+The suite starts ~500 rsdrill processes, and each spent 0.5-1 s of CPU on its imports (typer,
+the models, pymongo, NumPy) before doing anything. This process imports them once, then forks
+a child per request on the socket FD (tests/harness/cli.py holds the other end). The child is
+what `python -m rsdrill.cli ARGS` would be: its own pid; the caller's stdin, stdout, stderr,
+environment and working directory; its own session or group if asked; its command line written
+over ROOM. It runs the command as `__main__` and ends through the interpreter's own exit
+(SystemExit, an uncaught exception's traceback, KeyboardInterrupt's SIGINT, threads joined,
+atexit handlers). Each child's wait status goes back over the socket its request came with; the
+zygote exits when FD closes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import runpy
+import selectors
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from rsdrill.cmdline import CommandLineRoom
+
+READY = b"ready"
+MAX_REQUEST_BYTES = 256 * 1024
+# The modules `rsdrill run`, `recover`, `validate` and `sandbox` import (measured: a run of a
+# sandbox experiment ends with ~780 loaded). One that fails to import is left to the child,
+# which fails as a fresh process would.
+PRELOAD = (
+    "rsdrill.cli.entry", "rsdrill.cli.app", "rsdrill.cli.logs", "rsdrill.engine.runner",
+    "rsdrill.engine.check", "rsdrill.engine.audit", "rsdrill.engine.rollbacks",
+    "rsdrill.experiment.loader", "rsdrill.experiment.cluster_fit", "rsdrill.analysis.metrics",
+    "rsdrill.probes.register", "rsdrill.faultfs.mount", "rsdrill.faultfs.control",
+    "rsdrill.fleet.gate", "rsdrill.platforms.discovery", "rsdrill.platforms.sandbox.target",
+    "rsdrill.platforms.sandbox.sharded", "rsdrill.platforms.command.stepdown",
+    "rsdrill.platforms.machine.network", "rsdrill.platforms.machine.disk_fill",
+    "rsdrill.sandbox.cluster", "rsdrill.sandbox.sharded", "rsdrill.report.html",
+    "numpy", "yaml", "pymongo", "getpass", "sqlite3",
+)  # fmt: skip
+
+
+@dataclass
+class Launch:
+    """What a forked child runs: the command's arguments, its stdio set up already."""
+
+    args: list[str]
+
+
+def preload() -> None:
+    # As rsdrill's entry point does before NumPy comes (rsdrill/cli/entry.py); the child's
+    # environment is the caller's, and the entry point sets it there again.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    import gc
+
+    gc.freeze()  # what the imports made stays shared with each child, not copied on its writes
+
+
+def serve(control: socket.socket) -> Launch | None:
+    """Fork a child per request until `control` closes (None); in a child, its Launch."""
+    room = CommandLineRoom()
+    os.close(os.pidfd_open(os.getpid()))  # how children are watched: without it, no READY
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ)
+    control.send(READY)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is control:
+                message, fds, _, _ = socket.recv_fds(control, MAX_REQUEST_BYTES, 4)
+                if not message:
+                    return None
+                launched = _fork(json.loads(message), fds, room, selector)
+                if isinstance(launched, Launch):
+                    return launched
+            else:
+                pid, reply = key.data
+                selector.unregister(key.fileobj)
+                os.close(key.fd)
+                _, status = os.waitpid(pid, 0)
+                try:
+                    reply.send(str(status).encode())
+                except OSError:
+                    pass  # the caller is gone: nobody to tell
+                reply.close()
+
+
+def _fork(
+    request: dict[str, Any], fds: list[int], room: CommandLineRoom,
+    selector: selectors.BaseSelector,
+) -> Launch | None:  # fmt: skip
+    reply = socket.socket(fileno=fds[0])
+    stdio = fds[1:]
+    argv = [str(a) for a in request["argv"]]
+    try:
+        cmdline = room.encode(argv)
+    except ValueError as exc:
+        reply.send(json.dumps({"error": str(exc)}).encode())
+        return _close(reply, stdio)
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(ready_r)
+        # Nothing of the zygote's stays open in the child: the control socket, the other
+        # children's reply sockets and pidfds, the selector's epoll.
+        for key in list(selector.get_map().values()):
+            if isinstance(key.data, tuple):
+                key.data[1].close()
+            if isinstance(key.fileobj, socket.socket):
+                key.fileobj.close()
+            else:
+                os.close(key.fd)
+        selector.close()
+        reply.close()
+        try:
+            _become(request, stdio, room, cmdline)
+        except OSError as exc:
+            os.write(ready_w, json.dumps({"errno": exc.errno, "error": exc.strerror}).encode())
+            os._exit(127)
+        os.write(ready_w, b"{}")
+        os.close(ready_w)
+        return Launch(args=argv[3:])
+    os.close(ready_w)
+    with os.fdopen(ready_r, "rb") as ready:
+        started = json.loads(ready.read() or b'{"error": "the child died before it started"}')
+    if "error" in started:
+        os.waitpid(pid, 0)
+        reply.send(json.dumps(started).encode())
+        return _close(reply, stdio)
+    pidfd = os.pidfd_open(pid)
+    selector.register(pidfd, selectors.EVENT_READ, (pid, reply))
+    reply.send(json.dumps({"pid": pid}).encode())
+    for fd in stdio:
+        os.close(fd)
+    return None
+
+
+def _close(reply: socket.socket, stdio: list[int]) -> None:
+    reply.close()
+    for fd in stdio:
+        os.close(fd)
+
+
+def _become(
+    request: dict[str, Any], stdio: list[int], room: CommandLineRoom, cmdline: bytes
+) -> None:
+    """Set the forked child up as exec would have: group, directory, files, environment, name."""
+    if request["new_session"]:
+        os.setsid()
+    elif request["group"] >= 0:  # Popen's process_group, -1 for none
+        os.setpgid(0, request["group"])
+    os.chdir(request["cwd"])
+    for target, fd in enumerate(stdio):
+        os.dup2(fd, target)
+    for fd in stdio:
+        if fd > 2:
+            os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    room.write(cmdline)
+
+
+def run(launch: Launch) -> None:
+    """Run the command as `python -m rsdrill.cli` runs it: the working directory first on the
+    path, argv[0] the module's file."""
+    sys.path[0] = os.getcwd()
+    sys.argv = ["rsdrill.cli", *launch.args]
+    runpy.run_module("rsdrill.cli", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    preload()
+    if (launched := serve(socket.socket(fileno=int(sys.argv[1])))) is not None:
+        run(launched)
