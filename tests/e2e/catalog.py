@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.harness.cli import rsdrill_run
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT_S = "4s"
@@ -63,8 +63,8 @@ def run_cli(tmp_path: Path, document: dict[str, Any], *args: str) -> tuple[int, 
     path = tmp_path / "experiment.json"
     path.write_text(json.dumps(document))
     out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(out),
+    done = rsdrill_run(
+        ["run", str(path), "--out", str(out),
          "--no-live", "--no-history", *args],
         capture_output=True, text=True, timeout=240, cwd=REPO,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,11 +21,12 @@ from pymongo import MongoClient
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import DATA_FILE, MemberSpec, Settings, build_topology, member_dir
 from rsdrill_emulator.datastore import id_key
+from tests.harness.cli import rsdrill_run
 
 
 def _audit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli", "audit", *args],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return rsdrill_run(["audit", *args],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
 def _change_a_stopped_secondary(

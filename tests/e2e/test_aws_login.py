@@ -11,7 +11,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import build_topology
 from tests.e2e.catalog import catalog
 from tests.e2e.local_set import local_target
+from tests.harness.cli import rsdrill_run
 from tests.harness.moto_ec2 import client, moto_server, set_auth
 
 ACCOUNT = "123456789012"
@@ -188,8 +188,8 @@ def test_rsdrill_logs_in_with_uri_keys_a_session_token_or_the_environment(
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", *args],
+    return rsdrill_run(
+        [*args],
         capture_output=True, text=True, timeout=240,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip

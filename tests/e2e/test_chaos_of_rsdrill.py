@@ -25,7 +25,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from rsdrill.platforms.machine.degrade import PROXY_MODULE
 from rsdrill.platforms.machine.disk_fill import small_disk_mounts
 from rsdrill.platforms.machine.network import rsdrill_tables
 from rsdrill.sandbox.cluster import Sandbox
+from tests.harness.cli import Rsdrill, rsdrill_run
 from tests.integration.faultfs_support import ensure_faultfs_tools
 
 FAULTS = {
@@ -204,8 +204,8 @@ def _env(work: Path) -> dict[str, str]:
 
 
 def _rsdrill(work: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", *args],
+    return rsdrill_run(
+        [*args],
         capture_output=True, text=True, timeout=timeout, env=_env(work),
     )  # fmt: skip
 
@@ -214,8 +214,8 @@ def _disturb(case: Case, work: Path, sig: signal.Signals) -> Outcome:
     """Start the run, send `sig` at the case's moment, wait for the process to end."""
     work.mkdir(parents=True)
     outcome = Outcome(case, work)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(_experiment(case, work)),
+    proc = Rsdrill(
+        ["run", str(_experiment(case, work)),
          "--out", str(work / "out"), "--no-live", "--no-history"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(work),
     )  # fmt: skip

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.e2e.catalog import catalog
 from tests.e2e.local_set import local_target
+from tests.harness.cli import rsdrill_run
 
 USERS = {
     "app": ["readWrite@rsdrill_probe"],
@@ -52,8 +51,8 @@ def _uri(sandbox: Sandbox, user: str) -> str:
 def _check(tmp_path: Path, document: dict[str, Any]) -> tuple[int, str]:
     path = tmp_path / "exp.json"
     path.write_text(json.dumps(document))
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "check", str(path)],
+    done = rsdrill_run(
+        ["check", str(path)],
         capture_output=True, text=True, timeout=60,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip
@@ -129,8 +128,8 @@ def test_run_refuses_before_anything_when_a_role_is_missing(
 ) -> None:
     path = tmp_path / "exp.json"
     path.write_text(json.dumps(_experiment(secured, "app", "rs3-secondary-kill")))
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--yes", "--no-live",
+    done = rsdrill_run(
+        ["run", str(path), "--yes", "--no-live",
          "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=60,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

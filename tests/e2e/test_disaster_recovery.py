@@ -6,20 +6,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rsdrill.sandbox.cluster import Sandbox
+from tests.harness.cli import rsdrill_run
 
 DRILL = Path(__file__).parents[2] / "experiments" / "rs3-disaster-recovery-drill.yaml"
 
 
 def _run(tmp_path: Path, experiment: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out", str(out),
+    done = rsdrill_run(
+        ["run", str(experiment), "--out", str(out),
          "--no-live", "--no-history", "--yes"],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

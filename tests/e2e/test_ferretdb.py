@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from pymongo.errors import PyMongoError
 from rsdrill.connection import ConnectOptions, answers_hello
 from rsdrill.history import History
 from tests.e2e.catalog import REPO, catalog, result_of, run_cli
+from tests.harness.cli import Rsdrill, rsdrill_run
 from tests.harness.processes import kill_after_line
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
@@ -40,15 +40,15 @@ def test_check_finds_a_standalone_of_the_version_it_claims(tmp_path: Path) -> No
     with ferretdb(tmp_path / "ferretdb") as server:
         path = tmp_path / "exp.yaml"
         path.write_text(yaml.safe_dump(_on(server, "rs1-host-kill")))
-        done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "check", str(path)],
-                              capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+        done = rsdrill_run(["check", str(path)],
+                           capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"standalone, version {CLAIMED_VERSION}" in done.stdout
         assert "rsdrill's emulator" not in done.stdout
         # A metric only a replica set has cannot hold on it: refused before anything runs.
         path.write_text(yaml.safe_dump(_on(server, "rs1-host-kill", slo={"failover_s": "<= 5"})))
-        done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "check", str(path)],
-                              capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+        done = rsdrill_run(["check", str(path)],
+                           capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
         assert done.returncode == 2, done.stdout + done.stderr
         assert "failover_s" in done.stdout and "Traceback" not in done.stderr
 
@@ -101,8 +101,8 @@ PASSWORD = "pa\u00adss-word"
 def _check(tmp_path: Path, document: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "check.yaml"
     path.write_text(yaml.safe_dump(document))
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli", "check", str(path)],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+    return rsdrill_run(["check", str(path)],
+                       capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -153,8 +153,8 @@ def test_a_replica_set_it_claims_without_replsetgetstatus_is_read_from_hello(
     with ferretdb(tmp_path / "ferretdb", repl_set_name="rs0") as server:
         path = tmp_path / "exp.yaml"
         path.write_text(yaml.safe_dump(_on(server, "rs1-host-kill")))
-        done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "check", str(path)],
-                              capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+        done = rsdrill_run(["check", str(path)],
+                           capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         assert "topology: replica set rs0" in done.stdout
         assert "! replica-set status:" in done.stdout and "read from hello" in done.stdout
@@ -252,9 +252,9 @@ def test_failing_disk_writes_stop_writes_for_the_fault_and_leave_reads_alone(
         failed = [op for op in history.ops("write") if not op.ok]
         assert failed and not any(op.detail.get("network") for op in failed)
         assert server.pid() == pid  # the same process throughout
-        status = subprocess.run([sys.executable, "-m", "rsdrill.cli", "faultfs", "status",
+        status = rsdrill_run(["faultfs", "status",
                                  str(server.dbpath)], capture_output=True, text=True,
-                                timeout=30, check=True)  # fmt: skip
+                             timeout=30, check=True)  # fmt: skip
         assert not json.loads(status.stdout)["rules"], status.stdout  # reverted
 
 
@@ -277,8 +277,8 @@ def test_recover_reverts_what_a_killed_run_left_on_it(
         path = tmp_path / "exp.json"
         path.write_text(json.dumps(document))
         env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
-        run = subprocess.Popen(
-            [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(tmp_path / "out"),
+        run = Rsdrill(
+            ["run", str(path), "--out", str(tmp_path / "out"),
              "--no-live", "--no-history", "--yes"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env,
         )  # fmt: skip
@@ -296,16 +296,16 @@ def test_recover_reverts_what_a_killed_run_left_on_it(
 
         try:
             assert not writes()  # left in force by the dead run
-            done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "recover"],
-                                  capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+            done = rsdrill_run(["recover"],
+                               capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
             assert done.returncode == 0, done.stdout + done.stderr
             assert "Traceback" not in done.stderr
             deadline = time.monotonic() + 20
             while not writes():
                 assert time.monotonic() < deadline, "FerretDB still refuses writes"
                 time.sleep(0.1)
-            again = subprocess.run([sys.executable, "-m", "rsdrill.cli", "recover"],
-                                   capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+            again = rsdrill_run(["recover"],
+                                capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
             assert again.stdout.startswith("nothing to recover"), again.stdout
         finally:
             client.close()

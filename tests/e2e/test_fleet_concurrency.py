@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -25,6 +24,7 @@ from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology, member_dir
 from rsdrill.sandbox.groundtruth import read_events
 from rsdrill.store import shared_history
+from tests.harness.cli import CLI, Rsdrill
 from tests.harness.ferretdb import FerretDB, ferretdb
 from tests.harness.members import wait_until
 
@@ -75,8 +75,7 @@ def _env(tmp_path: Path, server: FerretDB) -> dict[str, str]:
 
 
 def _run_args(path: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(out),
-            "--no-live", "--lease-wait", "300"]  # fmt: skip
+    return ["run", str(path), "--out", str(out), "--no-live", "--lease-wait", "300"]
 
 
 def test_twenty_runs_on_four_sets_never_overlap_and_a_dead_holder_s_lease_expires(
@@ -91,7 +90,8 @@ def test_twenty_runs_on_four_sets_never_overlap_and_a_dead_holder_s_lease_expire
     held_cluster = "staging-0"  # the cluster set 0's file names: its lease
     holder = subprocess.Popen(
         ["unshare", "--uts", "sh", "-c", 'hostname elsewhere && exec "$@"', "sh",
-         *_run_args(_experiment(tmp_path, 0, sets[0], fault_at="60s"), tmp_path / "holder")],
+         *CLI, *_run_args(_experiment(tmp_path, 0, sets[0], fault_at="60s"),
+                          tmp_path / "holder")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     try:
@@ -110,8 +110,8 @@ def test_twenty_runs_on_four_sets_never_overlap_and_a_dead_holder_s_lease_expire
             out = tmp_path / "out" / f"set-{n}-{i}"
             out.mkdir(parents=True)
             with (out / "output.txt").open("w") as log:
-                proc = subprocess.Popen(_run_args(path, out), stdout=log,
-                                        stderr=subprocess.STDOUT, env=env)  # fmt: skip
+                proc = Rsdrill(_run_args(path, out), stdout=log, stderr=subprocess.STDOUT,
+                               env=env)  # fmt: skip
             runs.append((n, out, proc))
     try:
         codes = [(n, out, proc.wait(timeout=420)) for n, out, proc in runs]

@@ -9,12 +9,13 @@ import pty
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.harness.cli import Rsdrill, rsdrill_run
 
 EXPERIMENT = """\
 name: game-day
@@ -35,8 +36,8 @@ class Terminal:
     def __init__(self, tmp_path: Path, experiment: Path) -> None:
         self.master, slave = pty.openpty()
         self.out = tmp_path / "out"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--interactive",
+        self.proc = Rsdrill(
+            ["run", str(experiment), "--interactive",
              "--out", str(self.out), "--no-history"],
             stdin=slave, stdout=slave, stderr=slave, close_fds=True,
             env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
@@ -124,8 +125,8 @@ def test_a_at_the_question_aborts_with_nothing_injected(tmp_path: Path, experime
 
 
 def test_interactive_without_a_terminal_exits_2(tmp_path: Path, experiment: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--interactive",
+    done = rsdrill_run(
+        ["run", str(experiment), "--interactive",
          "--out", str(tmp_path / "out"), "--no-history"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rsdrill.experiment.loader import load_experiment
+from tests.harness.cli import rsdrill_run
 
 CATALOG = Path(__file__).resolve().parents[2] / "experiments" / "recovery-keep-vs-wipe.yaml"
 
@@ -36,8 +35,8 @@ def test_keep_stays_flat_while_initial_sync_grows(tmp_path: Path) -> None:
     experiment = tmp_path / "kvw.yaml"
     experiment.write_text(text)
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out", str(out),
+    proc = rsdrill_run(
+        ["run", str(experiment), "--out", str(out),
          "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

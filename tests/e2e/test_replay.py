@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 
 from rsdrill.experiment.loader import load_document
 from rsdrill.experiment.timeline import Timeline
+from tests.harness.cli import rsdrill_run
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 FAST_TARGET = "target: {platform: sandbox, topology: rs3, election_timeout: 1s}\n"
@@ -40,10 +40,8 @@ LATE_S = 0.2
 
 
 def _rsdrill(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", *args, "--no-live", "--no-history"]
-        if args[0] == "replay"
-        else [sys.executable, "-m", "rsdrill.cli", *args],
+    return rsdrill_run(
+        [*args, "--no-live", "--no-history"] if args[0] == "replay" else [*args],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip

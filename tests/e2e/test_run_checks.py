@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +14,8 @@ import pytest
 import yaml
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
+
+from tests.harness.cli import rsdrill_run
 
 
 class _App(http.server.BaseHTTPRequestHandler):
@@ -73,8 +73,8 @@ def test_an_http_check_measures_the_applications_outage(
     }  # fmt: skip
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(experiment))
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(tmp_path / "out"),
+    done = rsdrill_run(
+        ["run", str(path), "--out", str(tmp_path / "out"),
          "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
@@ -98,8 +98,8 @@ def test_an_slo_on_a_check_that_is_not_configured_is_refused_at_load(tmp_path: P
         "name: x\ntarget: {platform: sandbox, topology: rs3}\n"
         "faults: [{at: 1s, kind: stepdown}]\nslo: {probe.web.unavailable_s: '<= 1'}\n"
     )
-    done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "validate", str(path)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = rsdrill_run(["validate", str(path)],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert "probes.checks.web" in done.stdout + done.stderr
     assert "Traceback" not in done.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rsdrill.sandbox.cluster import Sandbox
+from tests.harness.cli import Rsdrill, rsdrill_run
 
 FAST = "target: {platform: sandbox, topology: rs3, election_timeout: 1s, keep: KEEP}\n"
 
@@ -30,8 +31,8 @@ def _experiment(tmp_path: Path, fault: str, keep: bool = False) -> Path:
 
 
 def _start(tmp_path: Path, experiment: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment),
+    return Rsdrill(
+        ["run", str(experiment),
          "--out", str(tmp_path / "out"), "--no-live", "--no-history", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
@@ -39,8 +40,8 @@ def _start(tmp_path: Path, experiment: Path, *args: str) -> subprocess.Popen[str
 
 
 def _recover(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "recover", *args],
+    return rsdrill_run(
+        ["recover", *args],
         capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip

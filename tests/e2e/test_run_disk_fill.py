@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from rsdrill.platforms.machine.local_hosts import listening_pid
 from rsdrill.sandbox.cluster import Sandbox
 from tests.e2e.local_set import local_target
 from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
+from tests.harness.cli import rsdrill_run
 
 EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "primary-disk-fill.yaml"
 
@@ -153,8 +153,8 @@ def test_local_disk_fill_refuses_a_dbpath_that_is_not_its_own_filesystem(
         "name": "local-disk-fill-shared", "target": local_target(existing_set),
         "faults": [{"at": "1s", "kind": "disk-fill", "duration": "5s"}],
     }))  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "check", str(path)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = rsdrill_run(["check", str(path)],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert "dbpath" in done.stdout and "is not a mount point" in done.stdout, done.stdout
 

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
 from rsdrill.store import shared_history
 from tests.e2e.test_run_cli import _wait_for_text
+from tests.harness.cli import Rsdrill, rsdrill_run
 from tests.harness.ferretdb import ferretdb
 from tests.harness.members import wait_until
 
@@ -54,27 +54,23 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rsdrill.cli", *args]
-
-
 def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+    return rsdrill_run(args, capture_output=True, text=True, timeout=120, env=_env(tmp_path))
 
 
 def test_the_lever_stops_a_run_with_its_fault_in_force(
     tmp_path: Path, free_port_base: Callable[[int], int]
 ) -> None:
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        _cli("run", str(_experiment(tmp_path, free_port_base(3))), "--out", str(out),
-             "--no-live", "--no-history"),
+    proc = Rsdrill(
+        ["run", str(_experiment(tmp_path, free_port_base(3))), "--out", str(out),
+         "--no-live", "--no-history"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path),
     )  # fmt: skip
     try:
         _wait_for_text(proc, "injected host-freeze", 90)
         engaged = time.monotonic()
-        done = _run(_cli("lever", "engage", "--reason", "drill stop"), tmp_path)
+        done = _run(["lever", "engage", "--reason", "drill stop"], tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
         assert proc.wait(timeout=60) == 5
         took = time.monotonic() - engaged
@@ -89,8 +85,8 @@ def test_the_lever_stops_a_run_with_its_fault_in_force(
     # The lever is read every second; the run then reverts, analyses and tears down (the
     # issue's 5 s is measured by the bench; this bound only catches a run that ignored it).
     assert took < 20, took
-    again = _run(_cli("run", str(_experiment(tmp_path, free_port_base(3))), "--out",
-                      str(tmp_path / "out2"), "--no-live", "--no-history"), tmp_path)  # fmt: skip
+    again = _run(["run", str(_experiment(tmp_path, free_port_base(3))), "--out",
+                  str(tmp_path / "out2"), "--no-live", "--no-history"], tmp_path)  # fmt: skip
     assert again.returncode == 5 and "not started" in again.stderr, again.stdout + again.stderr
 
 
@@ -122,9 +118,9 @@ def test_a_cluster_another_run_holds_is_refused_naming_it_before_it_is_checked(
         try:
             out = tmp_path / "out"
             env = {**_env(tmp_path), "RSDRILL_ALLOW": "rs0"}
-            done = subprocess.run(_cli("run", str(path), "--out", str(out), "--no-live",
-                                       "--no-history"), capture_output=True, text=True,
-                                  timeout=120, env=env)  # fmt: skip
+            done = rsdrill_run(["run", str(path), "--out", str(out), "--no-live",
+                                "--no-history"], capture_output=True, text=True,
+                               timeout=120, env=env)  # fmt: skip
         finally:
             for pid in frozen:
                 os.kill(pid, signal.SIGCONT)
@@ -133,9 +129,9 @@ def test_a_cluster_another_run_holds_is_refused_naming_it_before_it_is_checked(
         assert "held by another run: experiment 'the nightly run'" in done.stderr, done.stderr
         assert "check failed" not in done.stderr and not (out / "result.json").exists()
         # Let go, the same run goes ahead (and lets go at its end).
-        again = subprocess.run(_cli("run", str(path), "--out", str(out), "--no-live",
-                                    "--no-history"), capture_output=True, text=True,
-                               timeout=120, env=env)  # fmt: skip
+        again = rsdrill_run(["run", str(path), "--out", str(out), "--no-live",
+                             "--no-history"], capture_output=True, text=True,
+                            timeout=120, env=env)  # fmt: skip
         assert again.returncode == 0, again.stdout + again.stderr
         assert store.lease(cluster) is None
     finally:
@@ -152,7 +148,7 @@ def test_a_soak_stops_at_the_lever_and_does_not_start_under_it(tmp_path: Path) -
                   gate=FleetGate(store, None, "soak-rs3"), progress=lambda _: None)  # fmt: skip
     assert len(report.runs) == 1 and report.stopped_exit == 5, report
     assert report.stopped_by is not None and "freeze for the release" in report.stopped_by
-    refused = _run(_cli("soak", str(soak_file), "--runs", "2", "--out", str(tmp_path / "s2")),
+    refused = _run(["soak", str(soak_file), "--runs", "2", "--out", str(tmp_path / "s2")],
                    tmp_path)  # fmt: skip
     assert refused.returncode == 5 and "not started" in refused.stderr, refused.stderr
 
@@ -167,9 +163,9 @@ def test_a_shared_store_down_at_the_end_leaves_the_verdict_and_takes_the_push_la
         experiment = _experiment(tmp_path, free_port_base(3))
         experiment.write_text(experiment.read_text().replace("duration: 60s", "duration: 2s"))
         out = tmp_path / "out"
-        proc = subprocess.Popen(_cli("run", str(experiment), "--out", str(out), "--no-live"),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=env)  # fmt: skip
+        proc = Rsdrill(["run", str(experiment), "--out", str(out), "--no-live"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=env)  # fmt: skip
         try:
             _wait_for_text(proc, "injected host-freeze", 90)
             os.kill(server.pid() or 0, signal.SIGTERM)  # the store goes, the run goes on
@@ -186,8 +182,8 @@ def test_a_shared_store_down_at_the_end_leaves_the_verdict_and_takes_the_push_la
         wait_until(lambda: answers_hello(server.host, timeout_s=0.5, options=ConnectOptions()),
                    30, "FerretDB again")  # fmt: skip
         for _ in range(2):
-            pushed = subprocess.run(_cli("history", "push", str(out)), capture_output=True,
-                                    text=True, timeout=60, env=env)  # fmt: skip
+            pushed = rsdrill_run(["history", "push", str(out)], capture_output=True,
+                                 text=True, timeout=60, env=env)  # fmt: skip
             assert pushed.returncode == 0, pushed.stdout + pushed.stderr
         [run] = shared_history(uri)
         assert run.experiment == "fleet-drill" and run.verdict == "pass"

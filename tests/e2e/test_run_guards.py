@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from rsdrill.result import Result
 from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import ReplSetSpec
 from tests.e2e.local_set import local_target, set_uri
+from tests.harness.cli import rsdrill_run
 
 FAST = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s", "keep": True}
 
@@ -174,8 +174,8 @@ def test_allowlist_guard_refuses_without_a_terminal_or_yes(
     }))  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "RSDRILL_ALLOW"}
     before = _pids(existing_set)
-    proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--no-live",
+    proc = rsdrill_run(
+        ["run", str(experiment), "--no-live",
          "--out", str(tmp_path / "out")],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={**env, "RSDRILL_HOME": str(tmp_path / "home")},
@@ -222,8 +222,8 @@ def test_abort_on_option_aborts_a_run_and_reverts(tmp_path: Path, kept: Path) ->
         "target: {platform: sandbox, topology: rs3, election_timeout: 1s, keep: true}\n"
         "faults:\n  - {at: 2s, kind: host-kill, select: primary, duration: 60s}\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--no-live",
+    proc = rsdrill_run(
+        ["run", str(experiment), "--no-live",
          "--out", str(tmp_path / "out"),
          "--abort-on", "probe_error_rate > 0.99", "--abort-on", "write_unavailable_s > 0.5"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
@@ -256,8 +256,8 @@ def test_bad_abort_condition_exits_2_before_anything_starts(
         + "faults:\n  - {at: 2s, kind: host-kill, select: primary, duration: 2s}\n"
     )
     extra = ["--abort-on", "no_primary > 5"] if where == "--abort-on" else []
-    proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--no-live",
+    proc = rsdrill_run(
+        ["run", str(experiment), "--no-live",
          "--out", str(tmp_path / "out"), *extra],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

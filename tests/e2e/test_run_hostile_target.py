@@ -5,13 +5,13 @@ with what went wrong, no traceback, nothing built or injected."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from hostile_servers import hostile_servers
+
+from tests.harness.cli import rsdrill_run
 
 # The checks ask every member `hello` at once with a 5 s deadline; the rest is start-up.
 DEADLINE_S = 30.0
@@ -36,8 +36,8 @@ def test_run_against_hostile_members_is_refused_in_time(
             "observe: {after_revert: 1s}\n"
         )
         started = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--yes",
+        proc = rsdrill_run(
+            ["run", str(experiment), "--yes",
              "--out", str(tmp_path / "out"), "--no-live", "--no-history"],
             capture_output=True, text=True, timeout=DEADLINE_S + 30,
             env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home"),

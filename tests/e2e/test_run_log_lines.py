@@ -7,8 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ import pytest
 import rsdrill
 from rsdrill.hooks import hookimpl
 from rsdrill.result import Result
+from tests.harness.cli import rsdrill_run
 
 EXPERIMENT = """\
 name: log-lines
@@ -50,8 +49,8 @@ EXPECTED = [
 def test_the_command_line_shows_the_run_as_before(tmp_path: Path) -> None:
     experiment = tmp_path / "exp.yaml"
     experiment.write_text(EXPERIMENT)
-    run = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
+    run = rsdrill_run(
+        ["run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=180,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},

@@ -7,8 +7,6 @@ alarm that does not exist, an unreachable source and one that already says stop.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.sandbox.hosts import free_port_base as free_port
 from rsdrill.result import Result
 from tests.harness.acting_run import run_acting
+from tests.harness.cli import rsdrill_run
 from tests.harness.moto_ec2 import client, moto_server
 from tests.harness.prometheus import Prometheus, prometheus
 
@@ -144,8 +143,8 @@ faults: [{{at: 1s, kind: stepdown, select: primary}}]
 abort_on: [{{prometheus: {{url: "{prom.url}", query: "drill_errors >"}}}}]
 """)
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out",
+    done = rsdrill_run(["run", str(path), "--out",
                            str(out), "--no-live", "--no-history"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2 and "abort_on[0]" in done.stderr, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and not out.exists()

@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from rsdrill.platforms.machine.degrade import PROXY_MODULE
 from rsdrill.platforms.machine.network import rsdrill_tables
 from tests.e2e.catalog import catalog, result_of, run_cli
 from tests.e2e.test_run_cli import _wait_for_text
+from tests.harness.cli import Rsdrill, rsdrill_run
 
 INSTALL = Path(__file__).resolve().parents[2] / ".ci" / "install-netfilter"
 FAULT_S = 8.0
@@ -108,8 +108,8 @@ def test_recover_after_sigkill_removes_the_redirect_and_stops_the_proxy(
     path.write_text(json.dumps(document))
     env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
     proxies_before = set(_proxies())
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(tmp_path / "out"),
+    proc = Rsdrill(
+        ["run", str(path), "--out", str(tmp_path / "out"),
          "--no-live", "--no-history"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
@@ -123,8 +123,8 @@ def test_recover_after_sigkill_removes_the_redirect_and_stops_the_proxy(
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         assert set(_proxies()) >= started, "a killed run leaves its proxy behind"
-        done = subprocess.run(
-            [sys.executable, "-m", "rsdrill.cli", "recover"],
+        done = rsdrill_run(
+            ["recover"],
             capture_output=True, text=True, timeout=120, env=env,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
@@ -137,8 +137,8 @@ def test_recover_after_sigkill_removes_the_redirect_and_stops_the_proxy(
     finally:
         if proc.poll() is None:
             proc.kill()
-        subprocess.run(
-            [sys.executable, "-m", "rsdrill.cli", "sandbox", "down", "--dir",
+        rsdrill_run(
+            ["sandbox", "down", "--dir",
              str(tmp_path / "out" / "sandbox")],
             capture_output=True, timeout=60, env=env, check=False,
         )  # fmt: skip

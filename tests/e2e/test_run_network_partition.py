@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from rsdrill.platforms.machine.network import rsdrill_tables
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
 from tests.e2e.test_run_cli import _wait_for_text
+from tests.harness.cli import Rsdrill, rsdrill_run
 
 INSTALL = Path(__file__).resolve().parents[2] / ".ci" / "install-netfilter"
 
@@ -52,10 +52,6 @@ def _experiment(tmp_path: Path, port_base: int, duration: str) -> Path:
     return path
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rsdrill.cli", *args]
-
-
 def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
 
@@ -71,9 +67,9 @@ def test_minority_partition_isolated_primary_steps_down_majority_elects(
 ) -> None:
     base = free_port_base(3)
     out = tmp_path / "out"
-    done = subprocess.run(
-        _cli("run", str(_experiment(tmp_path, base, "6s")), "--out", str(out),
-             "--no-live", "--no-history"),
+    done = rsdrill_run(
+        ["run", str(_experiment(tmp_path, base, "6s")), "--out", str(out),
+         "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=120, env=_env(tmp_path),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -102,9 +98,9 @@ def test_recover_removes_the_rules_of_a_killed_run(
     tmp_path: Path, free_port_base: Callable[[int], int]
 ) -> None:
     base = free_port_base(3)
-    proc = subprocess.Popen(
-        _cli("run", str(_experiment(tmp_path, base, "60s")), "--out",
-             str(tmp_path / "out"), "--no-live", "--no-history"),
+    proc = Rsdrill(
+        ["run", str(_experiment(tmp_path, base, "60s")), "--out",
+         str(tmp_path / "out"), "--no-live", "--no-history"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path),
     )  # fmt: skip
     try:
@@ -112,14 +108,14 @@ def test_recover_removes_the_rules_of_a_killed_run(
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         assert _our_tables(base), "the killed run's partition should still be in force"
-        recover = subprocess.run(_cli("recover"), capture_output=True, text=True,
-                                 timeout=120, env=_env(tmp_path))  # fmt: skip
+        recover = rsdrill_run(["recover"], capture_output=True, text=True,
+                              timeout=120, env=_env(tmp_path))  # fmt: skip
         assert recover.returncode == 0, recover.stdout + recover.stderr
         assert "partition healed" in recover.stdout
         assert not _our_tables(base)
         assert not {base, base + 1, base + 2} & set(netcls.tagged_ports())
-        again = subprocess.run(_cli("recover"), capture_output=True, text=True,
-                               timeout=60, env=_env(tmp_path))  # fmt: skip
+        again = rsdrill_run(["recover"], capture_output=True, text=True,
+                            timeout=60, env=_env(tmp_path))  # fmt: skip
         assert again.stdout.startswith("nothing to recover"), again.stdout + again.stderr
     finally:
         if proc.poll() is None:

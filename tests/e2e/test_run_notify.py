@@ -7,7 +7,6 @@ import http.server
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.harness.cli import rsdrill_run
 
 
 @pytest.fixture
@@ -54,8 +55,8 @@ def test_a_run_notifies_and_annotates_in_order(tmp_path: Path, receiver) -> None
     }
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(experiment))
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(tmp_path / "out"),
+    done = rsdrill_run(
+        ["run", str(path), "--out", str(tmp_path / "out"),
          "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
@@ -103,8 +104,8 @@ def _timed_run(tmp_path: Path, experiment: dict, *args: str, env: dict[str, str]
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(experiment))
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(tmp_path / "out"),
+    done = rsdrill_run(
+        ["run", str(path), "--out", str(tmp_path / "out"),
          "--no-live", "--no-history", *args],
         capture_output=True, text=True, timeout=180, env={**os.environ, **(env or {})},
     )  # fmt: skip

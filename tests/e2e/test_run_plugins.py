@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from rsdrill.hooks import GROUP
+from tests.harness.cli import rsdrill_run
 
 TOY_PLUGIN = '''
 """A toy output: every event of the run, one JSON line each, in events.jsonl."""
@@ -79,8 +78,8 @@ def test_an_entry_point_plugin_sees_every_event_in_order(tmp_path: Path) -> None
     experiment.write_text(EXPERIMENT)
     events = tmp_path / "events.jsonl"
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    run = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
+    run = rsdrill_run(
+        ["run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=180,
         env={**os.environ, "PYTHONPATH": path, "TOY_EVENTS": str(events),

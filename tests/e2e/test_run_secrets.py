@@ -10,13 +10,12 @@ that logs in writes the redacted URI to result.json in tests/e2e/test_run_with_l
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from tests.e2e.local_set import local_target, set_uri
+from tests.harness.cli import rsdrill_run
 
 PASSWORD = "S3cretPassw0rd"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -40,8 +39,8 @@ def test_no_output_holds_the_password_or_the_cloud_secret(
         )
     )
     home, out = tmp_path / "home", tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--yes",
+    proc = rsdrill_run(
+        ["run", str(experiment), "--yes",
          "--out", str(out), "--no-live", "--history", str(tmp_path / "history.sqlite")],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "RSDRILL_HOME": str(home), "RSDRILL_ALLOW": "rs0",

@@ -6,7 +6,6 @@ URI naming a member where a router was meant, refused with the routers' address.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from rsdrill.engine.options import RunOptions
 from rsdrill.engine.runner import run_experiment
 from rsdrill.experiment.schema import Experiment
 from tests.harness import sharded_cluster as cluster
+from tests.harness.cli import rsdrill_run
 
 PROBES = {"availability": {"interval": "20ms", "timeout": "250ms", "retries": True}}
 KILL = {"at": "2s", "kind": "host-kill", "select": {"shard": "shard1", "role": "primary"},
@@ -39,8 +39,8 @@ def _spec(directory: Path, **changes: Any) -> dict[str, Any]:
 def _cli(tmp_path: Path, spec: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "experiment.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli", *args, str(path)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return rsdrill_run([*args, str(path)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
 def test_a_shard_primary_killed_in_a_cluster_found_from_its_routers(

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from rsdrill.experiment.schema import Experiment
 from rsdrill.history import History
 from rsdrill.result import Result
 from rsdrill.sandbox.groundtruth import first_after
+from tests.harness.cli import rsdrill_run
 
 RESTART_S = 10.0
 INTERVAL_S = 0.02
@@ -119,8 +118,8 @@ def test_an_in_memory_standalone_loses_acknowledged_writes_and_the_slo_says_so(
     spec = _spec("memory")
     spec["faults"][0]["restart"] = {"after": "2s"}
     experiment.write_text(json.dumps(spec))
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
+    done = rsdrill_run(
+        ["run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=180,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
@@ -142,8 +141,8 @@ def test_an_slo_on_failover_of_a_standalone_is_refused_at_load(tmp_path: Path) -
     spec = _spec(slo={"failover_s": "<= 10"})
     experiment = tmp_path / "exp.json"
     experiment.write_text(json.dumps(spec))
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "validate", str(experiment)],
+    done = rsdrill_run(
+        ["validate", str(experiment)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2

@@ -3,8 +3,6 @@ own event logs: the catalog experiments at test speed (1 s elections, shorter fa
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from rsdrill.sandbox.config import Settings, build_topology, member_dir
 from rsdrill.sandbox.groundtruth import all_events, first_after
 from tests.e2e.catalog import changed
 from tests.e2e.storage import injected_mono, run
+from tests.harness.cli import rsdrill_run
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
 pytestmark = pytest.mark.usefixtures("no_faultfs_mount_left")
@@ -110,8 +109,8 @@ def test_local_member_on_faultfs_mounted_with_the_cli(
     def mount_with_cli() -> None:
         for data in dbpaths:
             data.mkdir(parents=True)
-            done = subprocess.run(
-                [sys.executable, "-m", "rsdrill.cli", "faultfs", "mount", str(data),
+            done = rsdrill_run(
+                ["faultfs", "mount", str(data),
                  str(data)], capture_output=True, text=True, timeout=60,
             )  # fmt: skip
             assert done.returncode == 0, done.stderr
@@ -138,5 +137,5 @@ def test_local_member_on_faultfs_mounted_with_the_cli(
     finally:
         sandbox.down(grace_s=2.0)
         for data in dbpaths:
-            subprocess.run([sys.executable, "-m", "rsdrill.cli", "faultfs", "unmount",
+            rsdrill_run(["faultfs", "unmount",
                             str(data)], capture_output=True, timeout=60)  # fmt: skip

@@ -7,8 +7,6 @@ from __future__ import annotations
 import gzip
 import http.server
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from tests.harness.cli import rsdrill_run
 
 
 @pytest.fixture
@@ -62,8 +62,8 @@ def test_a_run_is_one_trace_with_its_phases_and_faults(tmp_path: Path, collector
     }
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(experiment))
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(tmp_path / "out"),
+    done = rsdrill_run(
+        ["run", str(path), "--out", str(tmp_path / "out"),
          "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=180,
         env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_SERVICE_NAME": "drills"},

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.harness.cli import rsdrill_run
 
 EXPERIMENT = """\
 name: login-kill
@@ -29,8 +29,8 @@ def test_a_run_logs_in_everywhere_and_leaks_no_password(tmp_path: Path) -> None:
     experiment = tmp_path / "exp.yaml"
     experiment.write_text(EXPERIMENT)
     out, home = tmp_path / "out", tmp_path / "home"
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out", str(out),
+    done = rsdrill_run(
+        ["run", str(experiment), "--out", str(out),
          "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "RSDRILL_HOME": str(home)},
@@ -61,5 +61,5 @@ def test_a_run_logs_in_everywhere_and_leaks_no_password(tmp_path: Path) -> None:
             assert password not in path.read_text(errors="replace"), path
         assert password not in done.stdout + done.stderr
     finally:
-        subprocess.run([sys.executable, "-m", "rsdrill.cli", "sandbox", "down", "--dir",
+        rsdrill_run(["sandbox", "down", "--dir",
                         str(sandbox)], capture_output=True, timeout=60)  # fmt: skip

@@ -13,8 +13,6 @@ partition itself)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from rsdrill.experiment.schema import Experiment
 from rsdrill.result import Result
 from rsdrill.sandbox.config import ReplSetSpec, member_dir
 from rsdrill.sandbox.groundtruth import read_events
+from tests.harness.cli import rsdrill_run
 
 TARGET = {"platform": "sandbox", "topology": "rs3", "election_timeout": "1s",
           "heartbeat_interval": "200ms", "zones": ["east", "east", "west"]}  # fmt: skip
@@ -141,9 +140,9 @@ def test_a_zone_outage_without_a_zone_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("name: bad\ntarget: {platform: sandbox, topology: rs3, zones: [a, b, c]}\n"
                     "faults:\n  - {at: 3s, kind: zone-outage, duration: 4s}\n")  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out",
+    done = rsdrill_run(["run", str(path), "--out",
                            str(tmp_path / "out"), "--no-history", "--no-live"],
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+                       capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "bad.yaml:4:5: faults[0].select: zone-outage takes a failure domain" in done.stderr, (
         done.stderr

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import yaml
 from rsdrill.engine.soak import replay_command, soak
 from rsdrill.experiment.loader import load_experiment, load_experiment_text
 from rsdrill.sandbox.config import SKIP_OPLOG_ENTRY_ENV, UNSAFE_MAJORITY_ACK_ENV
+from tests.harness.cli import Rsdrill, rsdrill_run
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -110,8 +110,8 @@ def test_the_cli_prints_progress_and_the_replay_command(tmp_path: Path) -> None:
     document["faults"]["random"].update(kinds=["network-partition"], count=1, within="3s")
     path.write_text(yaml.safe_dump(document))
     env = {**os.environ, UNSAFE_MAJORITY_ACK_ENV: "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "soak", str(path), "--runs", "2",
+    done = rsdrill_run(
+        ["soak", str(path), "--runs", "2",
          "--out", str(tmp_path / "out"), "--seed", "1"],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
@@ -135,8 +135,8 @@ def test_sigterm_ends_the_soak_after_reverting_the_run_it_came_in(tmp_path: Path
                                         duration=["20s", "20s"])  # fmt: skip
     path.write_text(yaml.safe_dump(document))
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli", "soak", str(path), "--runs", "5",
+    proc = Rsdrill(
+        ["soak", str(path), "--runs", "5",
          "--out", str(out), "--seed", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -163,8 +163,8 @@ def test_verbose_soak_prints_each_runs_events(tmp_path: Path) -> None:
     document = yaml.safe_load(SOAK)
     document["faults"]["random"].update(kinds=["stepdown"], count=1, within="2s")
     path.write_text(yaml.safe_dump(document))
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "soak", str(path), "--runs", "1", "-v",
+    done = rsdrill_run(
+        ["soak", str(path), "--runs", "1", "-v",
          "--out", str(tmp_path / "out"), "--seed", "1"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -178,8 +178,8 @@ def test_a_file_without_a_random_schedule_is_refused(tmp_path: Path) -> None:
     path.write_text(
         "name: fixed\ntarget: {platform: sandbox}\nfaults:\n  - {at: 1s, kind: stepdown}\n"
     )
-    done = subprocess.run([sys.executable, "-m", "rsdrill.cli", "soak", str(path)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = rsdrill_run(["soak", str(path)],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2
     assert "needs `faults: {random: ...}`" in done.stderr
     assert "Traceback" not in done.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from pymongo.errors import BulkWriteError, PyMongoError
 from rsdrill.platforms.sandbox.hosts import free_port_base
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
+from tests.harness.cli import Rsdrill, rsdrill_run
 
 ROOT = Path(__file__).resolve().parents[2]
 PRELOAD_MB = 3
@@ -92,8 +92,8 @@ def preload(uri: str, megabytes: int) -> None:
 
 
 def run(experiment: Path, out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out", str(out),
+    return rsdrill_run(
+        ["run", str(experiment), "--out", str(out),
          "--no-live", "--no-history"],
         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
     )  # fmt: skip
@@ -311,8 +311,8 @@ def test_check_shows_the_members_by_availability_zone(
     sandbox, members, _ = bound_set
     experiment = tmp_path / "zone.yaml"
     experiment.write_text(ZONE_OUTAGE.replace("ZONE", "us-east-1a"))
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "check", str(experiment)], capture_output=True,
+    done = rsdrill_run(
+        ["check", str(experiment)], capture_output=True,
         text=True, timeout=120, env=environment(tmp_path, sandbox, moto_endpoint), cwd=ROOT,
     )  # fmt: skip
     [line] = [x for x in done.stdout.splitlines() if "failure domains" in x] or [done.stdout]
@@ -442,8 +442,8 @@ def test_sigkill_at_random_moments_then_recover_leaves_nothing_applied(
             + f"faults:\n  - {fault}\nobserve: {{after_revert: 1s}}\n"
         )
         env = environment(work, sandbox, moto_endpoint)
-        started = subprocess.Popen(
-            [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
+        started = Rsdrill(
+            ["run", str(experiment), "--out",
              str(work / "out"), "--no-live", "--no-history"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
         )  # fmt: skip
@@ -454,9 +454,9 @@ def test_sigkill_at_random_moments_then_recover_leaves_nothing_applied(
         left = _as_it_was(ec2, members, acls)
         left_behind += left
         kinds += [name] if left else []
-        recover = subprocess.run([sys.executable, "-m", "rsdrill.cli", "recover"],
-                                 capture_output=True, text=True, timeout=120, env=env,
-                                 cwd=ROOT)  # fmt: skip
+        recover = rsdrill_run(["recover"],
+                              capture_output=True, text=True, timeout=120, env=env,
+                              cwd=ROOT)  # fmt: skip
         assert recover.returncode == 0, f"{case}:\n{recover.stdout}{recover.stderr}"
         assert _as_it_was(ec2, members, acls) == [], f"{case}:\n{recover.stdout}"
         # The member a fault took down is back before the next kill.

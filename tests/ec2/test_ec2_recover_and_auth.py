@@ -30,6 +30,7 @@ from rsdrill.experiment.schema import make_fault
 from rsdrill.platforms.ec2.injectors import Aws, Connection, preflight
 from rsdrill.platforms.ec2.lookup import find_instance
 from rsdrill.platforms.ec2.options import DataVolume, Ec2Platform, MemberInstances
+from tests.harness.cli import rsdrill_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,9 +69,9 @@ CRASHING_RUN = textwrap.dedent("""
 
 
 def rsdrill(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli", *args], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "RSDRILL_HOME": str(home)})  # fmt: skip
+    return rsdrill_run([*args], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "RSDRILL_HOME": str(home)})  # fmt: skip
 
 
 def test_recover_reverts_every_fault_of_a_crashed_run(

@@ -212,8 +212,8 @@ def _zygote_launch(
     global _zygote, _broken
     if os.environ.get(EXEC_ENV) == "1" or argv[: len(CLI)] != CLI:
         return None
-    environ = {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()} if env is not None else (
-        environ_copy()
+    environ = (
+        environ_copy() if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
     )
     directory = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
     with _lock:
@@ -224,7 +224,7 @@ def _zygote_launch(
                 _zygote = _Zygote()
             except OSError as exc:
                 _broken = True
-                warnings.warn(f"rsdrill zygote: {exc}; CLI processes are started by exec", stacklevel=2)
+                warnings.warn(f"rsdrill zygote: {exc}; the CLI is started by exec", stacklevel=2)
         zygote = _zygote
     if zygote is None or not zygote.serves(environ, stdio):
         return None

@@ -13,6 +13,8 @@ zygote exits when FD closes.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib
 import json
 import os
@@ -55,12 +57,8 @@ def preload() -> None:
     # environment is the caller's, and the entry point sets it there again.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     for name in PRELOAD:
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module(name)
-        except ImportError:
-            pass
-    import gc
-
     gc.freeze()  # what the imports made stays shared with each child, not copied on its writes
 
 
@@ -85,10 +83,8 @@ def serve(control: socket.socket) -> Launch | None:
                 selector.unregister(key.fileobj)
                 os.close(key.fd)
                 _, status = os.waitpid(pid, 0)
-                try:
+                with contextlib.suppress(OSError):  # the caller may be gone: nobody to tell
                     reply.send(str(status).encode())
-                except OSError:
-                    pass  # the caller is gone: nobody to tell
                 reply.close()
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from rsdrill.probes.availability import WriteLoop
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
 from rsdrill.sandbox.groundtruth import all_events
+from tests.harness.cli import rsdrill_run
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = {"rs1": ROOT / "experiments" / "vsphere-rs1-host-failure.yaml",
@@ -151,8 +150,8 @@ def _run(topology: str, sim: Vcsim, si: Any, work: Path, sandbox: Sandbox,
            "VSPHERE_PORT": str(sim.port), "VSPHERE_USER": sim.user,
            "VSPHERE_INSECURE": "true", "RSDRILL_VSPHERE_PASSWORD": sim.password}  # fmt: skip
     with VmBinding(sim, sandbox, _bound(si, names), boot_s=boot_s) as binding:
-        done = subprocess.run(
-            [sys.executable, "-m", "rsdrill.cli", "run", str(copy), "--out",
+        done = rsdrill_run(
+            ["run", str(copy), "--out",
              str(work / "out"), "--no-live", "--no-history", "--yes"],
             capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT, env=env,
         )  # fmt: skip

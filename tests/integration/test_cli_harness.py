@@ -35,9 +35,7 @@ def _exec(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]
     [["validate", str(EXPERIMENT)], ["validate", "no-such-file.yaml"], ["faults"],
      ["run", "--no-such-option"], ["recover", "--dry-run"]],
 )  # fmt: skip
-def test_a_forked_command_prints_and_exits_as_an_execd_one(
-    args: list[str], tmp_path: Path
-) -> None:
+def test_a_forked_command_prints_and_exits_as_an_execd_one(args: list[str], tmp_path: Path) -> None:
     # The environment is the caller's: `recover` names the journals under RSDRILL_HOME.
     env = {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
     forked = rsdrill_run(args, capture_output=True, text=True, timeout=60, env=env)

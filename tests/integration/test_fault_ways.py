@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,15 @@ from rsdrill.experiment.catalog import way_of, ways_of
 from rsdrill.experiment.faultdocs import faults_doc, faults_json, platform_table
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.faults import KINDS
+from tests.harness.cli import rsdrill_run
 
 ROOT = Path(__file__).resolve().parents[2]
 DRILL = ROOT / "experiments" / "rs3-disaster-recovery-drill.yaml"
 
 
 def rsdrill(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli", *args], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    return rsdrill_run([*args], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)  # fmt: skip
 
 
 def test_docs_faults_md_is_the_generated_one() -> None:

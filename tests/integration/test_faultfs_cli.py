@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,14 +13,15 @@ import pytest
 
 from rsdrill.faultfs.binding import MISSING
 from rsdrill.faultfs.mount import FaultFSError, daemon_pid, is_mounted, mount, unmount
+from tests.harness.cli import rsdrill_run
 from tests.harness.members import wait_until
 
 pytest_plugins = ["tests.integration.faultfs_fixtures"]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli", "faultfs", *args],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return rsdrill_run(["faultfs", *args],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
 
 
 def test_mount_status_unmount_round_trip(faultfs_tools: None, tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -24,6 +23,7 @@ from rsdrill.fleet import lever
 from rsdrill.fleet.lease import ClusterLease, LeaseHeld
 from rsdrill.fleet.store import MongoFleetStore
 from rsdrill.runs import Run
+from tests.harness.cli import rsdrill_run
 from tests.harness.ferretdb import FerretDB, ferretdb
 from tests.harness.leases import Before, race_after
 from tests.unit.test_store import T0
@@ -93,8 +93,8 @@ def test_a_holder_whose_lease_was_taken_cannot_renew_it(server: FerretDB) -> Non
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli", *args], capture_output=True,
-                          text=True, timeout=120, env=env)  # fmt: skip
+    return rsdrill_run([*args], capture_output=True,
+                       text=True, timeout=120, env=env)  # fmt: skip
 
 
 def test_the_lever_through_the_cli_and_a_run_it_keeps_from_starting(

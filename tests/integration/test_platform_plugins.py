@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rsdrill.registry import GROUP, built_in
+from tests.harness.cli import rsdrill_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,8 +59,8 @@ def _env(site: Path) -> dict[str, str]:
 
 
 def rsdrill(site: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", *map(str, args)],
+    return rsdrill_run(
+        [*map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from rsdrill.connection import ConnectOptions, DirectConnection, WireClientError
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
 from rsdrill.scram import Credentials
+from tests.harness.cli import rsdrill_run
 
 
 @pytest.fixture
@@ -90,8 +89,8 @@ def test_the_password_file_is_private_and_never_printed(locked: Sandbox) -> None
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     password = json.loads(path.read_text())["password"]
     assert len(password) >= 24
-    shown = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "sandbox", "status", "--dir",
+    shown = rsdrill_run(
+        ["sandbox", "status", "--dir",
          str(locked.directory)],
         capture_output=True, text=True, timeout=60, env=os.environ.copy(),
     )  # fmt: skip

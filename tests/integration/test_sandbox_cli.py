@@ -20,14 +20,15 @@ from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
 from rsdrill.sandbox.cluster import process_state
+from tests.harness.cli import Rsdrill, rsdrill_run
 
 ELECTION_TIMEOUT = "1000"
 
 
 def rsdrill(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run the real command line in its own process."""
-    return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", *args],
+    return rsdrill_run(
+        [*args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -369,8 +370,8 @@ def test_demo_tears_down_when_terminated(
     free_port_base: Callable[[int], int], sandbox_dir: Path
 ) -> None:
     base = free_port_base(3)
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli", "sandbox", "demo", "--dir", str(sandbox_dir),
+    demo = Rsdrill(
+        ["sandbox", "demo", "--dir", str(sandbox_dir),
          "--port-base", str(base), "--engine", "emulator"],
         stdout=subprocess.PIPE,
         text=True,
@@ -448,8 +449,8 @@ def test_the_members_import_nothing_from_the_directory_rsdrill_runs_in(
         "raise SystemExit('uvloop.py of the directory rsdrill ran in')\n"
     )
     base = free_port_base(1)
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "sandbox", "up", "--topology", "rs1",
+    done = rsdrill_run(
+        ["sandbox", "up", "--topology", "rs1",
          "--dir", str(sandbox_dir), "--port-base", str(base), "--engine", "emulator", "--json"],
         capture_output=True, text=True, timeout=120, cwd=here,
     )  # fmt: skip

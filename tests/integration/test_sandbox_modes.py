@@ -3,8 +3,6 @@ server (on disk or in memory) and members that answer only the legacy isMaster h
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from rsdrill.connection import ConnectOptions, DirectConnection, handshake_form
 from rsdrill.deployment import inspect
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import Settings, build_topology
+from tests.harness.cli import rsdrill_run
 
 
 def _client(uri: str) -> MongoClient[Any]:
@@ -101,8 +100,8 @@ def test_pymongo_and_rsdrill_reach_members_without_hello(
 
 
 def test_memory_storage_is_for_a_standalone_only(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "sandbox", "up", "--topology", "rs3",
+    done = rsdrill_run(
+        ["sandbox", "up", "--topology", "rs3",
          "--storage", "memory", "--dir", str(tmp_path / "s")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -114,8 +113,8 @@ def test_memory_storage_is_for_a_standalone_only(tmp_path: Path) -> None:
 
 
 def test_x509_without_tls_is_refused(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "sandbox", "up", "--topology", "rs3", "--x509",
+    done = rsdrill_run(
+        ["sandbox", "up", "--topology", "rs3", "--x509",
          "--dir", str(tmp_path / "s")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
 from rsdrill.faults import KIND_NAMES
+from tests.harness.cli import rsdrill_run
 
 INVALID_DIR = Path(__file__).parent.parent / "fixtures" / "invalid"
 INVALID = sorted(INVALID_DIR.glob("*.yaml"))
@@ -43,8 +44,8 @@ slo:
 def rsdrill(*args: str | Path) -> subprocess.CompletedProcess[str]:
     """Run the real command line in its own process."""
     env = {k: v for k, v in os.environ.items() if k != UNSET_VARIABLE}
-    return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", *map(str, args)],
+    return rsdrill_run(
+        [*map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -127,8 +128,8 @@ def test_without_strict_only_an_unset_variable_is_a_note(
 
 def test_the_shipped_experiments_validate_in_an_empty_environment() -> None:
     files = sorted((Path(__file__).parents[2] / "experiments").rglob("*.yaml"))
-    result = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "validate", *map(str, files)],
+    result = rsdrill_run(
+        ["validate", *map(str, files)],
         capture_output=True, text=True, timeout=120,
         env={"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
     )  # fmt: skip
@@ -137,8 +138,8 @@ def test_the_shipped_experiments_validate_in_an_empty_environment() -> None:
     assert all(line.startswith("note: ") for line in result.stderr.splitlines())
     # Some do use variables: without their values, --strict refuses them as `run` would.
     assert result.stderr
-    strict = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "validate", "--strict", *map(str, files)],
+    strict = rsdrill_run(
+        ["validate", "--strict", *map(str, files)],
         capture_output=True, text=True, timeout=120,
         env={"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
     )  # fmt: skip
@@ -150,8 +151,8 @@ def test_plan_says_it_needs_the_value_validate_went_without() -> None:
     why the two differ (it said only: is not set)."""
     path = Path(__file__).parents[2] / "experiments" / "ec2-rs3-stop-primary.yaml"
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    planned = subprocess.run([sys.executable, "-m", "rsdrill.cli", "plan", str(path)],
-                             capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    planned = rsdrill_run(["plan", str(path)],
+                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
     assert planned.returncode == 2, planned.stdout
     assert "RSDRILL_EC2_URI is not set: plan, check and run need its value" in planned.stderr
 

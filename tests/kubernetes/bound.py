@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import yaml
 from rsdrill.platforms.sandbox.volumes import MemberVolumes
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import Settings, build_topology
+from tests.harness.cli import Rsdrill
 from tests.kubernetes.cluster import REPO, env_without_kube
 from tests.kubernetes.controllers import ChaosObjects, Loop, told
 from tests.kubernetes.kubelet import Kubelet
@@ -92,8 +92,8 @@ def file_run(
 def rsdrill_cli(*args: str, home: Path) -> subprocess.Popen[str]:
     """`rsdrill ARGS` in its own process, its journal under `home`, no KUBECONFIG of ours."""
     env = {**env_without_kube(), "RSDRILL_HOME": str(home)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli", *args],
+    return Rsdrill(
+        [*args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -10,7 +10,6 @@ Regenerate those with `python -m tests.kubernetes.manifests_support`.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from rsdrill.cronjob import LABELS, rbac_objects
 from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.kubernetes.options import SUPPORT
 from rsdrill.platforms.kubernetes.resources import to_yaml
+from tests.harness.cli import rsdrill_run
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -112,8 +112,8 @@ def node_rbac_documents() -> list[dict[str, Any]]:
 
 def nightly_text(topology: str) -> str:
     """manifests/nightly/<topology>/nightly.yaml, as `rsdrill schedule render` writes it."""
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "schedule", "render", *NIGHTLY_ARGS,
+    done = rsdrill_run(
+        ["schedule", "render", *NIGHTLY_ARGS,
          *map(str, NIGHTLY[topology])],
         capture_output=True, text=True, check=True, cwd=REPO,
     )  # fmt: skip

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from rsdrill.fleet.kubernetes import LEVER_CONFIGMAP, RECORD, KubeFleetStore, lease_name
 from rsdrill.fleet.lease import ClusterLease
 from rsdrill.fleet.store import FleetStoreError
+from tests.harness.cli import rsdrill_run
 from tests.harness.leases import Before, race_after
 from tests.kubernetes.conftest import Kube
 
@@ -35,8 +35,8 @@ def _cli(*args: str, kubeconfig: Path, namespace: str, tmp_path: Path,
         env.pop(name, None)
     if key is not None:
         env["RSDRILL_FLEET_KEY"] = key
-    return subprocess.run([sys.executable, "-m", "rsdrill.cli", *args], capture_output=True,
-                          text=True, timeout=120, env=env)  # fmt: skip
+    return rsdrill_run([*args], capture_output=True,
+                       text=True, timeout=120, env=env)  # fmt: skip
 
 
 def test_the_lever_in_a_configmap_stops_runs_from_starting(kube: Kube, tmp_path: Path) -> None:

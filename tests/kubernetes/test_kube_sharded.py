@@ -8,8 +8,6 @@ natively)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from rsdrill.sandbox.cluster import Sandbox
 from rsdrill.sandbox.config import CONFIG_SET
 from rsdrill.sandbox.sharded import ShardedSandbox
 from tests.harness import sharded_cluster as cluster
+from tests.harness.cli import rsdrill_run
 from tests.harness.injectors import pod_injector
 from tests.harness.members import wait_until
 from tests.kubernetes.cluster import REPO, env_without_kube
@@ -163,8 +162,8 @@ def _run(bound: BoundCluster, kube: Kube, tmp: Path, faults: list[dict[str, Any]
     path.write_text(yaml.safe_dump(bound.spec(kube, faults), sort_keys=False))
     out = tmp / "out"
     env = {**env_without_kube(), "RSDRILL_HOME": str(tmp / "home")}
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(path), "--out", str(out),
+    done = rsdrill_run(
+        ["run", str(path), "--out", str(out),
          "--no-live", "--no-history", "--yes"],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=180, check=False,
     )  # fmt: skip

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from rsdrill.experiment.mongodlog import (
 )
 from rsdrill.experiment.schema import Target
 from rsdrill.experiment.timeline import Timeline
+from tests.harness.cli import rsdrill_run
 
 SAMPLE = Path(__file__).parent.parent / "fixtures" / "mongod-incident.log"
 SANDBOX = Target(platform="sandbox", topology="rs3")
@@ -58,8 +57,8 @@ def test_the_sample_incident_is_a_primary_loss_then_a_stepdown() -> None:
 
 def test_the_cli_writes_a_timeline_that_loads(tmp_path: Path) -> None:
     out = tmp_path / "incident.yaml"
-    proc = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "timeline", "from-mongod-log", str(SAMPLE),
+    proc = rsdrill_run(
+        ["timeline", "from-mongod-log", str(SAMPLE),
          "--out", str(out), "--name", "may-incident"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

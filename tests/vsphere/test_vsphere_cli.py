@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from harness.vcsim import Vcsim, create_vm, esxi_hosts
 
 from rsdrill.sandbox.cluster import EmulatorEngine, up
 from rsdrill.sandbox.config import build_topology
+from tests.harness.cli import Rsdrill, rsdrill_run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = """name: vsphere-refused
@@ -60,8 +60,8 @@ def test_refusals_are_one_clear_line_and_nothing_is_injected(
                                             user=sim.user, member=member, vm="no-such-vm",
                                             after="1s"))  # fmt: skip
     secret = sim.password if password == "right" else sim.password[::-1]
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
+    done = rsdrill_run(
+        ["run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history", "--yes"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(tmp_path / "home"),
@@ -93,8 +93,8 @@ def test_recover_powers_on_the_vm_of_a_run_killed_during_its_fault(
                                             after="5m"))  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(tmp_path / "home"),
            "VC_PASSWORD": sim.password}  # fmt: skip
-    run = subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
+    run = Rsdrill(
+        ["run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history", "--yes"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=env,
     )  # fmt: skip
@@ -107,12 +107,11 @@ def test_recover_powers_on_the_vm_of_a_run_killed_during_its_fault(
         run.kill()  # SIGKILL: no rollback of its own
         run.wait()
     assert vm.runtime.powerState == "poweredOff"
-    recover = [sys.executable, "-m", "rsdrill.cli", "recover"]
-    done = subprocess.run(recover, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    done = rsdrill_run(["recover"], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{vm.name} powered on" in done.stdout
     assert vm.runtime.powerState == "poweredOn"
-    again = subprocess.run(recover, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    again = rsdrill_run(["recover"], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert "nothing to recover" in again.stdout
     journal = "".join(p.read_text() for p in (tmp_path / "home" / "journal").glob("*.jsonl"))
     for text in (done.stdout, done.stderr, journal):
@@ -139,8 +138,8 @@ def test_a_host_failure_that_would_take_a_majority_down_is_refused(
         "kind: host-kill,", "kind: host-kill, scope: host,").replace(
         "guards: {allow_quorum_loss: true}\n", "")  # fmt: skip
     experiment.write_text(text)
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
+    done = rsdrill_run(
+        ["run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history", "--yes"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(tmp_path / "home"),

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from rsdrill.experiment.schema import Experiment, SelectDomain
 from rsdrill.platforms.vsphere.target import VsphereTarget
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
 from rsdrill.sandbox.config import build_topology
+from tests.harness.cli import rsdrill_run
 
 ROOT = Path(__file__).resolve().parents[2]
 DATACENTER = "DC0"
@@ -117,8 +117,8 @@ def run(tmp_path: Path, doc: dict[str, Any]) -> subprocess.CompletedProcess[str]
     """`rsdrill run` on `doc` as a user runs it; the password from the environment only."""
     experiment = tmp_path / "exp.yaml"
     experiment.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "run", str(experiment), "--out",
+    return rsdrill_run(
+        ["run", str(experiment), "--out",
          str(tmp_path / "out"), "--no-live", "--no-history", "--yes"],
         capture_output=True, text=True, timeout=180, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "RSDRILL_HOME": str(tmp_path / "home")},

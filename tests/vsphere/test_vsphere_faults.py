@@ -29,6 +29,7 @@ from rsdrill.experiment.schema import Fault, make_fault
 from rsdrill.platforms.base import Injector, TargetError
 from rsdrill.platforms.vsphere.injectors import REVERT_ACTIONS, Vsphere, VsphereError
 from rsdrill.platforms.vsphere.options import MemberVms, VspherePlatform
+from tests.harness.cli import rsdrill_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -350,8 +351,8 @@ def test_recover_carries_out_the_journaled_action_after_a_crash(
     client.close()
     assert kill.vm.runtime.powerState == "poweredOff" and disk(detach.vm, 1) is None
     assert zone.vm.runtime.powerState == "poweredOff"
-    done = subprocess.run(
-        [sys.executable, "-m", "rsdrill.cli", "recover"],
+    done = rsdrill_run(
+        ["recover"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
