@@ -29,6 +29,7 @@ KINDS = (
     ("rsdrill_emulator", "emulator member"),
     ("rsdrill.faultfs", "faultfs (Python layer)"),
     ("rsdrill-faultfs", "faultfs (compiled layer)"),
+    ("tests.harness.cli_zygote", "rsdrill zygote (tests)"),
     ("rsdrill.cli", "rsdrill (started by a test)"),
     ("bin/rsdrill ", "rsdrill (started by a test)"),
     ("-u -c", "pytest worker"),

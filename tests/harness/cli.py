@@ -36,6 +36,9 @@ ROOM_BYTES = 8192  # blank command line each child writes its own over
 # different value than the zygote had is started by exec.
 _READ_AT_IMPORT = ("OPENBLAS", "NPY_", "TYPER_", "_TYPER_", "TERMINAL_WIDTH", "FORCE_TERMINAL",
                    "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TERM", "COLORTERM")  # fmt: skip
+# The worker's environment before any test changed it: the zygote's, and what a child's must
+# match where Python reads it at start.
+_START_ENVIRON = environ_copy()
 READY_TIMEOUT_S = 60.0
 REPLY_TIMEOUT_S = 60.0
 
@@ -137,12 +140,12 @@ def rsdrill_run(
 class _Zygote:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.environ = environ_copy()
+        self.environ = _START_ENVIRON
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.harness.cli_zygote", str(theirs.fileno()),
              " " * ROOM_BYTES],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, cwd=ROOT,
+            stderr=subprocess.DEVNULL, cwd=ROOT, env=self.environ,
         )  # fmt: skip
         theirs.close()
         self.channel = ours
@@ -158,8 +161,8 @@ class _Zygote:
 
     def serves(self, environ: dict[str, str], stdio: list[int]) -> bool:
         """Whether a child forked from here would run as one exec'd in `environ` would."""
-        changed = {k for k in self.environ.keys() | environ.keys()
-                   if self.environ.get(k) != environ.get(k)}  # fmt: skip
+        ours, theirs = _as_numpy_gets_it(self.environ), _as_numpy_gets_it(environ)
+        changed = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
         return not any(k.startswith(READ_AT_START + _READ_AT_IMPORT) for k in changed) and not any(
             os.isatty(fd) for fd in stdio
         )
@@ -197,6 +200,12 @@ class _Zygote:
         self.channel.close()
         self.process.kill()
         self.process.wait()
+
+
+def _as_numpy_gets_it(environ: dict[str, str]) -> dict[str, str]:
+    """rsdrill's entry point sets OPENBLAS_NUM_THREADS=1 where it is unset, before NumPy
+    comes (rsdrill/cli/entry.py): unset and 1 are the same to it."""
+    return {"OPENBLAS_NUM_THREADS": "1", **environ}
 
 
 _lock = threading.Lock()
