@@ -1,6 +1,5 @@
 """`rsdrill audit URI`: do the members hold the same data?"""
 
-from __future__ import annotations
 
 from typing import Annotated
 

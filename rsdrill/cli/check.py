@@ -1,6 +1,5 @@
 """`rsdrill check`: what a run needs, checked against the real target; nothing is injected."""
 
-from __future__ import annotations
 
 import json
 from pathlib import Path
@@ -44,18 +43,18 @@ def check(
         raise typer.Exit(EXIT_INVALID)
 
 
-def run_checks(experiment: Experiment) -> list[Check]:
+def run_checks(experiment: "Experiment") -> "list[Check]":
     import rsdrill
     from rsdrill.redact import redact_uri
 
     return [type(c)(c.name, c.ok, redact_uri(c.detail)) for c in rsdrill.check(experiment)]
 
 
-def format_check(line: Check) -> str:
+def format_check(line: "Check") -> str:
     return f"{MARKS[line.ok]} {line.name}: {line.detail}"
 
 
-def refuse_unless_checked(experiment: Experiment) -> None:
+def refuse_unless_checked(experiment: "Experiment") -> None:
     """`rsdrill run`'s preflight: the failed checks on stderr and exit 2 before anything is
     built or injected."""
     from rsdrill.engine.check import failed

@@ -1,6 +1,5 @@
 """How the command line reports a refusal: one line on stderr, exit status 2, nothing done."""
 
-from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,7 +43,7 @@ SeedOption = Annotated[
 ]
 
 
-def seeded(experiment: Experiment, seed: int | None) -> Experiment:
+def seeded(experiment: "Experiment", seed: int | None) -> "Experiment":
     """The experiment drawn with `--seed` (exit 2 when it has no random schedule)."""
     if seed is None:
         return experiment

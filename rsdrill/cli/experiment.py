@@ -4,7 +4,6 @@ checked and explained without running anything.
 pydantic and PyYAML are imported inside each command so that `rsdrill --help` stays fast.
 """
 
-from __future__ import annotations
 
 import json
 from pathlib import Path
@@ -196,7 +195,7 @@ def _allow_references(node: Any) -> Any:
     return node
 
 
-def _located(problem: ExperimentError) -> dict[str, Any]:
+def _located(problem: "ExperimentError") -> dict[str, Any]:
     """A problem (or note) of a file as `validate --json` gives it."""
     return {
         "line": problem.line,
@@ -207,7 +206,7 @@ def _located(problem: ExperimentError) -> dict[str, Any]:
     }
 
 
-def _load_or_exit(path: Path) -> Experiment:
+def _load_or_exit(path: Path) -> "Experiment":
     import rsdrill
 
     try:

@@ -7,7 +7,6 @@ mongod's configuration stays as it is), start mongod again, and give the member
 first: a busy mount is detached lazily and its daemon serves the open files until closed).
 """
 
-from __future__ import annotations
 
 import json
 from pathlib import Path

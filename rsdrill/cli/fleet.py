@@ -1,7 +1,6 @@
 """`rsdrill lever engage|disengage|status`, and the fleet's gate for `run`, `replay` and
 `soak`. Where the fleet's store is: `rsdrill.fleet.location`."""
 
-from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,7 +35,7 @@ StoreOption = Annotated[
 ]  # fmt: skip
 
 
-def open_fleet(location: str) -> tuple[FleetStore, bytes | None]:
+def open_fleet(location: str) -> "tuple[FleetStore, bytes | None]":
     """The store and the fleet key; exit 2 when either cannot be had."""
     from rsdrill.fleet import location as fleet
     from rsdrill.fleet.signing import FleetKeyError
@@ -48,7 +47,7 @@ def open_fleet(location: str) -> tuple[FleetStore, bytes | None]:
         exit_invalid(f"fleet: {exc}")
 
 
-def fleet_gate(experiment: Experiment, history: str | None, lease_wait_s: float) -> FleetGate:
+def fleet_gate(experiment: "Experiment", history: str | None, lease_wait_s: float) -> "FleetGate":
     """The run's gate. Exit 2: the store or key cannot be had, or the store is on the cluster
     under test; exit 5: the lever is engaged (nothing is started)."""
     from rsdrill.fleet import lever
@@ -69,7 +68,7 @@ def fleet_gate(experiment: Experiment, history: str | None, lease_wait_s: float)
 
 
 @contextmanager
-def holding(gate: RunGate | None) -> Iterator[None]:
+def holding(gate: "RunGate | None") -> Iterator[None]:
     """The run's cluster held from here (before `rsdrill run`'s check reaches it) to the end;
     another run holding it past --lease-wait: its holder on stderr, exit 3, nothing done."""
     from rsdrill.errors import GuardRefusal
@@ -88,7 +87,7 @@ def holding(gate: RunGate | None) -> Iterator[None]:
         gate.release()
 
 
-def _on_lever(store: str | None, act: Callable[[FleetStore, bytes | None], T]) -> tuple[str, T]:
+def _on_lever(store: str | None, act: "Callable[[FleetStore, bytes | None], T]") -> tuple[str, T]:
     """`act` on the lever of the store; the store as named, and what `act` returned. A store
     that cannot be read or written exits 2."""
     from rsdrill.fleet.location import fleet_location

@@ -4,7 +4,6 @@ The store (and with it sqlite3 and pydantic) is imported inside the command so t
 `rsdrill --help` stays fast.
 """
 
-from __future__ import annotations
 
 import datetime as dt
 import json
@@ -226,7 +225,7 @@ def _cluster_key(cluster: str | None) -> str | None:
     return "" if cluster == UNNAMED else cluster
 
 
-def _name(run: Run) -> str:
+def _name(run: "Run") -> str:
     """An experiment, and the cluster when there is one: the same experiment on two clusters
     is judged apart."""
     return f"{run.experiment} on {run.cluster}" if run.cluster else run.experiment
@@ -240,7 +239,7 @@ def _grid(rows: list[list[str]]) -> str:
     )
 
 
-def _tables(runs: list[Run], metrics: list[str], flagged: set[tuple[int, str]]) -> str:
+def _tables(runs: "list[Run]", metrics: list[str], flagged: set[tuple[int, str]]) -> str:
     """One table per experiment and cluster: time, verdict and each metric, regressions
     marked `!`."""
     from rsdrill.report.common import fmt_number
@@ -266,9 +265,9 @@ def _tables(runs: list[Run], metrics: list[str], flagged: set[tuple[int, str]]) 
 
 
 def _history_json(
-    runs: list[Run],
+    runs: "list[Run]",
     metrics: list[str],
-    found: list[Regression],
+    found: "list[Regression]",
     regressed: list[str],
     k: float,
     window: int,
@@ -314,7 +313,7 @@ def _history_json(
     }
 
 
-def _describe(regression: Regression) -> str:
+def _describe(regression: "Regression") -> str:
     from rsdrill.report.common import fmt_number
 
     g, base = regression, regression.baseline
@@ -328,9 +327,9 @@ def _describe(regression: Regression) -> str:
 
 def _write_chart(
     path: Path,
-    runs: list[Run],
+    runs: "list[Run]",
     metrics: list[str],
-    judged: dict[str, dict[int, Baseline]],
+    judged: "dict[str, dict[int, Baseline]]",
     flagged: set[tuple[int, str]],
 ) -> None:
     from rsdrill.report.trend import render_trend_html, render_trend_svg

@@ -5,7 +5,6 @@ pydantic, PyYAML and the engine are imported inside each command so that `rsdril
 stays fast.
 """
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -98,7 +97,7 @@ def replay(
         run_and_report(experiment, options, None if no_history else history or str(HISTORY_DB))
 
 
-def _target(target_file: Path | None, topology: Topology | None) -> Target | None:
+def _target(target_file: Path | None, topology: Topology | None) -> "Target | None":
     from rsdrill.experiment.loader import ExperimentError, load_experiment
     from rsdrill.experiment.schema import Target
 
@@ -112,7 +111,7 @@ def _target(target_file: Path | None, topology: Topology | None) -> Target | Non
         exit_invalid(str(exc))
 
 
-def _load_timeline(path: Path) -> Timeline:
+def _load_timeline(path: Path) -> "Timeline":
     from rsdrill.experiment.loader import ExperimentError, load_document
     from rsdrill.experiment.timeline import Timeline
 
@@ -122,7 +121,7 @@ def _load_timeline(path: Path) -> Timeline:
         exit_invalid(str(exc))
 
 
-def _from_result(path: Path, target: Target | None) -> Timeline:
+def _from_result(path: Path, target: "Target | None") -> "Timeline":
     from pydantic import ValidationError
 
     from rsdrill.experiment.schema import Target

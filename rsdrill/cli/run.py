@@ -1,6 +1,5 @@
 """`rsdrill run` and `rsdrill recover`."""
 
-from __future__ import annotations
 
 import datetime as dt
 import shutil
@@ -86,7 +85,7 @@ NotifyOption = Annotated[
 ]
 
 
-def with_notifications(experiment: Experiment, given: list[str]) -> Experiment:
+def with_notifications(experiment: "Experiment", given: list[str]) -> "Experiment":
     """The experiment with `--notify KIND=URL` entries added to its `notify:` (exit 2 on one
     that is not valid, naming it)."""
     from pydantic import ValidationError
@@ -181,7 +180,7 @@ def run(
         run_and_report(experiment, options, None if no_history else history or str(HISTORY_DB))
 
 
-def _game_day_console(experiment: Experiment) -> GameDayConsole:
+def _game_day_console(experiment: "Experiment") -> "GameDayConsole":
     """The terminal that confirms each fault; `--interactive` without one exits 2."""
     import sys
 
@@ -200,8 +199,8 @@ def default_out_dir(name: str) -> Path:
 
 
 def run_and_report(
-    experiment: Experiment,
-    options: RunOptions,
+    experiment: "Experiment",
+    options: "RunOptions",
     history: str | None,
 ) -> NoReturn:
     """Run, print the verdicts, record the run in `history` (None: not recorded), exit with
@@ -249,14 +248,14 @@ def run_and_report(
 
 
 def run_options(
-    experiment: Experiment,
+    experiment: "Experiment",
     out_dir: Path,
     live: bool,
     abort_on: list[str],
     yes: bool,
     history: str | None,
     lease_wait_s: float = 0.0,
-) -> RunOptions:
+) -> "RunOptions":
     """The run's options; an `--abort-on` that cannot be parsed or measured exits 2, as a
     fleet store that cannot be used does (rsdrill.cli.fleet.fleet_gate), and an engaged stop
     lever exits 5."""
@@ -290,7 +289,7 @@ def _confirm(question: str) -> bool:
         return False
 
 
-def _run_matrix(experiment: Experiment, options: RunOptions) -> NoReturn:
+def _run_matrix(experiment: "Experiment", options: "RunOptions") -> NoReturn:
     from rsdrill.engine.sweep import exit_code, run_sweep, write_summary
 
     cells = run_sweep(experiment, options)

@@ -3,7 +3,6 @@
 The launcher and pymongo are imported inside each command so that `rsdrill --help` stays fast.
 """
 
-from __future__ import annotations
 
 import itertools
 import json
@@ -104,7 +103,7 @@ def _settings(
     return Settings(**{k: v for k, v in given.items() if v is not None})
 
 
-def _echo_members(statuses: list[MemberStatus]) -> None:
+def _echo_members(statuses: "list[MemberStatus]") -> None:
     for s in statuses:
         pid = str(s.pid) if s.pid is not None else "-"
         typer.echo(f"  {s.name:<21} pid {pid:>7}  {s.state}")
@@ -391,7 +390,7 @@ def _processes(pids: list[int]) -> str:
     return f"{len(pids)} member process" + ("" if len(pids) == 1 else "es")
 
 
-def _act_on_member(directory: Path, ref: str, action: Callable[[Sandbox, Any], str]) -> None:
+def _act_on_member(directory: Path, ref: str, action: "Callable[[Sandbox, Any], str]") -> None:
     from rsdrill.sandbox.cluster import Sandbox
 
     sandbox = Sandbox(directory)
@@ -524,7 +523,7 @@ def _demo_directory(directory: Path | None) -> Iterator[Path]:
 class _WriteLoop:
     """Inserts a document every `interval_s` on a thread and records every attempt."""
 
-    def __init__(self, collection: Collection[Any], interval_s: float) -> None:
+    def __init__(self, collection: "Collection[Any]", interval_s: float) -> None:
         self._collection = collection
         self._interval_s = interval_s
         self._stopping = threading.Event()
@@ -532,7 +531,7 @@ class _WriteLoop:
         # (started, ended, acknowledged), monotonic seconds; appended by the writer thread only.
         self.attempts: list[tuple[float, float, bool]] = []
 
-    def __enter__(self) -> _WriteLoop:
+    def __enter__(self) -> "_WriteLoop":
         self._thread.start()
         return self
 
@@ -572,7 +571,7 @@ class _WriteLoop:
 
 
 def _wait_for_state(
-    sandbox: Sandbox, state: str, deadline: float, *, host: str | None = None
+    sandbox: "Sandbox", state: str, deadline: float, *, host: str | None = None
 ) -> str | None:
     """The first member (or `host`) seen in `state` before `deadline`, else None."""
     while time.monotonic() < deadline:
@@ -583,7 +582,7 @@ def _wait_for_state(
     return None
 
 
-def _failover_script(sandbox: Sandbox) -> None:
+def _failover_script(sandbox: "Sandbox") -> None:
     from pymongo import MongoClient
 
     spec: ReplSetSpec = sandbox.spec

@@ -1,6 +1,5 @@
 """`rsdrill schedule render`: the Kubernetes objects that run experiments nightly."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -117,7 +116,7 @@ def render(
         typer.echo(f"wrote {out} ({len(objects)} objects)")
 
 
-def _load(path: Path) -> ScheduledFile:
+def _load(path: Path) -> "ScheduledFile":
     from rsdrill.cronjob import ScheduledFile
     from rsdrill.experiment.loader import ExperimentError, load_experiment_text
     from rsdrill.experiment.yamltree import ENV_REF

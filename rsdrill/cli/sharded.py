@@ -1,6 +1,5 @@
 """`rsdrill sandbox up|status --topology sharded`: a sharded cluster of emulator processes."""
 
-from __future__ import annotations
 
 import json
 import time

@@ -1,6 +1,5 @@
 """`rsdrill soak`: many short seeded runs, each checked against the invariants."""
 
-from __future__ import annotations
 
 import logging
 from pathlib import Path
