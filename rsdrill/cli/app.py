@@ -4,7 +4,6 @@ Nothing heavy (pymongo, the launcher) is imported here or at the top of the comm
 `rsdrill --help` must answer at once.
 """
 
-
 from typing import Annotated
 
 import typer

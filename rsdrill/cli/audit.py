@@ -1,6 +1,5 @@
 """`rsdrill audit URI`: do the members hold the same data?"""
 
-
 from typing import Annotated
 
 import typer

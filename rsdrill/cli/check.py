@@ -1,6 +1,5 @@
 """`rsdrill check`: what a run needs, checked against the real target; nothing is injected."""
 
-
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated

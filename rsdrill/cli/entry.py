@@ -4,7 +4,6 @@ Ctrl-C while Python is still importing the CLI must not print a traceback: until
 takes over, SIGINT ends the process quietly with status 130 (nothing has been injected yet).
 """
 
-
 import atexit
 import gc
 import os

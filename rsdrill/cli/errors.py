@@ -1,6 +1,5 @@
 """How the command line reports a refusal: one line on stderr, exit status 2, nothing done."""
 
-
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, NoReturn

@@ -4,7 +4,6 @@ checked and explained without running anything.
 pydantic and PyYAML are imported inside each command so that `rsdrill --help` stays fast.
 """
 
-
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any

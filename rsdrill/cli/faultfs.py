@@ -7,7 +7,6 @@ mongod's configuration stays as it is), start mongod again, and give the member
 first: a busy mount is detached lazily and its daemon serves the open files until closed).
 """
 
-
 import json
 from pathlib import Path
 from typing import Annotated

@@ -1,7 +1,6 @@
 """`rsdrill lever engage|disengage|status`, and the fleet's gate for `run`, `replay` and
 `soak`. Where the fleet's store is: `rsdrill.fleet.location`."""
 
-
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, TypeVar

@@ -4,7 +4,6 @@ The store (and with it sqlite3 and pydantic) is imported inside the command so t
 `rsdrill --help` stays fast.
 """
 
-
 import datetime as dt
 import json
 from pathlib import Path

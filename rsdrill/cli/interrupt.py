@@ -6,7 +6,6 @@ would then go on as if Ctrl-C had never been pressed. This module imports nothin
 console script installs the handler within milliseconds of starting.
 """
 
-
 import os
 import signal
 import threading

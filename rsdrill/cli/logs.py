@@ -2,7 +2,6 @@
 on stderr, a run's events with the run's clock (`t+   5.02s injected host-kill on ...`), as
 rsdrill has always printed them. On a terminal a line first clears the live status line."""
 
-
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager

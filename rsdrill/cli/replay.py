@@ -5,7 +5,6 @@ pydantic, PyYAML and the engine are imported inside each command so that `rsdril
 stays fast.
 """
 
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 

@@ -1,6 +1,5 @@
 """`rsdrill report fleet`: the fleet view of the history as one self-contained page."""
 
-
 from pathlib import Path
 from typing import Annotated
 

@@ -1,6 +1,5 @@
 """`rsdrill run` and `rsdrill recover`."""
 
-
 import datetime as dt
 import shutil
 import signal

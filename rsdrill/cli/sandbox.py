@@ -3,7 +3,6 @@
 The launcher and pymongo are imported inside each command so that `rsdrill --help` stays fast.
 """
 
-
 import itertools
 import json
 import signal

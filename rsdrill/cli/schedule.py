@@ -1,6 +1,5 @@
 """`rsdrill schedule render`: the Kubernetes objects that run experiments nightly."""
 
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 

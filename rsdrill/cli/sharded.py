@@ -1,6 +1,5 @@
 """`rsdrill sandbox up|status --topology sharded`: a sharded cluster of emulator processes."""
 
-
 import json
 import time
 from pathlib import Path

@@ -1,6 +1,5 @@
 """`rsdrill soak`: many short seeded runs, each checked against the invariants."""
 
-
 import logging
 from pathlib import Path
 from typing import Annotated
