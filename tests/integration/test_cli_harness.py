@@ -82,8 +82,10 @@ def test_a_signal_ends_a_forked_process_as_it_ends_an_execd_one(sig: signal.Sign
         assert os.getsid(process.pid) == process.pid
         time.sleep(2.0)  # its imports done (the exec'd one's) and reading
         process.send_signal(sig)
+        # Ended by the signal before its stdin closes: communicate() closes it at once, and a
+        # command that read the end first would exit 2 on an empty file instead.
+        process.wait(timeout=60)
         stdout, stderr = process.communicate(timeout=60)
-        process.stdin.close()
         outcomes.append((process.returncode, stdout, stderr))
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] == (-signal.SIGKILL if sig == signal.SIGKILL else outcomes[0][0])
