@@ -36,6 +36,16 @@ READY_TIMEOUT_S = 30.0
 REPLY_TIMEOUT_S = 30.0
 
 
+def starts_alike(
+    ours: dict[str, str], theirs: dict[str, str], read_at_start: tuple[str, ...] = READ_AT_START
+) -> bool:
+    """Whether two environments agree on every variable whose name begins with one of
+    `read_at_start`: those act as a process starts, so a child forked from a process started in
+    `ours` is not the one exec would start in `theirs` where they differ."""
+    changed = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
+    return not any(name.startswith(read_at_start) for name in changed)
+
+
 class _Refused(Exception):
     """The zygote could not fork this one (its command line too long, a log it cannot open)."""
 
@@ -64,9 +74,7 @@ class _Zygote:
 
     def serves(self, environ: dict[str, str]) -> bool:
         """Whether a member forked from here would run as one started in `environ`."""
-        changed = {k for k in self.environ.keys() | environ.keys()
-                   if self.environ.get(k) != environ.get(k)}  # fmt: skip
-        return not any(name.startswith(READ_AT_START) for name in changed)
+        return starts_alike(self.environ, environ)
 
     def fork(self, argv: list[str], log_path: Path, environ: dict[str, str]) -> int:
         request = {"argv": argv, "log": str(log_path), "cwd": os.getcwd(), "env": environ}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rsdrill.environ import environ_copy
-from rsdrill.sandbox.zygote import READ_AT_START
+from rsdrill.sandbox.zygote import READ_AT_START, starts_alike
 from tests.harness.cli_zygote import MAX_REQUEST_BYTES, READY
 
 CLI = [sys.executable, "-m", "rsdrill.cli"]
@@ -161,11 +161,9 @@ class _Zygote:
 
     def serves(self, environ: dict[str, str], stdio: list[int]) -> bool:
         """Whether a child forked from here would run as one exec'd in `environ` would."""
-        ours, theirs = _as_numpy_gets_it(self.environ), _as_numpy_gets_it(environ)
-        changed = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
-        return not any(k.startswith(READ_AT_START + _READ_AT_IMPORT) for k in changed) and not any(
-            os.isatty(fd) for fd in stdio
-        )
+        alike = starts_alike(_as_numpy_gets_it(self.environ), _as_numpy_gets_it(environ),
+                             READ_AT_START + _READ_AT_IMPORT)  # fmt: skip
+        return alike and not any(os.isatty(fd) for fd in stdio)
 
     def launch(
         self, argv: list[str], environ: dict[str, str], cwd: str, stdio: list[int],
