@@ -118,6 +118,27 @@ def _processes_under(directory: Path) -> list[str]:
     return found
 
 
+# Handlers a test may change in this process, where its signals would otherwise stay changed.
+# (SIGALRM is pytest-timeout's, which puts its own back.)
+_HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+            signal.SIGUSR2)  # fmt: skip
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """Each test finds the worker's signal handlers as the worker set them. A command run in
+    this process (typer's CliRunner) may change them for good: `rsdrill run` ignores SIGINT
+    once its result is written, and every process the worker started after that, exec'd or
+    forked, began with SIGINT ignored (a test sending one waited for ever)."""
+    before = {sig: signal.getsignal(sig) for sig in _HANDLED}
+    try:
+        return (yield)
+    finally:
+        for sig, handler in before.items():
+            if handler is not None and signal.getsignal(sig) is not handler:
+                signal.signal(sig, handler)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_outlives_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Every process started in this session's scratch directories (members, routers, the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -170,7 +171,8 @@ class _Zygote:
         new_session: bool, group: int,
     ) -> tuple[int, socket.socket] | None:  # fmt: skip
         request = {"argv": argv, "env": environ, "cwd": cwd, "new_session": new_session,
-                   "group": group}  # fmt: skip
+                   "group": group, "ignored": _ignored_signals(),
+                   "blocked": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))}  # fmt: skip
         message = json.dumps(request).encode()
         if len(message) > MAX_REQUEST_BYTES:
             return None
@@ -198,6 +200,14 @@ class _Zygote:
         self.channel.close()
         self.process.kill()
         self.process.wait()
+
+
+def _ignored_signals() -> list[int]:
+    """The signals this process ignores now, which a process it execs would go on ignoring
+    (the kernel's view: a library's C code may have set some)."""
+    status = Path("/proc/self/status").read_text()
+    mask = int(status.split("SigIgn:", 1)[1].split(None, 1)[0], 16)
+    return [sig for sig in range(1, signal.NSIG) if mask >> (sig - 1) & 1]
 
 
 def _as_numpy_gets_it(environ: dict[str, str]) -> dict[str, str]:

@@ -20,6 +20,7 @@ import json
 import os
 import runpy
 import selectors
+import signal
 import socket
 import sys
 from collections.abc import Iterator
@@ -176,7 +177,25 @@ def _become(
             os.close(fd)
     os.environ.clear()
     os.environ.update(request["env"])
+    _signals_as_exec_leaves_them(set(request["ignored"]), set(request["blocked"]))
     room.write(cmdline)
+
+
+def _signals_as_exec_leaves_them(ignored: set[int], blocked: set[int]) -> None:
+    """A signal the caller ignores now stays ignored through exec, and its calling thread's
+    mask stays; Python then starts with SIGINT raising KeyboardInterrupt unless ignored, and
+    SIGPIPE and SIGXFSZ ignored. The zygote's own were the caller's when it started, which
+    may not be the caller's now (it ignored SIGINT then, say)."""
+    for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+        if sig in ignored or sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            wanted: Any = signal.SIG_IGN
+        elif sig == signal.SIGINT:
+            wanted = signal.default_int_handler
+        else:
+            wanted = signal.SIG_DFL
+        if signal.getsignal(sig) is not wanted:
+            signal.signal(sig, wanted)
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def run(launch: Launch) -> None:

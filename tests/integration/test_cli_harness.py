@@ -6,6 +6,7 @@ be the same."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rsdrill.procstat import stat_fields
+from tests.harness import cli as harness
 from tests.harness.cli import CLI, ROOT, Rsdrill, rsdrill_run
 
 EXPERIMENT = ROOT / "experiments" / "rs3-stepdown.yaml"
@@ -91,6 +93,65 @@ def test_a_signal_ends_a_forked_process_as_it_ends_an_execd_one(sig: signal.Sign
     # SIGINT: rsdrill's own quiet exit (130); the others end the process by the signal itself.
     assert outcomes[0][0] == {signal.SIGINT: 130, signal.SIGTERM: -signal.SIGTERM,
                               signal.SIGKILL: -signal.SIGKILL}[sig]  # fmt: skip
+
+
+def _signal_sets(pid: int) -> dict[str, set[int]]:
+    """The kernel's view of a process's signals: ignored, blocked (its main thread), caught."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    fields = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+    return {name: {sig for sig in range(1, signal.NSIG) if int(fields[name], 16) >> (sig - 1) & 1}
+            for name in ("SigIgn", "SigBlk", "SigCgt")}  # fmt: skip
+
+
+def _reading_stdin(pid: int) -> None:
+    """Waits until the process is blocked in read(2) on its stdin's pipe (`/dev/stdin` opened
+    again), which the command does once it has started."""
+    deadline = time.monotonic() + 60.0
+    while True:
+        number, fd = [*Path(f"/proc/{pid}/syscall").read_text().split(), "", ""][:2]
+        with contextlib.suppress(OSError, ValueError):
+            if number == "0" and os.readlink(f"/proc/{pid}/fd/{int(fd, 16)}") == os.readlink(
+                f"/proc/{pid}/fd/0"
+            ):
+                return
+        assert time.monotonic() < deadline, f"process {pid} never read its stdin"
+        time.sleep(0.05)
+
+
+def test_a_forked_process_starts_with_the_signals_an_execd_one_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its zygote started while this process ignored SIGINT (a command run here in-process once
+    left it so); now it handles SIGINT, ignores SIGHUP and blocks SIGUSR1: what exec would
+    pass on now, not what held when the zygote started."""
+    monkeypatch.setattr(harness, "_zygote", None)  # this test's own, started below
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        rsdrill_run(["--version"], capture_output=True, timeout=60, check=True)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    zygote = harness._zygote
+    assert zygote is not None and signal.SIGINT in _signal_sets(zygote.process.pid)["SigIgn"]
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    seen = []
+    try:
+        for start in (Rsdrill, lambda args, **kw: subprocess.Popen([*CLI, *args], **kw)):
+            process = start(["validate", "/dev/stdin"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+            try:
+                _reading_stdin(process.pid)
+                seen.append(_signal_sets(process.pid))
+            finally:
+                process.kill()
+                process.communicate()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGHUP, hangup)
+        zygote.close()
+    assert seen[0] == seen[1]
+    assert signal.SIGHUP in seen[0]["SigIgn"] and signal.SIGINT not in seen[0]["SigIgn"]
+    assert signal.SIGUSR1 in seen[0]["SigBlk"] and signal.SIGINT in seen[0]["SigCgt"]
 
 
 def test_a_run_out_of_time_is_killed() -> None:
