@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import site
 import subprocess
 import sys
@@ -10,14 +11,35 @@ import threading
 import time
 from pathlib import Path
 
+# Install scripts this process has seen succeed: each runs once per process.
+_installed: dict[Path, str] = {}
+INSTALL_TIMEOUT_S = 3600.0
+
+
+def installed(install: Path) -> str:
+    """Runs a tool's install script (.ci/install-*) once in this process and returns what it
+    printed; fails loudly, never skips. `.ci/run` builds the tools while the tests run, so
+    this may wait for that build (the script's lock): the wait is not the test's, and the
+    test's own timeout (pytest-timeout's alarm) is held while it lasts."""
+    if install not in _installed:
+        paused = signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            done = subprocess.run(["bash", str(install)], capture_output=True, text=True,
+                                  timeout=INSTALL_TIMEOUT_S)  # fmt: skip
+        finally:
+            if paused[0] > 0:
+                signal.setitimer(signal.ITIMER_REAL, *paused)
+        if done.returncode != 0:
+            raise RuntimeError(f"{install} failed:\n{done.stdout}\n{done.stderr}")
+        _installed[install] = done.stdout
+    return _installed[install]
+
 
 def ensure_built(binary: Path, install: Path) -> Path:
-    """`binary`, built by its `install` script (.ci/install-*) when missing: fails loudly,
-    never skips."""
+    """`binary`, built by its `install` script when missing."""
+    installed(install)
     if not binary.exists():
-        done = subprocess.run([str(install)], capture_output=True, text=True, timeout=900)
-        if done.returncode != 0 or not binary.exists():
-            raise RuntimeError(f"{install} failed:\n{done.stdout}\n{done.stderr}")
+        raise RuntimeError(f"{install} succeeded but {binary} is missing")
     return binary
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from tests.harness.processes import installed
 from tests.kubernetes.cluster import BIN, REPO, KubeCluster, free_port, openssl
 from tests.kubernetes.controllers import Loop, told
 
@@ -43,14 +44,8 @@ NAMESPACE = "chaos-mesh"
 
 def install() -> Path:
     """The controller-manager's binary; built once (.ci/install-chaos-mesh), loudly if not."""
-    binary = BIN / "chaos-controller-manager"
-    needed = [binary, BIN / "helm-chaos-mesh", BIN / "standin-chaos-daemon",
-              SOURCE / "config" / "crd" / "bases" / ".generated-from-api"]  # fmt: skip
-    if not all(path.exists() for path in needed):
-        done = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f".ci/install-chaos-mesh failed:\n{done.stdout}\n{done.stderr}")
-    return binary
+    installed(INSTALL)
+    return BIN / "chaos-controller-manager"
 
 
 def crds() -> list[Path]:

@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from tests.harness.processes import installed
+
 REPO = Path(__file__).resolve().parents[2]
 INSTALL = REPO / ".ci" / "install-kube"
 BIN = REPO / ".cache" / "tools" / "bin"
@@ -42,15 +44,7 @@ COMPONENT_USERS = {
 
 def install() -> Path:
     """The tools' directory; builds them once (.ci/install-kube), failing loudly if it can't."""
-    exec_endpoint = BIN / "kubelet-exec"
-    needed = [BIN / "kube-apiserver", BIN / "etcd", exec_endpoint]
-    needed += [BIN / component for component in COMPONENT_USERS]
-    source = REPO / "tests" / "kubernetes" / "kubelet_exec" / "main.go"
-    stale = exec_endpoint.exists() and source.stat().st_mtime > exec_endpoint.stat().st_mtime
-    if stale or not all(path.exists() for path in needed):
-        done = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f".ci/install-kube failed:\n{done.stdout}\n{done.stderr}")
+    installed(INSTALL)
     return BIN
 
 

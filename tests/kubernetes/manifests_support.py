@@ -20,6 +20,7 @@ from rsdrill.experiment.schema import Experiment
 from rsdrill.platforms.kubernetes.options import SUPPORT
 from rsdrill.platforms.kubernetes.resources import to_yaml
 from tests.harness.cli import rsdrill_run
+from tests.harness.processes import installed
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -148,12 +149,7 @@ def generated_files() -> dict[Path, str]:
 
 def kustomize(directory: Path) -> list[dict[str, Any]]:
     """The objects `kustomize build directory` makes (kustomize built once by its script)."""
-    installed = subprocess.run(
-        [str(INSTALL_KUSTOMIZE)], capture_output=True, text=True, check=False
-    )
-    if installed.returncode != 0:
-        raise RuntimeError(f"{INSTALL_KUSTOMIZE} failed:\n{installed.stderr}")
-    binary = installed.stdout.strip().splitlines()[-1]
+    binary = installed(INSTALL_KUSTOMIZE).strip().splitlines()[-1]
     done = subprocess.run([binary, "build", str(directory)], capture_output=True, text=True,
                           check=False)  # fmt: skip
     if done.returncode != 0:
