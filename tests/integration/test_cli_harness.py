@@ -75,8 +75,10 @@ def test_a_forked_process_is_its_own_and_reads_the_callers_stdin_and_directory(
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_a_signal_ends_a_forked_process_as_it_ends_an_execd_one(sig: signal.Signals) -> None:
-    """Both wait on stdin until the signal comes."""
+    """Both wait on stdin until the signal comes. This process handles SIGINT meanwhile: one
+    that ignores it (a background job of a shell) passes that on to both."""
     outcomes = []
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     for start in (Rsdrill, lambda args, **kw: subprocess.Popen([*CLI, *args], **kw)):
         process = start(["validate", "/dev/stdin"], stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -89,6 +91,7 @@ def test_a_signal_ends_a_forked_process_as_it_ends_an_execd_one(sig: signal.Sign
         process.wait(timeout=60)
         stdout, stderr = process.communicate(timeout=60)
         outcomes.append((process.returncode, stdout, stderr))
+    signal.signal(signal.SIGINT, handler)
     assert outcomes[0] == outcomes[1]
     # SIGINT: rsdrill's own quiet exit (130); the others end the process by the signal itself.
     assert outcomes[0][0] == {signal.SIGINT: 130, signal.SIGTERM: -signal.SIGTERM,
@@ -129,7 +132,7 @@ def test_a_forked_process_starts_with_the_signals_an_execd_one_would(
     try:
         rsdrill_run(["--version"], capture_output=True, timeout=60, check=True)
     finally:
-        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever it was before
     zygote = harness._zygote
     assert zygote is not None and signal.SIGINT in _signal_sets(zygote.process.pid)["SigIgn"]
     hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -149,6 +152,7 @@ def test_a_forked_process_starts_with_the_signals_an_execd_one_would(
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.signal(signal.SIGHUP, hangup)
         zygote.close()
+        signal.signal(signal.SIGINT, handler)
     assert seen[0] == seen[1]
     assert signal.SIGHUP in seen[0]["SigIgn"] and signal.SIGINT not in seen[0]["SigIgn"]
     assert signal.SIGUSR1 in seen[0]["SigBlk"] and signal.SIGINT in seen[0]["SigCgt"]
