@@ -202,12 +202,18 @@ class _Zygote:
         self.process.wait()
 
 
+def signal_sets(pid: int | str) -> dict[str, set[int]]:
+    """The kernel's view of a process's signals (`pid` or "self"): SigIgn, ignored; SigBlk,
+    blocked by its main thread; SigCgt, caught. A library's C code may have set some."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    fields = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+    return {name: {sig for sig in range(1, signal.NSIG) if int(fields[name], 16) >> (sig - 1) & 1}
+            for name in ("SigIgn", "SigBlk", "SigCgt")}  # fmt: skip
+
+
 def _ignored_signals() -> list[int]:
-    """The signals this process ignores now, which a process it execs would go on ignoring
-    (the kernel's view: a library's C code may have set some)."""
-    status = Path("/proc/self/status").read_text()
-    mask = int(status.split("SigIgn:", 1)[1].split(None, 1)[0], 16)
-    return [sig for sig in range(1, signal.NSIG) if mask >> (sig - 1) & 1]
+    """The signals this process ignores now, which a process it execs would go on ignoring."""
+    return sorted(signal_sets("self")["SigIgn"])
 
 
 def _as_numpy_gets_it(environ: dict[str, str]) -> dict[str, str]:

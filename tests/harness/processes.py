@@ -36,7 +36,7 @@ def installed(install: Path) -> str:
 
 
 def ensure_built(binary: Path, install: Path) -> Path:
-    """`binary`, built by its `install` script when missing."""
+    """`binary`, as its `install` script (run once per process: `installed`) left it."""
     installed(install)
     if not binary.exists():
         raise RuntimeError(f"{install} succeeded but {binary} is missing")

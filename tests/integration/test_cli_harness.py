@@ -17,7 +17,7 @@ import pytest
 
 from rsdrill.procstat import stat_fields
 from tests.harness import cli as harness
-from tests.harness.cli import CLI, ROOT, Rsdrill, rsdrill_run
+from tests.harness.cli import CLI, ROOT, Rsdrill, rsdrill_run, signal_sets
 
 EXPERIMENT = ROOT / "experiments" / "rs3-stepdown.yaml"
 
@@ -98,14 +98,6 @@ def test_a_signal_ends_a_forked_process_as_it_ends_an_execd_one(sig: signal.Sign
                               signal.SIGKILL: -signal.SIGKILL}[sig]  # fmt: skip
 
 
-def _signal_sets(pid: int) -> dict[str, set[int]]:
-    """The kernel's view of a process's signals: ignored, blocked (its main thread), caught."""
-    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    fields = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
-    return {name: {sig for sig in range(1, signal.NSIG) if int(fields[name], 16) >> (sig - 1) & 1}
-            for name in ("SigIgn", "SigBlk", "SigCgt")}  # fmt: skip
-
-
 def _reading_stdin(pid: int) -> None:
     """Waits until the process is blocked in read(2) on its stdin's pipe (`/dev/stdin` opened
     again), which the command does once it has started."""
@@ -134,7 +126,7 @@ def test_a_forked_process_starts_with_the_signals_an_execd_one_would(
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever it was before
     zygote = harness._zygote
-    assert zygote is not None and signal.SIGINT in _signal_sets(zygote.process.pid)["SigIgn"]
+    assert zygote is not None and signal.SIGINT in signal_sets(zygote.process.pid)["SigIgn"]
     hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     seen = []
@@ -144,7 +136,7 @@ def test_a_forked_process_starts_with_the_signals_an_execd_one_would(
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
             try:
                 _reading_stdin(process.pid)
-                seen.append(_signal_sets(process.pid))
+                seen.append(signal_sets(process.pid))
             finally:
                 process.kill()
                 process.communicate()
