@@ -67,7 +67,8 @@ class Migration:
     recipient: str
     # The donor's oplog position the catch-up reads after.
     position: Timestamp = field(default_factory=lambda: Timestamp(0, 0))
-    # _id of every document copied to the recipient (what an abort deletes there).
+    # _id of every document copied, or sent to be copied, to the recipient (what an abort
+    # deletes there).
     copied: list[Any] = field(default_factory=list)
     # Another router took the migration over (its pings went unrecorded too long).
     taken_over: bool = False
@@ -163,8 +164,11 @@ class Migration:
         if not docs:
             return
         updates = [{"q": {"_id": d["_id"]}, "u": d, "upsert": True} for d in docs]
-        await self._write(self.recipient, "update", updates)
+        # Counted as copied before the write: a batch a new primary of the recipient took
+        # aborts the migration only once written (the primary is compared on the answer), and
+        # the abort deletes what is counted here (copies left there were found so, under load).
         self.copied += [d["_id"] for d in docs if d["_id"] not in self.copied]
+        await self._write(self.recipient, "update", updates)
 
     async def catch_up(self) -> int:
         """The donor's writes to the collection since the last position, applied to the

@@ -27,7 +27,7 @@ from rsdrill.platforms.sandbox.sharded import ShardedHosts
 from rsdrill.sandbox.config import Settings
 from rsdrill.sandbox.members import is_writable_primary
 from rsdrill.sandbox.sharded import ShardedSandbox, cluster_size, up_sharded
-from tests.harness.sharded_cluster import ELECTION_TIMEOUT_MS
+from tests.harness.sharded_cluster import ELECTION_TIMEOUT_MS, describe
 
 pytestmark = pytest.mark.timeout(180)
 SPLIT = 500
@@ -169,9 +169,21 @@ def _check_consistent(cluster: ShardedSandbox, coll: str, writers: Writers) -> s
 
 
 def _moves_again(cluster: ShardedSandbox, coll: str, owner: str) -> None:
+    """The range moves once more. The set the fault struck may still be settling (its old
+    primary stepping down, the router's view of it a check behind; on a loaded machine, an
+    election more), and a migration that meets a NotPrimary answer aborts, as MongoDB's does:
+    that one is asked again, as MongoDB's balancer asks on its next round, for 30 s."""
     other = next(s for s in cluster.spec.shards if s != owner)
+    deadline = time.monotonic() + 30
     with MongoClient(cluster.uri, serverSelectionTimeoutMS=20_000) as client:
-        client.admin.command("moveChunk", f"app.{coll}", find={"k": SPLIT}, to=other)
+        while True:
+            try:
+                client.admin.command("moveChunk", f"app.{coll}", find={"k": SPLIT}, to=other)
+                break
+            except OperationFailure as exc:
+                if "not primary" not in str(exc) or time.monotonic() > deadline:
+                    raise AssertionError(describe(cluster)) from exc
+                time.sleep(0.5)
         assert _owner(client, f"app.{coll}") == other
 
 
