@@ -166,7 +166,7 @@ class Migration:
         updates = [{"q": {"_id": d["_id"]}, "u": d, "upsert": True} for d in docs]
         # Counted as copied before the write: a batch a new primary of the recipient took
         # aborts the migration only once written (the primary is compared on the answer), and
-        # the abort deletes what is counted here (copies left there were found so, under load).
+        # the abort deletes what is counted here (else that batch stayed on the recipient).
         self.copied += [d["_id"] for d in docs if d["_id"] not in self.copied]
         await self._write(self.recipient, "update", updates)
 
