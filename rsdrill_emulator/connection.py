@@ -82,7 +82,13 @@ class Connection(asyncio.Protocol):
                 self._waiter = None
 
     def write(self, data: bytes) -> None:
-        self._transport().write(data)
+        # uvloop's transport raises RuntimeError for a write once closed (and may close before
+        # connection_lost is called): a peer gone is the ConnectionError the serving task ends
+        # on quietly, as a streamed hello's next answer to a client that left meanwhile.
+        transport = self._transport()
+        if self._ended or transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        transport.write(data)
 
     async def drain(self) -> None:
         """Wait while the transport holds more than its high-water mark unsent."""

@@ -10,6 +10,7 @@ import struct
 from collections.abc import Awaitable, Callable
 
 import pytest
+import uvloop
 
 from rsdrill import wire
 from rsdrill_emulator.connection import Connection
@@ -99,3 +100,36 @@ def test_a_length_no_message_can_have_is_a_wire_error(length: int) -> None:
 
     got = asyncio.run(_served(send, 1))
     assert len(got) == 1 and isinstance(got[0], wire.WireError), got
+
+
+def test_an_answer_to_a_peer_that_left_is_a_connection_reset_on_uvloop() -> None:
+    # The member's loop is uvloop's, whose transport raises RuntimeError for a write once it is
+    # closed (asyncio's drops the bytes): a streamed hello's next answer to a client gone meanwhile
+    # ended its task on that error, logged as a traceback in every member's log.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        accepted: asyncio.Future[Connection] = loop.create_future()
+
+        def accept() -> Connection:
+            connection = Connection()
+            accepted.set_result(connection)
+            return connection
+
+        server = await loop.create_server(accept, "127.0.0.1", 0)
+        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        connection = await accepted
+        writer.close()
+        await writer.wait_closed()
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(connection.frame(), 10)
+        await asyncio.sleep(0.1)  # the transport's handle is closed after connection_lost
+        with pytest.raises(ConnectionResetError):
+            connection.write(b"an answer")
+        server.close()
+        await server.wait_closed()
+
+    loop = uvloop.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
