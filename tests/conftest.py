@@ -41,7 +41,8 @@ os.environ["RSDRILL_PORT_RANGE"] = f"{_PORT_LOW}-{_PORT_HIGH}"
 _handed_out: set[int] = set(range(28017, 28017 + 11))
 
 # Scratch files in memory (its pytest_configure); `disk_tmp_path` for tests that need a disk.
-pytest_plugins = ["tests.harness.scratch"]
+# An rsdrill home of the suite's own, not the user's ~/.rsdrill.
+pytest_plugins = ["tests.harness.scratch", "tests.harness.home"]
 
 TESTS = Path(__file__).resolve().parent
 KUBERNETES = TESTS / "kubernetes"

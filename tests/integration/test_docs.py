@@ -208,7 +208,8 @@ SHELL_BLOCKS = [b for b in BLOCKS if b.lang in SHELL]
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=str)
 def test_shell_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     (tmp_path / "experiments").symlink_to(REPO / "experiments")
-    env = {**os.environ, "HOME": str(tmp_path),
+    # A user's home: the sandbox's default directory and rsdrill's own (journal, fleet) in it.
+    env = {**os.environ, "HOME": str(tmp_path), "RSDRILL_HOME": str(tmp_path / ".rsdrill"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
     ran, skipped = [], []
     try:
