@@ -9,6 +9,7 @@ and a failure is logged (logger `rsdrill.notify`) without the URL's secrets.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -20,7 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from rsdrill.hooks import hookimpl
 
@@ -42,6 +43,16 @@ def where(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
 
 
+def split_login(url: str) -> tuple[str, tuple[str, str] | None]:
+    """The URL without its `user:password@`, and that login (None without one): urllib would
+    take it for part of the host name, and the server wants it as HTTP basic auth."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    login = (unquote(parts.username or ""), unquote(parts.password or ""))
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl(), login
+
+
 def send(
     url: str,
     body: dict[str, Any],
@@ -53,8 +64,12 @@ def send(
     """Send `body` as JSON; the answer's JSON (or {}), None when it could not be delivered."""
     data = json.dumps(body, default=str).encode()
     request_headers = {"Content-Type": "application/json", **(headers or {})}
+    target, login = split_login(url)
+    if login is not None:
+        token = base64.b64encode(":".join(login).encode()).decode()
+        request_headers.setdefault("Authorization", f"Basic {token}")
     for attempt in (1, 2):
-        request = urllib.request.Request(url, data=data, headers=request_headers, method=method)
+        request = urllib.request.Request(target, data=data, headers=request_headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 text = response.read()

@@ -329,17 +329,15 @@ def write_textfile(registry: CollectorRegistry, path: Path) -> None:
 
 def push(registry: CollectorRegistry, url: str, experiment: str, timeout_s: float = 10.0) -> None:
     """Replace the experiment's group on a Pushgateway (job `rsdrill`, grouped by experiment)."""
-    from urllib.parse import unquote, urlsplit
-
     from prometheus_client import push_to_gateway
     from prometheus_client.exposition import basic_auth_handler, default_handler
 
-    parts = urlsplit(url)
+    from rsdrill.report.notify import split_login
+
+    url, login = split_login(url)
     handler: Callable[..., Callable[[], None]] = default_handler
-    if parts.password is not None:  # user:password@ in the URL: basic auth, not in the host
-        handler = functools.partial(basic_auth_handler, username=unquote(parts.username or ""),
-                                    password=unquote(parts.password))  # fmt: skip
-        url = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    if login is not None:
+        handler = functools.partial(basic_auth_handler, username=login[0], password=login[1])
     try:
         push_to_gateway(url, job="rsdrill", registry=registry, handler=handler,
                         grouping_key={"experiment": experiment}, timeout=timeout_s)  # fmt: skip

@@ -4,6 +4,7 @@ retry, and no secret in the logs."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import http.server
@@ -100,6 +101,17 @@ def test_a_refused_connection_is_tried_twice_then_logged(caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="rsdrill.notify"):
         assert send(f"http://user:pw@127.0.0.1:{port}/x", {}, timeout_s=1) is None
     assert "not delivered" in caplog.text and "pw" not in caplog.text
+
+
+def test_a_login_in_the_url_is_sent_as_basic_auth_not_as_the_host(server, caplog) -> None:
+    url, seen = server
+    with caplog.at_level(logging.WARNING, logger="rsdrill.notify"):
+        answer = send(url.replace("//", "//hook%40user:p%3Aw@") + "/hook", {"text": "x"},
+                      timeout_s=5)  # fmt: skip
+    assert answer == {"id": 1}, caplog.text
+    [(_, path, headers, _)] = seen.requests
+    token = base64.b64encode(b"hook@user:p:w").decode()
+    assert path == "/hook" and headers["Authorization"] == f"Basic {token}"
 
 
 def test_a_5xx_is_retried_once(server) -> None:
