@@ -3,6 +3,7 @@ plugin loaded through its `pytest11` entry point, experiments run on the sandbox
 
 from __future__ import annotations
 
+import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -81,24 +82,29 @@ def test_fixture_passing_and_failing_slo_with_junit_properties(suite: pytest.Pyt
 
 
 def test_marker_turns_an_experiment_into_a_test(suite: pytest.Pytester) -> None:
-    suite.makepyfile(
-        test_marked="""
-        import pytest
+    # A run that ends in error: the sandbox's first port is taken (held here for the run).
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        suite.makepyfile(
+            test_marked=f"""
+            import pytest
 
-        @pytest.mark.rsdrill("tiny.yaml")
-        def test_holds(rsdrill):
-            assert rsdrill.runs[0].verdict == "pass"
+            @pytest.mark.rsdrill("tiny.yaml")
+            def test_holds(rsdrill):
+                assert rsdrill.runs[0].verdict == "pass"
 
-        @pytest.mark.rsdrill("tiny.yaml", slo__write_unavailable_s="<= 0.01")
-        def test_violated():
-            pass
+            @pytest.mark.rsdrill("tiny.yaml", slo__write_unavailable_s="<= 0.01")
+            def test_violated():
+                pass
 
-        @pytest.mark.rsdrill("tiny.yaml", faults__0__select={"member": "127.0.0.1:1"})
-        def test_errs():
-            pass
-        """
-    )
-    outcome = suite.runpytest_subprocess("-rf")
+            @pytest.mark.rsdrill("tiny.yaml", target__port_base={port})
+            def test_errs():
+                pass
+            """
+        )
+        outcome = suite.runpytest_subprocess("-rf")
     outcome.assert_outcomes(passed=1, failed=2)
     outcome.stdout.fnmatch_lines(
         [
@@ -107,7 +113,7 @@ def test_marker_turns_an_experiment_into_a_test(suite: pytest.Pytester) -> None:
             "  write_unavailable_s: observed *, threshold <= 0.01",
             "report: */test_violated/report.html",
             "*_ test_errs _*",
-            "rsdrill experiment 'plugin-tiny' ended error: 127.0.0.1:1 is not a member*",
+            f"rsdrill experiment 'plugin-tiny' ended error: sandbox: port {port} is already*",
             "report: */test_errs/report.html",
         ]
     )

@@ -119,17 +119,28 @@ def test_remote_platform_needs_its_section_and_uri() -> None:
 
 
 def test_quorum_guard_counts_only_faults_that_take_a_member_out() -> None:
+    member = "select: {member: '127.0.0.1:2810%d'}"
     exp = load(
-        "  - {at: 1s, kind: iops-throttle, duration: 9s, iops: 10, select: {member: 'h:1'}}\n"
-        "  - {at: 1s, kind: disk-fault, duration: 9s, operations: [read],"
-        " select: {member: 'h:2'}}\n"
+        f"  - {{at: 1s, kind: iops-throttle, duration: 9s, iops: 10, {member % 0}}}\n"
+        f"  - {{at: 1s, kind: disk-fault, duration: 9s, operations: [read], {member % 1}}}\n"
         "  - {at: 1s, kind: network-partition, duration: 9s, isolate_from: clients}\n"
-        "  - {at: 1s, kind: volume-detach, duration: 9s, select: {member: 'h:3'}}\n"
-        "  - {at: 2s, kind: network-partition, duration: 9s, select: {member: 'h:2'}}\n"
+        f"  - {{at: 1s, kind: volume-detach, duration: 9s, {member % 2}}}\n"
+        f"  - {{at: 2s, kind: network-partition, duration: 9s, {member % 1}}}\n",
+        HEAD.replace("sandbox", "sandbox\n  port_base: 28100"),
     )
     down = [f.takes_member_down() for f in exp.faults]
     assert down == [False, False, False, True, True]
     assert max_concurrent_down(exp.faults).members == 2
+
+
+def test_a_sandbox_member_is_named_only_by_an_address_it_can_have() -> None:
+    kill = "  - {at: 1s, kind: host-kill, duration: 5s, select: {member: '127.0.0.1:%d'}}\n"
+    err = error_of(kill % 1)
+    assert err.field == "faults[0].select.member" and "port_base" in err.problem
+    fixed = HEAD.replace("sandbox", "sandbox\n  topology: rs3\n  port_base: 28100")
+    err = error_of(kill % 28103, fixed)
+    assert "127.0.0.1:28103 is not a member" in err.problem and "127.0.0.1:28102" in err.problem
+    assert load(kill % 28102, fixed).faults[0].select.member == "127.0.0.1:28102"
 
 
 def test_platform_revert_actions_are_found_by_their_prefix() -> None:

@@ -33,6 +33,7 @@ x-kill: &kill {kind: host-kill, duration: 20s}
 target:
   platform: sandbox
   topology: rs3
+  port_base: 28017
   election_timeout: 2s
 probes:
   availability: {interval: 20ms, timeout: 250ms, write_concern: majority, retries: off}

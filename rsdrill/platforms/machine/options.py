@@ -24,6 +24,7 @@ def needs_faultfs(faults: Sequence[Fault]) -> tuple[bool, bool]:
 def check_experiment(exp: Experiment) -> None:
     """Faults here act on processes, files and loopback traffic: no platform engines, and
     only `scope: member`."""
+    _sandbox_members_named(exp)
     for i, fault in enumerate(exp.faults):
         needs_dbpath = {"data-loss": "to wipe", "disk-fill": "(a filesystem of its own) to fill"}
         if fault.kind in needs_dbpath and exp.target.platform == "local":
@@ -123,3 +124,29 @@ def _check_storage(exp: Experiment) -> None:
                 "storage faults and power_loss need each member's data directory on faultfs: "
                 "mount it (`rsdrill faultfs mount DBPATH DBPATH`) and give its mount point here",
             )
+
+
+def _sandbox_members_named(exp: Experiment) -> None:
+    """A member the sandbox cannot have would be found missing only at its fault's time, with
+    the set built and the probes running: its members' addresses are known before the run only
+    from `port_base`."""
+    if exp.target.platform != "sandbox":
+        return
+    from rsdrill.faults.base import SelectMember
+    from rsdrill.layout import member_count
+
+    base, topology = exp.target.port_base, exp.target.topology
+    for i, fault in enumerate(exp.faults):
+        if not isinstance(fault.select, SelectMember):
+            continue
+        where = ("faults", i, "select", "member")
+        if base is None:
+            raise FieldProblem(where, "the sandbox's members get free ports at run time: "
+                               "select them by role (primary, secondary, {count: N}), or set "
+                               "target.port_base to name one by address")  # fmt: skip
+        if topology == "sharded":
+            continue  # its routers, config servers and shards each have their ports
+        hosts = [f"127.0.0.1:{base + k}" for k in range(member_count(topology))]
+        if fault.select.member not in hosts:
+            raise FieldProblem(where, f"{fault.select.member} is not a member of the sandbox "
+                               f"(its {topology} members: {', '.join(hosts)})")  # fmt: skip
