@@ -379,6 +379,11 @@ def probe_descriptions(probes: Probes) -> dict[str, str]:
         name: describe(config) if (config := getattr(probes, name)) is not None else "off"
         for name, describe in describers.items()
     }
+    if probes.ledger_shares_writes and probes.durability is not None:
+        described["durability"] = (
+            "the availability probe's acknowledged writes are the ledger (no writes of its "
+            f"own); read back (majority) within {_secs(probes.durability.readback_timeout)}"
+        )
     if probes.transactions is not None:  # opt-in: plans without it do not name it
         described["transactions"] = _transactions(probes.transactions)
     return described
@@ -408,7 +413,10 @@ def _tag_set(tags: dict[str, str]) -> str:
 
 
 def _failover(p: FailoverProbe) -> str:
-    return f"hello on each member every {_secs(p.interval)}, timeout {_secs(p.timeout)}"
+    return (
+        f"awaitable hello on each member (answered at least every {_secs(p.max_await)}, at once "
+        f"on a change), timeout {_secs(p.timeout)}"
+    )
 
 
 def _recovery(p: RecoveryProbe) -> str:

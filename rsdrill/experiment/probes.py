@@ -209,6 +209,14 @@ class Probes(Strict):
         """What the transactions probe's history is judged against (its default without it)."""
         return self.transactions.model if self.transactions else "snapshot-isolation"
 
+    @property
+    def ledger_shares_writes(self) -> bool:
+        """The durability ledger is the availability probe's writes: they make the same
+        promise (write concern and journal) and `share_writes` allows it."""
+        d, a = self.durability, self.availability
+        return (d is not None and d.share_writes and a is not None and a.writes
+                and (a.write_concern, a.journal) == (d.write_concern, d.journal))  # fmt: skip
+
     def records(self) -> set[str]:
         """The names of the probes whose ops this configuration records (see
         analysis/sources.py)."""

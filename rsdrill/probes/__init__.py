@@ -232,10 +232,9 @@ class ProbeSet:
     def _ledger_collection(self) -> str:
         """The durability ledger's collection: the availability probe's writes' when they make
         the same promise (the same write concern), else its own."""
-        d, a = self.config.durability, self.config.availability
-        shared = (d is not None and d.share_writes and a is not None and a.writes
-                  and (a.write_concern, a.journal) == (d.write_concern, d.journal))  # fmt: skip
-        return f"{self.prefix}_write" if shared else f"{self.prefix}_ledger"
+        return (
+            f"{self.prefix}_write" if self.config.ledger_shares_writes else f"{self.prefix}_ledger"
+        )
 
     def write_loops(self) -> list[WriteLoop]:
         """The probes that insert `{_id: seq}` (the ledger too, when it writes on its own)."""

@@ -225,6 +225,16 @@ def test_render_shows_target_probes_timeline_and_slos() -> None:
     assert lines[-2:] == ["  write_unavailable_s <= 15", "  failover_s < 12.7"]
 
 
+def test_the_plan_says_which_writes_the_ledger_counts_and_how_hello_is_awaited() -> None:
+    kill = "  - {at: 5s, kind: host-kill, duration: 20s}\n"
+    shared = render_plan(experiment(kill, "probes:\n  failover: {max_await: 2s}\n"))
+    assert ("durability    the availability probe's acknowledged writes are the ledger (no "
+            "writes of its own)") in shared  # fmt: skip
+    assert "awaitable hello on each member (answered at least every 2s" in shared
+    own = render_plan(experiment(kill, "probes:\n  durability: {write_concern: 1}\n"))
+    assert "durability    numbered writes every 50ms, w:1, retries on" in own
+
+
 def test_render_local_target_redacts_the_password() -> None:
     header = """\
 name: local-plan
