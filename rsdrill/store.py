@@ -19,6 +19,7 @@ still flagged.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sqlite3
 import statistics
 from collections.abc import Iterable, Sequence
@@ -185,8 +186,15 @@ def record_shared(result: Result, out_dir: Path, uri: str) -> str:
         with client:
             runs.replace_one({"_id": key}, doc, upsert=True)
     except (PyMongoError, ValueError) as exc:
-        raise StoreError(f"{redact_uri(uri)}: {redact_uri(str(exc))}") from None
+        raise StoreError(f"{redact_uri(uri)}: {redact_uri(_problem(exc))}") from None
     return key
+
+
+def _problem(exc: Exception) -> str:
+    """pymongo's error as one line: a failed server selection's message goes on with the
+    timeouts configured and the whole topology's description."""
+    text = str(exc).split(", Timeout: ", 1)[0]
+    return re.sub(r" \(configured timeouts: [^)]*\)", "", text)
 
 
 def shared_history(
@@ -213,7 +221,7 @@ def shared_history(
         with client:
             docs = list(runs.find(query).sort([("started_at", 1), ("_id", 1)]))
     except (PyMongoError, ValueError) as exc:
-        raise StoreError(f"{redact_uri(uri)}: {redact_uri(str(exc))}") from None
+        raise StoreError(f"{redact_uri(uri)}: {redact_uri(_problem(exc))}") from None
     return [
         Run(
             id=n,
