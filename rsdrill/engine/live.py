@@ -34,6 +34,10 @@ def late_note(due_s: float | None, at_s: float | None) -> str:
     return f" ({at_s - due_s:.2f} s after its time)"
 
 
+AFTER_PROBES = frozenset({"analyze", "audit", "teardown"})
+"""The run's phases once its probes have stopped."""
+
+
 class LiveView:
     def __init__(
         self, history: History, stream: TextIO | None = None, heartbeat_s: float = HEARTBEAT_S
@@ -96,6 +100,8 @@ class LiveView:
 
     def status_line(self) -> str:
         now = self.clock.now() if self.clock else 0.0
+        if self.phase in AFTER_PROBES:  # a gap counted on would be one nobody measured
+            return f"[{self.phase}] t+{now:6.1f}s  probes stopped"
         self._follow()
         member, at = self._primary
         # The member the last writable answer named, if it came within the last 50 polls.

@@ -83,6 +83,19 @@ def test_the_status_names_the_primary_of_the_last_fifty_polls_and_the_write_gap(
     assert "primary b:2" in view.status_line()
 
 
+def test_once_the_probes_stop_the_status_counts_no_write_gap() -> None:
+    history = History()
+    view = LiveView(history, io.StringIO())
+    view.clock = RunClock(time.monotonic() - 10.0, time.time() - 10.0)
+    history.append(Op("write", "insert", "a:1", 2.0, 4.0, "ok"))
+    view.phase = "revert"
+    assert re.search(r"write gap +6\.\ds", view.status_line())
+    for phase in ("analyze", "audit", "teardown"):
+        view.phase = phase
+        line = view.status_line()
+        assert line.endswith("probes stopped") and "write gap" not in line, line
+
+
 def test_a_fault_acted_on_late_says_how_late() -> None:
     with _run_log() as lines:
         view = LiveView(History(), io.StringIO())
