@@ -30,19 +30,24 @@ def _experiment(tmp_path: Path, fault: str, keep: bool = False) -> Path:
     return path
 
 
-def _start(tmp_path: Path, experiment: Path, *args: str) -> subprocess.Popen[str]:
+def _start(
+    tmp_path: Path, experiment: Path, *args: str, out: str | None = None
+) -> subprocess.Popen[str]:
+    """The run, its results in `out` (a path as the user typed it, from `tmp_path`)."""
     return Rsdrill(
         ["run", str(experiment),
-         "--out", str(tmp_path / "out"), "--no-live", "--no-history", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+         "--out", out or str(tmp_path / "out"), "--no-live", "--no-history", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip
 
 
-def _recover(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _recover(
+    tmp_path: Path, *args: str, timeout: float = 120, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return rsdrill_run(
         ["recover", *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True, text=True, timeout=timeout, cwd=cwd or tmp_path,
         env={**os.environ, "RSDRILL_HOME": str(tmp_path / "home")},
     )  # fmt: skip
 
@@ -139,13 +144,15 @@ def test_recover_after_the_runner_is_killed(tmp_path: Path, fault: str) -> None:
 
 def test_recover_stops_the_sandbox_of_a_dead_run(tmp_path: Path) -> None:
     experiment = _experiment(tmp_path, "{at: 2s, kind: host-kill, select: primary, duration: 60s}")
-    proc = _start(tmp_path, experiment)
+    proc = _start(tmp_path, experiment, out="out")  # relative, and recover runs elsewhere
     _wait_for_text(proc, "injected", 60)
     proc.kill()
     proc.wait(timeout=30)
     pids = _member_pids(tmp_path / "out" / "sandbox")
     assert any(_alive(p) for p in pids)
-    done = _recover(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = _recover(tmp_path, cwd=elsewhere)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not any(_alive(p) for p in _member_pids(tmp_path / "out" / "sandbox") + pids)
 

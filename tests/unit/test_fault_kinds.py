@@ -150,6 +150,19 @@ def test_platform_revert_actions_are_found_by_their_prefix() -> None:
         carry_out({"action": "../etc.passwd"})
 
 
+def test_a_relative_sandbox_directory_not_found_here_stays_owed(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Journaled relative by an older rsdrill: from another directory it is not "gone".
+    monkeypatch.chdir(tmp_path)
+    start = {"action": "sandbox-start", "dir": "out/sandbox", "host": "127.0.0.1:1"}
+    for action in ({"action": "sandbox-down", "dir": "out/sandbox"}, start):
+        with pytest.raises(TargetError, match=r"not found from .*run `rsdrill recover` there"):
+            carry_out(action)
+    gone = {"action": "sandbox-down", "dir": str(tmp_path / "gone" / "sandbox")}
+    assert carry_out(gone).endswith("nothing running")  # absolute and missing: gone indeed
+
+
 @pytest.mark.parametrize("platform", ["kubernetes", "ec2", "vsphere"])
 def test_data_loss_is_refused_on_remote_platforms(platform: str) -> None:
     head = f"name: x\ntarget:\n  platform: {platform}\n  uri: mongodb://h:1/\n  {platform}: {{}}\n"

@@ -38,8 +38,20 @@ def _sigcont(action: dict[str, Any]) -> str:
     return f"{action['host']}: SIGCONT {action['pid']}"
 
 
+def _sandbox_dir(action: dict[str, Any]) -> Path:
+    """The journaled sandbox directory. A relative one (journaled by rsdrill before it wrote
+    them absolute) is the run's working directory's: from anywhere else it is missing, and a
+    missing sandbox would be taken for one already gone while its members run on."""
+    directory = Path(action["dir"])
+    if not directory.is_absolute() and not directory.exists():
+        raise TargetError(f"sandbox {directory}: not found from {Path.cwd()}: the run journaled "
+                          "it relative to the directory it was started in; run `rsdrill "
+                          "recover` there")  # fmt: skip
+    return directory
+
+
 def _sandbox_start(action: dict[str, Any]) -> str:
-    sandbox = Sandbox(Path(action["dir"]))
+    sandbox = Sandbox(_sandbox_dir(action))
     if not sandbox.exists():
         return f"{action['host']}: sandbox {action['dir']} is gone, nothing to restart"
     member = sandbox.spec.member(action["host"])
@@ -79,7 +91,7 @@ def _local_start_each(action: dict[str, Any]) -> str:
 
 
 def _sandbox_router_start(action: dict[str, Any]) -> str:
-    directory, host = Path(action["dir"]), action["host"]
+    directory, host = _sandbox_dir(action), action["host"]
     if not (directory / CLUSTER_FILE).exists():
         return f"{host}: sandbox {directory} is gone, nothing to restart"
     try:
@@ -90,17 +102,18 @@ def _sandbox_router_start(action: dict[str, Any]) -> str:
 
 
 def _sandbox_down(action: dict[str, Any]) -> str:
-    if (Path(action["dir"]) / CLUSTER_FILE).exists():
-        pids = ShardedSandbox(Path(action["dir"])).down()
-        return f"sharded sandbox {action['dir']}: stopped {len(pids)} process(es)"
-    sandbox = Sandbox(Path(action["dir"]))
-    done = f"sandbox {action['dir']}: nothing running"
+    directory = _sandbox_dir(action)
+    if (directory / CLUSTER_FILE).exists():
+        pids = ShardedSandbox(directory).down()
+        return f"sharded sandbox {directory}: stopped {len(pids)} process(es)"
+    sandbox = Sandbox(directory)
+    done = f"sandbox {directory}: nothing running"
     if sandbox.running():
         pids = sandbox.down()
-        done = f"sandbox {action['dir']}: stopped {len(pids)} member process(es)"
+        done = f"sandbox {directory}: stopped {len(pids)} member process(es)"
     # Members on faultfs (storage faults): their mounts go once the members are down.
-    unmounted = unmount_all(Path(action["dir"]))
-    small = unmount_small_disks(Path(action["dir"]))  # disk-fill: the members' own disks
+    unmounted = unmount_all(directory)
+    small = unmount_small_disks(directory)  # disk-fill: the members' own disks
     done += f"; unmounted {len(unmounted)} faultfs volume(s)" if unmounted else ""
     return done + (f"; unmounted {len(small)} member disk(s)" if small else "")
 

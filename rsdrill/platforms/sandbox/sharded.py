@@ -110,7 +110,7 @@ class ShardedSandboxTarget:
 
     def __init__(self, config: Target, directory: Path) -> None:
         self.config = config
-        self.directory = directory
+        self.directory = directory.resolve()  # journaled: `recover` may run elsewhere
         size = cluster_size(config.shards, config.shard_topology, config.mongos)
         port_base = config.port_base or free_port_base(size)
         self.settings = settings_of(config)

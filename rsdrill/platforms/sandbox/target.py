@@ -44,7 +44,7 @@ class SandboxTarget:
         so does `target.sandbox.mirror`, mirrored)."""
         self.config = config
         self.topology = config.topology
-        self.directory = directory
+        self.directory = directory.resolve()  # journaled: `recover` may run elsewhere
         count = member_count(config.topology)
         options: dict[str, Any] = {"storage": config.storage, "handshake": config.handshake,
                                    "tls": config.tls, "x509": config.auth == "x509"}  # fmt: skip
