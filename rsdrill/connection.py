@@ -25,7 +25,7 @@ import ssl
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import bson
@@ -217,7 +217,9 @@ def action_options(action: Mapping[str, Any], *, login: bool) -> ConnectOptions:
     SecretNeeded when those had a secret and `login` asks for the login."""
     given = action.get(GIVEN_OPTIONS)
     if isinstance(given, ConnectOptions):
-        return given
+        # Without the login when none is asked for: whether a member is up is asked with a
+        # bare hello, and a wrong password would make an up member look down.
+        return given if login else replace(given, credentials=None)
     return ConnectOptions.from_journal(action.get("connect"), login=login)
 
 

@@ -47,7 +47,10 @@ def _platform_action(name: str) -> RevertAction | None:
 
 
 def describe(action: dict[str, Any]) -> str:
-    detail = ", ".join(f"{k}={v}" for k, v in action.items() if k != "action")
+    """The action and what it acts on, in one line: not how the member is reached (`connect`,
+    the journaled TLS and login settings, a mapping a reader has no use for)."""
+    detail = ", ".join(f"{k}={v}" for k, v in action.items()
+                       if k not in ("action", "connect", GIVEN_OPTIONS))  # fmt: skip
     return f"{action['action']} ({detail})"
 
 

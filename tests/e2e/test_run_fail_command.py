@@ -8,6 +8,7 @@ import json
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
@@ -97,6 +98,15 @@ def test_recover_turns_the_fail_point_of_a_killed_run_off(
             assert "failCommand may still be on" in refused.stderr, refused.stderr
             assert "rsdrill recover --uri" in refused.stderr
             assert _insert_code(sandbox.uri) == 8  # still on, and still owed
+            # A wrong password is a login refused, not a member down: still on, still owed.
+            assert login is not None and login.password
+            wrong = sandbox.uri.replace(f":{quote(login.password, safe='')}@", ":wrong-pw@")
+            assert wrong != sandbox.uri
+            refused = _recover(tmp_path, "--uri", wrong, timeout=60)
+            assert refused.returncode == 4, refused.stdout + refused.stderr
+            assert "failCommand may still be on" in refused.stderr, refused.stderr
+            assert "wrong-pw" not in refused.stdout + refused.stderr
+            assert _insert_code(sandbox.uri) == 8
             recover = _recover(tmp_path, "--uri", sandbox.uri, timeout=60)
         else:
             recover = _recover(tmp_path, timeout=60)

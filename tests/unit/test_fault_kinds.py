@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rsdrill.engine.actions import carry_out
+from rsdrill.engine.actions import carry_out, describe
 from rsdrill.engine.guards import max_concurrent_down
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.plan import render_plan
@@ -148,6 +148,12 @@ def test_platform_revert_actions_are_found_by_their_prefix() -> None:
         carry_out({"action": "nosuch.thing"})
     with pytest.raises(TargetError, match="unknown revert action"):
         carry_out({"action": "../etc.passwd"})
+
+
+def test_a_revert_is_described_by_what_it_acts_on_not_how_it_connects() -> None:
+    connect = {"app_name": "rsdrill", "credentials": {"user": "u", "password": True}}
+    action = {"action": "fail-command-off", "host": "127.0.0.1:1", "connect": connect}
+    assert describe(action) == "fail-command-off (host=127.0.0.1:1)"
 
 
 def test_a_relative_sandbox_directory_not_found_here_stays_owed(
