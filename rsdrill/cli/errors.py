@@ -1,7 +1,9 @@
 """How the command line reports a refusal: one line on stderr, exit status 2, nothing done."""
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -15,6 +17,34 @@ EXIT_INVALID = 2
 def exit_invalid(message: str) -> NoReturn:
     typer.echo(message, err=True)
     raise typer.Exit(EXIT_INVALID)
+
+
+def _unusable(path: Path, exc: OSError) -> str:
+    """Why `path` cannot be written or made a directory, naming the part in the way."""
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            return f"{part} is a file, not a directory"
+    return str(exc.strerror or exc)
+
+
+def ready_out_dir(path: Path, option: str = "--out") -> None:
+    """Make the results directory before anything starts: a path that cannot be one (a file
+    in the way, no permission) is refused here (exit 2), not found once the run is over."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        exit_invalid(f"{option} {path}: {_unusable(path, exc)}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        exit_invalid(f"{option} {path}: not writable by this user")
+
+
+def write_out(path: Path, text: str, option: str = "--out") -> None:
+    """Write an output file the user named (its directory made if missing), or refuse (exit 2)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        exit_invalid(f"{option}: cannot write {path}: {_unusable(path, exc)}")
 
 
 @contextmanager

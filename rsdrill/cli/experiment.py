@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rsdrill.cli.errors import JsonOption, SeedOption, seeded
+from rsdrill.cli.errors import JsonOption, SeedOption, seeded, write_out
 
 if TYPE_CHECKING:
     from rsdrill.experiment.loader import ExperimentError
@@ -109,7 +109,7 @@ def schema(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        out.write_text(text)
+        write_out(out, text)
         typer.echo(f"wrote {out}")
 
 

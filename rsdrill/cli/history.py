@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.errors import exit_invalid, write_out
 from rsdrill.cli.run import HISTORY_DB
 
 if TYPE_CHECKING:
@@ -334,8 +334,4 @@ def _write_chart(
     from rsdrill.report.trend import render_trend_html, render_trend_svg
 
     render = render_trend_html if path.suffix.lower() in (".html", ".htm") else render_trend_svg
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(runs, metrics, judged, flagged), encoding="utf-8")
-    except OSError as exc:
-        exit_invalid(f"--chart: cannot write {path}: {exc.strerror or exc}")
+    write_out(path, render(runs, metrics, judged, flagged), "--chart")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.errors import exit_invalid, ready_out_dir, write_out
 from rsdrill.cli.run import HISTORY_DB, HistoryOption, LiveOption, NoHistoryOption, YesOption
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ def replay(
         none = "the original run had no SLO: the replay reports its metrics only"
         typer.echo(f"judged by the original run's SLOs: {judged}" if judged else none)
     out_dir = out or default_out_dir(experiment.name)
+    ready_out_dir(out_dir)
     options = run_options(experiment, out_dir, live, [], yes, history)
     with holding(options.gate):
         refuse_unless_checked(experiment)
@@ -185,5 +186,5 @@ def from_mongod_log(
     if out is None:
         typer.echo(text, nl=False)
         return
-    out.write_text(text)
+    write_out(out, text)
     typer.echo(f"{out}: {len(plan.events)} events")

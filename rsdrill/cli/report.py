@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.errors import write_out
 from rsdrill.cli.history import EXIT_STORE_ERROR, DbOption, KOption, WindowOption, metric_names
 from rsdrill.cli.run import HISTORY_DB
 
@@ -48,11 +48,7 @@ def fleet(
     summaries = summarize(runs, found)
     page = render_fleet_html(summaries, names, judged, flagged, source=redact_uri(db), last=last)
     path = out / "fleet.html"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        exit_invalid(f"--out: cannot write {path}: {exc.strerror or exc}")
+    write_out(path, page)
     failing = sum(s.status == "failing" for s in summaries)
     regressed = sum(s.status == "regressed" for s in summaries)
     typer.echo(f"{len(summaries)} clusters, {len(runs)} runs: {failing} failing, "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from rsdrill.cli.check import refuse_unless_checked
-from rsdrill.cli.errors import SeedOption, exit_invalid, seeded
+from rsdrill.cli.errors import SeedOption, exit_invalid, ready_out_dir, seeded
 from rsdrill.cli.fleet import holding
 from rsdrill.cli.interrupt import exit_on_interrupt
 
@@ -161,6 +161,7 @@ def run(
     if notify:
         experiment = with_notifications(experiment, notify)
     out_dir = out or default_out_dir(experiment.name)
+    ready_out_dir(out_dir)
     options = run_options(experiment, out_dir, live, abort_on or [], yes, history, lease_wait)
     with holding(options.gate):  # a cluster another run is breaking is not even checked
         refuse_unless_checked(experiment)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.errors import exit_invalid, write_out
 
 if TYPE_CHECKING:
     from rsdrill.cronjob import ScheduledFile
@@ -111,7 +111,7 @@ def render(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        out.write_text(text)
+        write_out(out, text)
         typer.echo(f"wrote {out} ({len(objects)} objects)")
 
 

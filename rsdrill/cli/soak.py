@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rsdrill.cli.errors import exit_invalid
+from rsdrill.cli.errors import exit_invalid, ready_out_dir
 from rsdrill.cli.run import HistoryOption, LeaseWaitOption
 
 
@@ -70,6 +70,7 @@ def soak(
     if experiment.random_faults is None:
         exit_invalid(f"{file}: rsdrill soak needs `faults: {{random: ...}}` (each run draws "
                      "its own schedule)")  # fmt: skip
+    ready_out_dir(out)
     # One line a run: each run's events go to its events.log (kept with a violating run).
     events = logging.getLogger("rsdrill.run")
     events.propagate = verbose
