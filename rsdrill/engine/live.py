@@ -80,6 +80,14 @@ class LiveView:
         self.phase = phase
         self.event(f"phase: {phase}")
 
+    def stopping(self) -> None:
+        """A signal to a run already stopping: what it is still doing (nothing else is done)."""
+        if self.phase in AFTER_PROBES:
+            self.event("stopping: the faults are reverted; rsdrill exits once the results are "
+                       "written")  # fmt: skip
+        else:
+            self.event("reverting faults; rsdrill exits once everything is restored")
+
     def event(self, text: str) -> None:
         """Log one event of the run, with the run's clock once it started."""
         t_s = self.clock.now() if self.clock else None

@@ -113,7 +113,6 @@ class Runner:
         self._watch: StopWatch | None = None
         self._exit_code: int | None = None  # a fleet stop's, instead of the verdict's
         self._reverting = False
-        self._reverted = False  # the run's revert phase is over: only its results remain
         # Set with (after) `_abort` or `_revert_now`, so a waiting run wakes up at once.
         self._wake = threading.Event()
         self._revert_now = threading.Event()
@@ -601,7 +600,6 @@ class Runner:
             failure = failure or restored or healed
         finally:
             self._reverting = False
-            self._reverted = True
         return failure
 
     # -- waiting and signals ----------------------------------------------------------------
@@ -672,12 +670,8 @@ class Runner:
         while received := os.read(read_fd, 1):
             if self._verdict_final:
                 continue
-            if self._reverted and self._abort.is_set():  # only the results are left to write
-                self.live.event("stopping: the faults are reverted; rsdrill exits once the "
-                                "results are written")  # fmt: skip
-                continue
             if self._reverting or self._abort.is_set():
-                self.live.event("reverting faults; rsdrill exits once everything is restored")
+                self.live.stopping()
                 continue
             self.live.event(f"{signal.Signals(received[0]).name}: stopping, reverting every fault")
             self._stop_run()

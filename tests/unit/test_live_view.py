@@ -96,6 +96,18 @@ def test_once_the_probes_stop_the_status_counts_no_write_gap() -> None:
         assert line.endswith("probes stopped") and "write gap" not in line, line
 
 
+def test_a_signal_to_a_stopping_run_is_told_what_is_left() -> None:
+    view = LiveView(History(), io.StringIO())
+    with _run_log() as lines:
+        view.phase = "revert"
+        view.stopping()
+        view.phase = "analyze"
+        view.stopping()
+    assert lines == ["reverting faults; rsdrill exits once everything is restored",
+                     "stopping: the faults are reverted; rsdrill exits once the results are "
+                     "written"]  # fmt: skip
+
+
 def test_a_fault_acted_on_late_says_how_late() -> None:
     with _run_log() as lines:
         view = LiveView(History(), io.StringIO())

@@ -48,7 +48,7 @@ def test_a_selection_nobody_fits_now_says_so() -> None:
 
 def _exp(select: object) -> Experiment:
     return Experiment.model_validate({
-        "name": "x", "target": {"platform": "sandbox", "topology": "sharded"},
+        "name": "x", "target": {"platform": "sandbox", "topology": "sharded", "port_base": 28000},
         "faults": [{"at": "1s", "kind": "host-kill", "select": select, "duration": "1s"}],
     })  # fmt: skip
 
