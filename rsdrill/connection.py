@@ -70,6 +70,11 @@ class WireClientError(Exception):
         self.timeout = timeout
 
 
+class NotListening(WireClientError):
+    """Nothing listens at the member's address (the connection was refused): its process is
+    not running. A timeout is not this: a frozen, partitioned or loaded member times out."""
+
+
 class AccessRefused(WireClientError):
     """The member is up but will not talk to us with these settings (login refused, TLS
     certificate rejected either way): retrying with the same settings cannot help."""
@@ -418,7 +423,8 @@ class DirectConnection:
             raise WireClientError(f"{self.host}: TLS: {_ssl_reason(exc)}") from exc
         except (OSError, EOFError, wire.WireError, bson.errors.BSONError) as exc:
             self.close()
-            raise WireClientError(f"{self.host}: {type(exc).__name__}: {exc}") from exc
+            error = NotListening if isinstance(exc, ConnectionRefusedError) else WireClientError
+            raise error(f"{self.host}: {type(exc).__name__}: {exc}") from exc
         except (ScramError, aws_auth.AwsAuthError) as exc:
             self.close()
             user = self.credentials.user if self.credentials else "?"
@@ -599,6 +605,23 @@ def answers_hello(host: str, timeout_s: float = 0.5, *, options: ConnectOptions)
         return False
     finally:
         conn.close()
+
+
+def member_down(host: str, timeout_s: float, *, options: ConnectOptions) -> bool:
+    """Whether the member's process is known to be down, nothing listening at its address: a
+    fault set by command (a fail point, a clock skew) did not survive that. False when it
+    answers, and when it cannot be told: a timeout (frozen, partitioned, loaded) or a login or
+    TLS handshake refused leaves the fault in force, for the revert to try and report."""
+    conn = DirectConnection(host, timeout_s, options)
+    try:
+        conn.hello()
+    except NotListening:
+        return True
+    except WireClientError:
+        return False
+    finally:
+        conn.close()
+    return False
 
 
 def first_reply(

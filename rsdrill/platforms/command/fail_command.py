@@ -16,7 +16,7 @@ from rsdrill.connection import (
     SettingsError,
     WireClientError,
     action_options,
-    answers_hello,
+    member_down,
 )
 from rsdrill.faults import FailCommandFault
 from rsdrill.platforms.base import InjectionError, RunTarget, TargetError
@@ -57,7 +57,8 @@ def _configure(
     try:
         reply = conn.command("admin", body)
     except WireClientError as exc:
-        raise InjectionError(f"configureFailPoint on {host}: {exc}") from exc
+        reason = str(exc).removeprefix(f"{host}: ")  # the member is named once
+        raise InjectionError(f"configureFailPoint on {host}: {reason}") from exc
     finally:
         conn.close()
     if not reply.get("ok"):
@@ -97,7 +98,7 @@ class FailCommand:
         try:
             _configure(self.target, self.options, "off")
         except InjectionError:
-            if not answers_hello(self.target, 1.0, options=self.options):
+            if member_down(self.target, 1.0, options=self.options):
                 return  # a member that is down (or restarted) holds no fail point
             raise
 
@@ -107,8 +108,8 @@ def fail_command_off(action: dict[str, Any]) -> str:
     host = action["host"]
     # With the journaled TLS settings: a member that would not talk plain is not a member down.
     try:
-        if not answers_hello(host, 1.0, options=action_options(action, login=False)):
-            return f"{host}: not reachable, no fail point survives a restart"
+        if member_down(host, 1.0, options=action_options(action, login=False)):
+            return f"{host}: not running, no fail point survives a restart"
         _configure(host, action_options(action, login=True), "off")
     except (InjectionError, SettingsError) as exc:
         raise TargetError(f"{host}: failCommand may still be on: {exc}") from exc

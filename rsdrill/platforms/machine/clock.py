@@ -19,7 +19,7 @@ from rsdrill.connection import (
     SettingsError,
     WireClientError,
     action_options,
-    answers_hello,
+    member_down,
 )
 from rsdrill.platforms.base import InjectionError, Injector, MachineTarget, TargetError
 from rsdrill.platforms.machine import faketime
@@ -55,7 +55,8 @@ def _skew(host: str, offset_s: float, drift: float, options: ConnectOptions) -> 
     try:
         reply = conn.command("admin", {"rsdrillClockSkew": offset_s, "drift": drift})
     except WireClientError as exc:
-        raise InjectionError(f"clock-skew on {host}: {exc}") from exc
+        reason = str(exc).removeprefix(f"{host}: ")  # the member is named once
+        raise InjectionError(f"clock-skew on {host}: {reason}") from exc
     finally:
         conn.close()
     if not reply.get("ok"):
@@ -67,8 +68,8 @@ def clock_reset(action: dict[str, Any]) -> str:
     """Revert action `clock-reset`: the member's clock back to real time."""
     host = action["host"]
     try:
-        if not answers_hello(host, 1.0, options=action_options(action, login=False)):
-            return f"{host}: not reachable (a restarted member's clock is real time)"
+        if member_down(host, 1.0, options=action_options(action, login=False)):
+            return f"{host}: not running (a restarted member's clock is real time)"
         _skew(host, 0.0, 0.0, action_options(action, login=True))
     except (InjectionError, SettingsError) as exc:
         raise TargetError(f"{host}: its clock may still be skewed: {exc}") from exc
@@ -112,13 +113,8 @@ class ClockSkew:
         try:
             _skew(self.target, 0.0, 0.0, self.options)
         except InjectionError:
-            conn = DirectConnection(self.target, 1.0, self.options)
-            try:
-                conn.hello()
-            except WireClientError:
-                return  # down: it restarts on real time
-            finally:
-                conn.close()
+            if member_down(self.target, 1.0, options=self.options):
+                return  # it restarts on real time
             raise
 
 

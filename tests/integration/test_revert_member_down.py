@@ -1,0 +1,156 @@
+"""A revert set by command (a fail point, a clock skew) concludes the fault is gone only when
+the member is down, nothing listening at its address: a frozen member that times out, or one
+that refuses the login `rsdrill recover --uri` was given, still holds it, and the revert stays
+owed. Against the sandbox's emulator member processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from rsdrill.connection import ConnectOptions, DirectConnection
+from rsdrill.engine.actions import carry_out
+from rsdrill.faults import FailCommandFault
+from rsdrill.platforms.base import InjectionError, TargetError
+from rsdrill.platforms.command.fail_command import FailCommand
+from rsdrill.platforms.machine.clock import ClockSkew, clock_error
+from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
+from rsdrill.sandbox.config import MemberSpec, Settings, build_topology
+
+FAILED_CODE = 8
+
+
+@pytest.fixture
+def member(replset: Callable[..., Sandbox]) -> tuple[Sandbox, MemberSpec]:
+    sandbox = replset("rs3")
+    return sandbox, sandbox.spec.members[-1]
+
+
+@pytest.fixture
+def frozen(member: tuple[Sandbox, MemberSpec]) -> Iterator[tuple[Sandbox, MemberSpec]]:
+    """The member SIGSTOPped for the test's first part; resumed afterwards, whatever happened."""
+    sandbox, spec = member
+    yield sandbox, spec
+    if sandbox.pid(spec) is not None:
+        sandbox.cont(spec)
+
+
+def _ping_code(host: str, options: ConnectOptions) -> int | None:
+    """The error code of a ping on the member (None: it succeeded)."""
+    conn = DirectConnection(host, 10.0, options)
+    try:
+        reply = conn.command("admin", {"ping": 1})
+    finally:
+        conn.close()
+    return None if reply.get("ok") else reply.get("code")
+
+
+def _fail_ping(host: str, options: ConnectOptions) -> FailCommand:
+    fault = FailCommandFault(kind="mongodb-fail-command", at=0, duration=60,
+                             commands=("ping",), error_code=FAILED_CODE)  # fmt: skip
+    fail = FailCommand(host, fault, options)
+    fail.inject()
+    assert _ping_code(host, options) == FAILED_CODE
+    return fail
+
+
+def _off(host: str, options: ConnectOptions, given: ConnectOptions | None = None) -> str:
+    action = {"action": "fail-command-off", "host": host, "connect": options.journaled()}
+    return carry_out(action, given)
+
+
+def _reset(host: str, options: ConnectOptions) -> str:
+    action = {"action": "clock-reset", "host": host, "connect": options.journaled()}
+    return carry_out(action)
+
+
+def test_a_frozen_members_fail_point_stays_owed(
+    frozen: tuple[Sandbox, MemberSpec],
+) -> None:
+    sandbox, spec = frozen
+    options = sandbox.connect_options
+    fail = _fail_ping(spec.host, options)
+    sandbox.stop(spec)
+    with pytest.raises(TargetError, match="failCommand may still be on") as err:
+        _off(spec.host, options)
+    assert "timed out" in str(err.value)
+    with pytest.raises(InjectionError):
+        fail.revert()  # the run's own revert says so too
+    sandbox.cont(spec)
+    assert _ping_code(spec.host, options) == FAILED_CODE  # it was right: still on
+    assert _off(spec.host, options) == f"{spec.host}: failCommand off"
+    assert _ping_code(spec.host, options) is None
+
+
+def test_a_frozen_members_clock_stays_owed(frozen: tuple[Sandbox, MemberSpec]) -> None:
+    sandbox, spec = frozen
+    options = sandbox.connect_options
+    skew = ClockSkew(spec.host, 3600.0, 0.0, options)
+    skew.inject()
+    assert skew.verify(10.0)
+    sandbox.stop(spec)
+    with pytest.raises(TargetError, match="its clock may still be skewed"):
+        _reset(spec.host, options)
+    with pytest.raises(InjectionError):
+        skew.revert()
+    sandbox.cont(spec)
+    error = clock_error(spec.host, 3600.0, options)
+    assert error is not None and abs(error) < 60  # still skewed
+    assert _reset(spec.host, options) == f"{spec.host}: clock back to real time"
+
+
+def test_a_killed_member_holds_no_fail_point_nor_skew(
+    member: tuple[Sandbox, MemberSpec],
+) -> None:
+    """As before: a member down is a revert done (it restarts without them)."""
+    sandbox, spec = member
+    options = sandbox.connect_options
+    fail = _fail_ping(spec.host, options)
+    ClockSkew(spec.host, 3600.0, 0.0, options).inject()
+    sandbox.kill(spec)
+    assert _off(spec.host, options) == (
+        f"{spec.host}: not running, no fail point survives a restart"
+    )
+    assert _reset(spec.host, options).startswith(f"{spec.host}: not running")
+    fail.revert()
+    ClockSkew(spec.host, 3600.0, 0.0, options).revert()
+
+
+@pytest.fixture
+def locked(sandbox_dir: Path, free_port_base: Callable[[int], int]) -> Sandbox:
+    spec = build_topology(
+        "rs3", port_base=free_port_base(3), settings=Settings(election_timeout_ms=1000)
+    )
+    return up(sandbox_dir, spec, EmulatorEngine(), auth=True)
+
+
+def _with_password(sandbox: Sandbox, password: str) -> tuple[str, ConnectOptions]:
+    login = sandbox.credentials
+    assert login is not None and login.password
+    uri = sandbox.uri.replace(f":{quote(login.password, safe='')}@", f":{password}@")
+    assert uri != sandbox.uri
+    return uri, ConnectOptions.from_uri(uri)
+
+
+def test_a_wrong_password_is_a_login_refused_not_a_member_down(locked: Sandbox) -> None:
+    """`rsdrill recover --uri` with a wrong password: the login failure, naming the member and
+    the user (never the password), and the fail point still owed; the right one turns it off."""
+    host = locked.spec.members[0].host
+    options = locked.connect_options
+    _fail_ping(host, options)
+    _, wrong = _with_password(locked, "WrongPw999")
+    with pytest.raises(TargetError, match="failCommand may still be on") as err:
+        _off(host, options, given=wrong)
+    message = str(err.value)
+    user = locked.credentials.user if locked.credentials else "?"
+    assert message.startswith(
+        f"{host}: failCommand may still be on: configureFailPoint on {host}: "
+        f"login as {user} failed: "
+    ), message
+    assert "WrongPw999" not in message
+    assert _ping_code(host, options) == FAILED_CODE
+    assert _off(host, options, given=options) == f"{host}: failCommand off"
+    assert _ping_code(host, options) is None
