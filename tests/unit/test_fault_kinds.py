@@ -3,6 +3,9 @@ accepts, what it refuses (with the field named), how the plan and the guards rea
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import cast
+
 import pytest
 
 from rsdrill.engine.actions import carry_out, describe
@@ -10,7 +13,8 @@ from rsdrill.engine.guards import max_concurrent_down
 from rsdrill.experiment.loader import ExperimentError, load_experiment_text
 from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment
-from rsdrill.platforms.base import TargetError
+from rsdrill.platforms.base import ProcessHosts, TargetError
+from rsdrill.platforms.machine.disk_fill import FILLER, DiskFill
 
 HEAD = "name: x\ntarget:\n  platform: sandbox\nfaults:\n"
 
@@ -167,6 +171,28 @@ def test_a_relative_sandbox_directory_not_found_here_stays_owed(
             carry_out(action)
     gone = {"action": "sandbox-down", "dir": str(tmp_path / "gone" / "sandbox")}
     assert carry_out(gone).endswith("nothing running")  # absolute and missing: gone indeed
+
+
+def test_a_relative_mountpoint_or_filler_not_found_here_stays_owed(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not "no longer mounted, nothing to clear" nor "no filler left": the rule and the filler
+    # may be in force where the run was started.
+    monkeypatch.chdir(tmp_path)
+    clear = {"action": "faultfs-clear", "host": "127.0.0.1:1", "mountpoint": "out/m1",
+             "rule": "r"}  # fmt: skip
+    fill = {"action": "disk-fill-free", "host": "127.0.0.1:1", "path": f"data/{FILLER}"}
+    for action in (clear, fill):
+        with pytest.raises(TargetError, match=r"not found from .*run `rsdrill recover` there"):
+            carry_out(action)
+    assert carry_out({**fill, "path": str(tmp_path / "gone")}).endswith("no filler left")
+
+
+def test_a_filler_is_journaled_absolute(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    fill = DiskFill(cast(ProcessHosts, None), "127.0.0.1:1", Path("data"), 90.0, {})
+    action = fill.revert_action() or {}
+    assert action["path"] == str(tmp_path / "data" / FILLER)
 
 
 @pytest.mark.parametrize("platform", ["kubernetes", "ec2", "vsphere"])

@@ -38,7 +38,8 @@ class LocalTarget:
         self.fills_disks = "disk-fill" in kinds
         # clock-skew: each member (re)started under libfaketime with an offset file of the
         # run's (or the one it already runs with), so any of them can be the one selected.
-        clocks = directory.resolve() / "clocks"
+        directory = directory.resolve()  # journaled (logs, clocks): `recover` may run elsewhere
+        clocks = directory / "clocks"
         self.clock_files = (
             {h: clocks / h.replace(":", "_") for h in self.members} if "clock-skew" in kinds else {}
         )
@@ -116,7 +117,8 @@ class LocalTarget:
         from rsdrill.faultfs.mount import is_mounted
 
         member = self.hosts.members[host]
-        point = Path(member.faultfs) if member.faultfs else None
+        # Absolute, as the daemon's socket is named: journaled, and `recover` may run elsewhere.
+        point = Path(member.faultfs).absolute() if member.faultfs else None
         return point if point is not None and is_mounted(point) else None
 
     def small_disk(self, host: str) -> Path | None:

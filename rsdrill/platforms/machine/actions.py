@@ -38,16 +38,21 @@ def _sigcont(action: dict[str, Any]) -> str:
     return f"{action['host']}: SIGCONT {action['pid']}"
 
 
+def _journaled_path(action: dict[str, Any], key: str) -> Path:
+    """A path the action journaled (a sandbox's `dir`, a faultfs `mountpoint`, a filler's
+    `path`). A relative one (journaled by rsdrill before it wrote them absolute) is the run's
+    working directory's: from anywhere else it is missing, and a missing one would be taken for
+    a fault already gone (a sandbox stopped, a mount gone, a filler deleted) while it holds."""
+    path = Path(action[key])
+    if not path.is_absolute() and not path.exists():
+        raise TargetError(f"{action['action']} {path}: not found from {Path.cwd()}: the run "
+                          "journaled it relative to the directory it was started in; run "
+                          "`rsdrill recover` there")  # fmt: skip
+    return path
+
+
 def _sandbox_dir(action: dict[str, Any]) -> Path:
-    """The journaled sandbox directory. A relative one (journaled by rsdrill before it wrote
-    them absolute) is the run's working directory's: from anywhere else it is missing, and a
-    missing sandbox would be taken for one already gone while its members run on."""
-    directory = Path(action["dir"])
-    if not directory.is_absolute() and not directory.exists():
-        raise TargetError(f"sandbox {directory}: not found from {Path.cwd()}: the run journaled "
-                          "it relative to the directory it was started in; run `rsdrill "
-                          "recover` there")  # fmt: skip
-    return directory
+    return _journaled_path(action, "dir")
 
 
 def _sandbox_start(action: dict[str, Any]) -> str:
@@ -133,7 +138,7 @@ def faultfs_clear(action: dict[str, Any]) -> str:
 def faultfs_clear_counted(action: dict[str, Any]) -> tuple[str, dict[str, int]]:
     """`faultfs_clear`, and the rule's hits as its clear counted them, to its last operation
     (none when the mount is gone, or its daemon, of an older rsdrill, does not count them)."""
-    host, mountpoint, rule = action["host"], Path(action["mountpoint"]), action["rule"]
+    host, mountpoint, rule = action["host"], _journaled_path(action, "mountpoint"), action["rule"]
     hits: dict[str, int] = {}
     try:
         reply = request(mountpoint, {"op": "clear", "name": rule})
@@ -179,7 +184,7 @@ def _cgroup_leave(action: dict[str, Any]) -> str:
 
 def _disk_fill_free(action: dict[str, Any]) -> str:
     """Revert action `disk-fill-free`: the filler deleted; the member restarted if it died."""
-    done = free(action)
+    done = free({**action, "path": str(_journaled_path(action, "path"))})
     restart = action.get("restart")
     if restart:
         done += f"; {REVERT_ACTIONS[restart['action']](carried(restart, action))}"

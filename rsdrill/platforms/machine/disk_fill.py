@@ -114,7 +114,7 @@ class DiskFill:
         self.target = host
         self.data = data
         self.percent = percent
-        self.path = data / FILLER
+        self.path = data.absolute() / FILLER  # journaled: `recover` may run elsewhere
         self.restart = restart_action
 
     def describe(self) -> str:
