@@ -195,6 +195,34 @@ def test_a_filler_is_journaled_absolute(tmp_path, monkeypatch: pytest.MonkeyPatc
     assert action["path"] == str(tmp_path / "data" / FILLER)
 
 
+def test_a_local_members_relative_dbpath_is_the_runs_not_recovers(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rsdrill.connection import ConnectOptions
+    from rsdrill.experiment.target import LocalMember
+    from rsdrill.platforms.machine.local_hosts import LocalHosts
+
+    for where in ("run", "elsewhere"):
+        (tmp_path / where / "data").mkdir(parents=True)
+        (tmp_path / where / "data" / "f").write_text(where)
+    monkeypatch.chdir(tmp_path / "run")
+    member = LocalMember(host="127.0.0.1:1", start="true", dbpath="data")
+    hosts = LocalHosts((member,), tmp_path / "logs", ConnectOptions())
+    action = hosts.restart_action("127.0.0.1:1", wipe=True)
+    assert action["cwd"] == str(tmp_path / "run")
+    monkeypatch.chdir(tmp_path / "elsewhere")  # where `rsdrill recover` runs
+    LocalHosts((member,), tmp_path / "logs", ConnectOptions(), cwd=Path(action["cwd"])).wipe(
+        "127.0.0.1:1"
+    )
+    assert not (tmp_path / "run" / "data" / "f").exists()
+    assert (tmp_path / "elsewhere" / "data" / "f").read_text() == "elsewhere"
+    # Journaled without the run's directory (an older rsdrill): not restarted, not wiped.
+    del action["cwd"]
+    with pytest.raises(TargetError, match=r"relative to the directory the run was started in"):
+        carry_out(action)
+    assert (tmp_path / "elsewhere" / "data" / "f").exists()
+
+
 @pytest.mark.parametrize("platform", ["kubernetes", "ec2", "vsphere"])
 def test_data_loss_is_refused_on_remote_platforms(platform: str) -> None:
     head = f"name: x\ntarget:\n  platform: {platform}\n  uri: mongodb://h:1/\n  {platform}: {{}}\n"

@@ -82,9 +82,16 @@ def _local_start(action: dict[str, Any]) -> str:
             f"yourself with the password in place: {action['command']}"
         )
     member = LocalMember(host=host, start=action["command"], dbpath=action.get("dbpath"))
+    if "cwd" not in action and action.get("wipe") and not Path(member.dbpath or "/").is_absolute():
+        # Journaled before the run's directory was: a relative dbpath read from here could be
+        # another directory, and a wipe would empty it.
+        raise TargetError(f"{host}: not restarted: its dbpath {member.dbpath} is relative "
+                          "to the directory the run was started in; run `rsdrill recover` "
+                          "there")  # fmt: skip
     # clock-skew runs: restarted under libfaketime, reading the same offset file.
     clock = {host: Path(action["clock_file"])} if action.get("clock_file") else None
-    hosts = LocalHosts((member,), Path(action["log_dir"]), options, clock)
+    cwd = Path(action["cwd"]) if action.get("cwd") else None
+    hosts = LocalHosts((member,), Path(action["log_dir"]), options, clock, cwd)
     hosts.start(host, wipe=bool(action.get("wipe")))
     return f"{host}: restarted with `{action['command']}`"
 

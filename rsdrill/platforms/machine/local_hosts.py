@@ -60,8 +60,12 @@ class LocalHosts:
         log_dir: Path,
         options: ConnectOptions,
         clock_files: dict[str, Path] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.members = {m.host: m for m in members}
+        # Where the members' start commands and relative dbpaths are read from: the run's
+        # working directory, journaled, so that `recover` elsewhere starts (and wipes) the same.
+        self.cwd = (cwd or Path.cwd()).resolve()
         self.log_dir = log_dir
         self.options = options
         # host → the libfaketime offset file it is (re)started with (clock-skew runs only).
@@ -123,6 +127,7 @@ class LocalHosts:
             "host": host,
             "command": member.start,
             "dbpath": member.dbpath,
+            "cwd": str(self.cwd),
             "wipe": wipe,
             "log_dir": str(self.log_dir),
             **({"clock_file": str(self.clock_files[host])} if host in self.clock_files else {}),
@@ -135,7 +140,7 @@ class LocalHosts:
             raise TargetError(f"{host}: wiping its data needs the member's `dbpath`")
         if self.pid(host) is not None:
             raise TargetError(f"{host} is running: not wiping its data")
-        wipe_directory(Path(member.dbpath))
+        wipe_directory(self.cwd / member.dbpath)
 
     def start(self, host: str, *, wipe: bool, boot_s: float = 0.0) -> None:
         """Start the member with its command unless it already answers (repeatable); with
@@ -158,6 +163,7 @@ class LocalHosts:
             process = subprocess.Popen(
                 booting(shlex.split(member.start), boot_s), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+                cwd=self.cwd,
             )  # fmt: skip
         if boot_s > 0:
             # What the command starts (forked or not) inherits the booting process's class.
