@@ -28,14 +28,14 @@ def _unusable(path: Path, exc: OSError) -> str:
 
 
 def ready_out_dir(path: Path, option: str = "--out") -> None:
-    """Make the results directory before anything starts: a path that cannot be one (a file
-    in the way, no permission) is refused here (exit 2), not found once the run is over."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        exit_invalid(f"{option} {path}: {_unusable(path, exc)}")
-    if not os.access(path, os.W_OK | os.X_OK):
-        exit_invalid(f"{option} {path}: not writable by this user")
+    """Refuse (exit 2) a results directory that could not be made or written, before anything
+    starts (a file in the way, no permission): found once the run is over, it was a traceback.
+    Nothing is created: a refused run leaves no trace."""
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        exit_invalid(f"{option} {path}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        exit_invalid(f"{option} {path}: {existing} is not writable by this user")
 
 
 def write_out(path: Path, text: str, option: str = "--out") -> None:
