@@ -91,9 +91,9 @@ def parse_condition(text: str) -> Condition:
     metric, rest = match.groups()
     if metric not in METRICS:
         guess = did_you_mean(metric, METRICS)
-        hint = f"did you mean '{guess}'? " if guess else ""
+        hint = f"; did you mean '{guess}'?" if guess else ""
         raise ValueError(
-            f"unknown metric {metric!r} in {text!r}; {hint}(one of {', '.join(METRICS)})"
+            f"unknown metric {metric!r} in {text!r}{hint} (one of {', '.join(METRICS)})"
         )
     try:
         op, threshold = parse_comparison(rest)

@@ -57,7 +57,7 @@ def test_a_condition_reads_back_as_written() -> None:
         ("no_primary > 5", "unknown metric 'no_primary' in 'no_primary > 5'; did you mean "
                            "'no_primary_s'? (one of no_primary_s, write_unavailable_s, "
                            "probe_error_rate)"),
-        ("failover_s > 5", "unknown metric 'failover_s' in 'failover_s > 5'; (one of"),
+        ("failover_s > 5", "unknown metric 'failover_s' in 'failover_s > 5' (one of"),
         ("no_primary_s >> 5", "'no_primary_s >> 5': after the metric comes an operator"),
         ("no_primary_s >", "'no_primary_s >': after the metric comes an operator"),
         ("no_primary_s > soon", "'no_primary_s > soon': after the metric comes an operator"),
