@@ -4,11 +4,12 @@ from typing import Annotated
 
 import typer
 
-from rsdrill.cli.errors import JsonOption, exit_invalid
+from rsdrill.cli.errors import JsonOption, exit_invalid, json_errors
 
 EXIT_DIVERGENT = 1
 
 
+@json_errors
 def audit(
     uri: Annotated[str, typer.Argument(help="The replica set's connection string.", metavar="URI")],
     database: Annotated[

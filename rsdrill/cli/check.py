@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rsdrill.cli.errors import EXIT_INVALID, exit_invalid
+from rsdrill.cli.errors import EXIT_INVALID, exit_bad_file, exit_invalid, json_errors
 
 if TYPE_CHECKING:
     from rsdrill.engine.check import Check
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 MARKS = {True: "✔", False: "✘", None: "!"}
 
 
+@json_errors
 def check(
     file: Annotated[Path, typer.Argument(help="The experiment file (YAML).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
@@ -27,7 +28,7 @@ def check(
     try:
         experiment = load_experiment(file)
     except ExperimentError as exc:
-        exit_invalid(str(exc))
+        exit_bad_file(exc)
     checks = run_checks(experiment)
     from rsdrill.engine.check import failed
 

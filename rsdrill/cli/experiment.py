@@ -10,15 +10,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rsdrill.cli.errors import JsonOption, SeedOption, seeded, write_out
+from rsdrill.cli.errors import (
+    EXIT_INVALID,
+    JsonOption,
+    SeedOption,
+    exit_bad_file,
+    exit_invalid,
+    file_entry,
+    json_errors,
+    located,
+    seeded,
+    write_out,
+)
 
 if TYPE_CHECKING:
-    from rsdrill.experiment.loader import ExperimentError
     from rsdrill.experiment.schema import Experiment
-
-# The result CONTRACT's exit status for invalid input (rsdrill.result.EXIT_CODES["invalid"]),
-# repeated here because that module imports pydantic.
-EXIT_INVALID = 2
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -61,14 +67,8 @@ def validate(
                 notes = check_experiment_file(path)
         except rsdrill.ExperimentError as exc:
             error = exc
-        checked.append(
-            {
-                "file": str(path),
-                "ok": error is None,
-                "notes": [_located(note) for note in notes],
-                "error": None if error is None else _located(error),
-            }
-        )
+        checked.append(file_entry(str(path), [located(note) for note in notes],
+                                  None if error is None else located(error)))  # fmt: skip
         if as_json:
             continue
         for note in notes:
@@ -80,6 +80,7 @@ def validate(
         raise typer.Exit(EXIT_INVALID)
 
 
+@json_errors
 def plan(file: FileArgument, seed: SeedOption = None, as_json: JsonOption = False) -> None:
     """Show what an experiment will do, to which member and when (nothing is run)."""
     import rsdrill
@@ -113,6 +114,7 @@ def schema(
         typer.echo(f"wrote {out}")
 
 
+@json_errors
 def faults(
     platform: Annotated[
         str | None,
@@ -131,9 +133,8 @@ def faults(
     from rsdrill.experiment.faultdocs import fault_table, faults_json, platform_table, support_table
 
     if platform is not None and platform not in platform_names():
-        typer.echo(f"--platform: unknown platform {platform!r} (one of "
-                   f"{', '.join(platform_names())})", err=True)  # fmt: skip
-        raise typer.Exit(EXIT_INVALID)
+        exit_invalid(f"--platform: unknown platform {platform!r} (one of "
+                     f"{', '.join(platform_names())})")  # fmt: skip
     if as_json:
         typer.echo(json.dumps(faults_json(platform), indent=2))
     elif platform is not None:
@@ -194,22 +195,10 @@ def _allow_references(node: Any) -> Any:
     return node
 
 
-def _located(problem: "ExperimentError") -> dict[str, Any]:
-    """A problem (or note) of a file as `validate --json` gives it."""
-    return {
-        "line": problem.line,
-        "column": problem.col,
-        "field": problem.field,
-        "problem": problem.problem,
-        "message": str(problem),
-    }
-
-
 def _load_or_exit(path: Path) -> "Experiment":
     import rsdrill
 
     try:
         return rsdrill.load(path)
     except rsdrill.ExperimentError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_INVALID) from None
+        exit_bad_file(exc)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from rsdrill.cli.errors import exit_invalid, write_out
+from rsdrill.cli.errors import exit_invalid, json_errors, refuse, write_out
 from rsdrill.cli.run import HISTORY_DB
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ WindowOption = Annotated[
 
 
 @app.callback(invoke_without_command=True)
+@json_errors
 def history(
     ctx: typer.Context,
     db: DbOption = str(HISTORY_DB),
@@ -122,8 +123,7 @@ def history(
         # The baseline reaches back before --since: only the display is limited to it.
         runs = store.read(db, experiment, cluster=_cluster_key(cluster))
     except store.StoreError as exc:
-        typer.echo(f"cannot read the history: {exc}", err=True)
-        raise typer.Exit(EXIT_STORE_ERROR) from None
+        refuse(f"cannot read the history: {exc}", EXIT_STORE_ERROR)
     judged = {m: store.baselines(runs, m, k=k, window=window) for m in names}
     found = store.regressions(runs, names, k=k, window=window)
     shown = [r for r in runs if start is None or r.started_at >= start]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from rsdrill.cli.errors import exit_invalid, ready_out_dir, write_out
-from rsdrill.cli.run import HISTORY_DB, HistoryOption, LiveOption, NoHistoryOption, YesOption
+from rsdrill.cli.run import HistoryOption, LiveOption, NoHistoryOption, YesOption
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Target
@@ -26,7 +26,7 @@ timeline_app = typer.Typer(
 
 def replay(
     timeline: Annotated[
-        Path | None, typer.Argument(help="The timeline file (YAML).", metavar="[TIMELINE]")
+        Path | None, typer.Argument(help="The timeline file (YAML).", metavar="TIMELINE")
     ] = None,
     from_result: Annotated[
         Path | None,
@@ -63,7 +63,7 @@ def replay(
 
     from rsdrill.cli.check import refuse_unless_checked
     from rsdrill.cli.fleet import holding
-    from rsdrill.cli.run import default_out_dir, run_and_report, run_options
+    from rsdrill.cli.run import default_out_dir, history_location, run_and_report, run_options
 
     if (timeline is None) == (from_result is None):
         exit_invalid("replay: give a TIMELINE file or --from RESULT (one of them)")
@@ -88,13 +88,14 @@ def replay(
         typer.echo(f"judged by the original run's SLOs: {judged}" if judged else none)
     out_dir = out or default_out_dir(experiment.name)
     ready_out_dir(out_dir)
+    recorded_in = history_location(history, no_history)
     options = run_options(experiment, out_dir, live, [], yes, history)
     with holding(options.gate):
         refuse_unless_checked(experiment)
         out_dir.mkdir(parents=True, exist_ok=True)
         # What was replayed, as a file one can edit and replay again.
         (out_dir / "timeline.yaml").write_text(plan.to_yaml())
-        run_and_report(experiment, options, None if no_history else history or str(HISTORY_DB))
+        run_and_report(experiment, options, recorded_in)
 
 
 def _target(target_file: Path | None, topology: Topology | None) -> "Target | None":

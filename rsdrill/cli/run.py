@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from rsdrill.cli.check import refuse_unless_checked
-from rsdrill.cli.errors import SeedOption, exit_invalid, ready_out_dir, seeded
+from rsdrill.cli.errors import SeedOption, exit_invalid, ready_out_dir, ready_out_file, seeded
 from rsdrill.cli.fleet import holding
 from rsdrill.cli.interrupt import exit_on_interrupt
 
@@ -162,6 +162,9 @@ def run(
         experiment = with_notifications(experiment, notify)
     out_dir = out or default_out_dir(experiment.name)
     ready_out_dir(out_dir)
+    recorded_in = history_location(history, no_history)
+    if metrics_file is not None:
+        ready_out_file(metrics_file, "--metrics-file")
     options = run_options(experiment, out_dir, live, abort_on or [], yes, history, lease_wait)
     with holding(options.gate):  # a cluster another run is breaking is not even checked
         refuse_unless_checked(experiment)
@@ -177,7 +180,21 @@ def run(
             options.plugins = (*options.plugins, MetricsExport(metrics_file, metrics_push))
         if experiment.matrix is not None:
             _run_matrix(experiment, options)
-        run_and_report(experiment, options, None if no_history else history or str(HISTORY_DB))
+        run_and_report(experiment, options, recorded_in)
+
+
+def history_location(history: str | None, no_history: bool) -> str | None:
+    """Where the run is to be recorded (None: nowhere). A SQLite file that could not be
+    written is refused (exit 2) before anything starts: found once the run was over, the run
+    went unrecorded."""
+    from rsdrill.store import is_shared, sqlite_path
+
+    if no_history:
+        return None
+    location = history or str(HISTORY_DB)
+    if not is_shared(location):
+        ready_out_file(sqlite_path(location), "--history")
+    return location
 
 
 def _game_day_console(experiment: "Experiment") -> "GameDayConsole":

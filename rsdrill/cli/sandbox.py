@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rsdrill.cli.errors import JsonOption, exit_invalid, sandbox_errors
+from rsdrill.cli.errors import JsonOption, exit_invalid, json_errors, ready_out_dir, sandbox_errors
 from rsdrill.sandbox.config import ReplSetSpec, Settings, build_topology
 
 if TYPE_CHECKING:
@@ -109,6 +109,7 @@ def _echo_members(statuses: "list[MemberStatus]") -> None:
 
 
 @app.command()
+@json_errors
 def up(
     topology: Annotated[
         Topology,
@@ -241,6 +242,7 @@ def up(
 
     if auth and x509:
         exit_invalid("rsdrill: choose one login: --auth (SCRAM) or --x509 (certificates)")
+    ready_out_dir(directory, "--dir")
     settings = _settings(election_timeout, heartbeat_interval, heartbeat_timeout, catch_up_timeout)
     if topology is Topology.sharded:
         given = {
@@ -335,6 +337,7 @@ def _users(given: list[str], option: str = "--user") -> dict[str, list[str]]:
 
 
 @app.command()
+@json_errors
 def status(directory: DirOption = DEFAULT_DIR, as_json: JsonOption = False) -> None:
     """List the members with their pid and state (DOWN: not running; STOPPED: SIGSTOPped);
     a sharded sandbox's routers and each of its replica sets."""
@@ -446,6 +449,7 @@ def backup(
     from rsdrill.sandbox.backup import take_backup
     from rsdrill.sandbox.cluster import Sandbox
 
+    ready_out_dir(to, "--to")
     with sandbox_errors():
         done = take_backup(Sandbox(directory), to)
     typer.echo(f"backed up {done.source} to {done.path} at {done.taken_at}")
@@ -486,6 +490,8 @@ def demo(
 
     # SIGTERM must tear the sandbox down as Ctrl-C does, not leave its members running.
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    if directory is not None:
+        ready_out_dir(directory, "--dir")
     spec = build_topology(
         topology.value, port_base=port_base, settings=_settings(election_timeout, None)
     )

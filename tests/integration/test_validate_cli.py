@@ -243,7 +243,8 @@ def test_plan_json_is_the_plan_as_data(tmp_path: Path) -> None:
     assert not any(s["one_way"] for s in plan["timeline"])
     assert plan["slo"] == {"write_unavailable_s": "<= 15"}
     assert plan["probes"]["load"] == "off" and "every 20ms" in plan["probes"]["availability"]
-    assert rsdrill("plan", "--json", INVALID_DIR / "missing-target.yaml").stdout == ""
+    refused = rsdrill("plan", "--json", INVALID_DIR / "missing-target.yaml")
+    assert refused.returncode == 2 and json.loads(refused.stdout)["ok"] is False
 
 
 def test_plan_json_marks_a_one_way_fault() -> None:

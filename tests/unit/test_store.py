@@ -331,8 +331,21 @@ def test_run_default_history_is_under_rsdrill_results(
 def test_a_history_that_cannot_be_written_does_not_change_the_exit_code(
     fake_run: Path, tmp_path: Path
 ) -> None:
+    # Writable as a path (one that is not is refused before the run: test_cli_output_paths),
+    # but not a SQLite database: found only when the run is recorded.
+    (tmp_path / "garbage.sqlite").write_text("not a database\n")
+    code, _, err = invoke("run", str(fake_run), "--out", str(tmp_path / "out"), "--no-live",
+                          "--history", str(tmp_path / "garbage.sqlite"))  # fmt: skip
+    assert code == 0
+    assert "history: not recorded:" in err
+
+
+def test_a_history_path_that_cannot_be_written_is_refused_before_the_run(
+    fake_run: Path, tmp_path: Path
+) -> None:
     (tmp_path / "dir.sqlite").mkdir()
     code, _, err = invoke("run", str(fake_run), "--out", str(tmp_path / "out"), "--no-live",
                           "--history", str(tmp_path / "dir.sqlite"))  # fmt: skip
-    assert code == 0
-    assert "history: not recorded:" in err
+    assert code == 2
+    assert err == f"--history {tmp_path / 'dir.sqlite'}: {tmp_path / 'dir.sqlite'} is a directory\n"
+    assert not (tmp_path / "out").exists()
