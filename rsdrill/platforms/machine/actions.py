@@ -82,7 +82,8 @@ def _local_start(action: dict[str, Any]) -> str:
             f"yourself with the password in place: {action['command']}"
         )
     member = LocalMember(host=host, start=action["command"], dbpath=action.get("dbpath"))
-    if "cwd" not in action and action.get("wipe") and not Path(member.dbpath or "/").is_absolute():
+    relative = member.dbpath is not None and not Path(member.dbpath).is_absolute()
+    if relative and action.get("wipe") and "cwd" not in action:
         # Journaled before the run's directory was: a relative dbpath read from here could be
         # another directory, and a wipe would empty it.
         raise TargetError(f"{host}: not restarted: its dbpath {member.dbpath} is relative "

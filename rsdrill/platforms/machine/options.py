@@ -133,7 +133,7 @@ def _sandbox_members_named(exp: Experiment) -> None:
     if exp.target.platform != "sandbox":
         return
     from rsdrill.faults.base import SelectMember
-    from rsdrill.layout import member_count
+    from rsdrill.sandbox.config import build_topology
 
     base, topology = exp.target.port_base, exp.target.topology
     for i, fault in enumerate(exp.faults):
@@ -146,7 +146,7 @@ def _sandbox_members_named(exp: Experiment) -> None:
                                "target.port_base to name one by address")  # fmt: skip
         if topology == "sharded":
             continue  # its routers, config servers and shards each have their ports
-        hosts = [f"127.0.0.1:{base + k}" for k in range(member_count(topology))]
+        hosts = [m.host for m in build_topology(topology, port_base=base).members]
         if fault.select.member not in hosts:
             raise FieldProblem(where, f"{fault.select.member} is not a member of the sandbox "
                                f"(its {topology} members: {', '.join(hosts)})")  # fmt: skip
