@@ -4,9 +4,11 @@ server in the test's process), so a query's answer changes when the test says.""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,6 +64,13 @@ def _page_server(page: Exposition) -> ThreadingHTTPServer:
     return server
 
 
+def _answers(url: str, query: str) -> bool:
+    """True when `query` returns a series now."""
+    ask = f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(ask, timeout=2) as reply:
+        return bool(json.load(reply)["data"]["result"])
+
+
 @contextmanager
 def prometheus(directory: Path, text: str = "") -> Iterator[Prometheus]:
     done = subprocess.run([str(INSTALL), "prometheus"], capture_output=True, text=True,
@@ -95,6 +104,12 @@ def prometheus(directory: Path, text: str = "") -> Iterator[Prometheus]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"prometheus did not start (see {directory})") from None
                 time.sleep(0.1)
+        # Ready is not scraped: until the first scrape is stored, every query answers empty
+        # (a test asking first would read "quiet" whatever the page says).
+        while not _answers(url, 'up{job="drill"} == 1'):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"prometheus scraped nothing (see {directory})")
+            time.sleep(0.1)
         yield Prometheus(url, page, proc)
     finally:
         stop(proc)
