@@ -1,24 +1,29 @@
 """A revert set by command (a fail point, a clock skew) concludes the fault is gone only when
 the member is down, nothing listening at its address: a frozen member that times out, or one
 that refuses the login `rsdrill recover --uri` was given, still holds it, and the revert stays
-owed. Against the sandbox's emulator member processes."""
+owed. A local member's restart runs its start command only then too: a frozen one holds its
+port. Against the sandbox's emulator member processes."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
-from rsdrill.connection import ConnectOptions, DirectConnection
+from rsdrill.connection import ConnectOptions, DirectConnection, answers_hello
 from rsdrill.engine.actions import carry_out
+from rsdrill.experiment.target import LocalMember
 from rsdrill.faults import FailCommandFault
 from rsdrill.platforms.base import InjectionError, TargetError
 from rsdrill.platforms.command.fail_command import FailCommand
 from rsdrill.platforms.machine.clock import ClockSkew, clock_error
+from rsdrill.platforms.machine.local_hosts import LocalHosts, listening_pid
+from rsdrill.platforms.machine.process import HostKill
 from rsdrill.sandbox.cluster import EmulatorEngine, Sandbox, up
-from rsdrill.sandbox.config import MemberSpec, Settings, build_topology
+from rsdrill.sandbox.config import MemberSpec, Settings, build_topology, member_dir
 
 FAILED_CODE = 8
 
@@ -154,3 +159,64 @@ def test_a_wrong_password_is_a_login_refused_not_a_member_down(locked: Sandbox) 
     assert _ping_code(host, options) == FAILED_CODE
     assert _off(host, options, given=options) == f"{host}: failCommand off"
     assert _ping_code(host, options) is None
+
+
+def _local(sandbox: Sandbox, spec: MemberSpec, command: str) -> tuple[LocalHosts, Path]:
+    """The sandbox's member as a `platform: local` member started by `command`; its dbpath."""
+    data = member_dir(sandbox.directory, spec) / "data"
+    member = LocalMember(host=spec.host, start=command, dbpath=str(data))
+    logs = sandbox.directory.parent / "local-logs"
+    return LocalHosts((member,), logs, sandbox.connect_options), data
+
+
+def _contents(directory: Path) -> list[Path]:
+    return sorted(directory.rglob("*"))
+
+
+def test_a_frozen_local_member_is_neither_started_nor_wiped(
+    frozen: tuple[Sandbox, MemberSpec], tmp_path: Path
+) -> None:
+    """SIGSTOPped, it holds its port and answers nothing: its start command would fail on the
+    busy port (and a wipe would empty its data under it). Recover's restart and the run's own
+    say so in one line naming its pid, and run nothing; resumed, it is up as it was."""
+    sandbox, spec = frozen
+    marker = tmp_path / "started"
+    hosts, data = _local(sandbox, spec, f"touch {marker}")
+    kept = _contents(data)
+    assert kept
+    pid = sandbox.stop(spec)
+    refused = (f"{spec.host}: not started: its process (pid {pid}) holds its port but does "
+               "not answer a hello (a frozen process?); resume or end it first")  # fmt: skip
+    for wipe in (False, True):
+        with pytest.raises(TargetError) as err:
+            carry_out(hosts.restart_action(spec.host, wipe=wipe))  # stays owed: exit 4
+        assert str(err.value) == refused
+    kill = HostKill(hosts, spec.host, restart=True, wipe=True, restart_action=None)
+    with pytest.raises(InjectionError) as err:
+        kill.revert()
+    assert str(err.value) == f"restart {refused}"  # the member named once
+    assert not marker.exists()
+    assert _contents(data) == kept
+    sandbox.cont(spec)
+    assert carry_out(hosts.restart_action(spec.host, wipe=True)) == f"{spec.host}: already running"
+    assert not marker.exists() and (data / "member.sqlite").exists()  # its data, not wiped
+
+
+def test_a_killed_local_member_is_started_by_its_command(
+    member: tuple[Sandbox, MemberSpec],
+) -> None:
+    """As before: nothing listening at its address, the member is started by its command, by
+    recover and by the run's own revert."""
+    sandbox, spec = member
+    command = f"{sys.executable} -m rsdrill_emulator --dir {sandbox.directory} --host {spec.host}"
+    hosts, _ = _local(sandbox, spec, command)
+    action = hosts.restart_action(spec.host, wipe=False)
+    sandbox.kill(spec)
+    assert carry_out(action) == f"{spec.host}: restarted with `{command}`"
+    assert answers_hello(spec.host, options=sandbox.connect_options)
+    first = listening_pid(spec.port)
+    assert first is not None
+    hosts.kill(spec.host)
+    HostKill(hosts, spec.host, restart=True, wipe=False, restart_action=action).revert()
+    assert answers_hello(spec.host, options=sandbox.connect_options)
+    assert listening_pid(spec.port) not in (None, first)

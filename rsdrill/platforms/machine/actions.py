@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rsdrill.connection import SettingsError, action_options, answers_hello, carried
+from rsdrill.connection import SettingsError, action_options, carried
 from rsdrill.experiment.target import LocalMember
 from rsdrill.faultfs.control import ControlError, request
 from rsdrill.faultfs.mirror import IN_SYNC, resync_offline
@@ -73,7 +73,14 @@ def _local_start(action: dict[str, Any]) -> str:
         options = action_options(action, login=False)
     except SettingsError as exc:
         raise TargetError(f"{host}: not restarted: {exc}") from exc
-    if answers_hello(host, options=options):
+    member = LocalMember(host=host, start=action["command"], dbpath=action.get("dbpath"))
+    # clock-skew runs: restarted under libfaketime, reading the same offset file.
+    clock = {host: Path(action["clock_file"])} if action.get("clock_file") else None
+    cwd = Path(action["cwd"]) if action.get("cwd") else None
+    hosts = LocalHosts((member,), Path(action["log_dir"]), options, clock, cwd)
+    # Up, down, or (TargetError) a frozen process holding its port: first, so that one is not
+    # told to start it by hand (a masked password) nor refused for a relative dbpath.
+    if hosts.is_up(host):
         return f"{host}: already running"
     if has_masked_password(action["command"]):
         # The journal never holds a password: a command that had one cannot be rerun from it.
@@ -81,7 +88,6 @@ def _local_start(action: dict[str, Any]) -> str:
             f"{host}: its start command held a password, masked in the journal; start it "
             f"yourself with the password in place: {action['command']}"
         )
-    member = LocalMember(host=host, start=action["command"], dbpath=action.get("dbpath"))
     relative = member.dbpath is not None and not Path(member.dbpath).is_absolute()
     if relative and action.get("wipe") and "cwd" not in action:
         # Journaled before the run's directory was: a relative dbpath read from here could be
@@ -89,10 +95,6 @@ def _local_start(action: dict[str, Any]) -> str:
         raise TargetError(f"{host}: not restarted: its dbpath {member.dbpath} is relative "
                           "to the directory the run was started in; run `rsdrill recover` "
                           "there")  # fmt: skip
-    # clock-skew runs: restarted under libfaketime, reading the same offset file.
-    clock = {host: Path(action["clock_file"])} if action.get("clock_file") else None
-    cwd = Path(action["cwd"]) if action.get("cwd") else None
-    hosts = LocalHosts((member,), Path(action["log_dir"]), options, clock, cwd)
     hosts.start(host, wipe=bool(action.get("wipe")))
     return f"{host}: restarted with `{action['command']}`"
 

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rsdrill.connection import ConnectOptions, answers_hello
+from rsdrill.connection import ConnectOptions, answers_hello, member_down
 from rsdrill.environ import environ_copy
 from rsdrill.experiment.target import LocalMember
 from rsdrill.platforms.base import TargetError
@@ -21,10 +21,14 @@ from rsdrill.platforms.machine.network import rejoin_partition
 from rsdrill.sandbox.cluster import booting
 
 START_TIMEOUT_S = 60.0
+# Whether a member is down is told by a refused connection, at once; what is not refused within
+# this is not down. Whether it answers then gets longer, for a loaded member.
+DOWN_CHECK_S = 1.0
+ANSWER_CHECK_S = 2.0
 
 
-def listening_pid(port: int) -> int | None:
-    """The pid of the process with a listening TCP socket on `port` (from /proc)."""
+def _listening_inodes(port: int) -> set[str]:
+    """The inodes of the listening TCP sockets on `port` (from /proc)."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -36,6 +40,12 @@ def listening_pid(port: int) -> int | None:
             local, state, inode = fields[1], fields[3], fields[9]
             if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
                 inodes.add(inode)
+    return inodes
+
+
+def listening_pid(port: int) -> int | None:
+    """The pid of the process with a listening TCP socket on `port` (from /proc)."""
+    inodes = _listening_inodes(port)
     if not inodes:
         return None
     targets = {f"socket:[{i}]" for i in inodes}
@@ -119,6 +129,22 @@ class LocalHosts:
         os.kill(pid, signal.SIGCONT)
         return pid
 
+    def is_up(self, host: str) -> bool:
+        """Whether the member is up (True: it answers a hello) or down (False: nothing listens
+        at its address; its start command can take the port). TargetError when neither: a
+        process holds its port but does not answer (frozen, hung, or refusing the handshake):
+        its start command would fail on the busy port, and its data must not be wiped."""
+        if member_down(host, DOWN_CHECK_S, options=self.options):
+            return False
+        if answers_hello(host, ANSWER_CHECK_S, options=self.options):
+            return True
+        if not _listening_inodes(_port(host)):
+            return False  # nothing listens here: a partition dropped the hello, not refused it
+        pid = self.pid(host)
+        held = f"its process (pid {pid})" if pid is not None else "a process"
+        raise TargetError(f"{host}: not started: {held} holds its port but does not answer a "
+                          "hello (a frozen process?); resume or end it first")  # fmt: skip
+
     def restart_action(self, host: str, *, wipe: bool) -> dict[str, object]:
         """The journal record that lets `rsdrill recover` restart this member."""
         member = self.members[host]
@@ -138,14 +164,16 @@ class LocalHosts:
         member = self.members[host]
         if not member.dbpath:
             raise TargetError(f"{host}: wiping its data needs the member's `dbpath`")
-        if self.pid(host) is not None:
+        # By its socket, not its pid: another user's process holds one with fds we cannot read.
+        if _listening_inodes(_port(host)):
             raise TargetError(f"{host} is running: not wiping its data")
         wipe_directory(self.cwd / member.dbpath)
 
     def start(self, host: str, *, wipe: bool, boot_s: float = 0.0) -> None:
-        """Start the member with its command unless it already answers (repeatable); with
-        `boot_s` the command runs that much later and this returns at once (a booting host)."""
-        if answers_hello(host, options=self.options):
+        """Start the member with its command unless it is up (repeatable; see `is_up` for a
+        member neither up nor down); with `boot_s` the command runs that much later and this
+        returns at once (a booting host)."""
+        if self.is_up(host):
             return
         member = self.members[host]
         if wipe:
@@ -180,6 +208,10 @@ class LocalHosts:
         pid = self.pid(host)
         if pid is not None:
             rejoin_partition(pid, int(host.rsplit(":", 1)[1]))
+
+
+def _port(host: str) -> int:
+    return int(host.rsplit(":", 1)[1])
 
 
 def wipe_directory(path: Path) -> None:

@@ -79,7 +79,8 @@ class HostKill:
         try:
             self.hosts.start(self.target, wipe=self.wipe, boot_s=boot_s)
         except (TargetError, OSError) as exc:
-            raise InjectionError(f"restart {self.target}: {exc}") from exc
+            reason = str(exc).removeprefix(f"{self.target}: ")  # the member is named once
+            raise InjectionError(f"restart {self.target}: {reason}") from exc
 
     def report(self) -> dict[str, Any]:
         """For the result: the HA model's figures (the analysis adds the measured phases)."""
