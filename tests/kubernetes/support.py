@@ -380,8 +380,6 @@ def node_agent(
     only, capping cgroups under `cgroup_root`: its URL."""
     from kubernetes import client
 
-    from tests.kubernetes.cluster import REPO, env_without_kube, free_port
-
     token = service_account_token(kube.api, namespace, "node-agent")
     rbac = client.RbacAuthorizationV1Api(kube.api)
     name = f"{namespace}-node-agent"
@@ -397,11 +395,24 @@ def node_agent(
     })  # fmt: skip
     kubeconfig = kube.cluster.kubeconfig(f"{namespace}-node-agent", token)
     certs = kube.cluster.directory / "certs"
+    tls = (certs / "apiserver.crt", certs / "apiserver.key")
+    with node_agent_process(kubeconfig, tls, cgroup_root, state_dir, allow) as url:
+        yield url
+
+
+@contextmanager
+def node_agent_process(
+    kubeconfig: Path, tls: tuple[Path, Path], cgroup_root: Path, state_dir: Path, allow: str
+) -> Iterator[str]:
+    """The node agent's process on a free loopback port, serving TLS with (certificate, key),
+    reviewing tokens through `kubeconfig`: its URL."""
+    from tests.kubernetes.cluster import REPO, env_without_kube, free_port
+
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "rsdrill.platforms.kubernetes.nodeagent",
          "--listen", f"127.0.0.1:{port}", "--allow", allow,
-         "--tls-cert", str(certs / "apiserver.crt"), "--tls-key", str(certs / "apiserver.key"),
+         "--tls-cert", str(tls[0]), "--tls-key", str(tls[1]),
          "--cgroup-root", str(cgroup_root), "--state-dir", str(state_dir),
          "--kubeconfig", str(kubeconfig)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,

@@ -5,24 +5,30 @@ ServiceAccount gets through; rsdrill's injector and its journaled revert drive i
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
-from rsdrill.platforms.kubernetes.nodeagent import AgentError, call
+from rsdrill.platforms.kubernetes.nodeagent import REQUEST_TIMEOUT_S, AgentError, call
 from rsdrill.platforms.kubernetes.target import make_target
 from tests.harness.cgroups import PodCgroup, pod_cgroup
 from tests.harness.injectors import pod_injector
+from tests.harness.vcsim import make_certificate
+from tests.kubernetes.cluster import KubeCluster, free_port
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.support import (
     experiment,
     make_node,
     member,
     node_agent,
+    node_agent_process,
     pod_manifest,
     service_account_token,
 )
@@ -102,6 +108,30 @@ def test_only_the_runs_service_account_may_call_the_agent(agent: Agent) -> None:
     assert _wiops(agent).split()[1] == "30"
     call(agent.url, agent.tokens["rsdrill"], "/v1/clear", _request(agent), agent.ca_file)
     assert _wiops(agent) == ""
+
+
+def test_a_caller_silent_before_tls_holds_nobody_else_off(tmp_path: Path) -> None:
+    """Any pod that reaches the node's port can connect and say nothing: the agent still
+    answers the next caller (the revert that lifts a cap may be the one) at once. No API
+    server listens here, so the answer is the TokenReview's 503."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    cert, key = make_certificate(certs)
+    cert = cert.rename(certs / "apiserver.crt")  # where KubeCluster's kubeconfig names its CA
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "cgroup.controllers").touch()  # a cgroup v2 hierarchy, as the agent checks one
+    nowhere = KubeCluster(tmp_path, f"https://127.0.0.1:{free_port()}", [], tmp_path)
+    kubeconfig = nowhere.kubeconfig("node-agent", "a-token")
+    with (
+        node_agent_process(kubeconfig, (cert, key), cgroup, tmp_path / "state", "a") as url,
+        socket.create_connection(("127.0.0.1", urlsplit(url).port or 0)),
+    ):
+        started = time.monotonic()
+        with pytest.raises(AgentError) as refused:
+            call(url, "a-token", "/v1/clear", {}, str(cert))
+        assert refused.value.status == 503, str(refused.value)
+        assert time.monotonic() - started < REQUEST_TIMEOUT_S / 2
 
 
 def test_the_injector_caps_through_the_agent_and_recover_restores(

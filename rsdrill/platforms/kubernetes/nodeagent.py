@@ -105,11 +105,29 @@ class _Handler(BaseHTTPRequestHandler):
 class AgentServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], config: AgentConfig, kube: Kube) -> None:
+    def __init__(self, address: tuple[str, int], config: AgentConfig, kube: Kube,
+                 tls: ssl.SSLContext) -> None:  # fmt: skip
         super().__init__(address, _Handler)
         self.config = config
         self.kube = kube
+        self.tls = tls
         self.lock = threading.Lock()  # one cgroup change at a time
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # The TLS handshake in the connection's own thread, with a deadline: on a wrapped
+        # listening socket it runs in accept(), where one caller that never speaks holds off
+        # every other, the revert that lifts a cap too. The deadline stays for the request.
+        request.settimeout(REQUEST_TIMEOUT_S)
+        try:
+            connection = self.tls.wrap_socket(request, server_side=True)
+        except OSError:  # ssl.SSLError included: not TLS, or too slow
+            return
+        try:
+            super().finish_request(connection, client_address)
+        finally:
+            # socketserver's own end of a request (it ends the raw socket, taken over by the
+            # TLS one): FIN before close, so a reply to a body not read is not lost to a reset.
+            self.shutdown_request(connection)
 
     def reviewer(self, token: str) -> str | None:
         """The token's user as the API server authenticates it (a TokenReview), or None."""
@@ -151,11 +169,9 @@ def make_server(
     config: AgentConfig, kube: Kube, listen: tuple[str, int], tls: tuple[Path, Path]
 ) -> AgentServer:
     """The agent bound to `listen`, serving TLS with (certificate, key); not yet serving."""
-    server = AgentServer(listen, config, kube)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(*tls)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    return server
+    return AgentServer(listen, config, kube, context)
 
 
 # -- rsdrill's side -----------------------------------------------------------------------------
