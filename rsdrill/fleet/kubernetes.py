@@ -90,13 +90,16 @@ class KubeFleetStore:
                            LEVER_CONFIGMAP, self.namespace)  # fmt: skip
         data = (found or {}).get("data") or {}
         events = []
-        for name in sorted(data, reverse=True)[:limit]:  # keys begin with their time
+        for name in sorted(data, reverse=True):
             try:
                 event = json.loads(data[name])
             except ValueError:
                 event = {}  # someone else's text: counted as not signed
             events.append(event if isinstance(event, dict) else {})
-        return events
+        # By the signed `at`, not the key: anyone who may patch the ConfigMap can copy an old
+        # genuine event under a newer key. Stable, so the key breaks a tie.
+        events.sort(key=lambda e: e["at"] if isinstance(e.get("at"), str) else "", reverse=True)
+        return events[:limit]
 
     def add_lever_event(self, event: dict[str, Any]) -> None:
         name = f"{time.time_ns():020d}-{secrets.token_hex(4)}"

@@ -43,7 +43,8 @@ class FleetStore(Protocol):
         """The servers the store lives on (none for a file)."""
 
     def lever_events(self, limit: int) -> list[dict[str, Any]]:
-        """The newest `limit` events, newest first."""
+        """The newest `limit` events, newest first by their `at`: it is signed, where the
+        order they were stored in is not (a genuine old event copied in again stays old)."""
 
     def add_lever_event(self, event: dict[str, Any]) -> None: ...
 
@@ -107,7 +108,8 @@ class SqliteFleetStore:
             raise FleetStoreError(f"{self.path}: {exc}") from None
 
     def lever_events(self, limit: int) -> list[dict[str, Any]]:
-        rows = self._run("SELECT record FROM lever_event ORDER BY seq DESC LIMIT ?", (limit,))
+        rows = self._run("SELECT record FROM lever_event ORDER BY json_extract(record, '$.at') "
+                         "DESC, seq DESC LIMIT ?", (limit,))  # fmt: skip
         return [json.loads(r[0]) for r in rows]
 
     def add_lever_event(self, event: dict[str, Any]) -> None:

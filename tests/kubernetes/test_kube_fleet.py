@@ -71,6 +71,14 @@ def test_the_lever_in_a_configmap_stops_runs_from_starting(kube: Kube, tmp_path:
     assert _cli("lever", "status", **cli).returncode == 0
     events = core.read_namespaced_config_map(LEVER_CONFIGMAP, namespace).data
     assert len(events) == 3  # engage, the forged one, disengage: none overwritten
+    # Nor move it by copying a genuine old event under a newer key: its signed time is old.
+    old = next(text for text in events.values() if '"engaged": false' in text
+               and "signature" in text)  # fmt: skip
+    assert _cli("lever", "engage", "--reason", "again", **cli).returncode == 0
+    core.patch_namespaced_config_map(LEVER_CONFIGMAP, namespace,
+                                     {"data": {"99999999999999999999-replayed": old}})  # fmt: skip
+    status = _cli("lever", "status", **cli)
+    assert status.returncode == 5 and "again" in status.stdout, status.stdout
     # Without the key, a shared store is refused.
     keyless = _cli("lever", "status", key=None, **cli)
     assert keyless.returncode == 2 and "RSDRILL_FLEET_KEY" in keyless.stderr

@@ -64,6 +64,19 @@ def test_a_log_of_nothing_but_forgeries_stops_runs(store: SqliteFleetStore) -> N
     assert buried.engaged and "cannot be read" in buried.reason
 
 
+def test_a_genuine_event_copied_in_again_does_not_move_the_lever(
+    store: SqliteFleetStore,
+) -> None:
+    lever.disengage(store, KEY, by="sre@box")
+    old = store.lever_events(1)[0]
+    lever.engage(store, KEY, "prod incident 4711")
+    # Someone who can write to the store but has no key copies an old genuine "disengaged"
+    # back in, as often as the lever reads: it was signed before the engagement, so it is old.
+    for _ in range(lever.LOOKBACK):
+        store.add_lever_event(old)
+    assert lever.state(store, KEY).engaged
+
+
 def test_one_run_holds_a_cluster_and_the_next_is_told_who(store: SqliteFleetStore) -> None:
     first = ClusterLease(store, KEY, CLUSTER, "rs3-primary-kill")
     first.take()
