@@ -65,7 +65,8 @@ class ClusterLease:
         return signed({**self.record, "until": time.time() + self.ttl_s}, self.key)
 
     def _takeable(self, current: dict[str, Any]) -> bool:
-        if not genuine(current, self.key):
+        # Another cluster's genuine lease copied here is no lease of this one.
+        if not genuine(current, self.key) or current.get("cluster") != self.cluster:
             return True
         until = current.get("until")
         if not isinstance(until, int | float) or until < time.time():

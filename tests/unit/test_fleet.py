@@ -124,6 +124,20 @@ def test_an_unsigned_lease_holds_nothing(store: SqliteFleetStore) -> None:
     lease.release()
 
 
+def test_another_cluster_s_lease_copied_here_holds_nothing(store: SqliteFleetStore) -> None:
+    elsewhere = ClusterLease(store, KEY, "other-cluster", "running elsewhere")
+    elsewhere.take()
+    try:
+        copied = store.lease("other-cluster")
+        assert copied is not None and store.put_lease(CLUSTER, copied, replacing=None)
+        lease = ClusterLease(store, KEY, CLUSTER, "real")
+        lease.take()
+        assert store.lease(CLUSTER)["experiment"] == "real"  # type: ignore[index]
+        lease.release()
+    finally:
+        elsewhere.release()
+
+
 def test_a_held_lease_is_renewed_and_a_taken_one_is_noticed(
     store: SqliteFleetStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
