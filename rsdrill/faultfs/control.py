@@ -11,7 +11,9 @@ behind by a crashed daemon): it exists exactly while the daemon runs.
 
 An abstract socket has no file permissions either: any local user can connect. So the daemon
 asks the kernel who is calling (SO_PEERCRED) and serves only its own user and root; anyone else
-could otherwise detach a member's volume or drop a real mongod's unsynced writes.
+could otherwise detach a member's volume or drop a real mongod's unsynced writes. Nor has the
+name an owner: any local user can bind it first (before the daemon, or once it exited), so a
+client asks who answers too, and believes only its own user and root.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ def request(mountpoint: Path | str, message: dict[str, Any],
         sock.settimeout(timeout_s)
         try:
             sock.connect(socket_name(mountpoint))
+            server_uid = peer_uid(sock)
+            if not _trusted(server_uid):
+                raise ControlError(f"faultfs at {mountpoint}: refused: its socket is served by "
+                                   f"uid {server_uid}, neither root nor this user "
+                                   f"({os.geteuid()})")  # fmt: skip
             sock.sendall(json.dumps(message).encode() + b"\n")
             data = b""
             while not data.endswith(b"\n"):
@@ -81,6 +88,11 @@ def peer_uid(conn: socket.socket) -> int:
     """The user id of the process at the other end of a Unix socket, as the kernel says."""
     data = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
     return int(_PEERCRED.unpack(data)[1])
+
+
+def _trusted(uid: int) -> bool:
+    """Whether a peer of `uid` may control a mount, or answer for one: root or this user."""
+    return uid in (0, os.geteuid())
 
 
 class ControlServer:
@@ -130,7 +142,7 @@ class ControlServer:
                 # Read the request even to refuse it: closing before the client has sent it
                 # would fail its send (EPIPE) instead of telling it why.
                 line = conn.makefile("rb").readline(_MAX_REQUEST_BYTES)
-                if uid not in (0, os.geteuid()):
+                if not _trusted(uid):
                     reply = {"ok": False, "error": f"refused: uid {uid} is neither root nor "
                              f"the faultfs daemon's user ({os.geteuid()})"}  # fmt: skip
                 else:

@@ -398,3 +398,30 @@ def test_the_control_channel_refuses_other_users(faultfs: MakeMount) -> None:
     # Nothing happened: no rule, the file is readable, the daemon still serves its owner.
     assert request(m.mountpoint, {"op": "status"})["rules"] == {}
     assert (m.mountpoint / "f").read_bytes() == b"kept"
+
+
+def test_a_control_socket_another_user_bound_first_is_not_believed(tmp_path: Path) -> None:
+    """An abstract socket's name is anyone's to take: a process of user `nobody` binds the one
+    of a mount point before any daemon and answers every request `ok`. rsdrill must not take
+    that for the mount (a fault reported set, or cleared, that never was)."""
+    script = (
+        "import json, socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "s.bind(bytes.fromhex(sys.argv[1]))\n"
+        "s.listen(1)\n"
+        "print('ready', flush=True)\n"
+        "c, _ = s.accept()\n"
+        "c.makefile().readline()\n"
+        "c.sendall(json.dumps({'ok': True, 'rules': {}, 'cleared': []}).encode() + b'\\n')\n"
+    )
+    squatter = subprocess.Popen(
+        ["/usr/bin/python3", "-c", script, socket_name(tmp_path).hex()],
+        stdout=subprocess.PIPE, text=True, user=NOBODY, group=NOBODY, cwd="/",
+    )  # fmt: skip
+    try:
+        assert squatter.stdout is not None and squatter.stdout.readline() == "ready\n"
+        with pytest.raises(ControlError, match=rf"served by uid {NOBODY}, neither root"):
+            request(tmp_path, {"op": "clear"})
+    finally:
+        squatter.kill()
+        squatter.communicate(timeout=10)
