@@ -17,6 +17,7 @@ from rsdrill.cli.interrupt import exit_on_interrupt
 
 if TYPE_CHECKING:
     from rsdrill.engine.console import GameDayConsole
+    from rsdrill.engine.journal import Pending
     from rsdrill.engine.options import RunOptions
     from rsdrill.experiment.schema import Experiment
 
@@ -344,6 +345,16 @@ def recover(
             "Also read from $RSDRILL_RECOVER_URI (kept off the process list).",
         ),
     ] = None,
+    forget: Annotated[
+        str | None,
+        typer.Option(
+            "--forget",
+            metavar="KEY",
+            help="Give up one owed revert instead (its member gone for good: a deleted VM or "
+            "pod): journal it as forgotten, by you, now; revert nothing. KEY as recover shows "
+            "it in brackets.",
+        ),
+    ] = None,
 ) -> None:
     """Revert whatever a dead run left behind (faults in force, its sandbox), from the journal.
     Running it again finds nothing to do."""
@@ -359,6 +370,9 @@ def recover(
             exit_invalid(f"--uri: {exc}")
 
     owed = pending()
+    if forget is not None:
+        _forget(forget, owed, dry_run=dry_run, force=force)
+        return
     todo = [p for p in owed if force or not process_alive(p.pid)]
     for p in owed:
         if p not in todo:
@@ -378,29 +392,65 @@ def recover(
         return
     # Only now: what carries the reverts out imports every platform (most calls find nothing).
     from rsdrill.engine.actions import carry_out, describe
+    from rsdrill.engine.forget import Owed, handle, owed_reverts
     from rsdrill.platforms.base import TargetError
 
     if not dry_run:
         # Ctrl-C must not leave a revert half done: say so and carry on.
         signal.signal(signal.SIGINT, _keep_reverting)
     failed = False
+    everything = owed_reverts(owed)
     for p in todo:
         typer.echo(f"{p.run} ({p.experiment}):")
         journal = None if dry_run else Journal(p.path)
         for key, action in p.actions:
+            # The handle `--forget` takes, on every line that names a revert.
+            name = f"[{handle(Owed(p, key, action), everything)}]"
             if dry_run:
-                typer.echo(f"  would {describe(action)}")
+                typer.echo(f"  {name} would {describe(action)}")
                 continue
             try:
-                typer.echo(f"  {carry_out(action, given)}")
+                typer.echo(f"  {name} {carry_out(action, given)}")
                 assert journal is not None
                 journal.write("released" if key.startswith("resource:") else "reverted", key=key)
             except TargetError as exc:
                 failed = True
-                typer.echo(f"  FAILED {exc}", err=True)
+                typer.echo(f"  FAILED {name} {exc}", err=True)
+                typer.echo(f"  (its host gone for good? give it up: rsdrill recover --forget "
+                           f"{name[1:-1]})", err=True)  # fmt: skip
         if journal is not None:
             if not failed:
                 journal.write("end", verdict="recovered")
             journal.close()
     if failed:
         raise typer.Exit(4)
+
+
+def _forget(ident: str, owed: "list[Pending]", *, dry_run: bool, force: bool) -> None:
+    """`recover --forget KEY`: journal one owed revert as given up; revert nothing."""
+    from rsdrill.engine.actions import describe
+    from rsdrill.engine.forget import ForgetRefused, find, forget, settled, unknown
+    from rsdrill.fleet.lever import who
+
+    try:
+        found = find(ident, owed, force=force)
+    except ForgetRefused as exc:
+        exit_invalid(str(exc))
+    if found is None:
+        done = settled(ident)
+        if done is None:
+            exit_invalid(unknown(ident, owed))
+        # Idempotent, as recover is: what was asked (nothing owed under KEY) already holds.
+        typer.echo(f"{done}; nothing to forget")
+        return
+    run = f"{found.pending.run} ({found.pending.experiment})"
+    what = f"[{found.key}] {describe(found.action)}"
+    if dry_run:
+        typer.echo(f"{run}:\n  would forget {what}: not reverted, no longer owed")
+        return
+    by = who()
+    rest = forget(found, by)
+    typer.echo(f"{run}:\n  forgot {what}: not reverted, no longer owed (journaled as given "
+               f"up by {by})")  # fmt: skip
+    if rest:
+        typer.echo(f"  still owed: {', '.join(rest)} (rsdrill recover reverts them)")

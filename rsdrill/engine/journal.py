@@ -3,8 +3,9 @@
 One JSON-lines file per run under `$RSDRILL_HOME/journal/` (default `~/.rsdrill/journal`).
 Records: `run` (who and when), `intent` (a fault about to be applied, with its revert action),
 `applied`, `reverted`, `resource` (something the run set up that must be released, e.g. its
-sandbox), `released`, and `end` when nothing is left to undo. A journal without `end` whose
-process is gone is what `rsdrill recover` finishes.
+sandbox), `released`, `forgotten` (a revert given up by hand, `by` whom: `rsdrill recover
+--forget`), and `end` when nothing is left to undo. A journal without `end` whose process is
+gone is what `rsdrill recover` finishes.
 """
 
 from __future__ import annotations
@@ -19,9 +20,19 @@ from typing import Any
 from rsdrill.home import rsdrill_home
 from rsdrill.redact import redact_uri
 
+FORGOTTEN = "forgotten"
+# The records after which a key is no longer owed.
+SETTLED = ("reverted", "released", FORGOTTEN)
+
 
 def journal_dir() -> Path:
     return rsdrill_home() / "journal"
+
+
+def journal_paths(directory: Path | None = None) -> list[Path]:
+    """Every run's journal, oldest first (run ids begin with their UTC start time)."""
+    directory = directory or journal_dir()
+    return sorted(directory.glob("*.jsonl")) if directory.exists() else []
 
 
 class Journal:
@@ -69,27 +80,31 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def owed_actions(records: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The revert actions `records` leave owed, in the order to carry them out."""
+    owed: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r["type"] in ("intent", "resource") and r.get("revert"):
+            owed[r["key"]] = r["revert"]
+        elif r["type"] in SETTLED:
+            owed.pop(r["key"], None)
+    # Faults before resources (restart the member, then stop the sandbox), latest first.
+    faults = [(k, a) for k, a in owed.items() if not k.startswith("resource:")]
+    resources = [(k, a) for k, a in owed.items() if k.startswith("resource:")]
+    return faults[::-1] + resources[::-1]
+
+
 def pending(directory: Path | None = None) -> list[Pending]:
     """Every journal without an `end`, with the actions that would finish it."""
-    directory = directory or journal_dir()
     out = []
-    for path in sorted(directory.glob("*.jsonl")) if directory.exists() else []:
+    for path in journal_paths(directory):
         records = read_records(path)
         if any(r["type"] == "end" for r in records):
             continue
         head = next((r for r in records if r["type"] == "run"), {})
-        owed: dict[str, dict[str, Any]] = {}
-        for r in records:
-            if r["type"] in ("intent", "resource") and r.get("revert"):
-                owed[r["key"]] = r["revert"]
-            elif r["type"] in ("reverted", "released"):
-                owed.pop(r["key"], None)
-        # Faults before resources (restart the member, then stop the sandbox), latest first.
-        faults = [(k, a) for k, a in owed.items() if not k.startswith("resource:")]
-        resources = [(k, a) for k, a in owed.items() if k.startswith("resource:")]
         out.append(
             Pending(path, head.get("run", path.stem), head.get("experiment", "?"),
-                    head.get("pid"), actions=faults[::-1] + resources[::-1])
+                    head.get("pid"), actions=owed_actions(records))
         )  # fmt: skip
     return out
 
