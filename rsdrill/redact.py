@@ -6,9 +6,11 @@ import re
 
 MASK = "***"
 # Any scheme: MongoDB URIs, and the HTTP endpoints rsdrill reports to (a Pushgateway's basic
-# auth, a webhook's).
-_URI_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]+:)([^@/\s]+)(@)")
-_MASKED_URI_PASSWORD = re.compile(rf"mongodb(?:\+srv)?://[^:/@\s]+:{re.escape(MASK)}@")
+# auth, a webhook's). The password runs to the URI's last '@': one typed with an unescaped
+# '@' or '/' (a URI the driver refuses, whose error shows it) is still a password, and so is
+# one after an empty user name. A URI ends at a space, a quote or a bracket.
+_URI_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s\"'<>]*:)([^\s\"'<>]+)(@)")
+_MASKED_URI_PASSWORD = re.compile(rf"mongodb(?:\+srv)?://[^:/@\s]*:{re.escape(MASK)}@")
 # Options whose value is a secret: the client key's passphrase, and AWS credentials that
 # MONGODB-AWS takes in authMechanismProperties (AWS_SESSION_TOKEN:...).
 # A value ends where the URI does: at the next option, or a quote or bracket around the URI

@@ -85,3 +85,30 @@ def test_a_masked_uri_inside_json_keeps_the_json_valid() -> None:
     ):
         shown = json.loads(redact_uri(text))["uri"]
         assert "s3cret" not in shown and "tok" not in shown and "=pw" not in shown, shown
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "mongodb://drill:Pa@ss@127.0.0.1:1/",  # '@' and '/' unescaped: the driver refuses the
+        "mongodb://drill:Pa/ss@127.0.0.1:1/",  # URI, and its error must not show the password
+        "mongodb://:Pass@127.0.0.1:1/",  # no user name
+    ],
+)
+def test_a_password_the_driver_cannot_parse_is_masked_too(tmp_path: Path, uri: str) -> None:
+    from typer.testing import CliRunner
+
+    from rsdrill.cli.app import app
+
+    experiment = tmp_path / "e.yaml"
+    experiment.write_text(
+        f"name: t\ntarget:\n  platform: local\n  uri: '{uri}'\n  members:\n"
+        "    - {host: '127.0.0.1:1', start: 'true', dbpath: /nowhere}\n"
+        "faults:\n  - {at: 1s, kind: stepdown, select: primary}\n"
+    )
+    shown = CliRunner().invoke(app, ["plan", str(experiment)])
+    assert shown.exit_code == 0 and "uri mongodb://" in shown.output, shown.output
+    assert "ss@" not in shown.output, shown.output
+    # The shared history, as `rsdrill history` is pointed at one (the driver's error shown).
+    history = CliRunner().invoke(app, ["history"], env={"RSDRILL_HISTORY": uri})
+    assert "127.0.0.1:1" in history.output and "ss@" not in history.output, history.output
