@@ -22,11 +22,13 @@ from rsdrill.cli import (
     schedule,
     soak,
 )
+from rsdrill.cli.group import RsdrillGroup
 from rsdrill.cli.interrupt import interrupt_raises
 from rsdrill.version import __version__
 
 app = typer.Typer(
     name="rsdrill",
+    cls=RsdrillGroup,  # help metavars for every command (cli/group.py)
     help="Chaos experiments for MongoDB replica sets, with failover and recovery measured.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish

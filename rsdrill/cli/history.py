@@ -174,7 +174,9 @@ def history(
 
 @app.command()
 def push(
-    dirs: Annotated[list[Path], typer.Argument(help="Run directories (each with result.json).")],
+    dirs: Annotated[
+        list[Path], typer.Argument(help="Run directories (each with result.json).", metavar="DIR")
+    ],
     db: DbOption = str(HISTORY_DB),
 ) -> None:
     """Add runs to the history after the fact (a shared store that was down when they ended).
