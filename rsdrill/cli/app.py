@@ -28,7 +28,7 @@ from rsdrill.version import __version__
 
 app = typer.Typer(
     name="rsdrill",
-    cls=RsdrillGroup,  # help metavars for every command (cli/group.py)
+    cls=RsdrillGroup,  # help metavars and --json usage errors, for every command (cli/group.py)
     help="Chaos experiments for MongoDB replica sets, with failover and recovery measured.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish

@@ -61,12 +61,13 @@ def json_errors(command: Callable[P, R]) -> Callable[P, R]:
 
 def refuse(
     message: str, status: int = EXIT_INVALID, file: str | None = None,
-    where: dict[str, Any] | None = None,
+    where: dict[str, Any] | None = None, as_json: bool | None = None,
 ) -> NoReturn:  # fmt: skip
     """Stop the command with `status`, saying why: one line on stderr, or under --json the
     object `validate --json` gives a file with a problem (`where` in it: line, column, field;
-    without, only the message), on stdout and nothing on stderr, as validate."""
-    if _AS_JSON.get():
+    without, only the message), on stdout and nothing on stderr, as validate. `as_json` None:
+    as the running command was given (its --json); a usage error comes before it runs."""
+    if _AS_JSON.get() if as_json is None else as_json:
         error = where or {"line": None, "column": None, "field": None,
                           "problem": message, "message": message}  # fmt: skip
         typer.echo(json.dumps(file_entry(file, [], error), indent=2))

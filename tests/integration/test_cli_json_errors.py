@@ -1,7 +1,10 @@
 """Commands given --json refuse in JSON too: the object `validate --json` gives a file with a
 problem (`file`, `ok: false`, `notes`, `error: {line, column, field, problem, message}`), on
 stdout, nothing on stderr (as validate), with the command's own exit status. A CI job parsing
-the output of a failed command found nothing on stdout."""
+the output of a failed command found nothing on stdout.
+
+Click's own usage errors (unknown option, missing argument, bad value) too, wherever --json
+stands on the command line: they come before the command's parameters are bound."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
+from tests.harness.cli import rsdrill_run
 
 ROOT = Path(__file__).resolve().parents[2]
 INVALID = ROOT / "tests" / "fixtures" / "invalid" / "misspelt-kind.yaml"
@@ -78,3 +82,51 @@ def test_without_json_the_refusal_is_one_line_on_stderr() -> None:
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith(f"{INVALID}:9:11: faults[0].kind: unknown value")
     assert len(result.stderr.splitlines()) == 1
+
+
+SECRET_URI = "mongodb://u:s3cret@127.0.0.1:1/?replicaSet=rs0"
+USAGE_ERRORS = [
+    (["validate", "--json"], "Missing argument 'FILE'."),
+    (["validate", "--bogus", str(EXPERIMENT), "--json"], "No such option: --bogus"),
+    (["plan", "--seed", "abc", "--json", str(EXPERIMENT)], "Invalid value for '--seed'"),
+    (["audit", "--catch-up", "abc", SECRET_URI, "--json"], "Invalid value for '--catch-up'"),
+    (["audit", "--json", "extra", SECRET_URI], "Got unexpected extra argument(s) (mongodb://u:***@"),
+    (["--bogus", "validate", str(EXPERIMENT), "--json"], "No such option: --bogus"),
+    (["sandbox", "up", "--json", "--topology", "rs9"], "Invalid value for '--topology'"),
+    (["nosuch", "--json"], "No such command 'nosuch'"),
+]  # fmt: skip
+USAGE_IDS = ["missing-argument", "json-after-bad-option", "bad-value", "bad-value-with-uri",
+             "extra-argument-uri", "root-option", "subcommand", "unknown-command"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "says"), USAGE_ERRORS, ids=USAGE_IDS)
+def test_a_usage_error_under_json_is_the_json_refusal(args: list[str], says: str) -> None:
+    """The console script's own process: --json is read from its real command line."""
+    result = rsdrill_run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr == "", (result.stdout, result.stderr)
+    refused = json.loads(result.stdout)
+    assert refused == {
+        "file": None, "ok": False, "notes": [],
+        "error": {"line": None, "column": None, "field": None,
+                  "problem": refused["error"]["message"], "message": refused["error"]["message"]},
+    }  # fmt: skip
+    assert says in refused["error"]["message"]
+    assert "s3cret" not in result.stdout
+
+
+@pytest.mark.parametrize(("args", "says"), USAGE_ERRORS, ids=USAGE_IDS)
+def test_without_json_a_usage_error_stays_clicks_text(args: list[str], says: str) -> None:
+    result = rsdrill_run([a for a in args if a != "--json"], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert result.stderr.startswith("Usage: ")
+    assert f"Error: {says}" in result.stderr
+    assert "Traceback" not in result.stderr and "s3cret" not in result.stderr
+
+
+def test_json_after_the_end_of_options_is_not_asked_for(tmp_path: Path) -> None:
+    """`--` ends the options: a file named --json is a file (and --bogus one too)."""
+    result = rsdrill_run(["validate", "--", "--json", "--bogus"], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[0].startswith("--json:1:1: cannot read")
