@@ -403,6 +403,7 @@ def recover(
     for p in todo:
         typer.echo(f"{p.run} ({p.experiment}):")
         journal = None if dry_run else Journal(p.path)
+        owes = False  # this run's: another run's failure must not keep this one open
         for key, action in p.actions:
             # The handle `--forget` takes, on every line that names a revert.
             name = f"[{handle(Owed(p, key, action), everything)}]"
@@ -414,12 +415,12 @@ def recover(
                 assert journal is not None
                 journal.write("released" if key.startswith("resource:") else "reverted", key=key)
             except TargetError as exc:
-                failed = True
+                failed = owes = True
                 typer.echo(f"  FAILED {name} {exc}", err=True)
                 typer.echo(f"  (its host gone for good? give it up: rsdrill recover --forget "
                            f"{name[1:-1]})", err=True)  # fmt: skip
         if journal is not None:
-            if not failed:
+            if not owes:
                 journal.write("end", verdict="recovered")
             journal.close()
     if failed:

@@ -5,6 +5,7 @@ no longer owed; unknown, ambiguous and live-run keys are refused with nothing wr
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,24 @@ def test_recover_forget_journals_it_and_recover_is_green_again(home: Path, dead_
     assert out.endswith("; nothing to forget\n")
     status, _, err = _recover("--forget", "fault:0:typo:1")
     assert status == 2 and "nothing is owed" in err
+
+
+def test_one_run_s_failed_revert_does_not_keep_the_next_run_s_journal_open(
+    home: Path, dead_pid: int
+) -> None:
+    """Each journal ends on its own reverts: a run fully reverted gets its `end` even when an
+    older run's revert failed in the same call (before, the flag was the call's)."""
+    with socket.socket() as hung, socket.socket() as gone:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen()  # the kernel takes the connection; nobody answers the hello: not down
+        gone.bind(("127.0.0.1", 0))  # bound, not listening: refused, the member is down
+        stuck = _journal(home, "a1", dead_pid,
+                         (KEY, {**OFF, "host": f"127.0.0.1:{hung.getsockname()[1]}"}))  # fmt: skip
+        done = _journal(home, "b2", dead_pid,
+                        (KEY, {**OFF, "host": f"127.0.0.1:{gone.getsockname()[1]}"}))  # fmt: skip
+        status, out, err = _recover()
+    assert status == 4, out + err
+    assert "FAILED" in err
+    assert [r["type"] for r in read_records(done)][-1] == "end", out + err
+    assert [r["type"] for r in read_records(stuck)][-1] != "end"
+    assert [p.run for p in pending(home)] == ["a1"]
