@@ -7,6 +7,7 @@ port. Against the sandbox's emulator member processes."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -220,3 +221,46 @@ def test_a_killed_local_member_is_started_by_its_command(
     HostKill(hosts, spec.host, restart=True, wipe=False, restart_action=action).revert()
     assert answers_hello(spec.host, options=sandbox.connect_options)
     assert listening_pid(spec.port) not in (None, first)
+
+
+def test_a_forking_local_start_command_is_waited_for(member: tuple[Sandbox, MemberSpec]) -> None:
+    """A daemonizing start command (mongod --fork) exits 0 once its member forked off: not a
+    failure; the member is waited for as before."""
+    sandbox, spec = member
+    command = f"{sys.executable} -m rsdrill_emulator --dir {sandbox.directory} --host {spec.host}"
+    forking = f"sh -c '{command} &'"
+    hosts, _ = _local(sandbox, spec, forking)
+    sandbox.kill(spec)
+    try:
+        assert carry_out(hosts.restart_action(spec.host, wipe=False)) == (
+            f"{spec.host}: restarted with `{forking}`"
+        )
+        assert answers_hello(spec.host, options=sandbox.connect_options)
+    finally:
+        if listening_pid(spec.port) is not None:
+            hosts.kill(spec.host)  # not the sandbox's recorded pid: its teardown would miss it
+
+
+def test_a_local_start_command_that_fails_says_why_and_stays_owed(
+    member: tuple[Sandbox, MemberSpec],
+) -> None:
+    """A start command exiting 1 (a member refusing its options): the run's revert and
+    recover's fail at once with its status and stderr, the password it printed masked; the
+    restart stays owed (recover exits 4)."""
+    sandbox, spec = member
+    script = "echo Error: mongodb://root:Hunter2pw@db0/ refused >&2; exit 1"
+    hosts, _ = _local(sandbox, spec, f"sh -c '{script}'")
+    action = hosts.restart_action(spec.host, wipe=False)
+    hosts.kill(spec.host)
+    why = (f"exited with status 1 before the member answered a hello (output in "
+           f"{hosts.log_dir}")  # fmt: skip
+    quoted = "\n    Error: mongodb://root:***@db0/ refused"
+    began = time.monotonic()
+    with pytest.raises(InjectionError) as err:
+        HostKill(hosts, spec.host, restart=True, wipe=False, restart_action=action).revert()
+    assert str(err.value).startswith(f"restart {spec.host}: its start command `sh -c ")
+    with pytest.raises(TargetError) as owed:
+        carry_out(action)
+    assert time.monotonic() - began < 10  # not the minute a member is given to answer
+    for message in (str(err.value), str(owed.value)):
+        assert why in message and message.endswith(quoted) and "Hunter2pw" not in message

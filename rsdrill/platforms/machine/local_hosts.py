@@ -5,6 +5,7 @@ clocks), their data directories wiped."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -18,6 +19,7 @@ from rsdrill.experiment.target import LocalMember
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine import faketime
 from rsdrill.platforms.machine.network import rejoin_partition
+from rsdrill.redact import redact_uri
 from rsdrill.sandbox.cluster import booting
 
 START_TIMEOUT_S = 60.0
@@ -25,6 +27,13 @@ START_TIMEOUT_S = 60.0
 # this is not down. Whether it answers then gets longer, for a loaded member.
 DOWN_CHECK_S = 1.0
 ANSWER_CHECK_S = 2.0
+# A failed start quotes the end of what its command wrote: read from the log's end, within
+# this many bytes, so a chatty command costs no memory.
+OUTPUT_TAIL_LINES = 10
+OUTPUT_TAIL_BYTES = 16384
+# mongod's error and fatal lines (its JSON log's severity), kept in a failed start's quote:
+# a failing mongod logs its cause, then a shutdown's worth of chatter.
+_SEVERE_LINE = re.compile(r'"s"\s*:\s*"[EF]')
 
 
 def _listening_inodes(port: int) -> set[str]:
@@ -188,6 +197,7 @@ class LocalHosts:
                                   f"not installed ({faketime.INSTALL_HINT})")  # fmt: skip
             env = faketime.preload_env(self.clock_files[host], lib, environ_copy())
         with log.open("ab") as out:
+            offset = out.seek(0, os.SEEK_END)  # where this start's output begins
             process = subprocess.Popen(
                 booting(shlex.split(member.start), boot_s), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env,
@@ -198,12 +208,23 @@ class LocalHosts:
             rejoin_partition(process.pid, int(host.rsplit(":", 1)[1]))
             return
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not answers_hello(host, options=self.options):
+        while True:
+            # Polled before the hello: a member that answered before its command exited
+            # (whatever the status) is up.
+            status = process.poll()
+            if answers_hello(host, options=self.options):
+                break
+            # Exit 0 is a daemonizing command (mongod --fork) whose member is still coming up.
+            if status is not None and status != 0:
+                raise TargetError(_start_failed(
+                    host, f"its start command `{member.start}` {_exit_status(status)} before "
+                    "the member answered a hello", log, offset,
+                ))  # fmt: skip
             if time.monotonic() > deadline:
-                raise TargetError(
-                    f"{host} did not answer within {START_TIMEOUT_S:.0f}s after "
-                    f"`{member.start}` (see {log})"
-                )
+                raise TargetError(_start_failed(
+                    host, f"did not answer within {START_TIMEOUT_S:.0f}s after "
+                    f"`{member.start}`", log, offset,
+                ))  # fmt: skip
             time.sleep(0.05)
         pid = self.pid(host)
         if pid is not None:
@@ -212,6 +233,39 @@ class LocalHosts:
 
 def _port(host: str) -> int:
     return int(host.rsplit(":", 1)[1])
+
+
+def _exit_status(status: int) -> str:
+    if status < 0:
+        return f"was killed by {signal.Signals(-status).name}"
+    return f"exited with status {status}"
+
+
+def _start_failed(host: str, what: str, log: Path, offset: int) -> str:
+    """One message: what went wrong, where the output is, its last lines; passwords masked
+    (a start command, and what it prints, may hold one)."""
+    tail = _output_tail(log, offset)
+    quoted = "".join(f"\n    {line}" for line in tail)
+    return redact_uri(f"{host}: {what} (output in {log})" + (":" * bool(tail)) + quoted)
+
+
+def _output_tail(log: Path, offset: int) -> list[str]:
+    """The last lines written to `log` after `offset`, after mongod's error lines from before
+    them (... between); read from the end, at most OUTPUT_TAIL_BYTES."""
+    try:
+        with log.open("rb") as f:
+            start = max(offset, f.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES)
+            f.seek(start)
+            text = f.read(OUTPUT_TAIL_BYTES).decode(errors="replace")  # a daemon writes on
+    except OSError:
+        return []
+    lines = text.splitlines()
+    if start > offset and lines:
+        # Cut mid-line: dropped, as a password cut from its URI's scheme would not be masked.
+        lines = lines[1:]
+    lines = [line.rstrip() for line in lines if line.strip()]
+    older = [line for line in lines[:-OUTPUT_TAIL_LINES] if _SEVERE_LINE.search(line)]
+    return older[-OUTPUT_TAIL_LINES // 2 :] + ["..."] * bool(older) + lines[-OUTPUT_TAIL_LINES:]
 
 
 def wipe_directory(path: Path) -> None:
