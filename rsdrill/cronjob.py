@@ -189,29 +189,33 @@ def _meta_factory(options: ScheduleOptions) -> Any:
 
 
 def role_rules(
-    experiments: Sequence[Experiment],
+    experiments: Sequence[Experiment], account: tuple[str, str] | None = None
 ) -> tuple[dict[str | None, list[dict[str, Any]]], list[dict[str, Any]]]:
-    """RBAC rules for everything the experiments' faults do: {namespace: rules} for Roles and
-    the rules of a ClusterRole (node-level faults), merged per API group and resource."""
+    """RBAC rules for everything the experiments' faults do, run as the ServiceAccount
+    `account` (namespace, name): {namespace: rules} for Roles and the rules of a ClusterRole
+    (node-level faults), merged per API group, resource and object name."""
     from rsdrill.platforms.kubernetes.preflight import needed_permissions
 
-    grouped: dict[str | None, dict[tuple[str, str], list[str]]] = defaultdict(dict)
+    grouped: dict[str | None, dict[tuple[str, str, str], list[str]]] = defaultdict(dict)
     for exp in experiments:
         platform = exp.target.section("kubernetes", KubernetesPlatform)
         assert platform is not None
         # Both ways an iops-throttle may go (BlockChaos where installed, IOChaos otherwise).
         for block_chaos in (False, True):
-            for p in needed_permissions(platform, exp.faults, block_chaos=block_chaos):
+            for p in needed_permissions(
+                platform, exp.faults, block_chaos=block_chaos, account=account
+            ):
                 resource = f"{p.resource}/{p.subresource}" if p.subresource else p.resource
-                verbs = grouped[p.namespace].setdefault((p.group, resource), [])
+                verbs = grouped[p.namespace].setdefault((p.group, resource, p.name), [])
                 if p.verb not in verbs:
                     verbs.append(p.verb)
 
-    def rules(entries: dict[tuple[str, str], list[str]]) -> list[dict[str, Any]]:
-        return [
-            {"apiGroups": [group], "resources": [resource], "verbs": verbs}
-            for (group, resource), verbs in sorted(entries.items())
-        ]
+    def rule(group: str, resource: str, name: str, verbs: list[str]) -> dict[str, Any]:
+        names = {"resourceNames": [name]} if name else {}
+        return {"apiGroups": [group], "resources": [resource], "verbs": verbs, **names}
+
+    def rules(entries: dict[tuple[str, str, str], list[str]]) -> list[dict[str, Any]]:
+        return [rule(*key, verbs) for key, verbs in sorted(entries.items())]
 
     cluster = rules(grouped.pop(None, {}))
     return {ns: rules(entries) for ns, entries in grouped.items()}, cluster
@@ -222,7 +226,7 @@ def rbac_objects(
 ) -> list[dict[str, Any]]:
     """Roles (one per namespace the experiments act in) and, for node-level faults, a
     ClusterRole, bound to the ServiceAccount `name` in `namespace`."""
-    namespaced, cluster = role_rules(experiments)
+    namespaced, cluster = role_rules(experiments, (namespace, name))
     subjects = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
     objects: list[dict[str, Any]] = []
     for where, rules in sorted(namespaced.items(), key=lambda item: str(item[0])):

@@ -343,10 +343,23 @@ def service_account_token(api: Any, namespace: str, account: str) -> str:
     """A token of a new ServiceAccount `account` (TokenRequest, an hour)."""
     from kubernetes import client
 
-    core = client.CoreV1Api(api)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
-    request = {"spec": {"expirationSeconds": 3600}}
-    answer = core.create_namespaced_service_account_token(account, namespace, request)
+    client.CoreV1Api(api).create_namespaced_service_account(
+        namespace, {"metadata": {"name": account}}
+    )
+    return token_of(api, namespace, account)
+
+
+def token_of(api: Any, namespace: str, account: str, audience: str | None = None) -> str:
+    """A token of the ServiceAccount `account` (TokenRequest, an hour), for `audience` only when
+    given, else for the API server's own audiences."""
+    from kubernetes import client
+
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if audience is not None:
+        spec["audiences"] = [audience]
+    answer = client.CoreV1Api(api).create_namespaced_service_account_token(
+        account, namespace, {"spec": spec}
+    )
     return str(answer.status.token)
 
 
@@ -377,7 +390,7 @@ def node_agent(
     """`python -m rsdrill.platforms.kubernetes.nodeagent` on a free loopback port, serving TLS
     with the API server's certificate, under its own ServiceAccount `node-agent` of
     `namespace` (allowed to create TokenReviews, nothing else), admitting the user `allow`
-    only, capping cgroups under `cgroup_root`: its URL."""
+    only, capping cgroups under `cgroup_root`: its URL (its log: `agent_log(state_dir)`)."""
     from kubernetes import client
 
     token = service_account_token(kube.api, namespace, "node-agent")
@@ -405,22 +418,30 @@ def node_agent_process(
     kubeconfig: Path, tls: tuple[Path, Path], cgroup_root: Path, state_dir: Path, allow: str
 ) -> Iterator[str]:
     """The node agent's process on a free loopback port, serving TLS with (certificate, key),
-    reviewing tokens through `kubeconfig`: its URL."""
+    reviewing tokens through `kubeconfig`: its URL. What it logs (stderr) is in
+    `agent_log(state_dir)`."""
     from tests.kubernetes.cluster import REPO, env_without_kube, free_port
 
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rsdrill.platforms.kubernetes.nodeagent",
-         "--listen", f"127.0.0.1:{port}", "--allow", allow,
-         "--tls-cert", str(tls[0]), "--tls-key", str(tls[1]),
-         "--cgroup-root", str(cgroup_root), "--state-dir", str(state_dir),
-         "--kubeconfig", str(kubeconfig)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env=env_without_kube(),
-    )  # fmt: skip
+    log = agent_log(state_dir)
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rsdrill.platforms.kubernetes.nodeagent",
+             "--listen", f"127.0.0.1:{port}", "--allow", allow,
+             "--tls-cert", str(tls[0]), "--tls-key", str(tls[1]),
+             "--cgroup-root", str(cgroup_root), "--state-dir", str(state_dir),
+             "--kubeconfig", str(kubeconfig)],
+            stdout=subprocess.DEVNULL, stderr=stderr, text=True, cwd=REPO,
+            env=env_without_kube(),
+        )  # fmt: skip
     try:
-        wait_listening(port, process, "the node agent", lambda: process.communicate()[1])
+        wait_listening(port, process, "the node agent", log.read_text)
         yield f"https://127.0.0.1:{port}"
     finally:
         process.terminate()
-        process.communicate(timeout=10)
+        process.wait(timeout=10)
+
+
+def agent_log(state_dir: Path) -> Path:
+    """Where `node_agent_process` with `state_dir` keeps the agent's log."""
+    return state_dir.with_name(f"{state_dir.name}.log")

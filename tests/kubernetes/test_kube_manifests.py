@@ -64,8 +64,9 @@ def _flat(where: str | None, rules: list[dict[str, Any]]) -> set[Grant]:
     }
 
 
-def _needed(experiments: list[Experiment]) -> set[Grant]:
-    namespaced, cluster = role_rules(experiments)
+def _needed(experiments: list[Experiment], account: str) -> set[Grant]:
+    """What the experiments need, run as the ServiceAccount `account` of namespace rsdrill."""
+    namespaced, cluster = role_rules(experiments, ("rsdrill", account))
     needed = _flat(None, cluster)
     for where, rules in namespaced.items():
         needed |= _flat(where, rules)
@@ -91,15 +92,19 @@ def test_overlay_rbac_is_what_its_experiments_use(overlay: str) -> None:
         assert len(hosts) == statefulset["spec"]["replicas"], exp.name
     accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
     assert accounts == {"rsdrill", "rsdrill-nightly"}
-    assert _grants_of(docs, "rsdrill-nightly") == _needed(scheduled)
+    assert _grants_of(docs, "rsdrill-nightly") == _needed(scheduled, "rsdrill-nightly")
     # The game-day account: every pod-level fault, in the namespace only.
-    assert _grants_of(docs, "rsdrill") == _needed([every_fault(scopes=("member",))])
+    assert _grants_of(docs, "rsdrill") == _needed([every_fault(scopes=("member",))], "rsdrill")
+    # Tokens (the node agent's) of its own only: another account's would carry its rights.
+    [token_rule] = [r for d in docs if d["kind"] == "Role"
+                    for r in d["rules"] if "serviceaccounts/token" in r["resources"]]  # fmt: skip
+    assert token_rule["resourceNames"] == ["rsdrill"]
     assert not any(d["kind"].startswith("Cluster") for d in docs), "no cluster-wide grant"
 
 
 def test_node_faults_overlay_grants_the_node_level_faults_only() -> None:
     docs = kustomize(MANIFESTS / "node-faults")
-    node_level = {g for g in _needed([every_fault(scopes=("node",))]) if g[0] is None}
+    node_level = {g for g in _needed([every_fault(scopes=("node",))], "rsdrill") if g[0] is None}
     assert node_level and _grants_of(docs, "rsdrill") == node_level
 
 

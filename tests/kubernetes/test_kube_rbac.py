@@ -154,9 +154,13 @@ def test_manifests_rbac_allows_every_call_and_nothing_else(
             ]
             if sa.allowed(verb, resource, ns, group)
         ]
+        # Its own token for the node agent, and no other account's (whose rights it carries).
+        tokens = {name: sa.allowed("create", "serviceaccounts", namespace, "", "token", name)
+                  for name in ("rsdrill", "default")}  # fmt: skip
     finally:
         sa.close()
     assert denied == []
+    assert tokens == {"rsdrill": True, "default": False}
 
 
 def test_service_account_round_trip(

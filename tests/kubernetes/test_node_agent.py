@@ -1,7 +1,9 @@
 """The node agent as a real process over TLS, authenticating callers with TokenReviews against
 the real API server under its own ServiceAccount (allowed to create TokenReviews, nothing
 else), and capping a real cgroup of this machine (tests/harness/cgroups.py). Only the run's
-ServiceAccount gets through; rsdrill's injector and its journaled revert drive it end to end."""
+ServiceAccount gets through, with a token bound to the agent's audience: its token for the API
+server, which an agent could replay there, is refused; rsdrill's injector and its journaled
+revert drive it end to end."""
 
 from __future__ import annotations
 
@@ -15,8 +17,17 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.kubernetes.actions import REVERT_ACTIONS
-from rsdrill.platforms.kubernetes.nodeagent import REQUEST_TIMEOUT_S, AgentError, call
+from rsdrill.platforms.kubernetes.client import ClusterAccess, KubeError
+from rsdrill.platforms.kubernetes.client import Kube as KubeClient
+from rsdrill.platforms.kubernetes.nodeagent import (
+    AUDIENCE,
+    REQUEST_TIMEOUT_S,
+    AgentError,
+    agent_token,
+    call,
+)
 from rsdrill.platforms.kubernetes.target import make_target
 from tests.harness.cgroups import PodCgroup, pod_cgroup
 from tests.harness.injectors import pod_injector
@@ -24,6 +35,7 @@ from tests.harness.vcsim import make_certificate
 from tests.kubernetes.cluster import KubeCluster, free_port
 from tests.kubernetes.conftest import Kube
 from tests.kubernetes.support import (
+    agent_log,
     experiment,
     make_node,
     member,
@@ -31,6 +43,7 @@ from tests.kubernetes.support import (
     node_agent_process,
     pod_manifest,
     service_account_token,
+    token_of,
 )
 
 RESTRICTED_TOKEN = "rsdrill-test-restricted-token"  # tests/kubernetes/cluster.py's static user
@@ -42,18 +55,23 @@ class Agent:
     ca_file: str
     namespace: str
     cgroup: PodCgroup
-    tokens: dict[str, str]  # ServiceAccount → a token of it
+    tokens: dict[str, str]  # ServiceAccount → a token of it, for the API server
+    agent_tokens: dict[str, str]  # ServiceAccount → a token of it, for the agent's audience
     kubeconfigs: dict[str, Path]
+    log: Path  # the agent's
 
 
 def _grant(api: Any, namespace: str, account: str) -> None:
-    """What the run's ServiceAccount needs from the API server for this fault: get pods."""
+    """What the run's ServiceAccount needs from the API server for this fault: get pods, and
+    a token of its own for the agent (manifests/base/rsdrill/rbac.yaml's rules)."""
     from kubernetes import client
 
     rbac = client.RbacAuthorizationV1Api(api)
     rbac.create_namespaced_role(namespace, {
         "metadata": {"name": "rsdrill-cap"},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+                  {"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                   "verbs": ["create"], "resourceNames": [account]}],
     })  # fmt: skip
     rbac.create_namespaced_role_binding(namespace, {
         "metadata": {"name": "rsdrill-cap"},
@@ -68,15 +86,18 @@ def agent(kube: Kube, tmp_path: Path) -> Iterator[Agent]:
     tokens = {
         name: service_account_token(kube.api, namespace, name) for name in ("rsdrill", "other")
     }
+    agent_tokens = {name: token_of(kube.api, namespace, name, AUDIENCE) for name in tokens}
     _grant(kube.api, namespace, "rsdrill")
     kubeconfigs = {n: kube.cluster.kubeconfig(f"{namespace}-{n}", t) for n, t in tokens.items()}
     ca_file = str(kube.cluster.directory / "certs" / "apiserver.crt")
     allow = f"system:serviceaccount:{namespace}:rsdrill"
+    state = tmp_path / "state"
     with (
         pod_cgroup() as cgroup,
-        node_agent(kube, namespace, cgroup.root, tmp_path / "state", allow) as url,
+        node_agent(kube, namespace, cgroup.root, state, allow) as url,
     ):
-        yield Agent(url, ca_file, namespace, cgroup, tokens, kubeconfigs)
+        yield Agent(url, ca_file, namespace, cgroup, tokens, agent_tokens, kubeconfigs,
+                    agent_log(state))  # fmt: skip
 
 
 def _request(agent: Agent) -> dict[str, Any]:
@@ -90,24 +111,87 @@ def _wiops(agent: Agent) -> str:
 
 def test_only_the_runs_service_account_may_call_the_agent(agent: Agent) -> None:
     body = {**_request(agent), "limits": {"wiops": 30}}
+    not_valid = (401, f"the token is not valid for the audience {AUDIENCE}")
     refusals = {
         "": (401, "a bearer token is required"),
-        "not-a-token": (401, "the token is not valid"),
-        RESTRICTED_TOKEN: (403, "restricted may not use the node agent"),
-        agent.tokens["other"]: (
-            403, f"system:serviceaccount:{agent.namespace}:other may not use the node agent"),
-    }  # fmt: skip
+        "not-a-token": not_valid,
+        RESTRICTED_TOKEN: not_valid,  # a user's static token is the API server's only
+        # The run's own token for the API server, which an agent given it could replay there.
+        agent.tokens["rsdrill"]: not_valid,
+        agent.tokens["other"]: not_valid,
+        # Bound to the agent, of an identity not allowed: refused without being named.
+        agent.agent_tokens["other"]: (403, "this identity may not use the node agent"),
+    }
     for token, (status, message) in refusals.items():
         with pytest.raises(AgentError) as refused:
             call(agent.url, token, "/v1/cap", body, agent.ca_file)
         assert refused.value.status == status, str(refused.value)
         assert message in str(refused.value)
+        assert "serviceaccount" not in str(refused.value) and "restricted" not in str(refused.value)
     assert _wiops(agent) == "", "no refused request changed the cgroup"
-    answer = call(agent.url, agent.tokens["rsdrill"], "/v1/cap", body, agent.ca_file)
+    token = agent.agent_tokens["rsdrill"]
+    answer = call(agent.url, token, "/v1/cap", body, agent.ca_file)
     assert answer["limits"]["wiops"] == 30
     assert _wiops(agent).split()[1] == "30"
-    call(agent.url, agent.tokens["rsdrill"], "/v1/clear", _request(agent), agent.ca_file)
+    call(agent.url, token, "/v1/clear", _request(agent), agent.ca_file)
     assert _wiops(agent) == ""
+    # The operator learns who was refused; no token reaches the log.
+    log = agent.log.read_text()
+    assert f"refused system:serviceaccount:{agent.namespace}:other from 127.0.0.1" in log
+    assert not any(t and t in log for t in [*agent.tokens.values(), *agent.agent_tokens.values()])
+
+
+def test_the_run_sends_a_short_token_for_the_agent_only(kube: Kube, agent: Agent) -> None:
+    """The token rsdrill sends is its ServiceAccount's, requested once for the run, bound to
+    the agent's audience and short-lived: the API server refuses it, so an agent (or whoever
+    reads its traffic) cannot replay it there."""
+    import base64
+    import json
+
+    run = KubeClient(ClusterAccess(str(agent.kubeconfigs["rsdrill"])))
+    try:
+        token = agent_token(run)
+        assert agent_token(run) == token, "requested once, kept for its life"
+        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+        assert claims["aud"] == [AUDIENCE]
+        assert claims["sub"] == f"system:serviceaccount:{agent.namespace}:rsdrill"
+        assert claims["exp"] - claims["iat"] <= 600
+        limits = call(agent.url, token, "/v1/limits", _request(agent), agent.ca_file)["limits"]
+        assert not any(limits.values()), "accepted: no cap yet"
+    finally:
+        run.close()
+    replayed = KubeClient(ClusterAccess(str(kube.cluster.kubeconfig("replayed", token))))
+    try:
+        with pytest.raises(KubeError) as refused:
+            replayed.pod(agent.namespace, "any")
+        assert refused.value.status == 401
+    finally:
+        replayed.close()
+
+
+def test_a_user_is_refused_a_token_for_the_agent(kube: Kube, agent: Agent, tmp_path: Path) -> None:
+    """A user's kubeconfig (no ServiceAccount) cannot have an audience-bound token, and its own
+    token is not sent instead: the preflight refuses the run before anything is injected."""
+    fault = {"at": "1s", "kind": "iops-throttle", "engine": "native", "write_iops": 25,
+             "duration": "5s"}  # fmt: skip
+    user = KubeClient(ClusterAccess(str(kube.restricted)))
+    try:
+        with pytest.raises(KubeError, match="this identity is restricted, no ServiceAccount"):
+            agent_token(user)
+    finally:
+        user.close()
+    target = make_target(experiment(kube.restricted, agent.namespace, [fault]), tmp_path)
+    with pytest.raises(TargetError) as refused:
+        target.preflight()
+    assert "rsdrill runs as restricted, no ServiceAccount" in str(refused.value)
+    # A ServiceAccount without the grant is told which: its own token, and only its own.
+    target = make_target(experiment(agent.kubeconfigs["other"], agent.namespace, [fault]), tmp_path)
+    with pytest.raises(TargetError) as refused:
+        target.preflight()
+    assert (f"create serviceaccounts/token of other in namespace {agent.namespace}"
+            in str(refused.value))  # fmt: skip
+    make_target(experiment(agent.kubeconfigs["rsdrill"], agent.namespace, [fault]),
+                tmp_path).preflight()  # fmt: skip
 
 
 def test_a_caller_silent_before_tls_holds_nobody_else_off(tmp_path: Path) -> None:

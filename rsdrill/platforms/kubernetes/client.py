@@ -12,6 +12,7 @@ import builtins
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -149,6 +150,10 @@ class Kube:
         api.configuration.proxy = api.configuration.proxy
         self.server = api.configuration.host
         self.api = api
+        self._username: str | None = None
+        # audience -> (token, when to request the next one), on the monotonic clock.
+        self._tokens: dict[str, tuple[str, float]] = {}
+        self._tokens_lock = threading.Lock()
 
     # Each API class loads its models on first use (seconds for CoreV1Api): only those a task
     # needs are made, so `rsdrill recover` deleting a chaos object never loads the core API.
@@ -171,19 +176,62 @@ class Kube:
     def close(self) -> None:
         self.api.close()
 
-    def bearer_token(self) -> str:
-        """This identity's bearer token (a ServiceAccount's, in a pod), for a service that checks
-        it with a TokenReview; empty for a certificate login."""
-        # The client keeps it under "BearerToken" (refreshed in a pod by its own hook).
-        value = self.api.configuration.get_api_key_with_prefix("BearerToken") or ""
-        return str(value).removeprefix("Bearer ").strip()
+    def username(self) -> str:
+        """Who the API server says this identity is (a SelfSubjectReview, which every
+        authenticated identity may make; served from Kubernetes 1.28)."""
+        if self._username is None:
+            review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+            answer = self.call(self.authn.create_self_subject_review, review)
+            user = ((answer or {}).get("status") or {}).get("userInfo") or {}
+            self._username = str(user.get("username") or "")
+        return self._username
 
-    def review_token(self, token: str) -> dict[str, Any]:
-        """The API server's TokenReview of `token`: its status (`authenticated`, `user`)."""
+    def service_account(self) -> tuple[str, str] | None:
+        """(namespace, name) of the ServiceAccount this identity is; None for a user (a
+        kubeconfig's own token or certificate)."""
+        prefix, _, rest = self.username().partition("system:serviceaccount:")
+        namespace, _, name = rest.partition(":")
+        return (namespace, name) if not prefix and namespace and name else None
+
+    def audience_token(self, audience: str, lifetime_s: int) -> str:
+        """A token of this identity's ServiceAccount valid for `audience` only and for
+        `lifetime_s` (a TokenRequest), for a service that checks it with a TokenReview of that
+        audience: the identity's own token, good against the API server, never leaves. Kept
+        and reused until four fifths of its life are gone, so calls do not each ask for one.
+        A user that is no ServiceAccount cannot have one: KubeError."""
+        with self._tokens_lock:
+            kept = self._tokens.get(audience)
+            if kept is not None and time.monotonic() < kept[1]:
+                return kept[0]
+            account = self.service_account()
+            if account is None:
+                raise KubeError(
+                    f"a token bound to the audience {audience} is a ServiceAccount's, and "
+                    f"this identity is {self.username() or 'anonymous'}, no ServiceAccount",
+                    403,
+                )
+            started = time.monotonic()
+            request = {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"audiences": [audience], "expirationSeconds": lifetime_s},
+            }
+            answer = self.call(
+                self.core.create_namespaced_service_account_token, account[1], account[0], request
+            )
+            token = str(answer["status"]["token"])
+            # The server may shorten the life asked for (its maximum): the answer's spec says.
+            granted = int((answer.get("spec") or {}).get("expirationSeconds") or lifetime_s)
+            self._tokens[audience] = (token, started + granted * 0.8)
+            return token
+
+    def review_token(self, token: str, audiences: Sequence[str]) -> dict[str, Any]:
+        """The API server's TokenReview of `token` for `audiences`: its status (`authenticated`,
+        `user`, and `audiences`, those of `audiences` the token is valid for)."""
         review = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
-            "spec": {"token": token},
+            "spec": {"token": token, "audiences": list(audiences)},
         }
         return dict(self.call(self.authn.create_token_review, review).get("status") or {})
 
@@ -222,14 +270,17 @@ class Kube:
         namespace: str | None,
         group: str = "",
         subresource: str = "",
+        name: str = "",
     ) -> bool:
-        """Whether this identity may do `verb` on `resource` (a SelfSubjectAccessReview, which
-        every authenticated identity may ask)."""
+        """Whether this identity may do `verb` on `resource` (the one named `name`, if given; a
+        SelfSubjectAccessReview, which every authenticated identity may ask)."""
         attributes: dict[str, Any] = {"verb": verb, "resource": resource, "group": group}
         if namespace:
             attributes["namespace"] = namespace
         if subresource:
             attributes["subresource"] = subresource
+        if name:
+            attributes["name"] = name
         review = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",

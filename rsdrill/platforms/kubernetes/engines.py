@@ -37,7 +37,7 @@ from rsdrill.platforms.kubernetes.freeze import (
     thaw,
     thaw_action,
 )
-from rsdrill.platforms.kubernetes.nodeagent import AgentError, call
+from rsdrill.platforms.kubernetes.nodeagent import AgentError, agent_token, call
 from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform
 from rsdrill.platforms.kubernetes.resources import (
     CHAOS_ENGINE,
@@ -523,8 +523,8 @@ class NodeAgentCap(KubeFault):
 
     def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            return call(self.agent, self.kube.bearer_token(), path, body, self.ca_file)
-        except AgentError as exc:
+            return call(self.agent, agent_token(self.kube), path, body, self.ca_file)
+        except (AgentError, KubeError) as exc:  # KubeError: no token for the agent
             raise InjectionError(f"iops-throttle of {self.target}: {exc}") from None
 
     def inject(self) -> None:
@@ -546,7 +546,7 @@ def clear_cap(kube: Kube, action: dict[str, Any]) -> str:
     """Carry out a journaled `kubernetes.node-agent-clear`: the agent restores the limits."""
     request = {k: action[k] for k in ("pod_uid", "container_id", "volume_path")}
     try:
-        done = call(action["agent"], kube.bearer_token(), "/v1/clear", request, action["ca_file"])
+        done = call(action["agent"], agent_token(kube), "/v1/clear", request, action["ca_file"])
     except AgentError as exc:
         if exc.status == 404:  # the pod or its container is gone, and its cgroup with it
             return f"pod {action['pod']}: {exc}; nothing to restore"

@@ -2,10 +2,15 @@
 manifests/node-agent/), that places and removes true I/O caps on a container's cgroup
 (`iocap.py`) for `iops-throttle` with engine native.
 
-Only the run's ServiceAccount may call it: each request's bearer token is checked with a
-TokenReview against the API server (the agent's own ServiceAccount may create TokenReviews and
-nothing else), and the authenticated user must be one of `--allow` (e.g.
-`system:serviceaccount:rsdrill:rsdrill`). No token: 401; another identity: 403.
+Only the run's ServiceAccount may call it, with a token bound to the agent's audience
+(`AUDIENCE`): rsdrill requests one for its own ServiceAccount (a TokenRequest, `TOKEN_LIFETIME_S`,
+kept for the run) and never sends its own token, which the API server would accept from whoever
+holds it (an agent, its certificate's holder). The agent checks each request's bearer token with
+a TokenReview for that audience (its own ServiceAccount may create TokenReviews and nothing
+else): a token of any other audience, the API server's included, is refused; the authenticated
+user must be one of `--allow` (e.g. `system:serviceaccount:rsdrill:rsdrill`). No token or one
+not valid for the agent: 401; another identity: 403, which names nobody (the agent is no oracle
+of whose token a pod holds); the agent's log (stderr) names the refused user, never a token.
 
     python -m rsdrill.platforms.kubernetes.nodeagent \\
         --allow system:serviceaccount:rsdrill:rsdrill \\
@@ -35,6 +40,9 @@ from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
 from rsdrill.platforms.kubernetes.options import NODE_AGENT_PORT
 
 DEFAULT_PORT = NODE_AGENT_PORT
+AUDIENCE = "rsdrill-node-agent"
+"""The audience of the tokens the agent accepts: a token for it is good for nothing else."""
+TOKEN_LIFETIME_S = 600  # the shortest TokenRequest Kubernetes grants
 REQUEST_TIMEOUT_S = 10.0
 _MAX_BODY = 64 * 1024
 
@@ -77,9 +85,12 @@ class _Handler(BaseHTTPRequestHandler):
             raise AgentError("a bearer token is required", 401)
         user = self.server.reviewer(header[7:].strip())
         if user is None:
-            raise AgentError("the token is not valid", 401)
+            raise AgentError(f"the token is not valid for the audience {AUDIENCE}", 401)
         if user not in self.server.config.allowed:
-            raise AgentError(f"{user} may not use the node agent", 403)
+            # The caller is not told whose token it sent; the operator reading the log is.
+            print(f"rsdrill-node-agent: refused {user} from {self.client_address[0]}: not in "
+                  "--allow", file=sys.stderr, flush=True)  # fmt: skip
+            raise AgentError("this identity may not use the node agent", 403)
 
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
@@ -130,12 +141,16 @@ class AgentServer(ThreadingHTTPServer):
             self.shutdown_request(connection)
 
     def reviewer(self, token: str) -> str | None:
-        """The token's user as the API server authenticates it (a TokenReview), or None."""
+        """The token's user as the API server authenticates it for the agent's audience (a
+        TokenReview), or None: a token for another audience (the API server's too) is not one
+        the caller should have sent here."""
         try:
-            status = self.kube.review_token(token)
+            status = self.kube.review_token(token, [AUDIENCE])
         except KubeError as exc:
             raise AgentError(f"TokenReview failed: {exc}", 503) from None
-        if not status.get("authenticated"):
+        # The review's audiences are those asked for that the token is valid for: checked, not
+        # trusted to be implied by `authenticated`.
+        if not status.get("authenticated") or AUDIENCE not in (status.get("audiences") or []):
             return None
         return str((status.get("user") or {}).get("username") or "") or None
 
@@ -176,11 +191,25 @@ def make_server(
 
 # -- rsdrill's side -----------------------------------------------------------------------------
 
+SERVICE_ACCOUNT_ONLY = (
+    "iops-throttle with engine native: the node agent admits a ServiceAccount's token bound to "
+    "its audience, and rsdrill runs as {user}, no ServiceAccount: run it as the ServiceAccount "
+    "the agent's --allow names (a kubeconfig with its token: kubectl create token)"
+)
+"""Why a user's identity is refused: its own token, sent instead, would be good against the API
+server in the hands of every agent."""
+
+
+def agent_token(kube: Kube) -> str:
+    """The run's token for the node agent: its ServiceAccount's, bound to `AUDIENCE`, short
+    lived, requested once and kept by `kube` for its life (KubeError if it cannot be had)."""
+    return kube.audience_token(AUDIENCE, TOKEN_LIFETIME_S)
+
 
 def call(
     url: str, token: str, path: str, body: dict[str, Any], ca_file: str | None
 ) -> dict[str, Any]:
-    """POST a request to the agent at `url` with the run's bearer token; its JSON answer."""
+    """POST a request to the agent at `url` with `token` (`agent_token`'s); its JSON answer."""
     context = ssl.create_default_context(cafile=ca_file)
     request = urllib.request.Request(
         url.rstrip("/") + path,

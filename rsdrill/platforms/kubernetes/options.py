@@ -57,7 +57,8 @@ NODE_AGENT_PORT = 10260
 
 class NodeAgentAccess(Strict):
     """Where the node agent (manifests/node-agent) listens on every node, and how its TLS
-    certificate is checked. rsdrill calls it at the pod's host IP with its own bearer token."""
+    certificate is checked. rsdrill calls it at the pod's host IP with a token of its
+    ServiceAccount bound to the agent's audience (never its own token)."""
 
     port: int = Field(NODE_AGENT_PORT, ge=1, le=65535, description="the agent's port")
     ca_file: str | None = Field(
@@ -165,6 +166,11 @@ def engine_of(fault: Fault) -> str:
     return next(iter(SUPPORT.get(fault.kind, {"native": ()})))
 
 
+def uses_node_agent(fault: Fault) -> bool:
+    """The fault is carried out by the node agent (manifests/node-agent)."""
+    return fault.kind == "iops-throttle" and engine_of(fault) == "native"
+
+
 def check_experiment(exp: Experiment) -> None:
     """Refuse engines, kinds, scopes and options that Kubernetes cannot carry out."""
     for i, fault in enumerate(exp.faults):
@@ -250,7 +256,7 @@ def _check_kind(fault: Fault, at: tuple[str | int, ...]) -> None:
             "Chaos Mesh IOChaos applies one action: an errno or a latency; split it into two "
             "faults",
         )
-    if fault.kind == "iops-throttle" and engine_of(fault) == "native":
+    if uses_node_agent(fault):
         combined = [f for f in _COMBINED_FIELDS if f in fault.model_fields_set]
         if combined:
             raise FieldProblem(

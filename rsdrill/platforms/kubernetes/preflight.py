@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rsdrill.experiment.catalog import privileges_of
 from rsdrill.experiment.schema import Fault, SelectDomain
 from rsdrill.faults import COMMAND_KINDS
-from rsdrill.platforms.kubernetes.options import KubernetesPlatform, engine_of
+from rsdrill.platforms.kubernetes.options import KubernetesPlatform, engine_of, uses_node_agent
 from rsdrill.platforms.kubernetes.resources import (
     BLOCK_CHAOS,
     CHAOS_ENGINE,
@@ -51,11 +51,15 @@ class Permission:
     group: str = ""
     namespace: str | None = None
     subresource: str = ""
+    name: str = ""
+    """The one object allowed (RBAC's resourceNames); empty: any."""
 
     def __str__(self) -> str:
         what = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
         if self.group:
             what = f"{what}.{self.group}"
+        if self.name:
+            what = f"{what} of {self.name}"
         where = f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
         return f"{self.verb} {what} {where}"
 
@@ -75,10 +79,16 @@ def rbac(privilege: str, namespace: str) -> list[Permission]:
 
 
 def needed_permissions(
-    platform: KubernetesPlatform, faults: Sequence[Fault], *, block_chaos: bool
+    platform: KubernetesPlatform,
+    faults: Sequence[Fault],
+    *,
+    block_chaos: bool,
+    account: tuple[str, str] | None = None,
 ) -> list[Permission]:
     """Every API call the faults will make, as permissions (duplicates removed, in order): the
-    pods looked up, then each fault's way's privileges from the spec."""
+    pods looked up, then each fault's way's privileges from the spec; and, when a fault goes
+    through the node agent, the token for it that the ServiceAccount `account` (namespace,
+    name) requests for itself, and for no other account (whose rights that would be)."""
     ns = platform.namespace
     needed = [Permission("get", "pods", "", ns)]
     if platform.selector is not None:
@@ -92,6 +102,8 @@ def needed_permissions(
         for privilege in privileges_of("kubernetes", fault):
             needed += [p for p in rbac(privilege, ns)
                        if fault.kind != "iops-throttle" or p.resource != unused]  # fmt: skip
+    if account is not None and any(uses_node_agent(f) for f in faults):
+        needed.append(Permission("create", "serviceaccounts", "", account[0], "token", account[1]))
     return list(dict.fromkeys(needed))
 
 
@@ -99,7 +111,7 @@ def missing_permissions(kube: Kube, needed: list[Permission]) -> list[Permission
     return [
         p
         for p in needed
-        if not kube.allowed(p.verb, p.resource, p.namespace, p.group, p.subresource)
+        if not kube.allowed(p.verb, p.resource, p.namespace, p.group, p.subresource, p.name)
     ]
 
 

@@ -15,7 +15,13 @@ from rsdrill.faults import COMMAND_KINDS
 from rsdrill.faults.base import SelectDomain, describe_selection, reachable_hosts
 from rsdrill.platforms.base import PlacesMembers, RunTarget, TargetError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, Kube, KubeError
-from rsdrill.platforms.kubernetes.options import KubernetesFault, KubernetesPlatform, engine_of
+from rsdrill.platforms.kubernetes.nodeagent import SERVICE_ACCOUNT_ONLY
+from rsdrill.platforms.kubernetes.options import (
+    KubernetesFault,
+    KubernetesPlatform,
+    engine_of,
+    uses_node_agent,
+)
 from rsdrill.platforms.kubernetes.pods import NodeLabels, PodLookupError, PodMap, UnmappedMember
 from rsdrill.platforms.kubernetes.preflight import (
     block_chaos_available,
@@ -64,7 +70,15 @@ class KubernetesTarget(RemoteTarget):
                 and self._wants_block_chaos()
             )
             problems = missing_engines(self.kube, self.faults)
-            needed = needed_permissions(self.k8s, self.faults, block_chaos=self.block_chaos)
+            account = None
+            if any(uses_node_agent(f) for f in self.faults):
+                # The agent's token is requested by and for the run's own ServiceAccount.
+                account = self.kube.service_account()
+                if account is None:
+                    problems.append(SERVICE_ACCOUNT_ONLY.format(user=self.kube.username()))
+            needed = needed_permissions(
+                self.k8s, self.faults, block_chaos=self.block_chaos, account=account
+            )
             missing = missing_permissions(self.kube, needed)
         except KubeError as exc:
             raise TargetError(f"kubernetes: {exc}") from None
