@@ -17,8 +17,8 @@ from rsdrill import registry
 from rsdrill.environ import environ_copy
 from rsdrill.errors import RsdrillError
 from rsdrill.experiment.schema import Step
+from rsdrill.logtail import last_line
 from rsdrill.procstat import stat_fields
-from rsdrill.redact import redact_uri
 
 if TYPE_CHECKING:
     from rsdrill.platforms.base import RunTarget
@@ -75,9 +75,11 @@ def run_step(
         if process.poll() is None:
             _stop(process)
     if process.returncode != 0:
+        last = last_line(log_path)[:300]
         raise StepFailed(
             f"step {step.name} exited with status {process.returncode}"
-            f"{_last_line(log_path)} (see {log_path})"
+            + (f": {last}" if last else "")
+            + f" (see {log_path})"
         )
     return process.returncode
 
@@ -116,8 +118,3 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-def _last_line(log_path: Path) -> str:
-    lines = log_path.read_bytes().decode(errors="replace").strip().splitlines()
-    return f": {redact_uri(lines[-1])[:300]}" if lines else ""

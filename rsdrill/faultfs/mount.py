@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rsdrill.faultfs.compiled import BINARY
 from rsdrill.faultfs.control import ControlError, request
+from rsdrill.logtail import last_line
 
 FSTYPE = "fuse.rsdrill-faultfs"
 STATE_FILE = "faultfs.json"
@@ -151,11 +152,8 @@ def mount(
 
 
 def _log_tail(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return f" (see {path}: {lines[-1]})" if lines else f" (see {path})"
+    last = last_line(path)
+    return f" (see {path}: {last})" if last else f" (see {path})"
 
 
 def detach(mountpoint: Path) -> None:

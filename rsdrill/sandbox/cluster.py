@@ -35,6 +35,7 @@ from rsdrill.connection import (
     TlsSettings,
     WireClientError,
 )
+from rsdrill.logtail import last_line
 from rsdrill.procstat import live_thread_state, stat_fields
 from rsdrill.sandbox.auth import AUTH_FILE, create_auth, read_auth
 from rsdrill.sandbox.certs import TLS_DIR, make_tls_files, tls_files
@@ -292,14 +293,6 @@ def signal_process(pid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
-def _last_log_line(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1].strip() if lines else ""
-
-
 def set_uri(
     spec: ReplSetSpec, login: Credentials | None = None, directory: Path | None = None
 ) -> str:
@@ -518,7 +511,7 @@ class Sandbox:
             for member in list(pending):
                 if self.pid(member) is None:
                     log = member_dir(self.directory, member) / "member.log"
-                    last = _last_log_line(log)
+                    last = last_line(log)
                     raise SandboxError(
                         f"{member.host} exited while starting (see {log})"
                         + (f": {last}" if last else ""),

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
+
+import pytest
 
 from rsdrill.engine.actions import carry_out
-from rsdrill.engine.steps import stop_step, stop_step_action
+from rsdrill.engine.steps import StepFailed, run_step, stop_step, stop_step_action
+from rsdrill.experiment.schema import Step
 
 
 def _alive(proc: subprocess.Popen[bytes]) -> bool:
@@ -32,3 +36,13 @@ def test_a_reused_pid_is_not_signalled() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_failed_steps_error_quotes_its_last_line_masked(tmp_path: Path) -> None:
+    run = "echo dumping; echo cannot reach mongodb://u:S3cretPw@db1/ >&2; exit 7"
+    with pytest.raises(StepFailed) as failed:
+        run_step(Step(at=0, name="backup", run=run), {}, tmp_path, time.sleep)
+    assert str(failed.value) == (
+        "step backup exited with status 7: cannot reach mongodb://u:***@db1/ "
+        f"(see {tmp_path / 'backup.log'})"
+    )

@@ -16,6 +16,7 @@ from pathlib import Path
 from rsdrill.connection import ConnectOptions, answers_hello, member_down
 from rsdrill.environ import environ_copy
 from rsdrill.experiment.target import LocalMember
+from rsdrill.logtail import tail_lines
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine import faketime
 from rsdrill.platforms.machine.network import rejoin_partition
@@ -27,10 +28,8 @@ START_TIMEOUT_S = 60.0
 # this is not down. Whether it answers then gets longer, for a loaded member.
 DOWN_CHECK_S = 1.0
 ANSWER_CHECK_S = 2.0
-# A failed start quotes the end of what its command wrote: read from the log's end, within
-# this many bytes, so a chatty command costs no memory.
+# A failed start quotes the last lines of what its command wrote.
 OUTPUT_TAIL_LINES = 10
-OUTPUT_TAIL_BYTES = 16384
 # mongod's error and fatal lines (its JSON log's severity), kept in a failed start's quote:
 # a failing mongod logs its cause, then a shutdown's worth of chatter.
 _SEVERE_LINE = re.compile(r'"s"\s*:\s*"[EF]')
@@ -251,19 +250,8 @@ def _start_failed(host: str, what: str, log: Path, offset: int) -> str:
 
 def _output_tail(log: Path, offset: int) -> list[str]:
     """The last lines written to `log` after `offset`, after mongod's error lines from before
-    them (... between); read from the end, at most OUTPUT_TAIL_BYTES."""
-    try:
-        with log.open("rb") as f:
-            start = max(offset, f.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES)
-            f.seek(start)
-            text = f.read(OUTPUT_TAIL_BYTES).decode(errors="replace")  # a daemon writes on
-    except OSError:
-        return []
-    lines = text.splitlines()
-    if start > offset and lines:
-        # Cut mid-line: dropped, as a password cut from its URI's scheme would not be masked.
-        lines = lines[1:]
-    lines = [line.rstrip() for line in lines if line.strip()]
+    them (... between)."""
+    lines = tail_lines(log, offset)
     older = [line for line in lines[:-OUTPUT_TAIL_LINES] if _SEVERE_LINE.search(line)]
     return older[-OUTPUT_TAIL_LINES // 2 :] + ["..."] * bool(older) + lines[-OUTPUT_TAIL_LINES:]
 

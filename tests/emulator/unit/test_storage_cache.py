@@ -10,6 +10,7 @@ import pytest
 
 from rsdrill_emulator.datastore import DataStore
 from rsdrill_emulator.storage import PAGE_BYTES, Database
+from tests.harness.procio import io_counter
 
 NS = "app.records"
 RECORDS = 3000
@@ -19,10 +20,7 @@ PAGES = RECORDS * RECORD_BYTES // PAGE_BYTES
 
 def read_calls() -> int:
     """read() calls this process has made so far."""
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("syscr:"):
-            return int(line.split()[1])
-    raise AssertionError("no syscr in /proc/self/io")
+    return io_counter("syscr")
 
 
 def read_all(store: DataStore) -> int:
