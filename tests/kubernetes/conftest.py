@@ -31,7 +31,7 @@ from tests.kubernetes.cluster import (
 )
 from tests.kubernetes.controllers import LitmusOperator, told
 from tests.kubernetes.kubelet import NodeHeartbeat
-from tests.kubernetes.support import install_litmus_experiment
+from tests.kubernetes.support import install_litmus_experiment, token_of
 
 _namespaces = itertools.count(1)
 HERE = Path(__file__).resolve().parent
@@ -49,12 +49,9 @@ class Kube:
 
     def account_kubeconfig(self, namespace: str, account: str) -> Path:
         """A kubeconfig with an hour's token of the ServiceAccount `account` (TokenRequest)."""
-        from kubernetes import client
-
-        request = {"spec": {"expirationSeconds": 3600}}
-        core = client.CoreV1Api(self.api)
-        token = core.create_namespaced_service_account_token(account, namespace, request)
-        return self.cluster.kubeconfig(f"{namespace}-{account}", token.status.token)
+        return self.cluster.kubeconfig(
+            f"{namespace}-{account}", token_of(self.api, namespace, account)
+        )
 
     def namespace(self, stem: str) -> str:
         """A fresh namespace (with its default ServiceAccount)."""
