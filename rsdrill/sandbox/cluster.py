@@ -510,12 +510,8 @@ class Sandbox:
         while pending:
             for member in list(pending):
                 if self.pid(member) is None:
-                    log = member_dir(self.directory, member) / "member.log"
-                    last = last_line(log)
-                    raise SandboxError(
-                        f"{member.host} exited while starting (see {log})"
-                        + (f": {last}" if last else ""),
-                        exit_code=4,
+                    raise exited_while_starting(
+                        member.host, member_dir(self.directory, member) / "member.log"
                     )
                 if _listening(member.host) and hello(member.host, options=options) is not None:
                     pending.remove(member)
@@ -665,3 +661,11 @@ def up(
         sandbox.down(grace_s=2.0)
         raise
     return sandbox
+
+
+def exited_while_starting(what: str, log: Path) -> SandboxError:
+    """The error for a member or router whose process ended before it answered, quoting the last
+    line of its log (where a start's cause is)."""
+    last = last_line(log)
+    return SandboxError(f"{what} exited while starting (see {log})" + (f": {last}" if last else ""),
+                        exit_code=4)  # fmt: skip

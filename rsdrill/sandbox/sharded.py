@@ -21,6 +21,7 @@ from rsdrill.sandbox.cluster import (
     EmulatorEngine,
     MemberStatus,
     Sandbox,
+    exited_while_starting,
     port_free,
     process_state,
     signal_process,
@@ -95,9 +96,11 @@ class ShardedSandbox:
             return False
         self.start_router(host)
         deadline = time.monotonic() + START_TIMEOUT_S
+        log = self.spec.router_dir(self.directory, host) / "router.log"
         while hello(host, options=ConnectOptions()) is None:
-            if self.router_pid(host) is None or time.monotonic() > deadline:
-                log = self.spec.router_dir(self.directory, host) / "router.log"
+            if self.router_pid(host) is None:
+                raise exited_while_starting(f"router {host}", log)
+            if time.monotonic() > deadline:
                 raise SandboxError(f"router {host} did not come back (see {log})")
             time.sleep(_POLL_S)
         return True
@@ -123,8 +126,7 @@ class ShardedSandbox:
             while hello(host, options=ConnectOptions()) is None:
                 if self.router_pid(host) is None:
                     log = self.spec.router_dir(self.directory, host) / "router.log"
-                    raise SandboxError(f"router {host} exited while starting (see {log})",
-                                       exit_code=4)  # fmt: skip
+                    raise exited_while_starting(f"router {host}", log)
                 if time.monotonic() > deadline:
                     raise SandboxError(f"router {host} did not answer hello in time", exit_code=4)
                 time.sleep(_POLL_S)
