@@ -8,7 +8,7 @@ anything outside it, naming the field, before anything connects to the cluster.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeGuard
 
 from pydantic import Field, model_validator
 
@@ -17,7 +17,7 @@ from rsdrill.fields import Duration, FieldProblem, Strict
 
 if TYPE_CHECKING:
     from rsdrill.experiment.schema import Experiment, Fault
-    from rsdrill.faults import NetworkDegradeFault, NetworkPartitionFault
+    from rsdrill.faults import IopsThrottleFault, NetworkDegradeFault, NetworkPartitionFault
 
 ENGINES = ("chaos-mesh", "litmus", "native")
 
@@ -166,8 +166,9 @@ def engine_of(fault: Fault) -> str:
     return next(iter(SUPPORT.get(fault.kind, {"native": ()})))
 
 
-def uses_node_agent(fault: Fault) -> bool:
-    """The fault is carried out by the node agent (manifests/node-agent)."""
+def uses_node_agent(fault: Fault) -> TypeGuard[IopsThrottleFault]:
+    """The fault is carried out by the node agent (manifests/node-agent). A TypeGuard: callers
+    read the throttle's fields after asking."""
     return fault.kind == "iops-throttle" and engine_of(fault) == "native"
 
 
