@@ -39,6 +39,7 @@ from tests.kubernetes.support import (
     make_pod,
     node_agent,
     rsdrill_objects,
+    service_account_token,
 )
 
 LITMUS_EXPERIMENT = REPO / "experiments" / "k8s-rs3-litmus-pod-delete.yaml"
@@ -653,6 +654,7 @@ class ChaosSet:
     mesh: ChaosObjects
     agent_port: int
     ca_file: str
+    kubeconfig: Path  # the runs' identity: a ServiceAccount, as the node agent requires
     cgroups: dict[str, Path]  # pod → its container's blkio cgroup
 
     def applied(self, kube: Kube) -> list[str]:
@@ -673,21 +675,35 @@ class ChaosSet:
 
 @pytest.fixture
 def chaos_set(kube: Kube, contained_set: ContainedSet, tmp_path: Path) -> Iterator[ChaosSet]:
+    from kubernetes import client
+
     from tests.harness.cgroups import pod_cgroups
 
     namespace = contained_set.namespace
     containers = {contained_set.uids[pod]: cid.split("://")[1]
                   for pod, cid in contained_set.container_ids.items()}  # fmt: skip
+    # The runs' identity: a ServiceAccount with the admin's rights (the node agent admits only
+    # a ServiceAccount's token bound to its audience, and this one only).
+    kubeconfig = kube.cluster.kubeconfig(
+        f"{namespace}-runner", service_account_token(kube.api, namespace, "runner")
+    )
+    client.RbacAuthorizationV1Api(kube.api).create_cluster_role_binding({
+        "metadata": {"name": f"{namespace}-runner"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "runner", "namespace": namespace}],
+    })  # fmt: skip
+    runner = f"system:serviceaccount:{namespace}:runner"
     mesh = ChaosObjects(kube.api, namespace).start()
     try:
         with (
             pod_cgroups(containers) as (root, by_uid),
-            # The runs' identity is the admin's kubeconfig: the agent admits that user only.
-            node_agent(kube, namespace, root, tmp_path / "agent-state", "admin") as url,
+            node_agent(kube, namespace, root, tmp_path / "agent-state", runner) as url,
         ):
             cgroups = {pod: by_uid[uid] for pod, uid in contained_set.uids.items()}
             ca_file = str(kube.cluster.directory / "certs" / "apiserver.crt")
-            yield ChaosSet(contained_set, mesh, int(url.rsplit(":", 1)[1]), ca_file, cgroups)
+            yield ChaosSet(contained_set, mesh, int(url.rsplit(":", 1)[1]), ca_file, kubeconfig,
+                           cgroups)  # fmt: skip
     finally:
         mesh.stop()
     assert not mesh.errors, mesh.errors
@@ -716,12 +732,16 @@ def test_sigkill_at_random_moments_then_recover_leaves_nothing_applied(
         path = members.experiment(
             kube, work, [fault], after_revert="1s", volume_path="/tmp",
             node_agent={"port": chaos_set.agent_port, "ca_file": chaos_set.ca_file},
+            kubeconfig=str(chaos_set.kubeconfig),
         )  # fmt: skip
-        output = kill_after_line(run_file(path, work / "out", work / "home"), marker, delay_s)
+        run = run_file(path, work / "out", work / "home")
+        output = kill_after_line(run, marker, delay_s)
         way = f"{fault['kind']} ({fault.get('engine', 'default')})"
         case = f"kill {i}: {way} {moment} +{delay_s:.2f}s"
         print(case)  # the run's record, shown with -rP
         assert marker in output, f"{case}: the run never printed {marker!r}:\n{output}"
+        # A refused run (exit 2) prints 'nothing was injected', which holds the marker too.
+        assert run.returncode != 2, f"{case}: the run was refused:\n{output}"
         left = chaos_set.applied(kube)
         left_behind += left
         kinds += [way] if left else []
