@@ -264,3 +264,32 @@ def test_a_local_start_command_that_fails_says_why_and_stays_owed(
     assert time.monotonic() - began < 10  # not the minute a member is given to answer
     for message in (str(err.value), str(owed.value)):
         assert why in message and message.endswith(quoted) and "Hunter2pw" not in message
+
+
+def test_recover_starts_every_member_it_can_when_one_is_frozen(
+    replset: Callable[..., Sandbox],
+) -> None:
+    """A clock skew's recover (`local-start-each`) tries each member whatever the ones before
+    did: a frozen first one is named and keeps the action owed, and the killed one after it is
+    started all the same."""
+    sandbox = replset("rs3")
+    stuck, down = sandbox.spec.members[0], sandbox.spec.members[-1]
+    command = f"{sys.executable} -m rsdrill_emulator --dir {sandbox.directory} --host {{}}"
+    members = tuple(LocalMember(host=m.host, start=command.format(m.host)) for m in (stuck, down))
+    hosts = LocalHosts(members, sandbox.directory.parent / "local-logs", sandbox.connect_options)
+    starts = [hosts.restart_action(m.host, wipe=False) for m in (stuck, down)]
+    action = {"action": "local-start-each", "starts": starts}
+    sandbox.kill(down)
+    pid = sandbox.stop(stuck)
+    try:
+        with pytest.raises(TargetError) as err:
+            carry_out(action)  # stays owed: exit 4
+        assert str(err.value) == (
+            f"{stuck.host}: not started: its process (pid {pid}) holds its port but does not "
+            f"answer a hello (a frozen process?); resume or end it first; {down.host}: "
+            f"restarted with `{command.format(down.host)}`"
+        )
+        assert answers_hello(down.host, options=sandbox.connect_options)
+    finally:
+        sandbox.cont(stuck)
+    assert carry_out(action) == f"{stuck.host}: already running; {down.host}: already running"

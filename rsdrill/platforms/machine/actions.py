@@ -101,8 +101,19 @@ def _local_start(action: dict[str, Any]) -> str:
 
 def _local_start_each(action: dict[str, Any]) -> str:
     """Resource action `local-start-each`: every member that does not answer started again
-    (a run died while restarting the members under libfaketime)."""
-    return "; ".join(_local_start(carried(start, action)) for start in action["starts"])
+    (a run died while restarting the members under libfaketime). Each is tried whatever the
+    ones before did: one member that cannot be started must not leave the others down. Any
+    failure keeps the action owed; its retry finds the started ones answering."""
+    done: list[str] = []
+    failed: list[str] = []
+    for start in action["starts"]:
+        try:
+            done.append(_local_start(carried(start, action)))
+        except TargetError as exc:
+            failed.append(str(exc))
+    if failed:
+        raise TargetError("; ".join(failed + done))
+    return "; ".join(done)
 
 
 def _sandbox_router_start(action: dict[str, Any]) -> str:
