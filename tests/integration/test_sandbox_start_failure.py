@@ -40,7 +40,8 @@ def test_a_router_that_exits_while_starting_is_named_with_its_last_line(
         "#!/bin/sh\necho no config servers at mongodb://u:S3cretPw@cfg/ >&2\nexit 1\n"
     )
     router.chmod(0o755)
-    monkeypatch.setattr(EmulatorEngine, "router_argv", lambda *_: [str(router)])
+    # Named by its port, as a router's command line is: the pid file is believed only then.
+    monkeypatch.setattr(EmulatorEngine, "router_argv", lambda _, __, host: [str(router), host])
     host = f"127.0.0.1:{free_port_base(1)}"
     ClusterSpec((), (host,), True).write(tmp_path)
     sandbox = ShardedSandbox(tmp_path)
