@@ -182,3 +182,25 @@ def test_a_container_without_mongod_is_refused(tmp_path: Path) -> None:
     finally:
         shell.kill()
         shell.wait(timeout=10)
+
+
+class LateStop:
+    """pods/exec on a busy node: the freeze's SIGSTOP is sent, and the process is seen stopped
+    only from the second look on (it is acted on when the process next runs)."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def exec(self, namespace: str, pod: str, container: str, argv: list[str]) -> str:
+        if argv[3] != "states":
+            return "2\n"  # the freeze: the pid it stopped
+        self.looks += 1
+        return "2 T\n" if self.looks > 1 else "2 S\n"
+
+
+def test_a_stop_acted_on_late_is_waited_for() -> None:
+    late = LateStop()
+    injector = _injector(late)  # type: ignore[arg-type]
+    injector.inject()
+    assert injector.verify(5.0)
+    assert late.looks == 2
