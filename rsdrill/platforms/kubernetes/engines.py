@@ -441,17 +441,11 @@ class ExecFreeze(KubeFault):
             raise freeze_error(self.pod, exc) from None
 
     def verify(self, timeout_s: float) -> bool:
-        # A SIGSTOP is acted on when the process next runs: on a busy node, not by the time the
-        # first look comes (which read "S" and failed a freeze that then held).
-        deadline = time.monotonic() + timeout_s
         try:
-            while not stopped(self.channel, self.pod, self.container, self.pids):
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(POLL_S)
+            held = stopped(self.channel, self.pod, self.container, self.pids, timeout_s)
         except KubeError as exc:
             raise freeze_error(self.pod, exc) from None
-        return self._confirm(timeout_s)
+        return held and self._confirm(timeout_s)
 
     def revert(self) -> None:
         try:

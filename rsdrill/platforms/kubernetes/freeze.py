@@ -16,11 +16,14 @@ container (harmless to one that runs).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol
 
 from rsdrill.platforms.base import InjectionError
 from rsdrill.platforms.kubernetes.client import ClusterAccess, KubeError
 from rsdrill.platforms.kubernetes.resources import PodRef
+
+_LOOK_AGAIN_S = 0.2
 
 PROCESS = "mongod"
 
@@ -87,11 +90,21 @@ def freeze(channel: ExecChannel, pod: PodRef, container: str, process: str = PRO
     return _pids(channel.exec(pod.namespace, pod.name, container, freeze_command(process)))
 
 
-def stopped(channel: ExecChannel, pod: PodRef, container: str, pids: list[int]) -> bool:
-    """Whether every one of `pids` is in the stopped state (T) now."""
-    output = channel.exec(pod.namespace, pod.name, container, states_command(pids))
-    states = dict(line.split(" ", 1) for line in output.splitlines() if line)
-    return bool(pids) and all(states.get(str(p)) in ("T", "t") for p in pids)
+def stopped(
+    channel: ExecChannel, pod: PodRef, container: str, pids: list[int], within_s: float = 0.0
+) -> bool:
+    """Whether every one of `pids` is in the stopped state (T), looking again for up to
+    `within_s`: a SIGSTOP is acted on when the process next runs, on a busy node not by the
+    first look (which read "S" and failed a freeze that then held)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        output = channel.exec(pod.namespace, pod.name, container, states_command(pids))
+        states = dict(line.split(" ", 1) for line in output.splitlines() if line)
+        if bool(pids) and all(states.get(str(p)) in ("T", "t") for p in pids):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_LOOK_AGAIN_S)
 
 
 def thaw(channel: ExecChannel, pod: PodRef, container: str, process: str = PROCESS) -> list[int]:
