@@ -11,21 +11,9 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from rsdrill.connection import ConnectOptions, DirectConnection
 from rsdrill.sandbox.cluster import Sandbox
 from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
-
-FAILED_CODE = 8
-
-
-def _ping_code(host: str, options: ConnectOptions) -> int | None:
-    """The error code of a ping on the member (None: it succeeded)."""
-    conn = DirectConnection(host, 10.0, options)
-    try:
-        reply = conn.command("admin", {"ping": 1})
-    finally:
-        conn.close()
-    return None if reply.get("ok") else reply.get("code")
+from tests.integration.test_revert_member_down import FAILED_CODE, _ping_code
 
 
 def test_a_revert_whose_member_never_answers_can_be_forgotten(
