@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rsdrill.platforms.base import InjectionError, ProcessHosts, TargetError
 from rsdrill.platforms.machine import netcls
-from rsdrill.platforms.machine.network import TABLE_PREFIX, Direction, _nft, _port, heal
+from rsdrill.platforms.machine.network import TABLE_PREFIX, Direction, _nft, heal, host_port
 from rsdrill.platforms.machine.proxy import MARK, Listener, Shape, config_json
 
 if TYPE_CHECKING:
@@ -170,8 +170,8 @@ class NetworkDegrade:
         self.members = members
         self.how = how
         self.seed = seed
-        self.port = _port(target)
-        self.peers = tuple(_port(m) for m in members if m != target)
+        self.port = host_port(target)
+        self.peers = tuple(host_port(m) for m in members if m != target)
         self.token = secrets.token_hex(4)
         self.table = f"{TABLE_PREFIX}{self.port}-{self.token}"
         self._proxy: subprocess.Popen[str] | None = None
@@ -207,7 +207,7 @@ class NetworkDegrade:
                     if host == self.target:
                         raise InjectionError(f"network-degrade {host}: no process found")
                     continue
-                netcls.place(pid, _port(host))
+                netcls.place(pid, host_port(host))
         except netcls.NetClsError as exc:
             raise InjectionError(f"network-degrade {self.target}: {exc}") from exc
         self._start_proxy()

@@ -19,7 +19,7 @@ from rsdrill.experiment.target import LocalMember
 from rsdrill.logtail import tail_lines
 from rsdrill.platforms.base import TargetError
 from rsdrill.platforms.machine import faketime
-from rsdrill.platforms.machine.network import rejoin_partition
+from rsdrill.platforms.machine.network import host_port, rejoin_partition
 from rsdrill.redact import redact_uri
 from rsdrill.sandbox.cluster import booting
 
@@ -146,7 +146,7 @@ class LocalHosts:
             return False
         if answers_hello(host, ANSWER_CHECK_S, options=self.options):
             return True
-        if not _listening_inodes(_port(host)):
+        if not _listening_inodes(host_port(host)):
             return False  # nothing listens here: a partition dropped the hello, not refused it
         pid = self.pid(host)
         held = f"its process (pid {pid})" if pid is not None else "a process"
@@ -173,7 +173,7 @@ class LocalHosts:
         if not member.dbpath:
             raise TargetError(f"{host}: wiping its data needs the member's `dbpath`")
         # By its socket, not its pid: another user's process holds one with fds we cannot read.
-        if _listening_inodes(_port(host)):
+        if _listening_inodes(host_port(host)):
             raise TargetError(f"{host} is running: not wiping its data")
         wipe_directory(self.cwd / member.dbpath)
 
@@ -228,10 +228,6 @@ class LocalHosts:
         pid = self.pid(host)
         if pid is not None:
             rejoin_partition(pid, int(host.rsplit(":", 1)[1]))
-
-
-def _port(host: str) -> int:
-    return int(host.rsplit(":", 1)[1])
 
 
 def _exit_status(status: int) -> str:

@@ -57,7 +57,8 @@ IsolateFrom = Literal["members", "clients", "all"]
 Direction = Literal["both", "inbound", "outbound"]
 
 
-def _port(host: str) -> int:
+def host_port(host: str) -> int:
+    """The port of a `host:port` address."""
     return int(host.rsplit(":", 1)[1])
 
 
@@ -133,8 +134,8 @@ def shape_cuts(pairs: list[tuple[str, str]]) -> list[Cut]:
     """One both-ways cut per member for the pairs it heads (each pair cut once)."""
     peers: dict[str, list[int]] = {}
     for a, b in pairs:
-        peers.setdefault(a, []).append(_port(b))
-    return [Cut(_port(a), tuple(ps), "members", "both") for a, ps in peers.items()]
+        peers.setdefault(a, []).append(host_port(b))
+    return [Cut(host_port(a), tuple(ps), "members", "both") for a, ps in peers.items()]
 
 
 def _set(values: Any) -> str:
@@ -268,8 +269,9 @@ class NetworkPartition:
         self.members = members
         # The members it is cut from: all the others, or (a zone's outage) those outside it.
         self.peers = [m for m in members if m != target] if peers is None else peers
-        self.ports = [_port(m) for m in members]
-        self.cut = Cut(_port(target), tuple(_port(p) for p in self.peers), isolate_from, direction)
+        self.ports = [host_port(m) for m in members]
+        peer_ports = tuple(host_port(p) for p in self.peers)
+        self.cut = Cut(host_port(target), peer_ports, isolate_from, direction)
         self.shape = shape
         self.pairs = cut_pairs(shape, target, members)
         self.cuts = [self.cut] if shape == "one" else shape_cuts(self.pairs)
@@ -320,7 +322,7 @@ class NetworkPartition:
                     if host == self.target:
                         raise InjectionError(f"network-partition {host}: no process found")
                     continue  # a member that is down has nothing to send
-                netcls.place(pid, _port(host))
+                netcls.place(pid, host_port(host))
         except netcls.NetClsError as exc:
             raise InjectionError(f"network-partition {self.target}: {exc}") from exc
         self._cut()
@@ -376,13 +378,13 @@ class NetworkPartition:
         clients_cut = self.cut.isolate_from in ("clients", "all")
         if connects(self.target) == clients_cut:
             return False
-        peer = next((p for p in self.peers if netcls.placed_pids(_port(p))), None)
+        peer = next((p for p in self.peers if netcls.placed_pids(host_port(p))), None)
         if peer is None:
             return True  # no peer running: only the client side can be checked
         members_cut = self.cut.isolate_from in ("members", "all")
         if connects_as(peer, self.target) == members_cut:
             return False
-        kept = next((m for m in self._kept() if netcls.placed_pids(_port(m))), None)
+        kept = next((m for m in self._kept() if netcls.placed_pids(host_port(m))), None)
         return kept is None or connects_as(kept, self.target)
 
     def _kept(self) -> list[str]:
@@ -391,7 +393,7 @@ class NetworkPartition:
 
     def _shape_holds(self) -> bool:
         """A cut pair cannot connect (either way); a pair the shape leaves can."""
-        running = [m for m in self.members if netcls.placed_pids(_port(m))]
+        running = [m for m in self.members if netcls.placed_pids(host_port(m))]
         cut = [(a, b) for a, b in self.pairs if a in running and b in running]
         kept = [
             (a, b) for a in running for b in running
@@ -435,7 +437,7 @@ def connects_as(member: str, host: str, timeout_s: float = CONNECT_TIMEOUT_S) ->
     root = netcls.hierarchy()
     if root is None:
         raise InjectionError("no net_cls hierarchy is mounted")
-    procs = root / netcls.GROUP / str(_port(member)) / "cgroup.procs"
+    procs = root / netcls.GROUP / str(host_port(member)) / "cgroup.procs"
     name, port = _address(host)
     # The shell joins the class before exec: every socket the probe opens carries it.
     argv = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), sys.executable, "-I", "-S",
