@@ -4,6 +4,7 @@ import datetime as dt
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -17,7 +18,7 @@ from rsdrill.cli.interrupt import exit_on_interrupt
 
 if TYPE_CHECKING:
     from rsdrill.engine.console import GameDayConsole
-    from rsdrill.engine.journal import Pending
+    from rsdrill.engine.journal import Journal, Pending
     from rsdrill.engine.options import RunOptions
     from rsdrill.experiment.schema import Experiment
 
@@ -51,6 +52,13 @@ LeaseWaitOption = Annotated[
         "exit 3 at once, naming it).",
     ),
 ]
+# How long `recover` waits for another recover (or --forget) holding a journal's lock. A
+# forget, or a recover with nothing slow left to do, is done within a second: the one waiting
+# then finds the work done and exits 0 instead of failing a nightly job for a colleague's
+# forget. A revert can take minutes (a member's restart waits up to a minute for its hello):
+# an operator is then better told at once, exit 2, that another recover is at it (it does what
+# this one would) than left before a silent terminal.
+LOCK_WAIT_S = 10.0
 NoHistoryOption = Annotated[
     bool, typer.Option("--no-history", help="Do not record the run in the history.")
 ]
@@ -355,11 +363,21 @@ def recover(
             "it in brackets.",
         ),
     ] = None,
+    lock_wait: Annotated[
+        float,
+        typer.Option(
+            "--lock-wait",
+            metavar="SECONDS",
+            min=0,
+            help="Wait this long for another recover (or --forget) working on the same journal "
+            "to finish; still held: exit 2, nothing done.",
+        ),
+    ] = LOCK_WAIT_S,
 ) -> None:
     """Revert whatever a dead run left behind (faults in force, its sandbox), from the journal.
     Running it again finds nothing to do."""
     from rsdrill.connection import ConnectOptions, SettingsError
-    from rsdrill.engine.journal import Journal, journal_dir, pending, process_alive
+    from rsdrill.engine.journal import journal_dir, pending, process_alive, unfinished
     from rsdrill.opcolumns import spills_left
 
     given = None
@@ -371,9 +389,12 @@ def recover(
 
     owed = pending()
     if forget is not None:
-        _forget(forget, owed, dry_run=dry_run, force=force)
+        _forget(forget, owed, dry_run=dry_run, force=force, lock_wait=lock_wait)
         return
     todo = [p for p in owed if force or not process_alive(p.pid)]
+    # Every journal locked before anything is done: one another recover (or --forget) holds is
+    # waited for, or the call refused with nothing done.
+    claimed = {} if dry_run or not todo else _claim([p.path for p in todo], lock_wait)
     for p in owed:
         if p not in todo:
             typer.echo(
@@ -400,13 +421,20 @@ def recover(
         signal.signal(signal.SIGINT, _keep_reverting)
     failed = False
     everything = owed_reverts(owed)
-    for p in todo:
-        typer.echo(f"{p.run} ({p.experiment}):")
-        journal = None if dry_run else Journal(p.path)
+    for read in todo:
+        # Read again under the lock: what another recover or forget settled meanwhile is done.
+        now = read if dry_run else unfinished(read.path)
+        if now is None:
+            claimed[read.path].close()
+            typer.echo(f"{read.run} ({read.experiment}): finished meanwhile by another "
+                       "recover; nothing to do")  # fmt: skip
+            continue
+        typer.echo(f"{now.run} ({now.experiment}):")
+        journal = claimed.get(now.path)
         owes = False  # this run's: another run's failure must not keep this one open
-        for key, action in p.actions:
+        for key, action in now.actions:
             # The handle `--forget` takes, on every line that names a revert.
-            name = f"[{handle(Owed(p, key, action), everything)}]"
+            name = f"[{handle(Owed(now, key, action), everything)}]"
             if dry_run:
                 typer.echo(f"  {name} would {describe(action)}")
                 continue
@@ -427,10 +455,44 @@ def recover(
         raise typer.Exit(4)
 
 
-def _forget(ident: str, owed: "list[Pending]", *, dry_run: bool, force: bool) -> None:
+def _say(line: str) -> None:
+    typer.echo(f"recover: {line}", err=True)
+
+
+def _busy(path: Path, waited_s: float) -> NoReturn:
+    exit_invalid(f"recover: {path}: another rsdrill recover holds it (waited "
+                 f"{round(waited_s, 1):g}s); nothing done: run it again once that one is done, "
+                 "or wait longer with --lock-wait")  # fmt: skip
+
+
+def _claim(paths: list[Path], wait_s: float) -> "dict[Path, Journal]":
+    """Each journal opened and locked (`Journal.lock`) within `wait_s` in all, or exit 2 with
+    none held and nothing done. Released by `close`, or the process's end."""
+    from rsdrill.engine.journal import Journal, JournalBusy
+
+    deadline = time.monotonic() + wait_s
+    held: dict[Path, Journal] = {}
+    try:
+        for path in paths:
+            held[path] = Journal(path, create=False)
+            held[path].lock(max(0.0, deadline - time.monotonic()), _say)
+    except JournalBusy as busy:
+        for journal in held.values():
+            journal.close()
+        _busy(busy.path, wait_s)
+    except OSError as exc:  # a read-only journal: its reverts could not be journaled
+        for journal in held.values():
+            journal.close()
+        exit_invalid(f"recover: cannot write {path}: {exc.strerror or exc}; nothing done")
+    return held
+
+
+def _forget(ident: str, owed: "list[Pending]", *, dry_run: bool, force: bool,
+            lock_wait: float) -> None:  # fmt: skip
     """`recover --forget KEY`: journal one owed revert as given up; revert nothing."""
     from rsdrill.engine.actions import describe
     from rsdrill.engine.forget import ForgetRefused, find, forget, settled, unknown
+    from rsdrill.engine.journal import JournalBusy
     from rsdrill.fleet.lever import who
 
     try:
@@ -450,7 +512,19 @@ def _forget(ident: str, owed: "list[Pending]", *, dry_run: bool, force: bool) ->
         typer.echo(f"{run}:\n  would forget {what}: not reverted, no longer owed")
         return
     by = who()
-    rest = forget(found, by)
+    try:
+        rest = forget(found, by, lock_wait, _say)
+    except JournalBusy as busy:
+        _busy(busy.path, busy.waited_s)
+    except OSError as exc:  # a read-only journal
+        exit_invalid(f"recover: cannot write {found.pending.path}: {exc.strerror or exc}")
+    if rest is None:
+        # Settled meanwhile (read again under the journal's lock): a recover reverted it, or
+        # another forget gave it up. What was asked holds, as when it was settled before.
+        done = settled(f"{found.pending.run}/{found.key}")
+        typer.echo(f"{done or f'{found.key} (run {found.pending.run}): no longer owed'}; "
+                   "nothing to forget")  # fmt: skip
+        return
     typer.echo(f"{run}:\n  forgot {what}: not reverted, no longer owed (journaled as given "
                f"up by {by})")  # fmt: skip
     if rest:

@@ -12,6 +12,7 @@ experiment journals the same keys).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,9 @@ from rsdrill.engine.journal import (
     Pending,
     journal_dir,
     journal_paths,
-    owed_actions,
     process_alive,
     read_records,
+    unfinished,
 )
 
 
@@ -101,14 +102,21 @@ def settled(ident: str, directory: Path | None = None) -> str | None:
     return None
 
 
-def forget(owed: Owed, by: str) -> list[str]:
+def forget(owed: Owed, by: str, wait_s: float = 0.0,
+           say: Callable[[str], None] = lambda line: None) -> list[str] | None:  # fmt: skip
     """Journal `owed` as given up by `by`; the keys its journal still owes. None left: `end`
-    is written too, and `recover` passes the journal by from now on."""
-    journal = Journal(owed.pending.path)
+    is written too, and `recover` passes the journal by from now on. None instead of a list:
+    read again under the journal's lock (`Journal.lock`: `wait_s`, `say`; JournalBusy), it
+    was owed no more (a recover reverted it meanwhile, or another forget gave it up), and
+    nothing is written."""
+    journal = Journal(owed.pending.path, create=False)
     try:
+        journal.lock(wait_s, say)
+        now = unfinished(owed.pending.path)
+        if now is None or owed.key not in dict(now.actions):
+            return None
         journal.write(FORGOTTEN, key=owed.key, by=by)
-        # Read back, not taken from `owed`: a recover running meanwhile may have settled more.
-        rest = [key for key, _ in owed_actions(read_records(owed.pending.path))]
+        rest = [key for key, _ in now.actions if key != owed.key]
         if not rest:
             journal.write("end", verdict=FORGOTTEN)
         return rest

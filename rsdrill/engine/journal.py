@@ -6,13 +6,21 @@ Records: `run` (who and when), `intent` (a fault about to be applied, with its r
 sandbox), `released`, `forgotten` (a revert given up by hand, `by` whom: `rsdrill recover
 --forget`), and `end` when nothing is left to undo. A journal without `end` whose process is
 gone is what `rsdrill recover` finishes.
+
+A recover and a forget each hold the journal's lock (`Journal.lock`, flock on the file itself)
+from reading what it owes to their last record, so two of them, run at once on one journal,
+never both decide from what they read before the other wrote (two `end` records, a revert
+carried out twice, or one given up while it was being reverted).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,19 +43,63 @@ def journal_paths(directory: Path | None = None) -> list[Path]:
     return sorted(directory.glob("*.jsonl")) if directory.exists() else []
 
 
+class JournalBusy(Exception):
+    """Another recover or forget held the journal's lock for as long as this one would wait."""
+
+    def __init__(self, path: Path, waited_s: float) -> None:
+        super().__init__(f"{path}: another rsdrill recover holds it (waited {waited_s:.1f}s)")
+        self.path = path
+        self.waited_s = waited_s
+
+
 class Journal:
     """The journal of one run; every record is on disk before the call returns."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, create: bool = True) -> None:
+        """`create=False`: only a journal that exists (recover's and forget's; OSError else)."""
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0), 0o600)
 
     @classmethod
     def open_run(cls, run_id: str, experiment: str, directory: Path | None = None) -> Journal:
         journal = cls((directory or journal_dir()) / f"{run_id}.jsonl")
         journal.write("run", run=run_id, experiment=experiment, pid=os.getpid())
         return journal
+
+    def lock(self, wait_s: float, say: Callable[[str], None]) -> None:
+        """Hold the journal's exclusive lock until `close` (or the process's end, however it
+        ends: the kernel drops a flock with its last descriptor, so a crash leaves none).
+        Held by another: `say` so once and retry, up to `wait_s`, then JournalBusy. A
+        filesystem that cannot lock (NFS without its lock manager): `say` so and go on
+        unlocked, as every recover did before there was a lock, rather than leave the faults
+        in force. The lock is on the journal itself: no file of its own to leave behind. A
+        live run never takes it: a hung one would hold it for good, and `recover --force`
+        exists to finish such a run's journal."""
+        deadline = time.monotonic() + wait_s
+        told = False
+        while True:
+            try:
+                # On the write descriptor: over NFS an exclusive flock needs one.
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                say(f"cannot lock {self.path} ({exc.strerror or exc}): going on without the "
+                    "lock; run no other recover on it meanwhile")  # fmt: skip
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise JournalBusy(self.path, wait_s)
+            if not told:
+                say(
+                    f"{self.path}: another rsdrill recover holds it; waiting up to "
+                    f"{round(wait_s, 1):g}s"
+                )
+                told = True
+            time.sleep(min(0.05, left))
 
     def write(self, record_type: str, **fields: Any) -> None:
         record = {"type": record_type, "at": dt.datetime.now(dt.UTC).isoformat(), **fields}
@@ -94,19 +146,19 @@ def owed_actions(records: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any
     return faults[::-1] + resources[::-1]
 
 
+def unfinished(path: Path) -> Pending | None:
+    """What the journal at `path` still owes; None once it has its `end`."""
+    records = read_records(path)
+    if any(r["type"] == "end" for r in records):
+        return None
+    head = next((r for r in records if r["type"] == "run"), {})
+    return Pending(path, head.get("run", path.stem), head.get("experiment", "?"),
+                   head.get("pid"), actions=owed_actions(records))  # fmt: skip
+
+
 def pending(directory: Path | None = None) -> list[Pending]:
     """Every journal without an `end`, with the actions that would finish it."""
-    out = []
-    for path in journal_paths(directory):
-        records = read_records(path)
-        if any(r["type"] == "end" for r in records):
-            continue
-        head = next((r for r in records if r["type"] == "run"), {})
-        out.append(
-            Pending(path, head.get("run", path.stem), head.get("experiment", "?"),
-                    head.get("pid"), actions=owed_actions(records))
-        )  # fmt: skip
-    return out
+    return [p for path in journal_paths(directory) if (p := unfinished(path)) is not None]
 
 
 def process_alive(pid: int | None) -> bool:
