@@ -64,8 +64,14 @@ class Journal:
 
     @classmethod
     def open_run(cls, run_id: str, experiment: str, directory: Path | None = None) -> Journal:
-        journal = cls((directory or journal_dir()) / f"{run_id}.jsonl")
+        path = (directory or journal_dir()) / f"{run_id}.jsonl"
+        # Written under another name and renamed into place: a journal is never seen without
+        # its `run` record. Read empty, it was a dead run's (no pid), and a recover at that
+        # moment ended it: the run's faults then went in after its `end`, out of recover's reach.
+        journal = cls(path.with_name(f".{path.name}.new"))
         journal.write("run", run=run_id, experiment=experiment, pid=os.getpid())
+        os.rename(journal.path, path)
+        journal.path = path
         return journal
 
     def lock(self, wait_s: float, say: Callable[[str], None]) -> None:

@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 
 from rsdrill import wire
 from rsdrill.cli.app import app
-from rsdrill.engine.journal import Journal, read_records
+from rsdrill.engine.journal import Journal, journal_paths, pending, read_records
 from tests.harness.cli import Rsdrill
 
 HELLO = {"ok": 1.0, "isWritablePrimary": True, "maxWireVersion": 21, "minWireVersion": 0}
@@ -315,3 +315,26 @@ def test_a_filesystem_that_cannot_lock_does_not_stop_recover(
         "the lock; run no other recover on it meanwhile\n"
     )
     assert _types(journal.path) == ["run", "intent", "reverted", "end"]
+
+
+def test_a_new_run_s_journal_is_never_seen_without_its_run_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found empty (created, its `run` record not written yet), a journal read as a dead run's
+    with nothing owed, and `recover` ended it under the run that was starting: the faults it
+    then journaled came after its `end`, and a recover after a crash passed them by."""
+    seen: list[list[Path]] = []
+    write = Journal.write
+
+    def looked(journal: Journal, record_type: str, **fields: Any) -> None:
+        seen.append(journal_paths(tmp_path))  # what a recover finds at that moment
+        write(journal, record_type, **fields)
+
+    monkeypatch.setattr(Journal, "write", looked)
+    journal = Journal.open_run("r1", "nightly", tmp_path)
+    journal.write("intent", key="fault:0", revert={"action": "fail-command-off", "host": "h:1"})
+    journal.close()
+    assert seen == [[], [tmp_path / "r1.jsonl"]]
+    (owed,) = pending(tmp_path)
+    assert (owed.run, owed.pid, owed.actions[0][0]) == ("r1", os.getpid(), "fault:0")
+    assert os.listdir(tmp_path) == ["r1.jsonl"]
