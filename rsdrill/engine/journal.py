@@ -72,6 +72,13 @@ class Journal:
         journal.write("run", run=run_id, experiment=experiment, pid=os.getpid())
         os.rename(journal.path, path)
         journal.path = path
+        # The name, durable as the records are: a journal lost with a power cut is a fault no
+        # recover finds.
+        directory_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(directory_fd)
+        finally:
+            os.close(directory_fd)
         return journal
 
     def lock(self, wait_s: float, say: Callable[[str], None]) -> None:
