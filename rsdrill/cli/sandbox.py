@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rsdrill.cli.errors import JsonOption, exit_invalid, json_errors, ready_out_dir, sandbox_errors
-from rsdrill.sandbox.config import ReplSetSpec, Settings, build_topology
+from rsdrill.sandbox.config import MemberSpec, ReplSetSpec, Settings, build_topology
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
@@ -419,10 +419,24 @@ def stop(member: MemberArgument, directory: DirOption = DEFAULT_DIR) -> None:
 
 @app.command()
 def cont(member: MemberArgument, directory: DirOption = DEFAULT_DIR) -> None:
-    """SIGCONT a stopped member."""
-    _act_on_member(
-        directory, member, lambda sb, m: f"resumed {m.host} (pid {sb.cont(m)}) with SIGCONT"
-    )
+    """SIGCONT a stopped member (a frozen member has no role: name it by host:port or port)."""
+    _act_on_member(directory, member, _resume)
+
+
+def _resume(sandbox: "Sandbox", member: MemberSpec) -> str:
+    """SIGCONT `member`, refused unless it is stopped: a role names a running member, so `cont
+    secondary` would signal a running one, say it was resumed and leave the frozen one frozen."""
+    from rsdrill.sandbox.errors import SandboxError
+
+    states = {s.name: s.state for s in sandbox.status()}
+    state = states.get(member.host, "DOWN")
+    if state not in ("STOPPED", "DOWN"):  # DOWN: cont itself says it is not running
+        stopped = [name for name, s in states.items() if s == "STOPPED"]
+        raise SandboxError(
+            f"{member.host} is not stopped ({state}): nothing to resume; "
+            + (f"stopped: {', '.join(stopped)}" if stopped else "no member is stopped")
+        )
+    return f"resumed {member.host} (pid {sandbox.cont(member)}) with SIGCONT"
 
 
 @app.command()

@@ -240,6 +240,29 @@ def test_rs3_up_status_kill_start_stop_cont_down(
     assert {m["state"] for m in status_members(sandbox_dir)} == {"DOWN"}
 
 
+def test_cont_refuses_a_member_that_is_not_stopped(
+    free_port_base: Callable[[int], int], sandbox_dir: Path
+) -> None:
+    """`cont secondary` named a running secondary (a frozen member has no role): it was sent
+    SIGCONT, `resumed` was printed, and the frozen member stayed frozen."""
+    base = free_port_base(3)
+    up(sandbox_dir, base)
+    frozen = f"127.0.0.1:{base + 2}"
+    assert rsdrill("sandbox", "stop", frozen, "--dir", str(sandbox_dir)).returncode == 0
+
+    by_role = rsdrill("sandbox", "cont", "secondary", "--dir", str(sandbox_dir))
+    assert by_role.returncode == 2, by_role.stdout
+    assert f"127.0.0.1:{base + 1} is not stopped (SECONDARY)" in by_role.stderr
+    assert f"stopped: {frozen}" in by_role.stderr
+    assert by_role.stdout == "" and "Traceback" not in by_role.stderr
+    assert status(sandbox_dir)[frozen] == "STOPPED"
+
+    resumed = rsdrill("sandbox", "cont", str(base + 2), "--dir", str(sandbox_dir))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed {frozen}" in resumed.stdout
+    assert status(sandbox_dir)[frozen] != "STOPPED"
+
+
 def test_down_leaves_no_process_even_when_members_are_stopped(
     free_port_base: Callable[[int], int], sandbox_dir: Path
 ) -> None:
