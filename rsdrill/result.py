@@ -6,9 +6,12 @@ otherwise; a metric that could not be measured is null, never a guess.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rsdrill.errors import RsdrillError
 
 SCHEMA = "rsdrill.result/v1"
 Verdict = Literal["pass", "fail", "aborted", "error"]
@@ -409,3 +412,27 @@ class Result(_Model):
     @classmethod
     def from_json(cls, text: str) -> Result:
         return cls.model_validate_json(text)
+
+
+class ResultFileError(RsdrillError):
+    """A file that cannot be read as a result.json; the message names it and why."""
+
+
+def read_result(path: Path) -> Result:
+    """The run result in `path`, or ResultFileError in one line: unreadable, not UTF-8 (which
+    once escaped `history push` and `replay --from` as a traceback) or not a result."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ResultFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ResultFileError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}): not an rsdrill "
+            "result.json"
+        ) from None
+    try:
+        return Result.from_json(text)
+    except ValidationError as exc:
+        raise ResultFileError(
+            f"{path}: not an rsdrill result.json ({exc.error_count()} problems)"
+        ) from None

@@ -181,16 +181,14 @@ def push(
 ) -> None:
     """Add runs to the history after the fact (a shared store that was down when they ended).
     A run already there is replaced, not added twice."""
-    from pydantic import ValidationError
-
     from rsdrill import store
-    from rsdrill.result import Result
+    from rsdrill.result import ResultFileError, read_result
 
     for directory in dirs:
         try:
-            result = Result.model_validate_json((directory / "result.json").read_text())
-        except (OSError, ValidationError) as exc:
-            exit_invalid(f"{directory / 'result.json'}: {str(exc).splitlines()[0]}")
+            result = read_result(directory / "result.json")
+        except ResultFileError as exc:
+            exit_invalid(str(exc))
         try:
             store.record_at(result, directory, db)
         except store.StoreError as exc:

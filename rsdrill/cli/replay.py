@@ -123,18 +123,14 @@ def _load_timeline(path: Path) -> "Timeline":
 
 
 def _from_result(path: Path, target: "Target | None") -> "Timeline":
-    from pydantic import ValidationError
-
     from rsdrill.experiment.schema import Target
     from rsdrill.experiment.timeline import ReplayError, timeline_from_result
-    from rsdrill.result import Result
+    from rsdrill.result import ResultFileError, read_result
 
     try:
-        result = Result.from_json(path.read_text())
-    except OSError as exc:
-        exit_invalid(f"{path}: cannot read: {exc.strerror or exc}")
-    except ValidationError as exc:
-        exit_invalid(f"{path}: not an rsdrill result.json ({exc.error_count()} problems)")
+        result = read_result(path)
+    except ResultFileError as exc:
+        exit_invalid(str(exc))
     topology = result.target.topology
     if target is None:
         if topology not in ("rs1", "rs3", "psa"):
