@@ -128,6 +128,23 @@ def test_a_mechanism_rsdrill_cannot_speak_is_refused_by_name() -> None:
     assert "secret" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("replicaSet=rs0&bogusOpt=1", "unknown URI option 'bogusOpt'"),
+        ("replicaSt=rs0&appName=x",
+         "unknown URI option 'replicaSt' (did you mean 'replicaset'?)"),
+    ],
+)  # fmt: skip
+def test_an_unknown_option_is_named(query: str, says: str) -> None:
+    """pymongo's own message names no option ("Unknown option. Did you mean one of (authsource,
+    ...) or maybe a camelCase version of one? Refer to docstring.")."""
+    with pytest.raises(SettingsError) as err:
+        parse_uri(f"mongodb://u:s3cret@h/?{query}")
+    assert str(err.value) == says
+    assert "s3cret" not in str(err.value)
+
+
 def test_an_invalid_uri_never_shows_its_password() -> None:
     with pytest.raises(SettingsError) as err:
         parse_uri("mongodb://u:s3cret@h/?replicaSet=rs0&w=bogus&tls=maybe")
