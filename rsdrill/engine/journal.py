@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rsdrill.errors import InjectionError
 from rsdrill.home import rsdrill_home
 from rsdrill.redact import redact_uri
 
@@ -52,6 +53,22 @@ class JournalBusy(Exception):
         self.waited_s = waited_s
 
 
+class JournalEnded(InjectionError):
+    """The run's journal was ended by another process (`rsdrill recover --force`): what it owed
+    is reverted, and the run injects nothing more."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"{path.name} was finished by `rsdrill recover --force` while this run went on: "
+            "it injects nothing more (what it had in force is reverted again)"
+        )
+
+
+# The records after which the run puts a fault in force or holds a resource: each first looks
+# whether a recover ended the journal (`Journal.open_run`).
+_OWING = frozenset({"intent", "applied", "resource"})
+
+
 class Journal:
     """The journal of one run; every record is on disk before the call returns."""
 
@@ -61,6 +78,9 @@ class Journal:
             path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0), 0o600)
+        self._guarded = False
+        self._size = 0  # what this process wrote: the file grown past it, another wrote too
+        self.ended_by_other = False
 
     @classmethod
     def open_run(cls, run_id: str, experiment: str, directory: Path | None = None) -> Journal:
@@ -72,6 +92,10 @@ class Journal:
         journal.write("run", run=run_id, experiment=experiment, pid=os.getpid())
         os.rename(journal.path, path)
         journal.path = path
+        # A live run takes no lock of its own (`lock`), but a recover --force may finish its
+        # journal while it goes on (hung, stopped, in another pid namespace): each record that
+        # puts something in force waits for a recover holding the lock, then looks for its `end`.
+        journal._guarded = True
         # The name, durable as the records are: a journal lost with a power cut is a fault no
         # recover finds.
         directory_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
@@ -115,10 +139,48 @@ class Journal:
             time.sleep(min(0.05, left))
 
     def write(self, record_type: str, **fields: Any) -> None:
+        """Append and fsync one record. A run's journal (`open_run`) ended by another process:
+        JournalEnded instead of a record that would put something in force, and from then
+        on every record is written unchecked (the run's own reverts and `end`)."""
         record = {"type": record_type, "at": dt.datetime.now(dt.UTC).isoformat(), **fields}
         # A start command or an error may hold a URI; its password never reaches the disk.
-        os.write(self._fd, (redact_uri(json.dumps(record, default=str)) + "\n").encode())
+        line = (redact_uri(json.dumps(record, default=str)) + "\n").encode()
+        if not self._guarded or self.ended_by_other or record_type not in _OWING:
+            self._append(line)
+            return
+        locked = self._wait_for_lock()
+        try:
+            if self._ended_elsewhere():
+                self.ended_by_other = True
+                raise JournalEnded(self.path)
+            self._append(line)
+        finally:
+            if locked:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _append(self, line: bytes) -> None:
+        os.write(self._fd, line)
         os.fsync(self._fd)
+        self._size += len(line)
+
+    def _wait_for_lock(self) -> bool:
+        """The lock, however long a recover holds it (its reverts decide what this run may
+        do next); False where the filesystem cannot lock (the look for `end` still runs)."""
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                time.sleep(0.05)  # polled, not blocking: the run's signal handlers still run
+            except OSError:
+                return False
+
+    def _ended_elsewhere(self) -> bool:
+        size = os.fstat(self._fd).st_size
+        if size == self._size:  # nobody else wrote: the common case costs one fstat
+            return False
+        self._size = size
+        return any(r["type"] == "end" for r in read_records(self.path))
 
     def close(self) -> None:
         os.close(self._fd)

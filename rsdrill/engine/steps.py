@@ -62,9 +62,10 @@ def run_step(
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env={**environ_copy(), **extra_env}, start_new_session=True,
         )  # fmt: skip
-    on_start(stop_step_action(step.name, process.pid))
     deadline = time.monotonic() + step.timeout
     try:
+        # Inside: a journal that refuses the record (ended by a recover) stops the step too.
+        on_start(stop_step_action(step.name, process.pid))
         while process.poll() is None:
             if time.monotonic() >= deadline:
                 raise StepFailed(
