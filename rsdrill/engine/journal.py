@@ -92,9 +92,9 @@ class Journal:
         journal.write("run", run=run_id, experiment=experiment, pid=os.getpid())
         os.rename(journal.path, path)
         journal.path = path
-        # A live run takes no lock of its own (`lock`), but a recover --force may finish its
-        # journal while it goes on (hung, stopped, in another pid namespace): each record that
-        # puts something in force waits for a recover holding the lock, then looks for its `end`.
+        # A recover --force may finish the journal while the run goes on (hung, stopped, in
+        # another pid namespace): each record that puts something in force waits for a recover
+        # holding the lock, then looks for its `end` (`write`).
         journal._guarded = True
         # The name, durable as the records are: a journal lost with a power cut is a fault no
         # recover finds.
@@ -112,8 +112,8 @@ class Journal:
         filesystem that cannot lock (NFS without its lock manager): `say` so and go on
         unlocked, as every recover did before there was a lock, rather than leave the faults
         in force. The lock is on the journal itself: no file of its own to leave behind. A
-        live run never takes it: a hung one would hold it for good, and `recover --force`
-        exists to finish such a run's journal."""
+        live run takes it only while it writes a record (`write`): a hung one holds nothing,
+        and `recover --force` can finish its journal."""
         deadline = time.monotonic() + wait_s
         told = False
         while True:
