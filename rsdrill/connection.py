@@ -257,10 +257,8 @@ def parse_uri(uri: str) -> ParsedUri:
         # pymongo names the option but not the file: say which.
         raise SettingsError(f"{redact_uri(str(exc.strerror or exc))}: {_tls_files(uri)}") from None
     except (InvalidURI, ConfigurationError, ValueError, OSError) as exc:
-        unknown = _unknown_options(uri) if str(exc).startswith("Unknown option") else []
-        if unknown:
-            raise SettingsError(_unknown_options_problem(unknown)) from None
-        raise SettingsError(redact_uri(str(exc))) from None
+        unknown = unknown_options(uri) if str(exc).startswith("Unknown option") else None
+        raise SettingsError(unknown or redact_uri(str(exc))) from None
     # pymongo keeps some option names in camel case and lowers others: look them up lowered.
     opts = {key.lower(): value for key, value in parsed["options"].items()}
     seeds = [f"{host}:{port}" for host, port in parsed["nodelist"]]
@@ -275,34 +273,30 @@ def parse_uri(uri: str) -> ParsedUri:
     )
 
 
-def _unknown_options(uri: str) -> list[str]:
-    """The URI's option names pymongo does not know. Its own message names none ("Unknown
-    option. ... Refer to docstring."), which left a user to find the typo; a name is no secret,
-    the values are not shown."""
+def unknown_options(uri: str) -> str | None:
+    """The URI's option names pymongo does not know, as a problem (None: every one known).
+    pymongo's own message names none ("Unknown option. ... Refer to docstring."), which left a
+    user to find the typo; a name is no secret, and no value is shown."""
     from pymongo.common import (
         URI_OPTIONS_ALIAS_MAP,
         URI_OPTIONS_DEPRECATION_MAP,
         URI_OPTIONS_VALIDATOR_MAP,
     )
 
+    from rsdrill.suggest import did_you_mean
+
     known = {*URI_OPTIONS_VALIDATOR_MAP, *URI_OPTIONS_DEPRECATION_MAP}
     known |= {alias for aliases in URI_OPTIONS_ALIAS_MAP.values() for alias in aliases}
     known = {name.lower() for name in known}
     query = uri.partition("?")[2].replace(";", "&")
     names = [pair.partition("=")[0] for pair in query.split("&") if pair]
-    return [name for name in names if name.lower() not in known]
-
-
-def _unknown_options_problem(names: list[str]) -> str:
-    from pymongo.common import URI_OPTIONS_VALIDATOR_MAP
-
-    from rsdrill.suggest import did_you_mean
-
-    guesses = [did_you_mean(name, URI_OPTIONS_VALIDATOR_MAP) for name in names]
+    unknown = [name for name in names if name.lower() not in known]
+    if not unknown:
+        return None
+    guesses = [did_you_mean(name, URI_OPTIONS_VALIDATOR_MAP) for name in unknown]
     said = [f"{name!r}" + (f" (did you mean {guess!r}?)" if guess else "")
-            for name, guess in zip(names, guesses, strict=True)]  # fmt: skip
-    plural = "s" if len(names) > 1 else ""
-    return f"unknown URI option{plural} {', '.join(said)}"
+            for name, guess in zip(unknown, guesses, strict=True)]  # fmt: skip
+    return f"unknown URI option{'s' if len(unknown) > 1 else ''} {', '.join(said)}"
 
 
 def _tls_files(uri: str) -> str:

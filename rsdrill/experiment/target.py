@@ -39,6 +39,31 @@ class LocalMember(Strict):
 Options = TypeVar("Options", bound=BaseModel)
 
 
+def _uri_problem(uri: str) -> str | None:
+    """What is wrong with a connection string's form, found offline (an SRV name is resolved
+    and TLS files are read by `check`, where the run runs): its scheme, hosts, ports and option
+    names. validate and plan once said `ok` to a malformed one, and run refused it unlocated."""
+    from pymongo.errors import PyMongoError
+    from pymongo.uri_parser import SCHEME, SRV_SCHEME, split_hosts
+
+    from rsdrill.connection import unknown_options
+
+    scheme = next((s for s in (SCHEME, SRV_SCHEME) if uri.startswith(s)), None)
+    if scheme is None:
+        return f"a connection string begins with {SCHEME} or {SRV_SCHEME}"
+    hosts = uri[len(scheme) :].partition("?")[0].partition("/")[0].rpartition("@")[2]
+    try:
+        nodes = split_hosts(hosts, default_port=None if scheme == SRV_SCHEME else 27017)
+    except (PyMongoError, ValueError):
+        # pymongo's words may quote a piece of the string: with an unescaped / in the password,
+        # a piece of the password.
+        return ("its hosts are not host[:port],... with ports 1-65535 (a user and password in "
+                "it need %-escaping, as urllib.parse.quote_plus does)")  # fmt: skip
+    if scheme == SRV_SCHEME and (len(nodes) != 1 or nodes[0][1] is not None):
+        return f"a {SRV_SCHEME} URI names one host, without a port"
+    return unknown_options(uri)
+
+
 class _Target(Strict):
     """Where the replica set is: a sandbox rsdrill builds, processes already running here, or
     a set on Kubernetes, EC2 or vSphere."""
@@ -172,6 +197,9 @@ class _Target(Strict):
                 ("members" if self.members else "uri",),
                 f"platform {self.platform} builds its own set: drop `uri` and `members`",
             )
+        problem = _uri_problem(self.uri) if self.uri else None
+        if problem:
+            raise FieldProblem(("uri",), problem)
         if source != "built":
             for name in ("storage", "handshake", "journal_commit_interval", "zones",
                          "priorities"):  # fmt: skip

@@ -12,7 +12,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rsdrill.experiment.loader import ExperimentError, load_experiment, load_experiment_text
+from rsdrill.experiment.loader import (
+    ExperimentError,
+    check_experiment_file,
+    load_experiment,
+    load_experiment_text,
+)
 from rsdrill.experiment.plan import render_plan
 from rsdrill.experiment.schema import Experiment, SelectCount, SelectMember
 from rsdrill.fields import parse_duration
@@ -636,6 +641,38 @@ def test_missing_variable_is_an_error_at_its_scalar() -> None:
     err = error_of(LOCAL)
     assert (err.line, err.col, err.field) == (4, 8, "target.uri")
     assert err.problem.startswith("environment variable MONGO_PASSWORD is not set")
+
+
+@pytest.mark.parametrize(
+    ("uri", "says"),
+    [
+        ("mongdb://127.0.0.1:27017/", "a connection string begins with mongodb:// or mongodb+srv"),
+        ("mongodb://app:s3cret@127.0.0.1:99999/", "its hosts are not host[:port]"),
+        ("mongodb://app:s3/cret@127.0.0.1/", "its hosts are not host[:port]"),
+        ("mongodb://app:s3cret@h/?replicaSet=rs0&bogusOpt=1", "unknown URI option 'bogusOpt'"),
+        ("mongodb+srv://db.example:27017/", "a mongodb+srv:// URI names one host, without a port"),
+    ],
+)
+def test_a_malformed_uri_is_refused_at_its_scalar(uri: str, says: str, tmp_path: Path) -> None:
+    """validate and plan said `ok` to these; run refused them in its check, naming no file."""
+    text = LOCAL.replace("mongodb://app:${MONGO_PASSWORD}@127.0.0.1:27017/?replicaSet=rs0", uri)
+    err = error_of(text)
+    assert (err.line, err.col, err.field) == (4, 8, "target.uri")
+    assert err.problem.startswith(says), err.problem
+    assert "s3" not in str(err) and "cret" not in str(err)
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    with pytest.raises(ExperimentError):
+        check_experiment_file(path, env={})
+
+
+def test_a_uri_left_to_an_unset_variable_is_not_judged(tmp_path: Path) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        LOCAL.replace("mongodb://app:${MONGO_PASSWORD}@127.0.0.1:27017/?replicaSet=rs0", "${URI}")
+    )
+    (note,) = check_experiment_file(path, env={})
+    assert note.field == "target.uri"
 
 
 def test_dollar_dollar_escapes() -> None:
