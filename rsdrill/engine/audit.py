@@ -118,7 +118,13 @@ def audit(
         asked = {"listDatabases": 1, "nameOnly": True, **_ANY_MEMBER}
         listed = {m: _user_databases(conns.command(m, "admin", asked), own_only=own_only)
                   for m in members}  # fmt: skip
-        names = list(databases) if databases else sorted(set().union(*listed.values()))
+        held = set().union(*listed.values())
+        # A misspelt --db hashes as empty everywhere: "consistent" about nothing compared.
+        absent = [d for d in databases or () if d not in held and d not in SYSTEM_DATABASES]
+        if absent:
+            raise AuditError(f"no member holds database {', '.join(absent)} (databases: "
+                             f"{', '.join(sorted(held)) or 'none'})")  # fmt: skip
+        names = list(databases) if databases else sorted(held)
         report = AuditReport(primary, members, names, caught_up, lag_s)
         if not caught_up:
             return report  # comparing members at different points would prove nothing

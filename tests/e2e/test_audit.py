@@ -125,6 +125,15 @@ def test_an_oplog_entry_changed_behind_a_members_back_is_named(rs3: Sandbox) -> 
     ], done.stdout
 
 
+def test_a_database_no_member_holds_is_refused_not_consistent(rs3: Sandbox) -> None:
+    """A misspelt --db hashed as empty on every member: `consistent`, exit 0."""
+    done = _audit(rs3.uri, "--db", "shpo")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == "" and "consistent" not in done.stderr
+    assert done.stderr.strip().endswith("no member holds database shpo (databases: shop)")
+    assert _audit(rs3.uri, "--db", "shop").returncode == 0
+
+
 def test_a_member_that_is_down_is_one_line_and_exit_2(rs3: Sandbox) -> None:
     with MongoClient(rs3.uri, serverSelectionTimeoutMS=20_000) as client:
         primary = client.admin.command("hello")["primary"]
