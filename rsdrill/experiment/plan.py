@@ -296,7 +296,8 @@ def describe_target(target: Target) -> list[str]:
             )
         return lines
     if source == "discovered":
-        return [f"a {target.platform} replica set, {target.topology} expected; "
+        # "a replica set on ec2": "a ec2 replica set" read wrong (and so would "an kubernetes")
+        return [f"a replica set on {target.platform}, {target.topology} expected; "
                 f"uri {redact_uri(target.uri or '')}"]  # fmt: skip
     if target.topology == "sharded":
         per_shard = member_count(target.shard_topology)

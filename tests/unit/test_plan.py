@@ -254,6 +254,18 @@ target:
     assert "slo\n  none: the run reports its metrics and passes\n" in text
 
 
+@pytest.mark.parametrize(
+    ("platform", "section"),
+    [("ec2", "ec2: {region: us-east-1}"), ("kubernetes", "kubernetes: {}")],
+)
+def test_a_discovered_target_is_named_by_its_platform(platform: str, section: str) -> None:
+    """It read "a ec2 replica set"."""
+    header = (f"name: p\ntarget:\n  platform: {platform}\n"
+              f"  uri: mongodb://db1:27017/?replicaSet=rs0\n  {section}\n")  # fmt: skip
+    text = render_plan(experiment("  - {at: 5s, kind: stepdown}\n", header=header))
+    assert f"\n  a replica set on {platform}, rs3 expected; uri mongodb://db1:27017/" in text
+
+
 def test_render_local_clock_skew_and_disk_fill_say_what_they_change_first() -> None:
     header = """\
 name: local-plan
