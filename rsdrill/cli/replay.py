@@ -147,11 +147,17 @@ def _from_result(path: Path, target: "Target | None") -> "Timeline":
 def from_mongod_log(
     logfiles: Annotated[
         list[Path],
-        typer.Argument(help="mongod JSON log files (4.4+), one member's or merged.", metavar="LOG"),
+        typer.Argument(
+            help="mongod JSON log files (4.4+; rotated, gzipped), each member's or merged.",
+            metavar="LOG",
+        ),
     ],
     member: Annotated[
         str | None,
-        typer.Option(help="The member whose log this is, for lines without a `host` field."),
+        typer.Option(
+            help="The member whose log this is, when it does not say (no 'Found self in "
+            "config' line, no `host` field)."
+        ),
     ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the timeline here (default: stdout).")
@@ -167,16 +173,17 @@ def from_mongod_log(
     from rsdrill.experiment.mongodlog import (
         MongodLogError,
         derive_timeline,
-        read_log,
+        read_incident,
         timeline_name,
     )
     from rsdrill.experiment.schema import Target
 
     try:
-        events = sorted((e for path in logfiles for e in read_log(path, member)), key=lambda e: e.t)
+        events, clocks = read_incident(logfiles, member)
         arbiter = any(e.new == "ARBITER" for e in events)
         target = Target(platform="sandbox", topology=topology or ("psa" if arbiter else "rs3"))
-        plan = derive_timeline(events, name or timeline_name(logfiles[0]), target)
+        described = f"derived from mongod logs{clocks}"
+        plan = derive_timeline(events, name or timeline_name(logfiles[0]), target, described)
     except MongodLogError as exc:
         exit_invalid(str(exc))
     text = plan.to_yaml()

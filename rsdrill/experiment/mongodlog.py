@@ -1,18 +1,12 @@
 """An incident timeline derived from mongod's structured JSON log (MongoDB 4.4 and later).
 
-Each log line is one JSON object: `{"t": {"$date": ...}, "s": "I", "c": "REPL", "id": 21358,
-"ctx": ..., "msg": "Replica set state transition", "attr": {"newState": ..., "oldState": ...}}`.
-Lines that are not JSON objects (blank lines, a legacy preamble) are skipped.
+`mongodlog_read.py` reads the files (which member each line is about, compressed and rotated
+logs) and `mongodlog_clocks.py` puts the members' logs on one clock. The events:
 
-Which member a line is about: its `host` field when the log was collected with one (log
-shippers add it, so several members' logs can be merged into one file), otherwise the member
-named on the command line (`--member`), since a mongod's own log never names its host.
-
-What is read:
-
-- state transitions (id 21358, "Replica set state transition": `oldState` → `newState`);
-- other members' states as a member sees them (id 21215, "Member is in new state":
-  `hostAndPort`, `newState`), so that one survivor's log tells when the others came back;
+- state transitions (id 21358): a member's own;
+- other members' states as a member sees them (id 21215 "Member is in new state", and id
+  21216, a member seen going down), so that one survivor's log tells when the others went
+  and came back;
 - elections started ("Starting an election ...", e.g. id 4615652) and won ("Election
   succeeded", id 21450; "Transition to primary complete", id 21331): they set who is primary;
 - explicit stepdowns: a line whose `attr.command` is a `replSetStepDown`, a message naming
@@ -31,12 +25,15 @@ other hosts):
 3. An election started while another member is PRIMARY, and that primary has not stepped
    down, means the primary stopped answering (its own log usually ends there): a `host-kill`
    of the primary at the election's start — the log does not say when the host died; at most
-   an election timeout earlier.
+   an election timeout earlier. So is the primary seen going down (id 21216, or a seen state
+   of DOWN) by another member, whichever comes first: a member that was never primary tells it.
 4. A killed primary restarts when that member is next SECONDARY (or PRIMARY) again, by its own
    log or another member's view, after the change that lost it (a primary that fell straight
    to SECONDARY is back at its next change): the kill's `duration`. One never seen again is
    `restart: false`.
-5. Everything else (elections won, members starting up) goes into the faults' notes.
+5. A primary whose own log shows it starting again (id 4615611, "MongoDB starting") with no
+   loss found before was lost when its log stopped: a `host-kill` from the line before.
+6. Everything else (elections won, members starting up) goes into the faults' notes.
 
 The first fault is t+0; the others are offsets from it.
 """
@@ -44,122 +41,35 @@ The first fault is t+0; the others are offsets from it.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from rsdrill.errors import RsdrillError
+from rsdrill.experiment.mongodlog_clocks import on_one_clock
+from rsdrill.experiment.mongodlog_read import (
+    LogEvent,
+    MongodLogError,
+    parse_log,
+    read_log,
+    read_logs,
+)
 from rsdrill.experiment.schema import Target
 from rsdrill.experiment.timeline import Timeline
 
+__all__ = ["LogEvent", "MongodLogError", "derive_timeline", "parse_log", "read_incident",
+           "read_log", "timeline_name"]  # fmt: skip
+
 STEPDOWN_BEFORE_S = 15.0  # a stepdown command waits up to secondaryCatchUpPeriodSecs (10 s)
 STEPDOWN_AFTER_S = 2.0
-
-_STATE_TRANSITION = 21358
-_MEMBER_NEW_STATE = 21215
-_ELECTION_WON = (21450, 21331)
-_INVOLUNTARY_STEPDOWN = ("in response to heartbeat", "new term")
-
-Kind = Literal["transition", "seen", "election", "elected", "stepdown"]
+_GONE = ("DOWN", "(not reachable/healthy)")  # as another member sees it
 
 
-class MongodLogError(RsdrillError, ValueError):
-    """A log that cannot be read or yields no fault: `str()` is `FILE:LINE: problem`."""
-
-
-@dataclass(frozen=True)
-class LogEvent:
-    """One replication event read from the log."""
-
-    t: dt.datetime
-    host: str
-    kind: Kind
-    line: int
-    old: str | None = None
-    new: str | None = None
-
-
-def read_log(path: Path, member: str | None = None) -> list[LogEvent]:
-    """The replication events in the log file at `path`, in time order."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise MongodLogError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return parse_log(text.splitlines(), member, source=str(path))
-
-
-def parse_log(
-    lines: Iterable[str], member: str | None = None, source: str = "<log>"
-) -> list[LogEvent]:
-    """The replication events in `lines`, in time order (a stable sort: merged logs interleave)."""
-    events = []
-    for number, raw in enumerate(lines, 1):
-        text = raw.strip()
-        if not text.startswith("{"):
-            continue
-        try:
-            entry = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise MongodLogError(f"{source}:{number}: not a JSON log line: {exc.msg}") from None
-        event = _event(entry, member, number, source)
-        if event is not None:
-            events.append(event)
-    return sorted(events, key=lambda e: e.t)
-
-
-def _event(entry: Any, member: str | None, line: int, source: str) -> LogEvent | None:
-    if not isinstance(entry, dict):
-        return None
-    msg = str(entry.get("msg", ""))
-    attr = entry.get("attr")
-    if not isinstance(attr, dict):
-        attr = {}
-    log_id = entry.get("id")
-    kind: Kind | None = None
-    host = str(entry.get("host") or member or "this member")
-    old = new = None
-    if log_id == _STATE_TRANSITION or msg == "Replica set state transition":
-        kind, old, new = "transition", attr.get("oldState"), attr.get("newState")
-    elif log_id == _MEMBER_NEW_STATE or msg == "Member is in new state":
-        kind, new = "seen", attr.get("newState")
-        host = str(attr.get("hostAndPort", host))
-    elif msg.startswith("Starting an election"):
-        kind = "election"
-    elif log_id in _ELECTION_WON or msg.startswith(("Election succeeded", "Transition to primary")):
-        kind = "elected"
-    elif _is_stepdown(msg, attr):
-        kind = "stepdown"
-    if kind is None:
-        return None
-    return LogEvent(_time(entry, line, source), host, kind, line, old, new)
-
-
-def _is_stepdown(msg: str, attr: dict[str, Any]) -> bool:
-    command = attr.get("command")
-    if isinstance(command, dict) and "replSetStepDown" in command:
-        return True
-    if "replsetstepdown" in msg.lower():
-        return True
-    return msg.startswith("Stepping down from primary") and not any(
-        words in msg for words in _INVOLUNTARY_STEPDOWN
-    )
-
-
-def _time(entry: dict[str, Any], line: int, source: str) -> dt.datetime:
-    stamp = entry.get("t")
-    value = stamp.get("$date") if isinstance(stamp, dict) else stamp
-    if isinstance(value, dict):  # canonical extended JSON: {"$numberLong": "<ms>"}
-        value = value.get("$numberLong")
-    try:
-        if isinstance(value, int | float) or (isinstance(value, str) and value.isdigit()):
-            return dt.datetime.fromtimestamp(int(value) / 1000, dt.UTC)
-        when = dt.datetime.fromisoformat(str(value))
-    except (TypeError, ValueError):
-        raise MongodLogError(f"{source}:{line}: no time ({{'t': {{'$date': ...}}}})") from None
-    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+def read_incident(paths: list[Path], member: str | None = None) -> tuple[list[LogEvent], str]:
+    """Every file's events on one clock, in time order, and what was done to the clocks."""
+    events, offsets = on_one_clock(read_logs(paths, member))
+    moved = ", ".join(f"{o} {-s:+g} s" for o, s in offsets.items())
+    return events, f"; clocks moved to agree: {moved}" if moved else ""
 
 
 @dataclass
@@ -177,6 +87,7 @@ def derive_timeline(
     events: list[LogEvent],
     name: str,
     target: Target,
+    description: str = "derived from mongod logs",
 ) -> Timeline:
     """The incident's faults (see the module's rules) as a timeline against `target`."""
     stepdowns: dict[str, list[dt.datetime]] = {}
@@ -209,11 +120,20 @@ def derive_timeline(
                                          [f"replSetStepDown on {e.host} (PRIMARY)"]))  # fmt: skip
                 else:
                     lose_primary(e.host, e.t, f"it became {e.new} without a stepdown command")
+            elif e.kind == "seen" and e.new in _GONE and states.get(e.host) == "PRIMARY":
+                if stepped_down(e.host, e.t) is None:
+                    lose_primary(e.host, e.t, f"{e.observer} saw it go down")
             elif e.host in down and e.new in ("SECONDARY", "PRIMARY"):
                 fault = down.pop(e.host)
                 fault.until = e.t
                 fault.notes.append(f"{e.host} SECONDARY again")
             states[e.host] = e.new
+        elif e.kind == "restart" and states.get(e.host) == "PRIMARY" and e.host not in down:
+            # Nothing else showed it lost: its own log stops, then it starts again.
+            since = e.last_alive or e.t
+            stop = f"{since.astimezone(dt.UTC):%H:%M:%S} UTC"
+            lose_primary(e.host, since, f"its log stops at {stop} and it starts again")
+            states[e.host] = "STARTUP"
         elif e.kind == "election":
             primary = next((h for h, s in states.items() if s == "PRIMARY" and h != e.host), None)
             if primary and primary not in down and stepped_down(primary, e.t) is None:
@@ -224,16 +144,18 @@ def derive_timeline(
             if states.get(e.host) != "PRIMARY" and faults:
                 faults[-1].notes.append(f"{e.host} elected primary")
             states[e.host] = "PRIMARY"
+    faults.sort(key=lambda f: f.t)  # a restart's loss began before what came ahead of it
     if not faults:
+        files = ", ".join(dict.fromkeys(e.source for e in events if e.source)) or "the logs"
         raise MongodLogError(
-            f"no fault found: {len(events)} replication events, but no primary was lost "
-            "or stepped down"
+            f"{files}: no fault found: {len(events)} replication events, but no primary was "
+            "lost or stepped down"
         )
     return Timeline.model_validate(
         {
             "name": name,
             "target": target,
-            "description": "derived from mongod logs",
+            "description": description,
             "events": [_timeline_event(f, faults[0].t) for f in faults],
         }
     )
@@ -256,5 +178,6 @@ def _timeline_event(fault: _Fault, t0: dt.datetime) -> dict[str, Any]:
 
 def timeline_name(path: Path) -> str:
     """A timeline name from the log file's name (letters, digits, _ . - only)."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem).strip("-.") or "mongod"
+    base = path.name.split(".log")[0] if ".log" in path.name else path.stem  # rotated, gzipped
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-.") or "mongod"
     return f"incident-{stem}"

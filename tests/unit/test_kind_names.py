@@ -30,6 +30,11 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
         "it writes an incident's faults from what mongod logged: a primary lost is a host-kill, "
         "a stepdown command a stepdown (and 'stepdown' is also one of its own log events)",
     ),
+    "experiment/mongodlog_read.py": (
+        {"stepdown"},
+        "'stepdown' is one of the log events it reads (a replSetStepDown in mongod's log), "
+        "not the fault kind",
+    ),
     "experiment/random_schedule.py": (
         {"stepdown"},
         "a drawn stepdown goes to the primary unless its template says otherwise, with its "

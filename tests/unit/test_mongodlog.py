@@ -143,12 +143,18 @@ def test_times_as_milliseconds_and_lines_that_are_not_json_objects() -> None:
 
 @pytest.mark.parametrize(
     ("line", "problem"),
-    [('{"t": {"$date": "2024', "log:3: not a JSON log line"),
+    [('{"t": {"$date": "2024"}, "oops"}', "log:3: not a JSON log line"),
      ('{"t": {"$date": "soon"}, "id": 21358, "attr": {}}', "log:3: no time")],
 )  # fmt: skip
 def test_broken_lines_are_located(line: str, problem: str) -> None:
     with pytest.raises(MongodLogError, match=problem):
         parse_log(["", "", line], source="log")
+
+
+def test_a_line_cut_short_is_skipped_and_one_glued_after_it_read() -> None:
+    whole = _transition(5, "PRIMARY", "SECONDARY")
+    lines = [_transition(0, "SECONDARY", "PRIMARY")[:50], _transition(1, "A", "B")[:70] + whole]
+    assert [(e.line, e.new) for e in parse_log(lines, "a:1")] == [(2, "SECONDARY")]
 
 
 def test_timeline_names_are_safe() -> None:
