@@ -394,11 +394,33 @@ def _processes(pids: list[int]) -> str:
 
 def _act_on_member(directory: Path, ref: str, action: "Callable[[Sandbox, Any], str]") -> None:
     from rsdrill.sandbox.cluster import Sandbox
+    from rsdrill.sandbox.config import CLUSTER_FILE
 
-    sandbox = Sandbox(directory)
     with sandbox_errors():
+        sharded = (directory / CLUSTER_FILE).exists()
+        sandbox = _set_holding(directory, ref) if sharded else Sandbox(directory)
         member = sandbox.resolve(ref)
         typer.echo(action(sandbox, member))
+
+
+def _set_holding(directory: Path, ref: str) -> "Sandbox":
+    """The replica set of a sharded sandbox that has the member `ref` (host:port or port). Its
+    directory was refused as "no sandbox in DIR: start one with `rsdrill sandbox up`"."""
+    from rsdrill.sandbox.errors import SandboxError
+    from rsdrill.sandbox.sharded import ShardedSandbox
+
+    sets = ShardedSandbox(directory).sets
+    for found in sets.values():
+        if any(ref in (m.host, str(m.port)) for m in found.spec.members):
+            return found
+    listed = "; ".join(f"{name}: {', '.join(m.host for m in s.spec.members)}"
+                       for name, s in sets.items())  # fmt: skip
+    if ref.strip().lower() in ("primary", "secondary", "arbiter"):
+        raise SandboxError(
+            f"every set of a sharded sandbox has its {ref.strip().lower()}: name the member by "
+            f"host:port or port, or give its set's directory (--dir {directory}/SET) ({listed})"
+        )
+    raise SandboxError(f"{ref!r} is no member of the sharded sandbox's replica sets ({listed})")
 
 
 @app.command()

@@ -20,6 +20,8 @@ from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
 from rsdrill.sandbox.cluster import process_state
+from rsdrill.sandbox.config import Settings
+from rsdrill.sandbox.sharded import ShardedSandbox, up_sharded
 from tests.harness.cli import Rsdrill, rsdrill_run
 
 ELECTION_TIMEOUT = "1000"
@@ -261,6 +263,34 @@ def test_cont_refuses_a_member_that_is_not_stopped(
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed {frozen}" in resumed.stdout
     assert status(sandbox_dir)[frozen] != "STOPPED"
+
+
+def test_a_sharded_sandboxs_members_are_named_by_address_from_its_directory(
+    free_port_base: Callable[[int], int], tmp_path: Path
+) -> None:
+    """kill/stop/cont/start on a sharded sandbox's directory said "no sandbox in DIR: start one
+    with `rsdrill sandbox up`": the members are in its sets' directories."""
+    base = free_port_base(3 + 3 + 1)
+    directory = tmp_path / "sharded"
+    cluster = up_sharded(directory, port_base=base, shards=1, routers=1, balancer=False,
+                         settings=Settings(election_timeout_ms=1000))  # fmt: skip
+    try:
+        member = f"127.0.0.1:{base + 4}"  # shard0's second member
+        killed = rsdrill("sandbox", "kill", str(base + 4), "--dir", str(directory))
+        assert killed.returncode == 0, killed.stderr
+        assert killed.stdout.startswith(f"killed {member} ")
+        started = rsdrill("sandbox", "start", member, "--dir", str(directory))
+        assert started.returncode == 0, started.stderr
+
+        by_role = rsdrill("sandbox", "kill", "primary", "--dir", str(directory))
+        assert by_role.returncode == 2 and "no sandbox in" not in by_role.stderr
+        assert "every set of a sharded sandbox has its primary" in by_role.stderr
+        router = rsdrill("sandbox", "stop", str(base + 6), "--dir", str(directory))
+        assert router.returncode == 2
+        assert f"'{base + 6}' is no member of the sharded sandbox's replica sets" in router.stderr
+    finally:
+        cluster.down(grace_s=2.0)
+        assert not any(s.running() for s in ShardedSandbox(directory).sets.values())
 
 
 def test_down_leaves_no_process_even_when_members_are_stopped(
