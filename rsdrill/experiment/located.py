@@ -324,11 +324,15 @@ def _problem(e: _Located) -> str:
         return str(problem)
     if kind == "invalid_key":
         return f"a key must be a text, not {_show(e.loc[-1])}"
+    pattern = str((e.error.get("ctx") or {}).get("pattern"))
     if any(step.kind == "key" for step in e.steps):
+        # A text key its pattern refuses (a check's name) once read "a key must be a text".
+        if kind == "string_pattern_mismatch" and isinstance(given, str):
+            return _PATTERN_WORDS.get(pattern) or str(e.error["msg"])
         return f"a key must be a text, not {_show(given)}"
     # A condition of `slo:` (not `slo:` itself, a mapping) is worded as a pattern's.
     if kind == "string_pattern_mismatch" or (e.field[:1] == ("slo",) and len(e.field) == 2):
-        return _pattern_problem(e.field, given, str(e.error["msg"]))
+        return _PATTERN_WORDS.get(pattern) or _pattern_problem(e.field, given, str(e.error["msg"]))
     return _type_problem(e.error, given)
 
 
@@ -395,6 +399,20 @@ def _show(value: Any, quote: bool = True) -> str:
     if isinstance(value, list | tuple):
         return "a list"
     return quoted(value, quote=quote and isinstance(value, str))
+
+
+# pydantic says "String should match pattern '^https?://'": the schema's patterns in words. A
+# URL is not quoted back: a webhook's may be a secret.
+_PATTERN_WORDS = {
+    r"^https?://": "not an http:// or https:// URL",
+    r"^[A-Za-z_][A-Za-z0-9_]*$": "not an environment variable's name: letters, digits and _, "
+    "not starting with a digit",
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$": "not a Kubernetes name: lowercase letters, digits and "
+    "-, starting and ending with a letter or digit",
+    r"^[A-Za-z0-9_.:-]{1,15}$": "not a network interface's name: up to 15 letters, digits, "
+    "_ . : or -",
+    r"^[A-Za-z0-9_-]+$": "a check's name is letters, digits, _ and -",
+}
 
 
 def _pattern_problem(field: Loc, given: Any, fallback: str) -> str:

@@ -675,6 +675,27 @@ def test_a_uri_left_to_an_unset_variable_is_not_judged(tmp_path: Path) -> None:
     assert note.field == "target.uri"
 
 
+@pytest.mark.parametrize(
+    ("extra", "field", "problem"),
+    [
+        ('notify: [{kind: webhook, url: "hooks.example/T0KEN"}]\n', "notify[0].url",
+         "not an http:// or https:// URL"),
+        ('grafana: {url: "grafana.internal"}\n', "grafana.url", "not an http:// or https:// URL"),
+        ('notify: [{kind: webhook, url: "https://h", secret_env: "1KEY"}]\n',
+         "notify[0].secret_env", "not an environment variable's name: letters, digits and _, "
+         "not starting with a digit"),
+        ('probes: {checks: {"we b": {http: {url: "http://h"}}}}\n', "probes.checks.we b",
+         "a check's name is letters, digits, _ and -"),
+    ],
+)  # fmt: skip
+def test_a_value_its_pattern_refuses_is_said_in_words(extra: str, field: str, problem: str) -> None:
+    """pydantic's words were "String should match pattern '^https?://'", and a check's name
+    read "a key must be a text, not 'we b'"."""
+    err = error_of(MINIMAL + extra)
+    assert (err.field, err.problem) == (field, problem)
+    assert "T0KEN" not in str(err)
+
+
 def test_dollar_dollar_escapes() -> None:
     exp = load(MINIMAL + "description: cost $${HOME} $5\n")
     assert exp.description == "cost ${HOME} $5"
