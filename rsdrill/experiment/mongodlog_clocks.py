@@ -5,8 +5,9 @@ A member logs its own state transitions (id 21358) by its clock; the others log 
 network). So for member Y seeing X's transitions, each pair gives
 `Y's time - X's time = offset(Y) - offset(X) + latency`, with latency in [0, LATENCY_S]. A
 transition seen is paired with every transition of X to that state within `MAX_SKEW_S`; the
-deltas kept are the LATENCY_S-wide window that explains the most sightings, and Y's quickest
-sighting is taken as immediate. Sightings both ways: halfway between the two bounds. Only
+deltas kept are the LATENCY_S-wide window that explains the most sightings. A clock is moved
+only when no latency explains them (a sighting before the transition, or all of them later than
+LATENCY_S), and then as if Y's quickest sighting was immediate; seen both ways, halfway. Only
 changes a member sees count: its first sight of each member after it starts is no transition.
 Members whose logs are not linked by any sighting keep their own clocks.
 """
@@ -90,8 +91,10 @@ def _pairs(events: list[LogEvent]) -> dict[tuple[str, str], list[tuple[int, floa
 
 def _relative(seen_by_y: list[tuple[int, float]], seen_by_x: list[tuple[int, float]]) -> float:
     """offset(Y) - offset(X): at most Y's quickest sighting of X; at least minus X's quickest
-    of Y. One way, the bound (a sighting at once); both ways, halfway between (as NTP does)."""
+    of Y. Within what a heartbeat explains, 0; past it, the bound (one way) or halfway (both)."""
     upper, lower = _quickest(seen_by_y), _quickest(seen_by_x)
+    if all(q is None or 0 <= q <= LATENCY_S for q in (upper, lower)):
+        return 0.0
     if lower is None:
         return upper or 0.0
     if upper is None:

@@ -195,3 +195,10 @@ def test_the_cli_derives_from_member_logs_with_a_readable_refusal(tmp_path: Path
                           text=True, timeout=60)  # fmt: skip
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.strip() == f"{bad}:2: not a JSON log line: Expecting ':' delimiter"
+
+
+def test_logs_on_one_clock_are_left_alone() -> None:
+    # mongo-b saw mongo-a SECONDARY 8 ms after it was: a heartbeat's latency, not a skew.
+    sample = Path(__file__).parent.parent / "fixtures" / "mongod-incident.log"
+    events, clocks = _timeline([sample])
+    assert clocks == "derived" and events[0] == (0.0, "host-kill", 4.0)
