@@ -107,15 +107,19 @@ def run(
     the fleet's stop lever and the cluster's lease as `rsdrill run` does (the store as
     RSDRILL_FLEET or RSDRILL_HISTORY say, else this user's file: docs/fleet.md), waiting up to
     `lease_wait_s` for another run's cluster. Under an engaged lever the run does not start:
-    verdict aborted, exit code 5. A fleet store or key that cannot be had raises.
+    verdict aborted, exit code 5. A fleet store or key that cannot be had raises, as does an
+    `out` another live run is writing to (`OutDirBusy`) or a report that could not be written
+    (`ReportError`, with the run's `result`).
     """
     import os
 
     from rsdrill.engine.options import RunOptions
+    from rsdrill.engine.outdir import claim
     from rsdrill.engine.runner import run_experiment
     from rsdrill.fleet.gate import open_gate
     from rsdrill.fleet.location import HISTORY_ENV
 
+    claim(Path(out))  # another live run's results directory raises OutDirBusy
     gate = open_gate(experiment, os.environ.get(HISTORY_ENV), lease_wait_s) if fleet else None
 
     options = RunOptions(

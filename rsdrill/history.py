@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TextIO, overload
 
 from rsdrill.op import Op
 from rsdrill.opcolumns import ALL, OpColumns, Spill
@@ -241,16 +241,20 @@ class History(Sequence[Op]):
 
     def write_jsonl(self, path: Path) -> None:
         """Every op as a JSON line, in the order they ended; a spilled batch at a time."""
+        with path.open("w") as f:
+            self.write_to(f)
+
+    def write_to(self, f: TextIO) -> None:
+        """`write_jsonl`'s lines, to an open file."""
         with self._lock:
             batches = self._spill.batch_count()
             buffered = list(self._buffer)
-        with path.open("w") as f:
-            for batch in range(batches):
-                with self._lock:
-                    text = self._spill.batch_jsonl(batch)
-                # A driver error may quote the URI it was given: its password is masked.
-                f.write(redact_uri(text))
-            f.write(redact_uri("".join(op_jsonl(op) for op in buffered)))
+        for batch in range(batches):
+            with self._lock:
+                text = self._spill.batch_jsonl(batch)
+            # A driver error may quote the URI it was given: its password is masked.
+            f.write(redact_uri(text))
+        f.write(redact_uri("".join(op_jsonl(op) for op in buffered)))
 
     @classmethod
     def read_jsonl(cls, path: Path) -> History:

@@ -219,9 +219,29 @@ def _game_day_console(experiment: "Experiment") -> "GameDayConsole":
     return GameDayConsole(sys.stdin.fileno(), sys.stderr)
 
 
+_DEFAULT_DIRS: set[Path] = set()  # given by default_out_dir: a run of the same second takes -2
+
+
 def default_out_dir(name: str) -> Path:
     """Where a run's results go unless `--out` says: a new directory per run."""
-    return RESULTS_DIR / f"{name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    path = RESULTS_DIR / f"{name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    _DEFAULT_DIRS.add(path)
+    return path
+
+
+def claim_out_dir(options: "RunOptions") -> None:
+    """Hold the run's results directory (rsdrill.engine.outdir), or exit 2 when another run
+    is writing there. Called once nothing can refuse the run any more: a refused run
+    creates nothing."""
+    from rsdrill.engine.outdir import OutDirBusy, claim, claim_new
+
+    try:
+        fresh = options.out_dir in _DEFAULT_DIRS
+        options.out_dir = (claim_new if fresh else claim)(options.out_dir)
+    except OutDirBusy as exc:
+        exit_invalid(f"--out {exc}")
+    except OSError as exc:
+        exit_invalid(f"--out {options.out_dir}: cannot create it: {exc.strerror or exc}")
 
 
 def run_and_report(
@@ -232,9 +252,15 @@ def run_and_report(
     """Run, print the verdicts, record the run in `history` (None: not recorded), exit with
     the result's status."""
     from rsdrill.engine.runner import run_experiment
+    from rsdrill.report import ReportError
 
+    claim_out_dir(options)
     out_dir = options.out_dir
-    result = run_experiment(experiment, options)
+    unwritten = None
+    try:
+        result = run_experiment(experiment, options)
+    except ReportError as exc:  # a full disk: the verdict is said, the exit status is 4
+        result, unwritten = exc.result, exc
     if threading.current_thread() is threading.main_thread():
         # Every fault is reverted and the result written: an interrupt now could only cost
         # the summary below, so it is ignored.
@@ -261,6 +287,9 @@ def run_and_report(
         typer.echo(line)
     if result.target.server is not None:
         typer.echo(f"measured on: {describe_server(result.target.server)}")
+    if unwritten is not None:
+        typer.echo(f"rsdrill: {unwritten}; the run's reports are incomplete", err=True)
+        raise typer.Exit(4)  # CI must not take a run without its junit.xml for a pass
     typer.echo(f"report: {out_dir / 'report.html'}")
     if history is not None:
         from rsdrill.store import StoreError, record_at
@@ -318,6 +347,7 @@ def _confirm(question: str) -> bool:
 def _run_matrix(experiment: "Experiment", options: "RunOptions") -> NoReturn:
     from rsdrill.engine.sweep import exit_code, run_sweep, write_summary
 
+    claim_out_dir(options)
     cells = run_sweep(experiment, options)
     for cell in cells:
         params = ", ".join(f"{k}={v}" for k, v in cell.parameters.items())

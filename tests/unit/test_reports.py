@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from report_sample import KILLED, MEMBERS, sample_ops, sample_result
 
+from rsdrill.errors import RsdrillError
 from rsdrill.history import Op
-from rsdrill.report import write_reports
+from rsdrill.report import ReportError, write_reports
 from rsdrill.report.common import fmt_number, scalar_metrics
 from rsdrill.report.html import render_html
 from rsdrill.report.junit import render_junit
@@ -62,6 +63,27 @@ def test_write_reports_writes_every_file(tmp_path: Path, ops: list[Op]) -> None:
 
 
 # -- junit.xml -------------------------------------------------------------------------------------
+
+
+def test_a_report_that_cannot_be_written_leaves_no_stale_or_partial_file(
+    tmp_path: Path, ops: list[Op]
+) -> None:
+    # Yesterday's reports in the same --out; today junit.xml cannot be written (a directory in
+    # the way stands for a full disk: the same OSError from the same write).
+    for name in ("junit.xml", "summary.md", "report.html"):
+        (tmp_path / name).write_text("yesterday's\n")
+    (tmp_path / "junit.xml").unlink()
+    (tmp_path / "junit.xml").mkdir()
+
+    with pytest.raises(ReportError, match=r"cannot write .*junit\.xml: Is a directory") as raised:
+        write_reports(tmp_path, sample_result(), ops)
+
+    assert isinstance(raised.value, RsdrillError)
+    assert raised.value.result == sample_result()
+    assert Result.from_json((tmp_path / "result.json").read_text()) == sample_result()
+    # No report of yesterday's left for CI to publish as today's, and no half-written one.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "result.json"]
+    assert not list((tmp_path / "junit.xml").iterdir())
 
 
 def test_junit_has_a_testcase_per_slo_and_the_failure_explained() -> None:
