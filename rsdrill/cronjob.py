@@ -34,6 +34,7 @@ from rsdrill.version import __version__
 
 EXPERIMENTS_DIR = "/etc/rsdrill/experiments"
 DATA_DIR = "/var/lib/rsdrill"
+GRACE_S = 120
 LABELS = {"app.kubernetes.io/name": "rsdrill", "app.kubernetes.io/managed-by": "rsdrill"}
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*?/,\-]+$")
 _CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
@@ -291,12 +292,34 @@ def _required_env(options: ScheduleOptions) -> tuple[str, ...]:
     return ("RSDRILL_FLEET_KEY",) if options.fleet else ()
 
 
+# The script is the container's PID 1, which the kernel spares every signal it has no handler
+# for: without the trap, the SIGTERM of the job's deadline never reached the run, and the
+# SIGKILL after the grace period left its faults in force. Passed on, the run reverts them,
+# writes its result and exits 3; no later step starts.
+_SIGNALS = [
+    "child=",
+    "stopped=0",
+    """trap 'stopped=1; if [ -n "$child" ]; then kill -TERM "$child"; fi' TERM INT""",
+    'step() { "$@" & child=$!; wait "$child"; code=$?',
+    '  while kill -0 "$child" 2>/dev/null; do wait "$child"; code=$?; done',
+    '  child=; return "$code"; }',
+]
+_STEP = '[ "$stopped" = 1 ] || step'
+# The journal on the claim, not in the pod: what a night killed outright (SIGKILL, a lost
+# node) left in force is reverted by the next night's job before its runs. --force: the pids
+# its journal names are another pod's, which say nothing here (Forbid: no other night runs).
+_RECOVER = [
+    f"export RSDRILL_HOME={DATA_DIR}/home",
+    f"{_STEP} rsdrill recover --force || status=1",
+]
+
+
 def job_script(files: Sequence[ScheduledFile], options: ScheduleOptions) -> str:
     """The shell script the CronJob's container runs: every experiment (each in its own results
     directory, all recorded in one history), then the regression check. With a shared history
     (RSDRILL_HISTORY from the Secret) a run waits for its cluster's lease, and the check is of
     this job's clusters and of the runs since it started."""
-    lines = ["set -u", "status=0", "stamp=$(date -u +%Y%m%d-%H%M%S)"]
+    lines = ["set -u", "status=0", *_SIGNALS, *_RECOVER, "stamp=$(date -u +%Y%m%d-%H%M%S)"]
     if options.shared_history:
         lines.append("started=$(date -u +%Y-%m-%dT%H:%M:%S)")
         where = ""
@@ -308,16 +331,17 @@ def job_script(files: Sequence[ScheduledFile], options: ScheduleOptions) -> str:
     for f in files:
         stem = f.name.rsplit(".", 1)[0]
         lines.append(
-            f'rsdrill run "{EXPERIMENTS_DIR}/{f.name}" --no-live --yes '
+            f'{_STEP} rsdrill run "{EXPERIMENTS_DIR}/{f.name}" --no-live --yes '
             f'--out "{DATA_DIR}/results/$stamp/{stem}"{where}{push} || status=1'
         )
     if options.fail_on_regression and options.shared_history:
         for cluster in dict.fromkeys(str(f.experiment.target.cluster) for f in files):
-            lines.append(f'rsdrill history --cluster {shlex.quote(cluster)} --since "$started" '
-                         "--fail-on-regression || status=1")  # fmt: skip
+            lines.append(f'{_STEP} rsdrill history --cluster {shlex.quote(cluster)} --since '
+                         '"$started" --fail-on-regression || status=1')  # fmt: skip
     elif options.fail_on_regression:
-        lines.append(f'rsdrill history --db "{DATA_DIR}/history.db" --fail-on-regression '
-                     "|| status=1")  # fmt: skip
+        lines.append(f'{_STEP} rsdrill history --db "{DATA_DIR}/history.db" '
+                     "--fail-on-regression || status=1")  # fmt: skip
+    lines.append('[ "$stopped" = 0 ] || status=1')
     lines.append('exit "$status"')
     return "\n".join(lines) + "\n"
 
@@ -399,6 +423,8 @@ def _cronjob(files: Sequence[ScheduledFile], options: ScheduleOptions, meta: Any
                     "spec": {
                         "serviceAccountName": options.name,
                         "restartPolicy": "Never",
+                        # The run's revert and reports after the deadline's SIGTERM, then KILL.
+                        "terminationGracePeriodSeconds": GRACE_S,
                         "securityContext": {"fsGroup": 10001},
                         "containers": [container],
                         "volumes": [

@@ -1,17 +1,25 @@
 """What a nightly job sees when something goes wrong around the run: another job writing into
-the same results directory, a report that cannot be written."""
+the same results directory, a report that cannot be written, the CronJob's deadline."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
+from rsdrill.cli.app import app
+from rsdrill.cronjob import DATA_DIR, EXPERIMENTS_DIR
 from tests.harness.cli import Rsdrill, rsdrill_run
+
+REPO = Path(__file__).resolve().parents[2]
 
 EXPERIMENT = """name: unattended
 target: {platform: sandbox, topology: rs3, election_timeout: 1s}
@@ -91,3 +99,59 @@ def test_a_report_that_cannot_be_written_is_one_line_and_exit_4(tmp_path: Path) 
     assert json.loads((out / "result.json").read_text())["verdict"] == "pass"
     assert not (out / "summary.md").exists()  # not yesterday's, taken for today's
     assert not list(out.glob(".*partial"))
+
+
+def _job_script(experiment: Path, data: Path) -> str:
+    """The CronJob's own script as `schedule render` writes it, its experiment swapped for a
+    sandbox one and its claim for a directory here."""
+    kube_experiment = REPO / "experiments" / "k8s-rs3-pod-kill.yaml"
+    done = CliRunner().invoke(app, ["schedule", "render", "--cron", "@daily", str(kube_experiment)])
+    assert done.exit_code == 0, done.output
+    (cronjob,) = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "CronJob"]
+    script = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0][
+        "command"][2]  # fmt: skip
+    script = script.replace(f"{EXPERIMENTS_DIR}/k8s-rs3-pod-kill.yaml", str(experiment))
+    return script.replace(DATA_DIR, str(data))
+
+
+def _child(pid: int) -> int:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            return int(children[0])
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} started no child")
+
+
+def test_the_cronjob_s_deadline_sigterm_reaches_the_run_and_its_faults_are_reverted(
+    tmp_path: Path,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a PID namespace of its own (the container's) needs root")
+    data = tmp_path / "claim"
+    script = _job_script(_experiment(tmp_path, duration="60s"), data)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    # As in the pod: the script is PID 1 of its own PID namespace, which the kernel spares the
+    # signals it has no handler for.
+    pod = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+                            "/bin/sh", "-c", script], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    try:
+        _wait_for_text(pod, "injected host-freeze", 60)
+        os.kill(_child(pod.pid), signal.SIGTERM)  # the job's activeDeadlineSeconds
+        out, _ = pod.communicate(timeout=60)  # before: the run went on for its 60 s fault
+    finally:
+        pod.kill()
+        pod.wait(timeout=10)
+    assert pod.returncode == 1, out
+    assert "unattended: ABORTED (aborted by signal)" in out
+    (result,) = data.glob("results/*/k8s-rs3-pod-kill/result.json")
+    reported = json.loads(result.read_text())
+    assert reported["verdict"] == "aborted"
+    assert reported["faults"][0]["reverted_at_s"] is not None
+    assert "runs\n" not in out and "no runs recorded" not in out  # no later step started
+    # The journal is on the claim, for the next night's `recover --force`: nothing owed here.
+    assert list((data / "home" / "journal").glob("*.jsonl"))
+    again = rsdrill_run(["recover"], capture_output=True, text=True, timeout=60,
+                        env={**os.environ, "RSDRILL_HOME": str(data / "home")})  # fmt: skip
+    assert again.stdout.startswith("nothing to recover"), again.stdout + again.stderr

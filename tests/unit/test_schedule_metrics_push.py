@@ -36,14 +36,16 @@ def container(text: str) -> dict[str, Any]:
 
 def run_lines(script: str, tmp_path: Path, env: dict[str, str]) -> list[str]:
     """The job's script run by sh, each `rsdrill ...` it would run recorded instead, one
-    argument per line."""
+    argument per line; after the `recover --force` every job begins with."""
     tmp_path.mkdir(exist_ok=True)
     calls = tmp_path / "calls"
     stand_in = f'rsdrill() {{ printf "%s\\n" "$@" "--" >> {calls}; }}\n'
     done = subprocess.run(["/bin/sh", "-c", stand_in + script], env={"PATH": os.environ["PATH"],
                           **env}, capture_output=True, text=True, timeout=30)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    return calls.read_text().split("--\n")[:-1]
+    recover, *rest = calls.read_text().split("--\n")[:-1]
+    assert recover == "recover\n--force\n"
+    return rest
 
 
 @pytest.mark.parametrize("given", ["flag", "env"])
