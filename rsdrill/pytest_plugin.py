@@ -81,7 +81,8 @@ class RunResult:
     """One run of an experiment: its `result`, and its metrics as attributes.
 
     `r.write_unavailable_s`, `r.failover_parts.election_s`, `r.latency_ms.p99`, ... are the
-    `Metrics` fields of `result.json`: None when not measured.
+    `Metrics` fields of `result.json`: None when not measured, except in a run that ended in
+    error or aborted, where reading one fails the test with the run's error.
     """
 
     result: Result
@@ -142,7 +143,13 @@ class RunResult:
                 f"{type(self).__name__} has no attribute {name!r} (metrics: "
                 f"{', '.join(type(metrics).model_fields)})"
             )
-        return getattr(metrics, name)
+        value = getattr(metrics, name)
+        if value is None and self.result.verdict in ("error", "aborted"):
+            # `assert run.write_unavailable_s <= 15` said "TypeError: '<=' not supported
+            # between instances of 'NoneType' and 'int'" when the sandbox could not start.
+            __tracebackhide__ = True
+            raise AssertionError(f"{name} not measured: {self.failure_message()}")
+        return value
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *type(self.result.metrics).model_fields})

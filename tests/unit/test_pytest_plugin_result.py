@@ -104,3 +104,18 @@ def test_assert_slo_reports_a_run_that_did_not_finish(verdict: str) -> None:
         "preflight: the replica set is not healthy\n"
         "report: /results/run/report.html"
     )
+
+
+@pytest.mark.parametrize("verdict", ["error", "aborted"])
+def test_a_metric_a_run_that_did_not_finish_left_unmeasured_fails_with_its_error(
+    verdict: str,
+) -> None:
+    run = run_result(verdict, [], error="no 3 consecutive free ports between 24000 and 24009")
+    with pytest.raises(AssertionError) as raised:  # before: None, then a TypeError in `<=`
+        assert run.failover_s <= 15  # type: ignore[operator]
+    assert str(raised.value) == (
+        f"failover_s not measured: rsdrill experiment 'rs3-primary-kill' ended {verdict}: "
+        "no 3 consecutive free ports between 24000 and 24009\n"
+        "report: /results/run/report.html"
+    )
+    assert run.write_unavailable_s == 11.11  # measured before it ended: there as it was
