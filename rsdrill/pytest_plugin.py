@@ -108,7 +108,7 @@ class RunResult:
 
     def failure_message(self) -> str | None:
         """What `assert_slo` would say, or None when the verdict is pass."""
-        from rsdrill.report.common import fmt_number, slo_condition, stall_line
+        from rsdrill.report.common import slo_condition, slo_observed, stall_line
 
         result = self.result
         if result.verdict == "pass":
@@ -120,8 +120,8 @@ class RunResult:
                 f"{len(failed)} of {len(result.slo)} SLOs failed"
             ]
             for slo in failed:
-                observed = "not measured" if slo.observed is None else fmt_number(slo.observed)
-                lines.append(f"  {slo.metric}: observed {observed}, threshold {slo_condition(slo)}")
+                lines.append(f"  {slo.metric}: observed {slo_observed(slo)}, threshold "
+                             f"{slo_condition(slo)}")  # fmt: skip
         else:
             lines = [
                 f"rsdrill experiment {result.experiment!r} ended {result.verdict}: "

@@ -272,15 +272,15 @@ def run_and_report(
     from rsdrill.report.common import (
         audit_lines,
         describe_server,
-        fmt_number,
         recovery_lines,
+        slo_observed,
         slo_title,
         stall_line,
     )
 
     for slo in result.slo:
         mark = "ok  " if slo.passed else "FAIL"
-        typer.echo(f"  {mark} {slo_title(slo)} (observed {fmt_number(slo.observed)})")
+        typer.echo(f"  {mark} {slo_title(slo)} (observed {slo_observed(slo)})")
     if (stalled := stall_line(result.metrics)) is not None:
         typer.echo(stalled)
     for line in (*recovery_lines(result), *audit_lines(result)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rsdrill.analysis.slo import compare
 from rsdrill.result import AuditResult, FaultResult, Metrics, Result, ServerInfo, SloResult
 
 # Which metrics are "scalar" is decided by value type, so a metric added to `Metrics` later shows up
@@ -57,8 +58,22 @@ def fmt_number(value: Scalar, unit: str = "") -> str:
 
 
 def slo_condition(slo: SloResult) -> str:
-    """`<= 15`: the SLO's operator and threshold as written in the experiment file."""
-    return f"{slo.op} {fmt_number(slo.threshold)}"
+    """`<= 15`: the SLO's operator and threshold as written in the experiment file (not to 3
+    decimals: `<= 0.0005` read `<= 0`)."""
+    text = fmt_number(slo.threshold)
+    return f"{slo.op} {text if float(text) == slo.threshold else repr(float(slo.threshold))}"
+
+
+def slo_observed(slo: SloResult) -> str:
+    """The observed value to 3 decimals, or to as many more as it takes to read on the side of
+    the threshold it is on: 15.0004 against `<= 15` read "15", FAIL."""
+    if slo.observed is None:
+        return "not measured"
+    text = fmt_number(slo.observed)
+    digits = 4
+    while compare(float(text), slo.op, slo.threshold) != slo.passed and digits <= 17:
+        text, digits = f"{slo.observed:.{digits}g}", digits + 1
+    return text
 
 
 def slo_title(slo: SloResult) -> str:
@@ -68,9 +83,8 @@ def slo_title(slo: SloResult) -> str:
 
 def slo_explanation(slo: SloResult) -> str:
     """One sentence saying what was required and what was observed."""
-    observed = "not measured" if slo.observed is None else fmt_number(slo.observed)
     verb = "held" if slo.passed else "violated"
-    return f"{slo.metric} = {observed}; required {slo_condition(slo)}: {verb}"
+    return f"{slo.metric} = {slo_observed(slo)}; required {slo_condition(slo)}: {verb}"
 
 
 NOTABLE_STALL_S = 0.5

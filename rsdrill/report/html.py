@@ -21,6 +21,7 @@ from rsdrill.report.common import (
     recovery_lines,
     scalar_metrics,
     slo_condition,
+    slo_observed,
     stall_line,
 )
 from rsdrill.report.timeline import timeline_data
@@ -69,7 +70,7 @@ def _slo_table(result: Result) -> str:
         return '<p class="note">No SLOs in this experiment.</p>'
     rows = []
     for slo in result.slo:
-        observed = "not measured" if slo.observed is None else fmt_number(slo.observed)
+        observed = slo_observed(slo)
         outcome = '<span class="res-pass">pass</span>'
         if not slo.passed:
             outcome = '<span class="res-fail">FAIL</span>'

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from rsdrill.report.common import fmt_number, scalar_metrics, slo_explanation, slo_title
+from rsdrill.report.common import scalar_metrics, slo_explanation, slo_observed, slo_title
 from rsdrill.result import Result
 
 COMPLETED = "experiment completed"
@@ -49,7 +49,7 @@ def render_junit(result: Result, report_href: str = "report.html") -> str:
             failure = ET.SubElement(case, "failure", message=_clean(message), type="SLO")
             failure.text = _clean(
                 f"experiment: {result.experiment}\nSLO: {slo_title(slo)}\n"
-                f"observed: {fmt_number(slo.observed)}\nreport: {report_href}\n"
+                f"observed: {slo_observed(slo)}\nreport: {report_href}\n"
             )
 
     # A run that did not finish, or had nothing to judge, still needs a testcase of its own:

@@ -16,6 +16,7 @@ from rsdrill.report.common import (
     recovery_lines,
     scalar_metrics,
     slo_condition,
+    slo_observed,
     stall_line,
 )
 from rsdrill.result import Result
@@ -65,7 +66,7 @@ def render_summary(result: Result, report_path: str) -> str:
         lines += ["| metric | condition | observed | result |", "|---|---|---|---|"]
         for slo in result.slo:
             outcome = "pass" if slo.passed else "**FAIL**"
-            observed = "not measured" if slo.observed is None else fmt_number(slo.observed)
+            observed = slo_observed(slo)
             condition = md_escape(slo_condition(slo))
             lines.append(f"| {_code(slo.metric)} | {condition} | {observed} | {outcome} |")
     else:

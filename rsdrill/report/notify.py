@@ -98,9 +98,9 @@ def send(
 
 
 def _summary(result: Result) -> str:
-    from rsdrill.report.common import fmt_number, slo_title
+    from rsdrill.report.common import slo_observed, slo_title
 
-    failed = [f"{slo_title(s)} (observed {fmt_number(s.observed)})" for s in result.slo
+    failed = [f"{slo_title(s)} (observed {slo_observed(s)})" for s in result.slo
               if not s.passed]  # fmt: skip
     text = f"rsdrill {result.experiment}: {result.verdict.upper()}"
     if result.error:

@@ -19,7 +19,7 @@ from rsdrill.report.html import render_html
 from rsdrill.report.junit import render_junit
 from rsdrill.report.markdown import render_summary
 from rsdrill.report.timeline import MAX_RUNS, outcome_runs, timeline_data, zone_strips
-from rsdrill.result import FaultResult, Result, Stall, StalledGap
+from rsdrill.result import FaultResult, Result, SloResult, Stall, StalledGap
 
 HOSTILE = "</script><script>alert('x')</script><img src=x onerror=alert(1)> & | `ok`"
 
@@ -356,3 +356,31 @@ def test_a_stall_of_this_process_is_said_in_the_summary_and_the_page(ops: list[O
     # Nothing is said of a process that did not stall.
     assert "this process stalled" not in render_summary(sample_result(), "report.html")
     assert 'id="stall"' not in render_html(sample_result(), ops)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "observed", "passed", "condition", "seen"),
+    [
+        (15, 15.0004, False, "<= 15", "15.0004"),  # before: "observed 15", FAIL
+        (0.0005, 0.066, False, "<= 0.0005", "0.066"),  # before: "<= 0"
+        (0.0005, 0.0002, True, "<= 0.0005", "0"),  # on its side: 3 decimals as before
+        (15, 11.11111, True, "<= 15", "11.111"),
+    ],
+)
+def test_an_slo_s_threshold_and_observed_value_read_on_the_side_they_are_on(
+    threshold: float, observed: float, passed: bool, condition: str, seen: str
+) -> None:
+    slo = SloResult(metric="write_unavailable_s", op="<=", threshold=threshold,
+                    observed=observed, passed=passed)  # fmt: skip
+    verdict = "pass" if passed else "fail"
+    result = sample_result().model_copy(update={"slo": [slo], "verdict": verdict})
+    title = f"write_unavailable_s {condition}"
+    explained = f"write_unavailable_s = {seen}; required {condition}: "
+    junit = ET.fromstring(render_junit(result, report_href="report.html"))
+    (case,) = junit.iter("testcase")
+    assert case.get("name") == title
+    if not passed:
+        failure = case.find("failure")
+        assert failure is not None and failure.get("message", "").startswith(explained)
+        assert f"observed: {seen}\n" in (failure.text or "")
+    assert f"| `write_unavailable_s` | \\{condition} | {seen} |" in render_summary(result, "r.html")
