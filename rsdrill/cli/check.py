@@ -1,6 +1,7 @@
 """`rsdrill check`: what a run needs, checked against the real target; nothing is injected."""
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -37,8 +38,7 @@ def check(
                                "checks": [c.to_dict() for c in checks]}, indent=2))  # fmt: skip
     else:
         for line in checks:
-            # One-way faults in red (typer drops the colour when stdout is not a terminal).
-            typer.secho(format_check(line), fg="red" if "one-way" in line.name else None)
+            echo_flagged(format_check(line), "one-way" in line.name)  # one-way faults in red
     if failed(checks):
         raise typer.Exit(EXIT_INVALID)
 
@@ -48,6 +48,16 @@ def run_checks(experiment: "Experiment") -> "list[Check]":
     from rsdrill.redact import redact_uri
 
     return [type(c)(c.name, c.ok, redact_uri(c.detail)) for c in rsdrill.check(experiment)]
+
+
+def echo_flagged(text: str, flagged: bool) -> None:
+    """A line, in red when `flagged` and colour is wanted (NO_COLOR unset, no-color.org; click
+    drops it off a terminal). An unflagged line carries no escape: secho's reset code came on
+    every line, NO_COLOR or not."""
+    if flagged and not os.environ.get("NO_COLOR"):
+        typer.secho(text, fg="red")
+    else:
+        typer.echo(text)
 
 
 def format_check(line: "Check") -> str:

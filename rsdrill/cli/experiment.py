@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rsdrill.cli.check import echo_flagged
 from rsdrill.cli.errors import (
     EXIT_INVALID,
     JsonOption,
@@ -91,8 +92,7 @@ def plan(file: FileArgument, seed: SeedOption = None, as_json: JsonOption = Fals
         typer.echo(json.dumps(plan_data(experiment), indent=2))
         return
     for line in rsdrill.plan(experiment).splitlines():
-        # typer.style's colour is dropped when stdout is not a terminal.
-        typer.secho(line, fg="red" if ONE_WAY_MARK in line else None)
+        echo_flagged(line, ONE_WAY_MARK in line)
 
 
 def schema(
