@@ -5,9 +5,11 @@ takes over, SIGINT ends the process quietly with status 130 (nothing has been in
 """
 
 import atexit
+import contextlib
 import gc
 import os
 import sys
+from typing import Any, TextIO, cast
 
 from rsdrill.cli.interrupt import INTERRUPTED, exit_on_interrupt
 
@@ -17,6 +19,9 @@ def main() -> None:
     # The quiet exit holds until the command starts: `run` and `replay` keep it until the
     # runner's own handler is in place, the others go back to KeyboardInterrupt (app._root).
     exit_on_interrupt()
+    if sys.stdout is not None and sys.stderr is not None:
+        sys.stdout = cast(TextIO, _ReaderMayGo(sys.stdout))
+        sys.stderr = cast(TextIO, _ReaderMayGo(sys.stderr))
     # The analyses' NumPy never multiplies matrices: OpenBLAS's thread per core, started as
     # NumPy is imported, only cost each run ~75 ms of CPU (numpy 2.4 here: 195 -> 120 ms).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -31,6 +36,47 @@ def main() -> None:
         sys.exit(INTERRUPTED)
     finally:
         _lighten_exit()
+
+
+class _ReaderMayGo:
+    """A standard stream whose reader may go away (`rsdrill run ... | head`, a CI log
+    collector that died): past that, output goes to /dev/null. A BrokenPipeError raised from
+    whichever print met it ended the command there, exit 1: a run skipped its teardown and
+    its result files, and left its sandbox's members running for `rsdrill recover`."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._to_devnull()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        # Over the descriptor itself, so that what is still buffered (and the interpreter's
+        # flush at exit) goes there too.
+        self._gone = True
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, self._stream.fileno())
+            finally:
+                os.close(null)
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _lighten_exit() -> None:

@@ -110,6 +110,22 @@ def test_sigterm_reverts_every_fault_and_exits_3(tmp_path: Path) -> None:
         sandbox.down()
 
 
+def test_a_reader_gone_mid_run_changes_nothing_but_the_output(tmp_path: Path) -> None:
+    """`rsdrill run ... 2>&1 | head`: the first line printed after the reader went raised
+    BrokenPipeError, and the run ended there, exit 1, without its result files, its sandbox's
+    members left running for `rsdrill recover`."""
+    experiment = _experiment(tmp_path, "{at: 2s, kind: stepdown, select: primary}")
+    proc = _start(tmp_path, experiment)
+    _wait_for_text(proc, "phase: faults", 60)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 0
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["verdict"] == "pass" and result["faults"][0]["injected_at_s"] is not None
+    assert not Sandbox(tmp_path / "out" / "sandbox").running()
+    assert _recover(tmp_path).stdout.startswith("nothing to recover")
+
+
 @pytest.mark.parametrize(
     "fault",
     [
