@@ -3,6 +3,7 @@ reaches or builds it. Each registered platform adds its own `target.<name>` sect
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, Field, create_model, model_validator
@@ -39,29 +40,31 @@ class LocalMember(Strict):
 Options = TypeVar("Options", bound=BaseModel)
 
 
+_SCHEMES = ("mongodb://", "mongodb+srv://")
+_BAD_HOSTS = ("its hosts are not host[:port],... with ports 1-65535 (a user and password in it "
+              "need %-escaping, as urllib.parse.quote_plus does)")  # fmt: skip
+
+
 def _uri_problem(uri: str) -> str | None:
-    """What is wrong with a connection string's form, found offline (an SRV name is resolved
-    and TLS files are read by `check`, where the run runs): its scheme, hosts, ports and option
-    names. validate and plan once said `ok` to a malformed one, and run refused it unlocated."""
-    from pymongo.errors import PyMongoError
-    from pymongo.uri_parser import SCHEME, SRV_SCHEME, split_hosts
-
-    from rsdrill.connection import unknown_options
-
-    scheme = next((s for s in (SCHEME, SRV_SCHEME) if uri.startswith(s)), None)
+    """What is wrong with a connection string's form, read as pymongo reads it: its scheme,
+    hosts and ports. Offline and without pymongo (validate imports no driver): an option, an
+    SRV name and the TLS files are `check`'s. validate and plan once said `ok` to a malformed
+    string, and run refused it unlocated. The string is never quoted: it may hold a password."""
+    scheme = next((s for s in _SCHEMES if uri.startswith(s)), None)
     if scheme is None:
-        return f"a connection string begins with {SCHEME} or {SRV_SCHEME}"
+        return f"a connection string begins with {' or '.join(_SCHEMES)}"
     hosts = uri[len(scheme) :].partition("?")[0].partition("/")[0].rpartition("@")[2]
-    try:
-        nodes = split_hosts(hosts, default_port=None if scheme == SRV_SCHEME else 27017)
-    except (PyMongoError, ValueError):
-        # pymongo's words may quote a piece of the string: with an unescaped / in the password,
-        # a piece of the password.
-        return ("its hosts are not host[:port],... with ports 1-65535 (a user and password in "
-                "it need %-escaping, as urllib.parse.quote_plus does)")  # fmt: skip
-    if scheme == SRV_SCHEME and (len(nodes) != 1 or nodes[0][1] is not None):
-        return f"a {SRV_SCHEME} URI names one host, without a port"
-    return unknown_options(uri)
+    entries = hosts.split(",")
+    if scheme == "mongodb+srv://":
+        one_name = len(entries) == 1 and re.fullmatch(r"[^:\[\]]+", hosts)
+        return None if one_name else "a mongodb+srv:// URI names one host, without a port"
+    for entry in entries:
+        if entry.endswith(".sock"):  # a Unix socket's path, %-escaped
+            continue
+        found = re.fullmatch(r"(\[[^\]]+\]|[^:\[\]]+)(?::(\d+))?", entry)
+        if found is None or (found.group(2) and not 0 < int(found.group(2)) <= 65535):
+            return _BAD_HOSTS
+    return None
 
 
 class _Target(Strict):
