@@ -5,8 +5,10 @@ takes over, SIGINT ends the process quietly with status 130 (nothing has been in
 """
 
 import atexit
+import codecs
 import contextlib
 import gc
+import io
 import os
 import sys
 from typing import Any, TextIO, cast
@@ -19,6 +21,7 @@ def main() -> None:
     # The quiet exit holds until the command starts: `run` and `replay` keep it until the
     # runner's own handler is in place, the others go back to KeyboardInterrupt (app._root).
     exit_on_interrupt()
+    _writes_any_text(sys.stdout)
     if sys.stdout is not None and sys.stderr is not None:
         sys.stdout = cast(TextIO, _ReaderMayGo(sys.stdout))
         sys.stderr = cast(TextIO, _ReaderMayGo(sys.stderr))
@@ -36,6 +39,16 @@ def main() -> None:
         sys.exit(INTERRUPTED)
     finally:
         _lighten_exit()
+
+
+def _writes_any_text(stream: TextIO | None) -> None:
+    """A stdout whose encoding cannot write every character (LANG=de_DE.ISO-8859-1, cp1252)
+    writes what it cannot escaped (\\u2714), as Python's stderr does: `check`'s marks, `plan`'s
+    arrows and `history`'s dashes were a UnicodeEncodeError traceback and exit 1, which CI
+    reads as an SLO failed or, from `history --fail-on-regression`, a regression."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    if isinstance(stream, io.TextIOWrapper) and codecs.lookup(encoding).name != "utf-8":
+        stream.reconfigure(errors="backslashreplace")
 
 
 class _ReaderMayGo:
