@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from rsdrill.analysis.slo import compare
 from rsdrill.result import AuditResult, FaultResult, Metrics, Result, ServerInfo, SloResult
 
@@ -61,7 +63,9 @@ def slo_condition(slo: SloResult) -> str:
     """`<= 15`: the SLO's operator and threshold as written in the experiment file (not to 3
     decimals: `<= 0.0005` read `<= 0`)."""
     text = fmt_number(slo.threshold)
-    return f"{slo.op} {text if float(text) == slo.threshold else repr(float(slo.threshold))}"
+    if float(text) != slo.threshold:  # the shortest exact digits, never 1e-05
+        text = format(Decimal(repr(float(slo.threshold))), "f")
+    return f"{slo.op} {text}"
 
 
 def slo_observed(slo: SloResult) -> str:

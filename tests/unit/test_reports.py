@@ -364,6 +364,7 @@ def test_a_stall_of_this_process_is_said_in_the_summary_and_the_page(ops: list[O
         (15, 15.0004, False, "<= 15", "15.0004"),  # before: "observed 15", FAIL
         (0.0005, 0.066, False, "<= 0.0005", "0.066"),  # before: "<= 0"
         (0.0005, 0.0002, True, "<= 0.0005", "0"),  # on its side: 3 decimals as before
+        (0.00001, 0.0001, False, "<= 0.00001", "0.0001"),  # not 1e-05
         (15, 11.11111, True, "<= 15", "11.111"),
     ],
 )
