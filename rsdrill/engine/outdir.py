@@ -12,11 +12,13 @@ from __future__ import annotations
 import fcntl
 import itertools
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from rsdrill.errors import RsdrillError
+from rsdrill.report import REPORT_FILES
 
-_HELD: dict[Path, int] = {}  # held until this process ends
+_HELD: dict[Path, int] = {}  # held until this process ends (-1: a filesystem without locks)
 
 
 class OutDirBusy(RsdrillError):
@@ -25,7 +27,8 @@ class OutDirBusy(RsdrillError):
 
 def claim(path: Path) -> Path:
     """Make `path` and hold it for this process; `OutDirBusy` when another process holds it.
-    A filesystem that cannot lock (NFS without its lock manager) is used unlocked."""
+    A filesystem that cannot lock (NFS without its lock manager) is used unlocked. An earlier
+    run's reports there are removed: this run killed outright, CI published them as its own."""
     path.mkdir(parents=True, exist_ok=True)
     key = path.resolve()
     if key in _HELD:
@@ -40,8 +43,11 @@ def claim(path: Path) -> Path:
         ) from None
     except OSError:
         os.close(fd)
-        return path
+        fd = -1
     _HELD[key] = fd
+    for name in REPORT_FILES.values():
+        with suppress(OSError):  # one that cannot go is found when this run's is written
+            (path / name).unlink(missing_ok=True)
     return path
 
 

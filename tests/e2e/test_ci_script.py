@@ -102,3 +102,20 @@ def test_a_pytest_slo_suite_fails_the_job_with_each_runs_summary(tmp_path: Path)
     assert len(reports) == 1, reports
     summary = (tmp_path / "step-summary.md").read_text()
     assert "## rsdrill: ci-fail: FAIL" in summary
+
+
+def test_a_refused_run_shows_nothing_of_yesterday_s(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    (out / "runs" / "test_old").mkdir(parents=True)
+    for stale in (out / "summary.md", out / "runs" / "test_old" / "summary.md"):
+        stale.write_text("## rsdrill: ci-pass: PASS (yesterday's)\n")
+    (out / "junit.xml").write_text("<testsuites/>\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: ci-bad\ntarget: {platform: sandbox}\nfaults: []\n")
+    done, outputs = ci(tmp_path, RSDRILL_EXPERIMENT=str(bad), RSDRILL_OUT="results")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert outputs["exit-code"] == "2"
+    # Before: yesterday's PASS summary on today's job page, its junit.xml in the test view.
+    assert "yesterday" not in (tmp_path / "step-summary.md").read_text()
+    assert "yesterday" not in done.stdout
+    assert not (out / "junit.xml").exists()

@@ -83,6 +83,27 @@ def test_a_second_run_into_a_results_directory_in_use_is_refused(tmp_path: Path)
     assert json.loads((tmp_path / "out" / "result.json").read_text())["verdict"] == "aborted"
 
 
+def test_a_run_killed_outright_leaves_none_of_an_earlier_run_s_reports(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("result.json", "junit.xml", "report.html", "summary.md", "history.jsonl"):
+        (out / name).write_text("yesterday's run: PASS\n")
+    run = Rsdrill(["run", str(_experiment(tmp_path, duration="30s")), "--out", str(out),
+                   "--no-live", "--no-history"], stdout=subprocess.PIPE,
+                  stderr=subprocess.STDOUT, text=True, env=_env(tmp_path))  # fmt: skip
+    try:
+        _wait_for_text(run, "injected host-freeze", 60)
+        run.kill()  # the CI's SIGKILL after its timeout's grace, a lost runner
+        run.communicate(timeout=30)
+        # Before: CI published yesterday's junit.xml and summary.md as this night's.
+        assert sorted(p.name for p in out.iterdir()) == ["sandbox"]
+    finally:
+        run.kill()
+        recovered = rsdrill_run(["recover"], capture_output=True, text=True,
+                                env=_env(tmp_path), timeout=60)  # fmt: skip
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+
+
 def test_a_report_that_cannot_be_written_is_one_line_and_exit_4(tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / "junit.xml").mkdir(parents=True)  # in the way, as a full disk is: an OSError
