@@ -109,13 +109,16 @@ def run(
     `lease_wait_s` for another run's cluster. Under an engaged lever the run does not start:
     verdict aborted, exit code 5. A fleet store or key that cannot be had raises, as does an
     `out` another live run is writing to (`OutDirBusy`) or a report that could not be written
-    (`ReportError`, with the run's `result`).
+    (`ReportError`, with the run's `result`). A SIGINT or SIGTERM stops the run (everything
+    reverted, the reports written, verdict aborted) and is then raised again for the caller's
+    own handling of it (KeyboardInterrupt, or the process's end).
     """
     import os
+    import signal
 
     from rsdrill.engine.options import RunOptions
     from rsdrill.engine.outdir import claim
-    from rsdrill.engine.runner import run_experiment
+    from rsdrill.engine.runner import Runner
     from rsdrill.fleet.gate import open_gate
     from rsdrill.fleet.location import HISTORY_ENV
 
@@ -130,8 +133,14 @@ def run(
         plugins=tuple(plugins),
         gate=gate,
     )
+    runner = Runner(experiment, options)
     try:
-        return run_experiment(experiment, options)
+        result = runner.run()
     finally:
         if gate is not None:
             gate.store.close()
+    if runner.signalled:
+        # The run stopped for it, everything reverted; now the caller's own handling: a loop
+        # of runs (a pytest session) went on breaking the set until the SIGKILL came.
+        signal.raise_signal(signal.Signals[runner.signalled])
+    return result

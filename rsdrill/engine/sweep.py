@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rsdrill.engine.options import RunOptions
-from rsdrill.engine.runner import run_experiment
+from rsdrill.engine.runner import Runner
 from rsdrill.experiment.schema import Experiment, MatrixTable, MatrixValue
 from rsdrill.result import EXIT_CODES, Result
 
@@ -30,12 +30,16 @@ def _slug(parameters: dict[str, MatrixValue]) -> str:
 
 
 def run_sweep(experiment: Experiment, options: RunOptions) -> list[Cell]:
-    """Run every variant into its own directory under the output directory, in order."""
+    """Run every variant into its own directory under the output directory, in order, until
+    one is stopped by SIGINT or SIGTERM: a CI's timeout went on to break the set with the next
+    variants until its SIGKILL came, in the middle of one."""
     cells = []
     for i, (parameters, variant) in enumerate(experiment.variants(), start=1):
         out = options.out_dir / f"{i:02d}-{_slug(parameters)}"
-        result = run_experiment(variant, replace(options, out_dir=out))
-        cells.append(Cell(parameters, result, out))
+        runner = Runner(variant, replace(options, out_dir=out))
+        cells.append(Cell(parameters, runner.run(), out))
+        if runner.signalled:
+            break
     return cells
 
 

@@ -1,5 +1,6 @@
 """What a nightly job sees when something goes wrong around the run: another job writing into
-the same results directory, a report that cannot be written, the CronJob's deadline."""
+the same results directory, a report that cannot be written, the CronJob's deadline, a CI
+timeout's SIGTERM in a matrix or a pytest session of several runs."""
 
 from __future__ import annotations
 
@@ -176,3 +177,48 @@ def test_the_cronjob_s_deadline_sigterm_reaches_the_run_and_its_faults_are_rever
     again = rsdrill_run(["recover"], capture_output=True, text=True, timeout=60,
                         env={**os.environ, "RSDRILL_HOME": str(data / "home")})  # fmt: skip
     assert again.stdout.startswith("nothing to recover"), again.stdout + again.stderr
+
+
+def test_a_sigterm_ends_a_matrix_after_the_run_it_came_in(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(EXPERIMENT.replace("DURATION", "30s")
+                      + "matrix:\n  parameters:\n    observe.after_revert: [1s, 2s]\n")  # fmt: skip
+    run = Rsdrill(["run", str(matrix), "--out", "out", "--no-live", "--no-history"],
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                  env=_env(tmp_path))  # fmt: skip
+    try:
+        _wait_for_text(run, "injected host-freeze", 60)
+        run.terminate()
+        out, _ = run.communicate(timeout=60)  # before: the second variant's 30 s fault too
+    finally:
+        run.kill()
+    assert run.returncode == 3, out
+    assert [p.name for p in (tmp_path / "out").iterdir() if p.is_dir()] == ["01-after_revert=1s"]
+
+
+def test_a_sigterm_ends_a_pytest_session_after_the_run_it_came_in(tmp_path: Path) -> None:
+    _experiment(tmp_path, duration="30s")
+    (tmp_path / "test_chaos.py").write_text(
+        "def test_first(rsdrill):\n    rsdrill.run('exp.yaml')\n\n\n"
+        "def test_second(rsdrill):\n    rsdrill.run('exp.yaml')\n"
+    )
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "-p", "no:xdist", "--rsdrill-out", "runs", "test_chaos.py"],
+        cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        journal = tmp_path / "home" / "journal"
+        deadline = time.monotonic() + 60
+        while not any('"applied"' in p.read_text() for p in journal.glob("*.jsonl")):
+            assert time.monotonic() < deadline and session.poll() is None, "no fault went in"
+            time.sleep(0.1)
+        session.terminate()  # the CI's timeout
+        out, _ = session.communicate(timeout=60)  # before: test_second broke the set too
+    finally:
+        session.kill()
+    assert session.returncode == -signal.SIGTERM, out
+    first = json.loads((tmp_path / "runs" / "test_first" / "result.json").read_text())
+    assert first["verdict"] == "aborted" and first["faults"][0]["reverted_at_s"] is not None
+    assert not (tmp_path / "runs" / "test_second").exists()
