@@ -50,6 +50,7 @@ def absorb(node: Node, doc: dict[str, Any], *, is_response: bool) -> None:
     peer.last_ok_mono = time.monotonic()
     if is_response:
         peer.last_heartbeat = now
+        peer.last_answer_mono = peer.last_ok_mono
     else:
         peer.last_heartbeat_recv = now
     term = int(doc["term"])

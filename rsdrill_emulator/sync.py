@@ -23,7 +23,7 @@ from bson.int64 import Int64
 from rsdrill.sandbox.config import NO_ROLLBACK_FILES_ENV
 from rsdrill_emulator.datastore import collection_uuid, id_key
 from rsdrill_emulator.errors import CommandError
-from rsdrill_emulator.node import MemberState, Node
+from rsdrill_emulator.node import MemberState, Node, PeerView
 from rsdrill_emulator.oplog import NULL_OPTIME, OpTime, changed_ids
 from rsdrill_emulator.peer import PeerError
 
@@ -37,6 +37,12 @@ FETCH_MAX_BYTES = 1024 * 1024
 NETWORK_TIMEOUT_BUFFER_S = 5.0
 CLONE_BATCH_BYTES = 1024 * 1024
 
+# How long a source whose fetch failed (unreachable, no answer in time) is passed by, as by
+# mongod's sync source resolver after a network error (kFetcherErrorDenylistDuration); here
+# less, once it answers a heartbeat again. Without it a secondary whose fetch timed out before
+# its heartbeats marked the cut-off primary down fetched from it again, and the new primary
+# waited another fetch timeout (10 s) for a majority.
+FETCH_ERROR_DENYLIST_S = 10.0
 STALE = "OplogStartMissing"
 DIVERGENT = "OplogDivergent"
 
@@ -136,17 +142,27 @@ def choose_source(node: Node) -> str | None:
     """The primary when we know a healthy one (no chaining), else the freshest healthy secondary."""
     if node.primary_host and node.primary_host != node.host:
         peer = node.peers.get(node.primary_host)
-        if peer and peer.health:
+        if peer and _fetchable(peer):
             return node.primary_host
     ahead = [
         p
         for p in node.peers.values()
-        if p.health
+        if _fetchable(p)
         and not p.spec.arbiter_only
         and p.state is MemberState.SECONDARY
         and p.applied > node.last_applied
     ]
     return max(ahead, key=lambda p: p.applied).spec.host if ahead else None
+
+
+def _fetchable(peer: PeerView) -> bool:
+    failed = peer.fetch_failed_mono
+    if not peer.health or failed is None:
+        return bool(peer.health)
+    answered = peer.last_answer_mono
+    return (answered is not None and answered > failed) or (
+        time.monotonic() - failed >= FETCH_ERROR_DENYLIST_S
+    )
 
 
 def apply_batch(node: Node, entries: list[dict[str, Any]]) -> int:
@@ -237,7 +253,12 @@ async def _fetch_step(node: Node) -> None:
         node.events.emit("sync_source", source=source)
     # Answers from the primary reset the election timer, so they must come well within it.
     wait_s = min(1.0, node.spec.settings.election_timeout_ms / 4000)
-    reply = await fetch_once(node, source, wait_s)
+    try:
+        reply = await fetch_once(node, source, wait_s)
+    except PeerError:
+        if (peer := node.peers.get(source)) is not None:
+            peer.fetch_failed_mono = time.monotonic()
+        raise
     if reply.get("ok"):
         if node.state is MemberState.RECOVERING and node.min_valid == NULL_OPTIME:
             node.min_valid = OpTime.from_doc(reply.get("lastApplied"))
