@@ -127,6 +127,14 @@ def history(
     judged = {m: store.baselines(runs, m, k=k, window=window) for m in names}
     found = store.regressions(runs, names, k=k, window=window)
     shown = [r for r in runs if start is None or r.started_at >= start]
+    if fail_on_regression and not shown:
+        # A gate with nothing to judge is a mistyped --db, --experiment or --cluster (a job's
+        # own run is recorded before its check): exit 0 would pass every night unseen.
+        from rsdrill.redact import redact_uri
+
+        matching = " that match" * bool(experiment or since or cluster is not None)
+        exit_invalid(f"--fail-on-regression: no runs recorded in {redact_uri(db)}{matching}: "
+                     "nothing to check")  # fmt: skip
     if output_format == "openmetrics":
         from rsdrill.report import openmetrics
 

@@ -244,8 +244,20 @@ def test_history_json_of_an_empty_history_is_an_empty_list(db: Path) -> None:
 
 
 def test_history_command_on_an_empty_history(db: Path) -> None:
-    code, out, _ = invoke("history", "--db", str(db), "--fail-on-regression")
+    code, out, _ = invoke("history", "--db", str(db))
     assert (code, out.strip()) == (0, f"no runs recorded in {db}")
+
+
+def test_a_regression_gate_with_no_runs_to_judge_is_refused(db: Path, tmp_path: Path) -> None:
+    """A mistyped --db or --experiment left the nightly gate nothing to judge, and it passed."""
+    typo = tmp_path / "histroy.db"
+    code, out, err = invoke("history", "--db", str(typo), "--fail-on-regression")
+    assert (code, out) == (2, "")
+    assert err.strip() == f"--fail-on-regression: no runs recorded in {typo}: nothing to check"
+    assert not typo.exists()
+    code, out, err = invoke("history", "--db", str(db), "--experiment", "rs3-primry-kill",
+                            "--fail-on-regression", "--json")  # fmt: skip
+    assert code == 2 and "no runs recorded" in err + out and "that match" in err + out
 
 
 @pytest.mark.parametrize("name", ["trend.svg", "trend.html"])
