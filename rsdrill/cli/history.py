@@ -132,8 +132,8 @@ def history(
         # own run is recorded before its check): exit 0 would pass every night unseen.
         from rsdrill.redact import redact_uri
 
-        matching = " that match" * bool(experiment or since or cluster is not None)
-        exit_invalid(f"--fail-on-regression: no runs recorded in {redact_uri(db)}{matching}: "
+        narrowed = " that match" * bool(experiment or since or cluster is not None)
+        exit_invalid(f"--fail-on-regression: no runs recorded in {redact_uri(db)}{narrowed}: "
                      "nothing to check")  # fmt: skip
     if output_format == "openmetrics":
         from rsdrill.report import openmetrics
