@@ -274,13 +274,17 @@ def run_and_report(
         describe_server,
         recovery_lines,
         slo_observed,
+        slo_outcome,
         slo_title,
         stall_line,
     )
 
+    marks = {"pass": "ok  ", "FAIL": "FAIL", "not judged": "--  "}
     for slo in result.slo:
-        mark = "ok  " if slo.passed else "FAIL"
+        mark = marks[slo_outcome(result, slo)]
         typer.echo(f"  {mark} {slo_title(slo)} (observed {slo_observed(slo)})")
+    if any(slo_outcome(result, slo) == "not judged" for slo in result.slo):
+        typer.echo("  (--: not judged, the run stopped before its measurement ended)")
     if (stalled := stall_line(result.metrics)) is not None:
         typer.echo(stalled)
     for line in (*recovery_lines(result), *audit_lines(result)):

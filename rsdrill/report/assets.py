@@ -35,6 +35,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.slo-fail td { background: #fff0f1; }
 .res-pass { color: var(--ok); font-weight: 600; }
 .res-fail { color: var(--error); font-weight: 700; }
+.res-unjudged { color: var(--muted); font-style: italic; }
 .tables { display: flex; flex-wrap: wrap; gap: 8px 36px; align-items: flex-start; }
 .chart { border: 1px solid var(--line); border-radius: 6px; padding: 6px; background: #fff; }
 #timeline { display: block; width: 100%; height: auto; font-size: 11px; }

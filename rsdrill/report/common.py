@@ -80,6 +80,15 @@ def slo_observed(slo: SloResult) -> str:
     return text
 
 
+def slo_outcome(result: Result, slo: SloResult) -> str:
+    """ "pass", "FAIL", or "not judged": a violation seen before a run stopped stands, but a
+    pass needs the whole run; an aborted run, or one that ended in an error, measured only part
+    of what its SLOs are about (a write gap still open when it stopped reads short)."""
+    if not slo.passed:
+        return "FAIL"
+    return "pass" if result.verdict in ("pass", "fail") else "not judged"
+
+
 def slo_title(slo: SloResult) -> str:
     """`write_unavailable_s <= 15`: the name of the SLO's JUnit testcase and table row."""
     return f"{slo.metric} {slo_condition(slo)}"

@@ -22,6 +22,7 @@ from rsdrill.report.common import (
     scalar_metrics,
     slo_condition,
     slo_observed,
+    slo_outcome,
     stall_line,
 )
 from rsdrill.report.timeline import timeline_data
@@ -71,11 +72,11 @@ def _slo_table(result: Result) -> str:
     rows = []
     for slo in result.slo:
         observed = slo_observed(slo)
-        outcome = '<span class="res-pass">pass</span>'
-        if not slo.passed:
-            outcome = '<span class="res-fail">FAIL</span>'
+        said = slo_outcome(result, slo)
+        kind = {"pass": "pass", "FAIL": "fail"}.get(said, "unjudged")
+        outcome = f'<span class="res-{kind}">{said}</span>'
         rows.append(
-            f'<tr class="{"slo-pass" if slo.passed else "slo-fail"}"><td>{_e(slo.metric)}</td>'
+            f'<tr class="slo-{kind}"><td>{_e(slo.metric)}</td>'
             f'<td>{_e(slo_condition(slo))}</td><td class="num">{_e(observed)}</td>'
             f"<td>{outcome}</td></tr>"
         )

@@ -10,7 +10,13 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from rsdrill.report.common import scalar_metrics, slo_explanation, slo_observed, slo_title
+from rsdrill.report.common import (
+    scalar_metrics,
+    slo_explanation,
+    slo_observed,
+    slo_outcome,
+    slo_title,
+)
 from rsdrill.result import Result
 
 COMPLETED = "experiment completed"
@@ -40,10 +46,14 @@ def render_junit(result: Result, report_href: str = "report.html") -> str:
         shown = "null" if value is None else str(value)
         ET.SubElement(properties, "property", name=_clean(name), value=_clean(shown))
 
-    failures = errors = 0
+    failures = errors = skipped = 0
     for slo in result.slo:
         case = ET.SubElement(suite, "testcase", classname=suite_name, name=_clean(slo_title(slo)))
-        if not slo.passed:
+        if slo_outcome(result, slo) == "not judged":
+            skipped += 1
+            ET.SubElement(case, "skipped", message="not judged: the run stopped before its "
+                          "measurement ended")  # fmt: skip
+        elif not slo.passed:
             failures += 1
             message = f"{slo_explanation(slo)}. Report: {report_href}"
             failure = ET.SubElement(case, "failure", message=_clean(message), type="SLO")
@@ -68,8 +78,8 @@ def render_junit(result: Result, report_href: str = "report.html") -> str:
     suite.set("tests", str(len(suite.findall("testcase"))))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
-    suite.set("skipped", "0")
-    for attr in ("tests", "failures", "errors"):
+    suite.set("skipped", str(skipped))
+    for attr in ("tests", "failures", "errors", "skipped"):
         suites.set(attr, suite.get(attr, "0"))
     suites.set("time", suite.get("time", "0"))
 

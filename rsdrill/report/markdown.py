@@ -17,6 +17,7 @@ from rsdrill.report.common import (
     scalar_metrics,
     slo_condition,
     slo_observed,
+    slo_outcome,
     stall_line,
 )
 from rsdrill.result import Result
@@ -65,7 +66,7 @@ def render_summary(result: Result, report_path: str) -> str:
     if result.slo:
         lines += ["| metric | condition | observed | result |", "|---|---|---|---|"]
         for slo in result.slo:
-            outcome = "pass" if slo.passed else "**FAIL**"
+            outcome = {"FAIL": "**FAIL**"}.get(said := slo_outcome(result, slo), said)
             observed = slo_observed(slo)
             condition = md_escape(slo_condition(slo))
             lines.append(f"| {_code(slo.metric)} | {condition} | {observed} | {outcome} |")

@@ -221,6 +221,7 @@ def test_abort_on_option_aborts_a_run_and_reverts(tmp_path: Path, kept: Path) ->
         "name: abort-cli\n"
         "target: {platform: sandbox, topology: rs3, election_timeout: 1s, keep: true}\n"
         "faults:\n  - {at: 2s, kind: host-kill, select: primary, duration: 60s}\n"
+        "slo: {write_unavailable_s: '<= 60'}\n"
     )
     proc = rsdrill_run(
         ["run", str(experiment), "--no-live",
@@ -231,6 +232,9 @@ def test_abort_on_option_aborts_a_run_and_reverts(tmp_path: Path, kept: Path) ->
     )  # fmt: skip
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "abort-cli: ABORTED (abort condition `write_unavailable_s > 0.5` held" in proc.stdout
+    # The gap was still open when the run stopped: its short figure passes no SLO.
+    assert "  --   write_unavailable_s <= 60 (observed " in proc.stdout, proc.stdout
+    assert "(--: not judged, the run stopped before its measurement ended)" in proc.stdout
     deadline = time.monotonic() + 30
     while any(s.state not in ("PRIMARY", "SECONDARY") for s in Sandbox(kept).status()):
         assert time.monotonic() < deadline, Sandbox(kept).status()

@@ -385,3 +385,29 @@ def test_an_slo_s_threshold_and_observed_value_read_on_the_side_they_are_on(
         assert failure is not None and failure.get("message", "").startswith(explained)
         assert f"observed: {seen}\n" in (failure.text or "")
     assert f"| `write_unavailable_s` | \\{condition} | {seen} |" in render_summary(result, "r.html")
+
+
+def test_an_unfinished_run_judges_no_slo_it_seemed_to_meet(ops: list[Op]) -> None:
+    """An aborted run stopped measuring early (a write gap still open read short): a pass is
+    not judged, a violation already seen stands, in every report."""
+    slos = [
+        SloResult(metric="write_unavailable_s", op="<=", threshold=15, observed=2.5, passed=True),
+        SloResult(metric="failover_s", op="<=", threshold=1, observed=3.0, passed=False),
+    ]
+    result = sample_result().model_copy(
+        update={"slo": slos, "verdict": "aborted", "error": "aborted by signal"}
+    )
+    suite = ET.fromstring(render_junit(result)).find("testsuite")
+    assert suite is not None
+    assert (suite.get("skipped"), suite.get("failures"), suite.get("errors")) == ("1", "1", "1")
+    cases = {c.get("name"): [e.tag for e in c] for c in suite.findall("testcase")}
+    assert cases["write_unavailable_s <= 15"] == ["skipped"]
+    assert cases["failover_s <= 1"] == ["failure"]
+    summary = render_summary(result, "report.html")
+    assert "| 2.5 | not judged |" in summary and "| 3 | **FAIL** |" in summary
+    page = render_html(result, ops)
+    assert '<span class="res-unjudged">not judged</span>' in page
+    assert '<span class="res-fail">FAIL</span>' in page
+    # The same SLOs of a finished run are judged as measured.
+    finished = render_junit(result.model_copy(update={"verdict": "fail", "error": None}))
+    assert 'skipped="0"' in finished and "<skipped" not in finished
