@@ -18,6 +18,10 @@ _request_ids = itertools.count(1)
 class PeerError(Exception):
     """The peer could not be reached, did not answer in time, or answered garbage."""
 
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out  # no answer in time (cut off, frozen): not a refusal or reset
+
 
 class PeerConnection:
     """One TCP connection to another member; requests on it are sequential."""
@@ -89,7 +93,10 @@ class PeerConnection:
                 RuntimeError,
             ) as exc:
                 self.close()
-                raise PeerError(f"{self.host}: {type(exc).__name__}: {exc}") from exc
+                raise PeerError(
+                    f"{self.host}: {type(exc).__name__}: {exc}",
+                    timed_out=isinstance(exc, TimeoutError),
+                ) from exc
             except asyncio.CancelledError:
                 # Cancelled mid-call (an election that had its majority stops asking): the
                 # request may be on the wire, and its late reply must not be read as the next

@@ -37,7 +37,7 @@ FETCH_MAX_BYTES = 1024 * 1024
 NETWORK_TIMEOUT_BUFFER_S = 5.0
 CLONE_BATCH_BYTES = 1024 * 1024
 
-# How long a source whose fetch failed (unreachable, no answer in time) is passed by, as by
+# How long a source whose fetch got no answer in time (cut off, frozen) is passed by, as by
 # mongod's sync source resolver after a network error (kFetcherErrorDenylistDuration); here
 # less, once it answers a heartbeat again. Without it a secondary whose fetch timed out before
 # its heartbeats marked the cut-off primary down fetched from it again, and the new primary
@@ -255,8 +255,10 @@ async def _fetch_step(node: Node) -> None:
     wait_s = min(1.0, node.spec.settings.election_timeout_ms / 4000)
     try:
         reply = await fetch_once(node, source, wait_s)
-    except PeerError:
-        if (peer := node.peers.get(source)) is not None:
+    except PeerError as exc:
+        # Only a fetch that got no answer in time: a connection reset (a proxy put between the
+        # members, a restart) is retried at once, as mongod's fetcher restarts on the same source.
+        if exc.timed_out and (peer := node.peers.get(source)) is not None:
             peer.fetch_failed_mono = time.monotonic()
         raise
     if reply.get("ok"):
