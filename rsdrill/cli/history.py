@@ -127,14 +127,11 @@ def history(
     judged = {m: store.baselines(runs, m, k=k, window=window) for m in names}
     found = store.regressions(runs, names, k=k, window=window)
     shown = [r for r in runs if start is None or r.started_at >= start]
+    narrowed = bool(experiment or since or cluster is not None)
     if fail_on_regression and not shown:
         # A gate with nothing to judge is a mistyped --db, --experiment or --cluster (a job's
         # own run is recorded before its check): exit 0 would pass every night unseen.
-        from rsdrill.redact import redact_uri
-
-        narrowed = " that match" * bool(experiment or since or cluster is not None)
-        exit_invalid(f"--fail-on-regression: no runs recorded in {redact_uri(db)}{narrowed}: "
-                     "nothing to check")  # fmt: skip
+        exit_invalid(f"--fail-on-regression: {_none_recorded(db, narrowed)}: nothing to check")
     if output_format == "openmetrics":
         from rsdrill.report import openmetrics
 
@@ -155,10 +152,7 @@ def history(
     if as_json:
         typer.echo(json.dumps(_history_json(shown, names, found, regressed, k, window), indent=2))
     elif not shown:
-        from rsdrill.redact import redact_uri
-
-        matching = experiment or since or cluster is not None
-        typer.echo(f"no runs recorded in {redact_uri(db)}" + (" that match" * bool(matching)))
+        typer.echo(_none_recorded(db, narrowed))
         return
     else:
         if all_clusters:
@@ -178,6 +172,12 @@ def history(
     if fail_on_regression and regressed:
         typer.echo(f"\nthe newest run regressed: {', '.join(regressed)}", err=True)
         raise typer.Exit(EXIT_REGRESSION)
+
+
+def _none_recorded(db: str, narrowed: bool) -> str:
+    from rsdrill.redact import redact_uri
+
+    return f"no runs recorded in {redact_uri(db)}" + " that match" * narrowed
 
 
 @app.command()

@@ -280,10 +280,10 @@ def run_and_report(
     )
 
     marks = {"pass": "ok  ", "FAIL": "FAIL", "not judged": "--  "}
-    for slo in result.slo:
-        mark = marks[slo_outcome(result, slo)]
-        typer.echo(f"  {mark} {slo_title(slo)} (observed {slo_observed(slo)})")
-    if any(slo_outcome(result, slo) == "not judged" for slo in result.slo):
+    outcomes = [slo_outcome(result, slo) for slo in result.slo]
+    for slo, outcome in zip(result.slo, outcomes, strict=True):
+        typer.echo(f"  {marks[outcome]} {slo_title(slo)} (observed {slo_observed(slo)})")
+    if "not judged" in outcomes:
         typer.echo("  (--: not judged, the run stopped before its measurement ended)")
     if (stalled := stall_line(result.metrics)) is not None:
         typer.echo(stalled)

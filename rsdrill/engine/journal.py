@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import fcntl
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -105,7 +106,7 @@ class Journal:
             os.close(directory_fd)
         return journal
 
-    def lock(self, wait_s: float, say: Callable[[str], None]) -> None:
+    def lock(self, wait_s: float, say: Callable[[str], None]) -> bool:
         """Hold the journal's exclusive lock until `close` (or the process's end, however it
         ends: the kernel drops a flock with its last descriptor, so a crash leaves none).
         Held by another: `say` so once and retry, up to `wait_s`, then JournalBusy. A
@@ -113,20 +114,20 @@ class Journal:
         unlocked, as every recover did before there was a lock, rather than leave the faults
         in force. The lock is on the journal itself: no file of its own to leave behind. A
         live run takes it only while it writes a record (`write`): a hung one holds nothing,
-        and `recover --force` can finish its journal."""
+        and `recover --force` can finish its journal. False: the filesystem cannot lock."""
         deadline = time.monotonic() + wait_s
         told = False
         while True:
             try:
                 # On the write descriptor: over NFS an exclusive flock needs one.
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
+                return True
             except BlockingIOError:
                 pass
             except OSError as exc:
                 say(f"cannot lock {self.path} ({exc.strerror or exc}): going on without the "
                     "lock; run no other recover on it meanwhile")  # fmt: skip
-                return
+                return False
             left = deadline - time.monotonic()
             if left <= 0:
                 raise JournalBusy(self.path, wait_s)
@@ -148,7 +149,8 @@ class Journal:
         if not self._guarded or self.ended_by_other or record_type not in _OWING:
             self._append(line)
             return
-        locked = self._wait_for_lock()
+        # However long a recover holds it: its reverts decide what this run may do next.
+        locked = self.lock(math.inf, lambda _line: None)
         try:
             if self._ended_elsewhere():
                 self.ended_by_other = True
@@ -162,18 +164,6 @@ class Journal:
         os.write(self._fd, line)
         os.fsync(self._fd)
         self._size += len(line)
-
-    def _wait_for_lock(self) -> bool:
-        """The lock, however long a recover holds it (its reverts decide what this run may
-        do next); False where the filesystem cannot lock (the look for `end` still runs)."""
-        while True:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                time.sleep(0.05)  # polled, not blocking: the run's signal handlers still run
-            except OSError:
-                return False
 
     def _ended_elsewhere(self) -> bool:
         size = os.fstat(self._fd).st_size

@@ -10,27 +10,19 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from rsdrill.sandbox.cluster import Sandbox
-from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
+from tests.e2e.test_recover_forget import start_kept_rs3
+from tests.e2e.test_run_cli import _recover, _wait_for_text
 from tests.integration.test_revert_member_down import FAILED_CODE, _ping_code
 
 
 def test_a_run_whose_journal_recover_forced_injects_nothing_more(
     tmp_path: Path, free_port_base: Callable[[int], int]
 ) -> None:
-    path = tmp_path / "exp.yaml"
-    port_base = free_port_base(3)
     fault = (f"kind: mongodb-fail-command, commands: [ping], error_code: {FAILED_CODE}, "
              "duration: 60s")  # fmt: skip
-    path.write_text(
-        "name: force-test\n"
-        f"target: {{platform: sandbox, topology: rs3, keep: true, port_base: {port_base}}}\n"
-        "faults:\n"
-        f"  - {{at: 1s, select: secondary, {fault}}}\n"
-        f"  - {{at: 4s, select: primary, {fault}}}\n"
-    )
-    proc = _start(tmp_path, path)
-    sandbox = Sandbox(tmp_path / "out" / "sandbox")
+    proc, sandbox = start_kept_rs3(tmp_path, free_port_base(3), "force-test", [
+        f"{{at: 1s, select: secondary, {fault}}}", f"{{at: 4s, select: primary, {fault}}}"
+    ])  # fmt: skip
     stopped = False
     try:
         _wait_for_text(proc, "injected mongodb-fail-command", 90)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import getpass
 import json
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,19 +17,26 @@ from tests.e2e.test_run_cli import _recover, _start, _wait_for_text
 from tests.integration.test_revert_member_down import FAILED_CODE, _ping_code
 
 
+def start_kept_rs3(
+    tmp_path: Path, port_base: int, name: str, faults: list[str]
+) -> tuple[subprocess.Popen[str], Sandbox]:
+    """A run of `faults` (flow mappings) on an rs3 sandbox it keeps up, and that sandbox."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        f"name: {name}\n"
+        f"target: {{platform: sandbox, topology: rs3, keep: true, port_base: {port_base}}}\n"
+        "faults:\n" + "".join(f"  - {fault}\n" for fault in faults)
+    )
+    return _start(tmp_path, path), Sandbox(tmp_path / "out" / "sandbox")
+
+
 def test_a_revert_whose_member_never_answers_can_be_forgotten(
     tmp_path: Path, free_port_base: Callable[[int], int]
 ) -> None:
-    path = tmp_path / "exp.yaml"
-    port_base = free_port_base(3)
-    path.write_text(
-        "name: forget-test\n"
-        f"target: {{platform: sandbox, topology: rs3, keep: true, port_base: {port_base}}}\n"
-        "faults:\n  - {at: 1s, kind: mongodb-fail-command, select: secondary, "
-        f"commands: [ping], error_code: {FAILED_CODE}, duration: 120s}}\n"
-    )
-    proc = _start(tmp_path, path)
-    sandbox = Sandbox(tmp_path / "out" / "sandbox")
+    proc, sandbox = start_kept_rs3(tmp_path, free_port_base(3), "forget-test", [
+        "{at: 1s, kind: mongodb-fail-command, select: secondary, commands: [ping], "
+        f"error_code: {FAILED_CODE}, duration: 120s}}"
+    ])  # fmt: skip
     member = None
     try:
         _wait_for_text(proc, "injected mongodb-fail-command", 90)

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from rsdrill.cli.app import app
 from rsdrill.cronjob import DATA_DIR, EXPERIMENTS_DIR
+from tests.e2e.test_run_cli import _wait_for_text
 from tests.harness.cli import Rsdrill, rsdrill_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,20 +43,6 @@ def _experiment(tmp_path: Path, duration: str = "1s") -> Path:
 
 def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "RSDRILL_HOME": str(tmp_path / "home")}
-
-
-def _wait_for_text(proc: subprocess.Popen[str], text: str, timeout: float) -> str:
-    assert proc.stdout is not None
-    seen = ""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        seen += line
-        if text in line:
-            return seen
-        if not line and proc.poll() is not None:
-            break
-    pytest.fail(f"never saw {text!r}; output so far:\n{seen}")
 
 
 def test_a_second_run_into_a_results_directory_in_use_is_refused(tmp_path: Path) -> None:
