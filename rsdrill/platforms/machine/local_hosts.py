@@ -93,7 +93,7 @@ class LocalHosts:
         self._pids: dict[str, int] = {}
 
     def pid(self, host: str) -> int | None:
-        found = listening_pid(int(host.rsplit(":", 1)[1]))
+        found = listening_pid(host_port(host))
         if found is not None:
             self._pids[host] = found
         return found
@@ -108,7 +108,7 @@ class LocalHosts:
         pid = self._require(host)
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while listening_pid(int(host.rsplit(":", 1)[1])) == pid and time.monotonic() < deadline:
+        while listening_pid(host_port(host)) == pid and time.monotonic() < deadline:
             time.sleep(0.01)
         faketime.release(pid)
         return pid
@@ -116,7 +116,7 @@ class LocalHosts:
     def terminate(self, host: str, timeout_s: float = START_TIMEOUT_S) -> None:
         """SIGTERM: a clean shutdown (mongod steps down and closes its files); SIGKILL if it
         has not let go of its port within `timeout_s`."""
-        port = int(host.rsplit(":", 1)[1])
+        port = host_port(host)
         pid = self._require(host)
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -204,7 +204,7 @@ class LocalHosts:
             )  # fmt: skip
         if boot_s > 0:
             # What the command starts (forked or not) inherits the booting process's class.
-            rejoin_partition(process.pid, int(host.rsplit(":", 1)[1]))
+            rejoin_partition(process.pid, host_port(host))
             return
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -227,7 +227,7 @@ class LocalHosts:
             time.sleep(0.05)
         pid = self.pid(host)
         if pid is not None:
-            rejoin_partition(pid, int(host.rsplit(":", 1)[1]))
+            rejoin_partition(pid, host_port(host))
 
 
 def _exit_status(status: int) -> str:
