@@ -99,7 +99,7 @@ class PeerView:
     last_heartbeat_recv: dt.datetime | None = None
     last_ok_mono: float | None = None
     last_answer_mono: float | None = None  # its last heartbeat answer: we reach it
-    fetch_failed_mono: float | None = None  # an oplog fetch from it failed (sync.py)
+    fetch_failed_mono: float | None = None  # an oplog fetch from it timed out (sync.py)
     # Last time we heard from it at all (heartbeat either way, or an oplog fetch): liveness.
     last_contact_mono: float | None = None
     ping_ms: int = 0
